@@ -1,0 +1,72 @@
+#include "compiler/ir/computation.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include <fmt/format.h>
+
+namespace gptc::ir {
+
+std::vector<Instruction*> Computation::parameters() const {
+  std::vector<Instruction*> params;
+  for (const auto& inst : instructions_) {
+    if (inst->opcode() != Opcode::kParameter) continue;
+    int64_t n = inst->attrs().index;
+    if (n < 0) continue;  // the verifier reports it
+    if (static_cast<int64_t>(params.size()) <= n) params.resize(n + 1, nullptr);
+    params[n] = inst.get();
+  }
+  return params;
+}
+
+Instruction* Computation::FindInstruction(std::string_view name) const {
+  auto it = by_name_.find(std::string(name));
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+Instruction* Computation::Adopt(std::unique_ptr<Instruction>& inst) {
+  assert(!by_name_.contains(inst->name()) && "instruction name already used");
+  inst->parent_ = this;
+  by_name_[inst->name()] = inst.get();
+  for (Instruction* op : inst->operands()) op->AddUser(inst.get());
+  return inst.get();
+}
+
+Instruction* Computation::AddInstruction(std::unique_ptr<Instruction> inst) {
+  Instruction* raw = Adopt(inst);
+  instructions_.push_back(std::move(inst));
+  return raw;
+}
+
+Instruction* Computation::InsertInstructionBefore(std::unique_ptr<Instruction> inst,
+                                                  Instruction* before) {
+  if (before == nullptr) return AddInstruction(std::move(inst));
+  Instruction* raw = Adopt(inst);
+  auto it = std::find_if(instructions_.begin(), instructions_.end(),
+                         [&](const auto& p) { return p.get() == before; });
+  assert(it != instructions_.end());
+  instructions_.insert(it, std::move(inst));
+  return raw;
+}
+
+void Computation::RemoveInstruction(Instruction* inst) {
+  assert(inst->users().empty() && inst != root_);
+  inst->DetachOperands();
+  by_name_.erase(inst->name());
+  auto it = std::find_if(instructions_.begin(), instructions_.end(),
+                         [&](const auto& p) { return p.get() == inst; });
+  assert(it != instructions_.end());
+  instructions_.erase(it);
+}
+
+std::string Computation::UniqueName(std::string_view base) {
+  std::string candidate(base);
+  if (!by_name_.contains(candidate)) return candidate;
+  int64_t& next = next_suffix_[candidate];
+  do {
+    candidate = fmt::format("{}.{}", base, ++next);
+  } while (by_name_.contains(candidate));
+  return candidate;
+}
+
+}  // namespace gptc::ir

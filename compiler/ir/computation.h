@@ -1,0 +1,66 @@
+// Computation: an ordered list of SSA instructions with one root.
+//
+// The list order is an execution order: every operand precedes its users
+// (the verifier checks it). Parameters are instructions with opcode
+// `parameter` and distinct numbers 0..n-1.
+#ifndef GPTC_COMPILER_IR_COMPUTATION_H_
+#define GPTC_COMPILER_IR_COMPUTATION_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "compiler/ir/instruction.h"
+
+namespace gptc::ir {
+
+class Module;
+
+class Computation {
+ public:
+  explicit Computation(std::string name) : name_(std::move(name)) {}
+  Computation(const Computation&) = delete;
+  Computation& operator=(const Computation&) = delete;
+
+  const std::string& name() const { return name_; }
+  Module* parent() const { return parent_; }
+
+  // Instructions in execution order.
+  const std::vector<std::unique_ptr<Instruction>>& instructions() const { return instructions_; }
+  int64_t instruction_count() const { return static_cast<int64_t>(instructions_.size()); }
+
+  Instruction* root() const { return root_; }
+  void set_root(Instruction* root) { root_ = root; }
+
+  // Parameters ordered by parameter number (gaps are nullptr until filled).
+  std::vector<Instruction*> parameters() const;
+  Instruction* FindInstruction(std::string_view name) const;
+
+  // Appends `inst`, taking ownership; its name must be unused here. The new
+  // instruction becomes the user of its operands.
+  Instruction* AddInstruction(std::unique_ptr<Instruction> inst);
+  // Inserts `inst` right before `before` in the order (nullptr appends).
+  Instruction* InsertInstructionBefore(std::unique_ptr<Instruction> inst, Instruction* before);
+  // Removes an instruction that has no users and is not the root.
+  void RemoveInstruction(Instruction* inst);
+
+  // A name not used yet in this computation: `base`, else `base.1`, `base.2`...
+  std::string UniqueName(std::string_view base);
+
+ private:
+  friend class Module;
+  Instruction* Adopt(std::unique_ptr<Instruction>& inst);
+
+  std::string name_;
+  Module* parent_ = nullptr;
+  std::vector<std::unique_ptr<Instruction>> instructions_;
+  std::unordered_map<std::string, Instruction*> by_name_;
+  std::unordered_map<std::string, int64_t> next_suffix_;
+  Instruction* root_ = nullptr;
+};
+
+}  // namespace gptc::ir
+
+#endif  // GPTC_COMPILER_IR_COMPUTATION_H_

@@ -1,0 +1,128 @@
+#include "compiler/ir/verifier.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compiler/ir/shape_inference.h"
+
+namespace gptc::ir {
+
+namespace {
+
+bool IsValidName(const std::string& name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+class Verifier {
+ public:
+  explicit Verifier(const Module& module) : module_(module) {}
+
+  Status Run() {
+    if (!IsValidName(module_.name())) return Error("module name '{}' is not valid", module_.name());
+    if (module_.entry() == nullptr) return Error("module {} has no entry computation", module_.name());
+    for (const auto& c : module_.computations()) {
+      if (!IsValidName(c->name())) return Error("computation name '{}' is not valid", c->name());
+      if (!names_.insert(c->name()).second) {
+        return Error("computation %{} is defined twice", c->name());
+      }
+      if (c->parent() != &module_) return Error("computation %{} belongs to another module", c->name());
+      RETURN_IF_ERROR(VerifyComputation(*c));
+      defined_.insert(c.get());
+    }
+    if (!defined_.contains(module_.entry())) return Error("entry computation is not in the module");
+    return Status::Ok();
+  }
+
+ private:
+  Status At(const Instruction& inst, const Status& status) const {
+    std::string subject = "%" + inst.name();
+    if (inst.line() > 0) {
+      std::string_view file = module_.source_file().empty() ? "<input>" : module_.source_file();
+      subject = fmt::format("{}:{}:{}: {}", file, inst.line(), inst.column(), subject);
+    }
+    return status.WithPrefix(subject);
+  }
+
+  Status VerifyComputation(const Computation& c) {
+    if (c.root() == nullptr) return Error("computation %{} has no root", c.name());
+    std::unordered_set<const Instruction*> seen;
+    std::unordered_map<int64_t, const Instruction*> params;
+    for (const auto& owned : c.instructions()) {
+      const Instruction& inst = *owned;
+      if (!IsValidName(inst.name())) {
+        return At(inst, Error("instruction name is not valid in the text format"));
+      }
+      if (inst.parent() != &c) return At(inst, Error("is listed in %{} but not owned by it", c.name()));
+      for (int64_t i = 0; i < inst.operand_count(); ++i) {
+        const Instruction* op = inst.operand(i);
+        if (op == nullptr) return At(inst, Error("operand {} is null", i));
+        if (op->parent() != &c) {
+          return At(inst, Error("operand {} %{} is not in computation %{}", i, op->name(), c.name()));
+        }
+        if (!seen.contains(op)) {
+          return At(inst, Error("operand {} %{} is used before it is defined", i, op->name()));
+        }
+        bool listed = false;
+        for (const Instruction* u : op->users()) listed |= u == &inst;
+        if (!listed) return At(inst, Error("missing from the users of %{}", op->name()));
+      }
+      if (inst.opcode() == Opcode::kParameter) {
+        auto [it, inserted] = params.emplace(inst.attrs().index, &inst);
+        if (!inserted) {
+          return At(inst, Error("parameter number {} already used by %{}", inst.attrs().index,
+                                it->second->name()));
+        }
+      }
+      RETURN_IF_ERROR(VerifyCalled(inst, c));
+      std::vector<Shape> operand_shapes;
+      for (const Instruction* op : inst.operands()) operand_shapes.push_back(op->shape());
+      StatusOr<Shape> inferred = InferShape(inst.opcode(), operand_shapes, inst.attrs(),
+                                            inst.called_computation(), inst.shape());
+      if (!inferred.ok()) return At(inst, inferred.status());
+      if (*inferred != inst.shape()) {
+        return At(inst, Error("{} has shape {}, but its operands give {}", OpcodeName(inst.opcode()),
+                              inst.shape().ToString(), inferred->ToString()));
+      }
+      seen.insert(&inst);
+    }
+    if (!seen.contains(c.root())) return Error("root of computation %{} is not in it", c.name());
+    for (int64_t n = 0; n < static_cast<int64_t>(params.size()); ++n) {
+      if (!params.contains(n)) {
+        return Error("computation %{} has {} parameters but no parameter number {}", c.name(),
+                     params.size(), n);
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status VerifyCalled(const Instruction& inst, const Computation& caller) const {
+    const Computation* called = inst.called_computation();
+    if (!CallsComputation(inst.opcode())) {
+      if (called != nullptr) return At(inst, Error("{} cannot call a computation", OpcodeName(inst.opcode())));
+      return Status::Ok();
+    }
+    if (called == nullptr) return At(inst, Error("needs a called computation (calls=%name)"));
+    if (called == module_.entry()) return At(inst, Error("calls the entry computation"));
+    if (called == &caller || !defined_.contains(called)) {
+      return At(inst, Error("calls %{}, which must be defined before %{}", called->name(),
+                            caller.name()));
+    }
+    return Status::Ok();
+  }
+
+  const Module& module_;
+  std::unordered_set<std::string> names_;
+  std::unordered_set<const Computation*> defined_;
+};
+
+}  // namespace
+
+Status VerifyModule(const Module& module) { return Verifier(module).Run(); }
+
+}  // namespace gptc::ir

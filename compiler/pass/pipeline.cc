@@ -1,0 +1,69 @@
+#include "compiler/pass/pipeline.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "compiler/ir/printer.h"
+#include "compiler/ir/verifier.h"
+
+namespace gptc::pass {
+
+Status DumpWriter::Dump(const ir::Module& module, std::string_view label) {
+  if (dir_.empty()) return Status::Ok();
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) return Error("--dump-dir {}: {}", dir_, ec.message());
+  std::string path = fmt::format("{}/{:04}.{}.ir", dir_, next_++, label);
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << ir::PrintModule(module);
+    out.flush();
+    if (!out) return Error("{}: cannot write dump", tmp);
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return Error("{}: {}", path, ec.message());
+  return Status::Ok();
+}
+
+Pipeline::Pipeline(std::string name, PipelineOptions options)
+    : name_(std::move(name)), options_(std::move(options)) {
+  if (!options_.dump_pass_re.empty()) dump_re_.emplace(options_.dump_pass_re);
+  dump_ = std::make_shared<DumpWriter>(options_.dump_dir);
+}
+
+StatusOr<bool> Pipeline::Run(ir::Module& module) {
+  bool changed = false;
+  for (const auto& pass : passes_) {
+    std::string pass_name(pass->Name());
+    if (options_.disabled.contains(pass_name)) continue;
+    if (auto* nested = dynamic_cast<Pipeline*>(pass.get())) nested->set_dump_writer(dump_);
+    StatusOr<bool> result = pass->Run(module);
+    if (!result.ok()) return result.status().WithPrefix(fmt::format("pass {}", pass_name));
+    changed |= *result;
+    if (options_.verify_each) {
+      Status verified = ir::VerifyModule(module);
+      if (!verified.ok()) {
+        return verified.WithPrefix(fmt::format("after pass {}, the module does not verify",
+                                               pass_name));
+      }
+    }
+    if (dump_->enabled() && (!dump_re_ || std::regex_search(pass_name, *dump_re_))) {
+      RETURN_IF_ERROR(dump_->Dump(module, "after-" + pass_name));
+    }
+  }
+  return changed;
+}
+
+StatusOr<bool> FixedPoint::Run(ir::Module& module) {
+  bool changed = false;
+  for (int i = 0; i < kMaxIterations; ++i) {
+    ASSIGN_OR_RETURN(bool iteration_changed, inner_->Run(module));
+    if (!iteration_changed) return changed;
+    changed = true;
+  }
+  return Error("{} did not reach a fixed point in {} iterations", name_, kMaxIterations);
+}
+
+}  // namespace gptc::pass

@@ -1,0 +1,128 @@
+// gptc-opt: runs named passes on IR text and prints the result (as mlir-opt).
+//
+//   gptc-opt --pass=dce[,NAME...] [--split-input-file] [--dump-dir DIR] FILE.ir
+//
+// With --split-input-file, the input is cut at lines `// -----` and each case
+// runs on its own; cases are printed separated by `// -----`, errors go to
+// stderr with line numbers of the whole file, and the exit code is 1 if any
+// case failed.
+#include <cstdio>
+#include <sstream>
+
+#include "compiler/ir/parser.h"
+#include "compiler/ir/printer.h"
+#include "compiler/pass/pipeline.h"
+#include "compiler/support/file.h"
+#include "passes/registry.h"
+#include "tools/common/flags.h"
+
+namespace gptc {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: gptc-opt --pass=NAME[,NAME...] [--split-input-file] [--dump-dir DIR]\n"
+    "                [--disable-pass=NAME[,...]] [--no-verify] FILE.ir|-\n"
+    "       gptc-opt --list-passes\n";
+
+std::vector<std::string> SplitComma(const std::string& s) {
+  std::vector<std::string> parts;
+  std::stringstream ss(s);
+  for (std::string part; std::getline(ss, part, ',');) {
+    if (!part.empty()) parts.push_back(part);
+  }
+  return parts;
+}
+
+struct Case {
+  std::string text;  // padded with newlines so line numbers match the file
+};
+
+std::vector<Case> SplitCases(const std::string& text, bool split) {
+  if (!split) return {{text}};
+  std::vector<Case> cases;
+  std::string current;
+  int line = 0, case_start_line = 0;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l); ++line) {
+    if (l.rfind("// -----", 0) == 0) {
+      cases.push_back({std::string(case_start_line, '\n') + current});
+      current.clear();
+      case_start_line = line + 1;
+      continue;
+    }
+    current += l + "\n";
+  }
+  cases.push_back({std::string(case_start_line, '\n') + current});
+  return cases;
+}
+
+int Main(int argc, char** argv) {
+  tools::Flags flags;
+  flags.Value("pass").Value("dump-dir").Value("disable-pass").Value("dump-pass-re");
+  flags.Bool("split-input-file").Bool("no-verify").Bool("list-passes").Bool("help");
+  if (Status s = flags.Parse(argc, argv, 1); !s.ok()) {
+    std::fprintf(stderr, "gptc-opt: %s\n", s.message().c_str());
+    return 2;
+  }
+  if (flags.Has("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const pass::PassRegistry& registry = passes::AllPasses();
+  if (flags.Has("list-passes")) {
+    for (const std::string& line : registry.Describe()) std::printf("%s\n", line.c_str());
+    return 0;
+  }
+  if (flags.positional().size() != 1) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string path = flags.positional()[0];
+  pass::PipelineOptions options;
+  options.verify_each = !flags.Has("no-verify");
+  options.dump_dir = flags.Get("dump-dir");
+  options.dump_pass_re = flags.Get("dump-pass-re");
+  for (const std::string& name : SplitComma(flags.Get("disable-pass"))) {
+    options.disabled.insert(name);
+  }
+  std::vector<std::string> pass_names = SplitComma(flags.Get("pass"));
+  for (const std::string& name : pass_names) {
+    if (!registry.Contains(name)) {
+      std::fprintf(stderr, "gptc-opt: --pass: %s\n", registry.Create(name).status().message().c_str());
+      return 2;
+    }
+  }
+  StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    std::fprintf(stderr, "gptc-opt: %s\n", text.status().message().c_str());
+    return 1;
+  }
+  int exit_code = 0;
+  bool first = true;
+  for (const Case& c : SplitCases(*text, flags.Has("split-input-file"))) {
+    if (!first) std::printf("// -----\n");
+    first = false;
+    StatusOr<std::unique_ptr<ir::Module>> module = ir::ParseAndVerifyModule(c.text, path);
+    Status status = module.status();
+    if (status.ok()) {
+      pass::Pipeline pipeline("gptc-opt", options);
+      for (const std::string& name : pass_names) pipeline.AddPass(registry.Create(name).value());
+      StatusOr<bool> changed = pipeline.Run(**module);
+      status = changed.status();
+    }
+    if (!status.ok()) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "gptc-opt: %s\n", status.message().c_str());
+      std::fflush(stderr);
+      exit_code = 1;
+      continue;
+    }
+    std::fputs(ir::PrintModule(**module).c_str(), stdout);
+  }
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace gptc
+
+int main(int argc, char** argv) { return gptc::Main(argc, argv); }

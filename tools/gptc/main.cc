@@ -1,0 +1,99 @@
+// gptc: the compiler driver.
+//
+//   gptc --version
+//   gptc verify FILE.ir              prints `ok` or one error line (exit 1)
+//   gptc eval FILE.ir [--seed N]     evaluates on random inputs, prints checksums
+//
+// Usage errors exit 2, failures of the input exit 1; every error is one line.
+#include <cstdio>
+#include <random>
+
+#include "compiler/eval/evaluator.h"
+#include "compiler/ir/parser.h"
+#include "compiler/support/file.h"
+#include "gptc_version.h"
+#include "tools/common/flags.h"
+
+namespace gptc {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: gptc <command> [flags]\n"
+    "commands:\n"
+    "  verify FILE.ir                 parse and verify IR text; prints ok or the first error\n"
+    "  eval FILE.ir [--seed N] [--precision f32|f64]\n"
+    "                                 evaluate the entry computation on random inputs\n"
+    "  --version                      print the version\n";
+
+int Fail(int code, const Status& status) {
+  std::fprintf(stderr, "gptc: %s\n", status.message().c_str());
+  return code;
+}
+
+StatusOr<std::unique_ptr<ir::Module>> LoadModule(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ir::ParseAndVerifyModule(text, path);
+}
+
+int Verify(int argc, char** argv) {
+  tools::Flags flags;
+  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
+  if (flags.positional().size() != 1) return Fail(2, Error("verify takes one FILE.ir"));
+  StatusOr<std::unique_ptr<ir::Module>> module = LoadModule(flags.positional()[0]);
+  if (!module.ok()) return Fail(1, module.status());
+  std::printf("ok\n");
+  return 0;
+}
+
+int Eval(int argc, char** argv) {
+  tools::Flags flags;
+  flags.Value("seed").Value("precision");
+  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
+  if (flags.positional().size() != 1) return Fail(2, Error("eval takes one FILE.ir"));
+  StatusOr<int64_t> seed = flags.GetInt("seed", 0);
+  if (!seed.ok()) return Fail(2, seed.status());
+  eval::EvalOptions options;
+  std::string precision = flags.Get("precision", "f32");
+  if (precision == "f64") {
+    options.precision = eval::Precision::kF64;
+  } else if (precision != "f32") {
+    return Fail(2, Error("--precision must be f32 or f64, got '{}'", precision));
+  }
+  StatusOr<std::unique_ptr<ir::Module>> module = LoadModule(flags.positional()[0]);
+  if (!module.ok()) return Fail(1, module.status());
+  std::mt19937_64 rng(*seed);
+  std::vector<eval::Literal> args;
+  for (const ir::Instruction* param : (*module)->entry()->parameters()) {
+    args.push_back(eval::Literal::Random(param->shape(), rng));
+    std::printf("input  %%%s = %s\n", param->name().c_str(), args.back().Summary().c_str());
+  }
+  StatusOr<eval::Literal> result = eval::Evaluate(**module, args, options);
+  if (!result.ok()) return Fail(1, result.status());
+  std::printf("output %%%s = %s\n", (*module)->entry()->root()->name().c_str(),
+              result->Summary().c_str());
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  std::string command = argv[1];
+  if (command == "--version" || command == "version") {
+    std::printf("gptc %s\n", GPTC_VERSION);
+    return 0;
+  }
+  if (command == "--help" || command == "help" || command == "-h") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (command == "verify") return Verify(argc, argv);
+  if (command == "eval") return Eval(argc, argv);
+  return Fail(2, Error("unknown command '{}' (try gptc --help)", command));
+}
+
+}  // namespace
+}  // namespace gptc
+
+int main(int argc, char** argv) { return gptc::Main(argc, argv); }
