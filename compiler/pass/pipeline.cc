@@ -39,6 +39,7 @@ StatusOr<bool> Pipeline::Run(ir::Module& module) {
     std::string pass_name(pass->Name());
     if (options_.disabled.contains(pass_name)) continue;
     if (auto* nested = dynamic_cast<Pipeline*>(pass.get())) nested->set_dump_writer(dump_);
+    if (auto* fixed = dynamic_cast<FixedPoint*>(pass.get())) fixed->inner().set_dump_writer(dump_);
     StatusOr<bool> result = pass->Run(module);
     if (!result.ok()) return result.status().WithPrefix(fmt::format("pass {}", pass_name));
     changed |= *result;

@@ -76,6 +76,7 @@ class FixedPoint : public Pass {
   static constexpr int kMaxIterations = 25;
   FixedPoint(std::string name, std::unique_ptr<Pipeline> inner)
       : name_(std::move(name)), inner_(std::move(inner)) {}
+  Pipeline& inner() { return *inner_; }
   std::string_view Name() const override { return name_; }
   StatusOr<bool> Run(ir::Module& module) override;
 

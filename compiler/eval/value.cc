@@ -1,0 +1,123 @@
+#include "compiler/eval/value.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "compiler/support/float_bits.h"
+
+namespace gptc::eval::internal {
+
+BufferPool::~BufferPool() {
+  for (auto& [bytes, buffers] : free_) {
+    for (void* buffer : buffers) std::free(buffer);
+  }
+}
+
+std::shared_ptr<void> BufferPool::Allocate(const std::shared_ptr<BufferPool>& pool, size_t bytes) {
+  // Small buffers: malloc's own free lists already keep them warm.
+  if (bytes < kMinPooledBytes) return std::shared_ptr<void>(std::malloc(bytes), std::free);
+  void* buffer = nullptr;
+  auto it = pool->free_.find(bytes);
+  if (it != pool->free_.end() && !it->second.empty()) {
+    buffer = it->second.back();
+    it->second.pop_back();
+    pool->pooled_bytes_ -= bytes;
+  } else {
+    buffer = std::malloc(bytes);
+  }
+  std::weak_ptr<BufferPool> weak = pool;
+  return std::shared_ptr<void>(buffer, [weak, bytes](void* b) {
+    if (std::shared_ptr<BufferPool> alive = weak.lock()) {
+      alive->Release(b, bytes);
+    } else {
+      std::free(b);
+    }
+  });
+}
+
+void BufferPool::Release(void* buffer, size_t bytes) {
+  if (pooled_bytes_ + bytes > kMaxPooledBytes) {
+    std::free(buffer);
+    return;
+  }
+  free_[bytes].push_back(buffer);
+  pooled_bytes_ += bytes;
+}
+
+std::shared_ptr<Value> NewArray(const Context& ctx, const ir::Shape& shape) {
+  auto value = std::make_shared<Value>();
+  value->shape = shape;
+  value->size = shape.num_elements();
+  value->float_storage = ctx.FloatStorage(shape.dtype());
+  // Uninitialized: every kernel writes all of its result, and zero-filling a
+  // [256,50304] logits buffer first would cost a full extra pass.
+  size_t element_bytes = value->float_storage ? sizeof(float) : sizeof(double);
+  value->data = BufferPool::Allocate(ctx.pool, std::max<size_t>(value->size * element_bytes, 1));
+  return value;
+}
+
+std::shared_ptr<Value> ShareArray(const ir::Shape& shape, const Value& source) {
+  auto value = std::make_shared<Value>();
+  value->shape = shape;
+  value->size = source.size;
+  value->float_storage = source.float_storage;
+  value->data = source.data;
+  return value;
+}
+
+void RoundToDType(const Context& ctx, Value& value) {
+  ir::DType dtype = value.shape.dtype();
+  if (!ctx.options.round_16bit || (dtype != ir::DType::kBF16 && dtype != ir::DType::kF16)) return;
+  WithStorage(value.float_storage, [&](auto tag) {
+    using T = decltype(tag);
+    T* data = value.mutable_get<T>();
+    if (dtype == ir::DType::kBF16) {
+      for (int64_t i = 0; i < value.size; ++i) data[i] = RoundToBF16(static_cast<float>(data[i]));
+    } else {
+      for (int64_t i = 0; i < value.size; ++i) data[i] = RoundToF16(static_cast<float>(data[i]));
+    }
+  });
+}
+
+StatusOr<ValuePtr> FromLiteral(const Context& ctx, const Literal& literal) {
+  if (literal.shape.is_tuple()) {
+    if (literal.elements.size() != literal.shape.tuple_elements().size()) {
+      return Error("{} literal has {} elements", literal.shape.ToString(), literal.elements.size());
+    }
+    auto value = std::make_shared<Value>();
+    value->shape = literal.shape;
+    for (const Literal& element : literal.elements) {
+      ASSIGN_OR_RETURN(ValuePtr v, FromLiteral(ctx, element));
+      value->elements.push_back(std::move(v));
+    }
+    return ValuePtr(std::move(value));
+  }
+  if (static_cast<int64_t>(literal.values.size()) != literal.shape.num_elements()) {
+    return Error("{} literal has {} values", literal.shape.ToString(), literal.values.size());
+  }
+  std::shared_ptr<Value> value = NewArray(ctx, literal.shape);
+  WithStorage(value->float_storage, [&](auto tag) {
+    using T = decltype(tag);
+    std::transform(literal.values.begin(), literal.values.end(), value->mutable_get<T>(),
+                   [](double x) { return static_cast<T>(x); });
+  });
+  RoundToDType(ctx, *value);
+  return ValuePtr(std::move(value));
+}
+
+Literal ToLiteral(const Value& value) {
+  Literal literal;
+  literal.shape = value.shape;
+  if (value.shape.is_tuple()) {
+    for (const ValuePtr& element : value.elements) literal.elements.push_back(ToLiteral(*element));
+    return literal;
+  }
+  WithStorage(value.float_storage, [&](auto tag) {
+    using T = decltype(tag);
+    const T* data = value.get<T>();
+    literal.values.assign(data, data + value.size);
+  });
+  return literal;
+}
+
+}  // namespace gptc::eval::internal
