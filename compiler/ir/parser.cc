@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <unordered_set>
 
 #include "compiler/ir/verifier.h"
@@ -215,6 +216,11 @@ class Parser {
       pos_ = start;
       return ErrorHere("expected a number");
     }
+    // from_chars leaves `value` untouched when the decimal is beyond the double
+    // range; strtod gives the signed infinity or zero it rounds to.
+    if (ec == std::errc::result_out_of_range) {
+      value = std::strtod(std::string(first, ptr).c_str(), nullptr);
+    }
     return value;
   }
 
@@ -260,8 +266,9 @@ class Parser {
         size_t dim_pos = pos_;
         ASSIGN_OR_RETURN(int64_t d, ParseInt("as a dimension"));
         if (d < 0) return ErrorAt(dim_pos, "dimension must not be negative");
+        // Zero dims are left out of the product so that they cannot hide huge others.
         if (d > 0 && elements > kMaxElements / d) return ErrorAt(dim_pos, "shape is too large");
-        elements *= d;
+        if (d > 0) elements *= d;
         dims.push_back(d);
       } while (Consume(','));
       RETURN_IF_ERROR(Expect(']', "after dimensions"));
@@ -320,6 +327,7 @@ class Parser {
   // --- computations and instructions ------------------------------------
   Status ParseComputation() {
     bool is_entry = ConsumeWord("ENTRY");
+    SkipSpace();  // so that errors point at the name, not at the space after ENTRY
     size_t name_pos = pos_;
     ASSIGN_OR_RETURN(std::string name, ParsePercentName("a computation name"));
     if (module_->FindComputation(name) != nullptr) {

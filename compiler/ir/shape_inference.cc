@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "compiler/ir/computation.h"
 #include "compiler/support/float_bits.h"
@@ -108,7 +109,9 @@ StatusOr<Shape> InferSlice(const Shape& in, const SliceSpec& s) {
                    s.limits[d], d, in.dim(d));
     }
     if (s.strides[d] < 1) return Error("slice stride {} of dim {} must be >= 1", s.strides[d], d);
-    dims.push_back((s.limits[d] - s.starts[d] + s.strides[d] - 1) / s.strides[d]);
+    // ceil((limit - start) / stride), without overflow for huge strides.
+    int64_t extent = s.limits[d] - s.starts[d];
+    dims.push_back(extent == 0 ? 0 : (extent - 1) / s.strides[d] + 1);
   }
   return Shape(in.dtype(), dims);
 }
@@ -283,6 +286,11 @@ StatusOr<Shape> InferShape(Opcode opcode, std::span<const Shape> ops, const Attr
         if (attrs.pad_low[d] < 0 || attrs.pad_high[d] < 0) {
           return Error("pad of dim {} is negative", d);
         }
+        constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+        if (attrs.pad_low[d] > kMax - in.dim(d) ||
+            attrs.pad_high[d] > kMax - in.dim(d) - attrs.pad_low[d]) {
+          return Error("pad of dim {} overflows", d);
+        }
         dims.push_back(in.dim(d) + attrs.pad_low[d] + attrs.pad_high[d]);
       }
       return Shape(in.dtype(), dims);
@@ -314,6 +322,10 @@ StatusOr<Shape> InferShape(Opcode opcode, std::span<const Shape> ops, const Attr
       RETURN_IF_ERROR(CheckDimensionList("reduce dimension", attrs.dimensions, in.rank()));
       DType out = declared.dtype();
       if (out != in.dtype() && !(IsFloat(in.dtype()) && out == DType::kF32)) {
+        if (!IsFloat(in.dtype())) {
+          return Error("reduce of {} can only produce {}, not {}", DTypeName(in.dtype()),
+                       DTypeName(in.dtype()), DTypeName(out));
+        }
         return Error("reduce of {} can produce {} or f32, not {}", DTypeName(in.dtype()),
                      DTypeName(in.dtype()), DTypeName(out));
       }

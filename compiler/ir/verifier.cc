@@ -43,7 +43,7 @@ class Verifier {
   Status At(const Instruction& inst, const Status& status) const {
     std::string subject = "%" + inst.name();
     if (inst.line() > 0) {
-      std::string_view file = module_.source_file().empty() ? "<input>" : module_.source_file();
+      std::string file = module_.source_file().empty() ? "<input>" : module_.source_file();
       subject = fmt::format("{}:{}:{}: {}", file, inst.line(), inst.column(), subject);
     }
     return status.WithPrefix(subject);
@@ -92,10 +92,16 @@ class Verifier {
       seen.insert(&inst);
     }
     if (!seen.contains(c.root())) return Error("root of computation %{} is not in it", c.name());
-    for (int64_t n = 0; n < static_cast<int64_t>(params.size()); ++n) {
-      if (!params.contains(n)) {
-        return Error("computation %{} has {} parameters but no parameter number {}", c.name(),
-                     params.size(), n);
+    // Distinct non-negative numbers are 0..n-1 unless one of them is >= n; name that one.
+    for (const auto& owned : c.instructions()) {
+      const Instruction& inst = *owned;
+      if (inst.opcode() != Opcode::kParameter) continue;
+      if (inst.attrs().index >= static_cast<int64_t>(params.size())) {
+        int64_t missing = 0;
+        while (params.contains(missing)) ++missing;
+        return At(inst, Error("parameter number {} leaves a gap: computation %{} has {} "
+                              "parameters but no parameter number {}",
+                              inst.attrs().index, c.name(), params.size(), missing));
       }
     }
     return Status::Ok();
