@@ -12,7 +12,9 @@ std::vector<Instruction*> Computation::parameters() const {
   for (const auto& inst : instructions_) {
     if (inst->opcode() != Opcode::kParameter) continue;
     int64_t n = inst->attrs().index;
-    if (n < 0) continue;  // the verifier reports it
+    // Numbers past the instruction count leave a gap the verifier reports;
+    // skipping them keeps an unverified computation from sizing a huge vector.
+    if (n < 0 || n >= instruction_count()) continue;
     if (static_cast<int64_t>(params.size()) <= n) params.resize(n + 1, nullptr);
     params[n] = inst.get();
   }
@@ -57,6 +59,20 @@ void Computation::RemoveInstruction(Instruction* inst) {
                          [&](const auto& p) { return p.get() == inst; });
   assert(it != instructions_.end());
   instructions_.erase(it);
+}
+
+void Computation::ReorderInstructions(const std::vector<Instruction*>& order) {
+  assert(order.size() == instructions_.size() && "order must be a permutation");
+  std::unordered_map<const Instruction*, size_t> position;
+  for (size_t i = 0; i < instructions_.size(); ++i) position[instructions_[i].get()] = i;
+  std::vector<std::unique_ptr<Instruction>> reordered;
+  reordered.reserve(order.size());
+  for (Instruction* inst : order) {
+    auto it = position.find(inst);
+    assert(it != position.end() && instructions_[it->second] && "not a permutation");
+    reordered.push_back(std::move(instructions_[it->second]));
+  }
+  instructions_ = std::move(reordered);
 }
 
 std::string Computation::UniqueName(std::string_view base) {

@@ -1,6 +1,8 @@
 // gptc: the compiler driver.
 //
 //   gptc --version
+//   gptc models                      lists the model configs with parameter counts
+//   gptc compile --model NAME ...    traces a model (see compile.cc)
 //   gptc verify FILE.ir              prints `ok` or one error line (exit 1)
 //   gptc eval FILE.ir [--seed N]     evaluates on random inputs, prints checksums
 //
@@ -13,6 +15,7 @@
 #include "compiler/support/file.h"
 #include "gptc_version.h"
 #include "tools/common/flags.h"
+#include "tools/gptc/commands.h"
 
 namespace gptc {
 namespace {
@@ -20,15 +23,16 @@ namespace {
 constexpr char kUsage[] =
     "usage: gptc <command> [flags]\n"
     "commands:\n"
+    "  models                         list the model configs and their parameter counts\n"
+    "  compile --model NAME [--batch N] [--seq T] [--layers L] [--heads H] [--width C]\n"
+    "          [-o FILE] [--dump-dir DIR]\n"
+    "                                 trace the model's forward graph and write it\n"
     "  verify FILE.ir                 parse and verify IR text; prints ok or the first error\n"
     "  eval FILE.ir [--seed N] [--precision f32|f64]\n"
     "                                 evaluate the entry computation on random inputs\n"
     "  --version                      print the version\n";
 
-int Fail(int code, const Status& status) {
-  std::fprintf(stderr, "gptc: %s\n", status.message().c_str());
-  return code;
-}
+using tools::Fail;
 
 StatusOr<std::unique_ptr<ir::Module>> LoadModule(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
@@ -88,6 +92,8 @@ int Main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
+  if (command == "models") return tools::ModelsCommand(argc, argv);
+  if (command == "compile") return tools::CompileCommand(argc, argv);
   if (command == "verify") return Verify(argc, argv);
   if (command == "eval") return Eval(argc, argv);
   return Fail(2, Error("unknown command '{}' (try gptc --help)", command));

@@ -1,0 +1,42 @@
+// What a traced module expects from its caller: the model parameters (with
+// the rule that initializes them) and the data inputs, in entry-parameter order.
+#ifndef GPTC_FRONTEND_PARAM_H_
+#define GPTC_FRONTEND_PARAM_H_
+
+#include <cstdint>
+#include <string>
+
+#include "compiler/ir/shape.h"
+
+namespace gptc::frontend {
+
+// How a parameter starts training. GPT-2 uses normal(0, 0.02) for matrices and
+// embeddings (scaled by 1/sqrt(2 * layers) on the residual output projections),
+// zeros for biases and ones for layer-norm gains.
+struct InitRule {
+  enum class Kind { kNormal, kZeros, kOnes };
+  Kind kind = Kind::kZeros;
+  double std = 0.0;  // kNormal only
+
+  static InitRule Normal(double std) { return {Kind::kNormal, std}; }
+  static InitRule Zeros() { return {Kind::kZeros, 0.0}; }
+  static InitRule Ones() { return {Kind::kOnes, 0.0}; }
+  bool operator==(const InitRule&) const = default;
+};
+
+// A model parameter, named as in Hugging Face checkpoints ("h.0.attn.c_attn.weight").
+struct ParamSpec {
+  std::string name;
+  ir::Shape shape;  // dtype included
+  InitRule init;
+};
+
+// A data input of the traced computation ("tokens", "targets").
+struct InputSpec {
+  std::string name;
+  ir::Shape shape;
+};
+
+}  // namespace gptc::frontend
+
+#endif  // GPTC_FRONTEND_PARAM_H_

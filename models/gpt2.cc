@@ -1,0 +1,99 @@
+#include "models/gpt2.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "frontend/nn.h"
+
+namespace gptc::models {
+
+using frontend::InitRule;
+using frontend::Tensor;
+using frontend::Tracer;
+
+namespace {
+
+constexpr double kInitStd = 0.02;
+
+// x + proj(attention(ln_1(x))): (B, T, C) -> (B, T, C).
+Tensor AttentionBlock(Tracer& tracer, const GptConfig& config, const Tensor& x,
+                      const InitRule& residual_init) {
+  auto scope = tracer.Scope("attn");
+  if (!x.valid()) return x;
+  const int64_t B = x.dim(0), T = x.dim(1), C = config.width, H = config.heads;
+  const int64_t D = config.head_dim();
+  Tensor qkv = frontend::Linear(tracer, "c_attn", x, 3 * C, InitRule::Normal(kInitStd));
+  // (B, T, C) slice of qkv -> (B, H, T, D)
+  auto heads = [&](int64_t part) {
+    return qkv.Slice(2, part * C, (part + 1) * C).Reshape({B, T, H, D}).Transpose({0, 2, 1, 3});
+  };
+  Tensor q = heads(0), k = heads(1), v = heads(2);
+  Tensor y = frontend::Attention(q, k, v, /*causal=*/true, 1.0 / std::sqrt(static_cast<double>(D)));
+  y = y.Transpose({0, 2, 1, 3}).Reshape({B, T, C});
+  return frontend::Linear(tracer, "c_proj", y, C, residual_init);
+}
+
+// proj(gelu(fc(x))): (B, T, C) -> (B, T, C) through (B, T, 4C).
+Tensor MlpBlock(Tracer& tracer, const GptConfig& config, const Tensor& x,
+                const InitRule& residual_init) {
+  auto scope = tracer.Scope("mlp");
+  Tensor h = frontend::Linear(tracer, "c_fc", x, 4 * config.width, InitRule::Normal(kInitStd));
+  h = frontend::Gelu(h);
+  return frontend::Linear(tracer, "c_proj", h, config.width, residual_init);
+}
+
+}  // namespace
+
+Tensor Gpt2Logits(Tracer& tracer, const GptConfig& config, const Tensor& tokens) {
+  const int64_t T = tokens.valid() ? tokens.dim(1) : 0;
+  Tensor wte;  // (V_padded, C), also the output projection
+  Tensor x;    // (B, T, C)
+  {
+    auto scope = tracer.Scope("wte");
+    wte =
+        tracer.Parameter("weight", {config.padded_vocab, config.width}, InitRule::Normal(kInitStd));
+    x = frontend::Embedding(wte, tokens);
+  }
+  {
+    auto scope = tracer.Scope("wpe");
+    Tensor wpe =
+        tracer.Parameter("weight", {config.positions, config.width}, InitRule::Normal(kInitStd));
+    x = x + wpe.Slice(0, 0, T);  // positions 0..T-1, broadcast over the batch
+  }
+  // GPT-2 scales the init of the projections that write into the residual
+  // stream by 1/sqrt(2 * layers): each block adds two of them.
+  const InitRule residual_init =
+      InitRule::Normal(kInitStd / std::sqrt(2.0 * static_cast<double>(config.layers)));
+  for (int64_t l = 0; l < config.layers; ++l) {
+    auto scope = tracer.Scope(fmt::format("h.{}", l));
+    x = x + AttentionBlock(tracer, config, frontend::LayerNorm(tracer, "ln_1", x), residual_init);
+    x = x + MlpBlock(tracer, config, frontend::LayerNorm(tracer, "ln_2", x), residual_init);
+  }
+  x = frontend::LayerNorm(tracer, "ln_f", x);
+  auto scope = tracer.Scope("lm_head");
+  return frontend::MatmulTransposeB(x, wte);  // (B, T, V_padded)
+}
+
+Tensor Gpt2Loss(Tracer& tracer, const GptConfig& config, const Tensor& tokens,
+                const Tensor& targets) {
+  Tensor logits = Gpt2Logits(tracer, config, tokens);
+  auto scope = tracer.Scope("loss");
+  return frontend::SoftmaxCrossEntropy(logits, targets, config.vocab).Mean({0, 1});
+}
+
+StatusOr<frontend::TracedModule> TraceGpt2Forward(const GptConfig& config, int64_t batch,
+                                                  int64_t seq) {
+  RETURN_IF_ERROR(ValidateTraceShape(config, batch, seq));
+  Tracer tracer(config.name);
+  ir::Shape token_shape(ir::DType::kS32, {batch, seq});
+  Tensor tokens, targets;
+  {
+    auto scope = tracer.Scope("inputs");
+    tokens = tracer.Input("tokens", token_shape);
+    targets = tracer.Input("targets", token_shape);
+  }
+  return tracer.Finish(Gpt2Loss(tracer, config, tokens, targets));
+}
+
+}  // namespace gptc::models

@@ -1,0 +1,30 @@
+// The gptc subcommands that live outside main.cc, and what they share.
+//
+// Each command takes the whole argv (the command name is argv[1]) and returns
+// the process exit code: 0 success, 1 a failure of the input or the output,
+// 2 a usage error (bad flag, unknown model, impossible config). Every error
+// is one line on stderr.
+#ifndef GPTC_TOOLS_GPTC_COMMANDS_H_
+#define GPTC_TOOLS_GPTC_COMMANDS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "compiler/support/status.h"
+
+namespace gptc::tools {
+
+// gptc compile --model NAME [--batch N] [--seq T] [--layers L] [--heads H]
+//              [--width C] [-o FILE] [--dump-dir DIR]
+int CompileCommand(int argc, char** argv);
+// gptc models: the configs with their parameter counts.
+int ModelsCommand(int argc, char** argv);
+
+// Prints `gptc: MESSAGE` on stderr and returns `code`.
+int Fail(int code, const Status& status);
+// 124439808 -> "124,439,808".
+std::string WithThousands(int64_t value);
+
+}  // namespace gptc::tools
+
+#endif  // GPTC_TOOLS_GPTC_COMMANDS_H_
