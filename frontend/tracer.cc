@@ -38,6 +38,7 @@ struct Tracer::Frame {
       path += s;
     }
     builder.set_metadata(path.empty() ? label : path);
+    builder.set_name_prefix(path);
   }
 };
 

@@ -9,7 +9,12 @@ namespace gptc::ir {
 StatusOr<Instruction*> Builder::Build(Opcode opcode, std::vector<Instruction*> operands,
                                       Attrs attrs, const Shape& declared, Computation* called,
                                       std::string_view name) {
-  std::string unique = computation_->UniqueName(name.empty() ? OpcodeName(opcode) : name);
+  std::string base(name);
+  if (base.empty()) {
+    base = name_prefix_.empty() ? std::string(OpcodeName(opcode))
+                                : fmt::format("{}.{}", name_prefix_, OpcodeName(opcode));
+  }
+  std::string unique = computation_->UniqueName(base);
   std::vector<Shape> shapes;
   for (Instruction* op : operands) shapes.push_back(op->shape());
   StatusOr<Shape> shape = InferShape(opcode, shapes, attrs, called, declared);

@@ -23,11 +23,14 @@ class Builder {
   // Metadata given to every instruction built from now on (the model scope).
   void set_metadata(std::string metadata) { metadata_ = std::move(metadata); }
   const std::string& metadata() const { return metadata_; }
+  // Default names become `PREFIX.opcode` (made unique), so dumps read
+  // `%h.3.attn.c_attn.dot` rather than `%dot.37`. Empty: the bare opcode.
+  void set_name_prefix(std::string prefix) { name_prefix_ = std::move(prefix); }
   // New instructions go right before `before` (nullptr: at the end).
   void set_insertion_point(Instruction* before) { insert_before_ = before; }
 
   // The general form: `declared` supplies what operands do not determine (see
-  // InferShape); `name` defaults to the opcode name, made unique.
+  // InferShape); `name` defaults to the name prefix and opcode, made unique.
   StatusOr<Instruction*> Build(Opcode opcode, std::vector<Instruction*> operands, Attrs attrs,
                                const Shape& declared = Shape(), Computation* called = nullptr,
                                std::string_view name = {});
@@ -72,6 +75,7 @@ class Builder {
   Computation* computation_;
   Instruction* insert_before_ = nullptr;
   std::string metadata_;
+  std::string name_prefix_;
 };
 
 }  // namespace gptc::ir
