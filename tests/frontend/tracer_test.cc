@@ -118,7 +118,7 @@ TEST(TracerTest, BuilderErrorsAreReportedOnce) {
   Tensor y = x.Slice(1, 2, 9);
   EXPECT_FALSE(y.valid());
   // The scope leads once; the builder's own copy of it is dropped.
-  EXPECT_EQ(tracer.error().message().rfind("block: slice [2:9] of axis 1 of f32[4,4]: %slice", 0),
+  EXPECT_EQ(tracer.error().message().rfind("block: slice [2:9] of axis 1 of f32[4,4]: %block.slice", 0),
             0u)
       << tracer.error().message();
 }
