@@ -45,6 +45,10 @@ class Computation {
   Instruction* InsertInstructionBefore(std::unique_ptr<Instruction> inst, Instruction* before);
   // Removes an instruction that has no users and is not the root.
   void RemoveInstruction(Instruction* inst);
+  // Sets the execution order to `order`, a permutation of this computation's
+  // instructions; operands must still precede their users (the verifier checks):
+  //   %a, %b, %c   --ReorderInstructions({%b, %a, %c})-->   %b, %a, %c
+  void ReorderInstructions(const std::vector<Instruction*>& order);
 
   // A name not used yet in this computation: `base`, else `base.1`, `base.2`...
   std::string UniqueName(std::string_view base);
