@@ -40,8 +40,8 @@ bool IsSplat(const Instruction* inst, double v) {
   while (inst->opcode() == Opcode::kBroadcast) inst = inst->operand(0);
   if (inst->opcode() != Opcode::kConstant) return false;
   const std::vector<double>& values = inst->attrs().literal;
-  return !values.empty() && std::all_of(values.begin(), values.end(),
-                                        [v](double x) { return x == v; });
+  return !values.empty() &&
+         std::all_of(values.begin(), values.end(), [v](double x) { return x == v; });
 }
 
 bool IsIdentityPermutation(std::span<const int64_t> dims) {
@@ -194,8 +194,8 @@ const Rule kRules[] = {
     // broadcast(x: S) to S, dimensions={0,1,..,n-1} => x
     {Opcode::kBroadcast,
      [](Instruction& i, ir::Builder&) -> Match {
-       bool identity = i.operand(0)->shape() == i.shape() &&
-                       IsIdentityPermutation(i.attrs().dimensions);
+       bool identity =
+           i.operand(0)->shape() == i.shape() && IsIdentityPermutation(i.attrs().dimensions);
        return identity ? i.operand(0) : kNoMatch;
      }},
     // broadcast(broadcast(x, d1), d2) => broadcast(x, d2[d1])
