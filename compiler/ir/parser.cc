@@ -83,7 +83,9 @@ class Parser {
     }
   }
 
-  StatusOr<std::unique_ptr<Module>> ParseModule() {
+  // With `stop_at_next_module`, stops before a following `module` header
+  // (ParseModules); otherwise the module runs to the end of the text.
+  StatusOr<std::unique_ptr<Module>> ParseModule(bool stop_at_next_module = false) {
     SkipSpace();
     if (!ConsumeWord("module")) return ErrorHere("expected 'module' at the start of the file");
     size_t name_pos = pos_;
@@ -95,10 +97,26 @@ class Parser {
     while (true) {
       SkipSpace();
       if (AtEnd()) break;
+      if (stop_at_next_module) {
+        size_t here = pos_;
+        bool next_module = ConsumeWord("module");
+        pos_ = here;
+        if (next_module) break;
+      }
       RETURN_IF_ERROR(ParseComputation());
     }
     if (module->entry() == nullptr) return ErrorHere("expected an ENTRY computation");
     return module;
+  }
+
+  StatusOr<std::vector<std::unique_ptr<Module>>> ParseModules() {
+    std::vector<std::unique_ptr<Module>> modules;
+    do {
+      ASSIGN_OR_RETURN(std::unique_ptr<Module> module, ParseModule(/*stop_at_next_module=*/true));
+      modules.push_back(std::move(module));
+      SkipSpace();
+    } while (!AtEnd());
+    return modules;
   }
 
   StatusOr<Shape> ParseShapeOnly() {
@@ -522,6 +540,11 @@ class Parser {
 
 StatusOr<std::unique_ptr<Module>> ParseModule(std::string_view text, std::string_view filename) {
   return Parser(text, filename).ParseModule();
+}
+
+StatusOr<std::vector<std::unique_ptr<Module>>> ParseModules(std::string_view text,
+                                                          std::string_view filename) {
+  return Parser(text, filename).ParseModules();
 }
 
 StatusOr<std::unique_ptr<Module>> ParseAndVerifyModule(std::string_view text,

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "compiler/ir/module.h"
 #include "compiler/support/status.h"
@@ -20,6 +21,10 @@ namespace gptc::ir {
 
 StatusOr<std::unique_ptr<Module>> ParseModule(std::string_view text,
                                               std::string_view filename = "<input>");
+// Several modules one after another in one text (`module a ... module b ...`),
+// as `gptc compile --grad-accum K` writes them. Single-module text gives one.
+StatusOr<std::vector<std::unique_ptr<Module>>> ParseModules(
+    std::string_view text, std::string_view filename = "<input>");
 // Parses and then verifies (see verifier.h).
 StatusOr<std::unique_ptr<Module>> ParseAndVerifyModule(std::string_view text,
                                                        std::string_view filename = "<input>");

@@ -15,7 +15,9 @@
 namespace gptc::tools {
 
 // gptc compile --model NAME [--batch N] [--seq T] [--layers L] [--heads H]
-//              [--width C] [-o FILE] [--dump-dir DIR]
+//              [--width C] [-o FILE] [--dump-dir DIR] [--grad-accum K]
+//              [--weight-decay WD] [--clip-norm C] [--beta1 B1] [--beta2 B2]
+//              [--eps E] [--forward-only]
 int CompileCommand(int argc, char** argv);
 // gptc models: the configs with their parameter counts.
 int ModelsCommand(int argc, char** argv);

@@ -1,9 +1,14 @@
-// gptc compile: traces a model and writes the module.
+// gptc compile: traces a model and compiles its train step.
 //
-// Until the rest of the pipeline lands, the output is the traced forward
-// module as IR text; with --dump-dir every stage is also dumped, numbered in
-// pipeline order (0000.traced.ir, ...).
+// Pipeline: trace -> autodiff -> dce -> optimizer -> dce (passes/train_step.h).
+// The output is IR text: the `train_step` module, or with --grad-accum K > 1
+// the `accumulate` and `apply` modules one after another (ir::ParseModules
+// reads them). --forward-only writes the traced forward module instead. With
+// --dump-dir every stage is also dumped, numbered in pipeline order
+// (0000.traced.ir, 0001.after-autodiff.ir, 0002.after-dce.ir,
+// 0003.after-optimizer.ir, ...).
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -13,6 +18,7 @@
 #include "compiler/support/file.h"
 #include "models/config.h"
 #include "models/gpt2.h"
+#include "passes/train_step.h"
 #include "tools/common/flags.h"
 #include "tools/gptc/commands.h"
 
@@ -48,7 +54,8 @@ int CompileCommand(int argc, char** argv) {
   for (std::string& a : args) arg_ptrs.push_back(a.data());
   Flags flags;
   flags.Value("model").Value("batch").Value("seq").Value("layers").Value("heads").Value("width");
-  flags.Value("output").Value("dump-dir");
+  flags.Value("output").Value("dump-dir").Value("grad-accum").Value("weight-decay");
+  flags.Value("clip-norm").Value("beta1").Value("beta2").Value("eps").Bool("forward-only");
   if (Status s = flags.Parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data(), 2); !s.ok()) {
     return Fail(2, s);
   }
@@ -74,27 +81,75 @@ int CompileCommand(int argc, char** argv) {
   if (!seq.ok()) return Fail(2, seq.status());
   if (Status s = models::ValidateTraceShape(*config, *batch, *seq); !s.ok()) return Fail(2, s);
 
+  passes::TrainStepOptions options;
+  StatusOr<int64_t> accum = flags.GetInt("grad-accum", 1);
+  if (!accum.ok()) return Fail(2, accum.status());
+  if (*accum < 1) return Fail(2, Error("--grad-accum must be >= 1, got {}", *accum));
+  options.grad_accum = *accum;
+  for (auto [name, field] : {std::pair{"weight-decay", &options.adamw.weight_decay},
+                             std::pair{"clip-norm", &options.adamw.clip_norm},
+                             std::pair{"beta1", &options.adamw.beta1},
+                             std::pair{"beta2", &options.adamw.beta2},
+                             std::pair{"eps", &options.adamw.eps}}) {
+    StatusOr<double> v = flags.GetDouble(name, *field);
+    if (!v.ok()) return Fail(2, v.status());
+    *field = *v;
+  }
+  for (double beta : {options.adamw.beta1, options.adamw.beta2}) {
+    if (!(beta >= 0 && beta < 1)) return Fail(2, Error("--beta1/--beta2 must be in [0, 1)"));
+  }
+
   auto start = std::chrono::steady_clock::now();
   StatusOr<frontend::TracedModule> traced = models::TraceGpt2Forward(*config, *batch, *seq);
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!traced.ok()) return Fail(1, traced.status());
-  const ir::Module& module = *traced->module;
+  auto dumps = std::make_shared<pass::DumpWriter>(flags.Get("dump-dir"));
+  if (Status s = dumps->Dump(*traced->module, "traced"); !s.ok()) return Fail(1, s);
+  const size_t num_params = traced->params.size();
+  const int64_t param_values = traced->ParameterValues();
 
-  pass::DumpWriter dumps(flags.Get("dump-dir"));
-  if (Status s = dumps.Dump(module, "traced"); !s.ok()) return Fail(1, s);
-  std::string output = flags.Get("output", config->name + ".ir");
-  if (Status s = WriteFileAtomically(output, ir::PrintModule(module)); !s.ok()) return Fail(1, s);
+  std::vector<const ir::Module*> modules;
+  StatusOr<passes::TrainProgram> program = Error("not compiled");
+  std::string entries;
+  if (flags.Has("forward-only")) {
+    modules.push_back(traced->module.get());
+  } else {
+    options.dumps = dumps;
+    program = passes::BuildTrainProgram(std::move(traced->module), traced->params, options);
+    if (!program.ok()) return Fail(1, program.status());
+    for (const passes::TrainEntry& e : program->entries) {
+      modules.push_back(e.module.get());
+      entries += fmt::format("{}{} ({} inputs -> {} outputs)", entries.empty() ? "" : ", ",
+                             e.name, e.signature.inputs.size(), e.signature.outputs.size());
+    }
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
+  std::string text;
   int64_t instructions = 0;
-  for (const auto& c : module.computations()) instructions += c->instruction_count();
+  size_t computations = 0;
+  for (const ir::Module* m : modules) {
+    text += ir::PrintModule(*m);
+    for (const auto& c : m->computations()) instructions += c->instruction_count();
+    computations += m->computations().size();
+  }
+  std::string output = flags.Get("output", config->name + ".ir");
+  if (Status s = WriteFileAtomically(output, text); !s.ok()) return Fail(1, s);
+
+  std::string what =
+      flags.Has("forward-only")
+          ? fmt::format("traced {}", config->name)
+          : fmt::format("compiled {} train step", config->name);
+  std::string accum_note =
+      flags.Has("forward-only") ? "" : fmt::format("; grad-accum {}", options.grad_accum);
   std::printf(
-      "traced %s (%lld layers, %lld heads, width %lld; batch %lld, seq %lld): %s instructions in "
-      "%zu computations, %zu parameters (%s values), %.3f s -> %s\n",
-      config->name.c_str(), static_cast<long long>(config->layers),
+      "%s (%lld layers, %lld heads, width %lld; batch %lld, seq %lld%s): %s instructions in "
+      "%zu computations, %zu parameters (%s values)%s%s, %.3f s -> %s\n",
+      what.c_str(), static_cast<long long>(config->layers),
       static_cast<long long>(config->heads), static_cast<long long>(config->width),
-      static_cast<long long>(*batch), static_cast<long long>(*seq),
-      WithThousands(instructions).c_str(), module.computations().size(), traced->params.size(),
-      WithThousands(traced->ParameterValues()).c_str(), seconds, output.c_str());
+      static_cast<long long>(*batch), static_cast<long long>(*seq), accum_note.c_str(),
+      WithThousands(instructions).c_str(), computations, num_params,
+      WithThousands(param_values).c_str(), entries.empty() ? "" : ", entries ",
+      entries.c_str(), seconds, output.c_str());
   return 0;
 }
 

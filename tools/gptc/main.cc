@@ -12,6 +12,7 @@
 
 #include "compiler/eval/evaluator.h"
 #include "compiler/ir/parser.h"
+#include "compiler/ir/verifier.h"
 #include "compiler/support/file.h"
 #include "gptc_version.h"
 #include "tools/common/flags.h"
@@ -25,8 +26,9 @@ constexpr char kUsage[] =
     "commands:\n"
     "  models                         list the model configs and their parameter counts\n"
     "  compile --model NAME [--batch N] [--seq T] [--layers L] [--heads H] [--width C]\n"
-    "          [-o FILE] [--dump-dir DIR]\n"
-    "                                 trace the model's forward graph and write it\n"
+    "          [-o FILE] [--dump-dir DIR] [--grad-accum K] [--weight-decay WD]\n"
+    "          [--clip-norm C] [--beta1 B1] [--beta2 B2] [--eps E] [--forward-only]\n"
+    "                                 compile the model's AdamW train step and write it\n"
     "  verify FILE.ir                 parse and verify IR text; prints ok or the first error\n"
     "  eval FILE.ir [--seed N] [--precision f32|f64]\n"
     "                                 evaluate the entry computation on random inputs\n"
@@ -43,8 +45,15 @@ int Verify(int argc, char** argv) {
   tools::Flags flags;
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
   if (flags.positional().size() != 1) return Fail(2, Error("verify takes one FILE.ir"));
-  StatusOr<std::unique_ptr<ir::Module>> module = LoadModule(flags.positional()[0]);
-  if (!module.ok()) return Fail(1, module.status());
+  // A file may hold several modules (gptc compile --grad-accum K > 1).
+  const std::string& path = flags.positional()[0];
+  StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return Fail(1, text.status());
+  StatusOr<std::vector<std::unique_ptr<ir::Module>>> modules = ir::ParseModules(*text, path);
+  if (!modules.ok()) return Fail(1, modules.status());
+  for (const auto& module : *modules) {
+    if (Status s = ir::VerifyModule(*module); !s.ok()) return Fail(1, s);
+  }
   std::printf("ok\n");
   return 0;
 }

@@ -1,0 +1,363 @@
+#include "passes/optimizer.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/builder.h"
+#include "compiler/ir/module.h"
+
+namespace gptc::passes {
+
+namespace {
+
+using ir::DType;
+using ir::Instruction;
+using ir::Opcode;
+using ir::Shape;
+
+// What the autodiff output holds: the trainable parameters with their
+// gradients, the data parameters, and the loss.
+struct AutodiffOutput {
+  std::vector<Instruction*> params;  // float parameters, in parameter order
+  std::vector<Instruction*> grads;   // grads[i] is d loss / d params[i]
+  std::vector<Instruction*> data;    // the other parameters, in parameter order
+  Instruction* loss = nullptr;
+  Instruction* root = nullptr;
+};
+
+StatusOr<AutodiffOutput> Inspect(const ir::Module& module) {
+  const ir::Computation* entry = module.entry();
+  if (entry == nullptr || entry->root() == nullptr) return Error("optimizer: module has no entry");
+  auto fail = [&](std::string_view why) {
+    return Error(
+        "optimizer: entry %{} is not an autodiff output (loss, gradients...): {} (run autodiff "
+        "first, once)",
+        entry->name(), why);
+  };
+  AutodiffOutput out;
+  for (Instruction* p : entry->parameters()) {
+    if (p == nullptr) return fail("its parameter numbers have gaps");
+    (ir::IsFloat(p->shape().dtype()) ? out.params : out.data).push_back(p);
+  }
+  Instruction* root = entry->root();
+  if (root->opcode() != Opcode::kTuple) {
+    return fail(fmt::format("root %{} is {}, not a tuple", root->name(), root->shape().ToString()));
+  }
+  if (root->operand_count() != static_cast<int64_t>(out.params.size()) + 1) {
+    return fail(fmt::format("root %{} has {} elements, expected 1 + {} float parameters",
+                            root->name(), root->operand_count(), out.params.size()));
+  }
+  out.root = root;
+  out.loss = root->operand(0);
+  if (out.loss->shape() != Shape::Scalar(DType::kF32)) {
+    return fail(fmt::format("loss %{} is {}, not f32[]", out.loss->name(),
+                            out.loss->shape().ToString()));
+  }
+  for (size_t i = 0; i < out.params.size(); ++i) {
+    Instruction* g = root->operand(static_cast<int64_t>(i) + 1);
+    if (out.params[i]->shape().dtype() != DType::kF32) {
+      return fail(fmt::format("parameter %{} is {}; the optimizer keeps f32 master weights",
+                              out.params[i]->name(), out.params[i]->shape().ToString()));
+    }
+    if (g->shape() != out.params[i]->shape()) {
+      return fail(fmt::format("element {} (%{}, {}) does not match parameter %{} ({})", i + 1,
+                              g->name(), g->shape().ToString(), out.params[i]->name(),
+                              out.params[i]->shape().ToString()));
+    }
+    out.grads.push_back(g);
+  }
+  return out;
+}
+
+// Builds named f32 instructions with one metadata; a thin layer over Builder
+// so each update line below reads like its formula.
+class Emitter {
+ public:
+  explicit Emitter(ir::Computation* computation) : b_(computation) {}
+  ir::Builder& builder() { return b_; }
+  void Scope(std::string prefix, std::string metadata) {
+    prefix_ = std::move(prefix);
+    b_.set_metadata(std::move(metadata));
+  }
+  StatusOr<Instruction*> Op(Opcode opcode, std::vector<Instruction*> operands,
+                            std::string_view suffix) {
+    Shape shape = operands[0]->shape();
+    return b_.Build(opcode, std::move(operands), {}, shape, nullptr, Name(suffix));
+  }
+  // Rounded to f32: the IR keeps constants exact in their dtype.
+  StatusOr<Instruction*> Const(double value, std::string_view suffix) {
+    return b_.ScalarConstant(DType::kF32, static_cast<float>(value), Name(suffix));
+  }
+  // The scalar `s` broadcast to `shape`.
+  StatusOr<Instruction*> Splat(Instruction* s, const Shape& shape, std::string_view suffix) {
+    if (shape.is_scalar()) return s;
+    ir::Attrs attrs;
+    return b_.Build(Opcode::kBroadcast, {s}, attrs, shape, nullptr, Name(suffix));
+  }
+  StatusOr<Instruction*> SumAll(Instruction* x, std::string_view suffix) {
+    ir::Attrs attrs;
+    for (int64_t d = 0; d < x->shape().rank(); ++d) attrs.dimensions.push_back(d);
+    attrs.reduce_kind = ir::ReduceKind::kSum;
+    return b_.Build(Opcode::kReduce, {x}, attrs, Shape::Scalar(DType::kF32), nullptr,
+                    Name(suffix));
+  }
+  StatusOr<Instruction*> NewParameter(int64_t number, const Shape& shape, std::string_view name) {
+    return b_.Parameter(number, shape, name);
+  }
+
+ private:
+  std::string Name(std::string_view suffix) const {
+    return suffix.empty() ? prefix_ : fmt::format("{}.{}", prefix_, suffix);
+  }
+  ir::Builder b_;
+  std::string prefix_;
+};
+
+// The scalars every parameter's update shares, built once.
+struct SharedScalars {
+  Instruction* clip_scale = nullptr;  // nullptr: no clipping
+  Instruction* beta1 = nullptr;
+  Instruction* one_minus_beta1 = nullptr;
+  Instruction* beta2 = nullptr;
+  Instruction* one_minus_beta2 = nullptr;
+  Instruction* inv_bc2 = nullptr;      // 1 / (1 - beta2^step)
+  Instruction* step_size = nullptr;    // lr / (1 - beta1^step)
+  Instruction* decay_factor = nullptr; // 1 - lr * weight_decay
+  Instruction* eps = nullptr;
+};
+
+// Emits the global norm, clipping and AdamW updates; returns the pre-clip
+// norm and fills new params / m / v. The parameter vectors are in step.
+StatusOr<Instruction*> EmitAdamW(Emitter& e, const AdamWOptions& o,
+                                 const std::vector<Instruction*>& params,
+                                 const std::vector<Instruction*>& grads,
+                                 const std::vector<Instruction*>& m,
+                                 const std::vector<Instruction*>& v, Instruction* step,
+                                 Instruction* lr, std::vector<Instruction*>& new_params,
+                                 std::vector<Instruction*>& new_m,
+                                 std::vector<Instruction*>& new_v) {
+  // norm = sqrt(sum_i sum(g_i * g_i))
+  Instruction* sumsq = nullptr;
+  for (size_t i = 0; i < params.size(); ++i) {
+    e.Scope("adamw." + params[i]->name(), "optimizer." + params[i]->name());
+    ASSIGN_OR_RETURN(Instruction * g2, e.Op(Opcode::kMul, {grads[i], grads[i]}, "grad_sq"));
+    ASSIGN_OR_RETURN(Instruction * s, e.SumAll(g2, "grad_sumsq"));
+    if (sumsq == nullptr) {
+      sumsq = s;
+    } else {
+      e.Scope("adamw", "optimizer");
+      ASSIGN_OR_RETURN(sumsq, e.Op(Opcode::kAdd, {sumsq, s}, "grad_sumsq"));
+    }
+  }
+  e.Scope("adamw", "optimizer");
+  if (sumsq == nullptr) {
+    ASSIGN_OR_RETURN(sumsq, e.Const(0.0, "grad_sumsq"));
+  }
+  ASSIGN_OR_RETURN(Instruction * norm, e.Op(Opcode::kSqrt, {sumsq}, "grad_norm"));
+
+  SharedScalars k;
+  if (o.clip_norm > 0) {
+    // clip_scale = min(1, clip_norm / (norm + 1e-6))
+    ASSIGN_OR_RETURN(Instruction * tiny, e.Const(1e-6, "norm_eps"));
+    ASSIGN_OR_RETURN(Instruction * guarded, e.Op(Opcode::kAdd, {norm, tiny}, "guarded_norm"));
+    ASSIGN_OR_RETURN(Instruction * clip, e.Const(o.clip_norm, "clip_norm"));
+    ASSIGN_OR_RETURN(Instruction * ratio, e.Op(Opcode::kDiv, {clip, guarded}, "clip_ratio"));
+    ASSIGN_OR_RETURN(Instruction * one, e.Const(1.0, "one"));
+    ASSIGN_OR_RETURN(k.clip_scale, e.Op(Opcode::kMin, {one, ratio}, "clip_scale"));
+  }
+  ASSIGN_OR_RETURN(Instruction * one, e.Const(1.0, "one"));
+  ASSIGN_OR_RETURN(k.beta1, e.Const(o.beta1, "beta1"));
+  ASSIGN_OR_RETURN(k.one_minus_beta1, e.Const(1.0 - o.beta1, "one_minus_beta1"));
+  ASSIGN_OR_RETURN(k.beta2, e.Const(o.beta2, "beta2"));
+  ASSIGN_OR_RETURN(k.one_minus_beta2, e.Const(1.0 - o.beta2, "one_minus_beta2"));
+  ASSIGN_OR_RETURN(k.eps, e.Const(o.eps, "eps"));
+  // Bias corrections: bc1 = 1 - beta1^step, bc2 = 1 - beta2^step.
+  ASSIGN_OR_RETURN(Instruction * b1_pow, e.Op(Opcode::kPow, {k.beta1, step}, "beta1_pow"));
+  ASSIGN_OR_RETURN(Instruction * bc1, e.Op(Opcode::kSub, {one, b1_pow}, "bias_correction1"));
+  ASSIGN_OR_RETURN(Instruction * b2_pow, e.Op(Opcode::kPow, {k.beta2, step}, "beta2_pow"));
+  ASSIGN_OR_RETURN(Instruction * bc2, e.Op(Opcode::kSub, {one, b2_pow}, "bias_correction2"));
+  ASSIGN_OR_RETURN(k.inv_bc2, e.Op(Opcode::kDiv, {one, bc2}, "inv_bias_correction2"));
+  ASSIGN_OR_RETURN(k.step_size, e.Op(Opcode::kDiv, {lr, bc1}, "step_size"));
+  ASSIGN_OR_RETURN(Instruction * wd, e.Const(o.weight_decay, "weight_decay"));
+  ASSIGN_OR_RETURN(Instruction * lr_wd, e.Op(Opcode::kMul, {lr, wd}, "lr_wd"));
+  ASSIGN_OR_RETURN(k.decay_factor, e.Op(Opcode::kSub, {one, lr_wd}, "decay_factor"));
+
+  for (size_t i = 0; i < params.size(); ++i) {
+    Instruction* p = params[i];
+    const Shape& shape = p->shape();
+    e.Scope("adamw." + p->name(), "optimizer." + p->name());
+    Instruction* g = grads[i];
+    if (k.clip_scale != nullptr) {
+      ASSIGN_OR_RETURN(Instruction * s, e.Splat(k.clip_scale, shape, "clip_scale"));
+      ASSIGN_OR_RETURN(g, e.Op(Opcode::kMul, {g, s}, "clipped_grad"));
+    }
+    // m' = beta1 * m + (1 - beta1) * g
+    ASSIGN_OR_RETURN(Instruction * b1, e.Splat(k.beta1, shape, "beta1"));
+    ASSIGN_OR_RETURN(Instruction * c1, e.Splat(k.one_minus_beta1, shape, "one_minus_beta1"));
+    ASSIGN_OR_RETURN(Instruction * m_old, e.Op(Opcode::kMul, {b1, m[i]}, "m_decayed"));
+    ASSIGN_OR_RETURN(Instruction * m_new, e.Op(Opcode::kMul, {c1, g}, "m_grad"));
+    ASSIGN_OR_RETURN(m_new, e.Op(Opcode::kAdd, {m_old, m_new}, "m"));
+    // v' = beta2 * v + (1 - beta2) * g * g
+    ASSIGN_OR_RETURN(Instruction * b2, e.Splat(k.beta2, shape, "beta2"));
+    ASSIGN_OR_RETURN(Instruction * c2, e.Splat(k.one_minus_beta2, shape, "one_minus_beta2"));
+    ASSIGN_OR_RETURN(Instruction * v_old, e.Op(Opcode::kMul, {b2, v[i]}, "v_decayed"));
+    ASSIGN_OR_RETURN(Instruction * gg, e.Op(Opcode::kMul, {g, g}, "grad_sq_clipped"));
+    ASSIGN_OR_RETURN(Instruction * v_new, e.Op(Opcode::kMul, {c2, gg}, "v_grad"));
+    ASSIGN_OR_RETURN(v_new, e.Op(Opcode::kAdd, {v_old, v_new}, "v"));
+    // update = m' / (sqrt(v' / bc2) + eps)
+    ASSIGN_OR_RETURN(Instruction * ibc2, e.Splat(k.inv_bc2, shape, "inv_bias_correction2"));
+    ASSIGN_OR_RETURN(Instruction * v_hat, e.Op(Opcode::kMul, {v_new, ibc2}, "v_hat"));
+    ASSIGN_OR_RETURN(Instruction * root, e.Op(Opcode::kSqrt, {v_hat}, "v_hat_sqrt"));
+    ASSIGN_OR_RETURN(Instruction * eps, e.Splat(k.eps, shape, "eps"));
+    ASSIGN_OR_RETURN(Instruction * denom, e.Op(Opcode::kAdd, {root, eps}, "denom"));
+    ASSIGN_OR_RETURN(Instruction * update, e.Op(Opcode::kDiv, {m_new, denom}, "update"));
+    // p' = p * (1 - lr * wd) - lr / bc1 * update   (no decay below rank 2)
+    Instruction* kept = p;
+    if (DecaysWeight(shape) && o.weight_decay != 0) {
+      ASSIGN_OR_RETURN(Instruction * df, e.Splat(k.decay_factor, shape, "decay_factor"));
+      ASSIGN_OR_RETURN(kept, e.Op(Opcode::kMul, {p, df}, "decayed"));
+    }
+    ASSIGN_OR_RETURN(Instruction * ss, e.Splat(k.step_size, shape, "step_size"));
+    ASSIGN_OR_RETURN(Instruction * delta, e.Op(Opcode::kMul, {ss, update}, "delta"));
+    ASSIGN_OR_RETURN(Instruction * p_new, e.Op(Opcode::kSub, {kept, delta}, "new"));
+    new_params.push_back(p_new);
+    new_m.push_back(m_new);
+    new_v.push_back(v_new);
+  }
+  return norm;
+}
+
+// Puts the parameters first, by number, so the printed order is the signature.
+void SortParametersFirst(ir::Computation* c) {
+  std::vector<Instruction*> order = c->parameters();
+  for (const auto& inst : c->instructions()) {
+    if (inst->opcode() != Opcode::kParameter) order.push_back(inst.get());
+  }
+  c->ReorderInstructions(order);
+}
+
+// Appends one new parameter per trainable parameter: `PREFIX.NAME`, numbered from `first`.
+StatusOr<std::vector<Instruction*>> AddStateParameters(Emitter& e,
+                                                       const std::vector<Instruction*>& params,
+                                                       std::string_view prefix, int64_t first) {
+  std::vector<Instruction*> out;
+  for (size_t i = 0; i < params.size(); ++i) {
+    e.Scope("", "optimizer." + params[i]->name());
+    ASSIGN_OR_RETURN(Instruction * x,
+                     e.NewParameter(first + static_cast<int64_t>(i), params[i]->shape(),
+                                    fmt::format("{}.{}", prefix, params[i]->name())));
+    out.push_back(x);
+  }
+  return out;
+}
+
+StatusOr<std::pair<Instruction*, Instruction*>> AddStepAndLr(Emitter& e, int64_t first) {
+  e.Scope("", "optimizer");
+  ASSIGN_OR_RETURN(Instruction * step, e.NewParameter(first, Shape::Scalar(DType::kF32), "step"));
+  ASSIGN_OR_RETURN(Instruction * lr, e.NewParameter(first + 1, Shape::Scalar(DType::kF32), "lr"));
+  return std::pair{step, lr};
+}
+
+void Renumber(const std::vector<Instruction*>& params, int64_t first) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i]->mutable_attrs().index = first + static_cast<int64_t>(i);
+  }
+}
+
+StatusOr<Instruction*> MakeRoot(Emitter& e, std::vector<Instruction*> elements) {
+  e.Scope("", "optimizer");
+  return e.builder().Tuple(std::move(elements));
+}
+
+}  // namespace
+
+StatusOr<bool> Optimizer::Run(ir::Module& module) {
+  ASSIGN_OR_RETURN(AutodiffOutput in, Inspect(module));
+  if (options_.grad_accum < 1) {
+    return Error("optimizer: grad_accum must be >= 1, got {}", options_.grad_accum);
+  }
+  const int64_t n = static_cast<int64_t>(in.params.size());
+  const int64_t d = static_cast<int64_t>(in.data.size());
+  std::vector<Instruction*> new_params, new_m, new_v;
+
+  if (options_.mode == OptimizerMode::kApply) {
+    // A fresh entry: the forward and backward are not needed to apply.
+    ir::Computation* apply = module.AddComputation("apply");
+    Emitter e(apply);
+    std::vector<Instruction*> params;
+    for (int64_t i = 0; i < n; ++i) {
+      e.Scope("", in.params[i]->metadata());
+      ASSIGN_OR_RETURN(Instruction * p,
+                       e.NewParameter(i, in.params[i]->shape(), in.params[i]->name()));
+      params.push_back(p);
+    }
+    ASSIGN_OR_RETURN(std::vector<Instruction*> m, AddStateParameters(e, params, "adam_m", n));
+    ASSIGN_OR_RETURN(std::vector<Instruction*> v, AddStateParameters(e, params, "adam_v", 2 * n));
+    ASSIGN_OR_RETURN(std::vector<Instruction*> acc,
+                     AddStateParameters(e, params, "grad_acc", 3 * n));
+    ASSIGN_OR_RETURN(auto step_lr, AddStepAndLr(e, 4 * n));
+    // grads = grad_acc / K
+    std::vector<Instruction*> grads;
+    e.Scope("adamw", "optimizer");
+    ASSIGN_OR_RETURN(Instruction * inv_k,
+                     e.Const(1.0 / static_cast<double>(options_.grad_accum), "inv_grad_accum"));
+    for (int64_t i = 0; i < n; ++i) {
+      e.Scope("adamw." + params[i]->name(), "optimizer." + params[i]->name());
+      ASSIGN_OR_RETURN(Instruction * s, e.Splat(inv_k, params[i]->shape(), "inv_grad_accum"));
+      ASSIGN_OR_RETURN(Instruction * g, e.Op(Opcode::kMul, {acc[i], s}, "grad"));
+      grads.push_back(g);
+    }
+    ASSIGN_OR_RETURN(Instruction * norm,
+                     EmitAdamW(e, options_.adamw, params, grads, m, v, step_lr.first,
+                               step_lr.second, new_params, new_m, new_v));
+    std::vector<Instruction*> elements = {norm};
+    for (auto* list : {&new_params, &new_m, &new_v}) {
+      elements.insert(elements.end(), list->begin(), list->end());
+    }
+    ASSIGN_OR_RETURN(Instruction * root, MakeRoot(e, std::move(elements)));
+    apply->set_root(root);
+    module.set_entry(apply);
+    module.RemoveUnreachableComputations();
+    return true;
+  }
+
+  ir::Computation* entry = module.entry();
+  Emitter e(entry);
+  Renumber(in.params, 0);
+  std::vector<Instruction*> root_elements = {in.loss};
+  if (options_.mode == OptimizerMode::kAccumulate) {
+    Renumber(in.data, 2 * n);
+    ASSIGN_OR_RETURN(std::vector<Instruction*> acc,
+                     AddStateParameters(e, in.params, "grad_acc", n));
+    for (int64_t i = 0; i < n; ++i) {
+      const std::string& name = in.params[i]->name();
+      e.Scope("accumulate." + name, "optimizer." + name);
+      ASSIGN_OR_RETURN(Instruction * sum, e.Op(Opcode::kAdd, {acc[i], in.grads[i]}, ""));
+      root_elements.push_back(sum);
+    }
+  } else {
+    Renumber(in.data, 3 * n);
+    ASSIGN_OR_RETURN(std::vector<Instruction*> m, AddStateParameters(e, in.params, "adam_m", n));
+    ASSIGN_OR_RETURN(std::vector<Instruction*> v,
+                     AddStateParameters(e, in.params, "adam_v", 2 * n));
+    ASSIGN_OR_RETURN(auto step_lr, AddStepAndLr(e, 3 * n + d));
+    ASSIGN_OR_RETURN(Instruction * norm,
+                     EmitAdamW(e, options_.adamw, in.params, in.grads, m, v, step_lr.first,
+                               step_lr.second, new_params, new_m, new_v));
+    root_elements.push_back(norm);
+    for (auto* list : {&new_params, &new_m, &new_v}) {
+      root_elements.insert(root_elements.end(), list->begin(), list->end());
+    }
+  }
+  ASSIGN_OR_RETURN(Instruction * root, MakeRoot(e, std::move(root_elements)));
+  entry->set_root(root);
+  if (in.root->users().empty()) {
+    in.root->DetachOperands();
+    entry->RemoveInstruction(in.root);
+  }
+  SortParametersFirst(entry);
+  return true;
+}
+
+}  // namespace gptc::passes

@@ -1,0 +1,83 @@
+// The optimizer pass: turns the autodiff output into a train step that
+// updates the parameters with AdamW (Loshchilov & Hutter), as GPT-2/GPT-3
+// were trained.
+//
+// Input: the entry returns (loss, grad_p0, grad_p1, ...), one gradient per
+// float parameter in parameter order (what autodiff produces; run dce after
+// autodiff and before this pass). Float parameters are the trainable ones;
+// the other parameters (tokens, targets) are data and keep their order.
+// With P trainable parameters and data inputs D..., the three modes give
+// (see docs/TRAIN_STEP.md for the full contract):
+//
+//   kStep        params[P], adam_m[P], adam_v[P], D..., step f32[], lr f32[]
+//                -> (loss, grad_norm, new params[P], new m[P], new v[P])
+//   kAccumulate  params[P], grad_acc[P], D...
+//                -> (loss, grad_acc + grads [P])
+//   kApply       params[P], adam_m[P], adam_v[P], grad_acc[P], step, lr
+//                -> (grad_norm, new params[P], new m[P], new v[P])
+//                with grads = grad_acc / grad_accum; the forward and backward
+//                are dropped (a new entry `apply` replaces the old one).
+//
+// The update, all in f32, for each parameter p with gradient g:
+//   norm  = sqrt(sum over all parameters of sum(g * g))    (pre-clip; an output)
+//   g     = g * min(1, clip_norm / (norm + 1e-6))           (clip_norm <= 0: no clipping)
+//   m'    = beta1 * m + (1 - beta1) * g
+//   v'    = beta2 * v + (1 - beta2) * g * g
+//   p'    = p * (1 - lr * wd) - lr / (1 - beta1^step) * m' / (sqrt(v' / (1 - beta2^step)) + eps)
+// where wd = weight_decay for parameters of rank >= 2 (matrices and the
+// wte/wpe embeddings) and 0 for rank-1 ones (biases, layer-norm gains).
+// `step` is the 1-based step counter for the bias correction and `lr` the
+// learning rate of this step: both are runtime inputs, so schedules live in
+// the runner. New parameters are named `adam_m.NAME`, `adam_v.NAME`,
+// `grad_acc.NAME`, `step`, `lr`; update instructions `adamw.NAME.*` with
+// metadata `optimizer.NAME` (`optimizer` for the shared scalars).
+//
+// Note [donated buffers]: every new params/m/v/grad_acc output has the shape
+// of the input it replaces; the runner (and buffer assignment) updates those
+// inputs in place. passes/train_step.h records the output -> input map.
+//
+// Fails with "optimizer: ..." naming the entry when the module is not an
+// autodiff output (running it twice fails the same way).
+#ifndef GPTC_PASSES_OPTIMIZER_H_
+#define GPTC_PASSES_OPTIMIZER_H_
+
+#include <cstdint>
+
+#include "compiler/ir/shape.h"
+#include "compiler/pass/pass.h"
+
+namespace gptc::passes {
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // decoupled; only where DecaysWeight()
+  double clip_norm = 1.0;     // global-norm clipping; <= 0 disables it
+};
+
+enum class OptimizerMode { kStep, kAccumulate, kApply };
+
+struct OptimizerOptions {
+  AdamWOptions adamw;
+  OptimizerMode mode = OptimizerMode::kStep;
+  int64_t grad_accum = 1;  // kApply divides the accumulated gradients by this
+};
+
+// Whether weight decay applies to a parameter of this shape: rank >= 2
+// (matrices, embeddings) decays; biases and layer-norm parameters do not.
+inline bool DecaysWeight(const ir::Shape& shape) { return shape.rank() >= 2; }
+
+class Optimizer : public pass::Pass {
+ public:
+  explicit Optimizer(OptimizerOptions options = {}) : options_(options) {}
+  std::string_view Name() const override { return "optimizer"; }
+  StatusOr<bool> Run(ir::Module& module) override;
+
+ private:
+  OptimizerOptions options_;
+};
+
+}  // namespace gptc::passes
+
+#endif  // GPTC_PASSES_OPTIMIZER_H_

@@ -1,0 +1,196 @@
+#include "passes/train_step.h"
+
+#include "passes/autodiff.h"
+#include "passes/dce.h"
+
+namespace gptc::passes {
+
+std::string_view SlotRoleName(SlotRole role) {
+  switch (role) {
+    case SlotRole::kParam: return "param";
+    case SlotRole::kAdamM: return "adam_m";
+    case SlotRole::kAdamV: return "adam_v";
+    case SlotRole::kGradAcc: return "grad_acc";
+    case SlotRole::kTokens: return "tokens";
+    case SlotRole::kTargets: return "targets";
+    case SlotRole::kData: return "data";
+    case SlotRole::kStep: return "step";
+    case SlotRole::kLr: return "lr";
+    case SlotRole::kLoss: return "loss";
+    case SlotRole::kGradNorm: return "grad_norm";
+  }
+  return "?";
+}
+
+namespace {
+
+int64_t FindSlot(const std::vector<Slot>& slots, SlotRole role, int64_t index) {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].role == role && slots[i].index == index) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t EntrySignature::FindInput(SlotRole role, int64_t index) const {
+  return FindSlot(inputs, role, index);
+}
+int64_t EntrySignature::FindOutput(SlotRole role, int64_t index) const {
+  return FindSlot(outputs, role, index);
+}
+
+const TrainEntry* TrainProgram::Find(std::string_view name) const {
+  for (const TrainEntry& e : entries) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+StatusOr<EntrySignature> ReadSignature(const ir::Module& module, OptimizerMode mode,
+                                       int64_t num_params) {
+  const ir::Computation* entry = module.entry();
+  const int64_t n = num_params;
+  EntrySignature sig;
+  // Inputs: per-parameter blocks in order, then data, then step and lr.
+  std::vector<SlotRole> blocks = {SlotRole::kParam};
+  if (mode == OptimizerMode::kAccumulate) blocks.push_back(SlotRole::kGradAcc);
+  if (mode != OptimizerMode::kAccumulate) {
+    blocks.insert(blocks.end(), {SlotRole::kAdamM, SlotRole::kAdamV});
+  }
+  if (mode == OptimizerMode::kApply) blocks.push_back(SlotRole::kGradAcc);
+  std::vector<ir::Instruction*> params = entry->parameters();
+  const int64_t block_params = n * static_cast<int64_t>(blocks.size());
+  if (static_cast<int64_t>(params.size()) < block_params) {
+    return Error("%{}: {} parameters, expected at least {}", entry->name(), params.size(),
+                 block_params);
+  }
+  for (int64_t i = 0; i < static_cast<int64_t>(params.size()); ++i) {
+    const ir::Instruction* p = params[i];
+    Slot slot{SlotRole::kData, -1, p->name(), p->shape()};
+    if (i < block_params) {
+      slot.role = blocks[i / n];
+      slot.index = i % n;
+    } else if (p->name() == "tokens") {
+      slot.role = SlotRole::kTokens;
+    } else if (p->name() == "targets") {
+      slot.role = SlotRole::kTargets;
+    } else if (p->name() == "step" && mode != OptimizerMode::kAccumulate) {
+      slot.role = SlotRole::kStep;
+    } else if (p->name() == "lr" && mode != OptimizerMode::kAccumulate) {
+      slot.role = SlotRole::kLr;
+    }
+    sig.inputs.push_back(slot);
+  }
+  const ir::Shape scalar = ir::Shape::Scalar(ir::DType::kF32);
+  if (mode != OptimizerMode::kApply) sig.outputs.push_back({SlotRole::kLoss, -1, "loss", scalar});
+  if (mode != OptimizerMode::kAccumulate) {
+    sig.outputs.push_back({SlotRole::kGradNorm, -1, "grad_norm", scalar});
+  }
+  std::vector<SlotRole> out_blocks = {SlotRole::kGradAcc};
+  if (mode != OptimizerMode::kAccumulate) {
+    out_blocks = {SlotRole::kParam, SlotRole::kAdamM, SlotRole::kAdamV};
+  }
+  for (SlotRole role : out_blocks) {
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t in = sig.FindInput(role, i);
+      sig.donations.push_back({static_cast<int64_t>(sig.outputs.size()), in});
+      sig.outputs.push_back({role, i, "new." + sig.inputs[in].name, sig.inputs[in].shape});
+    }
+  }
+  const ir::Shape& root = entry->root()->shape();
+  if (!root.is_tuple() || root.tuple_elements().size() != sig.outputs.size()) {
+    return Error("%{}: root is {}, expected a tuple of {} outputs", entry->name(),
+                 root.ToString(), sig.outputs.size());
+  }
+  for (size_t i = 0; i < sig.outputs.size(); ++i) {
+    if (root.tuple_elements()[i] != sig.outputs[i].shape) {
+      return Error("%{}: output {} is {}, expected {} for {}", entry->name(), i,
+                   root.tuple_elements()[i].ToString(), sig.outputs[i].shape.ToString(),
+                   sig.outputs[i].name);
+    }
+  }
+  return sig;
+}
+
+std::string DescribeSignature(const EntrySignature& signature) {
+  std::string out;
+  auto line = [&](std::string_view dir, size_t i, const Slot& s) {
+    std::string role(SlotRoleName(s.role));
+    if (s.index >= 0) role += fmt::format("[{}]", s.index);
+    out += fmt::format("{} {} {} %{} {}", dir, i, role, s.name, s.shape.ToString());
+  };
+  for (size_t i = 0; i < signature.inputs.size(); ++i) {
+    line("in", i, signature.inputs[i]);
+    out += "\n";
+  }
+  for (size_t i = 0; i < signature.outputs.size(); ++i) {
+    line("out", i, signature.outputs[i]);
+    for (auto [o, in] : signature.donations) {
+      if (o == static_cast<int64_t>(i)) out += fmt::format(" donates in {}", in);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+namespace {
+
+StatusOr<TrainEntry> RunOptimizer(std::string name, std::unique_ptr<ir::Module> module,
+                                  OptimizerMode mode, int64_t num_params,
+                                  const TrainStepOptions& options) {
+  pass::Pipeline pipeline(name, options.pipeline);
+  if (options.dumps != nullptr) pipeline.set_dump_writer(options.dumps);
+  pipeline.AddPass<Optimizer>(
+      OptimizerOptions{.adamw = options.adamw, .mode = mode, .grad_accum = options.grad_accum});
+  pipeline.AddPass<Dce>();
+  RETURN_IF_ERROR(pipeline.Run(*module).status());
+  ASSIGN_OR_RETURN(EntrySignature sig, ReadSignature(*module, mode, num_params));
+  return TrainEntry{std::move(name), std::move(module), std::move(sig)};
+}
+
+}  // namespace
+
+StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
+                                         std::vector<frontend::ParamSpec> params,
+                                         const TrainStepOptions& options) {
+  if (options.grad_accum < 1) return Error("--grad-accum must be >= 1, got {}", options.grad_accum);
+  const int64_t n = static_cast<int64_t>(params.size());
+  std::vector<ir::Instruction*> entry_params = forward->entry()->parameters();
+  for (int64_t i = 0; i < n; ++i) {
+    if (i >= static_cast<int64_t>(entry_params.size()) ||
+        entry_params[i]->name() != params[i].name || entry_params[i]->shape() != params[i].shape) {
+      return Error("train step: parameter {} ({}) is not entry parameter {} of module {}", i,
+                   params[i].name, i, forward->name());
+    }
+  }
+  pass::Pipeline gradients("gradients", options.pipeline);
+  if (options.dumps != nullptr) gradients.set_dump_writer(options.dumps);
+  gradients.AddPass<Autodiff>();
+  gradients.AddPass<Dce>();
+  RETURN_IF_ERROR(gradients.Run(*forward).status());
+
+  TrainProgram program;
+  program.params = std::move(params);
+  program.grad_accum = options.grad_accum;
+  program.adamw = options.adamw;
+  if (options.grad_accum == 1) {
+    ASSIGN_OR_RETURN(TrainEntry step, RunOptimizer("train_step", std::move(forward),
+                                                   OptimizerMode::kStep, n, options));
+    program.entries.push_back(std::move(step));
+    return program;
+  }
+  std::unique_ptr<ir::Module> apply = forward->Clone();
+  const std::string model = forward->name();
+  forward->set_name(model + ".accumulate");
+  apply->set_name(model + ".apply");
+  ASSIGN_OR_RETURN(TrainEntry acc, RunOptimizer("accumulate", std::move(forward),
+                                                OptimizerMode::kAccumulate, n, options));
+  ASSIGN_OR_RETURN(TrainEntry app,
+                   RunOptimizer("apply", std::move(apply), OptimizerMode::kApply, n, options));
+  program.entries.push_back(std::move(acc));
+  program.entries.push_back(std::move(app));
+  return program;
+}
+
+}  // namespace gptc::passes

@@ -1,0 +1,101 @@
+// The train step as a program: the modules a runner calls each step and the
+// machine-readable signature of each entry (see docs/TRAIN_STEP.md).
+//
+// Not a pass: BuildTrainProgram runs the pipeline
+//   autodiff -> dce -> optimizer -> dce
+// on a traced forward module (params..., data... -> f32[] loss) and returns
+//   grad_accum == 1: one module, entry `train_step`
+//   grad_accum  > 1: two modules, `accumulate` (once per micro-batch) and
+//                    `apply` (once per step), named MODEL.accumulate / MODEL.apply
+// Each entry's signature names the role of every input and output and the
+// donations (Note [donated buffers] in passes/optimizer.h).
+#ifndef GPTC_PASSES_TRAIN_STEP_H_
+#define GPTC_PASSES_TRAIN_STEP_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "compiler/ir/module.h"
+#include "compiler/pass/pipeline.h"
+#include "frontend/param.h"
+#include "passes/optimizer.h"
+
+namespace gptc::passes {
+
+enum class SlotRole {
+  kParam,     // model parameter `index`
+  kAdamM,     // first moment of parameter `index`
+  kAdamV,     // second moment of parameter `index`
+  kGradAcc,   // accumulated gradient of parameter `index`
+  kTokens,    // s32[B, T]
+  kTargets,   // s32[B, T]
+  kData,      // another data input, by name
+  kStep,      // f32[] 1-based optimizer step
+  kLr,        // f32[] learning rate of this step
+  kLoss,      // f32[] mean loss of the (micro-)batch
+  kGradNorm,  // f32[] global gradient norm before clipping
+};
+std::string_view SlotRoleName(SlotRole role);  // "param", "adam_m", ...
+
+struct Slot {
+  SlotRole role;
+  int64_t index = -1;  // parameter index for per-parameter roles, else -1
+  std::string name;    // the IR parameter name, or the output's role name
+  ir::Shape shape;
+};
+
+struct EntrySignature {
+  std::vector<Slot> inputs;   // in entry-parameter order
+  std::vector<Slot> outputs;  // root tuple elements in order
+  // (output index, input index): the output replaces that input in place.
+  std::vector<std::pair<int64_t, int64_t>> donations;
+
+  // The input with `role` (and parameter `index`), or -1.
+  int64_t FindInput(SlotRole role, int64_t index = -1) const;
+  int64_t FindOutput(SlotRole role, int64_t index = -1) const;
+};
+
+struct TrainEntry {
+  std::string name;  // "train_step", "accumulate" or "apply"
+  std::unique_ptr<ir::Module> module;
+  EntrySignature signature;
+};
+
+struct TrainProgram {
+  std::vector<frontend::ParamSpec> params;
+  int64_t grad_accum = 1;
+  AdamWOptions adamw;
+  std::vector<TrainEntry> entries;  // train_step; or accumulate, apply
+
+  const TrainEntry* Find(std::string_view name) const;
+};
+
+struct TrainStepOptions {
+  AdamWOptions adamw;
+  int64_t grad_accum = 1;
+  pass::PipelineOptions pipeline;           // verify_each, disabled passes
+  std::shared_ptr<pass::DumpWriter> dumps;  // may be null: no dumps
+};
+
+// Builds the train step from the traced forward module whose first
+// params.size() parameters are `params` (frontend Note [entry signature]).
+StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
+                                         std::vector<frontend::ParamSpec> params,
+                                         const TrainStepOptions& options);
+
+// The signature of an optimizer output in `mode` with `num_params` trainable
+// parameters, read from its entry (checks the layout the pass produces).
+StatusOr<EntrySignature> ReadSignature(const ir::Module& module, OptimizerMode mode,
+                                       int64_t num_params);
+
+// One line per slot ("in 3 adam_m[0] %adam_m.wte.weight f32[50304,64]"), for
+// dumps and `gptc compile` output.
+std::string DescribeSignature(const EntrySignature& signature);
+
+}  // namespace gptc::passes
+
+#endif  // GPTC_PASSES_TRAIN_STEP_H_

@@ -1,0 +1,143 @@
+#include "runtime/cpu_device.h"
+
+#include "compiler/eval/evaluator.h"
+#include "runtime/init.h"
+
+namespace gptc::rt {
+
+using passes::SlotRole;
+
+MicroBatch PatternBatch(int64_t batch, int64_t seq, int64_t vocab, int64_t index,
+                        int64_t cycle_length) {
+  std::vector<int32_t> cycle(cycle_length);
+  for (int64_t i = 0; i < cycle_length; ++i) {
+    cycle[i] = static_cast<int32_t>(SplitMix64(static_cast<uint64_t>(i)) % vocab);
+  }
+  MicroBatch mb;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t start = static_cast<int64_t>(SplitMix64(index * 1000003 + b) % cycle_length);
+    for (int64_t t = 0; t < seq; ++t) {
+      mb.tokens.push_back(cycle[(start + t) % cycle_length]);
+      mb.targets.push_back(cycle[(start + t + 1) % cycle_length]);
+    }
+  }
+  return mb;
+}
+
+CpuTrainer::CpuTrainer(const passes::TrainProgram* program, uint64_t seed) : program_(program) {
+  for (size_t i = 0; i < program->params.size(); ++i) {
+    const frontend::ParamSpec& spec = program->params[i];
+    eval::Literal p = eval::Literal::Zeros(spec.shape);
+    std::vector<float> init = InitParameter(spec, seed, i);
+    p.values.assign(init.begin(), init.end());
+    params_.push_back(std::move(p));
+    adam_m_.push_back(eval::Literal::Zeros(spec.shape));
+    adam_v_.push_back(eval::Literal::Zeros(spec.shape));
+    if (program->grad_accum > 1) grad_acc_.push_back(eval::Literal::Zeros(spec.shape));
+  }
+}
+
+eval::Literal* CpuTrainer::StateFor(const passes::Slot& slot) {
+  switch (slot.role) {
+    case SlotRole::kParam: return &params_[slot.index];
+    case SlotRole::kAdamM: return &adam_m_[slot.index];
+    case SlotRole::kAdamV: return &adam_v_[slot.index];
+    case SlotRole::kGradAcc: return &grad_acc_[slot.index];
+    default: return nullptr;
+  }
+}
+
+namespace {
+
+eval::Literal ScalarLiteral(double value) {
+  eval::Literal l = eval::Literal::Zeros(ir::Shape::Scalar(ir::DType::kF32));
+  l.values[0] = static_cast<double>(static_cast<float>(value));
+  return l;
+}
+
+StatusOr<eval::Literal> TokenLiteral(const passes::Slot& slot, const std::vector<int32_t>& ids) {
+  if (static_cast<int64_t>(ids.size()) != slot.shape.num_elements()) {
+    return Error("input %{}: {} values given, {} needs {}", slot.name, ids.size(),
+                 slot.shape.ToString(), slot.shape.num_elements());
+  }
+  eval::Literal l;
+  l.shape = slot.shape;
+  l.values.assign(ids.begin(), ids.end());
+  return l;
+}
+
+}  // namespace
+
+StatusOr<std::vector<eval::Literal>> CpuTrainer::Run(const passes::TrainEntry& entry,
+                                                     const MicroBatch* batch, double step,
+                                                     double lr) {
+  const passes::EntrySignature& sig = entry.signature;
+  // Move the state into the argument list (no copies) and back afterwards.
+  std::vector<eval::Literal> args(sig.inputs.size());
+  for (size_t i = 0; i < sig.inputs.size(); ++i) {
+    const passes::Slot& slot = sig.inputs[i];
+    if (eval::Literal* state = StateFor(slot)) {
+      args[i] = std::move(*state);
+      continue;
+    }
+    switch (slot.role) {
+      case SlotRole::kTokens: {
+        ASSIGN_OR_RETURN(args[i], TokenLiteral(slot, batch->tokens));
+        break;
+      }
+      case SlotRole::kTargets: {
+        ASSIGN_OR_RETURN(args[i], TokenLiteral(slot, batch->targets));
+        break;
+      }
+      case SlotRole::kStep: args[i] = ScalarLiteral(step); break;
+      case SlotRole::kLr: args[i] = ScalarLiteral(lr); break;
+      default:
+        return Error("{}: input {} (%{}) has role {} that the CPU trainer cannot feed", entry.name,
+                     i, slot.name, passes::SlotRoleName(slot.role));
+    }
+  }
+  StatusOr<eval::Literal> result = eval::Evaluate(*entry.module, args);
+  if (!result.ok()) {
+    for (size_t i = 0; i < sig.inputs.size(); ++i) {
+      if (eval::Literal* state = StateFor(sig.inputs[i])) *state = std::move(args[i]);
+    }
+    return result.status().WithPrefix(entry.name);
+  }
+  std::vector<eval::Literal> outputs = std::move(result->elements);
+  for (size_t i = 0; i < sig.inputs.size(); ++i) {
+    if (eval::Literal* state = StateFor(sig.inputs[i])) *state = std::move(args[i]);
+  }
+  for (auto [out, in] : sig.donations) *StateFor(sig.inputs[in]) = std::move(outputs[out]);
+  return outputs;
+}
+
+StatusOr<StepResult> CpuTrainer::Step(std::span<const MicroBatch> micro_batches, double lr) {
+  const int64_t k = program_->grad_accum;
+  if (static_cast<int64_t>(micro_batches.size()) != k) {
+    return Error("step {}: {} micro-batches given, grad_accum is {}", steps_done_ + 1,
+                 micro_batches.size(), k);
+  }
+  const double step = static_cast<double>(steps_done_ + 1);
+  StepResult r;
+  if (k == 1) {
+    const passes::TrainEntry& entry = program_->entries[0];
+    ASSIGN_OR_RETURN(std::vector<eval::Literal> out, Run(entry, &micro_batches[0], step, lr));
+    r.loss = out[entry.signature.FindOutput(SlotRole::kLoss)].values[0];
+    r.grad_norm = out[entry.signature.FindOutput(SlotRole::kGradNorm)].values[0];
+  } else {
+    const passes::TrainEntry* acc = program_->Find("accumulate");
+    const passes::TrainEntry* apply = program_->Find("apply");
+    if (acc == nullptr || apply == nullptr) return Error("train program lacks accumulate/apply");
+    for (eval::Literal& g : grad_acc_) std::fill(g.values.begin(), g.values.end(), 0.0);
+    for (const MicroBatch& mb : micro_batches) {
+      ASSIGN_OR_RETURN(std::vector<eval::Literal> out, Run(*acc, &mb, step, lr));
+      r.loss += out[acc->signature.FindOutput(SlotRole::kLoss)].values[0] / k;
+    }
+    ASSIGN_OR_RETURN(std::vector<eval::Literal> out, Run(*apply, nullptr, step, lr));
+    r.grad_norm = out[apply->signature.FindOutput(SlotRole::kGradNorm)].values[0];
+  }
+  ++steps_done_;
+  return r;
+}
+
+}  // namespace gptc::rt

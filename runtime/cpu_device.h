@@ -1,0 +1,73 @@
+// The CPU reference device: trains with a TrainProgram by running its
+// modules with the reference evaluator, step after step.
+//
+//   CpuTrainer trainer(&program, /*seed=*/0);
+//   for (int64_t s = 1; s <= steps; ++s) {
+//     StatusOr<StepResult> r = trainer.Step(micro_batches, schedule.At(s));
+//   }
+//
+// The trainer owns the state (parameters, Adam moments, gradient
+// accumulators) as host literals; each donated output replaces its input
+// (Note [donated buffers] in passes/optimizer.h), so nothing is copied.
+// Slow but exact: it is the ground truth the GPU runtime is checked against.
+#ifndef GPTC_RUNTIME_CPU_DEVICE_H_
+#define GPTC_RUNTIME_CPU_DEVICE_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "compiler/eval/literal.h"
+#include "compiler/support/status.h"
+#include "passes/train_step.h"
+
+namespace gptc::rt {
+
+// One micro-batch: tokens and next-token targets, s32[B, T] row-major.
+struct MicroBatch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> targets;
+};
+
+struct StepResult {
+  double loss = 0;       // mean over the micro-batches
+  double grad_norm = 0;  // global norm before clipping
+};
+
+// A small learnable corpus for demos and tests: a fixed cycle of
+// `cycle_length` token ids spread over [0, vocab), each row starting at a
+// different place; every token determines the next, so the loss can fall
+// towards 0. `index` varies the starting places from batch to batch.
+MicroBatch PatternBatch(int64_t batch, int64_t seq, int64_t vocab, int64_t index,
+                        int64_t cycle_length = 23);
+
+class CpuTrainer {
+ public:
+  // Initializes the parameters from the program's ParamSpecs (runtime/init.h,
+  // `seed`) and zeros the optimizer state. `program` must outlive the trainer.
+  CpuTrainer(const passes::TrainProgram* program, uint64_t seed);
+
+  // One optimizer step over grad_accum micro-batches (exactly that many).
+  StatusOr<StepResult> Step(std::span<const MicroBatch> micro_batches, double lr);
+
+  int64_t steps_done() const { return steps_done_; }
+  // Parameter i (program->params order) as an f32 literal.
+  const eval::Literal& param(int64_t i) const { return params_[i]; }
+  eval::Literal& mutable_param(int64_t i) { return params_[i]; }
+
+ private:
+  // The literal of `slot` in the state, or nullptr for per-call inputs.
+  eval::Literal* StateFor(const passes::Slot& slot);
+  // Runs `entry` with the state plus per-call inputs, writes donated outputs
+  // back, and returns the non-donated outputs by role.
+  StatusOr<std::vector<eval::Literal>> Run(const passes::TrainEntry& entry,
+                                           const MicroBatch* batch, double step, double lr);
+
+  const passes::TrainProgram* program_;
+  std::vector<eval::Literal> params_, adam_m_, adam_v_, grad_acc_;
+  int64_t steps_done_ = 0;
+};
+
+}  // namespace gptc::rt
+
+#endif  // GPTC_RUNTIME_CPU_DEVICE_H_
