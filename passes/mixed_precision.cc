@@ -1,0 +1,70 @@
+#include "passes/mixed_precision.h"
+
+#include <fmt/format.h>
+
+#include <unordered_map>
+#include <vector>
+
+#include "compiler/ir/builder.h"
+
+namespace gptc::passes {
+
+using ir::DType;
+using ir::Instruction;
+using ir::Opcode;
+
+std::string_view PrecisionPolicyName(PrecisionPolicy policy) {
+  switch (policy) {
+    case PrecisionPolicy::kF32:
+      return "f32";
+    case PrecisionPolicy::kBF16:
+      return "bf16";
+  }
+  return "?";
+}
+
+std::optional<PrecisionPolicy> ParsePrecisionPolicy(std::string_view name) {
+  if (name == "f32") return PrecisionPolicy::kF32;
+  if (name == "bf16") return PrecisionPolicy::kBF16;
+  return std::nullopt;
+}
+
+StatusOr<bool> MixedPrecision::Run(ir::Module& module) {
+  if (options_.policy == PrecisionPolicy::kF32) return false;
+  ir::Computation* entry = module.entry();
+  if (entry == nullptr) return Error("mixed-precision: module {} has no entry", module.name());
+
+  // Only dots of the entry: dots inside called computations (the attention
+  // decomposition) belong to composites that compute in f32 by design.
+  std::vector<Instruction*> dots;
+  for (const auto& inst : entry->instructions()) {
+    if (inst->opcode() == Opcode::kDot && inst->operand(0)->shape().dtype() == DType::kF32 &&
+        inst->operand(1)->shape().dtype() == DType::kF32) {
+      dots.push_back(inst.get());
+    }
+  }
+  if (dots.empty()) return false;
+
+  // f32 value -> its bf16 copy, built before the first dot that needs it
+  // (dots are visited in execution order) and shared by later ones.
+  std::unordered_map<Instruction*, Instruction*> bf16_of;
+  ir::Builder b(entry);
+  for (Instruction* dot : dots) {
+    for (int64_t i = 0; i < 2; ++i) {
+      Instruction* x = dot->operand(i);
+      Instruction*& converted = bf16_of[x];
+      if (converted == nullptr) {
+        b.set_insertion_point(dot);
+        b.set_metadata(dot->metadata());
+        ASSIGN_OR_RETURN(converted,
+                         b.Build(Opcode::kConvert, {x}, {}, x->shape().WithDType(DType::kBF16),
+                                 nullptr, fmt::format("{}.bf16", x->name())));
+      }
+      dot->ReplaceOperandWith(i, converted);
+    }
+    // The result dtype stays f32 (f32 accumulation); nothing to change.
+  }
+  return true;
+}
+
+}  // namespace gptc::passes

@@ -1,0 +1,72 @@
+// Mixed precision: bf16 matmul operands with f32 accumulation, f32 everywhere else.
+//
+// Under PrecisionPolicy::kBF16 every dot of the entry whose operands are f32
+// gets bf16 operands through visible `convert` instructions and keeps an f32
+// result (the tensor cores accumulate in f32):
+//   %w = f32[64,256] parameter(3)                 %w = f32[64,256] parameter(3)
+//   %x = f32[32,64] ...                           %x = f32[32,64] ...
+//   %y = f32[32,256] dot(%x, %w), ...      =>     %x.bf16 = bf16[32,64] convert(%x)
+//                                                 %w.bf16 = bf16[64,256] convert(%w)
+//                                                 %y = f32[32,256] dot(%x.bf16, %w.bf16), ...
+// One convert per converted value, placed right before its first dot user
+// and shared by the others, named `NAME.bf16` with the metadata of that dot.
+// What stays f32, and why:
+//   - parameters (master weights): they are converted at each use, so the
+//     optimizer state and the update stay f32 (the optimizer pass sees f32
+//     parameters and gradients only);
+//   - dot results: f32 accumulation; bias adds, residual stream and GELU run
+//     in f32 on them;
+//   - layer-norm statistics (mean / variance reductions), softmax and the
+//     attention logits: the attention composite keeps f32 q/k/v (its
+//     decomposition and autodiff rule are traced per dtype, and the fused
+//     kernel computes logits and softmax in f32 anyway), and dots inside
+//     called computations are left alone;
+//   - the softmax-cross-entropy and the loss: its logits are the f32 result
+//     of the lm_head dot.
+// The activations the backward keeps for the dots are their bf16 operands
+// (the converts), so the saved dot inputs take half the memory.
+//
+// Order: run it on the traced FORWARD graph, before autodiff. This deviates
+// from DESIGN.md's pipeline (which lists it after simplify/CSE on the train
+// step) on purpose: autodiff then differentiates through the converts (its
+// convert rule converts the gradient back to f32), so every parameter
+// gradient is f32 and the optimizer needs no precision logic; converting
+// the backward's dots after the fact would have to tell gradient dots from
+// forward ones. Remat and fusion run after autodiff; fusion folds the
+// converts into their producers' kernels. Running it twice changes nothing
+// (no f32 dot is left); PrecisionPolicy::kF32 never changes the module.
+#ifndef GPTC_PASSES_MIXED_PRECISION_H_
+#define GPTC_PASSES_MIXED_PRECISION_H_
+
+#include <optional>
+#include <string_view>
+
+#include "compiler/pass/pass.h"
+
+namespace gptc::passes {
+
+enum class PrecisionPolicy {
+  kF32,   // everything f32: the pass changes nothing
+  kBF16,  // bf16 dot operands, f32 accumulation, f32 master weights (the default)
+};
+std::string_view PrecisionPolicyName(PrecisionPolicy policy);  // "f32", "bf16"
+// "f32" / "bf16" (as `--precision` takes them), or nullopt.
+std::optional<PrecisionPolicy> ParsePrecisionPolicy(std::string_view name);
+
+struct MixedPrecisionOptions {
+  PrecisionPolicy policy = PrecisionPolicy::kBF16;
+};
+
+class MixedPrecision : public pass::Pass {
+ public:
+  explicit MixedPrecision(MixedPrecisionOptions options = {}) : options_(options) {}
+  std::string_view Name() const override { return "mixed-precision"; }
+  StatusOr<bool> Run(ir::Module& module) override;
+
+ private:
+  MixedPrecisionOptions options_;
+};
+
+}  // namespace gptc::passes
+
+#endif  // GPTC_PASSES_MIXED_PRECISION_H_

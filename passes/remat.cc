@@ -1,0 +1,256 @@
+#include "passes/remat.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace gptc::passes {
+
+using ir::Instruction;
+using ir::Opcode;
+
+std::string_view RematPolicyName(RematPolicy policy) {
+  switch (policy) {
+    case RematPolicy::kNone:
+      return "none";
+    case RematPolicy::kDots:
+      return "dots";
+    case RematPolicy::kBlock:
+      return "block";
+    case RematPolicy::kAuto:
+      return "auto";
+  }
+  return "?";
+}
+
+std::optional<RematPolicy> ParseRematPolicy(std::string_view name) {
+  for (RematPolicy p :
+       {RematPolicy::kNone, RematPolicy::kDots, RematPolicy::kBlock, RematPolicy::kAuto}) {
+    if (name == RematPolicyName(p)) return p;
+  }
+  return std::nullopt;
+}
+
+StatusOr<int64_t> ParseByteSize(std::string_view text) {
+  size_t split = 0;
+  while (split < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[split])) || text[split] == '.')) {
+    ++split;
+  }
+  double number = 0;
+  std::string digits(text.substr(0, split));
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), number);
+  if (split == 0 || ec != std::errc() || end != digits.data() + digits.size()) {
+    return Error("bad byte size '{}' (expected e.g. 20GiB, 512MiB, 1.5GB or a byte count)", text);
+  }
+  std::string unit;
+  for (char c : text.substr(split)) unit += static_cast<char>(std::tolower(c));
+  static const std::map<std::string, double, std::less<>> kUnits = {{"", 1},
+                                                                    {"b", 1},
+                                                                    {"k", 1024.0},
+                                                                    {"kib", 1024.0},
+                                                                    {"m", 1 << 20},
+                                                                    {"mib", 1 << 20},
+                                                                    {"g", 1 << 30},
+                                                                    {"gib", 1 << 30},
+                                                                    {"t", 1099511627776.0},
+                                                                    {"tib", 1099511627776.0},
+                                                                    {"kb", 1e3},
+                                                                    {"mb", 1e6},
+                                                                    {"gb", 1e9},
+                                                                    {"tb", 1e12}};
+  auto it = kUnits.find(unit);
+  if (it == kUnits.end()) {
+    return Error("bad byte size '{}': unknown unit '{}' (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)",
+                 text, unit);
+  }
+  return static_cast<int64_t>(std::llround(number * it->second));
+}
+
+std::string FormatBytes(int64_t bytes) {
+  static constexpr const char* kNames[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", value, kNames[unit]);
+}
+
+namespace {
+
+enum class Phase { kForward, kBackward, kOptimizer };
+
+bool StartsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+// Which part of the train step built `inst`, read from its metadata (see the
+// header): autodiff tags `grad.*`, this pass `remat.*`, the optimizer
+// `optimizer*`. A value without metadata goes by its name, which autodiff
+// and this pass prefix the same way (`%grad.h`, `%remat.t`).
+Phase PhaseOf(const Instruction& inst) {
+  const std::string& meta = inst.metadata();
+  std::string_view tag = meta.empty() ? std::string_view(inst.name()) : std::string_view(meta);
+  if (meta.empty() && !StartsWith(tag, "grad.") && !StartsWith(tag, "remat.")) {
+    return Phase::kForward;
+  }
+  if (StartsWith(tag, "grad") || StartsWith(tag, "remat")) return Phase::kBackward;
+  if (StartsWith(tag, "optimizer")) return Phase::kOptimizer;
+  return Phase::kForward;
+}
+
+// A backward instruction other than the root (the root only returns values).
+bool IsBackwardUser(const Instruction& user) {
+  return PhaseOf(user) == Phase::kBackward && user.parent()->root() != &user;
+}
+
+// "h.11" -> true: the scope of a whole transformer block.
+bool IsBlockScope(std::string_view meta) {
+  if (!StartsWith(meta, "h.") || meta.size() == 2) return false;
+  for (char c : meta.substr(2)) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+// The forward values a policy lets the backward keep.
+std::unordered_set<const Instruction*> KeptValues(const ir::Computation& entry,
+                                                  RematPolicy policy) {
+  std::unordered_set<const Instruction*> kept;
+  // Values the root or the optimizer read are outputs or update inputs, and
+  // parameters and data are inputs: all live anyway.
+  for (Instruction* op : entry.root()->operands()) kept.insert(op);
+  std::map<std::string, std::vector<const Instruction*>, std::less<>> block_adds;
+  for (const auto& inst : entry.instructions()) {
+    Phase phase = PhaseOf(*inst);
+    if (phase == Phase::kOptimizer) {
+      for (Instruction* op : inst->operands()) kept.insert(op);
+    }
+    if (phase != Phase::kForward) continue;
+    const Opcode opcode = inst->opcode();
+    bool keep = opcode == Opcode::kParameter || policy == RematPolicy::kNone;
+    if (policy == RematPolicy::kDots) {
+      keep |= opcode == Opcode::kDot || opcode == Opcode::kAttention ||
+              opcode == Opcode::kSoftmaxCrossEntropy;
+    }
+    if (keep) kept.insert(inst.get());
+    if (opcode == Opcode::kAdd && IsBlockScope(inst->metadata())) {
+      block_adds[inst->metadata()].push_back(inst.get());
+    }
+  }
+  if (policy == RematPolicy::kDots || policy == RematPolicy::kBlock) {
+    // Pre-LN blocks are x + attn(ln_1(x)) then + mlp(ln_2(.)): the first
+    // residual add's first operand is the block input, the last add its output.
+    for (const auto& [scope, adds] : block_adds) {
+      kept.insert(adds.front()->operand(0));
+      kept.insert(adds.back());
+    }
+  }
+  return kept;
+}
+
+// Rewrites the backward to recompute every saved forward value outside
+// `kept`; returns whether anything changed.
+bool ApplyPolicy(ir::Computation& entry, const std::unordered_set<const Instruction*>& kept) {
+  std::unordered_map<const Instruction*, Instruction*> clone_of;
+  // The recomputed copy of forward value `v`, built (with the copies of its
+  // own non-kept operands) right before `before` unless one exists already.
+  auto recompute = [&](auto&& self, Instruction* v, Instruction* before) -> Instruction* {
+    if (PhaseOf(*v) != Phase::kForward || kept.contains(v)) return v;
+    if (auto it = clone_of.find(v); it != clone_of.end()) return it->second;
+    std::vector<Instruction*> operands;
+    for (Instruction* op : v->operands()) operands.push_back(self(self, op, before));
+    auto clone = std::make_unique<Instruction>(entry.UniqueName("remat." + v->name()), v->opcode(),
+                                               v->shape(), std::move(operands), v->attrs());
+    clone->set_metadata(v->metadata().empty() ? "remat" : "remat." + v->metadata());
+    clone->set_called_computation(v->called_computation());
+    Instruction* added = entry.InsertInstructionBefore(std::move(clone), before);
+    clone_of[v] = added;
+    return added;
+  };
+
+  std::vector<Instruction*> order;
+  for (const auto& inst : entry.instructions()) order.push_back(inst.get());
+  bool changed = false;
+  for (Instruction* user : order) {
+    if (!IsBackwardUser(*user)) continue;
+    for (int64_t i = 0; i < user->operand_count(); ++i) {
+      Instruction* v = user->operand(i);
+      Instruction* r = recompute(recompute, v, user);
+      if (r == v) continue;
+      user->ReplaceOperandWith(i, r);
+      changed = true;
+    }
+  }
+  if (!changed) return false;
+  // Forward values only the backward used are dead now.
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Instruction* inst = *it;
+    if (PhaseOf(*inst) == Phase::kForward && inst->users().empty() && entry.root() != inst &&
+        inst->opcode() != Opcode::kParameter && inst->opcode() != Opcode::kAllReduce) {
+      entry.RemoveInstruction(inst);
+    }
+  }
+  return true;
+}
+
+StatusOr<bool> ApplyPolicy(ir::Module& module, RematPolicy policy) {
+  ir::Computation* entry = module.entry();
+  if (entry == nullptr || entry->root() == nullptr) {
+    return Error("remat: module {} has no entry", module.name());
+  }
+  if (policy == RematPolicy::kNone) return false;
+  return ApplyPolicy(*entry, KeptValues(*entry, policy));
+}
+
+}  // namespace
+
+int64_t SavedActivationBytes(const ir::Module& module) {
+  const ir::Computation* entry = module.entry();
+  if (entry == nullptr) return 0;
+  int64_t bytes = 0;
+  for (const auto& inst : entry->instructions()) {
+    if (PhaseOf(*inst) != Phase::kForward || inst->opcode() == Opcode::kParameter) continue;
+    for (const Instruction* user : inst->users()) {
+      if (IsBackwardUser(*user)) {
+        bytes += inst->shape().byte_size();
+        break;
+      }
+    }
+  }
+  return bytes;
+}
+
+StatusOr<bool> Remat::Run(ir::Module& module) {
+  if (options_.policy != RematPolicy::kAuto) {
+    chosen_ = options_.policy;
+    return ApplyPolicy(module, options_.policy);
+  }
+  // Cheapest recomputation first: none < dots < block in recomputed FLOPs.
+  int64_t smallest = 0;
+  for (RematPolicy policy : {RematPolicy::kNone, RematPolicy::kDots, RematPolicy::kBlock}) {
+    std::unique_ptr<ir::Module> trial = module.Clone();
+    RETURN_IF_ERROR(ApplyPolicy(*trial, policy).status());
+    smallest = SavedActivationBytes(*trial);
+    if (smallest <= options_.budget_bytes) {
+      chosen_ = policy;
+      return ApplyPolicy(module, policy);
+    }
+  }
+  return Error(
+      "remat: saved activations need at least {} ({} bytes, policy block) but the memory "
+      "budget is {} ({} bytes); use a smaller batch or sequence, or a larger --memory-budget",
+      FormatBytes(smallest), smallest, FormatBytes(options_.budget_bytes), options_.budget_bytes);
+}
+
+}  // namespace gptc::passes

@@ -1,0 +1,91 @@
+// Rematerialization: which forward values the backward keeps, and which it
+// recomputes.
+//
+// Input: a train step, i.e. the output of autodiff (+ dce, optionally +
+// optimizer). Forward values are the entry's instructions whose metadata
+// starts with neither `grad` (autodiff), `optimizer` nor `remat` (this pass);
+// a forward value is *saved* when a backward instruction (metadata `grad...`)
+// uses it, so it stays live from the forward into the backward. Each policy
+// names the forward values it may keep (parameters and data inputs always;
+// values the root or the optimizer read are always kept too); every other
+// saved value is recomputed: its producer chain, up to kept values, is cloned
+// right before the first backward instruction that needs it, and the backward
+// uses the clone. Clones are named `remat.NAME` with metadata `remat.META`:
+//   %a = f32[8] exp(%x)                          %a = f32[8] exp(%x)
+//   %y = f32[8] dot(%a, %w), ...                 %y = f32[8] dot(%a, %w), ...
+//   ...                                   =>     ...
+//   %grad.a = f32[8] mul(%grad.y, %a)            %remat.a = f32[8] exp(%x)
+//                                                %grad.a = f32[8] mul(%grad.y, %remat.a)
+// Policies (cheapest recomputation first):
+//   kNone   keep every saved value (the pass changes nothing);
+//   kDots   keep the block boundaries (below) plus the outputs of dot and of the
+//           composites (attention, softmax-cross-entropy); recompute the
+//           elementwise and layout ops between them (layer norms, GELU, bias
+//           adds, converts, reshapes). Keeping the block boundaries matters:
+//           without them the residual stream would be recomputed from the
+//           embeddings at the start of the backward and held throughout.
+//   kBlock  keep only the transformer block boundaries: the input of each
+//           block `h.N` (the first operand of its first residual add) and its
+//           output (its last residual add, metadata `h.N`); everything inside
+//           a block, and the head after the last block, is recomputed;
+//   kAuto   the first of none, dots, block whose saved activations
+//           (SavedActivationBytes) fit `budget_bytes`; an error naming the
+//           smallest achievable size when even block does not fit.
+// The kept sets nest (block within dots within none), so on transformer
+// train steps the saved bytes fall from none to dots to block.
+// Results are bit-identical: clones compute the same values from the same
+// inputs.
+//
+// Run after autodiff and dce (the backward must exist) and mixed-precision
+// (saved bf16 values are then recomputed from bf16 inputs), before fusion,
+// schedule and buffer assignment. CSE after remat undoes it (the clones are
+// equal to their originals): do not run CSE or simplify after this pass.
+#ifndef GPTC_PASSES_REMAT_H_
+#define GPTC_PASSES_REMAT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "compiler/pass/pass.h"
+
+namespace gptc::passes {
+
+enum class RematPolicy { kNone, kDots, kBlock, kAuto };
+std::string_view RematPolicyName(RematPolicy policy);  // "none", "dots", "block", "auto"
+// The `--remat` spellings above, or nullopt.
+std::optional<RematPolicy> ParseRematPolicy(std::string_view name);
+
+struct RematOptions {
+  RematPolicy policy = RematPolicy::kNone;
+  // kAuto only: the most bytes of saved activations allowed.
+  int64_t budget_bytes = 0;
+};
+
+// "20GiB", "512MiB", "1.5GB", "1000000" (bytes) -> bytes; for --memory-budget.
+StatusOr<int64_t> ParseByteSize(std::string_view text);
+// 1536 -> "1.50 KiB" (binary units, for reports and errors).
+std::string FormatBytes(int64_t bytes);
+
+// Bytes of forward values (parameters excluded) that a backward instruction
+// uses, i.e. the activations kept alive from the forward into the backward.
+int64_t SavedActivationBytes(const ir::Module& module);
+
+class Remat : public pass::Pass {
+ public:
+  explicit Remat(RematOptions options = {}) : options_(options) {}
+  std::string_view Name() const override { return "remat"; }
+  StatusOr<bool> Run(ir::Module& module) override;
+
+  // After Run: the policy applied (kAuto resolves to none, dots or block).
+  RematPolicy chosen_policy() const { return chosen_; }
+
+ private:
+  RematOptions options_;
+  RematPolicy chosen_ = RematPolicy::kNone;
+};
+
+}  // namespace gptc::passes
+
+#endif  // GPTC_PASSES_REMAT_H_

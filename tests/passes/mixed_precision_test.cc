@@ -1,0 +1,219 @@
+#include "passes/mixed_precision.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "compiler/eval/evaluator.h"
+#include "compiler/ir/printer.h"
+#include "compiler/ir/verifier.h"
+#include "models/config.h"
+#include "models/gpt2.h"
+#include "passes/autodiff.h"
+#include "passes/train_step.h"
+#include "runtime/cpu_device.h"
+#include "runtime/init.h"
+#include "tests/testing/pass_harness.h"
+
+namespace gptc::passes {
+namespace {
+
+using ::gptc::testing::ParseOrDie;
+using ::gptc::testing::RunPassAndCompare;
+using ir::DType;
+using ir::Opcode;
+
+constexpr char kMlp[] = R"(module mlp
+ENTRY %main {
+  %x = f32[4,8] parameter(0)
+  %w1 = f32[8,16] parameter(1)
+  %w2 = f32[16,8] parameter(2)
+  %h = f32[4,16] dot(%x, %w1), lhs_contracting={1}, rhs_contracting={0}, meta="fc1"
+  %t = f32[4,16] tanh(%h), meta="act"
+  %y = f32[4,8] dot(%t, %w2), lhs_contracting={1}, rhs_contracting={0}, meta="fc2"
+  %z = f32[4,16] dot(%x, %w1), lhs_contracting={1}, rhs_contracting={0}, meta="fc3"
+  %r = f32[4] reduce(%z), dimensions={1}, kind=sum
+  %s = f32[4] reduce(%y), dimensions={1}, kind=sum
+  %u = f32[4] add(%r, %s)
+  ROOT %l = f32[] reduce(%u), dimensions={0}, kind=sum
+}
+)";
+
+MixedPrecision Pass(PrecisionPolicy policy) { return MixedPrecision({.policy = policy}); }
+
+TEST(MixedPrecisionTest, PolicyNamesRoundTrip) {
+  for (PrecisionPolicy p : {PrecisionPolicy::kF32, PrecisionPolicy::kBF16}) {
+    EXPECT_EQ(ParsePrecisionPolicy(PrecisionPolicyName(p)), p);
+  }
+  EXPECT_EQ(ParsePrecisionPolicy("fp8"), std::nullopt);
+}
+
+TEST(MixedPrecisionTest, Bf16ConvertsDotOperandsAndKeepsF32Accumulation) {
+  auto module = ParseOrDie(kMlp);
+  ASSERT_NE(module, nullptr);
+  MixedPrecision pass = Pass(PrecisionPolicy::kBF16);
+  std::unique_ptr<ir::Module> after;
+  // bf16 operands (8 significant bits): a few parts in a thousand on the sums.
+  EXPECT_TRUE(RunPassAndCompare(pass, *module, after, /*trials=*/3, /*rel_tol=*/2e-2));
+  const ir::Computation* entry = after->entry();
+  for (const char* name : {"h", "y", "z"}) {
+    const ir::Instruction* dot = entry->FindInstruction(name);
+    ASSERT_NE(dot, nullptr) << name;
+    EXPECT_EQ(dot->shape().dtype(), DType::kF32) << name;  // f32 accumulation
+    for (const ir::Instruction* op : dot->operands()) {
+      EXPECT_EQ(op->opcode(), Opcode::kConvert) << name;
+      EXPECT_EQ(op->shape().dtype(), DType::kBF16) << name;
+    }
+  }
+  // One shared copy per value: %x and %w1 feed two dots but convert once.
+  EXPECT_EQ(entry->FindInstruction("h")->operand(0), entry->FindInstruction("z")->operand(0));
+  int converts = 0;
+  for (const auto& inst : entry->instructions()) converts += inst->opcode() == Opcode::kConvert;
+  EXPECT_EQ(converts, 4);  // x, w1, t, w2
+  // Parameters (master weights) and the non-dot math stay f32.
+  EXPECT_EQ(entry->FindInstruction("w1")->shape().dtype(), DType::kF32);
+  EXPECT_EQ(entry->FindInstruction("t")->shape().dtype(), DType::kF32);
+  EXPECT_EQ(entry->FindInstruction("x.bf16")->metadata(), "fc1");
+}
+
+TEST(MixedPrecisionTest, F32PolicyLeavesModuleAlone) {
+  auto module = ParseOrDie(kMlp);
+  ASSERT_NE(module, nullptr);
+  MixedPrecision pass = Pass(PrecisionPolicy::kF32);
+  std::unique_ptr<ir::Module> after;
+  EXPECT_FALSE(RunPassAndCompare(pass, *module, after));
+  EXPECT_EQ(ir::PrintModule(*after), ir::PrintModule(*module));
+}
+
+TEST(MixedPrecisionTest, Bf16LeavesModulesWithoutF32DotsAlone) {
+  // Already bf16 (and a second run of the pass): nothing to convert.
+  auto module = ParseOrDie(R"(module done
+ENTRY %main {
+  %x = bf16[4,8] parameter(0)
+  %w = bf16[8,8] parameter(1)
+  %d = f32[4,8] dot(%x, %w), lhs_contracting={1}, rhs_contracting={0}
+  %e = f32[4,8] exp(%d)
+  ROOT %l = f32[] reduce(%e), dimensions={0,1}, kind=sum
+}
+)");
+  ASSERT_NE(module, nullptr);
+  MixedPrecision pass = Pass(PrecisionPolicy::kBF16);
+  std::unique_ptr<ir::Module> after;
+  EXPECT_FALSE(RunPassAndCompare(pass, *module, after));
+  EXPECT_EQ(ir::PrintModule(*after), ir::PrintModule(*module));
+
+  auto mlp = ParseOrDie(kMlp);
+  ASSERT_NE(mlp, nullptr);
+  ASSERT_TRUE(pass.Run(*mlp).value());
+  EXPECT_FALSE(pass.Run(*mlp).value());  // idempotent
+}
+
+// gpt2-tiny narrowed to width 32, batch 2, seq 16: small enough for the evaluator.
+frontend::TracedModule TraceTiny() {
+  models::GptConfig config = models::FindGptConfig("gpt2-tiny").value();
+  models::ConfigOverrides narrow;
+  narrow.width = 32;
+  config = models::ApplyOverrides(config, narrow);
+  StatusOr<frontend::TracedModule> traced = models::TraceGpt2Forward(config, 2, 16);
+  EXPECT_TRUE(traced.ok()) << traced.status().message();
+  return std::move(traced).value();
+}
+
+// The initial parameters (as the trainer makes them) and one pattern batch.
+std::vector<eval::Literal> TinyArgs(const frontend::TracedModule& traced) {
+  std::vector<eval::Literal> args;
+  for (size_t i = 0; i < traced.params.size(); ++i) {
+    eval::Literal p = eval::Literal::Zeros(traced.params[i].shape);
+    std::vector<float> init = rt::InitParameter(traced.params[i], /*seed=*/7, i);
+    p.values.assign(init.begin(), init.end());
+    args.push_back(std::move(p));
+  }
+  rt::MicroBatch batch = rt::PatternBatch(2, 16, models::kGpt2Vocab, 0);
+  for (const std::vector<int32_t>* ids : {&batch.tokens, &batch.targets}) {
+    eval::Literal l = eval::Literal::Zeros(ir::Shape(DType::kS32, {2, 16}));
+    l.values.assign(ids->begin(), ids->end());
+    args.push_back(std::move(l));
+  }
+  return args;
+}
+
+TEST(MixedPrecisionTest, Gpt2TinyLossMatchesF32AndGradientsStayF32) {
+  frontend::TracedModule traced = TraceTiny();
+  std::unique_ptr<ir::Module> bf16 = traced.module->Clone();
+  MixedPrecision pass = Pass(PrecisionPolicy::kBF16);
+  ASSERT_TRUE(pass.Run(*bf16).value());
+  ASSERT_TRUE(ir::VerifyModule(*bf16).ok());
+
+  // Every dot of the entry takes bf16 operands and accumulates in f32; the
+  // attention decomposition (called computations) stays f32.
+  int dots = 0;
+  for (const auto& computation : bf16->computations()) {
+    for (const auto& inst : computation->instructions()) {
+      if (inst->opcode() != Opcode::kDot) continue;
+      EXPECT_EQ(inst->shape().dtype(), DType::kF32) << inst->name();
+      DType want = computation.get() == bf16->entry() ? DType::kBF16 : DType::kF32;
+      EXPECT_EQ(inst->operand(0)->shape().dtype(), want) << inst->name();
+      dots += computation.get() == bf16->entry();
+    }
+  }
+  EXPECT_EQ(dots, 2 * 4 + 1);  // 4 linears a block, 2 blocks, the lm_head
+  for (const ir::Instruction* p : bf16->entry()->parameters()) {
+    EXPECT_NE(p->shape().dtype(), DType::kBF16) << p->name();  // f32 master weights
+  }
+
+  std::vector<eval::Literal> args = TinyArgs(traced);
+  StatusOr<eval::Literal> f32_loss = eval::Evaluate(*traced.module, args);
+  StatusOr<eval::Literal> bf16_loss = eval::Evaluate(*bf16, args);
+  ASSERT_TRUE(f32_loss.ok()) << f32_loss.status().message();
+  ASSERT_TRUE(bf16_loss.ok()) << bf16_loss.status().message();
+  EXPECT_NEAR(bf16_loss->values[0], f32_loss->values[0], 2e-2 * f32_loss->values[0]);
+  EXPECT_NE(bf16_loss->values[0], f32_loss->values[0]);  // bf16 really is used
+
+  // Autodiff differentiates through the converts: gradients come out f32.
+  Autodiff autodiff;
+  ASSERT_TRUE(autodiff.Run(*bf16).value());
+  const ir::Shape& root = bf16->entry()->root()->shape();
+  ASSERT_TRUE(root.is_tuple());
+  for (const ir::Shape& element : root.tuple_elements()) {
+    EXPECT_EQ(element.dtype(), DType::kF32) << element.ToString();
+  }
+}
+
+// Trains gpt2-tiny (narrowed) for 20 AdamW steps in both precisions on the CPU
+// device, from the same initialization and data: the loss curves agree.
+TEST(MixedPrecisionTest, Gpt2TinyTrainingCurvesAgree) {
+  constexpr int kSteps = 20;
+  std::vector<std::vector<double>> curves;
+  for (PrecisionPolicy policy : {PrecisionPolicy::kF32, PrecisionPolicy::kBF16}) {
+    frontend::TracedModule traced = TraceTiny();
+    MixedPrecision pass = Pass(policy);
+    ASSERT_TRUE(pass.Run(*traced.module).ok());
+    StatusOr<TrainProgram> program =
+        BuildTrainProgram(std::move(traced.module), traced.params, TrainStepOptions{});
+    ASSERT_TRUE(program.ok()) << program.status().message();
+    rt::CpuTrainer trainer(&*program, /*seed=*/1);
+    std::vector<double> losses;
+    for (int step = 1; step <= kSteps; ++step) {
+      rt::MicroBatch batch = rt::PatternBatch(2, 16, models::kGpt2Vocab, step);
+      StatusOr<rt::StepResult> r = trainer.Step({&batch, 1}, /*lr=*/3e-3);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      losses.push_back(r->loss);
+    }
+    curves.push_back(losses);
+  }
+  const std::vector<double>& f32 = curves[0];
+  const std::vector<double>& bf16 = curves[1];
+  for (int i = 0; i < kSteps; ++i) {
+    EXPECT_NEAR(bf16[i], f32[i], 0.05 * f32[i]) << "step " << i + 1;
+  }
+  EXPECT_LT(f32.back(), 0.8 * f32.front());
+  EXPECT_LT(bf16.back(), 0.8 * bf16.front());
+  std::string table;
+  for (int i = 0; i < kSteps; ++i) table += fmt::format("{:.4f}/{:.4f} ", f32[i], bf16[i]);
+  RecordProperty("losses_f32_bf16", table);
+  std::printf("loss f32/bf16: %s\n", table.c_str());
+}
+
+}  // namespace
+}  // namespace gptc::passes
