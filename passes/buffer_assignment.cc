@@ -1,0 +1,471 @@
+#include "passes/buffer_assignment.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+#include <tuple>
+#include <unordered_set>
+#include <utility>
+
+namespace gptc::passes {
+
+namespace {
+
+using ir::Instruction;
+using ir::Opcode;
+using ir::Shape;
+
+int64_t LeafCount(const Shape& shape) {
+  if (!shape.is_tuple()) return 1;
+  int64_t n = 0;
+  for (const Shape& e : shape.tuple_elements()) n += LeafCount(e);
+  return n;
+}
+
+void CollectLeaves(const Shape& shape, std::vector<Shape>& out) {
+  if (!shape.is_tuple()) {
+    out.push_back(shape);
+    return;
+  }
+  for (const Shape& e : shape.tuple_elements()) CollectLeaves(e, out);
+}
+
+int64_t AlignUp(int64_t bytes) {
+  return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+}
+
+std::string HumanBytes(int64_t bytes) {
+  constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  double v = static_cast<double>(bytes);
+  int unit = -1;
+  while (v >= 1024 && unit < 3) {
+    v /= 1024;
+    ++unit;
+  }
+  return fmt::format("{:.1f} {}", v, kUnits[unit]);
+}
+
+// The last time each logical buffer is read in `order` (its definition time if never).
+std::vector<int64_t> LastReads(const LogicalBuffers& lb,
+                               const std::unordered_map<const Instruction*, int64_t>& time,
+                               const std::vector<const Instruction*>& order) {
+  std::vector<int64_t> last(lb.buffers.size(), -1);
+  for (size_t b = 0; b < lb.buffers.size(); ++b) last[b] = time.at(lb.buffers[b].defining);
+  for (size_t t = 0; t < order.size(); ++t) {
+    for (const Instruction* op : order[t]->operands()) {
+      for (int64_t b : lb.leaf_buffers.at(op)) {
+        last[b] = std::max(last[b], static_cast<int64_t>(t));
+      }
+    }
+  }
+  return last;
+}
+
+// Whether fused parameter `param` only feeds elementwise ops of its own
+// element count (transitively) and the fusion's output tuple, so a kernel
+// reads each of its elements at the index it writes.
+bool OnlyElementwiseUses(const Instruction* param) {
+  std::vector<const Instruction*> stack = {param};
+  std::unordered_set<const Instruction*> seen;
+  const int64_t elements = param->shape().num_elements();
+  while (!stack.empty()) {
+    const Instruction* inst = stack.back();
+    stack.pop_back();
+    if (!seen.insert(inst).second) continue;
+    for (const Instruction* user : inst->users()) {
+      if (user->opcode() == Opcode::kTuple && user == user->parent()->root()) continue;
+      if (!ir::IsElementwise(user->opcode()) || user->shape().is_tuple() ||
+          user->shape().num_elements() != elements) {
+        return false;
+      }
+      stack.push_back(user);
+    }
+  }
+  return true;
+}
+
+// Whether `producer` may write `output` (one of its leaves) over buffer `param`
+// that it also reads: see Note [donated buffers].
+bool ReadsElementwiseInPlace(const Instruction& producer, int64_t param, const LogicalBuffers& lb,
+                             const Shape& output, const Shape& param_shape) {
+  if (output.num_elements() != param_shape.num_elements() ||
+      ir::DTypeBytes(output.dtype()) != ir::DTypeBytes(param_shape.dtype())) {
+    return false;
+  }
+  const bool fusion = producer.opcode() == Opcode::kFusion &&
+                      (producer.attrs().fusion_kind == ir::FusionKind::kLoop ||
+                       producer.attrs().fusion_kind == ir::FusionKind::kOptimizer);
+  if (!fusion && !ir::IsElementwise(producer.opcode())) return false;
+  for (int64_t i = 0; i < producer.operand_count(); ++i) {
+    const std::vector<int64_t>& leaves = lb.leaf_buffers.at(producer.operand(i));
+    if (std::find(leaves.begin(), leaves.end(), param) == leaves.end()) continue;
+    if (leaves.size() != 1) return false;  // the parameter inside a tuple operand
+    if (!fusion) continue;                 // elementwise: every operand has the result's elements
+    std::vector<Instruction*> fused_params = producer.called_computation()->parameters();
+    if (i >= static_cast<int64_t>(fused_params.size()) || fused_params[i] == nullptr ||
+        !OnlyElementwiseUses(fused_params[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string BufferName(const BufferAssignment::Buffer& b) {
+  if (b.defining->shape().is_tuple()) return fmt::format("%{}{{{}}}", b.defining->name(), b.leaf);
+  return "%" + b.defining->name();
+}
+
+std::string BufferKind(const BufferAssignment::Buffer& b) {
+  std::string kind;
+  if (b.parameter >= 0) kind = fmt::format("parameter {}", b.parameter);
+  for (int64_t o : b.outputs) kind += fmt::format("{}output {}", kind.empty() ? "" : ", ", o);
+  if (b.donated_from != nullptr) kind += fmt::format(" (in place: %{})", b.donated_from->name());
+  return kind.empty() ? "temp" : kind;
+}
+
+}  // namespace
+
+LogicalBuffers ComputeLogicalBuffers(const ir::Computation& computation) {
+  LogicalBuffers lb;
+  for (const auto& owned : computation.instructions()) {
+    const Instruction* inst = owned.get();
+    std::vector<int64_t>& leaves = lb.leaf_buffers[inst];
+    switch (inst->opcode()) {
+      case Opcode::kTuple:
+        for (const Instruction* op : inst->operands()) {
+          const std::vector<int64_t>& op_leaves = lb.leaf_buffers.at(op);
+          leaves.insert(leaves.end(), op_leaves.begin(), op_leaves.end());
+        }
+        continue;
+      case Opcode::kGetTupleElement: {
+        const Shape& tuple = inst->operand(0)->shape();
+        int64_t first = 0;
+        for (int64_t i = 0; i < inst->attrs().index; ++i) {
+          first += LeafCount(tuple.tuple_elements()[i]);
+        }
+        const std::vector<int64_t>& op_leaves = lb.leaf_buffers.at(inst->operand(0));
+        leaves.assign(op_leaves.begin() + first,
+                      op_leaves.begin() + first + LeafCount(inst->shape()));
+        continue;
+      }
+      case Opcode::kReshape:
+        leaves = lb.leaf_buffers.at(inst->operand(0));
+        continue;
+      default:
+        break;
+    }
+    std::vector<Shape> shapes;
+    CollectLeaves(inst->shape(), shapes);
+    for (size_t leaf = 0; leaf < shapes.size(); ++leaf) {
+      leaves.push_back(static_cast<int64_t>(lb.buffers.size()));
+      lb.buffers.push_back(
+          {inst, static_cast<int64_t>(leaf), shapes[leaf], shapes[leaf].byte_size()});
+    }
+  }
+  return lb;
+}
+
+std::vector<LiveRange> ComputeLiveRanges(const ir::Computation& computation,
+                                         const LogicalBuffers& buffers,
+                                         const std::vector<const Instruction*>& order) {
+  std::unordered_map<const Instruction*, int64_t> time;
+  for (size_t t = 0; t < order.size(); ++t) time[order[t]] = static_cast<int64_t>(t);
+  const int64_t end = static_cast<int64_t>(order.size());
+  std::vector<int64_t> last = LastReads(buffers, time, order);
+  std::vector<LiveRange> ranges(buffers.buffers.size());
+  for (size_t b = 0; b < ranges.size(); ++b) {
+    const Instruction* def = buffers.buffers[b].defining;
+    ranges[b] =
+        def->opcode() == Opcode::kParameter ? LiveRange{0, end} : LiveRange{time.at(def), last[b]};
+  }
+  for (int64_t b : buffers.leaf_buffers.at(computation.root())) ranges[b].end = end;
+  return ranges;
+}
+
+namespace {
+// The peak of aligned live bytes and the first time it is reached.
+std::pair<int64_t, int64_t> Peak(const std::vector<int64_t>& bytes,
+                                 const std::vector<LiveRange>& ranges) {
+  int64_t horizon = 0;
+  for (const LiveRange& r : ranges) horizon = std::max(horizon, r.end + 2);
+  std::vector<int64_t> delta(horizon + 1, 0);
+  for (size_t b = 0; b < ranges.size(); ++b) {
+    delta[ranges[b].start] += AlignUp(bytes[b]);
+    delta[ranges[b].end + 1] -= AlignUp(bytes[b]);
+  }
+  int64_t live = 0, peak = 0, peak_time = 0;
+  for (int64_t t = 0; t < horizon; ++t) {
+    live += delta[t];
+    if (live > peak) {
+      peak = live;
+      peak_time = t;
+    }
+  }
+  return {peak, peak_time};
+}
+}  // namespace
+
+int64_t PeakLiveBytes(const LogicalBuffers& buffers, const std::vector<LiveRange>& ranges) {
+  std::vector<int64_t> bytes;
+  for (const LogicalBuffers::Buffer& b : buffers.buffers) bytes.push_back(b.bytes);
+  return Peak(bytes, ranges).first;
+}
+
+StatusOr<BufferAssignment> AssignBuffers(const ir::Module& module,
+                                         const BufferAssignmentOptions& options) {
+  const ir::Computation* entry = module.entry();
+  if (entry == nullptr) return Error("buffer assignment: module {} has no entry", module.name());
+  BufferAssignment result;
+  result.computation_name_ = entry->name();
+  for (const auto& inst : entry->instructions()) result.order_.push_back(inst.get());
+  const std::vector<const Instruction*>& order = result.order_;
+  std::unordered_map<const Instruction*, int64_t> time;
+  for (size_t t = 0; t < order.size(); ++t) time[order[t]] = static_cast<int64_t>(t);
+
+  const LogicalBuffers lb = ComputeLogicalBuffers(*entry);
+  std::vector<LiveRange> ranges = ComputeLiveRanges(*entry, lb, order);
+  const std::vector<int64_t> last_read = LastReads(lb, time, order);
+  const std::vector<int64_t>& root_leaves = lb.leaf_buffers.at(entry->root());
+  const std::vector<Instruction*> params = entry->parameters();
+
+  std::vector<BufferAssignment::Buffer> all(lb.buffers.size());
+  for (size_t b = 0; b < all.size(); ++b) {
+    const LogicalBuffers::Buffer& logical = lb.buffers[b];
+    all[b].defining = logical.defining;
+    all[b].leaf = logical.leaf;
+    all[b].shape = logical.shape;
+    all[b].bytes = logical.bytes;
+    all[b].live = ranges[b];
+    if (logical.defining->opcode() == Opcode::kParameter) {
+      all[b].parameter = logical.defining->attrs().index;
+    }
+  }
+  for (size_t k = 0; k < root_leaves.size(); ++k) {
+    all[root_leaves[k]].outputs.push_back(static_cast<int64_t>(k));
+  }
+
+  // Note [donated buffers]: check the options, then share slices where safe.
+  for (int64_t p : options.donated_parameters) {
+    if (p < 0 || p >= static_cast<int64_t>(params.size()) || params[p] == nullptr) {
+      return Error("buffer assignment: donated parameter {} does not exist in %{}", p,
+                   entry->name());
+    }
+  }
+  std::vector<int64_t> merged_into(all.size());
+  std::iota(merged_into.begin(), merged_into.end(), 0);
+  std::set<int64_t> updated_params, copied_params;
+  for (auto [output, p] : options.output_to_parameter) {
+    if (output < 0 || output >= static_cast<int64_t>(root_leaves.size())) {
+      return Error("buffer assignment: output {} out of range ({} outputs)", output,
+                   root_leaves.size());
+    }
+    if (!options.donated_parameters.contains(p)) {
+      return Error("buffer assignment: output {} updates parameter {}, which is not donated",
+                   output, p);
+    }
+    if (params[p]->shape().is_tuple()) {
+      return Error("buffer assignment: donated parameter {} (%{}) is a tuple", p,
+                   params[p]->name());
+    }
+    if (!updated_params.insert(p).second) {
+      return Error("buffer assignment: parameter {} is updated by two outputs", p);
+    }
+    const int64_t param_buffer = lb.leaf_buffers.at(params[p])[0];
+    const int64_t out_buffer = root_leaves[output];
+    if (out_buffer == param_buffer) continue;  // returned unchanged: already in place
+    const BufferAssignment::Buffer& out = all[out_buffer];
+    const BufferAssignment::Buffer& param = all[param_buffer];
+    const Instruction& producer = *out.defining;
+    std::string reason;
+    if (out.parameter >= 0) {
+      reason = fmt::format("the output is parameter {}", out.parameter);
+    } else if (merged_into[out_buffer] != out_buffer) {
+      reason = "the output already updates another parameter in place";
+    } else if (out.bytes != param.bytes) {
+      reason = fmt::format("the output has {} bytes, the parameter {}", out.bytes, param.bytes);
+    } else if (!param.outputs.empty()) {
+      reason = fmt::format("the parameter is also output {}", param.outputs[0]);
+    } else if (last_read[param_buffer] > time.at(&producer)) {
+      reason = fmt::format("%{} reads the parameter after %{} writes it",
+                           order[last_read[param_buffer]]->name(), producer.name());
+    } else if (last_read[param_buffer] == time.at(&producer) &&
+               !ReadsElementwiseInPlace(producer, param_buffer, lb, out.shape, param.shape)) {
+      reason = fmt::format("%{} reads the parameter other than elementwise", producer.name());
+    }
+    if (!reason.empty()) {
+      result.copies_.push_back({output, p, std::move(reason)});
+      copied_params.insert(p);
+      continue;
+    }
+    merged_into[out_buffer] = param_buffer;
+    all[param_buffer].donated_from = &producer;
+    all[param_buffer].outputs.insert(all[param_buffer].outputs.end(), out.outputs.begin(),
+                                     out.outputs.end());
+  }
+  // A donated parameter nothing writes back into is dead after its last reader
+  // (unless it is an output, or a reported copy goes back into it after the step).
+  for (int64_t p : options.donated_parameters) {
+    if (params[p]->shape().is_tuple()) continue;
+    const int64_t b = lb.leaf_buffers.at(params[p])[0];
+    if (all[b].donated_from == nullptr && all[b].outputs.empty() && !copied_params.contains(p)) {
+      all[b].live.end = last_read[b];
+    }
+  }
+
+  // Keep the buffers that were not merged, renumbered in definition order.
+  std::vector<int64_t> new_id(all.size(), -1);
+  for (size_t b = 0; b < all.size(); ++b) {
+    if (merged_into[b] != static_cast<int64_t>(b)) continue;
+    new_id[b] = static_cast<int64_t>(result.buffers_.size());
+    all[b].id = new_id[b];
+    result.buffers_.push_back(std::move(all[b]));
+  }
+  for (const auto& [inst, leaves] : lb.leaf_buffers) {
+    std::vector<int64_t>& mapped = result.leaf_buffers_[inst];
+    for (int64_t b : leaves) mapped.push_back(new_id[merged_into[b]]);
+  }
+
+  // Best fit, largest first: each buffer takes the smallest gap between the
+  // buffers already placed whose live ranges overlap its own (lowest offset on
+  // ties), else goes above them. Sorting by (size, start, id) keeps it deterministic.
+  std::vector<BufferAssignment::Buffer>& buffers = result.buffers_;
+  std::vector<int64_t> by_size(buffers.size());
+  std::iota(by_size.begin(), by_size.end(), 0);
+  std::sort(by_size.begin(), by_size.end(), [&](int64_t a, int64_t b) {
+    const auto& x = buffers[a];
+    const auto& y = buffers[b];
+    if (AlignUp(x.bytes) != AlignUp(y.bytes)) return AlignUp(x.bytes) > AlignUp(y.bytes);
+    if (x.live.start != y.live.start) return x.live.start < y.live.start;
+    return a < b;
+  });
+  std::vector<int64_t> placed;
+  int64_t arena = 0;
+  std::vector<std::pair<int64_t, int64_t>> taken;  // [begin, end) of overlapping buffers
+  for (int64_t b : by_size) {
+    BufferAssignment::Buffer& buf = buffers[b];
+    const int64_t size = AlignUp(buf.bytes);
+    buf.slice = {0, 0, buf.bytes};
+    if (size == 0) continue;
+    taken.clear();
+    for (int64_t other : placed) {
+      if (buffers[other].live.Overlaps(buf.live)) {
+        taken.emplace_back(buffers[other].slice.offset,
+                           buffers[other].slice.offset + AlignUp(buffers[other].bytes));
+      }
+    }
+    std::sort(taken.begin(), taken.end());
+    int64_t best = -1, best_gap = 0, cursor = 0;
+    for (const auto& [begin, end] : taken) {
+      const int64_t gap = begin - cursor;
+      if (gap >= size && (best < 0 || gap < best_gap)) {
+        best = cursor;
+        best_gap = gap;
+      }
+      cursor = std::max(cursor, end);
+    }
+    buf.slice.offset = best >= 0 ? best : cursor;
+    arena = std::max(arena, buf.slice.offset + size);
+    placed.push_back(b);
+  }
+  result.allocations_ = {Allocation{0, arena}};
+
+  std::vector<int64_t> bytes;
+  std::vector<LiveRange> final_ranges;
+  for (const auto& buf : buffers) {
+    bytes.push_back(buf.bytes);
+    final_ranges.push_back(buf.live);
+  }
+  std::tie(result.peak_bytes_, result.peak_time_) = Peak(bytes, final_ranges);
+  return result;
+}
+
+const BufferAssignment::Buffer* BufferAssignment::GetBuffer(const ir::Instruction* inst,
+                                                            int64_t leaf) const {
+  auto it = leaf_buffers_.find(inst);
+  if (it == leaf_buffers_.end() || leaf < 0 || leaf >= static_cast<int64_t>(it->second.size())) {
+    return nullptr;
+  }
+  return &buffers_[it->second[leaf]];
+}
+
+StatusOr<Slice> BufferAssignment::GetSlice(const ir::Instruction* inst, int64_t leaf) const {
+  const Buffer* buffer = GetBuffer(inst, leaf);
+  if (buffer == nullptr) {
+    return Error("buffer assignment: %{} leaf {} has no buffer in %{}",
+                 inst == nullptr ? "<null>" : inst->name(), leaf, computation_name_);
+  }
+  return buffer->slice;
+}
+
+StatusOr<std::vector<Slice>> BufferAssignment::GetSlices(const ir::Instruction* inst) const {
+  auto it = leaf_buffers_.find(inst);
+  if (it == leaf_buffers_.end()) {
+    return Error("buffer assignment: %{} is not an instruction of %{}",
+                 inst == nullptr ? "<null>" : inst->name(), computation_name_);
+  }
+  std::vector<Slice> slices;
+  for (int64_t b : it->second) slices.push_back(buffers_[b].slice);
+  return slices;
+}
+
+std::string BufferAssignment::ToString() const {
+  std::string out =
+      fmt::format("buffer assignment of %{}: {} buffers, arena {} B, peak {} B at time {}",
+                  computation_name_, buffers_.size(), arena_size(), peak_bytes_, peak_time_);
+  if (peak_time_ < static_cast<int64_t>(order_.size())) {
+    out += fmt::format(" (%{})", order_[peak_time_]->name());
+  }
+  out += "\n";
+  for (const Allocation& a : allocations_) {
+    out += fmt::format("allocation {}: size={}\n", a.index, a.size);
+  }
+  for (const Buffer& b : buffers_) {
+    out += fmt::format("{} {} offset={} size={} live=[{},{}] {}", BufferName(b), b.shape.ToString(),
+                       b.slice.offset, b.slice.size, b.live.start, b.live.end, BufferKind(b));
+    if (!b.defining->metadata().empty()) out += fmt::format(" meta=\"{}\"", b.defining->metadata());
+    out += "\n";
+  }
+  for (const DonationCopy& c : copies_) {
+    out += fmt::format("copy: output {} -> parameter {}: {}\n", c.output, c.parameter, c.reason);
+  }
+  return out;
+}
+
+std::string BufferAssignment::MemoryReport(int top_n) const {
+  std::string out = fmt::format("memory report for %{}\n", computation_name_);
+  out += fmt::format("arena size: {} ({} B)\n", HumanBytes(arena_size()), arena_size());
+  std::string at;
+  if (peak_time_ < static_cast<int64_t>(order_.size())) {
+    at = fmt::format(", running %{}", order_[peak_time_]->name());
+  }
+  out += fmt::format("peak live:  {} ({} B) at time {}{}\n", HumanBytes(peak_bytes_), peak_bytes_,
+                     peak_time_, at);
+  int64_t param_bytes = 0, temp_bytes = 0;
+  for (const Buffer& b : buffers_) (b.parameter >= 0 ? param_bytes : temp_bytes) += b.bytes;
+  out +=
+      fmt::format("buffers: {} (parameters {}, others {} before reuse), copies after step: {}\n",
+                  buffers_.size(), HumanBytes(param_bytes), HumanBytes(temp_bytes), copies_.size());
+  std::vector<const Buffer*> live;
+  for (const Buffer& b : buffers_) {
+    if (b.live.start <= peak_time_ && peak_time_ <= b.live.end && b.bytes > 0) live.push_back(&b);
+  }
+  std::sort(live.begin(), live.end(), [](const Buffer* a, const Buffer* b) {
+    return a->bytes != b->bytes ? a->bytes > b->bytes : a->id < b->id;
+  });
+  if (static_cast<int64_t>(live.size()) > top_n) live.resize(std::max(top_n, 0));
+  out += fmt::format("largest {} buffers live at the peak:\n", live.size());
+  out += fmt::format("  {:>3}  {:>10}  {:<20} {:<24} {:<14} {:<24} {}\n", "#", "bytes", "shape",
+                     "buffer", "live", "kind", "meta");
+  for (size_t i = 0; i < live.size(); ++i) {
+    const Buffer& b = *live[i];
+    out += fmt::format("  {:>3}  {:>10}  {:<20} {:<24} {:<14} {:<24} {}\n", i + 1,
+                       HumanBytes(b.bytes), b.shape.ToString(), BufferName(b),
+                       fmt::format("[{},{}]", b.live.start, b.live.end), BufferKind(b),
+                       b.defining->metadata().empty() ? "-" : b.defining->metadata());
+  }
+  return out;
+}
+
+}  // namespace gptc::passes

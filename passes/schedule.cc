@@ -1,0 +1,202 @@
+#include "passes/schedule.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <unordered_map>
+
+#include "passes/buffer_assignment.h"
+
+namespace gptc::passes {
+
+namespace {
+int64_t Aligned(int64_t bytes) {
+  return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+}
+
+// What must run before each instruction: its operands, and for an all-reduce
+// the previous all-reduce of the original order.
+std::vector<std::vector<int64_t>> Predecessors(
+    const std::vector<ir::Instruction*>& original,
+    const std::unordered_map<const ir::Instruction*, int64_t>& position) {
+  std::vector<std::vector<int64_t>> preds(original.size());
+  int64_t previous_all_reduce = -1;
+  for (size_t i = 0; i < original.size(); ++i) {
+    if (original[i]->opcode() == ir::Opcode::kAllReduce) {
+      if (previous_all_reduce >= 0) preds[i].push_back(previous_all_reduce);
+      previous_all_reduce = static_cast<int64_t>(i);
+    }
+    for (const ir::Instruction* op : original[i]->operands()) preds[i].push_back(position.at(op));
+    // Keep the first occurrence of each predecessor, in operand order.
+    std::vector<int64_t> unique;
+    for (int64_t p : preds[i]) {
+      if (std::find(unique.begin(), unique.end(), p) == unique.end()) unique.push_back(p);
+    }
+    preds[i] = std::move(unique);
+  }
+  return preds;
+}
+
+std::vector<ir::Instruction*> Instructions(
+    const ir::Computation& computation,
+    std::unordered_map<const ir::Instruction*, int64_t>& position) {
+  std::vector<ir::Instruction*> original;
+  for (const auto& inst : computation.instructions()) {
+    position[inst.get()] = static_cast<int64_t>(original.size());
+    original.push_back(inst.get());
+  }
+  return original;
+}
+}  // namespace
+
+std::vector<ir::Instruction*> MemoryGreedyOrder(const ir::Computation& computation) {
+  const LogicalBuffers lb = ComputeLogicalBuffers(computation);
+  const int64_t n = computation.instruction_count();
+  std::unordered_map<const ir::Instruction*, int64_t> position;
+  const std::vector<ir::Instruction*> original = Instructions(computation, position);
+
+  // Parameters and outputs stay live whole step: scheduling never frees them.
+  std::vector<bool> pinned(lb.buffers.size(), false);
+  for (size_t b = 0; b < lb.buffers.size(); ++b) {
+    pinned[b] = lb.buffers[b].defining->opcode() == ir::Opcode::kParameter;
+  }
+  for (int64_t b : lb.leaf_buffers.at(computation.root())) pinned[b] = true;
+
+  // reads[i]: the distinct buffers instruction i reads; remaining[b]: readers
+  // of b not yet scheduled; allocates[i]: the bytes of the buffers i defines.
+  std::vector<std::vector<int64_t>> reads(n);
+  std::vector<int64_t> remaining(lb.buffers.size(), 0), allocates(n, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (const ir::Instruction* op : original[i]->operands()) {
+      for (int64_t b : lb.leaf_buffers.at(op)) reads[i].push_back(b);
+    }
+    std::sort(reads[i].begin(), reads[i].end());
+    reads[i].erase(std::unique(reads[i].begin(), reads[i].end()), reads[i].end());
+    for (int64_t b : reads[i]) ++remaining[b];
+  }
+  for (size_t b = 0; b < lb.buffers.size(); ++b) {
+    // Outputs count when they are computed (they stay live from then on);
+    // parameters are live from the start whatever the order.
+    const ir::Instruction* def = lb.buffers[b].defining;
+    if (def->opcode() != ir::Opcode::kParameter) {
+      allocates[position.at(def)] += Aligned(lb.buffers[b].bytes);
+    }
+  }
+
+  std::vector<std::vector<int64_t>> preds = Predecessors(original, position);
+  std::vector<std::vector<int64_t>> successors(n);
+  std::vector<int64_t> pending(n, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    pending[i] = static_cast<int64_t>(preds[i].size());
+    for (int64_t p : preds[i]) successors[p].push_back(i);
+  }
+
+  std::vector<ir::Instruction*> order;
+  order.reserve(n);
+  std::set<int64_t> ready;
+  auto schedule = [&](int64_t i) {
+    order.push_back(original[i]);
+    for (int64_t b : reads[i]) --remaining[b];
+    for (int64_t s : successors[i]) {
+      if (--pending[s] == 0) ready.insert(s);
+    }
+  };
+  // Parameters first, in their original order: they are the step's inputs.
+  for (int64_t i = 0; i < n; ++i) {
+    if (original[i]->opcode() == ir::Opcode::kParameter) schedule(i);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (pending[i] == 0 && original[i]->opcode() != ir::Opcode::kParameter) ready.insert(i);
+  }
+  while (!ready.empty()) {
+    int64_t best = -1, best_net = std::numeric_limits<int64_t>::max();
+    for (int64_t i : ready) {  // ascending position: the first minimum wins ties
+      int64_t net = allocates[i];
+      for (int64_t b : reads[i]) {
+        if (!pinned[b] && remaining[b] == 1) net -= Aligned(lb.buffers[b].bytes);
+      }
+      if (net < best_net) {
+        best = i;
+        best_net = net;
+      }
+    }
+    ready.erase(best);
+    schedule(best);
+  }
+  return order;
+}
+
+std::vector<ir::Instruction*> DepthFirstOrder(const ir::Computation& computation) {
+  std::unordered_map<const ir::Instruction*, int64_t> position;
+  const std::vector<ir::Instruction*> original = Instructions(computation, position);
+  const std::vector<std::vector<int64_t>> preds = Predecessors(original, position);
+  const int64_t n = static_cast<int64_t>(original.size());
+  std::vector<ir::Instruction*> order;
+  order.reserve(n);
+  std::vector<bool> done(n, false);
+  for (int64_t i = 0; i < n; ++i) {
+    if (original[i]->opcode() != ir::Opcode::kParameter) continue;
+    order.push_back(original[i]);
+    done[i] = true;
+  }
+  // Post-order from the root, then from whatever the root does not reach.
+  std::vector<int64_t> starts = {position.at(computation.root())};
+  for (int64_t i = 0; i < n; ++i) starts.push_back(i);
+  std::vector<std::pair<int64_t, size_t>> stack;  // (instruction, next predecessor)
+  std::vector<bool> on_stack(n, false);
+  for (int64_t start : starts) {
+    if (done[start]) continue;
+    stack.push_back({start, 0});
+    on_stack[start] = true;
+    while (!stack.empty()) {
+      auto& [inst, next] = stack.back();
+      if (next < preds[inst].size()) {
+        const int64_t p = preds[inst][next++];
+        if (!done[p] && !on_stack[p]) {
+          on_stack[p] = true;
+          stack.push_back({p, 0});
+        }
+        continue;
+      }
+      done[inst] = true;
+      order.push_back(original[inst]);
+      stack.pop_back();
+    }
+  }
+  return order;
+}
+
+int64_t PeakLiveBytesOf(const ir::Computation& computation,
+                        const std::vector<ir::Instruction*>& order) {
+  const LogicalBuffers lb = ComputeLogicalBuffers(computation);
+  std::vector<const ir::Instruction*> const_order(order.begin(), order.end());
+  return PeakLiveBytes(lb, ComputeLiveRanges(computation, lb, const_order));
+}
+
+StatusOr<bool> Schedule::Run(ir::Module& module) {
+  bool changed = false;
+  for (const auto& computation : module.computations()) {
+    std::vector<ir::Instruction*> current;
+    for (const auto& inst : computation->instructions()) current.push_back(inst.get());
+    // Both orders are heuristics: take the better one, and only if it beats the old order.
+    std::vector<ir::Instruction*> best = current;
+    int64_t best_peak = PeakLiveBytesOf(*computation, current);
+    for (auto* scheduler : {&MemoryGreedyOrder, &DepthFirstOrder}) {
+      std::vector<ir::Instruction*> order = scheduler(*computation);
+      if (order.size() != current.size()) {
+        return Error("schedule: %{} has a dependency cycle", computation->name());
+      }
+      const int64_t peak = PeakLiveBytesOf(*computation, order);
+      if (peak < best_peak) {
+        best = std::move(order);
+        best_peak = peak;
+      }
+    }
+    if (best == current) continue;
+    computation->ReorderInstructions(best);
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace gptc::passes
