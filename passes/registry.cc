@@ -1,7 +1,14 @@
 #include "passes/registry.h"
 
 #include "passes/autodiff.h"
+#include "passes/cse.h"
 #include "passes/dce.h"
+#include "passes/fusion.h"
+#include "passes/mixed_precision.h"
+#include "passes/optimizer.h"
+#include "passes/remat.h"
+#include "passes/schedule.h"
+#include "passes/simplify.h"
 
 namespace gptc::passes {
 
@@ -10,8 +17,22 @@ const pass::PassRegistry& AllPasses() {
     auto* r = new pass::PassRegistry();
     r->Register("autodiff", "rewrite the entry to return (loss, gradients of float parameters)",
                 [] { return std::make_unique<Autodiff>(); });
+    r->Register("optimizer", "AdamW step with global-norm clipping on the autodiff output",
+                [] { return std::make_unique<Optimizer>(); });
+    r->Register("fusion", "group instructions into kernels (loop, reduction, gemm, attention, ...)",
+                [] { return std::make_unique<Fusion>(); });
     r->Register("dce", "remove unused instructions and uncalled computations",
                 [] { return std::make_unique<Dce>(); });
+    r->Register("simplify", "algebraic identities, constant folding, transpose/reshape chains",
+                [] { return std::make_unique<Simplify>(); });
+    r->Register("cse", "merge instructions that compute the same value",
+                [] { return std::make_unique<Cse>(); });
+    r->Register("schedule", "reorder instructions to keep peak live memory low",
+                [] { return std::make_unique<Schedule>(); });
+    r->Register("mixed-precision", "bf16 dot operands with f32 accumulation (run before autodiff)",
+                [] { return std::make_unique<MixedPrecision>(); });
+    r->Register("remat", "policy dots: keep dot outputs, recompute the rest in the backward",
+                [] { return std::make_unique<Remat>(RematOptions{.policy = RematPolicy::kDots}); });
     return r;
   }();
   return *registry;

@@ -1,5 +1,6 @@
 #include "compiler/ir/module.h"
 
+#include <algorithm>
 #include <functional>
 #include <unordered_map>
 #include <unordered_set>
@@ -12,6 +13,14 @@ Computation* Module::AddComputation(std::unique_ptr<Computation> computation) {
   computation->parent_ = this;
   computations_.push_back(std::move(computation));
   return computations_.back().get();
+}
+
+Computation* Module::AddComputationBefore(std::unique_ptr<Computation> computation,
+                                          const Computation* before) {
+  auto it = std::find_if(computations_.begin(), computations_.end(),
+                         [&](const auto& c) { return c.get() == before; });
+  computation->parent_ = this;
+  return computations_.insert(it, std::move(computation))->get();
 }
 
 Computation* Module::AddComputation(std::string_view name) {

@@ -20,6 +20,7 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
   // The file the module was parsed from, for error locations ("" if built in memory).
   const std::string& source_file() const { return source_file_; }
   void set_source_file(std::string file) { source_file_ = std::move(file); }
@@ -30,6 +31,10 @@ class Module {
   void set_entry(Computation* entry) { entry_ = entry; }
 
   Computation* AddComputation(std::unique_ptr<Computation> computation);
+  // Inserts `computation` right before `before` in definition order (nullptr
+  // appends), so a pass can define a callee ahead of its existing caller.
+  Computation* AddComputationBefore(std::unique_ptr<Computation> computation,
+                                    const Computation* before);
   // Adds a new empty computation named `name` (made unique if taken).
   Computation* AddComputation(std::string_view name);
   Computation* FindComputation(std::string_view name) const;

@@ -1,0 +1,455 @@
+#include "passes/fusion.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cassert>
+#include <functional>
+#include <queue>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "passes/fusion_planner.h"
+
+namespace gptc::passes {
+
+namespace fusion_internal {
+
+using ir::Instruction;
+using ir::Opcode;
+
+bool IsFree(const Instruction& inst) {
+  Opcode op = inst.opcode();
+  return op == Opcode::kConstant || op == Opcode::kIota || op == Opcode::kBroadcast;
+}
+
+bool IsLoopOp(const Instruction& inst) {
+  if (inst.shape().is_tuple()) return false;
+  switch (inst.opcode()) {
+    case Opcode::kReshape:
+    case Opcode::kTranspose:
+    case Opcode::kSlice:
+    case Opcode::kPad:
+    case Opcode::kConcatenate:
+    case Opcode::kBroadcast:
+    case Opcode::kIota:
+      return true;
+    default:
+      return ir::IsElementwise(inst.opcode());
+  }
+}
+
+Planner::Planner(ir::Computation* computation) : computation_(computation) {
+  for (const auto& inst : computation->instructions()) {
+    pos_[inst.get()] = static_cast<int64_t>(order_.size());
+    order_.push_back(inst.get());
+  }
+}
+
+int Planner::group_of(const Instruction* inst) const {
+  auto it = group_of_.find(inst);
+  return it == group_of_.end() ? -1 : it->second;
+}
+
+bool Planner::Claimable(const Instruction* inst) const {
+  if (group_of(inst) >= 0 || IsFree(*inst) || inst->shape().is_tuple()) return false;
+  switch (inst->opcode()) {
+    case Opcode::kParameter:
+    case Opcode::kGather:
+    case Opcode::kScatterAdd:
+    case Opcode::kAllReduce:
+    case Opcode::kTuple:
+    case Opcode::kGetTupleElement:
+    case Opcode::kFusion:
+      return false;
+    default:
+      return true;
+  }
+}
+
+int Planner::NewGroup(ir::FusionKind kind, const Instruction* hero, const InstSet& members) {
+  int g = static_cast<int>(groups_.size());
+  groups_.push_back(Group{kind, hero, members, true});
+  for (const Instruction* m : members) group_of_[m] = g;
+  return g;
+}
+
+bool Planner::TryAdd(int g, const Instruction* inst) {
+  InstSet s = groups_[g].members;
+  s.insert(inst);
+  if (CreatesCycle(s)) return false;
+  groups_[g].members.insert(inst);
+  group_of_[inst] = g;
+  return true;
+}
+
+bool Planner::TryMerge(int a, int b) {
+  if (a == b) return true;
+  InstSet s = groups_[a].members;
+  s.insert(groups_[b].members.begin(), groups_[b].members.end());
+  if (CreatesCycle(s)) return false;
+  for (const Instruction* m : groups_[b].members) group_of_[m] = a;
+  groups_[a].members = std::move(s);
+  groups_[b].members.clear();
+  groups_[b].live = false;
+  return true;
+}
+
+bool Planner::Reach(const InstSet& s, bool backward, InstSet* reached) const {
+  // Free ops are copied into each group that reads them, so paths through
+  // them count from their sources to their users directly.
+  std::vector<const Instruction*> stack;
+  auto push_neighbors = [&](const Instruction* x) {
+    if (backward) {
+      for (const Instruction* op : x->operands()) NonFreeSources(op, stack);
+    } else {
+      NonFreeUsers(x, stack);
+    }
+  };
+  for (const Instruction* m : s) push_neighbors(m);
+  std::erase_if(stack, [&](const Instruction* n) { return s.contains(n); });
+  InstSet visited;
+  bool cycle = false;
+  while (!stack.empty()) {
+    const Instruction* x = stack.back();
+    stack.pop_back();
+    if (s.contains(x)) {
+      cycle = true;
+      if (reached == nullptr) return true;
+      continue;
+    }
+    if (!visited.insert(x).second) continue;
+    // A group runs as one kernel: reaching any member reaches all of them.
+    int g = group_of(x);
+    if (g >= 0) {
+      for (const Instruction* m : groups_[g].members) {
+        if (visited.insert(m).second || m == x) push_neighbors(m);
+      }
+    } else {
+      push_neighbors(x);
+    }
+  }
+  if (reached != nullptr) *reached = std::move(visited);
+  return cycle;
+}
+
+bool Planner::CreatesCycle(const InstSet& s) const { return Reach(s, false, nullptr); }
+
+void Planner::MakeConvex(InstSet& s) const {
+  for (int round = 0; round < 16 && !s.empty(); ++round) {
+    InstSet down, up;
+    Reach(s, /*backward=*/false, &down);
+    Reach(s, /*backward=*/true, &up);
+    std::vector<const Instruction*> between;
+    for (const Instruction* x : down) {
+      if (up.contains(x)) between.push_back(x);
+    }
+    if (between.empty()) return;
+    // Members upstream of a between value leave; the downstream part stays.
+    InstSet seen;
+    while (!between.empty()) {
+      const Instruction* x = between.back();
+      between.pop_back();
+      if (!seen.insert(x).second) continue;
+      s.erase(x);
+      for (const Instruction* op : x->operands()) between.push_back(op);
+    }
+  }
+}
+
+void Planner::NonFreeSources(const Instruction* inst, std::vector<const Instruction*>& out) const {
+  if (!IsFree(*inst)) {
+    out.push_back(inst);
+    return;
+  }
+  for (const Instruction* op : inst->operands()) NonFreeSources(op, out);
+}
+
+void Planner::NonFreeUsers(const Instruction* inst, std::vector<const Instruction*>& out) const {
+  for (const Instruction* u : inst->users()) {
+    if (IsFree(*u)) {
+      NonFreeUsers(u, out);
+    } else {
+      out.push_back(u);
+    }
+  }
+}
+
+namespace {
+
+// Builds the fusion instructions for the planner's live groups and rewrites
+// the entry: members go away, users read the fusion (or its tuple elements).
+class Materializer {
+ public:
+  Materializer(ir::Module& module, Planner& planner)
+      : module_(module), p_(planner), entry_(planner.computation()) {}
+
+  bool Run() {
+    std::vector<int> live;
+    for (int g = 0; g < static_cast<int>(p_.groups().size()); ++g) {
+      if (p_.groups()[g].live && !p_.groups()[g].members.empty()) live.push_back(g);
+    }
+    if (live.empty()) return false;
+    std::vector<std::pair<bool, int64_t>> units = TopologicalUnits();
+    std::vector<Instruction*> new_order;
+    for (auto [is_group, id] : units) {
+      if (!is_group) {
+        new_order.push_back(p_.order()[id]);
+        continue;
+      }
+      for (Instruction* inst : BuildFusion(static_cast<int>(id))) new_order.push_back(inst);
+    }
+    for (auto& [original, value] : replacement_) {
+      const_cast<Instruction*>(original)->ReplaceAllUsesWith(value);
+    }
+    // Members, then copies of free ops nothing reads any more, users first.
+    InstSet removed;
+    for (auto it = p_.order().rbegin(); it != p_.order().rend(); ++it) {
+      Instruction* inst = *it;
+      bool member = p_.group_of(inst) >= 0 && p_.groups()[p_.group_of(inst)].live;
+      if (!member && !(IsFree(*inst) && inst->users().empty())) continue;
+      if (!inst->users().empty() || entry_->root() == inst) continue;
+      entry_->RemoveInstruction(inst);
+      removed.insert(inst);
+    }
+    std::erase_if(new_order, [&](Instruction* i) { return removed.contains(i); });
+    assert(new_order.size() == static_cast<size_t>(entry_->instruction_count()) &&
+           "fusion groups must not form a cycle");
+    entry_->ReorderInstructions(new_order);
+    return true;
+  }
+
+ private:
+  // Groups and ungrouped instructions in an order that respects data flow;
+  // among ready units, the one whose last instruction came first goes first.
+  std::vector<std::pair<bool, int64_t>> TopologicalUnits() {
+    const auto& order = p_.order();
+    int64_t n_groups = static_cast<int64_t>(p_.groups().size());
+    auto unit = [&](const Instruction* inst) -> int64_t {
+      int g = p_.group_of(inst);
+      return g >= 0 ? g : n_groups + p_.pos(inst);
+    };
+    int64_t n_units = n_groups + static_cast<int64_t>(order.size());
+    std::vector<int64_t> priority(n_units, -1), indegree(n_units, 0);
+    std::vector<std::vector<int64_t>> succ(n_units);
+    std::vector<bool> present(n_units, false);
+    for (const Instruction* inst : order) {
+      int64_t u = unit(inst);
+      present[u] = true;
+      priority[u] = std::max(priority[u], p_.pos(inst));
+      // A group copies the free ops it reads: it depends on their sources.
+      std::vector<const Instruction*> sources;
+      for (const Instruction* op : inst->operands()) {
+        if (u < n_groups) {
+          p_.NonFreeSources(op, sources);
+        } else {
+          sources.push_back(op);
+        }
+      }
+      for (const Instruction* op : sources) {
+        int64_t v = unit(op);
+        if (v == u) continue;
+        succ[v].push_back(u);
+        ++indegree[u];
+      }
+    }
+    using Item = std::pair<int64_t, int64_t>;  // (priority, unit)
+    std::priority_queue<Item, std::vector<Item>, std::greater<>> ready;
+    for (int64_t u = 0; u < n_units; ++u) {
+      if (present[u] && indegree[u] == 0) ready.push({priority[u], u});
+    }
+    std::vector<std::pair<bool, int64_t>> out;
+    while (!ready.empty()) {
+      int64_t u = ready.top().second;
+      ready.pop();
+      out.push_back(u < n_groups ? std::make_pair(true, u) : std::make_pair(false, u - n_groups));
+      for (int64_t v : succ[u]) {
+        if (--indegree[v] == 0) ready.push({priority[v], v});
+      }
+    }
+    return out;
+  }
+
+  bool HasFreeRootUser(const Instruction* inst) const {
+    for (const Instruction* u : inst->users()) {
+      if (IsFree(*u) && (entry_->root() == u || HasFreeRootUser(u))) return true;
+    }
+    return false;
+  }
+
+  std::string ComputationName(const Instruction* hero) {
+    std::string base = "fused." + hero->name();
+    std::string name = base;
+    for (int i = 1; module_.FindComputation(name) != nullptr; ++i)
+      name = fmt::format("{}.{}", base, i);
+    return name;
+  }
+
+  // The value a fusion operand should read: the new fusion output if the
+  // original is now inside another fusion.
+  Instruction* Current(const Instruction* inst) {
+    auto it = replacement_.find(inst);
+    return it != replacement_.end() ? it->second : const_cast<Instruction*>(inst);
+  }
+
+  // Creates the fused computation and the fusion (plus get-tuple-elements)
+  // for group `g`; returns the new entry instructions in order.
+  std::vector<Instruction*> BuildFusion(int g) {
+    const Group& group = p_.groups()[g];
+    std::vector<const Instruction*> members(group.members.begin(), group.members.end());
+    std::sort(members.begin(), members.end(),
+              [&](auto* a, auto* b) { return p_.pos(a) < p_.pos(b); });
+    auto fused = std::make_unique<ir::Computation>(ComputationName(group.hero));
+    std::unordered_map<const Instruction*, Instruction*> clone;
+    std::vector<const Instruction*> inputs;
+    // Parameters first: the non-free values members read from outside.
+    std::function<void(const Instruction*)> collect = [&](const Instruction* op) {
+      if (group.members.contains(op) || clone.contains(op)) return;
+      if (IsFree(*op)) {
+        for (const Instruction* o : op->operands()) collect(o);
+        return;
+      }
+      int64_t number = static_cast<int64_t>(inputs.size());
+      ir::Attrs attrs;
+      attrs.index = number;
+      auto param = std::make_unique<Instruction>(fmt::format("p{}.{}", number, op->name()),
+                                                 Opcode::kParameter, op->shape(),
+                                                 std::vector<Instruction*>{}, attrs);
+      clone[op] = fused->AddInstruction(std::move(param));
+      inputs.push_back(op);
+    };
+    for (const Instruction* m : members) {
+      for (const Instruction* op : m->operands()) collect(op);
+    }
+    std::function<Instruction*(const Instruction*)> copy = [&](const Instruction* inst) {
+      auto it = clone.find(inst);
+      if (it != clone.end()) return it->second;
+      std::vector<Instruction*> operands;
+      for (const Instruction* op : inst->operands()) operands.push_back(copy(op));
+      auto c = std::make_unique<Instruction>(inst->name(), inst->opcode(), inst->shape(),
+                                             std::move(operands), inst->attrs());
+      c->set_metadata(inst->metadata());
+      c->set_called_computation(inst->called_computation());
+      Instruction* raw = fused->AddInstruction(std::move(c));
+      clone[inst] = raw;
+      return raw;
+    };
+    std::vector<const Instruction*> outputs;
+    for (const Instruction* m : members) {
+      copy(m);
+      // Free users are copied into the groups that read them: look through them.
+      std::vector<const Instruction*> users;
+      p_.NonFreeUsers(m, users);
+      bool used_outside = entry_->root() == m || HasFreeRootUser(m);
+      for (const Instruction* u : users) used_outside |= !group.members.contains(u);
+      if (used_outside) outputs.push_back(m);
+    }
+    Instruction* root = clone.at(outputs.front());
+    std::vector<ir::Shape> shapes;
+    if (outputs.size() > 1) {
+      std::vector<Instruction*> elements;
+      for (const Instruction* o : outputs) {
+        elements.push_back(clone.at(o));
+        shapes.push_back(o->shape());
+      }
+      auto tuple = std::make_unique<Instruction>(fused->UniqueName("outputs"), Opcode::kTuple,
+                                                 ir::Shape::Tuple(shapes), std::move(elements));
+      root = fused->AddInstruction(std::move(tuple));
+    }
+    fused->set_root(root);
+    ir::Computation* called = module_.AddComputationBefore(std::move(fused), entry_);
+
+    std::vector<Instruction*> operands;
+    for (const Instruction* in : inputs) operands.push_back(Current(in));
+    ir::Attrs attrs;
+    attrs.fusion_kind = group.kind;
+    auto fusion =
+        std::make_unique<Instruction>(entry_->UniqueName(group.hero->name() + ".fusion"),
+                                      Opcode::kFusion, root->shape(), std::move(operands), attrs);
+    fusion->set_metadata(group.hero->metadata());
+    fusion->set_called_computation(called);
+    Instruction* f = entry_->AddInstruction(std::move(fusion));
+    std::vector<Instruction*> created = {f};
+    if (outputs.size() == 1) {
+      replacement_[outputs.front()] = f;
+      return created;
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      ir::Attrs gte_attrs;
+      gte_attrs.index = static_cast<int64_t>(i);
+      auto gte = std::make_unique<Instruction>(entry_->UniqueName(outputs[i]->name() + ".out"),
+                                               Opcode::kGetTupleElement, outputs[i]->shape(),
+                                               std::vector<Instruction*>{f}, gte_attrs);
+      gte->set_metadata(outputs[i]->metadata());
+      Instruction* raw = entry_->AddInstruction(std::move(gte));
+      replacement_[outputs[i]] = raw;
+      created.push_back(raw);
+    }
+    return created;
+  }
+
+  ir::Module& module_;
+  Planner& p_;
+  ir::Computation* entry_;
+  std::unordered_map<const Instruction*, Instruction*> replacement_;
+};
+
+}  // namespace
+}  // namespace fusion_internal
+
+StatusOr<bool> Fusion::Run(ir::Module& module) {
+  using namespace fusion_internal;  // NOLINT(build/namespaces): the phases read as a list
+  if (module.entry() == nullptr) return Error("fusion: module {} has no entry", module.name());
+  Planner planner(module.entry());
+  FuseOptimizer(planner);
+  FuseCrossEntropy(planner);
+  FuseAttention(planner);
+  FuseGemms(planner);
+  FuseReductions(planner);
+  FuseLoops(planner);
+  return Materializer(module, planner).Run();
+}
+
+bool IsKernel(const ir::Instruction& inst) {
+  switch (inst.opcode()) {
+    case ir::Opcode::kParameter:
+    case ir::Opcode::kConstant:
+    case ir::Opcode::kTuple:
+    case ir::Opcode::kGetTupleElement:
+      return false;
+    default:
+      return true;
+  }
+}
+
+std::map<std::string, int64_t> CountKernels(const ir::Module& module) {
+  std::map<std::string, int64_t> counts;
+  for (const auto& inst : module.entry()->instructions()) {
+    if (!IsKernel(*inst)) continue;
+    if (inst->opcode() == ir::Opcode::kFusion) {
+      ++counts[std::string(ir::FusionKindName(inst->attrs().fusion_kind))];
+    } else {
+      ++counts[std::string(ir::OpcodeName(inst->opcode()))];
+    }
+  }
+  return counts;
+}
+
+std::map<int64_t, int64_t> KernelsPerLayer(const ir::Module& module) {
+  std::map<int64_t, int64_t> per_layer;
+  for (const auto& inst : module.entry()->instructions()) {
+    if (!IsKernel(*inst)) continue;
+    std::string_view meta = inst->metadata();
+    if (meta.starts_with("grad.")) meta.remove_prefix(5);
+    if (!meta.starts_with("h.")) continue;
+    meta.remove_prefix(2);
+    size_t digits = 0;
+    while (digits < meta.size() && meta[digits] >= '0' && meta[digits] <= '9') ++digits;
+    if (digits == 0 || (digits < meta.size() && meta[digits] != '.')) continue;
+    ++per_layer[std::stoll(std::string(meta.substr(0, digits)))];
+  }
+  return per_layer;
+}
+
+}  // namespace gptc::passes

@@ -1,0 +1,79 @@
+// Fusion: groups the entry computation's instructions into kernels.
+//
+// Every group becomes one `fusion` instruction calling a fused computation
+// (defined right before the entry) whose parameters are the group's inputs
+// and whose root is its result, or a tuple of results (multi-output fusion;
+// users read them with get-tuple-element):
+//   %a = f32[8] exp(%x)                %f = f32[8] fusion(%x), kind=loop, calls=%fused.0
+//   %b = f32[8] neg(%a)        =>
+// Rules, applied in this order (an instruction joins at most one group):
+//  1. optimizer: every instruction whose metadata starts with `optimizer.`
+//     (the per-parameter AdamW updates) in ONE horizontal fusion, kind=optimizer.
+//  2. cross_entropy: each softmax-cross-entropy op together with the backward
+//     ops computing dlogits from the same logits (metadata `grad.<ce scope>`),
+//     one multi-output fusion (loss rows, dlogits): probabilities are never stored.
+//  3. attention: each attention op with the slice/reshape/transpose chains of
+//     its operands and the transpose/reshape of its result (a flash-attention
+//     kernel reads q, k, v out of the packed qkv and writes [B,T,C]); the
+//     backward of attention (metadata `grad.<attention scope>`: five batched
+//     dots and the recomputed softmax) is one more kind=attention fusion.
+//  4. gemm: every other dot is the root of a kind=gemm fusion with what
+//     cuBLASLt can do around it: last-two-dims transposes and reshapes of the
+//     operands, a bias add (broadcast along the last dim), the tanh GELU of
+//     the frontend (only when its intermediates are not used elsewhere), a
+//     residual add of a same-shaped tensor, converts, a 2-D transpose of the
+//     result, and the bias gradient (a column sum of an operand over the
+//     contracting dims, cuBLASLt's BGRADB epilogue).
+//  5. reduction: each remaining reduce is a fusion root. Row reductions (over
+//     the last dim) grow over the row-local region around them: elementwise
+//     ops of the input shape or the row shape, and further row reductions of
+//     the same input shape (layer norm forward and backward are one kernel
+//     each). Column and full reductions absorb their elementwise producers;
+//     sibling reductions of the same shape and dims that share an input share
+//     one multi-output fusion (dgamma and dbeta).
+//  6. loop: remaining elementwise / layout / select / compare / convert ops
+//     form maximal connected kind=loop groups.
+// Constants, iotas and broadcasts are never stored: each group that uses one
+// gets its own copy (a broadcast's operand becomes the input). Parameters,
+// gather, scatter-add, all-reduce, tuple and get-tuple-element stay unfused.
+// Every merge is checked to keep the groups acyclic (no path leaves a group
+// and re-enters it); rule 1-3 regions are shrunk until they are convex.
+//
+// Runs last among the graph rewrites: after autodiff, optimizer, simplify,
+// CSE, DCE, mixed_precision and remat, before schedule and buffer
+// assignment. Nothing that rewrites instructions should run after it (CSE
+// or simplify would not look inside fused computations); running it twice
+// leaves the second run without work (fusions are not refused).
+#ifndef GPTC_PASSES_FUSION_H_
+#define GPTC_PASSES_FUSION_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "compiler/pass/pass.h"
+
+namespace gptc::passes {
+
+class Fusion : public pass::Pass {
+ public:
+  std::string_view Name() const override { return "fusion"; }
+  StatusOr<bool> Run(ir::Module& module) override;
+};
+
+// Whether an entry instruction launches a kernel: fusions and unfused compute
+// ops (gather, scatter-add, all-reduce, a stray dot); not parameters,
+// constants, tuples and get-tuple-elements.
+bool IsKernel(const ir::Instruction& inst);
+
+// Kernels of the entry computation by kind: fusion kinds by FusionKindName
+// ("loop", "gemm", ...), unfused kernels by opcode name ("scatter-add").
+std::map<std::string, int64_t> CountKernels(const ir::Module& module);
+
+// Kernels per transformer layer: metadata `h.N` / `h.N.*` / `grad.h.N` /
+// `grad.h.N.*` counts for layer N. Layers with no kernel are absent.
+std::map<int64_t, int64_t> KernelsPerLayer(const ir::Module& module);
+
+}  // namespace gptc::passes
+
+#endif  // GPTC_PASSES_FUSION_H_

@@ -1,0 +1,87 @@
+// Internals of the fusion pass (passes/fusion.h): the grouping state shared by
+// the rule phases (fusion_rules.cc) and the materialization (fusion.cc).
+#ifndef GPTC_PASSES_FUSION_PLANNER_H_
+#define GPTC_PASSES_FUSION_PLANNER_H_
+
+#include <cstdint>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "compiler/ir/module.h"
+
+namespace gptc::passes::fusion_internal {
+
+using InstSet = std::unordered_set<const ir::Instruction*>;
+
+// Constants, iotas and broadcasts: copied into every group that uses them.
+bool IsFree(const ir::Instruction& inst);
+// Ops a loop kernel can compute: elementwise, select, compare, converts and
+// layout changes (reshape, transpose, slice, pad, concatenate).
+bool IsLoopOp(const ir::Instruction& inst);
+
+struct Group {
+  ir::FusionKind kind = ir::FusionKind::kLoop;
+  const ir::Instruction* hero = nullptr;  // names the fusion and gives its metadata
+  InstSet members;
+  bool live = true;
+};
+
+// Note [fusion groups]: every non-free instruction belongs to at most one
+// group. A group is legal when contracting each group to one node leaves the
+// entry acyclic; every way of growing a group goes through CreatesCycle.
+class Planner {
+ public:
+  explicit Planner(ir::Computation* computation);
+
+  ir::Computation* computation() const { return computation_; }
+  const std::vector<ir::Instruction*>& order() const { return order_; }
+  int64_t pos(const ir::Instruction* inst) const { return pos_.at(inst); }
+  std::vector<Group>& groups() { return groups_; }
+  // The group holding `inst`, or -1.
+  int group_of(const ir::Instruction* inst) const;
+
+  // Not in a group yet, not free, and an op some kernel may contain.
+  bool Claimable(const ir::Instruction* inst) const;
+
+  int NewGroup(ir::FusionKind kind, const ir::Instruction* hero, const InstSet& members);
+  // Adds `inst` to group `g` unless that would make a cycle.
+  bool TryAdd(int g, const ir::Instruction* inst);
+  // Moves group `b` into group `a` unless that would make a cycle.
+  bool TryMerge(int a, int b);
+  // Whether the set `s` as one node (with every existing group as one node)
+  // lies on a cycle: some path leaves `s` and comes back.
+  bool CreatesCycle(const InstSet& s) const;
+  // Drops members of `s` until it is convex: members upstream of a value
+  // that depends on `s` and that `s` depends on leave the set.
+  void MakeConvex(InstSet& s) const;
+
+  // The non-free sources of an operand: itself, or through free ops their operands.
+  void NonFreeSources(const ir::Instruction* inst, std::vector<const ir::Instruction*>& out) const;
+  // The non-free users of `inst`, looking through free ops.
+  void NonFreeUsers(const ir::Instruction* inst, std::vector<const ir::Instruction*>& out) const;
+
+ private:
+  // Everything reachable from `s` by leaving it (users, or operands when
+  // `backward`), whole groups at a time; stops at members of `s`. Returns
+  // whether a member of `s` was reached again.
+  bool Reach(const InstSet& s, bool backward, InstSet* reached) const;
+
+  ir::Computation* computation_;
+  std::vector<ir::Instruction*> order_;
+  std::unordered_map<const ir::Instruction*, int64_t> pos_;
+  std::vector<Group> groups_;
+  std::unordered_map<const ir::Instruction*, int> group_of_;
+};
+
+// The rule phases, in the order Fusion::Run applies them (fusion_rules.cc).
+void FuseOptimizer(Planner& p);
+void FuseCrossEntropy(Planner& p);
+void FuseAttention(Planner& p);
+void FuseGemms(Planner& p);
+void FuseReductions(Planner& p);
+void FuseLoops(Planner& p);
+
+}  // namespace gptc::passes::fusion_internal
+
+#endif  // GPTC_PASSES_FUSION_PLANNER_H_

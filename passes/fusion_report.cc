@@ -1,0 +1,136 @@
+#include "passes/fusion_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <unordered_set>
+
+#include "passes/fusion.h"
+
+namespace gptc::passes {
+
+namespace {
+
+using ir::Instruction;
+using ir::Opcode;
+
+double Elements(const ir::Shape& s) {
+  if (!s.is_tuple()) return static_cast<double>(s.num_elements());
+  double n = 0;
+  for (const ir::Shape& e : s.tuple_elements()) n += Elements(e);
+  return n;
+}
+
+// FLOPs of one instruction (not looking into fusions).
+double InstructionFlops(const Instruction& inst) {
+  switch (inst.opcode()) {
+    case Opcode::kDot: {
+      // 2 * (result elements) * (contracted size).
+      double k = 1;
+      for (int64_t d : inst.attrs().dot.lhs_contracting) k *= inst.operand(0)->shape().dim(d);
+      return 2.0 * Elements(inst.shape()) * k;
+    }
+    case Opcode::kReduce:
+      return Elements(inst.operand(0)->shape());
+    case Opcode::kAttention: {
+      // Two batched matmuls [B,H,T,D] x [B,H,S,D] and the softmax.
+      const ir::Shape& q = inst.operand(0)->shape();
+      double s = static_cast<double>(inst.operand(1)->shape().dim(2));
+      double bht = static_cast<double>(q.dim(0) * q.dim(1) * q.dim(2));
+      double flops = 4.0 * bht * s * static_cast<double>(q.dim(3)) + 5.0 * bht * s;
+      return inst.attrs().causal ? flops / 2 : flops;
+    }
+    case Opcode::kSoftmaxCrossEntropy:
+      // max, exp-sum, log and the target pick per logit.
+      return 4.0 * Elements(inst.operand(0)->shape());
+    default:
+      if (ir::IsElementwise(inst.opcode())) return Elements(inst.shape());
+      return 0;
+  }
+}
+
+}  // namespace
+
+std::optional<GpuSpec> FindGpuSpec(std::string_view name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  for (const GpuSpec& g : {GpuSpec::H100(), GpuSpec::H200(), GpuSpec::A100()}) {
+    if (g.name == lower) return g;
+  }
+  return std::nullopt;
+}
+
+std::vector<KernelRow> AnalyzeKernels(const ir::Module& module, const GpuSpec& gpu) {
+  std::vector<KernelRow> rows;
+  for (const auto& inst : module.entry()->instructions()) {
+    if (!IsKernel(*inst)) continue;
+    KernelRow row;
+    row.name = inst->name();
+    std::map<std::string, int64_t> sources;
+    if (inst->opcode() == Opcode::kFusion && inst->called_computation() != nullptr) {
+      row.kind = std::string(ir::FusionKindName(inst->attrs().fusion_kind));
+      for (const auto& f : inst->called_computation()->instructions()) {
+        Opcode op = f->opcode();
+        if (op == Opcode::kParameter || op == Opcode::kTuple) continue;
+        row.flops += InstructionFlops(*f);
+        if (op == Opcode::kConstant || op == Opcode::kBroadcast || op == Opcode::kIota) continue;
+        ++row.ops;
+        ++sources[f->metadata()];
+      }
+    } else {
+      row.kind = std::string(ir::OpcodeName(inst->opcode()));
+      row.ops = 1;
+      row.flops = InstructionFlops(*inst);
+      ++sources[inst->metadata()];
+    }
+    std::unordered_set<const Instruction*> seen;
+    for (const Instruction* op : inst->operands()) {
+      if (seen.insert(op).second) row.bytes_read += op->shape().byte_size();
+    }
+    row.bytes_written = inst->shape().byte_size();
+    row.source = inst->metadata();
+    int64_t best = 0;
+    for (const auto& [meta, n] : sources) {
+      if (n > best) best = n, row.source = meta;
+    }
+    double compute_s = row.flops / (gpu.peak_tflops * 1e12);
+    double memory_s =
+        static_cast<double>(row.bytes_read + row.bytes_written) / (gpu.hbm_gbps * 1e9);
+    row.time_us = std::max(compute_s, memory_s) * 1e6;
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::string RenderFusionReport(const ir::Module& module, const GpuSpec& gpu) {
+  std::vector<KernelRow> rows = AnalyzeKernels(module, gpu);
+  std::string out =
+      fmt::format("fusion report: module {} on {} ({:.0f} TFLOP/s bf16, {:.0f} GB/s)\n",
+                  module.name(), gpu.name, gpu.peak_tflops, gpu.hbm_gbps);
+  out += fmt::format("{:<48} {:<13} {:>5} {:>14} {:>14} {:>16} {:>11}  {}\n", "kernel", "kind",
+                     "ops", "read B", "written B", "FLOPs", "time us", "source");
+  KernelRow total;
+  for (const KernelRow& r : rows) {
+    out += fmt::format("{:<48} {:<13} {:>5} {:>14} {:>14} {:>16.0f} {:>11.3f}  {}\n", r.name,
+                       r.kind, r.ops, r.bytes_read, r.bytes_written, r.flops, r.time_us, r.source);
+    total.ops += r.ops;
+    total.bytes_read += r.bytes_read;
+    total.bytes_written += r.bytes_written;
+    total.flops += r.flops;
+    total.time_us += r.time_us;
+  }
+  out += fmt::format("{:<48} {:<13} {:>5} {:>14} {:>14} {:>16.0f} {:>11.3f}\n",
+                     fmt::format("total ({} kernels)", rows.size()), "", total.ops,
+                     total.bytes_read, total.bytes_written, total.flops, total.time_us);
+  out += "kernels by kind:";
+  for (const auto& [kind, n] : CountKernels(module)) out += fmt::format(" {}={}", kind, n);
+  out += "\nkernels per layer (forward + backward):";
+  for (const auto& [layer, n] : KernelsPerLayer(module)) out += fmt::format(" h.{}={}", layer, n);
+  out += "\n";
+  return out;
+}
+
+}  // namespace gptc::passes

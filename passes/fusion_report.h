@@ -1,0 +1,55 @@
+// The fusion report: one row per kernel of a fused module (passes/fusion.h),
+// in the entry's order, with its cost at the roofline of a target GPU.
+//
+//   kernel                       kind      ops   read B  written B    FLOPs   time us  source
+//   h.0.attn.c_attn.dot.fusion   gemm        3   ...
+// Bytes read are the kernel's distinct operands, bytes written its results;
+// FLOPs count 2*M*N*K per dot (batch included), one per output element per
+// elementwise op, one per input element per reduction, and the attention /
+// cross-entropy composites by formula. Time = max(FLOPs / peak, bytes / bandwidth).
+#ifndef GPTC_PASSES_FUSION_REPORT_H_
+#define GPTC_PASSES_FUSION_REPORT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "compiler/ir/module.h"
+
+namespace gptc::passes {
+
+struct GpuSpec {
+  std::string name = "h100";
+  double peak_tflops = 989.0;  // dense bf16 tensor-core TFLOP/s
+  double hbm_gbps = 3350.0;    // HBM GB/s
+
+  static GpuSpec H100() { return {"h100", 989.0, 3350.0}; }
+  static GpuSpec H200() { return {"h200", 989.0, 4800.0}; }
+  static GpuSpec A100() { return {"a100", 312.0, 2039.0}; }
+};
+
+// "h100", "h200" or "a100" (case-insensitive); nullopt otherwise.
+std::optional<GpuSpec> FindGpuSpec(std::string_view name);
+
+struct KernelRow {
+  std::string name;
+  std::string kind;  // fusion kind, or the opcode of an unfused kernel
+  int64_t ops = 0;   // instructions inside (1 for an unfused kernel)
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+  double flops = 0;
+  double time_us = 0;
+  std::string source;  // most common metadata inside the kernel
+};
+
+// One row per kernel of the entry computation (see IsKernel in fusion.h).
+std::vector<KernelRow> AnalyzeKernels(const ir::Module& module, const GpuSpec& gpu);
+
+// The report text: rows, a totals row, kernels per kind and per layer.
+std::string RenderFusionReport(const ir::Module& module, const GpuSpec& gpu);
+
+}  // namespace gptc::passes
+
+#endif  // GPTC_PASSES_FUSION_REPORT_H_

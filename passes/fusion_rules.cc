@@ -1,0 +1,437 @@
+// The rule phases of the fusion pass (see passes/fusion.h for the rules).
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "passes/fusion_planner.h"
+
+namespace gptc::passes::fusion_internal {
+
+namespace {
+
+using ir::FusionKind;
+using ir::Instruction;
+using ir::Opcode;
+
+// Whether every use of `inst` is by a member of `s`, looking through free ops.
+bool AllUsesIn(const Planner& p, const Instruction* inst, const InstSet& s) {
+  std::vector<const Instruction*> users;
+  p.NonFreeUsers(inst, users);
+  if (p.computation()->root() == inst) return false;
+  return std::all_of(users.begin(), users.end(), [&](auto* u) { return s.contains(u); });
+}
+
+// Whether every non-free operand of `inst` is in `s`.
+bool AllOperandsIn(const Planner& p, const Instruction* inst, const InstSet& s) {
+  std::vector<const Instruction*> sources;
+  for (const Instruction* op : inst->operands()) p.NonFreeSources(op, sources);
+  return std::all_of(sources.begin(), sources.end(), [&](auto* x) { return s.contains(x); });
+}
+
+// Grows `s` with claimable producers carrying `meta` whose uses all lie in `s`
+// (masks, layout changes feeding only the region).
+void AddOwnedProducers(const Planner& p, InstSet& s, const std::string& meta) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::vector<const Instruction*> sources;
+    for (const Instruction* m : s) {
+      for (const Instruction* op : m->operands()) p.NonFreeSources(op, sources);
+    }
+    for (const Instruction* x : sources) {
+      if (s.contains(x) || !p.Claimable(x) || x->metadata() != meta) continue;
+      if (!AllUsesIn(p, x, s)) continue;
+      s.insert(x);
+      changed = true;
+    }
+  }
+}
+
+// Claimable instructions carrying `meta` reachable from `from` (forward via
+// users, or backward via operands), passing through free ops.
+InstSet ReachWithMeta(const Planner& p, const std::vector<const Instruction*>& from,
+                      const std::string& meta, bool backward) {
+  InstSet out;
+  std::vector<const Instruction*> stack(from.begin(), from.end());
+  while (!stack.empty()) {
+    const Instruction* x = stack.back();
+    stack.pop_back();
+    std::vector<const Instruction*> next;
+    if (backward) {
+      for (const Instruction* op : x->operands()) p.NonFreeSources(op, next);
+    } else {
+      p.NonFreeUsers(x, next);
+    }
+    for (const Instruction* n : next) {
+      if (n->metadata() != meta || !p.Claimable(n) || !out.insert(n).second) continue;
+      stack.push_back(n);
+    }
+  }
+  return out;
+}
+
+bool IsLastTwoTranspose(const Instruction* t) {
+  if (t->opcode() != Opcode::kTranspose) return false;
+  const auto& perm = t->attrs().dimensions;
+  int64_t r = static_cast<int64_t>(perm.size());
+  if (r < 2) return false;
+  for (int64_t i = 0; i < r - 2; ++i) {
+    if (perm[i] != i) return false;
+  }
+  return perm[r - 2] == r - 1 && perm[r - 1] == r - 2;
+}
+
+// The single user of `inst`, or nullptr.
+const Instruction* SingleUser(const Planner& p, const Instruction* inst) {
+  if (inst->users().size() != 1 || p.computation()->root() == inst) return nullptr;
+  return inst->users().front();
+}
+
+// Absorbs a chain of single-use converts after `cur`; returns the new end.
+const Instruction* AbsorbConverts(Planner& p, int g, const Instruction* cur) {
+  for (const Instruction* u = SingleUser(p, cur);
+       u != nullptr && u->opcode() == Opcode::kConvert && p.Claimable(u) && p.TryAdd(g, u);
+       u = SingleUser(p, cur)) {
+    cur = u;
+  }
+  return cur;
+}
+
+// GELU as the frontend writes it, 0.5 x (1 + tanh(k (x + 0.044715 x^3))):
+// the elementwise ops computed from `x` and constants alone, one of them a
+// tanh or erf, with exactly one value (the activation) used outside them.
+// Empty when the pattern does not hold or an intermediate is used elsewhere
+// (cuBLASLt can store the pre-activation `x` as its aux output, nothing else).
+std::vector<const Instruction*> MatchGelu(const Planner& p, const Instruction* x) {
+  InstSet e;
+  std::vector<const Instruction*> order;
+  bool has_tanh = false;
+  for (bool changed = true; changed && order.size() <= 16;) {
+    changed = false;
+    std::vector<const Instruction*> candidates;
+    p.NonFreeUsers(x, candidates);
+    for (const Instruction* m : order) p.NonFreeUsers(m, candidates);
+    for (const Instruction* u : candidates) {
+      if (e.contains(u) || !p.Claimable(u) || !ir::IsElementwise(u->opcode())) continue;
+      if (u->shape().dims() != x->shape().dims()) continue;
+      std::vector<const Instruction*> sources;
+      for (const Instruction* op : u->operands()) p.NonFreeSources(op, sources);
+      bool closed = std::all_of(sources.begin(), sources.end(), [&](auto* s) {
+        return s == x || e.contains(s) || s->opcode() == Opcode::kConstant;
+      });
+      if (!closed) continue;
+      e.insert(u);
+      order.push_back(u);
+      has_tanh |= u->opcode() == Opcode::kTanh || u->opcode() == Opcode::kErf;
+      changed = true;
+    }
+  }
+  if (!has_tanh || order.size() < 5 || order.size() > 16) return {};
+  int sinks = 0;
+  for (const Instruction* m : order) sinks += AllUsesIn(p, m, e) ? 0 : 1;
+  if (sinks != 1) return {};
+  std::sort(order.begin(), order.end(), [&](auto* a, auto* b) { return p.pos(a) < p.pos(b); });
+  if (AllUsesIn(p, order.back(), e)) return {};
+  return order;
+}
+
+// The other operand of a binary `user` of `value`.
+const Instruction* OtherOperand(const Instruction* user, const Instruction* value) {
+  return user->operand(0) == value ? user->operand(1) : user->operand(0);
+}
+
+}  // namespace
+
+void FuseOptimizer(Planner& p) {
+  InstSet s;
+  const Instruction* hero = nullptr;
+  for (const Instruction* inst : p.order()) {
+    if (!inst->metadata().starts_with("optimizer.") || !p.Claimable(inst)) continue;
+    s.insert(inst);
+  }
+  p.MakeConvex(s);
+  for (const Instruction* inst : p.order()) {
+    if (s.contains(inst)) hero = inst;
+  }
+  if (!s.empty()) p.NewGroup(FusionKind::kOptimizer, hero, s);
+}
+
+void FuseCrossEntropy(Planner& p) {
+  for (const Instruction* ce : p.order()) {
+    if (ce->opcode() != Opcode::kSoftmaxCrossEntropy || !p.Claimable(ce)) continue;
+    // dlogits: the backward ops of this op's scope computed from its logits.
+    std::string meta = "grad." + ce->metadata();
+    InstSet s = ReachWithMeta(p, {ce->operand(0)}, meta, /*backward=*/false);
+    s.insert(ce);
+    AddOwnedProducers(p, s, meta);
+    p.MakeConvex(s);
+    if (!s.contains(ce)) s = {ce};
+    p.NewGroup(FusionKind::kCrossEntropy, ce, s);
+  }
+}
+
+void FuseAttention(Planner& p) {
+  for (const Instruction* a : p.order()) {
+    if (a->opcode() != Opcode::kAttention || !p.Claimable(a)) continue;
+    int g = p.NewGroup(FusionKind::kAttention, a, {a});
+    // q, k, v read straight out of the packed projection.
+    for (const Instruction* op : a->operands()) {
+      for (const Instruction* x = op;; x = x->operand(0)) {
+        Opcode o = x->opcode();
+        if (o != Opcode::kTranspose && o != Opcode::kReshape && o != Opcode::kSlice) break;
+        if (!p.Claimable(x) || !p.TryAdd(g, x)) break;
+      }
+    }
+    // The output written in [B, T, H*D].
+    for (const Instruction* u = SingleUser(p, a);
+         u != nullptr && (u->opcode() == Opcode::kTranspose || u->opcode() == Opcode::kReshape) &&
+         p.Claimable(u) && p.TryAdd(g, u);
+         u = SingleUser(p, u)) {
+    }
+
+    // The backward: batched dots of `grad.<scope>` and everything between them.
+    std::string meta = "grad." + a->metadata();
+    std::vector<const Instruction*> seeds;
+    for (const Instruction* x : p.order()) {
+      if (x->opcode() == Opcode::kDot && x->metadata() == meta && p.Claimable(x) &&
+          !x->attrs().dot.lhs_batch.empty()) {
+        seeds.push_back(x);
+      }
+    }
+    if (seeds.empty()) continue;
+    InstSet down = ReachWithMeta(p, seeds, meta, false);
+    InstSet up = ReachWithMeta(p, seeds, meta, true);
+    InstSet s(seeds.begin(), seeds.end());
+    for (const Instruction* x : down) {
+      if (up.contains(x)) s.insert(x);
+    }
+    AddOwnedProducers(p, s, meta);
+    // dq, dk, dv written into the packed [B, T, 3C] gradient.
+    for (bool changed = true; changed;) {
+      changed = false;
+      std::vector<const Instruction*> users;
+      for (const Instruction* m : s) p.NonFreeUsers(m, users);
+      for (const Instruction* u : users) {
+        Opcode o = u->opcode();
+        bool layout = o == Opcode::kTranspose || o == Opcode::kReshape || o == Opcode::kPad ||
+                      o == Opcode::kAdd || o == Opcode::kConvert;
+        if (s.contains(u) || !layout || !p.Claimable(u) || !AllOperandsIn(p, u, s)) continue;
+        s.insert(u);
+        changed = true;
+      }
+    }
+    p.MakeConvex(s);
+    if (s.empty()) continue;
+    const Instruction* hero = seeds.front();
+    if (!s.contains(hero))
+      hero = *std::min_element(s.begin(), s.end(),
+                               [&](auto* x, auto* y) { return p.pos(x) < p.pos(y); });
+    p.NewGroup(FusionKind::kAttention, hero, s);
+  }
+}
+
+void FuseGemms(Planner& p) {
+  for (const Instruction* d : p.order()) {
+    if (d->opcode() != Opcode::kDot || !p.Claimable(d)) continue;
+    int g = p.NewGroup(FusionKind::kGemm, d, {d});
+    // Operand layouts cuBLASLt expresses: reshapes and last-two-dims transposes.
+    for (const Instruction* op : d->operands()) {
+      for (const Instruction* x = op;; x = x->operand(0)) {
+        if (x->opcode() != Opcode::kReshape && !IsLastTwoTranspose(x)) break;
+        if (!p.Claimable(x) || !AllUsesIn(p, x, p.groups()[g].members) || !p.TryAdd(g, x)) break;
+      }
+    }
+    // Bias gradient: a column sum of an operand over its contracting dims.
+    const ir::DotDimensions& dims = d->attrs().dot;
+    if (dims.lhs_batch.empty()) {
+      for (int i = 0; i < 2; ++i) {
+        std::vector<int64_t> contracting = i == 0 ? dims.lhs_contracting : dims.rhs_contracting;
+        std::sort(contracting.begin(), contracting.end());
+        for (const Instruction* r : d->operand(i)->users()) {
+          if (r->opcode() != Opcode::kReduce || !p.Claimable(r) ||
+              r->attrs().reduce_kind != ir::ReduceKind::kSum) {
+            continue;
+          }
+          std::vector<int64_t> reduced = r->attrs().dimensions;
+          std::sort(reduced.begin(), reduced.end());
+          if (reduced == contracting && r->shape().rank() == 1) p.TryAdd(g, r);
+        }
+      }
+    }
+    // Epilogue: converts, bias, GELU, residual, converts; or a 2-D transpose.
+    const Instruction* cur = AbsorbConverts(p, g, d);
+    const Instruction* u = SingleUser(p, cur);
+    if (u != nullptr && u->opcode() == Opcode::kAdd && p.Claimable(u)) {
+      const Instruction* b = OtherOperand(u, cur);
+      int64_t rank = cur->shape().rank();
+      if (b->opcode() == Opcode::kBroadcast && b->operand(0)->shape().rank() == 1 &&
+          b->attrs().dimensions == std::vector<int64_t>{rank - 1} && p.TryAdd(g, u)) {
+        cur = AbsorbConverts(p, g, u);
+      }
+    }
+    std::vector<const Instruction*> gelu = MatchGelu(p, cur);
+    if (!gelu.empty()) {
+      InstSet s = p.groups()[g].members;
+      s.insert(gelu.begin(), gelu.end());
+      if (!p.CreatesCycle(s)) {
+        for (const Instruction* x : gelu) p.TryAdd(g, x);
+        cur = AbsorbConverts(p, g, gelu.back());
+      }
+    }
+    u = SingleUser(p, cur);
+    if (u != nullptr && u->opcode() == Opcode::kAdd && p.Claimable(u) &&
+        OtherOperand(u, cur)->shape() == cur->shape() && OtherOperand(u, cur) != cur &&
+        p.TryAdd(g, u)) {
+      cur = AbsorbConverts(p, g, u);
+    }
+    u = SingleUser(p, cur);
+    if (cur == d && d->shape().rank() == 2 && u != nullptr && u->opcode() == Opcode::kTranspose &&
+        p.Claimable(u)) {
+      p.TryAdd(g, u);
+    }
+  }
+}
+
+namespace {
+
+bool IsRowReduce(const Instruction* r) {
+  int64_t rank = r->operand(0)->shape().rank();
+  return rank >= 2 && r->attrs().dimensions == std::vector<int64_t>{rank - 1};
+}
+
+// Grows a row-reduction group over the row-local region: elementwise ops of
+// the input or row shape, and other row reductions of the same input shape.
+void GrowRowGroup(Planner& p, int g, const std::vector<int64_t>& in_dims,
+                  const std::vector<int64_t>& row_dims) {
+  auto admissible = [&](const Instruction* x) {
+    if (x->opcode() == Opcode::kReduce) {
+      return IsRowReduce(x) && x->operand(0)->shape().dims() == in_dims;
+    }
+    return ir::IsElementwise(x->opcode()) &&
+           (x->shape().dims() == in_dims || x->shape().dims() == row_dims);
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::vector<const Instruction*> near;
+    for (const Instruction* m : p.groups()[g].members) {
+      for (const Instruction* op : m->operands()) p.NonFreeSources(op, near);
+      p.NonFreeUsers(m, near);
+    }
+    std::sort(near.begin(), near.end(), [&](auto* a, auto* b) { return p.pos(a) < p.pos(b); });
+    for (const Instruction* x : near) {
+      if (!admissible(x)) continue;
+      int other = p.group_of(x);
+      if (other == g) continue;
+      if (other >= 0) {
+        const Group& o = p.groups()[other];
+        if (o.kind == FusionKind::kReduction && IsRowReduce(o.hero) &&
+            o.hero->operand(0)->shape().dims() == in_dims && p.TryMerge(g, other)) {
+          changed = true;
+        }
+        continue;
+      }
+      if (p.Claimable(x) && p.TryAdd(g, x)) changed = true;
+    }
+  }
+}
+
+// Adds the elementwise producers of the reduction input's shape.
+void GrowProducers(Planner& p, int g, const std::vector<int64_t>& in_dims) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::vector<const Instruction*> near;
+    for (const Instruction* m : p.groups()[g].members) {
+      for (const Instruction* op : m->operands()) p.NonFreeSources(op, near);
+    }
+    for (const Instruction* x : near) {
+      if (!p.Claimable(x) || !ir::IsElementwise(x->opcode()) || x->shape().dims() != in_dims) {
+        continue;
+      }
+      if (p.TryAdd(g, x)) changed = true;
+    }
+  }
+}
+
+// The values group `g` reads from outside.
+InstSet Inputs(Planner& p, int g) {
+  InstSet in;
+  const InstSet& members = p.groups()[g].members;
+  for (const Instruction* m : members) {
+    std::vector<const Instruction*> sources;
+    for (const Instruction* op : m->operands()) p.NonFreeSources(op, sources);
+    for (const Instruction* s : sources) {
+      if (!members.contains(s)) in.insert(s);
+    }
+  }
+  return in;
+}
+
+}  // namespace
+
+void FuseReductions(Planner& p) {
+  std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, std::vector<int>> siblings;
+  for (const Instruction* r : p.order()) {
+    if (r->opcode() != Opcode::kReduce || !p.Claimable(r)) continue;
+    const std::vector<int64_t>& in_dims = r->operand(0)->shape().dims();
+    int g = p.NewGroup(FusionKind::kReduction, r, {r});
+    if (IsRowReduce(r)) {
+      GrowRowGroup(p, g, in_dims, r->shape().dims());
+    } else {
+      GrowProducers(p, g, in_dims);
+      // Elementwise epilogue on the reduced values (the mean's division).
+      for (bool grew = true; grew;) {
+        grew = false;
+        std::vector<const Instruction*> users;
+        for (const Instruction* m : p.groups()[g].members) p.NonFreeUsers(m, users);
+        for (const Instruction* u : users) {
+          if (p.Claimable(u) && ir::IsElementwise(u->opcode()) &&
+              u->shape().dims() == r->shape().dims() && p.TryAdd(g, u)) {
+            grew = true;
+          }
+        }
+      }
+      siblings[{in_dims, r->attrs().dimensions}].push_back(g);
+    }
+  }
+  // Column sums of the same shape reading a common input share a kernel.
+  for (auto& [key, groups] : siblings) {
+    for (size_t i = 0; i < groups.size(); ++i) {
+      if (!p.groups()[groups[i]].live) continue;
+      for (size_t j = i + 1; j < groups.size(); ++j) {
+        if (!p.groups()[groups[j]].live) continue;
+        InstSet a = Inputs(p, groups[i]), b = Inputs(p, groups[j]);
+        bool shared = std::any_of(b.begin(), b.end(), [&](auto* x) { return a.contains(x); });
+        if (shared) p.TryMerge(groups[i], groups[j]);
+      }
+    }
+  }
+}
+
+void FuseLoops(Planner& p) {
+  for (const Instruction* x : p.order()) {
+    if (!IsLoopOp(*x) || !p.Claimable(x)) continue;
+    std::vector<const Instruction*> sources;
+    for (const Instruction* op : x->operands()) p.NonFreeSources(op, sources);
+    int joined = -1;
+    for (const Instruction* s : sources) {
+      int g = p.group_of(s);
+      if (g < 0 || p.groups()[g].kind != FusionKind::kLoop || g == joined) continue;
+      if (joined < 0) {
+        if (p.TryAdd(g, x)) joined = g;
+      } else {
+        p.TryMerge(joined, g);
+      }
+    }
+    if (joined < 0) p.NewGroup(FusionKind::kLoop, x, {x});
+  }
+  // Broadcasts and iotas an unfused op reads must be materialized.
+  for (const Instruction* x : p.order()) {
+    if (x->opcode() != Opcode::kBroadcast && x->opcode() != Opcode::kIota) continue;
+    bool needed = false;
+    for (const Instruction* u : x->users()) needed |= !IsFree(*u) && p.group_of(u) < 0;
+    needed |= p.computation()->root() == x;
+    if (needed) p.NewGroup(FusionKind::kLoop, x, {x});
+  }
+}
+
+}  // namespace gptc::passes::fusion_internal

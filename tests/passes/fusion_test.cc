@@ -1,0 +1,278 @@
+#include "passes/fusion.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "models/config.h"
+#include "models/gpt2.h"
+#include "passes/fusion_report.h"
+#include "passes/registry.h"
+#include "tests/testing/pass_harness.h"
+
+namespace gptc::passes {
+namespace {
+
+using ::gptc::testing::ParseOrDie;
+using ::gptc::testing::RunPassAndCompare;
+
+// The fusion instructions of the entry, by kind.
+int64_t Count(const ir::Module& m, const std::string& kind) {
+  auto counts = CountKernels(m);
+  return counts.contains(kind) ? counts.at(kind) : 0;
+}
+
+// The fusion of the entry that computes (or returns) the value named `name`.
+const ir::Instruction* FusionOf(const ir::Module& m, const std::string& name) {
+  for (const auto& inst : m.entry()->instructions()) {
+    if (inst->opcode() != ir::Opcode::kFusion) continue;
+    if (inst->called_computation()->FindInstruction(name) != nullptr &&
+        inst->called_computation()->FindInstruction(name)->opcode() != ir::Opcode::kParameter) {
+      return inst.get();
+    }
+  }
+  return nullptr;
+}
+
+TEST(FusionTest, ElementwiseChainIsOneLoopKernel) {
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %x = f32[4,8] parameter(0)
+  %b = f32[8] parameter(1)
+  %bb = f32[4,8] broadcast(%b), dimensions={1}
+  %a = f32[4,8] add(%x, %bb)
+  %e = f32[4,8] exp(%a)
+  %t = f32[8,4] transpose(%e), dimensions={1,0}
+  ROOT %n = f32[8,4] neg(%t)
+}
+)");
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after));
+  EXPECT_EQ(Count(*after, "loop"), 1);
+  EXPECT_EQ(CountKernels(*after).size(), 1u);
+}
+
+TEST(FusionTest, GemmAbsorbsBiasGeluAndResidual) {
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %x = f32[2,4,8] parameter(0)
+  %w = f32[8,8] parameter(1)
+  %b = f32[8] parameter(2)
+  %d = f32[2,4,8] dot(%x, %w), lhs_contracting={2}, rhs_contracting={0}
+  %bb = f32[2,4,8] broadcast(%b), dimensions={2}
+  %v = f32[2,4,8] add(%d, %bb)
+  %m = f32[2,4,8] mul(%v, %v)
+  %m1 = f32[2,4,8] mul(%m, %v)
+  %c0 = f32[] constant(0.044715)
+  %b0 = f32[2,4,8] broadcast(%c0), dimensions={}
+  %m2 = f32[2,4,8] mul(%b0, %m1)
+  %a = f32[2,4,8] add(%v, %m2)
+  %c1 = f32[] constant(0.7978846)
+  %b1 = f32[2,4,8] broadcast(%c1), dimensions={}
+  %m3 = f32[2,4,8] mul(%b1, %a)
+  %t = f32[2,4,8] tanh(%m3)
+  %c2 = f32[] constant(1)
+  %b2 = f32[2,4,8] broadcast(%c2), dimensions={}
+  %a1 = f32[2,4,8] add(%b2, %t)
+  %c3 = f32[] constant(0.5)
+  %b3 = f32[2,4,8] broadcast(%c3), dimensions={}
+  %m4 = f32[2,4,8] mul(%b3, %v)
+  %g = f32[2,4,8] mul(%m4, %a1)
+  ROOT %r = f32[2,4,8] add(%x, %g)
+}
+)");
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
+  EXPECT_EQ(Count(*after, "gemm"), 1);
+  EXPECT_EQ(CountKernels(*after).size(), 1u) << ir::PrintModule(*after);
+}
+
+TEST(FusionTest, LayerNormIsOneMultiOutputReduction) {
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %x = f32[4,8] parameter(0)
+  %g = f32[8] parameter(1)
+  %s = f32[4] reduce(%x), dimensions={1}, kind=sum
+  %n = f32[] constant(8)
+  %nb = f32[4] broadcast(%n), dimensions={}
+  %mean = f32[4] div(%s, %nb)
+  %mb = f32[4,8] broadcast(%mean), dimensions={0}
+  %xc = f32[4,8] sub(%x, %mb)
+  %sq = f32[4,8] mul(%xc, %xc)
+  %vs = f32[4] reduce(%sq), dimensions={1}, kind=sum
+  %var = f32[4] div(%vs, %nb)
+  %r = f32[4] rsqrt(%var)
+  %rb = f32[4,8] broadcast(%r), dimensions={0}
+  %y = f32[4,8] mul(%xc, %rb)
+  %gb = f32[4,8] broadcast(%g), dimensions={1}
+  %out = f32[4,8] mul(%y, %gb)
+  ROOT %t = (f32[4,8], f32[4]) tuple(%out, %r)
+}
+)");
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
+  EXPECT_EQ(Count(*after, "reduction"), 1);
+  EXPECT_EQ(CountKernels(*after).size(), 1u) << ir::PrintModule(*after);
+  const ir::Instruction* f = FusionOf(*after, "vs");
+  ASSERT_NE(f, nullptr);
+  EXPECT_TRUE(f->shape().is_tuple());  // multi-output: %out and %r
+}
+
+TEST(FusionTest, SiblingColumnSumsShareOneKernel) {
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %dy = f32[2,4,8] parameter(0)
+  %xh = f32[2,4,8] parameter(1)
+  %p = f32[2,4,8] mul(%dy, %xh)
+  %dg = f32[8] reduce(%p), dimensions={0,1}, kind=sum
+  %db = f32[8] reduce(%dy), dimensions={0,1}, kind=sum
+  ROOT %t = (f32[8], f32[8]) tuple(%dg, %db)
+}
+)");
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
+  EXPECT_EQ(Count(*after, "reduction"), 1);
+  EXPECT_EQ(CountKernels(*after).size(), 1u);
+}
+
+TEST(FusionTest, BiasGradientJoinsTheWeightGradientGemm) {
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %x = f32[2,4,8] parameter(0)
+  %dy = f32[2,4,16] parameter(1)
+  %dw = f32[8,16] dot(%x, %dy), lhs_contracting={0,1}, rhs_contracting={0,1}
+  %db = f32[16] reduce(%dy), dimensions={0,1}, kind=sum
+  ROOT %t = (f32[8,16], f32[16]) tuple(%dw, %db)
+}
+)");
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
+  EXPECT_EQ(Count(*after, "gemm"), 1);
+  EXPECT_EQ(CountKernels(*after).size(), 1u);
+}
+
+TEST(FusionTest, DoesNotFuseAroundADot) {
+  // %a -> dot -> %t -> %c and %a -> %c: %a and %c in one loop kernel would
+  // need the dot both before and after it.
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %p = f32[4,4] parameter(0)
+  %w = f32[4,4] parameter(1)
+  %a = f32[4,4] exp(%p)
+  %d = f32[4,4] dot(%a, %w), lhs_contracting={1}, rhs_contracting={0}
+  %t = f32[4,4] tanh(%d)
+  ROOT %c = f32[4,4] add(%a, %t)
+}
+)");
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
+  const ir::Instruction* fa = FusionOf(*after, "a");
+  const ir::Instruction* fc = FusionOf(*after, "c");
+  ASSERT_NE(fa, nullptr);
+  ASSERT_NE(fc, nullptr);
+  EXPECT_NE(fa, fc);
+  EXPECT_EQ(Count(*after, "loop"), 2);
+  EXPECT_EQ(Count(*after, "gemm"), 1);
+}
+
+TEST(FusionTest, AllParameterUpdatesAreOneHorizontalKernel) {
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %w1 = f32[4,4] parameter(0)
+  %g1 = f32[4,4] parameter(1)
+  %w2 = f32[8] parameter(2)
+  %g2 = f32[8] parameter(3)
+  %lr = f32[] parameter(4)
+  %sq = f32[4,4] mul(%g1, %g1), meta="optimizer"
+  %n = f32[] reduce(%sq), dimensions={0,1}, kind=sum, meta="optimizer"
+  %s = f32[] sqrt(%n), meta="optimizer"
+  %lr1 = f32[4,4] broadcast(%lr), dimensions={}, meta="optimizer.w1"
+  %u1 = f32[4,4] mul(%g1, %lr1), meta="optimizer.w1"
+  %sb = f32[4,4] broadcast(%s), dimensions={}, meta="optimizer.w1"
+  %u1s = f32[4,4] div(%u1, %sb), meta="optimizer.w1"
+  %nw1 = f32[4,4] sub(%w1, %u1s), meta="optimizer.w1"
+  %lr2 = f32[8] broadcast(%lr), dimensions={}, meta="optimizer.w2"
+  %u2 = f32[8] mul(%g2, %lr2), meta="optimizer.w2"
+  %nw2 = f32[8] sub(%w2, %u2), meta="optimizer.w2"
+  ROOT %t = (f32[4,4], f32[8]) tuple(%nw1, %nw2)
+}
+)");
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
+  EXPECT_EQ(Count(*after, "optimizer"), 1);
+  const ir::Instruction* f = FusionOf(*after, "nw1");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f, FusionOf(*after, "nw2"));
+  EXPECT_TRUE(f->shape().is_tuple());
+  EXPECT_EQ(Count(*after, "reduction"), 1);  // the global norm
+}
+
+TEST(FusionTest, LeavesModuleWithNothingToFuseAlone) {
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %t = f32[50,4] parameter(0)
+  %i = s32[3] parameter(1)
+  %g = f32[3,4] gather(%t, %i), axis=0
+  ROOT %r = (f32[3,4], f32[50,4]) tuple(%g, %t)
+}
+)");
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_FALSE(RunPassAndCompare(fusion, *module, after));
+  EXPECT_EQ(ir::PrintModule(*after), ir::PrintModule(*module));
+}
+
+TEST(FusionTest, SecondRunFindsNothing) {
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %x = f32[4] parameter(0)
+  ROOT %e = f32[4] exp(%x)
+}
+)");
+  Fusion fusion;
+  std::unique_ptr<ir::Module> once, twice;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, once));
+  EXPECT_FALSE(RunPassAndCompare(fusion, *once, twice));
+}
+
+// The gpt2-tiny train step (narrowed for the evaluator) fused: same values,
+// attention and cross-entropy as dedicated kernels, at most 25 kernels per layer.
+TEST(FusionTest, Gpt2TinyTrainStep) {
+  StatusOr<models::GptConfig> config = models::FindGptConfig("gpt2-tiny");
+  ASSERT_TRUE(config.ok());
+  config->width = 32;
+  config->heads = 4;
+  auto traced = models::TraceGpt2Forward(*config, 1, 8);
+  ASSERT_TRUE(traced.ok()) << traced.status().message();
+  std::unique_ptr<ir::Module> module = std::move(traced->module);
+  for (const char* name : {"autodiff", "dce", "optimizer", "dce"}) {
+    auto pass = AllPasses().Create(name);
+    ASSERT_TRUE(pass.ok()) << pass.status().message();
+    StatusOr<bool> changed = (*pass)->Run(*module);
+    ASSERT_TRUE(changed.ok()) << name << ": " << changed.status().message();
+  }
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 1, 1e-4));
+  EXPECT_EQ(Count(*after, "attention"), 2 * config->layers);  // forward and backward
+  EXPECT_EQ(Count(*after, "cross_entropy"), 1);
+  EXPECT_EQ(Count(*after, "optimizer"), 1);
+  auto per_layer = KernelsPerLayer(*after);
+  ASSERT_EQ(static_cast<int64_t>(per_layer.size()), config->layers);
+  for (auto [layer, kernels] : per_layer) {
+    EXPECT_LE(kernels, 25) << "layer " << layer;
+    ::testing::Test::RecordProperty("kernels_h" + std::to_string(layer), kernels);
+  }
+  std::string report = RenderFusionReport(*after, GpuSpec::H100());
+  EXPECT_NE(report.find("kernels per layer"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gptc::passes
