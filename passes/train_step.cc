@@ -1,7 +1,11 @@
 #include "passes/train_step.h"
 
 #include "passes/autodiff.h"
+#include "passes/cse.h"
 #include "passes/dce.h"
+#include "passes/fusion.h"
+#include "passes/schedule.h"
+#include "passes/simplify.h"
 
 namespace gptc::passes {
 
@@ -144,6 +148,16 @@ StatusOr<TrainEntry> RunOptimizer(std::string name, std::unique_ptr<ir::Module> 
   pipeline.AddPass<Optimizer>(
       OptimizerOptions{.adamw = options.adamw, .mode = mode, .grad_accum = options.grad_accum});
   pipeline.AddPass<Dce>();
+  if (options.optimize) {
+    // Simplify and CSE before remat: CSE after remat would merge the
+    // recomputed clones back into the values they replace.
+    pipeline.AddPass<Simplify>();
+    pipeline.AddPass<Cse>();
+    pipeline.AddPass<Dce>();
+    pipeline.AddPass<Remat>(options.remat);
+    pipeline.AddPass<Fusion>();
+    pipeline.AddPass<Schedule>();
+  }
   RETURN_IF_ERROR(pipeline.Run(*module).status());
   ASSIGN_OR_RETURN(EntrySignature sig, ReadSignature(*module, mode, num_params));
   return TrainEntry{std::move(name), std::move(module), std::move(sig)};
@@ -166,6 +180,9 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
   }
   pass::Pipeline gradients("gradients", options.pipeline);
   if (options.dumps != nullptr) gradients.set_dump_writer(options.dumps);
+  if (options.precision.policy != PrecisionPolicy::kF32) {
+    gradients.AddPass<MixedPrecision>(options.precision);
+  }
   gradients.AddPass<Autodiff>();
   gradients.AddPass<Dce>();
   RETURN_IF_ERROR(gradients.Run(*forward).status());

@@ -22,7 +22,9 @@
 #include "compiler/ir/module.h"
 #include "compiler/pass/pipeline.h"
 #include "frontend/param.h"
+#include "passes/mixed_precision.h"
 #include "passes/optimizer.h"
+#include "passes/remat.h"
 
 namespace gptc::passes {
 
@@ -77,6 +79,12 @@ struct TrainProgram {
 struct TrainStepOptions {
   AdamWOptions adamw;
   int64_t grad_accum = 1;
+  // Runs on the forward graph before autodiff (see mixed_precision.h).
+  MixedPrecisionOptions precision{PrecisionPolicy::kF32};
+  // After the optimizer: simplify -> cse -> dce -> remat -> fusion -> schedule
+  // on every entry. Off, the entries stay unfused (what the CPU tests compare).
+  bool optimize = false;
+  RematOptions remat;
   pass::PipelineOptions pipeline;           // verify_each, disabled passes
   std::shared_ptr<pass::DumpWriter> dumps;  // may be null: no dumps
 };

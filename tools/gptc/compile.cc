@@ -1,6 +1,9 @@
 // gptc compile: traces a model and compiles its train step.
 //
-// Pipeline: trace -> autodiff -> dce -> optimizer -> dce (passes/train_step.h).
+// Pipeline: trace -> mixed-precision -> autodiff -> dce -> optimizer -> dce
+// -> simplify -> cse -> dce -> remat -> fusion -> schedule (passes/train_step.h),
+// then buffer assignment per entry. --fusion-report / --memory-report print
+// the reports; with --dump-dir they are always written next to the dumps.
 // The output is IR text: the `train_step` module, or with --grad-accum K > 1
 // the `accumulate` and `apply` modules one after another (ir::ParseModules
 // reads them). --forward-only writes the traced forward module instead. With
@@ -18,6 +21,9 @@
 #include "compiler/support/file.h"
 #include "models/config.h"
 #include "models/gpt2.h"
+#include "passes/buffer_assignment.h"
+#include "passes/fusion.h"
+#include "passes/fusion_report.h"
 #include "passes/train_step.h"
 #include "tools/common/flags.h"
 #include "tools/gptc/commands.h"
@@ -40,6 +46,49 @@ std::vector<std::string> ExpandShortFlags(int argc, char** argv) {
   return args;
 }
 
+// Each donation of the entry (new params, moments, accumulators) becomes an
+// in-place output of buffer assignment.
+passes::BufferAssignmentOptions DonationOptions(const passes::EntrySignature& signature) {
+  passes::BufferAssignmentOptions options;
+  for (auto [output, input] : signature.donations) {
+    options.donated_parameters.insert(input);
+    options.output_to_parameter[output] = input;
+  }
+  return options;
+}
+
+// Fusion and memory reports of every entry; written to the dump dir and
+// printed when asked.
+Status WriteReports(const passes::TrainProgram& program, const passes::GpuSpec& gpu,
+                    const std::string& dump_dir, bool print_fusion, bool print_memory,
+                    std::string& summary) {
+  for (const passes::TrainEntry& e : program.entries) {
+    std::string fusion = passes::RenderFusionReport(*e.module, gpu);
+    ASSIGN_OR_RETURN(passes::BufferAssignment assignment,
+                     passes::AssignBuffers(*e.module, DonationOptions(e.signature)));
+    std::string memory = assignment.MemoryReport(20);
+    if (!dump_dir.empty()) {
+      RETURN_IF_ERROR(WriteFileAtomically(fmt::format("{}/{}.fusion-report.txt", dump_dir, e.name),
+                                          fusion));
+      RETURN_IF_ERROR(WriteFileAtomically(fmt::format("{}/{}.memory-report.txt", dump_dir, e.name),
+                                          memory));
+      RETURN_IF_ERROR(WriteFileAtomically(
+          fmt::format("{}/{}.buffer-assignment.txt", dump_dir, e.name), assignment.ToString()));
+    }
+    if (print_fusion) std::printf("== fusion report: %s\n%s", e.name.c_str(), fusion.c_str());
+    if (print_memory) std::printf("== memory report: %s\n%s", e.name.c_str(), memory.c_str());
+    int64_t kernels = 0;
+    for (const auto& [kind, count] : passes::CountKernels(*e.module)) kernels += count;
+    int64_t max_per_layer = 0;
+    for (const auto& [layer, count] : passes::KernelsPerLayer(*e.module)) {
+      max_per_layer = std::max(max_per_layer, count);
+    }
+    summary += fmt::format("; {}: {} kernels ({} per layer), arena {}", e.name, kernels,
+                           max_per_layer, passes::FormatBytes(assignment.arena_size()));
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::optional<int64_t>> OptionalInt(const Flags& flags, const std::string& name) {
   if (!flags.Has(name)) return std::optional<int64_t>();
   ASSIGN_OR_RETURN(int64_t v, flags.GetInt(name, 0));
@@ -56,6 +105,8 @@ int CompileCommand(int argc, char** argv) {
   flags.Value("model").Value("batch").Value("seq").Value("layers").Value("heads").Value("width");
   flags.Value("output").Value("dump-dir").Value("grad-accum").Value("weight-decay");
   flags.Value("clip-norm").Value("beta1").Value("beta2").Value("eps").Bool("forward-only");
+  flags.Value("precision").Value("remat").Value("memory-budget").Value("gpu");
+  flags.Bool("fusion-report").Bool("memory-report").Bool("no-optimize");
   if (Status s = flags.Parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data(), 2); !s.ok()) {
     return Fail(2, s);
   }
@@ -99,6 +150,28 @@ int CompileCommand(int argc, char** argv) {
     if (!(beta >= 0 && beta < 1)) return Fail(2, Error("--beta1/--beta2 must be in [0, 1)"));
   }
 
+  std::string precision = flags.Get("precision", "bf16");
+  std::optional<passes::PrecisionPolicy> policy = passes::ParsePrecisionPolicy(precision);
+  if (!policy) return Fail(2, Error("--precision must be bf16 or f32, got '{}'", precision));
+  options.precision.policy = *policy;
+  std::string remat = flags.Get("remat", "none");
+  std::optional<passes::RematPolicy> remat_policy = passes::ParseRematPolicy(remat);
+  if (!remat_policy) {
+    return Fail(2, Error("--remat must be none, dots, block or auto, got '{}'", remat));
+  }
+  options.remat.policy = *remat_policy;
+  if (*remat_policy == passes::RematPolicy::kAuto) {
+    if (!flags.Has("memory-budget")) return Fail(2, Error("--remat auto needs --memory-budget"));
+    StatusOr<int64_t> budget = passes::ParseByteSize(flags.Get("memory-budget"));
+    if (!budget.ok()) return Fail(2, budget.status().WithPrefix("--memory-budget"));
+    options.remat.budget_bytes = *budget;
+  } else if (flags.Has("memory-budget")) {
+    return Fail(2, Error("--memory-budget only applies to --remat auto"));
+  }
+  options.optimize = !flags.Has("no-optimize");
+  std::optional<passes::GpuSpec> gpu = passes::FindGpuSpec(flags.Get("gpu", "h100"));
+  if (!gpu) return Fail(2, Error("--gpu must be h100, h200 or a100, got '{}'", flags.Get("gpu")));
+
   auto start = std::chrono::steady_clock::now();
   StatusOr<frontend::TracedModule> traced = models::TraceGpt2Forward(*config, *batch, *seq);
   if (!traced.ok()) return Fail(1, traced.status());
@@ -122,6 +195,12 @@ int CompileCommand(int argc, char** argv) {
                              e.name, e.signature.inputs.size(), e.signature.outputs.size());
     }
   }
+  std::string report_summary;
+  if (program.ok() && options.optimize) {
+    Status s = WriteReports(*program, *gpu, flags.Get("dump-dir"), flags.Has("fusion-report"),
+                            flags.Has("memory-report"), report_summary);
+    if (!s.ok()) return Fail(1, s);
+  }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::string text;
@@ -143,13 +222,13 @@ int CompileCommand(int argc, char** argv) {
       flags.Has("forward-only") ? "" : fmt::format("; grad-accum {}", options.grad_accum);
   std::printf(
       "%s (%lld layers, %lld heads, width %lld; batch %lld, seq %lld%s): %s instructions in "
-      "%zu computations, %zu parameters (%s values)%s%s, %.3f s -> %s\n",
+      "%zu computations, %zu parameters (%s values)%s%s%s, %.3f s -> %s\n",
       what.c_str(), static_cast<long long>(config->layers),
       static_cast<long long>(config->heads), static_cast<long long>(config->width),
       static_cast<long long>(*batch), static_cast<long long>(*seq), accum_note.c_str(),
       WithThousands(instructions).c_str(), computations, num_params,
       WithThousands(param_values).c_str(), entries.empty() ? "" : ", entries ",
-      entries.c_str(), seconds, output.c_str());
+      entries.c_str(), report_summary.c_str(), seconds, output.c_str());
   return 0;
 }
 
