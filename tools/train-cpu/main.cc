@@ -23,6 +23,12 @@
 namespace gptc {
 namespace {
 
+constexpr char kUsage[] =
+    "usage: gptc-train-cpu --model gpt2-tiny [--batch B] [--seq T] [--steps N] [--lr LR]\n"
+    "                      [--warmup W] [--lr-min LR] [--grad-accum K] [--seed S]\n"
+    "                      [--weight-decay WD] [--clip-norm C]\n"
+    "Trains on the CPU reference device on a synthetic learnable corpus.\n";
+
 int Fail(int code, const Status& status) {
   std::fprintf(stderr, "gptc-train-cpu: %s\n", status.message().c_str());
   return code;
@@ -33,7 +39,12 @@ int Main(int argc, char** argv) {
   flags.Value("model").Value("batch").Value("seq").Value("steps").Value("lr").Value("warmup");
   flags.Value("lr-min").Value("grad-accum").Value("seed").Value("weight-decay").Value(
       "clip-norm");
+  flags.Bool("help");
   if (Status s = flags.Parse(argc, argv, 1); !s.ok()) return Fail(2, s);
+  if (flags.Has("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   if (!flags.positional().empty()) {
     return Fail(2, Error("unexpected argument '{}'", flags.positional()[0]));
   }
