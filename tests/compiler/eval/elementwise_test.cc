@@ -9,6 +9,7 @@
 #include "compiler/eval/evaluator.h"
 #include "compiler/ir/builder.h"
 #include "compiler/ir/module.h"
+#include "tests/compiler/eval/eval_test_util.h"
 
 namespace gptc::eval {
 namespace {
@@ -19,36 +20,10 @@ using ir::Instruction;
 using ir::Opcode;
 using ir::Shape;
 
-template <typename T>
-T Must(StatusOr<T> s) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "unexpected error: %s\n", s.status().message().c_str());
-    std::abort();
-  }
-  return std::move(s).value();
-}
-
-Literal Lit(Shape shape, std::vector<double> values) { return Literal{shape, values, {}}; }
-
-// A module with one computation `main` under construction.
-struct Graph {
-  ir::Module module{"test"};
-  ir::Computation* main = module.AddComputation("main");
-  ir::Builder b{main};
-  Graph() { module.set_entry(main); }
-
-  Instruction* Param(int64_t n, Shape shape, std::string_view name = {}) {
-    return Must(b.Parameter(n, shape, name));
-  }
-  Instruction* Const(Shape shape, std::vector<double> values) {
-    return Must(b.Constant(shape, values));
-  }
-  // Evaluates with `root` as the result.
-  Literal Run(Instruction* root, std::vector<Literal> args = {}, EvalOptions options = {}) {
-    main->set_root(root);
-    return Must(Evaluate(module, args, options));
-  }
-};
+using testing::Graph;
+using testing::Lit;
+using testing::Must;
+using testing::Range;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 

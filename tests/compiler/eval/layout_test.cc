@@ -7,6 +7,7 @@
 #include "compiler/eval/evaluator.h"
 #include "compiler/ir/builder.h"
 #include "compiler/ir/module.h"
+#include "tests/compiler/eval/eval_test_util.h"
 
 namespace gptc::eval {
 namespace {
@@ -16,45 +17,10 @@ using ir::Instruction;
 using ir::Opcode;
 using ir::Shape;
 
-template <typename T>
-T Must(StatusOr<T> s) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "unexpected error: %s\n", s.status().message().c_str());
-    std::abort();
-  }
-  return std::move(s).value();
-}
-
-Literal Lit(Shape shape, std::vector<double> values) { return Literal{shape, values, {}}; }
-
-// 0, 1, 2, ... in `shape`.
-std::vector<double> Range(const Shape& shape) {
-  std::vector<double> v(shape.num_elements());
-  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i);
-  return v;
-}
-
-struct Graph {
-  ir::Module module{"test"};
-  ir::Computation* main = module.AddComputation("main");
-  ir::Builder b{main};
-  Graph() { module.set_entry(main); }
-
-  Instruction* Param(int64_t n, Shape shape, std::string_view name = {}) {
-    return Must(b.Parameter(n, shape, name));
-  }
-  Instruction* Const(Shape shape, std::vector<double> values) {
-    return Must(b.Constant(shape, values));
-  }
-  StatusOr<Literal> TryRun(Instruction* root, std::vector<Literal> args = {},
-                           EvalOptions options = {}) {
-    main->set_root(root);
-    return Evaluate(module, args, options);
-  }
-  Literal Run(Instruction* root, std::vector<Literal> args = {}, EvalOptions options = {}) {
-    return Must(TryRun(root, std::move(args), options));
-  }
-};
+using testing::Graph;
+using testing::Lit;
+using testing::Must;
+using testing::Range;
 
 TEST(EvalLayoutTest, ParameterAndConstant) {
   Graph g;
