@@ -100,6 +100,22 @@ double RoundTo(double value, DType dtype) {
   }
 }
 
+// Both operands broadcast to their NumPy common shape; invalid tensors (and
+// the tracer's error set, naming `what`) when dtypes or shapes do not agree.
+std::pair<Tensor, Tensor> BroadcastPair(Tracer* t, const Tensor& a, const Tensor& b,
+                                        const std::string& what) {
+  if (a.dtype() != b.dtype()) {
+    t->Fail(Error("{}: dtypes differ", what));
+    return {Invalid(t), Invalid(t)};
+  }
+  StatusOr<std::vector<int64_t>> dims = BroadcastDims({&a, &b});
+  if (!dims.ok()) {
+    t->Fail(dims.status().WithPrefix(what));
+    return {Invalid(t), Invalid(t)};
+  }
+  return {a.BroadcastTo(*dims), b.BroadcastTo(*dims)};
+}
+
 Tensor Binary(Opcode opcode, const Tensor& a, const Tensor& b) {
   std::string_view op = ir::OpcodeName(opcode);
   Tracer* t = Begin(op, {&a, &b});
@@ -107,16 +123,7 @@ Tensor Binary(Opcode opcode, const Tensor& a, const Tensor& b) {
   auto describe = [&] {
     return fmt::format("{} of {} and {}", op, a.shape().ToString(), b.shape().ToString());
   };
-  if (a.dtype() != b.dtype()) {
-    t->Fail(Error("{}: dtypes differ", describe()));
-    return Invalid(t);
-  }
-  StatusOr<std::vector<int64_t>> dims = BroadcastDims({&a, &b});
-  if (!dims.ok()) {
-    t->Fail(dims.status().WithPrefix(describe()));
-    return Invalid(t);
-  }
-  Tensor x = a.BroadcastTo(*dims), y = b.BroadcastTo(*dims);
+  auto [x, y] = BroadcastPair(t, a, b, describe());
   if (!x.valid() || !y.valid()) return Invalid(t);
   return t->Adopt(t->builder().Binary(opcode, x.instruction(), y.instruction()), describe);
 }
@@ -408,16 +415,7 @@ Tensor Compare(const Tensor& a, const Tensor& b, ir::CompareDirection direction)
     return fmt::format("compare {} of {} and {}", ir::CompareDirectionName(direction),
                        a.shape().ToString(), b.shape().ToString());
   };
-  if (a.dtype() != b.dtype()) {
-    t->Fail(Error("{}: dtypes differ", describe()));
-    return Invalid(t);
-  }
-  StatusOr<std::vector<int64_t>> dims = BroadcastDims({&a, &b});
-  if (!dims.ok()) {
-    t->Fail(dims.status().WithPrefix(describe()));
-    return Invalid(t);
-  }
-  Tensor x = a.BroadcastTo(*dims), y = b.BroadcastTo(*dims);
+  auto [x, y] = BroadcastPair(t, a, b, describe());
   if (!x.valid() || !y.valid()) return Invalid(t);
   return t->Adopt(t->builder().Compare(x.instruction(), y.instruction(), direction), describe);
 }
