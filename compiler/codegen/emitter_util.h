@@ -1,0 +1,37 @@
+// Helpers shared by the kernel emitters: kernel function creation, fusion
+// output lists, kernel parameter lists.
+#ifndef GPTC_COMPILER_CODEGEN_EMITTER_UTIL_H_
+#define GPTC_COMPILER_CODEGEN_EMITTER_UTIL_H_
+
+#include <string>
+#include <vector>
+
+#include "compiler/codegen/kernel_spec.h"
+#include "compiler/ir/computation.h"
+#include "compiler/support/status.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+
+namespace gptc::codegen {
+
+// The fused computation's outputs: the root's operands for a tuple root,
+// else the root itself.
+std::vector<const ir::Instruction*> FusionOutputs(const ir::Computation& fused);
+
+// Checks that `fusion` is a fusion whose fused computation has one parameter
+// per operand, and returns the computation.
+StatusOr<const ir::Computation*> FusedComputation(const ir::Instruction& fusion);
+
+// Params of Note [kernel ABI] for `fusion`, each requiring `alignment` bytes.
+std::vector<KernelParam> KernelParams(const ir::Instruction& fusion, int64_t alignment);
+
+// Adds kernel `name` with one `!llvm.ptr<1>` argument per param, `block`
+// threads (nvvm.maxntid, known_block_size) and `workgroup_floats` f32 of
+// static shared memory (a workgroup attribution, when > 0). Leaves `b` at the
+// start of the body, before its gpu.return.
+mlir::gpu::GPUFuncOp CreateKernel(mlir::OpBuilder& b, mlir::gpu::GPUModuleOp gpu_module,
+                                  const std::string& name, int64_t num_params, int64_t block,
+                                  int64_t workgroup_floats);
+
+}  // namespace gptc::codegen
+
+#endif  // GPTC_COMPILER_CODEGEN_EMITTER_UTIL_H_

@@ -1,0 +1,46 @@
+// The emitter interface: one KernelEmitter per fusion kind builds one kernel
+// (a `gpu.func` with the `gpu.kernel` attribute) for a fusion instruction.
+//
+// Contract: Emit() adds exactly one kernel function named `name` to
+// `gpu_module`, with the parameters of Note [kernel ABI] (kernel_spec.h) as
+// `!llvm.ptr<1>` arguments, and returns the KernelSpec that launches it. It
+// may use the gpu, scf, arith, math, memref, llvm and nvvm dialects (the
+// lowering in lowering.h converts them). It sets `nvvm.maxntid` to the block
+// size so ptxas knows the launch bounds. On an unsupported instruction it
+// fails naming it: "%fused.3/%e: opcode dot is not supported in a loop fusion".
+//
+// Later emitters (column reduction, cross-entropy, optimizer, attention) plug
+// in through MakeEmitter(); an attention emitter would additionally use
+// nvgpu/nvvm ops for tensor cores and dynamic shared memory
+// (KernelSpec::dynamic_shared_bytes).
+#ifndef GPTC_COMPILER_CODEGEN_KERNEL_EMITTER_H_
+#define GPTC_COMPILER_CODEGEN_KERNEL_EMITTER_H_
+
+#include <memory>
+#include <string>
+
+#include "compiler/codegen/kernel_spec.h"
+#include "compiler/ir/instruction.h"
+#include "compiler/support/status.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+
+namespace gptc::codegen {
+
+class KernelEmitter {
+ public:
+  virtual ~KernelEmitter() = default;
+  virtual std::string_view Name() const = 0;
+  // Builds kernel `name` for `fusion` (a fusion instruction) in `gpu_module`.
+  virtual StatusOr<KernelSpec> Emit(const ir::Instruction& fusion, const std::string& name,
+                                    mlir::gpu::GPUModuleOp gpu_module) const = 0;
+};
+
+std::unique_ptr<KernelEmitter> MakeLoopEmitter();
+std::unique_ptr<KernelEmitter> MakeRowReductionEmitter();
+
+// The emitter for a fusion kind, or nullptr if there is none yet.
+std::unique_ptr<KernelEmitter> MakeEmitter(ir::FusionKind kind);
+
+}  // namespace gptc::codegen
+
+#endif  // GPTC_COMPILER_CODEGEN_KERNEL_EMITTER_H_

@@ -1,0 +1,56 @@
+// KernelSpec: everything a runtime needs to launch one generated kernel.
+//
+// Note [kernel ABI]: every generated kernel takes only pointers, in this
+// order: one per fusion operand (operand order), then one per fusion result
+// (the tuple elements of a multi-output fusion, in tuple order). Buffers are
+// dense row-major arrays of the IR shape; `pred` is one byte per element.
+// Shapes are static, so element counts, grid and block are constants baked
+// into the kernel: there are no scalar parameters. Each pointer must be
+// aligned to its `min_alignment` (buffer assignment gives 256 bytes).
+//
+// This header has no LLVM/MLIR dependency so the runtime can include it.
+#ifndef GPTC_COMPILER_CODEGEN_KERNEL_SPEC_H_
+#define GPTC_COMPILER_CODEGEN_KERNEL_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/opcode.h"
+#include "compiler/ir/shape.h"
+
+namespace gptc::codegen {
+
+// sm_90 limits every kernel must respect.
+inline constexpr int64_t kMaxThreadsPerBlock = 1024;
+inline constexpr int64_t kMaxSharedBytesPerBlock = 227 * 1024;
+inline constexpr int64_t kMaxRegistersPerThread = 255;
+
+struct Dim3 {
+  int64_t x = 1, y = 1, z = 1;
+  int64_t product() const { return x * y * z; }
+  bool operator==(const Dim3&) const = default;
+};
+
+struct KernelParam {
+  enum class Role : uint8_t { kOperand, kResult };
+  Role role = Role::kOperand;
+  int64_t index = 0;           // operand number, or tuple index of the result (0 if not a tuple)
+  ir::Shape shape;             // array shape of the buffer
+  int64_t min_alignment = 16;  // bytes
+};
+
+struct KernelSpec {
+  std::string name;    // PTX `.entry` name (a valid identifier, unique per module)
+  std::string fusion;  // the fusion instruction's name in the entry computation
+  ir::FusionKind kind = ir::FusionKind::kLoop;
+  Dim3 grid;
+  Dim3 block;
+  int64_t static_shared_bytes = 0;   // declared in the kernel
+  int64_t dynamic_shared_bytes = 0;  // to pass at launch
+  std::vector<KernelParam> params;   // see Note [kernel ABI]
+};
+
+}  // namespace gptc::codegen
+
+#endif  // GPTC_COMPILER_CODEGEN_KERNEL_SPEC_H_

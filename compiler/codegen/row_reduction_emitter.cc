@@ -1,0 +1,327 @@
+// The row-reduction emitter (kind=reduction whose reduces are over the last
+// dim): layer norm forward/backward, softmax, row sums.
+//
+// Note [row reduction]: with input shape [rows..., N], a row is handled by a
+// warp (N <= 1024; 8 rows per 256-thread block) or a whole block (larger N).
+// Its threads stride over the N columns. Reductions run in batches: each batch
+// holds the reductions that do not depend on each other (mean and mean of
+// squares share one pass, variance after mean needs a second), accumulates in
+// f32 in one loop, combines lanes with butterfly shuffles and, for a block,
+// warps through shared memory. Every thread then holds the row's results, so
+// later batches and the outputs can use them. Outputs shaped like the input
+// are written in a final column loop; outputs shaped like a row by lane 0.
+// Input elements are recomputed (re-read) in each pass; reads of a row after
+// the first come from L1/L2.
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "compiler/codegen/emitter_util.h"
+#include "compiler/codegen/fused_emitter.h"
+#include "compiler/codegen/kernel_emitter.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+namespace gptc::codegen {
+namespace {
+
+using mlir::Value;
+namespace arith = mlir::arith;
+
+constexpr int64_t kWarp = 32;
+constexpr int64_t kWarpRowsPerBlock = 8;
+
+// Whether `inst` depends (transitively, inside its computation) on a reduce in `batch`.
+bool DependsOn(const ir::Instruction* inst, const std::set<const ir::Instruction*>& batch,
+               std::map<const ir::Instruction*, bool>& memo) {
+  if (batch.count(inst)) return true;
+  if (auto it = memo.find(inst); it != memo.end()) return it->second;
+  bool result = false;
+  for (const ir::Instruction* op : inst->operands()) {
+    if (DependsOn(op, batch, memo)) {
+      result = true;
+      break;
+    }
+  }
+  memo[inst] = result;
+  return result;
+}
+
+Value Combine(mlir::OpBuilder& b, mlir::Location loc, ir::ReduceKind kind, Value x, Value y) {
+  if (kind == ir::ReduceKind::kSum) return b.create<arith::AddFOp>(loc, x, y);
+  return b.create<arith::MaximumFOp>(loc, x, y);
+}
+
+class RowReductionEmitter : public KernelEmitter {
+ public:
+  std::string_view Name() const override { return "row_reduction"; }
+
+  StatusOr<KernelSpec> Emit(const ir::Instruction& fusion, const std::string& name,
+                            mlir::gpu::GPUModuleOp gpu_module) const override {
+    ASSIGN_OR_RETURN(const ir::Computation* fused, FusedComputation(fusion));
+    std::vector<const ir::Instruction*> outputs = FusionOutputs(*fused);
+    std::vector<ir::Instruction*> params = fused->parameters();
+
+    // The reduces and the row geometry.
+    std::vector<const ir::Instruction*> reduces;
+    std::vector<int64_t> input_dims;
+    for (const auto& inst : fused->instructions()) {
+      if (inst->opcode() != ir::Opcode::kReduce) continue;
+      const ir::Shape& in = inst->operand(0)->shape();
+      if (in.rank() == 0 || inst->attrs().dimensions != std::vector<int64_t>{in.rank() - 1}) {
+        return Error(
+            "%{}: {} reduces dims {} of {}: only row reductions (over the last dim) are "
+            "supported yet",
+            fusion.name(), Describe(*inst), ir::DimsToString(inst->attrs().dimensions),
+            in.ToString());
+      }
+      if (!ir::IsFloat(in.dtype()) || !ir::IsFloat(inst->shape().dtype())) {
+        return Error("%{}: {}: only floating-point reductions are supported", fusion.name(),
+                     Describe(*inst));
+      }
+      if (!input_dims.empty() && in.dims() != input_dims) {
+        return Error("%{}: {} reduces {} but an earlier reduce reduces dims {}", fusion.name(),
+                     Describe(*inst), in.ToString(), ir::DimsToString(input_dims));
+      }
+      input_dims = in.dims();
+      reduces.push_back(inst.get());
+    }
+    if (reduces.empty()) return Error("%{}: reduction fusion without a reduce", fusion.name());
+    std::vector<int64_t> row_dims(input_dims.begin(), input_dims.end() - 1);
+    const ir::Shape input_shape(ir::DType::kF32, input_dims), row_shape(ir::DType::kF32, row_dims);
+    const int64_t n = input_dims.back();
+    const int64_t rows = row_shape.num_elements();
+    std::vector<const ir::Instruction*> elem_outputs, row_outputs;
+    std::vector<int64_t> elem_slots, row_slots;  // kernel argument of each output
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      const ir::Shape& s = outputs[o]->shape();
+      int64_t slot = static_cast<int64_t>(params.size() + o);
+      if (!s.is_tuple() && s.dims() == input_dims) {
+        elem_outputs.push_back(outputs[o]);
+        elem_slots.push_back(slot);
+      } else if (!s.is_tuple() && s.dims() == row_dims) {
+        row_outputs.push_back(outputs[o]);
+        row_slots.push_back(slot);
+      } else {
+        return Error("%{}: output {} has shape {}; a row reduction writes {} or {}", fusion.name(),
+                     Describe(*outputs[o]), s.ToString(), ir::DimsToString(input_dims),
+                     ir::DimsToString(row_dims));
+      }
+    }
+
+    // Batches of mutually independent reduces, in order.
+    std::vector<std::vector<const ir::Instruction*>> batches;
+    std::set<const ir::Instruction*> current;
+    for (const ir::Instruction* r : reduces) {
+      std::map<const ir::Instruction*, bool> memo;
+      if (!batches.empty() && !DependsOn(r->operand(0), current, memo)) {
+        batches.back().push_back(r);
+      } else {
+        batches.push_back({r});
+      }
+      current.insert(r);
+      if (batches.back().size() == 1) current = {r};
+    }
+    size_t max_batch = 0;
+    for (const auto& batch : batches) max_batch = std::max(max_batch, batch.size());
+
+    // Geometry (Note [row reduction]).
+    const int64_t threads_per_row = n <= 1024 ? kWarp : (n <= 4096 ? 256 : 512);
+    const int64_t rows_per_block = threads_per_row == kWarp ? std::min(kWarpRowsPerBlock, rows) : 1;
+    const int64_t block = threads_per_row * rows_per_block;
+    const int64_t grid = (rows + rows_per_block - 1) / rows_per_block;
+    const int64_t warps_per_row = threads_per_row / kWarp;
+    const int64_t shared_floats =
+        warps_per_row > 1 ? static_cast<int64_t>(max_batch) * warps_per_row : 0;
+    const bool wide = rows * n + threads_per_row >= std::numeric_limits<int32_t>::max();
+
+    mlir::OpBuilder b(gpu_module.getContext());
+    const int64_t num_params = static_cast<int64_t>(params.size() + outputs.size());
+    mlir::gpu::GPUFuncOp func = CreateKernel(b, gpu_module, name, num_params, block, shared_floats);
+    mlir::Block* entry = &func.getBody().front();
+    mlir::Location loc = b.getUnknownLoc();
+    mlir::IntegerType index_type = wide ? b.getI64Type() : b.getI32Type();
+
+    std::map<const ir::Instruction*, Value> results;  // reduce -> its row's value
+    auto read_parameter = [&](const ir::Instruction& p,
+                              const ElementIndex& index) -> StatusOr<Value> {
+      return LoadElement(b, loc, entry->getArgument(p.attrs().index), index.linear,
+                         p.shape().dtype());
+    };
+    FusedEmitter* self = nullptr;
+    FusedEmitter::Reader reader = [&](const ir::Instruction& p, const ElementIndex& index) {
+      ElementIndex linear = index;
+      linear.linear = self->Linear(index, p.shape());
+      return read_parameter(p, linear);
+    };
+    FusedEmitter::Reader read_reduce = [&](const ir::Instruction& r,
+                                           const ElementIndex&) -> StatusOr<Value> {
+      auto it = results.find(&r);
+      if (it == results.end()) {
+        return Error("{}: used before its row is reduced (not a row-local fusion)", Describe(r));
+      }
+      return it->second;
+    };
+    FusedEmitter emitter(b, entry, index_type, "reduction", reader, read_reduce);
+    self = &emitter;
+    auto c = [&](int64_t v) { return emitter.IndexConstant(v); };
+
+    auto to_index = [&](Value v) {
+      return b.create<arith::IndexCastOp>(loc, index_type, v).getResult();
+    };
+    Value tid = to_index(b.create<mlir::gpu::ThreadIdOp>(loc, mlir::gpu::Dimension::x));
+    Value bid = to_index(b.create<mlir::gpu::BlockIdOp>(loc, mlir::gpu::Dimension::x));
+    Value lane = threads_per_row == block
+                     ? tid
+                     : b.create<arith::RemUIOp>(loc, tid, c(threads_per_row)).getResult();
+    Value row = bid;
+    if (rows_per_block > 1) {
+      Value in_block = b.create<arith::DivUIOp>(loc, tid, c(threads_per_row));
+      row = b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, bid, c(rows_per_block)),
+                                    in_block);
+      if (rows % rows_per_block != 0) {  // whole warps drop out: no barrier in warp mode
+        Value live = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, row, c(rows));
+        auto guard = b.create<mlir::scf::IfOp>(loc, live, /*withElseRegion=*/false);
+        b.setInsertionPoint(guard.thenBlock()->getTerminator());
+      }
+    }
+    ElementIndex row_index;
+    row_index.linear = row;
+    row_index.multi = emitter.Multi(row_index, row_shape);
+    Value row_start = b.create<arith::MulIOp>(loc, row, c(n));
+    auto element_index = [&](Value j) {
+      ElementIndex index;
+      index.linear = b.create<arith::AddIOp>(loc, row_start, j);
+      index.multi = row_index.multi;
+      index.multi.push_back(j);
+      return index;
+    };
+
+    Value shared;
+    if (shared_floats > 0) shared = func.getWorkgroupAttributions()[0];
+    for (const auto& batch : batches) {
+      // acc_k = identity; for (j = lane; j < n; j += threads_per_row) acc_k = acc_k (+) x_k[row, j]
+      std::vector<Value> inits;
+      for (const ir::Instruction* r : batch) {
+        double identity = r->attrs().reduce_kind == ir::ReduceKind::kSum
+                              ? 0.0
+                              : -std::numeric_limits<double>::infinity();
+        inits.push_back(ScalarConstant(b, loc, ir::DType::kF32, identity));
+      }
+      mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
+      auto loop =
+          mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, lane, c(n), c(threads_per_row), inits));
+      FusedEmitter::Cache saved = emitter.SaveCache();
+      ElementIndex index = element_index(loop.getInductionVar());
+      std::vector<Value> next;
+      for (size_t k = 0; k < batch.size(); ++k) {
+        const ir::Instruction* r = batch[k];
+        StatusOr<Value> x = emitter.Emit(*r->operand(0), index);
+        if (!x.ok()) return x.status().WithPrefix("%" + fusion.name());
+        Value f = ConvertValue(b, loc, *x, r->operand(0)->shape().dtype(), ir::DType::kF32);
+        next.push_back(Combine(b, loc, r->attrs().reduce_kind, loop.getRegionIterArgs()[k], f));
+      }
+      b.create<mlir::scf::YieldOp>(loc, next);
+      emitter.RestoreCache(std::move(saved));
+      b.restoreInsertionPoint(after_loop);
+      b.setInsertionPointAfter(loop);
+
+      std::vector<Value> accs(loop.getResults().begin(), loop.getResults().end());
+      for (int64_t offset = kWarp / 2; offset > 0; offset /= 2) {
+        for (size_t k = 0; k < accs.size(); ++k) {
+          auto shuffle = b.create<mlir::gpu::ShuffleOp>(loc, accs[k], static_cast<int32_t>(offset),
+                                                        static_cast<int32_t>(kWarp),
+                                                        mlir::gpu::ShuffleMode::XOR);
+          accs[k] =
+              Combine(b, loc, batch[k]->attrs().reduce_kind, accs[k], shuffle.getShuffleResult());
+        }
+      }
+      if (warps_per_row > 1) {
+        // shared[k * warps + warp] = acc_k (lane 0 of each warp); barrier; every
+        // thread combines the warps' partials; barrier before the next batch reuses it.
+        Value warp = b.create<arith::DivUIOp>(loc, lane, c(kWarp));
+        Value first = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq,
+                                              b.create<arith::RemUIOp>(loc, lane, c(kWarp)), c(0));
+        auto if_first = b.create<mlir::scf::IfOp>(loc, first, false);
+        {
+          mlir::OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPoint(if_first.thenBlock()->getTerminator());
+          for (size_t k = 0; k < accs.size(); ++k) {
+            Value slot = b.create<arith::AddIOp>(loc, warp, c(k * warps_per_row));
+            b.create<mlir::memref::StoreOp>(
+                loc, accs[k], shared,
+                mlir::ValueRange{b.create<arith::IndexCastOp>(loc, b.getIndexType(), slot)});
+          }
+        }
+        b.create<mlir::gpu::BarrierOp>(loc);
+        for (size_t k = 0; k < accs.size(); ++k) {
+          Value total;
+          for (int64_t w = 0; w < warps_per_row; ++w) {
+            Value slot = b.create<arith::ConstantIndexOp>(loc, k * warps_per_row + w);
+            Value part = b.create<mlir::memref::LoadOp>(loc, shared, mlir::ValueRange{slot});
+            total = total ? Combine(b, loc, batch[k]->attrs().reduce_kind, total, part) : part;
+          }
+          accs[k] = total;
+        }
+        b.create<mlir::gpu::BarrierOp>(loc);
+      }
+      for (size_t k = 0; k < batch.size(); ++k) {
+        results[batch[k]] =
+            ConvertValue(b, loc, accs[k], ir::DType::kF32, batch[k]->shape().dtype());
+      }
+    }
+
+    if (!elem_outputs.empty()) {
+      mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
+      auto loop =
+          mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, lane, c(n), c(threads_per_row), {}));
+      FusedEmitter::Cache saved = emitter.SaveCache();
+      ElementIndex index = element_index(loop.getInductionVar());
+      for (size_t o = 0; o < elem_outputs.size(); ++o) {
+        StatusOr<Value> v = emitter.Emit(*elem_outputs[o], index);
+        if (!v.ok()) return v.status().WithPrefix("%" + fusion.name());
+        StoreElement(b, loc, *v, entry->getArgument(elem_slots[o]), index.linear,
+                     elem_outputs[o]->shape().dtype());
+      }
+      emitter.RestoreCache(std::move(saved));
+      b.restoreInsertionPoint(after_loop);
+      b.setInsertionPointAfter(loop);
+    }
+    if (!row_outputs.empty()) {
+      Value first = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, lane, c(0));
+      auto if_first = b.create<mlir::scf::IfOp>(loc, first, false);
+      mlir::OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(if_first.thenBlock()->getTerminator());
+      FusedEmitter::Cache saved = emitter.SaveCache();
+      for (size_t o = 0; o < row_outputs.size(); ++o) {
+        StatusOr<Value> v = emitter.Emit(*row_outputs[o], row_index);
+        if (!v.ok()) return v.status().WithPrefix("%" + fusion.name());
+        StoreElement(b, loc, *v, entry->getArgument(row_slots[o]), row,
+                     row_outputs[o]->shape().dtype());
+      }
+      emitter.RestoreCache(std::move(saved));
+    }
+
+    KernelSpec spec;
+    spec.name = name;
+    spec.fusion = fusion.name();
+    spec.kind = ir::FusionKind::kReduction;
+    spec.grid = {grid, 1, 1};
+    spec.block = {block, 1, 1};
+    spec.static_shared_bytes = shared_floats * 4;
+    spec.params = KernelParams(fusion, 1);
+    for (KernelParam& p : spec.params) p.min_alignment = StorageBytes(p.shape.dtype());
+    return spec;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<KernelEmitter> MakeRowReductionEmitter() {
+  return std::make_unique<RowReductionEmitter>();
+}
+
+}  // namespace gptc::codegen
