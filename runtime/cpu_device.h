@@ -54,6 +54,12 @@ class CpuTrainer {
   // Parameter i (program->params order) as an f32 literal.
   const eval::Literal& param(int64_t i) const { return params_[i]; }
   eval::Literal& mutable_param(int64_t i) { return params_[i]; }
+  // AdamW moments of parameter i and the step count, for checkpoints (runtime/checkpoint.h).
+  const eval::Literal& adam_m(int64_t i) const { return adam_m_[i]; }
+  const eval::Literal& adam_v(int64_t i) const { return adam_v_[i]; }
+  eval::Literal& mutable_adam_m(int64_t i) { return adam_m_[i]; }
+  eval::Literal& mutable_adam_v(int64_t i) { return adam_v_[i]; }
+  void set_steps_done(int64_t steps) { steps_done_ = steps; }
 
  private:
   // The literal of `slot` in the state, or nullptr for per-call inputs.

