@@ -19,9 +19,26 @@ namespace fusion_internal {
 using ir::Instruction;
 using ir::Opcode;
 
+namespace {
+
+// Whether `inst` is computed from constants and iotas alone.
+bool IsSourceless(const Instruction& inst) {
+  Opcode op = inst.opcode();
+  if (op == Opcode::kConstant || op == Opcode::kIota) return true;
+  if (op != Opcode::kBroadcast && !ir::IsElementwise(op)) return false;
+  if (inst.shape().is_tuple() || inst.operand_count() == 0) return false;
+  for (const Instruction* x : inst.operands()) {
+    if (!IsSourceless(*x)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool IsFree(const Instruction& inst) {
   Opcode op = inst.opcode();
-  return op == Opcode::kConstant || op == Opcode::kIota || op == Opcode::kBroadcast;
+  if (op == Opcode::kConstant || op == Opcode::kIota || op == Opcode::kBroadcast) return true;
+  return ir::IsElementwise(op) && IsSourceless(inst);
 }
 
 bool IsLoopOp(const Instruction& inst) {
@@ -278,8 +295,8 @@ class Materializer {
     return false;
   }
 
-  std::string ComputationName(const Instruction* hero) {
-    std::string base = "fused." + hero->name();
+  std::string ComputationName(const Group& group) {
+    std::string base = "fused." + (group.name.empty() ? group.hero->name() : group.name);
     std::string name = base;
     for (int i = 1; module_.FindComputation(name) != nullptr; ++i)
       name = fmt::format("{}.{}", base, i);
@@ -300,7 +317,7 @@ class Materializer {
     std::vector<const Instruction*> members(group.members.begin(), group.members.end());
     std::sort(members.begin(), members.end(),
               [&](auto* a, auto* b) { return p_.pos(a) < p_.pos(b); });
-    auto fused = std::make_unique<ir::Computation>(ComputationName(group.hero));
+    auto fused = std::make_unique<ir::Computation>(ComputationName(group));
     std::unordered_map<const Instruction*, Instruction*> clone;
     std::vector<const Instruction*> inputs;
     // Parameters first: the non-free values members read from outside.
@@ -365,9 +382,11 @@ class Materializer {
     ir::Attrs attrs;
     attrs.fusion_kind = group.kind;
     auto fusion =
-        std::make_unique<Instruction>(entry_->UniqueName(group.hero->name() + ".fusion"),
+        std::make_unique<Instruction>(entry_->UniqueName(
+                                          (group.name.empty() ? group.hero->name() : group.name) +
+                                          ".fusion"),
                                       Opcode::kFusion, root->shape(), std::move(operands), attrs);
-    fusion->set_metadata(group.hero->metadata());
+    fusion->set_metadata(group.metadata.empty() ? group.hero->metadata() : group.metadata);
     fusion->set_called_computation(called);
     Instruction* f = entry_->AddInstruction(std::move(fusion));
     std::vector<Instruction*> created = {f};
@@ -403,10 +422,13 @@ StatusOr<bool> Fusion::Run(ir::Module& module) {
   if (module.entry() == nullptr) return Error("fusion: module {} has no entry", module.name());
   Planner planner(module.entry());
   FuseOptimizer(planner);
+  FuseGradNorm(planner);
+  FuseParameterConverts(planner);
   FuseCrossEntropy(planner);
   FuseAttention(planner);
   FuseGemms(planner);
   FuseReductions(planner);
+  FuseConvertsIntoProducers(planner);
   FuseLoops(planner);
   return Materializer(module, planner).Run();
 }
@@ -441,6 +463,7 @@ std::map<int64_t, int64_t> KernelsPerLayer(const ir::Module& module) {
   for (const auto& inst : module.entry()->instructions()) {
     if (!IsKernel(*inst)) continue;
     std::string_view meta = inst->metadata();
+    if (meta.starts_with("remat.")) meta.remove_prefix(6);
     if (meta.starts_with("grad.")) meta.remove_prefix(5);
     if (!meta.starts_with("h.")) continue;
     meta.remove_prefix(2);

@@ -9,6 +9,11 @@
 // Rules, applied in this order (an instruction joins at most one group):
 //  1. optimizer: every instruction whose metadata starts with `optimizer.`
 //     (the per-parameter AdamW updates) in ONE horizontal fusion, kind=optimizer.
+//  1b. grad norm: the per-parameter square sums the optimizer fusion leaves
+//     out (`optimizer.*` reduces) and their scalar epilogue: ONE horizontal
+//     reduction fusion, metadata `optimizer.grad_norm`.
+//  1c. parameters: every convert of an entry parameter (f32 master weight to
+//     bf16) in ONE horizontal loop fusion, metadata `parameters.bf16`.
 //  2. cross_entropy: each softmax-cross-entropy op together with the backward
 //     ops computing dlogits from the same logits (metadata `grad.<ce scope>`),
 //     one multi-output fusion (loss rows, dlogits): probabilities are never stored.
@@ -33,7 +38,17 @@
 //     one multi-output fusion (dgamma and dbeta).
 //  6. loop: remaining elementwise / layout / select / compare / convert ops
 //     form maximal connected kind=loop groups.
-// Constants, iotas and broadcasts are never stored: each group that uses one
+//     Also in the cross_entropy fusion: the widening convert of bf16 logits
+//     (and of their remat clone `remat.NAME`) and the converts of dlogits.
+//     The attention kernels also take the q/k/v bias add and layout chains
+//     (remat clones included) when nothing else reads them, and the forward
+//     one the convert of its output. The bias-gradient column sum may read
+//     the f32 value whose convert the gemm takes. Column sums over all but
+//     the last dim (dgamma, dbeta) join the row reduction (layer-norm
+//     backward) sharing their input. After rule 5, a convert whose producer
+//     is in a non-gemm group joins it.
+// Constants, iotas, broadcasts, and elementwise ops of those alone (the
+// causal mask) are never stored: each group that uses one
 // gets its own copy (a broadcast's operand becomes the input). Parameters,
 // gather, scatter-add, all-reduce, tuple and get-tuple-element stay unfused.
 // Every merge is checked to keep the groups acyclic (no path leaves a group

@@ -4,6 +4,7 @@
 #define GPTC_PASSES_FUSION_PLANNER_H_
 
 #include <cstdint>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -14,7 +15,9 @@ namespace gptc::passes::fusion_internal {
 
 using InstSet = std::unordered_set<const ir::Instruction*>;
 
-// Constants, iotas and broadcasts: copied into every group that uses them.
+// Constants, iotas, broadcasts and elementwise ops computed from free ops
+// alone (the causal mask `compare(iota, iota)`): copied into every group that
+// uses them.
 bool IsFree(const ir::Instruction& inst);
 // Ops a loop kernel can compute: elementwise, select, compare, converts and
 // layout changes (reshape, transpose, slice, pad, concatenate).
@@ -25,6 +28,10 @@ struct Group {
   const ir::Instruction* hero = nullptr;  // names the fusion and gives its metadata
   InstSet members;
   bool live = true;
+  // Overrides of the hero's name and metadata for horizontal groups that
+  // belong to no layer (`parameters.bf16`, `optimizer.grad_norm`).
+  std::string name;
+  std::string metadata;
 };
 
 // Note [fusion groups]: every non-free instruction belongs to at most one
@@ -76,10 +83,13 @@ class Planner {
 
 // The rule phases, in the order Fusion::Run applies them (fusion_rules.cc).
 void FuseOptimizer(Planner& p);
+void FuseGradNorm(Planner& p);
+void FuseParameterConverts(Planner& p);
 void FuseCrossEntropy(Planner& p);
 void FuseAttention(Planner& p);
 void FuseGemms(Planner& p);
 void FuseReductions(Planner& p);
+void FuseConvertsIntoProducers(Planner& p);
 void FuseLoops(Planner& p);
 
 }  // namespace gptc::passes::fusion_internal

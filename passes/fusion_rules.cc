@@ -156,19 +156,164 @@ void FuseOptimizer(Planner& p) {
   if (!s.empty()) p.NewGroup(FusionKind::kOptimizer, hero, s);
 }
 
+void FuseGradNorm(Planner& p) {
+  // sum_i sum(g_i * g_i) over every parameter gradient: the squares-sums
+  // are full reductions of `optimizer.*` ops the optimizer fusion had to
+  // leave out (every update depends on the global norm); one horizontal
+  // multi-output reduction computes them all, with the norm and clip scale.
+  InstSet s;
+  for (const Instruction* r : p.order()) {
+    if (r->opcode() != Opcode::kReduce || !p.Claimable(r) ||
+        !r->metadata().starts_with("optimizer.")) {
+      continue;
+    }
+    s.insert(r);
+    for (const Instruction* op : r->operands()) {
+      if (p.Claimable(op) && ir::IsElementwise(op->opcode()) &&
+          op->metadata().starts_with("optimizer.") && AllUsesIn(p, op, {r})) {
+        s.insert(op);
+      }
+    }
+  }
+  if (s.empty()) return;
+  // The scalar epilogue (sum of the sums, sqrt, clip scale).
+  for (bool grew = true; grew;) {
+    grew = false;
+    std::vector<const Instruction*> users;
+    for (const Instruction* m : s) p.NonFreeUsers(m, users);
+    for (const Instruction* u : users) {
+      if (s.contains(u) || !p.Claimable(u) || !ir::IsElementwise(u->opcode()) ||
+          u->shape().rank() != 0 || !AllOperandsIn(p, u, s)) {
+        continue;
+      }
+      s.insert(u);
+      grew = true;
+    }
+  }
+  p.MakeConvex(s);
+  if (s.empty()) return;
+  const Instruction* hero = *std::min_element(
+      s.begin(), s.end(), [&](auto* x, auto* y) { return p.pos(x) < p.pos(y); });
+  int g = p.NewGroup(FusionKind::kReduction, hero, s);
+  p.groups()[g].name = "optimizer.grad_norm";
+  p.groups()[g].metadata = "optimizer.grad_norm";
+}
+
+void FuseParameterConverts(Planner& p) {
+  // Every convert of a master weight (f32 -> bf16) in one horizontal loop
+  // kernel at the start of the step, instead of one kernel per use.
+  InstSet s;
+  for (const Instruction* c : p.order()) {
+    if (c->opcode() == Opcode::kConvert && p.Claimable(c) &&
+        c->operand(0)->opcode() == Opcode::kParameter) {
+      s.insert(c);
+    }
+  }
+  if (s.size() < 2) return;
+  const Instruction* hero = *std::min_element(
+      s.begin(), s.end(), [&](auto* x, auto* y) { return p.pos(x) < p.pos(y); });
+  int g = p.NewGroup(FusionKind::kLoop, hero, s);
+  p.groups()[g].name = "parameters.bf16";
+  p.groups()[g].metadata = "parameters.bf16";
+}
+
+void FuseConvertsIntoProducers(Planner& p) {
+  // x = <group g>; c = convert(x)  =>  c joins g as one more output (or
+  // replaces x's output when c is x's only user). Not into gemms: cuBLASLt
+  // writes one result (their epilogue converts are absorbed by FuseGemms).
+  for (const Instruction* c : p.order()) {
+    if (c->opcode() != Opcode::kConvert || !p.Claimable(c)) continue;
+    std::vector<const Instruction*> sources;
+    p.NonFreeSources(c->operand(0), sources);
+    if (sources.size() != 1) continue;
+    int g = p.group_of(sources.front());
+    if (g < 0 || p.groups()[g].kind == FusionKind::kGemm ||
+        p.groups()[g].kind == FusionKind::kOptimizer) {
+      continue;
+    }
+    p.TryAdd(g, c);
+  }
+}
+
 void FuseCrossEntropy(Planner& p) {
   for (const Instruction* ce : p.order()) {
     if (ce->opcode() != Opcode::kSoftmaxCrossEntropy || !p.Claimable(ce)) continue;
     // dlogits: the backward ops of this op's scope computed from its logits.
     std::string meta = "grad." + ce->metadata();
-    InstSet s = ReachWithMeta(p, {ce->operand(0)}, meta, /*backward=*/false);
+    // The logits, and their clone when remat recomputes them for the
+    // backward (passes/remat.h names it `remat.NAME`).
+    std::vector<const Instruction*> logits = {ce->operand(0)};
+    if (const Instruction* clone =
+            p.computation()->FindInstruction("remat." + ce->operand(0)->name())) {
+      logits.push_back(clone);
+    }
+    InstSet s = ReachWithMeta(p, logits, meta, /*backward=*/false);
     s.insert(ce);
+    // bf16 logits are widened in the kernel (Note [bf16 logits] in
+    // mixed_precision.cc): the f32 [B, T, V] copy is never stored.
+    for (const Instruction* l : logits) {
+      for (const Instruction* x = l;
+           x->opcode() == Opcode::kConvert && p.Claimable(x) && AllUsesIn(p, x, s);
+           x = x->operand(0)) {
+        s.insert(x);
+      }
+    }
     AddOwnedProducers(p, s, meta);
+    // dlogits leave the kernel in the dtype the backward dots read.
+    for (bool grew = true; grew;) {
+      grew = false;
+      std::vector<const Instruction*> users;
+      for (const Instruction* m : s) p.NonFreeUsers(m, users);
+      for (const Instruction* u : users) {
+        if (u->opcode() != Opcode::kConvert || s.contains(u) || !p.Claimable(u)) continue;
+        s.insert(u);
+        grew = true;
+      }
+    }
     p.MakeConvex(s);
     if (!s.contains(ce)) s = {ce};
     p.NewGroup(FusionKind::kCrossEntropy, ce, s);
   }
 }
+
+namespace {
+
+// Whether `x` is a bias add: x = add(y, broadcast(b)) along the last dim.
+bool IsBiasAdd(const Instruction* x) {
+  if (x->opcode() != Opcode::kAdd) return false;
+  int64_t rank = x->shape().rank();
+  for (const Instruction* b : x->operands()) {
+    if (b->opcode() == Opcode::kBroadcast && b->operand(0)->shape().rank() == 1 &&
+        b->attrs().dimensions == std::vector<int64_t>{rank - 1}) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Grows `s` with the layout chains (slice, reshape, transpose, convert) and
+// the bias add producing q, k, v, when nothing else reads them: the
+// attention kernels load q, k, v out of the packed projection and add its
+// bias on the fly (remat clones of these chains included).
+void AddQkvProducers(const Planner& p, InstSet& s) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::vector<const Instruction*> sources;
+    for (const Instruction* m : s) {
+      for (const Instruction* op : m->operands()) p.NonFreeSources(op, sources);
+    }
+    for (const Instruction* x : sources) {
+      Opcode o = x->opcode();
+      bool layout = o == Opcode::kSlice || o == Opcode::kReshape || o == Opcode::kTranspose ||
+                    o == Opcode::kConvert || IsBiasAdd(x);
+      if (s.contains(x) || !layout || !p.Claimable(x) || !AllUsesIn(p, x, s)) continue;
+      s.insert(x);
+      changed = true;
+    }
+  }
+}
+
+}  // namespace
 
 void FuseAttention(Planner& p) {
   for (const Instruction* a : p.order()) {
@@ -182,9 +327,16 @@ void FuseAttention(Planner& p) {
         if (!p.Claimable(x) || !p.TryAdd(g, x)) break;
       }
     }
+    InstSet grown = p.groups()[g].members;
+    AddQkvProducers(p, grown);
+    for (auto it = p.order().rbegin(); it != p.order().rend(); ++it) {
+      if (grown.contains(*it) && p.group_of(*it) != g) p.TryAdd(g, *it);  // users first
+    }
     // The output written in [B, T, H*D].
     for (const Instruction* u = SingleUser(p, a);
-         u != nullptr && (u->opcode() == Opcode::kTranspose || u->opcode() == Opcode::kReshape) &&
+         u != nullptr &&
+         (u->opcode() == Opcode::kTranspose || u->opcode() == Opcode::kReshape ||
+          u->opcode() == Opcode::kConvert) &&
          p.Claimable(u) && p.TryAdd(g, u);
          u = SingleUser(p, u)) {
     }
@@ -206,6 +358,7 @@ void FuseAttention(Planner& p) {
       if (up.contains(x)) s.insert(x);
     }
     AddOwnedProducers(p, s, meta);
+    AddQkvProducers(p, s);
     // dq, dk, dv written into the packed [B, T, 3C] gradient.
     for (bool changed = true; changed;) {
       changed = false;
@@ -247,7 +400,15 @@ void FuseGemms(Planner& p) {
       for (int i = 0; i < 2; ++i) {
         std::vector<int64_t> contracting = i == 0 ? dims.lhs_contracting : dims.rhs_contracting;
         std::sort(contracting.begin(), contracting.end());
-        for (const Instruction* r : d->operand(i)->users()) {
+        // The column sum may read the f32 value whose bf16 convert the dot
+        // takes: the kernel sums the operand it loads (tolerance of bf16).
+        std::vector<const Instruction*> summed = {d->operand(i)};
+        if (d->operand(i)->opcode() == Opcode::kConvert) summed.push_back(d->operand(i)->operand(0));
+        std::vector<const Instruction*> candidates;
+        for (const Instruction* x : summed) {
+          candidates.insert(candidates.end(), x->users().begin(), x->users().end());
+        }
+        for (const Instruction* r : candidates) {
           if (r->opcode() != Opcode::kReduce || !p.Claimable(r) ||
               r->attrs().reduce_kind != ir::ReduceKind::kSum) {
             continue;
@@ -286,8 +447,8 @@ void FuseGemms(Planner& p) {
     }
     u = SingleUser(p, cur);
     if (cur == d && d->shape().rank() == 2 && u != nullptr && u->opcode() == Opcode::kTranspose &&
-        p.Claimable(u)) {
-      p.TryAdd(g, u);
+        p.Claimable(u) && p.TryAdd(g, u)) {
+      AbsorbConverts(p, g, u);
     }
   }
 }
@@ -368,6 +529,48 @@ InstSet Inputs(Planner& p, int g) {
 
 }  // namespace
 
+namespace {
+
+// Whether `r` sums over every dim but the last (a per-channel column sum of
+// a [..., C] value: dgamma, dbeta).
+bool IsChannelSum(const Instruction* r) {
+  int64_t rank = r->operand(0)->shape().rank();
+  if (rank < 2 || r->shape().rank() != 1) return false;
+  std::vector<int64_t> dims = r->attrs().dimensions;
+  std::sort(dims.begin(), dims.end());
+  for (int64_t i = 0; i < rank - 1; ++i) {
+    if (i >= static_cast<int64_t>(dims.size()) || dims[i] != i) return false;
+  }
+  return static_cast<int64_t>(dims.size()) == rank - 1;
+}
+
+// Layer-norm backward as one kernel (llm.c's layernorm_backward): the
+// channel sums (dgamma, dbeta) join the row reduction computing dx from
+// the same [..., C] values; each block adds its partial sums.
+void MergeChannelSumsIntoRows(Planner& p) {
+  int n = static_cast<int>(p.groups().size());
+  for (int c = 0; c < n; ++c) {
+    const Group& col = p.groups()[c];
+    if (!col.live || col.kind != FusionKind::kReduction || !IsChannelSum(col.hero)) continue;
+    const std::vector<int64_t>& in_dims = col.hero->operand(0)->shape().dims();
+    InstSet col_in = Inputs(p, c);
+    for (int r = 0; r < n; ++r) {
+      const Group& row = p.groups()[r];
+      if (!row.live || r == c || row.kind != FusionKind::kReduction || !IsRowReduce(row.hero) ||
+          row.hero->operand(0)->shape().dims() != in_dims) {
+        continue;
+      }
+      InstSet row_in = Inputs(p, r);
+      bool shared = std::any_of(col_in.begin(), col_in.end(), [&](auto* x) {
+        return row_in.contains(x) || row.members.contains(x);
+      });
+      if (shared && p.TryMerge(r, c)) break;
+    }
+  }
+}
+
+}  // namespace
+
 void FuseReductions(Planner& p) {
   std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, std::vector<int>> siblings;
   for (const Instruction* r : p.order()) {
@@ -405,6 +608,7 @@ void FuseReductions(Planner& p) {
       }
     }
   }
+  MergeChannelSumsIntoRows(p);
 }
 
 void FuseLoops(Planner& p) {
@@ -424,9 +628,9 @@ void FuseLoops(Planner& p) {
     }
     if (joined < 0) p.NewGroup(FusionKind::kLoop, x, {x});
   }
-  // Broadcasts and iotas an unfused op reads must be materialized.
+  // Free ops (other than constants) an unfused op reads must be materialized.
   for (const Instruction* x : p.order()) {
-    if (x->opcode() != Opcode::kBroadcast && x->opcode() != Opcode::kIota) continue;
+    if (!IsFree(*x) || x->opcode() == Opcode::kConstant) continue;
     bool needed = false;
     for (const Instruction* u : x->users()) needed |= !IsFree(*u) && p.group_of(u) < 0;
     needed |= p.computation()->root() == x;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -28,6 +29,48 @@ std::optional<PrecisionPolicy> ParsePrecisionPolicy(std::string_view name) {
   if (name == "bf16") return PrecisionPolicy::kBF16;
   return std::nullopt;
 }
+
+namespace {
+
+// Whether every use of `dot` is the logits operand of a softmax-cross-entropy.
+bool FeedsOnlyCrossEntropy(const Instruction* dot) {
+  if (dot->users().empty() || dot->parent()->root() == dot) return false;
+  for (const Instruction* u : dot->users()) {
+    if (u->opcode() != Opcode::kSoftmaxCrossEntropy || u->operand(0) != dot) return false;
+    for (int64_t i = 1; i < u->operand_count(); ++i) {
+      if (u->operand(i) == dot) return false;
+    }
+  }
+  return true;
+}
+
+// Note [bf16 logits]: the lm_head result is the largest tensor of the step
+// ([B, T, V]); it is stored in bf16 and widened back inside the loss:
+//   %l = f32[B,T,V] dot(%x.bf16, %w.bf16)      %l.bf16 = bf16[B,T,V] dot(%x.bf16, %w.bf16)
+//   %ce = softmax-cross-entropy(%l, %t)   =>   %l = f32[B,T,V] convert(%l.bf16)
+//                                              %ce = softmax-cross-entropy(%l, %t)
+// The cross-entropy math stays f32 (fusion puts the widening convert in the
+// cross_entropy kernel), and autodiff's convert rule narrows dlogits to
+// bf16, the dtype the backward dots take anyway.
+Status StoreLogitsInBf16(ir::Builder& b, Instruction* dot) {
+  if (!FeedsOnlyCrossEntropy(dot)) return Status::Ok();
+  ir::Computation* entry = dot->parent();
+  b.set_insertion_point(dot);
+  b.set_metadata(dot->metadata());
+  ASSIGN_OR_RETURN(Instruction * narrow,
+                   b.Build(Opcode::kDot, {dot->operand(0), dot->operand(1)}, dot->attrs(),
+                           dot->shape().WithDType(DType::kBF16), nullptr,
+                           fmt::format("{}.bf16", dot->name())));
+  std::string name = dot->name();
+  ASSIGN_OR_RETURN(Instruction * widen,
+                   b.Build(Opcode::kConvert, {narrow}, {}, dot->shape(), nullptr,
+                           fmt::format("{}.f32", name)));
+  dot->ReplaceAllUsesWith(widen);
+  entry->RemoveInstruction(dot);
+  return Status::Ok();
+}
+
+}  // namespace
 
 StatusOr<bool> MixedPrecision::Run(ir::Module& module) {
   if (options_.policy == PrecisionPolicy::kF32) return false;
@@ -63,6 +106,9 @@ StatusOr<bool> MixedPrecision::Run(ir::Module& module) {
       dot->ReplaceOperandWith(i, converted);
     }
     // The result dtype stays f32 (f32 accumulation); nothing to change.
+  }
+  for (Instruction* dot : dots) {
+    RETURN_IF_ERROR(StoreLogitsInBf16(b, dot));
   }
   return true;
 }

@@ -21,8 +21,15 @@
 //     decomposition and autodiff rule are traced per dtype, and the fused
 //     kernel computes logits and softmax in f32 anyway), and dots inside
 //     called computations are left alone;
-//   - the softmax-cross-entropy and the loss: its logits are the f32 result
-//     of the lm_head dot.
+//   - the softmax-cross-entropy and the loss: the CE math is f32, but the
+//     logits it reads are STORED in bf16: a dot whose only uses are the
+//     logits of softmax-cross-entropy ops (the lm_head) produces bf16, and a
+//     convert back to f32 feeds the CE (Note [bf16 logits] in the .cc):
+//       %lm_head.dot.bf16 = bf16[B,T,V] dot(...)
+//       %lm_head.dot.f32 = f32[B,T,V] convert(%lm_head.dot.bf16)
+//     so no f32 [B,T,V] tensor is stored once fusion puts the convert in the
+//     cross_entropy kernel, and dlogits (converted to bf16 by autodiff's
+//     convert rule) leave that kernel as bf16.
 // The activations the backward keeps for the dots are their bf16 operands
 // (the converts), so the saved dot inputs take half the memory.
 //

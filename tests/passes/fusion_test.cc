@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
 #include "models/config.h"
@@ -154,6 +155,168 @@ ENTRY %main {
   EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
   EXPECT_EQ(Count(*after, "gemm"), 1);
   EXPECT_EQ(CountKernels(*after).size(), 1u);
+}
+
+TEST(FusionTest, BiasGradientSeesThroughTheOperandConvert) {
+  // Mixed precision: the gemm takes bf16 dy, the column sum reads f32 dy.
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %x = bf16[2,4,8] parameter(0)
+  %dy = f32[2,4,16] parameter(1)
+  %dy16 = bf16[2,4,16] convert(%dy)
+  %dw = bf16[8,16] dot(%x, %dy16), lhs_contracting={0,1}, rhs_contracting={0,1}
+  %dw32 = f32[8,16] convert(%dw)
+  %db = f32[16] reduce(%dy), dimensions={0,1}, kind=sum
+  ROOT %t = (f32[8,16], f32[16]) tuple(%dw32, %db)
+}
+)");
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
+  EXPECT_EQ(Count(*after, "gemm"), 1);
+  EXPECT_EQ(FusionOf(*after, "db"), FusionOf(*after, "dw"));
+}
+
+TEST(FusionTest, ParameterConvertsAreOneHorizontalKernel) {
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %x = bf16[4,8] parameter(0)
+  %w1 = f32[8,8] parameter(1)
+  %w2 = f32[8,8] parameter(2)
+  %w1.bf16 = bf16[8,8] convert(%w1), meta="h.0.fc1"
+  %h = bf16[4,8] dot(%x, %w1.bf16), lhs_contracting={1}, rhs_contracting={0}, meta="h.0.fc1"
+  %w2.bf16 = bf16[8,8] convert(%w2), meta="h.0.fc2"
+  ROOT %y = bf16[4,8] dot(%h, %w2.bf16), lhs_contracting={1}, rhs_contracting={0}, meta="h.0.fc2"
+}
+)");
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
+  EXPECT_EQ(Count(*after, "loop"), 1);
+  EXPECT_EQ(Count(*after, "gemm"), 2);
+  const ir::Instruction* f = FusionOf(*after, "w1.bf16");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f, FusionOf(*after, "w2.bf16"));
+  EXPECT_EQ(f->metadata(), "parameters.bf16");  // counted for no layer
+  EXPECT_EQ(KernelsPerLayer(*after).at(0), 2);
+}
+
+TEST(FusionTest, LayerNormBackwardChannelSumsJoinTheRowKernel) {
+  // dx rows (a row sum of dy * g) and dgamma / dbeta channel sums of the
+  // same [B, T, C] values: one kernel, like llm.c's layernorm_backward.
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %dy = f32[2,4,8] parameter(0)
+  %xh = f32[2,4,8] parameter(1)
+  %g = f32[8] parameter(2)
+  %gb = f32[2,4,8] broadcast(%g), dimensions={2}
+  %dyg = f32[2,4,8] mul(%dy, %gb)
+  %rs = f32[2,4] reduce(%dyg), dimensions={2}, kind=sum
+  %rsb = f32[2,4,8] broadcast(%rs), dimensions={0,1}
+  %dx = f32[2,4,8] sub(%dyg, %rsb)
+  %dyx = f32[2,4,8] mul(%dy, %xh)
+  %dgamma = f32[8] reduce(%dyx), dimensions={0,1}, kind=sum
+  %dbeta = f32[8] reduce(%dy), dimensions={0,1}, kind=sum
+  ROOT %t = (f32[2,4,8], f32[8], f32[8]) tuple(%dx, %dgamma, %dbeta)
+}
+)");
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
+  EXPECT_EQ(Count(*after, "reduction"), 1);
+  EXPECT_EQ(CountKernels(*after).size(), 1u);
+}
+
+TEST(FusionTest, GradientSquareSumsAreOneHorizontalReduction) {
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %g1 = f32[4,8] parameter(0)
+  %g2 = f32[8] parameter(1)
+  %sq1 = f32[4,8] mul(%g1, %g1), meta="optimizer.a"
+  %s1 = f32[] reduce(%sq1), dimensions={0,1}, kind=sum, meta="optimizer.a"
+  %sq2 = f32[8] mul(%g2, %g2), meta="optimizer.b"
+  %s2 = f32[] reduce(%sq2), dimensions={0}, kind=sum, meta="optimizer.b"
+  %n = f32[] add(%s1, %s2), meta="grad_norm"
+  %r = f32[] sqrt(%n), meta="optimizer.b"
+  %rb = f32[8] broadcast(%r), dimensions={}
+  ROOT %u = f32[8] mul(%g2, %rb), meta="optimizer.b"
+}
+)");
+  // The optimizer fusion cannot hold the square sums (a value of other
+  // metadata lies between them and the updates): they share one kernel.
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
+  EXPECT_EQ(Count(*after, "reduction"), 1);
+  EXPECT_EQ(Count(*after, "optimizer"), 1);
+  const ir::Instruction* f = FusionOf(*after, "s1");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f, FusionOf(*after, "s2"));
+  EXPECT_EQ(f, FusionOf(*after, "n"));
+  EXPECT_EQ(f->metadata(), "optimizer.grad_norm");
+}
+
+TEST(FusionTest, AttentionOutputConvertAndQkvBiasJoinTheAttentionKernel) {
+  StatusOr<models::GptConfig> config = models::FindGptConfig("gpt2-tiny");
+  ASSERT_TRUE(config.ok());
+  config->width = 32;
+  config->layers = 1;
+  auto traced = models::TraceGpt2Forward(*config, 1, 8);
+  ASSERT_TRUE(traced.ok()) << traced.status().message();
+  std::unique_ptr<ir::Module> module = std::move(traced->module);
+  auto mp = AllPasses().Create("mixed-precision");
+  ASSERT_TRUE(mp.ok()) << mp.status().message();
+  ASSERT_TRUE((*mp)->Run(*module).ok());
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 1, 2e-2));
+  // The attention kernel adds the qkv bias and writes the bf16 [B, T, C]
+  // operand of the projection: no loop kernel is left in the layer.
+  for (const auto& inst : after->entry()->instructions()) {
+    if (inst->opcode() != ir::Opcode::kFusion || !inst->metadata().starts_with("h.0")) continue;
+    EXPECT_NE(inst->attrs().fusion_kind, ir::FusionKind::kLoop) << inst->name();
+  }
+  EXPECT_EQ(KernelsPerLayer(*after).at(0), 7);  // ln, gemm, attention, gemm, ln, gemm, gemm
+}
+
+TEST(FusionTest, CausalMaskIsRecomputedInEachKernel) {
+  // compare(iota, iota) is as free as the iotas: each user computes it.
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %x = f32[4,4] parameter(0)
+  %y = f32[4,4] parameter(1)
+  %i = s32[4,4] iota(), iota_dimension=0
+  %j = s32[4,4] iota(), iota_dimension=1
+  %mask = pred[4,4] compare(%j, %i), direction=LE
+  %z = f32[4,4] dot(%x, %y), lhs_contracting={1}, rhs_contracting={0}
+  %a = f32[4,4] select(%mask, %x, %y)
+  %b = f32[4,4] select(%mask, %z, %x)
+  ROOT %t = (f32[4,4], f32[4,4]) tuple(%a, %b)
+}
+)");
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
+  EXPECT_EQ(Count(*after, "loop"), 2);  // %a, %b: no kernel for the mask
+  EXPECT_EQ(Count(*after, "gemm"), 1);
+}
+
+TEST(FusionTest, KernelsPerLayerCountsRematClones) {
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %x = f32[4] parameter(0)
+  %a = f32[4] exp(%x), meta="h.0.a"
+  %b = f32[4] exp(%x), meta="remat.h.0.a"
+  %c = f32[4] exp(%x), meta="grad.h.1.a"
+  ROOT %t = (f32[4], f32[4], f32[4]) tuple(%a, %b, %c)
+}
+)");
+  // Unfused exps are not kernels; fused, each is one.
+  Fusion fusion;
+  ASSERT_TRUE(fusion.Run(*module).value());
+  std::map<int64_t, int64_t> per_layer = KernelsPerLayer(*module);
+  EXPECT_EQ(per_layer.at(0), 2);
+  EXPECT_EQ(per_layer.at(1), 1);
 }
 
 TEST(FusionTest, DoesNotFuseAroundADot) {

@@ -151,13 +151,29 @@ TEST(MixedPrecisionTest, Gpt2TinyLossMatchesF32AndGradientsStayF32) {
   for (const auto& computation : bf16->computations()) {
     for (const auto& inst : computation->instructions()) {
       if (inst->opcode() != Opcode::kDot) continue;
-      EXPECT_EQ(inst->shape().dtype(), DType::kF32) << inst->name();
+      // The lm_head logits are stored in bf16 (Note [bf16 logits]).
+      bool logits = inst->metadata() == "lm_head";
+      EXPECT_EQ(inst->shape().dtype(), logits ? DType::kBF16 : DType::kF32) << inst->name();
       DType want = computation.get() == bf16->entry() ? DType::kBF16 : DType::kF32;
       EXPECT_EQ(inst->operand(0)->shape().dtype(), want) << inst->name();
       dots += computation.get() == bf16->entry();
     }
   }
   EXPECT_EQ(dots, 2 * 4 + 1);  // 4 linears a block, 2 blocks, the lm_head
+  // The cross-entropy still computes in f32 on the widened bf16 logits.
+  for (const auto& inst : bf16->entry()->instructions()) {
+    if (inst->opcode() != Opcode::kSoftmaxCrossEntropy) continue;
+    const ir::Instruction* widen = inst->operand(0);
+    EXPECT_EQ(widen->opcode(), Opcode::kConvert);
+    EXPECT_EQ(widen->shape().dtype(), DType::kF32);
+    EXPECT_EQ(widen->operand(0)->opcode(), Opcode::kDot);
+    EXPECT_EQ(widen->operand(0)->shape().dtype(), DType::kBF16);
+    EXPECT_EQ(widen->operand(0)->name(), "lm_head.dot.bf16");
+  }
+  {
+    std::unique_ptr<ir::Module> again = bf16->Clone();
+    EXPECT_FALSE(pass.Run(*again).value());  // idempotent with bf16 logits too
+  }
   for (const ir::Instruction* p : bf16->entry()->parameters()) {
     EXPECT_NE(p->shape().dtype(), DType::kBF16) << p->name();  // f32 master weights
   }
