@@ -1,9 +1,15 @@
 #include "compiler/codegen/codegen.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <map>
+#include <optional>
 #include <set>
+#include <thread>
 
 #include "compiler/codegen/lowering.h"
+#include "compiler/ir/printer.h"
 
 namespace gptc::codegen {
 namespace {
@@ -16,27 +22,63 @@ std::string SanitizeName(const std::string& name) {
   return out;
 }
 
-// Why an emitter that exists cannot take `fusion` yet, or "" if it can.
-std::string UnsupportedReason(const ir::Instruction& fusion) {
-  ir::FusionKind kind = fusion.attrs().fusion_kind;
-  if (kind == ir::FusionKind::kLoop) return "";
-  if (kind == ir::FusionKind::kReduction) {
-    for (const auto& inst : fusion.called_computation()->instructions()) {
-      if (inst->opcode() != ir::Opcode::kReduce) continue;
-      int64_t rank = inst->operand(0)->shape().rank();
-      if (inst->attrs().dimensions != std::vector<int64_t>{rank - 1}) {
-        return "column / full reductions have no emitter yet";
-      }
-    }
-    return "";
-  }
-  return fmt::format("fusion kind {} has no emitter yet", ir::FusionKindName(kind));
-}
-
 }  // namespace
 
 bool HasEmitter(ir::FusionKind kind) {
-  return kind == ir::FusionKind::kLoop || kind == ir::FusionKind::kReduction;
+  return kind == ir::FusionKind::kLoop || kind == ir::FusionKind::kReduction ||
+         kind == ir::FusionKind::kOptimizer || kind == ir::FusionKind::kCrossEntropy ||
+         kind == ir::FusionKind::kAttention;
+}
+
+std::vector<const ir::Instruction*> FusionReduces(const ir::Computation& fused) {
+  std::vector<const ir::Instruction*> reduces;
+  for (const auto& inst : fused.instructions()) {
+    if (inst->opcode() == ir::Opcode::kReduce) reduces.push_back(inst.get());
+    if (inst->opcode() == ir::Opcode::kSoftmaxCrossEntropy && inst->called_computation()) {
+      for (const ir::Instruction* r : FusionReduces(*inst->called_computation()))
+        reduces.push_back(r);
+    }
+  }
+  return reduces;
+}
+
+StatusOr<EmitterKind> ChooseEmitter(const ir::Instruction& inst) {
+  if (inst.opcode() == ir::Opcode::kGather) return EmitterKind::kGather;
+  if (inst.opcode() == ir::Opcode::kScatterAdd) return EmitterKind::kScatterAdd;
+  if (inst.opcode() != ir::Opcode::kFusion || inst.called_computation() == nullptr) {
+    return Error("opcode {} has no emitter", ir::OpcodeName(inst.opcode()));
+  }
+  ir::FusionKind kind = inst.attrs().fusion_kind;
+  if (kind == ir::FusionKind::kLoop || kind == ir::FusionKind::kOptimizer) {
+    return EmitterKind::kLoop;
+  }
+  if (kind == ir::FusionKind::kReduction || kind == ir::FusionKind::kCrossEntropy) {
+    bool row = true, column = true, any = false;
+    const ir::Shape* row_input = nullptr;  // a row reduction has one input shape
+    for (const ir::Instruction* r : FusionReduces(*inst.called_computation())) {
+      any = true;
+      const std::vector<int64_t>& dims = r->attrs().dimensions;
+      const ir::Shape& in = r->operand(0)->shape();
+      int64_t rank = in.rank();
+      row = row && dims == std::vector<int64_t>{rank - 1} &&
+            (row_input == nullptr || row_input->dims() == in.dims());
+      row_input = &in;
+      bool prefix = !dims.empty();
+      for (size_t i = 0; i < dims.size(); ++i) prefix = prefix && dims[i] == static_cast<int64_t>(i);
+      column = column && prefix;
+    }
+    if (any && row) return EmitterKind::kRowReduction;
+    if (any && column) return EmitterKind::kColumnReduction;
+    return Error("{} fusion mixes row and column reductions (or reduces middle dims)",
+                 ir::FusionKindName(kind));
+  }
+  if (kind == ir::FusionKind::kAttention) {
+    for (const auto& x : inst.called_computation()->instructions()) {
+      if (x->opcode() == ir::Opcode::kAttention) return EmitterKind::kAttention;
+    }
+    return Error("attention fusion without an attention op (the backward) has no emitter yet");
+  }
+  return Error("fusion kind {} has no emitter yet", ir::FusionKindName(kind));
 }
 
 Status CheckTarget(std::string_view target) {
@@ -46,8 +88,17 @@ Status CheckTarget(std::string_view target) {
 
 StatusOr<CompiledKernel> CompileFusion(const ir::Instruction& fusion, std::string kernel_name,
                                        const CodegenOptions& options) {
+  StatusOr<EmitterKind> kind = ChooseEmitter(fusion);
+  if (!kind.ok()) {
+    return kind.status().WithPrefix(fmt::format("kernel {} (%{})", kernel_name, fusion.name()));
+  }
+  return CompileKernel(fusion, *kind, std::move(kernel_name), options);
+}
+
+StatusOr<CompiledKernel> CompileKernel(const ir::Instruction& fusion, EmitterKind emitter,
+                                       std::string kernel_name, const CodegenOptions& options) {
   RETURN_IF_ERROR(CheckTarget(options.target));
-  ASSIGN_OR_RETURN(LoweredKernel lowered, EmitAndLower(fusion, kernel_name, options));
+  ASSIGN_OR_RETURN(LoweredKernel lowered, EmitAndLower(fusion, emitter, kernel_name, options));
   CompiledKernel kernel;
   kernel.spec = std::move(lowered.spec);
   kernel.ptx = std::move(lowered.ptx);
@@ -73,23 +124,145 @@ StatusOr<CompiledKernel> CompileFusion(const ir::Instruction& fusion, std::strin
   return kernel;
 }
 
+namespace {
+
+// One line of `inst` without its name, operand names, called computation's
+// name and metadata: "bf16[4,8] add(0, 1), ..." (operands by position in
+// `numbers`). The called computation follows, canonicalised the same way.
+std::string CanonicalInstruction(const ir::Instruction& inst,
+                                 const std::map<const ir::Instruction*, int64_t>& numbers);
+
+std::string CanonicalComputation(const ir::Computation& c) {
+  std::map<const ir::Instruction*, int64_t> numbers;
+  std::string out = "{\n";
+  for (const auto& inst : c.instructions()) {
+    numbers[inst.get()] = static_cast<int64_t>(numbers.size());
+    if (inst.get() == c.root()) out += "ROOT ";
+    out += CanonicalInstruction(*inst, numbers);
+    out += '\n';
+  }
+  return out + "}";
+}
+
+std::string CanonicalInstruction(const ir::Instruction& inst,
+                                 const std::map<const ir::Instruction*, int64_t>& numbers) {
+  std::string line = ir::PrintInstruction(inst);
+  // "%name = " prefix.
+  line.erase(0, inst.name().size() + 4);
+  if (inst.opcode() != ir::Opcode::kParameter && inst.opcode() != ir::Opcode::kConstant) {
+    // "shape opcode(%a, %b)..." -> "shape opcode(3, 5)..." (-1: not in the computation).
+    std::string names;
+    for (int64_t i = 0; i < inst.operand_count(); ++i)
+      names += (i ? ", %" : "%") + inst.operand(i)->name();
+    size_t open = inst.shape().ToString().size() + 1 + ir::OpcodeName(inst.opcode()).size();
+    std::vector<std::string> ids;
+    for (const ir::Instruction* op : inst.operands()) {
+      auto it = numbers.find(op);
+      ids.push_back(it == numbers.end() ? "-1" : std::to_string(it->second));
+    }
+    if (line.compare(open, 1, "(") == 0 && line.compare(open + 1, names.size(), names) == 0) {
+      line.replace(open + 1, names.size(), fmt::format("{}", fmt::join(ids, ", ")));
+    }
+  }
+  if (!inst.metadata().empty()) {
+    if (size_t at = line.find(", meta=\""); at != std::string::npos) line.erase(at);
+  }
+  if (const ir::Computation* called = inst.called_computation()) {
+    std::string calls = ", calls=%" + called->name();
+    if (size_t at = line.find(calls); at != std::string::npos) line.erase(at, calls.size());
+    line += ", calls=" + CanonicalComputation(*called);
+  }
+  return line;
+}
+
+// A kernel to compile: Note [kernel deduplication] maps several to one.
+struct KernelJob {
+  const ir::Instruction* inst;
+  EmitterKind emitter;
+  std::string name;
+};
+
+}  // namespace
+
+std::string KernelKey(const ir::Instruction& inst, EmitterKind emitter) {
+  std::string key = fmt::format("emitter {}\n", static_cast<int>(emitter));
+  key += CanonicalInstruction(inst, {});
+  for (const ir::Instruction* op : inst.operands()) key += "\n" + op->shape().ToString();
+  return key;
+}
+
 StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const CodegenOptions& options) {
   RETURN_IF_ERROR(CheckTarget(options.target));
   if (module.entry() == nullptr) return Error("module {}: no entry computation", module.name());
   CompiledKernels result;
   std::set<std::string> names;
+  // Every kernel in launch order; `code[i]`: the index in `unique` of its code.
+  std::vector<KernelJob> jobs, unique;
+  std::vector<size_t> code;
+  std::map<std::string, size_t> by_key;
+  auto add = [&](const ir::Instruction& inst, EmitterKind emitter, std::string name) {
+    std::string key = options.deduplicate ? KernelKey(inst, emitter) : name;
+    auto [it, inserted] = by_key.try_emplace(std::move(key), unique.size());
+    if (inserted) unique.push_back({&inst, emitter, name});
+    jobs.push_back({&inst, emitter, std::move(name)});
+    code.push_back(it->second);
+  };
   for (const auto& inst : module.entry()->instructions()) {
-    if (inst->opcode() != ir::Opcode::kFusion) continue;
-    std::string reason = UnsupportedReason(*inst);
-    if (!reason.empty()) {
-      result.skipped.push_back({inst->name(), inst->attrs().fusion_kind, reason});
+    ir::Opcode op = inst->opcode();
+    if (op != ir::Opcode::kFusion && op != ir::Opcode::kGather && op != ir::Opcode::kScatterAdd) {
+      continue;
+    }
+    StatusOr<EmitterKind> emitter = ChooseEmitter(*inst);
+    if (!emitter.ok()) {
+      result.skipped.push_back({inst->name(), inst->attrs().fusion_kind,
+                                std::string(emitter.status().message())});
       continue;
     }
     std::string name = SanitizeName(inst->name());
     for (int i = 1; names.count(name); ++i)
       name = fmt::format("{}_{}", SanitizeName(inst->name()), i);
     names.insert(name);
-    ASSIGN_OR_RETURN(CompiledKernel kernel, CompileFusion(*inst, name, options));
+    if (*emitter == EmitterKind::kScatterAdd) {  // Note [multi-kernel instructions]
+      std::string init = name + "_init";
+      names.insert(init);
+      add(*inst, EmitterKind::kScatterAddInit, init);
+    }
+    add(*inst, *emitter, name);
+  }
+
+  // The distinct kernels, on `threads` threads (each kernel has its own MLIR
+  // and LLVM contexts, see lowering.h).
+  std::vector<std::optional<StatusOr<CompiledKernel>>> compiled(unique.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < unique.size();) {
+      compiled[i] = CompileKernel(*unique[i].inst, unique[i].emitter, unique[i].name, options);
+    }
+  };
+  int64_t threads = options.threads > 0
+                        ? options.threads
+                        : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  threads = std::min<int64_t>(threads, static_cast<int64_t>(unique.size()));
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  for (auto& c : compiled) {
+    if (!c->ok()) return c->status();
+  }
+
+  std::vector<int64_t> first_use(unique.size(), -1);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    CompiledKernel kernel;
+    if (first_use[code[j]] < 0) {
+      first_use[code[j]] = static_cast<int64_t>(j);
+      kernel = std::move(*compiled[code[j]]).value();
+    } else {  // Note [kernel deduplication]
+      const CompiledKernel& first = result.kernels[first_use[code[j]]];
+      kernel.spec = first.spec;
+      kernel.code_of = first_use[code[j]];
+    }
+    kernel.spec.fusion = jobs[j].inst->name();
     result.kernels.push_back(std::move(kernel));
   }
   return result;

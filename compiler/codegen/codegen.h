@@ -29,14 +29,29 @@ struct CodegenOptions {
   std::string libdevice_path = "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc";
   bool keep_mlir = false;  // fill CompiledKernel::mlir (the emitted gpu.module)
   bool keep_llvm = false;  // fill CompiledKernel::llvm_ir (after linking, before O3)
+  // CompileFusions: compile identical fusions once (Note [kernel deduplication]),
+  // and the distinct kernels on `threads` threads (0: one per hardware thread).
+  bool deduplicate = true;
+  int64_t threads = 0;
 };
 
+// Note [kernel deduplication]: fusions whose fused computations are equal up
+// to instruction and computation names and metadata (KernelKey: the same
+// emitter, fusion kind, instructions, shapes, attributes, operand shapes) have
+// the same kernel. CompileFusions compiles it once, for the first of them;
+// each later one gets a CompiledKernel whose `code_of` is the index of that
+// first kernel in CompiledKernels::kernels, whose spec is the first's with its
+// own `fusion` (spec.name stays the shared kernel name), and whose ptx, ptxas,
+// mlir and llvm_ir are empty. So a program holds each PTX entry once, and
+// every launch finds its code by spec.name. The 12 layers of GPT-2 share all
+// their kernels this way.
 struct CompiledKernel {
   KernelSpec spec;
-  std::string ptx;
-  std::optional<PtxasInfo> ptxas;  // absent when ptxas was not run
+  std::string ptx;                 // empty when code_of >= 0
+  std::optional<PtxasInfo> ptxas;  // absent when ptxas was not run (or code_of >= 0)
   std::string mlir;
   std::string llvm_ir;
+  int64_t code_of = -1;  // Note [kernel deduplication]: the kernel holding the code, or -1
 };
 
 struct SkippedFusion {
@@ -50,20 +65,58 @@ struct CompiledKernels {
   std::vector<SkippedFusion> skipped;   // fusions without an emitter yet
 };
 
-// Whether a fusion kind has an emitter (a reduction fusion also needs row
-// reductions only: column reductions have none yet).
+// Whether a fusion kind has an emitter (ChooseEmitter says whether a given
+// fusion of that kind is supported).
 bool HasEmitter(ir::FusionKind kind);
+
+// The kernel emitters (kernel_emitter.h). Note [emitter choice]: a loop or
+// optimizer fusion -> kLoop; a reduction or cross-entropy fusion whose
+// reduces all reduce the last dim of one input shape -> kRowReduction, whose
+// reduces all reduce leading dims keeping one shape -> kColumnReduction; an
+// attention fusion holding an `attention` op -> kAttention; standalone
+// gather / scatter-add instructions of the entry -> kGather / kScatterAdd.
+enum class EmitterKind {
+  kLoop,
+  kRowReduction,
+  kColumnReduction,
+  kGather,
+  kScatterAddInit,  // the first kernel of a scatter-add (copies operand 0)
+  kScatterAdd,
+  kAttention,
+};
+
+// The reduces of a fused computation in order, including those of composite
+// ops (softmax-cross-entropy) inside their decomposition, which the emitters
+// inline (FusedEmitter).
+std::vector<const ir::Instruction*> FusionReduces(const ir::Computation& fused);
+
+// The emitter for `inst` (a fusion, gather or scatter-add), or an error
+// saying why there is none ("fusion kind gemm has no emitter yet").
+StatusOr<EmitterKind> ChooseEmitter(const ir::Instruction& inst);
 
 // Validates a target name ("sm_90a", "sm_90", "sm_80").
 Status CheckTarget(std::string_view target);
 
-// Compiles one fusion instruction to one kernel named `kernel_name`.
+// Compiles one fusion instruction to one kernel named `kernel_name` (for a
+// scatter-add: its second kernel; CompileFusions emits both).
 StatusOr<CompiledKernel> CompileFusion(const ir::Instruction& fusion, std::string kernel_name,
                                        const CodegenOptions& options);
 
-// Compiles every fusion of the entry computation whose kind has an emitter;
-// the others are listed in `skipped`. Kernel names derive from the fusion
-// names ("%fusion.3" -> "fusion_3"), made unique.
+// Compiles `inst` with the emitter of `kind`.
+StatusOr<CompiledKernel> CompileKernel(const ir::Instruction& inst, EmitterKind kind,
+                                       std::string kernel_name, const CodegenOptions& options);
+
+// The deduplication key of `inst` compiled with `emitter` (Note [kernel
+// deduplication]): its canonical print, without names or metadata.
+std::string KernelKey(const ir::Instruction& inst, EmitterKind emitter);
+
+// Compiles every fusion of the entry computation that has an emitter, and
+// every standalone gather and scatter-add (Note [multi-kernel instructions]
+// in kernel_spec.h: a scatter-add gives two kernels); the others are listed
+// in `skipped`. Kernel names derive from the instruction names ("%fusion.3"
+// -> "fusion_3"), made unique; identical fusions share one kernel (Note
+// [kernel deduplication]). The distinct kernels compile on options.threads
+// threads; the result does not depend on the number of threads.
 StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const CodegenOptions& options);
 
 }  // namespace gptc::codegen

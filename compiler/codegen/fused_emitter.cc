@@ -327,6 +327,17 @@ FusedEmitter::FusedEmitter(mlir::OpBuilder& b, mlir::Block* entry, mlir::Integer
       read_parameter_(std::move(read_parameter)),
       read_reduce_(std::move(read_reduce)) {}
 
+void FusedEmitter::BindComposites(const ir::Computation& fused) {
+  for (const auto& inst : fused.instructions()) {
+    const ir::Computation* d = inst->called_computation();
+    if (inst->opcode() != Opcode::kSoftmaxCrossEntropy || d == nullptr) continue;
+    std::vector<ir::Instruction*> params = d->parameters();
+    for (size_t i = 0; i < params.size() && i < static_cast<size_t>(inst->operand_count()); ++i)
+      inlined_[params[i]] = inst->operand(i);
+    BindComposites(*d);
+  }
+}
+
 Value FusedEmitter::IndexConstant(int64_t value) {
   auto it = constants_.find(value);
   if (it != constants_.end()) return it->second;
@@ -414,7 +425,14 @@ StatusOr<Value> FusedEmitter::EmitUncached(const ir::Instruction& inst, const El
   }
   switch (op) {
     case Opcode::kParameter:
+      if (auto it = inlined_.find(&inst); it != inlined_.end()) return Emit(*it->second, index);
       return read_parameter_(inst, index);
+    case Opcode::kSoftmaxCrossEntropy: {
+      const ir::Computation* d = inst.called_computation();
+      if (d == nullptr) return Error("{}: composite without decomposition", Describe(inst));
+      if (!inlined_.count(d->parameters().front())) BindComposites(*inst.parent());
+      return Emit(*d->root(), index);
+    }
     case Opcode::kReduce:
       if (!read_reduce_) {
         return Error("{}: reduce is not supported in a {} fusion", Describe(inst), what_);

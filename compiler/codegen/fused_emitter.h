@@ -3,6 +3,8 @@
 // loop and reduction emitters drive it; parameters and reduce results are read
 // through callbacks so each emitter decides how (vector loads, reduced rows).
 //
+// Composite ops (softmax-cross-entropy) are inlined: their decomposition is
+// emitted with its parameters bound to the composite's operands.
 // Layout ops only remap the index (broadcast, transpose, reshape, slice);
 // pad and concatenate clamp the index and select, so every load is in bounds.
 // 16-bit float arithmetic runs in f32 and rounds after each op.
@@ -47,6 +49,11 @@ class FusedEmitter {
   FusedEmitter(mlir::OpBuilder& b, mlir::Block* entry, mlir::IntegerType index_type,
                std::string what, Reader read_parameter, Reader read_reduce);
 
+  // Binds the parameters of the composites' decompositions in `fused` (and
+  // nested ones) to the composites' operands, so that instructions inside a
+  // decomposition (its reduces) can be emitted before the composite itself.
+  void BindComposites(const ir::Computation& fused);
+
   // The value of `inst` at `index`; memoised per (instruction, index).
   StatusOr<mlir::Value> Emit(const ir::Instruction& inst, const ElementIndex& index);
 
@@ -70,6 +77,8 @@ class FusedEmitter {
   mlir::IntegerType index_type_;
   std::string what_;
   Reader read_parameter_, read_reduce_;
+  // Parameters of inlined decompositions -> the composite's operands.
+  std::map<const ir::Instruction*, const ir::Instruction*> inlined_;
   Cache cache_;
   std::map<int64_t, mlir::Value> constants_;
 };

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "compiler/codegen/codegen.h"
 #include "compiler/codegen/kernel_spec.h"
 #include "compiler/ir/instruction.h"
 #include "compiler/support/status.h"
@@ -37,9 +38,14 @@ class KernelEmitter {
 
 std::unique_ptr<KernelEmitter> MakeLoopEmitter();
 std::unique_ptr<KernelEmitter> MakeRowReductionEmitter();
+std::unique_ptr<KernelEmitter> MakeColumnReductionEmitter();
+std::unique_ptr<KernelEmitter> MakeGatherEmitter();  // gather_emitter.cc: also scatter-add
+std::unique_ptr<KernelEmitter> MakeScatterAddInitEmitter();
+std::unique_ptr<KernelEmitter> MakeScatterAddEmitter();
+std::unique_ptr<KernelEmitter> MakeAttentionEmitter();  // attention_emitter.cc: forward only
 
-// The emitter for a fusion kind, or nullptr if there is none yet.
-std::unique_ptr<KernelEmitter> MakeEmitter(ir::FusionKind kind);
+// The emitter of `kind` (codegen.h: ChooseEmitter picks it).
+std::unique_ptr<KernelEmitter> MakeEmitter(EmitterKind kind);
 
 }  // namespace gptc::codegen
 

@@ -8,6 +8,11 @@
 // into the kernel: there are no scalar parameters. Each pointer must be
 // aligned to its `min_alignment` (buffer assignment gives 256 bytes).
 //
+// Note [multi-kernel instructions]: an instruction may compile to several
+// kernels, all with the same `fusion` and ABI, to be launched in the order
+// CompileFusions lists them. Today only scatter-add does: NAME_init copies
+// operand 0 into the result, then NAME adds the updates (gather_emitter.cc).
+//
 // This header has no LLVM/MLIR dependency so the runtime can include it.
 #ifndef GPTC_COMPILER_CODEGEN_KERNEL_SPEC_H_
 #define GPTC_COMPILER_CODEGEN_KERNEL_SPEC_H_
@@ -42,7 +47,7 @@ struct KernelParam {
 
 struct KernelSpec {
   std::string name;    // PTX `.entry` name (a valid identifier, unique per module)
-  std::string fusion;  // the fusion instruction's name in the entry computation
+  std::string fusion;  // the fusion (or gather / scatter-add) instruction's name in the entry
   ir::FusionKind kind = ir::FusionKind::kLoop;
   Dim3 grid;
   Dim3 block;

@@ -153,25 +153,33 @@ StatusOr<std::string> CompileLlvmModule(llvm::Module& module, const std::string&
 
 }  // namespace
 
-std::unique_ptr<KernelEmitter> MakeEmitter(ir::FusionKind kind) {
+std::unique_ptr<KernelEmitter> MakeEmitter(EmitterKind kind) {
   switch (kind) {
-    case ir::FusionKind::kLoop:
+    case EmitterKind::kLoop:
       return MakeLoopEmitter();
-    case ir::FusionKind::kReduction:
+    case EmitterKind::kRowReduction:
       return MakeRowReductionEmitter();
+    case EmitterKind::kColumnReduction:
+      return MakeColumnReductionEmitter();
+    case EmitterKind::kGather:
+      return MakeGatherEmitter();
+    case EmitterKind::kScatterAddInit:
+      return MakeScatterAddInitEmitter();
+    case EmitterKind::kScatterAdd:
+      return MakeScatterAddEmitter();
+    case EmitterKind::kAttention:
+      return MakeAttentionEmitter();
     default:
       return nullptr;
   }
 }
 
-StatusOr<LoweredKernel> EmitAndLower(const ir::Instruction& fusion, const std::string& kernel_name,
+StatusOr<LoweredKernel> EmitAndLower(const ir::Instruction& fusion, EmitterKind kind,
+                                     const std::string& kernel_name,
                                      const CodegenOptions& options) {
   const std::string subject = fmt::format("kernel {} (%{})", kernel_name, fusion.name());
-  std::unique_ptr<KernelEmitter> emitter = MakeEmitter(fusion.attrs().fusion_kind);
-  if (emitter == nullptr) {
-    return Error("{}: no emitter for fusion kind {}", subject,
-                 ir::FusionKindName(fusion.attrs().fusion_kind));
-  }
+  std::unique_ptr<KernelEmitter> emitter = MakeEmitter(kind);
+  if (emitter == nullptr) return Error("{}: emitter not implemented yet", subject);
 
   mlir::DialectRegistry registry;
   registry.insert<mlir::arith::ArithDialect, mlir::cf::ControlFlowDialect, mlir::func::FuncDialect,

@@ -26,9 +26,10 @@ struct LoweredKernel {
   std::string llvm_ir;  // when options.keep_llvm
 };
 
-// Emits `fusion` with the emitter for its kind as kernel `kernel_name` and
+// Emits `fusion` with the emitter of `kind` as kernel `kernel_name` and
 // lowers it to PTX for options.target. Errors name the kernel and fusion.
-StatusOr<LoweredKernel> EmitAndLower(const ir::Instruction& fusion, const std::string& kernel_name,
+StatusOr<LoweredKernel> EmitAndLower(const ir::Instruction& fusion, EmitterKind kind,
+                                     const std::string& kernel_name,
                                      const CodegenOptions& options);
 
 }  // namespace gptc::codegen

@@ -1,5 +1,7 @@
-// The row-reduction emitter (kind=reduction whose reduces are over the last
-// dim): layer norm forward/backward, softmax, row sums.
+// The row-reduction emitter (kind=reduction or cross_entropy whose reduces
+// are over the last dim): layer norm forward/backward, softmax, row sums, the
+// softmax cross-entropy with its gradient (the composite is inlined; rows of
+// 50304 logits take a block of 512 threads each).
 //
 // Note [row reduction]: with input shape [rows..., N], a row is handled by a
 // warp (N <= 1024; 8 rows per 256-thread block) or a whole block (larger N).
@@ -34,14 +36,33 @@ namespace arith = mlir::arith;
 constexpr int64_t kWarp = 32;
 constexpr int64_t kWarpRowsPerBlock = 8;
 
-// Whether `inst` depends (transitively, inside its computation) on a reduce in `batch`.
+// Decomposition parameters -> the composite's operands (inlined composites).
+using Bindings = std::map<const ir::Instruction*, const ir::Instruction*>;
+
+void Bind(const ir::Computation& fused, Bindings& bindings) {
+  for (const auto& inst : fused.instructions()) {
+    const ir::Computation* d = inst->called_computation();
+    if (inst->opcode() != ir::Opcode::kSoftmaxCrossEntropy || d == nullptr) continue;
+    std::vector<ir::Instruction*> params = d->parameters();
+    for (size_t i = 0; i < params.size() && i < static_cast<size_t>(inst->operand_count()); ++i)
+      bindings[params[i]] = inst->operand(i);
+    Bind(*d, bindings);
+  }
+}
+
+// Whether `inst` depends (transitively, inside its computation and inlined
+// decompositions) on a reduce in `batch`.
 bool DependsOn(const ir::Instruction* inst, const std::set<const ir::Instruction*>& batch,
-               std::map<const ir::Instruction*, bool>& memo) {
+               const Bindings& bindings, std::map<const ir::Instruction*, bool>& memo) {
   if (batch.count(inst)) return true;
   if (auto it = memo.find(inst); it != memo.end()) return it->second;
+  std::vector<const ir::Instruction*> producers(inst->operands().begin(), inst->operands().end());
+  if (auto it = bindings.find(inst); it != bindings.end()) producers.push_back(it->second);
+  if (inst->opcode() == ir::Opcode::kSoftmaxCrossEntropy && inst->called_computation())
+    producers.push_back(inst->called_computation()->root());
   bool result = false;
-  for (const ir::Instruction* op : inst->operands()) {
-    if (DependsOn(op, batch, memo)) {
+  for (const ir::Instruction* op : producers) {
+    if (DependsOn(op, batch, bindings, memo)) {
       result = true;
       break;
     }
@@ -68,8 +89,9 @@ class RowReductionEmitter : public KernelEmitter {
     // The reduces and the row geometry.
     std::vector<const ir::Instruction*> reduces;
     std::vector<int64_t> input_dims;
-    for (const auto& inst : fused->instructions()) {
-      if (inst->opcode() != ir::Opcode::kReduce) continue;
+    Bindings bindings;
+    Bind(*fused, bindings);
+    for (const ir::Instruction* inst : FusionReduces(*fused)) {
       const ir::Shape& in = inst->operand(0)->shape();
       if (in.rank() == 0 || inst->attrs().dimensions != std::vector<int64_t>{in.rank() - 1}) {
         return Error(
@@ -87,7 +109,7 @@ class RowReductionEmitter : public KernelEmitter {
                      Describe(*inst), in.ToString(), ir::DimsToString(input_dims));
       }
       input_dims = in.dims();
-      reduces.push_back(inst.get());
+      reduces.push_back(inst);
     }
     if (reduces.empty()) return Error("%{}: reduction fusion without a reduce", fusion.name());
     std::vector<int64_t> row_dims(input_dims.begin(), input_dims.end() - 1);
@@ -117,7 +139,7 @@ class RowReductionEmitter : public KernelEmitter {
     std::set<const ir::Instruction*> current;
     for (const ir::Instruction* r : reduces) {
       std::map<const ir::Instruction*, bool> memo;
-      if (!batches.empty() && !DependsOn(r->operand(0), current, memo)) {
+      if (!batches.empty() && !DependsOn(r->operand(0), current, bindings, memo)) {
         batches.back().push_back(r);
       } else {
         batches.push_back({r});
@@ -166,6 +188,7 @@ class RowReductionEmitter : public KernelEmitter {
       return it->second;
     };
     FusedEmitter emitter(b, entry, index_type, "reduction", reader, read_reduce);
+    emitter.BindComposites(*fused);
     self = &emitter;
     auto c = [&](int64_t v) { return emitter.IndexConstant(v); };
 
@@ -308,7 +331,7 @@ class RowReductionEmitter : public KernelEmitter {
     KernelSpec spec;
     spec.name = name;
     spec.fusion = fusion.name();
-    spec.kind = ir::FusionKind::kReduction;
+    spec.kind = fusion.attrs().fusion_kind;
     spec.grid = {grid, 1, 1};
     spec.block = {block, 1, 1};
     spec.static_shared_bytes = shared_floats * 4;

@@ -4,55 +4,11 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <fstream>
-
 #include "compiler/ir/parser.h"
+#include "tests/codegen/codegen_test_util.h"
 
 namespace gptc::codegen {
 namespace {
-
-std::unique_ptr<ir::Module> Parse(std::string_view text) {
-  auto module = ir::ParseAndVerifyModule(text);
-  EXPECT_TRUE(module.ok()) << module.status().message();
-  return module.ok() ? std::move(module).value() : nullptr;
-}
-
-bool HavePtxas() { return FindPtxas().has_value(); }
-
-// Compiles every fusion and checks the common kernel invariants.
-CompiledKernels CompileAll(const ir::Module& module, const CodegenOptions& options = {}) {
-  auto kernels = CompileFusions(module, options);
-  EXPECT_TRUE(kernels.ok()) << kernels.status().message();
-  if (!kernels.ok()) return {};
-  for (const CompiledKernel& k : kernels->kernels) {
-    if (const char* dir = std::getenv("GPTC_CODEGEN_DUMP_DIR")) {  // for reading the PTX
-      std::ofstream(std::string(dir) + "/" + k.spec.name + "." + options.target + ".ptx") << k.ptx;
-    }
-    EXPECT_NE(k.ptx.find(".entry " + k.spec.name), std::string::npos) << k.ptx;
-    EXPECT_NE(k.ptx.find(".target " + options.target), std::string::npos) << k.ptx;
-    EXPECT_NE(k.ptx.find(".maxntid " + std::to_string(k.spec.block.x) + ", 1, 1"),
-              std::string::npos)
-        << k.ptx;
-    EXPECT_LE(k.spec.block.product(), kMaxThreadsPerBlock);
-    EXPECT_GE(k.spec.grid.product(), 1);
-    EXPECT_LE(k.spec.static_shared_bytes, kMaxSharedBytesPerBlock);
-    if (HavePtxas()) {
-      EXPECT_TRUE(k.ptxas.has_value());
-      if (!k.ptxas) continue;
-      EXPECT_GT(k.ptxas->registers, 0);
-      EXPECT_LE(k.ptxas->registers, kMaxRegistersPerThread);
-      EXPECT_EQ(k.ptxas->shared_bytes, k.spec.static_shared_bytes);
-      EXPECT_EQ(k.ptxas->spill_stores, 0);
-      EXPECT_FALSE(k.ptxas->cubin.empty());
-      std::printf("kernel %s: grid %ld block %ld, %ld registers, %ld bytes smem\n",
-                  k.spec.name.c_str(), static_cast<long>(k.spec.grid.x),
-                  static_cast<long>(k.spec.block.x), static_cast<long>(k.ptxas->registers),
-                  static_cast<long>(k.ptxas->shared_bytes));
-    }
-  }
-  return std::move(kernels).value();
-}
 
 constexpr std::string_view kLoopModule = R"(module loop_test
 
@@ -253,7 +209,7 @@ TEST(RowReductionEmitterTest, LayerNormSoftmaxAndMomentsAssemble) {
   auto module = Parse(kReductionModule);
   ASSERT_NE(module, nullptr);
   CompiledKernels kernels = CompileAll(*module);
-  ASSERT_EQ(kernels.kernels.size(), 3u);
+  ASSERT_EQ(kernels.kernels.size(), 4u);
 
   const KernelSpec& ln = kernels.kernels[0].spec;  // warp per row, 8 rows per block
   EXPECT_EQ(ln.block.x, 256);
@@ -272,21 +228,35 @@ TEST(RowReductionEmitterTest, LayerNormSoftmaxAndMomentsAssemble) {
   EXPECT_EQ(mo.block.x, 32 * 5);
   EXPECT_EQ(mo.grid.x, 1);
 
-  // The column reduction has no emitter yet: skipped, with the reason.
-  ASSERT_EQ(kernels.skipped.size(), 1u);
-  EXPECT_EQ(kernels.skipped[0].fusion, "col");
-  EXPECT_EQ(kernels.skipped[0].reason, "column / full reductions have no emitter yet");
+  // The column reduction goes to the column emitter (column_reduction_test.cc).
+  EXPECT_TRUE(kernels.skipped.empty());
+  EXPECT_EQ(kernels.kernels[3].spec.fusion, "col");
 }
 
-TEST(RowReductionEmitterTest, ColumnReductionCompiledDirectlyFails) {
-  auto module = Parse(kReductionModule);
+TEST(RowReductionEmitterTest, MiddleDimReductionIsSkippedWithReason) {
+  auto module = Parse(R"(module middle
+
+%fused {
+  %x = f32[4,8,16] parameter(0)
+  ROOT %r = f32[4,16] reduce(%x), dimensions={1}, kind=sum
+}
+
+ENTRY %main {
+  %x = f32[4,8,16] parameter(0)
+  ROOT %f = f32[4,16] fusion(%x), kind=reduction, calls=%fused
+}
+)");
   ASSERT_NE(module, nullptr);
-  const ir::Instruction* col = module->entry()->FindInstruction("col");
-  auto result = CompileFusion(*col, "col", {});
-  ASSERT_FALSE(result.ok());
-  EXPECT_EQ(result.status().message(),
-            "kernel col: %col: %column/%r reduces dims {0} of f32[16,32]: only row reductions "
-            "(over the last dim) are supported yet");
+  auto result = CompileFusions(*module, {});
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  ASSERT_EQ(result->skipped.size(), 1u);
+  EXPECT_EQ(result->skipped[0].reason,
+            "reduction fusion mixes row and column reductions (or reduces middle dims)");
+  auto direct = CompileFusion(*module->entry()->FindInstruction("f"), "f", {});
+  ASSERT_FALSE(direct.ok());
+  EXPECT_EQ(direct.status().message(),
+            "kernel f (%f): reduction fusion mixes row and column reductions (or reduces middle "
+            "dims)");
 }
 
 TEST(CompileFusionsTest, SkipsKindsWithoutEmitter) {
@@ -310,6 +280,72 @@ ENTRY %main {
   EXPECT_TRUE(result->kernels.empty());
   ASSERT_EQ(result->skipped.size(), 1u);
   EXPECT_EQ(result->skipped[0].reason, "fusion kind gemm has no emitter yet");
+}
+
+// Note [kernel deduplication]: fusions equal up to names and metadata share
+// one kernel; a different constant, shape or kind does not.
+TEST(CompileFusionsTest, IdenticalFusionsShareOneKernel) {
+  auto module = Parse(R"(module dedup
+
+%fused.a {
+  %x = f32[4,64] parameter(0)
+  %y = f32[4,64] parameter(1)
+  %m = f32[4,64] mul(%x, %y), meta="h.0.mlp"
+  ROOT %e = f32[4,64] exp(%m)
+}
+
+%fused.b {
+  %p = f32[4,64] parameter(0)
+  %q = f32[4,64] parameter(1)
+  %prod = f32[4,64] mul(%p, %q), meta="h.1.mlp"
+  ROOT %ex = f32[4,64] exp(%prod)
+}
+
+%fused.c {
+  %p = f32[4,64] parameter(0)
+  %q = f32[4,64] parameter(1)
+  %prod = f32[4,64] mul(%q, %p)
+  ROOT %ex = f32[4,64] exp(%prod)
+}
+
+ENTRY %main {
+  %a = f32[4,64] parameter(0)
+  %b = f32[4,64] parameter(1)
+  %f0 = f32[4,64] fusion(%a, %b), kind=loop, calls=%fused.a
+  %f1 = f32[4,64] fusion(%b, %f0), kind=loop, calls=%fused.b
+  %f2 = f32[4,64] fusion(%f1, %a), kind=loop, calls=%fused.c
+  ROOT %t = (f32[4,64], f32[4,64], f32[4,64]) tuple(%f0, %f1, %f2)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  const ir::Computation& entry = *module->entry();
+  EXPECT_EQ(KernelKey(*entry.FindInstruction("f0"), EmitterKind::kLoop),
+            KernelKey(*entry.FindInstruction("f1"), EmitterKind::kLoop));
+  EXPECT_NE(KernelKey(*entry.FindInstruction("f0"), EmitterKind::kLoop),
+            KernelKey(*entry.FindInstruction("f2"), EmitterKind::kLoop));  // operands swapped
+  for (int64_t threads : {1, 2}) {
+    CodegenOptions options;
+    options.threads = threads;
+    CompiledKernels kernels = CompileAll(*module, options);
+    ASSERT_EQ(kernels.kernels.size(), 3u);
+    const CompiledKernel &k0 = kernels.kernels[0], &k1 = kernels.kernels[1],
+                         &k2 = kernels.kernels[2];
+    EXPECT_EQ(k0.code_of, -1);
+    EXPECT_FALSE(k0.ptx.empty());
+    EXPECT_EQ(k1.code_of, 0);
+    EXPECT_EQ(k1.spec.name, "f0");
+    EXPECT_EQ(k1.spec.fusion, "f1");
+    EXPECT_TRUE(k1.ptx.empty());
+    EXPECT_EQ(k2.code_of, -1);
+    EXPECT_EQ(k2.spec.name, "f2");
+    EXPECT_EQ(k2.spec.fusion, "f2");
+  }
+  CodegenOptions no_dedup;
+  no_dedup.deduplicate = false;
+  CompiledKernels all = CompileAll(*module, no_dedup);
+  ASSERT_EQ(all.kernels.size(), 3u);
+  EXPECT_EQ(all.kernels[1].code_of, -1);
+  EXPECT_EQ(all.kernels[1].spec.name, "f1");
 }
 
 TEST(PtxasTest, ErrorNamesKernelAndFirstMessage) {

@@ -1,0 +1,333 @@
+// The attention forward emitter (kind=attention holding one `attention` op).
+//
+// Note [attention forward]: one warp per query row (b, h, t) of
+// attention(q, k, v) with q, k, v: [B, H, T, D]; lane l holds the elements
+// d = l, l + 32, ... (< D) of its q row (pre-scaled) and of its output
+// accumulator o, in f32. For each key j <= t (causal; every j otherwise):
+//   s = warp-sum(q . k_j)                      (butterfly shuffles)
+//   m' = max(m, s); c = exp(m - m'); p = exp(s - m')
+//   l = l * c + p; o = o * c + p * v_j; m = m'  (online softmax)
+// and finally o / l. Warps work independently: no shared memory, no barrier.
+// This is the simple, correct form, not a tensor-core flash attention: it
+// reads each k, v row once per query row (through L1/L2).
+//
+// Accepted fusions: any operand chains of the attention op that the
+// FusedEmitter evaluates per element (slices, reshapes, transposes, converts,
+// the qkv bias add of the fusion pass): each q/k/v element is computed from
+// its [b, h, t, d] index through them. Outputs are either (a) the attention
+// result through a chain of transpose / reshape / convert / copy (each
+// element is written where the chain maps its index, e.g. [B, H, T, D] ->
+// [B, T, H, D] -> [B, T, C]), or (b) outputs that do not depend on the
+// attention op (the transposed q, k, v kept for the backward), written by a
+// grid-stride loop over their elements after the rows. Anything else (an
+// output computed from the result by arithmetic, a second attention op) is
+// an error naming the instruction.
+//
+// Numerical verification against the CPU evaluator needs a GPU session.
+#include <algorithm>
+#include <limits>
+#include <map>
+
+#include "compiler/codegen/emitter_util.h"
+#include "compiler/codegen/fused_emitter.h"
+#include "compiler/codegen/kernel_emitter.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+namespace gptc::codegen {
+namespace {
+
+using mlir::Value;
+namespace arith = mlir::arith;
+
+constexpr int64_t kWarp = 32;
+constexpr int64_t kWarpsPerBlock = 4;
+constexpr int64_t kMaxHeadDim = 8 * kWarp;  // 8 elements per lane
+
+bool DependsOn(const ir::Instruction* inst, const ir::Instruction* target,
+               std::map<const ir::Instruction*, bool>& memo) {
+  if (inst == target) return true;
+  if (auto it = memo.find(inst); it != memo.end()) return it->second;
+  bool result = false;
+  for (const ir::Instruction* op : inst->operands()) result = result || DependsOn(op, target, memo);
+  memo[inst] = result;
+  return result;
+}
+
+class AttentionEmitter : public KernelEmitter {
+ public:
+  std::string_view Name() const override { return "attention"; }
+
+  StatusOr<KernelSpec> Emit(const ir::Instruction& fusion, const std::string& name,
+                            mlir::gpu::GPUModuleOp gpu_module) const override {
+    ASSIGN_OR_RETURN(const ir::Computation* fused, FusedComputation(fusion));
+    std::vector<const ir::Instruction*> outputs = FusionOutputs(*fused);
+    std::vector<ir::Instruction*> params = fused->parameters();
+
+    const ir::Instruction* attn = nullptr;
+    for (const auto& inst : fused->instructions()) {
+      if (inst->opcode() != ir::Opcode::kAttention) continue;
+      if (attn != nullptr) {
+        return Error("%{}: {}: a second attention op in one fusion", fusion.name(),
+                     Describe(*inst));
+      }
+      attn = inst.get();
+    }
+    if (attn == nullptr) {
+      return Error("%{}: attention fusion without an attention op (the backward is not "
+                   "supported: the fusion pass should split it into batched gemms and row "
+                   "reductions)",
+                   fusion.name());
+    }
+    const ir::Shape& qs = attn->operand(0)->shape();
+    const ir::Shape& ks = attn->operand(1)->shape();
+    const ir::Shape& vs = attn->operand(2)->shape();
+    if (qs.rank() != 4 || ks.rank() != 4 || vs.rank() != 4 || ks.dims() != vs.dims() ||
+        qs.dim(0) != ks.dim(0) || qs.dim(1) != ks.dim(1) || qs.dim(3) != ks.dim(3) ||
+        attn->shape().dims() != qs.dims()) {
+      return Error("%{}: {}: expected q, k, v of [B, H, T, D] (got {}, {}, {})", fusion.name(),
+                   Describe(*attn), qs.ToString(), ks.ToString(), vs.ToString());
+    }
+    const int64_t batch = qs.dim(0), heads = qs.dim(1), tq = qs.dim(2), dim = qs.dim(3);
+    const int64_t tk = ks.dim(2);
+    if (dim > kMaxHeadDim) {
+      return Error("%{}: {}: head dim {} exceeds {}", fusion.name(), Describe(*attn), dim,
+                   kMaxHeadDim);
+    }
+    const bool causal = attn->attrs().causal;
+    const double scale = attn->attrs().scale;
+    const int64_t per_lane = (dim + kWarp - 1) / kWarp;
+
+    // Outputs: chains from the result (a), or independent of it (b).
+    std::vector<std::vector<const ir::Instruction*>> chains;  // per output; empty for (b)
+    std::vector<bool> of_result;
+    for (const ir::Instruction* out : outputs) {
+      std::map<const ir::Instruction*, bool> memo;
+      if (!DependsOn(out, attn, memo)) {
+        chains.push_back({});
+        of_result.push_back(false);
+        continue;
+      }
+      std::vector<const ir::Instruction*> chain;
+      const ir::Instruction* x = out;
+      for (; x != attn; x = x->operand(0)) {
+        ir::Opcode o = x->opcode();
+        if (o != ir::Opcode::kTranspose && o != ir::Opcode::kReshape &&
+            o != ir::Opcode::kConvert && o != ir::Opcode::kCopy) {
+          return Error("%{}: output {} is computed from {} by {}: only transpose, reshape, "
+                       "convert and copy may follow the attention op",
+                       fusion.name(), Describe(*out), Describe(*attn), ir::OpcodeName(o));
+        }
+        chain.push_back(x);
+      }
+      std::reverse(chain.begin(), chain.end());
+      chains.push_back(std::move(chain));
+      of_result.push_back(true);
+    }
+
+    int64_t max_elements = 0;
+    for (const auto& inst : fused->instructions()) {
+      if (!inst->shape().is_tuple())
+        max_elements = std::max(max_elements, inst->shape().num_elements());
+    }
+    const int64_t rows = batch * heads * tq;
+    const int64_t block = kWarp * kWarpsPerBlock;
+    const int64_t grid = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    const bool wide = max_elements + grid * block >= std::numeric_limits<int32_t>::max();
+
+    mlir::OpBuilder b(gpu_module.getContext());
+    const int64_t num_params = static_cast<int64_t>(params.size() + outputs.size());
+    mlir::gpu::GPUFuncOp func = CreateKernel(b, gpu_module, name, num_params, block, 0);
+    mlir::Block* entry = &func.getBody().front();
+    mlir::Location loc = b.getUnknownLoc();
+    mlir::IntegerType index_type = wide ? b.getI64Type() : b.getI32Type();
+
+    FusedEmitter* self = nullptr;
+    FusedEmitter::Reader reader = [&](const ir::Instruction& p,
+                                      const ElementIndex& index) -> StatusOr<Value> {
+      return LoadElement(b, loc, entry->getArgument(p.attrs().index),
+                         self->Linear(index, p.shape()), p.shape().dtype());
+    };
+    FusedEmitter emitter(b, entry, index_type, "attention", reader, nullptr);
+    self = &emitter;
+    auto c = [&](int64_t v) { return emitter.IndexConstant(v); };
+    auto f32 = [&](double v) { return ScalarConstant(b, loc, ir::DType::kF32, v); };
+    auto to_index = [&](Value v) {
+      return b.create<arith::IndexCastOp>(loc, index_type, v).getResult();
+    };
+    // The f32 value of `op` (q, k or v) at [b, h, t, d].
+    auto load = [&](const ir::Instruction* op, std::vector<Value> multi) -> StatusOr<Value> {
+      ElementIndex index;
+      index.multi = std::move(multi);
+      ASSIGN_OR_RETURN(Value x, emitter.Emit(*op, index));
+      return ConvertValue(b, loc, x, op->shape().dtype(), ir::DType::kF32);
+    };
+
+    Value tid = to_index(b.create<mlir::gpu::ThreadIdOp>(loc, mlir::gpu::Dimension::x));
+    Value bid = to_index(b.create<mlir::gpu::BlockIdOp>(loc, mlir::gpu::Dimension::x));
+    Value lane = b.create<arith::RemUIOp>(loc, tid, c(kWarp));
+    Value row = b.create<arith::AddIOp>(
+        loc, b.create<arith::MulIOp>(loc, bid, c(kWarpsPerBlock)),
+        b.create<arith::DivUIOp>(loc, tid, c(kWarp)));
+
+    {
+      // if (row < rows): whole warps take the same branch.
+      mlir::OpBuilder::InsertPoint after_rows = b.saveInsertionPoint();
+      FusedEmitter::Cache saved = emitter.SaveCache();
+      if (rows % kWarpsPerBlock != 0) {
+        Value live = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, row, c(rows));
+        auto if_live = b.create<mlir::scf::IfOp>(loc, live, false);
+        b.setInsertionPoint(if_live.thenBlock()->getTerminator());
+      }
+      Value t = b.create<arith::RemUIOp>(loc, row, c(tq));
+      Value bh = b.create<arith::DivUIOp>(loc, row, c(tq));
+      Value h = b.create<arith::RemUIOp>(loc, bh, c(heads));
+      Value bi = b.create<arith::DivUIOp>(loc, bh, c(heads));
+
+      // This lane's head-dim elements (clamped in bounds; masked by q = 0).
+      std::vector<Value> d(per_lane), in_dim(per_lane);
+      std::vector<Value> q(per_lane);
+      for (int64_t i = 0; i < per_lane; ++i) {
+        d[i] = b.create<arith::AddIOp>(loc, lane, c(i * kWarp));
+        if ((i + 1) * kWarp > dim) {
+          in_dim[i] = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, d[i], c(dim));
+          d[i] = b.create<arith::MinUIOp>(loc, d[i], c(dim - 1));
+        }
+        ASSIGN_OR_RETURN(Value x, load(attn->operand(0), {bi, h, t, d[i]}));
+        x = b.create<arith::MulFOp>(loc, x, f32(scale));
+        if (in_dim[i]) x = b.create<arith::SelectOp>(loc, in_dim[i], x, f32(0));
+        q[i] = x;
+      }
+
+      // for (j = 0; j < (causal ? t + 1 : tk); ++j): online softmax.
+      std::vector<Value> inits = {f32(-std::numeric_limits<double>::infinity()), f32(0)};
+      for (int64_t i = 0; i < per_lane; ++i) inits.push_back(f32(0));
+      Value end = causal ? b.create<arith::MinUIOp>(
+                               loc, b.create<arith::AddIOp>(loc, t, c(1)), c(tk))
+                               .getResult()
+                         : c(tk);
+      mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
+      auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, c(0), end, c(1), inits));
+      {
+        FusedEmitter::Cache outer = emitter.SaveCache();
+        Value j = loop.getInductionVar();
+        auto args = loop.getRegionIterArgs();
+        Value partial;
+        for (int64_t i = 0; i < per_lane; ++i) {
+          ASSIGN_OR_RETURN(Value k, load(attn->operand(1), {bi, h, j, d[i]}));
+          Value qk = b.create<arith::MulFOp>(loc, q[i], k);
+          partial = partial ? b.create<arith::AddFOp>(loc, partial, qk).getResult() : qk;
+        }
+        Value s = partial;
+        for (int64_t offset = kWarp / 2; offset > 0; offset /= 2) {
+          auto shuffle = b.create<mlir::gpu::ShuffleOp>(loc, s, static_cast<int32_t>(offset),
+                                                        static_cast<int32_t>(kWarp),
+                                                        mlir::gpu::ShuffleMode::XOR);
+          s = b.create<arith::AddFOp>(loc, s, shuffle.getShuffleResult());
+        }
+        Value m = args[0], l = args[1];
+        Value m_new = b.create<arith::MaximumFOp>(loc, m, s);
+        Value corr = b.create<mlir::math::ExpOp>(loc, b.create<arith::SubFOp>(loc, m, m_new));
+        Value p = b.create<mlir::math::ExpOp>(loc, b.create<arith::SubFOp>(loc, s, m_new));
+        std::vector<Value> next = {
+            m_new, b.create<arith::AddFOp>(loc, b.create<arith::MulFOp>(loc, l, corr), p)};
+        for (int64_t i = 0; i < per_lane; ++i) {
+          ASSIGN_OR_RETURN(Value v, load(attn->operand(2), {bi, h, j, d[i]}));
+          Value o = b.create<arith::MulFOp>(loc, args[2 + i], corr);
+          next.push_back(b.create<arith::AddFOp>(loc, o, b.create<arith::MulFOp>(loc, p, v)));
+        }
+        b.create<mlir::scf::YieldOp>(loc, next);
+        emitter.RestoreCache(std::move(outer));
+      }
+      b.restoreInsertionPoint(after_loop);
+      b.setInsertionPointAfter(loop);
+      Value inv = b.create<arith::DivFOp>(loc, f32(1), loop.getResult(1));
+
+      // o[b, h, t, d] -> each output of the result through its chain.
+      for (int64_t i = 0; i < per_lane; ++i) {
+        mlir::OpBuilder::InsertPoint after_store = b.saveInsertionPoint();
+        if (in_dim[i]) {
+          auto if_in = b.create<mlir::scf::IfOp>(loc, in_dim[i], false);
+          b.setInsertionPoint(if_in.thenBlock()->getTerminator());
+        }
+        Value o = b.create<arith::MulFOp>(loc, loop.getResult(2 + i), inv);
+        for (size_t out = 0; out < outputs.size(); ++out) {
+          if (!of_result[out]) continue;
+          Value value = ConvertValue(b, loc, o, ir::DType::kF32, attn->shape().dtype());
+          ElementIndex index;
+          index.multi = {bi, h, t, d[i]};
+          const ir::Shape* shape = &attn->shape();
+          for (const ir::Instruction* x : chains[out]) {
+            switch (x->opcode()) {
+              case ir::Opcode::kTranspose: {
+                std::vector<Value> in = emitter.Multi(index, *shape), mapped;
+                for (int64_t perm : x->attrs().dimensions) mapped.push_back(in[perm]);
+                index = ElementIndex{};
+                index.multi = std::move(mapped);
+                break;
+              }
+              case ir::Opcode::kReshape: {
+                Value linear = emitter.Linear(index, *shape);
+                index = ElementIndex{};
+                index.linear = linear;
+                break;
+              }
+              case ir::Opcode::kConvert:
+                value = ConvertValue(b, loc, value, x->operand(0)->shape().dtype(),
+                                     x->shape().dtype());
+                break;
+              default:  // copy
+                break;
+            }
+            shape = &x->shape();
+          }
+          StoreElement(b, loc, value, entry->getArgument(params.size() + out),
+                       emitter.Linear(index, *shape), outputs[out]->shape().dtype());
+        }
+        b.restoreInsertionPoint(after_store);
+      }
+      emitter.RestoreCache(std::move(saved));
+      b.restoreInsertionPoint(after_rows);
+    }
+
+    // (b) outputs: for (i = bid * block + tid; i < n; i += grid * block).
+    for (size_t out = 0; out < outputs.size(); ++out) {
+      if (of_result[out]) continue;
+      const int64_t n = outputs[out]->shape().num_elements();
+      mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
+      FusedEmitter::Cache saved = emitter.SaveCache();
+      Value start = b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, bid, c(block)), tid);
+      auto loop =
+          mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, start, c(n), c(grid * block), {}));
+      ElementIndex index;
+      index.linear = loop.getInductionVar();
+      StatusOr<Value> v = emitter.Emit(*outputs[out], index);
+      if (!v.ok()) return v.status().WithPrefix("%" + fusion.name());
+      StoreElement(b, loc, *v, entry->getArgument(params.size() + out), index.linear,
+                   outputs[out]->shape().dtype());
+      emitter.RestoreCache(std::move(saved));
+      b.restoreInsertionPoint(after_loop);
+    }
+
+    KernelSpec spec;
+    spec.name = name;
+    spec.fusion = fusion.name();
+    spec.kind = ir::FusionKind::kAttention;
+    spec.grid = {grid, 1, 1};
+    spec.block = {block, 1, 1};
+    spec.params = KernelParams(fusion, 1);
+    for (KernelParam& p : spec.params) p.min_alignment = StorageBytes(p.shape.dtype());
+    return spec;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<KernelEmitter> MakeAttentionEmitter() {
+  return std::make_unique<AttentionEmitter>();
+}
+
+}  // namespace gptc::codegen
