@@ -96,4 +96,16 @@ StatusOr<frontend::TracedModule> TraceGpt2Forward(const GptConfig& config, int64
   return tracer.Finish(Gpt2Loss(tracer, config, tokens, targets));
 }
 
+StatusOr<frontend::TracedModule> TraceGpt2Logits(const GptConfig& config, int64_t batch,
+                                                 int64_t seq) {
+  RETURN_IF_ERROR(ValidateTraceShape(config, batch, seq));
+  Tracer tracer(config.name + ".logits", "logits");
+  Tensor tokens;
+  {
+    auto scope = tracer.Scope("inputs");
+    tokens = tracer.Input("tokens", ir::Shape(ir::DType::kS32, {batch, seq}));
+  }
+  return tracer.Finish(Gpt2Logits(tracer, config, tokens));
+}
+
 }  // namespace gptc::models

@@ -32,6 +32,12 @@ frontend::Tensor Gpt2Loss(frontend::Tracer& tracer, const GptConfig& config,
 StatusOr<frontend::TracedModule> TraceGpt2Forward(const GptConfig& config, int64_t batch,
                                                   int64_t seq);
 
+// The sampling module "params..., tokens s32[B,T] -> f32[B,T,padded_vocab]
+// logits" (module CONFIG.logits, entry `logits`), parameters as in
+// TraceGpt2Forward.
+StatusOr<frontend::TracedModule> TraceGpt2Logits(const GptConfig& config, int64_t batch,
+                                                 int64_t seq);
+
 }  // namespace gptc::models
 
 #endif  // GPTC_MODELS_GPT2_H_

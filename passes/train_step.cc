@@ -22,8 +22,19 @@ std::string_view SlotRoleName(SlotRole role) {
     case SlotRole::kLr: return "lr";
     case SlotRole::kLoss: return "loss";
     case SlotRole::kGradNorm: return "grad_norm";
+    case SlotRole::kLogits: return "logits";
   }
   return "?";
+}
+
+std::optional<SlotRole> ParseSlotRole(std::string_view name) {
+  for (SlotRole role :
+       {SlotRole::kParam, SlotRole::kAdamM, SlotRole::kAdamV, SlotRole::kGradAcc,
+        SlotRole::kTokens, SlotRole::kTargets, SlotRole::kData, SlotRole::kStep, SlotRole::kLr,
+        SlotRole::kLoss, SlotRole::kGradNorm, SlotRole::kLogits}) {
+    if (SlotRoleName(role) == name) return role;
+  }
+  return std::nullopt;
 }
 
 namespace {
@@ -208,6 +219,61 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
   program.entries.push_back(std::move(acc));
   program.entries.push_back(std::move(app));
   return program;
+}
+
+Status AddLogitsEntry(TrainProgram& program, std::unique_ptr<ir::Module> logits,
+                      const TrainStepOptions& options) {
+  if (program.Find("logits") != nullptr) return Error("train program already has a logits entry");
+  const ir::Computation* entry = logits->entry();
+  std::vector<ir::Instruction*> inputs = entry->parameters();
+  const int64_t n = static_cast<int64_t>(program.params.size());
+  if (static_cast<int64_t>(inputs.size()) != n + 1) {
+    return Error("logits module {}: {} parameters, expected {} params + tokens", logits->name(),
+                 inputs.size(), n);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (inputs[i]->name() != program.params[i].name ||
+        inputs[i]->shape() != program.params[i].shape) {
+      return Error("logits module {}: parameter {} is %{} {}, the train step has {} {}",
+                   logits->name(), i, inputs[i]->name(), inputs[i]->shape().ToString(),
+                   program.params[i].name, program.params[i].shape.ToString());
+    }
+  }
+  const ir::Shape tokens = inputs[n]->shape();
+  if (tokens.dtype() != ir::DType::kS32 || tokens.rank() != 2 || tokens.dims()[0] != 1) {
+    return Error("logits module {}: tokens are {}, expected s32[1,T]", logits->name(),
+                 tokens.ToString());
+  }
+  pass::Pipeline pipeline("logits", options.pipeline);
+  if (options.dumps != nullptr) pipeline.set_dump_writer(options.dumps);
+  if (options.precision.policy != PrecisionPolicy::kF32) {
+    pipeline.AddPass<MixedPrecision>(options.precision);
+  }
+  pipeline.AddPass<Simplify>();
+  pipeline.AddPass<Cse>();
+  pipeline.AddPass<Dce>();
+  if (options.optimize) {
+    pipeline.AddPass<Fusion>();
+    pipeline.AddPass<Schedule>();
+  }
+  RETURN_IF_ERROR(pipeline.Run(*logits).status());
+
+  EntrySignature sig;
+  for (int64_t i = 0; i < n; ++i) {
+    sig.inputs.push_back({SlotRole::kParam, i, program.params[i].name, program.params[i].shape});
+  }
+  sig.inputs.push_back({SlotRole::kTokens, -1, inputs[n]->name(), tokens});
+  const ir::Instruction* root = logits->entry()->root();
+  const ir::Shape out = root->shape().is_tuple() && root->shape().tuple_elements().size() == 1
+                            ? root->shape().tuple_elements()[0]
+                            : root->shape();
+  if (out.is_tuple() || out.rank() != 3 || out.dims()[1] != tokens.dims()[1]) {
+    return Error("logits module {}: root is {}, expected [1,{},V]", logits->name(),
+                 root->shape().ToString(), tokens.dims()[1]);
+  }
+  sig.outputs.push_back({SlotRole::kLogits, -1, "logits", out});
+  program.entries.push_back(TrainEntry{"logits", std::move(logits), std::move(sig)});
+  return Status::Ok();
 }
 
 }  // namespace gptc::passes

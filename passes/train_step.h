@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -40,8 +41,11 @@ enum class SlotRole {
   kLr,        // f32[] learning rate of this step
   kLoss,      // f32[] mean loss of the (micro-)batch
   kGradNorm,  // f32[] global gradient norm before clipping
+  kLogits,    // f32[1, T, padded_vocab] logits of the sampling entry
 };
 std::string_view SlotRoleName(SlotRole role);  // "param", "adam_m", ...
+// The role named `name` (SlotRoleName's inverse), or nullopt.
+std::optional<SlotRole> ParseSlotRole(std::string_view name);
 
 struct Slot {
   SlotRole role;
@@ -71,7 +75,8 @@ struct TrainProgram {
   std::vector<frontend::ParamSpec> params;
   int64_t grad_accum = 1;
   AdamWOptions adamw;
-  std::vector<TrainEntry> entries;  // train_step; or accumulate, apply
+  // train_step; or accumulate, apply; then optionally `logits` (sampling).
+  std::vector<TrainEntry> entries;
 
   const TrainEntry* Find(std::string_view name) const;
 };
@@ -94,6 +99,16 @@ struct TrainStepOptions {
 StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
                                          std::vector<frontend::ParamSpec> params,
                                          const TrainStepOptions& options);
+
+// Adds the sampling entry `logits` to `program` from a traced module
+// "params..., tokens s32[1, T] -> logits f32[1, T, V]" whose parameters are
+// exactly program.params (names and shapes). Runs mixed precision (as
+// `options.precision`), simplify -> cse -> dce and, when options.optimize,
+// fusion -> schedule. Signature: inputs param[0..P-1], tokens; output logits.
+// The sampler reads the logits at the last real position and masks the padded
+// vocabulary.
+Status AddLogitsEntry(TrainProgram& program, std::unique_ptr<ir::Module> logits,
+                      const TrainStepOptions& options);
 
 // The signature of an optimizer output in `mode` with `num_params` trainable
 // parameters, read from its entry (checks the layout the pass produces).

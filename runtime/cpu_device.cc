@@ -103,12 +103,25 @@ StatusOr<std::vector<eval::Literal>> CpuTrainer::Run(const passes::TrainEntry& e
     }
     return result.status().WithPrefix(entry.name);
   }
-  std::vector<eval::Literal> outputs = std::move(result->elements);
+  std::vector<eval::Literal> outputs;
+  if (result->shape.is_tuple()) {
+    outputs = std::move(result->elements);
+  } else {
+    outputs.push_back(std::move(*result));
+  }
   for (size_t i = 0; i < sig.inputs.size(); ++i) {
     if (eval::Literal* state = StateFor(sig.inputs[i])) *state = std::move(args[i]);
   }
   for (auto [out, in] : sig.donations) *StateFor(sig.inputs[in]) = std::move(outputs[out]);
   return outputs;
+}
+
+StatusOr<std::vector<eval::Literal>> CpuTrainer::Evaluate(const passes::TrainEntry& entry,
+                                                          const MicroBatch& batch) {
+  if (!entry.signature.donations.empty()) {
+    return Error("{}: the entry updates state; run it with Step", entry.name);
+  }
+  return Run(entry, &batch, static_cast<double>(steps_done_), 0.0);
 }
 
 StatusOr<StepResult> CpuTrainer::Step(std::span<const MicroBatch> micro_batches, double lr) {

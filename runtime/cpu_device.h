@@ -50,6 +50,11 @@ class CpuTrainer {
   // One optimizer step over grad_accum micro-batches (exactly that many).
   StatusOr<StepResult> Step(std::span<const MicroBatch> micro_batches, double lr);
 
+  // Runs an entry that updates no state (the sampling entry `logits`) on the
+  // current parameters and `batch`'s tokens; returns its outputs in order.
+  StatusOr<std::vector<eval::Literal>> Evaluate(const passes::TrainEntry& entry,
+                                                const MicroBatch& batch);
+
   int64_t steps_done() const { return steps_done_; }
   // Parameter i (program->params order) as an f32 literal.
   const eval::Literal& param(int64_t i) const { return params_[i]; }

@@ -19,6 +19,8 @@ namespace gptc::tools {
 //              [--weight-decay WD] [--clip-norm C] [--beta1 B1] [--beta2 B2]
 //              [--eps E] [--forward-only]
 int CompileCommand(int argc, char** argv);
+// gptc inspect FILE.gptx [--manifest|--ir|--ptx|--plan|--params]
+int InspectCommand(int argc, char** argv);
 // gptc models: the configs with their parameter counts.
 int ModelsCommand(int argc, char** argv);
 

@@ -10,6 +10,12 @@
 // --dump-dir every stage is also dumped, numbered in pipeline order
 // (0000.traced.ir, 0001.after-autodiff.ir, 0002.after-dce.ir,
 // 0003.after-optimizer.ir, ...).
+// With `-o FILE.gptx` the output is the whole artifact instead (docs/ARTIFACT.md):
+// codegen for --target (sm_90a, sm_90, sm_80), thunk plans, parameter specs.
+// --timings prints the seconds of every stage. An artifact (unless --no-logits)
+// and the IR text with --logits also carry the sampling entry `logits` (batch
+// 1, the same seq; gptrun's samples and validation loss). --no-codegen writes
+// an artifact without kernels (complete: false) that only the CPU device runs.
 #include <chrono>
 #include <memory>
 #include <cstdio>
@@ -25,6 +31,9 @@
 #include "passes/fusion.h"
 #include "passes/fusion_report.h"
 #include "passes/train_step.h"
+#ifdef GPTC_HAVE_ARTIFACT_WRITER
+#include "compiler/artifact/writer.h"
+#endif
 #include "tools/common/flags.h"
 #include "tools/gptc/commands.h"
 
@@ -107,6 +116,8 @@ int CompileCommand(int argc, char** argv) {
   flags.Value("clip-norm").Value("beta1").Value("beta2").Value("eps").Bool("forward-only");
   flags.Value("precision").Value("remat").Value("memory-budget").Value("gpu");
   flags.Bool("fusion-report").Bool("memory-report").Bool("no-optimize");
+  flags.Value("target").Bool("timings").Bool("no-codegen").Bool("no-logits");
+  flags.Bool("logits");
   if (Status s = flags.Parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data(), 2); !s.ok()) {
     return Fail(2, s);
   }
@@ -172,6 +183,24 @@ int CompileCommand(int argc, char** argv) {
   std::optional<passes::GpuSpec> gpu = passes::FindGpuSpec(flags.Get("gpu", "h100"));
   if (!gpu) return Fail(2, Error("--gpu must be h100, h200 or a100, got '{}'", flags.Get("gpu")));
 
+  std::string output = flags.Get("output", config->name + ".ir");
+  const bool artifact = output.ends_with(".gptx");
+  if (artifact && (flags.Has("forward-only") || !options.optimize)) {
+    return Fail(2, Error("-o {}: an artifact needs the optimized train step "
+                         "(drop --forward-only / --no-optimize)", output));
+  }
+  const std::string target = flags.Get("target", "sm_90a");
+  if (target != "sm_90a" && target != "sm_90" && target != "sm_80") {
+    return Fail(2, Error("--target must be sm_90a, sm_90 or sm_80, got '{}'", target));
+  }
+  std::vector<std::pair<std::string, double>> timings;
+  auto lap_start = std::chrono::steady_clock::now();
+  auto lap = [&](const char* stage) {
+    auto now = std::chrono::steady_clock::now();
+    timings.emplace_back(stage, std::chrono::duration<double>(now - lap_start).count());
+    lap_start = now;
+  };
+
   auto start = std::chrono::steady_clock::now();
   StatusOr<frontend::TracedModule> traced = models::TraceGpt2Forward(*config, *batch, *seq);
   if (!traced.ok()) return Fail(1, traced.status());
@@ -179,6 +208,7 @@ int CompileCommand(int argc, char** argv) {
   if (Status s = dumps->Dump(*traced->module, "traced"); !s.ok()) return Fail(1, s);
   const size_t num_params = traced->params.size();
   const int64_t param_values = traced->ParameterValues();
+  lap("trace");
 
   std::vector<const ir::Module*> modules;
   StatusOr<passes::TrainProgram> program = Error("not compiled");
@@ -189,18 +219,69 @@ int CompileCommand(int argc, char** argv) {
     options.dumps = dumps;
     program = passes::BuildTrainProgram(std::move(traced->module), traced->params, options);
     if (!program.ok()) return Fail(1, program.status());
+    if (artifact ? !flags.Has("no-logits") : flags.Has("logits")) {
+      // The sampling entry (batch 1, the train step's seq): gptrun's samples.
+      StatusOr<frontend::TracedModule> logits = models::TraceGpt2Logits(*config, 1, *seq);
+      if (!logits.ok()) return Fail(1, logits.status());
+      Status s = passes::AddLogitsEntry(*program, std::move(logits->module), options);
+      if (!s.ok()) return Fail(1, s.WithPrefix("logits entry"));
+    }
     for (const passes::TrainEntry& e : program->entries) {
       modules.push_back(e.module.get());
       entries += fmt::format("{}{} ({} inputs -> {} outputs)", entries.empty() ? "" : ", ",
                              e.name, e.signature.inputs.size(), e.signature.outputs.size());
     }
   }
+  if (program.ok()) lap("passes");
   std::string report_summary;
   if (program.ok() && options.optimize) {
     Status s = WriteReports(*program, *gpu, flags.Get("dump-dir"), flags.Has("fusion-report"),
                             flags.Has("memory-report"), report_summary);
     if (!s.ok()) return Fail(1, s);
+    lap("reports");
   }
+  std::string note;
+#ifdef GPTC_HAVE_ARTIFACT_WRITER
+  if (artifact) {
+    artifact::ArtifactOptions ao;
+    ao.codegen.target = target;
+    ao.compile_kernels = !flags.Has("no-codegen");
+    ao.model = {{"name", config->name},   {"layers", config->layers},
+                {"heads", config->heads}, {"width", config->width},
+                {"positions", config->positions}, {"vocab", config->vocab},
+                {"padded_vocab", config->padded_vocab}};
+    ao.flags = {{"batch", *batch},          {"seq", *seq},
+                {"grad_accum", options.grad_accum}, {"precision", precision},
+                {"remat", remat},           {"weight_decay", options.adamw.weight_decay},
+                {"clip_norm", options.adamw.clip_norm}, {"beta1", options.adamw.beta1},
+                {"beta2", options.adamw.beta2}, {"eps", options.adamw.eps},
+                {"codegen", ao.compile_kernels}};
+    StatusOr<artifact::BuiltArtifact> built = artifact::BuildArtifact(*program, ao);
+    if (!built.ok()) return Fail(1, built.status());
+    for (const auto& t : built->timings) timings.push_back(t);
+    auto t0 = std::chrono::steady_clock::now();
+    if (Status s = WriteFileAtomically(output, built->bytes); !s.ok()) return Fail(1, s);
+    timings.emplace_back("write",
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+                             .count());
+    int64_t unsupported = 0;
+    for (const auto& [what, n] : built->stats.unsupported) unsupported += n;
+    report_summary += fmt::format("; {} kernels ({} with cubin), {} gemms, {} for {}",
+                                  built->kernels, built->cubins,
+                                  built->stats.thunks.contains("gemm")
+                                      ? built->stats.thunks.at("gemm") : 0,
+                                  passes::FormatBytes(static_cast<int64_t>(built->bytes.size())),
+                                  target);
+    if (!ao.compile_kernels) {
+      note = "note: --no-codegen: no kernels; only gptrun --device cpu runs this artifact";
+    } else if (unsupported > 0) {
+      note = fmt::format("note: {} kernels have no emitter yet; gptrun will refuse this artifact",
+                         unsupported);
+    }
+  }
+#else
+  if (artifact) return Fail(2, Error("-o {}: this gptc was built without codegen", output));
+#endif
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::string text;
@@ -211,8 +292,9 @@ int CompileCommand(int argc, char** argv) {
     for (const auto& c : m->computations()) instructions += c->instruction_count();
     computations += m->computations().size();
   }
-  std::string output = flags.Get("output", config->name + ".ir");
-  if (Status s = WriteFileAtomically(output, text); !s.ok()) return Fail(1, s);
+  if (!artifact) {
+    if (Status s = WriteFileAtomically(output, text); !s.ok()) return Fail(1, s);
+  }
 
   std::string what =
       flags.Has("forward-only")
@@ -229,6 +311,12 @@ int CompileCommand(int argc, char** argv) {
       WithThousands(instructions).c_str(), computations, num_params,
       WithThousands(param_values).c_str(), entries.empty() ? "" : ", entries ",
       entries.c_str(), report_summary.c_str(), seconds, output.c_str());
+  if (flags.Has("timings")) {
+    std::string line = "timings:";
+    for (const auto& [stage, t] : timings) line += fmt::format(" {} {:.3f}s", stage, t);
+    std::printf("%s\n", line.c_str());
+  }
+  if (!note.empty()) std::printf("%s\n", note.c_str());
   return 0;
 }
 

@@ -3,6 +3,8 @@
 //   gptc --version
 //   gptc models                      lists the model configs with parameter counts
 //   gptc compile --model NAME ...    traces a model (see compile.cc)
+//   gptc inspect FILE.gptx [--ir|--ptx|--plan|--manifest|--params]
+//                                    summarizes an artifact or prints one section
 //   gptc verify FILE.ir              prints `ok` or one error line (exit 1)
 //   gptc eval FILE.ir [--seed N]     evaluates on random inputs, prints checksums
 //
@@ -28,7 +30,12 @@ constexpr char kUsage[] =
     "  compile --model NAME [--batch N] [--seq T] [--layers L] [--heads H] [--width C]\n"
     "          [-o FILE] [--dump-dir DIR] [--grad-accum K] [--weight-decay WD]\n"
     "          [--clip-norm C] [--beta1 B1] [--beta2 B2] [--eps E] [--forward-only]\n"
+    "          [--target sm_90a|sm_90|sm_80] [--timings] [--no-codegen]\n"
+    "          [--logits] [--no-logits]\n"
     "                                 compile the model's AdamW train step and write it\n"
+    "                                 (IR text, or the whole artifact for -o FILE.gptx)\n"
+    "  inspect FILE.gptx [--manifest|--ir|--ptx|--plan|--params]\n"
+    "                                 summarize an artifact or print one section\n"
     "  verify FILE.ir                 parse and verify IR text; prints ok or the first error\n"
     "  eval FILE.ir [--seed N] [--precision f32|f64]\n"
     "                                 evaluate the entry computation on random inputs\n"
@@ -103,6 +110,7 @@ int Main(int argc, char** argv) {
   }
   if (command == "models") return tools::ModelsCommand(argc, argv);
   if (command == "compile") return tools::CompileCommand(argc, argv);
+  if (command == "inspect") return tools::InspectCommand(argc, argv);
   if (command == "verify") return Verify(argc, argv);
   if (command == "eval") return Eval(argc, argv);
   return Fail(2, Error("unknown command '{}' (try gptc --help)", command));

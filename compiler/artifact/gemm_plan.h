@@ -1,0 +1,92 @@
+// Dots -> cuBLASLt matmul descriptors (see docs/ARTIFACT.md, "GEMMs").
+//
+// A kind=gemm fusion (passes/fusion.h rule 4) or a stray unfused dot becomes
+// one cublasLtMatmul call. Everything the runtime needs to build the
+// descriptors is here, with cuBLASLt's enums spelled as strings
+// ("CUDA_R_16BF", "CUBLASLT_EPILOGUE_GELU_BIAS") so this file needs no CUDA
+// header; the algorithm is chosen at run time (heuristic, then autotuned).
+//
+// Note [row-major on cuBLASLt]
+// IR arrays are row-major; cuBLASLt is column-major. A row-major X[r, c] is
+// the same memory as a column-major X^T[c, r] with ld = c, so the row-major
+//   D[M, N] = A[M, K] . B[K, N]
+// is computed as the column-major
+//   D^T[N, M] = B^T[N, K] . A^T[K, M]
+// i.e. cuBLASLt's A is the dot's rhs, its B the dot's lhs, m = N, n = M. An
+// operand stored the other way round ([K, M] for the lhs, [N, K] for the rhs,
+// from the dot's dimension numbers or a fused last-two-dims transpose) flips
+// that operand's transa/transb. A fused 2-D transpose of the result swaps the
+// roles of lhs and rhs (D^T = B^T A^T). Bias vectors run along the row-major
+// last dim N, which is cuBLASLt's m: the BIAS epilogues' layout. The bias
+// gradient of the rhs (reduced over K) is BGRADA, of the lhs BGRADB.
+//
+// Layouts that need a copy (batch dims not leading, contracting or free dims
+// not contiguous, a transpose that does not swap whole blocks) are refused
+// with a reason; the plan then records an "unsupported" thunk.
+#ifndef GPTC_COMPILER_ARTIFACT_GEMM_PLAN_H_
+#define GPTC_COMPILER_ARTIFACT_GEMM_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/instruction.h"
+#include "compiler/support/status.h"
+
+namespace gptc::artifact {
+
+// cuBLASLt's default workspace for every call (llm.c uses the same).
+inline constexpr int64_t kGemmWorkspaceBytes = 32 << 20;
+
+// One cublasLtMatrixLayout: a column-major rows x cols matrix.
+struct MatrixLayout {
+  std::string dtype;  // "CUDA_R_16BF", "CUDA_R_32F"
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t ld = 0;
+  int64_t batch_count = 1;
+  int64_t batch_stride = 0;  // elements; 0 when batch_count == 1
+  bool operator==(const MatrixLayout&) const = default;
+};
+
+struct GemmPlan {
+  std::string compute_type = "CUBLAS_COMPUTE_32F";
+  std::string scale_type = "CUDA_R_32F";
+  std::string transa = "CUBLAS_OP_N";
+  std::string transb = "CUBLAS_OP_N";
+  int64_t m = 0, n = 0, k = 0;  // cuBLASLt's (column-major) problem
+  int64_t batch_count = 1;
+  MatrixLayout a, b, c, d;
+  double alpha = 1.0;
+  double beta = 0.0;  // 1 when a residual is accumulated through C
+  std::string epilogue = "CUBLASLT_EPILOGUE_DEFAULT";
+  // Where the buffers come from: operand numbers of the fusion (or dot), and
+  // result leaves of the fusion. -1: absent. C is D's buffer without residual.
+  int64_t a_operand = -1;
+  int64_t b_operand = -1;
+  int64_t c_operand = -1;
+  int64_t bias_operand = -1;
+  std::string bias_dtype;  // CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE when a bias is read or written
+  int64_t d_output = 0;
+  int64_t aux_output = -1;  // GELU_AUX: the pre-activation, laid out as D
+  int64_t aux_ld = 0;
+  int64_t bias_grad_output = -1;  // BGRADA / BGRADB
+  int64_t workspace_bytes = kGemmWorkspaceBytes;
+  // Where cuBLASLt computes something slightly different from the IR (always
+  // more precise), e.g. "bf16 rounding of the dot result before the epilogue
+  // is skipped".
+  std::vector<std::string> notes;
+  bool operator==(const GemmPlan&) const = default;
+};
+
+// "CUDA_R_16BF" for bf16, "CUDA_R_32F" for f32, "CUDA_R_16F" for f16; empty
+// for dtypes cuBLASLt matmuls do not take.
+std::string CudaDataType(ir::DType dtype);
+
+// The descriptor of a kind=gemm fusion or an unfused dot. Errors say why the
+// layout or epilogue has no cuBLASLt equivalent, naming the instruction.
+StatusOr<GemmPlan> PlanGemm(const ir::Instruction& inst);
+
+}  // namespace gptc::artifact
+
+#endif  // GPTC_COMPILER_ARTIFACT_GEMM_PLAN_H_

@@ -1,0 +1,224 @@
+#include "compiler/artifact/plan.h"
+
+#include <string_view>
+#include <unordered_map>
+
+#include "compiler/ir/computation.h"
+#include "passes/fusion.h"
+
+namespace gptc::artifact {
+
+namespace {
+
+using nlohmann::json;
+using ir::Instruction;
+using ir::Opcode;
+
+json SliceJson(const passes::Slice& s) { return json{{"offset", s.offset}, {"size", s.size}}; }
+
+json LayoutJson(const MatrixLayout& l) {
+  return json{{"dtype", l.dtype},           {"rows", l.rows},
+              {"cols", l.cols},             {"ld", l.ld},
+              {"batch_count", l.batch_count}, {"batch_stride", l.batch_stride}};
+}
+
+json Dim3Json(const codegen::Dim3& d) { return json::array({d.x, d.y, d.z}); }
+
+json Unsupported(const Instruction& inst, std::string what, std::string reason) {
+  return json{{"kind", "unsupported"}, {"name", inst.name()}, {"meta", inst.metadata()},
+              {"what", std::move(what)}, {"reason", std::move(reason)}};
+}
+
+StatusOr<json> GemmThunk(const Instruction& inst, const GemmPlan& plan,
+                         const passes::BufferAssignment& ba) {
+  json t{{"kind", "gemm"}, {"name", inst.name()}, {"meta", inst.metadata()},
+         {"descriptor", GemmPlanToJson(plan)}};
+  auto operand = [&](int64_t i) -> StatusOr<json> {
+    ASSIGN_OR_RETURN(passes::Slice s, ba.GetSlice(inst.operand(i)));
+    return SliceJson(s);
+  };
+  auto output = [&](int64_t i) -> StatusOr<json> {
+    ASSIGN_OR_RETURN(passes::Slice s, ba.GetSlice(&inst, i));
+    return SliceJson(s);
+  };
+  ASSIGN_OR_RETURN(t["a"], operand(plan.a_operand));
+  ASSIGN_OR_RETURN(t["b"], operand(plan.b_operand));
+  ASSIGN_OR_RETURN(t["d"], output(plan.d_output));
+  if (plan.c_operand >= 0) {
+    ASSIGN_OR_RETURN(t["c"], operand(plan.c_operand));
+  } else {
+    t["c"] = t["d"];
+  }
+  if (plan.bias_operand >= 0) {
+    ASSIGN_OR_RETURN(t["bias"], operand(plan.bias_operand));
+  }
+  if (plan.aux_output >= 0) {
+    ASSIGN_OR_RETURN(t["aux"], output(plan.aux_output));
+  }
+  if (plan.bias_grad_output >= 0) {
+    ASSIGN_OR_RETURN(t["bias"], output(plan.bias_grad_output));
+  }
+  return t;
+}
+
+json SlotJson(const passes::Slot& slot, const passes::Slice& s) {
+  return json{{"role", passes::SlotRoleName(slot.role)},
+              {"index", slot.index},
+              {"name", slot.name},
+              {"shape", slot.shape.ToString()},
+              {"offset", s.offset},
+              {"size", s.size}};
+}
+
+}  // namespace
+
+json GemmPlanToJson(const GemmPlan& p) {
+  json j{{"compute_type", p.compute_type},
+         {"scale_type", p.scale_type},
+         {"transa", p.transa},
+         {"transb", p.transb},
+         {"m", p.m},
+         {"n", p.n},
+         {"k", p.k},
+         {"batch_count", p.batch_count},
+         {"a", LayoutJson(p.a)},
+         {"b", LayoutJson(p.b)},
+         {"c", LayoutJson(p.c)},
+         {"d", LayoutJson(p.d)},
+         {"alpha", p.alpha},
+         {"beta", p.beta},
+         {"epilogue", p.epilogue},
+         {"workspace_bytes", p.workspace_bytes}};
+  if (!p.bias_dtype.empty()) j["bias_dtype"] = p.bias_dtype;
+  if (p.aux_output >= 0) j["aux_ld"] = p.aux_ld;
+  if (!p.notes.empty()) j["notes"] = p.notes;
+  return j;
+}
+
+StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
+                              const passes::BufferAssignment& ba,
+                              const codegen::CompiledKernels& kernels, PlanStats& stats) {
+  const ir::Computation& c = *entry.module->entry();
+  // An instruction may need several kernels, launched in the order codegen
+  // lists them (Note [multi-kernel instructions]: scatter-add's init, then add).
+  std::unordered_map<std::string, std::vector<const codegen::CompiledKernel*>> by_fusion;
+  for (const codegen::CompiledKernel& k : kernels.kernels) by_fusion[k.spec.fusion].push_back(&k);
+  std::unordered_map<std::string, std::string> skipped;
+  for (const codegen::SkippedFusion& s : kernels.skipped) skipped[s.fusion] = s.reason;
+
+  json thunks = json::array();
+  for (const auto& owned : c.instructions()) {
+    const Instruction& inst = *owned;
+    if (!passes::IsKernel(inst) && inst.opcode() != Opcode::kConstant &&
+        inst.opcode() != Opcode::kCopy) {
+      continue;  // parameters, tuples, get-tuple-elements, reshapes: no work
+    }
+    json t;
+    bool is_gemm = inst.opcode() == Opcode::kDot ||
+                   (inst.opcode() == Opcode::kFusion &&
+                    inst.attrs().fusion_kind == ir::FusionKind::kGemm);
+    if (is_gemm) {
+      StatusOr<GemmPlan> plan = PlanGemm(inst);
+      if (plan.ok()) {
+        ASSIGN_OR_RETURN(t, GemmThunk(inst, *plan, ba));
+        ++stats.epilogues[plan->epilogue];
+      } else {
+        t = Unsupported(inst, "gemm layout", plan.status().message());
+      }
+    } else if (auto it = by_fusion.find(inst.name()); it != by_fusion.end()) {
+      std::string kind = inst.opcode() == Opcode::kFusion
+                             ? std::string(ir::FusionKindName(inst.attrs().fusion_kind))
+                             : std::string(ir::OpcodeName(inst.opcode()));
+      for (const codegen::CompiledKernel* kernel : it->second) {
+        const codegen::KernelSpec& spec = kernel->spec;
+        json args = json::array();
+        for (const codegen::KernelParam& p : spec.params) {
+          passes::Slice s;
+          if (p.role == codegen::KernelParam::Role::kOperand) {
+            ASSIGN_OR_RETURN(s, ba.GetSlice(inst.operand(p.index)));
+          } else {
+            ASSIGN_OR_RETURN(s, ba.GetSlice(&inst, p.index));
+          }
+          args.push_back(SliceJson(s));
+        }
+        t = json{{"kind", "kernel"},
+                 {"name", spec.name},
+                 {"fusion", inst.name()},
+                 {"fusion_kind", kind},
+                 {"meta", inst.metadata()},
+                 {"grid", Dim3Json(spec.grid)},
+                 {"block", Dim3Json(spec.block)},
+                 {"dynamic_smem", spec.dynamic_shared_bytes},
+                 {"args", std::move(args)}};
+        ++stats.kernels_by_kind[kind];
+        ++stats.thunks["kernel"];
+        thunks.push_back(std::move(t));
+      }
+      continue;
+    } else if (inst.opcode() == Opcode::kFusion) {
+      std::string kind(ir::FusionKindName(inst.attrs().fusion_kind));
+      auto s = skipped.find(inst.name());
+      t = Unsupported(inst, "fusion kind " + kind,
+                      s != skipped.end() ? s->second : "no kernel was compiled");
+    } else if (inst.opcode() == Opcode::kAllReduce) {
+      ASSIGN_OR_RETURN(passes::Slice in, ba.GetSlice(inst.operand(0)));
+      ASSIGN_OR_RETURN(passes::Slice out, ba.GetSlice(&inst));
+      t = json{{"kind", "all_reduce"},
+               {"name", inst.name()},
+               {"meta", inst.metadata()},
+               {"reduce", inst.attrs().reduce_kind == ir::ReduceKind::kSum ? "sum" : "max"},
+               {"dtype", ir::DTypeName(inst.shape().dtype())},
+               {"count", inst.shape().num_elements()},
+               {"in", SliceJson(in)},
+               {"out", SliceJson(out)}};
+    } else if (inst.opcode() == Opcode::kCopy && !inst.shape().is_tuple()) {
+      ASSIGN_OR_RETURN(passes::Slice in, ba.GetSlice(inst.operand(0)));
+      ASSIGN_OR_RETURN(passes::Slice out, ba.GetSlice(&inst));
+      t = json{{"kind", "copy"}, {"name", inst.name()}, {"src", SliceJson(in)},
+               {"dst", SliceJson(out)}, {"bytes", out.size}};
+    } else if (inst.opcode() == Opcode::kConstant && inst.shape().num_elements() <= 1024) {
+      ASSIGN_OR_RETURN(passes::Slice out, ba.GetSlice(&inst));
+      t = json{{"kind", "constant"}, {"name", inst.name()},
+               {"dtype", ir::DTypeName(inst.shape().dtype())}, {"values", inst.attrs().literal},
+               {"dst", SliceJson(out)}};
+    } else {
+      t = Unsupported(inst, std::string(ir::OpcodeName(inst.opcode())),
+                      fmt::format("{} has no emitter yet", ir::OpcodeName(inst.opcode())));
+    }
+    if (t["kind"] == "unsupported") ++stats.unsupported[t["what"].get<std::string>()];
+    ++stats.thunks[t["kind"].get<std::string>()];
+    thunks.push_back(std::move(t));
+  }
+  // Donations that could not be done in place: copy output -> parameter after the step.
+  const ir::Instruction* root = c.root();
+  std::vector<ir::Instruction*> params = c.parameters();
+  for (const passes::BufferAssignment::DonationCopy& copy : ba.copies()) {
+    const Instruction* out = root->opcode() == Opcode::kTuple ? root->operand(copy.output) : root;
+    ASSIGN_OR_RETURN(passes::Slice src, ba.GetSlice(out));
+    ASSIGN_OR_RETURN(passes::Slice dst, ba.GetSlice(params[copy.parameter]));
+    thunks.push_back(json{{"kind", "copy"},
+                          {"name", fmt::format("donation.out{}.in{}", copy.output, copy.parameter)},
+                          {"src", SliceJson(src)},
+                          {"dst", SliceJson(dst)},
+                          {"bytes", src.size},
+                          {"reason", copy.reason}});
+    ++stats.thunks["copy"];
+  }
+
+  json inputs = json::array(), outputs = json::array(), donations = json::array();
+  for (size_t i = 0; i < entry.signature.inputs.size(); ++i) {
+    ASSIGN_OR_RETURN(passes::Slice s, ba.GetSlice(params[i]));
+    inputs.push_back(SlotJson(entry.signature.inputs[i], s));
+  }
+  for (size_t i = 0; i < entry.signature.outputs.size(); ++i) {
+    const Instruction* out = root->opcode() == Opcode::kTuple ? root->operand(i) : root;
+    ASSIGN_OR_RETURN(passes::Slice s, ba.GetSlice(out));
+    outputs.push_back(SlotJson(entry.signature.outputs[i], s));
+  }
+  for (auto [o, i] : entry.signature.donations) donations.push_back(json::array({o, i}));
+  return json{{"name", entry.name},     {"arena_size", ba.arena_size()},
+              {"inputs", inputs},       {"outputs", outputs},
+              {"donations", donations}, {"thunks", std::move(thunks)}};
+}
+
+}  // namespace gptc::artifact

@@ -1,0 +1,156 @@
+#include "compiler/artifact/writer.h"
+
+#include <chrono>
+
+#include "compiler/ir/printer.h"
+#include "gptc_version.h"
+#include "runtime/artifact.h"
+
+namespace gptc::artifact {
+
+namespace {
+
+using nlohmann::json;
+
+json InitJson(const frontend::InitRule& r) {
+  switch (r.kind) {
+    case frontend::InitRule::Kind::kNormal:
+      return json{{"kind", "normal"}, {"std", r.std}};
+    case frontend::InitRule::Kind::kZeros:
+      return json{{"kind", "zeros"}};
+    case frontend::InitRule::Kind::kOnes:
+      return json{{"kind", "ones"}};
+  }
+  return json{};
+}
+
+json SlotsJson(const std::vector<passes::Slot>& slots) {
+  json a = json::array();
+  for (const passes::Slot& s : slots) {
+    a.push_back(json{{"role", passes::SlotRoleName(s.role)},
+                     {"index", s.index},
+                     {"name", s.name},
+                     {"shape", s.shape.ToString()}});
+  }
+  return a;
+}
+
+// Buffer assignment options from the entry's donations (as gptc compile).
+passes::BufferAssignmentOptions DonationOptions(const passes::EntrySignature& signature) {
+  passes::BufferAssignmentOptions options;
+  for (auto [output, input] : signature.donations) {
+    options.donated_parameters.insert(input);
+    options.output_to_parameter[output] = input;
+  }
+  return options;
+}
+
+class Stopwatch {
+ public:
+  double Lap() {
+    auto now = std::chrono::steady_clock::now();
+    double s = std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+    return s;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
+                                      const ArtifactOptions& options) {
+  RETURN_IF_ERROR(codegen::CheckTarget(options.codegen.target));
+  BuiltArtifact out;
+  double t_codegen = 0, t_buffers = 0, t_plan = 0;
+  Stopwatch watch;
+  std::string ir_text, ptx, cubin;
+  json plan_entries = json::array(), manifest_entries = json::array(), kernel_index = json::array();
+  // params: name -> per-entry arena offsets.
+  std::vector<json> param_offsets(program.params.size(), json::object());
+  for (const passes::TrainEntry& entry : program.entries) {
+    ir_text += ir::PrintModule(*entry.module);
+    watch.Lap();
+    codegen::CompiledKernels kernels;
+    if (options.compile_kernels) {
+      ASSIGN_OR_RETURN(kernels, codegen::CompileFusions(*entry.module, options.codegen));
+    }
+    t_codegen += watch.Lap();
+    ASSIGN_OR_RETURN(passes::BufferAssignment ba,
+                     passes::AssignBuffers(*entry.module, DonationOptions(entry.signature)));
+    t_buffers += watch.Lap();
+    ASSIGN_OR_RETURN(json plan, BuildEntryPlan(entry, ba, kernels, out.stats));
+    t_plan += watch.Lap();
+    for (const codegen::CompiledKernel& k : kernels.kernels) {
+      // A deduplicated fusion launches the kernel whose code it shares
+      // (Note [kernel deduplication]); the code is stored once.
+      if (k.code_of >= 0) continue;
+      json index{{"entry", entry.name}, {"name", k.spec.name},
+                 {"ptx_offset", ptx.size()}, {"ptx_size", k.ptx.size()}};
+      ptx += k.ptx;
+      if (k.ptxas && !k.ptxas->cubin.empty()) {
+        index["cubin_offset"] = cubin.size();
+        index["cubin_size"] = k.ptxas->cubin.size();
+        index["registers"] = k.ptxas->registers;
+        index["spill_bytes"] = k.ptxas->spill_stores + k.ptxas->spill_loads;
+        cubin += k.ptxas->cubin;
+        ++out.cubins;
+      }
+      kernel_index.push_back(std::move(index));
+      ++out.kernels;
+    }
+    for (size_t i = 0; i < program.params.size(); ++i) {
+      int64_t slot = entry.signature.FindInput(passes::SlotRole::kParam, static_cast<int64_t>(i));
+      if (slot < 0) continue;
+      param_offsets[i][entry.name] = plan["inputs"][slot]["offset"];
+    }
+    manifest_entries.push_back(json{{"name", entry.name},
+                                    {"arena_size", ba.arena_size()},
+                                    {"inputs", SlotsJson(entry.signature.inputs)},
+                                    {"outputs", SlotsJson(entry.signature.outputs)},
+                                    {"donations", plan["donations"]}});
+    plan_entries.push_back(std::move(plan));
+  }
+  int64_t unsupported = 0;
+  for (const auto& [what, n] : out.stats.unsupported) unsupported += n;
+  out.complete = unsupported == 0;
+
+  json params = json::array();
+  for (size_t i = 0; i < program.params.size(); ++i) {
+    const frontend::ParamSpec& p = program.params[i];
+    params.push_back(json{{"name", p.name},
+                          {"shape", p.shape.dims()},
+                          {"dtype", ir::DTypeName(p.shape.dtype())},
+                          {"init", InitJson(p.init)},
+                          {"offsets", param_offsets[i]}});
+  }
+  json manifest{{"format_version", rt::kArtifactFormatVersion},
+                {"gptc_version", GPTC_VERSION},
+                {"model", options.model},
+                {"flags", options.flags},
+                {"target", options.codegen.target},
+                {"grad_accum", program.grad_accum},
+                {"complete", out.complete},
+                {"entries", manifest_entries},
+                {"kernels", kernel_index},
+                {"kernels_by_kind", out.stats.kernels_by_kind},
+                {"thunks", out.stats.thunks},
+                {"gemm_epilogues", out.stats.epilogues},
+                {"unsupported", out.stats.unsupported}};
+  std::vector<std::pair<std::string, std::string>> sections;
+  sections.emplace_back("manifest", manifest.dump(2) + "\n");
+  sections.emplace_back("ir", std::move(ir_text));
+  sections.emplace_back("ptx", std::move(ptx));
+  if (!cubin.empty()) sections.emplace_back("cubin", std::move(cubin));
+  sections.emplace_back("plan", json{{"entries", plan_entries}}.dump(1) + "\n");
+  sections.emplace_back("params", json{{"params", params}}.dump(1) + "\n");
+  ASSIGN_OR_RETURN(out.bytes, rt::EncodeArtifact(sections));
+  double t_encode = watch.Lap();
+  out.timings = {{"codegen", t_codegen}, {"buffers", t_buffers}, {"plan", t_plan},
+                 {"encode", t_encode}};
+  return out;
+}
+
+}  // namespace gptc::artifact

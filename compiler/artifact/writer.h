@@ -1,0 +1,49 @@
+// The .gptx writer: a compiled TrainProgram -> one self-contained file
+// (docs/ARTIFACT.md). Runs codegen and buffer assignment on every entry,
+// builds the thunk plans and encodes the container (runtime/artifact.h).
+//
+// Deterministic: the same program and options give the same bytes (JSON with
+// sorted keys, no timestamps, no paths).
+#ifndef GPTC_COMPILER_ARTIFACT_WRITER_H_
+#define GPTC_COMPILER_ARTIFACT_WRITER_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "compiler/artifact/plan.h"
+#include "compiler/codegen/codegen.h"
+#include "passes/train_step.h"
+
+namespace gptc::artifact {
+
+struct ArtifactOptions {
+  nlohmann::json model;  // the model config (name, layers, heads, width, ...)
+  nlohmann::json flags;  // the compile flags that shaped the program
+  codegen::CodegenOptions codegen;  // codegen.target is the artifact's target
+  // false (gptc compile --no-codegen): no kernel is compiled, every fusion is
+  // an `unsupported` thunk and the artifact is incomplete; the CPU device
+  // (which evaluates the `ir` section) still runs it.
+  bool compile_kernels = true;
+};
+
+struct BuiltArtifact {
+  std::string bytes;  // the whole file
+  bool complete = false;  // no unsupported thunk: gptrun can run it
+  int64_t kernels = 0;    // compiled kernels (all entries)
+  int64_t cubins = 0;     // kernels assembled by ptxas
+  PlanStats stats;
+  // Seconds per stage: "codegen" (emit + ptxas), "buffers", "plan", "encode".
+  std::vector<std::pair<std::string, double>> timings;
+};
+
+// Compiles `program` (entries optimized: fused and scheduled) into an artifact.
+StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
+                                      const ArtifactOptions& options);
+
+}  // namespace gptc::artifact
+
+#endif  // GPTC_COMPILER_ARTIFACT_WRITER_H_

@@ -1,0 +1,67 @@
+// The .gptx container: reading (gptrun, gptc inspect) and encoding (gptc
+// compile). See docs/ARTIFACT.md for the layout; no LLVM/MLIR/CUDA here.
+//
+//   "GPTX" | u32 format version | u64 file size | u32 section count
+//   | section* { u32 name length | name | u64 length | bytes }
+//   | u64 FNV-1a-64 of every preceding byte
+// All integers little-endian. Sections appear in kSectionOrder order; the
+// optional ones (cubin) may be absent.
+#ifndef GPTC_RUNTIME_ARTIFACT_H_
+#define GPTC_RUNTIME_ARTIFACT_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "compiler/support/status.h"
+
+namespace gptc::rt {
+
+inline constexpr char kArtifactMagic[4] = {'G', 'P', 'T', 'X'};
+inline constexpr uint32_t kArtifactFormatVersion = 1;
+// Every section a file may hold, in file order.
+inline constexpr std::string_view kSectionOrder[] = {"manifest", "ir",   "ptx",
+                                                     "cubin",    "plan", "params"};
+inline constexpr std::string_view kRequiredSections[] = {"manifest", "ir", "ptx", "plan",
+                                                         "params"};
+
+// FNV-1a, 64-bit.
+uint64_t Fnv1a64(std::string_view bytes);
+
+// The container bytes for `sections` (name, contents), in the given order.
+// Errors name a section out of kSectionOrder order or unknown.
+StatusOr<std::string> EncodeArtifact(
+    const std::vector<std::pair<std::string, std::string>>& sections);
+
+struct ReadOptions {
+  // When set, the artifact must have been compiled for this target
+  // ("sm_90a"); checked against the manifest's "target".
+  std::string expected_target;
+};
+
+// A decoded artifact; the JSON sections parsed.
+struct Artifact {
+  uint32_t format_version = 0;
+  std::vector<std::pair<std::string, std::string>> sections;  // file order
+  nlohmann::json manifest;
+  nlohmann::json plan;
+  nlohmann::json params;
+
+  // The bytes of section `name`, or null when absent.
+  const std::string* Find(std::string_view name) const;
+};
+
+// Decodes `bytes` read from `path` (used in the messages). Every error is one
+// line starting with `path: ` (bad magic, truncated, newer version, checksum
+// mismatch, a missing or malformed section, another target).
+StatusOr<Artifact> DecodeArtifact(std::string_view bytes, std::string_view path,
+                                  const ReadOptions& options = {});
+StatusOr<Artifact> ReadArtifact(const std::string& path, const ReadOptions& options = {});
+
+}  // namespace gptc::rt
+
+#endif  // GPTC_RUNTIME_ARTIFACT_H_

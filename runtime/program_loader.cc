@@ -1,0 +1,223 @@
+#include "runtime/program_loader.h"
+
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "compiler/ir/parser.h"
+
+namespace gptc::rt {
+
+namespace {
+
+using nlohmann::json;
+
+// Reads json[key] as T without exceptions (the type is checked first); errors
+// name the key path.
+template <typename T>
+bool HasType(const json& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v.is_boolean();
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    return v.is_number_integer();
+  } else if constexpr (std::is_same_v<T, double>) {
+    return v.is_number();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return v.is_string();
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    if (!v.is_array()) return false;
+    for (const json& e : v) {
+      if (!e.is_number_integer()) return false;
+    }
+    return true;
+  } else {
+    static_assert(std::is_same_v<T, std::vector<std::pair<int64_t, int64_t>>>);
+    if (!v.is_array()) return false;
+    for (const json& e : v) {
+      if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() ||
+          !e[1].is_number_integer()) {
+        return false;
+      }
+    }
+    return true;
+  }
+}
+
+template <typename T>
+StatusOr<T> Get(const json& j, std::string_view key, std::string_view where) {
+  if (!j.is_object()) return Error("{} is not an object", where);
+  auto it = j.find(key);
+  if (it == j.end()) return Error("{} has no '{}'", where, key);
+  if (!HasType<T>(*it)) return Error("{}.{} has the wrong type ({})", where, key, it->dump());
+  return it->get<T>();
+}
+
+StatusOr<frontend::InitRule> ReadInit(const json& j, std::string_view where) {
+  ASSIGN_OR_RETURN(std::string kind, Get<std::string>(j, "kind", where));
+  if (kind == "zeros") return frontend::InitRule::Zeros();
+  if (kind == "ones") return frontend::InitRule::Ones();
+  if (kind == "normal") {
+    ASSIGN_OR_RETURN(double std, Get<double>(j, "std", where));
+    return frontend::InitRule::Normal(std);
+  }
+  return Error("{}: unknown init kind '{}'", where, kind);
+}
+
+StatusOr<std::vector<frontend::ParamSpec>> ReadParams(const json& params) {
+  if (!params.contains("params") || !params["params"].is_array()) {
+    return Error("section 'params' has no 'params' array");
+  }
+  std::vector<frontend::ParamSpec> out;
+  for (const json& p : params["params"]) {
+    const std::string where = fmt::format("params[{}]", out.size());
+    ASSIGN_OR_RETURN(std::string name, Get<std::string>(p, "name", where));
+    ASSIGN_OR_RETURN(std::vector<int64_t> dims, Get<std::vector<int64_t>>(p, "shape", where));
+    ASSIGN_OR_RETURN(std::string dtype, Get<std::string>(p, "dtype", where));
+    if (dtype != "f32") return Error("param {}: dtype {}, expected f32", name, dtype);
+    if (!p.contains("init")) return Error("param {} has no init rule", name);
+    ASSIGN_OR_RETURN(frontend::InitRule init, ReadInit(p["init"], "param " + name + " init"));
+    out.push_back({name, ir::Shape(ir::DType::kF32, dims), init});
+  }
+  return out;
+}
+
+// One slot list of a manifest entry, checked against the module's shapes.
+StatusOr<std::vector<passes::Slot>> ReadSlots(const json& slots, std::string_view where,
+                                              const std::vector<ir::Shape>& shapes) {
+  if (!slots.is_array()) return Error("{} is not an array", where);
+  if (slots.size() != shapes.size()) {
+    return Error("{}: {} slots, the module has {}", where, slots.size(), shapes.size());
+  }
+  std::vector<passes::Slot> out;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const std::string at = fmt::format("{}[{}]", where, i);
+    ASSIGN_OR_RETURN(std::string role_name, Get<std::string>(slots[i], "role", at));
+    std::optional<passes::SlotRole> role = passes::ParseSlotRole(role_name);
+    if (!role) return Error("{}: unknown role '{}'", at, role_name);
+    ASSIGN_OR_RETURN(int64_t index, Get<int64_t>(slots[i], "index", at));
+    ASSIGN_OR_RETURN(std::string name, Get<std::string>(slots[i], "name", at));
+    ASSIGN_OR_RETURN(std::string shape, Get<std::string>(slots[i], "shape", at));
+    if (shape != shapes[i].ToString()) {
+      return Error("{} ({} %{}): manifest says {}, the module has {}", at, role_name, name, shape,
+                   shapes[i].ToString());
+    }
+    out.push_back({*role, index, name, shapes[i]});
+  }
+  return out;
+}
+
+// The entry computation's parameter shapes and root (tuple elements) shapes.
+std::pair<std::vector<ir::Shape>, std::vector<ir::Shape>> EntryShapes(const ir::Module& m) {
+  std::vector<ir::Shape> in, out;
+  for (const ir::Instruction* p : m.entry()->parameters()) in.push_back(p->shape());
+  const ir::Shape& root = m.entry()->root()->shape();
+  if (root.is_tuple()) {
+    out = root.tuple_elements();
+  } else {
+    out.push_back(root);
+  }
+  return {in, out};
+}
+
+StatusOr<LoadedProgram> Load(const Artifact& artifact) {
+  const json& manifest = artifact.manifest;
+  LoadedProgram out;
+  ModelInfo& info = out.model;
+  if (!manifest.contains("model")) return Error("manifest has no 'model'");
+  if (!manifest.contains("flags")) return Error("manifest has no 'flags'");
+  const json& model = manifest["model"];
+  const json& flags = manifest["flags"];
+  ASSIGN_OR_RETURN(info.name, Get<std::string>(model, "name", "model"));
+  ASSIGN_OR_RETURN(info.layers, Get<int64_t>(model, "layers", "model"));
+  ASSIGN_OR_RETURN(info.heads, Get<int64_t>(model, "heads", "model"));
+  ASSIGN_OR_RETURN(info.width, Get<int64_t>(model, "width", "model"));
+  ASSIGN_OR_RETURN(info.positions, Get<int64_t>(model, "positions", "model"));
+  ASSIGN_OR_RETURN(info.vocab, Get<int64_t>(model, "vocab", "model"));
+  ASSIGN_OR_RETURN(info.padded_vocab, Get<int64_t>(model, "padded_vocab", "model"));
+  ASSIGN_OR_RETURN(info.batch, Get<int64_t>(flags, "batch", "flags"));
+  ASSIGN_OR_RETURN(info.seq, Get<int64_t>(flags, "seq", "flags"));
+  ASSIGN_OR_RETURN(info.complete, Get<bool>(manifest, "complete", "manifest"));
+
+  passes::TrainProgram& program = out.program;
+  ASSIGN_OR_RETURN(program.grad_accum, Get<int64_t>(manifest, "grad_accum", "manifest"));
+  if (program.grad_accum < 1) return Error("manifest: grad_accum {} < 1", program.grad_accum);
+  for (auto [key, field] :
+       {std::pair{"weight_decay", &program.adamw.weight_decay},
+        std::pair{"clip_norm", &program.adamw.clip_norm}, std::pair{"beta1", &program.adamw.beta1},
+        std::pair{"beta2", &program.adamw.beta2}, std::pair{"eps", &program.adamw.eps}}) {
+    ASSIGN_OR_RETURN(*field, Get<double>(flags, key, "flags"));
+  }
+  ASSIGN_OR_RETURN(program.params, ReadParams(artifact.params));
+  for (const frontend::ParamSpec& p : program.params) {
+    out.parameter_values += p.shape.num_elements();
+    if (p.shape.rank() == 2) out.matmul_values += p.shape.num_elements();
+  }
+
+  const std::string* ir_text = artifact.Find("ir");
+  if (ir_text == nullptr) return Error("missing section 'ir'");
+  StatusOr<std::vector<std::unique_ptr<ir::Module>>> modules = ir::ParseModules(*ir_text, "ir");
+  if (!modules.ok()) return modules.status().WithPrefix("section 'ir'");
+  if (!manifest.contains("entries") || !manifest["entries"].is_array()) {
+    return Error("manifest has no 'entries' array");
+  }
+  const json& entries = manifest["entries"];
+  if (entries.size() != modules->size()) {
+    return Error("manifest lists {} entries, section 'ir' holds {} modules", entries.size(),
+                 modules->size());
+  }
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const std::string where = fmt::format("entries[{}]", e);
+    ASSIGN_OR_RETURN(std::string name, Get<std::string>(entries[e], "name", where));
+    const std::string at = "entry " + name;
+    std::unique_ptr<ir::Module>& module = (*modules)[e];
+    auto [in_shapes, out_shapes] = EntryShapes(*module);
+    passes::EntrySignature sig;
+    if (!entries[e].contains("inputs") || !entries[e].contains("outputs")) {
+      return Error("{} has no inputs/outputs", at);
+    }
+    ASSIGN_OR_RETURN(sig.inputs, ReadSlots(entries[e]["inputs"], at + " inputs", in_shapes));
+    ASSIGN_OR_RETURN(sig.outputs, ReadSlots(entries[e]["outputs"], at + " outputs", out_shapes));
+    ASSIGN_OR_RETURN(sig.donations,
+                     (Get<std::vector<std::pair<int64_t, int64_t>>>(entries[e], "donations", at)));
+    for (auto [o, i] : sig.donations) {
+      if (o < 0 || o >= static_cast<int64_t>(sig.outputs.size()) || i < 0 ||
+          i >= static_cast<int64_t>(sig.inputs.size()) ||
+          sig.outputs[o].shape != sig.inputs[i].shape) {
+        return Error("{}: donation [{}, {}] does not pair an output with an input of its shape", at,
+                     o, i);
+      }
+    }
+    for (const passes::Slot& s : sig.inputs) {
+      const bool per_param =
+          s.role == passes::SlotRole::kParam || s.role == passes::SlotRole::kAdamM ||
+          s.role == passes::SlotRole::kAdamV || s.role == passes::SlotRole::kGradAcc;
+      if (!per_param) continue;
+      if (s.index < 0 || s.index >= static_cast<int64_t>(program.params.size()) ||
+          s.shape != program.params[s.index].shape) {
+        return Error("{}: input %{} ({}[{}]) does not match a parameter of section 'params'", at,
+                     s.name, passes::SlotRoleName(s.role), s.index);
+      }
+    }
+    program.entries.push_back({name, std::move(module), std::move(sig)});
+  }
+  const bool single = program.Find("train_step") != nullptr;
+  const bool split = program.Find("accumulate") != nullptr && program.Find("apply") != nullptr;
+  if (program.grad_accum == 1 ? !single : !split) {
+    return Error("grad_accum {} needs entries {}", program.grad_accum,
+                 program.grad_accum == 1 ? "train_step" : "accumulate and apply");
+  }
+  if (program.grad_accum == 1 && program.entries[0].name != "train_step") {
+    return Error("the first entry is {}, expected train_step", program.entries[0].name);
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<LoadedProgram> LoadProgram(const Artifact& artifact, std::string_view path) {
+  StatusOr<LoadedProgram> p = Load(artifact);
+  if (!p.ok()) return p.status().WithPrefix(path);
+  return p;
+}
+
+}  // namespace gptc::rt

@@ -1,0 +1,48 @@
+// Rebuilds the TrainProgram a .gptx artifact was compiled from: the optimized
+// modules (the `ir` section), each entry's signature (the manifest), the
+// parameter specs with their init rules (the `params` section), grad_accum
+// and the AdamW options (the manifest's flags). The CPU device runs it with
+// the reference evaluator; it needs no kernel, so an incomplete artifact
+// (`"complete": false`, e.g. gptc compile --no-codegen) loads as well.
+//
+//   ASSIGN_OR_RETURN(Artifact a, ReadArtifact("gpt2-tiny.gptx"));
+//   ASSIGN_OR_RETURN(LoadedProgram p, LoadProgram(a, "gpt2-tiny.gptx"));
+//   CpuTrainer trainer(&p.program, seed);
+//
+// Every inconsistency (an entry without its module, a slot whose shape or
+// role disagrees with the module, unknown roles, parameters that differ
+// between sections) is one error line starting with the artifact's path.
+#ifndef GPTC_RUNTIME_PROGRAM_LOADER_H_
+#define GPTC_RUNTIME_PROGRAM_LOADER_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "compiler/support/status.h"
+#include "passes/train_step.h"
+#include "runtime/artifact.h"
+
+namespace gptc::rt {
+
+// The model and shape facts gptrun needs besides the program.
+struct ModelInfo {
+  std::string name;  // manifest model.name ("gpt2-tiny")
+  int64_t layers = 0, heads = 0, width = 0, positions = 0;
+  int64_t vocab = 50257, padded_vocab = 50304;
+  int64_t batch = 0, seq = 0;  // of one micro-batch
+  bool complete = false;       // every thunk has a kernel (the GPU device can run it)
+};
+
+struct LoadedProgram {
+  passes::TrainProgram program;
+  ModelInfo model;
+  int64_t parameter_values = 0;  // elements over all parameters
+  int64_t matmul_values = 0;     // elements of the rank-2 parameters (MFU's N)
+};
+
+StatusOr<LoadedProgram> LoadProgram(const Artifact& artifact, std::string_view path);
+
+}  // namespace gptc::rt
+
+#endif  // GPTC_RUNTIME_PROGRAM_LOADER_H_

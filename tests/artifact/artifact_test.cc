@@ -1,0 +1,159 @@
+// The .gptx writer and reader: golden plan of gpt2-tiny, round trip,
+// determinism, rejection of bad files (runtime/artifact.h).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "compiler/artifact/writer.h"
+#include "models/config.h"
+#include "models/gpt2.h"
+#include "runtime/artifact.h"
+
+namespace gptc::artifact {
+namespace {
+
+StatusOr<BuiltArtifact> CompileTiny() {
+  ASSIGN_OR_RETURN(models::GptConfig config, models::FindGptConfig("gpt2-tiny"));
+  ASSIGN_OR_RETURN(frontend::TracedModule traced, models::TraceGpt2Forward(config, 2, 16));
+  passes::TrainStepOptions options;
+  options.optimize = true;
+  options.precision.policy = passes::PrecisionPolicy::kBF16;
+  ASSIGN_OR_RETURN(passes::TrainProgram program,
+                   passes::BuildTrainProgram(std::move(traced.module), traced.params, options));
+  ArtifactOptions ao;
+  ao.model = {{"name", config.name}, {"layers", config.layers}};
+  ao.flags = {{"batch", 2}, {"seq", 16}};
+  ao.codegen.run_ptxas = false;  // keep the test independent of the CUDA toolkit
+  return BuildArtifact(program, ao);
+}
+
+// Compiled once for the whole suite.
+const BuiltArtifact& Tiny() {
+  static const BuiltArtifact* built = [] {
+    StatusOr<BuiltArtifact> b = CompileTiny();
+    if (!b.ok()) {
+      ADD_FAILURE() << b.status().message();
+      return new BuiltArtifact();
+    }
+    return new BuiltArtifact(std::move(*b));
+  }();
+  return *built;
+}
+
+TEST(ArtifactTest, RoundTrip) {
+  StatusOr<rt::Artifact> a = rt::DecodeArtifact(Tiny().bytes, "t.gptx");
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->format_version, 1u);
+  EXPECT_EQ(a->manifest["target"], "sm_90a");
+  EXPECT_EQ(a->manifest["model"]["name"], "gpt2-tiny");
+  EXPECT_EQ(a->manifest["complete"], Tiny().complete);
+  EXPECT_EQ(a->params["params"][0]["name"], "wte.weight");
+  ASSERT_EQ(a->plan["entries"].size(), 1u);
+  EXPECT_EQ(a->plan["entries"][0]["name"], "train_step");
+  ASSERT_NE(a->Find("ir"), nullptr);
+  EXPECT_TRUE(a->Find("ir")->starts_with("module gpt2-tiny"));
+  EXPECT_EQ(a->Find("cubin"), nullptr);  // ptxas off
+  // Every kernel's PTX is where the manifest says.
+  for (const auto& k : a->manifest["kernels"]) {
+    std::string ptx = a->Find("ptx")->substr(k["ptx_offset"].get<size_t>(),
+                                             k["ptx_size"].get<size_t>());
+    EXPECT_NE(ptx.find(".entry " + k["name"].get<std::string>()), std::string::npos) << k;
+  }
+}
+
+// Golden facts about the gpt2-tiny plan: small and stable on purpose.
+TEST(ArtifactTest, TinyPlanGolden) {
+  StatusOr<rt::Artifact> a = rt::DecodeArtifact(Tiny().bytes, "t.gptx");
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  const auto& thunks = a->plan["entries"][0]["thunks"];
+  int gemms = 0;
+  std::map<std::string, int> epilogues;
+  for (const auto& t : thunks) {
+    if (t["kind"] != "gemm") continue;
+    ++gemms;
+    ++epilogues[t["descriptor"]["epilogue"].get<std::string>()];
+  }
+  // 2 layers x 4 linears forward + lm_head, and two dots per linear backward.
+  EXPECT_EQ(gemms, 27);
+  // c_proj, c_fc and mlp.c_proj of each layer; the qkv bias is added inside
+  // the attention kernel, which reads c_attn's output anyway.
+  EXPECT_EQ(epilogues["CUBLASLT_EPILOGUE_BIAS"], 6);
+  // Weight gradients dW = x^T dy with the bias gradient of dy (cuBLASLt's A).
+  EXPECT_EQ(epilogues["CUBLASLT_EPILOGUE_BGRADA"], 8);
+  // The first gemm: h.0.attn.c_attn, x[32,64] . W[64,192] (its bias joins attention).
+  for (const auto& t : thunks) {
+    if (t["kind"] != "gemm") continue;
+    const auto& d = t["descriptor"];
+    EXPECT_EQ(t["meta"], "h.0.attn.c_attn");
+    EXPECT_EQ(d["m"], 192);
+    EXPECT_EQ(d["n"], 32);
+    EXPECT_EQ(d["k"], 64);
+    EXPECT_EQ(d["transa"], "CUBLAS_OP_N");
+    EXPECT_EQ(d["a"]["dtype"], "CUDA_R_16BF");
+    EXPECT_EQ(d["d"]["dtype"], "CUDA_R_32F");
+    EXPECT_EQ(d["epilogue"], "CUBLASLT_EPILOGUE_DEFAULT");
+    EXPECT_EQ(d["workspace_bytes"], 32 << 20);
+    break;
+  }
+  // Instructions without an emitter are honest "unsupported" thunks.
+  EXPECT_EQ(a->manifest["complete"].get<bool>(), a->manifest["unsupported"].empty());
+  // Every slice lies inside the arena.
+  int64_t arena = a->plan["entries"][0]["arena_size"];
+  for (const auto& t : thunks) {
+    for (const char* key : {"a", "b", "c", "d", "bias", "aux", "src", "dst", "in", "out"}) {
+      if (!t.contains(key)) continue;
+      EXPECT_LE(t[key]["offset"].get<int64_t>() + t[key]["size"].get<int64_t>(), arena) << t;
+    }
+  }
+}
+
+TEST(ArtifactTest, Deterministic) {
+  StatusOr<BuiltArtifact> again = CompileTiny();
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_TRUE(again->bytes == Tiny().bytes);
+}
+
+std::string Message(std::string_view bytes, const rt::ReadOptions& options = {}) {
+  StatusOr<rt::Artifact> a = rt::DecodeArtifact(bytes, "x.gptx", options);
+  return a.ok() ? "ok" : a.status().message();
+}
+
+TEST(ArtifactTest, RejectsBadFiles) {
+  const std::string& good = Tiny().bytes;
+  ASSERT_GT(good.size(), 100u);
+  EXPECT_EQ(Message(good.substr(0, good.size() - 10)),
+            fmt::format("x.gptx: truncated ({} bytes, the header says {})", good.size() - 10,
+                        good.size()));
+  EXPECT_EQ(Message(good.substr(0, 10)),
+            "x.gptx: truncated (10 bytes, less than a header and trailer)");
+  std::string flipped = good;
+  flipped[good.size() / 2] ^= 0x40;
+  EXPECT_EQ(Message(flipped), "x.gptx: checksum mismatch (file is corrupt)");
+  std::string magic = good;
+  magic[0] = 'X';
+  EXPECT_EQ(Message(magic), "x.gptx: not a gptx artifact (bad magic)");
+  EXPECT_EQ(Message("hello"), "x.gptx: not a gptx artifact (bad magic)");
+  std::string newer = good;
+  newer[4] = 2;
+  EXPECT_EQ(Message(newer), "x.gptx: format version 2 is newer than this gptrun supports (1)");
+  EXPECT_EQ(Message(good, {.expected_target = "sm_80"}),
+            "x.gptx: compiled for sm_90a, this device is sm_80");
+  EXPECT_EQ(Message(good, {.expected_target = "sm_90a"}), "ok");
+}
+
+TEST(ArtifactTest, ContainerRoundTripAndOrder) {
+  StatusOr<std::string> bytes = rt::EncodeArtifact(
+      {{"manifest", "{}"}, {"ir", "module m"}, {"ptx", ""}, {"plan", "{}"}, {"params", "{}"}});
+  ASSERT_TRUE(bytes.ok());
+  StatusOr<rt::Artifact> a = rt::DecodeArtifact(*bytes, "m.gptx");
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(*a->Find("ir"), "module m");
+  EXPECT_EQ(rt::EncodeArtifact({{"plan", "{}"}, {"ir", ""}}).status().message(),
+            "artifact section 'ir' is out of order");
+  bytes = rt::EncodeArtifact({{"manifest", "{}"}, {"ir", ""}, {"plan", "{}"}, {"params", "{}"}});
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(Message(*bytes), "x.gptx: missing section 'ptx'");
+}
+
+}  // namespace
+}  // namespace gptc::artifact

@@ -1,0 +1,145 @@
+#include "runtime/program_loader.h"
+
+#include <gtest/gtest.h>
+
+#include "compiler/ir/printer.h"
+#include "models/config.h"
+#include "models/gpt2.h"
+#include "runtime/cpu_device.h"
+
+namespace gptc::rt {
+namespace {
+
+using nlohmann::json;
+
+json SlotsJson(const std::vector<passes::Slot>& slots) {
+  json a = json::array();
+  for (const passes::Slot& s : slots) {
+    a.push_back(json{{"role", passes::SlotRoleName(s.role)},
+                     {"index", s.index},
+                     {"name", s.name},
+                     {"shape", s.shape.ToString()}});
+  }
+  return a;
+}
+
+// The sections gptc compile writes, built by hand (no codegen here).
+Artifact MakeArtifact(const passes::TrainProgram& program, const models::GptConfig& c,
+                      int64_t batch, int64_t seq) {
+  Artifact a;
+  std::string ir;
+  json entries = json::array();
+  for (const passes::TrainEntry& e : program.entries) {
+    ir += ir::PrintModule(*e.module);
+    entries.push_back(json{{"name", e.name},
+                           {"inputs", SlotsJson(e.signature.inputs)},
+                           {"outputs", SlotsJson(e.signature.outputs)},
+                           {"donations", e.signature.donations}});
+  }
+  a.manifest = json{{"model",
+                     {{"name", c.name},
+                      {"layers", c.layers},
+                      {"heads", c.heads},
+                      {"width", c.width},
+                      {"positions", c.positions},
+                      {"vocab", c.vocab},
+                      {"padded_vocab", c.padded_vocab}}},
+                    {"flags",
+                     {{"batch", batch},
+                      {"seq", seq},
+                      {"weight_decay", 0.1},
+                      {"clip_norm", 1.0},
+                      {"beta1", 0.9},
+                      {"beta2", 0.95},
+                      {"eps", 1e-8}}},
+                    {"grad_accum", program.grad_accum},
+                    {"complete", false},
+                    {"entries", entries}};
+  json params = json::array();
+  for (const frontend::ParamSpec& p : program.params) {
+    json init =
+        p.init.kind == frontend::InitRule::Kind::kNormal
+            ? json{{"kind", "normal"}, {"std", p.init.std}}
+            : json{{"kind", p.init.kind == frontend::InitRule::Kind::kOnes ? "ones" : "zeros"}};
+    params.push_back(
+        json{{"name", p.name}, {"shape", p.shape.dims()}, {"dtype", "f32"}, {"init", init}});
+  }
+  a.params = json{{"params", params}};
+  a.sections = {{"manifest", a.manifest.dump()}, {"ir", ir}, {"params", a.params.dump()}};
+  return a;
+}
+
+class ProgramLoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_ = models::ApplyOverrides(*models::FindGptConfig("gpt2-tiny"),
+                                     {.layers = 1, .heads = 2, .width = 16});
+    StatusOr<frontend::TracedModule> traced = models::TraceGpt2Forward(config_, 2, 8);
+    ASSERT_TRUE(traced.ok()) << traced.status().message();
+    passes::TrainStepOptions options;
+    StatusOr<passes::TrainProgram> p =
+        passes::BuildTrainProgram(std::move(traced->module), traced->params, options);
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    StatusOr<frontend::TracedModule> logits = models::TraceGpt2Logits(config_, 1, 8);
+    ASSERT_TRUE(logits.ok()) << logits.status().message();
+    ASSERT_TRUE(passes::AddLogitsEntry(*p, std::move(logits->module), options).ok());
+    program_ = std::move(*p);
+  }
+
+  models::GptConfig config_;
+  passes::TrainProgram program_;
+};
+
+TEST_F(ProgramLoaderTest, LoadedProgramTrainsLikeTheOriginal) {
+  Artifact a = MakeArtifact(program_, config_, 2, 8);
+  StatusOr<LoadedProgram> loaded = LoadProgram(a, "t.gptx");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(loaded->model.batch, 2);
+  EXPECT_EQ(loaded->model.seq, 8);
+  ASSERT_EQ(loaded->program.entries.size(), 2u);
+  EXPECT_EQ(loaded->program.entries[1].name, "logits");
+  CpuTrainer original(&program_, 3), reloaded(&loaded->program, 3);
+  for (int64_t s = 0; s < 2; ++s) {
+    MicroBatch mb = PatternBatch(2, 8, config_.vocab, s);
+    StatusOr<StepResult> x = original.Step({&mb, 1}, 1e-3);
+    StatusOr<StepResult> y = reloaded.Step({&mb, 1}, 1e-3);
+    ASSERT_TRUE(x.ok() && y.ok());
+    EXPECT_EQ(x->loss, y->loss);
+    EXPECT_EQ(x->grad_norm, y->grad_norm);
+  }
+  MicroBatch one = PatternBatch(1, 8, config_.vocab, 0);
+  StatusOr<std::vector<eval::Literal>> logits =
+      reloaded.Evaluate(*loaded->program.Find("logits"), one);
+  ASSERT_TRUE(logits.ok()) << logits.status().message();
+  EXPECT_EQ(logits->at(0).shape.ToString(), fmt::format("f32[1,8,{}]", config_.padded_vocab));
+}
+
+TEST_F(ProgramLoaderTest, InconsistentArtifactsAreErrors) {
+  Artifact a = MakeArtifact(program_, config_, 2, 8);
+  a.manifest["entries"].erase(1);
+  StatusOr<LoadedProgram> p = LoadProgram(a, "t.gptx");
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(), "t.gptx: manifest lists 1 entries, section 'ir' holds 2 modules");
+
+  a = MakeArtifact(program_, config_, 2, 8);
+  a.manifest["entries"][0]["inputs"][0]["shape"] = "f32[3,3]";
+  p = LoadProgram(a, "t.gptx");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("entry train_step inputs[0]"), std::string::npos)
+      << p.status().message();
+
+  a = MakeArtifact(program_, config_, 2, 8);
+  a.manifest["entries"][0]["outputs"][0]["role"] = "bogus";
+  p = LoadProgram(a, "t.gptx");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("unknown role 'bogus'"), std::string::npos);
+
+  a = MakeArtifact(program_, config_, 2, 8);
+  a.manifest.erase("grad_accum");
+  p = LoadProgram(a, "t.gptx");
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(), "t.gptx: manifest has no 'grad_accum'");
+}
+
+}  // namespace
+}  // namespace gptc::rt

