@@ -42,6 +42,61 @@ std::vector<const ir::Instruction*> FusionReduces(const ir::Computation& fused) 
   return reduces;
 }
 
+bool IsRowReduce(const ir::Instruction& reduce) {
+  int64_t rank = reduce.operand(0)->shape().rank();
+  return rank >= 2 && reduce.attrs().dimensions == std::vector<int64_t>{rank - 1};
+}
+
+StatusOr<std::vector<bool>> MixedReductionColumnPart(const ir::Computation& fused) {
+  // The kinds of reduce each instruction depends on: bit 0 row, bit 1 column.
+  constexpr int kRow = 1, kColumn = 2;
+  std::map<const ir::Instruction*, int> depends;
+  int all = 0;
+  const ir::Shape* row_input = nullptr;
+  for (const auto& inst : fused.instructions()) {
+    if (inst->called_computation() != nullptr) {
+      return Error("%{}: a composite in a mixed row/column reduction", inst->name());
+    }
+    int d = 0;
+    for (const ir::Instruction* op : inst->operands()) d |= depends[op];
+    if (inst->opcode() == ir::Opcode::kReduce) {
+      const std::vector<int64_t>& dims = inst->attrs().dimensions;
+      bool prefix = !dims.empty();
+      for (size_t i = 0; i < dims.size(); ++i)
+        prefix = prefix && dims[i] == static_cast<int64_t>(i);
+      const ir::Shape& in = inst->operand(0)->shape();
+      if (IsRowReduce(*inst)) {
+        if (row_input != nullptr && row_input->dims() != in.dims()) {
+          return Error("%{}: row reduces of different input shapes", inst->name());
+        }
+        row_input = &in;
+        d |= kRow;
+      } else if (prefix) {
+        d |= kColumn;
+      } else {
+        return Error("%{}: reduces middle dims", inst->name());
+      }
+      all |= d;
+    }
+    depends[inst.get()] = d;
+  }
+  if (all != (kRow | kColumn)) return Error("not a mix of row and column reductions");
+  std::vector<const ir::Instruction*> outputs;
+  if (fused.root()->opcode() == ir::Opcode::kTuple) {
+    outputs.assign(fused.root()->operands().begin(), fused.root()->operands().end());
+  } else {
+    outputs.push_back(fused.root());
+  }
+  std::vector<bool> column;
+  for (const ir::Instruction* out : outputs) {
+    if (depends[out] == (kRow | kColumn)) {
+      return Error("output %{} depends on row and column reductions", out->name());
+    }
+    column.push_back(depends[out] == kColumn);
+  }
+  return column;
+}
+
 StatusOr<EmitterKind> ChooseEmitter(const ir::Instruction& inst) {
   if (inst.opcode() == ir::Opcode::kGather) return EmitterKind::kGather;
   if (inst.opcode() == ir::Opcode::kScatterAdd) return EmitterKind::kScatterAdd;
@@ -69,8 +124,12 @@ StatusOr<EmitterKind> ChooseEmitter(const ir::Instruction& inst) {
     }
     if (any && row) return EmitterKind::kRowReduction;
     if (any && column) return EmitterKind::kColumnReduction;
-    return Error("{} fusion mixes row and column reductions (or reduces middle dims)",
-                 ir::FusionKindName(kind));
+    StatusOr<std::vector<bool>> mixed = MixedReductionColumnPart(*inst.called_computation());
+    if (kind == ir::FusionKind::kReduction && mixed.ok()) {
+      return EmitterKind::kMixedReductionColumns;  // Note [mixed row and column reductions]
+    }
+    return Error("{} fusion mixes row and column reductions (or reduces middle dims): {}",
+                 ir::FusionKindName(kind), mixed.ok() ? "cross-entropy" : mixed.status().message());
   }
   if (kind == ir::FusionKind::kAttention) {
     for (const auto& x : inst.called_computation()->instructions()) {
@@ -226,6 +285,11 @@ StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const Codegen
       std::string init = name + "_init";
       names.insert(init);
       add(*inst, EmitterKind::kScatterAddInit, init);
+    }
+    if (*emitter == EmitterKind::kMixedReductionColumns) {  // Note [multi-kernel instructions]
+      std::string rows = name + "_rows";
+      names.insert(rows);
+      add(*inst, EmitterKind::kMixedReductionRows, rows);
     }
     add(*inst, *emitter, name);
   }

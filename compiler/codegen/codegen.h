@@ -72,9 +72,11 @@ bool HasEmitter(ir::FusionKind kind);
 // The kernel emitters (kernel_emitter.h). Note [emitter choice]: a loop or
 // optimizer fusion -> kLoop; a reduction or cross-entropy fusion whose
 // reduces all reduce the last dim of one input shape -> kRowReduction, whose
-// reduces all reduce leading dims keeping one shape -> kColumnReduction; an
-// attention fusion holding an `attention` op -> kAttention; standalone
-// gather / scatter-add instructions of the entry -> kGather / kScatterAdd.
+// reduces all reduce leading dims keeping one shape -> kColumnReduction; a
+// reduction fusion mixing both (layer-norm backward) -> kMixedReductionColumns
+// (Note [mixed row and column reductions]); an attention fusion holding an
+// `attention` op -> kAttention; standalone gather / scatter-add instructions
+// of the entry -> kGather / kScatterAdd.
 enum class EmitterKind {
   kLoop,
   kRowReduction,
@@ -83,7 +85,32 @@ enum class EmitterKind {
   kScatterAddInit,  // the first kernel of a scatter-add (copies operand 0)
   kScatterAdd,
   kAttention,
+  // Note [mixed row and column reductions]: the two kernels of a fusion
+  // mixing row and column reductions.
+  kMixedReductionRows,     // the first: the row reduction writing the row-part outputs
+  kMixedReductionColumns,  // the second: the column reduction writing the column-part outputs
 };
+
+// Note [mixed row and column reductions]: the layer-norm backward fusion
+// reduces dy * w * rstd-terms over the last dim (for dx) and dy, dy * xhat
+// over the rows (for dgain, dbias), with outputs of both shapes, as llm.c's
+// layernorm_backward does in one kernel. We emit it as two kernels of one
+// ABI (Note [multi-kernel instructions]): NAME_rows, the row-reduction emitter
+// restricted to the row part (the outputs that depend on no column reduce,
+// computed from the row reduces only), then NAME, the column-reduction
+// emitter restricted to the column part (the outputs that depend on a column
+// reduce). A column-part output that also depends on a row reduce would need
+// the row statistics recomputed per row inside the column kernel; no fusion
+// of GPT-2 has one, so ChooseEmitter rejects it. Both kernels re-read the
+// fusion's inputs; neither uses atomics, so the results are deterministic.
+//
+// A reduce is a row reduce when it reduces the last dim of an input of rank
+// >= 2, else a column reduce when it reduces leading dims.
+bool IsRowReduce(const ir::Instruction& reduce);
+// For a fusion mixing row and column reductions: whether each output (in
+// FusionOutputs order) belongs to the column part; an error naming the output
+// when one depends on both kinds, or when the fusion is not such a mix.
+StatusOr<std::vector<bool>> MixedReductionColumnPart(const ir::Computation& fused);
 
 // The reduces of a fused computation in order, including those of composite
 // ops (softmax-cross-entropy) inside their decomposition, which the emitters
@@ -98,7 +125,7 @@ StatusOr<EmitterKind> ChooseEmitter(const ir::Instruction& inst);
 Status CheckTarget(std::string_view target);
 
 // Compiles one fusion instruction to one kernel named `kernel_name` (for a
-// scatter-add: its second kernel; CompileFusions emits both).
+// scatter-add or a mixed reduction: its second kernel; CompileFusions emits both).
 StatusOr<CompiledKernel> CompileFusion(const ir::Instruction& fusion, std::string kernel_name,
                                        const CodegenOptions& options);
 
@@ -112,7 +139,7 @@ std::string KernelKey(const ir::Instruction& inst, EmitterKind emitter);
 
 // Compiles every fusion of the entry computation that has an emitter, and
 // every standalone gather and scatter-add (Note [multi-kernel instructions]
-// in kernel_spec.h: a scatter-add gives two kernels); the others are listed
+// in kernel_spec.h: a scatter-add or a mixed reduction gives two kernels); the others are listed
 // in `skipped`. Kernel names derive from the instruction names ("%fusion.3"
 // -> "fusion_3"), made unique; identical fusions share one kernel (Note
 // [kernel deduplication]). The distinct kernels compile on options.threads

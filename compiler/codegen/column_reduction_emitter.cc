@@ -36,6 +36,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "compiler/codegen/emitter_util.h"
@@ -84,19 +85,38 @@ int64_t NextPowerOfTwo(int64_t x) {
 
 class ColumnReductionEmitter : public KernelEmitter {
  public:
-  std::string_view Name() const override { return "column_reduction"; }
+  // `mixed`: emit only the column part (Note [mixed row and column reductions]).
+  explicit ColumnReductionEmitter(bool mixed) : mixed_(mixed) {}
+  std::string_view Name() const override {
+    return mixed_ ? "mixed_reduction_columns" : "column_reduction";
+  }
 
   StatusOr<KernelSpec> Emit(const ir::Instruction& fusion, const std::string& name,
                             mlir::gpu::GPUModuleOp gpu_module) const override {
     ASSIGN_OR_RETURN(const ir::Computation* fused, FusedComputation(fusion));
     std::vector<const ir::Instruction*> outputs = FusionOutputs(*fused);
     std::vector<ir::Instruction*> params = fused->parameters();
+    // The outputs this kernel writes, with their kernel arguments (Note [kernel ABI]).
+    std::vector<const ir::Instruction*> written;
+    std::vector<int64_t> slots;
+    std::optional<std::vector<bool>> column_part;
+    if (mixed_) {
+      StatusOr<std::vector<bool>> column = MixedReductionColumnPart(*fused);
+      if (!column.ok()) return column.status().WithPrefix("%" + fusion.name());
+      column_part = *column;
+    }
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      if (column_part && !(*column_part)[o]) continue;
+      written.push_back(outputs[o]);
+      slots.push_back(static_cast<int64_t>(params.size() + o));
+    }
 
     // The reduces, each over [R, K]; all share the kept dims.
     std::vector<const ir::Instruction*> reduces;
     std::optional<std::vector<int64_t>> kept_dims;
     for (const auto& inst : fused->instructions()) {
       if (inst->opcode() != ir::Opcode::kReduce) continue;
+      if (mixed_ && IsRowReduce(*inst)) continue;  // the row kernel's
       const ir::Shape& in = inst->operand(0)->shape();
       const std::vector<int64_t>& dims = inst->attrs().dimensions;
       bool prefix = !dims.empty();
@@ -120,7 +140,7 @@ class ColumnReductionEmitter : public KernelEmitter {
     if (reduces.empty()) return Error("%{}: reduction fusion without a reduce", fusion.name());
     const ir::Shape column_shape(ir::DType::kF32, *kept_dims);
     const int64_t k = column_shape.num_elements();
-    for (const ir::Instruction* out : outputs) {
+    for (const ir::Instruction* out : written) {
       if (out->shape().is_tuple() || out->shape().dims() != *kept_dims) {
         return Error("%{}: output {} has shape {}; a column reduction writes {}", fusion.name(),
                      Describe(*out), out->shape().ToString(), ir::DimsToString(*kept_dims));
@@ -346,11 +366,10 @@ class ColumnReductionEmitter : public KernelEmitter {
     ElementIndex out_index;
     out_index.linear = column;
     out_index.multi = column_multi;
-    for (size_t o = 0; o < outputs.size(); ++o) {
-      StatusOr<Value> v = emitter.Emit(*outputs[o], out_index);
+    for (size_t o = 0; o < written.size(); ++o) {
+      StatusOr<Value> v = emitter.Emit(*written[o], out_index);
       if (!v.ok()) return v.status().WithPrefix("%" + fusion.name());
-      StoreElement(b, loc, *v, entry->getArgument(params.size() + o), column,
-                   outputs[o]->shape().dtype());
+      StoreElement(b, loc, *v, entry->getArgument(slots[o]), column, written[o]->shape().dtype());
     }
 
     KernelSpec spec;
@@ -364,12 +383,19 @@ class ColumnReductionEmitter : public KernelEmitter {
     for (KernelParam& p : spec.params) p.min_alignment = StorageBytes(p.shape.dtype());
     return spec;
   }
+
+ private:
+  bool mixed_;
 };
 
 }  // namespace
 
 std::unique_ptr<KernelEmitter> MakeColumnReductionEmitter() {
-  return std::make_unique<ColumnReductionEmitter>();
+  return std::make_unique<ColumnReductionEmitter>(/*mixed=*/false);
+}
+
+std::unique_ptr<KernelEmitter> MakeMixedReductionColumnsEmitter() {
+  return std::make_unique<ColumnReductionEmitter>(/*mixed=*/true);
 }
 
 }  // namespace gptc::codegen

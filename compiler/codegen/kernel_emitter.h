@@ -39,6 +39,9 @@ class KernelEmitter {
 std::unique_ptr<KernelEmitter> MakeLoopEmitter();
 std::unique_ptr<KernelEmitter> MakeRowReductionEmitter();
 std::unique_ptr<KernelEmitter> MakeColumnReductionEmitter();
+// Note [mixed row and column reductions] (codegen.h): the row part, the column part.
+std::unique_ptr<KernelEmitter> MakeMixedReductionRowsEmitter();
+std::unique_ptr<KernelEmitter> MakeMixedReductionColumnsEmitter();
 std::unique_ptr<KernelEmitter> MakeGatherEmitter();  // gather_emitter.cc: also scatter-add
 std::unique_ptr<KernelEmitter> MakeScatterAddInitEmitter();
 std::unique_ptr<KernelEmitter> MakeScatterAddEmitter();

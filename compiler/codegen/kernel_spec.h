@@ -10,8 +10,11 @@
 //
 // Note [multi-kernel instructions]: an instruction may compile to several
 // kernels, all with the same `fusion` and ABI, to be launched in the order
-// CompileFusions lists them. Today only scatter-add does: NAME_init copies
-// operand 0 into the result, then NAME adds the updates (gather_emitter.cc).
+// CompileFusions lists them. A scatter-add: NAME_init copies operand 0 into
+// the result, then NAME adds the updates (gather_emitter.cc). A reduction
+// fusion mixing row and column reductions (layer-norm backward): NAME_rows
+// writes the row-part results, then NAME the column-part ones (Note [mixed
+// row and column reductions] in codegen.h); each writes only its results.
 //
 // This header has no LLVM/MLIR dependency so the runtime can include it.
 #ifndef GPTC_COMPILER_CODEGEN_KERNEL_SPEC_H_

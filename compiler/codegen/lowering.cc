@@ -169,6 +169,10 @@ std::unique_ptr<KernelEmitter> MakeEmitter(EmitterKind kind) {
       return MakeScatterAddEmitter();
     case EmitterKind::kAttention:
       return MakeAttentionEmitter();
+    case EmitterKind::kMixedReductionRows:
+      return MakeMixedReductionRowsEmitter();
+    case EmitterKind::kMixedReductionColumns:
+      return MakeMixedReductionColumnsEmitter();
     default:
       return nullptr;
   }

@@ -78,13 +78,23 @@ Value Combine(mlir::OpBuilder& b, mlir::Location loc, ir::ReduceKind kind, Value
 
 class RowReductionEmitter : public KernelEmitter {
  public:
-  std::string_view Name() const override { return "row_reduction"; }
+  // `mixed`: emit only the row part (Note [mixed row and column reductions]).
+  explicit RowReductionEmitter(bool mixed) : mixed_(mixed) {}
+  std::string_view Name() const override {
+    return mixed_ ? "mixed_reduction_rows" : "row_reduction";
+  }
 
   StatusOr<KernelSpec> Emit(const ir::Instruction& fusion, const std::string& name,
                             mlir::gpu::GPUModuleOp gpu_module) const override {
     ASSIGN_OR_RETURN(const ir::Computation* fused, FusedComputation(fusion));
     std::vector<const ir::Instruction*> outputs = FusionOutputs(*fused);
     std::vector<ir::Instruction*> params = fused->parameters();
+    std::vector<bool> skip_output(outputs.size(), false);  // the column part, when mixed_
+    if (mixed_) {
+      StatusOr<std::vector<bool>> column = MixedReductionColumnPart(*fused);
+      if (!column.ok()) return column.status().WithPrefix("%" + fusion.name());
+      skip_output = *column;
+    }
 
     // The reduces and the row geometry.
     std::vector<const ir::Instruction*> reduces;
@@ -92,6 +102,7 @@ class RowReductionEmitter : public KernelEmitter {
     Bindings bindings;
     Bind(*fused, bindings);
     for (const ir::Instruction* inst : FusionReduces(*fused)) {
+      if (mixed_ && !IsRowReduce(*inst)) continue;
       const ir::Shape& in = inst->operand(0)->shape();
       if (in.rank() == 0 || inst->attrs().dimensions != std::vector<int64_t>{in.rank() - 1}) {
         return Error(
@@ -119,6 +130,7 @@ class RowReductionEmitter : public KernelEmitter {
     std::vector<const ir::Instruction*> elem_outputs, row_outputs;
     std::vector<int64_t> elem_slots, row_slots;  // kernel argument of each output
     for (size_t o = 0; o < outputs.size(); ++o) {
+      if (skip_output[o]) continue;
       const ir::Shape& s = outputs[o]->shape();
       int64_t slot = static_cast<int64_t>(params.size() + o);
       if (!s.is_tuple() && s.dims() == input_dims) {
@@ -339,12 +351,19 @@ class RowReductionEmitter : public KernelEmitter {
     for (KernelParam& p : spec.params) p.min_alignment = StorageBytes(p.shape.dtype());
     return spec;
   }
+
+ private:
+  bool mixed_;
 };
 
 }  // namespace
 
 std::unique_ptr<KernelEmitter> MakeRowReductionEmitter() {
-  return std::make_unique<RowReductionEmitter>();
+  return std::make_unique<RowReductionEmitter>(/*mixed=*/false);
+}
+
+std::unique_ptr<KernelEmitter> MakeMixedReductionRowsEmitter() {
+  return std::make_unique<RowReductionEmitter>(/*mixed=*/true);
 }
 
 }  // namespace gptc::codegen

@@ -251,12 +251,13 @@ ENTRY %main {
   ASSERT_TRUE(result.ok()) << result.status().message();
   ASSERT_EQ(result->skipped.size(), 1u);
   EXPECT_EQ(result->skipped[0].reason,
-            "reduction fusion mixes row and column reductions (or reduces middle dims)");
+            "reduction fusion mixes row and column reductions (or reduces middle dims): %r: "
+            "reduces middle dims");
   auto direct = CompileFusion(*module->entry()->FindInstruction("f"), "f", {});
   ASSERT_FALSE(direct.ok());
   EXPECT_EQ(direct.status().message(),
             "kernel f (%f): reduction fusion mixes row and column reductions (or reduces middle "
-            "dims)");
+            "dims): %r: reduces middle dims");
 }
 
 TEST(CompileFusionsTest, SkipsKindsWithoutEmitter) {
