@@ -58,10 +58,28 @@ bool IsLoopOp(const Instruction& inst) {
 }
 
 Planner::Planner(ir::Computation* computation) : computation_(computation) {
+  // Operands precede users, so one pass in order decides IsSourceless from
+  // the operands' answers.
+  std::unordered_map<const Instruction*, bool> sourceless;
   for (const auto& inst : computation->instructions()) {
     pos_[inst.get()] = static_cast<int64_t>(order_.size());
     order_.push_back(inst.get());
+    Opcode op = inst->opcode();
+    bool s = op == Opcode::kConstant || op == Opcode::kIota;
+    if (!s && (op == Opcode::kBroadcast || ir::IsElementwise(op)) && !inst->shape().is_tuple() &&
+        inst->operand_count() > 0) {
+      s = std::all_of(inst->operands().begin(), inst->operands().end(),
+                      [&](const Instruction* x) { return sourceless[x]; });
+    }
+    sourceless[inst.get()] = s;
+    free_[inst.get()] = op == Opcode::kConstant || op == Opcode::kIota ||
+                        op == Opcode::kBroadcast || (ir::IsElementwise(op) && s);
   }
+}
+
+bool Planner::IsFree(const Instruction* inst) const {
+  auto it = free_.find(inst);
+  return it != free_.end() ? it->second : passes::fusion_internal::IsFree(*inst);
 }
 
 int Planner::group_of(const Instruction* inst) const {
@@ -70,7 +88,7 @@ int Planner::group_of(const Instruction* inst) const {
 }
 
 bool Planner::Claimable(const Instruction* inst) const {
-  if (group_of(inst) >= 0 || IsFree(*inst) || inst->shape().is_tuple()) return false;
+  if (group_of(inst) >= 0 || IsFree(inst) || inst->shape().is_tuple()) return false;
   switch (inst->opcode()) {
     case Opcode::kParameter:
     case Opcode::kGather:
@@ -176,7 +194,7 @@ void Planner::MakeConvex(InstSet& s) const {
 }
 
 void Planner::NonFreeSources(const Instruction* inst, std::vector<const Instruction*>& out) const {
-  if (!IsFree(*inst)) {
+  if (!IsFree(inst)) {
     out.push_back(inst);
     return;
   }
@@ -185,7 +203,7 @@ void Planner::NonFreeSources(const Instruction* inst, std::vector<const Instruct
 
 void Planner::NonFreeUsers(const Instruction* inst, std::vector<const Instruction*>& out) const {
   for (const Instruction* u : inst->users()) {
-    if (IsFree(*u)) {
+    if (IsFree(u)) {
       NonFreeUsers(u, out);
     } else {
       out.push_back(u);
@@ -225,7 +243,7 @@ class Materializer {
     for (auto it = p_.order().rbegin(); it != p_.order().rend(); ++it) {
       Instruction* inst = *it;
       bool member = p_.group_of(inst) >= 0 && p_.groups()[p_.group_of(inst)].live;
-      if (!member && !(IsFree(*inst) && inst->users().empty())) continue;
+      if (!member && !(p_.IsFree(inst) && inst->users().empty())) continue;
       if (!inst->users().empty() || entry_->root() == inst) continue;
       entry_->RemoveInstruction(inst);
       removed.insert(inst);

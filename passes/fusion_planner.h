@@ -18,6 +18,8 @@ using InstSet = std::unordered_set<const ir::Instruction*>;
 // Constants, iotas, broadcasts and elementwise ops computed from free ops
 // alone (the causal mask `compare(iota, iota)`): copied into every group that
 // uses them.
+// Constants, iotas, broadcasts and elementwise ops of those: recomputed in
+// every kernel that needs them rather than given a kernel of their own.
 bool IsFree(const ir::Instruction& inst);
 // Ops a loop kernel can compute: elementwise, select, compare, converts and
 // layout changes (reshape, transpose, slice, pad, concatenate).
@@ -44,6 +46,9 @@ class Planner {
   ir::Computation* computation() const { return computation_; }
   const std::vector<ir::Instruction*>& order() const { return order_; }
   int64_t pos(const ir::Instruction* inst) const { return pos_.at(inst); }
+  // IsFree, memoised for the instructions the planner was built on: the
+  // recursive test is quadratic on long broadcast chains (gpt2-124m).
+  bool IsFree(const ir::Instruction* inst) const;
   std::vector<Group>& groups() { return groups_; }
   // The group holding `inst`, or -1.
   int group_of(const ir::Instruction* inst) const;
@@ -75,6 +80,7 @@ class Planner {
   bool Reach(const InstSet& s, bool backward, InstSet* reached) const;
 
   ir::Computation* computation_;
+  std::unordered_map<const ir::Instruction*, bool> free_;
   std::vector<ir::Instruction*> order_;
   std::unordered_map<const ir::Instruction*, int64_t> pos_;
   std::vector<Group> groups_;

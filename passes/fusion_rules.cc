@@ -630,9 +630,9 @@ void FuseLoops(Planner& p) {
   }
   // Free ops (other than constants) an unfused op reads must be materialized.
   for (const Instruction* x : p.order()) {
-    if (!IsFree(*x) || x->opcode() == Opcode::kConstant) continue;
+    if (!p.IsFree(x) || x->opcode() == Opcode::kConstant) continue;
     bool needed = false;
-    for (const Instruction* u : x->users()) needed |= !IsFree(*u) && p.group_of(u) < 0;
+    for (const Instruction* u : x->users()) needed |= !p.IsFree(u) && p.group_of(u) < 0;
     needed |= p.computation()->root() == x;
     if (needed) p.NewGroup(FusionKind::kLoop, x, {x});
   }

@@ -1,5 +1,6 @@
 #include "compiler/pass/pipeline.h"
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -40,11 +41,22 @@ StatusOr<bool> Pipeline::Run(ir::Module& module) {
     if (options_.disabled.contains(pass_name)) continue;
     if (auto* nested = dynamic_cast<Pipeline*>(pass.get())) nested->set_dump_writer(dump_);
     if (auto* fixed = dynamic_cast<FixedPoint*>(pass.get())) fixed->inner().set_dump_writer(dump_);
+    auto start = std::chrono::steady_clock::now();
+    auto lap = [&](std::string_view what) {
+      auto now = std::chrono::steady_clock::now();
+      if (options_.timings != nullptr) {
+        options_.timings->emplace_back(what, std::chrono::duration<double>(now - start).count());
+      }
+      start = now;
+    };
     StatusOr<bool> result = pass->Run(module);
     if (!result.ok()) return result.status().WithPrefix(fmt::format("pass {}", pass_name));
     changed |= *result;
+    // A nested pipeline reports its own passes.
+    if (dynamic_cast<Pipeline*>(pass.get()) == nullptr) lap(pass_name);
     if (options_.verify_each) {
       Status verified = ir::VerifyModule(module);
+      lap("verify");
       if (!verified.ok()) {
         return verified.WithPrefix(fmt::format("after pass {}, the module does not verify",
                                                pass_name));

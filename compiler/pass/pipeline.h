@@ -13,6 +13,7 @@
 #include <regex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/pass/pass.h"
@@ -24,6 +25,9 @@ struct PipelineOptions {
   std::string dump_dir;     // empty: no dumps
   std::string dump_pass_re; // dump only after passes whose name matches (empty: all)
   std::set<std::string> disabled;  // pass names that are skipped
+  // When set, every pass run appends (pass name, seconds), and the verifier
+  // runs append ("verify", seconds): what `gptc compile --timings` prints.
+  std::shared_ptr<std::vector<std::pair<std::string, double>>> timings;
 };
 
 // Numbers dump files in order and writes them atomically (temp file + rename).

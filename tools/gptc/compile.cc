@@ -16,6 +16,7 @@
 // and the IR text with --logits also carry the sampling entry `logits` (batch
 // 1, the same seq; gptrun's samples and validation loss). --no-codegen writes
 // an artifact without kernels (complete: false) that only the CPU device runs.
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <cstdio>
@@ -194,6 +195,8 @@ int CompileCommand(int argc, char** argv) {
     return Fail(2, Error("--target must be sm_90a, sm_90 or sm_80, got '{}'", target));
   }
   std::vector<std::pair<std::string, double>> timings;
+  auto pass_timings = std::make_shared<std::vector<std::pair<std::string, double>>>();
+  options.pipeline.timings = pass_timings;
   auto lap_start = std::chrono::steady_clock::now();
   auto lap = [&](const char* stage) {
     auto now = std::chrono::steady_clock::now();
@@ -233,6 +236,17 @@ int CompileCommand(int argc, char** argv) {
     }
   }
   if (program.ok()) lap("passes");
+  // Seconds per pass name, summed over entries and repeated runs (dce).
+  std::vector<std::pair<std::string, double>> pass_seconds;
+  for (const auto& [name, seconds] : *pass_timings) {
+    auto it = std::find_if(pass_seconds.begin(), pass_seconds.end(),
+                           [&](const auto& p) { return p.first == name; });
+    if (it == pass_seconds.end()) {
+      pass_seconds.emplace_back(name, seconds);
+    } else {
+      it->second += seconds;
+    }
+  }
   std::string report_summary;
   if (program.ok() && options.optimize) {
     Status s = WriteReports(*program, *gpu, flags.Get("dump-dir"), flags.Has("fusion-report"),
@@ -314,6 +328,8 @@ int CompileCommand(int argc, char** argv) {
   if (flags.Has("timings")) {
     std::string line = "timings:";
     for (const auto& [stage, t] : timings) line += fmt::format(" {} {:.3f}s", stage, t);
+    line += "\npasses:";
+    for (const auto& [name, t] : pass_seconds) line += fmt::format(" {} {:.3f}s", name, t);
     std::printf("%s\n", line.c_str());
   }
   if (!note.empty()) std::printf("%s\n", note.c_str());
