@@ -23,6 +23,7 @@
 #include "compiler/ir/module.h"
 #include "compiler/pass/pipeline.h"
 #include "frontend/param.h"
+#include "passes/buffer_assignment.h"
 #include "passes/mixed_precision.h"
 #include "passes/optimizer.h"
 #include "passes/remat.h"
@@ -118,6 +119,10 @@ StatusOr<EntrySignature> ReadSignature(const ir::Module& module, OptimizerMode m
 // One line per slot ("in 3 adam_m[0] %adam_m.wte.weight f32[50304,64]"), for
 // dumps and `gptc compile` output.
 std::string DescribeSignature(const EntrySignature& signature);
+
+// Buffer assignment options that make each donation of the entry (new params,
+// moments, accumulators) an in-place output of its input.
+BufferAssignmentOptions DonationOptions(const EntrySignature& signature);
 
 }  // namespace gptc::passes
 

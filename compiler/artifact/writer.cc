@@ -35,16 +35,6 @@ json SlotsJson(const std::vector<passes::Slot>& slots) {
   return a;
 }
 
-// Buffer assignment options from the entry's donations (as gptc compile).
-passes::BufferAssignmentOptions DonationOptions(const passes::EntrySignature& signature) {
-  passes::BufferAssignmentOptions options;
-  for (auto [output, input] : signature.donations) {
-    options.donated_parameters.insert(input);
-    options.output_to_parameter[output] = input;
-  }
-  return options;
-}
-
 class Stopwatch {
  public:
   double Lap() {
@@ -78,8 +68,9 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
       ASSIGN_OR_RETURN(kernels, codegen::CompileFusions(*entry.module, options.codegen));
     }
     t_codegen += watch.Lap();
-    ASSIGN_OR_RETURN(passes::BufferAssignment ba,
-                     passes::AssignBuffers(*entry.module, DonationOptions(entry.signature)));
+    ASSIGN_OR_RETURN(
+        passes::BufferAssignment ba,
+        passes::AssignBuffers(*entry.module, passes::DonationOptions(entry.signature)));
     t_buffers += watch.Lap();
     ASSIGN_OR_RETURN(json plan, BuildEntryPlan(entry, ba, kernels, out.stats));
     t_plan += watch.Lap();

@@ -56,17 +56,6 @@ std::vector<std::string> ExpandShortFlags(int argc, char** argv) {
   return args;
 }
 
-// Each donation of the entry (new params, moments, accumulators) becomes an
-// in-place output of buffer assignment.
-passes::BufferAssignmentOptions DonationOptions(const passes::EntrySignature& signature) {
-  passes::BufferAssignmentOptions options;
-  for (auto [output, input] : signature.donations) {
-    options.donated_parameters.insert(input);
-    options.output_to_parameter[output] = input;
-  }
-  return options;
-}
-
 // Fusion and memory reports of every entry; written to the dump dir and
 // printed when asked.
 Status WriteReports(const passes::TrainProgram& program, const passes::GpuSpec& gpu,
@@ -75,7 +64,7 @@ Status WriteReports(const passes::TrainProgram& program, const passes::GpuSpec& 
   for (const passes::TrainEntry& e : program.entries) {
     std::string fusion = passes::RenderFusionReport(*e.module, gpu);
     ASSIGN_OR_RETURN(passes::BufferAssignment assignment,
-                     passes::AssignBuffers(*e.module, DonationOptions(e.signature)));
+                     passes::AssignBuffers(*e.module, passes::DonationOptions(e.signature)));
     std::string memory = assignment.MemoryReport(20);
     if (!dump_dir.empty()) {
       RETURN_IF_ERROR(WriteFileAtomically(fmt::format("{}/{}.fusion-report.txt", dump_dir, e.name),
