@@ -315,6 +315,17 @@ void AddQkvProducers(const Planner& p, InstSet& s) {
 
 }  // namespace
 
+// Note [attention backward]: the backward of attention (autodiff's
+// AttentionRule: five batched dots around the recomputed softmax) is not
+// grouped here. The gemm rule makes each dot a strided-batched cuBLASLt call
+// (S = q k^T, dP = dO v^T, dV = P^T dO, dQ = dS k, dK = dS^T q), the
+// reduction rule one row kernel computing P and dS from S and dP, and the
+// loop rule the transpose of dO and the packing of dq, dk, dv into the
+// [B, T, 3C] gradient: 7 kernels, each with an emitter. The [B, H, T, T]
+// scores are stored (f32, transient), which a flash-attention backward
+// kernel (one kind=attention fusion reading the forward's row statistics)
+// would avoid; until one exists this is also faster than CUDA-core
+// per-row kernels, whose dot products run without tensor cores.
 void FuseAttention(Planner& p) {
   for (const Instruction* a : p.order()) {
     if (a->opcode() != Opcode::kAttention || !p.Claimable(a)) continue;
@@ -341,45 +352,6 @@ void FuseAttention(Planner& p) {
          u = SingleUser(p, u)) {
     }
 
-    // The backward: batched dots of `grad.<scope>` and everything between them.
-    std::string meta = "grad." + a->metadata();
-    std::vector<const Instruction*> seeds;
-    for (const Instruction* x : p.order()) {
-      if (x->opcode() == Opcode::kDot && x->metadata() == meta && p.Claimable(x) &&
-          !x->attrs().dot.lhs_batch.empty()) {
-        seeds.push_back(x);
-      }
-    }
-    if (seeds.empty()) continue;
-    InstSet down = ReachWithMeta(p, seeds, meta, false);
-    InstSet up = ReachWithMeta(p, seeds, meta, true);
-    InstSet s(seeds.begin(), seeds.end());
-    for (const Instruction* x : down) {
-      if (up.contains(x)) s.insert(x);
-    }
-    AddOwnedProducers(p, s, meta);
-    AddQkvProducers(p, s);
-    // dq, dk, dv written into the packed [B, T, 3C] gradient.
-    for (bool changed = true; changed;) {
-      changed = false;
-      std::vector<const Instruction*> users;
-      for (const Instruction* m : s) p.NonFreeUsers(m, users);
-      for (const Instruction* u : users) {
-        Opcode o = u->opcode();
-        bool layout = o == Opcode::kTranspose || o == Opcode::kReshape || o == Opcode::kPad ||
-                      o == Opcode::kAdd || o == Opcode::kConvert;
-        if (s.contains(u) || !layout || !p.Claimable(u) || !AllOperandsIn(p, u, s)) continue;
-        s.insert(u);
-        changed = true;
-      }
-    }
-    p.MakeConvex(s);
-    if (s.empty()) continue;
-    const Instruction* hero = seeds.front();
-    if (!s.contains(hero))
-      hero = *std::min_element(s.begin(), s.end(),
-                               [&](auto* x, auto* y) { return p.pos(x) < p.pos(y); });
-    p.NewGroup(FusionKind::kAttention, hero, s);
   }
 }
 
@@ -544,9 +516,27 @@ bool IsChannelSum(const Instruction* r) {
   return static_cast<int64_t>(dims.size()) == rank - 1;
 }
 
+// Whether `x`, a member of `members`, is computed from a reduction among them.
+bool ReadsReductionIn(const Planner& p, const Instruction* x, const InstSet& members) {
+  std::vector<const Instruction*> stack = {x};
+  InstSet seen;
+  while (!stack.empty()) {
+    const Instruction* y = stack.back();
+    stack.pop_back();
+    if (!members.contains(y) || !seen.insert(y).second) continue;
+    if (y->opcode() == Opcode::kReduce) return true;
+    for (const Instruction* op : y->operands()) p.NonFreeSources(op, stack);
+  }
+  return false;
+}
+
 // Layer-norm backward as one kernel (llm.c's layernorm_backward): the
 // channel sums (dgamma, dbeta) join the row reduction computing dx from
-// the same [..., C] values; each block adds its partial sums.
+// the same [..., C] values; each block adds its partial sums. Not when the
+// column sums would read a row statistic computed in the same kernel (a
+// rematerialized layer-norm forward merged with its backward): the column
+// part runs after the row part and cannot see per-row values that are not
+// stored, so such a column sum stays a kernel of its own.
 void MergeChannelSumsIntoRows(Planner& p) {
   int n = static_cast<int>(p.groups().size());
   for (int c = 0; c < n; ++c) {
@@ -564,7 +554,10 @@ void MergeChannelSumsIntoRows(Planner& p) {
       bool shared = std::any_of(col_in.begin(), col_in.end(), [&](auto* x) {
         return row_in.contains(x) || row.members.contains(x);
       });
-      if (shared && p.TryMerge(r, c)) break;
+      bool reads_row_stats = std::any_of(col_in.begin(), col_in.end(), [&](auto* x) {
+        return row.members.contains(x) && ReadsReductionIn(p, x, row.members);
+      });
+      if (shared && !reads_row_stats && p.TryMerge(r, c)) break;
     }
   }
 }

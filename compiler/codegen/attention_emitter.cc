@@ -77,9 +77,8 @@ class AttentionEmitter : public KernelEmitter {
       attn = inst.get();
     }
     if (attn == nullptr) {
-      return Error("%{}: attention fusion without an attention op (the backward is not "
-                   "supported: the fusion pass should split it into batched gemms and row "
-                   "reductions)",
+      return Error("%{}: attention fusion without an attention op (the fusion pass leaves "
+                   "the backward to gemm, reduction and loop fusions)",
                    fusion.name());
     }
     const ir::Shape& qs = attn->operand(0)->shape();

