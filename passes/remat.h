@@ -17,7 +17,7 @@
 //   %grad.a = f32[8] mul(%grad.y, %a)            %remat.a = f32[8] exp(%x)
 //                                                %grad.a = f32[8] mul(%grad.y, %remat.a)
 // Policies (cheapest recomputation first):
-//   kNone   keep every saved value (the pass changes nothing);
+//   kNone   keep every saved value except the cheap ones below;
 //   kDots   keep the block boundaries (below) plus the outputs of dot and of the
 //           composites (attention, softmax-cross-entropy); recompute the
 //           elementwise and layout ops between them (layer norms, GELU, bias
@@ -31,6 +31,10 @@
 //   kAuto   the first of none, dots, block whose saved activations
 //           (SavedActivationBytes) fit `budget_bytes`; an error naming the
 //           smallest achievable size when even block does not fit.
+// Under every policy, a saved elementwise value computed from one other
+// saved value of its shape and no more bytes (the GELU's tanh and x*x from
+// the pre-activation) is recomputed: the backward reads the one value
+// instead of several (Note [cheap recomputation] in remat.cc).
 // The kept sets nest (block within dots within none), so on transformer
 // train steps the saved bytes fall from none to dots to block.
 // Results are bit-identical: clones compute the same values from the same
