@@ -311,15 +311,7 @@ class AttentionEmitter : public KernelEmitter {
       b.restoreInsertionPoint(after_loop);
     }
 
-    KernelSpec spec;
-    spec.name = name;
-    spec.fusion = fusion.name();
-    spec.kind = ir::FusionKind::kAttention;
-    spec.grid = {grid, 1, 1};
-    spec.block = {block, 1, 1};
-    spec.params = KernelParams(fusion, 1);
-    for (KernelParam& p : spec.params) p.min_alignment = StorageBytes(p.shape.dtype());
-    return spec;
+    return MakeKernelSpec(fusion, name, ir::FusionKind::kAttention, grid, block);
   }
 };
 

@@ -366,22 +366,8 @@ class ColumnReductionEmitter : public KernelEmitter {
     ElementIndex out_index;
     out_index.linear = column;
     out_index.multi = column_multi;
-    for (size_t o = 0; o < written.size(); ++o) {
-      StatusOr<Value> v = emitter.Emit(*written[o], out_index);
-      if (!v.ok()) return v.status().WithPrefix("%" + fusion.name());
-      StoreElement(b, loc, *v, entry->getArgument(slots[o]), column, written[o]->shape().dtype());
-    }
-
-    KernelSpec spec;
-    spec.name = name;
-    spec.fusion = fusion.name();
-    spec.kind = ir::FusionKind::kReduction;
-    spec.grid = {grid, 1, 1};
-    spec.block = {block, 1, 1};
-    spec.static_shared_bytes = shared_floats * 4;
-    spec.params = KernelParams(fusion, 1);
-    for (KernelParam& p : spec.params) p.min_alignment = StorageBytes(p.shape.dtype());
-    return spec;
+    RETURN_IF_ERROR(EmitAndStore(emitter, b, loc, entry, fusion, written, slots, out_index, column));
+    return MakeKernelSpec(fusion, name, ir::FusionKind::kReduction, grid, block, shared_floats);
   }
 
  private:

@@ -24,6 +24,12 @@ StatusOr<const ir::Computation*> FusedComputation(const ir::Instruction& fusion)
 // Params of Note [kernel ABI] for `fusion`, each requiring `alignment` bytes.
 std::vector<KernelParam> KernelParams(const ir::Instruction& fusion, int64_t alignment);
 
+// The spec of a kernel of `fusion` with a 1-D grid and block, `shared_floats`
+// f32 of static shared memory, and params aligned to their element size.
+KernelSpec MakeKernelSpec(const ir::Instruction& fusion, const std::string& name,
+                          ir::FusionKind kind, int64_t grid, int64_t block,
+                          int64_t shared_floats = 0);
+
 // Adds kernel `name` with one `!llvm.ptr<1>` argument per param, `block`
 // threads (nvvm.maxntid, known_block_size) and `workgroup_floats` f32 of
 // static shared memory (a workgroup attribution, when > 0). Leaves `b` at the

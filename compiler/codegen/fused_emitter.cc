@@ -581,6 +581,33 @@ StatusOr<const ir::Computation*> FusedComputation(const ir::Instruction& fusion)
   return fused;
 }
 
+Status EmitAndStore(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location loc,
+                    mlir::Block* body, const ir::Instruction& fusion,
+                    const std::vector<const ir::Instruction*>& outputs,
+                    const std::vector<int64_t>& slots, const ElementIndex& index, mlir::Value at) {
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    StatusOr<mlir::Value> v = emitter.Emit(*outputs[o], index);
+    if (!v.ok()) return v.status().WithPrefix("%" + fusion.name());
+    StoreElement(b, loc, *v, body->getArgument(slots[o]), at, outputs[o]->shape().dtype());
+  }
+  return Status::Ok();
+}
+
+KernelSpec MakeKernelSpec(const ir::Instruction& fusion, const std::string& name,
+                          ir::FusionKind kind, int64_t grid, int64_t block,
+                          int64_t shared_floats) {
+  KernelSpec spec;
+  spec.name = name;
+  spec.fusion = fusion.name();
+  spec.kind = kind;
+  spec.grid = {grid, 1, 1};
+  spec.block = {block, 1, 1};
+  spec.static_shared_bytes = shared_floats * 4;
+  spec.params = KernelParams(fusion, 1);
+  for (KernelParam& p : spec.params) p.min_alignment = StorageBytes(p.shape.dtype());
+  return spec;
+}
+
 std::vector<KernelParam> KernelParams(const ir::Instruction& fusion, int64_t alignment) {
   std::vector<KernelParam> params;
   for (int64_t i = 0; i < fusion.operand_count(); ++i) {

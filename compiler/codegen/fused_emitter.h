@@ -93,6 +93,12 @@ mlir::Value LoadElement(mlir::OpBuilder& b, mlir::Location loc, mlir::Value ptr,
                         ir::DType dtype);
 void StoreElement(mlir::OpBuilder& b, mlir::Location loc, mlir::Value value, mlir::Value ptr,
                   mlir::Value index, ir::DType dtype);
+// Emits outputs[o] at `index` and stores it at element `at` of kernel
+// argument slots[o] of the kernel `body`, for every o; errors are prefixed with the fusion's name.
+Status EmitAndStore(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location loc,
+                    mlir::Block* body, const ir::Instruction& fusion,
+                    const std::vector<const ir::Instruction*>& outputs,
+                    const std::vector<int64_t>& slots, const ElementIndex& index, mlir::Value at);
 // Storage <-> register form of one element (pred: i8 <-> i1).
 mlir::Value FromStorage(mlir::OpBuilder& b, mlir::Location loc, mlir::Value v, ir::DType dtype);
 mlir::Value ToStorage(mlir::OpBuilder& b, mlir::Location loc, mlir::Value v, ir::DType dtype);

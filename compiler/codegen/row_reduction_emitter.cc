@@ -315,12 +315,8 @@ class RowReductionEmitter : public KernelEmitter {
           mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, lane, c(n), c(threads_per_row), {}));
       FusedEmitter::Cache saved = emitter.SaveCache();
       ElementIndex index = element_index(loop.getInductionVar());
-      for (size_t o = 0; o < elem_outputs.size(); ++o) {
-        StatusOr<Value> v = emitter.Emit(*elem_outputs[o], index);
-        if (!v.ok()) return v.status().WithPrefix("%" + fusion.name());
-        StoreElement(b, loc, *v, entry->getArgument(elem_slots[o]), index.linear,
-                     elem_outputs[o]->shape().dtype());
-      }
+      RETURN_IF_ERROR(
+          EmitAndStore(emitter, b, loc, entry, fusion, elem_outputs, elem_slots, index, index.linear));
       emitter.RestoreCache(std::move(saved));
       b.restoreInsertionPoint(after_loop);
       b.setInsertionPointAfter(loop);
@@ -331,25 +327,12 @@ class RowReductionEmitter : public KernelEmitter {
       mlir::OpBuilder::InsertionGuard guard(b);
       b.setInsertionPoint(if_first.thenBlock()->getTerminator());
       FusedEmitter::Cache saved = emitter.SaveCache();
-      for (size_t o = 0; o < row_outputs.size(); ++o) {
-        StatusOr<Value> v = emitter.Emit(*row_outputs[o], row_index);
-        if (!v.ok()) return v.status().WithPrefix("%" + fusion.name());
-        StoreElement(b, loc, *v, entry->getArgument(row_slots[o]), row,
-                     row_outputs[o]->shape().dtype());
-      }
+      RETURN_IF_ERROR(
+          EmitAndStore(emitter, b, loc, entry, fusion, row_outputs, row_slots, row_index, row));
       emitter.RestoreCache(std::move(saved));
     }
 
-    KernelSpec spec;
-    spec.name = name;
-    spec.fusion = fusion.name();
-    spec.kind = fusion.attrs().fusion_kind;
-    spec.grid = {grid, 1, 1};
-    spec.block = {block, 1, 1};
-    spec.static_shared_bytes = shared_floats * 4;
-    spec.params = KernelParams(fusion, 1);
-    for (KernelParam& p : spec.params) p.min_alignment = StorageBytes(p.shape.dtype());
-    return spec;
+    return MakeKernelSpec(fusion, name, fusion.attrs().fusion_kind, grid, block, shared_floats);
   }
 
  private:
