@@ -46,6 +46,9 @@ std::vector<std::string> CublasLtCandidates() {
   out.emplace_back(kLibrary);
   out.emplace_back(std::string("/usr/local/cuda/lib64/") + kLibrary);
   std::vector<std::string> prefixes = {"/usr/lib", "/usr/local/lib", "/opt/conda/lib"};
+  for (std::string& p : Glob("/opt/*/lib")) {  // virtual environments under /opt
+    if (p != "/opt/conda/lib") prefixes.push_back(std::move(p));
+  }
   for (const char* var : {"HOME", "VIRTUAL_ENV", "CONDA_PREFIX"}) {
     const char* v = std::getenv(var);
     if (v == nullptr || *v == '\0') continue;

@@ -8,8 +8,9 @@
 //   PYTHON/site-packages/nvidia/cu13/lib/libcublasLt.so.13   (pip's CUDA 13 wheels)
 //   PYTHON/site-packages/nvidia/cublas/lib/libcublasLt.so.13
 // where PYTHON is each of /usr/lib/python3*, /usr/local/lib/python3*,
-// ~/.local/lib/python3*, $VIRTUAL_ENV/lib/python3*, $CONDA_PREFIX/lib/python3*,
-// /opt/conda/lib/python3* (site-packages and dist-packages).
+// /opt/conda/lib/python3*, /opt/*/lib/python3*, ~/.local/lib/python3*,
+// $VIRTUAL_ENV/lib/python3*, $CONDA_PREFIX/lib/python3* (site-packages and
+// dist-packages).
 //
 // Internal to runtime/gpu: this header includes cublasLt.h for the types.
 #ifndef GPTC_RUNTIME_GPU_CUBLASLT_API_H_
