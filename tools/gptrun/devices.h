@@ -20,7 +20,7 @@ bool HaveGpuDevice();
 
 struct ChosenDevice {
   std::string name;  // "cpu" or "gpu"
-  std::string note;  // why the default fell back to the CPU, or empty
+  std::string note;  // "note: ..." why the default fell back to the CPU, or empty
 };
 
 // The device to run on: options.device when given, else the GPU when one is

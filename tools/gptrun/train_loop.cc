@@ -173,10 +173,12 @@ int RunTraining(const RunOptions& o) {
   passes::TrainProgram& program = loaded->program;
   const ChosenDevice device = ChooseDevice(o, *loaded);
   if (device.name == "cpu" && loaded->parameter_values > o.cpu_max_params) {
+    // Say why the GPU was not taken when the default fell back to the CPU.
+    const std::string why = device.note.empty() ? "" : " (" + device.note.substr(6) + ")";
     return Fail(2, Error("{}: {} has {} parameters; the CPU device is for small models (at most "
-                         "{}): compile gpt2-tiny, or run on a GPU",
+                         "{}): compile gpt2-tiny, or run on a GPU{}",
                          o.artifact, m.name, WithCommas(loaded->parameter_values),
-                         WithCommas(o.cpu_max_params)));
+                         WithCommas(o.cpu_max_params), why));
   }
   if (o.grad_accum != 0 && o.grad_accum != program.grad_accum) {
     return Fail(2, Error("--grad-accum {}: {} was compiled with grad-accum {} (recompile with "
