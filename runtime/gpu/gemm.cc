@@ -14,7 +14,16 @@ StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const CublasLtApi& lt,
                                                          const GemmConfig& config,
                                                          const GemmPointers& pointers,
                                                          std::string what) {
-  std::unique_ptr<GemmRunner> g(new GemmRunner(lt, handle, std::move(what)));
+  ASSIGN_OR_RETURN(std::unique_ptr<GemmRunner> g, Prepare(lt, config, pointers, std::move(what)));
+  RETURN_IF_ERROR(g->SelectAlgorithm(handle, config));
+  return g;
+}
+
+StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Prepare(const CublasLtApi& lt,
+                                                          const GemmConfig& config,
+                                                          const GemmPointers& pointers,
+                                                          std::string what) {
+  std::unique_ptr<GemmRunner> g(new GemmRunner(lt, std::move(what)));
   g->pointers_ = pointers;
   g->alpha_ = static_cast<float>(config.alpha);
   g->beta_ = static_cast<float>(config.beta);
@@ -73,26 +82,31 @@ StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const CublasLtApi& lt,
                    fmt::format("cublasLtMatrixLayoutSetAttribute({} STRIDED_BATCH_OFFSET)", name)));
     }
   }
+  return g;
+}
+
+Status GemmRunner::SelectAlgorithm(cublasLtHandle_t handle, const GemmConfig& config) {
+  handle_ = handle;
   cublasLtMatmulPreference_t pref = nullptr;
-  RETURN_IF_ERROR(g->Check(lt.MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"));
-  const uint64_t workspace = pointers.workspace_bytes;
-  Status s =
-      g->Check(lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                               &workspace, sizeof(workspace)),
-               "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+  RETURN_IF_ERROR(Check(lt_.MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"));
+  const uint64_t workspace = pointers_.workspace_bytes;
+  Status s = Check(lt_.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &workspace, sizeof(workspace)),
+                   "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
   int found = 0;
   if (s.ok()) {
-    s = g->Check(lt.MatmulAlgoGetHeuristic(handle, g->desc_, g->a_, g->b_, g->c_, g->d_, pref, 1,
-                                           &g->heuristic_, &found),
-                 "cublasLtMatmulAlgoGetHeuristic");
+    s = Check(
+        lt_.MatmulAlgoGetHeuristic(handle, desc_, a_, b_, c_, d_, pref, 1, &heuristic_, &found),
+        "cublasLtMatmulAlgoGetHeuristic");
   }
-  lt.MatmulPreferenceDestroy(pref);
+  lt_.MatmulPreferenceDestroy(pref);
   if (!s.ok()) return Status::Error(fmt::format("{} [{}]", s.message(), config.Summary()));
   if (found == 0) {
-    return Error("{}: cuBLASLt has no algorithm for {} with a {} workspace", g->what_,
+    return Error("{}: cuBLASLt has no algorithm for {} with a {} byte workspace", what_,
                  config.Summary(), workspace);
   }
-  return g;
+  has_algorithm_ = true;
+  return Status::Ok();
 }
 
 GemmRunner::~GemmRunner() {
@@ -103,6 +117,7 @@ GemmRunner::~GemmRunner() {
 }
 
 Status GemmRunner::Run(cudaStream_t stream) const {
+  if (!has_algorithm_) return Error("{}: no algorithm was selected", what_);
   return Check(lt_.Matmul(handle_, desc_, &alpha_, pointers_.a, a_, pointers_.b, b_, &beta_,
                           pointers_.c, c_, pointers_.d, d_, &heuristic_.algo, pointers_.workspace,
                           pointers_.workspace_bytes, stream),

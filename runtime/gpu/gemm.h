@@ -39,6 +39,14 @@ class GemmRunner {
                                                       const GemmConfig& config,
                                                       const GemmPointers& pointers,
                                                       std::string what);
+  // The descriptors and layouts alone (no handle, no GPU needed: cuBLASLt
+  // checks every attribute here); SelectAlgorithm completes it.
+  static StatusOr<std::unique_ptr<GemmRunner>> Prepare(const CublasLtApi& lt,
+                                                       const GemmConfig& config,
+                                                       const GemmPointers& pointers,
+                                                       std::string what);
+  // Asks the heuristic for the best algorithm within the workspace.
+  Status SelectAlgorithm(cublasLtHandle_t handle, const GemmConfig& config);
   ~GemmRunner();
   GemmRunner(const GemmRunner&) = delete;
   GemmRunner& operator=(const GemmRunner&) = delete;
@@ -50,12 +58,12 @@ class GemmRunner {
   size_t workspace_needed() const { return heuristic_.workspaceSize; }
 
  private:
-  GemmRunner(const CublasLtApi& lt, cublasLtHandle_t handle, std::string what)
-      : lt_(lt), handle_(handle), what_(std::move(what)) {}
+  GemmRunner(const CublasLtApi& lt, std::string what) : lt_(lt), what_(std::move(what)) {}
   Status Check(cublasStatus_t status, std::string_view call) const;
 
   const CublasLtApi& lt_;
-  cublasLtHandle_t handle_;
+  cublasLtHandle_t handle_ = nullptr;
+  bool has_algorithm_ = false;
   std::string what_;
   GemmPointers pointers_;
   float alpha_ = 1, beta_ = 0;

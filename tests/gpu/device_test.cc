@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "runtime/gpu/cublaslt_api.h"
+#include "runtime/gpu/gemm.h"
 #include "runtime/gpu/gpu_trainer.h"
 #include "runtime/gpu/profile.h"
 #include "runtime/gpu/target.h"
@@ -85,6 +86,38 @@ TEST(CublasLtTest, LoadsWhereInstalled) {
   EXPECT_GE(lt->version, 130000u);  // 13.x
   EXPECT_NE(lt->StatusText(CUBLAS_STATUS_NOT_SUPPORTED).find("CUBLAS_STATUS_NOT_SUPPORTED"),
             std::string::npos);
+}
+
+// cuBLASLt checks every descriptor attribute (type, size) when it is set,
+// without a GPU: build the descriptors of every gemm of the tiny plan.
+TEST(CublasLtTest, EveryTinyGemmDescriptorBuilds) {
+  StatusOr<const CublasLtApi*> lt = GetCublasLt();
+  if (!lt.ok()) GTEST_SKIP() << lt.status().message();
+  std::string why;
+  const testing::Tiny* tiny = testing::LoadTiny(&why);
+  ASSERT_NE(tiny, nullptr) << why;
+  char fake[256];  // never dereferenced: descriptors only hold the pointers
+  int built = 0;
+  for (const EntryPlan& plan : tiny->plans) {
+    for (const Thunk& t : plan.thunks) {
+      if (t.kind != ThunkKind::kGemm) continue;
+      const auto& g = std::get<GemmThunk>(t.body);
+      GemmPointers p{.a = fake,
+                     .b = fake,
+                     .c = fake,
+                     .d = fake,
+                     .bias = fake,
+                     .aux = fake,
+                     .workspace = fake,
+                     .workspace_bytes = 32 << 20};
+      StatusOr<std::unique_ptr<GemmRunner>> r =
+          GemmRunner::Prepare(**lt, g.config, p, t.Describe());
+      EXPECT_TRUE(r.ok()) << r.status().message();
+      EXPECT_FALSE(r.ok() && (*r)->Run(nullptr).ok()) << "ran without an algorithm";
+      ++built;
+    }
+  }
+  EXPECT_GT(built, 0);
 }
 
 TEST(NoGpuTest, SaysThereIsNone) {
