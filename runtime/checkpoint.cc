@@ -120,6 +120,30 @@ StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
   return data;
 }
 
+StatusOr<CheckpointData> CaptureTrainer(Trainer& trainer,
+                                        const std::vector<frontend::ParamSpec>& params,
+                                        const DataLoader::State& data, int64_t vocab) {
+  ASSIGN_OR_RETURN(TrainerState state, trainer.ExportState());
+  CheckpointData c;
+  c.step = state.steps_done;
+  c.data = data;
+  c.vocab = vocab;
+  c.params = params;
+  c.values = std::move(state.values);
+  c.adam_m = std::move(state.adam_m);
+  c.adam_v = std::move(state.adam_v);
+  return c;
+}
+
+Status RestoreTrainer(const CheckpointData& data, Trainer* trainer) {
+  TrainerState state;
+  state.steps_done = data.step;
+  state.values = data.values;
+  state.adam_m = data.adam_m;
+  state.adam_v = data.adam_v;
+  return trainer->ImportState(state);
+}
+
 CheckpointData CaptureCpuTrainer(const CpuTrainer& trainer,
                                  const std::vector<frontend::ParamSpec>& params,
                                  const DataLoader::State& data, int64_t vocab) {

@@ -29,6 +29,7 @@
 #include "frontend/param.h"
 #include "runtime/cpu_device.h"
 #include "runtime/data_loader.h"
+#include "runtime/trainer.h"
 
 namespace gptc::rt {
 
@@ -47,6 +48,12 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointData& data);
 // Reads a checkpoint whose parameters must be exactly `params` (names, shapes).
 StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
                                         const std::vector<frontend::ParamSpec>& params);
+
+// Any trainer's state as checkpoint data (through the host), and back.
+StatusOr<CheckpointData> CaptureTrainer(Trainer& trainer,
+                                        const std::vector<frontend::ParamSpec>& params,
+                                        const DataLoader::State& data, int64_t vocab);
+Status RestoreTrainer(const CheckpointData& data, Trainer* trainer);
 
 // The CPU trainer's state as checkpoint data, and back.
 CheckpointData CaptureCpuTrainer(const CpuTrainer& trainer,

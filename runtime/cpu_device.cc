@@ -153,4 +153,38 @@ StatusOr<StepResult> CpuTrainer::Step(std::span<const MicroBatch> micro_batches,
   return r;
 }
 
+StatusOr<TrainerState> CpuTrainer::ExportState() {
+  TrainerState state;
+  state.steps_done = steps_done_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (auto [from, to] : {std::pair{&params_[i], &state.values}, std::pair{&adam_m_[i], &state.adam_m},
+                            std::pair{&adam_v_[i], &state.adam_v}}) {
+      to->emplace_back(from->values.begin(), from->values.end());
+    }
+  }
+  return state;
+}
+
+Status CpuTrainer::ImportState(const TrainerState& state) {
+  const size_t n = program_->params.size();
+  if (state.values.size() != n || state.adam_m.size() != n || state.adam_v.size() != n) {
+    return Error("trainer state has {} parameters, the program {}", state.values.size(), n);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const frontend::ParamSpec& spec = program_->params[i];
+    const size_t count = static_cast<size_t>(spec.shape.num_elements());
+    for (auto [from, to] : {std::pair{&state.values[i], &params_[i]},
+                            std::pair{&state.adam_m[i], &adam_m_[i]},
+                            std::pair{&state.adam_v[i], &adam_v_[i]}}) {
+      if (from->size() != count) {
+        return Error("trainer state: {} has {} values, {} needs {}", spec.name, from->size(),
+                     spec.shape.ToString(), count);
+      }
+      to->values.assign(from->begin(), from->end());
+    }
+  }
+  steps_done_ = state.steps_done;
+  return Status::Ok();
+}
+
 }  // namespace gptc::rt

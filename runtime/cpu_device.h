@@ -20,19 +20,9 @@
 #include "compiler/eval/literal.h"
 #include "compiler/support/status.h"
 #include "passes/train_step.h"
+#include "runtime/trainer.h"
 
 namespace gptc::rt {
-
-// One micro-batch: tokens and next-token targets, s32[B, T] row-major.
-struct MicroBatch {
-  std::vector<int32_t> tokens;
-  std::vector<int32_t> targets;
-};
-
-struct StepResult {
-  double loss = 0;       // mean over the micro-batches
-  double grad_norm = 0;  // global norm before clipping
-};
 
 // A small learnable corpus for demos and tests: a fixed cycle of
 // `cycle_length` token ids spread over [0, vocab), each row starting at a
@@ -41,21 +31,25 @@ struct StepResult {
 MicroBatch PatternBatch(int64_t batch, int64_t seq, int64_t vocab, int64_t index,
                         int64_t cycle_length = 23);
 
-class CpuTrainer {
+class CpuTrainer : public Trainer {
  public:
   // Initializes the parameters from the program's ParamSpecs (runtime/init.h,
   // `seed`) and zeros the optimizer state. `program` must outlive the trainer.
   CpuTrainer(const passes::TrainProgram* program, uint64_t seed);
 
   // One optimizer step over grad_accum micro-batches (exactly that many).
-  StatusOr<StepResult> Step(std::span<const MicroBatch> micro_batches, double lr);
+  StatusOr<StepResult> Step(std::span<const MicroBatch> micro_batches, double lr) override;
 
   // Runs an entry that updates no state (the sampling entry `logits`) on the
   // current parameters and `batch`'s tokens; returns its outputs in order.
   StatusOr<std::vector<eval::Literal>> Evaluate(const passes::TrainEntry& entry,
-                                                const MicroBatch& batch);
+                                                const MicroBatch& batch) override;
 
-  int64_t steps_done() const { return steps_done_; }
+  std::string DeviceDescription() const override { return "cpu (reference evaluator)"; }
+  std::string DeviceName() const override { return "cpu"; }
+  int64_t steps_done() const override { return steps_done_; }
+  StatusOr<TrainerState> ExportState() override;
+  Status ImportState(const TrainerState& state) override;
   // Parameter i (program->params order) as an f32 literal.
   const eval::Literal& param(int64_t i) const { return params_[i]; }
   eval::Literal& mutable_param(int64_t i) { return params_[i]; }

@@ -190,9 +190,17 @@ TEST_F(GptrunTest, Errors) {
   EXPECT_EQ(large.code, 2);
   EXPECT_NE(large.err.find("the CPU device is for small models"), std::string::npos) << large.err;
 
+  // The artifact has no kernels (--no-codegen): refused before looking for a GPU.
   Result gpu = Gptrun("--steps 1 --device gpu");
-  EXPECT_EQ(gpu.code, 2);
-  EXPECT_NE(gpu.err.find("GPU execution is not built"), std::string::npos) << gpu.err;
+  EXPECT_EQ(gpu.code, 1);
+  EXPECT_EQ(Lines(gpu.err).size(), 1u) << gpu.err;
+  EXPECT_TRUE(gpu.err.find("the artifact is incomplete") != std::string::npos ||
+              gpu.err.find("built without the CUDA toolkit") != std::string::npos)
+      << gpu.err;
+
+  Result profile = Gptrun("--steps 1 --profile");
+  EXPECT_EQ(profile.code, 2);
+  EXPECT_NE(profile.err.find("--profile needs --device gpu"), std::string::npos) << profile.err;
 }
 
 }  // namespace

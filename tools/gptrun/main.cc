@@ -7,11 +7,11 @@
 // One line a step, as llm.c:
 //   step 120/5000 | loss 4.8123 | lr 6.0e-04 | norm 0.91 | 34.8 ms | 470,512 tok/s | MFU 40.6%
 // The batch, seq, grad-accum and AdamW hyper-parameters are the artifact's
-// (gptc compile). `--device cpu` evaluates the artifact's optimized IR with the
-// reference evaluator (small models only; it needs no kernels, so artifacts
-// from `gptc compile --no-codegen` run too). The GPU device is not built yet.
-#include <unistd.h>
-
+// (gptc compile). `--device gpu` runs the artifact's thunk plan (kernels,
+// cuBLASLt, CUDA graph; runtime/gpu/); `--device cpu` evaluates its optimized IR
+// with the reference evaluator (small models only; it needs no kernels, so
+// artifacts from `gptc compile --no-codegen` run too). Without --device: the
+// GPU when there is one and the artifact can run on it, else the CPU.
 #include <cstdio>
 #include <string>
 #include <tuple>
@@ -24,7 +24,8 @@ namespace gptc::tools {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: gptrun FILE.gptx [--device cpu|gpu] --train GLOB [--val GLOB] [--steps N]\n"
+    "usage: gptrun FILE.gptx [--device cpu|gpu] [--gpu N] [--no-graph] [--profile] [--debug-sync]\n"
+    "              --train GLOB [--val GLOB] [--steps N]\n"
     "              [--lr LR] [--warmup W] [--lr-min LR] [--cosine] [--grad-accum K] [--seed S]\n"
     "              [--val-every N] [--val-steps N] [--sample-every N] [--sample-len N]\n"
     "              [--top-k K] [--ckpt-dir DIR] [--ckpt-every N] [--resume DIR|latest]\n"
@@ -32,7 +33,13 @@ constexpr char kUsage[] =
     "              [--cpu-max-params N]\n"
     "Trains with a compiled artifact (gptc compile -o FILE.gptx). The batch, sequence length,\n"
     "grad-accum and AdamW settings are the artifact's; --grad-accum only checks it.\n"
+    "  --device gpu       the GPU runtime (the default when a GPU is present and the artifact\n"
+    "                     is complete); --gpu N picks the device\n"
     "  --device cpu       the reference evaluator (small models, e.g. gpt2-tiny)\n"
+    "  --no-graph         GPU: launch every thunk every step (no CUDA graph replay)\n"
+    "  --profile          GPU: time every thunk with CUDA events (no graph) and print the\n"
+    "                     top thunks, kernel and gemm totals after the last step\n"
+    "  --debug-sync       GPU: synchronize after every thunk so a fault names its thunk\n"
     "  --lr-min LR        the cosine schedule's floor (with --cosine; else lr is constant\n"
     "                     after the warmup)\n"
     "  --val-every N      validation loss over --val-steps batches (default 20) every N\n"
@@ -41,16 +48,14 @@ constexpr char kUsage[] =
     "  --ckpt-dir DIR     checkpoints DIR/step_NNNNNN every --ckpt-every steps and at the end\n"
     "  --resume DIR       continue bit-identically from a checkpoint (`latest`: the newest\n"
     "                     in --ckpt-dir)\n"
-    "  --peak-tflops T    the device's dense bf16 peak, for MFU (known for H100/H200/A100)\n"
+    "  --peak-tflops T    the device's dense bf16 peak, for MFU (default: known for\n"
+    "                     H100/H200/A100 from the GPU's name)\n"
     "  --bench            time steps on synthetic batches (no data, validation or checkpoints)\n";
 
 int Fail(int code, const Status& status) {
   std::fprintf(stderr, "gptrun: %s\n", status.message().c_str());
   return code;
 }
-
-// Whether this machine seems to have an NVIDIA GPU.
-bool GpuPresent() { return access("/dev/nvidiactl", F_OK) == 0; }
 
 int Main(int argc, char** argv) {
   Flags flags;
@@ -59,6 +64,7 @@ int Main(int argc, char** argv) {
   flags.Value("val-steps").Value("sample-every").Value("sample-len").Value("top-k");
   flags.Value("ckpt-dir").Value("ckpt-every").Value("resume").Value("log").Value("peak-tflops");
   flags.Bool("bench").Value("tokenizer").Value("cpu-max-params").Bool("help");
+  flags.Value("gpu").Bool("no-graph").Bool("profile").Bool("debug-sync");
   if (Status s = flags.Parse(argc, argv, 1); !s.ok()) return Fail(2, s);
   if (flags.Has("help")) {
     std::fputs(kUsage, stdout);
@@ -72,15 +78,13 @@ int Main(int argc, char** argv) {
   }
   RunOptions o;
   o.artifact = flags.positional()[0];
-  const std::string device = flags.Get("device", "cpu");
-  if (device == "gpu") {
-    return Fail(2, Error("--device gpu: GPU execution is not built into gptrun yet; use --device "
-                         "cpu (small models such as gpt2-tiny)"));
+  o.device = flags.Get("device");
+  if (flags.Has("device") && o.device != "cpu" && o.device != "gpu") {
+    return Fail(2, Error("--device must be cpu or gpu, got '{}'", o.device));
   }
-  if (device != "cpu") return Fail(2, Error("--device must be cpu or gpu, got '{}'", device));
-  if (!flags.Has("device") && GpuPresent()) {
-    std::printf("note: GPU execution is not built yet: running on the CPU device\n");
-  }
+  o.no_graph = flags.Has("no-graph");
+  o.profile = flags.Has("profile");
+  o.debug_sync = flags.Has("debug-sync");
   o.train = flags.Get("train");
   o.val = flags.Get("val");
   o.ckpt_dir = flags.Get("ckpt-dir");
@@ -89,7 +93,7 @@ int Main(int argc, char** argv) {
   o.cosine = flags.Has("cosine");
   o.bench = flags.Has("bench");
   o.tokenizer_dir = flags.Get("tokenizer", o.tokenizer_dir);
-  int64_t seed = 0;
+  int64_t seed = 0, gpu = 0;
   for (auto [name, field, min] :
        {std::tuple{"steps", &o.steps, int64_t{1}}, std::tuple{"warmup", &o.warmup, int64_t{0}},
         std::tuple{"grad-accum", &o.grad_accum, int64_t{1}}, std::tuple{"seed", &seed, int64_t{0}},
@@ -99,7 +103,8 @@ int Main(int argc, char** argv) {
         std::tuple{"sample-len", &o.sample_len, int64_t{1}},
         std::tuple{"top-k", &o.top_k, int64_t{1}},
         std::tuple{"ckpt-every", &o.ckpt_every, int64_t{0}},
-        std::tuple{"cpu-max-params", &o.cpu_max_params, int64_t{1}}}) {
+        std::tuple{"cpu-max-params", &o.cpu_max_params, int64_t{1}},
+        std::tuple{"gpu", &gpu, int64_t{0}}}) {
     StatusOr<int64_t> v = flags.GetInt(name, *field);
     if (!v.ok()) return Fail(2, v.status());
     if (flags.Has(name) && *v < min)
@@ -107,6 +112,7 @@ int Main(int argc, char** argv) {
     *field = *v;
   }
   o.seed = static_cast<uint64_t>(seed);
+  o.gpu = static_cast<int>(gpu);
   for (auto [name, field] : {std::pair{"lr", &o.lr}, std::pair{"lr-min", &o.lr_min},
                              std::pair{"peak-tflops", &o.peak_tflops}}) {
     StatusOr<double> v = flags.GetDouble(name, *field);
@@ -116,7 +122,8 @@ int Main(int argc, char** argv) {
   }
   if (o.warmup > o.steps) o.warmup = o.steps;
   if (!o.resume.empty() && o.bench) return Fail(2, Error("--resume does not apply to --bench"));
-  return RunOnCpu(o);
+  if (o.profile && o.device == "cpu") return Fail(2, Error("--profile needs --device gpu"));
+  return RunTraining(o);
 }
 
 }  // namespace

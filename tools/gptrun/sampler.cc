@@ -28,7 +28,7 @@ StatusOr<std::pair<int64_t, int64_t>> LogitsShape(const passes::TrainEntry& logi
 }
 
 // Logits of one window of T tokens: values[t * padded + v].
-StatusOr<std::vector<double>> RunWindow(rt::CpuTrainer& trainer, const passes::TrainEntry& logits,
+StatusOr<std::vector<double>> RunWindow(rt::Trainer& trainer, const passes::TrainEntry& logits,
                                         std::vector<int32_t> window) {
   rt::MicroBatch mb;
   mb.tokens = std::move(window);
@@ -45,7 +45,7 @@ double Uniform(uint64_t seed, uint64_t salt, uint64_t i) {
 
 }  // namespace
 
-StatusOr<std::vector<int32_t>> SampleTokens(rt::CpuTrainer& trainer,
+StatusOr<std::vector<int32_t>> SampleTokens(rt::Trainer& trainer,
                                             const passes::TrainEntry& logits,
                                             const SampleOptions& options) {
   ASSIGN_OR_RETURN(auto shape, LogitsShape(logits));
@@ -84,7 +84,7 @@ StatusOr<std::vector<int32_t>> SampleTokens(rt::CpuTrainer& trainer,
   return generated;
 }
 
-StatusOr<double> ForwardLoss(rt::CpuTrainer& trainer, const passes::TrainEntry& logits,
+StatusOr<double> ForwardLoss(rt::Trainer& trainer, const passes::TrainEntry& logits,
                              const rt::MicroBatch& batch, int64_t vocab) {
   ASSIGN_OR_RETURN(auto shape, LogitsShape(logits));
   const auto [seq, padded] = shape;

@@ -1,5 +1,5 @@
 // Text samples and validation loss through the artifact's `logits` entry
-// (batch 1, the train step's seq T) on the CPU device.
+// (batch 1, the train step's seq T) on any device.
 //
 // Note [sampling window]: the entry takes exactly T tokens. A context shorter
 // than T is padded at the end (causal attention: the padding cannot change the
@@ -14,7 +14,7 @@
 
 #include "compiler/support/status.h"
 #include "passes/train_step.h"
-#include "runtime/cpu_device.h"
+#include "runtime/trainer.h"
 
 namespace gptc::tools {
 
@@ -27,13 +27,13 @@ struct SampleOptions {
 };
 
 // Generates options.length tokens after <|endoftext|>.
-StatusOr<std::vector<int32_t>> SampleTokens(rt::CpuTrainer& trainer,
+StatusOr<std::vector<int32_t>> SampleTokens(rt::Trainer& trainer,
                                             const passes::TrainEntry& logits,
                                             const SampleOptions& options);
 
 // The mean next-token cross-entropy (natural log, over the real vocabulary)
 // of every row of `batch` (B rows of T tokens), one logits call per row.
-StatusOr<double> ForwardLoss(rt::CpuTrainer& trainer, const passes::TrainEntry& logits,
+StatusOr<double> ForwardLoss(rt::Trainer& trainer, const passes::TrainEntry& logits,
                              const rt::MicroBatch& batch, int64_t vocab);
 
 }  // namespace gptc::tools

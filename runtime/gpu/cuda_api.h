@@ -1,0 +1,54 @@
+// The CUDA runtime (linked statically: it finds libcuda.so.1 itself when the
+// process first calls it, and reports cudaErrorInsufficientDriver or
+// cudaErrorNoDevice where there is none) and the few driver-API entry points
+// the runtime needs (module loading, kernel launch), fetched from the driver
+// through cudaGetDriverEntryPointByVersion so that no binary links libcuda.
+//
+// Internal to runtime/gpu: this header includes the CUDA headers.
+#ifndef GPTC_RUNTIME_GPU_CUDA_API_H_
+#define GPTC_RUNTIME_GPU_CUDA_API_H_
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <string_view>
+
+#include "compiler/support/status.h"
+
+namespace gptc::rt::gpu {
+
+// The driver ABI we ask for: CUDA 12.0's signatures, which every CUDA 12/13
+// driver provides.
+inline constexpr unsigned kDriverAbiVersion = 12000;
+
+struct DriverApi {
+  decltype(&::cuGetErrorName) GetErrorName = nullptr;
+  decltype(&::cuGetErrorString) GetErrorString = nullptr;
+  decltype(&::cuModuleLoadDataEx) ModuleLoadDataEx = nullptr;
+  decltype(&::cuModuleUnload) ModuleUnload = nullptr;
+  decltype(&::cuModuleGetFunction) ModuleGetFunction = nullptr;
+  decltype(&::cuFuncSetAttribute) FuncSetAttribute = nullptr;
+  decltype(&::cuFuncGetAttribute) FuncGetAttribute = nullptr;
+  decltype(&::cuLaunchKernel) LaunchKernel = nullptr;
+
+  // "CUDA_ERROR_INVALID_PTX (a PTX JIT compilation failed)".
+  std::string ErrorText(CUresult result) const;
+};
+
+// The driver entry points, resolved once (after the runtime is initialized,
+// e.g. by OpenDevice). Errors name the missing symbol.
+StatusOr<const DriverApi*> GetDriverApi();
+
+// "cudaErrorMemoryAllocation (out of memory)".
+std::string CudaErrorText(cudaError_t error);
+
+// Ok, or "CALL: cudaError... (text)".
+inline Status CudaCheck(cudaError_t error, std::string_view call) {
+  if (error == cudaSuccess) return Status::Ok();
+  return Error("{}: {}", call, CudaErrorText(error));
+}
+
+}  // namespace gptc::rt::gpu
+
+#endif  // GPTC_RUNTIME_GPU_CUDA_API_H_

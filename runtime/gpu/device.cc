@@ -1,0 +1,112 @@
+#include "runtime/gpu/device.h"
+
+#include "runtime/gpu/cuda_api.h"
+
+namespace gptc::rt::gpu {
+
+namespace {
+
+std::string Version(int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10); }
+
+}  // namespace
+
+std::string FormatBytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (int64_t{1} << 30)) return fmt::format("{:.2f} GiB", b / (1 << 30));
+  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", b / (1 << 20));
+  if (bytes >= (int64_t{1} << 10)) return fmt::format("{:.1f} KiB", b / (1 << 10));
+  return fmt::format("{} bytes", bytes);
+}
+
+Status CheckMemoryFits(const std::vector<MemoryNeed>& needs, int64_t reserve_bytes,
+                       const DeviceInfo& device, std::string_view artifact) {
+  int64_t total = reserve_bytes;
+  std::string parts;
+  for (const MemoryNeed& n : needs) {
+    total += n.bytes;
+    parts += fmt::format("{} {}, ", n.what, FormatBytes(n.bytes));
+  }
+  if (total <= device.free_bytes) return Status::Ok();
+  return Error(
+      "{}: needs {} of device memory ({}{} reserved for CUDA and cuBLASLt), {} has "
+      "{} free of {}: compile with a smaller --batch, or with --remat dots or --remat "
+      "block (gptc compile)",
+      artifact, FormatBytes(total), parts, FormatBytes(reserve_bytes), device.name,
+      FormatBytes(device.free_bytes), FormatBytes(device.total_bytes));
+}
+
+std::string DeviceInfo::Describe() const {
+  return fmt::format("gpu {} ({}, sm_{}{}, {} of {} free, {} SMs, driver {})", ordinal, name,
+                     capability.major, capability.minor, FormatBytes(free_bytes),
+                     FormatBytes(total_bytes), sm_count, Version(driver_version));
+}
+
+int CountDevices() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear it, so that no later cudaGetLastError reports it
+    return 0;
+  }
+  return n;
+}
+
+Status CheckGpuAvailable() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaErrorInsufficientDriver) {
+    int driver = 0;
+    cudaDriverGetVersion(&driver);
+    if (driver == 0) {
+      return Error(
+          "no GPU: no NVIDIA driver on this machine (libcuda.so.1 was not found; "
+          "cudaGetDeviceCount: {})",
+          CudaErrorText(e));
+    }
+    return Error(
+        "no GPU: the NVIDIA driver supports CUDA {}, this gptrun needs {} "
+        "(cudaGetDeviceCount: {})",
+        Version(driver), Version(CUDART_VERSION), CudaErrorText(e));
+  }
+  if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0)) {
+    return Error("no GPU: the NVIDIA driver sees no device (cudaGetDeviceCount: {})",
+                 CudaErrorText(e == cudaSuccess ? cudaErrorNoDevice : e));
+  }
+  if (e != cudaSuccess) return Error("no GPU: cudaGetDeviceCount: {}", CudaErrorText(e));
+  return Status::Ok();
+}
+
+StatusOr<DeviceInfo> OpenDevice(int ordinal) {
+  RETURN_IF_ERROR(CheckGpuAvailable());
+  int count = 0;
+  RETURN_IF_ERROR(CudaCheck(cudaGetDeviceCount(&count), "cudaGetDeviceCount"));
+  if (ordinal < 0 || ordinal >= count) {
+    return Error("gpu {} does not exist: this machine has {} GPU{}", ordinal, count,
+                 count == 1 ? "" : "s");
+  }
+  RETURN_IF_ERROR(CudaCheck(cudaSetDevice(ordinal), fmt::format("cudaSetDevice({})", ordinal)));
+  // cudaSetDevice creates the primary context since CUDA 12; cudaFree(0) makes
+  // sure of it, so that driver-API calls find a current context.
+  RETURN_IF_ERROR(CudaCheck(cudaFree(nullptr), "cudaFree(0) (context creation)"));
+  DeviceInfo info;
+  info.ordinal = ordinal;
+  cudaDeviceProp prop{};
+  RETURN_IF_ERROR(CudaCheck(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"));
+  info.name = prop.name;
+  info.capability = {prop.major, prop.minor};
+  info.sm_count = prop.multiProcessorCount;
+  info.max_shared_per_block = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
+  RETURN_IF_ERROR(CudaCheck(cudaDriverGetVersion(&info.driver_version), "cudaDriverGetVersion"));
+  RETURN_IF_ERROR(CudaCheck(cudaRuntimeGetVersion(&info.runtime_version), "cudaRuntimeGetVersion"));
+  RETURN_IF_ERROR(QueryMemory(&info.free_bytes, &info.total_bytes));
+  return info;
+}
+
+Status QueryMemory(int64_t* free_bytes, int64_t* total_bytes) {
+  size_t free = 0, total = 0;
+  RETURN_IF_ERROR(CudaCheck(cudaMemGetInfo(&free, &total), "cudaMemGetInfo"));
+  *free_bytes = static_cast<int64_t>(free);
+  *total_bytes = static_cast<int64_t>(total);
+  return Status::Ok();
+}
+
+}  // namespace gptc::rt::gpu

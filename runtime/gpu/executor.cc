@@ -1,0 +1,252 @@
+#include "runtime/gpu/executor.h"
+
+#include <fmt/ranges.h>
+
+namespace gptc::rt::gpu {
+
+namespace {
+
+constexpr int64_t kPoolAlignment = 256;
+
+int64_t AlignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace
+
+StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorResources& resources,
+                                                               EntryPlan plan, char* arena,
+                                                               const ExecutorOptions& options) {
+  std::vector<std::string> unsupported;
+  for (const Thunk& t : plan.thunks) {
+    if (t.kind != ThunkKind::kUnsupported) continue;
+    const auto& u = std::get<UnsupportedThunk>(t.body);
+    unsupported.push_back(fmt::format("{}: {}: {}", t.Describe(), u.what, u.reason));
+  }
+  if (!unsupported.empty() && !options.allow_unsupported) {
+    return Error(
+        "entry {} is incomplete ({} thunk{} without a kernel; the artifact says "
+        "complete:false): {}",
+        plan.name, unsupported.size(), unsupported.size() == 1 ? "" : "s",
+        fmt::join(unsupported, "; "));
+  }
+  std::unique_ptr<EntryExecutor> e(new EntryExecutor(resources, std::move(plan), arena));
+  // Constants: one pool, uploaded now; each constant thunk copies from it.
+  int64_t pool_bytes = 0;
+  for (const Thunk& t : e->plan_.thunks) {
+    if (t.kind == ThunkKind::kConstant) {
+      pool_bytes += AlignUp(static_cast<int64_t>(std::get<ConstantThunk>(t.body).bytes.size()),
+                            kPoolAlignment);
+    }
+  }
+  if (pool_bytes > 0) {
+    RETURN_IF_ERROR(CudaCheck(
+        cudaMalloc(&e->constant_pool_, pool_bytes),
+        fmt::format("entry {}: cudaMalloc({} bytes of constants)", e->plan_.name, pool_bytes)));
+  }
+  int64_t pool_offset = 0;
+  for (const Thunk& t : e->plan_.thunks) {
+    if (t.kind == ThunkKind::kConstant) {
+      const std::string& bytes = std::get<ConstantThunk>(t.body).bytes;
+      char* dst = static_cast<char*>(e->constant_pool_) + pool_offset;
+      RETURN_IF_ERROR(CudaCheck(cudaMemcpy(dst, bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
+                                t.Describe() + ": cudaMemcpy (constant upload)"));
+      MemcpyCall call{
+          .dst = e->At(std::get<ConstantThunk>(t.body).dst), .src = dst, .bytes = bytes.size()};
+      e->calls_.push_back(call);
+      pool_offset += AlignUp(static_cast<int64_t>(bytes.size()), kPoolAlignment);
+      continue;
+    }
+    ASSIGN_OR_RETURN(Call call, e->Translate(t));
+    e->calls_.push_back(std::move(call));
+  }
+  return e;
+}
+
+StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
+  switch (t.kind) {
+    case ThunkKind::kKernel: {
+      const auto& k = std::get<KernelThunk>(t.body);
+      KernelCall call;
+      StatusOr<CUfunction> f = resources_.modules->Find(plan_.name, t.name);
+      if (!f.ok()) return f.status().WithPrefix(t.Describe());
+      call.function = *f;
+      const int64_t params = resources_.modules->ParamCount(plan_.name, t.name);
+      if (params >= 0 && params != static_cast<int64_t>(k.args.size())) {
+        return Error("{}: the plan passes {} pointers, the PTX entry takes {} parameters",
+                     t.Describe(), k.args.size(), params);
+      }
+      for (int i = 0; i < 3; ++i) {
+        call.grid[i] = static_cast<unsigned>(k.grid[i]);
+        call.block[i] = static_cast<unsigned>(k.block[i]);
+      }
+      call.dynamic_smem = static_cast<unsigned>(k.dynamic_smem);
+      RETURN_IF_ERROR(resources_.modules->PrepareLaunch(
+          call.function, k.block[0] * k.block[1] * k.block[2], k.dynamic_smem, t.Describe()));
+      for (const ArenaSlice& s : k.args) {
+        call.args.push_back(reinterpret_cast<CUdeviceptr>(At(s)));
+      }
+      // `args` is complete: its elements no longer move (a moved vector keeps its buffer).
+      for (CUdeviceptr& a : call.args) call.params.push_back(&a);
+      return Call(std::move(call));
+    }
+    case ThunkKind::kGemm: {
+      const auto& g = std::get<GemmThunk>(t.body);
+      GemmPointers p{.a = At(g.a),
+                     .b = At(g.b),
+                     .c = At(g.c),
+                     .d = At(g.d),
+                     .bias = g.bias ? At(*g.bias) : nullptr,
+                     .aux = g.aux ? At(*g.aux) : nullptr,
+                     .workspace = resources_.workspace,
+                     .workspace_bytes = resources_.workspace_bytes};
+      if (g.config.workspace_bytes > static_cast<int64_t>(resources_.workspace_bytes)) {
+        return Error("{}: wants a {} byte workspace, the runtime has {}", t.Describe(),
+                     g.config.workspace_bytes, resources_.workspace_bytes);
+      }
+      ASSIGN_OR_RETURN(
+          std::unique_ptr<GemmRunner> runner,
+          GemmRunner::Create(*resources_.lt, resources_.lt_handle, g.config, p, t.Describe()));
+      return Call(std::move(runner));
+    }
+    case ThunkKind::kCopy: {
+      const auto& c = std::get<CopyThunk>(t.body);
+      if (c.src == c.dst || c.bytes == 0) return Call(NoOp{});
+      return Call(
+          MemcpyCall{.dst = At(c.dst), .src = At(c.src), .bytes = static_cast<size_t>(c.bytes)});
+    }
+    case ThunkKind::kAllReduce: {
+      const auto& a = std::get<AllReduceThunk>(t.body);
+      AllReduceCall call{.in = At(a.in),
+                         .out = At(a.out),
+                         .count = a.count,
+                         .dtype = a.dtype,
+                         .op = a.reduce == "max" ? ReduceOp::kMax : ReduceOp::kSum};
+      if (resources_.communicator != nullptr && resources_.communicator->world_size() > 1) {
+        return Call(call);
+      }
+      // World size 1: the sum (or max) over one replica is the value itself.
+      if (a.in.offset == a.out.offset) return Call(NoOp{});
+      return Call(MemcpyCall{.dst = At(a.out),
+                             .src = At(a.in),
+                             .bytes = static_cast<size_t>(a.count * ir::DTypeBytes(a.dtype))});
+    }
+    case ThunkKind::kUnsupported:
+      return Call(Refused{});
+    case ThunkKind::kConstant:  // handled in Create (the pool)
+      break;
+  }
+  return Error("{}: cannot be executed", t.Describe());
+}
+
+EntryExecutor::~EntryExecutor() {
+  DestroyGraph();
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  if (constant_pool_ != nullptr) cudaFree(constant_pool_);
+}
+
+void EntryExecutor::DestroyGraph() {
+  if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
+  if (graph_ != nullptr) cudaGraphDestroy(graph_);
+  graph_exec_ = nullptr;
+  graph_ = nullptr;
+}
+
+Status EntryExecutor::RunThunk(size_t i, cudaStream_t stream) {
+  if (i >= calls_.size()) return Error("entry {}: no thunk {}", plan_.name, i);
+  Call& call = calls_[i];
+  if (auto* k = std::get_if<KernelCall>(&call)) {
+    CUresult r = resources_.cu->LaunchKernel(k->function, k->grid[0], k->grid[1], k->grid[2],
+                                             k->block[0], k->block[1], k->block[2], k->dynamic_smem,
+                                             stream, k->params.data(), nullptr);
+    if (r != CUDA_SUCCESS) {
+      return Error("{}: cuLaunchKernel(grid {}x{}x{}, block {}x{}x{}, {} bytes dynamic smem): {}",
+                   plan_.thunks[i].Describe(), k->grid[0], k->grid[1], k->grid[2], k->block[0],
+                   k->block[1], k->block[2], k->dynamic_smem, resources_.cu->ErrorText(r));
+    }
+    return Status::Ok();
+  }
+  if (auto* g = std::get_if<std::unique_ptr<GemmRunner>>(&call)) return (*g)->Run(stream);
+  if (auto* m = std::get_if<MemcpyCall>(&call)) {
+    return CudaCheck(cudaMemcpyAsync(m->dst, m->src, m->bytes, cudaMemcpyDeviceToDevice, stream),
+                     fmt::format("{}: cudaMemcpyAsync({} bytes, device to device)",
+                                 plan_.thunks[i].Describe(), m->bytes));
+  }
+  if (auto* a = std::get_if<AllReduceCall>(&call)) {
+    Status s = resources_.communicator->AllReduce(a->in, a->out, a->count, a->dtype, a->op, stream);
+    return s.WithPrefix(plan_.thunks[i].Describe());
+  }
+  if (std::holds_alternative<Refused>(call)) {
+    const auto& u = std::get<UnsupportedThunk>(plan_.thunks[i].body);
+    return Error("{}: has no kernel ({}: {})", plan_.thunks[i].Describe(), u.what, u.reason);
+  }
+  return Status::Ok();  // NoOp
+}
+
+Status EntryExecutor::Run(cudaStream_t stream) {
+  for (size_t i = 0; i < calls_.size(); ++i) RETURN_IF_ERROR(RunThunk(i, stream));
+  return Status::Ok();
+}
+
+Status EntryExecutor::RunChecked(cudaStream_t stream) {
+  for (size_t i = 0; i < calls_.size(); ++i) {
+    RETURN_IF_ERROR(RunThunk(i, stream));
+    RETURN_IF_ERROR(CudaCheck(cudaStreamSynchronize(stream),
+                              plan_.thunks[i].Describe() + ": cudaStreamSynchronize after it"));
+  }
+  return Status::Ok();
+}
+
+Status EntryExecutor::Capture(cudaStream_t stream) {
+  DestroyGraph();
+  const std::string what = fmt::format("entry {}: CUDA graph capture", plan_.name);
+  RETURN_IF_ERROR(CudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                            what + ": cudaStreamBeginCapture"));
+  Status run = Run(stream);
+  cudaGraph_t graph = nullptr;
+  cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  if (!run.ok()) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return run.WithPrefix(what);
+  }
+  RETURN_IF_ERROR(CudaCheck(end, what + ": cudaStreamEndCapture"));
+  graph_ = graph;
+  Status s =
+      CudaCheck(cudaGraphInstantiate(&graph_exec_, graph_, 0), what + ": cudaGraphInstantiate");
+  if (!s.ok()) {
+    graph_exec_ = nullptr;
+    DestroyGraph();
+  }
+  return s;
+}
+
+Status EntryExecutor::Launch(cudaStream_t stream) {
+  if (graph_exec_ == nullptr) return Error("entry {}: no captured graph to launch", plan_.name);
+  return CudaCheck(cudaGraphLaunch(graph_exec_, stream),
+                   fmt::format("entry {}: cudaGraphLaunch", plan_.name));
+}
+
+StatusOr<std::vector<ThunkTime>> EntryExecutor::Profile(cudaStream_t stream) {
+  while (events_.size() < calls_.size() + 1) {
+    cudaEvent_t e = nullptr;
+    RETURN_IF_ERROR(CudaCheck(cudaEventCreate(&e), "cudaEventCreate (profiling)"));
+    events_.push_back(e);
+  }
+  for (size_t i = 0; i < calls_.size(); ++i) {
+    RETURN_IF_ERROR(CudaCheck(cudaEventRecord(events_[i], stream), "cudaEventRecord"));
+    RETURN_IF_ERROR(RunThunk(i, stream));
+  }
+  RETURN_IF_ERROR(CudaCheck(cudaEventRecord(events_[calls_.size()], stream), "cudaEventRecord"));
+  RETURN_IF_ERROR(
+      CudaCheck(cudaEventSynchronize(events_[calls_.size()]),
+                fmt::format("entry {}: cudaEventSynchronize (profiled run)", plan_.name)));
+  std::vector<ThunkTime> times;
+  for (size_t i = 0; i < calls_.size(); ++i) {
+    float ms = 0;
+    RETURN_IF_ERROR(CudaCheck(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]),
+                              plan_.thunks[i].Describe() + ": cudaEventElapsedTime"));
+    const Thunk& t = plan_.thunks[i];
+    times.push_back({std::string(ThunkKindName(t.kind)), t.name, t.meta, ms});
+  }
+  return times;
+}
+
+}  // namespace gptc::rt::gpu

@@ -1,0 +1,131 @@
+// The executor of one entry's thunk plan on a CUDA stream.
+//
+// Create translates every thunk once into a ready call over the entry's
+// arena (device pointers = arena + slice offset):
+//   kernel      cuLaunchKernel, params = the args' pointers (Note [kernel ABI])
+//   gemm        a GemmRunner (descriptors and algorithm chosen at load)
+//   copy        cudaMemcpyAsync device to device
+//   constant    cudaMemcpyAsync from a pool uploaded once at load: the
+//               constant's slice is reused by other values once it is dead
+//               (Note [liveness]), so it is rewritten at its place every run
+//   all_reduce  the Communicator; without one (world size 1) a copy when
+//               in and out differ, else nothing
+//   unsupported refused: Create fails naming every such thunk
+// Every call is capturable, so a run can be recorded into a CUDA graph and
+// replayed. The executor writes no inputs: the caller fills the input slots
+// (parameters, tokens, step, lr) before a run and reads the outputs after.
+//
+// Internal to runtime/gpu (CUDA headers).
+#ifndef GPTC_RUNTIME_GPU_EXECUTOR_H_
+#define GPTC_RUNTIME_GPU_EXECUTOR_H_
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "runtime/gpu/communicator.h"
+#include "runtime/gpu/cublaslt_api.h"
+#include "runtime/gpu/cuda_api.h"
+#include "runtime/gpu/gemm.h"
+#include "runtime/gpu/kernel_modules.h"
+#include "runtime/gpu/plan_reader.h"
+#include "runtime/gpu/profile.h"
+
+namespace gptc::rt::gpu {
+
+// What the executors of a device share.
+struct ExecutorResources {
+  const DriverApi* cu = nullptr;
+  const CublasLtApi* lt = nullptr;
+  cublasLtHandle_t lt_handle = nullptr;
+  KernelModules* modules = nullptr;
+  Communicator* communicator = nullptr;  // null: world size 1
+  void* workspace = nullptr;             // cuBLASLt's, shared (one stream)
+  size_t workspace_bytes = 0;
+};
+
+struct ExecutorOptions {
+  // Tests of single kernels: accept `unsupported` thunks, which then fail when run.
+  bool allow_unsupported = false;
+};
+
+class EntryExecutor {
+ public:
+  // `arena` holds plan.arena_size bytes of device memory and outlives the
+  // executor. Errors name the thunk (Thunk::Describe) and the call.
+  static StatusOr<std::unique_ptr<EntryExecutor>> Create(const ExecutorResources& resources,
+                                                         EntryPlan plan, char* arena,
+                                                         const ExecutorOptions& options = {});
+  ~EntryExecutor();
+  EntryExecutor(const EntryExecutor&) = delete;
+  EntryExecutor& operator=(const EntryExecutor&) = delete;
+
+  const EntryPlan& plan() const { return plan_; }
+  char* arena() const { return arena_; }
+  char* At(const ArenaSlice& s) const { return arena_ + s.offset; }
+
+  // Enqueues every thunk in order.
+  Status Run(cudaStream_t stream);
+  // Enqueues thunk `i` alone.
+  Status RunThunk(size_t i, cudaStream_t stream);
+  // Runs every thunk and synchronizes after each, so that an asynchronous
+  // fault is reported with the thunk that caused it (slow; for debugging).
+  Status RunChecked(cudaStream_t stream);
+
+  // Records Run into a CUDA graph (replacing any previous one); nothing runs.
+  Status Capture(cudaStream_t stream);
+  bool has_graph() const { return graph_exec_ != nullptr; }
+  // Replays the captured graph.
+  Status Launch(cudaStream_t stream);
+
+  // Runs every thunk between CUDA events, waits, and returns one timing per
+  // thunk (in plan order).
+  StatusOr<std::vector<ThunkTime>> Profile(cudaStream_t stream);
+
+ private:
+  struct KernelCall {
+    CUfunction function = nullptr;
+    unsigned grid[3] = {1, 1, 1};
+    unsigned block[3] = {1, 1, 1};
+    unsigned dynamic_smem = 0;
+    std::vector<CUdeviceptr> args;  // the values
+    std::vector<void*> params;      // pointers to `args` elements, for cuLaunchKernel
+  };
+  struct MemcpyCall {
+    void* dst = nullptr;
+    const void* src = nullptr;
+    size_t bytes = 0;
+  };
+  struct AllReduceCall {
+    const void* in = nullptr;
+    void* out = nullptr;
+    int64_t count = 0;
+    ir::DType dtype = ir::DType::kF32;
+    ReduceOp op = ReduceOp::kSum;
+  };
+  struct NoOp {};
+  struct Refused {};  // an unsupported thunk (ExecutorOptions::allow_unsupported)
+  using Call = std::variant<KernelCall, std::unique_ptr<GemmRunner>, MemcpyCall, AllReduceCall,
+                            NoOp, Refused>;
+
+  EntryExecutor(const ExecutorResources& resources, EntryPlan plan, char* arena)
+      : resources_(resources), plan_(std::move(plan)), arena_(arena) {}
+  StatusOr<Call> Translate(const Thunk& thunk);
+  void DestroyGraph();
+
+  ExecutorResources resources_;
+  EntryPlan plan_;
+  char* arena_;
+  std::vector<Call> calls_;  // parallel to plan_.thunks
+  void* constant_pool_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t graph_exec_ = nullptr;
+  std::vector<cudaEvent_t> events_;  // profiling: one before each thunk, one after the last
+};
+
+}  // namespace gptc::rt::gpu
+
+#endif  // GPTC_RUNTIME_GPU_EXECUTOR_H_

@@ -1,0 +1,89 @@
+// The GPU device: trains with a compiled artifact's thunk plan.
+//
+//   ASSIGN_OR_RETURN(Artifact a, ReadArtifact(path));
+//   ASSIGN_OR_RETURN(LoadedProgram p, LoadProgram(a, path));
+//   ASSIGN_OR_RETURN(auto trainer, gpu::GpuTrainer::Create(a, path, &p.program, seed, {}));
+//   trainer->Step(micro_batches, lr);
+//
+// Load: open the device, check the artifact (complete, grad-accum 1, target
+// against the compute capability, memory against what is free), allocate one
+// arena per entry plus the cuBLASLt workspace, load the kernels (cubin, else
+// PTX JIT), translate each entry's plan (gemm algorithms chosen here), then
+// initialize the parameters with runtime/init.h's counter-based rules on the
+// host (the same values as the CPU device for the same seed) and upload them;
+// the AdamW moments start at zero.
+//
+// A step: copy tokens, targets, step and lr from pinned host memory into
+// their input slots, run the plan (eagerly for the first step, then as a CUDA
+// graph captured after it; the graph reads the per-step values from those
+// device slots, so the copies stay outside it), copy loss and grad norm into
+// pinned memory behind an event, and wait for that event only when returning
+// the values.
+//
+// CUDA-free header: the state lives behind Impl.
+#ifndef GPTC_RUNTIME_GPU_GPU_TRAINER_H_
+#define GPTC_RUNTIME_GPU_GPU_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "runtime/artifact.h"
+#include "runtime/gpu/communicator.h"
+#include "runtime/gpu/device.h"
+#include "runtime/trainer.h"
+
+namespace gptc::rt::gpu {
+
+struct GpuOptions {
+  int device = 0;
+  // Replay the step as a CUDA graph after the first (eager) step.
+  bool use_graph = true;
+  // Time every thunk of every step with CUDA events (no graph); see ProfileReport.
+  bool profile = false;
+  // Synchronize after every thunk so that a fault names its thunk (slow).
+  bool sync_each_thunk = false;
+  // Null: world size 1 (all-reduces are identities).
+  Communicator* communicator = nullptr;
+  // Device memory left free for the CUDA context, cuBLASLt and the kernels.
+  int64_t reserve_bytes = int64_t{512} << 20;
+};
+
+class GpuTrainer : public Trainer {
+ public:
+  // `program` (from LoadProgram on the same artifact) must outlive the
+  // trainer. Every error is one line naming the artifact, and the thunk,
+  // call and error string where one failed.
+  static StatusOr<std::unique_ptr<GpuTrainer>> Create(const Artifact& artifact,
+                                                      std::string_view artifact_path,
+                                                      const passes::TrainProgram* program,
+                                                      uint64_t seed, const GpuOptions& options);
+  ~GpuTrainer() override;
+
+  std::string DeviceDescription() const override;
+  std::string DeviceName() const override;
+  StatusOr<StepResult> Step(std::span<const MicroBatch> micro_batches, double lr) override;
+  StatusOr<std::vector<eval::Literal>> Evaluate(const passes::TrainEntry& entry,
+                                                const MicroBatch& batch) override;
+  int64_t steps_done() const override;
+  StatusOr<TrainerState> ExportState() override;
+  Status ImportState(const TrainerState& state) override;
+
+  const DeviceInfo& device() const;
+  // The per-thunk profile of the steps so far (GpuOptions::profile); steps
+  // after the first when there are several (the first pays for warm-up).
+  std::string ProfileReport(int top_n = 25) const;
+  // A one-line summary of the load: arenas, kernels (cubin/JIT), gemms.
+  std::string LoadSummary() const;
+
+  struct Impl;
+
+ private:
+  explicit GpuTrainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gptc::rt::gpu
+
+#endif  // GPTC_RUNTIME_GPU_GPU_TRAINER_H_

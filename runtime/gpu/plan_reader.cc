@@ -1,0 +1,502 @@
+#include "runtime/gpu/plan_reader.h"
+
+#include <cublasLt.h>
+#include <library_types.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "compiler/ir/parser.h"
+#include "runtime/gpu/host_values.h"
+
+namespace gptc::rt::gpu {
+
+namespace {
+
+using nlohmann::json;
+
+// json[key] as T, type-checked first (no exceptions); errors name where.
+template <typename T>
+StatusOr<T> Get(const json& j, std::string_view key, std::string_view where) {
+  if (!j.is_object()) return Error("{} is not an object", where);
+  auto it = j.find(key);
+  if (it == j.end()) return Error("{} has no '{}'", where, key);
+  bool ok = false;
+  if constexpr (std::is_same_v<T, int64_t>) {
+    ok = it->is_number_integer();
+  } else if constexpr (std::is_same_v<T, double>) {
+    ok = it->is_number();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    ok = it->is_string();
+  } else {
+    static_assert(std::is_same_v<T, bool>);
+    ok = it->is_boolean();
+  }
+  if (!ok) return Error("{}.{} has the wrong type ({})", where, key, it->dump());
+  return it->get<T>();
+}
+
+template <typename T>
+StatusOr<T> GetOr(const json& j, std::string_view key, std::string_view where, T fallback) {
+  if (j.is_object() && !j.contains(key)) return fallback;
+  return Get<T>(j, key, where);
+}
+
+// A slice {"offset", "size"} that must lie inside the arena; `at` names it.
+StatusOr<ArenaSlice> ReadSliceValue(const json& v, const std::string& at, int64_t arena_size) {
+  ArenaSlice s;
+  ASSIGN_OR_RETURN(s.offset, Get<int64_t>(v, "offset", at));
+  ASSIGN_OR_RETURN(s.size, Get<int64_t>(v, "size", at));
+  if (s.offset < 0 || s.size < 0 || s.offset > arena_size || s.size > arena_size - s.offset) {
+    return Error("{}: slice [{}, +{}) is outside the arena of {} bytes", at, s.offset, s.size,
+                 arena_size);
+  }
+  return s;
+}
+
+StatusOr<ArenaSlice> ReadSlice(const json& j, std::string_view key, std::string_view where,
+                               int64_t arena_size) {
+  if (!j.contains(key)) return Error("{} has no slice '{}'", where, key);
+  return ReadSliceValue(j[key], fmt::format("{}.{}", where, key), arena_size);
+}
+
+StatusOr<std::array<int64_t, 3>> ReadDim3(const json& j, std::string_view key,
+                                          std::string_view where) {
+  if (!j.contains(key) || !j[key].is_array() || j[key].size() != 3) {
+    return Error("{}.{} is not an array of 3 integers", where, key);
+  }
+  std::array<int64_t, 3> d;
+  for (int i = 0; i < 3; ++i) {
+    if (!j[key][i].is_number_integer() || j[key][i].get<int64_t>() < 1) {
+      return Error("{}.{}[{}] must be a positive integer, got {}", where, key, i, j[key][i].dump());
+    }
+    d[i] = j[key][i].get<int64_t>();
+  }
+  return d;
+}
+
+// The numeric value of a cuBLASLt / CUDA enum spelled as a string.
+template <typename Table>
+StatusOr<int32_t> Lookup(const Table& table, const json& j, std::string_view key,
+                         std::string_view where) {
+  ASSIGN_OR_RETURN(std::string name, Get<std::string>(j, key, where));
+  for (const auto& [n, v] : table) {
+    if (name == n) return static_cast<int32_t>(v);
+  }
+  return Error("{}.{}: '{}' is not a value this runtime knows", where, key, name);
+}
+
+constexpr std::pair<std::string_view, cudaDataType_t> kDataTypes[] = {
+    {"CUDA_R_16BF", CUDA_R_16BF}, {"CUDA_R_32F", CUDA_R_32F}, {"CUDA_R_16F", CUDA_R_16F}};
+constexpr std::pair<std::string_view, cublasComputeType_t> kComputeTypes[] = {
+    {"CUBLAS_COMPUTE_32F", CUBLAS_COMPUTE_32F},
+    {"CUBLAS_COMPUTE_32F_FAST_TF32", CUBLAS_COMPUTE_32F_FAST_TF32}};
+constexpr std::pair<std::string_view, cublasOperation_t> kOps[] = {{"CUBLAS_OP_N", CUBLAS_OP_N},
+                                                                   {"CUBLAS_OP_T", CUBLAS_OP_T}};
+constexpr std::pair<std::string_view, cublasLtEpilogue_t> kEpilogues[] = {
+    {"CUBLASLT_EPILOGUE_DEFAULT", CUBLASLT_EPILOGUE_DEFAULT},
+    {"CUBLASLT_EPILOGUE_BIAS", CUBLASLT_EPILOGUE_BIAS},
+    {"CUBLASLT_EPILOGUE_GELU", CUBLASLT_EPILOGUE_GELU},
+    {"CUBLASLT_EPILOGUE_GELU_BIAS", CUBLASLT_EPILOGUE_GELU_BIAS},
+    {"CUBLASLT_EPILOGUE_GELU_AUX", CUBLASLT_EPILOGUE_GELU_AUX},
+    {"CUBLASLT_EPILOGUE_GELU_AUX_BIAS", CUBLASLT_EPILOGUE_GELU_AUX_BIAS},
+    {"CUBLASLT_EPILOGUE_DGELU", CUBLASLT_EPILOGUE_DGELU},
+    {"CUBLASLT_EPILOGUE_DGELU_BGRAD", CUBLASLT_EPILOGUE_DGELU_BGRAD},
+    {"CUBLASLT_EPILOGUE_BGRADA", CUBLASLT_EPILOGUE_BGRADA},
+    {"CUBLASLT_EPILOGUE_BGRADB", CUBLASLT_EPILOGUE_BGRADB}};
+
+std::string_view NameOf(int32_t value, const auto& table) {
+  for (const auto& [n, v] : table) {
+    if (static_cast<int32_t>(v) == value) return n;
+  }
+  return "?";
+}
+
+StatusOr<GemmLayout> ReadLayout(const json& d, std::string_view key, std::string_view where) {
+  if (!d.contains(key)) return Error("{} has no layout '{}'", where, key);
+  const std::string at = fmt::format("{}.{}", where, key);
+  const json& j = d[key];
+  GemmLayout l;
+  ASSIGN_OR_RETURN(l.dtype, Lookup(kDataTypes, j, "dtype", at));
+  ASSIGN_OR_RETURN(l.rows, Get<int64_t>(j, "rows", at));
+  ASSIGN_OR_RETURN(l.cols, Get<int64_t>(j, "cols", at));
+  ASSIGN_OR_RETURN(l.ld, Get<int64_t>(j, "ld", at));
+  ASSIGN_OR_RETURN(l.batch_count, GetOr<int64_t>(j, "batch_count", at, 1));
+  ASSIGN_OR_RETURN(l.batch_stride, GetOr<int64_t>(j, "batch_stride", at, 0));
+  if (l.rows < 1 || l.cols < 1 || l.ld < l.rows || l.batch_count < 1 || l.batch_stride < 0) {
+    return Error("{}: bad layout rows={} cols={} ld={} batch_count={} batch_stride={}", at, l.rows,
+                 l.cols, l.ld, l.batch_count, l.batch_stride);
+  }
+  return l;
+}
+
+// Bytes a column-major layout spans (its last element + 1).
+int64_t LayoutBytes(const GemmLayout& l) {
+  const int64_t elem = l.dtype == CUDA_R_32F ? 4 : 2;
+  return elem * ((l.batch_count - 1) * l.batch_stride + (l.cols - 1) * l.ld + l.rows);
+}
+
+StatusOr<Thunk> ReadThunk(const json& t, int64_t index, int64_t arena_size,
+                          std::string_view entry) {
+  Thunk thunk;
+  thunk.index = index;
+  const std::string where = fmt::format("plan entry {} thunk {}", entry, index);
+  ASSIGN_OR_RETURN(std::string kind, Get<std::string>(t, "kind", where));
+  ASSIGN_OR_RETURN(thunk.name, Get<std::string>(t, "name", where));
+  ASSIGN_OR_RETURN(thunk.meta, GetOr<std::string>(t, "meta", where, ""));
+  auto slice = [&](std::string_view key) { return ReadSlice(t, key, where, arena_size); };
+  if (kind == "kernel") {
+    thunk.kind = ThunkKind::kKernel;
+    KernelThunk k;
+    ASSIGN_OR_RETURN(k.fusion, Get<std::string>(t, "fusion", where));
+    ASSIGN_OR_RETURN(k.fusion_kind, GetOr<std::string>(t, "fusion_kind", where, ""));
+    ASSIGN_OR_RETURN(k.grid, ReadDim3(t, "grid", where));
+    ASSIGN_OR_RETURN(k.block, ReadDim3(t, "block", where));
+    ASSIGN_OR_RETURN(k.dynamic_smem, GetOr<int64_t>(t, "dynamic_smem", where, 0));
+    if (k.block[0] * k.block[1] * k.block[2] > 1024 || k.dynamic_smem < 0) {
+      return Error("{} ({}): block {}x{}x{} / dynamic smem {} out of range", where, thunk.name,
+                   k.block[0], k.block[1], k.block[2], k.dynamic_smem);
+    }
+    if (!t.contains("args") || !t["args"].is_array()) return Error("{} has no 'args'", where);
+    for (size_t i = 0; i < t["args"].size(); ++i) {
+      ASSIGN_OR_RETURN(
+          ArenaSlice s,
+          ReadSliceValue(t["args"][i], fmt::format("{}.args[{}]", where, i), arena_size));
+      k.args.push_back(s);
+    }
+    thunk.body = std::move(k);
+  } else if (kind == "gemm") {
+    thunk.kind = ThunkKind::kGemm;
+    GemmThunk g;
+    if (!t.contains("descriptor")) return Error("{} has no 'descriptor'", where);
+    StatusOr<GemmConfig> config = ParseGemmConfig(t["descriptor"]);
+    if (!config.ok()) return config.status().WithPrefix(where + " (" + thunk.name + ")");
+    g.config = std::move(config).value();
+    ASSIGN_OR_RETURN(g.a, slice("a"));
+    ASSIGN_OR_RETURN(g.b, slice("b"));
+    ASSIGN_OR_RETURN(g.c, slice("c"));
+    ASSIGN_OR_RETURN(g.d, slice("d"));
+    if (t.contains("bias")) {
+      ASSIGN_OR_RETURN(g.bias, slice("bias"));
+    }
+    if (t.contains("aux")) {
+      ASSIGN_OR_RETURN(g.aux, slice("aux"));
+    }
+    const GemmConfig& c = g.config;
+    if ((c.reads_bias || c.writes_bias) != g.bias.has_value()) {
+      return Error("{} ({}): epilogue {} {} a bias slice", where, thunk.name, c.epilogue_name,
+                   g.bias ? "does not take" : "needs");
+    }
+    if (c.writes_aux != g.aux.has_value()) {
+      return Error("{} ({}): epilogue {} {} an aux slice", where, thunk.name, c.epilogue_name,
+                   g.aux ? "does not take" : "needs");
+    }
+    for (auto [name, s, layout] : {std::tuple{"a", &g.a, &c.a}, std::tuple{"b", &g.b, &c.b},
+                                   std::tuple{"c", &g.c, &c.c}, std::tuple{"d", &g.d, &c.d}}) {
+      if (LayoutBytes(*layout) > s->size) {
+        return Error("{} ({}): matrix {} spans {} bytes, its slice has {}", where, thunk.name, name,
+                     LayoutBytes(*layout), s->size);
+      }
+    }
+    thunk.body = std::move(g);
+  } else if (kind == "copy") {
+    thunk.kind = ThunkKind::kCopy;
+    CopyThunk c;
+    ASSIGN_OR_RETURN(c.src, slice("src"));
+    ASSIGN_OR_RETURN(c.dst, slice("dst"));
+    ASSIGN_OR_RETURN(c.bytes, Get<int64_t>(t, "bytes", where));
+    ASSIGN_OR_RETURN(c.reason, GetOr<std::string>(t, "reason", where, ""));
+    if (c.bytes < 0 || c.bytes > c.src.size || c.bytes > c.dst.size) {
+      return Error("{} ({}): copies {} bytes between slices of {} and {}", where, thunk.name,
+                   c.bytes, c.src.size, c.dst.size);
+    }
+    thunk.body = std::move(c);
+  } else if (kind == "constant") {
+    thunk.kind = ThunkKind::kConstant;
+    ConstantThunk c;
+    ASSIGN_OR_RETURN(std::string dtype, Get<std::string>(t, "dtype", where));
+    std::optional<ir::DType> d = ir::ParseDType(dtype);
+    if (!d) return Error("{} ({}): unknown dtype '{}'", where, thunk.name, dtype);
+    c.dtype = *d;
+    ASSIGN_OR_RETURN(c.dst, slice("dst"));
+    if (!t.contains("values") || !t["values"].is_array()) {
+      return Error("{} ({}) has no 'values' array", where, thunk.name);
+    }
+    std::vector<double> values;
+    for (const json& v : t["values"]) {
+      if (!v.is_number())
+        return Error("{} ({}): value {} is not a number", where, thunk.name, v.dump());
+      values.push_back(v.get<double>());
+    }
+    const int64_t count = c.dst.size / ir::DTypeBytes(c.dtype);
+    if (values.size() == 1 && count > 1) values.assign(count, values[0]);  // a splat
+    if (static_cast<int64_t>(values.size()) != count) {
+      return Error("{} ({}): {} values for a slice of {} {} elements", where, thunk.name,
+                   values.size(), count, dtype);
+    }
+    c.bytes = EncodeValues(c.dtype, values);
+    thunk.body = std::move(c);
+  } else if (kind == "all_reduce") {
+    thunk.kind = ThunkKind::kAllReduce;
+    AllReduceThunk a;
+    ASSIGN_OR_RETURN(a.reduce, Get<std::string>(t, "reduce", where));
+    ASSIGN_OR_RETURN(std::string dtype, Get<std::string>(t, "dtype", where));
+    std::optional<ir::DType> d = ir::ParseDType(dtype);
+    if (!d) return Error("{} ({}): unknown dtype '{}'", where, thunk.name, dtype);
+    a.dtype = *d;
+    ASSIGN_OR_RETURN(a.count, Get<int64_t>(t, "count", where));
+    ASSIGN_OR_RETURN(a.in, slice("in"));
+    ASSIGN_OR_RETURN(a.out, slice("out"));
+    if (a.reduce != "sum" && a.reduce != "max") {
+      return Error("{} ({}): unknown reduction '{}'", where, thunk.name, a.reduce);
+    }
+    const int64_t bytes = a.count * ir::DTypeBytes(a.dtype);
+    if (a.count < 0 || bytes > a.in.size || bytes > a.out.size) {
+      return Error("{} ({}): {} {} elements do not fit its slices", where, thunk.name, a.count,
+                   dtype);
+    }
+    thunk.body = std::move(a);
+  } else if (kind == "unsupported") {
+    thunk.kind = ThunkKind::kUnsupported;
+    UnsupportedThunk u;
+    ASSIGN_OR_RETURN(u.what, GetOr<std::string>(t, "what", where, ""));
+    ASSIGN_OR_RETURN(u.reason, GetOr<std::string>(t, "reason", where, ""));
+    thunk.body = std::move(u);
+  } else {
+    return Error("{} ({}): unknown thunk kind '{}'", where, thunk.name, kind);
+  }
+  return thunk;
+}
+
+StatusOr<PlanSlot> ReadSlot(const json& j, std::string_view where, int64_t arena_size) {
+  PlanSlot s;
+  ASSIGN_OR_RETURN(s.role, Get<std::string>(j, "role", where));
+  ASSIGN_OR_RETURN(s.index, Get<int64_t>(j, "index", where));
+  ASSIGN_OR_RETURN(s.name, Get<std::string>(j, "name", where));
+  ASSIGN_OR_RETURN(std::string shape, Get<std::string>(j, "shape", where));
+  StatusOr<ir::Shape> parsed = ir::ParseShape(shape);
+  if (!parsed.ok()) return parsed.status().WithPrefix(fmt::format("{}.shape", where));
+  s.shape = *parsed;
+  ASSIGN_OR_RETURN(s.slice.offset, Get<int64_t>(j, "offset", where));
+  ASSIGN_OR_RETURN(s.slice.size, Get<int64_t>(j, "size", where));
+  if (s.slice.offset < 0 ||
+      s.slice.size < s.shape.num_elements() * ir::DTypeBytes(s.shape.dtype()) ||
+      s.slice.offset + s.slice.size > arena_size) {
+    return Error("{} (%{}): slice [{}, +{}) does not hold {} inside the arena of {} bytes", where,
+                 s.name, s.slice.offset, s.slice.size, shape, arena_size);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string_view ThunkKindName(ThunkKind kind) {
+  switch (kind) {
+    case ThunkKind::kKernel:
+      return "kernel";
+    case ThunkKind::kGemm:
+      return "gemm";
+    case ThunkKind::kCopy:
+      return "copy";
+    case ThunkKind::kConstant:
+      return "constant";
+    case ThunkKind::kAllReduce:
+      return "all_reduce";
+    case ThunkKind::kUnsupported:
+      return "unsupported";
+  }
+  return "?";
+}
+
+std::string GemmConfig::Summary() const {
+  auto layout = [](const GemmLayout& l, int32_t op) {
+    return fmt::format("{}{} {}x{} ld {}", NameOf(l.dtype, kDataTypes),
+                       op < 0 ? "" : (op == CUBLAS_OP_T ? " T" : " N"), l.rows, l.cols, l.ld);
+  };
+  std::string s = fmt::format(
+      "m={} n={} k={} batch={} | A {} | B {} | D {} | alpha {} beta {} | {}", m, n, k, batch_count,
+      layout(a, transa), layout(b, transb), layout(d, -1), alpha, beta, epilogue_name);
+  if (bias_dtype) s += fmt::format(" bias {}", NameOf(*bias_dtype, kDataTypes));
+  return s;
+}
+
+StatusOr<GemmConfig> ParseGemmConfig(const json& d) {
+  constexpr std::string_view where = "descriptor";
+  GemmConfig c;
+  ASSIGN_OR_RETURN(c.compute_type, Lookup(kComputeTypes, d, "compute_type", where));
+  ASSIGN_OR_RETURN(c.scale_type, Lookup(kDataTypes, d, "scale_type", where));
+  ASSIGN_OR_RETURN(c.transa, Lookup(kOps, d, "transa", where));
+  ASSIGN_OR_RETURN(c.transb, Lookup(kOps, d, "transb", where));
+  ASSIGN_OR_RETURN(c.m, Get<int64_t>(d, "m", where));
+  ASSIGN_OR_RETURN(c.n, Get<int64_t>(d, "n", where));
+  ASSIGN_OR_RETURN(c.k, Get<int64_t>(d, "k", where));
+  ASSIGN_OR_RETURN(c.batch_count, GetOr<int64_t>(d, "batch_count", where, 1));
+  ASSIGN_OR_RETURN(c.a, ReadLayout(d, "a", where));
+  ASSIGN_OR_RETURN(c.b, ReadLayout(d, "b", where));
+  ASSIGN_OR_RETURN(c.c, ReadLayout(d, "c", where));
+  ASSIGN_OR_RETURN(c.d, ReadLayout(d, "d", where));
+  ASSIGN_OR_RETURN(c.alpha, Get<double>(d, "alpha", where));
+  ASSIGN_OR_RETURN(c.beta, Get<double>(d, "beta", where));
+  ASSIGN_OR_RETURN(c.epilogue, Lookup(kEpilogues, d, "epilogue", where));
+  c.epilogue_name = std::string(NameOf(c.epilogue, kEpilogues));
+  if (d.contains("bias_dtype")) {
+    ASSIGN_OR_RETURN(c.bias_dtype, Lookup(kDataTypes, d, "bias_dtype", where));
+  }
+  ASSIGN_OR_RETURN(c.aux_ld, GetOr<int64_t>(d, "aux_ld", where, 0));
+  ASSIGN_OR_RETURN(c.workspace_bytes, GetOr<int64_t>(d, "workspace_bytes", where, 0));
+  const auto e = static_cast<cublasLtEpilogue_t>(c.epilogue);
+  c.reads_bias = e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS ||
+                 e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  c.writes_bias = e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB ||
+                  e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  c.writes_aux = e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  if (e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+    return Error("{}: epilogue {} reads an aux input this runtime does not wire yet", where,
+                 c.epilogue_name);
+  }
+  if (c.m < 1 || c.n < 1 || c.k < 1 || c.batch_count < 1) {
+    return Error("{}: bad problem m={} n={} k={} batch_count={}", where, c.m, c.n, c.k,
+                 c.batch_count);
+  }
+  // The layouts must describe op(A)[m, k], op(B)[k, n], C and D [m, n].
+  const bool ta = c.transa == CUBLAS_OP_T, tb = c.transb == CUBLAS_OP_T;
+  auto check = [&](std::string_view name, const GemmLayout& l, int64_t rows,
+                   int64_t cols) -> Status {
+    if (l.rows != rows || l.cols != cols) {
+      return Error("{}.{} is {}x{}, the problem needs {}x{}", where, name, l.rows, l.cols, rows,
+                   cols);
+    }
+    if (l.batch_count != c.batch_count) {
+      return Error("{}.{} has batch_count {}, the problem {}", where, name, l.batch_count,
+                   c.batch_count);
+    }
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(check("a", c.a, ta ? c.k : c.m, ta ? c.m : c.k));
+  RETURN_IF_ERROR(check("b", c.b, tb ? c.n : c.k, tb ? c.k : c.n));
+  RETURN_IF_ERROR(check("c", c.c, c.m, c.n));
+  RETURN_IF_ERROR(check("d", c.d, c.m, c.n));
+  if (c.writes_aux && c.aux_ld < c.m) {
+    return Error("{}: epilogue {} with aux_ld {} < m {}", where, c.epilogue_name, c.aux_ld, c.m);
+  }
+  return c;
+}
+
+std::string Thunk::Describe() const {
+  std::string what = std::string(ThunkKindName(kind));
+  if (kind == ThunkKind::kKernel) {
+    const auto& k = std::get<KernelThunk>(body);
+    return fmt::format("thunk {} (kernel {} for %{}{}{})", index, name, k.fusion,
+                       k.fusion_kind.empty() ? "" : ", " + k.fusion_kind,
+                       meta.empty() ? "" : ", " + meta);
+  }
+  return fmt::format("thunk {} ({} %{}{})", index, what, name, meta.empty() ? "" : ", " + meta);
+}
+
+const std::string& Thunk::instruction() const {
+  if (kind == ThunkKind::kKernel) return std::get<KernelThunk>(body).fusion;
+  return name;
+}
+
+const PlanSlot* EntryPlan::FindInput(std::string_view role, int64_t index) const {
+  for (const PlanSlot& s : inputs) {
+    if (s.role == role && s.index == index) return &s;
+  }
+  return nullptr;
+}
+
+const PlanSlot* EntryPlan::FindOutput(std::string_view role, int64_t index) const {
+  for (const PlanSlot& s : outputs) {
+    if (s.role == role && s.index == index) return &s;
+  }
+  return nullptr;
+}
+
+std::array<int64_t, 6> EntryPlan::CountByKind() const {
+  std::array<int64_t, 6> n{};
+  for (const Thunk& t : thunks) ++n[static_cast<int>(t.kind)];
+  return n;
+}
+
+StatusOr<EntryPlan> ReadEntryPlan(const json& entry) {
+  EntryPlan p;
+  ASSIGN_OR_RETURN(p.name, Get<std::string>(entry, "name", "plan entry"));
+  const std::string where = "plan entry " + p.name;
+  ASSIGN_OR_RETURN(p.arena_size, Get<int64_t>(entry, "arena_size", where));
+  if (p.arena_size < 0) return Error("{}: arena_size {} < 0", where, p.arena_size);
+  for (auto [key, slots] : {std::pair{"inputs", &p.inputs}, std::pair{"outputs", &p.outputs}}) {
+    if (!entry.contains(key) || !entry[key].is_array()) {
+      return Error("{} has no '{}' array", where, key);
+    }
+    for (size_t i = 0; i < entry[key].size(); ++i) {
+      ASSIGN_OR_RETURN(PlanSlot s, ReadSlot(entry[key][i], fmt::format("{} {}[{}]", where, key, i),
+                                            p.arena_size));
+      slots->push_back(std::move(s));
+    }
+  }
+  if (entry.contains("donations")) {
+    for (const json& d : entry["donations"]) {
+      if (!d.is_array() || d.size() != 2 || !d[0].is_number_integer() ||
+          !d[1].is_number_integer()) {
+        return Error("{}: donation {} is not [output, input]", where, d.dump());
+      }
+      p.donations.emplace_back(d[0].get<int64_t>(), d[1].get<int64_t>());
+    }
+  }
+  if (!entry.contains("thunks") || !entry["thunks"].is_array()) {
+    return Error("{} has no 'thunks' array", where);
+  }
+  const json& thunks = entry["thunks"];
+  for (size_t i = 0; i < thunks.size(); ++i) {
+    ASSIGN_OR_RETURN(Thunk t, ReadThunk(thunks[i], static_cast<int64_t>(i), p.arena_size, p.name));
+    p.thunks.push_back(std::move(t));
+  }
+  return p;
+}
+
+StatusOr<std::vector<EntryPlan>> ReadPlan(const json& plan) {
+  if (!plan.is_object() || !plan.contains("entries") || !plan["entries"].is_array()) {
+    return Error("section 'plan' has no 'entries' array");
+  }
+  std::vector<EntryPlan> out;
+  for (const json& e : plan["entries"]) {
+    ASSIGN_OR_RETURN(EntryPlan p, ReadEntryPlan(e));
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+StatusOr<std::vector<KernelImage>> ReadKernelIndex(const json& manifest, int64_t ptx_bytes,
+                                                   int64_t cubin_bytes) {
+  if (!manifest.contains("kernels") || !manifest["kernels"].is_array()) {
+    return Error("manifest has no 'kernels' array");
+  }
+  std::vector<KernelImage> out;
+  for (const json& k : manifest["kernels"]) {
+    const std::string where = fmt::format("manifest kernels[{}]", out.size());
+    KernelImage image;
+    ASSIGN_OR_RETURN(image.entry, Get<std::string>(k, "entry", where));
+    ASSIGN_OR_RETURN(image.name, Get<std::string>(k, "name", where));
+    ASSIGN_OR_RETURN(image.ptx_offset, Get<int64_t>(k, "ptx_offset", where));
+    ASSIGN_OR_RETURN(image.ptx_size, Get<int64_t>(k, "ptx_size", where));
+    if (image.ptx_offset < 0 || image.ptx_size < 1 || image.ptx_offset > ptx_bytes ||
+        image.ptx_size > ptx_bytes - image.ptx_offset) {
+      return Error("{} ({}): PTX [{}, +{}) is outside the ptx section of {} bytes", where,
+                   image.name, image.ptx_offset, image.ptx_size, ptx_bytes);
+    }
+    if (k.contains("cubin_offset")) {
+      ASSIGN_OR_RETURN(int64_t offset, Get<int64_t>(k, "cubin_offset", where));
+      ASSIGN_OR_RETURN(int64_t size, Get<int64_t>(k, "cubin_size", where));
+      if (offset < 0 || size < 1 || offset > cubin_bytes || size > cubin_bytes - offset) {
+        return Error("{} ({}): cubin [{}, +{}) is outside the cubin section of {} bytes", where,
+                     image.name, offset, size, cubin_bytes);
+      }
+      image.cubin = std::pair{offset, size};
+    }
+    ASSIGN_OR_RETURN(image.registers, GetOr<int64_t>(k, "registers", where, 0));
+    out.push_back(std::move(image));
+  }
+  return out;
+}
+
+}  // namespace gptc::rt::gpu

@@ -1,0 +1,170 @@
+// The thunk plan of an artifact (docs/ARTIFACT.md, "The plan") read into
+// typed structs and checked once, at load, so that the executor never meets
+// malformed JSON: every slice lies inside its arena, every kernel has a
+// positive grid and block, every gemm descriptor names enums cuBLASLt knows.
+//
+// Device-agnostic: no CUDA header here. cuBLASLt's enums are kept as their
+// numeric values (cudaDataType_t, cublasComputeType_t, cublasOperation_t,
+// cublasLtEpilogue_t), translated from the descriptor's strings by
+// ParseGemmConfig (which takes the values from cuBLASLt's own header).
+#ifndef GPTC_RUNTIME_GPU_PLAN_READER_H_
+#define GPTC_RUNTIME_GPU_PLAN_READER_H_
+
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "compiler/ir/shape.h"
+#include "compiler/support/status.h"
+
+namespace gptc::rt::gpu {
+
+// `size` bytes at `offset` in the entry's arena.
+struct ArenaSlice {
+  int64_t offset = 0;
+  int64_t size = 0;
+  bool operator==(const ArenaSlice&) const = default;
+};
+
+// One input or output of an entry: where the caller writes or reads it.
+struct PlanSlot {
+  std::string role;  // passes::SlotRoleName: "param", "adam_m", "tokens", "loss", ...
+  int64_t index = -1;
+  std::string name;
+  ir::Shape shape;
+  ArenaSlice slice;
+};
+
+enum class ThunkKind { kKernel, kGemm, kCopy, kConstant, kAllReduce, kUnsupported };
+std::string_view ThunkKindName(ThunkKind kind);  // "kernel", "gemm", ...
+
+struct KernelThunk {
+  std::string fusion;       // the entry instruction it computes
+  std::string fusion_kind;  // "loop", "row_reduction", "attention", ...
+  std::array<int64_t, 3> grid = {1, 1, 1};
+  std::array<int64_t, 3> block = {1, 1, 1};
+  int64_t dynamic_smem = 0;
+  std::vector<ArenaSlice> args;  // Note [kernel ABI]: operands, then results
+};
+
+// One cublasLtMatrixLayout (column-major, Note [row-major on cuBLASLt]).
+struct GemmLayout {
+  int32_t dtype = 0;  // cudaDataType_t
+  int64_t rows = 0, cols = 0, ld = 0;
+  int64_t batch_count = 1;
+  int64_t batch_stride = 0;  // elements
+};
+
+// A gemm descriptor with cuBLASLt's enums as numbers.
+struct GemmConfig {
+  int32_t compute_type = 0;        // cublasComputeType_t
+  int32_t scale_type = 0;          // cudaDataType_t
+  int32_t transa = 0, transb = 0;  // cublasOperation_t
+  int64_t m = 0, n = 0, k = 0;
+  int64_t batch_count = 1;
+  GemmLayout a, b, c, d;
+  double alpha = 1, beta = 0;
+  int32_t epilogue = 0;               // cublasLtEpilogue_t
+  std::string epilogue_name;          // "CUBLASLT_EPILOGUE_GELU_BIAS", for messages
+  std::optional<int32_t> bias_dtype;  // cudaDataType_t, when the descriptor names one
+  int64_t aux_ld = 0;
+  int64_t workspace_bytes = 0;
+  // What the epilogue does with the bias / aux buffers.
+  bool reads_bias = false;   // BIAS, GELU_BIAS, GELU_AUX_BIAS
+  bool writes_bias = false;  // BGRADA, BGRADB
+  bool writes_aux = false;   // GELU_AUX, GELU_AUX_BIAS
+  // "m=768 n=128 k=64 batch=1 A CUDA_R_16BF N B CUDA_R_16BF N D CUDA_R_32F epilogue BIAS"
+  std::string Summary() const;
+};
+
+// Reads a gemm thunk's "descriptor". Errors name the field and the value.
+StatusOr<GemmConfig> ParseGemmConfig(const nlohmann::json& descriptor);
+
+struct GemmThunk {
+  GemmConfig config;
+  ArenaSlice a, b, c, d;
+  std::optional<ArenaSlice> bias;  // read (BIAS epilogues) or written (BGRAD)
+  std::optional<ArenaSlice> aux;   // GELU_AUX: the pre-activation
+};
+
+struct CopyThunk {
+  ArenaSlice src, dst;
+  int64_t bytes = 0;
+  std::string reason;  // for donation copies
+};
+
+// A small constant written into `dst` at its place in the schedule every run
+// (Note [liveness] in passes/buffer_assignment.h: constants are ordinary
+// values whose slices are reused once they are dead).
+struct ConstantThunk {
+  ir::DType dtype = ir::DType::kF32;
+  std::string bytes;  // dst.size bytes, encoded (a splat is expanded)
+  ArenaSlice dst;
+};
+
+struct AllReduceThunk {
+  std::string reduce;  // "sum" or "max"
+  ir::DType dtype = ir::DType::kF32;
+  int64_t count = 0;
+  ArenaSlice in, out;
+};
+
+struct UnsupportedThunk {
+  std::string what, reason;
+};
+
+struct Thunk {
+  int64_t index = 0;  // position in the entry's thunk list
+  ThunkKind kind = ThunkKind::kKernel;
+  std::string name;  // kernel: the PTX entry; others: the instruction
+  std::string meta;  // the frontend scope ("h.1.mlp.c_fc"), may be empty
+  std::variant<KernelThunk, GemmThunk, CopyThunk, ConstantThunk, AllReduceThunk, UnsupportedThunk>
+      body;
+
+  // For messages: "thunk 41 (gemm fusion.12, h.3.mlp.c_fc)".
+  std::string Describe() const;
+  // The instruction of the entry this thunk computes (kernel: its fusion).
+  const std::string& instruction() const;
+};
+
+struct EntryPlan {
+  std::string name;
+  int64_t arena_size = 0;
+  std::vector<PlanSlot> inputs, outputs;
+  std::vector<std::pair<int64_t, int64_t>> donations;  // (output, input)
+  std::vector<Thunk> thunks;
+
+  // The slot with `role` (and `index` for per-parameter roles), or null.
+  const PlanSlot* FindInput(std::string_view role, int64_t index = -1) const;
+  const PlanSlot* FindOutput(std::string_view role, int64_t index = -1) const;
+  // Number of thunks of each kind, in ThunkKind order.
+  std::array<int64_t, 6> CountByKind() const;
+};
+
+// One entry of the plan section. Errors start with "plan entry NAME".
+StatusOr<EntryPlan> ReadEntryPlan(const nlohmann::json& entry);
+// Every entry of an artifact's plan section.
+StatusOr<std::vector<EntryPlan>> ReadPlan(const nlohmann::json& plan);
+
+// Where one kernel's code is in the artifact (the manifest's "kernels").
+struct KernelImage {
+  std::string entry, name;
+  int64_t ptx_offset = 0, ptx_size = 0;
+  std::optional<std::pair<int64_t, int64_t>> cubin;  // offset, size
+  int64_t registers = 0;
+};
+
+// The manifest's kernel index, checked against the sizes of the ptx and
+// cubin sections (cubin_bytes 0 when the section is absent).
+StatusOr<std::vector<KernelImage>> ReadKernelIndex(const nlohmann::json& manifest,
+                                                   int64_t ptx_bytes, int64_t cubin_bytes);
+
+}  // namespace gptc::rt::gpu
+
+#endif  // GPTC_RUNTIME_GPU_PLAN_READER_H_

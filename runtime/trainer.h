@@ -1,0 +1,70 @@
+// The device-agnostic trainer: what gptrun's train loop needs from a device.
+//
+//   std::unique_ptr<Trainer> t = ...;  // CpuTrainer, or gpu::GpuTrainer
+//   StatusOr<StepResult> r = t->Step(micro_batches, lr);
+//
+// A trainer owns the training state (parameters, AdamW moments) wherever its
+// device keeps it, initializes it from the program's ParamSpecs with the
+// counter-based rules of runtime/init.h (so every device starts from the same
+// weights for the same seed), and exports/imports it as host values for
+// checkpoints.
+#ifndef GPTC_RUNTIME_TRAINER_H_
+#define GPTC_RUNTIME_TRAINER_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compiler/eval/literal.h"
+#include "compiler/support/status.h"
+#include "passes/train_step.h"
+
+namespace gptc::rt {
+
+// One micro-batch: tokens and next-token targets, s32[B, T] row-major.
+struct MicroBatch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> targets;
+};
+
+struct StepResult {
+  double loss = 0;       // mean over the micro-batches
+  double grad_norm = 0;  // global norm before clipping
+};
+
+// The state a checkpoint holds, on the host; vectors parallel to program->params.
+struct TrainerState {
+  int64_t steps_done = 0;
+  std::vector<std::vector<float>> values, adam_m, adam_v;
+};
+
+class Trainer {
+ public:
+  virtual ~Trainer() = default;
+
+  // Where the trainer runs, for the log's first line ("cpu (reference evaluator)",
+  // "gpu 0 (NVIDIA H100 80GB HBM3, sm_90, 79.2 GiB free)").
+  virtual std::string DeviceDescription() const = 0;
+  // The device's name ("NVIDIA H100 80GB HBM3"; "cpu"), e.g. for KnownPeakTflops.
+  virtual std::string DeviceName() const = 0;
+
+  // One optimizer step over grad_accum micro-batches (exactly that many).
+  virtual StatusOr<StepResult> Step(std::span<const MicroBatch> micro_batches, double lr) = 0;
+
+  // Runs an entry that updates no state (the sampling entry `logits`) on the
+  // current parameters and `batch`'s tokens; returns its outputs in order.
+  virtual StatusOr<std::vector<eval::Literal>> Evaluate(const passes::TrainEntry& entry,
+                                                        const MicroBatch& batch) = 0;
+
+  virtual int64_t steps_done() const = 0;
+
+  // The parameters, moments and step count as host values (f32), and back.
+  // Import checks the shapes against the program's parameters.
+  virtual StatusOr<TrainerState> ExportState() = 0;
+  virtual Status ImportState(const TrainerState& state) = 0;
+};
+
+}  // namespace gptc::rt
+
+#endif  // GPTC_RUNTIME_TRAINER_H_

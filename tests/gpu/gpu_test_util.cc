@@ -1,0 +1,239 @@
+#include "tests/gpu/gpu_test_util.h"
+
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+
+#include "compiler/eval/evaluator.h"
+#include "compiler/ir/computation.h"
+#include "passes/train_step.h"
+
+namespace gptc::rt::gpu::testing {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> TinyArtifactCandidates() {
+  std::vector<std::string> out;
+  if (const char* env = std::getenv("GPTC_GPU_TEST_ARTIFACT"); env != nullptr && *env != '\0') {
+    out.emplace_back(env);
+  }
+#ifdef GPTC_GPU_TEST_ARTIFACT
+  out.emplace_back(GPTC_GPU_TEST_ARTIFACT);
+#endif
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {  // next to the binary, or one folder up (scripts/gpu-bundle's .gpu/bin/)
+    out.push_back((exe.parent_path() / kTinyArtifactName).string());
+    out.push_back((exe.parent_path().parent_path() / kTinyArtifactName).string());
+  }
+  return out;
+}
+
+namespace {
+
+StatusOr<Tiny> Load() {
+  Tiny t;
+  std::vector<std::string> candidates = TinyArtifactCandidates();
+  for (const std::string& c : candidates) {
+    if (fs::exists(c)) {
+      t.path = c;
+      break;
+    }
+  }
+  if (t.path.empty()) {
+    const std::string tried = fmt::format("{}", fmt::join(candidates, ", "));
+    return Error(
+        "no test artifact (tried {}); compile one with gptc compile --model gpt2-tiny "
+        "--batch 2 --seq 64 -o {} and set GPTC_GPU_TEST_ARTIFACT",
+        tried, kTinyArtifactName);
+  }
+  ASSIGN_OR_RETURN(t.artifact, ReadArtifact(t.path));
+  ASSIGN_OR_RETURN(t.loaded, LoadProgram(t.artifact, t.path));
+  ASSIGN_OR_RETURN(std::vector<EntryPlan> plans, ReadPlan(t.artifact.plan));
+  for (const passes::TrainEntry& entry : t.loaded.program.entries) {
+    auto it = std::find_if(plans.begin(), plans.end(),
+                           [&](const EntryPlan& p) { return p.name == entry.name; });
+    if (it == plans.end()) return Error("{}: the plan has no entry {}", t.path, entry.name);
+    t.plans.push_back(*it);
+    ASSIGN_OR_RETURN(
+        passes::BufferAssignment ba,
+        passes::AssignBuffers(*entry.module, passes::DonationOptions(entry.signature)));
+    t.assignments.push_back(std::move(ba));
+  }
+  return t;
+}
+
+}  // namespace
+
+const Tiny* LoadTiny(std::string* why) {
+  static const StatusOr<Tiny>* tiny = new StatusOr<Tiny>(Load());
+  if (!tiny->ok()) {
+    *why = tiny->status().message();
+    return nullptr;
+  }
+  return &tiny->value();
+}
+
+bool HaveGpu() { return CountDevices() > 0; }
+
+std::string NoGpuReason() {
+  Status s = CheckGpuAvailable();
+  return s.ok() ? "a GPU is present" : s.message();
+}
+
+StatusOr<std::vector<eval::Literal>> EvaluateInstruction(const ir::Instruction& inst,
+                                                         std::span<const eval::Literal> operands) {
+  // A computation of its own: parameters for the operands, then a copy of `inst`.
+  ir::Computation c("single." + inst.name());
+  std::vector<ir::Instruction*> params;
+  for (int64_t i = 0; i < inst.operand_count(); ++i) {
+    ir::Attrs attrs;
+    attrs.index = i;
+    params.push_back(c.AddInstruction(std::make_unique<ir::Instruction>(
+        fmt::format("p{}", i), ir::Opcode::kParameter, inst.operand(i)->shape(),
+        std::vector<ir::Instruction*>{}, attrs)));
+  }
+  auto copy = std::make_unique<ir::Instruction>(inst.name(), inst.opcode(), inst.shape(), params,
+                                                inst.attrs());
+  copy->set_called_computation(inst.called_computation());
+  c.set_root(c.AddInstruction(std::move(copy)));
+  ASSIGN_OR_RETURN(eval::Literal result, eval::EvaluateComputation(c, operands));
+  std::vector<eval::Literal> out;
+  if (result.shape.is_tuple()) {
+    out = std::move(result.elements);
+  } else {
+    out.push_back(std::move(result));
+  }
+  return out;
+}
+
+Comparison Compare(std::span<const double> gpu, std::span<const double> ref, double rtol) {
+  Comparison c;
+  double sum_sq = 0;
+  int64_t finite = 0;
+  for (double r : ref) {
+    if (std::isfinite(r)) {
+      sum_sq += r * r;
+      ++finite;
+    }
+  }
+  const double rms = finite > 0 ? std::sqrt(sum_sq / finite) : 0;
+  for (size_t i = 0; i < ref.size() && i < gpu.size(); ++i) {
+    const double g = gpu[i], r = ref[i];
+    double err = 0;
+    if (std::isnan(r) || std::isnan(g)) {
+      err = std::isnan(r) && std::isnan(g) ? 0 : INFINITY;
+    } else if (std::isinf(r) || std::isinf(g)) {
+      err = g == r ? 0 : INFINITY;
+    } else {
+      const double scale = std::abs(r) + rms;
+      err = scale > 0 ? std::abs(g - r) / scale : std::abs(g - r);
+    }
+    if (c.worst_index < 0 || err > c.worst) {
+      c.worst = err;
+      c.worst_index = static_cast<int64_t>(i);
+      c.gpu = g;
+      c.ref = r;
+    }
+    if (err > rtol) {
+      if (c.failures == 0) c.first_failure = static_cast<int64_t>(i);
+      ++c.failures;
+    }
+  }
+  if (gpu.size() != ref.size()) c.failures += 1;
+  return c;
+}
+
+double DefaultRtol(ir::DType dtype) {
+  double scale = 1;
+  if (const char* env = std::getenv("GPTC_GPU_TEST_RTOL_SCALE")) scale = std::atof(env);
+  switch (dtype) {
+    case ir::DType::kBF16:
+      return 2e-2 * scale;
+    case ir::DType::kF16:
+      return 5e-3 * scale;
+    case ir::DType::kF32:
+      return 1e-4 * scale;
+    default:
+      return 0;
+  }
+}
+
+StatusOr<std::unique_ptr<GpuHarness>> GpuHarness::Create(const Tiny& tiny) {
+  std::unique_ptr<GpuHarness> h(new GpuHarness());
+  ASSIGN_OR_RETURN(h->device_, OpenDevice(0));
+  RETURN_IF_ERROR(CheckTargetRuns(tiny.artifact.manifest.value("target", ""), h->device_.capability,
+                                  h->device_.name, tiny.path));
+  ASSIGN_OR_RETURN(const DriverApi* cu, GetDriverApi());
+  ASSIGN_OR_RETURN(h->lt_, GetCublasLt());
+  if (cublasStatus_t s = h->lt_->Create(&h->lt_handle_); s != CUBLAS_STATUS_SUCCESS) {
+    h->lt_handle_ = nullptr;
+    return Error("cublasLtCreate: {}", h->lt_->StatusText(s));
+  }
+  RETURN_IF_ERROR(CudaCheck(cudaStreamCreateWithFlags(&h->stream_, cudaStreamNonBlocking),
+                            "cudaStreamCreateWithFlags"));
+  ASSIGN_OR_RETURN(h->modules_, KernelModules::Load(*cu, tiny.artifact, tiny.path, h->device_));
+  constexpr size_t kWorkspace = 32 << 20;
+  RETURN_IF_ERROR(CudaCheck(cudaMalloc(&h->workspace_, kWorkspace), "cudaMalloc(workspace)"));
+  ExecutorResources resources{.cu = cu,
+                              .lt = h->lt_,
+                              .lt_handle = h->lt_handle_,
+                              .modules = h->modules_.get(),
+                              .workspace = h->workspace_,
+                              .workspace_bytes = kWorkspace};
+  for (const EntryPlan& plan : tiny.plans) {
+    void* arena = nullptr;
+    RETURN_IF_ERROR(CudaCheck(cudaMalloc(&arena, std::max<int64_t>(plan.arena_size, 256)),
+                              "cudaMalloc(arena of " + plan.name + ")"));
+    h->arenas_.push_back(arena);
+    RETURN_IF_ERROR(CudaCheck(cudaMemset(arena, 0, plan.arena_size), "cudaMemset(arena)"));
+    ASSIGN_OR_RETURN(std::unique_ptr<EntryExecutor> ex,
+                     EntryExecutor::Create(resources, plan, static_cast<char*>(arena),
+                                           {.allow_unsupported = true}));
+    h->executors_.push_back(std::move(ex));
+  }
+  return h;
+}
+
+GpuHarness::~GpuHarness() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  executors_.clear();
+  modules_.reset();
+  for (void* a : arenas_) cudaFree(a);
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  if (lt_handle_ != nullptr) lt_->Destroy(lt_handle_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+Status GpuHarness::Upload(size_t e, const ArenaSlice& slice, const std::string& bytes) {
+  if (static_cast<int64_t>(bytes.size()) > slice.size) {
+    return Error("upload of {} bytes into a slice of {}", bytes.size(), slice.size);
+  }
+  RETURN_IF_ERROR(CudaCheck(cudaMemcpyAsync(executors_[e]->At(slice), bytes.data(), bytes.size(),
+                                            cudaMemcpyHostToDevice, stream_),
+                            "cudaMemcpyAsync(upload)"));
+  return CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize(upload)");
+}
+
+StatusOr<std::string> GpuHarness::Download(size_t e, const ArenaSlice& slice) {
+  std::string bytes(slice.size, '\0');
+  RETURN_IF_ERROR(CudaCheck(cudaMemcpyAsync(bytes.data(), executors_[e]->At(slice), bytes.size(),
+                                            cudaMemcpyDeviceToHost, stream_),
+                            "cudaMemcpyAsync(download)"));
+  RETURN_IF_ERROR(CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize(download)"));
+  return bytes;
+}
+
+Status GpuHarness::Run(size_t e, const std::vector<size_t>& indices) {
+  for (size_t i : indices) {
+    RETURN_IF_ERROR(executors_[e]->RunThunk(i, stream_));
+    RETURN_IF_ERROR(CudaCheck(cudaStreamSynchronize(stream_),
+                              executors_[e]->plan().thunks[i].Describe() + ": synchronize"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace gptc::rt::gpu::testing

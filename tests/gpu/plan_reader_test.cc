@@ -1,0 +1,266 @@
+// The GPU runtime's reading of the artifact, without a GPU: gemm descriptors
+// into cuBLASLt's enums, every thunk of the gpt2-tiny plan, and the plan ->
+// executor translation checked against the buffer assignment recomputed from
+// the artifact's IR (every kernel's args are its operands' then its results'
+// slices, as many as its PTX entry declares; every gemm reads its operands'
+// slices and writes its results').
+#include "runtime/gpu/plan_reader.h"
+
+#include <cublasLt.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "compiler/ir/computation.h"
+#include "runtime/gpu/host_values.h"
+#include "runtime/gpu/kernel_modules.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace gptc::rt::gpu {
+namespace {
+
+using nlohmann::json;
+
+json Descriptor() {
+  json layout = {{"dtype", "CUDA_R_16BF"}, {"rows", 64},       {"cols", 128}, {"ld", 64},
+                 {"batch_count", 1},       {"batch_stride", 0}};
+  json d = {{"compute_type", "CUBLAS_COMPUTE_32F"},
+            {"scale_type", "CUDA_R_32F"},
+            {"transa", "CUBLAS_OP_T"},
+            {"transb", "CUBLAS_OP_N"},
+            {"m", 128},
+            {"n", 32},
+            {"k", 64},
+            {"batch_count", 1},
+            {"a", layout},
+            {"b", {{"dtype", "CUDA_R_16BF"}, {"rows", 64}, {"cols", 32}, {"ld", 64}}},
+            {"c", {{"dtype", "CUDA_R_32F"}, {"rows", 128}, {"cols", 32}, {"ld", 128}}},
+            {"d", {{"dtype", "CUDA_R_32F"}, {"rows", 128}, {"cols", 32}, {"ld", 128}}},
+            {"alpha", 1.0},
+            {"beta", 1.0},
+            {"epilogue", "CUBLASLT_EPILOGUE_GELU_AUX_BIAS"},
+            {"bias_dtype", "CUDA_R_32F"},
+            {"aux_ld", 128},
+            {"workspace_bytes", 33554432}};
+  return d;
+}
+
+TEST(GemmConfigTest, ParsesIntoCublasLtValues) {
+  StatusOr<GemmConfig> c = ParseGemmConfig(Descriptor());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->compute_type, CUBLAS_COMPUTE_32F);
+  EXPECT_EQ(c->scale_type, CUDA_R_32F);
+  EXPECT_EQ(c->transa, CUBLAS_OP_T);
+  EXPECT_EQ(c->transb, CUBLAS_OP_N);
+  EXPECT_EQ(c->m, 128);
+  EXPECT_EQ(c->n, 32);
+  EXPECT_EQ(c->k, 64);
+  EXPECT_EQ(c->a.dtype, CUDA_R_16BF);
+  EXPECT_EQ(c->a.ld, 64);
+  EXPECT_EQ(c->d.dtype, CUDA_R_32F);
+  EXPECT_EQ(c->epilogue, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+  EXPECT_EQ(c->epilogue_name, "CUBLASLT_EPILOGUE_GELU_AUX_BIAS");
+  ASSERT_TRUE(c->bias_dtype.has_value());
+  EXPECT_EQ(*c->bias_dtype, CUDA_R_32F);
+  EXPECT_TRUE(c->reads_bias);
+  EXPECT_FALSE(c->writes_bias);
+  EXPECT_TRUE(c->writes_aux);
+  EXPECT_EQ(c->aux_ld, 128);
+  EXPECT_EQ(c->beta, 1.0);
+  EXPECT_EQ(c->workspace_bytes, 32 << 20);
+  EXPECT_NE(c->Summary().find("m=128 n=32 k=64"), std::string::npos) << c->Summary();
+}
+
+TEST(GemmConfigTest, ErrorsNameTheField) {
+  json d = Descriptor();
+  d["epilogue"] = "CUBLASLT_EPILOGUE_RELU";
+  StatusOr<GemmConfig> c = ParseGemmConfig(d);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "descriptor.epilogue: 'CUBLASLT_EPILOGUE_RELU' is not a value this runtime knows");
+  d = Descriptor();
+  d["a"]["rows"] = 65;  // op(A) must be m x k: A is k x m with transa T
+  d["a"]["ld"] = 65;
+  c = ParseGemmConfig(d);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "descriptor.a is 65x128, the problem needs 64x128");
+  d = Descriptor();
+  d.erase("m");
+  c = ParseGemmConfig(d);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "descriptor has no 'm'");
+}
+
+json Entry(json thunk) {
+  return {{"name", "e"},
+          {"arena_size", 4096},
+          {"inputs", json::array()},
+          {"outputs", json::array()},
+          {"donations", json::array()},
+          {"thunks", json::array({std::move(thunk)})}};
+}
+
+TEST(PlanReaderTest, ConstantsCopiesAndAllReduces) {
+  StatusOr<EntryPlan> p = ReadEntryPlan(Entry({{"kind", "constant"},
+                                               {"name", "c"},
+                                               {"dtype", "bf16"},
+                                               {"values", {0.5}},
+                                               {"dst", {{"offset", 256}, {"size", 8}}}}));
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  const auto& c = std::get<ConstantThunk>(p->thunks[0].body);
+  EXPECT_EQ(c.bytes, EncodeValues(ir::DType::kBF16, std::vector<double>(4, 0.5)));  // a splat
+  p = ReadEntryPlan(Entry({{"kind", "copy"},
+                           {"name", "donation.out1.in2"},
+                           {"src", {{"offset", 0}, {"size", 64}}},
+                           {"dst", {{"offset", 256}, {"size", 64}}},
+                           {"bytes", 64},
+                           {"reason", "read later"}}));
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(std::get<CopyThunk>(p->thunks[0].body).dst.offset, 256);
+  p = ReadEntryPlan(Entry({{"kind", "all_reduce"},
+                           {"name", "ar"},
+                           {"reduce", "sum"},
+                           {"dtype", "f32"},
+                           {"count", 16},
+                           {"in", {{"offset", 0}, {"size", 64}}},
+                           {"out", {{"offset", 0}, {"size", 64}}}}));
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(std::get<AllReduceThunk>(p->thunks[0].body).count, 16);
+}
+
+TEST(PlanReaderTest, ErrorsNameTheThunk) {
+  StatusOr<EntryPlan> p = ReadEntryPlan(Entry({{"kind", "copy"},
+                                               {"name", "x"},
+                                               {"src", {{"offset", 4000}, {"size", 512}}},
+                                               {"dst", {{"offset", 0}, {"size", 512}}},
+                                               {"bytes", 512}}));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(),
+            "plan entry e thunk 0.src: slice [4000, +512) is outside the arena of 4096 bytes");
+  p = ReadEntryPlan(Entry({{"kind", "memset"}, {"name", "x"}}));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(), "plan entry e thunk 0 (x): unknown thunk kind 'memset'");
+  p = ReadEntryPlan(Entry({{"kind", "constant"},
+                           {"name", "c"},
+                           {"dtype", "f32"},
+                           {"values", {1, 2, 3}},
+                           {"dst", {{"offset", 0}, {"size", 8}}}}));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(),
+            "plan entry e thunk 0 (c): 3 values for a slice of 2 f32 elements");
+}
+
+const testing::Tiny& TinyOrSkip() {
+  std::string why;
+  const testing::Tiny* tiny = testing::LoadTiny(&why);
+  if (tiny == nullptr) {
+    ADD_FAILURE() << why;
+    static testing::Tiny empty;
+    return empty;
+  }
+  return *tiny;
+}
+
+// Every thunk of every entry against the buffer assignment of the IR.
+TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
+  const testing::Tiny& tiny = TinyOrSkip();
+  ASSERT_FALSE(tiny.plans.empty());
+  const nlohmann::json& counts = tiny.artifact.manifest["thunks"];
+  std::map<std::string, int64_t> seen;
+  const std::string& ptx = *tiny.artifact.Find("ptx");
+  StatusOr<std::vector<KernelImage>> images =
+      ReadKernelIndex(tiny.artifact.manifest, static_cast<int64_t>(ptx.size()),
+                      tiny.artifact.Find("cubin") ? tiny.artifact.Find("cubin")->size() : 0);
+  ASSERT_TRUE(images.ok()) << images.status().message();
+  for (size_t e = 0; e < tiny.plans.size(); ++e) {
+    const EntryPlan& plan = tiny.plans[e];
+    const passes::BufferAssignment& ba = tiny.assignments[e];
+    const passes::TrainEntry& entry = tiny.loaded.program.entries[e];
+    const ir::Computation& c = *entry.module->entry();
+    EXPECT_EQ(plan.arena_size, ba.arena_size()) << plan.name;
+    std::vector<ir::Instruction*> params = c.parameters();
+    ASSERT_EQ(plan.inputs.size(), params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      StatusOr<passes::Slice> s = ba.GetSlice(params[i]);
+      ASSERT_TRUE(s.ok());
+      EXPECT_EQ(plan.inputs[i].slice, (ArenaSlice{s->offset, s->size})) << plan.inputs[i].name;
+    }
+    for (const Thunk& t : plan.thunks) {
+      ++seen[std::string(ThunkKindName(t.kind))];
+      const ir::Instruction* inst = c.FindInstruction(t.instruction());
+      if (t.kind == ThunkKind::kCopy) continue;  // donation copies name no instruction
+      ASSERT_NE(inst, nullptr) << t.Describe();
+      std::vector<ArenaSlice> operands, results;
+      for (int64_t i = 0; i < inst->operand_count(); ++i) {
+        StatusOr<passes::Slice> s = ba.GetSlice(inst->operand(i));
+        ASSERT_TRUE(s.ok()) << t.Describe();
+        operands.push_back({s->offset, s->size});
+      }
+      StatusOr<std::vector<passes::Slice>> rs = ba.GetSlices(inst);
+      ASSERT_TRUE(rs.ok()) << t.Describe();
+      for (const passes::Slice& s : *rs) results.push_back({s.offset, s.size});
+      auto is_operand = [&](const ArenaSlice& s) {
+        return std::find(operands.begin(), operands.end(), s) != operands.end();
+      };
+      auto is_result = [&](const ArenaSlice& s) {
+        return std::find(results.begin(), results.end(), s) != results.end();
+      };
+      if (t.kind == ThunkKind::kKernel) {
+        // Note [kernel ABI]: operands, then results, in order.
+        std::vector<ArenaSlice> abi = operands;
+        abi.insert(abi.end(), results.begin(), results.end());
+        EXPECT_EQ(std::get<KernelThunk>(t.body).args, abi) << t.Describe();
+        auto image = std::find_if(images->begin(), images->end(), [&](const KernelImage& k) {
+          return k.entry == plan.name && k.name == t.name;
+        });
+        ASSERT_NE(image, images->end()) << t.Describe() << " is not in the kernel index";
+        EXPECT_EQ(CountPtxParams(std::string_view(ptx).substr(image->ptx_offset, image->ptx_size),
+                                 t.name),
+                  static_cast<int64_t>(abi.size()))
+            << t.Describe();
+      } else if (t.kind == ThunkKind::kGemm) {
+        const auto& g = std::get<GemmThunk>(t.body);
+        EXPECT_TRUE(is_operand(g.a)) << t.Describe();
+        EXPECT_TRUE(is_operand(g.b)) << t.Describe();
+        EXPECT_TRUE(is_result(g.d)) << t.Describe();
+        EXPECT_TRUE(g.c == g.d || is_operand(g.c)) << t.Describe();
+        EXPECT_EQ(g.config.beta != 0, !(g.c == g.d) || is_operand(g.c)) << t.Describe();
+        if (g.bias) {
+          EXPECT_TRUE(g.config.writes_bias ? is_result(*g.bias) : is_operand(*g.bias))
+              << t.Describe();
+        }
+        if (g.aux) {
+          EXPECT_TRUE(is_result(*g.aux)) << t.Describe();
+        }
+      }
+    }
+  }
+  for (const auto& [kind, n] : seen) {
+    EXPECT_EQ(counts.value(kind, int64_t{0}), n) << kind;
+  }
+}
+
+TEST(PlanReaderTest, KernelIndexRejectsOutOfRangeCode) {
+  json manifest = {
+      {"kernels", {{{"entry", "e"}, {"name", "k"}, {"ptx_offset", 10}, {"ptx_size", 100}}}}};
+  StatusOr<std::vector<KernelImage>> images = ReadKernelIndex(manifest, 50, 0);
+  ASSERT_FALSE(images.ok());
+  EXPECT_EQ(images.status().message(),
+            "manifest kernels[0] (k): PTX [10, +100) is outside the ptx section of 50 bytes");
+}
+
+TEST(HostValuesTest, RoundTrip) {
+  std::vector<double> v = {0, 1.5, -2.25, 3};
+  for (ir::DType d : {ir::DType::kF32, ir::DType::kBF16, ir::DType::kF16}) {
+    EXPECT_EQ(DecodeValues(d, EncodeValues(d, v)), v) << ir::DTypeName(d);
+  }
+  std::vector<double> ints = {0, -7, 123456, 3};
+  EXPECT_EQ(DecodeValues(ir::DType::kS32, EncodeValues(ir::DType::kS32, ints)), ints);
+  EXPECT_EQ(DecodeValues(ir::DType::kPred, EncodeValues(ir::DType::kPred, v)),
+            (std::vector<double>{0, 1, 1, 1}));
+  EXPECT_EQ(EncodeValues(ir::DType::kBF16, std::vector<double>{1.0}), std::string("\x80\x3f", 2));
+}
+
+}  // namespace
+}  // namespace gptc::rt::gpu

@@ -1,0 +1,162 @@
+// Every kernel and every gemm of the gpt2-tiny artifact on the GPU against
+// the reference evaluator, one instruction at a time: random values in the
+// operand slices, the instruction's thunks run by the executor (all kernels
+// of a multi-kernel instruction, in order: Note [multi-kernel instructions]),
+// the result slices read back and compared with the evaluator run on the
+// instruction (its fused computation) from the artifact's IR. Two input sets:
+// normal(0, 1), and positive values (so that sqrt, log and rsqrt of inputs
+// are exercised away from NaN). Prints the worst error of every instruction.
+// Tolerances: DefaultRtol of the result's dtype, the 16-bit one for f32
+// results of instructions that touch 16-bit floats (Touches16Bit).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <random>
+
+#include "compiler/ir/computation.h"
+#include "runtime/gpu/host_values.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace gptc::rt::gpu::testing {
+namespace {
+
+// The thunks of one entry instruction, in plan order.
+struct Group {
+  std::string instruction;
+  ThunkKind kind;
+  std::vector<size_t> thunks;
+};
+
+std::vector<Group> Groups(const EntryPlan& plan, ThunkKind kind) {
+  std::vector<Group> out;
+  std::map<std::string, size_t> index;
+  for (const Thunk& t : plan.thunks) {
+    if (t.kind != kind) continue;
+    auto [it, inserted] = index.try_emplace(t.instruction(), out.size());
+    if (inserted) out.push_back({t.instruction(), kind, {}});
+    out[it->second].thunks.push_back(static_cast<size_t>(t.index));
+  }
+  return out;
+}
+
+enum class Inputs { kNormal, kPositive };
+
+// Whether `inst` reads or computes any 16-bit float (its operands, or any
+// value of its called computations). Then an f32 result may differ from the
+// evaluator's by a 16-bit rounding step: an intermediate computed in another
+// order can round to the neighbouring bf16 value, and cuBLASLt skips the bf16
+// rounding of a dot result before its epilogue (gemm_plan.h notes). Such
+// results are held to the 16-bit tolerance.
+bool Touches16Bit(const ir::Instruction& inst) {
+  auto is16 = [](const ir::Shape& s) {
+    return s.dtype() == ir::DType::kBF16 || s.dtype() == ir::DType::kF16;
+  };
+  for (const ir::Instruction* o : inst.operands()) {
+    if (!o->shape().is_tuple() && is16(o->shape())) return true;
+  }
+  if (inst.called_computation() == nullptr) return false;
+  for (const auto& i : inst.called_computation()->instructions()) {
+    if ((!i->shape().is_tuple() && is16(i->shape())) || Touches16Bit(*i)) return true;
+  }
+  return false;
+}
+
+// Runs one group on the GPU and the evaluator; returns the report line, or
+// an error that names the instruction.
+StatusOr<std::string> CheckGroup(GpuHarness& gpu, const Tiny& tiny, size_t e, const Group& g,
+                                 Inputs inputs, bool* failed) {
+  const passes::TrainEntry& entry = tiny.loaded.program.entries[e];
+  const ir::Instruction* inst = entry.module->entry()->FindInstruction(g.instruction);
+  if (inst == nullptr) return Error("%{} is not in entry {}", g.instruction, entry.name);
+  const passes::BufferAssignment& ba = tiny.assignments[e];
+  std::mt19937_64 rng(std::hash<std::string>{}(g.instruction) + static_cast<int>(inputs));
+  std::map<int64_t, std::vector<double>> by_offset;  // aliased operands share values
+  std::vector<eval::Literal> operands;
+  for (int64_t i = 0; i < inst->operand_count(); ++i) {
+    const ir::Shape& shape = inst->operand(i)->shape();
+    ASSIGN_OR_RETURN(passes::Slice slice, ba.GetSlice(inst->operand(i)));
+    auto it = by_offset.find(slice.offset);
+    if (it == by_offset.end()) {
+      eval::Literal random = eval::Literal::Random(shape, rng);
+      if (inputs == Inputs::kPositive && ir::IsFloat(shape.dtype())) {
+        for (double& v : random.values) v = 0.25 + std::abs(v);
+        random.values = DecodeValues(shape.dtype(), EncodeValues(shape.dtype(), random.values));
+      }
+      it = by_offset.emplace(slice.offset, std::move(random.values)).first;
+      RETURN_IF_ERROR(
+          gpu.Upload(e, {slice.offset, slice.size}, EncodeValues(shape.dtype(), it->second)));
+    }
+    if (static_cast<int64_t>(it->second.size()) != shape.num_elements()) {
+      return Error("%{}: operands {} shares a slice with an operand of another size", inst->name(),
+                   i);
+    }
+    operands.push_back(eval::Literal{.shape = shape, .values = it->second});
+  }
+  RETURN_IF_ERROR(gpu.Run(e, g.thunks));
+  ASSIGN_OR_RETURN(std::vector<eval::Literal> expected, EvaluateInstruction(*inst, operands));
+  ASSIGN_OR_RETURN(std::vector<passes::Slice> results, ba.GetSlices(inst));
+  if (results.size() != expected.size()) {
+    return Error("%{}: {} result slices, the evaluator gives {} results", inst->name(),
+                 results.size(), expected.size());
+  }
+  const Thunk& first = tiny.plans[e].thunks[g.thunks[0]];
+  std::string line =
+      fmt::format("{} {:<34} {:<40}", ThunkKindName(g.kind), first.name, "%" + g.instruction);
+  for (size_t r = 0; r < results.size(); ++r) {
+    const ir::Shape& shape = expected[r].shape;
+    ASSIGN_OR_RETURN(std::string bytes, gpu.Download(e, {results[r].offset, results[r].size}));
+    bytes.resize(shape.num_elements() * ir::DTypeBytes(shape.dtype()));
+    std::vector<double> got = DecodeValues(shape.dtype(), bytes);
+    const double rtol = shape.dtype() == ir::DType::kF32 && Touches16Bit(*inst)
+                            ? DefaultRtol(ir::DType::kBF16)
+                            : DefaultRtol(shape.dtype());
+    Comparison c = Compare(got, expected[r].values, rtol);
+    line +=
+        fmt::format(" | out{} {} worst {:.2e} (gpu {:.6g} ref {:.6g} at {}) tol {:.0e}{}", r,
+                    shape.ToString(), c.worst, c.gpu, c.ref, c.worst_index, rtol,
+                    c.ok() ? "" : fmt::format(" FAIL: {} of {} elements", c.failures, got.size()));
+    if (!c.ok()) *failed = true;
+  }
+  return line;
+}
+
+void CheckEntry(std::string_view entry_name, ThunkKind kind) {
+  GPTC_SKIP_WITHOUT_GPU();
+  std::string why;
+  const Tiny* tiny = LoadTiny(&why);
+  ASSERT_NE(tiny, nullptr) << why;
+  StatusOr<std::unique_ptr<GpuHarness>> gpu = GpuHarness::Create(*tiny);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().message();
+  size_t e = 0;
+  while (e < tiny->plans.size() && tiny->plans[e].name != entry_name) ++e;
+  if (e == tiny->plans.size()) GTEST_SKIP() << tiny->path << " has no entry " << entry_name;
+  std::vector<Group> groups = Groups(tiny->plans[e], kind);
+  ASSERT_FALSE(groups.empty());
+  int checked = 0;
+  for (Inputs inputs : {Inputs::kNormal, Inputs::kPositive}) {
+    std::printf("%s %s thunks, %s inputs:\n", std::string(entry_name).c_str(),
+                std::string(ThunkKindName(kind)).c_str(),
+                inputs == Inputs::kNormal ? "normal(0,1)" : "positive");
+    for (const Group& g : groups) {
+      bool failed = false;
+      StatusOr<std::string> line = CheckGroup(**gpu, *tiny, e, g, inputs, &failed);
+      if (!line.ok()) {
+        ADD_FAILURE() << line.status().message();
+        continue;
+      }
+      std::printf("  %s\n", line->c_str());
+      if (failed) ADD_FAILURE() << *line;
+      ++checked;
+    }
+  }
+  std::printf("%d instruction runs checked\n", checked);
+}
+
+TEST(ThunkTest, TrainStepKernelsMatchEvaluator) { CheckEntry("train_step", ThunkKind::kKernel); }
+TEST(ThunkTest, TrainStepGemmsMatchEvaluator) { CheckEntry("train_step", ThunkKind::kGemm); }
+TEST(ThunkTest, LogitsKernelsMatchEvaluator) { CheckEntry("logits", ThunkKind::kKernel); }
+TEST(ThunkTest, LogitsGemmsMatchEvaluator) { CheckEntry("logits", ThunkKind::kGemm); }
+
+}  // namespace
+}  // namespace gptc::rt::gpu::testing

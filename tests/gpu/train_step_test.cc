@@ -1,0 +1,215 @@
+// Whole entries on the GPU against the CPU reference device (rt::CpuTrainer
+// running the artifact's optimized IR), from the same counter-based initial
+// weights:
+//   - the sampling entry `logits` (a full forward pass);
+//   - one train step: loss, grad norm and the updated parameters;
+//   - graph replay against eager execution, and a state export/import.
+// The train-step tests need a complete artifact and skip (saying which
+// instructions lack a kernel) otherwise.
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "runtime/cpu_device.h"
+#include "runtime/gpu/gpu_trainer.h"
+#include "runtime/gpu/host_values.h"
+#include "runtime/init.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace gptc::rt::gpu::testing {
+namespace {
+
+constexpr uint64_t kSeed = 0;
+
+const Tiny* TinyOrFail() {
+  std::string why;
+  const Tiny* tiny = LoadTiny(&why);
+  EXPECT_NE(tiny, nullptr) << why;
+  return tiny;
+}
+
+std::string Incomplete(const Tiny& tiny) {
+  std::vector<std::string> what;
+  for (const EntryPlan& p : tiny.plans) {
+    for (const Thunk& t : p.thunks) {
+      if (t.kind == ThunkKind::kUnsupported) what.push_back(t.Describe());
+    }
+  }
+  return fmt::format("{}", fmt::join(what, ", "));
+}
+
+#define GPTC_SKIP_IF_INCOMPLETE(tiny)                                                       \
+  if (std::string missing = Incomplete(tiny); !missing.empty()) {                           \
+    GTEST_SKIP() << (tiny).path << " is incomplete (no kernel yet for: " << missing << ")"; \
+  }
+
+TEST(GpuEntryTest, LogitsMatchCpu) {
+  GPTC_SKIP_WITHOUT_GPU();
+  const Tiny* tiny = TinyOrFail();
+  ASSERT_NE(tiny, nullptr);
+  const passes::TrainProgram& program = tiny->loaded.program;
+  const passes::TrainEntry* logits = program.Find("logits");
+  if (logits == nullptr) GTEST_SKIP() << tiny->path << " has no logits entry";
+  size_t e = 0;
+  while (tiny->plans[e].name != "logits") ++e;
+  for (const Thunk& t : tiny->plans[e].thunks) {
+    ASSERT_NE(t.kind, ThunkKind::kUnsupported) << t.Describe();
+  }
+  StatusOr<std::unique_ptr<GpuHarness>> gpu = GpuHarness::Create(*tiny);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().message();
+  const EntryPlan& plan = tiny->plans[e];
+  // The initial parameters, as the trainers make them.
+  for (const PlanSlot& slot : plan.inputs) {
+    if (slot.role != "param") continue;
+    std::vector<float> init = InitParameter(program.params[slot.index], kSeed, slot.index);
+    std::vector<double> values(init.begin(), init.end());
+    ASSERT_TRUE((*gpu)->Upload(e, slot.slice, EncodeValues(ir::DType::kF32, values)).ok());
+  }
+  const PlanSlot* tokens = plan.FindInput("tokens");
+  ASSERT_NE(tokens, nullptr);
+  const int64_t seq = tokens->shape.dims()[1];
+  MicroBatch batch = PatternBatch(1, seq, tiny->loaded.model.vocab, 3);
+  std::vector<double> ids(batch.tokens.begin(), batch.tokens.end());
+  ASSERT_TRUE((*gpu)->Upload(e, tokens->slice, EncodeValues(ir::DType::kS32, ids)).ok());
+  std::vector<size_t> all;
+  for (size_t i = 0; i < plan.thunks.size(); ++i) all.push_back(i);
+  Status run = (*gpu)->Run(e, all);
+  ASSERT_TRUE(run.ok()) << run.message();
+  const PlanSlot* out = plan.FindOutput("logits");
+  ASSERT_NE(out, nullptr);
+  StatusOr<std::string> bytes = (*gpu)->Download(e, out->slice);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+  bytes->resize(out->shape.num_elements() * ir::DTypeBytes(out->shape.dtype()));
+  std::vector<double> got = DecodeValues(out->shape.dtype(), *bytes);
+
+  CpuTrainer cpu(&program, kSeed);
+  StatusOr<std::vector<eval::Literal>> want = cpu.Evaluate(*logits, batch);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  Comparison c = Compare(got, (*want)[0].values, DefaultRtol(ir::DType::kBF16));
+  std::printf("logits %s: worst %.2e (gpu %.6g cpu %.6g at %ld), %ld of %zu beyond %.0e\n",
+              out->shape.ToString().c_str(), c.worst, c.gpu, c.ref,
+              static_cast<long>(c.worst_index), static_cast<long>(c.failures), got.size(),
+              DefaultRtol(ir::DType::kBF16));
+  EXPECT_TRUE(c.ok()) << "worst " << c.worst << " at " << c.worst_index;
+}
+
+StatusOr<std::unique_ptr<GpuTrainer>> MakeGpuTrainer(const Tiny& tiny, bool graph) {
+  GpuOptions options;
+  options.use_graph = graph;
+  return GpuTrainer::Create(tiny.artifact, tiny.path, &tiny.loaded.program, kSeed, options);
+}
+
+MicroBatch Batch(const Tiny& tiny, int64_t index) {
+  return PatternBatch(tiny.loaded.model.batch, tiny.loaded.model.seq, tiny.loaded.model.vocab,
+                      index);
+}
+
+TEST(GpuTrainStepTest, OneStepMatchesCpu) {
+  GPTC_SKIP_WITHOUT_GPU();
+  const Tiny* tiny = TinyOrFail();
+  ASSERT_NE(tiny, nullptr);
+  GPTC_SKIP_IF_INCOMPLETE(*tiny);
+  StatusOr<std::unique_ptr<GpuTrainer>> gpu = MakeGpuTrainer(*tiny, /*graph=*/false);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().message();
+  CpuTrainer cpu(&tiny->loaded.program, kSeed);
+  // Same weights before the step.
+  StatusOr<TrainerState> before_gpu = (*gpu)->ExportState();
+  StatusOr<TrainerState> before_cpu = cpu.ExportState();
+  ASSERT_TRUE(before_gpu.ok() && before_cpu.ok());
+  EXPECT_EQ(before_gpu->values, before_cpu->values);
+
+  constexpr double kLr = 1e-3;
+  std::vector<MicroBatch> micro = {Batch(*tiny, 0)};
+  StatusOr<StepResult> g = (*gpu)->Step(micro, kLr);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  StatusOr<StepResult> c = cpu.Step(micro, kLr);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  std::printf("step 1: loss gpu %.6f cpu %.6f | grad norm gpu %.6f cpu %.6f\n", g->loss, c->loss,
+              g->grad_norm, c->grad_norm);
+  EXPECT_NEAR(g->loss, c->loss, 1e-2 * std::abs(c->loss));
+  EXPECT_NEAR(g->grad_norm, c->grad_norm, 5e-2 * std::abs(c->grad_norm));
+
+  // Adam's first step moves each weight by about lr * sign(grad): a gradient
+  // element whose sign bf16 noise flips moves 2 lr the other way, so compare
+  // the updates with lr as the unit: rarely more than lr apart, never 3 lr.
+  StatusOr<TrainerState> after_gpu = (*gpu)->ExportState();
+  StatusOr<TrainerState> after_cpu = cpu.ExportState();
+  ASSERT_TRUE(after_gpu.ok() && after_cpu.ok());
+  EXPECT_EQ(after_gpu->steps_done, 1);
+  for (size_t p = 0; p < tiny->loaded.program.params.size(); ++p) {
+    const std::vector<float>& a = after_gpu->values[p];
+    const std::vector<float>& b = after_cpu->values[p];
+    ASSERT_EQ(a.size(), b.size());
+    double worst = 0;
+    int64_t far = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double d = std::abs(static_cast<double>(a[i]) - b[i]);
+      worst = std::max(worst, d);
+      if (d > kLr) ++far;
+    }
+    const std::string& name = tiny->loaded.program.params[p].name;
+    std::printf("  %-28s worst |gpu-cpu| %.2e (%.2f lr), %ld of %zu more than lr apart\n",
+                name.c_str(), worst, worst / kLr, static_cast<long>(far), a.size());
+    EXPECT_LT(worst, 3 * kLr) << name;
+    EXPECT_LE(far, static_cast<int64_t>(a.size() / 100 + 1)) << name;
+  }
+}
+
+TEST(GpuTrainStepTest, GraphReplayMatchesEager) {
+  GPTC_SKIP_WITHOUT_GPU();
+  const Tiny* tiny = TinyOrFail();
+  ASSERT_NE(tiny, nullptr);
+  GPTC_SKIP_IF_INCOMPLETE(*tiny);
+  StatusOr<std::unique_ptr<GpuTrainer>> graph = MakeGpuTrainer(*tiny, true);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  StatusOr<std::unique_ptr<GpuTrainer>> eager = MakeGpuTrainer(*tiny, false);
+  ASSERT_TRUE(eager.ok()) << eager.status().message();
+  for (int64_t s = 0; s < 3; ++s) {  // step 1 eager in both; steps 2, 3 replay the graph
+    std::vector<MicroBatch> micro = {Batch(*tiny, s)};
+    const double lr = 1e-3 * (s + 1);  // the graph must read the new lr each step
+    StatusOr<StepResult> a = (*graph)->Step(micro, lr);
+    StatusOr<StepResult> b = (*eager)->Step(micro, lr);
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    ASSERT_TRUE(b.ok()) << b.status().message();
+    std::printf("step %ld: loss graph %.7f eager %.7f | norm graph %.7f eager %.7f\n",
+                static_cast<long>(s + 1), a->loss, b->loss, a->grad_norm, b->grad_norm);
+    // Identical work; only float atomics (the embedding gradient) may reorder sums.
+    EXPECT_NEAR(a->loss, b->loss, 1e-5 * std::abs(b->loss));
+    EXPECT_NEAR(a->grad_norm, b->grad_norm, 1e-4 * std::abs(b->grad_norm));
+  }
+  StatusOr<TrainerState> a = (*graph)->ExportState();
+  StatusOr<TrainerState> b = (*eager)->ExportState();
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (size_t p = 0; p < a->values.size(); ++p) {
+    Comparison c = Compare(std::vector<double>(a->values[p].begin(), a->values[p].end()),
+                           std::vector<double>(b->values[p].begin(), b->values[p].end()), 1e-4);
+    EXPECT_TRUE(c.ok()) << tiny->loaded.program.params[p].name << " worst " << c.worst;
+  }
+}
+
+TEST(GpuTrainStepTest, StateExportImportContinuesIdentically) {
+  GPTC_SKIP_WITHOUT_GPU();
+  const Tiny* tiny = TinyOrFail();
+  ASSERT_NE(tiny, nullptr);
+  GPTC_SKIP_IF_INCOMPLETE(*tiny);
+  StatusOr<std::unique_ptr<GpuTrainer>> a = MakeGpuTrainer(*tiny, true);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  std::vector<MicroBatch> first = {Batch(*tiny, 0)}, second = {Batch(*tiny, 1)};
+  ASSERT_TRUE((*a)->Step(first, 1e-3).ok());
+  StatusOr<TrainerState> state = (*a)->ExportState();
+  ASSERT_TRUE(state.ok()) << state.status().message();
+  StatusOr<std::unique_ptr<GpuTrainer>> b = MakeGpuTrainer(*tiny, true);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  Status imported = (*b)->ImportState(*state);
+  ASSERT_TRUE(imported.ok()) << imported.message();
+  EXPECT_EQ((*b)->steps_done(), 1);
+  StatusOr<StepResult> ra = (*a)->Step(second, 1e-3);
+  StatusOr<StepResult> rb = (*b)->Step(second, 1e-3);
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_NEAR(ra->loss, rb->loss, 1e-5 * std::abs(ra->loss));
+}
+
+}  // namespace
+}  // namespace gptc::rt::gpu::testing

@@ -1,0 +1,68 @@
+#include "tools/gptrun/devices.h"
+
+#include "runtime/cpu_device.h"
+#if GPTC_HAVE_GPU
+#include "runtime/gpu/gpu_trainer.h"
+#endif
+
+namespace gptc::tools {
+
+bool HaveGpuDevice() { return GPTC_HAVE_GPU != 0; }
+
+ChosenDevice ChooseDevice(const RunOptions& o, const rt::LoadedProgram& loaded) {
+  if (!o.device.empty()) return {o.device, ""};
+#if GPTC_HAVE_GPU
+  if (rt::gpu::CountDevices() == 0) return {"cpu", ""};
+  if (!loaded.model.complete) {
+    return {"cpu", fmt::format("note: a GPU is present but {} is incomplete (some instructions "
+                               "have no kernel yet): running on the CPU device",
+                               o.artifact)};
+  }
+  if (loaded.program.grad_accum != 1) {
+    return {"cpu", fmt::format("note: a GPU is present but {} has grad-accum {}, which the GPU "
+                               "device does not run yet: running on the CPU device",
+                               o.artifact, loaded.program.grad_accum)};
+  }
+  return {"gpu", ""};
+#else
+  return {"cpu", ""};
+#endif
+}
+
+StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, const RunOptions& o,
+                                                   const rt::Artifact& artifact,
+                                                   const passes::TrainProgram* program) {
+  if (device == "cpu") {
+    if (o.profile) return Error("--profile needs the GPU device (--device gpu)");
+    return std::unique_ptr<rt::Trainer>(new rt::CpuTrainer(program, o.seed));
+  }
+#if GPTC_HAVE_GPU
+  rt::gpu::GpuOptions g{.device = o.gpu,
+                        .use_graph = !o.no_graph,
+                        .profile = o.profile,
+                        .sync_each_thunk = o.debug_sync};
+  ASSIGN_OR_RETURN(std::unique_ptr<rt::gpu::GpuTrainer> t,
+                   rt::gpu::GpuTrainer::Create(artifact, o.artifact, program, o.seed, g));
+  return std::unique_ptr<rt::Trainer>(std::move(t));
+#else
+  return Error(
+      "--device gpu: this gptrun was built without the CUDA toolkit (no GPU device); "
+      "use --device cpu");
+#endif
+}
+
+std::string LoadSummary(rt::Trainer& trainer) {
+#if GPTC_HAVE_GPU
+  if (auto* g = dynamic_cast<rt::gpu::GpuTrainer*>(&trainer)) return g->LoadSummary();
+#endif
+  return "";
+}
+
+std::string ProfileReport(rt::Trainer& trainer) {
+#if GPTC_HAVE_GPU
+  if (auto* g = dynamic_cast<rt::gpu::GpuTrainer*>(&trainer)) return g->ProfileReport();
+#endif
+  return "";
+}
+
+}  // namespace gptc::tools

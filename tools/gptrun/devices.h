@@ -1,0 +1,43 @@
+// gptrun's devices: which one runs (--device cpu|gpu, or the default: the GPU
+// when there is one and the artifact can run on it) and how it is made.
+// The train loop only sees rt::Trainer.
+#ifndef GPTC_TOOLS_GPTRUN_DEVICES_H_
+#define GPTC_TOOLS_GPTRUN_DEVICES_H_
+
+#include <memory>
+#include <string>
+
+#include "compiler/support/status.h"
+#include "runtime/artifact.h"
+#include "runtime/program_loader.h"
+#include "runtime/trainer.h"
+#include "tools/gptrun/train_loop.h"
+
+namespace gptc::tools {
+
+// Whether this gptrun was built with the GPU device.
+bool HaveGpuDevice();
+
+struct ChosenDevice {
+  std::string name;  // "cpu" or "gpu"
+  std::string note;  // "note: ..." why the default fell back to the CPU, or empty
+};
+
+// The device to run on: options.device when given, else the GPU when one is
+// present and the artifact is complete with grad-accum 1, else the CPU.
+ChosenDevice ChooseDevice(const RunOptions& options, const rt::LoadedProgram& loaded);
+
+// The trainer of `device` for the loaded artifact. `program` must outlive it.
+StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device,
+                                                   const RunOptions& options,
+                                                   const rt::Artifact& artifact,
+                                                   const passes::TrainProgram* program);
+
+// Extra lines about a trainer after its load ("loaded: arenas ..."), or empty.
+std::string LoadSummary(rt::Trainer& trainer);
+// The --profile table of a GPU trainer, or empty.
+std::string ProfileReport(rt::Trainer& trainer);
+
+}  // namespace gptc::tools
+
+#endif  // GPTC_TOOLS_GPTRUN_DEVICES_H_
