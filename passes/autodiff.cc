@@ -216,7 +216,7 @@ StatusOr<bool> Autodiff::Run(ir::Module& module) {
 
   GradBuilder g(entry);
   g.SetScope(*root);
-  Instruction* seed = g.Full(root->shape(), 1.0);  // d loss / d loss
+  Instruction* seed = g.Full(root->shape(), options_.loss_scale);  // d loss / d loss
   RETURN_IF_ERROR(g.status());
   Backprop backprop(g, nullptr);
   ASSIGN_OR_RETURN(auto adjoints, backprop.Run(order, root, seed, sources));

@@ -31,6 +31,11 @@
 // reduce max splits the gradient equally between tied maxima; max/min give
 // ties to the first operand; strided slices fail (no rule yet).
 //
+// `loss_scale` seeds the backward with d loss / d loss = loss_scale instead
+// of 1, so every gradient comes out multiplied by it at no cost (the seed
+// folds into the first backward kernel): data parallelism seeds 1/world
+// (passes/data_parallel.h, Note [scale first]).
+//
 // Run it on the traced forward graph before any lowering; run dce after it
 // (the recomputed copies of called computations can leave dead values).
 // Running it twice fails: the root is then a tuple.
@@ -41,10 +46,18 @@
 
 namespace gptc::passes {
 
+struct AutodiffOptions {
+  double loss_scale = 1.0;
+};
+
 class Autodiff : public pass::Pass {
  public:
+  explicit Autodiff(AutodiffOptions options = {}) : options_(options) {}
   std::string_view Name() const override { return "autodiff"; }
   StatusOr<bool> Run(ir::Module& module) override;
+
+ private:
+  AutodiffOptions options_;
 };
 
 }  // namespace gptc::passes

@@ -127,7 +127,11 @@ std::string BufferKind(const BufferAssignment::Buffer& b) {
 
 }  // namespace
 
-LogicalBuffers ComputeLogicalBuffers(const ir::Computation& computation) {
+namespace {
+
+// Note [aliases], with the all-reduces of `in_place` aliasing their operand.
+LogicalBuffers BuildLogicalBuffers(const ir::Computation& computation,
+                                   const std::unordered_set<const Instruction*>& in_place) {
   LogicalBuffers lb;
   for (const auto& owned : computation.instructions()) {
     const Instruction* inst = owned.get();
@@ -153,6 +157,12 @@ LogicalBuffers ComputeLogicalBuffers(const ir::Computation& computation) {
       case Opcode::kReshape:
         leaves = lb.leaf_buffers.at(inst->operand(0));
         continue;
+      case Opcode::kAllReduce:
+        if (in_place.contains(inst)) {
+          leaves = lb.leaf_buffers.at(inst->operand(0));
+          continue;
+        }
+        break;
       default:
         break;
     }
@@ -165,6 +175,48 @@ LogicalBuffers ComputeLogicalBuffers(const ir::Computation& computation) {
     }
   }
   return lb;
+}
+
+// The all-reduces that may work in place (Note [in-place all-reduce]): the
+// operand's buffer is read by nothing else, is no parameter and no output.
+std::unordered_set<const Instruction*> InPlaceAllReduces(const ir::Computation& computation,
+                                                         const LogicalBuffers& lb) {
+  std::unordered_set<const Instruction*> candidates;
+  for (const auto& inst : computation.instructions()) {
+    if (inst->opcode() == Opcode::kAllReduce) candidates.insert(inst.get());
+  }
+  if (candidates.empty()) return candidates;
+  // readers[b]: the instructions that read buffer b (through any alias); the
+  // root tuple counts as a reader (the caller reads the outputs).
+  std::unordered_map<int64_t, std::unordered_set<const Instruction*>> readers;
+  for (const auto& inst : computation.instructions()) {
+    const Opcode op = inst->opcode();
+    const bool alias = op == Opcode::kTuple || op == Opcode::kGetTupleElement ||
+                       op == Opcode::kReshape;
+    if (alias && inst.get() != computation.root()) continue;
+    for (const Instruction* operand : inst->operands()) {
+      for (int64_t b : lb.leaf_buffers.at(operand)) readers[b].insert(inst.get());
+    }
+  }
+  std::unordered_set<const Instruction*> in_place;
+  for (const Instruction* ar : candidates) {
+    const std::vector<int64_t>& leaves = lb.leaf_buffers.at(ar->operand(0));
+    if (leaves.size() != 1) continue;
+    const Instruction* def = lb.buffers[leaves[0]].defining;
+    if (def->opcode() == Opcode::kParameter || def->opcode() == Opcode::kConstant) continue;
+    const auto& r = readers[leaves[0]];
+    if (r.size() == 1 && r.contains(ar)) in_place.insert(ar);
+  }
+  return in_place;
+}
+
+}  // namespace
+
+LogicalBuffers ComputeLogicalBuffers(const ir::Computation& computation) {
+  LogicalBuffers lb = BuildLogicalBuffers(computation, {});
+  std::unordered_set<const Instruction*> in_place = InPlaceAllReduces(computation, lb);
+  if (in_place.empty()) return lb;
+  return BuildLogicalBuffers(computation, in_place);
 }
 
 std::vector<LiveRange> ComputeLiveRanges(const ir::Computation& computation,
@@ -181,6 +233,17 @@ std::vector<LiveRange> ComputeLiveRanges(const ir::Computation& computation,
         def->opcode() == Opcode::kParameter ? LiveRange{0, end} : LiveRange{time.at(def), last[b]};
   }
   for (int64_t b : buffers.leaf_buffers.at(computation.root())) ranges[b].end = end;
+  // Note [in-place all-reduce]: an all-reduce that is not in place keeps its
+  // operand until its own result's last reader.
+  for (const auto& inst : computation.instructions()) {
+    if (inst->opcode() != Opcode::kAllReduce) continue;
+    const std::vector<int64_t>& in = buffers.leaf_buffers.at(inst->operand(0));
+    const std::vector<int64_t>& out = buffers.leaf_buffers.at(inst.get());
+    if (in == out) continue;
+    for (int64_t b : in) {
+      for (int64_t o : out) ranges[b].end = std::max(ranges[b].end, ranges[o].end);
+    }
+  }
   return ranges;
 }
 

@@ -15,7 +15,10 @@
 //   - `tuple` is its operands' buffers, `get-tuple-element` its operand's
 //     element (a tuple value is never materialized as a table of pointers);
 //   - `reshape` is a bitcast in the row-major layout, so it aliases its
-//     operand, whatever else uses the operand (values are immutable).
+//     operand, whatever else uses the operand (values are immutable);
+//   - an `all-reduce` whose operand's buffer nothing else reads (and that is
+//     neither a parameter, a constant nor an output) works in place: it
+//     aliases its operand (Note [in-place all-reduce]).
 // Every other instruction defines one buffer per array leaf of its shape
 // (a multi-output fusion defines one per output). A `copy` always defines a
 // fresh buffer: that is what it is for.
@@ -29,6 +32,16 @@
 // the caller takes them. Constants are ordinary values, written by their own
 // instruction. Buffers that a live range overlaps get disjoint, 256-byte
 // aligned ranges of the arena.
+//
+// Note [in-place all-reduce]
+// The runtime runs all-reduces asynchronously, on their own stream, grouped
+// into buckets (passes/data_parallel.h): an all-reduce may still read its
+// operand and write its result after later kernels in the order have run,
+// until the first reader of its result waits for it. So the buffers it
+// touches must stay reserved until then. In place (NCCL's sendbuff ==
+// recvbuff), its one buffer is live up to the result's last reader anyway,
+// and costs no memory; otherwise the operand's live range is extended to the
+// result's last reader.
 //
 // Note [donated buffers]
 // `donated_parameters` are inputs whose memory the caller gives up (weights

@@ -2,6 +2,7 @@
 
 #include "passes/autodiff.h"
 #include "passes/cse.h"
+#include "passes/data_parallel.h"
 #include "passes/dce.h"
 #include "passes/fusion.h"
 #include "passes/mixed_precision.h"
@@ -19,6 +20,14 @@ const pass::PassRegistry& AllPasses() {
                 [] { return std::make_unique<Autodiff>(); });
     r->Register("optimizer", "AdamW step with global-norm clipping on the autodiff output",
                 [] { return std::make_unique<Optimizer>(); });
+    r->RegisterWithOptions(
+        "data-parallel",
+        "all-reduce (sum, then 1/world) the gradients and loss: "
+        "data-parallel{world=N mode=step|accumulate|apply}",
+        [](const pass::PassOptions& options) -> StatusOr<std::unique_ptr<pass::Pass>> {
+          ASSIGN_OR_RETURN(DataParallelOptions o, ParseDataParallelOptions(options));
+          return std::unique_ptr<pass::Pass>(std::make_unique<DataParallel>(o));
+        });
     r->Register("fusion", "group instructions into kernels (loop, reduction, gemm, attention, ...)",
                 [] { return std::make_unique<Fusion>(); });
     r->Register("dce", "remove unused instructions and uncalled computations",

@@ -2,6 +2,7 @@
 
 #include "passes/autodiff.h"
 #include "passes/cse.h"
+#include "passes/data_parallel.h"
 #include "passes/dce.h"
 #include "passes/fusion.h"
 #include "passes/schedule.h"
@@ -165,8 +166,16 @@ StatusOr<TrainEntry> RunOptimizer(std::string name, std::unique_ptr<ir::Module> 
                                   const TrainStepOptions& options) {
   pass::Pipeline pipeline(name, options.pipeline);
   if (options.dumps != nullptr) pipeline.set_dump_writer(options.dumps);
+  // Autodiff ran with loss_scale 1/world: the gradients come divided already.
+  const DataParallelOptions dp{
+      .world_size = options.world_size, .mode = mode, .gradients_prescaled = true};
+  // Gradients (and the loss) are averaged over ranks before the optimizer
+  // reads them; apply's gradients are inputs the optimizer creates, so there
+  // the pass runs after it.
+  if (options.world_size > 1 && mode != OptimizerMode::kApply) pipeline.AddPass<DataParallel>(dp);
   pipeline.AddPass<Optimizer>(
       OptimizerOptions{.adamw = options.adamw, .mode = mode, .grad_accum = options.grad_accum});
+  if (options.world_size > 1 && mode == OptimizerMode::kApply) pipeline.AddPass<DataParallel>(dp);
   pipeline.AddPass<Dce>();
   if (options.optimize) {
     // Simplify and CSE before remat: CSE after remat would merge the
@@ -189,6 +198,7 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
                                          std::vector<frontend::ParamSpec> params,
                                          const TrainStepOptions& options) {
   if (options.grad_accum < 1) return Error("--grad-accum must be >= 1, got {}", options.grad_accum);
+  if (options.world_size < 1) return Error("--dp must be >= 1, got {}", options.world_size);
   const int64_t n = static_cast<int64_t>(params.size());
   std::vector<ir::Instruction*> entry_params = forward->entry()->parameters();
   for (int64_t i = 0; i < n; ++i) {
@@ -203,13 +213,17 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
   if (options.precision.policy != PrecisionPolicy::kF32) {
     gradients.AddPass<MixedPrecision>(options.precision);
   }
-  gradients.AddPass<Autodiff>();
+  // Data parallelism: seed the backward with 1/world, so every gradient comes
+  // out divided at no cost (Note [scale first] in passes/data_parallel.h).
+  gradients.AddPass<Autodiff>(
+      AutodiffOptions{.loss_scale = 1.0 / static_cast<double>(options.world_size)});
   gradients.AddPass<Dce>();
   RETURN_IF_ERROR(gradients.Run(*forward).status());
 
   TrainProgram program;
   program.params = std::move(params);
   program.grad_accum = options.grad_accum;
+  program.world_size = options.world_size;
   program.adamw = options.adamw;
   if (options.grad_accum == 1) {
     ASSIGN_OR_RETURN(TrainEntry step, RunOptimizer("train_step", std::move(forward),

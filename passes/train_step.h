@@ -2,7 +2,7 @@
 // machine-readable signature of each entry (see docs/TRAIN_STEP.md).
 //
 // Not a pass: BuildTrainProgram runs the pipeline
-//   autodiff -> dce -> optimizer -> dce
+//   autodiff -> dce -> [data-parallel] -> optimizer -> [data-parallel (apply)] -> dce
 // on a traced forward module (params..., data... -> f32[] loss) and returns
 //   grad_accum == 1: one module, entry `train_step`
 //   grad_accum  > 1: two modules, `accumulate` (once per micro-batch) and
@@ -75,6 +75,9 @@ struct TrainEntry {
 struct TrainProgram {
   std::vector<frontend::ParamSpec> params;
   int64_t grad_accum = 1;
+  // Data-parallel ranks the entries all-reduce over (passes/data_parallel.h);
+  // the traced batch is one rank's micro-batch.
+  int64_t world_size = 1;
   AdamWOptions adamw;
   // train_step; or accumulate, apply; then optionally `logits` (sampling).
   std::vector<TrainEntry> entries;
@@ -85,6 +88,10 @@ struct TrainProgram {
 struct TrainStepOptions {
   AdamWOptions adamw;
   int64_t grad_accum = 1;
+  // > 1: gradients and loss are averaged over this many data-parallel ranks
+  // (passes/data_parallel.h: before the optimizer in train_step, loss only in
+  // accumulate, the accumulators in apply).
+  int64_t world_size = 1;
   // Runs on the forward graph before autodiff (see mixed_precision.h).
   MixedPrecisionOptions precision{PrecisionPolicy::kF32};
   // After the optimizer: simplify -> cse -> dce -> remat -> fusion -> schedule

@@ -96,7 +96,9 @@ StatusOr<std::vector<eval::Literal>> CpuTrainer::Run(const passes::TrainEntry& e
                      i, slot.name, passes::SlotRoleName(slot.role));
     }
   }
-  StatusOr<eval::Literal> result = eval::Evaluate(*entry.module, args);
+  eval::EvalOptions options;
+  options.collective = collective_;
+  StatusOr<eval::Literal> result = eval::Evaluate(*entry.module, args, options);
   if (!result.ok()) {
     for (size_t i = 0; i < sig.inputs.size(); ++i) {
       if (eval::Literal* state = StateFor(sig.inputs[i])) *state = std::move(args[i]);

@@ -17,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "compiler/eval/collective.h"
 #include "compiler/eval/literal.h"
 #include "compiler/support/status.h"
 #include "passes/train_step.h"
@@ -59,6 +60,10 @@ class CpuTrainer : public Trainer {
   eval::Literal& mutable_adam_m(int64_t i) { return adam_m_[i]; }
   eval::Literal& mutable_adam_v(int64_t i) { return adam_v_[i]; }
   void set_steps_done(int64_t steps) { steps_done_ = steps; }
+  // Data parallelism: the entries' all-reduces combine with the other ranks
+  // through `collective` (runtime/communicator.h); null, the default, runs
+  // them as a single rank. Not owned; set it before the first Step.
+  void set_collective(eval::Collective* collective) { collective_ = collective; }
 
  private:
   // The literal of `slot` in the state, or nullptr for per-call inputs.
@@ -71,6 +76,7 @@ class CpuTrainer : public Trainer {
   const passes::TrainProgram* program_;
   std::vector<eval::Literal> params_, adam_m_, adam_v_, grad_acc_;
   int64_t steps_done_ = 0;
+  eval::Collective* collective_ = nullptr;
 };
 
 }  // namespace gptc::rt

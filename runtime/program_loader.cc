@@ -141,6 +141,11 @@ StatusOr<LoadedProgram> Load(const Artifact& artifact) {
   passes::TrainProgram& program = out.program;
   ASSIGN_OR_RETURN(program.grad_accum, Get<int64_t>(manifest, "grad_accum", "manifest"));
   if (program.grad_accum < 1) return Error("manifest: grad_accum {} < 1", program.grad_accum);
+  // Artifacts from before data parallelism have no world_size: one rank.
+  if (flags.contains("world_size")) {
+    ASSIGN_OR_RETURN(program.world_size, Get<int64_t>(flags, "world_size", "flags"));
+    if (program.world_size < 1) return Error("flags: world_size {} < 1", program.world_size);
+  }
   for (auto [key, field] :
        {std::pair{"weight_decay", &program.adamw.weight_decay},
         std::pair{"clip_norm", &program.adamw.clip_norm}, std::pair{"beta1", &program.adamw.beta1},

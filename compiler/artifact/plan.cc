@@ -1,7 +1,10 @@
 #include "compiler/artifact/plan.h"
 
+#include <algorithm>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "compiler/ir/computation.h"
 #include "passes/fusion.h"
@@ -61,6 +64,62 @@ StatusOr<json> GemmThunk(const Instruction& inst, const GemmPlan& plan,
   return t;
 }
 
+// The first thunk that reads `value` (through tuples, get-tuple-elements
+// and reshapes, which launch nothing), or `end` when only the caller does.
+int64_t FirstReader(const Instruction* value,
+                    const std::unordered_map<const Instruction*, int64_t>& first_thunk,
+                    int64_t end) {
+  int64_t first = end;
+  std::vector<const Instruction*> stack(value->users().begin(), value->users().end());
+  std::unordered_set<const Instruction*> seen;
+  while (!stack.empty()) {
+    const Instruction* user = stack.back();
+    stack.pop_back();
+    if (!seen.insert(user).second) continue;
+    if (auto it = first_thunk.find(user); it != first_thunk.end()) {
+      first = std::min(first, it->second);
+    } else {
+      stack.insert(stack.end(), user->users().begin(), user->users().end());
+    }
+  }
+  return first;
+}
+
+// Note [all-reduce buckets] (plan.h): packs the all_reduce thunks into buckets.
+json Buckets(json& thunks, const std::vector<std::pair<int64_t, const Instruction*>>& all_reduces,
+             const std::unordered_map<const Instruction*, int64_t>& first_thunk, int64_t end) {
+  json buckets = json::array();
+  json current;
+  int64_t bytes = 0, wait_before = end;
+  auto close = [&] {
+    if (current.is_null()) return;
+    current["bytes"] = bytes;
+    current["issue_after"] = current["members"].back();
+    current["wait_before"] = wait_before;
+    buckets.push_back(std::move(current));
+    current = json();
+  };
+  for (const auto& [index, inst] : all_reduces) {
+    const int64_t size = thunks[index]["in"]["size"].get<int64_t>();
+    // A member's result must not be read before the bucket is issued (at its
+    // last member), and a bucket stops growing at the size cap.
+    if (!current.is_null() && (index >= wait_before || bytes + size > kAllReduceBucketBytes)) {
+      close();
+    }
+    if (current.is_null()) {
+      current = json{{"id", buckets.size()}, {"members", json::array()}};
+      bytes = 0;
+      wait_before = end;
+    }
+    current["members"].push_back(index);
+    bytes += size;
+    wait_before = std::min(wait_before, FirstReader(inst, first_thunk, end));
+    thunks[index]["bucket"] = current["id"];
+  }
+  close();
+  return buckets;
+}
+
 json SlotJson(const passes::Slot& slot, const passes::Slice& s) {
   return json{{"role", passes::SlotRoleName(slot.role)},
               {"index", slot.index},
@@ -107,12 +166,16 @@ StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
   for (const codegen::SkippedFusion& s : kernels.skipped) skipped[s.fusion] = s.reason;
 
   json thunks = json::array();
+  // The first thunk of each instruction that launches work, and the all-reduces.
+  std::unordered_map<const Instruction*, int64_t> first_thunk;
+  std::vector<std::pair<int64_t, const Instruction*>> all_reduces;
   for (const auto& owned : c.instructions()) {
     const Instruction& inst = *owned;
     if (!passes::IsKernel(inst) && inst.opcode() != Opcode::kConstant &&
         inst.opcode() != Opcode::kCopy) {
       continue;  // parameters, tuples, get-tuple-elements, reshapes: no work
     }
+    first_thunk[&inst] = static_cast<int64_t>(thunks.size());
     json t;
     bool is_gemm = inst.opcode() == Opcode::kDot ||
                    (inst.opcode() == Opcode::kFusion &&
@@ -171,6 +234,7 @@ StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
                {"count", inst.shape().num_elements()},
                {"in", SliceJson(in)},
                {"out", SliceJson(out)}};
+      all_reduces.push_back({static_cast<int64_t>(thunks.size()), &inst});
     } else if (inst.opcode() == Opcode::kCopy && !inst.shape().is_tuple()) {
       ASSIGN_OR_RETURN(passes::Slice in, ba.GetSlice(inst.operand(0)));
       ASSIGN_OR_RETURN(passes::Slice out, ba.GetSlice(&inst));
@@ -189,6 +253,9 @@ StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
     ++stats.thunks[t["kind"].get<std::string>()];
     thunks.push_back(std::move(t));
   }
+  // Before the donation copies: a bucket waited for at the end of the step
+  // completes before any copy reads its results.
+  json buckets = Buckets(thunks, all_reduces, first_thunk, static_cast<int64_t>(thunks.size()));
   // Donations that could not be done in place: copy output -> parameter after the step.
   const ir::Instruction* root = c.root();
   std::vector<ir::Instruction*> params = c.parameters();
@@ -218,7 +285,8 @@ StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
   for (auto [o, i] : entry.signature.donations) donations.push_back(json::array({o, i}));
   return json{{"name", entry.name},     {"arena_size", ba.arena_size()},
               {"inputs", inputs},       {"outputs", outputs},
-              {"donations", donations}, {"thunks", std::move(thunks)}};
+              {"donations", donations}, {"thunks", std::move(thunks)},
+              {"buckets", std::move(buckets)}};
 }
 
 }  // namespace gptc::artifact

@@ -5,7 +5,7 @@
 //   kernel       a generated kernel: name, grid, block, dynamic shared memory,
 //                args (slices in KernelSpec param order, Note [kernel ABI])
 //   gemm         a cuBLASLt matmul (gemm_plan.h) with its operand slices
-//   all_reduce   an NCCL all-reduce of one buffer
+//   all_reduce   an NCCL all-reduce of one buffer, a member of a bucket
 //   copy         a donation the buffer assignment could not do in place
 //   constant     a small constant written into its slice before the step
 //   unsupported  an instruction without an emitter yet (the artifact is then
@@ -25,6 +25,23 @@
 #include "passes/train_step.h"
 
 namespace gptc::artifact {
+
+// Note [all-reduce buckets]: the IR has one all-reduce per gradient
+// (passes/data_parallel.h), placed by the schedule right after the kernel
+// that finishes the gradient. The plan packs consecutive all_reduce thunks
+// into buckets, each to be issued as one NCCL group (ncclGroupStart/End) on
+// the communication stream when the compute stream reaches its last member
+// (`issue_after`: record an event there, make the communication stream wait
+// for it), and finished before thunk `wait_before` (the first thunk that
+// reads any member's result, or the end of the step: make the compute stream
+// wait for the group's event there). A bucket grows while it stays within
+// kAllReduceBucketBytes (one larger tensor is a bucket of its own, as in
+// PyTorch DDP) and while no member's result is needed before the next
+// all-reduce is issued. Buffer assignment keeps every member's buffers
+// reserved until its result's last reader (Note [in-place all-reduce] in
+// passes/buffer_assignment.h), so running a bucket late and concurrently
+// with later kernels is safe.
+inline constexpr int64_t kAllReduceBucketBytes = int64_t{25} << 20;  // 25 MiB
 
 struct PlanStats {
   std::map<std::string, int64_t> thunks;           // by thunk kind

@@ -249,11 +249,24 @@ std::shared_ptr<Value> EvalConvert(const Context& ctx, const ir::Instruction& in
   return out;
 }
 
-std::shared_ptr<Value> EvalAllReduce(const Context& ctx, const ir::Instruction& inst,
-                                     const Value& x) {
+StatusOr<std::shared_ptr<Value>> EvalAllReduce(const Context& ctx, const ir::Instruction& inst,
+                                               const Value& x) {
+  const ir::ReduceKind kind = inst.attrs().reduce_kind;
+  if (Collective* collective = ctx.options.collective) {
+    // One rank of a real group: combine a copy of x with the other ranks'.
+    std::shared_ptr<Value> out = NewArray(ctx, inst.shape());
+    Status status = WithStorage(out->float_storage, [&](auto tag) {
+      using T = decltype(tag);
+      std::copy(x.get<T>(), x.get<T>() + x.size, out->mutable_get<T>());
+      return collective->AllReduce(kind, std::span<T>(out->mutable_get<T>(), out->size));
+    });
+    RETURN_IF_ERROR(status);
+    RoundToDType(ctx, *out);
+    return out;
+  }
   // One simulated replica holds `x`; summing world_size identical replicas
   // multiplies by world_size, and max over them is `x` itself.
-  if (inst.attrs().reduce_kind == ir::ReduceKind::kMax || ctx.options.world_size == 1) {
+  if (kind == ir::ReduceKind::kMax || ctx.options.world_size == 1) {
     return ShareArray(inst.shape(), x);
   }
   std::shared_ptr<Value> out = NewArray(ctx, inst.shape());

@@ -104,8 +104,10 @@ StatusOr<ValuePtr> EvalInstruction(const Context& ctx, const ir::Instruction& in
       ASSIGN_OR_RETURN(std::shared_ptr<Value> out, EvalScatterAdd(ctx, inst, x(0), x(1), x(2)));
       return ValuePtr(std::move(out));
     }
-    case Opcode::kAllReduce:
-      return ValuePtr(EvalAllReduce(ctx, inst, x(0)));
+    case Opcode::kAllReduce: {
+      ASSIGN_OR_RETURN(std::shared_ptr<Value> out, EvalAllReduce(ctx, inst, x(0)));
+      return ValuePtr(std::move(out));
+    }
     case Opcode::kFusion:
     case Opcode::kAttention:
     case Opcode::kSoftmaxCrossEntropy: {

@@ -13,6 +13,7 @@
 
 #include <span>
 
+#include "compiler/eval/collective.h"
 #include "compiler/eval/literal.h"
 #include "compiler/ir/module.h"
 #include "compiler/support/status.h"
@@ -21,12 +22,17 @@ namespace gptc::eval {
 
 enum class Precision { kF32, kF64 };
 
+// Note [collectives]: an all-reduce combines its operand across the
+// data-parallel ranks. With `collective` set, the evaluator is one rank: each
+// all-reduce hands its value to the collective, in instruction order, and
+// every rank must evaluate the same module so the calls pair up. Without it,
+// the evaluator simulates `world_size` identical replicas: a sum all-reduce
+// multiplies by world_size (1: identity) and max is the identity.
 struct EvalOptions {
   Precision precision = Precision::kF32;
   bool round_16bit = true;
-  // Replicas an all-reduce sums over; the evaluator runs one replica, so a
-  // sum all-reduce multiplies by 1 (identity) and max is the identity.
-  int64_t world_size = 1;
+  int64_t world_size = 1;  // ignored when `collective` is set
+  Collective* collective = nullptr;  // not owned
 };
 
 // Evaluates the entry computation of `module` on `args` (one per parameter, in

@@ -134,8 +134,8 @@ std::shared_ptr<Value> EvalCompare(const Context& ctx, const ir::Instruction& in
 std::shared_ptr<Value> EvalSelect(const Context& ctx, const ir::Instruction& inst,
                                   const Value& pred, const Value& on_true, const Value& on_false);
 std::shared_ptr<Value> EvalConvert(const Context& ctx, const ir::Instruction& inst, const Value& x);
-std::shared_ptr<Value> EvalAllReduce(const Context& ctx, const ir::Instruction& inst,
-                                     const Value& x);
+StatusOr<std::shared_ptr<Value>> EvalAllReduce(const Context& ctx, const ir::Instruction& inst,
+                                               const Value& x);
 
 // reduce.cc
 std::shared_ptr<Value> EvalReduce(const Context& ctx, const ir::Instruction& inst, const Value& x);

@@ -371,3 +371,57 @@ TEST(BufferAssignmentTest, IsDeterministic) {
 
 }  // namespace
 }  // namespace gptc::passes
+
+namespace gptc::passes {
+namespace {
+
+// Note [in-place all-reduce]: a gradient nothing else reads is reduced in
+// its own buffer, which stays live until the result's last reader.
+TEST(BufferAssignmentTest, AllReduceOfAPrivateValueWorksInPlace) {
+  auto m = ParseOrDie(R"(module m
+ENTRY %main {
+  %x = f32[256] parameter(0)
+  %g = f32[256] exp(%x)
+  %ar = f32[256] all-reduce(%g), kind=sum
+  %t = f32[256] tanh(%x)
+  %u = f32[256] neg(%t)
+  ROOT %r = f32[256] add(%ar, %u)
+}
+)");
+  BufferAssignment ba = AssignOrDie(*m);
+  ExpectValid(ba);
+  EXPECT_EQ(SliceOf(ba, *m, "ar"), SliceOf(ba, *m, "g"));
+  // Live from %g (time 1) to %r (time 5): %t and %u cannot take its memory
+  // while the all-reduce may still be running.
+  const BufferAssignment::Buffer* b = ba.GetBuffer(m->entry()->FindInstruction("g"));
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->live.start, 1);
+  EXPECT_EQ(b->live.end, 5);
+}
+
+// An operand that something else reads, or a parameter, is not overwritten;
+// the operand then stays live as long as the result.
+TEST(BufferAssignmentTest, SharedAllReduceOperandLivesAsLongAsTheResult) {
+  auto m = ParseOrDie(R"(module m
+ENTRY %main {
+  %x = f32[256] parameter(0)
+  %g = f32[256] exp(%x)
+  %ar = f32[256] all-reduce(%g), kind=sum
+  %h = f32[256] neg(%g)
+  %t = f32[256] tanh(%h)
+  %u = f32[256] add(%ar, %t)
+  %p = f32[256] all-reduce(%x), kind=sum
+  ROOT %r = (f32[256], f32[256]) tuple(%u, %p)
+}
+)");
+  BufferAssignment ba = AssignOrDie(*m);
+  ExpectValid(ba);
+  EXPECT_NE(SliceOf(ba, *m, "ar"), SliceOf(ba, *m, "g"));
+  EXPECT_NE(SliceOf(ba, *m, "p"), SliceOf(ba, *m, "x"));
+  const BufferAssignment::Buffer* g = ba.GetBuffer(m->entry()->FindInstruction("g"));
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->live.end, 5);  // %u, the last reader of %ar (not %h at 3)
+}
+
+}  // namespace
+}  // namespace gptc::passes

@@ -2,6 +2,8 @@
 //
 //   gptc-opt --pass=dce[,NAME...] [--split-input-file] [--dump-dir DIR] FILE.ir
 //
+// A pass with options is written `NAME{key=value key=value}` (quote it for
+// the shell): `--pass='data-parallel{world=2 mode=apply}'`.
 // With --split-input-file, the input is cut at lines `// -----` and each case
 // runs on its own; cases are printed separated by `// -----`, errors go to
 // stderr with line numbers of the whole file, and the exit code is 1 if any
@@ -20,7 +22,8 @@ namespace gptc {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: gptc-opt --pass=NAME[,NAME...] [--split-input-file] [--dump-dir DIR]\n"
+    "usage: gptc-opt --pass=NAME[{key=value ...}][,NAME...] [--split-input-file]\n"
+    "                [--dump-dir DIR]\n"
     "                [--disable-pass=NAME[,...]] [--no-verify] FILE.ir|-\n"
     "       gptc-opt --list-passes\n";
 
@@ -85,12 +88,16 @@ int Main(int argc, char** argv) {
   for (const std::string& name : SplitComma(flags.Get("disable-pass"))) {
     options.disabled.insert(name);
   }
-  std::vector<std::string> pass_names = SplitComma(flags.Get("pass"));
-  for (const std::string& name : pass_names) {
-    if (!registry.Contains(name)) {
-      std::fprintf(stderr, "gptc-opt: --pass: %s\n", registry.Create(name).status().message().c_str());
+  std::vector<std::pair<std::string, pass::PassOptions>> pass_specs;
+  for (const std::string& spec : pass::SplitPassList(flags.Get("pass"))) {
+    StatusOr<std::pair<std::string, pass::PassOptions>> parsed = pass::ParsePassSpec(spec);
+    Status status = parsed.status();
+    if (status.ok()) status = registry.Create(parsed->first, parsed->second).status();
+    if (!status.ok()) {
+      std::fprintf(stderr, "gptc-opt: --pass: %s\n", status.message().c_str());
       return 2;
     }
+    pass_specs.push_back(std::move(parsed).value());
   }
   StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) {
@@ -106,7 +113,9 @@ int Main(int argc, char** argv) {
     Status status = module.status();
     if (status.ok()) {
       pass::Pipeline pipeline("gptc-opt", options);
-      for (const std::string& name : pass_names) pipeline.AddPass(registry.Create(name).value());
+      for (const auto& [name, pass_options] : pass_specs) {
+        pipeline.AddPass(registry.Create(name, pass_options).value());
+      }
       StatusOr<bool> changed = pipeline.Run(**module);
       status = changed.status();
     }

@@ -16,6 +16,9 @@
 // and the IR text with --logits also carry the sampling entry `logits` (batch
 // 1, the same seq; gptrun's samples and validation loss). --no-codegen writes
 // an artifact without kernels (complete: false) that only the CPU device runs.
+// --dp N (alias --world N) compiles the step of one of N data-parallel ranks
+// (passes/data_parallel.h): --batch is then the per-rank micro-batch, the
+// global batch is N * batch (* grad-accum), and the manifest records world_size.
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -107,7 +110,7 @@ int CompileCommand(int argc, char** argv) {
   flags.Value("precision").Value("remat").Value("memory-budget").Value("gpu");
   flags.Bool("fusion-report").Bool("memory-report").Bool("no-optimize");
   flags.Value("target").Bool("timings").Bool("no-codegen").Bool("no-logits");
-  flags.Bool("logits");
+  flags.Bool("logits").Value("dp").Value("world");
   if (Status s = flags.Parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data(), 2); !s.ok()) {
     return Fail(2, s);
   }
@@ -138,6 +141,18 @@ int CompileCommand(int argc, char** argv) {
   if (!accum.ok()) return Fail(2, accum.status());
   if (*accum < 1) return Fail(2, Error("--grad-accum must be >= 1, got {}", *accum));
   options.grad_accum = *accum;
+  for (const char* name : {"dp", "world"}) {  // --world is an alias of --dp
+    if (!flags.Has(name)) continue;
+    StatusOr<int64_t> world = flags.GetInt(name, 1);
+    if (!world.ok()) return Fail(2, world.status());
+    if (*world < 1) {
+      return Fail(2, Error("--{} must be a number of ranks >= 1, got {}", name, *world));
+    }
+    if (std::string_view(name) == "world" && flags.Has("dp") && options.world_size != *world) {
+      return Fail(2, Error("--dp {} and --world {} disagree", options.world_size, *world));
+    }
+    options.world_size = *world;
+  }
   for (auto [name, field] : {std::pair{"weight-decay", &options.adamw.weight_decay},
                              std::pair{"clip-norm", &options.adamw.clip_norm},
                              std::pair{"beta1", &options.adamw.beta1},
@@ -258,7 +273,7 @@ int CompileCommand(int argc, char** argv) {
                 {"remat", remat},           {"weight_decay", options.adamw.weight_decay},
                 {"clip_norm", options.adamw.clip_norm}, {"beta1", options.adamw.beta1},
                 {"beta2", options.adamw.beta2}, {"eps", options.adamw.eps},
-                {"codegen", ao.compile_kernels}};
+                {"codegen", ao.compile_kernels}, {"world_size", options.world_size}};
     StatusOr<artifact::BuiltArtifact> built = artifact::BuildArtifact(*program, ao);
     if (!built.ok()) return Fail(1, built.status());
     for (const auto& t : built->timings) timings.push_back(t);
@@ -305,6 +320,9 @@ int CompileCommand(int argc, char** argv) {
           : fmt::format("compiled {} train step", config->name);
   std::string accum_note =
       flags.Has("forward-only") ? "" : fmt::format("; grad-accum {}", options.grad_accum);
+  if (!flags.Has("forward-only") && options.world_size > 1) {
+    accum_note += fmt::format("; dp {} (batch per rank)", options.world_size);
+  }
   std::printf(
       "%s (%lld layers, %lld heads, width %lld; batch %lld, seq %lld%s): %s instructions in "
       "%zu computations, %zu parameters (%s values)%s%s%s, %.3f s -> %s\n",

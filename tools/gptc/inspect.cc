@@ -1,6 +1,7 @@
 // gptc inspect FILE.gptx [--manifest|--ir|--ptx|--plan|--params]: a summary of
 // an artifact, or one of its sections verbatim (runtime/artifact.h reads it,
 // so a bad file gets the reader's one-line error).
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -56,6 +57,21 @@ std::string Summary(const rt::Artifact& a) {
     s += fmt::format("entry {}: {} inputs -> {} outputs, {} donations, arena {} bytes\n",
                      e.value("name", "?"), e["inputs"].size(), e["outputs"].size(),
                      e["donations"].size(), WithThousands(e.value("arena_size", int64_t{0})));
+  }
+  // Data parallelism: the all-reduce buckets of each entry's plan (docs/ARTIFACT.md).
+  if (a.plan.contains("entries")) {
+    for (const auto& e : a.plan["entries"]) {
+      if (!e.contains("buckets") || e["buckets"].empty()) continue;
+      int64_t bytes = 0, largest = 0, members = 0;
+      for (const auto& b : e["buckets"]) {
+        bytes += b["bytes"].get<int64_t>();
+        largest = std::max(largest, b["bytes"].get<int64_t>());
+        members += static_cast<int64_t>(b["members"].size());
+      }
+      s += fmt::format("entry {}: {} all-reduces in {} buckets, {} bytes (largest {})\n",
+                       e.value("name", "?"), members, e["buckets"].size(), WithThousands(bytes),
+                       WithThousands(largest));
+    }
   }
   return s;
 }

@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <span>
+#include <string>
+#include <vector>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -219,6 +222,53 @@ TEST(EvalElementwiseTest, AllReduceSimulatesIdenticalReplicas) {
   EXPECT_EQ(g.Run(sum).values, (std::vector<double>{1.5, -2}));
   EXPECT_EQ(g.Run(sum, {}, {.world_size = 4}).values, (std::vector<double>{6, -8}));
   EXPECT_EQ(g.Run(max, {}, {.world_size = 4}).values, (std::vector<double>{1.5, -2}));
+}
+
+// Note [collectives]: with a Collective, each all-reduce hands it a copy of
+// its operand (in the storage type: float for f32 in kF32 mode) and the
+// result is what the collective leaves there.
+class FakeCollective : public Collective {
+ public:
+  int64_t rank() const override { return 1; }
+  int64_t world_size() const override { return 3; }
+  Status AllReduce(ir::ReduceKind kind, std::span<float> data) override {
+    calls.push_back(fmt::format("{} f32 {}", kind == ir::ReduceKind::kSum ? "sum" : "max",
+                                data.size()));
+    for (float& v : data) v = v * 10 + 1;  // "the other ranks' contribution"
+    return Status::Ok();
+  }
+  Status AllReduce(ir::ReduceKind kind, std::span<double> data) override {
+    calls.push_back(fmt::format("f64 {}", data.size()));
+    if (fail) return Error("rank 2 is gone");
+    for (double& v : data) v = -v;
+    return Status::Ok();
+  }
+  std::vector<std::string> calls;
+  bool fail = false;
+};
+
+TEST(EvalElementwiseTest, AllReduceGoesThroughTheCollective) {
+  Graph g;
+  Instruction* x = g.Param(0, Shape(DType::kF32, {2}));
+  Instruction* sum = Must(g.b.AllReduce(x, ir::ReduceKind::kSum));
+  Instruction* max = Must(g.b.AllReduce(sum, ir::ReduceKind::kMax));
+  Instruction* both = Must(g.b.Tuple({x, max}));
+  FakeCollective c;
+  Literal out = g.Run(both, {Lit(Shape(DType::kF32, {2}), {1, 2})}, {.collective = &c});
+  EXPECT_EQ(out.elements[0].values, (std::vector<double>{1, 2}));  // the operand is untouched
+  EXPECT_EQ(out.elements[1].values, (std::vector<double>{111, 211}));
+  EXPECT_EQ(c.calls, (std::vector<std::string>{"sum f32 2", "max f32 2"}));
+
+  // kF64 hands over doubles; a failing collective fails the evaluation, naming the instruction.
+  c.calls.clear();
+  Literal f64 = g.Run(sum, {Lit(Shape(DType::kF32, {2}), {1, 2})},
+                      {.precision = Precision::kF64, .collective = &c});
+  EXPECT_EQ(f64.values, (std::vector<double>{-1, -2}));
+  c.fail = true;
+  StatusOr<Literal> failed = g.TryRun(sum, {Lit(Shape(DType::kF32, {2}), {1, 2})},
+                                      {.precision = Precision::kF64, .collective = &c});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().message(), fmt::format("%{}: rank 2 is gone", sum->name()));
 }
 
 }  // namespace

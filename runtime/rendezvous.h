@@ -1,0 +1,115 @@
+// Rendezvous: how the ranks of a data-parallel job find each other, over TCP
+// on MASTER_ADDR:MASTER_PORT (runtime/launch_env.h), as torchrun's c10d store
+// does. Needs no MPI library and no shared filesystem.
+//
+//   ASSIGN_OR_RETURN(LaunchEnv env, ReadLaunchEnv());
+//   ASSIGN_OR_RETURN(std::unique_ptr<Rendezvous> rdv,
+//   Rendezvous::Join(RendezvousOptionsFrom(env)));
+//   // GPU: rank 0 makes the NCCL unique id, every rank receives it.
+//   ASSIGN_OR_RETURN(std::vector<std::byte> id, rdv->Broadcast(rank0 ? my_id : {}));
+//   ncclCommInitRank(&comm, world, id, rank);
+//   RETURN_IF_ERROR(rdv->Barrier());
+//
+// Protocol: rank 0 listens on every interface at the port; every other rank
+// connects (retrying while rank 0 is not up yet) and sends a hello (protocol
+// version, rank, world size); once rank 0 holds a valid hello from each of
+// ranks 1..N-1 it answers every one, and Join returns on all ranks. The
+// connections stay open: Broadcast, Barrier and the TCP communicator
+// (runtime/communicator.h) run over them as a star through rank 0.
+//
+// Failure (Note [failure] in runtime/communicator.h): every blocking step
+// ends by `timeout`. A rank that never comes makes rank 0 fail with the
+// ranks it waited for, and rank 0 tells the ranks already connected, which
+// fail with that message at once; a rank that cannot reach rank 0 fails
+// naming the address. A peer that goes away (EOF) fails the step naming its
+// rank and address, and rank 0 relays the failure to everyone else. Hellos
+// with another world size or a rank out of range or taken twice fail the
+// whole rendezvous, naming both sides.
+#ifndef GPTC_RUNTIME_RENDEZVOUS_H_
+#define GPTC_RUNTIME_RENDEZVOUS_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compiler/support/status.h"
+#include "runtime/launch_env.h"
+#include "runtime/tcp_socket.h"
+
+namespace gptc::rt {
+
+struct RendezvousOptions {
+  std::string master_addr = "127.0.0.1";
+  int master_port = kDefaultMasterPort;
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  // Bounds each blocking step: the whole Join, and each Broadcast / Barrier.
+  std::chrono::milliseconds timeout = kDefaultDistTimeout;
+  // Pause between connection attempts while rank 0 is not listening yet.
+  std::chrono::milliseconds retry_interval{100};
+};
+
+RendezvousOptions RendezvousOptionsFrom(const LaunchEnv& env);
+
+class Rendezvous {
+ public:
+  // Blocks until every rank has joined, or fails (see the header comment).
+  // world_size 1 returns at once with no connection.
+  static StatusOr<std::unique_ptr<Rendezvous>> Join(const RendezvousOptions& options);
+
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
+  ~Rendezvous() = default;
+
+  int64_t rank() const { return options_.rank; }
+  int64_t world_size() const { return options_.world_size; }
+  const RendezvousOptions& options() const { return options_; }
+
+  // Rank 0's `blob` (at most 1 MiB), returned on every rank; the other ranks
+  // pass an empty span. For the 128-byte ncclUniqueId.
+  StatusOr<std::vector<std::byte>> Broadcast(std::span<const std::byte> blob);
+  // Returns once every rank has called it.
+  Status Barrier();
+  // Ends the group: sends `why` (prefixed with this rank) to rank 0, which
+  // relays it to everyone, or from rank 0 to everyone, then closes the
+  // connections. Later calls fail. Does not block beyond a second.
+  void Abort(const Status& why);
+  // Whether Abort ran or a step failed (the connections are closed then).
+  bool failed() const { return failed_; }
+
+  // For the TCP communicator: on rank 0, peers[r] is the connection to rank
+  // r (peers[0] is empty); on the others, peers[0] is the connection to rank 0.
+  std::vector<Socket>& peers() { return peers_; }
+  // When a blocking step that starts at `start` gives up on this rank. Ranks
+  // other than 0 wait kPeerGrace longer than the timeout: when rank 0 gives up
+  // on a missing rank, its message (which names that rank) reaches them
+  // before their own clock runs out.
+  Clock::time_point Deadline(Clock::time_point start) const {
+    return start + options_.timeout + (options_.rank == 0 ? Clock::duration(0) : kPeerGrace);
+  }
+  static constexpr std::chrono::seconds kPeerGrace{2};
+  // "rank 2 (10.0.0.7:51234)" for messages; rank 0 is MASTER_ADDR:MASTER_PORT.
+  std::string PeerName(int64_t rank) const;
+  // Marks the group failed: on rank 0 sends `message` to every other rank
+  // still connected (best effort); closes every connection. Returns `message`
+  // as an error, for `return rdv.Fail(...)`.
+  Status Fail(const Status& message);
+
+ private:
+  explicit Rendezvous(RendezvousOptions options) : options_(std::move(options)) {}
+  Status JoinAsRoot();
+  Status JoinAsPeer();
+
+  RendezvousOptions options_;
+  std::vector<Socket> peers_;
+  std::vector<std::string> peer_addresses_;
+  bool failed_ = false;
+};
+
+}  // namespace gptc::rt
+
+#endif  // GPTC_RUNTIME_RENDEZVOUS_H_

@@ -1,0 +1,68 @@
+// Note [all-reduce buckets] (compiler/artifact/plan.h): how the plan packs
+// all_reduce thunks into buckets.
+#include <gtest/gtest.h>
+
+#include "compiler/artifact/plan.h"
+#include "compiler/ir/parser.h"
+
+namespace gptc::artifact {
+namespace {
+
+// %a1 and %a2 can share a bucket; %u reads %a1 before %a3 is issued, so %a3
+// starts a new one; %a4 (32 MiB) is over the cap with %a3 and goes alone.
+constexpr char kModule[] = R"(module buckets
+ENTRY %main {
+  %x = f32[1024] parameter(0)
+  %big = f32[8388608] parameter(1)
+  %g1 = f32[1024] exp(%x)
+  %a1 = f32[1024] all-reduce(%g1), kind=sum
+  %g2 = f32[1024] tanh(%x)
+  %a2 = f32[1024] all-reduce(%g2), kind=sum
+  %u = f32[1024] neg(%a1)
+  %g3 = f32[1024] exp(%u)
+  %a3 = f32[1024] all-reduce(%g3), kind=sum
+  %g4 = f32[8388608] exp(%big)
+  %a4 = f32[8388608] all-reduce(%g4), kind=sum
+  ROOT %out = (f32[1024], f32[1024], f32[8388608]) tuple(%a2, %a3, %a4)
+}
+)";
+
+TEST(BucketPlanTest, BucketsCloseAtTheCapAndBeforeAnEarlyReader) {
+  StatusOr<std::unique_ptr<ir::Module>> module = ir::ParseAndVerifyModule(kModule, "<test>");
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  passes::TrainEntry entry{"train_step", std::move(module).value(), {}};
+  for (const ir::Instruction* p : entry.module->entry()->parameters()) {
+    entry.signature.inputs.push_back({passes::SlotRole::kData, -1, p->name(), p->shape()});
+  }
+  for (const ir::Shape& s : entry.module->entry()->root()->shape().tuple_elements()) {
+    entry.signature.outputs.push_back({passes::SlotRole::kData, -1, "out", s});
+  }
+  StatusOr<passes::BufferAssignment> ba = passes::AssignBuffers(*entry.module);
+  ASSERT_TRUE(ba.ok()) << ba.status().message();
+  PlanStats stats;
+  StatusOr<nlohmann::json> plan = BuildEntryPlan(entry, *ba, codegen::CompiledKernels{}, stats);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+
+  // Thunks in order: g1 a1 g2 a2 u g3 a3 g4 a4 (every op is one thunk).
+  const nlohmann::json& thunks = (*plan)["thunks"];
+  ASSERT_EQ(thunks.size(), 9u);
+  EXPECT_EQ(thunks[1]["bucket"], 0);
+  EXPECT_EQ(thunks[3]["bucket"], 0);
+  EXPECT_EQ(thunks[6]["bucket"], 1);
+  EXPECT_EQ(thunks[8]["bucket"], 2);
+  const nlohmann::json& buckets = (*plan)["buckets"];
+  ASSERT_EQ(buckets.size(), 3u);
+  EXPECT_EQ(buckets[0]["members"], nlohmann::json::array({1, 3}));
+  EXPECT_EQ(buckets[0]["issue_after"], 3);
+  EXPECT_EQ(buckets[0]["wait_before"], 4);  // %u
+  EXPECT_EQ(buckets[0]["bytes"], 2 * 4096);
+  EXPECT_EQ(buckets[1]["members"], nlohmann::json::array({6}));
+  EXPECT_EQ(buckets[1]["wait_before"], 9);  // only the caller reads %a3: the end
+  EXPECT_EQ(buckets[2]["members"], nlohmann::json::array({8}));
+  EXPECT_EQ(buckets[2]["bytes"], int64_t{32} << 20);
+  // Each gradient is reduced in its own buffer (Note [in-place all-reduce]).
+  for (int i : {1, 3, 6, 8}) EXPECT_EQ(thunks[i]["in"], thunks[i]["out"]) << i;
+}
+
+}  // namespace
+}  // namespace gptc::artifact

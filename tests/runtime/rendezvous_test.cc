@@ -1,0 +1,153 @@
+// The TCP rendezvous with ranks as threads on loopback: success, a rank that
+// never comes, rank 0 that is not there, a rank that dies, bad hellos. Every
+// failure ends every rank with one clear message, within the (short) timeout.
+#include "runtime/rendezvous.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gptc::rt {
+namespace {
+
+using std::chrono::milliseconds;
+
+RendezvousOptions Options(int port, int64_t rank, int64_t world, milliseconds timeout) {
+  RendezvousOptions o;
+  o.master_addr = "127.0.0.1";
+  o.master_port = port;
+  o.rank = rank;
+  o.world_size = world;
+  o.timeout = timeout;
+  o.retry_interval = milliseconds(20);
+  return o;
+}
+
+int FreePort() {
+  StatusOr<int> port = PickFreePort();
+  EXPECT_TRUE(port.ok()) << port.status().message();
+  return port.ok() ? *port : 0;
+}
+
+// Runs fn(rank) for `ranks` on threads; returns each rank's status message ("ok").
+std::vector<std::string> OnThreads(const std::vector<int64_t>& ranks,
+                                   const std::function<Status(int64_t)>& fn) {
+  std::vector<std::string> out(ranks.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    threads.emplace_back([&, i] {
+      Status s = fn(ranks[i]);
+      out[i] = s.ok() ? "ok" : s.message();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return out;
+}
+
+bool Contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST(RendezvousTest, ThreeRanksShareABlobAndMeetAtABarrier) {
+  const int port = FreePort();
+  std::vector<std::byte> id(128);
+  for (size_t i = 0; i < id.size(); ++i) id[i] = static_cast<std::byte>(i * 7);
+  std::vector<std::vector<std::byte>> got(3);
+  std::vector<std::string> status = OnThreads({0, 1, 2}, [&](int64_t rank) -> Status {
+    ASSIGN_OR_RETURN(std::unique_ptr<Rendezvous> r,
+                     Rendezvous::Join(Options(port, rank, 3, milliseconds(10000))));
+    ASSIGN_OR_RETURN(got[rank], r->Broadcast(rank == 0 ? std::span<const std::byte>(id)
+                                                       : std::span<const std::byte>()));
+    RETURN_IF_ERROR(r->Barrier());
+    return r->Barrier();
+  });
+  EXPECT_EQ(status, (std::vector<std::string>{"ok", "ok", "ok"}));
+  for (const auto& g : got) EXPECT_EQ(g, id);
+}
+
+TEST(RendezvousTest, OneRankIsNoRendezvous) {
+  StatusOr<std::unique_ptr<Rendezvous>> r = Rendezvous::Join(Options(1, 0, 1, milliseconds(1)));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE((*r)->Barrier().ok());
+}
+
+TEST(RendezvousTest, ARankThatNeverComesTimesOutEveryRank) {
+  const int port = FreePort();
+  const auto start = Clock::now();
+  std::vector<std::string> status = OnThreads({0, 1}, [&](int64_t rank) -> Status {
+    return Rendezvous::Join(Options(port, rank, 3, milliseconds(1000))).status();
+  });
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_LT(seconds, 3.0);
+  EXPECT_TRUE(Contains(status[0], "rendezvous: rank 0 waited 1.0 s on port ")) << status[0];
+  EXPECT_TRUE(Contains(status[0], "but rank 2 of 3 never joined (timed out)")) << status[0];
+  // Rank 1 was connected: rank 0 tells it why, it does not wait on its own.
+  EXPECT_TRUE(Contains(status[1], "rendezvous: rank 1 waiting for rank 0 at 127.0.0.1:"))
+      << status[1];
+  EXPECT_TRUE(Contains(status[1], "rank 2 of 3 never joined")) << status[1];
+}
+
+TEST(RendezvousTest, NoRankZeroTimesOutNamingTheAddress) {
+  const int port = FreePort();
+  const auto start = Clock::now();
+  Status s = Rendezvous::Join(Options(port, 1, 2, milliseconds(500))).status();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 2.0);
+  EXPECT_EQ(s.message(), fmt::format("rendezvous: rank 1 could not reach rank 0 at 127.0.0.1:{} "
+                                     "within 0.5 s (Connection refused)",
+                                     port));
+}
+
+TEST(RendezvousTest, ARankThatDiesEndsTheBarrierOnEveryRank) {
+  const int port = FreePort();
+  std::vector<std::string> status = OnThreads({0, 1, 2}, [&](int64_t rank) -> Status {
+    ASSIGN_OR_RETURN(std::unique_ptr<Rendezvous> r,
+                     Rendezvous::Join(Options(port, rank, 3, milliseconds(5000))));
+    if (rank == 2) return Status::Ok();  // gone: its sockets close, as when a process dies
+    return r->Barrier();
+  });
+  EXPECT_EQ(status[2], "ok");
+  EXPECT_TRUE(Contains(status[0], "barrier: rank 0 awaiting rank 2 (127.0.0.1:")) << status[0];
+  EXPECT_TRUE(Contains(status[0], "): connection closed")) << status[0];
+  // Rank 1 hears it from rank 0 (not a timeout of its own).
+  EXPECT_TRUE(Contains(status[1], "barrier: rank 1 awaiting rank 0 (127.0.0.1:")) << status[1];
+  EXPECT_TRUE(Contains(status[1], "rank 0 awaiting rank 2")) << status[1];
+  EXPECT_FALSE(Contains(status[1], "timed out")) << status[1];
+}
+
+TEST(RendezvousTest, AbortReachesEveryRank) {
+  const int port = FreePort();
+  std::vector<std::string> status = OnThreads({0, 1, 2}, [&](int64_t rank) -> Status {
+    ASSIGN_OR_RETURN(std::unique_ptr<Rendezvous> r,
+                     Rendezvous::Join(Options(port, rank, 3, milliseconds(5000))));
+    if (rank == 1) {
+      r->Abort(Error("out of memory"));
+      return Status::Ok();
+    }
+    return r->Barrier();
+  });
+  EXPECT_TRUE(Contains(status[0], "rank 1 aborted: out of memory")) << status[0];
+  EXPECT_TRUE(Contains(status[2], "rank 1 aborted: out of memory")) << status[2];
+}
+
+TEST(RendezvousTest, BadHellosFailTheRendezvous) {
+  // Rank 1 thinks the world has 3 ranks, rank 0 says 2.
+  const int port = FreePort();
+  std::vector<std::string> status = OnThreads({0, 1}, [&](int64_t rank) -> Status {
+    return Rendezvous::Join(Options(port, rank, rank == 0 ? 2 : 3, milliseconds(3000))).status();
+  });
+  EXPECT_TRUE(Contains(status[0], "was launched with world size 3, rank 0 with 2")) << status[0];
+  EXPECT_TRUE(Contains(status[1], "was launched with world size 3, rank 0 with 2")) << status[1];
+
+  // Two processes both claim rank 1.
+  const int port2 = FreePort();
+  status = OnThreads({0, 1, 1}, [&](int64_t rank) -> Status {
+    return Rendezvous::Join(Options(port2, rank, 3, milliseconds(3000))).status();
+  });
+  EXPECT_TRUE(Contains(status[0], "rendezvous: rank 1 joined twice (from 127.0.0.1:")) << status[0];
+}
+
+}  // namespace
+}  // namespace gptc::rt
