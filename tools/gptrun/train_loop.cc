@@ -19,6 +19,7 @@
 #include "runtime/tokenizer.h"
 #include "runtime/trainer.h"
 #include "tools/gptrun/devices.h"
+#include "tools/gptrun/distributed.h"
 #include "tools/gptrun/sampler.h"
 
 namespace gptc::tools {
@@ -51,14 +52,17 @@ int Fail(int code, const Status& status) {
 class Console {
  public:
   Console() : tty_(isatty(STDOUT_FILENO) == 1) {}
+  // Ranks other than 0 print nothing (their errors still go to stderr).
+  void set_quiet(bool quiet) { quiet_ = quiet; }
   void Line(const std::string& text) {
+    if (quiet_) return;
     Clear();
     std::fputs(text.c_str(), stdout);
     std::fputc('\n', stdout);
     std::fflush(stdout);
   }
   void Bar(int64_t step, int64_t total, double eta_s) {
-    if (!tty_) return;
+    if (!tty_ || quiet_) return;
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(kWidth * step / std::max<int64_t>(total, 1));
     std::string bar(filled, '#');
@@ -75,6 +79,7 @@ class Console {
 
  private:
   bool tty_;
+  bool quiet_ = false;
   bool shown_ = false;
 };
 
@@ -186,29 +191,43 @@ int RunTraining(const RunOptions& o) {
                          o.grad_accum, o.artifact, program.grad_accum, o.grad_accum));
   }
   const passes::TrainEntry* logits = program.Find("logits");
+  StatusOr<Distributed> joined = JoinDistributed(program.world_size, o.artifact, device.name);
+  if (!joined.ok()) return Fail(1, joined.status());
+  const Distributed& dist = *joined;
+  // After the rendezvous every failure must end the other ranks too.
+  auto fail = [&](int code, const Status& s) {
+    dist.Abort(s);
+    return Fail(code, s);
+  };
 
   std::optional<rt::DataLoader> train, val;
   if (!o.bench) {
-    if (o.train.empty()) return Fail(2, Error("--train GLOB is required (or --bench)"));
+    if (o.train.empty()) return fail(2, Error("--train GLOB is required (or --bench)"));
     StatusOr<rt::DataLoader> t = rt::DataLoader::Open(
-        {.pattern = o.train, .batch = m.batch, .seq = m.seq, .seed = o.seed, .vocab = m.vocab});
-    if (!t.ok()) return Fail(1, t.status().WithPrefix("--train"));
+        {.pattern = o.train,
+         .batch = m.batch * dist.world(),  // every rank reads the global batch, keeps its rows
+         .seq = m.seq,
+         .seed = o.seed,
+         .vocab = m.vocab});
+    if (!t.ok()) return fail(1, t.status().WithPrefix("--train"));
     train.emplace(std::move(t).value());
     if (!o.val.empty()) {
       StatusOr<rt::DataLoader> v = rt::DataLoader::Open(
           {.pattern = o.val, .batch = m.batch, .seq = m.seq, .shuffle = false, .vocab = m.vocab});
-      if (!v.ok()) return Fail(1, v.status().WithPrefix("--val"));
+      if (!v.ok()) return fail(1, v.status().WithPrefix("--val"));
       val.emplace(std::move(v).value());
     }
   }
-  StatusOr<JsonLog> log = JsonLog::Open(o.bench ? "" : o.log_path);
-  if (!log.ok()) return Fail(1, log.status());
+  StatusOr<JsonLog> log = JsonLog::Open(o.bench || !dist.leader() ? "" : o.log_path);
+  if (!log.ok()) return fail(1, log.status());
   Console console;
+  console.set_quiet(!dist.leader());
 
   StatusOr<std::unique_ptr<rt::Trainer>> made = MakeTrainer(device.name, o, *artifact, &program);
-  if (!made.ok()) return Fail(o.profile && device.name == "cpu" ? 2 : 1, made.status());
+  if (!made.ok()) return fail(o.profile && device.name == "cpu" ? 2 : 1, made.status());
   rt::Trainer& trainer = **made;
-  const int64_t tokens_per_step = m.batch * m.seq * program.grad_accum;
+  if (Status s = AttachCommunicator(dist, trainer); !s.ok()) return fail(1, s);
+  const int64_t tokens_per_step = m.batch * m.seq * program.grad_accum * dist.world();
   const double flops_per_token = FlopsPerToken(*loaded);
   const double peak_tflops =
       o.peak_tflops > 0 ? o.peak_tflops : KnownPeakTflops(trainer.DeviceName());
@@ -222,6 +241,10 @@ int RunTraining(const RunOptions& o) {
               : fmt::format(" | train {} shards, {} tokens", train->shards().size(),
                             WithCommas(train->total_tokens()))));
   if (!device.note.empty()) console.Line(device.note);
+  if (dist.world() > 1) {
+    console.Line(fmt::format("data parallel: {} ranks, each {} rows of every batch; this is {}",
+                             dist.world(), m.batch, dist.env.ToString()));
+  }
   if (std::string summary = LoadSummary(trainer); !summary.empty()) console.Line(summary);
 
   std::optional<rt::Tokenizer> tokenizer;
@@ -249,16 +272,16 @@ int RunTraining(const RunOptions& o) {
     std::string dir = o.resume;
     if (dir == "latest") {
       StatusOr<std::string> latest = LatestCheckpoint(o.ckpt_dir);
-      if (!latest.ok()) return Fail(1, latest.status());
+      if (!latest.ok()) return fail(1, latest.status());
       dir = *latest;
     }
     StatusOr<rt::CheckpointData> ckpt = rt::LoadCheckpoint(dir, program.params);
-    if (!ckpt.ok()) return Fail(1, ckpt.status().WithPrefix("--resume"));
+    if (!ckpt.ok()) return fail(1, ckpt.status().WithPrefix("--resume"));
     if (Status s = rt::RestoreTrainer(*ckpt, &trainer); !s.ok()) {
-      return Fail(1, s.WithPrefix("--resume " + dir));
+      return fail(1, s.WithPrefix("--resume " + dir));
     }
     if (train) {
-      if (Status s = train->Restore(ckpt->data); !s.ok()) return Fail(1, s.WithPrefix(dir));
+      if (Status s = train->Restore(ckpt->data); !s.ok()) return fail(1, s.WithPrefix(dir));
     }
     start = ckpt->step + 1;
     console.Line(fmt::format("resumed from {} at step {}", dir, ckpt->step));
@@ -322,15 +345,16 @@ int RunTraining(const RunOptions& o) {
     } else {
       for (int64_t k = 0; k < program.grad_accum; ++k) {
         StatusOr<rt::MicroBatch> mb = train->Next();
-        if (!mb.ok()) return Fail(1, mb.status().WithPrefix(fmt::format("step {}", step)));
-        micro.push_back(std::move(mb).value());
+        if (!mb.ok()) return fail(1, mb.status().WithPrefix(fmt::format("step {}", step)));
+        micro.push_back(dist.world() > 1 ? RankSlice(*mb, dist.env, m.batch, m.seq)
+                                         : std::move(mb).value());
       }
     }
     const double lr = schedule.At(step);
     auto t0 = Clock::now();
     StatusOr<rt::StepResult> r = trainer.Step(micro, lr);
     const double dt = Seconds(t0);
-    if (!r.ok()) return Fail(1, r.status().WithPrefix(fmt::format("step {}", step)));
+    if (!r.ok()) return fail(1, r.status().WithPrefix(fmt::format("step {}", step)));
     if (step == start) first_loss = r->loss;
     last_loss = r->loss;
     train_s += dt;
@@ -353,18 +377,19 @@ int RunTraining(const RunOptions& o) {
     log->Write(event);
 
     const bool last = step == o.steps;
+    if (!dist.leader()) continue;  // the others wait at the next step's all-reduces
     if (validate && ((o.val_every > 0 && step % o.val_every == 0) || last)) {
-      if (Status s = run_val(step); !s.ok()) return Fail(1, s.WithPrefix("validation"));
+      if (Status s = run_val(step); !s.ok()) return fail(1, s.WithPrefix("validation"));
     }
     if (sample_every > 0 && (step % sample_every == 0)) {
-      if (Status s = run_sample(step); !s.ok()) return Fail(1, s.WithPrefix("sample"));
+      if (Status s = run_sample(step); !s.ok()) return fail(1, s.WithPrefix("sample"));
     }
     if (!o.ckpt_dir.empty() && !o.bench &&
         ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last)) {
       StatusOr<rt::CheckpointData> data =
           rt::CaptureTrainer(trainer, program.params, train->state(), m.vocab);
-      if (!data.ok()) return Fail(1, data.status().WithPrefix("checkpoint"));
-      if (Status s = SaveStepCheckpoint(o.ckpt_dir, step, *data); !s.ok()) return Fail(1, s);
+      if (!data.ok()) return fail(1, data.status().WithPrefix("checkpoint"));
+      if (Status s = SaveStepCheckpoint(o.ckpt_dir, step, *data); !s.ok()) return fail(1, s);
       console.Line(fmt::format("checkpoint {}/{}", o.ckpt_dir, StepDirName(step)));
       log->Write(json{{"event", "checkpoint"},
                       {"step", step},

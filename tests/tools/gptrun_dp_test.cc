@@ -1,0 +1,127 @@
+// gptrun with data parallelism on the CPU device: two gptrun processes
+// launched with torchrun-style variables (what `torchrun` or `mpirun -np 2`
+// would do) train a `--dp 2` artifact with half of every batch each, and
+// rank 0 logs the same losses as one process with the whole batch.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "runtime/data_loader.h"
+
+namespace gptc {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// The loss of every "step N/M | loss X" line.
+std::vector<double> Losses(const std::string& log) {
+  std::vector<double> losses;
+  std::regex line(R"(step \d+/\d+ \| loss (\d+\.\d+))");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), line); it != std::sregex_iterator();
+       ++it) {
+    losses.push_back(std::stod((*it)[1]));
+  }
+  return losses;
+}
+
+class GptrunDataParallelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("gptrun_dp_test_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 4000; ++i) tokens.push_back((i * 7 + (i / 13)) % 300);
+    std::ofstream(dir_ / "train_000.bin", std::ios::binary) << rt::EncodeShard(tokens);
+    // One tiny model, compiled for one rank with batch 4 and for two with 2 each.
+    for (const auto& [name, flags] : {std::tuple{"dp1.gptx", "--batch 4"},
+                                      std::tuple{"dp2.gptx", "--batch 2 --dp 2"}}) {
+      const std::string cmd = std::string(GPTC_BIN) +
+                              " compile --model gpt2-tiny --layers 1 --heads 2 --width 32 "
+                              "--seq 16 --no-codegen " +
+                              flags + " -o " + (dir_ / name).string() + " > /dev/null";
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    }
+    std::random_device rd;
+    port_ = 20000 + static_cast<int>(rd() % 20000);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // gptrun on `artifact` with `env` prepended; output in dir_/`log`.
+  std::string Command(const std::string& env, const std::string& artifact,
+                      const std::string& log) const {
+    return env + " " + GPTRUN_BIN + " " + (dir_ / artifact).string() + " --device cpu --train '" +
+           (dir_ / "train_*.bin").string() + "' --steps 3 --lr 1e-3 --seed 5 > " +
+           (dir_ / log).string() + " 2>&1";
+  }
+  std::string RankEnv(int rank, int world = 2) const {
+    return "GPTC_DIST_TIMEOUT=20 RANK=" + std::to_string(rank) +
+           " WORLD_SIZE=" + std::to_string(world) + " LOCAL_RANK=" + std::to_string(rank) +
+           " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port_);
+  }
+
+  fs::path dir_;
+  int port_ = 0;
+};
+
+TEST_F(GptrunDataParallelTest, TwoRanksFollowOneRankWithTheWholeBatch) {
+  ASSERT_EQ(std::system(Command("", "dp1.gptx", "dp1.txt").c_str()), 0)
+      << ReadAll(dir_ / "dp1.txt");
+  // Rank 1 in the background, rank 0 in the foreground; then wait for rank 1.
+  const std::string both = "(" + Command(RankEnv(1), "dp2.gptx", "r1.txt") + ") & pid=$!; " +
+                           Command(RankEnv(0), "dp2.gptx", "r0.txt") + "; a=$?; wait $pid; b=$?; " +
+                           "exit $((a + b))";
+  int status = std::system(("bash -c '" + std::regex_replace(both, std::regex("'"), "'\\''") + "'")
+                               .c_str());
+  const std::string r0 = ReadAll(dir_ / "r0.txt"), r1 = ReadAll(dir_ / "r1.txt");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << r0 << "\n---\n" << r1;
+  EXPECT_NE(r0.find("data parallel: 2 ranks, each 2 rows of every batch"), std::string::npos)
+      << r0;
+  EXPECT_EQ(r1, "");  // only rank 0 logs
+  std::vector<double> one = Losses(ReadAll(dir_ / "dp1.txt")), two = Losses(r0);
+  ASSERT_EQ(one.size(), 3u);
+  ASSERT_EQ(two.size(), 3u) << r0;
+  // The printed losses (4 decimals) agree: the same rows, summed in another order.
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(two[i], one[i], 2e-4) << "step " << i + 1;
+}
+
+TEST_F(GptrunDataParallelTest, MissingRankEndsRankZeroWithOneLine) {
+  const std::string cmd =
+      Command("GPTC_DIST_TIMEOUT=2 RANK=0 WORLD_SIZE=2 MASTER_PORT=" + std::to_string(port_),
+              "dp2.gptx", "r0.txt");
+  int status = std::system(cmd.c_str());
+  const std::string r0 = ReadAll(dir_ / "r0.txt");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << r0;
+  ASSERT_FALSE(r0.empty());
+  EXPECT_EQ(r0.find('\n'), r0.size() - 1) << r0;  // one line
+  EXPECT_NE(r0.find("rank 1"), std::string::npos) << r0;
+}
+
+TEST_F(GptrunDataParallelTest, WorldSizeMismatchIsOneLine) {
+  const std::string cmd = Command("RANK=0 WORLD_SIZE=3 MASTER_PORT=" + std::to_string(port_),
+                                  "dp2.gptx", "r0.txt");
+  int status = std::system(cmd.c_str());
+  const std::string r0 = ReadAll(dir_ / "r0.txt");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << r0;
+  EXPECT_NE(r0.find("--dp 2"), std::string::npos) << r0;
+}
+
+}  // namespace
+}  // namespace gptc
