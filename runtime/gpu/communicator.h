@@ -7,6 +7,7 @@
 #define GPTC_RUNTIME_GPU_COMMUNICATOR_H_
 
 #include <cstdint>
+#include <string_view>
 
 #include "compiler/ir/shape.h"
 #include "compiler/support/status.h"
@@ -25,7 +26,20 @@ class Communicator {
   // capturable into a CUDA graph (NCCL's are, from NCCL 2.9).
   virtual Status AllReduce(const void* in, void* out, int64_t count, ir::DType dtype, ReduceOp op,
                            void* stream) = 0;
+  // Brackets the all-reduces of one bucket so that they go out as one
+  // operation (ncclGroupStart/End). Default: nothing.
+  virtual Status GroupStart() { return Status::Ok(); }
+  virtual Status GroupEnd() { return Status::Ok(); }
+  // Ends pending collectives on a failure path so that peers do not hang.
+  virtual void Abort() {}
 };
+
+// Refuses to run an artifact compiled for `compiled_world` ranks (--dp N)
+// without a communicator of that world size: its all-reduces would be
+// identities and each rank would train alone on gradients divided by N.
+// `where` names the artifact.
+Status CheckCommunicatorWorld(int64_t compiled_world, const Communicator* communicator,
+                              std::string_view where);
 
 }  // namespace gptc::rt::gpu
 

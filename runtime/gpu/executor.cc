@@ -58,7 +58,57 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
     ASSIGN_OR_RETURN(Call call, e->Translate(t));
     e->calls_.push_back(std::move(call));
   }
+  RETURN_IF_ERROR(e->PrepareBuckets());
   return e;
+}
+
+Status EntryExecutor::PrepareBuckets() {
+  const Communicator* comm = resources_.communicator;
+  if (comm == nullptr || comm->world_size() <= 1 || plan_.buckets.empty()) return Status::Ok();
+  const size_t n = plan_.thunks.size();
+  issues_bucket_.assign(n, -1);
+  waits_.assign(n + 1, {});
+  in_bucket_.assign(n, false);
+  for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+    const AllReduceBucket& bucket = plan_.buckets[b];  // checked by ReadEntryPlan
+    issues_bucket_[bucket.issue_after] = static_cast<int64_t>(b);
+    waits_[bucket.wait_before].push_back(b);
+    for (int64_t m : bucket.members) in_bucket_[m] = true;
+  }
+  const std::string what = fmt::format("entry {}: all-reduce buckets", plan_.name);
+  RETURN_IF_ERROR(CudaCheck(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking),
+                            what + ": cudaStreamCreateWithFlags"));
+  for (auto* events : {&ready_, &done_}) {
+    for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+      cudaEvent_t e = nullptr;
+      RETURN_IF_ERROR(CudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                                what + ": cudaEventCreateWithFlags"));
+      events->push_back(e);
+    }
+  }
+  return Status::Ok();
+}
+
+Status EntryExecutor::IssueBucket(size_t b, cudaStream_t stream) {
+  const AllReduceBucket& bucket = plan_.buckets[b];
+  const std::string what = fmt::format("entry {}: all-reduce bucket {} ({} members, {} bytes)",
+                                       plan_.name, b, bucket.members.size(), bucket.bytes);
+  RETURN_IF_ERROR(CudaCheck(cudaEventRecord(ready_[b], stream), what + ": cudaEventRecord"));
+  RETURN_IF_ERROR(
+      CudaCheck(cudaStreamWaitEvent(comm_stream_, ready_[b], 0), what + ": cudaStreamWaitEvent"));
+  Communicator& comm = *resources_.communicator;
+  RETURN_IF_ERROR(comm.GroupStart().WithPrefix(what));
+  Status issued = Status::Ok();
+  for (int64_t m : bucket.members) {
+    const auto& a = std::get<AllReduceCall>(calls_[m]);
+    issued = comm.AllReduce(a.in, a.out, a.count, a.dtype, a.op, comm_stream_)
+                 .WithPrefix(plan_.thunks[m].Describe());
+    if (!issued.ok()) break;
+  }
+  Status ended = comm.GroupEnd();  // always close the group
+  RETURN_IF_ERROR(issued.WithPrefix(what));
+  RETURN_IF_ERROR(ended.WithPrefix(what));
+  return CudaCheck(cudaEventRecord(done_[b], comm_stream_), what + ": cudaEventRecord");
 }
 
 StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
@@ -139,6 +189,9 @@ StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
 
 EntryExecutor::~EntryExecutor() {
   DestroyGraph();
+  for (cudaEvent_t e : ready_) cudaEventDestroy(e);
+  for (cudaEvent_t e : done_) cudaEventDestroy(e);
+  if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   if (constant_pool_ != nullptr) cudaFree(constant_pool_);
 }
@@ -182,8 +235,25 @@ Status EntryExecutor::RunThunk(size_t i, cudaStream_t stream) {
 }
 
 Status EntryExecutor::Run(cudaStream_t stream) {
-  for (size_t i = 0; i < calls_.size(); ++i) RETURN_IF_ERROR(RunThunk(i, stream));
-  return Status::Ok();
+  if (!bucketed()) {
+    for (size_t i = 0; i < calls_.size(); ++i) RETURN_IF_ERROR(RunThunk(i, stream));
+    return Status::Ok();
+  }
+  // Note [bucketed all-reduce]
+  auto wait = [&](size_t i) -> Status {
+    for (size_t b : waits_[i]) {
+      RETURN_IF_ERROR(CudaCheck(
+          cudaStreamWaitEvent(stream, done_[b], 0),
+          fmt::format("entry {}: all-reduce bucket {}: cudaStreamWaitEvent", plan_.name, b)));
+    }
+    return Status::Ok();
+  };
+  for (size_t i = 0; i < calls_.size(); ++i) {
+    RETURN_IF_ERROR(wait(i));
+    if (!in_bucket_[i]) RETURN_IF_ERROR(RunThunk(i, stream));
+    if (issues_bucket_[i] >= 0) RETURN_IF_ERROR(IssueBucket(issues_bucket_[i], stream));
+  }
+  return wait(calls_.size());
 }
 
 Status EntryExecutor::RunChecked(cudaStream_t stream) {

@@ -9,7 +9,11 @@
 //               constant's slice is reused by other values once it is dead
 //               (Note [liveness]), so it is rewritten at its place every run
 //   all_reduce  the Communicator; without one (world size 1) a copy when
-//               in and out differ, else nothing
+//               in and out differ, else nothing. With a communicator of
+//               world size > 1 and a plan with buckets, Run issues each
+//               bucket as one group on a communication stream (Note
+//               [bucketed all-reduce]); RunThunk, RunChecked and Profile
+//               issue each all-reduce alone on the given stream.
 //   unsupported refused: Create fails naming every such thunk
 // Every call is capturable, so a run can be recorded into a CUDA graph and
 // replayed. The executor writes no inputs: the caller fills the input slots
@@ -67,8 +71,10 @@ class EntryExecutor {
   char* arena() const { return arena_; }
   char* At(const ArenaSlice& s) const { return arena_ + s.offset; }
 
-  // Enqueues every thunk in order.
+  // Enqueues every thunk in order (all-reduce buckets: Note [bucketed all-reduce]).
   Status Run(cudaStream_t stream);
+  // Whether Run issues all-reduces in buckets on the communication stream.
+  bool bucketed() const { return comm_stream_ != nullptr; }
   // Enqueues thunk `i` alone.
   Status RunThunk(size_t i, cudaStream_t stream);
   // Runs every thunk and synchronizes after each, so that an asynchronous
@@ -114,6 +120,8 @@ class EntryExecutor {
   EntryExecutor(const ExecutorResources& resources, EntryPlan plan, char* arena)
       : resources_(resources), plan_(std::move(plan)), arena_(arena) {}
   StatusOr<Call> Translate(const Thunk& thunk);
+  Status PrepareBuckets();
+  Status IssueBucket(size_t b, cudaStream_t stream);
   void DestroyGraph();
 
   ExecutorResources resources_;
@@ -124,6 +132,22 @@ class EntryExecutor {
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
   std::vector<cudaEvent_t> events_;  // profiling: one before each thunk, one after the last
+
+  // Note [bucketed all-reduce]
+  // After thunk `issue_after` of bucket b, Run records ready_[b] on the
+  // compute stream, makes comm_stream_ wait for it, enqueues the bucket's
+  // all-reduces between Communicator::GroupStart/GroupEnd on comm_stream_ and
+  // records done_[b] there; before thunk `wait_before` (or at the end of the
+  // run) the compute stream waits for done_[b]. Every bucket is waited for
+  // before Run returns, so comm_stream_ joins back to the compute stream and
+  // the whole run stays capturable into one CUDA graph. The buffers an
+  // all-reduce touches stay reserved until `wait_before` (Note [in-place
+  // all-reduce] in passes/buffer_assignment.h).
+  cudaStream_t comm_stream_ = nullptr;      // null: no buckets
+  std::vector<cudaEvent_t> ready_, done_;   // per bucket
+  std::vector<int64_t> issues_bucket_;      // per thunk: the bucket issued after it, or -1
+  std::vector<std::vector<size_t>> waits_;  // per thunk and the end: buckets to wait for
+  std::vector<bool> in_bucket_;             // per thunk: an all-reduce Run issues in a bucket
 };
 
 }  // namespace gptc::rt::gpu

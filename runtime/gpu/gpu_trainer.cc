@@ -153,6 +153,7 @@ Status GpuTrainer::Impl::Load(const Artifact& artifact, uint64_t seed) {
         "recompile with --grad-accum 1 (and a larger --batch), or use --device cpu",
         Where(), program->grad_accum);
   }
+  RETURN_IF_ERROR(CheckCommunicatorWorld(program->world_size, options.communicator, Where()));
   ASSIGN_OR_RETURN(std::vector<EntryPlan> plans, ReadPlan(artifact.plan));
   std::vector<EntryPlan> ordered;
   for (const passes::TrainEntry& entry : program->entries) {

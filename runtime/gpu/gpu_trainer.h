@@ -5,8 +5,9 @@
 //   ASSIGN_OR_RETURN(auto trainer, gpu::GpuTrainer::Create(a, path, &p.program, seed, {}));
 //   trainer->Step(micro_batches, lr);
 //
-// Load: open the device, check the artifact (complete, grad-accum 1, target
-// against the compute capability, memory against what is free), allocate one
+// Load: check the artifact (complete, grad-accum 1, --dp N against the
+// communicator: CheckCommunicatorWorld), open the device, check the target
+// against the compute capability and memory against what is free, allocate one
 // arena per entry plus the cuBLASLt workspace, load the kernels (cubin, else
 // PTX JIT), translate each entry's plan (gemm algorithms chosen here), then
 // initialize the parameters with runtime/init.h's counter-based rules on the
@@ -44,7 +45,9 @@ struct GpuOptions {
   bool profile = false;
   // Synchronize after every thunk so that a fault names its thunk (slow).
   bool sync_each_thunk = false;
-  // Null: world size 1 (all-reduces are identities).
+  // Null: world size 1 (all-reduces are identities). An artifact compiled
+  // with --dp N needs one of world size N (CheckCommunicatorWorld), e.g.
+  // CreateNcclCommunicator (nccl_communicator.h); it outlives the trainer.
   Communicator* communicator = nullptr;
   // Device memory left free for the CUDA context, cuBLASLt and the kernels.
   int64_t reserve_bytes = int64_t{512} << 20;

@@ -247,6 +247,7 @@ StatusOr<Thunk> ReadThunk(const json& t, int64_t index, int64_t arena_size,
     ASSIGN_OR_RETURN(a.count, Get<int64_t>(t, "count", where));
     ASSIGN_OR_RETURN(a.in, slice("in"));
     ASSIGN_OR_RETURN(a.out, slice("out"));
+    ASSIGN_OR_RETURN(a.bucket, GetOr<int64_t>(t, "bucket", where, -1));
     if (a.reduce != "sum" && a.reduce != "max") {
       return Error("{} ({}): unknown reduction '{}'", where, thunk.name, a.reduce);
     }
@@ -450,6 +451,47 @@ StatusOr<EntryPlan> ReadEntryPlan(const json& entry) {
   for (size_t i = 0; i < thunks.size(); ++i) {
     ASSIGN_OR_RETURN(Thunk t, ReadThunk(thunks[i], static_cast<int64_t>(i), p.arena_size, p.name));
     p.thunks.push_back(std::move(t));
+  }
+  if (entry.contains("buckets")) {
+    const int64_t n = static_cast<int64_t>(p.thunks.size());
+    for (const json& b : entry["buckets"]) {
+      const std::string bw = fmt::format("{} bucket {}", where, p.buckets.size());
+      AllReduceBucket bucket;
+      if (!b.is_object() || !b.contains("members") || !b["members"].is_array()) {
+        return Error("{} has no 'members' array", bw);
+      }
+      for (const json& m : b["members"]) {
+        if (!m.is_number_integer())
+          return Error("{}: member {} is not a thunk index", bw, m.dump());
+        bucket.members.push_back(m.get<int64_t>());
+      }
+      ASSIGN_OR_RETURN(bucket.issue_after, Get<int64_t>(b, "issue_after", bw));
+      ASSIGN_OR_RETURN(bucket.wait_before, Get<int64_t>(b, "wait_before", bw));
+      ASSIGN_OR_RETURN(bucket.bytes, GetOr<int64_t>(b, "bytes", bw, 0));
+      if (bucket.members.empty() || bucket.issue_after != bucket.members.back() ||
+          bucket.wait_before <= bucket.issue_after || bucket.wait_before > n) {
+        return Error("{}: members {}, issue_after {}, wait_before {} are inconsistent ({} thunks)",
+                     bw, b["members"].dump(), bucket.issue_after, bucket.wait_before, n);
+      }
+      for (size_t k = 0; k < bucket.members.size(); ++k) {
+        const int64_t m = bucket.members[k];
+        if (m < 0 || m >= n || p.thunks[m].kind != ThunkKind::kAllReduce ||
+            std::get<AllReduceThunk>(p.thunks[m].body).bucket !=
+                static_cast<int64_t>(p.buckets.size()) ||
+            (k > 0 && m <= bucket.members[k - 1])) {
+          return Error("{}: member {} is not an all_reduce thunk of this bucket", bw, m);
+        }
+      }
+      p.buckets.push_back(std::move(bucket));
+    }
+  }
+  for (const Thunk& t : p.thunks) {
+    if (t.kind != ThunkKind::kAllReduce) continue;
+    const int64_t b = std::get<AllReduceThunk>(t.body).bucket;
+    if (b >= static_cast<int64_t>(p.buckets.size())) {
+      return Error("{}: {} names bucket {}, the entry has {}", where, t.Describe(), b,
+                   p.buckets.size());
+    }
   }
   return p;
 }

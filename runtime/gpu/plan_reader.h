@@ -113,6 +113,17 @@ struct AllReduceThunk {
   ir::DType dtype = ir::DType::kF32;
   int64_t count = 0;
   ArenaSlice in, out;
+  int64_t bucket = -1;  // index into EntryPlan::buckets, -1: none
+};
+
+// All-reduces issued together (Note [all-reduce buckets] in
+// compiler/artifact/plan.h): as one group after thunk `issue_after` (its last
+// member), finished before thunk `wait_before` (thunks.size(): the end).
+struct AllReduceBucket {
+  std::vector<int64_t> members;  // all_reduce thunk indices, ascending
+  int64_t issue_after = 0;
+  int64_t wait_before = 0;
+  int64_t bytes = 0;
 };
 
 struct UnsupportedThunk {
@@ -139,6 +150,7 @@ struct EntryPlan {
   std::vector<PlanSlot> inputs, outputs;
   std::vector<std::pair<int64_t, int64_t>> donations;  // (output, input)
   std::vector<Thunk> thunks;
+  std::vector<AllReduceBucket> buckets;  // empty: artifacts from before buckets
 
   // The slot with `role` (and `index` for per-parameter roles), or null.
   const PlanSlot* FindInput(std::string_view role, int64_t index = -1) const;
