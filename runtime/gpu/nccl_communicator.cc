@@ -1,5 +1,6 @@
 #include "runtime/gpu/nccl_communicator.h"
 
+#include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <fmt/ranges.h>
 #include <glob.h>
@@ -183,7 +184,7 @@ Status NcclCommunicator::AsyncError() const {
 }
 
 StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(Rendezvous& rendezvous, int rank,
-                                                                   int world) {
+                                                                   int world, int cuda_device) {
   if (rendezvous.rank() != rank || rendezvous.world_size() != world) {
     return Error("NCCL communicator: rank {} of {} disagrees with the rendezvous' rank {} of {}",
                  rank, world, rendezvous.rank(), rendezvous.world_size());
@@ -206,6 +207,10 @@ StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(Rendezvous& r
                  id.size());
   }
   std::memcpy(id.data(), blob->data(), id.size());
+  if (cudaError_t e = cudaSetDevice(cuda_device); e != cudaSuccess) {
+    return Error("rank {}: cudaSetDevice({}) before ncclCommInitRank: {} ({})", rank, cuda_device,
+                 cudaGetErrorName(e), cudaGetErrorString(e));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm,
                    NcclCommunicator::Create(*api, rank, world, id));
   Status barrier = rendezvous.Barrier();

@@ -7,7 +7,9 @@
 // is installed.
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<Rendezvous> rdv, Rendezvous::Join(opts));
-//   ASSIGN_OR_RETURN(auto comm, gpu::CreateNcclCommunicator(*rdv, rank, world));
+//   gpu_options.device = env.local_rank;
+//   ASSIGN_OR_RETURN(auto comm, gpu::CreateNcclCommunicator(*rdv, rank, world,
+//                                                           gpu_options.device));
 //   gpu_options.communicator = comm.get();  // outlives the GpuTrainer
 //
 // On a failure after the communicator exists, call Abort() (every rank
@@ -113,11 +115,13 @@ class NcclCommunicator : public Communicator {
 };
 
 // Rank 0 makes the unique id (ncclGetUniqueId) and broadcasts it over the
-// rendezvous; every rank creates its communicator on the current CUDA device;
-// then a barrier. `rank`/`world` must match the rendezvous'. Errors name the
-// rank and the step (aborting the rendezvous is the caller's choice).
+// rendezvous; every rank selects `cuda_device` (cudaSetDevice: the same
+// ordinal as GpuOptions::device, usually the local rank) and creates its
+// communicator there; then a barrier. `rank`/`world` must match the
+// rendezvous'. Errors name the rank and the step (aborting the rendezvous is
+// the caller's choice).
 StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(Rendezvous& rendezvous, int rank,
-                                                                   int world);
+                                                                   int world, int cuda_device);
 
 }  // namespace gptc::rt::gpu
 
