@@ -3,32 +3,16 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <fmt/ranges.h>
-#include <glob.h>
 
-#include <cstdlib>
 #include <cstring>
+
+#include "runtime/gpu/dynamic_library.h"
 
 namespace gptc::rt::gpu {
 
 namespace {
 
 constexpr char kLibrary[] = "libnccl.so.2";
-
-std::vector<std::string> Glob(const std::string& pattern) {
-  std::vector<std::string> out;
-  glob_t g;
-  if (glob(pattern.c_str(), 0, nullptr, &g) == 0) {
-    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
-  }
-  globfree(&g);
-  return out;
-}
-
-template <typename F>
-bool Bind(void* handle, const char* symbol, F* out) {
-  *out = reinterpret_cast<F>(dlsym(handle, symbol));
-  return *out != nullptr;
-}
 
 }  // namespace
 
@@ -39,65 +23,34 @@ std::string NcclApi::ErrorText(nccl::Result r) const {
 }
 
 std::vector<std::string> NcclCandidates() {
-  std::vector<std::string> out;
-  if (const char* env = std::getenv("GPTC_NCCL"); env != nullptr && *env != '\0') {
-    out.emplace_back(env);
-  }
-  out.emplace_back(kLibrary);
-  out.emplace_back(std::string("/usr/local/cuda/lib64/") + kLibrary);
-  std::vector<std::string> prefixes = {"/usr/lib", "/usr/local/lib", "/opt/conda/lib"};
-  for (std::string& p : Glob("/opt/*/lib")) {  // virtual environments under /opt
-    if (p != "/opt/conda/lib") prefixes.push_back(std::move(p));
-  }
-  for (const char* var : {"HOME", "VIRTUAL_ENV", "CONDA_PREFIX"}) {
-    const char* v = std::getenv(var);
-    if (v == nullptr || *v == '\0') continue;
-    prefixes.push_back(std::string(v) + (std::string_view(var) == "HOME" ? "/.local/lib" : "/lib"));
-  }
-  for (const std::string& prefix : prefixes) {
-    for (const char* packages : {"site-packages", "dist-packages"}) {
-      for (std::string& p :
-           Glob(fmt::format("{}/python3*/{}/nvidia/nccl/lib/{}", prefix, packages, kLibrary))) {
-        out.push_back(std::move(p));
-      }
-    }
-  }
-  return out;
+  return LibraryCandidates("GPTC_NCCL", kLibrary, {"nvidia/nccl/lib"});
 }
 
 StatusOr<NcclApi> LoadNccl(const std::vector<std::string>& candidates) {
+  NcclApi api;
   std::vector<std::string> tried;
-  for (const std::string& path : candidates) {
-    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      tried.push_back(path);
-      continue;
-    }
-    NcclApi api;
-    api.path = path;
-    const char* missing = nullptr;
-    auto bind = [&](const char* symbol, auto* out) {
-      if (missing == nullptr && !Bind(handle, symbol, out)) missing = symbol;
-    };
-    bind("ncclGetUniqueId", &api.GetUniqueId);
-    bind("ncclCommInitRank", &api.CommInitRank);
-    bind("ncclAllReduce", &api.AllReduce);
-    bind("ncclGroupStart", &api.GroupStart);
-    bind("ncclGroupEnd", &api.GroupEnd);
-    bind("ncclCommDestroy", &api.CommDestroy);
-    bind("ncclCommAbort", &api.CommAbort);
-    bind("ncclGetErrorString", &api.GetErrorString);
-    bind("ncclCommGetAsyncError", &api.CommGetAsyncError);
-    if (missing != nullptr) {
-      dlclose(handle);
-      return Error("{} has no symbol {} (expected NCCL 2.10 or later)", path, missing);
-    }
-    return api;  // the handle stays open for the process
+  void* handle = OpenFirst(candidates, &api.path, &tried);
+  if (handle == nullptr) {
+    return Error(
+        "NCCL not found: {} could not be loaded from {} (install pip's nvidia-nccl-cu13 or "
+        "the NCCL package, or set GPTC_NCCL=/path/to/{})",
+        kLibrary, fmt::join(tried, ", "), kLibrary);
   }
-  return Error(
-      "NCCL not found: {} could not be loaded from {} (install pip's nvidia-nccl-cu13 or "
-      "the NCCL package, or set GPTC_NCCL=/path/to/{})",
-      kLibrary, fmt::join(tried, ", "), kLibrary);
+  SymbolBinder bind(handle);
+  bind("ncclGetUniqueId", &api.GetUniqueId);
+  bind("ncclCommInitRank", &api.CommInitRank);
+  bind("ncclAllReduce", &api.AllReduce);
+  bind("ncclGroupStart", &api.GroupStart);
+  bind("ncclGroupEnd", &api.GroupEnd);
+  bind("ncclCommDestroy", &api.CommDestroy);
+  bind("ncclCommAbort", &api.CommAbort);
+  bind("ncclGetErrorString", &api.GetErrorString);
+  bind("ncclCommGetAsyncError", &api.CommGetAsyncError);
+  if (bind.missing() != nullptr) {
+    dlclose(handle);
+    return Error("{} has no symbol {} (expected NCCL 2.10 or later)", api.path, bind.missing());
+  }
+  return api;  // the handle stays open for the process
 }
 
 StatusOr<const NcclApi*> GetNccl() {
