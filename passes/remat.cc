@@ -212,7 +212,10 @@ std::unordered_set<const Instruction*> KeptValues(const ir::Computation& entry,
   // parameters and data are inputs: all live anyway.
   for (Instruction* op : entry.root()->operands()) kept.insert(op);
   std::map<std::string, std::vector<const Instruction*>, std::less<>> block_adds;
-  const std::unordered_set<const Instruction*> cheap = CheaplyRecomputed(entry);
+  // dots and block recompute every elementwise value anyway.
+  const std::unordered_set<const Instruction*> cheap =
+      policy == RematPolicy::kNone ? CheaplyRecomputed(entry)
+                                   : std::unordered_set<const Instruction*>{};
   for (const auto& inst : entry.instructions()) {
     Phase phase = PhaseOf(*inst);
     if (phase == Phase::kOptimizer) {
