@@ -1,11 +1,13 @@
 // gptrun with data parallelism on the CPU device: two gptrun processes
 // launched with torchrun-style variables (what `torchrun` or `mpirun -np 2`
 // would do) train a `--dp 2` artifact with half of every batch each, and
-// rank 0 logs the same losses as one process with the whole batch.
+// rank 0 logs the same losses as one process with the whole batch. And the
+// failures of the GPU (NCCL) launch that a machine without a GPU can reach.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -41,6 +43,12 @@ std::vector<double> Losses(const std::string& log) {
   return losses;
 }
 
+// Runs `script` with bash (for `&`, `$!` and `wait`); returns std::system's status.
+int RunBash(const std::string& script) {
+  const std::string quoted = std::regex_replace(script, std::regex("'"), "'\\''");
+  return std::system(("bash -c '" + quoted + "'").c_str());
+}
+
 class GptrunDataParallelTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -65,9 +73,9 @@ class GptrunDataParallelTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // gptrun on `artifact` with `env` prepended; output in dir_/`log`.
-  std::string Command(const std::string& env, const std::string& artifact,
-                      const std::string& log) const {
-    return env + " " + GPTRUN_BIN + " " + (dir_ / artifact).string() + " --device cpu --train '" +
+  std::string Command(const std::string& env, const std::string& artifact, const std::string& log,
+                      const std::string& device = "--device cpu") const {
+    return env + " " + GPTRUN_BIN + " " + (dir_ / artifact).string() + " " + device + " --train '" +
            (dir_ / "train_*.bin").string() + "' --steps 3 --lr 1e-3 --seed 5 > " +
            (dir_ / log).string() + " 2>&1";
   }
@@ -88,8 +96,7 @@ TEST_F(GptrunDataParallelTest, TwoRanksFollowOneRankWithTheWholeBatch) {
   const std::string both = "(" + Command(RankEnv(1), "dp2.gptx", "r1.txt") + ") & pid=$!; " +
                            Command(RankEnv(0), "dp2.gptx", "r0.txt") + "; a=$?; wait $pid; b=$?; " +
                            "exit $((a + b))";
-  int status = std::system(("bash -c '" + std::regex_replace(both, std::regex("'"), "'\\''") + "'")
-                               .c_str());
+  int status = RunBash(both);
   const std::string r0 = ReadAll(dir_ / "r0.txt"), r1 = ReadAll(dir_ / "r1.txt");
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << r0 << "\n---\n" << r1;
   EXPECT_NE(r0.find("data parallel: 2 ranks, each 2 rows of every batch"), std::string::npos)
@@ -121,6 +128,40 @@ TEST_F(GptrunDataParallelTest, WorldSizeMismatchIsOneLine) {
   const std::string r0 = ReadAll(dir_ / "r0.txt");
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << r0;
   EXPECT_NE(r0.find("--dp 2"), std::string::npos) << r0;
+}
+
+// The NCCL path as far as a machine without a GPU takes it: both ranks join
+// the rendezvous, find no GPU for their local rank, tell each other and end
+// with one line each, long before the timeout.
+TEST_F(GptrunDataParallelTest, GpuRanksWithoutAGpuEndWithOneLineEach) {
+  if (std::system("nvidia-smi -L > /dev/null 2>&1") == 0) {
+    GTEST_SKIP() << "a GPU is present: this checks the failure path of a machine without one";
+  }
+  const std::string both = "(" + Command(RankEnv(1), "dp2.gptx", "r1.txt", "--device gpu") +
+                           "; echo $? > " + (dir_ / "rc1").string() + ") & pid=$!; " +
+                           Command(RankEnv(0), "dp2.gptx", "r0.txt", "--device gpu") +
+                           "; a=$?; wait $pid; exit $a";
+  const auto start = std::chrono::steady_clock::now();
+  int status = RunBash(both);
+  const auto took = std::chrono::steady_clock::now() - start;
+  const std::string r0 = ReadAll(dir_ / "r0.txt"), r1 = ReadAll(dir_ / "r1.txt");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << r0;
+  EXPECT_EQ(ReadAll(dir_ / "rc1"), "1\n") << r1;
+  EXPECT_LT(took, std::chrono::seconds(15));  // GPTC_DIST_TIMEOUT is 20
+  for (const std::string& out : {r0, r1}) {
+    ASSERT_FALSE(out.empty());
+    EXPECT_EQ(out.find('\n'), out.size() - 1) << out;  // one line
+    EXPECT_NE(out.find("GPU"), std::string::npos) << out;
+  }
+}
+
+TEST_F(GptrunDataParallelTest, GpuFlagWithSeveralRanksIsOneLine) {
+  const std::string cmd = Command(RankEnv(0), "dp2.gptx", "r0.txt", "--device gpu --gpu 1");
+  int status = std::system(cmd.c_str());
+  const std::string r0 = ReadAll(dir_ / "r0.txt");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << r0;
+  EXPECT_EQ(r0.find('\n'), r0.size() - 1) << r0;
+  EXPECT_NE(r0.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << r0;
 }
 
 }  // namespace

@@ -31,16 +31,20 @@ ChosenDevice ChooseDevice(const RunOptions& o, const rt::LoadedProgram& loaded) 
 
 StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, const RunOptions& o,
                                                    const rt::Artifact& artifact,
-                                                   const passes::TrainProgram* program) {
+                                                   const passes::TrainProgram* program,
+                                                   const Distributed& dist) {
   if (device == "cpu") {
     if (o.profile) return Error("--profile needs the GPU device (--device gpu)");
-    return std::unique_ptr<rt::Trainer>(new rt::CpuTrainer(program, o.seed));
+    auto cpu = std::make_unique<rt::CpuTrainer>(program, o.seed);
+    if (dist.comm != nullptr) cpu->set_collective(dist.comm.get());
+    return std::unique_ptr<rt::Trainer>(std::move(cpu));
   }
 #if GPTC_HAVE_GPU
-  rt::gpu::GpuOptions g{.device = o.gpu,
+  rt::gpu::GpuOptions g{.device = dist.gpu,
                         .use_graph = !o.no_graph,
                         .profile = o.profile,
-                        .sync_each_thunk = o.debug_sync};
+                        .sync_each_thunk = o.debug_sync,
+                        .communicator = dist.gpu_comm.get()};
   ASSIGN_OR_RETURN(std::unique_ptr<rt::gpu::GpuTrainer> t,
                    rt::gpu::GpuTrainer::Create(artifact, o.artifact, program, o.seed, g));
   return std::unique_ptr<rt::Trainer>(std::move(t));

@@ -11,6 +11,7 @@
 #include "runtime/artifact.h"
 #include "runtime/program_loader.h"
 #include "runtime/trainer.h"
+#include "tools/gptrun/distributed.h"
 #include "tools/gptrun/train_loop.h"
 
 namespace gptc::tools {
@@ -27,11 +28,13 @@ struct ChosenDevice {
 // present and the artifact is complete with grad-accum 1, else the CPU.
 ChosenDevice ChooseDevice(const RunOptions& options, const rt::LoadedProgram& loaded);
 
-// The trainer of `device` for the loaded artifact. `program` must outlive it.
+// The trainer of `device` for the loaded artifact, on `dist`'s GPU and with
+// its communicator (none for one rank). `program` and `dist` must outlive it.
 StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device,
                                                    const RunOptions& options,
                                                    const rt::Artifact& artifact,
-                                                   const passes::TrainProgram* program);
+                                                   const passes::TrainProgram* program,
+                                                   const Distributed& dist);
 
 // Extra lines about a trainer after its load ("loaded: arenas ..."), or empty.
 std::string LoadSummary(rt::Trainer& trainer);

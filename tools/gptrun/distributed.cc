@@ -1,36 +1,106 @@
 #include "tools/gptrun/distributed.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 #include "runtime/rendezvous.h"
+#if GPTC_HAVE_GPU
+#include "runtime/gpu/device.h"
+#include "runtime/gpu/nccl_communicator.h"
+#endif
 
 namespace gptc::tools {
 
+namespace {
+
+#if GPTC_HAVE_GPU
+// The watchdog found a dead or hung peer: every rank has been told. The main
+// thread is blocked in a CUDA wait behind NCCL kernels that will never end,
+// so this process cannot unwind; it exits (the driver tears the context
+// down), as PyTorch's NCCL watchdog does.
+void ExitOnFailure(const Status& why) {
+  std::fprintf(stderr, "gptrun: %s\n", why.message().c_str());
+  std::fflush(nullptr);
+  std::_Exit(1);
+}
+
+// One rank per GPU, the GPU of its local rank; NCCL over the rendezvous.
+Status JoinNccl(Distributed& dist, rt::Rendezvous& rdv) {
+  const rt::LaunchEnv& env = dist.env;
+  const int devices = rt::gpu::CountDevices();
+  if (env.local_rank >= devices) {
+    return Error("{}: this node has {} GPU{}, so local rank {} has none (run one rank per GPU)",
+                 env.ToString(), devices, devices == 1 ? "" : "s", env.local_rank);
+  }
+  dist.gpu = static_cast<int>(env.local_rank);
+  const int rank = static_cast<int>(env.rank), world = static_cast<int>(env.world_size);
+  // NCCL init waits for every rank too: bound it like a step.
+  dist.watchdog->Begin("NCCL init");
+  StatusOr<std::unique_ptr<rt::gpu::NcclCommunicator>> nccl =
+      rt::gpu::CreateNcclCommunicator(rdv, rank, world, dist.gpu);
+  dist.watchdog->End();
+  if (!nccl.ok()) return nccl.status();
+  dist.gpu_comm = std::move(nccl).value();
+  return Status::Ok();
+}
+#endif
+
+}  // namespace
+
+void Distributed::Abort(const Status& why) const {
+  // The watchdog first: once it returns, its thread no longer probes the
+  // NCCL communicator, which ncclCommAbort then ends (so that destroying it
+  // does not wait for collectives that will never complete).
+  if (watchdog != nullptr) watchdog->Abort(why);
+  if (gpu_comm != nullptr) gpu_comm->Abort();
+  if (comm != nullptr) comm->Abort(why);
+}
+
+void Distributed::BeginStep(int64_t step) const {
+  if (watchdog != nullptr) watchdog->Begin(fmt::format("step {}", step));
+}
+
+void Distributed::EndStep() const {
+  if (watchdog != nullptr) watchdog->End();
+}
+
+Status Distributed::Finish() const {
+  return watchdog == nullptr ? Status::Ok() : watchdog->Finish();
+}
+
 StatusOr<Distributed> JoinDistributed(int64_t compiled_world, const std::string& artifact,
-                                      const std::string& device) {
+                                      const std::string& device, int gpu_flag) {
   Distributed dist;
   ASSIGN_OR_RETURN(dist.env, rt::ReadLaunchEnv());
   RETURN_IF_ERROR(rt::CheckWorldSize(dist.env, compiled_world, artifact));
+  dist.gpu = gpu_flag < 0 ? 0 : gpu_flag;
   if (dist.env.world_size == 1) return dist;
-  if (device != "cpu") {
-    // Without NCCL the all-reduces would be identities: each rank would train
-    // on its own gradients divided by N.
-    return Error("{}: data parallelism on the GPU needs the NCCL communicator, which gptrun "
-                 "does not wire up yet; run the ranks with --device cpu (small models)",
-                 dist.env.ToString());
+  if (device == "gpu" && gpu_flag >= 0) {
+    return Error(
+        "--gpu {}: with data parallelism each rank takes the GPU of its local rank "
+        "({}); choose GPUs with CUDA_VISIBLE_DEVICES instead",
+        gpu_flag, dist.env.ToString());
   }
   ASSIGN_OR_RETURN(std::unique_ptr<rt::Rendezvous> rendezvous,
                    rt::Rendezvous::Join(rt::RendezvousOptionsFrom(dist.env)));
-  dist.comm = rt::MakeTcpCommunicator(std::move(rendezvous), dist.env.timeout);
+  if (device == "cpu") {
+    dist.comm = rt::MakeTcpCommunicator(std::move(rendezvous), dist.env.timeout);
+    return dist;
+  }
+#if GPTC_HAVE_GPU
+  dist.watchdog = std::make_unique<rt::Watchdog>(
+      rt::Watchdog::Options{.rank = dist.env.rank, .timeout = dist.env.timeout}, ExitOnFailure);
+  if (Status s = JoinNccl(dist, *rendezvous); !s.ok()) {
+    rendezvous->Abort(s);  // the other ranks stop waiting for this one
+    return s;
+  }
+  auto* nccl = static_cast<rt::gpu::NcclCommunicator*>(dist.gpu_comm.get());
+  dist.watchdog->Watch(std::move(rendezvous), [nccl] { return nccl->AsyncError(); });
   return dist;
-}
-
-Status AttachCommunicator(const Distributed& dist, rt::Trainer& trainer) {
-  if (dist.comm == nullptr) return Status::Ok();
-  auto* cpu = dynamic_cast<rt::CpuTrainer*>(&trainer);
-  if (cpu == nullptr) return Error("data parallelism: this device has no communicator hook");
-  cpu->set_collective(dist.comm.get());
-  return Status::Ok();
+#else
+  return Error("--device gpu: this gptrun was built without the CUDA toolkit (no GPU device)");
+#endif
 }
 
 rt::MicroBatch RankSlice(const rt::MicroBatch& global, const rt::LaunchEnv& env, int64_t rows,

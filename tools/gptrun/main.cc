@@ -34,7 +34,8 @@ constexpr char kUsage[] =
     "Trains with a compiled artifact (gptc compile -o FILE.gptx). The batch, sequence length,\n"
     "grad-accum and AdamW settings are the artifact's; --grad-accum only checks it.\n"
     "  --device gpu       the GPU runtime (the default when a GPU is present and the artifact\n"
-    "                     is complete); --gpu N picks the device\n"
+    "                     is complete); --gpu N picks the device (ranks of a --dp artifact\n"
+    "                     take the GPU of their local rank)\n"
     "  --device cpu       the reference evaluator (small models, e.g. gpt2-tiny)\n"
     "  --no-graph         GPU: launch every thunk every step (no CUDA graph replay)\n"
     "  --profile          GPU: time every thunk with CUDA events (no graph) and print the\n"
@@ -93,7 +94,7 @@ int Main(int argc, char** argv) {
   o.cosine = flags.Has("cosine");
   o.bench = flags.Has("bench");
   o.tokenizer_dir = flags.Get("tokenizer", o.tokenizer_dir);
-  int64_t seed = 0, gpu = 0;
+  int64_t seed = 0, gpu = -1;
   for (auto [name, field, min] :
        {std::tuple{"steps", &o.steps, int64_t{1}}, std::tuple{"warmup", &o.warmup, int64_t{0}},
         std::tuple{"grad-accum", &o.grad_accum, int64_t{1}}, std::tuple{"seed", &seed, int64_t{0}},

@@ -191,13 +191,18 @@ int RunTraining(const RunOptions& o) {
                          o.grad_accum, o.artifact, program.grad_accum, o.grad_accum));
   }
   const passes::TrainEntry* logits = program.Find("logits");
-  StatusOr<Distributed> joined = JoinDistributed(program.world_size, o.artifact, device.name);
+  StatusOr<Distributed> joined = JoinDistributed(program.world_size, o.artifact, device.name, o.gpu);
   if (!joined.ok()) return Fail(1, joined.status());
   const Distributed& dist = *joined;
   // After the rendezvous every failure must end the other ranks too.
   auto fail = [&](int code, const Status& s) {
     dist.Abort(s);
     return Fail(code, s);
+  };
+  // Every rank ends here, so that none takes another's exit for a failure.
+  auto finish = [&]() {
+    if (Status s = dist.Finish(); !s.ok()) return fail(1, s);
+    return 0;
   };
 
   std::optional<rt::DataLoader> train, val;
@@ -223,10 +228,9 @@ int RunTraining(const RunOptions& o) {
   Console console;
   console.set_quiet(!dist.leader());
 
-  StatusOr<std::unique_ptr<rt::Trainer>> made = MakeTrainer(device.name, o, *artifact, &program);
+  StatusOr<std::unique_ptr<rt::Trainer>> made = MakeTrainer(device.name, o, *artifact, &program, dist);
   if (!made.ok()) return fail(o.profile && device.name == "cpu" ? 2 : 1, made.status());
   rt::Trainer& trainer = **made;
-  if (Status s = AttachCommunicator(dist, trainer); !s.ok()) return fail(1, s);
   const int64_t tokens_per_step = m.batch * m.seq * program.grad_accum * dist.world();
   const double flops_per_token = FlopsPerToken(*loaded);
   const double peak_tflops =
@@ -294,7 +298,7 @@ int RunTraining(const RunOptions& o) {
   if (start > o.steps) {
     console.Line(
         fmt::format("nothing to do: the checkpoint is at step {}, --steps {}", start - 1, o.steps));
-    return 0;
+    return finish();
   }
 
   auto run_val = [&](int64_t step) -> Status {
@@ -352,7 +356,9 @@ int RunTraining(const RunOptions& o) {
     }
     const double lr = schedule.At(step);
     auto t0 = Clock::now();
+    dist.BeginStep(step);
     StatusOr<rt::StepResult> r = trainer.Step(micro, lr);
+    dist.EndStep();
     const double dt = Seconds(t0);
     if (!r.ok()) return fail(1, r.status().WithPrefix(fmt::format("step {}", step)));
     if (step == start) first_loss = r->loss;
@@ -406,7 +412,7 @@ int RunTraining(const RunOptions& o) {
       o.bench ? "bench" : "done", timed_steps, train_s, steps_s,
       WithCommas(static_cast<int64_t>(steps_s * tokens_per_step + 0.5)), first_loss, last_loss));
   if (std::string report = ProfileReport(trainer); !report.empty()) console.Line(report);
-  return 0;
+  return finish();
 }
 
 }  // namespace gptc::tools
