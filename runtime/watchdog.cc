@@ -42,6 +42,11 @@ void Watchdog::Watch(std::unique_ptr<Rendezvous> rendezvous, Probe probe) {
   cv_.notify_all();
 }
 
+void Watchdog::SetProbe(Probe probe) {
+  std::lock_guard<std::mutex> lock(mu_);
+  probe_ = std::move(probe);
+}
+
 void Watchdog::Begin(std::string what) {
   std::lock_guard<std::mutex> lock(mu_);
   phase_ = std::move(what);

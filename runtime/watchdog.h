@@ -21,8 +21,9 @@
 // its checkpoint.
 //
 //   Watchdog dog({.rank = r, .timeout = env.timeout}, [](const Status& s) { ... });
+//   dog.Watch(std::move(rendezvous));
 //   dog.Begin("NCCL init");  ...  dog.End();
-//   dog.Watch(std::move(rendezvous), [&] { return nccl->AsyncError(); });
+//   dog.SetProbe([&] { return nccl->AsyncError(); });
 //   for (...) { dog.Begin(fmt::format("step {}", s)); trainer.Step(...); dog.End(); }
 //   RETURN_IF_ERROR(dog.Finish());
 #ifndef GPTC_RUNTIME_WATCHDOG_H_
@@ -66,7 +67,9 @@ class Watchdog {
 
   // Takes over a joined rendezvous, which the caller no longer uses, and a
   // probe for asynchronous errors (may be null). Call at most once.
-  void Watch(std::unique_ptr<Rendezvous> rendezvous, Probe probe);
+  void Watch(std::unique_ptr<Rendezvous> rendezvous, Probe probe = nullptr);
+  // The probe, once there is something to probe (after NCCL init).
+  void SetProbe(Probe probe);
 
   // A phase of the main thread that must end within the timeout. `what`
   // names it in the message ("step 12", "NCCL init").

@@ -84,9 +84,9 @@ StatusOr<nccl::RedOp> NcclRedOp(ReduceOp op) {
   return Error("NCCL all-reduce: reduction {} is not supported", static_cast<int>(op));
 }
 
-StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
-    const NcclApi& api, int rank, int world,
-    const std::array<std::byte, nccl::kUniqueIdBytes>& id) {
+StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const NcclApi& api, int rank,
+                                                                     int world,
+                                                                     const NcclUniqueIdBytes& id) {
   if (world < 1 || rank < 0 || rank >= world) {
     return Error("NCCL communicator: rank {} is not in a world of {}", rank, world);
   }
@@ -136,18 +136,14 @@ Status NcclCommunicator::AsyncError() const {
   return Check(async, "NCCL (asynchronous error)");
 }
 
-StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(Rendezvous& rendezvous, int rank,
-                                                                   int world, int cuda_device) {
-  if (rendezvous.rank() != rank || rendezvous.world_size() != world) {
-    return Error("NCCL communicator: rank {} of {} disagrees with the rendezvous' rank {} of {}",
-                 rank, world, rendezvous.rank(), rendezvous.world_size());
-  }
-  ASSIGN_OR_RETURN(const NcclApi* api, GetNccl());
-  std::array<std::byte, nccl::kUniqueIdBytes> id{};
+StatusOr<NcclUniqueIdBytes> ShareNcclUniqueId(Rendezvous& rendezvous, const NcclApi& api) {
+  const int64_t rank = rendezvous.rank();
+  NcclUniqueIdBytes id{};
   if (rank == 0) {
     nccl::UniqueId uid;
-    if (nccl::Result r = api->GetUniqueId(&uid); r != nccl::kSuccess) {
-      return Error("rank 0 of {}: ncclGetUniqueId ({}): {}", world, api->path, api->ErrorText(r));
+    if (nccl::Result r = api.GetUniqueId(&uid); r != nccl::kSuccess) {
+      return Error("rank 0 of {}: ncclGetUniqueId ({}): {}", rendezvous.world_size(), api.path,
+                   api.ErrorText(r));
     }
     std::memcpy(id.data(), uid.internal, id.size());
   }
@@ -160,12 +156,30 @@ StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(Rendezvous& r
                  id.size());
   }
   std::memcpy(id.data(), blob->data(), id.size());
+  return id;
+}
+
+StatusOr<std::unique_ptr<NcclCommunicator>> InitNcclCommunicator(const NcclApi& api,
+                                                                 const NcclUniqueIdBytes& id,
+                                                                 int rank, int world,
+                                                                 int cuda_device) {
   if (cudaError_t e = cudaSetDevice(cuda_device); e != cudaSuccess) {
     return Error("rank {}: cudaSetDevice({}) before ncclCommInitRank: {} ({})", rank, cuda_device,
                  cudaGetErrorName(e), cudaGetErrorString(e));
   }
+  return NcclCommunicator::Create(api, rank, world, id);
+}
+
+StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(Rendezvous& rendezvous, int rank,
+                                                                   int world, int cuda_device) {
+  if (rendezvous.rank() != rank || rendezvous.world_size() != world) {
+    return Error("NCCL communicator: rank {} of {} disagrees with the rendezvous' rank {} of {}",
+                 rank, world, rendezvous.rank(), rendezvous.world_size());
+  }
+  ASSIGN_OR_RETURN(const NcclApi* api, GetNccl());
+  ASSIGN_OR_RETURN(NcclUniqueIdBytes id, ShareNcclUniqueId(rendezvous, *api));
   ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm,
-                   NcclCommunicator::Create(*api, rank, world, id));
+                   InitNcclCommunicator(*api, id, rank, world, cuda_device));
   Status barrier = rendezvous.Barrier();
   if (!barrier.ok()) {
     comm->Abort();

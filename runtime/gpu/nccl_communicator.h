@@ -83,13 +83,15 @@ StatusOr<const NcclApi*> GetNccl();
 StatusOr<nccl::DataType> NcclDataType(ir::DType dtype);
 StatusOr<nccl::RedOp> NcclRedOp(ReduceOp op);
 
+// The unique id of a communicator, as the rendezvous carries it.
+using NcclUniqueIdBytes = std::array<std::byte, nccl::kUniqueIdBytes>;
+
 class NcclCommunicator : public Communicator {
  public:
   // ncclCommInitRank on the current CUDA device (blocks until every rank has
   // called it with the same id).
-  static StatusOr<std::unique_ptr<NcclCommunicator>> Create(
-      const NcclApi& api, int rank, int world,
-      const std::array<std::byte, nccl::kUniqueIdBytes>& id);
+  static StatusOr<std::unique_ptr<NcclCommunicator>> Create(const NcclApi& api, int rank, int world,
+                                                            const NcclUniqueIdBytes& id);
   // ncclCommDestroy (unless aborted).
   ~NcclCommunicator() override;
 
@@ -115,11 +117,19 @@ class NcclCommunicator : public Communicator {
 };
 
 // Rank 0 makes the unique id (ncclGetUniqueId) and broadcasts it over the
-// rendezvous; every rank selects `cuda_device` (cudaSetDevice: the same
-// ordinal as GpuOptions::device, usually the local rank) and creates its
-// communicator there; then a barrier. `rank`/`world` must match the
-// rendezvous'. Errors name the rank and the step (aborting the rendezvous is
-// the caller's choice).
+// rendezvous; every rank returns it.
+StatusOr<NcclUniqueIdBytes> ShareNcclUniqueId(Rendezvous& rendezvous, const NcclApi& api);
+// Selects `cuda_device` (cudaSetDevice: the same ordinal as
+// GpuOptions::device, usually the local rank) and creates this rank's
+// communicator there (blocks until every rank has called it).
+StatusOr<std::unique_ptr<NcclCommunicator>> InitNcclCommunicator(const NcclApi& api,
+                                                                 const NcclUniqueIdBytes& id,
+                                                                 int rank, int world,
+                                                                 int cuda_device);
+// ShareNcclUniqueId, InitNcclCommunicator, then a barrier. `rank`/`world`
+// must match the rendezvous'. Errors name the rank and the step (aborting the
+// rendezvous is the caller's choice). gptrun calls the two steps itself, so
+// that its watchdog holds the connections while NCCL init waits.
 StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(Rendezvous& rendezvous, int rank,
                                                                    int world, int cuda_device);
 

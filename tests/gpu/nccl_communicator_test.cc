@@ -284,11 +284,10 @@ TEST(NcclCommunicatorTest, WorldSizeOneAllReducesEagerGroupedAndCaptured) {
   GPTC_SKIP_WITHOUT_GPU();
   StatusOr<const NcclApi*> api = GetNccl();
   if (!api.ok()) GTEST_SKIP() << api.status().message();
-  nccl::UniqueId uid;
-  ASSERT_EQ((*api)->GetUniqueId(&uid), nccl::kSuccess);
-  std::array<std::byte, nccl::kUniqueIdBytes> id;
-  std::memcpy(id.data(), uid.internal, id.size());
-  auto comm = NcclCommunicator::Create(**api, 0, 1, id);
+  // As gptrun makes it: the unique id over a (one-rank) rendezvous, init on GPU 0.
+  StatusOr<std::unique_ptr<Rendezvous>> rdv = Rendezvous::Join(RendezvousOptions{});
+  ASSERT_TRUE(rdv.ok()) << rdv.status().message();
+  auto comm = CreateNcclCommunicator(**rdv, 0, 1, 0);
   ASSERT_TRUE(comm.ok()) << comm.status().message();
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);

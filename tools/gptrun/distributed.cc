@@ -26,22 +26,36 @@ void ExitOnFailure(const Status& why) {
 }
 
 // One rank per GPU, the GPU of its local rank; NCCL over the rendezvous.
-Status JoinNccl(Distributed& dist, rt::Rendezvous& rdv) {
+// Failures before the watchdog holds the connections abort the rendezvous
+// here; after, the watchdog (the caller's fail path) tells the others.
+Status JoinNccl(Distributed& dist, std::unique_ptr<rt::Rendezvous> rdv) {
   const rt::LaunchEnv& env = dist.env;
+  auto abort = [&](const Status& s) {
+    rdv->Abort(s);  // the other ranks stop waiting for this one
+    return s;
+  };
   const int devices = rt::gpu::CountDevices();
   if (env.local_rank >= devices) {
-    return Error("{}: this node has {} GPU{}, so local rank {} has none (run one rank per GPU)",
-                 env.ToString(), devices, devices == 1 ? "" : "s", env.local_rank);
+    return abort(
+        Error("{}: this node has {} GPU{}, so local rank {} has none (run one rank per GPU)",
+              env.ToString(), devices, devices == 1 ? "" : "s", env.local_rank));
   }
   dist.gpu = static_cast<int>(env.local_rank);
-  const int rank = static_cast<int>(env.rank), world = static_cast<int>(env.world_size);
-  // NCCL init waits for every rank too: bound it like a step.
+  StatusOr<const rt::gpu::NcclApi*> api = rt::gpu::GetNccl();
+  if (!api.ok()) return abort(api.status().WithPrefix(fmt::format("rank {}", env.rank)));
+  StatusOr<rt::gpu::NcclUniqueIdBytes> id = rt::gpu::ShareNcclUniqueId(*rdv, **api);
+  if (!id.ok()) return abort(id.status());
+  // NCCL init waits for every rank: the watchdog bounds it and hears a rank
+  // that fails meanwhile.
+  dist.watchdog->Watch(std::move(rdv));
   dist.watchdog->Begin("NCCL init");
-  StatusOr<std::unique_ptr<rt::gpu::NcclCommunicator>> nccl =
-      rt::gpu::CreateNcclCommunicator(rdv, rank, world, dist.gpu);
+  StatusOr<std::unique_ptr<rt::gpu::NcclCommunicator>> nccl = rt::gpu::InitNcclCommunicator(
+      **api, *id, static_cast<int>(env.rank), static_cast<int>(env.world_size), dist.gpu);
   dist.watchdog->End();
   if (!nccl.ok()) return nccl.status();
+  rt::gpu::NcclCommunicator* probe = nccl->get();
   dist.gpu_comm = std::move(nccl).value();
+  dist.watchdog->SetProbe([probe] { return probe->AsyncError(); });
   return Status::Ok();
 }
 #endif
@@ -91,12 +105,10 @@ StatusOr<Distributed> JoinDistributed(int64_t compiled_world, const std::string&
 #if GPTC_HAVE_GPU
   dist.watchdog = std::make_unique<rt::Watchdog>(
       rt::Watchdog::Options{.rank = dist.env.rank, .timeout = dist.env.timeout}, ExitOnFailure);
-  if (Status s = JoinNccl(dist, *rendezvous); !s.ok()) {
-    rendezvous->Abort(s);  // the other ranks stop waiting for this one
+  if (Status s = JoinNccl(dist, std::move(rendezvous)); !s.ok()) {
+    dist.Abort(s);
     return s;
   }
-  auto* nccl = static_cast<rt::gpu::NcclCommunicator*>(dist.gpu_comm.get());
-  dist.watchdog->Watch(std::move(rendezvous), [nccl] { return nccl->AsyncError(); });
   return dist;
 #else
   return Error("--device gpu: this gptrun was built without the CUDA toolkit (no GPU device)");
