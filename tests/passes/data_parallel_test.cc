@@ -15,37 +15,19 @@
 #include "passes/fusion.h"
 #include "passes/train_step.h"
 #include "tests/testing/pass_harness.h"
+#include "tests/testing/small_models.h"
 
 namespace gptc::passes {
 namespace {
 
+using ::gptc::testing::Differentiated;
 using ::gptc::testing::ExpectLiteralsNear;
 using ::gptc::testing::ParseOrDie;
 using ir::Instruction;
 using ir::Opcode;
 
-// loss = sum(w * broadcast(x)) + sum(b * b), differentiated: (loss, dw, db).
-constexpr char kModel[] = R"(module m
-ENTRY %main {
-  %w = f32[3,4] parameter(0)
-  %b = f32[4] parameter(1)
-  %x = s32[4] parameter(2)
-  %xf = f32[4] convert(%x)
-  %bx = f32[3,4] broadcast(%xf), dimensions={1}
-  %wx = f32[3,4] mul(%w, %bx)
-  %s1 = f32[] reduce(%wx), dimensions={0,1}, kind=sum
-  %b2 = f32[4] mul(%b, %b)
-  %s2 = f32[] reduce(%b2), dimensions={0}, kind=sum
-  ROOT %loss = f32[] add(%s1, %s2)
-}
-)";
-
-std::unique_ptr<ir::Module> Differentiated() {
-  std::unique_ptr<ir::Module> module = ParseOrDie(kModel);
-  EXPECT_TRUE(Autodiff().Run(*module).ok());
-  EXPECT_TRUE(Dce().Run(*module).ok());
-  return module;
-}
+// loss = sum(w * broadcast(x)) + sum(b * b) (tests/testing/small_models.h).
+constexpr std::string_view kModel = ::gptc::testing::kLinearLossModule;
 
 std::vector<const Instruction*> AllReduces(const ir::Computation& c) {
   std::vector<const Instruction*> out;
@@ -82,7 +64,7 @@ void ExpectSameOnIdenticalReplicas(const ir::Module& before, const ir::Module& a
 }
 
 TEST(DataParallelTest, StepAveragesLossAndEveryGradient) {
-  std::unique_ptr<ir::Module> module = Differentiated();
+  std::unique_ptr<ir::Module> module = Differentiated(kModel);
   std::unique_ptr<ir::Module> before = module->Clone();
   StatusOr<bool> changed = DataParallel({.world_size = 2}).Run(*module);
   ASSERT_TRUE(changed.ok()) << changed.status().message();
@@ -116,7 +98,7 @@ TEST(DataParallelTest, StepAveragesLossAndEveryGradient) {
 }
 
 TEST(DataParallelTest, AccumulateAveragesOnlyTheLoss) {
-  std::unique_ptr<ir::Module> module = Differentiated();
+  std::unique_ptr<ir::Module> module = Differentiated(kModel);
   std::unique_ptr<ir::Module> before = module->Clone();
   StatusOr<bool> changed =
       DataParallel({.world_size = 4, .mode = OptimizerMode::kAccumulate}).Run(*module);
@@ -128,7 +110,7 @@ TEST(DataParallelTest, AccumulateAveragesOnlyTheLoss) {
 }
 
 TEST(DataParallelTest, ApplyAveragesTheAccumulators) {
-  std::unique_ptr<ir::Module> module = Differentiated();
+  std::unique_ptr<ir::Module> module = Differentiated(kModel);
   ASSERT_TRUE(Optimizer({.mode = OptimizerMode::kApply, .grad_accum = 2}).Run(*module).ok());
   std::unique_ptr<ir::Module> before = module->Clone();
   StatusOr<bool> changed =
@@ -149,7 +131,7 @@ TEST(DataParallelTest, ApplyAveragesTheAccumulators) {
 // Note [scale first]: autodiff seeded with 1/N plus the prescaled pass equals
 // plain autodiff on identical replicas, with no multiply on any gradient.
 TEST(DataParallelTest, PrescaledGradientsGetTheirAllReduceAlone) {
-  std::unique_ptr<ir::Module> plain = Differentiated();
+  std::unique_ptr<ir::Module> plain = Differentiated(kModel);
   std::unique_ptr<ir::Module> module = ParseOrDie(kModel);
   ASSERT_TRUE(Autodiff({.loss_scale = 0.25}).Run(*module).ok());
   ASSERT_TRUE(Dce().Run(*module).ok());
@@ -165,7 +147,7 @@ TEST(DataParallelTest, PrescaledGradientsGetTheirAllReduceAlone) {
 }
 
 TEST(DataParallelTest, WorldOfOneLeavesTheModuleAlone) {
-  std::unique_ptr<ir::Module> module = Differentiated();
+  std::unique_ptr<ir::Module> module = Differentiated(kModel);
   const std::string text = ir::PrintModule(*module);
   StatusOr<bool> changed = DataParallel({.world_size = 1}).Run(*module);
   ASSERT_TRUE(changed.ok());
@@ -181,14 +163,14 @@ TEST(DataParallelTest, ErrorsNameTheProblem) {
             "data-parallel (mode step): entry %main is not an autodiff output (loss, "
             "gradients...): its root is not a tuple");
 
-  std::unique_ptr<ir::Module> twice = Differentiated();
+  std::unique_ptr<ir::Module> twice = Differentiated(kModel);
   ASSERT_TRUE(DataParallel({.world_size = 2}).Run(*twice).ok());
   r = DataParallel({.world_size = 2}).Run(*twice);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
             "data-parallel: entry %main already has all-reduce %dp.loss.mean (run the pass once)");
 
-  std::unique_ptr<ir::Module> step = Differentiated();
+  std::unique_ptr<ir::Module> step = Differentiated(kModel);
   r = DataParallel({.world_size = 2, .mode = OptimizerMode::kApply}).Run(*step);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),

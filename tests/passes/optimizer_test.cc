@@ -10,35 +10,16 @@
 #include "passes/dce.h"
 #include "passes/train_step.h"
 #include "tests/testing/pass_harness.h"
+#include "tests/testing/small_models.h"
 
 namespace gptc::passes {
 namespace {
 
+using ::gptc::testing::Differentiated;
 using ::gptc::testing::ParseOrDie;
 
-// loss = sum(w * broadcast(x)) + sum(b * b): d/dw[i][j] = x[j], d/db = 2b.
-// w is a matrix (decays), b a vector (does not), x data.
-constexpr char kModel[] = R"(module m
-ENTRY %main {
-  %w = f32[3,4] parameter(0)
-  %b = f32[4] parameter(1)
-  %x = s32[4] parameter(2)
-  %xf = f32[4] convert(%x)
-  %bx = f32[3,4] broadcast(%xf), dimensions={1}
-  %wx = f32[3,4] mul(%w, %bx)
-  %s1 = f32[] reduce(%wx), dimensions={0,1}, kind=sum
-  %b2 = f32[4] mul(%b, %b)
-  %s2 = f32[] reduce(%b2), dimensions={0}, kind=sum
-  ROOT %loss = f32[] add(%s1, %s2)
-}
-)";
-
-std::unique_ptr<ir::Module> Differentiated(std::string_view text) {
-  std::unique_ptr<ir::Module> module = ParseOrDie(text);
-  EXPECT_TRUE(Autodiff().Run(*module).ok());
-  EXPECT_TRUE(Dce().Run(*module).ok());
-  return module;
-}
+// loss = sum(w * broadcast(x)) + sum(b * b) (tests/testing/small_models.h).
+constexpr std::string_view kModel = ::gptc::testing::kLinearLossModule;
 
 // An independent AdamW (as PyTorch's torch.optim.AdamW and llm.c), in double.
 struct ReferenceAdamW {
