@@ -1,8 +1,11 @@
 #include "runtime/gpu/gpu_trainer.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <ranges>
 
 #include "runtime/gpu/cublaslt_api.h"
 #include "runtime/gpu/cuda_api.h"
@@ -45,9 +48,18 @@ struct EntryState {
   DeviceBuffer arena;
   std::unique_ptr<EntryExecutor> executor;
   // Which parameter values the arena's param slots hold (entries other than
-  // the train step get a copy before they run); -1: none yet.
+  // the state entry get a copy before they run); -1: none yet.
   int64_t params_version = -1;
 };
+
+// The roles of entry inputs the trainer feeds (Note [entries of a step]).
+bool Feedable(std::string_view role) {
+  for (std::string_view r :
+       {"param", "adam_m", "adam_v", "grad_acc", "tokens", "targets", "step", "lr"}) {
+    if (role == r) return true;
+  }
+  return false;
+}
 
 // The per-step inputs the host writes, in the pinned staging buffer.
 struct StagedInput {
@@ -70,11 +82,19 @@ struct GpuTrainer::Impl {
   std::unique_ptr<KernelModules> modules;
   DeviceBuffer workspace;
   int64_t workspace_bytes = 0;
-  std::vector<EntryState> entries;  // the train step first
+  std::vector<EntryState> entries;  // in the program's order
+  // Note [entries of a step]: `state_entry` holds the parameters and AdamW moments
+  // and applies the update, `micro_entry` runs once per micro-batch; with
+  // grad-accum 1 both are train_step.
+  EntryState* state_entry = nullptr;
+  EntryState* micro_entry = nullptr;
+  // grad-accum > 1: each parameter's accumulator, in accumulate's arena and in apply's.
+  std::vector<std::pair<const PlanSlot*, const PlanSlot*>> grad_acc;
   PinnedBuffer staging, readback;
-  StagedInput tokens, targets, step, lr;
-  const PlanSlot* loss = nullptr;
-  const PlanSlot* grad_norm = nullptr;
+  std::vector<StagedInput> tokens, targets;  // per micro-batch, into micro_entry
+  StagedInput step, lr;                      // into state_entry
+  const PlanSlot* loss = nullptr;            // of micro_entry
+  const PlanSlot* grad_norm = nullptr;       // of state_entry
   bool upload_pending = false;
   int64_t steps_done = 0;
   int64_t params_version = 0;
@@ -91,9 +111,13 @@ struct GpuTrainer::Impl {
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 
-  EntryState& train() { return entries[0]; }
   Status Load(const Artifact& artifact, uint64_t seed);
-  Status CheckTrainSignature(const EntryPlan& plan);
+  Status CheckSignature(const passes::TrainEntry& entry, const EntryPlan& plan);
+  Status FindSlots();
+  // Runs one entry in the mode the options ask for: profiled, checked, as the
+  // captured graph, or eagerly (then captured, when graphs are on). Profiled
+  // thunk times are appended to `times`.
+  Status RunEntry(EntryState& e, std::vector<ThunkTime>& times);
   Status UploadState(const TrainerState& state);
   Status WaitFor(cudaEvent_t event, std::string_view what);
   Status CopyParamsInto(EntryState& e);
@@ -115,8 +139,17 @@ StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const Artifact& artifac
   return std::unique_ptr<GpuTrainer>(new GpuTrainer(std::move(impl)));
 }
 
-Status GpuTrainer::Impl::CheckTrainSignature(const EntryPlan& plan) {
-  const passes::EntrySignature& sig = entries[0].entry->signature;
+// Note [entries of a step]: with grad-accum 1, one entry `train_step` does
+// everything. With grad-accum k, `accumulate` runs once per micro-batch,
+// adding its gradients into accumulators that stay in its arena (donated in
+// place), and `apply` clips, all-reduces (--dp) and updates. The state
+// (parameters, AdamW moments) lives in apply's arena, so a step also copies
+// the parameters into accumulate's (once per step), zeroes its accumulators,
+// and copies them into apply's after the k-th micro-batch: device-to-device
+// copies of 2 x 4 bytes per parameter (about 0.6 ms for gpt2-124m at
+// 3 TB/s; llm.c, which accumulates in place, needs none).
+Status GpuTrainer::Impl::CheckSignature(const passes::TrainEntry& entry, const EntryPlan& plan) {
+  const passes::EntrySignature& sig = entry.signature;
   if (plan.inputs.size() != sig.inputs.size() || plan.outputs.size() != sig.outputs.size()) {
     return Error("{}: plan entry {} has {} inputs / {} outputs, the program {} / {}", Where(),
                  plan.name, plan.inputs.size(), plan.outputs.size(), sig.inputs.size(),
@@ -129,8 +162,7 @@ Status GpuTrainer::Impl::CheckTrainSignature(const EntryPlan& plan) {
                    plan.name, i, s.name, s.role, s.shape.ToString(),
                    passes::SlotRoleName(sig.inputs[i].role), sig.inputs[i].shape.ToString());
     }
-    if (s.role != "param" && s.role != "adam_m" && s.role != "adam_v" && s.role != "tokens" &&
-        s.role != "targets" && s.role != "step" && s.role != "lr") {
+    if (!Feedable(s.role)) {
       return Error("{}: entry {} input {} (%{}) has role {}, which the GPU trainer cannot feed",
                    Where(), plan.name, i, s.name, s.role);
     }
@@ -146,13 +178,6 @@ Status GpuTrainer::Impl::Load(const Artifact& artifact, uint64_t seed) {
         "kernel yet, see gptc inspect); the GPU device cannot run it, --device cpu can",
         Where());
   }
-  if (program->grad_accum != 1) {
-    return Error(
-        "{}: compiled with --grad-accum {}; the GPU device runs grad-accum 1 artifacts "
-        "only for now (each entry of an accumulate/apply pair has its own arena): "
-        "recompile with --grad-accum 1 (and a larger --batch), or use --device cpu",
-        Where(), program->grad_accum);
-  }
   RETURN_IF_ERROR(CheckCommunicatorWorld(program->world_size, options.communicator, Where()));
   ASSIGN_OR_RETURN(std::vector<EntryPlan> plans, ReadPlan(artifact.plan));
   std::vector<EntryPlan> ordered;
@@ -163,8 +188,17 @@ Status GpuTrainer::Impl::Load(const Artifact& artifact, uint64_t seed) {
     entries.push_back(EntryState{.entry = &entry});
     ordered.push_back(std::move(*it));
   }
-  if (entries.empty() || entries[0].entry->name != "train_step") {
-    return Error("{}: the first entry is not train_step", Where());
+  const bool accumulates = program->grad_accum > 1;
+  for (EntryState& e : entries) {
+    const std::string& name = e.entry->name;
+    if (name == (accumulates ? "apply" : "train_step")) state_entry = &e;
+    if (name == (accumulates ? "accumulate" : "train_step")) micro_entry = &e;
+  }
+  if (state_entry == nullptr || micro_entry == nullptr) {
+    return Error(
+        "{}: grad-accum {} needs the entr{}, the program has {}", Where(), program->grad_accum,
+        accumulates ? "ies accumulate and apply" : "y train_step",
+        fmt::join(program->entries | std::views::transform(&passes::TrainEntry::name), ", "));
   }
 
   ASSIGN_OR_RETURN(device, OpenDevice(options.device));
@@ -217,42 +251,15 @@ Status GpuTrainer::Impl::Load(const Artifact& artifact, uint64_t seed) {
                                           FormatBytes(bytes), e.entry->name)));
     // Zeros: nothing reads memory it did not write, but zeros keep runs reproducible.
     RETURN_IF_ERROR(CudaCheck(cudaMemset(e.arena.ptr, 0, bytes), "cudaMemset(arena)"));
-    if (i == 0) RETURN_IF_ERROR(CheckTrainSignature(ordered[0]));
+    if (&e == state_entry || &e == micro_entry)
+      RETURN_IF_ERROR(CheckSignature(*e.entry, ordered[i]));
     StatusOr<std::unique_ptr<EntryExecutor>> ex =
         EntryExecutor::Create(resources, std::move(ordered[i]), static_cast<char*>(e.arena.ptr));
     if (!ex.ok()) return ex.status().WithPrefix(Where());
     e.executor = std::move(ex).value();
   }
 
-  // The per-step inputs and outputs of the train step.
-  const EntryPlan& plan = train().executor->plan();
-  size_t staged = 0;
-  for (auto [role, input] : {std::pair{"tokens", &tokens}, std::pair{"targets", &targets},
-                             std::pair{"step", &step}, std::pair{"lr", &lr}}) {
-    input->slot = plan.FindInput(role);
-    if (input->slot == nullptr) {
-      return Error("{}: entry train_step has no {} input", Where(), role);
-    }
-    input->offset = staged;
-    staged += (input->slot->slice.size + 255) / 256 * 256;
-  }
-  loss = plan.FindOutput("loss");
-  grad_norm = plan.FindOutput("grad_norm");
-  if (loss == nullptr || grad_norm == nullptr) {
-    return Error("{}: entry train_step lacks a loss or grad_norm output", Where());
-  }
-  for (const PlanSlot* s : {loss, grad_norm, step.slot, lr.slot}) {
-    if (s->shape != ir::Shape::Scalar(ir::DType::kF32)) {
-      return Error("{}: train_step slot %{} ({}) is {}, expected f32[]", Where(), s->name, s->role,
-                   s->shape.ToString());
-    }
-  }
-  staging.bytes = staged;
-  RETURN_IF_ERROR(CudaCheck(cudaHostAlloc(&staging.ptr, staged, cudaHostAllocDefault),
-                            "cudaHostAlloc(staging)"));
-  readback.bytes = 8;
-  RETURN_IF_ERROR(
-      CudaCheck(cudaHostAlloc(&readback.ptr, 8, cudaHostAllocDefault), "cudaHostAlloc(readback)"));
+  RETURN_IF_ERROR(FindSlots());
 
   // The initial state: the same counter-based values as the CPU device.
   TrainerState state;
@@ -265,8 +272,63 @@ Status GpuTrainer::Impl::Load(const Artifact& artifact, uint64_t seed) {
   return UploadState(state);
 }
 
+Status GpuTrainer::Impl::FindSlots() {
+  const EntryPlan& mp = micro_entry->executor->plan();
+  const EntryPlan& sp = state_entry->executor->plan();
+  size_t staged = 0;
+  auto stage = [&](const EntryPlan& plan, const char* role, StagedInput& input) -> Status {
+    input.slot = plan.FindInput(role);
+    if (input.slot == nullptr)
+      return Error("{}: entry {} has no {} input", Where(), plan.name, role);
+    input.offset = staged;
+    staged += (input.slot->slice.size + 255) / 256 * 256;
+    return Status::Ok();
+  };
+  // Every micro-batch has its own staging, so all of a step's copies can be
+  // in flight at once.
+  tokens.resize(program->grad_accum);
+  targets.resize(program->grad_accum);
+  for (int64_t k = 0; k < program->grad_accum; ++k) {
+    RETURN_IF_ERROR(stage(mp, "tokens", tokens[k]));
+    RETURN_IF_ERROR(stage(mp, "targets", targets[k]));
+  }
+  RETURN_IF_ERROR(stage(sp, "step", step));
+  RETURN_IF_ERROR(stage(sp, "lr", lr));
+  loss = mp.FindOutput("loss");
+  grad_norm = sp.FindOutput("grad_norm");
+  if (loss == nullptr || grad_norm == nullptr) {
+    return Error("{}: entries {}/{} lack a loss or grad_norm output", Where(), mp.name, sp.name);
+  }
+  for (const PlanSlot* s : {loss, grad_norm, step.slot, lr.slot}) {
+    if (s->shape != ir::Shape::Scalar(ir::DType::kF32)) {
+      return Error("{}: slot %{} ({}) is {}, expected f32[]", Where(), s->name, s->role,
+                   s->shape.ToString());
+    }
+  }
+  if (micro_entry != state_entry) {
+    for (size_t p = 0; p < program->params.size(); ++p) {
+      const PlanSlot* from = mp.FindInput("grad_acc", static_cast<int64_t>(p));
+      const PlanSlot* to = sp.FindInput("grad_acc", static_cast<int64_t>(p));
+      if (from == nullptr || to == nullptr || from->shape != to->shape) {
+        return Error(
+            "{}: the accumulator of {} is not an input of both accumulate and apply "
+            "with one shape",
+            Where(), program->params[p].name);
+      }
+      grad_acc.emplace_back(from, to);
+    }
+  }
+  staging.bytes = staged;
+  RETURN_IF_ERROR(CudaCheck(cudaHostAlloc(&staging.ptr, staged, cudaHostAllocDefault),
+                            "cudaHostAlloc(staging)"));
+  // The loss of each micro-batch, then the grad norm.
+  readback.bytes = 4 * (program->grad_accum + 1);
+  return CudaCheck(cudaHostAlloc(&readback.ptr, readback.bytes, cudaHostAllocDefault),
+                   "cudaHostAlloc(readback)");
+}
+
 Status GpuTrainer::Impl::UploadState(const TrainerState& state) {
-  const EntryPlan& plan = train().executor->plan();
+  const EntryPlan& plan = state_entry->executor->plan();
   const size_t n = program->params.size();
   if (state.values.size() != n || state.adam_m.size() != n || state.adam_v.size() != n) {
     return Error("trainer state has {} parameters, the program {}", state.values.size(), n);
@@ -287,7 +349,7 @@ Status GpuTrainer::Impl::UploadState(const TrainerState& state) {
                      values->size(), spec.shape.ToString(), spec.shape.num_elements());
       }
       RETURN_IF_ERROR(
-          CudaCheck(cudaMemcpyAsync(train().executor->At(slot->slice), values->data(), bytes,
+          CudaCheck(cudaMemcpyAsync(state_entry->executor->At(slot->slice), values->data(), bytes,
                                     cudaMemcpyHostToDevice, stream),
                     fmt::format("cudaMemcpyAsync({} {} to the device)", role, spec.name)));
     }
@@ -308,76 +370,116 @@ Status GpuTrainer::Impl::WaitFor(cudaEvent_t event, std::string_view what) {
       what, CudaErrorText(e));
 }
 
+Status GpuTrainer::Impl::RunEntry(EntryState& e, std::vector<ThunkTime>& times) {
+  EntryExecutor& ex = *e.executor;
+  if (options.profile) {
+    ASSIGN_OR_RETURN(std::vector<ThunkTime> t, ex.Profile(stream));
+    times.insert(times.end(), t.begin(), t.end());
+    return Status::Ok();
+  }
+  if (options.sync_each_thunk) return ex.RunChecked(stream);
+  if (options.use_graph && ex.has_graph()) return ex.Launch(stream);
+  RETURN_IF_ERROR(ex.Run(stream));
+  // Capture after an eager run, whose calls did any lazy initialization
+  // (module loading, cuBLASLt's first call) outside the capture.
+  return options.use_graph ? ex.Capture(stream) : Status::Ok();
+}
+
 StatusOr<StepResult> GpuTrainer::Step(std::span<const MicroBatch> micro_batches, double lr) {
   Impl& m = *impl_;
   const int64_t step = m.steps_done + 1;
-  if (micro_batches.size() != 1) {
-    return Error("step {}: {} micro-batches given, grad_accum is 1", step, micro_batches.size());
+  const int64_t k = m.program->grad_accum;
+  if (static_cast<int64_t>(micro_batches.size()) != k) {
+    return Error("step {}: {} micro-batches given, grad_accum is {}", step, micro_batches.size(),
+                 k);
   }
-  const MicroBatch& batch = micro_batches[0];
-  for (auto [input, ids] :
-       {std::pair{&m.tokens, &batch.tokens}, std::pair{&m.targets, &batch.targets}}) {
-    const ir::Shape& shape = input->slot->shape;
-    if (static_cast<int64_t>(ids->size()) != shape.num_elements()) {
-      return Error("step {}: input %{}: {} values given, {} needs {}", step, input->slot->name,
-                   ids->size(), shape.ToString(), shape.num_elements());
+  for (const MicroBatch& batch : micro_batches) {
+    for (auto [input, ids] :
+         {std::pair{&m.tokens[0], &batch.tokens}, std::pair{&m.targets[0], &batch.targets}}) {
+      const ir::Shape& shape = input->slot->shape;
+      if (static_cast<int64_t>(ids->size()) != shape.num_elements()) {
+        return Error("step {}: input %{}: {} values given, {} needs {}", step, input->slot->name,
+                     ids->size(), shape.ToString(), shape.num_elements());
+      }
     }
   }
   // The staging buffer is reused: the previous step's copies must be done.
   if (m.upload_pending) RETURN_IF_ERROR(m.WaitFor(m.uploaded, fmt::format("step {}", step)));
   char* staging = m.staging.data();
-  std::memcpy(staging + m.tokens.offset, batch.tokens.data(), batch.tokens.size() * 4);
-  std::memcpy(staging + m.targets.offset, batch.targets.data(), batch.targets.size() * 4);
+  for (int64_t i = 0; i < k; ++i) {
+    const MicroBatch& batch = micro_batches[i];
+    std::memcpy(staging + m.tokens[i].offset, batch.tokens.data(), batch.tokens.size() * 4);
+    std::memcpy(staging + m.targets[i].offset, batch.targets.data(), batch.targets.size() * 4);
+  }
   const float step_value = static_cast<float>(step), lr_value = static_cast<float>(lr);
   std::memcpy(staging + m.step.offset, &step_value, 4);
   std::memcpy(staging + m.lr.offset, &lr_value, 4);
-  EntryExecutor& ex = *m.train().executor;
-  for (const StagedInput* in : {&m.tokens, &m.targets, &m.step, &m.lr}) {
-    RETURN_IF_ERROR(CudaCheck(
-        cudaMemcpyAsync(ex.At(in->slot->slice), staging + in->offset,
-                        in->slot->shape.num_elements() * 4, cudaMemcpyHostToDevice, m.stream),
-        fmt::format("step {}: cudaMemcpyAsync(%{} to the device)", step, in->slot->name)));
-  }
-  RETURN_IF_ERROR(CudaCheck(cudaEventRecord(m.uploaded, m.stream), "cudaEventRecord"));
-  m.upload_pending = true;
-
-  Status run;
-  if (m.options.profile) {
-    StatusOr<std::vector<ThunkTime>> times = ex.Profile(m.stream);
-    run = times.status();
-    if (times.ok()) (m.steps_done == 0 ? m.first_profile : m.profile).AddRun(*times);
-  } else if (m.options.sync_each_thunk) {
-    run = ex.RunChecked(m.stream);
-  } else if (m.options.use_graph && ex.has_graph()) {
-    run = ex.Launch(m.stream);
-  } else {
-    run = ex.Run(m.stream);
-    // Capture after the eager first step, whose calls did any lazy
-    // initialization (module loading, cuBLASLt's first call) outside the capture.
-    if (run.ok() && m.options.use_graph) run = ex.Capture(m.stream);
-  }
-  if (!run.ok()) return run.WithPrefix(fmt::format("step {}", step));
-
+  auto upload = [&](EntryState& e, const StagedInput& in) {
+    return CudaCheck(
+        cudaMemcpyAsync(e.executor->At(in.slot->slice), staging + in.offset,
+                        in.slot->shape.num_elements() * 4, cudaMemcpyHostToDevice, m.stream),
+        fmt::format("step {}: cudaMemcpyAsync(%{} to the device)", step, in.slot->name));
+  };
   char* readback = m.readback.data();
-  RETURN_IF_ERROR(CudaCheck(
-      cudaMemcpyAsync(readback, ex.At(m.loss->slice), 4, cudaMemcpyDeviceToHost, m.stream),
-      "cudaMemcpyAsync(loss to the host)"));
-  RETURN_IF_ERROR(CudaCheck(
-      cudaMemcpyAsync(readback + 4, ex.At(m.grad_norm->slice), 4, cudaMemcpyDeviceToHost, m.stream),
-      "cudaMemcpyAsync(grad norm to the host)"));
-  RETURN_IF_ERROR(CudaCheck(cudaEventRecord(m.done, m.stream), "cudaEventRecord"));
-  // The parameters changed on the device whatever the outcome below.
-  ++m.steps_done;
+  auto download = [&](EntryState& e, const PlanSlot* slot, int64_t at) {
+    return CudaCheck(cudaMemcpyAsync(readback + 4 * at, e.executor->At(slot->slice), 4,
+                                     cudaMemcpyDeviceToHost, m.stream),
+                     fmt::format("step {}: cudaMemcpyAsync(%{} to the host)", step, slot->name));
+  };
+  std::vector<ThunkTime> times;
+  auto run = [&](EntryState& e) {
+    return m.RunEntry(e, times).WithPrefix(fmt::format("step {}", step));
+  };
+
+  RETURN_IF_ERROR(upload(*m.state_entry, m.step));
+  RETURN_IF_ERROR(upload(*m.state_entry, m.lr));
+  if (m.micro_entry != m.state_entry) {  // Note [entries of a step]
+    RETURN_IF_ERROR(m.CopyParamsInto(*m.micro_entry));
+    for (const auto& [acc, unused] : m.grad_acc) {
+      RETURN_IF_ERROR(CudaCheck(
+          cudaMemsetAsync(m.micro_entry->executor->At(acc->slice), 0,
+                          acc->shape.num_elements() * ir::DTypeBytes(acc->shape.dtype()), m.stream),
+          fmt::format("step {}: cudaMemsetAsync(%{})", step, acc->name)));
+    }
+  }
+  // From the first launch on, the parameters may change on the device.
   ++m.params_version;
+  for (int64_t i = 0; i < k; ++i) {
+    RETURN_IF_ERROR(upload(*m.micro_entry, m.tokens[i]));
+    RETURN_IF_ERROR(upload(*m.micro_entry, m.targets[i]));
+    if (i == k - 1) {
+      RETURN_IF_ERROR(CudaCheck(cudaEventRecord(m.uploaded, m.stream), "cudaEventRecord"));
+      m.upload_pending = true;
+    }
+    RETURN_IF_ERROR(run(*m.micro_entry));
+    RETURN_IF_ERROR(download(*m.micro_entry, m.loss, i));
+  }
+  if (m.micro_entry != m.state_entry) {
+    for (const auto& [from, to] : m.grad_acc) {
+      RETURN_IF_ERROR(CudaCheck(
+          cudaMemcpyAsync(m.state_entry->executor->At(to->slice),
+                          m.micro_entry->executor->At(from->slice),
+                          from->shape.num_elements() * ir::DTypeBytes(from->shape.dtype()),
+                          cudaMemcpyDeviceToDevice, m.stream),
+          fmt::format("step {}: cudaMemcpyAsync(%{} from accumulate to apply)", step, to->name)));
+    }
+    RETURN_IF_ERROR(run(*m.state_entry));
+  }
+  RETURN_IF_ERROR(download(*m.state_entry, m.grad_norm, k));
+  RETURN_IF_ERROR(CudaCheck(cudaEventRecord(m.done, m.stream), "cudaEventRecord"));
+  if (m.options.profile) (m.steps_done == 0 ? m.first_profile : m.profile).AddRun(times);
+  ++m.steps_done;
   RETURN_IF_ERROR(m.WaitFor(m.done, fmt::format("step {}", step)));
-  float values[2];
-  std::memcpy(values, readback, 8);
-  return StepResult{.loss = values[0], .grad_norm = values[1]};
+  std::vector<float> values(k + 1);
+  std::memcpy(values.data(), readback, 4 * (k + 1));
+  StepResult r{.loss = 0, .grad_norm = values[k]};
+  for (int64_t i = 0; i < k; ++i) r.loss += values[i] / static_cast<double>(k);
+  return r;
 }
 
 Status GpuTrainer::Impl::CopyParamsInto(EntryState& e) {
   if (e.params_version == params_version) return Status::Ok();
-  const EntryPlan& from = train().executor->plan();
+  const EntryPlan& from = state_entry->executor->plan();
   for (const PlanSlot& slot : e.executor->plan().inputs) {
     if (slot.role != "param") continue;
     const PlanSlot* src = from.FindInput("param", slot.index);
@@ -386,7 +488,7 @@ Status GpuTrainer::Impl::CopyParamsInto(EntryState& e) {
                    e.entry->name, slot.name, slot.index);
     }
     RETURN_IF_ERROR(CudaCheck(
-        cudaMemcpyAsync(e.executor->At(slot.slice), train().executor->At(src->slice),
+        cudaMemcpyAsync(e.executor->At(slot.slice), state_entry->executor->At(src->slice),
                         slot.shape.num_elements() * ir::DTypeBytes(slot.shape.dtype()),
                         cudaMemcpyDeviceToDevice, stream),
         fmt::format("entry {}: cudaMemcpyAsync(%{} from train_step)", e.entry->name, slot.name)));
@@ -447,7 +549,7 @@ int64_t GpuTrainer::steps_done() const { return impl_->steps_done; }
 
 StatusOr<TrainerState> GpuTrainer::ExportState() {
   Impl& m = *impl_;
-  const EntryPlan& plan = m.train().executor->plan();
+  const EntryPlan& plan = m.state_entry->executor->plan();
   TrainerState state;
   state.steps_done = m.steps_done;
   for (size_t i = 0; i < m.program->params.size(); ++i) {
@@ -458,7 +560,7 @@ StatusOr<TrainerState> GpuTrainer::ExportState() {
       if (slot == nullptr) return Error("train_step has no {} input {}", role, i);
       to->emplace_back(n);
       RETURN_IF_ERROR(CudaCheck(
-          cudaMemcpyAsync(to->back().data(), m.train().executor->At(slot->slice), n * 4,
+          cudaMemcpyAsync(to->back().data(), m.state_entry->executor->At(slot->slice), n * 4,
                           cudaMemcpyDeviceToHost, m.stream),
           fmt::format("cudaMemcpyAsync({} {} to the host)", role, m.program->params[i].name)));
     }

@@ -5,7 +5,7 @@
 //   ASSIGN_OR_RETURN(auto trainer, gpu::GpuTrainer::Create(a, path, &p.program, seed, {}));
 //   trainer->Step(micro_batches, lr);
 //
-// Load: check the artifact (complete, grad-accum 1, --dp N against the
+// Load: check the artifact (complete, its entries, --dp N against the
 // communicator: CheckCommunicatorWorld), open the device, check the target
 // against the compute capability and memory against what is free, allocate one
 // arena per entry plus the cuBLASLt workspace, load the kernels (cubin, else
@@ -19,7 +19,8 @@
 // graph captured after it; the graph reads the per-step values from those
 // device slots, so the copies stay outside it), copy loss and grad norm into
 // pinned memory behind an event, and wait for that event only when returning
-// the values.
+// the values. With grad-accum k, `accumulate` runs k times and `apply` once
+// (Note [entries of a step] in gpu_trainer.cc).
 //
 // CUDA-free header: the state lives behind Impl.
 #ifndef GPTC_RUNTIME_GPU_GPU_TRAINER_H_

@@ -18,11 +18,6 @@ ChosenDevice ChooseDevice(const RunOptions& o, const rt::LoadedProgram& loaded) 
                                "have no kernel yet): running on the CPU device",
                                o.artifact)};
   }
-  if (loaded.program.grad_accum != 1) {
-    return {"cpu", fmt::format("note: a GPU is present but {} has grad-accum {}, which the GPU "
-                               "device does not run yet: running on the CPU device",
-                               o.artifact, loaded.program.grad_accum)};
-  }
   return {"gpu", ""};
 #else
   return {"cpu", ""};

@@ -25,7 +25,7 @@ struct ChosenDevice {
 };
 
 // The device to run on: options.device when given, else the GPU when one is
-// present and the artifact is complete with grad-accum 1, else the CPU.
+// present and the artifact is complete, else the CPU.
 ChosenDevice ChooseDevice(const RunOptions& options, const rt::LoadedProgram& loaded);
 
 // The trainer of `device` for the loaded artifact, on `dist`'s GPU and with
