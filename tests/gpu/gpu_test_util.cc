@@ -15,28 +15,41 @@ namespace gptc::rt::gpu::testing {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> TinyArtifactCandidates() {
+TinyVariantInfo Info(TinyVariant variant) {
+  switch (variant) {
+    case TinyVariant::kPlain:
+      return {"gpt2-tiny-b2-s64.gptx", "GPTC_GPU_TEST_ARTIFACT", "--batch 2 --seq 64"};
+    case TinyVariant::kGradAccum:
+      return {"gpt2-tiny-b1-s64-ga2.gptx", "GPTC_GPU_TEST_ARTIFACT_GA2",
+              "--batch 1 --seq 64 --grad-accum 2"};
+  }
+  return {};
+}
+
+std::vector<std::string> TinyArtifactCandidates(TinyVariant variant) {
+  const TinyVariantInfo info = Info(variant);
   std::vector<std::string> out;
-  if (const char* env = std::getenv("GPTC_GPU_TEST_ARTIFACT"); env != nullptr && *env != '\0') {
+  if (const char* env = std::getenv(info.variable); env != nullptr && *env != '\0') {
     out.emplace_back(env);
   }
-#ifdef GPTC_GPU_TEST_ARTIFACT
-  out.emplace_back(GPTC_GPU_TEST_ARTIFACT);
+#ifdef GPTC_GPU_TEST_DIR
+  out.push_back((fs::path(GPTC_GPU_TEST_DIR) / info.file).string());
 #endif
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {  // next to the binary, or one folder up (scripts/gpu-bundle's .gpu/bin/)
-    out.push_back((exe.parent_path() / kTinyArtifactName).string());
-    out.push_back((exe.parent_path().parent_path() / kTinyArtifactName).string());
+    out.push_back((exe.parent_path() / info.file).string());
+    out.push_back((exe.parent_path().parent_path() / info.file).string());
   }
   return out;
 }
 
 namespace {
 
-StatusOr<Tiny> Load() {
+StatusOr<Tiny> Load(TinyVariant variant) {
+  const TinyVariantInfo info = Info(variant);
   Tiny t;
-  std::vector<std::string> candidates = TinyArtifactCandidates();
+  std::vector<std::string> candidates = TinyArtifactCandidates(variant);
   for (const std::string& c : candidates) {
     if (fs::exists(c)) {
       t.path = c;
@@ -47,8 +60,8 @@ StatusOr<Tiny> Load() {
     const std::string tried = fmt::format("{}", fmt::join(candidates, ", "));
     return Error(
         "no test artifact (tried {}); compile one with gptc compile --model gpt2-tiny "
-        "--batch 2 --seq 64 -o {} and set GPTC_GPU_TEST_ARTIFACT",
-        tried, kTinyArtifactName);
+        "{} -o {} and set {}",
+        tried, info.flags, info.file, info.variable);
   }
   ASSIGN_OR_RETURN(t.artifact, ReadArtifact(t.path));
   ASSIGN_OR_RETURN(t.loaded, LoadProgram(t.artifact, t.path));
@@ -68,8 +81,16 @@ StatusOr<Tiny> Load() {
 
 }  // namespace
 
-const Tiny* LoadTiny(std::string* why) {
-  static const StatusOr<Tiny>* tiny = new StatusOr<Tiny>(Load());
+const Tiny* LoadTiny(std::string* why, TinyVariant variant) {
+  // Each read once, when first asked for.
+  const StatusOr<Tiny>* tiny = nullptr;
+  if (variant == TinyVariant::kPlain) {
+    static const StatusOr<Tiny>* plain = new StatusOr<Tiny>(Load(TinyVariant::kPlain));
+    tiny = plain;
+  } else {
+    static const StatusOr<Tiny>* accumulating = new StatusOr<Tiny>(Load(TinyVariant::kGradAccum));
+    tiny = accumulating;
+  }
   if (!tiny->ok()) {
     *why = tiny->status().message();
     return nullptr;

@@ -4,10 +4,11 @@
 // artifact's ptx/cubin sections, the reference from its `ir` section, parsed
 // by compiler/ir and run by the evaluator.
 //
-// The artifact: $GPTC_GPU_TEST_ARTIFACT, else the one the build compiled
-// (gptc compile --model gpt2-tiny --batch 2 --seq 64), else
-// gpt2-tiny-b2-s64.gptx next to the gpu_tests binary or one folder up
-// (scripts/gpu-bundle's .gpu/).
+// The artifacts (TinyVariant): gpt2-tiny with batch 2, seq 64, and the same
+// global batch as 2 micro-batches of 1 (--grad-accum 2). Each is looked for
+// at its variable ($GPTC_GPU_TEST_ARTIFACT, $GPTC_GPU_TEST_ARTIFACT_GA2),
+// then where the build compiled it, then next to the gpu_tests binary or one
+// folder up (scripts/gpu-bundle's .gpu/).
 //
 // Without a GPU every test that needs one skips, saying why.
 #ifndef GPTC_TESTS_GPU_GPU_TEST_UTIL_H_
@@ -34,10 +35,16 @@
 
 namespace gptc::rt::gpu::testing {
 
-inline constexpr char kTinyArtifactName[] = "gpt2-tiny-b2-s64.gptx";
+enum class TinyVariant { kPlain, kGradAccum };
+struct TinyVariantInfo {
+  const char* file;      // "gpt2-tiny-b2-s64.gptx"
+  const char* variable;  // "GPTC_GPU_TEST_ARTIFACT"
+  const char* flags;     // of gptc compile --model gpt2-tiny
+};
+TinyVariantInfo Info(TinyVariant variant);
 
 // Where the test artifact is looked for, in order.
-std::vector<std::string> TinyArtifactCandidates();
+std::vector<std::string> TinyArtifactCandidates(TinyVariant variant = TinyVariant::kPlain);
 
 struct Tiny {
   std::string path;
@@ -49,7 +56,7 @@ struct Tiny {
 };
 
 // The artifact, read once; null (with `why`) when it is missing or broken.
-const Tiny* LoadTiny(std::string* why);
+const Tiny* LoadTiny(std::string* why, TinyVariant variant = TinyVariant::kPlain);
 
 bool HaveGpu();
 std::string NoGpuReason();

@@ -162,6 +162,55 @@ const testing::Tiny& TinyOrSkip() {
   return *tiny;
 }
 
+// What GpuTrainer assumes of a grad-accum artifact (Note [entries of a step]
+// in gpu_trainer.cc), checked on the plan itself, without a GPU: accumulate
+// takes the micro-batch and updates each accumulator in place (donated), so
+// it sums over runs; apply holds the state and reads the same accumulators.
+TEST(PlanReaderTest, GradAccumPlanHasWhatTheTrainerFeeds) {
+  std::string why;
+  const testing::Tiny* tiny = testing::LoadTiny(&why, testing::TinyVariant::kGradAccum);
+  ASSERT_NE(tiny, nullptr) << why;
+  const EntryPlan* accumulate = nullptr;
+  const EntryPlan* apply = nullptr;
+  for (const EntryPlan& p : tiny->plans) {
+    if (p.name == "accumulate") accumulate = &p;
+    if (p.name == "apply") apply = &p;
+  }
+  ASSERT_NE(accumulate, nullptr);
+  ASSERT_NE(apply, nullptr);
+  const ir::Shape scalar = ir::Shape::Scalar(ir::DType::kF32);
+  for (const char* role : {"tokens", "targets"}) {
+    EXPECT_NE(accumulate->FindInput(role), nullptr) << role;
+    EXPECT_EQ(apply->FindInput(role), nullptr) << role;
+  }
+  ASSERT_NE(accumulate->FindOutput("loss"), nullptr);
+  EXPECT_EQ(accumulate->FindOutput("loss")->shape, scalar);
+  ASSERT_NE(apply->FindOutput("grad_norm"), nullptr);
+  for (const char* role : {"step", "lr"}) {
+    ASSERT_NE(apply->FindInput(role), nullptr) << role;
+    EXPECT_EQ(apply->FindInput(role)->shape, scalar) << role;
+  }
+  const std::vector<frontend::ParamSpec>& params = tiny->loaded.program.params;
+  for (size_t p = 0; p < params.size(); ++p) {
+    const auto index = static_cast<int64_t>(p);
+    const PlanSlot* in = accumulate->FindInput("grad_acc", index);
+    const PlanSlot* out = accumulate->FindOutput("grad_acc", index);
+    const PlanSlot* applied = apply->FindInput("grad_acc", index);
+    ASSERT_TRUE(in != nullptr && out != nullptr && applied != nullptr) << params[p].name;
+    EXPECT_EQ(in->shape, applied->shape) << params[p].name;
+    const int64_t in_index = in - accumulate->inputs.data();
+    const int64_t out_index = out - accumulate->outputs.data();
+    EXPECT_NE(std::find(accumulate->donations.begin(), accumulate->donations.end(),
+                        std::pair{out_index, in_index}),
+              accumulate->donations.end())
+        << params[p].name << ": the accumulator is not updated in place";
+    for (const char* role : {"param", "adam_m", "adam_v"}) {
+      EXPECT_NE(apply->FindInput(role, index), nullptr) << role << " " << params[p].name;
+    }
+    EXPECT_NE(accumulate->FindInput("param", index), nullptr) << params[p].name;
+  }
+}
+
 // Every thunk of every entry against the buffer assignment of the IR.
 TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
   const testing::Tiny& tiny = TinyOrSkip();
