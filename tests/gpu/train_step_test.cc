@@ -108,6 +108,41 @@ MicroBatch Batch(const Tiny& tiny, int64_t index) {
                       index);
 }
 
+// Loss within 1% and grad norm within 5% (bf16 against the f32 reference).
+void ExpectStepClose(const StepResult& gpu, const StepResult& ref) {
+  EXPECT_NEAR(gpu.loss, ref.loss, 1e-2 * std::abs(ref.loss));
+  EXPECT_NEAR(gpu.grad_norm, ref.grad_norm, 5e-2 * std::abs(ref.grad_norm));
+}
+
+// Parameters of two trainers after the same Adam steps, with lr as the unit:
+// Adam moves each weight by about lr * sign(grad) a step, and a gradient
+// element whose sign bf16 noise flips moves 2 lr the other way. So at most
+// `max_far_fraction` of a tensor may be more than lr apart, and none more
+// than `max_lrs` lr.
+void ExpectParamsClose(const TrainerState& gpu, const TrainerState& cpu,
+                       const std::vector<frontend::ParamSpec>& params, double lr, double max_lrs,
+                       double max_far_fraction) {
+  ASSERT_EQ(gpu.values.size(), params.size());
+  ASSERT_EQ(cpu.values.size(), params.size());
+  for (size_t p = 0; p < params.size(); ++p) {
+    const std::vector<float>& a = gpu.values[p];
+    const std::vector<float>& b = cpu.values[p];
+    ASSERT_EQ(a.size(), b.size());
+    double worst = 0;
+    int64_t far = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double d = std::abs(static_cast<double>(a[i]) - b[i]);
+      worst = std::max(worst, d);
+      if (d > lr) ++far;
+    }
+    std::printf("  %-28s worst |gpu-cpu| %.2e (%.2f lr), %ld of %zu more than lr apart\n",
+                params[p].name.c_str(), worst, worst / lr, static_cast<long>(far), a.size());
+    EXPECT_LT(worst, max_lrs * lr) << params[p].name;
+    EXPECT_LE(far, static_cast<int64_t>(static_cast<double>(a.size()) * max_far_fraction) + 1)
+        << params[p].name;
+  }
+}
+
 TEST(GpuTrainStepTest, OneStepMatchesCpu) {
   GPTC_SKIP_WITHOUT_GPU();
   const Tiny* tiny = TinyOrFail();
@@ -130,33 +165,14 @@ TEST(GpuTrainStepTest, OneStepMatchesCpu) {
   ASSERT_TRUE(c.ok()) << c.status().message();
   std::printf("step 1: loss gpu %.6f cpu %.6f | grad norm gpu %.6f cpu %.6f\n", g->loss, c->loss,
               g->grad_norm, c->grad_norm);
-  EXPECT_NEAR(g->loss, c->loss, 1e-2 * std::abs(c->loss));
-  EXPECT_NEAR(g->grad_norm, c->grad_norm, 5e-2 * std::abs(c->grad_norm));
+  ExpectStepClose(*g, *c);
 
-  // Adam's first step moves each weight by about lr * sign(grad): a gradient
-  // element whose sign bf16 noise flips moves 2 lr the other way, so compare
-  // the updates with lr as the unit: rarely more than lr apart, never 3 lr.
   StatusOr<TrainerState> after_gpu = (*gpu)->ExportState();
   StatusOr<TrainerState> after_cpu = cpu.ExportState();
   ASSERT_TRUE(after_gpu.ok() && after_cpu.ok());
   EXPECT_EQ(after_gpu->steps_done, 1);
-  for (size_t p = 0; p < tiny->loaded.program.params.size(); ++p) {
-    const std::vector<float>& a = after_gpu->values[p];
-    const std::vector<float>& b = after_cpu->values[p];
-    ASSERT_EQ(a.size(), b.size());
-    double worst = 0;
-    int64_t far = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      const double d = std::abs(static_cast<double>(a[i]) - b[i]);
-      worst = std::max(worst, d);
-      if (d > kLr) ++far;
-    }
-    const std::string& name = tiny->loaded.program.params[p].name;
-    std::printf("  %-28s worst |gpu-cpu| %.2e (%.2f lr), %ld of %zu more than lr apart\n",
-                name.c_str(), worst, worst / kLr, static_cast<long>(far), a.size());
-    EXPECT_LT(worst, 3 * kLr) << name;
-    EXPECT_LE(far, static_cast<int64_t>(a.size() / 100 + 1)) << name;
-  }
+  ExpectParamsClose(*after_gpu, *after_cpu, tiny->loaded.program.params, kLr, /*max_lrs=*/3,
+                    /*max_far_fraction=*/0.01);
 }
 
 TEST(GpuTrainStepTest, GraphReplayMatchesEager) {
@@ -256,29 +272,15 @@ TEST(GpuTrainStepTest, GradAccumTwoMatchesCpuAndOneBigBatch) {
         "gpu b2 %.6f\n",
         static_cast<long>(s + 1), g->loss, c->loss, b->loss, g->grad_norm, c->grad_norm,
         b->grad_norm);
-    EXPECT_NEAR(g->loss, c->loss, 1e-2 * std::abs(c->loss));
-    EXPECT_NEAR(g->grad_norm, c->grad_norm, 5e-2 * std::abs(c->grad_norm));
-    EXPECT_NEAR(g->loss, b->loss, 1e-2 * std::abs(b->loss));
-    EXPECT_NEAR(g->grad_norm, b->grad_norm, 5e-2 * std::abs(b->grad_norm));
+    ExpectStepClose(*g, *c);
+    ExpectStepClose(*g, *b);
   }
-  // Two Adam steps of about lr each: as in OneStepMatchesCpu, bf16 noise may
-  // flip a few updates, so compare with lr as the unit.
   StatusOr<TrainerState> a = (*gpu)->ExportState();
   StatusOr<TrainerState> r = cpu.ExportState();
   ASSERT_TRUE(a.ok() && r.ok());
   EXPECT_EQ(a->steps_done, 2);
-  for (size_t p = 0; p < a->values.size(); ++p) {
-    double worst = 0;
-    int64_t far = 0;
-    for (size_t i = 0; i < a->values[p].size(); ++i) {
-      const double d = std::abs(static_cast<double>(a->values[p][i]) - r->values[p][i]);
-      worst = std::max(worst, d);
-      if (d > kLr) ++far;
-    }
-    const std::string& name = accumulating->loaded.program.params[p].name;
-    EXPECT_LT(worst, 5 * kLr) << name;
-    EXPECT_LE(far, static_cast<int64_t>(a->values[p].size() / 50 + 1)) << name;
-  }
+  ExpectParamsClose(*a, *r, accumulating->loaded.program.params, kLr, /*max_lrs=*/5,
+                    /*max_far_fraction=*/0.02);
 }
 
 }  // namespace
