@@ -244,30 +244,32 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
   return program;
 }
 
-Status AddLogitsEntry(TrainProgram& program, std::unique_ptr<ir::Module> logits,
-                      const TrainStepOptions& options) {
-  if (program.Find("logits") != nullptr) return Error("train program already has a logits entry");
-  const ir::Computation* entry = logits->entry();
-  std::vector<ir::Instruction*> inputs = entry->parameters();
+namespace {
+
+// A forward entry's inputs: the program's parameters (names and shapes), then
+// `data` more inputs, which the caller checks.
+Status CheckForwardParams(const TrainProgram& program, const ir::Module& module, int64_t data) {
+  std::vector<ir::Instruction*> inputs = module.entry()->parameters();
   const int64_t n = static_cast<int64_t>(program.params.size());
-  if (static_cast<int64_t>(inputs.size()) != n + 1) {
-    return Error("logits module {}: {} parameters, expected {} params + tokens", logits->name(),
-                 inputs.size(), n);
+  if (static_cast<int64_t>(inputs.size()) != n + data) {
+    return Error("{}: {} parameters, expected {} params + {} data inputs", module.name(),
+                 inputs.size(), n, data);
   }
   for (int64_t i = 0; i < n; ++i) {
     if (inputs[i]->name() != program.params[i].name ||
         inputs[i]->shape() != program.params[i].shape) {
-      return Error("logits module {}: parameter {} is %{} {}, the train step has {} {}",
-                   logits->name(), i, inputs[i]->name(), inputs[i]->shape().ToString(),
-                   program.params[i].name, program.params[i].shape.ToString());
+      return Error("{}: parameter {} is %{} {}, the train step has {} {}", module.name(), i,
+                   inputs[i]->name(), inputs[i]->shape().ToString(), program.params[i].name,
+                   program.params[i].shape.ToString());
     }
   }
-  const ir::Shape tokens = inputs[n]->shape();
-  if (tokens.dtype() != ir::DType::kS32 || tokens.rank() != 2 || tokens.dims()[0] != 1) {
-    return Error("logits module {}: tokens are {}, expected s32[1,T]", logits->name(),
-                 tokens.ToString());
-  }
-  pass::Pipeline pipeline("logits", options.pipeline);
+  return Status::Ok();
+}
+
+// The passes of a forward-only entry: no autodiff, optimizer or remat.
+Status OptimizeForward(ir::Module& module, std::string_view name,
+                       const TrainStepOptions& options) {
+  pass::Pipeline pipeline(std::string(name), options.pipeline);
   if (options.dumps != nullptr) pipeline.set_dump_writer(options.dumps);
   if (options.precision.policy != PrecisionPolicy::kF32) {
     pipeline.AddPass<MixedPrecision>(options.precision);
@@ -279,23 +281,75 @@ Status AddLogitsEntry(TrainProgram& program, std::unique_ptr<ir::Module> logits,
     pipeline.AddPass<Fusion>();
     pipeline.AddPass<Schedule>();
   }
-  RETURN_IF_ERROR(pipeline.Run(*logits).status());
+  return pipeline.Run(module).status();
+}
 
+// The entry's inputs: the parameters, then `data`.
+EntrySignature ForwardSignature(const TrainProgram& program, std::vector<Slot> data) {
   EntrySignature sig;
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < static_cast<int64_t>(program.params.size()); ++i) {
     sig.inputs.push_back({SlotRole::kParam, i, program.params[i].name, program.params[i].shape});
   }
-  sig.inputs.push_back({SlotRole::kTokens, -1, inputs[n]->name(), tokens});
-  const ir::Instruction* root = logits->entry()->root();
-  const ir::Shape out = root->shape().is_tuple() && root->shape().tuple_elements().size() == 1
-                            ? root->shape().tuple_elements()[0]
-                            : root->shape();
+  for (Slot& slot : data) sig.inputs.push_back(std::move(slot));
+  return sig;
+}
+
+// The root's one value (a root tuple of one element is unwrapped).
+ir::Shape SingleOutput(const ir::Module& module) {
+  const ir::Shape& root = module.entry()->root()->shape();
+  return root.is_tuple() && root.tuple_elements().size() == 1 ? root.tuple_elements()[0] : root;
+}
+
+}  // namespace
+
+Status AddLogitsEntry(TrainProgram& program, std::unique_ptr<ir::Module> logits,
+                      const TrainStepOptions& options) {
+  if (program.Find("logits") != nullptr) return Error("train program already has a logits entry");
+  RETURN_IF_ERROR(CheckForwardParams(program, *logits, 1).WithPrefix("logits module"));
+  const ir::Instruction* token_input = logits->entry()->parameters().back();
+  const ir::Shape tokens = token_input->shape();
+  if (tokens.dtype() != ir::DType::kS32 || tokens.rank() != 2 || tokens.dims()[0] != 1) {
+    return Error("logits module {}: tokens are {}, expected s32[1,T]", logits->name(),
+                 tokens.ToString());
+  }
+  EntrySignature sig =
+      ForwardSignature(program, {{SlotRole::kTokens, -1, token_input->name(), tokens}});
+  RETURN_IF_ERROR(OptimizeForward(*logits, "logits", options));
+  const ir::Shape out = SingleOutput(*logits);
   if (out.is_tuple() || out.rank() != 3 || out.dims()[1] != tokens.dims()[1]) {
     return Error("logits module {}: root is {}, expected [1,{},V]", logits->name(),
-                 root->shape().ToString(), tokens.dims()[1]);
+                 logits->entry()->root()->shape().ToString(), tokens.dims()[1]);
   }
   sig.outputs.push_back({SlotRole::kLogits, -1, "logits", out});
   program.entries.push_back(TrainEntry{"logits", std::move(logits), std::move(sig)});
+  return Status::Ok();
+}
+
+Status AddEvalEntry(TrainProgram& program, std::unique_ptr<ir::Module> forward,
+                    const TrainStepOptions& options) {
+  if (program.Find("eval") != nullptr) return Error("train program already has an eval entry");
+  RETURN_IF_ERROR(CheckForwardParams(program, *forward, 2).WithPrefix("eval module"));
+  std::vector<ir::Instruction*> inputs = forward->entry()->parameters();
+  const ir::Instruction* tokens = inputs[inputs.size() - 2];
+  const ir::Instruction* targets = inputs.back();
+  for (const ir::Instruction* in : {tokens, targets}) {
+    if (in->shape().dtype() != ir::DType::kS32 || in->shape().rank() != 2 ||
+        in->shape() != tokens->shape()) {
+      return Error("eval module {}: tokens and targets are {} and {}, expected s32[B,T] both",
+                   forward->name(), tokens->shape().ToString(), targets->shape().ToString());
+    }
+  }
+  EntrySignature sig =
+      ForwardSignature(program, {{SlotRole::kTokens, -1, tokens->name(), tokens->shape()},
+                                 {SlotRole::kTargets, -1, targets->name(), targets->shape()}});
+  RETURN_IF_ERROR(OptimizeForward(*forward, "eval", options));
+  const ir::Shape loss = SingleOutput(*forward);
+  if (loss != ir::Shape::Scalar(ir::DType::kF32)) {
+    return Error("eval module {}: root is {}, expected the f32[] loss", forward->name(),
+                 forward->entry()->root()->shape().ToString());
+  }
+  sig.outputs.push_back({SlotRole::kLoss, -1, "loss", loss});
+  program.entries.push_back(TrainEntry{"eval", std::move(forward), std::move(sig)});
   return Status::Ok();
 }
 

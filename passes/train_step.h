@@ -118,6 +118,15 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
 Status AddLogitsEntry(TrainProgram& program, std::unique_ptr<ir::Module> logits,
                       const TrainStepOptions& options);
 
+// Adds the validation entry `eval` to `program` from the traced forward
+// "params..., tokens s32[B, T], targets s32[B, T] -> loss f32[]" (what
+// BuildTrainProgram differentiates), with the same passes as the logits
+// entry. Signature: inputs param[0..P-1], tokens, targets; output loss. One
+// run gives the mean loss of a batch on the device, where validating through
+// `logits` would run each row alone and copy its [T, V] logits to the host.
+Status AddEvalEntry(TrainProgram& program, std::unique_ptr<ir::Module> forward,
+                    const TrainStepOptions& options);
+
 // The signature of an optimizer output in `mode` with `num_params` trainable
 // parameters, read from its entry (checks the layout the pass produces).
 StatusOr<EntrySignature> ReadSignature(const ir::Module& module, OptimizerMode mode,

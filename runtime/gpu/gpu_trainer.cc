@@ -512,16 +512,17 @@ StatusOr<std::vector<eval::Literal>> GpuTrainer::Evaluate(const passes::TrainEnt
   RETURN_IF_ERROR(m.CopyParamsInto(*e));
   for (const PlanSlot& slot : ex.plan().inputs) {
     if (slot.role == "param") continue;
-    if (slot.role != "tokens") {
+    if (slot.role != "tokens" && slot.role != "targets") {
       return Error("{}: input %{} has role {}, which Evaluate cannot feed", entry.name, slot.name,
                    slot.role);
     }
-    if (static_cast<int64_t>(batch.tokens.size()) != slot.shape.num_elements()) {
+    const std::vector<int32_t>& ids = slot.role == "tokens" ? batch.tokens : batch.targets;
+    if (static_cast<int64_t>(ids.size()) != slot.shape.num_elements()) {
       return Error("{}: input %{}: {} values given, {} needs {}", entry.name, slot.name,
-                   batch.tokens.size(), slot.shape.ToString(), slot.shape.num_elements());
+                   ids.size(), slot.shape.ToString(), slot.shape.num_elements());
     }
     RETURN_IF_ERROR(
-        CudaCheck(cudaMemcpyAsync(ex.At(slot.slice), batch.tokens.data(), batch.tokens.size() * 4,
+        CudaCheck(cudaMemcpyAsync(ex.At(slot.slice), ids.data(), ids.size() * 4,
                                   cudaMemcpyHostToDevice, m.stream),
                   fmt::format("{}: cudaMemcpyAsync(%{} to the device)", entry.name, slot.name)));
   }

@@ -1,5 +1,6 @@
 // Training on the CPU reference device: gpt2-tiny (real vocabulary) on a
-// learnable token cycle; the loss must fall by at least half.
+// learnable token cycle; the loss must fall by at least half. And the
+// validation entry `eval`, against the loss the train step reports.
 #include <gtest/gtest.h>
 
 #include "models/gpt2.h"
@@ -51,6 +52,52 @@ TEST(CpuTrainTest, WrongMicroBatchCount) {
   StatusOr<StepResult> r = trainer.Step({}, 1e-3);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), "step 1: 0 micro-batches given, grad_accum is 1");
+}
+
+// The eval entry (forward and loss only, fused as in an artifact) gives the
+// loss the train step reports for the same weights and batch.
+TEST(CpuTrainTest, EvalEntryGivesTheStepsLoss) {
+  constexpr int64_t kBatch = 2, kSeq = 8;
+  const models::GptConfig config = models::ApplyOverrides(
+      *models::FindGptConfig("gpt2-tiny"), {.layers = 1, .heads = 2, .width = 16});
+  passes::TrainStepOptions options;
+  options.precision.policy = passes::PrecisionPolicy::kBF16;
+  options.optimize = true;
+  StatusOr<frontend::TracedModule> traced = models::TraceGpt2Forward(config, kBatch, kSeq);
+  ASSERT_TRUE(traced.ok()) << traced.status().message();
+  StatusOr<passes::TrainProgram> program =
+      passes::BuildTrainProgram(std::move(traced->module), traced->params, options);
+  ASSERT_TRUE(program.ok()) << program.status().message();
+  StatusOr<frontend::TracedModule> forward = models::TraceGpt2Forward(config, kBatch, kSeq);
+  ASSERT_TRUE(forward.ok());
+  Status added = passes::AddEvalEntry(*program, std::move(forward->module), options);
+  ASSERT_TRUE(added.ok()) << added.message();
+  const passes::TrainEntry* eval = program->Find("eval");
+  ASSERT_NE(eval, nullptr);
+  EXPECT_TRUE(eval->signature.donations.empty());
+  ASSERT_EQ(eval->signature.outputs.size(), 1u);
+  EXPECT_EQ(eval->signature.outputs[0].role, passes::SlotRole::kLoss);
+
+  CpuTrainer trainer(&*program, /*seed=*/4);
+  for (int64_t s = 0; s < 2; ++s) {  // at initialization, then after one update
+    MicroBatch batch = PatternBatch(kBatch, kSeq, config.vocab, s);
+    StatusOr<std::vector<eval::Literal>> out = trainer.Evaluate(*eval, batch);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    StatusOr<StepResult> step = trainer.Step({&batch, 1}, 1e-2);
+    ASSERT_TRUE(step.ok()) << step.status().message();
+    EXPECT_NEAR(out->at(0).values[0], step->loss, 1e-5 * step->loss) << "step " << s + 1;
+  }
+
+  // A second eval entry, or a module that is not the train step's forward.
+  StatusOr<frontend::TracedModule> again = models::TraceGpt2Forward(config, kBatch, kSeq);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(passes::AddEvalEntry(*program, std::move(again->module), options).message(),
+            "train program already has an eval entry");
+  program->entries.pop_back();
+  StatusOr<frontend::TracedModule> logits = models::TraceGpt2Logits(config, 1, kSeq);
+  ASSERT_TRUE(logits.ok());
+  Status wrong = passes::AddEvalEntry(*program, std::move(logits->module), options);
+  EXPECT_NE(wrong.message().find("expected"), std::string::npos) << wrong.message();
 }
 
 }  // namespace

@@ -14,7 +14,8 @@
 // codegen for --target (sm_90a, sm_90, sm_80), thunk plans, parameter specs.
 // --timings prints the seconds of every stage. An artifact (unless --no-logits)
 // and the IR text with --logits also carry the sampling entry `logits` (batch
-// 1, the same seq; gptrun's samples and validation loss). --no-codegen writes
+// 1, the same seq; gptrun's samples) and the validation entry `eval` (the
+// train step's batch and seq: forward and loss only). --no-codegen writes
 // an artifact without kernels (complete: false) that only the CPU device runs.
 // --dp N (alias --world N) compiles the step of one of N data-parallel ranks
 // (passes/data_parallel.h): --batch is then the per-rank micro-batch, the
@@ -232,6 +233,11 @@ int CompileCommand(int argc, char** argv) {
       if (!logits.ok()) return Fail(1, logits.status());
       Status s = passes::AddLogitsEntry(*program, std::move(logits->module), options);
       if (!s.ok()) return Fail(1, s.WithPrefix("logits entry"));
+      // The validation entry: the forward the train step was built from, traced again.
+      StatusOr<frontend::TracedModule> forward = models::TraceGpt2Forward(*config, *batch, *seq);
+      if (!forward.ok()) return Fail(1, forward.status());
+      s = passes::AddEvalEntry(*program, std::move(forward->module), options);
+      if (!s.ok()) return Fail(1, s.WithPrefix("eval entry"));
     }
     for (const passes::TrainEntry& e : program->entries) {
       modules.push_back(e.module.get());

@@ -109,4 +109,13 @@ StatusOr<double> ForwardLoss(rt::Trainer& trainer, const passes::TrainEntry& log
   return total / static_cast<double>(rows * seq);
 }
 
+StatusOr<double> EvalLoss(rt::Trainer& trainer, const passes::TrainEntry& eval,
+                          const rt::MicroBatch& batch) {
+  ASSIGN_OR_RETURN(std::vector<eval::Literal> out, trainer.Evaluate(eval, batch));
+  if (out.size() != 1 || out[0].values.size() != 1) {
+    return Error("entry {}: expected one scalar loss output", eval.name);
+  }
+  return out[0].values[0];
+}
+
 }  // namespace gptc::tools

@@ -1,5 +1,6 @@
-// Text samples and validation loss through the artifact's `logits` entry
-// (batch 1, the train step's seq T) on any device.
+// Text samples and validation loss on any device: through the artifact's
+// `eval` entry (a batch's mean loss in one run) or, for artifacts without
+// one, its `logits` entry (batch 1, the train step's seq T).
 //
 // Note [sampling window]: the entry takes exactly T tokens. A context shorter
 // than T is padded at the end (causal attention: the padding cannot change the
@@ -35,6 +36,10 @@ StatusOr<std::vector<int32_t>> SampleTokens(rt::Trainer& trainer,
 // of every row of `batch` (B rows of T tokens), one logits call per row.
 StatusOr<double> ForwardLoss(rt::Trainer& trainer, const passes::TrainEntry& logits,
                              const rt::MicroBatch& batch, int64_t vocab);
+// The same from the `eval` entry: one run over the whole batch, which must
+// have the entry's B rows.
+StatusOr<double> EvalLoss(rt::Trainer& trainer, const passes::TrainEntry& eval,
+                          const rt::MicroBatch& batch);
 
 }  // namespace gptc::tools
 

@@ -269,7 +269,9 @@ int RunTraining(const RunOptions& o) {
       tokenizer.emplace(std::move(tok).value());
     }
   }
-  const bool validate = val.has_value() && logits != nullptr;
+  // Artifacts from before the eval entry validate through logits, row by row.
+  const passes::TrainEntry* eval_entry = program.Find("eval");
+  const bool validate = val.has_value() && (eval_entry != nullptr || logits != nullptr);
 
   int64_t start = 1;
   if (!o.resume.empty()) {
@@ -307,7 +309,9 @@ int RunTraining(const RunOptions& o) {
     double sum = 0;
     for (int64_t i = 0; i < o.val_steps; ++i) {
       ASSIGN_OR_RETURN(rt::MicroBatch mb, val->Next());
-      ASSIGN_OR_RETURN(double loss, ForwardLoss(trainer, *logits, mb, m.vocab));
+      ASSIGN_OR_RETURN(double loss, eval_entry != nullptr
+                                        ? EvalLoss(trainer, *eval_entry, mb)
+                                        : ForwardLoss(trainer, *logits, mb, m.vocab));
       sum += loss;
     }
     const double loss = sum / static_cast<double>(o.val_steps);
