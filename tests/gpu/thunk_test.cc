@@ -157,6 +157,8 @@ TEST(ThunkTest, TrainStepKernelsMatchEvaluator) { CheckEntry("train_step", Thunk
 TEST(ThunkTest, TrainStepGemmsMatchEvaluator) { CheckEntry("train_step", ThunkKind::kGemm); }
 TEST(ThunkTest, LogitsKernelsMatchEvaluator) { CheckEntry("logits", ThunkKind::kKernel); }
 TEST(ThunkTest, LogitsGemmsMatchEvaluator) { CheckEntry("logits", ThunkKind::kGemm); }
+TEST(ThunkTest, EvalKernelsMatchEvaluator) { CheckEntry("eval", ThunkKind::kKernel); }
+TEST(ThunkTest, EvalGemmsMatchEvaluator) { CheckEntry("eval", ThunkKind::kGemm); }
 
 }  // namespace
 }  // namespace gptc::rt::gpu::testing

@@ -1,7 +1,8 @@
 // Whole entries on the GPU against the CPU reference device (rt::CpuTrainer
 // running the artifact's optimized IR), from the same counter-based initial
 // weights:
-//   - the sampling entry `logits` (a full forward pass);
+//   - the sampling entry `logits` (a full forward pass) and the validation
+//     entry `eval`;
 //   - one train step: loss, grad norm and the updated parameters;
 //   - graph replay against eager execution, and a state export/import;
 //   - grad-accum 2 (accumulate twice, apply once) against the CPU, and its
@@ -173,6 +174,33 @@ TEST(GpuTrainStepTest, OneStepMatchesCpu) {
   EXPECT_EQ(after_gpu->steps_done, 1);
   ExpectParamsClose(*after_gpu, *after_cpu, tiny->loaded.program.params, kLr, /*max_lrs=*/3,
                     /*max_far_fraction=*/0.01);
+}
+
+// The validation entry through GpuTrainer::Evaluate (tokens and targets fed,
+// one scalar back), against the CPU, before and after a step.
+TEST(GpuEntryTest, EvalLossMatchesCpu) {
+  GPTC_SKIP_WITHOUT_GPU();
+  const Tiny* tiny = TinyOrFail();
+  ASSERT_NE(tiny, nullptr);
+  GPTC_SKIP_IF_INCOMPLETE(*tiny);
+  const passes::TrainEntry* eval = tiny->loaded.program.Find("eval");
+  if (eval == nullptr) GTEST_SKIP() << tiny->path << " has no eval entry";
+  StatusOr<std::unique_ptr<GpuTrainer>> gpu = MakeGpuTrainer(*tiny, /*graph=*/true);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().message();
+  CpuTrainer cpu(&tiny->loaded.program, kSeed);
+  for (int64_t s = 0; s < 2; ++s) {
+    MicroBatch batch = Batch(*tiny, s);
+    StatusOr<std::vector<eval::Literal>> g = (*gpu)->Evaluate(*eval, batch);
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    StatusOr<std::vector<eval::Literal>> c = cpu.Evaluate(*eval, batch);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    const double gl = g->at(0).values[0], cl = c->at(0).values[0];
+    std::printf("eval loss %s: gpu %.6f cpu %.6f\n", s == 0 ? "at init" : "after a step", gl, cl);
+    EXPECT_NEAR(gl, cl, 1e-2 * std::abs(cl));
+    std::vector<MicroBatch> micro = {batch};
+    ASSERT_TRUE((*gpu)->Step(micro, 1e-3).ok());
+    ASSERT_TRUE(cpu.Step(micro, 1e-3).ok());
+  }
 }
 
 TEST(GpuTrainStepTest, GraphReplayMatchesEager) {
