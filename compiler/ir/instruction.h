@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,9 @@ struct Attrs {
   // attention: causal masking and the logit scale (usually 1/sqrt(head dim)).
   bool causal = false;
   double scale = 1.0;
+  // attention: the operand dtype of its backward's matmuls (Note [bf16
+  // attention backward] in passes/mixed_precision.h); unset: q's dtype.
+  std::optional<DType> grad_dtype;
   // softmax-cross-entropy: classes at or above this index are padding and
   // excluded from the softmax (0 means the whole last dimension).
   int64_t num_classes = 0;

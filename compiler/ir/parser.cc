@@ -51,7 +51,7 @@ std::vector<std::string_view> AllowedAttrs(Opcode opcode) {
     case Opcode::kGetTupleElement:
       return {"index"};
     case Opcode::kAttention:
-      return {"causal", "scale"};
+      return {"causal", "scale", "grad_dtype"};
     case Opcode::kSoftmaxCrossEntropy:
       return {"num_classes"};
     default:
@@ -515,6 +515,13 @@ class Parser {
       }
     } else if (key == "scale") {
       ASSIGN_OR_RETURN(attrs.scale, ParseNumber());
+    } else if (key == "grad_dtype") {
+      std::string word = ReadNameChars();
+      std::optional<DType> dtype = ParseDType(word);
+      if (!dtype || !IsFloat(*dtype)) {
+        return ErrorAt(value_pos, fmt::format("grad_dtype must be a float dtype, got '{}'", word));
+      }
+      attrs.grad_dtype = *dtype;
     } else if (key == "calls") {
       ASSIGN_OR_RETURN(std::string name, ParsePercentName("a computation name"));
       called = module_->FindComputation(name);

@@ -96,6 +96,7 @@ std::vector<std::string> FormatAttrs(const Instruction& inst) {
     case Opcode::kAttention:
       out.push_back(fmt::format("causal={}", a.causal));
       out.push_back("scale=" + FormatDouble(a.scale));
+      if (a.grad_dtype) out.push_back(fmt::format("grad_dtype={}", DTypeName(*a.grad_dtype)));
       break;
     case Opcode::kSoftmaxCrossEntropy:
       if (a.num_classes != 0) out.push_back(fmt::format("num_classes={}", a.num_classes));

@@ -374,6 +374,10 @@ StatusOr<Shape> InferShape(Opcode opcode, std::span<const Shape> ops, const Attr
       if (attrs.causal && q.dim(2) != k.dim(2)) {
         return Error("causal attention needs equal query and key lengths");
       }
+      if (attrs.grad_dtype && !IsFloat(*attrs.grad_dtype)) {
+        return Error("attention grad_dtype must be a float dtype, got {}",
+                     DTypeName(*attrs.grad_dtype));
+      }
       ASSIGN_OR_RETURN(Shape result, CheckCalled(ops, called));
       if (result != q) {
         return Error("attention decomposition returns {}, expected {}", result.ToString(),

@@ -276,8 +276,8 @@ constexpr std::string_view kVocabulary =
     "slice pad concatenate select compare neg exp abs add mul pow reduce dot gather scatter-add "
     "all-reduce fusion attention softmax-cross-entropy tuple get-tuple-element dimensions axis "
     "index kind calls meta low high lhs_batch rhs_batch lhs_contracting rhs_contracting "
-    "iota_dimension num_classes causal scale direction EQ NE LT GE sum max loop gemm optimizer "
-    "cross_entropy true false ROOT ENTRY main x q";
+    "iota_dimension num_classes causal scale grad_dtype direction EQ NE LT GE sum max loop gemm "
+    "optimizer cross_entropy true false ROOT ENTRY main x q";
 
 // Returns a random token (as offsets) whose first character satisfies `pred`, if any.
 template <typename Pred>

@@ -160,6 +160,7 @@ ENTRY %main {
   %f.opt = f32[2,3] fusion(%x, %y), kind=optimizer, calls=%fused.add
   %att = f32[1,2,4,8] attention(%q, %q, %q), causal=true, scale=0.125, calls=%attention.decomposition
   %att2 = f32[1,2,4,8] attention(%q, %q, %q), causal=false, scale=0.35355339059327373, calls=%attention.decomposition
+  %att3 = f32[1,2,4,8] attention(%q, %q, %q), causal=true, scale=0.125, grad_dtype=bf16, calls=%attention.decomposition
   %sce = f32[4] softmax-cross-entropy(%logits, %targets), num_classes=9, calls=%sce.decomposition
   %sce.all = f32[4] softmax-cross-entropy(%logits, %targets), calls=%sce.decomposition
   %inner = (f32[], s32[5]) tuple(%rmax, %ids)
@@ -232,6 +233,8 @@ TEST(RoundTripTest, ParsedAttributesHoldTheirValues) {
   EXPECT_EQ(att.called_computation(), m.FindComputation("attention.decomposition"));
   EXPECT_EQ(Find(m, "main", "att2").attrs().scale, 1.0 / std::sqrt(8.0));
   EXPECT_FALSE(Find(m, "main", "att2").attrs().causal);
+  EXPECT_FALSE(att.attrs().grad_dtype.has_value());
+  EXPECT_EQ(Find(m, "main", "att3").attrs().grad_dtype, DType::kBF16);
 
   EXPECT_EQ(Find(m, "main", "sce").attrs().num_classes, 9);
   EXPECT_EQ(Find(m, "main", "sce.all").attrs().num_classes, 0);

@@ -547,6 +547,16 @@ TEST(ParserErrorTest, MissingBracket) {
                    "expected ')' after tuple shape");
 }
 
+TEST(ParserErrorTest, AttentionGradDtypeMustBeAFloatDtype) {
+  const std::string text =
+      "module m\n%d {\n  %q = f32[1,1,2,4] parameter(0)\n  %k = f32[1,1,2,4] parameter(1)\n"
+      "  %v = f32[1,1,2,4] parameter(2)\n  ROOT %o = f32[1,1,2,4] copy(%v)\n}\n"
+      "ENTRY %main {\n  %q = f32[1,1,2,4] parameter(0)\n"
+      "  ROOT %a = f32[1,1,2,4] attention(%q, %q, %q), causal=true, scale=0.5, grad_dtype=s32, "
+      "calls=%d\n}\n";
+  ExpectParseError(text, "s32,", "grad_dtype must be a float dtype, got 's32'");
+}
+
 TEST(ParserErrorTest, UnknownOpcode) {
   ExpectParseError(Entry("  %x = f32[2] parameter(0)\n"
                          "  ROOT %y = f32[2] frobnicate(%x)\n"),
