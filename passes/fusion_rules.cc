@@ -321,8 +321,10 @@ void AddQkvProducers(const Planner& p, InstSet& s) {
 // (S = q k^T, dP = dO v^T, dV = P^T dO, dQ = dS k, dK = dS^T q), the
 // reduction rule one row kernel computing P and dS from S and dP, and the
 // loop rule the transpose of dO and the packing of dq, dk, dv into the
-// [B, T, 3C] gradient: 7 kernels, each with an emitter. The [B, H, T, T]
-// scores are stored (f32, transient), which a flash-attention backward
+// [B, T, 3C] gradient: 7 kernels, each with an emitter. Under bf16 the
+// gemms take bf16 operands (Note [bf16 attention backward] in
+// passes/mixed_precision.h). The [B, H, T, T] tensors are stored: S and dP in
+// f32, P and dS in bf16, all transient. A flash-attention backward
 // kernel (one kind=attention fusion reading the forward's row statistics)
 // would avoid; until one exists this is also faster than CUDA-core
 // per-row kernels, whose dot products run without tensor cores.

@@ -80,13 +80,20 @@ StatusOr<bool> MixedPrecision::Run(ir::Module& module) {
   // Only dots of the entry: dots inside called computations (the attention
   // decomposition) belong to composites that compute in f32 by design.
   std::vector<Instruction*> dots;
+  bool changed = false;
   for (const auto& inst : entry->instructions()) {
     if (inst->opcode() == Opcode::kDot && inst->operand(0)->shape().dtype() == DType::kF32 &&
         inst->operand(1)->shape().dtype() == DType::kF32) {
       dots.push_back(inst.get());
     }
+    // Note [bf16 attention backward].
+    if (inst->opcode() == Opcode::kAttention && inst->shape().dtype() == DType::kF32 &&
+        !inst->attrs().grad_dtype) {
+      inst->mutable_attrs().grad_dtype = DType::kBF16;
+      changed = true;
+    }
   }
-  if (dots.empty()) return false;
+  if (dots.empty()) return changed;
 
   // f32 value -> its bf16 copy, built before the first dot that needs it
   // (dots are visited in execution order) and shared by later ones.

@@ -13,6 +13,7 @@ namespace gptc::passes {
 namespace {
 
 using ::gptc::testing::ParseOrDie;
+using ir::Opcode;
 
 // Every value stays in double, 16-bit ones included, so finite differences see
 // the exact function.
@@ -293,6 +294,13 @@ INSTANTIATE_TEST_SUITE_P(
   %v = f32[1,2,5,4] parameter(2)
   %y = f32[1,2,3,4] attention(%q, %k, %v), causal=false, scale=0.5, calls=%attention)",
                                "f32[1,2,3,4]", 3, AttentionDecomposition(3, 5, false)},
+                      // Exact evaluation keeps bf16 values in double: the narrowed
+                      // matmuls must still give the exact gradient.
+                      RuleCase{"attention_grad_bf16", R"(  %q = f32[1,2,3,4] parameter(0)
+  %k = f32[1,2,3,4] parameter(1)
+  %v = f32[1,2,3,4] parameter(2)
+  %y = f32[1,2,3,4] attention(%q, %k, %v), causal=true, scale=0.5, grad_dtype=bf16, calls=%attention)",
+                               "f32[1,2,3,4]", 3, AttentionDecomposition(3, 3, true)},
                       RuleCase{"softmax_cross_entropy", R"(  %x = f32[2,3,5] parameter(0)
   %t = s32[2,3] constant({0, 3, 1, 2, 2, 0})
   %y = f32[2,3] softmax-cross-entropy(%x, %t), num_classes=4, calls=%sce)",
@@ -430,6 +438,59 @@ ENTRY %main {
   ROOT %l = f32[] reduce(%m), dimensions={0}, kind=sum
 }
 )");
+}
+
+// Note [bf16 attention backward]: with grad_dtype=bf16 the five backward
+// matmuls take bf16 operands (scores and dP come out f32), and with bf16
+// rounding the gradients stay within bf16 error of the f32 ones.
+TEST(AutodiffTest, AttentionGradDtypeNarrowsTheBackwardMatmuls) {
+  auto differentiate = [](std::string_view grad_attr) {
+    std::unique_ptr<ir::Module> m = ParseOrDie(WithLoss(
+        AttentionDecomposition(8, 8, true),
+        fmt::format(R"(  %q = f32[1,2,8,4] parameter(0)
+  %k = f32[1,2,8,4] parameter(1)
+  %v = f32[1,2,8,4] parameter(2)
+  %y = f32[1,2,8,4] attention(%q, %k, %v), causal=true, scale=0.5{}, calls=%attention)",
+                    grad_attr),
+        "f32[1,2,8,4]", 3));
+    EXPECT_TRUE(Autodiff().Run(*m).ok());
+    EXPECT_TRUE(ir::VerifyModule(*m).ok()) << ir::PrintModule(*m);
+    return m;
+  };
+  std::unique_ptr<ir::Module> narrow = differentiate(", grad_dtype=bf16");
+  std::unique_ptr<ir::Module> wide = differentiate("");
+  std::vector<std::string> narrow_dots, wide_dots;
+  for (const auto& [module, dots] : {std::pair{narrow.get(), &narrow_dots},
+                                     std::pair{wide.get(), &wide_dots}}) {
+    for (const auto& inst : module->entry()->instructions()) {
+      if (inst->opcode() != Opcode::kDot) continue;
+      dots->push_back(fmt::format("{}x{}->{}", ir::DTypeName(inst->operand(0)->shape().dtype()),
+                                  ir::DTypeName(inst->operand(1)->shape().dtype()),
+                                  ir::DTypeName(inst->shape().dtype())));
+    }
+  }
+  EXPECT_EQ(narrow_dots, std::vector<std::string>(5, "bf16xbf16->f32"));
+  EXPECT_EQ(wide_dots, std::vector<std::string>(5, "f32xf32->f32"));
+
+  std::mt19937_64 rng(3);
+  std::vector<eval::Literal> args;
+  for (const ir::Instruction* p : wide->entry()->parameters()) {
+    args.push_back(eval::Literal::Random(p->shape(), rng));
+  }
+  StatusOr<eval::Literal> a = eval::Evaluate(*narrow, args);  // bf16 rounding on
+  StatusOr<eval::Literal> b = eval::Evaluate(*wide, args);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (size_t g = 1; g < 4; ++g) {  // dq, dk, dv
+    double worst = 0, scale = 0, differ = 0;
+    for (size_t j = 0; j < b->elements[g].values.size(); ++j) {
+      const double d = std::abs(a->elements[g].values[j] - b->elements[g].values[j]);
+      worst = std::max(worst, d);
+      differ += d > 0 ? 1 : 0;
+      scale = std::max(scale, std::abs(b->elements[g].values[j]));
+    }
+    EXPECT_LT(worst, 2e-2 * scale) << "gradient " << g;
+    EXPECT_GT(differ, 0) << "gradient " << g << " was not computed in bf16";
+  }
 }
 
 }  // namespace
