@@ -39,6 +39,20 @@ struct TrainerState {
   std::vector<std::vector<float>> values, adam_m, adam_v;
 };
 
+// Whether [first, first + count) lies in output `output` of `entry`; the error names them.
+inline Status CheckSliceRange(const passes::TrainEntry& entry, int64_t output, int64_t first,
+                              int64_t count) {
+  if (output < 0 || output >= static_cast<int64_t>(entry.signature.outputs.size())) {
+    return Error("{}: no output {}", entry.name, output);
+  }
+  const int64_t n = entry.signature.outputs[output].shape.num_elements();
+  if (first < 0 || count < 0 || first + count > n) {
+    return Error("{}: elements [{}, {}) of output {} ({} elements)", entry.name, first,
+                 first + count, output, n);
+  }
+  return Status::Ok();
+}
+
 class Trainer {
  public:
   virtual ~Trainer() = default;
@@ -56,6 +70,18 @@ class Trainer {
   // current parameters and `batch`'s tokens; returns its outputs in order.
   virtual StatusOr<std::vector<eval::Literal>> Evaluate(const passes::TrainEntry& entry,
                                                         const MicroBatch& batch) = 0;
+
+  // Elements [first, first + count) of output `output` of Evaluate (row-major
+  // flattened). The default evaluates everything and slices; the GPU copies
+  // only the slice to the host.
+  virtual StatusOr<std::vector<double>> EvaluateSlice(const passes::TrainEntry& entry,
+                                                      const MicroBatch& batch, int64_t output,
+                                                      int64_t first, int64_t count) {
+    RETURN_IF_ERROR(CheckSliceRange(entry, output, first, count));
+    ASSIGN_OR_RETURN(std::vector<eval::Literal> out, Evaluate(entry, batch));
+    const std::vector<double>& v = out[output].values;
+    return std::vector<double>(v.begin() + first, v.begin() + first + count);
+  }
 
   virtual int64_t steps_done() const = 0;
 

@@ -121,6 +121,9 @@ struct GpuTrainer::Impl {
   Status UploadState(const TrainerState& state);
   Status WaitFor(cudaEvent_t event, std::string_view what);
   Status CopyParamsInto(EntryState& e);
+  // Feeds tokens (and targets) and runs an entry that updates no state; its
+  // outputs are then in the returned executor's arena.
+  StatusOr<EntryExecutor*> RunForEvaluate(const passes::TrainEntry& entry, const MicroBatch& batch);
   std::string Where() const { return artifact_path; }
 };
 
@@ -497,19 +500,18 @@ Status GpuTrainer::Impl::CopyParamsInto(EntryState& e) {
   return Status::Ok();
 }
 
-StatusOr<std::vector<eval::Literal>> GpuTrainer::Evaluate(const passes::TrainEntry& entry,
+StatusOr<EntryExecutor*> GpuTrainer::Impl::RunForEvaluate(const passes::TrainEntry& entry,
                                                           const MicroBatch& batch) {
-  Impl& m = *impl_;
   if (!entry.signature.donations.empty()) {
     return Error("{}: the entry updates state; run it with Step", entry.name);
   }
   EntryState* e = nullptr;
-  for (EntryState& s : m.entries) {
+  for (EntryState& s : entries) {
     if (s.entry->name == entry.name) e = &s;
   }
   if (e == nullptr) return Error("{}: not an entry of this trainer's program", entry.name);
   EntryExecutor& ex = *e->executor;
-  RETURN_IF_ERROR(m.CopyParamsInto(*e));
+  RETURN_IF_ERROR(CopyParamsInto(*e));
   for (const PlanSlot& slot : ex.plan().inputs) {
     if (slot.role == "param") continue;
     if (slot.role != "tokens" && slot.role != "targets") {
@@ -518,21 +520,28 @@ StatusOr<std::vector<eval::Literal>> GpuTrainer::Evaluate(const passes::TrainEnt
     }
     const std::vector<int32_t>& ids = slot.role == "tokens" ? batch.tokens : batch.targets;
     if (static_cast<int64_t>(ids.size()) != slot.shape.num_elements()) {
-      return Error("{}: input %{}: {} values given, {} needs {}", entry.name, slot.name,
-                   ids.size(), slot.shape.ToString(), slot.shape.num_elements());
+      return Error("{}: input %{}: {} values given, {} needs {}", entry.name, slot.name, ids.size(),
+                   slot.shape.ToString(), slot.shape.num_elements());
     }
     RETURN_IF_ERROR(
         CudaCheck(cudaMemcpyAsync(ex.At(slot.slice), ids.data(), ids.size() * 4,
-                                  cudaMemcpyHostToDevice, m.stream),
+                                  cudaMemcpyHostToDevice, stream),
                   fmt::format("{}: cudaMemcpyAsync(%{} to the device)", entry.name, slot.name)));
   }
-  Status run = m.options.sync_each_thunk ? ex.RunChecked(m.stream) : ex.Run(m.stream);
+  Status run = options.sync_each_thunk ? ex.RunChecked(stream) : ex.Run(stream);
   if (!run.ok()) return run.WithPrefix(entry.name);
+  return &ex;
+}
+
+StatusOr<std::vector<eval::Literal>> GpuTrainer::Evaluate(const passes::TrainEntry& entry,
+                                                          const MicroBatch& batch) {
+  Impl& m = *impl_;
+  ASSIGN_OR_RETURN(EntryExecutor * ex, m.RunForEvaluate(entry, batch));
   std::vector<std::string> bytes;
-  for (const PlanSlot& slot : ex.plan().outputs) {
+  for (const PlanSlot& slot : ex->plan().outputs) {
     bytes.emplace_back(slot.shape.num_elements() * ir::DTypeBytes(slot.shape.dtype()), '\0');
     RETURN_IF_ERROR(
-        CudaCheck(cudaMemcpyAsync(bytes.back().data(), ex.At(slot.slice), bytes.back().size(),
+        CudaCheck(cudaMemcpyAsync(bytes.back().data(), ex->At(slot.slice), bytes.back().size(),
                                   cudaMemcpyDeviceToHost, m.stream),
                   fmt::format("{}: cudaMemcpyAsync(%{} to the host)", entry.name, slot.name)));
   }
@@ -540,10 +549,29 @@ StatusOr<std::vector<eval::Literal>> GpuTrainer::Evaluate(const passes::TrainEnt
   RETURN_IF_ERROR(m.WaitFor(m.done, entry.name));
   std::vector<eval::Literal> out;
   for (size_t i = 0; i < bytes.size(); ++i) {
-    const ir::Shape& shape = ex.plan().outputs[i].shape;
+    const ir::Shape& shape = ex->plan().outputs[i].shape;
     out.push_back(eval::Literal{.shape = shape, .values = DecodeValues(shape.dtype(), bytes[i])});
   }
   return out;
+}
+
+StatusOr<std::vector<double>> GpuTrainer::EvaluateSlice(const passes::TrainEntry& entry,
+                                                        const MicroBatch& batch, int64_t output,
+                                                        int64_t first, int64_t count) {
+  Impl& m = *impl_;
+  RETURN_IF_ERROR(CheckSliceRange(entry, output, first, count));
+  const ir::Shape& shape = entry.signature.outputs[output].shape;
+  ASSIGN_OR_RETURN(EntryExecutor * ex, m.RunForEvaluate(entry, batch));
+  const PlanSlot& slot = ex->plan().outputs[output];
+  const int64_t element = ir::DTypeBytes(shape.dtype());
+  std::string bytes(count * element, '\0');
+  RETURN_IF_ERROR(CudaCheck(cudaMemcpyAsync(bytes.data(), ex->At(slot.slice) + first * element,
+                                            bytes.size(), cudaMemcpyDeviceToHost, m.stream),
+                            fmt::format("{}: cudaMemcpyAsync(%{} [{}, {}) to the host)", entry.name,
+                                        slot.name, first, first + count)));
+  RETURN_IF_ERROR(CudaCheck(cudaEventRecord(m.done, m.stream), "cudaEventRecord"));
+  RETURN_IF_ERROR(m.WaitFor(m.done, entry.name));
+  return DecodeValues(shape.dtype(), bytes);
 }
 
 int64_t GpuTrainer::steps_done() const { return impl_->steps_done; }

@@ -70,6 +70,10 @@ class GpuTrainer : public Trainer {
   StatusOr<StepResult> Step(std::span<const MicroBatch> micro_batches, double lr) override;
   StatusOr<std::vector<eval::Literal>> Evaluate(const passes::TrainEntry& entry,
                                                 const MicroBatch& batch) override;
+  // Copies only the slice to the host (a sample reads one [V] row of [1,T,V] logits).
+  StatusOr<std::vector<double>> EvaluateSlice(const passes::TrainEntry& entry,
+                                              const MicroBatch& batch, int64_t output,
+                                              int64_t first, int64_t count) override;
   int64_t steps_done() const override;
   StatusOr<TrainerState> ExportState() override;
   Status ImportState(const TrainerState& state) override;

@@ -48,6 +48,12 @@ std::string Incomplete(const Tiny& tiny) {
     GTEST_SKIP() << (tiny).path << " is incomplete (no kernel yet for: " << missing << ")"; \
   }
 
+StatusOr<std::unique_ptr<GpuTrainer>> MakeGpuTrainer(const Tiny& tiny, bool graph) {
+  GpuOptions options;
+  options.use_graph = graph;
+  return GpuTrainer::Create(tiny.artifact, tiny.path, &tiny.loaded.program, kSeed, options);
+}
+
 TEST(GpuEntryTest, LogitsMatchCpu) {
   GPTC_SKIP_WITHOUT_GPU();
   const Tiny* tiny = TinyOrFail();
@@ -96,12 +102,17 @@ TEST(GpuEntryTest, LogitsMatchCpu) {
               static_cast<long>(c.worst_index), static_cast<long>(c.failures), got.size(),
               DefaultRtol(ir::DType::kBF16));
   EXPECT_TRUE(c.ok()) << "worst " << c.worst << " at " << c.worst_index;
-}
 
-StatusOr<std::unique_ptr<GpuTrainer>> MakeGpuTrainer(const Tiny& tiny, bool graph) {
-  GpuOptions options;
-  options.use_graph = graph;
-  return GpuTrainer::Create(tiny.artifact, tiny.path, &tiny.loaded.program, kSeed, options);
+  // The sampler's read: one row, copied alone, equal to the same row of the whole.
+  StatusOr<std::unique_ptr<GpuTrainer>> trainer = MakeGpuTrainer(*tiny, /*graph=*/false);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().message();
+  StatusOr<std::vector<eval::Literal>> whole = (*trainer)->Evaluate(*logits, batch);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  const int64_t v = out->shape.dims()[2];
+  StatusOr<std::vector<double>> row = (*trainer)->EvaluateSlice(*logits, batch, 0, 3 * v, v);
+  ASSERT_TRUE(row.ok()) << row.status().message();
+  EXPECT_EQ(*row, std::vector<double>((*whole)[0].values.begin() + 3 * v,
+                                      (*whole)[0].values.begin() + 4 * v));
 }
 
 MicroBatch Batch(const Tiny& tiny, int64_t index) {

@@ -112,6 +112,20 @@ TEST_F(ProgramLoaderTest, LoadedProgramTrainsLikeTheOriginal) {
       reloaded.Evaluate(*loaded->program.Find("logits"), one);
   ASSERT_TRUE(logits.ok()) << logits.status().message();
   EXPECT_EQ(logits->at(0).shape.ToString(), fmt::format("f32[1,8,{}]", config_.padded_vocab));
+
+  // One row, as the sampler reads it; and slices outside the output.
+  const int64_t v = config_.padded_vocab;
+  StatusOr<std::vector<double>> row =
+      reloaded.EvaluateSlice(*loaded->program.Find("logits"), one, 0, 5 * v, v);
+  ASSERT_TRUE(row.ok()) << row.status().message();
+  EXPECT_EQ(*row, std::vector<double>(logits->at(0).values.begin() + 5 * v,
+                                      logits->at(0).values.begin() + 6 * v));
+  EXPECT_EQ(reloaded.EvaluateSlice(*loaded->program.Find("logits"), one, 0, 7 * v, v + 1)
+                .status()
+                .message(),
+            fmt::format("logits: elements [{}, {}) of output 0 ({} elements)", 7 * v, 8 * v + 1,
+                        8 * v));
+  EXPECT_FALSE(reloaded.EvaluateSlice(*loaded->program.Find("logits"), one, 1, 0, 1).ok());
 }
 
 TEST_F(ProgramLoaderTest, InconsistentArtifactsAreErrors) {

@@ -36,6 +36,15 @@ StatusOr<std::vector<double>> RunWindow(rt::Trainer& trainer, const passes::Trai
   return std::move(out[logits.signature.FindOutput(passes::SlotRole::kLogits)].values);
 }
 
+// The logits at position `t` of a window: one [padded] row.
+StatusOr<std::vector<double>> WindowRow(rt::Trainer& trainer, const passes::TrainEntry& logits,
+                                        std::vector<int32_t> window, int64_t t, int64_t padded) {
+  rt::MicroBatch mb;
+  mb.tokens = std::move(window);
+  return trainer.EvaluateSlice(logits, mb, logits.signature.FindOutput(passes::SlotRole::kLogits),
+                               t * padded, padded);
+}
+
 // A uniform double in [0, 1) from a counter.
 double Uniform(uint64_t seed, uint64_t salt, uint64_t i) {
   uint64_t x =
@@ -45,8 +54,7 @@ double Uniform(uint64_t seed, uint64_t salt, uint64_t i) {
 
 }  // namespace
 
-StatusOr<std::vector<int32_t>> SampleTokens(rt::Trainer& trainer,
-                                            const passes::TrainEntry& logits,
+StatusOr<std::vector<int32_t>> SampleTokens(rt::Trainer& trainer, const passes::TrainEntry& logits,
                                             const SampleOptions& options) {
   ASSIGN_OR_RETURN(auto shape, LogitsShape(logits));
   const auto [seq, padded] = shape;
@@ -60,8 +68,9 @@ StatusOr<std::vector<int32_t>> SampleTokens(rt::Trainer& trainer,
     std::vector<int32_t> window(context.begin() + start, context.end());
     const int64_t last = static_cast<int64_t>(window.size()) - 1;
     window.resize(seq, rt::kEndOfText);
-    ASSIGN_OR_RETURN(std::vector<double> values, RunWindow(trainer, logits, std::move(window)));
-    const double* row = values.data() + last * padded;
+    ASSIGN_OR_RETURN(std::vector<double> values,
+                     WindowRow(trainer, logits, std::move(window), last, padded));
+    const double* row = values.data();
     std::iota(ids.begin(), ids.end(), 0);
     const int64_t k = std::clamp<int64_t>(options.top_k, 1, vocab);
     std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
