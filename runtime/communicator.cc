@@ -37,12 +37,6 @@ struct Request {
   }
 };
 
-std::string RankList(const std::vector<int64_t>& ranks) {
-  std::string out;
-  for (size_t i = 0; i < ranks.size(); ++i) out += fmt::format("{}{}", i ? ", " : "", ranks[i]);
-  return out;
-}
-
 }  // namespace
 
 // Note [thread all-reduce]: every rank posts its buffer and meets the others
@@ -79,7 +73,7 @@ struct ThreadGroup::State {
         aborted = true;
         abort_message = fmt::format("{}: rank {} waited {} for rank{} {} (of {})", what, rank,
                                     FormatSeconds(Clock::now() - start),
-                                    missing.size() == 1 ? "" : "s", RankList(missing), world);
+                                    missing.size() == 1 ? "" : "s", FormatRanks(missing), world);
         cv.notify_all();
       }
     }

@@ -40,15 +40,6 @@ Status Explain(const Status& s, Clock::time_point start) {
   return s;
 }
 
-std::string RankList(const std::vector<int64_t>& ranks) {
-  std::string out;
-  for (size_t i = 0; i < ranks.size() && i < 16; ++i) {
-    out += fmt::format("{}{}", i == 0 ? "" : ", ", ranks[i]);
-  }
-  if (ranks.size() > 16) out += fmt::format(", ... ({} in all)", ranks.size());
-  return out;
-}
-
 }  // namespace
 
 RendezvousOptions RendezvousOptionsFrom(const LaunchEnv& env) {
@@ -134,7 +125,7 @@ Status Rendezvous::JoinAsRoot() {
           "rendezvous: rank 0 waited {} on port {} but rank{} {} of {} never "
           "joined ({})",
           FormatSeconds(Clock::now() - start), options_.master_port, missing.size() == 1 ? "" : "s",
-          RankList(missing), world, accepted.status().message()));
+          FormatRanks(missing), world, accepted.status().message()));
     }
     Socket s = std::move(accepted).value();
     StatusOr<std::vector<std::byte>> payload = RecvFrame(

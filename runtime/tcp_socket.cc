@@ -89,6 +89,15 @@ std::string FormatSeconds(Clock::duration d) {
   return fmt::format("{:.1f} s", std::chrono::duration<double>(d).count());
 }
 
+std::string FormatRanks(const std::vector<int64_t>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size() && i < 16; ++i) {
+    out += fmt::format("{}{}", i == 0 ? "" : ", ", ranks[i]);
+  }
+  if (ranks.size() > 16) out += fmt::format(", ... ({} in all)", ranks.size());
+  return out;
+}
+
 Socket& Socket::operator=(Socket&& other) noexcept {
   if (this != &other) {
     Close();

@@ -28,6 +28,8 @@ using Clock = std::chrono::steady_clock;
 
 // "1.5 s": durations in messages.
 std::string FormatSeconds(Clock::duration d);
+// "1, 2, 5": ranks in messages; past 16, "..., 15, ... (40 in all)".
+std::string FormatRanks(const std::vector<int64_t>& ranks);
 
 // An owned non-blocking TCP socket, closed on destruction. Move-only.
 class Socket {

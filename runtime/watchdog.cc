@@ -11,13 +11,6 @@ namespace {
 // How long a frame that poll() said is there may take to arrive whole.
 constexpr std::chrono::seconds kFrameTime{1};
 
-std::string RankList(const std::vector<int64_t>& ranks) {
-  std::string out;
-  for (size_t i = 0; i < ranks.size(); ++i)
-    out += fmt::format("{}{}", i == 0 ? "" : ", ", ranks[i]);
-  return out;
-}
-
 }  // namespace
 
 Watchdog::Watchdog(Options options, FailureHandler on_failure)
@@ -224,7 +217,7 @@ std::optional<Status> Watchdog::CheckLocked(const std::vector<int>& readable_ran
   }
   if (now > rendezvous_->Deadline(finish_start_)) {
     FailLocked(Error("data parallel: rank 0 finished, but rank{} {} did not within {}",
-                     waiting.size() == 1 ? "" : "s", RankList(waiting),
+                     waiting.size() == 1 ? "" : "s", FormatRanks(waiting),
                      FormatSeconds(now - finish_start_)),
                /*found_here=*/true);
     return failure_;
