@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/eval/literal.h"
@@ -79,7 +80,8 @@ class Trainer {
                                                       int64_t first, int64_t count) {
     RETURN_IF_ERROR(CheckSliceRange(entry, output, first, count));
     ASSIGN_OR_RETURN(std::vector<eval::Literal> out, Evaluate(entry, batch));
-    const std::vector<double>& v = out[output].values;
+    std::vector<double>& v = out[output].values;
+    if (first == 0 && count == static_cast<int64_t>(v.size())) return std::move(v);
     return std::vector<double>(v.begin() + first, v.begin() + first + count);
   }
 

@@ -27,22 +27,16 @@ StatusOr<std::pair<int64_t, int64_t>> LogitsShape(const passes::TrainEntry& logi
   return std::pair{tokens.dims()[1], shape.dims()[2]};
 }
 
-// Logits of one window of T tokens: values[t * padded + v].
-StatusOr<std::vector<double>> RunWindow(rt::Trainer& trainer, const passes::TrainEntry& logits,
-                                        std::vector<int32_t> window) {
-  rt::MicroBatch mb;
-  mb.tokens = std::move(window);
-  ASSIGN_OR_RETURN(std::vector<eval::Literal> out, trainer.Evaluate(logits, mb));
-  return std::move(out[logits.signature.FindOutput(passes::SlotRole::kLogits)].values);
-}
-
-// The logits at position `t` of a window: one [padded] row.
-StatusOr<std::vector<double>> WindowRow(rt::Trainer& trainer, const passes::TrainEntry& logits,
-                                        std::vector<int32_t> window, int64_t t, int64_t padded) {
+// Logits [first, first + count) of one window of T tokens, whose logits are
+// values[t * padded + v]: the whole [T, padded] for validation, one row for a
+// sample (the GPU then copies only that row).
+StatusOr<std::vector<double>> WindowLogits(rt::Trainer& trainer, const passes::TrainEntry& logits,
+                                           std::vector<int32_t> window, int64_t first,
+                                           int64_t count) {
   rt::MicroBatch mb;
   mb.tokens = std::move(window);
   return trainer.EvaluateSlice(logits, mb, logits.signature.FindOutput(passes::SlotRole::kLogits),
-                               t * padded, padded);
+                               first, count);
 }
 
 // A uniform double in [0, 1) from a counter.
@@ -69,7 +63,7 @@ StatusOr<std::vector<int32_t>> SampleTokens(rt::Trainer& trainer, const passes::
     const int64_t last = static_cast<int64_t>(window.size()) - 1;
     window.resize(seq, rt::kEndOfText);
     ASSIGN_OR_RETURN(std::vector<double> values,
-                     WindowRow(trainer, logits, std::move(window), last, padded));
+                     WindowLogits(trainer, logits, std::move(window), last * padded, padded));
     const double* row = values.data();
     std::iota(ids.begin(), ids.end(), 0);
     const int64_t k = std::clamp<int64_t>(options.top_k, 1, vocab);
@@ -106,7 +100,8 @@ StatusOr<double> ForwardLoss(rt::Trainer& trainer, const passes::TrainEntry& log
   for (int64_t r = 0; r < rows; ++r) {
     std::vector<int32_t> window(batch.tokens.begin() + r * seq,
                                 batch.tokens.begin() + (r + 1) * seq);
-    ASSIGN_OR_RETURN(std::vector<double> values, RunWindow(trainer, logits, std::move(window)));
+    ASSIGN_OR_RETURN(std::vector<double> values,
+                     WindowLogits(trainer, logits, std::move(window), 0, seq * padded));
     for (int64_t t = 0; t < seq; ++t) {
       const double* row = values.data() + t * padded;
       const double m = *std::max_element(row, row + v);
