@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 #include <ranges>
+#include <span>
 
 #include "runtime/gpu/cublaslt_api.h"
 #include "runtime/gpu/cuda_api.h"
@@ -124,6 +125,13 @@ struct GpuTrainer::Impl {
   // Feeds tokens (and targets) and runs an entry that updates no state; its
   // outputs are then in the returned executor's arena.
   StatusOr<EntryExecutor*> RunForEvaluate(const passes::TrainEntry& entry, const MicroBatch& batch);
+  // Elements [first, first + count) of output `output` of an entry that ran.
+  struct OutputRange {
+    int64_t output = 0, first = 0, count = 0;
+  };
+  // Copies `ranges` of `ex`'s outputs to the host and waits for them.
+  StatusOr<std::vector<std::vector<double>>> ReadOutputs(EntryExecutor& ex, std::string_view entry,
+                                                         std::span<const OutputRange> ranges);
   std::string Where() const { return artifact_path; }
 };
 
@@ -533,24 +541,41 @@ StatusOr<EntryExecutor*> GpuTrainer::Impl::RunForEvaluate(const passes::TrainEnt
   return &ex;
 }
 
+StatusOr<std::vector<std::vector<double>>> GpuTrainer::Impl::ReadOutputs(
+    EntryExecutor& ex, std::string_view entry, std::span<const OutputRange> ranges) {
+  std::vector<std::string> bytes;
+  for (const OutputRange& r : ranges) {
+    const PlanSlot& slot = ex.plan().outputs[r.output];
+    const int64_t element = ir::DTypeBytes(slot.shape.dtype());
+    bytes.emplace_back(r.count * element, '\0');
+    RETURN_IF_ERROR(
+        CudaCheck(cudaMemcpyAsync(bytes.back().data(), ex.At(slot.slice) + r.first * element,
+                                  bytes.back().size(), cudaMemcpyDeviceToHost, stream),
+                  fmt::format("{}: cudaMemcpyAsync(%{} [{}, {}) to the host)", entry, slot.name,
+                              r.first, r.first + r.count)));
+  }
+  RETURN_IF_ERROR(CudaCheck(cudaEventRecord(done, stream), "cudaEventRecord"));
+  RETURN_IF_ERROR(WaitFor(done, entry));
+  std::vector<std::vector<double>> values;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    values.push_back(DecodeValues(ex.plan().outputs[ranges[i].output].shape.dtype(), bytes[i]));
+  }
+  return values;
+}
+
 StatusOr<std::vector<eval::Literal>> GpuTrainer::Evaluate(const passes::TrainEntry& entry,
                                                           const MicroBatch& batch) {
   Impl& m = *impl_;
   ASSIGN_OR_RETURN(EntryExecutor * ex, m.RunForEvaluate(entry, batch));
-  std::vector<std::string> bytes;
-  for (const PlanSlot& slot : ex->plan().outputs) {
-    bytes.emplace_back(slot.shape.num_elements() * ir::DTypeBytes(slot.shape.dtype()), '\0');
-    RETURN_IF_ERROR(
-        CudaCheck(cudaMemcpyAsync(bytes.back().data(), ex->At(slot.slice), bytes.back().size(),
-                                  cudaMemcpyDeviceToHost, m.stream),
-                  fmt::format("{}: cudaMemcpyAsync(%{} to the host)", entry.name, slot.name)));
+  const std::vector<PlanSlot>& outputs = ex->plan().outputs;
+  std::vector<Impl::OutputRange> all;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    all.push_back({static_cast<int64_t>(i), 0, outputs[i].shape.num_elements()});
   }
-  RETURN_IF_ERROR(CudaCheck(cudaEventRecord(m.done, m.stream), "cudaEventRecord"));
-  RETURN_IF_ERROR(m.WaitFor(m.done, entry.name));
+  ASSIGN_OR_RETURN(std::vector<std::vector<double>> values, m.ReadOutputs(*ex, entry.name, all));
   std::vector<eval::Literal> out;
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    const ir::Shape& shape = ex->plan().outputs[i].shape;
-    out.push_back(eval::Literal{.shape = shape, .values = DecodeValues(shape.dtype(), bytes[i])});
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    out.push_back(eval::Literal{.shape = outputs[i].shape, .values = std::move(values[i])});
   }
   return out;
 }
@@ -560,18 +585,11 @@ StatusOr<std::vector<double>> GpuTrainer::EvaluateSlice(const passes::TrainEntry
                                                         int64_t first, int64_t count) {
   Impl& m = *impl_;
   RETURN_IF_ERROR(CheckSliceRange(entry, output, first, count));
-  const ir::Shape& shape = entry.signature.outputs[output].shape;
   ASSIGN_OR_RETURN(EntryExecutor * ex, m.RunForEvaluate(entry, batch));
-  const PlanSlot& slot = ex->plan().outputs[output];
-  const int64_t element = ir::DTypeBytes(shape.dtype());
-  std::string bytes(count * element, '\0');
-  RETURN_IF_ERROR(CudaCheck(cudaMemcpyAsync(bytes.data(), ex->At(slot.slice) + first * element,
-                                            bytes.size(), cudaMemcpyDeviceToHost, m.stream),
-                            fmt::format("{}: cudaMemcpyAsync(%{} [{}, {}) to the host)", entry.name,
-                                        slot.name, first, first + count)));
-  RETURN_IF_ERROR(CudaCheck(cudaEventRecord(m.done, m.stream), "cudaEventRecord"));
-  RETURN_IF_ERROR(m.WaitFor(m.done, entry.name));
-  return DecodeValues(shape.dtype(), bytes);
+  const Impl::OutputRange range{output, first, count};
+  ASSIGN_OR_RETURN(std::vector<std::vector<double>> values,
+                   m.ReadOutputs(*ex, entry.name, {&range, 1}));
+  return std::move(values[0]);
 }
 
 int64_t GpuTrainer::steps_done() const { return impl_->steps_done; }
