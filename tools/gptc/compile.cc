@@ -225,18 +225,18 @@ int CompileCommand(int argc, char** argv) {
     modules.push_back(traced->module.get());
   } else {
     options.dumps = dumps;
+    const bool forward_entries = artifact ? !flags.Has("no-logits") : flags.Has("logits");
+    // The validation entry runs the very forward the train step is built from.
+    std::unique_ptr<ir::Module> forward = forward_entries ? traced->module->Clone() : nullptr;
     program = passes::BuildTrainProgram(std::move(traced->module), traced->params, options);
     if (!program.ok()) return Fail(1, program.status());
-    if (artifact ? !flags.Has("no-logits") : flags.Has("logits")) {
+    if (forward_entries) {
       // The sampling entry (batch 1, the train step's seq): gptrun's samples.
       StatusOr<frontend::TracedModule> logits = models::TraceGpt2Logits(*config, 1, *seq);
       if (!logits.ok()) return Fail(1, logits.status());
       Status s = passes::AddLogitsEntry(*program, std::move(logits->module), options);
       if (!s.ok()) return Fail(1, s.WithPrefix("logits entry"));
-      // The validation entry: the forward the train step was built from, traced again.
-      StatusOr<frontend::TracedModule> forward = models::TraceGpt2Forward(*config, *batch, *seq);
-      if (!forward.ok()) return Fail(1, forward.status());
-      s = passes::AddEvalEntry(*program, std::move(forward->module), options);
+      s = passes::AddEvalEntry(*program, std::move(forward), options);
       if (!s.ok()) return Fail(1, s.WithPrefix("eval entry"));
     }
     for (const passes::TrainEntry& e : program->entries) {
