@@ -5,7 +5,8 @@
 //   | section* { u32 name length | name | u64 length | bytes }
 //   | u64 FNV-1a-64 of every preceding byte
 // All integers little-endian. Sections appear in kSectionOrder order; the
-// optional ones (cubin) may be absent.
+// optional ones (cubin; emu, the emulator library of gptc compile --emu) may
+// be absent.
 #ifndef GPTC_RUNTIME_ARTIFACT_H_
 #define GPTC_RUNTIME_ARTIFACT_H_
 
@@ -24,8 +25,8 @@ namespace gptc::rt {
 inline constexpr char kArtifactMagic[4] = {'G', 'P', 'T', 'X'};
 inline constexpr uint32_t kArtifactFormatVersion = 1;
 // Every section a file may hold, in file order.
-inline constexpr std::string_view kSectionOrder[] = {"manifest", "ir",   "ptx",
-                                                     "cubin",    "plan", "params"};
+inline constexpr std::string_view kSectionOrder[] = {"manifest", "ir",     "ptx", "cubin",
+                                                     "plan",     "params", "emu"};
 inline constexpr std::string_view kRequiredSections[] = {"manifest", "ir", "ptx", "plan",
                                                          "params"};
 

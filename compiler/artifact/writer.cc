@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "compiler/codegen/emu_abi.h"
 #include "compiler/ir/printer.h"
 #include "gptc_version.h"
 #include "runtime/artifact.h"
@@ -57,6 +58,9 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
   double t_codegen = 0, t_buffers = 0, t_plan = 0;
   Stopwatch watch;
   std::string ir_text, ptx, cubin;
+  // --emu: the host objects of every kernel and their index (Note [host kernels]).
+  std::vector<std::string> host_objects;
+  json host_index = json::array();
   json plan_entries = json::array(), manifest_entries = json::array(), kernel_index = json::array();
   // params: name -> per-entry arena offsets.
   std::vector<json> param_offsets(program.params.size(), json::object());
@@ -65,7 +69,10 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
     watch.Lap();
     codegen::CompiledKernels kernels;
     if (options.compile_kernels) {
-      ASSIGN_OR_RETURN(kernels, codegen::CompileFusions(*entry.module, options.codegen));
+      codegen::CodegenOptions codegen = options.codegen;
+      codegen.host_symbol_prefix =
+          fmt::format("{}{}__", codegen::emu::kKernelSymbolPrefix, entry.name);
+      ASSIGN_OR_RETURN(kernels, codegen::CompileFusions(*entry.module, codegen));
     }
     t_codegen += watch.Lap();
     ASSIGN_OR_RETURN(
@@ -74,7 +81,7 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
     t_buffers += watch.Lap();
     ASSIGN_OR_RETURN(json plan, BuildEntryPlan(entry, ba, kernels, out.stats));
     t_plan += watch.Lap();
-    for (const codegen::CompiledKernel& k : kernels.kernels) {
+    for (codegen::CompiledKernel& k : kernels.kernels) {
       // A deduplicated fusion launches the kernel whose code it shares
       // (Note [kernel deduplication]); the code is stored once.
       if (k.code_of >= 0) continue;
@@ -91,6 +98,17 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
       }
       kernel_index.push_back(std::move(index));
       ++out.kernels;
+      if (k.host) {
+        host_index.push_back(json{{"entry", entry.name},
+                                  {"name", k.spec.name},
+                                  {"symbol", k.host->symbol},
+                                  {"uses_sync", k.host->uses_sync},
+                                  {"shared_bytes", k.host->shared_bytes},
+                                  {"barriers", k.host->barriers},
+                                  {"shuffles", k.host->shuffles},
+                                  {"accesses", k.host->accesses}});
+        host_objects.push_back(std::move(k.host->object));
+      }
     }
     for (size_t i = 0; i < program.params.size(); ++i) {
       int64_t slot = entry.signature.FindInput(passes::SlotRole::kParam, static_cast<int64_t>(i));
@@ -130,6 +148,13 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
                 {"thunks", out.stats.thunks},
                 {"gemm_epilogues", out.stats.epilogues},
                 {"unsupported", out.stats.unsupported}};
+  std::string emu_library;
+  if (options.codegen.emit_host && options.compile_kernels) {
+    watch.Lap();
+    ASSIGN_OR_RETURN(emu_library, codegen::LinkHostLibrary(std::move(host_objects)));
+    manifest["emu"] = json{{"abi", codegen::emu::kKernelAbiVersion}, {"kernels", host_index}};
+    t_codegen += watch.Lap();
+  }
   std::vector<std::pair<std::string, std::string>> sections;
   sections.emplace_back("manifest", manifest.dump(2) + "\n");
   sections.emplace_back("ir", std::move(ir_text));
@@ -137,6 +162,7 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
   if (!cubin.empty()) sections.emplace_back("cubin", std::move(cubin));
   sections.emplace_back("plan", json{{"entries", plan_entries}}.dump(1) + "\n");
   sections.emplace_back("params", json{{"params", params}}.dump(1) + "\n");
+  if (!emu_library.empty()) sections.emplace_back("emu", std::move(emu_library));
   ASSIGN_OR_RETURN(out.bytes, rt::EncodeArtifact(sections));
   double t_encode = watch.Lap();
   out.timings = {{"codegen", t_codegen}, {"buffers", t_buffers}, {"plan", t_plan},

@@ -163,6 +163,7 @@ StatusOr<CompiledKernel> CompileKernel(const ir::Instruction& fusion, EmitterKin
   kernel.ptx = std::move(lowered.ptx);
   kernel.mlir = std::move(lowered.mlir);
   kernel.llvm_ir = std::move(lowered.llvm_ir);
+  kernel.host = std::move(lowered.host);
   const KernelSpec& spec = kernel.spec;
   if (spec.block.product() > kMaxThreadsPerBlock) {
     return Error("kernel {}: block of {} threads exceeds {}", spec.name, spec.block.product(),

@@ -33,6 +33,21 @@ struct CodegenOptions {
   // and the distinct kernels on `threads` threads (0: one per hardware thread).
   bool deduplicate = true;
   int64_t threads = 0;
+  // gptc compile --emu: also compile every kernel for the host (Note [host
+  // kernels] in host_lowering.h), exporting it as host_symbol_prefix + name.
+  bool emit_host = false;
+  std::string host_symbol_prefix;
+};
+
+// A kernel compiled for the emulated device (Note [host kernels] in
+// host_lowering.h): an ELF object exporting `void symbol(const uint64_t*)`.
+struct HostKernel {
+  std::string symbol;
+  std::string object;
+  // It has a barrier or a shuffle: its block's threads must run as fibers.
+  bool uses_sync = false;
+  int64_t shared_bytes = 0;                          // static shared memory in the host layout
+  int64_t barriers = 0, shuffles = 0, accesses = 0;  // sites in the code
 };
 
 // Note [kernel deduplication]: fusions whose fused computations are equal up
@@ -51,6 +66,7 @@ struct CompiledKernel {
   std::optional<PtxasInfo> ptxas;  // absent when ptxas was not run (or code_of >= 0)
   std::string mlir;
   std::string llvm_ir;
+  std::optional<HostKernel> host;  // CodegenOptions::emit_host; absent when code_of >= 0
   int64_t code_of = -1;  // Note [kernel deduplication]: the kernel holding the code, or -1
 };
 
@@ -136,6 +152,12 @@ StatusOr<CompiledKernel> CompileKernel(const ir::Instruction& inst, EmitterKind 
 // The deduplication key of `inst` compiled with `emitter` (Note [kernel
 // deduplication]): its canonical print, without names or metadata.
 std::string KernelKey(const ir::Instruction& inst, EmitterKind emitter);
+
+// The emulator library (the artifact's `emu` section): `objects` (the
+// HostKernel::object of every kernel, any entry) linked with the library's
+// support object into one shared object by the system's C compiler driver
+// ($CC, else cc, gcc or clang on PATH). Returns the library's bytes.
+StatusOr<std::string> LinkHostLibrary(std::vector<std::string> objects);
 
 // Compiles every fusion of the entry computation that has an emitter, and
 // every standalone gather and scatter-add (Note [multi-kernel instructions]

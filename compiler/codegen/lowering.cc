@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 
+#include "compiler/codegen/host_lowering.h"
 #include "compiler/codegen/kernel_emitter.h"
 #include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/IR/LLVMContext.h"
@@ -17,6 +18,7 @@
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/Transforms/IPO/Internalize.h"
+#include "llvm/Transforms/Utils/Cloning.h"
 #include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
@@ -96,7 +98,8 @@ std::string Print(mlir::Operation* op) {
 }
 
 StatusOr<std::string> CompileLlvmModule(llvm::Module& module, const std::string& kernel_name,
-                                        const CodegenOptions& options, std::string* llvm_ir) {
+                                        const CodegenOptions& options, std::string* llvm_ir,
+                                        std::optional<HostKernel>* host) {
   InitializeNvptx();
   std::string error;
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(kTriple, error);
@@ -140,6 +143,12 @@ StatusOr<std::string> CompileLlvmModule(llvm::Module& module, const std::string&
   llvm::ModulePassManager passes =
       builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
   passes.run(module, mam);
+  if (host != nullptr) {
+    // Note [host kernels]: the module as the NVPTX backend receives it.
+    std::unique_ptr<llvm::Module> copy = llvm::CloneModule(module);
+    ASSIGN_OR_RETURN(*host,
+                     CompileForHost(*copy, kernel_name, options.host_symbol_prefix + kernel_name));
+  }
 
   llvm::SmallString<0> ptx;
   llvm::raw_svector_ostream os(ptx);
@@ -229,7 +238,8 @@ StatusOr<LoweredKernel> EmitAndLower(const ir::Instruction& fusion, EmitterKind 
     return Error("{}: translation to LLVM IR failed: {}", subject, diagnostics.message());
   }
   StatusOr<std::string> ptx = CompileLlvmModule(*llvm_module, kernel_name, options,
-                                                options.keep_llvm ? &lowered.llvm_ir : nullptr);
+                                                options.keep_llvm ? &lowered.llvm_ir : nullptr,
+                                                options.emit_host ? &lowered.host : nullptr);
   if (!ptx.ok()) return ptx.status().WithPrefix(subject);
   lowered.ptx = std::move(*ptx);
   return lowered;

@@ -10,6 +10,7 @@
 #ifndef GPTC_COMPILER_CODEGEN_LOWERING_H_
 #define GPTC_COMPILER_CODEGEN_LOWERING_H_
 
+#include <optional>
 #include <string>
 
 #include "compiler/codegen/codegen.h"
@@ -24,6 +25,7 @@ struct LoweredKernel {
   std::string ptx;
   std::string mlir;     // when options.keep_mlir
   std::string llvm_ir;  // when options.keep_llvm
+  std::optional<HostKernel> host;  // when options.emit_host
 };
 
 // Emits `fusion` with the emitter of `kind` as kernel `kernel_name` and

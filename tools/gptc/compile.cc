@@ -111,7 +111,7 @@ int CompileCommand(int argc, char** argv) {
   flags.Value("precision").Value("remat").Value("memory-budget").Value("gpu");
   flags.Bool("fusion-report").Bool("memory-report").Bool("no-optimize");
   flags.Value("target").Bool("timings").Bool("no-codegen").Bool("no-logits");
-  flags.Bool("logits").Value("dp").Value("world");
+  flags.Bool("logits").Value("dp").Value("world").Bool("emu");
   if (Status s = flags.Parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data(), 2); !s.ok()) {
     return Fail(2, s);
   }
@@ -270,6 +270,7 @@ int CompileCommand(int argc, char** argv) {
     artifact::ArtifactOptions ao;
     ao.codegen.target = target;
     ao.compile_kernels = !flags.Has("no-codegen");
+    ao.codegen.emit_host = flags.Has("emu");
     ao.model = {{"name", config->name},   {"layers", config->layers},
                 {"heads", config->heads}, {"width", config->width},
                 {"positions", config->positions}, {"vocab", config->vocab},

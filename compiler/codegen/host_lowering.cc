@@ -1,0 +1,739 @@
+#include "compiler/codegen/host_lowering.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+
+#include "compiler/codegen/emu_abi.h"
+#include "llvm/Analysis/ValueTracking.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/InlineAsm.h"
+#include "llvm/IR/InstIterator.h"
+#include "llvm/IR/Instructions.h"
+#include "llvm/IR/IntrinsicInst.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/IR/ReplaceConstant.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/Transforms/Utils/BasicBlockUtils.h"
+
+extern char** environ;
+
+namespace gptc::codegen {
+namespace {
+
+using llvm::IRBuilder;
+using llvm::Type;
+using llvm::Value;
+
+// Field numbers of emu::EmuRuntime in its LLVM struct type (RuntimeType).
+// Metadata on the loads the rewriter adds itself.
+constexpr const char* kInternalMetadata = "gptc.emu.internal";
+
+enum RuntimeField : unsigned {
+  kAbiVersionField = 0,
+  kSpecialRegisterField,
+  kBarrierField,
+  kShuffleField,
+  kAccessField,
+  kSharedMemoryField,
+  kMathField,
+};
+
+void InitializeHost() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+}
+
+StatusOr<std::unique_ptr<llvm::TargetMachine>> HostMachine() {
+  InitializeHost();
+  const std::string triple = llvm::sys::getProcessTriple();
+  std::string error;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, error);
+  if (target == nullptr) return Error("host target {}: {}", triple, error);
+  std::unique_ptr<llvm::TargetMachine> machine(
+      target->createTargetMachine(triple, "x86-64", "", llvm::TargetOptions(), llvm::Reloc::PIC_,
+                                  std::nullopt, llvm::CodeGenOptLevel::Default));
+  if (machine == nullptr) return Error("host target {}: no target machine", triple);
+  return machine;
+}
+
+StatusOr<std::string> EmitObject(llvm::Module& module, llvm::TargetMachine& machine,
+                                 const std::string& what) {
+  std::string verify;
+  llvm::raw_string_ostream verify_os(verify);
+  if (llvm::verifyModule(module, &verify_os)) {
+    return Error("{}: the host module is invalid: {}", what, verify.substr(0, verify.find('\n')));
+  }
+  llvm::SmallString<0> object;
+  llvm::raw_svector_ostream os(object);
+  llvm::legacy::PassManager codegen;
+  if (machine.addPassesToEmitFile(codegen, os, nullptr, llvm::CodeGenFileType::ObjectFile)) {
+    return Error("{}: the host target cannot emit objects", what);
+  }
+  codegen.run(module);
+  return std::string(object.str());
+}
+
+llvm::StructType* RuntimeType(llvm::LLVMContext& ctx) {
+  Type* ptr = llvm::PointerType::get(ctx, 0);
+  return llvm::StructType::get(ctx, {Type::getInt32Ty(ctx), ptr, ptr, ptr, ptr, ptr, ptr});
+}
+
+// Round-to-nearest-even f32 -> bf16 of `x` (a float or a vector of floats),
+// as compiler/support/float_bits.h's F32ToBF16Bits: NaNs stay quiet NaNs.
+Value* TruncateToBF16(IRBuilder<>& b, Value* x) {
+  Type* i32 = x->getType()->getWithNewType(b.getInt32Ty());
+  Type* i16 = x->getType()->getWithNewType(b.getInt16Ty());
+  Type* bf16 = x->getType()->getWithNewType(b.getBFloatTy());
+  Value* bits = b.CreateBitCast(x, i32);
+  Value* lsb = b.CreateAnd(b.CreateLShr(bits, 16), 1);
+  Value* rounded = b.CreateAdd(bits, b.CreateAdd(lsb, llvm::ConstantInt::get(i32, 0x7fff)));
+  Value* value = b.CreateTrunc(b.CreateLShr(rounded, 16), i16);
+  Value* nan =
+      b.CreateOr(b.CreateTrunc(b.CreateLShr(bits, 16), i16), llvm::ConstantInt::get(i16, 0x40));
+  Value* is_nan = b.CreateFCmpUNO(x, x);
+  return b.CreateBitCast(b.CreateSelect(is_nan, nan, value), bf16);
+}
+
+// bf16 -> f32 is exact: the bits shifted into the high half.
+Value* ExtendBF16(IRBuilder<>& b, Value* x, Type* to) {
+  Type* i16 = x->getType()->getWithNewType(b.getInt16Ty());
+  Type* i32 = x->getType()->getWithNewType(b.getInt32Ty());
+  Value* bits = b.CreateShl(b.CreateZExt(b.CreateBitCast(x, i16), i32), 16);
+  Value* f32 = b.CreateBitCast(bits, x->getType()->getWithNewType(b.getFloatTy()));
+  return to->getScalarType()->isFloatTy() ? f32 : b.CreateFPExt(f32, to);
+}
+
+// Flush a subnormal f32 (or f64) to a zero of its sign, as PTX's .ftz.
+Value* FlushSubnormal(IRBuilder<>& b, Value* x) {
+  Type* t = x->getType();
+  const double smallest = t->isFloatTy() ? 1.17549435e-38 : 2.2250738585072014e-308;
+  Value* tiny = b.CreateFCmpOLT(b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x),
+                                llvm::ConstantFP::get(t, smallest));
+  Value* zero =
+      b.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, llvm::ConstantFP::get(t, 0.0), x);
+  return b.CreateSelect(tiny, zero, x);
+}
+
+class HostRewriter {
+ public:
+  HostRewriter(llvm::Module& m, std::string kernel)
+      : m_(m), ctx_(m.getContext()), kernel_(std::move(kernel)) {}
+
+  Status Run(const std::string& symbol, HostKernel& out);
+
+ private:
+  // Loads field `field` of the runtime table (in the function of `b`'s
+  // insertion point) and calls it.
+  Value* CallRuntime(IRBuilder<>& b, RuntimeField field, llvm::FunctionType* type,
+                     llvm::ArrayRef<Value*> args);
+  // Tags a load the rewriter added (of the runtime table or the checks
+  // flag), which InstrumentAccesses must not check.
+  void MarkInternal(llvm::Instruction* inst);
+  Status ReplaceIntrinsics();
+  // One call to an NVVM intrinsic or inline asm: its replacement, or an error.
+  StatusOr<Value*> Emulate(llvm::CallInst& call, const std::string& name, bool is_asm);
+  Status PlaceSharedMemory(int64_t& bytes);
+  Status ExpandBF16();
+  Status InstrumentAccesses(int64_t& sites);
+  void StripTargetAttributes();
+  void AddWrapper(const std::string& symbol);
+  // Errors are prefixed with the kernel by EmitAndLower.
+  std::string Subject() const { return "host code"; }
+
+  llvm::Module& m_;
+  llvm::LLVMContext& ctx_;
+  std::string kernel_;
+  llvm::GlobalVariable* runtime_ = nullptr;  // emu::kRuntimeSymbol
+  llvm::GlobalVariable* checks_ = nullptr;   // emu::kChecksSymbol
+  int64_t barriers_ = 0, shuffles_ = 0;
+};
+
+Value* HostRewriter::CallRuntime(IRBuilder<>& b, RuntimeField field, llvm::FunctionType* type,
+                                 llvm::ArrayRef<Value*> args) {
+  Type* ptr = b.getPtrTy();
+  llvm::LoadInst* table = b.CreateLoad(ptr, runtime_, "emu.runtime");
+  Value* slot = b.CreateStructGEP(RuntimeType(ctx_), table, field);
+  llvm::LoadInst* fn = b.CreateLoad(ptr, slot);
+  MarkInternal(table);
+  MarkInternal(fn);
+  return b.CreateCall(type, fn, args);
+}
+
+void HostRewriter::MarkInternal(llvm::Instruction* inst) {
+  inst->setMetadata(kInternalMetadata, llvm::MDNode::get(ctx_, {}));
+}
+
+// Note [emulated intrinsics]
+// What each NVVM intrinsic becomes on the host, by the PTX it selects (as
+// llc -march=nvptx64 shows): .rn arithmetic is the host's default rounding;
+// .approx functions become the exactly rounded host ones (the GPU's differ
+// in the last bits: compare with a tolerance); .ftz flushes subnormal inputs
+// and results; llvm.nvvm.round.f is cvt.rni (to nearest even, not away from
+// zero); saturate clamps to [0, 1] with NaN -> 0; directed rounding
+// (.rm/.rp/.rz) calls EmuRuntime::math, which switches the host's rounding
+// mode. Inline asm is matched by its exact text: libdevice's
+// "rcp.approx.ftz.f32 $0,$1;" is a flushed reciprocal.
+StatusOr<Value*> HostRewriter::Emulate(llvm::CallInst& call, const std::string& name, bool is_asm) {
+  IRBuilder<> b(&call);
+  auto arg = [&](unsigned i) { return call.getArgOperand(i); };
+  auto unary = [&](llvm::Intrinsic::ID id) { return b.CreateUnaryIntrinsic(id, arg(0)); };
+  auto ftz = [&](Value* v) { return FlushSubnormal(b, v); };
+  Type* t = call.getType();
+  if (is_asm) {
+    auto* asm_value = llvm::cast<llvm::InlineAsm>(call.getCalledOperand());
+    const std::string text = asm_value->getAsmString();
+    if (text == "rcp.approx.ftz.f32 $0,$1;" && asm_value->getConstraintString() == "=f,f") {
+      return ftz(b.CreateFDiv(llvm::ConstantFP::get(t, 1.0), ftz(arg(0))));
+    }
+    return Error("{}: inline asm \"{}\" has no emulation", Subject(), text);
+  }
+  static const std::map<std::string, emu::SpecialRegister> kRegisters = {
+      {"tid.x", emu::kTidX},       {"tid.y", emu::kTidY},       {"tid.z", emu::kTidZ},
+      {"ntid.x", emu::kNtidX},     {"ntid.y", emu::kNtidY},     {"ntid.z", emu::kNtidZ},
+      {"ctaid.x", emu::kCtaidX},   {"ctaid.y", emu::kCtaidY},   {"ctaid.z", emu::kCtaidZ},
+      {"nctaid.x", emu::kNctaidX}, {"nctaid.y", emu::kNctaidY}, {"nctaid.z", emu::kNctaidZ},
+      {"laneid", emu::kLaneId}};
+  const std::string sreg_prefix = "llvm.nvvm.read.ptx.sreg.";
+  if (name.starts_with(sreg_prefix)) {
+    const std::string reg = name.substr(sreg_prefix.size());
+    if (reg == "warpsize") return static_cast<Value*>(b.getInt32(32));
+    auto it = kRegisters.find(reg);
+    if (it == kRegisters.end())
+      return Error("{}: special register %{} has no emulation", Subject(), reg);
+    auto* type = llvm::FunctionType::get(b.getInt32Ty(), {b.getInt32Ty()}, false);
+    return CallRuntime(b, kSpecialRegisterField, type, {b.getInt32(it->second)});
+  }
+  if (name == "llvm.nvvm.barrier0") {
+    auto* type = llvm::FunctionType::get(b.getVoidTy(), {b.getInt32Ty()}, false);
+    return CallRuntime(b, kBarrierField, type, {b.getInt32(static_cast<uint32_t>(barriers_++))});
+  }
+  const std::string shfl_prefix = "llvm.nvvm.shfl.sync.";
+  if (name.starts_with(shfl_prefix)) {
+    static const std::map<std::string, emu::ShuffleMode> kModes = {{"up", emu::kShuffleUp},
+                                                                   {"down", emu::kShuffleDown},
+                                                                   {"bfly", emu::kShuffleBfly},
+                                                                   {"idx", emu::kShuffleIdx}};
+    std::string rest = name.substr(shfl_prefix.size());  // "bfly.f32"
+    const size_t dot = rest.find('.');
+    auto mode = kModes.find(rest.substr(0, dot));
+    const std::string type_name = dot == std::string::npos ? "" : rest.substr(dot + 1);
+    if (mode == kModes.end() || (type_name != "f32" && type_name != "i32")) {
+      return Error("{}: intrinsic {} has no emulation", Subject(), name);
+    }
+    Value* bits = type_name == "f32" ? b.CreateBitCast(arg(1), b.getInt32Ty()) : arg(1);
+    auto* type =
+        llvm::FunctionType::get(b.getInt32Ty(), std::vector<Type*>(6, b.getInt32Ty()), false);
+    Value* out = CallRuntime(b, kShuffleField, type,
+                             {b.getInt32(mode->second), arg(0), bits, arg(2), arg(3),
+                              b.getInt32(static_cast<uint32_t>(shuffles_++))});
+    return type_name == "f32" ? b.CreateBitCast(out, b.getFloatTy()) : out;
+  }
+  if (name == "llvm.nvvm.membar.cta" || name == "llvm.nvvm.membar.gl" ||
+      name == "llvm.nvvm.membar.sys") {
+    // One thread runs at a time and blocks in order: memory is always coherent.
+    return static_cast<Value*>(nullptr);
+  }
+  auto directed = [&](emu::MathOp op, unsigned args) -> Value* {
+    auto* type = llvm::FunctionType::get(
+        b.getFloatTy(), {b.getInt32Ty(), b.getFloatTy(), b.getFloatTy(), b.getFloatTy()}, false);
+    Value* zero = llvm::ConstantFP::get(b.getFloatTy(), 0.0);
+    return CallRuntime(
+        b, kMathField, type,
+        {b.getInt32(op), arg(0), args > 1 ? arg(1) : zero, args > 2 ? arg(2) : zero});
+  };
+  // name without "llvm.nvvm.", and whether it flushes subnormals.
+  std::string op = name.substr(std::string("llvm.nvvm.").size());
+  bool flush = false;
+  if (size_t at = op.find(".ftz"); at != std::string::npos) {
+    flush = true;
+    op.erase(at, 4);
+  }
+  auto done = [&](Value* v) -> StatusOr<Value*> { return flush ? ftz(v) : v; };
+  if (flush) {
+    for (unsigned i = 0; i < call.arg_size(); ++i) {
+      if (arg(i)->getType()->isFloatingPointTy()) call.setArgOperand(i, ftz(arg(i)));
+    }
+  }
+  const bool f32 = t->isFloatTy();
+  if (op == "fabs.f" || op == "fabs.d") return done(unary(llvm::Intrinsic::fabs));
+  if (op == "fma.rn.f" || op == "fma.rn.d") {
+    return done(b.CreateIntrinsic(llvm::Intrinsic::fma, {t}, {arg(0), arg(1), arg(2)}));
+  }
+  if (op == "add.rn.f" || op == "add.rn.d") return done(b.CreateFAdd(arg(0), arg(1)));
+  if (op == "mul.rn.f" || op == "mul.rn.d") return done(b.CreateFMul(arg(0), arg(1)));
+  if (op == "div.rn.f" || op == "div.rn.d" || op == "div.approx.f" || op == "div.full") {
+    return done(b.CreateFDiv(arg(0), arg(1)));
+  }
+  if (op == "rcp.rn.f" || op == "rcp.rn.d" || op == "rcp.approx.d" || op == "rcp.approx.f") {
+    return done(b.CreateFDiv(llvm::ConstantFP::get(t, 1.0), arg(0)));
+  }
+  if (op == "sqrt.rn.f" || op == "sqrt.rn.d" || op == "sqrt.approx.f" || op == "sqrt.f") {
+    return done(unary(llvm::Intrinsic::sqrt));
+  }
+  if (op == "rsqrt.approx.f" || op == "rsqrt.approx.d") {
+    return done(b.CreateFDiv(llvm::ConstantFP::get(t, 1.0), unary(llvm::Intrinsic::sqrt)));
+  }
+  if (op == "ex2.approx.f" || op == "ex2.approx.d" || op == "ex2.approx.f32") {
+    return done(unary(llvm::Intrinsic::exp2));
+  }
+  if (op == "lg2.approx.f" || op == "lg2.approx.d") return done(unary(llvm::Intrinsic::log2));
+  if (op == "sin.approx.f") return done(unary(llvm::Intrinsic::sin));
+  if (op == "cos.approx.f") return done(unary(llvm::Intrinsic::cos));
+  if (op == "round.f" || op == "round.d") return done(unary(llvm::Intrinsic::roundeven));
+  if (op == "trunc.f" || op == "trunc.d") return done(unary(llvm::Intrinsic::trunc));
+  if (op == "floor.f" || op == "floor.d") return done(unary(llvm::Intrinsic::floor));
+  if (op == "ceil.f" || op == "ceil.d") return done(unary(llvm::Intrinsic::ceil));
+  if (op == "saturate.f" || op == "saturate.d") {
+    Value *one = llvm::ConstantFP::get(t, 1.0), *zero = llvm::ConstantFP::get(t, 0.0);
+    Value* below_one = b.CreateSelect(b.CreateFCmpOLT(arg(0), one), arg(0), one);
+    return done(b.CreateSelect(b.CreateFCmpOGT(arg(0), zero), below_one, zero));
+  }
+  if (op == "fmin.f" || op == "fmin.d")
+    return done(b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, arg(0), arg(1)));
+  if (op == "fmax.f" || op == "fmax.d")
+    return done(b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, arg(0), arg(1)));
+  if (op == "fmin.nan.f")
+    return done(b.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, arg(0), arg(1)));
+  if (op == "fmax.nan.f")
+    return done(b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, arg(0), arg(1)));
+  if (op == "d2i.lo" || op == "d2i.hi") {
+    Value* bits = b.CreateBitCast(arg(0), b.getInt64Ty());
+    if (op == "d2i.hi") bits = b.CreateLShr(bits, 32);
+    return done(b.CreateTrunc(bits, b.getInt32Ty()));
+  }
+  if (op == "lohi.i2d") {
+    Value* lo = b.CreateZExt(arg(0), b.getInt64Ty());
+    Value* hi = b.CreateShl(b.CreateZExt(arg(1), b.getInt64Ty()), 32);
+    return done(b.CreateBitCast(b.CreateOr(lo, hi), b.getDoubleTy()));
+  }
+  if (f32) {
+    static const std::map<std::string, std::pair<emu::MathOp, unsigned>> kDirected = {
+        {"fma.rm.f", {emu::kFmaRm, 3}},   {"fma.rp.f", {emu::kFmaRp, 3}},
+        {"fma.rz.f", {emu::kFmaRz, 3}},   {"add.rm.f", {emu::kAddRm, 2}},
+        {"add.rp.f", {emu::kAddRp, 2}},   {"add.rz.f", {emu::kAddRz, 2}},
+        {"mul.rm.f", {emu::kMulRm, 2}},   {"mul.rp.f", {emu::kMulRp, 2}},
+        {"mul.rz.f", {emu::kMulRz, 2}},   {"div.rm.f", {emu::kDivRm, 2}},
+        {"div.rp.f", {emu::kDivRp, 2}},   {"div.rz.f", {emu::kDivRz, 2}},
+        {"sqrt.rm.f", {emu::kSqrtRm, 1}}, {"sqrt.rp.f", {emu::kSqrtRp, 1}},
+        {"sqrt.rz.f", {emu::kSqrtRz, 1}}};
+    if (auto it = kDirected.find(op); it != kDirected.end()) {
+      return done(directed(it->second.first, it->second.second));
+    }
+  }
+  return Error("{}: intrinsic {} has no emulation", Subject(), name);
+}
+
+Status HostRewriter::ReplaceIntrinsics() {
+  std::vector<llvm::CallInst*> calls;
+  for (llvm::Function& f : m_) {
+    for (llvm::Instruction& inst : llvm::instructions(f)) {
+      auto* call = llvm::dyn_cast<llvm::CallInst>(&inst);
+      if (call == nullptr) continue;
+      if (call->isInlineAsm()) {
+        calls.push_back(call);
+      } else if (llvm::Function* callee = call->getCalledFunction();
+                 callee != nullptr && callee->getName().starts_with("llvm.nvvm.")) {
+        calls.push_back(call);
+      }
+    }
+  }
+  for (llvm::CallInst* call : calls) {
+    const bool is_asm = call->isInlineAsm();
+    const std::string name = is_asm ? "" : call->getCalledFunction()->getName().str();
+    ASSIGN_OR_RETURN(Value * replacement, Emulate(*call, name, is_asm));
+    if (replacement != nullptr) call->replaceAllUsesWith(replacement);
+    call->eraseFromParent();
+  }
+  for (llvm::Function& f : llvm::make_early_inc_range(m_)) {
+    if (f.isDeclaration() && f.getName().starts_with("llvm.nvvm.") && f.use_empty()) {
+      f.eraseFromParent();
+    }
+  }
+  return Status::Ok();
+}
+
+Status HostRewriter::PlaceSharedMemory(int64_t& bytes) {
+  const llvm::DataLayout& dl = m_.getDataLayout();
+  std::vector<llvm::GlobalVariable*> shared;
+  for (llvm::GlobalVariable& g : m_.globals()) {
+    if (g.getAddressSpace() == 3) shared.push_back(&g);
+  }
+  bytes = 0;
+  if (shared.empty()) return Status::Ok();
+  std::vector<llvm::Constant*> constants(shared.begin(), shared.end());
+  llvm::convertUsersOfConstantsToInstructions(constants);
+  // Static variables first (16-byte aligned), then the dynamic shared memory:
+  // an extern array of unknown size (its users index past the end).
+  std::map<llvm::GlobalVariable*, int64_t> offsets;
+  std::vector<llvm::GlobalVariable*> dynamic;
+  for (llvm::GlobalVariable* g : shared) {
+    const int64_t size = static_cast<int64_t>(dl.getTypeAllocSize(g->getValueType()));
+    if (g->isDeclaration() || size == 0) {
+      dynamic.push_back(g);
+      continue;
+    }
+    const int64_t align = std::max<int64_t>(16, g->getAlign() ? g->getAlign()->value() : 16);
+    bytes = (bytes + align - 1) / align * align;
+    offsets[g] = bytes;
+    bytes += size;
+  }
+  bytes = (bytes + 15) / 16 * 16;
+  for (llvm::GlobalVariable* g : dynamic) offsets[g] = bytes;
+  auto* shared_type = llvm::FunctionType::get(llvm::PointerType::get(ctx_, 0), {}, false);
+  for (llvm::Function& f : m_) {
+    if (f.isDeclaration()) continue;
+    std::optional<Value*> base;
+    for (auto& [g, offset] : offsets) {
+      std::vector<llvm::Use*> uses;
+      for (llvm::Use& u : g->uses()) {
+        auto* user = llvm::dyn_cast<llvm::Instruction>(u.getUser());
+        if (user == nullptr)
+          return Error("{}: a non-instruction use of shared %{}", Subject(), g->getName().str());
+        if (user->getFunction() == &f) uses.push_back(&u);
+      }
+      if (uses.empty()) continue;
+      IRBuilder<> b(&*f.getEntryBlock().getFirstInsertionPt());
+      if (!base) base = CallRuntime(b, kSharedMemoryField, shared_type, {});
+      Value* at = b.CreateConstGEP1_64(b.getInt8Ty(), *base, offset);
+      Value* typed = b.CreateAddrSpaceCast(at, g->getType());
+      for (llvm::Use* u : uses) u->set(typed);
+    }
+  }
+  for (llvm::GlobalVariable* g : shared) {
+    if (!g->use_empty())
+      return Error("{}: shared %{} is still used", Subject(), g->getName().str());
+    g->eraseFromParent();
+  }
+  return Status::Ok();
+}
+
+Status HostRewriter::ExpandBF16() {
+  std::vector<llvm::Instruction*> casts;
+  for (llvm::Function& f : m_) {
+    for (llvm::Instruction& inst : llvm::instructions(f)) {
+      if (auto* c = llvm::dyn_cast<llvm::CastInst>(&inst)) {
+        Type* src = c->getSrcTy()->getScalarType();
+        Type* dst = c->getDestTy()->getScalarType();
+        if ((c->getOpcode() == llvm::Instruction::FPTrunc && dst->isBFloatTy()) ||
+            (c->getOpcode() == llvm::Instruction::FPExt && src->isBFloatTy())) {
+          casts.push_back(c);
+        }
+      }
+    }
+  }
+  for (llvm::Instruction* c : casts) {
+    IRBuilder<> b(c);
+    Value* x = c->getOperand(0);
+    Value* out = nullptr;
+    if (c->getOpcode() == llvm::Instruction::FPTrunc) {
+      if (!x->getType()->getScalarType()->isFloatTy())
+        x = b.CreateFPTrunc(x, x->getType()->getWithNewType(b.getFloatTy()));
+      out = TruncateToBF16(b, x);
+    } else {
+      out = ExtendBF16(b, x, c->getType());
+    }
+    c->replaceAllUsesWith(out);
+    c->eraseFromParent();
+  }
+  return Status::Ok();
+}
+
+Status HostRewriter::InstrumentAccesses(int64_t& sites) {
+  const llvm::DataLayout& dl = m_.getDataLayout();
+  auto* access_type = llvm::FunctionType::get(
+      llvm::Type::getVoidTy(ctx_),
+      {llvm::PointerType::get(ctx_, 0), Type::getInt32Ty(ctx_), Type::getInt32Ty(ctx_)}, false);
+  sites = 0;
+  for (llvm::Function& f : m_) {
+    if (f.isDeclaration()) continue;
+    struct Site {
+      llvm::Instruction* inst;
+      Value* pointer;
+      uint64_t bytes;
+      uint32_t kind;
+    };
+    std::vector<Site> list;
+    for (llvm::Instruction& inst : llvm::instructions(f)) {
+      if (inst.getMetadata(kInternalMetadata) != nullptr) continue;
+      Value* pointer = nullptr;
+      Type* type = nullptr;
+      uint32_t kind = 0;
+      if (auto* load = llvm::dyn_cast<llvm::LoadInst>(&inst)) {
+        pointer = load->getPointerOperand(), type = load->getType(), kind = emu::kLoad;
+      } else if (auto* store = llvm::dyn_cast<llvm::StoreInst>(&inst)) {
+        pointer = store->getPointerOperand();
+        type = store->getValueOperand()->getType(), kind = emu::kStore;
+      } else if (auto* rmw = llvm::dyn_cast<llvm::AtomicRMWInst>(&inst)) {
+        pointer = rmw->getPointerOperand(), type = rmw->getValOperand()->getType();
+        kind = emu::kLoad | emu::kStore | emu::kAtomic;
+      } else if (auto* cas = llvm::dyn_cast<llvm::AtomicCmpXchgInst>(&inst)) {
+        pointer = cas->getPointerOperand(), type = cas->getNewValOperand()->getType();
+        kind = emu::kLoad | emu::kStore | emu::kAtomic;
+      } else if (auto* mem = llvm::dyn_cast<llvm::MemIntrinsic>(&inst)) {
+        return Error("{}: {} has no emulation", Subject(),
+                     mem->getCalledFunction()->getName().str());
+      } else {
+        continue;
+      }
+      const unsigned space = pointer->getType()->getPointerAddressSpace();
+      if (space == 1) {
+        kind |= emu::kGlobalSpace;
+      } else if (space == 3) {
+        kind |= emu::kSharedSpace;
+      } else if (space == 0) {
+        if (llvm::isa<llvm::AllocaInst>(llvm::getUnderlyingObject(pointer, 0))) continue;
+        kind |= emu::kGenericSpace;
+      } else if (space == 5) {
+        continue;  // a local variable: the thread's own stack
+      } else {
+        return Error("{}: an access to address space {} has no emulation", Subject(), space);
+      }
+      list.push_back({&inst, pointer, dl.getTypeStoreSize(type).getFixedValue(), kind});
+    }
+    if (list.empty()) continue;
+    IRBuilder<> entry(&*f.getEntryBlock().getFirstInsertionPt());
+    llvm::LoadInst* checks = entry.CreateLoad(entry.getInt8Ty(), checks_, "emu.checks");
+    MarkInternal(checks);
+    Value* flag = entry.CreateICmpNE(checks, entry.getInt8(0));
+    for (const Site& s : list) {
+      llvm::Instruction* then = llvm::SplitBlockAndInsertIfThen(flag, s.inst, false);
+      IRBuilder<> b(then);
+      Value* generic = s.pointer->getType()->getPointerAddressSpace() == 0
+                           ? s.pointer
+                           : b.CreateAddrSpaceCast(s.pointer, b.getPtrTy());
+      CallRuntime(b, kAccessField, access_type,
+                  {generic, b.getInt32(static_cast<uint32_t>(s.bytes)), b.getInt32(s.kind)});
+      ++sites;
+    }
+  }
+  return Status::Ok();
+}
+
+void HostRewriter::StripTargetAttributes() {
+  for (llvm::Function& f : m_) {
+    f.removeFnAttr("target-cpu");
+    f.removeFnAttr("target-features");
+    // The kernels promised to touch only their arguments; they now call the
+    // emulator, which touches its own state.
+    if (!f.isIntrinsic()) f.setMemoryEffects(llvm::MemoryEffects::unknown());
+    for (llvm::Instruction& inst : llvm::instructions(f)) {
+      if (auto* call = llvm::dyn_cast<llvm::CallBase>(&inst)) {
+        llvm::Function* callee = call->getCalledFunction();
+        if (callee == nullptr || !callee->isIntrinsic()) {
+          call->setMemoryEffects(llvm::MemoryEffects::unknown());
+        }
+      }
+    }
+  }
+  // The kernel promised not to capture, or only to read or write, its
+  // pointers; it now hands them to EmuRuntime::access.
+  if (llvm::Function* kernel = m_.getFunction(kernel_)) {
+    for (llvm::Argument& a : kernel->args()) {
+      for (auto kind :
+           {llvm::Attribute::NoCapture, llvm::Attribute::ReadOnly, llvm::Attribute::WriteOnly}) {
+        a.removeAttr(kind);
+      }
+    }
+  }
+  if (llvm::NamedMDNode* annotations = m_.getNamedMetadata("nvvm.annotations")) {
+    m_.eraseNamedMetadata(annotations);
+  }
+}
+
+void HostRewriter::AddWrapper(const std::string& symbol) {
+  llvm::Function* kernel = m_.getFunction(kernel_);
+  kernel->setLinkage(llvm::GlobalValue::InternalLinkage);
+  kernel->setCallingConv(llvm::CallingConv::C);
+  Type* ptr = llvm::PointerType::get(ctx_, 0);
+  auto* type = llvm::FunctionType::get(Type::getVoidTy(ctx_), {ptr}, false);
+  llvm::Function* wrapper =
+      llvm::Function::Create(type, llvm::GlobalValue::ExternalLinkage, symbol, m_);
+  IRBuilder<> b(llvm::BasicBlock::Create(ctx_, "entry", wrapper));
+  std::vector<Value*> args;
+  for (unsigned i = 0; i < kernel->arg_size(); ++i) {
+    Value* slot = b.CreateConstGEP1_64(b.getInt64Ty(), wrapper->getArg(0), i);
+    Value* address =
+        b.CreateIntToPtr(b.CreateLoad(b.getInt64Ty(), slot), kernel->getArg(i)->getType());
+    args.push_back(address);
+  }
+  b.CreateCall(kernel, args);
+  b.CreateRetVoid();
+}
+
+Status HostRewriter::Run(const std::string& symbol, HostKernel& out) {
+  llvm::Function* kernel = m_.getFunction(kernel_);
+  if (kernel == nullptr) return Error("{}: not in its LLVM module", Subject());
+  for (llvm::Argument& a : kernel->args()) {
+    if (!a.getType()->isPointerTy()) {
+      return Error("{}: parameter {} is not a pointer (Note [kernel ABI])", Subject(),
+                   a.getArgNo());
+    }
+  }
+  Type* ptr = llvm::PointerType::get(ctx_, 0);
+  runtime_ = new llvm::GlobalVariable(m_, ptr, false, llvm::GlobalValue::ExternalLinkage, nullptr,
+                                      emu::kRuntimeSymbol);
+  checks_ =
+      new llvm::GlobalVariable(m_, Type::getInt8Ty(ctx_), false, llvm::GlobalValue::ExternalLinkage,
+                               nullptr, emu::kChecksSymbol);
+  StripTargetAttributes();
+  RETURN_IF_ERROR(ReplaceIntrinsics());
+  RETURN_IF_ERROR(PlaceSharedMemory(out.shared_bytes));
+  RETURN_IF_ERROR(ExpandBF16());
+  RETURN_IF_ERROR(InstrumentAccesses(out.accesses));
+  AddWrapper(symbol);
+  out.symbol = symbol;
+  out.barriers = barriers_;
+  out.shuffles = shuffles_;
+  out.uses_sync = barriers_ + shuffles_ > 0;
+  return Status::Ok();
+}
+
+// Runs `argv` and waits; the error names the command and its first lines of output.
+Status RunTool(const std::vector<std::string>& argv, const std::string& log) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = 0;
+  int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return Error("{}: cannot run ({})", argv[0], std::strerror(rc));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
+  std::ifstream in(log);
+  std::string line, first;
+  while (std::getline(in, line) && first.size() < 300) first += (first.empty() ? "" : " | ") + line;
+  return Error("{} failed{}{}", argv[0], first.empty() ? "" : ": ", first);
+}
+
+// The C compiler driver that links the library: $CC, else the first of cc,
+// gcc, clang found on PATH.
+std::optional<std::string> FindLinker() {
+  if (const char* cc = std::getenv("CC"); cc != nullptr && *cc != '\0') return std::string(cc);
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+  std::vector<std::string> dir_list;
+  for (std::string d; std::getline(dirs, d, ':');) dir_list.push_back(d.empty() ? "." : d);
+  for (const char* name : {"cc", "gcc", "clang"}) {
+    for (const std::string& d : dir_list) {
+      const std::string candidate = d + "/" + name;
+      if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+StatusOr<HostKernel> CompileForHost(llvm::Module& module, const std::string& kernel_name,
+                                    const std::string& symbol) {
+  ASSIGN_OR_RETURN(std::unique_ptr<llvm::TargetMachine> machine, HostMachine());
+  // The NVPTX data layout gives every type the host's size (64-bit pointers
+  // in every address space), so the optimized code keeps its meaning.
+  module.setTargetTriple(machine->getTargetTriple().str());
+  module.setDataLayout(machine->createDataLayout());
+  HostKernel kernel;
+  HostRewriter rewriter(module, kernel_name);
+  RETURN_IF_ERROR(rewriter.Run(symbol, kernel));
+  ASSIGN_OR_RETURN(kernel.object, EmitObject(module, *machine, "host code"));
+  return kernel;
+}
+
+StatusOr<std::string> HostSupportObject() {
+  ASSIGN_OR_RETURN(std::unique_ptr<llvm::TargetMachine> machine, HostMachine());
+  llvm::LLVMContext ctx;
+  llvm::Module m("gptc_emu_support", ctx);
+  m.setTargetTriple(machine->getTargetTriple().str());
+  m.setDataLayout(machine->createDataLayout());
+  Type* ptr = llvm::PointerType::get(ctx, 0);
+  new llvm::GlobalVariable(m, ptr, false, llvm::GlobalValue::ExternalLinkage,
+                           llvm::ConstantPointerNull::get(llvm::PointerType::get(ctx, 0)),
+                           emu::kRuntimeSymbol);
+  new llvm::GlobalVariable(m, Type::getInt8Ty(ctx), false, llvm::GlobalValue::ExternalLinkage,
+                           llvm::ConstantInt::get(Type::getInt8Ty(ctx), 0), emu::kChecksSymbol);
+  new llvm::GlobalVariable(m, Type::getInt32Ty(ctx), true, llvm::GlobalValue::ExternalLinkage,
+                           llvm::ConstantInt::get(Type::getInt32Ty(ctx), emu::kKernelAbiVersion),
+                           emu::kAbiSymbol);
+  // The routine x86 code generation calls to narrow f32 to bf16 where it did
+  // not see an fptrunc (e.g. bf16 arithmetic promoted to f32).
+  auto* type = llvm::FunctionType::get(Type::getBFloatTy(ctx), {Type::getFloatTy(ctx)}, false);
+  llvm::Function* trunc =
+      llvm::Function::Create(type, llvm::GlobalValue::ExternalLinkage, "__truncsfbf2", m);
+  trunc->setVisibility(llvm::GlobalValue::HiddenVisibility);
+  IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", trunc));
+  b.CreateRet(TruncateToBF16(b, trunc->getArg(0)));
+  return EmitObject(m, *machine, "the emulator support object");
+}
+
+StatusOr<std::string> LinkHostLibrary(std::vector<std::string> objects) {
+  ASSIGN_OR_RETURN(std::string support, HostSupportObject());
+  objects.push_back(std::move(support));
+  std::optional<std::string> linker = FindLinker();
+  if (!linker) {
+    return Error(
+        "--emu: no C compiler driver to link the emulator library (cc, gcc or clang on PATH; "
+        "or set CC)");
+  }
+  char dir_template[] = "/tmp/gptc-emu-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) {
+    return Error("--emu: cannot create a temporary directory: {}", std::strerror(errno));
+  }
+  const std::filesystem::path dir(dir_template);
+  auto cleanup = [&] {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  };
+  std::vector<std::string> argv = {*linker, "-shared", "-o", (dir / "emu.so").string()};
+  for (size_t i = 0; i < objects.size(); ++i) {
+    const std::filesystem::path file = dir / fmt::format("k{}.o", i);
+    std::ofstream out(file, std::ios::binary);
+    out.write(objects[i].data(), static_cast<std::streamsize>(objects[i].size()));
+    if (!out) {
+      cleanup();
+      return Error("--emu: cannot write {}", file.string());
+    }
+    argv.push_back(file.string());
+  }
+  argv.push_back("-lm");
+  Status linked = RunTool(argv, (dir / "link.log").string());
+  if (!linked.ok()) {
+    cleanup();
+    return linked.WithPrefix("--emu: linking the emulator library");
+  }
+  std::ifstream in(dir / "emu.so", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  cleanup();
+  if (bytes.empty()) return Error("--emu: the linker wrote an empty library");
+  return bytes;
+}
+
+}  // namespace gptc::codegen
