@@ -61,7 +61,7 @@ StatusOr<CublasLtApi> LoadCublasLt(const std::vector<std::string>& candidates) {
   return api;  // the handle stays open for the process
 }
 
-StatusOr<const CublasLtApi*> GetCublasLt() {
+StatusOr<const CublasLtApi*> LoadNvidiaCublasLt() {
   static const StatusOr<CublasLtApi>* api =
       new StatusOr<CublasLtApi>(LoadCublasLt(CublasLtCandidates()));
   if (!api->ok()) return api->status();

@@ -56,7 +56,9 @@ std::vector<std::string> CublasLtCandidates();
 // Loads the first candidate that dlopens and has every symbol; the library
 // stays loaded for the process. Errors list every place tried.
 StatusOr<CublasLtApi> LoadCublasLt(const std::vector<std::string>& candidates);
-// LoadCublasLt(CublasLtCandidates()), once per process.
+// LoadCublasLt(CublasLtCandidates()), once per process (the CUDA backend's).
+StatusOr<const CublasLtApi*> LoadNvidiaCublasLt();
+// The active backend's cuBLASLt (backend.h).
 StatusOr<const CublasLtApi*> GetCublasLt();
 
 }  // namespace gptc::rt::gpu

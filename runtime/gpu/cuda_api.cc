@@ -48,14 +48,10 @@ std::string DriverApi::ErrorText(CUresult result) const {
                      text != nullptr ? text : "no description");
 }
 
-StatusOr<const DriverApi*> GetDriverApi() {
+StatusOr<const DriverApi*> LoadCudaDriverApi() {
   static const StatusOr<DriverApi>* api = new StatusOr<DriverApi>(Load());
   if (!api->ok()) return api->status();
   return &api->value();
-}
-
-std::string CudaErrorText(cudaError_t error) {
-  return fmt::format("{} ({})", cudaGetErrorName(error), cudaGetErrorString(error));
 }
 
 }  // namespace gptc::rt::gpu

@@ -36,11 +36,14 @@ struct DriverApi {
   std::string ErrorText(CUresult result) const;
 };
 
-// The driver entry points, resolved once (after the runtime is initialized,
-// e.g. by OpenDevice). Errors name the missing symbol.
+// The driver entry points of the active backend (backend.h): CUDA's are
+// resolved once, after the runtime is initialized (e.g. by OpenDevice);
+// errors name the missing symbol.
 StatusOr<const DriverApi*> GetDriverApi();
+// CUDA's driver entry points (the CUDA backend's `driver`).
+StatusOr<const DriverApi*> LoadCudaDriverApi();
 
-// "cudaErrorMemoryAllocation (out of memory)".
+// "cudaErrorMemoryAllocation (out of memory)", from the active backend.
 std::string CudaErrorText(cudaError_t error);
 
 // Ok, or "CALL: cudaError... (text)".

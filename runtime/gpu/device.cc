@@ -1,5 +1,6 @@
 #include "runtime/gpu/device.h"
 
+#include "runtime/gpu/backend.h"
 #include "runtime/gpu/cuda_api.h"
 
 namespace gptc::rt::gpu {
@@ -43,8 +44,8 @@ std::string DeviceInfo::Describe() const {
 
 int CountDevices() {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear it, so that no later cudaGetLastError reports it
+  if (Cuda().GetDeviceCount(&n) != cudaSuccess) {
+    Cuda().GetLastError();  // clear it, so that no later cudaGetLastError reports it
     return 0;
   }
   return n;
@@ -52,10 +53,10 @@ int CountDevices() {
 
 Status CheckGpuAvailable() {
   int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
+  cudaError_t e = Cuda().GetDeviceCount(&n);
   if (e == cudaErrorInsufficientDriver) {
     int driver = 0;
-    cudaDriverGetVersion(&driver);
+    Cuda().DriverGetVersion(&driver);
     if (driver == 0) {
       return Error(
           "no GPU: no NVIDIA driver on this machine (libcuda.so.1 was not found; "
@@ -78,32 +79,33 @@ Status CheckGpuAvailable() {
 StatusOr<DeviceInfo> OpenDevice(int ordinal) {
   RETURN_IF_ERROR(CheckGpuAvailable());
   int count = 0;
-  RETURN_IF_ERROR(CudaCheck(cudaGetDeviceCount(&count), "cudaGetDeviceCount"));
+  RETURN_IF_ERROR(CudaCheck(Cuda().GetDeviceCount(&count), "cudaGetDeviceCount"));
   if (ordinal < 0 || ordinal >= count) {
     return Error("gpu {} does not exist: this machine has {} GPU{}", ordinal, count,
                  count == 1 ? "" : "s");
   }
-  RETURN_IF_ERROR(CudaCheck(cudaSetDevice(ordinal), fmt::format("cudaSetDevice({})", ordinal)));
-  // cudaSetDevice creates the primary context since CUDA 12; cudaFree(0) makes
+  RETURN_IF_ERROR(CudaCheck(Cuda().SetDevice(ordinal), fmt::format("cudaSetDevice({})", ordinal)));
+  // cudaSetDevice creates the primary context since CUDA 12; Cuda().Free(0) makes
   // sure of it, so that driver-API calls find a current context.
-  RETURN_IF_ERROR(CudaCheck(cudaFree(nullptr), "cudaFree(0) (context creation)"));
+  RETURN_IF_ERROR(CudaCheck(Cuda().Free(nullptr), "cudaFree(0) (context creation)"));
   DeviceInfo info;
   info.ordinal = ordinal;
   cudaDeviceProp prop{};
-  RETURN_IF_ERROR(CudaCheck(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"));
+  RETURN_IF_ERROR(CudaCheck(Cuda().GetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"));
   info.name = prop.name;
   info.capability = {prop.major, prop.minor};
   info.sm_count = prop.multiProcessorCount;
   info.max_shared_per_block = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
-  RETURN_IF_ERROR(CudaCheck(cudaDriverGetVersion(&info.driver_version), "cudaDriverGetVersion"));
-  RETURN_IF_ERROR(CudaCheck(cudaRuntimeGetVersion(&info.runtime_version), "cudaRuntimeGetVersion"));
+  RETURN_IF_ERROR(CudaCheck(Cuda().DriverGetVersion(&info.driver_version), "cudaDriverGetVersion"));
+  RETURN_IF_ERROR(
+      CudaCheck(Cuda().RuntimeGetVersion(&info.runtime_version), "cudaRuntimeGetVersion"));
   RETURN_IF_ERROR(QueryMemory(&info.free_bytes, &info.total_bytes));
   return info;
 }
 
 Status QueryMemory(int64_t* free_bytes, int64_t* total_bytes) {
   size_t free = 0, total = 0;
-  RETURN_IF_ERROR(CudaCheck(cudaMemGetInfo(&free, &total), "cudaMemGetInfo"));
+  RETURN_IF_ERROR(CudaCheck(Cuda().MemGetInfo(&free, &total), "cudaMemGetInfo"));
   *free_bytes = static_cast<int64_t>(free);
   *total_bytes = static_cast<int64_t>(total);
   return Status::Ok();

@@ -39,7 +39,7 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
   }
   if (pool_bytes > 0) {
     RETURN_IF_ERROR(CudaCheck(
-        cudaMalloc(&e->constant_pool_, pool_bytes),
+        Cuda().Malloc(&e->constant_pool_, pool_bytes),
         fmt::format("entry {}: cudaMalloc({} bytes of constants)", e->plan_.name, pool_bytes)));
   }
   int64_t pool_offset = 0;
@@ -47,8 +47,9 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
     if (t.kind == ThunkKind::kConstant) {
       const std::string& bytes = std::get<ConstantThunk>(t.body).bytes;
       char* dst = static_cast<char*>(e->constant_pool_) + pool_offset;
-      RETURN_IF_ERROR(CudaCheck(cudaMemcpy(dst, bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
-                                t.Describe() + ": cudaMemcpy (constant upload)"));
+      RETURN_IF_ERROR(
+          CudaCheck(Cuda().Memcpy(dst, bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
+                    t.Describe() + ": cudaMemcpy (constant upload)"));
       MemcpyCall call{
           .dst = e->At(std::get<ConstantThunk>(t.body).dst), .src = dst, .bytes = bytes.size()};
       e->calls_.push_back(call);
@@ -59,7 +60,16 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
     e->calls_.push_back(std::move(call));
   }
   RETURN_IF_ERROR(e->PrepareBuckets());
+  // Note [CUDA backends]: the emulator's checks follow the plan.
+  e->observer_ = ActiveBackend().observer;
+  if (e->observer_ != nullptr) e->observer_->EntryCreated(e->plan_, e->arena_);
   return e;
+}
+
+Status EntryExecutor::Observe(size_t i, cudaStream_t stream) {
+  if (observer_ == nullptr) return Status::Ok();
+  return CudaCheck(observer_->BeforeThunk(plan_, static_cast<int64_t>(i), stream),
+                   plan_.thunks[i].Describe() + ": the emulator's thunk marker");
 }
 
 Status EntryExecutor::PrepareBuckets() {
@@ -76,12 +86,12 @@ Status EntryExecutor::PrepareBuckets() {
     for (int64_t m : bucket.members) in_bucket_[m] = true;
   }
   const std::string what = fmt::format("entry {}: all-reduce buckets", plan_.name);
-  RETURN_IF_ERROR(CudaCheck(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking),
+  RETURN_IF_ERROR(CudaCheck(Cuda().StreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking),
                             what + ": cudaStreamCreateWithFlags"));
   for (auto* events : {&ready_, &done_}) {
     for (size_t b = 0; b < plan_.buckets.size(); ++b) {
       cudaEvent_t e = nullptr;
-      RETURN_IF_ERROR(CudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+      RETURN_IF_ERROR(CudaCheck(Cuda().EventCreateWithFlags(&e, cudaEventDisableTiming),
                                 what + ": cudaEventCreateWithFlags"));
       events->push_back(e);
     }
@@ -93,14 +103,16 @@ Status EntryExecutor::IssueBucket(size_t b, cudaStream_t stream) {
   const AllReduceBucket& bucket = plan_.buckets[b];
   const std::string what = fmt::format("entry {}: all-reduce bucket {} ({} members, {} bytes)",
                                        plan_.name, b, bucket.members.size(), bucket.bytes);
-  RETURN_IF_ERROR(CudaCheck(cudaEventRecord(ready_[b], stream), what + ": cudaEventRecord"));
-  RETURN_IF_ERROR(
-      CudaCheck(cudaStreamWaitEvent(comm_stream_, ready_[b], 0), what + ": cudaStreamWaitEvent"));
+  RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(ready_[b], stream), what + ": cudaEventRecord"));
+  RETURN_IF_ERROR(CudaCheck(Cuda().StreamWaitEvent(comm_stream_, ready_[b], 0),
+                            what + ": cudaStreamWaitEvent"));
   Communicator& comm = *resources_.communicator;
   RETURN_IF_ERROR(comm.GroupStart().WithPrefix(what));
   Status issued = Status::Ok();
   for (int64_t m : bucket.members) {
     const auto& a = std::get<AllReduceCall>(calls_[m]);
+    issued = Observe(static_cast<size_t>(m), comm_stream_);
+    if (!issued.ok()) break;
     issued = comm.AllReduce(a.in, a.out, a.count, a.dtype, a.op, comm_stream_)
                  .WithPrefix(plan_.thunks[m].Describe());
     if (!issued.ok()) break;
@@ -108,7 +120,7 @@ Status EntryExecutor::IssueBucket(size_t b, cudaStream_t stream) {
   Status ended = comm.GroupEnd();  // always close the group
   RETURN_IF_ERROR(issued.WithPrefix(what));
   RETURN_IF_ERROR(ended.WithPrefix(what));
-  return CudaCheck(cudaEventRecord(done_[b], comm_stream_), what + ": cudaEventRecord");
+  return CudaCheck(Cuda().EventRecord(done_[b], comm_stream_), what + ": cudaEventRecord");
 }
 
 StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
@@ -188,23 +200,25 @@ StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
 }
 
 EntryExecutor::~EntryExecutor() {
+  if (observer_ != nullptr) observer_->EntryDestroyed(plan_);
   DestroyGraph();
-  for (cudaEvent_t e : ready_) cudaEventDestroy(e);
-  for (cudaEvent_t e : done_) cudaEventDestroy(e);
-  if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
-  for (cudaEvent_t e : events_) cudaEventDestroy(e);
-  if (constant_pool_ != nullptr) cudaFree(constant_pool_);
+  for (cudaEvent_t e : ready_) Cuda().EventDestroy(e);
+  for (cudaEvent_t e : done_) Cuda().EventDestroy(e);
+  if (comm_stream_ != nullptr) Cuda().StreamDestroy(comm_stream_);
+  for (cudaEvent_t e : events_) Cuda().EventDestroy(e);
+  if (constant_pool_ != nullptr) Cuda().Free(constant_pool_);
 }
 
 void EntryExecutor::DestroyGraph() {
-  if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
-  if (graph_ != nullptr) cudaGraphDestroy(graph_);
+  if (graph_exec_ != nullptr) Cuda().GraphExecDestroy(graph_exec_);
+  if (graph_ != nullptr) Cuda().GraphDestroy(graph_);
   graph_exec_ = nullptr;
   graph_ = nullptr;
 }
 
 Status EntryExecutor::RunThunk(size_t i, cudaStream_t stream) {
   if (i >= calls_.size()) return Error("entry {}: no thunk {}", plan_.name, i);
+  RETURN_IF_ERROR(Observe(i, stream));
   Call& call = calls_[i];
   if (auto* k = std::get_if<KernelCall>(&call)) {
     CUresult r = resources_.cu->LaunchKernel(k->function, k->grid[0], k->grid[1], k->grid[2],
@@ -219,7 +233,7 @@ Status EntryExecutor::RunThunk(size_t i, cudaStream_t stream) {
   }
   if (auto* g = std::get_if<std::unique_ptr<GemmRunner>>(&call)) return (*g)->Run(stream);
   if (auto* m = std::get_if<MemcpyCall>(&call)) {
-    return CudaCheck(cudaMemcpyAsync(m->dst, m->src, m->bytes, cudaMemcpyDeviceToDevice, stream),
+    return CudaCheck(Cuda().MemcpyAsync(m->dst, m->src, m->bytes, cudaMemcpyDeviceToDevice, stream),
                      fmt::format("{}: cudaMemcpyAsync({} bytes, device to device)",
                                  plan_.thunks[i].Describe(), m->bytes));
   }
@@ -243,7 +257,7 @@ Status EntryExecutor::Run(cudaStream_t stream) {
   auto wait = [&](size_t i) -> Status {
     for (size_t b : waits_[i]) {
       RETURN_IF_ERROR(CudaCheck(
-          cudaStreamWaitEvent(stream, done_[b], 0),
+          Cuda().StreamWaitEvent(stream, done_[b], 0),
           fmt::format("entry {}: all-reduce bucket {}: cudaStreamWaitEvent", plan_.name, b)));
     }
     return Status::Ok();
@@ -259,7 +273,7 @@ Status EntryExecutor::Run(cudaStream_t stream) {
 Status EntryExecutor::RunChecked(cudaStream_t stream) {
   for (size_t i = 0; i < calls_.size(); ++i) {
     RETURN_IF_ERROR(RunThunk(i, stream));
-    RETURN_IF_ERROR(CudaCheck(cudaStreamSynchronize(stream),
+    RETURN_IF_ERROR(CudaCheck(Cuda().StreamSynchronize(stream),
                               plan_.thunks[i].Describe() + ": cudaStreamSynchronize after it"));
   }
   return Status::Ok();
@@ -268,19 +282,19 @@ Status EntryExecutor::RunChecked(cudaStream_t stream) {
 Status EntryExecutor::Capture(cudaStream_t stream) {
   DestroyGraph();
   const std::string what = fmt::format("entry {}: CUDA graph capture", plan_.name);
-  RETURN_IF_ERROR(CudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+  RETURN_IF_ERROR(CudaCheck(Cuda().StreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
                             what + ": cudaStreamBeginCapture"));
   Status run = Run(stream);
   cudaGraph_t graph = nullptr;
-  cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  cudaError_t end = Cuda().StreamEndCapture(stream, &graph);
   if (!run.ok()) {
-    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (graph != nullptr) Cuda().GraphDestroy(graph);
     return run.WithPrefix(what);
   }
   RETURN_IF_ERROR(CudaCheck(end, what + ": cudaStreamEndCapture"));
   graph_ = graph;
   Status s =
-      CudaCheck(cudaGraphInstantiate(&graph_exec_, graph_, 0), what + ": cudaGraphInstantiate");
+      CudaCheck(Cuda().GraphInstantiate(&graph_exec_, graph_, 0), what + ": cudaGraphInstantiate");
   if (!s.ok()) {
     graph_exec_ = nullptr;
     DestroyGraph();
@@ -290,28 +304,28 @@ Status EntryExecutor::Capture(cudaStream_t stream) {
 
 Status EntryExecutor::Launch(cudaStream_t stream) {
   if (graph_exec_ == nullptr) return Error("entry {}: no captured graph to launch", plan_.name);
-  return CudaCheck(cudaGraphLaunch(graph_exec_, stream),
+  return CudaCheck(Cuda().GraphLaunch(graph_exec_, stream),
                    fmt::format("entry {}: cudaGraphLaunch", plan_.name));
 }
 
 StatusOr<std::vector<ThunkTime>> EntryExecutor::Profile(cudaStream_t stream) {
   while (events_.size() < calls_.size() + 1) {
     cudaEvent_t e = nullptr;
-    RETURN_IF_ERROR(CudaCheck(cudaEventCreate(&e), "cudaEventCreate (profiling)"));
+    RETURN_IF_ERROR(CudaCheck(Cuda().EventCreate(&e), "cudaEventCreate (profiling)"));
     events_.push_back(e);
   }
   for (size_t i = 0; i < calls_.size(); ++i) {
-    RETURN_IF_ERROR(CudaCheck(cudaEventRecord(events_[i], stream), "cudaEventRecord"));
+    RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(events_[i], stream), "cudaEventRecord"));
     RETURN_IF_ERROR(RunThunk(i, stream));
   }
-  RETURN_IF_ERROR(CudaCheck(cudaEventRecord(events_[calls_.size()], stream), "cudaEventRecord"));
+  RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(events_[calls_.size()], stream), "cudaEventRecord"));
   RETURN_IF_ERROR(
-      CudaCheck(cudaEventSynchronize(events_[calls_.size()]),
+      CudaCheck(Cuda().EventSynchronize(events_[calls_.size()]),
                 fmt::format("entry {}: cudaEventSynchronize (profiled run)", plan_.name)));
   std::vector<ThunkTime> times;
   for (size_t i = 0; i < calls_.size(); ++i) {
     float ms = 0;
-    RETURN_IF_ERROR(CudaCheck(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]),
+    RETURN_IF_ERROR(CudaCheck(Cuda().EventElapsedTime(&ms, events_[i], events_[i + 1]),
                               plan_.thunks[i].Describe() + ": cudaEventElapsedTime"));
     const Thunk& t = plan_.thunks[i];
     times.push_back({std::string(ThunkKindName(t.kind)), t.name, t.meta, ms});

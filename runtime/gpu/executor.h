@@ -30,6 +30,7 @@
 #include <variant>
 #include <vector>
 
+#include "runtime/gpu/backend.h"
 #include "runtime/gpu/communicator.h"
 #include "runtime/gpu/cublaslt_api.h"
 #include "runtime/gpu/cuda_api.h"
@@ -121,6 +122,8 @@ class EntryExecutor {
       : resources_(resources), plan_(std::move(plan)), arena_(arena) {}
   StatusOr<Call> Translate(const Thunk& thunk);
   Status PrepareBuckets();
+  // Tells the backend's observer (Note [CUDA backends]) that thunk `i` follows on `stream`.
+  Status Observe(size_t i, cudaStream_t stream);
   Status IssueBucket(size_t b, cudaStream_t stream);
   void DestroyGraph();
 
@@ -128,6 +131,7 @@ class EntryExecutor {
   EntryPlan plan_;
   char* arena_;
   std::vector<Call> calls_;  // parallel to plan_.thunks
+  ThunkObserver* observer_ = nullptr;
   void* constant_pool_ = nullptr;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;

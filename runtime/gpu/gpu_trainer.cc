@@ -8,6 +8,7 @@
 #include <ranges>
 #include <span>
 
+#include "runtime/gpu/backend.h"
 #include "runtime/gpu/cublaslt_api.h"
 #include "runtime/gpu/cuda_api.h"
 #include "runtime/gpu/executor.h"
@@ -27,7 +28,7 @@ struct DeviceBuffer {
   DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(o.ptr) { o.ptr = nullptr; }
   DeviceBuffer& operator=(DeviceBuffer&&) = delete;
   ~DeviceBuffer() {
-    if (ptr != nullptr) cudaFree(ptr);
+    if (ptr != nullptr) Cuda().Free(ptr);
   }
 };
 
@@ -39,7 +40,7 @@ struct PinnedBuffer {
   PinnedBuffer(PinnedBuffer&& o) noexcept : ptr(o.ptr), bytes(o.bytes) { o.ptr = nullptr; }
   PinnedBuffer& operator=(PinnedBuffer&&) = delete;
   ~PinnedBuffer() {
-    if (ptr != nullptr) cudaFreeHost(ptr);
+    if (ptr != nullptr) Cuda().FreeHost(ptr);
   }
   char* data() const { return static_cast<char*>(ptr); }
 };
@@ -102,14 +103,14 @@ struct GpuTrainer::Impl {
   ProfileTable first_profile, profile;
 
   ~Impl() {
-    if (stream != nullptr) cudaStreamSynchronize(stream);
+    if (stream != nullptr) Cuda().StreamSynchronize(stream);
     entries.clear();  // executors (graphs, constant pools) and arenas
     modules.reset();
     if (lt_handle != nullptr) lt->Destroy(lt_handle);
     for (cudaEvent_t e : {uploaded, done}) {
-      if (e != nullptr) cudaEventDestroy(e);
+      if (e != nullptr) Cuda().EventDestroy(e);
     }
-    if (stream != nullptr) cudaStreamDestroy(stream);
+    if (stream != nullptr) Cuda().StreamDestroy(stream);
   }
 
   Status Load(const Artifact& artifact, uint64_t seed);
@@ -234,14 +235,14 @@ Status GpuTrainer::Impl::Load(const Artifact& artifact, uint64_t seed) {
     lt_handle = nullptr;
     return Error("{}: cublasLtCreate ({}): {}", Where(), lt->path, lt->StatusText(s));
   }
-  RETURN_IF_ERROR(CudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+  RETURN_IF_ERROR(CudaCheck(Cuda().StreamCreateWithFlags(&stream, cudaStreamNonBlocking),
                             "cudaStreamCreateWithFlags"));
   for (cudaEvent_t* e : {&uploaded, &done}) {
-    RETURN_IF_ERROR(
-        CudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+    RETURN_IF_ERROR(CudaCheck(Cuda().EventCreateWithFlags(e, cudaEventDisableTiming),
+                              "cudaEventCreateWithFlags"));
   }
   if (workspace_bytes > 0) {
-    RETURN_IF_ERROR(CudaCheck(cudaMalloc(&workspace.ptr, workspace_bytes),
+    RETURN_IF_ERROR(CudaCheck(Cuda().Malloc(&workspace.ptr, workspace_bytes),
                               fmt::format("{}: cudaMalloc({}, cuBLASLt workspace)", Where(),
                                           FormatBytes(workspace_bytes))));
   }
@@ -257,11 +258,11 @@ Status GpuTrainer::Impl::Load(const Artifact& artifact, uint64_t seed) {
   for (size_t i = 0; i < entries.size(); ++i) {
     EntryState& e = entries[i];
     const int64_t bytes = std::max<int64_t>(ordered[i].arena_size, 256);
-    RETURN_IF_ERROR(CudaCheck(cudaMalloc(&e.arena.ptr, bytes),
+    RETURN_IF_ERROR(CudaCheck(Cuda().Malloc(&e.arena.ptr, bytes),
                               fmt::format("{}: cudaMalloc({}, arena of entry {})", Where(),
                                           FormatBytes(bytes), e.entry->name)));
     // Zeros: nothing reads memory it did not write, but zeros keep runs reproducible.
-    RETURN_IF_ERROR(CudaCheck(cudaMemset(e.arena.ptr, 0, bytes), "cudaMemset(arena)"));
+    RETURN_IF_ERROR(CudaCheck(Cuda().Memset(e.arena.ptr, 0, bytes), "cudaMemset(arena)"));
     if (&e == state_entry || &e == micro_entry)
       RETURN_IF_ERROR(CheckSignature(*e.entry, ordered[i]));
     StatusOr<std::unique_ptr<EntryExecutor>> ex =
@@ -330,11 +331,11 @@ Status GpuTrainer::Impl::FindSlots() {
     }
   }
   staging.bytes = staged;
-  RETURN_IF_ERROR(CudaCheck(cudaHostAlloc(&staging.ptr, staged, cudaHostAllocDefault),
+  RETURN_IF_ERROR(CudaCheck(Cuda().HostAlloc(&staging.ptr, staged, cudaHostAllocDefault),
                             "cudaHostAlloc(staging)"));
   // The loss of each micro-batch, then the grad norm.
   readback.bytes = 4 * (program->grad_accum + 1);
-  return CudaCheck(cudaHostAlloc(&readback.ptr, readback.bytes, cudaHostAllocDefault),
+  return CudaCheck(Cuda().HostAlloc(&readback.ptr, readback.bytes, cudaHostAllocDefault),
                    "cudaHostAlloc(readback)");
 }
 
@@ -344,7 +345,7 @@ Status GpuTrainer::Impl::UploadState(const TrainerState& state) {
   if (state.values.size() != n || state.adam_m.size() != n || state.adam_v.size() != n) {
     return Error("trainer state has {} parameters, the program {}", state.values.size(), n);
   }
-  RETURN_IF_ERROR(CudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
+  RETURN_IF_ERROR(CudaCheck(Cuda().StreamSynchronize(stream), "cudaStreamSynchronize"));
   for (size_t i = 0; i < n; ++i) {
     const frontend::ParamSpec& spec = program->params[i];
     for (auto [role, values] :
@@ -360,20 +361,21 @@ Status GpuTrainer::Impl::UploadState(const TrainerState& state) {
                      values->size(), spec.shape.ToString(), spec.shape.num_elements());
       }
       RETURN_IF_ERROR(
-          CudaCheck(cudaMemcpyAsync(state_entry->executor->At(slot->slice), values->data(), bytes,
-                                    cudaMemcpyHostToDevice, stream),
+          CudaCheck(Cuda().MemcpyAsync(state_entry->executor->At(slot->slice), values->data(),
+                                       bytes, cudaMemcpyHostToDevice, stream),
                     fmt::format("cudaMemcpyAsync({} {} to the device)", role, spec.name)));
     }
   }
   // The sources are pageable host vectors: wait before they go away.
-  RETURN_IF_ERROR(CudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize (state upload)"));
+  RETURN_IF_ERROR(
+      CudaCheck(Cuda().StreamSynchronize(stream), "cudaStreamSynchronize (state upload)"));
   steps_done = state.steps_done;
   ++params_version;
   return Status::Ok();
 }
 
 Status GpuTrainer::Impl::WaitFor(cudaEvent_t event, std::string_view what) {
-  cudaError_t e = cudaEventSynchronize(event);
+  cudaError_t e = Cuda().EventSynchronize(event);
   if (e == cudaSuccess) return Status::Ok();
   return Error(
       "{}: {} (an asynchronous error of an earlier kernel or copy; rerun with "
@@ -427,14 +429,14 @@ StatusOr<StepResult> GpuTrainer::Step(std::span<const MicroBatch> micro_batches,
   std::memcpy(staging + m.lr.offset, &lr_value, 4);
   auto upload = [&](EntryState& e, const StagedInput& in) {
     return CudaCheck(
-        cudaMemcpyAsync(e.executor->At(in.slot->slice), staging + in.offset,
-                        in.slot->shape.num_elements() * 4, cudaMemcpyHostToDevice, m.stream),
+        Cuda().MemcpyAsync(e.executor->At(in.slot->slice), staging + in.offset,
+                           in.slot->shape.num_elements() * 4, cudaMemcpyHostToDevice, m.stream),
         fmt::format("step {}: cudaMemcpyAsync(%{} to the device)", step, in.slot->name));
   };
   char* readback = m.readback.data();
   auto download = [&](EntryState& e, const PlanSlot* slot, int64_t at) {
-    return CudaCheck(cudaMemcpyAsync(readback + 4 * at, e.executor->At(slot->slice), 4,
-                                     cudaMemcpyDeviceToHost, m.stream),
+    return CudaCheck(Cuda().MemcpyAsync(readback + 4 * at, e.executor->At(slot->slice), 4,
+                                        cudaMemcpyDeviceToHost, m.stream),
                      fmt::format("step {}: cudaMemcpyAsync(%{} to the host)", step, slot->name));
   };
   std::vector<ThunkTime> times;
@@ -448,8 +450,9 @@ StatusOr<StepResult> GpuTrainer::Step(std::span<const MicroBatch> micro_batches,
     RETURN_IF_ERROR(m.CopyParamsInto(*m.micro_entry));
     for (const auto& [acc, unused] : m.grad_acc) {
       RETURN_IF_ERROR(CudaCheck(
-          cudaMemsetAsync(m.micro_entry->executor->At(acc->slice), 0,
-                          acc->shape.num_elements() * ir::DTypeBytes(acc->shape.dtype()), m.stream),
+          Cuda().MemsetAsync(m.micro_entry->executor->At(acc->slice), 0,
+                             acc->shape.num_elements() * ir::DTypeBytes(acc->shape.dtype()),
+                             m.stream),
           fmt::format("step {}: cudaMemsetAsync(%{})", step, acc->name)));
     }
   }
@@ -459,7 +462,7 @@ StatusOr<StepResult> GpuTrainer::Step(std::span<const MicroBatch> micro_batches,
     RETURN_IF_ERROR(upload(*m.micro_entry, m.tokens[i]));
     RETURN_IF_ERROR(upload(*m.micro_entry, m.targets[i]));
     if (i == k - 1) {
-      RETURN_IF_ERROR(CudaCheck(cudaEventRecord(m.uploaded, m.stream), "cudaEventRecord"));
+      RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(m.uploaded, m.stream), "cudaEventRecord"));
       m.upload_pending = true;
     }
     RETURN_IF_ERROR(run(*m.micro_entry));
@@ -468,16 +471,16 @@ StatusOr<StepResult> GpuTrainer::Step(std::span<const MicroBatch> micro_batches,
   if (m.micro_entry != m.state_entry) {
     for (const auto& [from, to] : m.grad_acc) {
       RETURN_IF_ERROR(CudaCheck(
-          cudaMemcpyAsync(m.state_entry->executor->At(to->slice),
-                          m.micro_entry->executor->At(from->slice),
-                          from->shape.num_elements() * ir::DTypeBytes(from->shape.dtype()),
-                          cudaMemcpyDeviceToDevice, m.stream),
+          Cuda().MemcpyAsync(m.state_entry->executor->At(to->slice),
+                             m.micro_entry->executor->At(from->slice),
+                             from->shape.num_elements() * ir::DTypeBytes(from->shape.dtype()),
+                             cudaMemcpyDeviceToDevice, m.stream),
           fmt::format("step {}: cudaMemcpyAsync(%{} from accumulate to apply)", step, to->name)));
     }
     RETURN_IF_ERROR(run(*m.state_entry));
   }
   RETURN_IF_ERROR(download(*m.state_entry, m.grad_norm, k));
-  RETURN_IF_ERROR(CudaCheck(cudaEventRecord(m.done, m.stream), "cudaEventRecord"));
+  RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(m.done, m.stream), "cudaEventRecord"));
   if (m.options.profile) (m.steps_done == 0 ? m.first_profile : m.profile).AddRun(times);
   ++m.steps_done;
   RETURN_IF_ERROR(m.WaitFor(m.done, fmt::format("step {}", step)));
@@ -499,9 +502,9 @@ Status GpuTrainer::Impl::CopyParamsInto(EntryState& e) {
                    e.entry->name, slot.name, slot.index);
     }
     RETURN_IF_ERROR(CudaCheck(
-        cudaMemcpyAsync(e.executor->At(slot.slice), state_entry->executor->At(src->slice),
-                        slot.shape.num_elements() * ir::DTypeBytes(slot.shape.dtype()),
-                        cudaMemcpyDeviceToDevice, stream),
+        Cuda().MemcpyAsync(e.executor->At(slot.slice), state_entry->executor->At(src->slice),
+                           slot.shape.num_elements() * ir::DTypeBytes(slot.shape.dtype()),
+                           cudaMemcpyDeviceToDevice, stream),
         fmt::format("entry {}: cudaMemcpyAsync(%{} from train_step)", e.entry->name, slot.name)));
   }
   e.params_version = params_version;
@@ -532,8 +535,8 @@ StatusOr<EntryExecutor*> GpuTrainer::Impl::RunForEvaluate(const passes::TrainEnt
                    slot.shape.ToString(), slot.shape.num_elements());
     }
     RETURN_IF_ERROR(
-        CudaCheck(cudaMemcpyAsync(ex.At(slot.slice), ids.data(), ids.size() * 4,
-                                  cudaMemcpyHostToDevice, stream),
+        CudaCheck(Cuda().MemcpyAsync(ex.At(slot.slice), ids.data(), ids.size() * 4,
+                                     cudaMemcpyHostToDevice, stream),
                   fmt::format("{}: cudaMemcpyAsync(%{} to the device)", entry.name, slot.name)));
   }
   Status run = options.sync_each_thunk ? ex.RunChecked(stream) : ex.Run(stream);
@@ -549,12 +552,12 @@ StatusOr<std::vector<std::vector<double>>> GpuTrainer::Impl::ReadOutputs(
     const int64_t element = ir::DTypeBytes(slot.shape.dtype());
     bytes.emplace_back(r.count * element, '\0');
     RETURN_IF_ERROR(
-        CudaCheck(cudaMemcpyAsync(bytes.back().data(), ex.At(slot.slice) + r.first * element,
-                                  bytes.back().size(), cudaMemcpyDeviceToHost, stream),
+        CudaCheck(Cuda().MemcpyAsync(bytes.back().data(), ex.At(slot.slice) + r.first * element,
+                                     bytes.back().size(), cudaMemcpyDeviceToHost, stream),
                   fmt::format("{}: cudaMemcpyAsync(%{} [{}, {}) to the host)", entry, slot.name,
                               r.first, r.first + r.count)));
   }
-  RETURN_IF_ERROR(CudaCheck(cudaEventRecord(done, stream), "cudaEventRecord"));
+  RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(done, stream), "cudaEventRecord"));
   RETURN_IF_ERROR(WaitFor(done, entry));
   std::vector<std::vector<double>> values;
   for (size_t i = 0; i < ranges.size(); ++i) {
@@ -607,12 +610,12 @@ StatusOr<TrainerState> GpuTrainer::ExportState() {
       if (slot == nullptr) return Error("train_step has no {} input {}", role, i);
       to->emplace_back(n);
       RETURN_IF_ERROR(CudaCheck(
-          cudaMemcpyAsync(to->back().data(), m.state_entry->executor->At(slot->slice), n * 4,
-                          cudaMemcpyDeviceToHost, m.stream),
+          Cuda().MemcpyAsync(to->back().data(), m.state_entry->executor->At(slot->slice), n * 4,
+                             cudaMemcpyDeviceToHost, m.stream),
           fmt::format("cudaMemcpyAsync({} {} to the host)", role, m.program->params[i].name)));
     }
   }
-  RETURN_IF_ERROR(CudaCheck(cudaEventRecord(m.done, m.stream), "cudaEventRecord"));
+  RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(m.done, m.stream), "cudaEventRecord"));
   RETURN_IF_ERROR(m.WaitFor(m.done, "state export"));
   return state;
 }

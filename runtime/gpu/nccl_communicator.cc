@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "runtime/gpu/backend.h"
 #include "runtime/gpu/dynamic_library.h"
 
 namespace gptc::rt::gpu {
@@ -163,7 +164,7 @@ StatusOr<std::unique_ptr<NcclCommunicator>> InitNcclCommunicator(const NcclApi& 
                                                                  const NcclUniqueIdBytes& id,
                                                                  int rank, int world,
                                                                  int cuda_device) {
-  if (cudaError_t e = cudaSetDevice(cuda_device); e != cudaSuccess) {
+  if (cudaError_t e = Cuda().SetDevice(cuda_device); e != cudaSuccess) {
     return Error("rank {}: cudaSetDevice({}) before ncclCommInitRank: {} ({})", rank, cuda_device,
                  cudaGetErrorName(e), cudaGetErrorString(e));
   }

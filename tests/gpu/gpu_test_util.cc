@@ -194,11 +194,11 @@ StatusOr<std::unique_ptr<GpuHarness>> GpuHarness::Create(const Tiny& tiny) {
     h->lt_handle_ = nullptr;
     return Error("cublasLtCreate: {}", h->lt_->StatusText(s));
   }
-  RETURN_IF_ERROR(CudaCheck(cudaStreamCreateWithFlags(&h->stream_, cudaStreamNonBlocking),
+  RETURN_IF_ERROR(CudaCheck(Cuda().StreamCreateWithFlags(&h->stream_, cudaStreamNonBlocking),
                             "cudaStreamCreateWithFlags"));
   ASSIGN_OR_RETURN(h->modules_, KernelModules::Load(*cu, tiny.artifact, tiny.path, h->device_));
   constexpr size_t kWorkspace = 32 << 20;
-  RETURN_IF_ERROR(CudaCheck(cudaMalloc(&h->workspace_, kWorkspace), "cudaMalloc(workspace)"));
+  RETURN_IF_ERROR(CudaCheck(Cuda().Malloc(&h->workspace_, kWorkspace), "cudaMalloc(workspace)"));
   ExecutorResources resources{.cu = cu,
                               .lt = h->lt_,
                               .lt_handle = h->lt_handle_,
@@ -207,10 +207,10 @@ StatusOr<std::unique_ptr<GpuHarness>> GpuHarness::Create(const Tiny& tiny) {
                               .workspace_bytes = kWorkspace};
   for (const EntryPlan& plan : tiny.plans) {
     void* arena = nullptr;
-    RETURN_IF_ERROR(CudaCheck(cudaMalloc(&arena, std::max<int64_t>(plan.arena_size, 256)),
+    RETURN_IF_ERROR(CudaCheck(Cuda().Malloc(&arena, std::max<int64_t>(plan.arena_size, 256)),
                               "cudaMalloc(arena of " + plan.name + ")"));
     h->arenas_.push_back(arena);
-    RETURN_IF_ERROR(CudaCheck(cudaMemset(arena, 0, plan.arena_size), "cudaMemset(arena)"));
+    RETURN_IF_ERROR(CudaCheck(Cuda().Memset(arena, 0, plan.arena_size), "cudaMemset(arena)"));
     ASSIGN_OR_RETURN(std::unique_ptr<EntryExecutor> ex,
                      EntryExecutor::Create(resources, plan, static_cast<char*>(arena),
                                            {.allow_unsupported = true}));
@@ -220,38 +220,38 @@ StatusOr<std::unique_ptr<GpuHarness>> GpuHarness::Create(const Tiny& tiny) {
 }
 
 GpuHarness::~GpuHarness() {
-  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (stream_ != nullptr) Cuda().StreamSynchronize(stream_);
   executors_.clear();
   modules_.reset();
-  for (void* a : arenas_) cudaFree(a);
-  if (workspace_ != nullptr) cudaFree(workspace_);
+  for (void* a : arenas_) Cuda().Free(a);
+  if (workspace_ != nullptr) Cuda().Free(workspace_);
   if (lt_handle_ != nullptr) lt_->Destroy(lt_handle_);
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (stream_ != nullptr) Cuda().StreamDestroy(stream_);
 }
 
 Status GpuHarness::Upload(size_t e, const ArenaSlice& slice, const std::string& bytes) {
   if (static_cast<int64_t>(bytes.size()) > slice.size) {
     return Error("upload of {} bytes into a slice of {}", bytes.size(), slice.size);
   }
-  RETURN_IF_ERROR(CudaCheck(cudaMemcpyAsync(executors_[e]->At(slice), bytes.data(), bytes.size(),
-                                            cudaMemcpyHostToDevice, stream_),
+  RETURN_IF_ERROR(CudaCheck(Cuda().MemcpyAsync(executors_[e]->At(slice), bytes.data(), bytes.size(),
+                                               cudaMemcpyHostToDevice, stream_),
                             "cudaMemcpyAsync(upload)"));
-  return CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize(upload)");
+  return CudaCheck(Cuda().StreamSynchronize(stream_), "cudaStreamSynchronize(upload)");
 }
 
 StatusOr<std::string> GpuHarness::Download(size_t e, const ArenaSlice& slice) {
   std::string bytes(slice.size, '\0');
-  RETURN_IF_ERROR(CudaCheck(cudaMemcpyAsync(bytes.data(), executors_[e]->At(slice), bytes.size(),
-                                            cudaMemcpyDeviceToHost, stream_),
+  RETURN_IF_ERROR(CudaCheck(Cuda().MemcpyAsync(bytes.data(), executors_[e]->At(slice), bytes.size(),
+                                               cudaMemcpyDeviceToHost, stream_),
                             "cudaMemcpyAsync(download)"));
-  RETURN_IF_ERROR(CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize(download)"));
+  RETURN_IF_ERROR(CudaCheck(Cuda().StreamSynchronize(stream_), "cudaStreamSynchronize(download)"));
   return bytes;
 }
 
 Status GpuHarness::Run(size_t e, const std::vector<size_t>& indices) {
   for (size_t i : indices) {
     RETURN_IF_ERROR(executors_[e]->RunThunk(i, stream_));
-    RETURN_IF_ERROR(CudaCheck(cudaStreamSynchronize(stream_),
+    RETURN_IF_ERROR(CudaCheck(Cuda().StreamSynchronize(stream_),
                               executors_[e]->plan().thunks[i].Describe() + ": synchronize"));
   }
   return Status::Ok();

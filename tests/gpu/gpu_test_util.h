@@ -25,6 +25,7 @@
 #include "compiler/ir/instruction.h"
 #include "passes/buffer_assignment.h"
 #include "runtime/artifact.h"
+#include "runtime/gpu/backend.h"
 #include "runtime/gpu/cublaslt_api.h"
 #include "runtime/gpu/cuda_api.h"
 #include "runtime/gpu/device.h"

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "runtime/gpu/backend.h"
 #include "runtime/gpu/executor.h"
 #include "runtime/gpu/gpu_trainer.h"
 #include "runtime/gpu/host_values.h"
@@ -106,9 +107,10 @@ class FakeCommunicator : public Communicator {
     if (!in_group_) return Error("all-reduce outside a group");
     ++all_reduces;
     if (in == out) return Status::Ok();
-    return CudaCheck(cudaMemcpyAsync(out, in, count * ir::DTypeBytes(dtype),
-                                     cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
-                     "fake all-reduce");
+    return CudaCheck(
+        Cuda().MemcpyAsync(out, in, count * ir::DTypeBytes(dtype), cudaMemcpyDeviceToDevice,
+                           static_cast<cudaStream_t>(stream)),
+        "fake all-reduce");
   }
   Status GroupStart() override {
     in_group_ = true;
@@ -237,7 +239,7 @@ TEST(BucketPlanTest, ReadsBucketsAndRejectsInconsistentOnes) {
 struct DeviceBuffer {
   void* ptr = nullptr;
   ~DeviceBuffer() {
-    if (ptr != nullptr) cudaFree(ptr);
+    if (ptr != nullptr) Cuda().Free(ptr);
   }
 };
 
@@ -246,17 +248,17 @@ TEST(BucketExecutorTest, IssuesEachBucketAsOneGroupEagerAndInAGraph) {
   StatusOr<EntryPlan> plan = ReadEntryPlan(BucketEntry());
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   DeviceBuffer arena;
-  ASSERT_EQ(cudaMalloc(&arena.ptr, 1024), cudaSuccess);
+  ASSERT_EQ(Cuda().Malloc(&arena.ptr, 1024), cudaSuccess);
   FakeCommunicator comm(2);
   cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(Cuda().StreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   auto e = EntryExecutor::Create({.communicator = &comm}, *plan, static_cast<char*>(arena.ptr));
   ASSERT_TRUE(e.ok()) << e.status().message();
   ASSERT_TRUE((*e)->bucketed());
   auto check = [&](const char* what) {
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << what;
+    ASSERT_EQ(Cuda().StreamSynchronize(stream), cudaSuccess) << what;
     std::vector<char> host(1024);
-    ASSERT_EQ(cudaMemcpy(host.data(), arena.ptr, 1024, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(Cuda().Memcpy(host.data(), arena.ptr, 1024, cudaMemcpyDeviceToHost), cudaSuccess);
     float res[4];
     std::memcpy(res, host.data() + 768, 16);
     EXPECT_EQ(res[0], 1);
@@ -264,7 +266,7 @@ TEST(BucketExecutorTest, IssuesEachBucketAsOneGroupEagerAndInAGraph) {
     EXPECT_EQ(std::string(host.data() + 256, 8),
               EncodeValues(ir::DType::kBF16, std::vector<double>{0.5, 1.5, -2, 8}))
         << what;
-    ASSERT_EQ(cudaMemset(arena.ptr, 0, 1024), cudaSuccess);
+    ASSERT_EQ(Cuda().Memset(arena.ptr, 0, 1024), cudaSuccess);
   };
   ASSERT_TRUE((*e)->Run(stream).ok());
   check("eager");
@@ -277,7 +279,7 @@ TEST(BucketExecutorTest, IssuesEachBucketAsOneGroupEagerAndInAGraph) {
   ASSERT_TRUE((*e)->Launch(stream).ok());
   check("graph, again");
   e->reset();
-  cudaStreamDestroy(stream);
+  Cuda().StreamDestroy(stream);
 }
 
 TEST(NcclCommunicatorTest, WorldSizeOneAllReducesEagerGroupedAndCaptured) {
@@ -290,20 +292,20 @@ TEST(NcclCommunicatorTest, WorldSizeOneAllReducesEagerGroupedAndCaptured) {
   auto comm = CreateNcclCommunicator(**rdv, 0, 1, 0);
   ASSERT_TRUE(comm.ok()) << comm.status().message();
   cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(Cuda().StreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   std::vector<float> x = {1, -2, 3.5, 1e6};
   const std::string bf = EncodeValues(ir::DType::kBF16, std::vector<double>{0.5, 1.5, -2, 8});
   DeviceBuffer a, b, c;
-  ASSERT_EQ(cudaMalloc(&a.ptr, 16), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&b.ptr, 16), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&c.ptr, 8), cudaSuccess);
+  ASSERT_EQ(Cuda().Malloc(&a.ptr, 16), cudaSuccess);
+  ASSERT_EQ(Cuda().Malloc(&b.ptr, 16), cudaSuccess);
+  ASSERT_EQ(Cuda().Malloc(&c.ptr, 8), cudaSuccess);
   auto run = [&](bool capture) {
-    ASSERT_EQ(cudaMemcpy(a.ptr, x.data(), 16, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemset(b.ptr, 0, 16), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(c.ptr, bf.data(), 8, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(Cuda().Memcpy(a.ptr, x.data(), 16, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(Cuda().Memset(b.ptr, 0, 16), cudaSuccess);
+    ASSERT_EQ(Cuda().Memcpy(c.ptr, bf.data(), 8, cudaMemcpyHostToDevice), cudaSuccess);
     cudaGraph_t graph = nullptr;
     if (capture) {
-      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      ASSERT_EQ(Cuda().StreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
     }
     ASSERT_TRUE((*comm)->GroupStart().ok());
     Status s1 = (*comm)->AllReduce(a.ptr, b.ptr, 4, ir::DType::kF32, ReduceOp::kSum, stream);
@@ -313,19 +315,19 @@ TEST(NcclCommunicatorTest, WorldSizeOneAllReducesEagerGroupedAndCaptured) {
     ASSERT_TRUE(s2.ok()) << s2.message();
     ASSERT_TRUE(s3.ok()) << s3.message();
     if (capture) {
-      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+      ASSERT_EQ(Cuda().StreamEndCapture(stream, &graph), cudaSuccess);
       cudaGraphExec_t exec = nullptr;
-      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
+      ASSERT_EQ(Cuda().GraphInstantiate(&exec, graph, 0), cudaSuccess);
+      ASSERT_EQ(Cuda().GraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(Cuda().StreamSynchronize(stream), cudaSuccess);
+      Cuda().GraphExecDestroy(exec);
+      Cuda().GraphDestroy(graph);
     }
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_EQ(Cuda().StreamSynchronize(stream), cudaSuccess);
     std::vector<float> got(4);
     std::string got_bf(8, '\0');
-    ASSERT_EQ(cudaMemcpy(got.data(), b.ptr, 16, cudaMemcpyDeviceToHost), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(got_bf.data(), c.ptr, 8, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(Cuda().Memcpy(got.data(), b.ptr, 16, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(Cuda().Memcpy(got_bf.data(), c.ptr, 8, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_EQ(got, x);
     EXPECT_EQ(got_bf, bf);
   };
@@ -335,7 +337,7 @@ TEST(NcclCommunicatorTest, WorldSizeOneAllReducesEagerGroupedAndCaptured) {
   Status bad = (*comm)->AllReduce(a.ptr, b.ptr, 4, ir::DType::kS32, ReduceOp::kSum, stream);
   EXPECT_FALSE(bad.ok());
   comm->reset();
-  cudaStreamDestroy(stream);
+  Cuda().StreamDestroy(stream);
 }
 
 }  // namespace
