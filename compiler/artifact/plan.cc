@@ -19,6 +19,16 @@ using ir::Opcode;
 
 json SliceJson(const passes::Slice& s) { return json{{"offset", s.offset}, {"size", s.size}}; }
 
+// The slice of leaf `leaf` of `inst` with the id of its buffer (Note [plan
+// buffers]).
+StatusOr<json> BufferJson(const passes::BufferAssignment& ba, const Instruction* inst,
+                          int64_t leaf = 0) {
+  ASSIGN_OR_RETURN(passes::Slice s, ba.GetSlice(inst, leaf));
+  json j = SliceJson(s);
+  if (const passes::BufferAssignment::Buffer* b = ba.GetBuffer(inst, leaf)) j["buffer"] = b->id;
+  return j;
+}
+
 json LayoutJson(const MatrixLayout& l) {
   return json{{"dtype", l.dtype},           {"rows", l.rows},
               {"cols", l.cols},             {"ld", l.ld},
@@ -36,14 +46,8 @@ StatusOr<json> GemmThunk(const Instruction& inst, const GemmPlan& plan,
                          const passes::BufferAssignment& ba) {
   json t{{"kind", "gemm"}, {"name", inst.name()}, {"meta", inst.metadata()},
          {"descriptor", GemmPlanToJson(plan)}};
-  auto operand = [&](int64_t i) -> StatusOr<json> {
-    ASSIGN_OR_RETURN(passes::Slice s, ba.GetSlice(inst.operand(i)));
-    return SliceJson(s);
-  };
-  auto output = [&](int64_t i) -> StatusOr<json> {
-    ASSIGN_OR_RETURN(passes::Slice s, ba.GetSlice(&inst, i));
-    return SliceJson(s);
-  };
+  auto operand = [&](int64_t i) { return BufferJson(ba, inst.operand(i)); };
+  auto output = [&](int64_t i) { return BufferJson(ba, &inst, i); };
   ASSIGN_OR_RETURN(t["a"], operand(plan.a_operand));
   ASSIGN_OR_RETURN(t["b"], operand(plan.b_operand));
   ASSIGN_OR_RETURN(t["d"], output(plan.d_output));
@@ -120,13 +124,31 @@ json Buckets(json& thunks, const std::vector<std::pair<int64_t, const Instructio
   return buckets;
 }
 
-json SlotJson(const passes::Slot& slot, const passes::Slice& s) {
-  return json{{"role", passes::SlotRoleName(slot.role)},
-              {"index", slot.index},
-              {"name", slot.name},
-              {"shape", slot.shape.ToString()},
-              {"offset", s.offset},
-              {"size", s.size}};
+json SlotJson(const passes::Slot& slot, const json& slice) {
+  json j{{"role", passes::SlotRoleName(slot.role)},
+         {"index", slot.index},
+         {"name", slot.name},
+         {"shape", slot.shape.ToString()},
+         {"offset", slice["offset"]},
+         {"size", slice["size"]}};
+  if (slice.contains("buffer")) j["buffer"] = slice["buffer"];
+  return j;
+}
+
+// Note [plan buffers]: every buffer of the entry's arena, so that the
+// emulator can tell two values apart that share memory at different times
+// (runtime/emu/: a thunk must read what its operand's producer wrote).
+json BuffersJson(const passes::BufferAssignment& ba) {
+  json buffers = json::array();
+  for (const passes::BufferAssignment::Buffer& b : ba.buffers()) {
+    std::string name = b.defining != nullptr ? b.defining->name() : "?";
+    if (b.leaf > 0) name += fmt::format("{{{}}}", b.leaf);
+    buffers.push_back(json{{"id", b.id},
+                           {"name", std::move(name)},
+                           {"offset", b.slice.offset},
+                           {"size", b.slice.size}});
+  }
+  return buffers;
 }
 
 }  // namespace
@@ -195,14 +217,16 @@ StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
       for (const codegen::CompiledKernel* kernel : it->second) {
         const codegen::KernelSpec& spec = kernel->spec;
         json args = json::array();
+        int64_t operands = 0;
         for (const codegen::KernelParam& p : spec.params) {
-          passes::Slice s;
+          json arg;
           if (p.role == codegen::KernelParam::Role::kOperand) {
-            ASSIGN_OR_RETURN(s, ba.GetSlice(inst.operand(p.index)));
+            ASSIGN_OR_RETURN(arg, BufferJson(ba, inst.operand(p.index)));
+            ++operands;
           } else {
-            ASSIGN_OR_RETURN(s, ba.GetSlice(&inst, p.index));
+            ASSIGN_OR_RETURN(arg, BufferJson(ba, &inst, p.index));
           }
-          args.push_back(SliceJson(s));
+          args.push_back(std::move(arg));
         }
         t = json{{"kind", "kernel"},
                  {"name", spec.name},
@@ -212,7 +236,8 @@ StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
                  {"grid", Dim3Json(spec.grid)},
                  {"block", Dim3Json(spec.block)},
                  {"dynamic_smem", spec.dynamic_shared_bytes},
-                 {"args", std::move(args)}};
+                 {"args", std::move(args)},
+                 {"operands", operands}};
         ++stats.kernels_by_kind[kind];
         ++stats.thunks["kernel"];
         thunks.push_back(std::move(t));
@@ -224,27 +249,33 @@ StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
       t = Unsupported(inst, "fusion kind " + kind,
                       s != skipped.end() ? s->second : "no kernel was compiled");
     } else if (inst.opcode() == Opcode::kAllReduce) {
-      ASSIGN_OR_RETURN(passes::Slice in, ba.GetSlice(inst.operand(0)));
-      ASSIGN_OR_RETURN(passes::Slice out, ba.GetSlice(&inst));
+      ASSIGN_OR_RETURN(json in, BufferJson(ba, inst.operand(0)));
+      ASSIGN_OR_RETURN(json out, BufferJson(ba, &inst));
       t = json{{"kind", "all_reduce"},
                {"name", inst.name()},
                {"meta", inst.metadata()},
                {"reduce", inst.attrs().reduce_kind == ir::ReduceKind::kSum ? "sum" : "max"},
                {"dtype", ir::DTypeName(inst.shape().dtype())},
                {"count", inst.shape().num_elements()},
-               {"in", SliceJson(in)},
-               {"out", SliceJson(out)}};
+               {"in", std::move(in)},
+               {"out", std::move(out)}};
       all_reduces.push_back({static_cast<int64_t>(thunks.size()), &inst});
     } else if (inst.opcode() == Opcode::kCopy && !inst.shape().is_tuple()) {
-      ASSIGN_OR_RETURN(passes::Slice in, ba.GetSlice(inst.operand(0)));
-      ASSIGN_OR_RETURN(passes::Slice out, ba.GetSlice(&inst));
-      t = json{{"kind", "copy"}, {"name", inst.name()}, {"src", SliceJson(in)},
-               {"dst", SliceJson(out)}, {"bytes", out.size}};
+      ASSIGN_OR_RETURN(json in, BufferJson(ba, inst.operand(0)));
+      ASSIGN_OR_RETURN(json out, BufferJson(ba, &inst));
+      const int64_t bytes = out["size"].get<int64_t>();
+      t = json{{"kind", "copy"},
+               {"name", inst.name()},
+               {"src", std::move(in)},
+               {"dst", std::move(out)},
+               {"bytes", bytes}};
     } else if (inst.opcode() == Opcode::kConstant && inst.shape().num_elements() <= 1024) {
-      ASSIGN_OR_RETURN(passes::Slice out, ba.GetSlice(&inst));
-      t = json{{"kind", "constant"}, {"name", inst.name()},
-               {"dtype", ir::DTypeName(inst.shape().dtype())}, {"values", inst.attrs().literal},
-               {"dst", SliceJson(out)}};
+      ASSIGN_OR_RETURN(json out, BufferJson(ba, &inst));
+      t = json{{"kind", "constant"},
+               {"name", inst.name()},
+               {"dtype", ir::DTypeName(inst.shape().dtype())},
+               {"values", inst.attrs().literal},
+               {"dst", std::move(out)}};
     } else {
       t = Unsupported(inst, std::string(ir::OpcodeName(inst.opcode())),
                       fmt::format("{} has no emitter yet", ir::OpcodeName(inst.opcode())));
@@ -261,32 +292,37 @@ StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
   std::vector<ir::Instruction*> params = c.parameters();
   for (const passes::BufferAssignment::DonationCopy& copy : ba.copies()) {
     const Instruction* out = root->opcode() == Opcode::kTuple ? root->operand(copy.output) : root;
-    ASSIGN_OR_RETURN(passes::Slice src, ba.GetSlice(out));
-    ASSIGN_OR_RETURN(passes::Slice dst, ba.GetSlice(params[copy.parameter]));
+    ASSIGN_OR_RETURN(json src, BufferJson(ba, out));
+    ASSIGN_OR_RETURN(json dst, BufferJson(ba, params[copy.parameter]));
+    const int64_t bytes = src["size"].get<int64_t>();
     thunks.push_back(json{{"kind", "copy"},
                           {"name", fmt::format("donation.out{}.in{}", copy.output, copy.parameter)},
-                          {"src", SliceJson(src)},
-                          {"dst", SliceJson(dst)},
-                          {"bytes", src.size},
+                          {"src", std::move(src)},
+                          {"dst", std::move(dst)},
+                          {"bytes", bytes},
                           {"reason", copy.reason}});
     ++stats.thunks["copy"];
   }
 
   json inputs = json::array(), outputs = json::array(), donations = json::array();
   for (size_t i = 0; i < entry.signature.inputs.size(); ++i) {
-    ASSIGN_OR_RETURN(passes::Slice s, ba.GetSlice(params[i]));
+    ASSIGN_OR_RETURN(json s, BufferJson(ba, params[i]));
     inputs.push_back(SlotJson(entry.signature.inputs[i], s));
   }
   for (size_t i = 0; i < entry.signature.outputs.size(); ++i) {
     const Instruction* out = root->opcode() == Opcode::kTuple ? root->operand(i) : root;
-    ASSIGN_OR_RETURN(passes::Slice s, ba.GetSlice(out));
+    ASSIGN_OR_RETURN(json s, BufferJson(ba, out));
     outputs.push_back(SlotJson(entry.signature.outputs[i], s));
   }
   for (auto [o, i] : entry.signature.donations) donations.push_back(json::array({o, i}));
-  return json{{"name", entry.name},     {"arena_size", ba.arena_size()},
-              {"inputs", inputs},       {"outputs", outputs},
-              {"donations", donations}, {"thunks", std::move(thunks)},
-              {"buckets", std::move(buckets)}};
+  return json{{"name", entry.name},
+              {"arena_size", ba.arena_size()},
+              {"inputs", inputs},
+              {"outputs", outputs},
+              {"donations", donations},
+              {"thunks", std::move(thunks)},
+              {"buckets", std::move(buckets)},
+              {"buffers", BuffersJson(ba)}};
 }
 
 }  // namespace gptc::artifact

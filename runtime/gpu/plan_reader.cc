@@ -47,6 +47,7 @@ StatusOr<ArenaSlice> ReadSliceValue(const json& v, const std::string& at, int64_
   ArenaSlice s;
   ASSIGN_OR_RETURN(s.offset, Get<int64_t>(v, "offset", at));
   ASSIGN_OR_RETURN(s.size, Get<int64_t>(v, "size", at));
+  ASSIGN_OR_RETURN(s.buffer, GetOr<int64_t>(v, "buffer", at, -1));
   if (s.offset < 0 || s.size < 0 || s.offset > arena_size || s.size > arena_size - s.offset) {
     return Error("{}: slice [{}, +{}) is outside the arena of {} bytes", at, s.offset, s.size,
                  arena_size);
@@ -153,6 +154,7 @@ StatusOr<Thunk> ReadThunk(const json& t, int64_t index, int64_t arena_size,
     ASSIGN_OR_RETURN(k.grid, ReadDim3(t, "grid", where));
     ASSIGN_OR_RETURN(k.block, ReadDim3(t, "block", where));
     ASSIGN_OR_RETURN(k.dynamic_smem, GetOr<int64_t>(t, "dynamic_smem", where, 0));
+    ASSIGN_OR_RETURN(k.operands, GetOr<int64_t>(t, "operands", where, -1));
     if (k.block[0] * k.block[1] * k.block[2] > 1024 || k.dynamic_smem < 0) {
       return Error("{} ({}): block {}x{}x{} / dynamic smem {} out of range", where, thunk.name,
                    k.block[0], k.block[1], k.block[2], k.dynamic_smem);
@@ -163,6 +165,9 @@ StatusOr<Thunk> ReadThunk(const json& t, int64_t index, int64_t arena_size,
           ArenaSlice s,
           ReadSliceValue(t["args"][i], fmt::format("{}.args[{}]", where, i), arena_size));
       k.args.push_back(s);
+    }
+    if (k.operands > static_cast<int64_t>(k.args.size())) {
+      return Error("{} ({}): {} operands of {} args", where, thunk.name, k.operands, k.args.size());
     }
     thunk.body = std::move(k);
   } else if (kind == "gemm") {
@@ -280,6 +285,7 @@ StatusOr<PlanSlot> ReadSlot(const json& j, std::string_view where, int64_t arena
   s.shape = *parsed;
   ASSIGN_OR_RETURN(s.slice.offset, Get<int64_t>(j, "offset", where));
   ASSIGN_OR_RETURN(s.slice.size, Get<int64_t>(j, "size", where));
+  ASSIGN_OR_RETURN(s.slice.buffer, GetOr<int64_t>(j, "buffer", where, -1));
   if (s.slice.offset < 0 ||
       s.slice.size < s.shape.num_elements() * ir::DTypeBytes(s.shape.dtype()) ||
       s.slice.offset + s.slice.size > arena_size) {
@@ -289,7 +295,46 @@ StatusOr<PlanSlot> ReadSlot(const json& j, std::string_view where, int64_t arena
   return s;
 }
 
+// Every slice that names a buffer names one of the table, at its place.
+Status CheckBufferIds(const EntryPlan& p, std::string_view where) {
+  auto check = [&](const ArenaSlice& s, const std::string& what) -> Status {
+    if (s.buffer < 0) return Status::Ok();
+    const PlanBuffer* b = p.FindBuffer(s.buffer);
+    if (b == nullptr)
+      return Error("{}: {} names buffer {}, which is not in 'buffers'", where, what, s.buffer);
+    if (!(b->slice == s)) {
+      return Error("{}: {} is [{}, +{}), its buffer %{} is [{}, +{})", where, what, s.offset,
+                   s.size, b->name, b->slice.offset, b->slice.size);
+    }
+    return Status::Ok();
+  };
+  for (const PlanSlot& slot : p.inputs) RETURN_IF_ERROR(check(slot.slice, "input %" + slot.name));
+  for (const PlanSlot& slot : p.outputs) RETURN_IF_ERROR(check(slot.slice, "output %" + slot.name));
+  for (const Thunk& t : p.thunks) {
+    for (const ArenaSlice* s : ThunkSlices(t)) RETURN_IF_ERROR(check(*s, t.Describe()));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+std::vector<const ArenaSlice*> ThunkSlices(const Thunk& t) {
+  std::vector<const ArenaSlice*> out;
+  if (const auto* k = std::get_if<KernelThunk>(&t.body)) {
+    for (const ArenaSlice& a : k->args) out.push_back(&a);
+  } else if (const auto* g = std::get_if<GemmThunk>(&t.body)) {
+    for (const ArenaSlice* s : {&g->a, &g->b, &g->c, &g->d}) out.push_back(s);
+    if (g->bias) out.push_back(&*g->bias);
+    if (g->aux) out.push_back(&*g->aux);
+  } else if (const auto* c = std::get_if<CopyThunk>(&t.body)) {
+    out = {&c->src, &c->dst};
+  } else if (const auto* k = std::get_if<ConstantThunk>(&t.body)) {
+    out = {&k->dst};
+  } else if (const auto* a = std::get_if<AllReduceThunk>(&t.body)) {
+    out = {&a->in, &a->out};
+  }
+  return out;
+}
 
 std::string_view ThunkKindName(ThunkKind kind) {
   switch (kind) {
@@ -399,6 +444,13 @@ const std::string& Thunk::instruction() const {
   return name;
 }
 
+const PlanBuffer* EntryPlan::FindBuffer(int64_t id) const {
+  if (id < 0 || id >= static_cast<int64_t>(buffers.size()) || buffers[id].id != id) {
+    return nullptr;
+  }
+  return &buffers[id];
+}
+
 const PlanSlot* EntryPlan::FindInput(std::string_view role, int64_t index) const {
   for (const PlanSlot& s : inputs) {
     if (s.role == role && s.index == index) return &s;
@@ -444,6 +496,20 @@ StatusOr<EntryPlan> ReadEntryPlan(const json& entry) {
       p.donations.emplace_back(d[0].get<int64_t>(), d[1].get<int64_t>());
     }
   }
+  if (entry.contains("buffers")) {
+    const json& buffers = entry["buffers"];
+    if (!buffers.is_array()) return Error("{}: 'buffers' is not an array", where);
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const std::string bw = fmt::format("{} buffers[{}]", where, i);
+      PlanBuffer b;
+      ASSIGN_OR_RETURN(b.id, Get<int64_t>(buffers[i], "id", bw));
+      ASSIGN_OR_RETURN(b.name, Get<std::string>(buffers[i], "name", bw));
+      ASSIGN_OR_RETURN(b.slice, ReadSliceValue(buffers[i], bw, p.arena_size));
+      if (b.id != static_cast<int64_t>(i)) return Error("{}: id {} out of order", bw, b.id);
+      b.slice.buffer = b.id;
+      p.buffers.push_back(std::move(b));
+    }
+  }
   if (!entry.contains("thunks") || !entry["thunks"].is_array()) {
     return Error("{} has no 'thunks' array", where);
   }
@@ -485,6 +551,7 @@ StatusOr<EntryPlan> ReadEntryPlan(const json& entry) {
       p.buckets.push_back(std::move(bucket));
     }
   }
+  RETURN_IF_ERROR(CheckBufferIds(p, where));
   for (const Thunk& t : p.thunks) {
     if (t.kind != ThunkKind::kAllReduce) continue;
     const int64_t b = std::get<AllReduceThunk>(t.body).bucket;

@@ -29,7 +29,19 @@ namespace gptc::rt::gpu {
 struct ArenaSlice {
   int64_t offset = 0;
   int64_t size = 0;
-  bool operator==(const ArenaSlice&) const = default;
+  // The buffer it holds (EntryPlan::buffers), -1 when the plan does not say
+  // (artifacts from before Note [plan buffers] in compiler/artifact/plan.cc).
+  int64_t buffer = -1;
+  // The same memory (whatever buffer).
+  bool operator==(const ArenaSlice& o) const { return offset == o.offset && size == o.size; }
+};
+
+// One buffer of the arena (passes/buffer_assignment.h): the value(s) it holds
+// at its slice during its live range.
+struct PlanBuffer {
+  int64_t id = 0;
+  std::string name;  // the defining instruction, "fusion.3" or "fusion.3{1}" for a leaf
+  ArenaSlice slice;
 };
 
 // One input or output of an entry: where the caller writes or reads it.
@@ -51,6 +63,7 @@ struct KernelThunk {
   std::array<int64_t, 3> block = {1, 1, 1};
   int64_t dynamic_smem = 0;
   std::vector<ArenaSlice> args;  // Note [kernel ABI]: operands, then results
+  int64_t operands = -1;         // how many args are operands; -1: not recorded
 };
 
 // One cublasLtMatrixLayout (column-major, Note [row-major on cuBLASLt]).
@@ -151,13 +164,20 @@ struct EntryPlan {
   std::vector<std::pair<int64_t, int64_t>> donations;  // (output, input)
   std::vector<Thunk> thunks;
   std::vector<AllReduceBucket> buckets;  // empty: artifacts from before buckets
+  std::vector<PlanBuffer> buffers;       // by id; empty: artifacts from before them
 
+  // The buffer with id `id`, or null.
+  const PlanBuffer* FindBuffer(int64_t id) const;
   // The slot with `role` (and `index` for per-parameter roles), or null.
   const PlanSlot* FindInput(std::string_view role, int64_t index = -1) const;
   const PlanSlot* FindOutput(std::string_view role, int64_t index = -1) const;
   // Number of thunks of each kind, in ThunkKind order.
   std::array<int64_t, 6> CountByKind() const;
 };
+
+// Every slice a thunk names (kernel args; gemm a, b, c, d, bias, aux; copy
+// src, dst; constant dst; all-reduce in, out).
+std::vector<const ArenaSlice*> ThunkSlices(const Thunk& t);
 
 // One entry of the plan section. Errors start with "plan entry NAME".
 StatusOr<EntryPlan> ReadEntryPlan(const nlohmann::json& entry);
