@@ -119,6 +119,13 @@ bool Planner::TryAdd(int g, const Instruction* inst) {
   return true;
 }
 
+void Planner::ShrinkTo(int g, const InstSet& members) {
+  for (const Instruction* m : groups_[g].members) {
+    if (!members.contains(m)) group_of_.erase(m);
+  }
+  groups_[g].members = members;
+}
+
 bool Planner::TryMerge(int a, int b) {
   if (a == b) return true;
   InstSet s = groups_[a].members;

@@ -61,6 +61,9 @@ class Planner {
   bool TryAdd(int g, const ir::Instruction* inst);
   // Moves group `b` into group `a` unless that would make a cycle.
   bool TryMerge(int a, int b);
+  // Shrinks group `g` back to `members` (a subset it grew from, which stays
+  // acyclic): the others are claimable again.
+  void ShrinkTo(int g, const InstSet& members);
   // Whether the set `s` as one node (with every existing group as one node)
   // lies on a cycle: some path leaves `s` and comes back.
   bool CreatesCycle(const InstSet& s) const;

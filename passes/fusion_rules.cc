@@ -1,5 +1,6 @@
 // The rule phases of the fusion pass (see passes/fusion.h for the rules).
 #include <algorithm>
+#include <optional>
 #include <map>
 #include <string>
 #include <vector>
@@ -396,12 +397,20 @@ void FuseGemms(Planner& p) {
     // Epilogue: converts, bias, GELU, residual, converts; or a 2-D transpose.
     const Instruction* cur = AbsorbConverts(p, g, d);
     const Instruction* u = SingleUser(p, cur);
+    // Note [bias of D's type]: the group before the bias, and the bias's type.
+    std::optional<InstSet> before_bias;
+    ir::DType bias_dtype = ir::DType::kF32;
     if (u != nullptr && u->opcode() == Opcode::kAdd && p.Claimable(u)) {
       const Instruction* b = OtherOperand(u, cur);
       int64_t rank = cur->shape().rank();
       if (b->opcode() == Opcode::kBroadcast && b->operand(0)->shape().rank() == 1 &&
-          b->attrs().dimensions == std::vector<int64_t>{rank - 1} && p.TryAdd(g, u)) {
-        cur = AbsorbConverts(p, g, u);
+          b->attrs().dimensions == std::vector<int64_t>{rank - 1}) {
+        InstSet members = p.groups()[g].members;
+        if (p.TryAdd(g, u)) {
+          before_bias = std::move(members);
+          bias_dtype = b->operand(0)->shape().dtype();
+          cur = AbsorbConverts(p, g, u);
+        }
       }
     }
     std::vector<const Instruction*> gelu = MatchGelu(p, cur);
@@ -418,6 +427,13 @@ void FuseGemms(Planner& p) {
         OtherOperand(u, cur)->shape() == cur->shape() && OtherOperand(u, cur) != cur &&
         p.TryAdd(g, u)) {
       cur = AbsorbConverts(p, g, u);
+    }
+    // Note [bias of D's type]: cuBLASLt's bias has D's type (cublasLt.h,
+    // BIAS_DATA_TYPE); an f32 bias before a bf16 result (GELU then a bf16
+    // store) stays out of the gemm, with the rest of the epilogue after it.
+    if (before_bias && bias_dtype != cur->shape().dtype()) {
+      p.ShrinkTo(g, *before_bias);
+      continue;
     }
     u = SingleUser(p, cur);
     if (cur == d && d->shape().rank() == 2 && u != nullptr && u->opcode() == Opcode::kTranspose &&

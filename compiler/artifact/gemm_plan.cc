@@ -377,6 +377,13 @@ StatusOr<GemmPlan> PlanFusion(const Instruction& fusion) {
     return Error("%{}: transposed result with an epilogue", name);
   }
   if (bias != nullptr) {
+    // cuBLASLt's bias has D's type (cublasLt.h, BIAS_DATA_TYPE); fusion
+    // keeps other biases out of the gemm (Note [bias of D's type]).
+    if (bias->shape().dtype() != cur->shape().dtype()) {
+      return Error("%{}: a {} bias with a {} result (cuBLASLt's bias has the result's type)",
+                   name, ir::DTypeName(bias->shape().dtype()),
+                   ir::DTypeName(cur->shape().dtype()));
+    }
     plan.bias_operand = bias->attrs().index;
     plan.bias_dtype = CudaDataType(bias->shape().dtype());
   }
