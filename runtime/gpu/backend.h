@@ -78,8 +78,11 @@ class ThunkObserver {
   virtual void EntryDestroyed(const EntryPlan& plan) = 0;
   // Called before the executor enqueues thunk `index` of `plan` on `stream`
   // (also while the stream is captured into a graph, whose replays must
-  // repeat it): what follows on `stream` belongs to that thunk.
-  virtual cudaError_t BeforeThunk(const EntryPlan& plan, int64_t index, cudaStream_t stream) = 0;
+  // repeat it): the next operation on `stream` is that thunk's, or none
+  // when `runs_work` is false (a copy onto itself, an all-reduce of one rank
+  // in place).
+  virtual cudaError_t BeforeThunk(const EntryPlan& plan, int64_t index, cudaStream_t stream,
+                                  bool runs_work) = 0;
 };
 
 struct Backend {

@@ -68,7 +68,8 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
 
 Status EntryExecutor::Observe(size_t i, cudaStream_t stream) {
   if (observer_ == nullptr) return Status::Ok();
-  return CudaCheck(observer_->BeforeThunk(plan_, static_cast<int64_t>(i), stream),
+  const bool runs_work = !std::holds_alternative<NoOp>(calls_[i]);
+  return CudaCheck(observer_->BeforeThunk(plan_, static_cast<int64_t>(i), stream, runs_work),
                    plan_.thunks[i].Describe() + ": the emulator's thunk marker");
 }
 

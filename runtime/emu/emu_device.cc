@@ -1,0 +1,618 @@
+#include "runtime/emu/emu_device.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+
+#include "runtime/emu/emu_state.h"
+
+namespace gptc::rt::emu {
+
+using State = EmuDevice::State;
+
+namespace {
+
+std::atomic<EmuDevice::State*> g_device{nullptr};
+
+EmuDevice::State& D() { return *g_device.load(std::memory_order_acquire); }
+
+// Host memory from /proc/meminfo (kB lines), in bytes; 0 when unknown.
+int64_t MemInfo(const char* key) {
+  std::ifstream in("/proc/meminfo");
+  std::string name;
+  int64_t kb = 0;
+  std::string unit;
+  while (in >> name >> kb >> unit) {
+    if (name == key) return kb * 1024;
+  }
+  return 0;
+}
+
+// --- the CUDA runtime API ------------------------------------------------
+
+cudaError_t GetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t SetDevice(int device) {
+  if (device != 0)
+    return Fail(cudaErrorInvalidDevice,
+                fmt::format("emulated device {}: there is only device 0", device));
+  return cudaSuccess;
+}
+
+cudaError_t GetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return Fail(cudaErrorInvalidDevice, "there is only device 0");
+  *prop = cudaDeviceProp{};
+  const std::string name = fmt::format("gptc emulated {} (x86-64 host)", D().target);
+  std::snprintf(prop->name, sizeof(prop->name), "%s", name.c_str());
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = D().runner->workers();
+  prop->sharedMemPerBlock = 48 << 10;
+  prop->sharedMemPerBlockOptin = 227 << 10;
+  prop->maxThreadsPerBlock = 1024;
+  prop->warpSize = 32;
+  prop->totalGlobalMem = static_cast<size_t>(MemInfo("MemTotal:"));
+  return cudaSuccess;
+}
+
+cudaError_t DriverGetVersion(int* v) {
+  *v = 13000;
+  return cudaSuccess;
+}
+
+cudaError_t RuntimeGetVersion(int* v) {
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t MemGetInfo(size_t* free, size_t* total) {
+  *free = static_cast<size_t>(MemInfo("MemAvailable:"));
+  *total = static_cast<size_t>(MemInfo("MemTotal:"));
+  return cudaSuccess;
+}
+
+cudaError_t GetLastError() {
+  State& d = D();
+  if (d.sticky != cudaSuccess) return d.sticky;
+  cudaError_t e = d.last_error;
+  d.last_error = cudaSuccess;
+  return e;
+}
+
+const char* GetErrorName(cudaError_t e) { return ::cudaGetErrorName(e); }
+
+const char* GetErrorString(cudaError_t e) {
+  State& d = D();
+  if (e != cudaSuccess && e == d.last_error && !d.last_message.empty()) {
+    return d.last_message.c_str();
+  }
+  return ::cudaGetErrorString(e);
+}
+
+// Everything every stream has done is done (cudaFree and friends).
+void SynchronizeDevice() {
+  State& d = D();
+  for (auto& s : d.streams) Learn(d.host_known, s->known, -1);
+}
+
+cudaError_t Malloc(void** p, size_t bytes) {
+  State& d = D();
+  if (d.sticky != cudaSuccess) return d.sticky;
+  const size_t size = std::max<size_t>(bytes, 1);
+  void* m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) {
+    return Fail(cudaErrorMemoryAllocation,
+                fmt::format("emulated device: out of host memory for {} bytes", bytes));
+  }
+  // Device memory starts poisoned: a read of what nothing wrote is NaN (or
+  // -1), never a lucky zero.
+  std::memset(m, 0xff, size);
+  d.device_memory[reinterpret_cast<uintptr_t>(m)] = size;
+  d.checker->AddAllocation(static_cast<char*>(m), size,
+                           fmt::format("device allocation #{} ({} bytes)", ++d.allocations, bytes));
+  *p = m;
+  return cudaSuccess;
+}
+
+cudaError_t Free(void* p) {
+  State& d = D();
+  SynchronizeDevice();
+  if (p == nullptr) return cudaSuccess;
+  auto it = d.device_memory.find(reinterpret_cast<uintptr_t>(p));
+  if (it == d.device_memory.end()) {
+    return Fail(cudaErrorInvalidValue, fmt::format("cudaFree({}): not an allocation", p));
+  }
+  d.checker->RemoveAllocation(static_cast<char*>(p));
+  munmap(p, it->second);
+  d.device_memory.erase(it);
+  return cudaSuccess;
+}
+
+cudaError_t HostAlloc(void** p, size_t bytes, unsigned int) {
+  *p = std::malloc(std::max<size_t>(bytes, 1));
+  if (*p == nullptr) return Fail(cudaErrorMemoryAllocation, "out of host memory");
+  D().host_memory[reinterpret_cast<uintptr_t>(*p)] = bytes;
+  return cudaSuccess;
+}
+
+cudaError_t FreeHost(void* p) {
+  State& d = D();
+  SynchronizeDevice();
+  if (d.host_memory.erase(reinterpret_cast<uintptr_t>(p)) == 0) {
+    return Fail(cudaErrorInvalidValue, "cudaFreeHost: not a cudaHostAlloc pointer");
+  }
+  std::free(p);
+  return cudaSuccess;
+}
+
+// Synchronous calls have no place in a stream capture (CUDA invalidates it).
+cudaError_t RefuseDuringCapture(const char* call) {
+  for (auto& s : D().streams) {
+    if (s->capture != nullptr) {
+      s->capture->invalid = true;
+      s->capture->why = call;
+      return Fail(cudaErrorStreamCaptureImplicit,
+                  fmt::format("{} during a stream capture (it synchronizes with the legacy "
+                              "stream): the capture is invalidated",
+                              call));
+    }
+  }
+  return cudaSuccess;
+}
+
+cudaError_t Memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (cudaError_t e = RefuseDuringCapture("cudaMemcpy"); e != cudaSuccess) return e;
+  State& d = D();
+  Stream& legacy = *d.streams[0];
+  cudaError_t e = CopyOp(legacy, dst, src, bytes, fmt::format("cudaMemcpy of {} bytes", bytes));
+  // To the host, the copy is complete on return; from pageable memory to the
+  // device, only staged (CUDA's documented synchronous behaviour).
+  if (e == cudaSuccess && kind != cudaMemcpyHostToDevice) Learn(d.host_known, legacy.known, -1);
+  return e;
+}
+
+cudaError_t MemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
+                        cudaStream_t stream) {
+  Stream* s = ToStream(stream);
+  if (s == nullptr) return Fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: unknown stream");
+  const std::string what = fmt::format("cudaMemcpyAsync of {} bytes", bytes);
+  return Enqueue(*s, [=](Stream& on) { return CopyOp(on, dst, src, bytes, what); });
+}
+
+cudaError_t Memset(void* dst, int value, size_t bytes) {
+  if (cudaError_t e = RefuseDuringCapture("cudaMemset"); e != cudaSuccess) return e;
+  return SetOp(*D().streams[0], dst, value, bytes,
+               fmt::format("cudaMemset of {} bytes (legacy default stream)", bytes));
+}
+
+cudaError_t MemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
+  Stream* s = ToStream(stream);
+  if (s == nullptr) return Fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: unknown stream");
+  const std::string what = fmt::format("cudaMemsetAsync of {} bytes", bytes);
+  return Enqueue(*s, [=](Stream& on) { return SetOp(on, dst, value, bytes, what); });
+}
+
+cudaError_t StreamCreateWithFlags(cudaStream_t* out, unsigned int flags) {
+  State& d = D();
+  auto s = std::make_unique<Stream>();
+  s->id = static_cast<int>(d.streams.size());
+  s->blocking = (flags & cudaStreamNonBlocking) == 0;
+  s->known.assign(d.streams.size() + 1, 0);
+  *out = reinterpret_cast<cudaStream_t>(s.get());
+  d.streams.push_back(std::move(s));
+  return cudaSuccess;
+}
+
+cudaError_t StreamDestroy(cudaStream_t stream) {
+  Stream* s = ToStream(stream);
+  if (s == nullptr || s->id == 0)
+    return Fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: unknown stream");
+  // Its work still completes; the object stays for graphs that name it.
+  Learn(D().host_known, s->known, -1);
+  s->destroyed = true;
+  return cudaSuccess;
+}
+
+cudaError_t StreamSynchronize(cudaStream_t stream) {
+  State& d = D();
+  Stream* s = ToStream(stream);
+  if (s == nullptr)
+    return Fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: unknown stream");
+  if (s->capture != nullptr) {
+    s->capture->invalid = true;
+    s->capture->why = "cudaStreamSynchronize";
+    return Fail(cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize on a capturing stream");
+  }
+  if (d.sticky != cudaSuccess) return d.sticky;
+  Learn(d.host_known, s->known, -1);
+  return cudaSuccess;
+}
+
+cudaError_t EventCreateWithFlags(cudaEvent_t* out, unsigned int flags) {
+  auto* e = new Event();
+  e->timing = (flags & cudaEventDisableTiming) == 0;
+  *out = reinterpret_cast<cudaEvent_t>(e);
+  return cudaSuccess;
+}
+
+cudaError_t EventCreate(cudaEvent_t* out) { return EventCreateWithFlags(out, cudaEventDefault); }
+
+cudaError_t EventDestroy(cudaEvent_t event) {
+  delete reinterpret_cast<Event*>(event);
+  return cudaSuccess;
+}
+
+cudaError_t EventRecord(cudaEvent_t event, cudaStream_t stream) {
+  Stream* s = ToStream(stream);
+  auto* e = reinterpret_cast<Event*>(event);
+  if (s == nullptr || e == nullptr)
+    return Fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown stream or event");
+  if (s->capture != nullptr) {
+    e->captured = s->capture;
+    e->stream = s;
+    e->index = s->capture->ops.size();
+  } else {
+    e->captured = nullptr;
+  }
+  return Enqueue(*s, [e](Stream& on) {
+    e->known = on.known;
+    e->recorded = true;
+    e->time = std::chrono::steady_clock::now();
+    return cudaSuccess;
+  });
+}
+
+cudaError_t StreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  Stream* s = ToStream(stream);
+  auto* e = reinterpret_cast<Event*>(event);
+  if (s == nullptr || e == nullptr)
+    return Fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: unknown stream or event");
+  if (Graph* g = e->captured; g != nullptr && e->stream->capture == g) {
+    if (s->capture == nullptr) s->capture = g;  // a fork joins the capture
+    if (s == g->origin && e->stream != s) {
+      size_t& back = g->joined_back[e->stream];
+      back = std::max(back, e->index);
+    }
+  }
+  return Enqueue(*s, [e](Stream& on) {
+    Learn(on.known, e->known, on.id);
+    return cudaSuccess;
+  });
+}
+
+cudaError_t EventSynchronize(cudaEvent_t event) {
+  State& d = D();
+  auto* e = reinterpret_cast<Event*>(event);
+  if (e == nullptr)
+    return Fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: unknown event");
+  if (e->captured != nullptr && e->stream->capture == e->captured) {
+    return Fail(cudaErrorStreamCaptureUnsupported,
+                "cudaEventSynchronize of an event being captured");
+  }
+  if (d.sticky != cudaSuccess) return d.sticky;
+  Learn(d.host_known, e->known, -1);
+  return cudaSuccess;
+}
+
+cudaError_t EventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  auto* a = reinterpret_cast<Event*>(start);
+  auto* b = reinterpret_cast<Event*>(end);
+  if (a == nullptr || b == nullptr || !a->recorded || !b->recorded || !a->timing || !b->timing) {
+    return Fail(cudaErrorInvalidResourceHandle,
+                "cudaEventElapsedTime: events not recorded with timing");
+  }
+  *ms = std::chrono::duration<float, std::milli>(b->time - a->time).count();
+  return cudaSuccess;
+}
+
+cudaError_t StreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
+  Stream* s = ToStream(stream);
+  if (s == nullptr || s->id == 0)
+    return Fail(cudaErrorStreamCaptureUnsupported,
+                "cudaStreamBeginCapture: the legacy stream cannot be captured");
+  if (s->capture != nullptr)
+    return Fail(cudaErrorIllegalState, "cudaStreamBeginCapture: already capturing");
+  s->capture = new Graph();
+  s->capture->origin = s;
+  return cudaSuccess;
+}
+
+cudaError_t StreamEndCapture(cudaStream_t stream, cudaGraph_t* out) {
+  State& d = D();
+  Stream* s = ToStream(stream);
+  *out = nullptr;
+  if (s == nullptr || s->capture == nullptr || s->capture->origin != s) {
+    return Fail(cudaErrorIllegalState, "cudaStreamEndCapture: the stream did not begin a capture");
+  }
+  Graph* g = s->capture;
+  for (auto& other : d.streams) {
+    if (other->capture == g) other->capture = nullptr;
+  }
+  if (g->invalid) {
+    std::string why = g->why;
+    delete g;
+    return Fail(cudaErrorStreamCaptureInvalidated, "the capture was invalidated by " + why);
+  }
+  for (const auto& [forked, last] : g->last_op) {
+    if (forked == s) continue;
+    auto back = g->joined_back.find(forked);
+    if (back == g->joined_back.end() || back->second < last) {
+      delete g;
+      return Fail(cudaErrorStreamCaptureUnjoined,
+                  fmt::format("cudaStreamEndCapture: stream {} was forked into the capture and "
+                              "not joined back (the origin must wait for an event recorded "
+                              "after its last work)",
+                              forked->id));
+    }
+  }
+  *out = reinterpret_cast<cudaGraph_t>(g);
+  return cudaSuccess;
+}
+
+cudaError_t GraphInstantiate(cudaGraphExec_t* out, cudaGraph_t graph, unsigned long long) {
+  auto* g = reinterpret_cast<Graph*>(graph);
+  if (g == nullptr) return Fail(cudaErrorInvalidValue, "cudaGraphInstantiate: no graph");
+  *out = reinterpret_cast<cudaGraphExec_t>(new GraphExec{g->origin, g->ops});
+  return cudaSuccess;
+}
+
+cudaError_t GraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  auto* x = reinterpret_cast<GraphExec*>(exec);
+  Stream* s = ToStream(stream);
+  if (x == nullptr || s == nullptr)
+    return Fail(cudaErrorInvalidResourceHandle, "cudaGraphLaunch: unknown graph or stream");
+  for (const GraphOp& op : x->ops) {
+    Stream& on = op.stream == x->origin ? *s : *op.stream;
+    if (cudaError_t e = Execute(on, op.run); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t GraphDestroy(cudaGraph_t graph) {
+  delete reinterpret_cast<Graph*>(graph);
+  return cudaSuccess;
+}
+
+cudaError_t GraphExecDestroy(cudaGraphExec_t exec) {
+  delete reinterpret_cast<GraphExec*>(exec);
+  return cudaSuccess;
+}
+
+// The executor's thunks, for the checks (Note [provenance]).
+class Observer : public gpu::ThunkObserver {
+ public:
+  void EntryCreated(const gpu::EntryPlan& plan, const char* arena) override {
+    D().checker->AddEntry(plan, arena);
+  }
+  void EntryDestroyed(const gpu::EntryPlan& plan) override { D().checker->RemoveEntry(plan); }
+  cudaError_t BeforeThunk(const gpu::EntryPlan& plan, int64_t index, cudaStream_t stream,
+                          bool runs_work) override {
+    Stream* s = ToStream(stream);
+    if (s == nullptr) return Fail(cudaErrorInvalidResourceHandle, "thunk marker: unknown stream");
+    const gpu::EntryPlan* p = &plan;
+    return Enqueue(*s, [p, index, runs_work](Stream& on) {
+      const gpu::Thunk& t = p->thunks[index];
+      uint32_t event = 0;
+      if (on.last_plan == p && on.last_thunk == index - 1 && index > 0 &&
+          p->thunks[index - 1].instruction() == t.instruction()) {
+        event = on.last_event;  // a later kernel of the same instruction
+      } else {
+        event = D().checker->NewEvent(WriteEvent{on.id, on.clock, p, index, ""});
+      }
+      on.last_plan = p, on.last_thunk = index, on.last_event = event;
+      ThunkContext ctx{p, index, event};
+      if (runs_work) {
+        on.pending = ctx;
+      } else {
+        on.pending = ThunkContext{};
+        D().checker->AliasThunk(ctx);
+      }
+      return cudaSuccess;
+    });
+  }
+};
+
+}  // namespace
+
+EmuDevice::State* Device() { return g_device.load(std::memory_order_acquire); }
+
+Stream* ToStream(cudaStream_t stream) {
+  if (stream == nullptr) return D().streams[0].get();
+  auto* s = reinterpret_cast<Stream*>(stream);
+  for (const auto& known : D().streams) {
+    if (known.get() == s) return s->destroyed ? nullptr : s;
+  }
+  return nullptr;
+}
+
+StreamPosition Position(Stream& s) { return StreamPosition{s.id, &s.known}; }
+
+ThunkContext TakeThunk(Stream& s) {
+  ThunkContext ctx = s.pending;
+  s.pending = ThunkContext{};
+  return ctx;
+}
+
+void Learn(std::vector<uint64_t>& to, const std::vector<uint64_t>& from, int owner) {
+  if (to.size() < from.size()) to.resize(from.size(), 0);
+  for (size_t i = 0; i < from.size(); ++i) to[i] = std::max(to[i], from[i]);
+  // Note [in-flight all-reduces]: what another party now waits for lands.
+  State& d = D();
+  for (size_t i = 0; i < d.landings.size();) {
+    const Landing& l = d.landings[i];
+    if (l.stream != owner && static_cast<size_t>(l.stream) < to.size() && to[l.stream] >= l.clock) {
+      std::function<void()> land = std::move(d.landings[i].land);
+      d.landings.erase(d.landings.begin() + static_cast<std::ptrdiff_t>(i));
+      land();
+    } else {
+      ++i;
+    }
+  }
+}
+
+cudaError_t Execute(Stream& s, const OpFn& op) {
+  State& d = D();
+  if (d.sticky != cudaSuccess) return d.sticky;
+  // Note [stream order]: the op comes after all the host has seen end; the
+  // legacy stream after every blocking stream's work, and they after its.
+  Learn(s.known, d.host_known, s.id);
+  if (s.id == 0) {
+    for (auto& b : d.streams) {
+      if (b->id != 0 && b->blocking) Learn(s.known, b->known, s.id);
+    }
+  } else if (s.blocking) {
+    Learn(s.known, d.streams[0]->known, s.id);
+  }
+  if (s.known.size() <= static_cast<size_t>(s.id)) s.known.resize(s.id + 1, 0);
+  s.known[s.id] = ++s.clock;
+  return op(s);
+}
+
+cudaError_t Enqueue(Stream& s, OpFn op) {
+  if (Graph* g = s.capture; g != nullptr) {
+    if (g->invalid)
+      return Fail(cudaErrorStreamCaptureInvalidated, "the capture was invalidated by " + g->why);
+    g->last_op[&s] = g->ops.size();
+    g->ops.push_back(GraphOp{&s, std::move(op)});
+    return cudaSuccess;
+  }
+  return Execute(s, op);
+}
+
+cudaError_t Fail(cudaError_t code, std::string message, bool sticky) {
+  State& d = D();
+  d.last_error = code;
+  d.last_message = std::move(message);
+  if (sticky) d.sticky = code;
+  return code;
+}
+
+std::string Describe(const ThunkContext& ctx) {
+  if (ctx.plan == nullptr) return "";
+  return fmt::format("entry {} {}", ctx.plan->name, ctx.get()->Describe());
+}
+
+cudaError_t Finding(const ThunkContext& ctx, const std::string& what, const Status& status) {
+  std::string message(status.message());
+  if (ctx.plan != nullptr && !message.starts_with("entry "))
+    message = Describe(ctx) + ": " + message;
+  if (!what.empty() && ctx.plan == nullptr) message = what + ": " + message;
+  return Fail(cudaErrorIllegalAddress, "emulator: " + message, /*sticky=*/true);
+}
+
+bool LastOfInstruction(const ThunkContext& ctx) {
+  const std::vector<gpu::Thunk>& thunks = ctx.plan->thunks;
+  const size_t next = static_cast<size_t>(ctx.thunk) + 1;
+  return next == thunks.size() || thunks[next].instruction() != thunks[ctx.thunk].instruction();
+}
+
+std::string EmuStats::Summary() const {
+  return fmt::format(
+      "{} kernel launches ({} blocks, {:.2f} s), {} gemms ({:.2f} s), {} copies, {} all-reduces",
+      launches, blocks, kernel_seconds, gemms, gemm_seconds, copies, all_reduces);
+}
+
+StatusOr<std::unique_ptr<EmuDevice>> EmuDevice::Create(const Artifact& artifact,
+                                                       std::string_view path,
+                                                       const EmuOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<KernelLibrary> library, KernelLibrary::Load(artifact, path));
+  library->SetChecks(options.checks);
+  auto state = std::make_unique<State>();
+  state->options = options;
+  state->target = artifact.manifest.value("target", "sm_90a");
+  state->library = std::move(library);
+  state->runner = std::make_unique<GridRunner>(options.workers);
+  state->checker = std::make_unique<MemoryChecker>(options.checks);
+  auto legacy = std::make_unique<Stream>();
+  legacy->known.assign(1, 0);
+  state->streams.push_back(std::move(legacy));
+  state->runtime = gpu::RuntimeApi{
+      .GetDeviceCount = &GetDeviceCount,
+      .SetDevice = &SetDevice,
+      .GetDeviceProperties = &GetDeviceProperties,
+      .DriverGetVersion = &DriverGetVersion,
+      .RuntimeGetVersion = &RuntimeGetVersion,
+      .MemGetInfo = &MemGetInfo,
+      .GetLastError = &GetLastError,
+      .GetErrorName = &GetErrorName,
+      .GetErrorString = &GetErrorString,
+      .Malloc = &Malloc,
+      .Free = &Free,
+      .HostAlloc = &HostAlloc,
+      .FreeHost = &FreeHost,
+      .Memcpy = &Memcpy,
+      .MemcpyAsync = &MemcpyAsync,
+      .Memset = &Memset,
+      .MemsetAsync = &MemsetAsync,
+      .StreamCreateWithFlags = &StreamCreateWithFlags,
+      .StreamDestroy = &StreamDestroy,
+      .StreamSynchronize = &StreamSynchronize,
+      .StreamWaitEvent = &StreamWaitEvent,
+      .StreamBeginCapture = &StreamBeginCapture,
+      .StreamEndCapture = &StreamEndCapture,
+      .EventCreate = &EventCreate,
+      .EventCreateWithFlags = &EventCreateWithFlags,
+      .EventRecord = &EventRecord,
+      .EventSynchronize = &EventSynchronize,
+      .EventElapsedTime = &EventElapsedTime,
+      .EventDestroy = &EventDestroy,
+      .GraphInstantiate = &GraphInstantiate,
+      .GraphLaunch = &GraphLaunch,
+      .GraphDestroy = &GraphDestroy,
+      .GraphExecDestroy = &GraphExecDestroy,
+  };
+  state->observer = std::make_unique<Observer>();
+  EmuDevice::State* expected = nullptr;
+  if (!g_device.compare_exchange_strong(expected, state.get())) {
+    return Error("{}: another emulated device is alive in this process", path);
+  }
+  state->driver = EmuDriverApi();
+  state->cublaslt = EmuCublasLt();
+  state->backend =
+      gpu::Backend{.name = "emulated",
+                   .runtime = &state->runtime,
+                   .driver = []() -> StatusOr<const gpu::DriverApi*> { return &D().driver; },
+                   .cublaslt = []() -> StatusOr<const gpu::CublasLtApi*> { return &D().cublaslt; },
+                   .observer = state->observer.get()};
+  gpu::SetBackend(&state->backend);
+  return std::unique_ptr<EmuDevice>(new EmuDevice(std::move(state)));
+}
+
+EmuDevice::EmuDevice(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+EmuDevice::~EmuDevice() {
+  gpu::SetBackend(nullptr);
+  for (Landing& l : state_->landings) l.land();
+  state_->landings.clear();
+  for (auto& [base, size] : state_->device_memory) munmap(reinterpret_cast<void*>(base), size);
+  for (auto& [base, size] : state_->host_memory) std::free(reinterpret_cast<void*>(base));
+  g_device.store(nullptr, std::memory_order_release);
+}
+
+std::string EmuDevice::Describe() const {
+  return fmt::format("emu (gptc emulated {} on {} host thread{}, checks {})", state_->target,
+                     state_->runner->workers(), state_->runner->workers() == 1 ? "" : "s",
+                     state_->options.checks ? "on" : "off");
+}
+
+const EmuOptions& EmuDevice::options() const { return state_->options; }
+
+EmuStats EmuDevice::stats() const { return state_->stats; }
+
+std::unique_ptr<gpu::Communicator> EmuDevice::MakeCommunicator(rt::Communicator* host) {
+  return MakeEmuCommunicator(host);
+}
+
+void MarkHostWritten(const void* p, size_t bytes) {
+  if (State* d = Device(); d != nullptr) {
+    d->checker->AdoptHostWrite(static_cast<const char*>(p), bytes);
+  }
+}
+
+}  // namespace gptc::rt::emu

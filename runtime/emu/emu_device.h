@@ -1,0 +1,87 @@
+// The emulated GPU device (gptrun --device emu, docs/EMULATOR.md): CUDA's
+// runtime, driver and cuBLASLt implemented on the host, installed as the
+// process's CUDA backend (Note [CUDA backends] in runtime/gpu/backend.h), so
+// that the GPU runtime (GpuTrainer, the executor, CUDA graphs, all-reduce
+// buckets) runs the artifact's own plan: its kernels compiled for the host
+// (gptc compile --emu), its gemms with cuBLASLt's documented semantics,
+// its arena offsets, streams and events — with memory and race checks.
+//
+//   ASSIGN_OR_RETURN(auto emu, emu::EmuDevice::Create(artifact, path, {}));
+//   ASSIGN_OR_RETURN(auto t, gpu::GpuTrainer::Create(artifact, path, &program, seed, {}));
+//
+// Note [emulated streams]
+// Every operation runs when it is enqueued (or, in a captured graph, when
+// the graph is launched), in the order of the calls: the emulator is
+// deterministic and needs no threads of its own beyond the workers of a
+// kernel's grid. What it keeps of asynchrony is what the checks need: each
+// stream's place and what it knows of the others (Note [stream order] in
+// memory_checker.h), and all-reduces whose results land only when another
+// stream or the host waits for them (Note [in-flight all-reduces]).
+//
+// One device at a time per process; one host thread drives it.
+#ifndef GPTC_RUNTIME_EMU_EMU_DEVICE_H_
+#define GPTC_RUNTIME_EMU_EMU_DEVICE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "compiler/support/status.h"
+#include "runtime/artifact.h"
+#include "runtime/communicator.h"
+#include "runtime/gpu/communicator.h"
+
+namespace gptc::rt::emu {
+
+struct EmuOptions {
+  // Memory and race checks (docs/EMULATOR.md); off: only the kernels' own
+  // arithmetic, several times faster.
+  bool checks = true;
+  // Host threads running a grid's blocks (0: one per hardware thread).
+  int workers = 0;
+};
+
+// What the device did, for the log and benchmarks.
+struct EmuStats {
+  int64_t launches = 0, blocks = 0, gemms = 0, copies = 0, all_reduces = 0;
+  double kernel_seconds = 0, gemm_seconds = 0;
+  std::string Summary() const;  // "412 kernels (1.93 s), 110 gemms (0.41 s), ..."
+};
+
+class EmuDevice {
+ public:
+  // Loads `artifact`'s emulator library and installs the emulated CUDA until
+  // the device is destroyed. Errors: no emulator library (say how to compile
+  // one), another emulated device alive.
+  static StatusOr<std::unique_ptr<EmuDevice>> Create(const Artifact& artifact,
+                                                     std::string_view path,
+                                                     const EmuOptions& options);
+  ~EmuDevice();
+  EmuDevice(const EmuDevice&) = delete;
+  EmuDevice& operator=(const EmuDevice&) = delete;
+
+  // "emulated sm_90a on 2 host threads, checks on".
+  std::string Describe() const;
+  const EmuOptions& options() const;
+  EmuStats stats() const;
+
+  // The all-reduces of a --dp N artifact, over `host` (the CPU device's
+  // communicator: processes over TCP, or threads), which must outlive it.
+  std::unique_ptr<gpu::Communicator> MakeCommunicator(rt::Communicator* host);
+
+  struct State;
+
+ private:
+  explicit EmuDevice(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// For tests that fill a thunk's operands themselves: device memory
+// [p, p + bytes) now holds what every buffer at exactly that place expects
+// (Note [provenance] in memory_checker.h). Nothing without an emulated device.
+void MarkHostWritten(const void* p, size_t bytes);
+
+}  // namespace gptc::rt::emu
+
+#endif  // GPTC_RUNTIME_EMU_EMU_DEVICE_H_

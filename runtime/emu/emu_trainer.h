@@ -1,0 +1,67 @@
+// The trainer of gptrun --device emu: the GPU trainer (runtime/gpu/
+// gpu_trainer.h) on the emulated device (emu_device.h). It owns both, so
+// the device outlives the trainer that runs on it.
+#ifndef GPTC_RUNTIME_EMU_EMU_TRAINER_H_
+#define GPTC_RUNTIME_EMU_EMU_TRAINER_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "runtime/emu/emu_device.h"
+#include "runtime/gpu/gpu_trainer.h"
+#include "runtime/trainer.h"
+
+namespace gptc::rt::emu {
+
+struct EmuTrainerOptions {
+  EmuOptions emu;
+  // The GPU trainer's (its `device` and `communicator` are ignored).
+  gpu::GpuOptions gpu;
+  // --dp N: the ranks' host communicator (TCP between processes); null for one.
+  rt::Communicator* host_communicator = nullptr;
+};
+
+class EmuTrainer : public Trainer {
+ public:
+  static StatusOr<std::unique_ptr<EmuTrainer>> Create(const Artifact& artifact,
+                                                      std::string_view path,
+                                                      const passes::TrainProgram* program,
+                                                      uint64_t seed,
+                                                      const EmuTrainerOptions& options);
+  ~EmuTrainer() override;
+
+  std::string DeviceDescription() const override { return device_->Describe(); }
+  std::string DeviceName() const override { return "emu"; }
+  StatusOr<StepResult> Step(std::span<const MicroBatch> micro_batches, double lr) override {
+    return trainer_->Step(micro_batches, lr);
+  }
+  StatusOr<std::vector<eval::Literal>> Evaluate(const passes::TrainEntry& entry,
+                                                const MicroBatch& batch) override {
+    return trainer_->Evaluate(entry, batch);
+  }
+  StatusOr<std::vector<double>> EvaluateSlice(const passes::TrainEntry& entry,
+                                              const MicroBatch& batch, int64_t output,
+                                              int64_t first, int64_t count) override {
+    return trainer_->EvaluateSlice(entry, batch, output, first, count);
+  }
+  int64_t steps_done() const override { return trainer_->steps_done(); }
+  StatusOr<TrainerState> ExportState() override { return trainer_->ExportState(); }
+  Status ImportState(const TrainerState& state) override { return trainer_->ImportState(state); }
+
+  // The GPU trainer's load line, and what the emulator did so far.
+  std::string LoadSummary() const;
+  std::string ProfileReport(int top_n = 25) const { return trainer_->ProfileReport(top_n); }
+  EmuStats stats() const { return device_->stats(); }
+
+ private:
+  EmuTrainer() = default;
+  // Destroyed in reverse: the trainer, then its communicator, then the device.
+  std::unique_ptr<EmuDevice> device_;
+  std::unique_ptr<gpu::Communicator> communicator_;
+  std::unique_ptr<gpu::GpuTrainer> trainer_;
+};
+
+}  // namespace gptc::rt::emu
+
+#endif  // GPTC_RUNTIME_EMU_EMU_TRAINER_H_

@@ -1,0 +1,135 @@
+// Runs one kernel launch of the emulated device: every block of the grid on
+// the host's cores, every thread of a block as a fiber (fiber.h) when the
+// kernel has barriers or warp shuffles, else as a plain loop; and answers
+// the kernel's calls into the emulator (compiler/codegen/emu_abi.h):
+// special registers, barriers, shuffles, shared memory, memory checks.
+//
+// Note [emulated synchronization]
+// A block's fibers run one at a time, each until it waits. When none can
+// run, a warp whose every lane in the member mask waits at the same
+// shfl.sync exchanges values (PTX's shfl semantics, clamp and segment mask
+// included) and its lanes run on; else, when every live thread waits at the
+// same barrier, the block passes it (the barrier epoch advances); anything
+// else is a defect reported with every waiting thread's place: a barrier
+// reached by some threads while others wait at another barrier or have
+// exited inside a shuffle's mask, a shuffle whose mask names an exited or
+// absent lane, a lane reading a lane outside the mask.
+//
+// Note [emulated races]
+// With checks, every shared-memory word has a cell recording who touched it
+// since the last barrier (one thread, or several readers) and whether it was
+// written; a second thread touching it between the same two barriers, one of
+// them writing, is a race. Global memory is checked the same way across the
+// whole grid by the GlobalAccessChecker, with the block in the cell: blocks
+// are never ordered. Atomics take part in neither.
+#ifndef GPTC_RUNTIME_EMU_GRID_RUNNER_H_
+#define GPTC_RUNTIME_EMU_GRID_RUNNER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compiler/codegen/emu_abi.h"
+#include "compiler/support/status.h"
+
+namespace gptc::rt::emu {
+
+using KernelFunction = void (*)(const uint64_t* args);
+
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+  uint64_t count() const { return uint64_t{x} * y * z; }
+};
+
+// Who makes an access.
+struct ThreadIdentity {
+  uint64_t block = 0;   // linear block index in the grid
+  uint32_t thread = 0;  // linear thread index in the block
+  uint32_t epoch = 0;   // barriers the block has passed
+  uint32_t ctaid[3] = {0, 0, 0};
+  uint32_t tid[3] = {0, 0, 0};
+  // "block (3,0,0) thread (17,0,0)".
+  std::string Describe() const;
+};
+
+// The first defect of a launch; safe to add from every worker.
+class Findings {
+ public:
+  // Keeps `message` when it is the first; returns false (for `return
+  // findings.Add(...)` in checks that fail).
+  bool Add(std::string message);
+  bool any() const { return any_.load(std::memory_order_acquire); }
+  std::string first() const;
+
+ private:
+  std::atomic<bool> any_{false};
+  mutable std::mutex mu_;
+  std::string first_;
+};
+
+// Checks of global (and generic, non-shared) memory accesses of one launch
+// (memory_checker.h). Called from every worker thread.
+class GlobalAccessChecker {
+ public:
+  virtual ~GlobalAccessChecker() = default;
+  // False when the access is a defect (added to `findings`); the thread then
+  // stops before it happens.
+  virtual bool Access(const void* address, uint32_t bytes, uint32_t kind, const ThreadIdentity& who,
+                      Findings& findings) = 0;
+};
+
+struct Launch {
+  std::string kernel;  // for messages
+  KernelFunction function = nullptr;
+  std::vector<uint64_t> args;  // device pointers, Note [kernel ABI]
+  Dim3 grid, block;
+  uint32_t static_shared = 0;  // the host layout's static shared memory
+  uint32_t dynamic_shared = 0;
+  bool uses_sync = false;  // run the block's threads as fibers
+  bool checks = false;
+  GlobalAccessChecker* global = nullptr;  // with checks; null: no global checks
+};
+
+class GridRunner {
+ public:
+  // `workers` host threads run blocks (0: one per hardware thread).
+  explicit GridRunner(int workers = 0);
+  ~GridRunner();
+  GridRunner(const GridRunner&) = delete;
+  GridRunner& operator=(const GridRunner&) = delete;
+
+  // Runs every block; the first defect as an error naming the kernel, the
+  // block and thread, and what was wrong.
+  Status Run(const Launch& launch);
+
+  int workers() const { return static_cast<int>(contexts_.size()); }
+
+  // The table every kernel calls (emu_abi.h); the same for every runner.
+  static const codegen::emu::EmuRuntime* Table();
+
+  struct BlockContext;
+
+ private:
+  void Work(int worker);
+  void RunBlocks(BlockContext& context);
+
+  std::vector<std::unique_ptr<BlockContext>> contexts_;  // one per worker; [0] is the caller's
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable start_, done_;
+  const Launch* launch_ = nullptr;
+  uint64_t generation_ = 0;
+  int running_ = 0;
+  bool stop_ = false;
+  std::atomic<uint64_t> next_block_{0};
+  Findings* findings_ = nullptr;
+};
+
+}  // namespace gptc::rt::emu
+
+#endif  // GPTC_RUNTIME_EMU_GRID_RUNNER_H_

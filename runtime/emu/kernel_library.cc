@@ -1,0 +1,166 @@
+#include "runtime/emu/kernel_library.h"
+
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "compiler/codegen/emu_abi.h"
+#include "runtime/gpu/plan_reader.h"
+
+namespace gptc::rt::emu {
+
+namespace abi = codegen::emu;
+
+namespace {
+
+template <typename T>
+StatusOr<T> Field(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.is_object() || !j.contains(key)) return Error("{} has no '{}'", where, key);
+  try {
+    return j[key].get<T>();
+  } catch (const nlohmann::json::exception&) {
+    return Error("{}.{} has the wrong type ({})", where, key, j[key].dump());
+  }
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const Artifact& artifact,
+                                                             std::string_view path) {
+  const std::string* library = artifact.Find("emu");
+  if (library == nullptr || !artifact.manifest.contains("emu")) {
+    return Error(
+        "{}: has no emulator library: compile it with `gptc compile ... --emu` to run it on "
+        "--device emu",
+        path);
+  }
+  const nlohmann::json& index = artifact.manifest["emu"];
+  ASSIGN_OR_RETURN(int64_t abi_version, Field<int64_t>(index, "abi", "manifest emu"));
+  if (abi_version != abi::kKernelAbiVersion) {
+    return Error("{}: its emulator library has ABI {}, this gptrun runs ABI {} (recompile it)",
+                 path, abi_version, abi::kKernelAbiVersion);
+  }
+  std::unique_ptr<KernelLibrary> lib(new KernelLibrary());
+  // dlopen wants a file: an anonymous in-memory one, gone with the process.
+  const int fd = memfd_create("gptc-emu", MFD_CLOEXEC);
+  if (fd < 0) return Error("{}: memfd_create: {}", path, std::strerror(errno));
+  size_t written = 0;
+  while (written < library->size()) {
+    const ssize_t n = write(fd, library->data() + written, library->size() - written);
+    if (n <= 0) {
+      close(fd);
+      return Error("{}: writing the emulator library: {}", path, std::strerror(errno));
+    }
+    written += static_cast<size_t>(n);
+  }
+  const std::string file = fmt::format("/proc/self/fd/{}", fd);
+  lib->handle_ = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  close(fd);
+  if (lib->handle_ == nullptr) {
+    return Error("{}: cannot load its emulator library: {}", path, dlerror());
+  }
+  auto* abi = static_cast<const uint32_t*>(dlsym(lib->handle_, abi::kAbiSymbol));
+  auto** runtime = static_cast<const abi::EmuRuntime**>(dlsym(lib->handle_, abi::kRuntimeSymbol));
+  lib->checks_flag_ = static_cast<uint8_t*>(dlsym(lib->handle_, abi::kChecksSymbol));
+  if (abi == nullptr || runtime == nullptr || lib->checks_flag_ == nullptr) {
+    return Error("{}: its emulator library lacks {}, {} or {}", path, abi::kAbiSymbol,
+                 abi::kRuntimeSymbol, abi::kChecksSymbol);
+  }
+  if (*abi != abi::kKernelAbiVersion) {
+    return Error("{}: its emulator library was built for ABI {}, not {}", path, *abi,
+                 abi::kKernelAbiVersion);
+  }
+  *runtime = GridRunner::Table();
+
+  ASSIGN_OR_RETURN(
+      std::vector<gpu::KernelImage> images,
+      gpu::ReadKernelIndex(artifact.manifest, static_cast<int64_t>(artifact.Find("ptx")->size()),
+                           artifact.Find("cubin") != nullptr
+                               ? static_cast<int64_t>(artifact.Find("cubin")->size())
+                               : 0));
+  if (!index.contains("kernels") || !index["kernels"].is_array()) {
+    return Error("{}: manifest emu has no 'kernels'", path);
+  }
+  for (const nlohmann::json& k : index["kernels"]) {
+    const std::string where =
+        fmt::format("{}: manifest emu kernels[{}]", path, lib->kernels_.size());
+    EmuKernel kernel;
+    ASSIGN_OR_RETURN(kernel.entry, Field<std::string>(k, "entry", where));
+    ASSIGN_OR_RETURN(kernel.name, Field<std::string>(k, "name", where));
+    ASSIGN_OR_RETURN(kernel.symbol, Field<std::string>(k, "symbol", where));
+    ASSIGN_OR_RETURN(kernel.params, Field<int64_t>(k, "params", where));
+    ASSIGN_OR_RETURN(kernel.uses_sync, Field<bool>(k, "uses_sync", where));
+    ASSIGN_OR_RETURN(int64_t shared, Field<int64_t>(k, "host_shared_bytes", where));
+    ASSIGN_OR_RETURN(kernel.static_smem, Field<int64_t>(k, "static_smem", where));
+    ASSIGN_OR_RETURN(kernel.registers, Field<int64_t>(k, "registers", where));
+    kernel.host_shared_bytes = static_cast<uint32_t>(shared);
+    kernel.function = reinterpret_cast<KernelFunction>(dlsym(lib->handle_, kernel.symbol.c_str()));
+    if (kernel.function == nullptr) {
+      return Error("{} ({}): the library has no symbol {}", where, kernel.name, kernel.symbol);
+    }
+    lib->kernels_.push_back(std::move(kernel));
+  }
+  for (const gpu::KernelImage& image : images) {
+    const EmuKernel* k = lib->Find(image.entry, image.name);
+    if (k == nullptr) {
+      return Error("{}: kernel {} of entry {} has no host code in its emulator library", path,
+                   image.name, image.entry);
+    }
+    const size_t at = static_cast<size_t>(k - lib->kernels_.data());
+    const std::string_view ptx =
+        std::string_view(*artifact.Find("ptx")).substr(image.ptx_offset, image.ptx_size);
+    lib->ptx_[Fnv1a64(ptx)] = at;
+    if (image.cubin) {
+      lib->cubins_.emplace_back(
+          artifact.Find("cubin")->substr(image.cubin->first, image.cubin->second), at);
+    }
+  }
+  return lib;
+}
+
+KernelLibrary::~KernelLibrary() {
+  if (handle_ != nullptr) dlclose(handle_);
+}
+
+const EmuKernel* KernelLibrary::FindImage(const void* image) const {
+  const char* bytes = static_cast<const char*>(image);
+  if (std::memcmp(bytes,
+                  "\x7f"
+                  "ELF",
+                  4) == 0) {
+    // An ELF64 object ends with its section or program header table (ptxas
+    // writes the program headers last): its size is the later end of the two.
+    uint64_t shoff = 0, phoff = 0;
+    uint16_t shentsize = 0, shnum = 0, phentsize = 0, phnum = 0;
+    std::memcpy(&phoff, bytes + 0x20, 8);
+    std::memcpy(&shoff, bytes + 0x28, 8);
+    std::memcpy(&phentsize, bytes + 0x36, 2);
+    std::memcpy(&phnum, bytes + 0x38, 2);
+    std::memcpy(&shentsize, bytes + 0x3a, 2);
+    std::memcpy(&shnum, bytes + 0x3c, 2);
+    const uint64_t size =
+        std::max(shoff + uint64_t{shentsize} * shnum, phoff + uint64_t{phentsize} * phnum);
+    for (const auto& [cubin, at] : cubins_) {
+      if (cubin.size() == size && std::memcmp(bytes, cubin.data(), size) == 0) {
+        return &kernels_[at];
+      }
+    }
+    return nullptr;
+  }
+  auto it = ptx_.find(Fnv1a64(std::string_view(bytes)));
+  return it == ptx_.end() ? nullptr : &kernels_[it->second];
+}
+
+const EmuKernel* KernelLibrary::Find(std::string_view entry, std::string_view name) const {
+  for (const EmuKernel& k : kernels_) {
+    if (k.entry == entry && k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+void KernelLibrary::SetChecks(bool on) { *checks_flag_ = on ? 1 : 0; }
+
+}  // namespace gptc::rt::emu
