@@ -10,6 +10,7 @@
 #include "compiler/eval/evaluator.h"
 #include "compiler/ir/computation.h"
 #include "passes/train_step.h"
+#include "runtime/gpu/backend.h"
 
 namespace gptc::rt::gpu::testing {
 
@@ -98,7 +99,27 @@ const Tiny* LoadTiny(std::string* why, TinyVariant variant) {
   return &tiny->value();
 }
 
-bool HaveGpu() { return CountDevices() > 0; }
+bool HaveGpu() { return UsingRealCuda() && CountDevices() > 0; }
+
+std::string TestBackendName(TestBackend backend) {
+  return backend == TestBackend::kGpu ? "Gpu" : "Emu";
+}
+
+StatusOr<std::unique_ptr<TestDevice>> TestDevice::Open(TestBackend backend, const Tiny& tiny,
+                                                       std::string* why) {
+  std::unique_ptr<TestDevice> d(new TestDevice(backend));
+  if (backend == TestBackend::kGpu) {
+    if (!HaveGpu()) {
+      *why = "no GPU found: " + NoGpuReason();
+      return std::unique_ptr<TestDevice>();
+    }
+    return d;
+  }
+  ASSIGN_OR_RETURN(d->emu_, emu::EmuDevice::Create(tiny.artifact, tiny.path, emu::EmuOptions{}));
+  return d;
+}
+
+TestDevice::~TestDevice() = default;
 
 std::string NoGpuReason() {
   Status s = CheckGpuAvailable();
@@ -236,7 +257,10 @@ Status GpuHarness::Upload(size_t e, const ArenaSlice& slice, const std::string& 
   RETURN_IF_ERROR(CudaCheck(Cuda().MemcpyAsync(executors_[e]->At(slice), bytes.data(), bytes.size(),
                                                cudaMemcpyHostToDevice, stream_),
                             "cudaMemcpyAsync(upload)"));
-  return CudaCheck(Cuda().StreamSynchronize(stream_), "cudaStreamSynchronize(upload)");
+  RETURN_IF_ERROR(CudaCheck(Cuda().StreamSynchronize(stream_), "cudaStreamSynchronize(upload)"));
+  // The emulated device's checks: these bytes are now the operand's value.
+  emu::MarkHostWritten(executors_[e]->At(slice), bytes.size());
+  return Status::Ok();
 }
 
 StatusOr<std::string> GpuHarness::Download(size_t e, const ArenaSlice& slice) {

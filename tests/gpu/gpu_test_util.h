@@ -25,6 +25,7 @@
 #include "compiler/ir/instruction.h"
 #include "passes/buffer_assignment.h"
 #include "runtime/artifact.h"
+#include "runtime/emu/emu_device.h"
 #include "runtime/gpu/backend.h"
 #include "runtime/gpu/cublaslt_api.h"
 #include "runtime/gpu/cuda_api.h"
@@ -66,6 +67,38 @@ std::string NoGpuReason();
   if (!::gptc::rt::gpu::testing::HaveGpu()) {                                    \
     GTEST_SKIP() << "no GPU found: " << ::gptc::rt::gpu::testing::NoGpuReason(); \
   }
+
+// The device a test of the GPU runtime runs on: the GPU, or the emulated
+// device (runtime/emu/: the artifact's kernels compiled for this host, with
+// memory and race checks), which every CI run has.
+enum class TestBackend { kGpu, kEmu };
+std::string TestBackendName(TestBackend backend);  // "Gpu", "Emu" (test names)
+
+// While alive, the backend's CUDA is the process's: the emulated device of
+// `tiny`'s emulator library, or the GPU's (nothing to set up).
+class TestDevice {
+ public:
+  // Null with `why` when the backend is not at hand (no GPU; an artifact
+  // without an emulator library is an error).
+  static StatusOr<std::unique_ptr<TestDevice>> Open(TestBackend backend, const Tiny& tiny,
+                                                    std::string* why);
+  ~TestDevice();
+  TestBackend backend() const { return backend_; }
+
+ private:
+  explicit TestDevice(TestBackend backend) : backend_(backend) {}
+  TestBackend backend_;
+  std::unique_ptr<emu::EmuDevice> emu_;
+};
+
+// Opens the parameter's device for `tiny` in a TEST_P (skips without a GPU).
+#define GPTC_OPEN_TEST_DEVICE(var, tiny)                                          \
+  std::string var##_why;                                                          \
+  StatusOr<std::unique_ptr<::gptc::rt::gpu::testing::TestDevice>> var##_or =      \
+      ::gptc::rt::gpu::testing::TestDevice::Open(GetParam(), (tiny), &var##_why); \
+  ASSERT_TRUE(var##_or.ok()) << var##_or.status().message();                      \
+  if (*var##_or == nullptr) GTEST_SKIP() << var##_why;                            \
+  std::unique_ptr<::gptc::rt::gpu::testing::TestDevice> var = std::move(var##_or).value()
 
 // The reference value of `inst` (any entry instruction: a fusion, a dot, a
 // gather...) on `operands`, with the evaluator; one literal per result leaf.

@@ -2,6 +2,7 @@
 
 #include "runtime/cpu_device.h"
 #if GPTC_HAVE_GPU
+#include "runtime/emu/emu_trainer.h"
 #include "runtime/gpu/gpu_trainer.h"
 #endif
 
@@ -29,12 +30,22 @@ StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, co
                                                    const passes::TrainProgram* program,
                                                    const Distributed& dist) {
   if (device == "cpu") {
-    if (o.profile) return Error("--profile needs the GPU device (--device gpu)");
+    if (o.profile) return Error("--profile needs the GPU device (--device gpu or emu)");
     auto cpu = std::make_unique<rt::CpuTrainer>(program, o.seed);
     if (dist.comm != nullptr) cpu->set_collective(dist.comm.get());
     return std::unique_ptr<rt::Trainer>(std::move(cpu));
   }
 #if GPTC_HAVE_GPU
+  if (device == "emu") {
+    rt::emu::EmuTrainerOptions e;
+    e.emu.checks = o.emu_checks;
+    e.gpu = rt::gpu::GpuOptions{
+        .use_graph = !o.no_graph, .profile = o.profile, .sync_each_thunk = o.debug_sync};
+    e.host_communicator = dist.comm.get();
+    ASSIGN_OR_RETURN(std::unique_ptr<rt::emu::EmuTrainer> t,
+                     rt::emu::EmuTrainer::Create(artifact, o.artifact, program, o.seed, e));
+    return std::unique_ptr<rt::Trainer>(std::move(t));
+  }
   rt::gpu::GpuOptions g{.device = dist.gpu,
                         .use_graph = !o.no_graph,
                         .profile = o.profile,
@@ -53,13 +64,19 @@ StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, co
 std::string LoadSummary(rt::Trainer& trainer) {
 #if GPTC_HAVE_GPU
   if (auto* g = dynamic_cast<rt::gpu::GpuTrainer*>(&trainer)) return g->LoadSummary();
+  if (auto* e = dynamic_cast<rt::emu::EmuTrainer*>(&trainer)) return e->LoadSummary();
 #endif
   return "";
 }
 
-std::string ProfileReport(rt::Trainer& trainer) {
+std::string ProfileReport(rt::Trainer& trainer, bool profiled) {
 #if GPTC_HAVE_GPU
-  if (auto* g = dynamic_cast<rt::gpu::GpuTrainer*>(&trainer)) return g->ProfileReport();
+  if (auto* g = dynamic_cast<rt::gpu::GpuTrainer*>(&trainer)) {
+    return profiled ? g->ProfileReport() : "";
+  }
+  if (auto* e = dynamic_cast<rt::emu::EmuTrainer*>(&trainer)) {
+    return (profiled ? e->ProfileReport() + "\n" : "") + "emulator: " + e->stats().Summary();
+  }
 #endif
   return "";
 }

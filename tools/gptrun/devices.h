@@ -1,5 +1,5 @@
-// gptrun's devices: which one runs (--device cpu|gpu, or the default: the GPU
-// when there is one and the artifact can run on it) and how it is made.
+// gptrun's devices: which one runs (--device cpu|gpu|emu, or the default: the
+// GPU when there is one and the artifact can run on it) and how it is made.
 // The train loop only sees rt::Trainer.
 #ifndef GPTC_TOOLS_GPTRUN_DEVICES_H_
 #define GPTC_TOOLS_GPTRUN_DEVICES_H_
@@ -20,7 +20,7 @@ namespace gptc::tools {
 bool HaveGpuDevice();
 
 struct ChosenDevice {
-  std::string name;  // "cpu" or "gpu"
+  std::string name;  // "cpu", "gpu" or "emu"
   std::string note;  // "note: ..." why the default fell back to the CPU, or empty
 };
 
@@ -38,8 +38,9 @@ StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device,
 
 // Extra lines about a trainer after its load ("loaded: arenas ..."), or empty.
 std::string LoadSummary(rt::Trainer& trainer);
-// The --profile table of a GPU trainer, or empty.
-std::string ProfileReport(rt::Trainer& trainer);
+// After the run: the --profile table of a GPU or emulated trainer (when
+// `profiled`), and what the emulated device did; empty for the CPU.
+std::string ProfileReport(rt::Trainer& trainer, bool profiled);
 
 }  // namespace gptc::tools
 

@@ -98,7 +98,8 @@ StatusOr<Distributed> JoinDistributed(int64_t compiled_world, const std::string&
   }
   ASSIGN_OR_RETURN(std::unique_ptr<rt::Rendezvous> rendezvous,
                    rt::Rendezvous::Join(rt::RendezvousOptionsFrom(dist.env)));
-  if (device == "cpu") {
+  // The emulated device's all-reduces run on the host too (runtime/emu/).
+  if (device == "cpu" || device == "emu") {
     dist.comm = rt::MakeTcpCommunicator(std::move(rendezvous), dist.env.timeout);
     return dist;
   }

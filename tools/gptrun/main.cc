@@ -12,6 +12,9 @@
 // with the reference evaluator (small models only; it needs no kernels, so
 // artifacts from `gptc compile --no-codegen` run too). Without --device: the
 // GPU when there is one and the artifact can run on it, else the CPU.
+// `--device emu` runs the GPU runtime on the emulated device (docs/EMULATOR.md:
+// the artifact's kernels compiled for this host by gptc compile --emu, with
+// memory and race checks unless --emu-checks off).
 #include <cstdio>
 #include <string>
 #include <tuple>
@@ -24,7 +27,8 @@ namespace gptc::tools {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: gptrun FILE.gptx [--device cpu|gpu] [--gpu N] [--no-graph] [--profile] [--debug-sync]\n"
+    "usage: gptrun FILE.gptx [--device cpu|gpu|emu] [--gpu N] [--no-graph] [--profile]\n"
+    "              [--debug-sync] [--emu-checks on|off]\n"
     "              --train GLOB [--val GLOB] [--steps N]\n"
     "              [--lr LR] [--warmup W] [--lr-min LR] [--cosine] [--grad-accum K] [--seed S]\n"
     "              [--val-every N] [--val-steps N] [--sample-every N] [--sample-len N]\n"
@@ -37,6 +41,10 @@ constexpr char kUsage[] =
     "                     is complete); --gpu N picks the device (ranks of a --dp artifact\n"
     "                     take the GPU of their local rank)\n"
     "  --device cpu       the reference evaluator (small models, e.g. gpt2-tiny)\n"
+    "  --device emu       the GPU runtime on the emulated device: the artifact's kernels\n"
+    "                     compiled for this host (gptc compile --emu), gemms with cuBLASLt's\n"
+    "                     semantics, memory and race checks (docs/EMULATOR.md)\n"
+    "  --emu-checks off   emu: skip the memory and race checks (several times faster)\n"
     "  --no-graph         GPU: launch every thunk every step (no CUDA graph replay)\n"
     "  --profile          GPU: time every thunk with CUDA events (no graph) and print the\n"
     "                     top thunks, kernel and gemm totals after the last step\n"
@@ -65,7 +73,7 @@ int Main(int argc, char** argv) {
   flags.Value("val-steps").Value("sample-every").Value("sample-len").Value("top-k");
   flags.Value("ckpt-dir").Value("ckpt-every").Value("resume").Value("log").Value("peak-tflops");
   flags.Bool("bench").Value("tokenizer").Value("cpu-max-params").Bool("help");
-  flags.Value("gpu").Bool("no-graph").Bool("profile").Bool("debug-sync");
+  flags.Value("gpu").Bool("no-graph").Bool("profile").Bool("debug-sync").Value("emu-checks");
   if (Status s = flags.Parse(argc, argv, 1); !s.ok()) return Fail(2, s);
   if (flags.Has("help")) {
     std::fputs(kUsage, stdout);
@@ -80,9 +88,17 @@ int Main(int argc, char** argv) {
   RunOptions o;
   o.artifact = flags.positional()[0];
   o.device = flags.Get("device");
-  if (flags.Has("device") && o.device != "cpu" && o.device != "gpu") {
-    return Fail(2, Error("--device must be cpu or gpu, got '{}'", o.device));
+  if (flags.Has("device") && o.device != "cpu" && o.device != "gpu" && o.device != "emu") {
+    return Fail(2, Error("--device must be cpu, gpu or emu, got '{}'", o.device));
   }
+  const std::string checks = flags.Get("emu-checks", "on");
+  if (checks != "on" && checks != "off") {
+    return Fail(2, Error("--emu-checks must be on or off, got '{}'", checks));
+  }
+  if (flags.Has("emu-checks") && o.device != "emu") {
+    return Fail(2, Error("--emu-checks applies to --device emu"));
+  }
+  o.emu_checks = checks == "on";
   o.no_graph = flags.Has("no-graph");
   o.profile = flags.Has("profile");
   o.debug_sync = flags.Has("debug-sync");
@@ -123,7 +139,7 @@ int Main(int argc, char** argv) {
   }
   if (o.warmup > o.steps) o.warmup = o.steps;
   if (!o.resume.empty() && o.bench) return Fail(2, Error("--resume does not apply to --bench"));
-  if (o.profile && o.device == "cpu") return Fail(2, Error("--profile needs --device gpu"));
+  if (o.profile && o.device == "cpu") return Fail(2, Error("--profile needs --device gpu or emu"));
   return RunTraining(o);
 }
 

@@ -415,7 +415,9 @@ int RunTraining(const RunOptions& o) {
       "{:.4f}",
       o.bench ? "bench" : "done", timed_steps, train_s, steps_s,
       WithCommas(static_cast<int64_t>(steps_s * tokens_per_step + 0.5)), first_loss, last_loss));
-  if (std::string report = ProfileReport(trainer); !report.empty()) console.Line(report);
+  if (std::string report = ProfileReport(trainer, o.profile); !report.empty()) {
+    console.Line(report);
+  }
   return finish();
 }
 

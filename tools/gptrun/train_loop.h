@@ -13,11 +13,12 @@ namespace gptc::tools {
 
 struct RunOptions {
   std::string artifact;
-  std::string device;      // "cpu", "gpu", or empty: the GPU when it can run the artifact
+  std::string device;      // "cpu", "gpu", "emu", or empty: the GPU when it can run the artifact
   int gpu = -1;            // which GPU (-1: GPU 0, or the local rank's with --dp)
   bool no_graph = false;   // GPU: run every step eagerly (no CUDA graph)
   bool profile = false;    // GPU: time every thunk; print the table at the end
   bool debug_sync = false; // GPU: synchronize after every thunk (errors name the thunk)
+  bool emu_checks = true;  // emu: memory and race checks
   std::string train, val;  // glob patterns of token shards
   int64_t steps = 10;
   double lr = 6e-4, lr_min = 0;
