@@ -170,7 +170,8 @@ cudaError_t Memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind
   if (cudaError_t e = RefuseDuringCapture("cudaMemcpy"); e != cudaSuccess) return e;
   State& d = D();
   Stream& legacy = *d.streams[0];
-  cudaError_t e = CopyOp(legacy, dst, src, bytes, fmt::format("cudaMemcpy of {} bytes", bytes));
+  const std::string what = fmt::format("cudaMemcpy of {} bytes (legacy default stream)", bytes);
+  cudaError_t e = Execute(legacy, [&](Stream& on) { return CopyOp(on, dst, src, bytes, what); });
   // To the host, the copy is complete on return; from pageable memory to the
   // device, only staged (CUDA's documented synchronous behaviour).
   if (e == cudaSuccess && kind != cudaMemcpyHostToDevice) Learn(d.host_known, legacy.known, -1);
@@ -187,8 +188,8 @@ cudaError_t MemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind
 
 cudaError_t Memset(void* dst, int value, size_t bytes) {
   if (cudaError_t e = RefuseDuringCapture("cudaMemset"); e != cudaSuccess) return e;
-  return SetOp(*D().streams[0], dst, value, bytes,
-               fmt::format("cudaMemset of {} bytes (legacy default stream)", bytes));
+  const std::string what = fmt::format("cudaMemset of {} bytes (legacy default stream)", bytes);
+  return Execute(*D().streams[0], [&](Stream& on) { return SetOp(on, dst, value, bytes, what); });
 }
 
 cudaError_t MemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
@@ -502,7 +503,9 @@ cudaError_t Finding(const ThunkContext& ctx, const std::string& what, const Stat
   std::string message(status.message());
   if (ctx.plan != nullptr && !message.starts_with("entry "))
     message = Describe(ctx) + ": " + message;
-  if (!what.empty() && ctx.plan == nullptr) message = what + ": " + message;
+  if (!what.empty() && ctx.plan == nullptr && !message.starts_with(what)) {
+    message = what + ": " + message;
+  }
   return Fail(cudaErrorIllegalAddress, "emulator: " + message, /*sticky=*/true);
 }
 
@@ -526,7 +529,7 @@ StatusOr<std::unique_ptr<EmuDevice>> EmuDevice::Create(const Artifact& artifact,
   auto state = std::make_unique<State>();
   state->options = options;
   state->target = artifact.manifest.value("target", "sm_90a");
-  state->library = std::move(library);
+  state->libraries.push_back(std::move(library));
   state->runner = std::make_unique<GridRunner>(options.workers);
   state->checker = std::make_unique<MemoryChecker>(options.checks);
   auto legacy = std::make_unique<Stream>();
@@ -593,6 +596,13 @@ EmuDevice::~EmuDevice() {
   for (auto& [base, size] : state_->device_memory) munmap(reinterpret_cast<void*>(base), size);
   for (auto& [base, size] : state_->host_memory) std::free(reinterpret_cast<void*>(base));
   g_device.store(nullptr, std::memory_order_release);
+}
+
+Status EmuDevice::AddArtifact(const Artifact& artifact, std::string_view path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<KernelLibrary> library, KernelLibrary::Load(artifact, path));
+  library->SetChecks(state_->options.checks);
+  state_->libraries.push_back(std::move(library));
+  return Status::Ok();
 }
 
 std::string EmuDevice::Describe() const {

@@ -61,6 +61,9 @@ class EmuDevice {
   EmuDevice(const EmuDevice&) = delete;
   EmuDevice& operator=(const EmuDevice&) = delete;
 
+  // The kernels of another artifact too (tests that run two at once).
+  Status AddArtifact(const Artifact& artifact, std::string_view path);
+
   // "emulated sm_90a on 2 host threads, checks on".
   std::string Describe() const;
   const EmuOptions& options() const;

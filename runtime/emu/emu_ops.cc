@@ -168,7 +168,10 @@ CUresult CuGetErrorString(CUresult r, const char** out) {
 
 CUresult ModuleLoadDataEx(CUmodule* module, const void* image, unsigned int n,
                           CUjit_option* options, void** values) {
-  const EmuKernel* k = D().library->FindImage(image);
+  const EmuKernel* k = nullptr;
+  for (const auto& library : D().libraries) {
+    if (k == nullptr) k = library->FindImage(image);
+  }
   if (k == nullptr) {
     const std::string message =
         "the emulator library has no host code for this PTX/cubin image (an artifact compiled "

@@ -86,7 +86,7 @@ struct Landing {
 struct EmuDevice::State {
   EmuOptions options;
   std::string target;
-  std::unique_ptr<KernelLibrary> library;
+  std::vector<std::unique_ptr<KernelLibrary>> libraries;  // one per artifact
   std::unique_ptr<GridRunner> runner;
   std::unique_ptr<MemoryChecker> checker;
   std::vector<std::unique_ptr<Stream>> streams;  // [0]: legacy

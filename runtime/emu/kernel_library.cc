@@ -56,9 +56,12 @@ StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const Artifact& art
     }
     written += static_cast<size_t>(n);
   }
+  // The descriptor stays open with the library: glibc takes a path it has
+  // loaded before for the same library, and a reused descriptor number would
+  // give another artifact's library that path.
+  lib->fd_ = fd;
   const std::string file = fmt::format("/proc/self/fd/{}", fd);
   lib->handle_ = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
-  close(fd);
   if (lib->handle_ == nullptr) {
     return Error("{}: cannot load its emulator library: {}", path, dlerror());
   }
@@ -123,6 +126,7 @@ StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const Artifact& art
 
 KernelLibrary::~KernelLibrary() {
   if (handle_ != nullptr) dlclose(handle_);
+  if (fd_ >= 0) close(fd_);
 }
 
 const EmuKernel* KernelLibrary::FindImage(const void* image) const {

@@ -54,6 +54,7 @@ class KernelLibrary {
   KernelLibrary() = default;
 
   void* handle_ = nullptr;
+  int fd_ = -1;  // the in-memory file it was loaded from
   uint8_t* checks_flag_ = nullptr;
   std::vector<EmuKernel> kernels_;
   std::map<uint64_t, size_t> ptx_;  // FNV-1a of the PTX text -> kernels_ index

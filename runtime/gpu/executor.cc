@@ -47,9 +47,11 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
     if (t.kind == ThunkKind::kConstant) {
       const std::string& bytes = std::get<ConstantThunk>(t.body).bytes;
       char* dst = static_cast<char*>(e->constant_pool_) + pool_offset;
-      RETURN_IF_ERROR(
-          CudaCheck(Cuda().Memcpy(dst, bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
-                    t.Describe() + ": cudaMemcpy (constant upload)"));
+      // On the executor's stream (the legacy default stream would race a
+      // non-blocking one); the bytes live in plan_ as long as the executor.
+      RETURN_IF_ERROR(CudaCheck(Cuda().MemcpyAsync(dst, bytes.data(), bytes.size(),
+                                                   cudaMemcpyHostToDevice, resources.stream),
+                                t.Describe() + ": cudaMemcpyAsync (constant upload)"));
       MemcpyCall call{
           .dst = e->At(std::get<ConstantThunk>(t.body).dst), .src = dst, .bytes = bytes.size()};
       e->calls_.push_back(call);

@@ -5,7 +5,8 @@
 //   kernel      cuLaunchKernel, params = the args' pointers (Note [kernel ABI])
 //   gemm        a GemmRunner (descriptors and algorithm chosen at load)
 //   copy        cudaMemcpyAsync device to device
-//   constant    cudaMemcpyAsync from a pool uploaded once at load: the
+//   constant    cudaMemcpyAsync from a pool uploaded once at load (on
+//               resources.stream): the
 //               constant's slice is reused by other values once it is dead
 //               (Note [liveness]), so it is rewritten at its place every run
 //   all_reduce  the Communicator; without one (world size 1) a copy when
@@ -44,6 +45,9 @@ namespace gptc::rt::gpu {
 // What the executors of a device share.
 struct ExecutorResources {
   const DriverApi* cu = nullptr;
+  // Where Create uploads the constant pool: the stream the executor will run
+  // on (a copy on the legacy default stream would race a non-blocking one).
+  cudaStream_t stream = nullptr;
   const CublasLtApi* lt = nullptr;
   cublasLtHandle_t lt_handle = nullptr;
   KernelModules* modules = nullptr;

@@ -249,6 +249,7 @@ Status GpuTrainer::Impl::Load(const Artifact& artifact, uint64_t seed) {
   ASSIGN_OR_RETURN(modules, KernelModules::Load(*cu, artifact, Where(), device));
 
   ExecutorResources resources{.cu = cu,
+                              .stream = stream,
                               .lt = lt,
                               .lt_handle = lt_handle,
                               .modules = modules.get(),
@@ -261,8 +262,11 @@ Status GpuTrainer::Impl::Load(const Artifact& artifact, uint64_t seed) {
     RETURN_IF_ERROR(CudaCheck(Cuda().Malloc(&e.arena.ptr, bytes),
                               fmt::format("{}: cudaMalloc({}, arena of entry {})", Where(),
                                           FormatBytes(bytes), e.entry->name)));
-    // Zeros: nothing reads memory it did not write, but zeros keep runs reproducible.
-    RETURN_IF_ERROR(CudaCheck(Cuda().Memset(e.arena.ptr, 0, bytes), "cudaMemset(arena)"));
+    // Zeros: nothing reads memory it did not write, but zeros keep runs
+    // reproducible. On the work stream, as every later upload: the legacy
+    // default stream would race them (the stream is non-blocking).
+    RETURN_IF_ERROR(
+        CudaCheck(Cuda().MemsetAsync(e.arena.ptr, 0, bytes, stream), "cudaMemsetAsync(arena)"));
     if (&e == state_entry || &e == micro_entry)
       RETURN_IF_ERROR(CheckSignature(*e.entry, ordered[i]));
     StatusOr<std::unique_ptr<EntryExecutor>> ex =

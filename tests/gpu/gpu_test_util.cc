@@ -105,7 +105,8 @@ std::string TestBackendName(TestBackend backend) {
   return backend == TestBackend::kGpu ? "Gpu" : "Emu";
 }
 
-StatusOr<std::unique_ptr<TestDevice>> TestDevice::Open(TestBackend backend, const Tiny& tiny,
+StatusOr<std::unique_ptr<TestDevice>> TestDevice::Open(TestBackend backend,
+                                                       std::vector<const Tiny*> tinies,
                                                        std::string* why) {
   std::unique_ptr<TestDevice> d(new TestDevice(backend));
   if (backend == TestBackend::kGpu) {
@@ -115,7 +116,11 @@ StatusOr<std::unique_ptr<TestDevice>> TestDevice::Open(TestBackend backend, cons
     }
     return d;
   }
-  ASSIGN_OR_RETURN(d->emu_, emu::EmuDevice::Create(tiny.artifact, tiny.path, emu::EmuOptions{}));
+  ASSIGN_OR_RETURN(d->emu_,
+                   emu::EmuDevice::Create(tinies[0]->artifact, tinies[0]->path, emu::EmuOptions{}));
+  for (size_t i = 1; i < tinies.size(); ++i) {
+    RETURN_IF_ERROR(d->emu_->AddArtifact(tinies[i]->artifact, tinies[i]->path));
+  }
   return d;
 }
 
@@ -221,6 +226,7 @@ StatusOr<std::unique_ptr<GpuHarness>> GpuHarness::Create(const Tiny& tiny) {
   constexpr size_t kWorkspace = 32 << 20;
   RETURN_IF_ERROR(CudaCheck(Cuda().Malloc(&h->workspace_, kWorkspace), "cudaMalloc(workspace)"));
   ExecutorResources resources{.cu = cu,
+                              .stream = h->stream_,
                               .lt = h->lt_,
                               .lt_handle = h->lt_handle_,
                               .modules = h->modules_.get(),
@@ -231,7 +237,8 @@ StatusOr<std::unique_ptr<GpuHarness>> GpuHarness::Create(const Tiny& tiny) {
     RETURN_IF_ERROR(CudaCheck(Cuda().Malloc(&arena, std::max<int64_t>(plan.arena_size, 256)),
                               "cudaMalloc(arena of " + plan.name + ")"));
     h->arenas_.push_back(arena);
-    RETURN_IF_ERROR(CudaCheck(Cuda().Memset(arena, 0, plan.arena_size), "cudaMemset(arena)"));
+    RETURN_IF_ERROR(CudaCheck(Cuda().MemsetAsync(arena, 0, plan.arena_size, h->stream_),
+                              "cudaMemsetAsync(arena)"));
     ASSIGN_OR_RETURN(std::unique_ptr<EntryExecutor> ex,
                      EntryExecutor::Create(resources, plan, static_cast<char*>(arena),
                                            {.allow_unsupported = true}));

@@ -79,8 +79,10 @@ std::string TestBackendName(TestBackend backend);  // "Gpu", "Emu" (test names)
 class TestDevice {
  public:
   // Null with `why` when the backend is not at hand (no GPU; an artifact
-  // without an emulator library is an error).
-  static StatusOr<std::unique_ptr<TestDevice>> Open(TestBackend backend, const Tiny& tiny,
+  // without an emulator library is an error). The emulated device runs the
+  // kernels of every artifact in `tinies`.
+  static StatusOr<std::unique_ptr<TestDevice>> Open(TestBackend backend,
+                                                    std::vector<const Tiny*> tinies,
                                                     std::string* why);
   ~TestDevice();
   TestBackend backend() const { return backend_; }
@@ -91,13 +93,14 @@ class TestDevice {
   std::unique_ptr<emu::EmuDevice> emu_;
 };
 
-// Opens the parameter's device for `tiny` in a TEST_P (skips without a GPU).
-#define GPTC_OPEN_TEST_DEVICE(var, tiny)                                          \
-  std::string var##_why;                                                          \
-  StatusOr<std::unique_ptr<::gptc::rt::gpu::testing::TestDevice>> var##_or =      \
-      ::gptc::rt::gpu::testing::TestDevice::Open(GetParam(), (tiny), &var##_why); \
-  ASSERT_TRUE(var##_or.ok()) << var##_or.status().message();                      \
-  if (*var##_or == nullptr) GTEST_SKIP() << var##_why;                            \
+// Opens the parameter's device for the artifacts `{tiny, ...}` in a TEST_P
+// (skips without a GPU).
+#define GPTC_OPEN_TEST_DEVICE(var, ...)                                                \
+  std::string var##_why;                                                               \
+  StatusOr<std::unique_ptr<::gptc::rt::gpu::testing::TestDevice>> var##_or =           \
+      ::gptc::rt::gpu::testing::TestDevice::Open(GetParam(), __VA_ARGS__, &var##_why); \
+  ASSERT_TRUE(var##_or.ok()) << var##_or.status().message();                           \
+  if (*var##_or == nullptr) GTEST_SKIP() << var##_why;                                 \
   std::unique_ptr<::gptc::rt::gpu::testing::TestDevice> var = std::move(var##_or).value()
 
 // The reference value of `inst` (any entry instruction: a fusion, a dot, a

@@ -151,7 +151,7 @@ void CheckEntry(TestBackend backend, std::string_view entry_name, ThunkKind kind
   std::string why;
   const Tiny* tiny = LoadTiny(&why);
   ASSERT_NE(tiny, nullptr) << why;
-  StatusOr<std::unique_ptr<TestDevice>> device = TestDevice::Open(backend, *tiny, &why);
+  StatusOr<std::unique_ptr<TestDevice>> device = TestDevice::Open(backend, {tiny}, &why);
   ASSERT_TRUE(device.ok()) << device.status().message();
   if (*device == nullptr) GTEST_SKIP() << why;
   StatusOr<std::unique_ptr<GpuHarness>> gpu = GpuHarness::Create(*tiny);
