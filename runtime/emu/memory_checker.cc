@@ -79,6 +79,7 @@ bool Overlaps(const char* a, size_t an, const char* b, size_t bn) {
 
 MemoryChecker::~MemoryChecker() {
   for (auto& [base, a] : allocations_) Release(a.stamps, Words(a.size));
+  Release(cells_, cell_capacity_);
 }
 
 void MemoryChecker::AddAllocation(char* base, size_t size, std::string what) {
@@ -457,11 +458,9 @@ class LaunchChecker : public GlobalAccessChecker {
       a.cells = cells;
       cells += static_cast<size_t>(a.end - a.begin + 1) / 2;
     }
-    cell_count_ = cells;
-    cells_ = Reserve<std::atomic<uint64_t>>(cells);  // zero: kEmptyCell
+    cells_ = mc.LaunchCells(cells);
     flights_ = mc.flights();
   }
-  ~LaunchChecker() override { Release(cells_, cell_count_); }
 
   bool Access(const void* address, uint32_t bytes, uint32_t kind, const ThreadIdentity& who,
               Findings& findings) override {
@@ -469,11 +468,7 @@ class LaunchChecker : public GlobalAccessChecker {
     const bool store = (kind & abi::kStore) != 0, load = (kind & abi::kLoad) != 0;
     const bool atomic = (kind & abi::kAtomic) != 0;
     const char* verb = atomic ? "atomic" : store ? "store" : "load";
-    const Arg* arg = nullptr;
-    for (const Arg& a : args_) {
-      if (a.begin > p) break;
-      if (p + bytes <= a.end && (arg == nullptr || (store && a.result && !arg->result))) arg = &a;
-    }
+    const Arg* arg = Holder(p, bytes, store);
     if (arg == nullptr) {
       std::lock_guard<std::mutex> lock(mc_.mu_);
       return findings.Add(
@@ -521,6 +516,39 @@ class LaunchChecker : public GlobalAccessChecker {
   }
 
  private:
+  // The argument holding [p, p + bytes) (for a store, a result one when an
+  // operand has the same memory), or null. Arguments are sorted by begin and
+  // disjoint unless equal (buffer assignment), so the candidates are the run
+  // of arguments with the greatest begin <= p.
+  const Arg* Holder(const char* p, uint32_t bytes, bool store) const {
+    // Most accesses of a thread hit the argument its last one did (a launch
+    // is known by its serial: a new checker may reuse an old one's address).
+    thread_local uint64_t last_serial = 0;
+    thread_local const Arg* last = nullptr;
+    if (last_serial == serial_ && p >= last->begin && p + bytes <= last->end &&
+        (!store || last->result)) {
+      return last;
+    }
+    const Arg* found = Search(p, bytes, store);
+    if (found != nullptr) last_serial = serial_, last = found;
+    return found;
+  }
+
+  const Arg* Search(const char* p, uint32_t bytes, bool store) const {
+    auto it = std::upper_bound(args_.begin(), args_.end(), p,
+                               [](const char* x, const Arg& a) { return x < a.begin; });
+    const Arg* found = nullptr;
+    while (it != args_.begin()) {
+      --it;
+      if (p + bytes <= it->end) {
+        if (found == nullptr || (store && it->result && !found->result)) found = &*it;
+      } else if (found != nullptr || it->end <= p) {
+        break;  // past the run of equal slices
+      }
+    }
+    return found;
+  }
+
   // Note [emulated races] for one unit; false (with a finding) on a race.
   bool Race(std::atomic<uint64_t>& cell, bool store, const ThreadIdentity& who, Findings& findings,
             const Arg* arg, const char* p) {
@@ -576,9 +604,25 @@ class LaunchChecker : public GlobalAccessChecker {
   std::vector<Arg> args_;
   uint32_t event_;
   std::vector<MemoryChecker::Flight> flights_;
-  std::atomic<uint64_t>* cells_ = nullptr;
-  size_t cell_count_ = 0;
+  std::atomic<uint64_t>* cells_ = nullptr;  // MemoryChecker::LaunchCells
+  uint64_t serial_ = NextSerial();
+
+  static uint64_t NextSerial() {
+    static std::atomic<uint64_t> serial{0};
+    return ++serial;
+  }
 };
+
+std::atomic<uint64_t>* MemoryChecker::LaunchCells(size_t count) {
+  if (count > cell_capacity_) {
+    Release(cells_, cell_capacity_);
+    cell_capacity_ = std::max(count, 2 * cell_capacity_);
+    cells_ = Reserve<std::atomic<uint64_t>>(cell_capacity_);
+  } else if (cells_ != nullptr) {
+    std::memset(static_cast<void*>(cells_), 0, count * sizeof(uint64_t));  // kEmptyCell
+  }
+  return cells_;
+}
 
 std::unique_ptr<GlobalAccessChecker> MemoryChecker::ForLaunch(const ThunkContext& ctx,
                                                               uint32_t event,

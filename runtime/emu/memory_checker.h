@@ -175,6 +175,10 @@ class MemoryChecker {
   std::vector<Entry> entries_;
   std::vector<WriteEvent> events_ = std::vector<WriteEvent>(1);  // [0]: never written
   std::vector<Flight> flights_;
+  // The race cells of the running launch (one launch at a time), reused.
+  std::atomic<uint64_t>* LaunchCells(size_t count);
+  std::atomic<uint64_t>* cells_ = nullptr;
+  size_t cell_capacity_ = 0;
 };
 
 }  // namespace gptc::rt::emu
