@@ -12,7 +12,6 @@ namespace gptc::rt::emu {
 
 namespace {
 
-constexpr uint32_t kBias = CUBLASLT_EPILOGUE_BIAS;  // the bit every *_BIAS epilogue has
 constexpr uint32_t kGelu = CUBLASLT_EPILOGUE_GELU;
 
 bool IsKnownEpilogue(uint32_t e) {
@@ -198,7 +197,11 @@ Verdict CheckMatmul(const MatmulSpec& s, const MatrixShape& a, const MatrixShape
       return Refuse(CUBLAS_STATUS_NOT_SUPPORTED,
                     fmt::format("{}: type {}", names[i], DataTypeName(x.dtype)));
     }
-    if (x.rows == 0 || x.cols == 0 || x.ld < static_cast<int64_t>(x.rows)) {
+    if (x.rows == 0 || x.cols == 0) {
+      return Refuse(CUBLAS_STATUS_INVALID_VALUE,
+                    fmt::format("{}: {} x {} (an empty matrix)", names[i], x.rows, x.cols));
+    }
+    if (x.ld < static_cast<int64_t>(x.rows)) {
       return Refuse(CUBLAS_STATUS_INVALID_VALUE,
                     fmt::format("{}: {} x {} with ld {} (a column-major ld must be >= rows)",
                                 names[i], x.rows, x.cols, x.ld));
@@ -267,11 +270,29 @@ Verdict CheckMatmul(const MatmulSpec& s, const MatrixShape& a, const MatrixShape
                       "rows)",
                       ename, s.aux_ld, m));
     }
+    if (d.batch_count > 1 &&
+        (s.aux_batch_stride % 8 != 0 || s.aux_batch_stride < s.aux_ld * static_cast<int64_t>(n))) {
+      return Refuse(CUBLAS_STATUS_INVALID_VALUE,
+                    fmt::format("{}: EPILOGUE_AUX_BATCH_STRIDE {} of {} batches (must be divisible "
+                                "by 8, and the batches' aux must not overlap: at least {})",
+                                ename, s.aux_batch_stride, d.batch_count,
+                                s.aux_ld * static_cast<int64_t>(n)));
+    }
     if (AuxType(s, d) != d.dtype) {
       return Refuse(CUBLAS_STATUS_NOT_SUPPORTED,
                     fmt::format("{}: aux type {} with D {} is not modelled", ename,
                                 DataTypeName(AuxType(s, d)), DataTypeName(d.dtype)));
     }
+  }
+  return Verdict{};
+}
+
+Verdict CheckScalars(const MatmulSpec& s, float alpha) {
+  if (WritesBias(s.epilogue) && s.epilogue != CUBLASLT_EPILOGUE_DGELU_BGRAD && alpha != 1.0f) {
+    return Refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  fmt::format("{} with alpha {}: whether the bias gradient is scaled is not "
+                              "documented (not modelled)",
+                              EpilogueName(s.epilogue), alpha));
   }
   return Verdict{};
 }
@@ -326,8 +347,6 @@ std::vector<ByteRange> WriteRanges(const MatmulSpec& s, const MatrixShape& a, co
     const uint64_t length = s.epilogue == CUBLASLT_EPILOGUE_BGRADB ? d.cols : d.rows;
     out.push_back({s.bias, length * e, "bias"});
   }
-  (void)a;
-  (void)b;
   return out;
 }
 
@@ -382,7 +401,6 @@ void RunMatmul(const MatmulSpec& s, const MatrixShape& a, const MatrixShape& b,
     for (size_t i = 0; i < bias_grad.size(); ++i)
       Store(s.bias, static_cast<int64_t>(i), bias_type, bias_grad[i]);
   }
-  (void)kBias;
 }
 
 }  // namespace gptc::rt::emu

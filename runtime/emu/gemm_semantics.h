@@ -18,11 +18,14 @@
 //     fp8 excepted), m long; bias gradients (BGRADA, BGRADB, DGELU_BGRAD):
 //     "the same type as the output elements (Ctype)";
 //   - GELU_AUX / DGELU: an aux pointer and EPILOGUE_AUX_LD, "divisible by 8
-//     and no less than the number of rows in the output matrix";
+//     and no less than the number of rows in the output matrix"; batched,
+//     EPILOGUE_AUX_BATCH_STRIDE "divisible by 8" (and the batches' aux
+//     apart: a zero stride would write every batch's to one place);
 //   - in place (C == D) needs C's layout to be D's.
 // Refused as not modelled (CUBLAS_STATUS_NOT_SUPPORTED, never silently
 // mis-emulated): other orders, compute types, epilogues (RELU), fp8, scale
-// pointers, bias gradients of batched matmuls, aux types other than D's.
+// pointers, bias gradients of batched matmuls or with alpha != 1 (whether
+// alpha scales them is not documented), aux types other than D's.
 // Not known from documentation and so not enforced: which layouts the bias
 // gradient epilogues have kernels for (e.g. BGRADA with a transposed B); a
 // GPU's heuristic may still find no algorithm where the emulator computes.
@@ -82,6 +85,8 @@ struct Verdict {
 // Note [emulated cuBLASLt rules].
 Verdict CheckMatmul(const MatmulSpec& spec, const MatrixShape& a, const MatrixShape& b,
                     const MatrixShape& c, const MatrixShape& d);
+// The rules on alpha (a bias gradient with alpha != 1 is not modelled).
+Verdict CheckScalars(const MatmulSpec& spec, float alpha);
 // The in-place rule, once the pointers are known.
 Verdict CheckPointers(const MatrixShape& c, const MatrixShape& d, const void* C, const void* D);
 

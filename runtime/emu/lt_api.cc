@@ -34,6 +34,7 @@ cublasStatus_t Refuse(cublasStatus_t status, std::string why) {
 
 template <typename T>
 cublasStatus_t Assign(T* field, const void* buf, size_t size, const char* name) {
+  last_refusal.clear();
   if (size != sizeof(T)) {
     return Refuse(CUBLAS_STATUS_INVALID_VALUE,
                   fmt::format("{} takes {} bytes, got {}", name, sizeof(T), size));
@@ -258,9 +259,10 @@ cublasStatus_t Matmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* a
   const auto* lc = reinterpret_cast<Layout*>(cdesc);
   const auto* ld = reinterpret_cast<Layout*>(ddesc);
   Verdict v = Check(dd, la, lb, lc, ld);
+  const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+  if (v.ok()) v = CheckScalars(dd.spec, a);
   if (v.ok()) v = CheckPointers(lc->shape, ld->shape, C, D);
   if (!v.ok()) return Refuse(v.status, v.reason);
-  const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
   const MatmulSpec spec = dd.spec;
   const MatrixShape sa = la->shape, sb = lb->shape, sc = lc->shape, sd = ld->shape;
   MatmulWork work;
