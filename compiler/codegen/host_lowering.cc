@@ -19,6 +19,7 @@
 
 #include "compiler/codegen/emu_abi.h"
 #include "llvm/Analysis/ValueTracking.h"
+#include "llvm/AsmParser/Parser.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/InlineAsm.h"
 #include "llvm/IR/InstIterator.h"
@@ -30,6 +31,7 @@
 #include "llvm/IR/ReplaceConstant.h"
 #include "llvm/IR/Verifier.h"
 #include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Target/TargetMachine.h"
@@ -665,6 +667,21 @@ StatusOr<HostKernel> CompileForHost(llvm::Module& module, const std::string& ker
   HostRewriter rewriter(module, kernel_name);
   RETURN_IF_ERROR(rewriter.Run(symbol, kernel));
   ASSIGN_OR_RETURN(kernel.object, EmitObject(module, *machine, "host code"));
+  return kernel;
+}
+
+StatusOr<HostKernel> CompileLlvmTextForHost(const std::string& ir_text,
+                                            const std::string& kernel_name,
+                                            const std::string& symbol) {
+  llvm::LLVMContext ctx;
+  llvm::SMDiagnostic diagnostic;
+  std::unique_ptr<llvm::Module> module = llvm::parseAssemblyString(ir_text, diagnostic, ctx);
+  if (module == nullptr) {
+    return Error("kernel {}: line {}:{}: {}", kernel_name, diagnostic.getLineNo(),
+                 diagnostic.getColumnNo(), diagnostic.getMessage().str());
+  }
+  StatusOr<HostKernel> kernel = CompileForHost(*module, kernel_name, symbol);
+  if (!kernel.ok()) return kernel.status().WithPrefix("kernel " + kernel_name);
   return kernel;
 }
 

@@ -47,6 +47,12 @@ namespace gptc::codegen {
 StatusOr<HostKernel> CompileForHost(llvm::Module& module, const std::string& kernel_name,
                                     const std::string& symbol);
 
+// CompileForHost on LLVM IR text: a hand-written NVPTX kernel (tests of the
+// emulator's checks build their defects this way). Errors name the line.
+StatusOr<HostKernel> CompileLlvmTextForHost(const std::string& ir_text,
+                                            const std::string& kernel_name,
+                                            const std::string& symbol);
+
 // The object defining the library's globals (emu_abi.h: the runtime table
 // pointer, the checks flag, the ABI version) and the bf16 truncation
 // routine the host code generator may call.

@@ -28,28 +28,15 @@ StatusOr<T> Field(const nlohmann::json& j, const char* key, const std::string& w
 
 }  // namespace
 
-StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const Artifact& artifact,
+StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Open(std::string_view bytes,
                                                              std::string_view path) {
-  const std::string* library = artifact.Find("emu");
-  if (library == nullptr || !artifact.manifest.contains("emu")) {
-    return Error(
-        "{}: has no emulator library: compile it with `gptc compile ... --emu` to run it on "
-        "--device emu",
-        path);
-  }
-  const nlohmann::json& index = artifact.manifest["emu"];
-  ASSIGN_OR_RETURN(int64_t abi_version, Field<int64_t>(index, "abi", "manifest emu"));
-  if (abi_version != abi::kKernelAbiVersion) {
-    return Error("{}: its emulator library has ABI {}, this gptrun runs ABI {} (recompile it)",
-                 path, abi_version, abi::kKernelAbiVersion);
-  }
   std::unique_ptr<KernelLibrary> lib(new KernelLibrary());
   // dlopen wants a file: an anonymous in-memory one, gone with the process.
   const int fd = memfd_create("gptc-emu", MFD_CLOEXEC);
   if (fd < 0) return Error("{}: memfd_create: {}", path, std::strerror(errno));
   size_t written = 0;
-  while (written < library->size()) {
-    const ssize_t n = write(fd, library->data() + written, library->size() - written);
+  while (written < bytes.size()) {
+    const ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
     if (n <= 0) {
       close(fd);
       return Error("{}: writing the emulator library: {}", path, std::strerror(errno));
@@ -77,6 +64,29 @@ StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const Artifact& art
                  abi::kKernelAbiVersion);
   }
   *runtime = GridRunner::Table();
+  return lib;
+}
+
+KernelFunction KernelLibrary::Symbol(const std::string& name) const {
+  return reinterpret_cast<KernelFunction>(dlsym(handle_, name.c_str()));
+}
+
+StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const Artifact& artifact,
+                                                             std::string_view path) {
+  const std::string* library = artifact.Find("emu");
+  if (library == nullptr || !artifact.manifest.contains("emu")) {
+    return Error(
+        "{}: has no emulator library: compile it with `gptc compile ... --emu` to run it on "
+        "--device emu",
+        path);
+  }
+  const nlohmann::json& index = artifact.manifest["emu"];
+  ASSIGN_OR_RETURN(int64_t abi_version, Field<int64_t>(index, "abi", "manifest emu"));
+  if (abi_version != abi::kKernelAbiVersion) {
+    return Error("{}: its emulator library has ABI {}, this gptrun runs ABI {} (recompile it)",
+                 path, abi_version, abi::kKernelAbiVersion);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<KernelLibrary> lib, Open(*library, path));
 
   ASSIGN_OR_RETURN(
       std::vector<gpu::KernelImage> images,
@@ -100,7 +110,7 @@ StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const Artifact& art
     ASSIGN_OR_RETURN(kernel.static_smem, Field<int64_t>(k, "static_smem", where));
     ASSIGN_OR_RETURN(kernel.registers, Field<int64_t>(k, "registers", where));
     kernel.host_shared_bytes = static_cast<uint32_t>(shared);
-    kernel.function = reinterpret_cast<KernelFunction>(dlsym(lib->handle_, kernel.symbol.c_str()));
+    kernel.function = lib->Symbol(kernel.symbol);
     if (kernel.function == nullptr) {
       return Error("{} ({}): the library has no symbol {}", where, kernel.name, kernel.symbol);
     }

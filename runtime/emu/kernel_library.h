@@ -38,6 +38,10 @@ class KernelLibrary {
   // in one line saying how to compile one. `path` names the artifact.
   static StatusOr<std::unique_ptr<KernelLibrary>> Load(const Artifact& artifact,
                                                        std::string_view path);
+  // A library alone (`bytes`, e.g. linked by codegen::LinkHostLibrary), with
+  // no kernel index: kernels by Symbol. `path` names it in errors.
+  static StatusOr<std::unique_ptr<KernelLibrary>> Open(std::string_view bytes,
+                                                       std::string_view path);
   ~KernelLibrary();
   KernelLibrary(const KernelLibrary&) = delete;
   KernelLibrary& operator=(const KernelLibrary&) = delete;
@@ -47,6 +51,8 @@ class KernelLibrary {
   const EmuKernel* FindImage(const void* image) const;
   const EmuKernel* Find(std::string_view entry, std::string_view name) const;
   const std::vector<EmuKernel>& kernels() const { return kernels_; }
+  // The function exported as `name`, or null.
+  KernelFunction Symbol(const std::string& name) const;
   // Whether instrumented accesses call the emulator (the library's flag).
   void SetChecks(bool on);
 

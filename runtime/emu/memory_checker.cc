@@ -125,6 +125,9 @@ std::string MemoryChecker::Where(const void* p) {
 
 void MemoryChecker::AddEntry(const gpu::EntryPlan& plan, const char* arena) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (Allocation* a = Find(arena, 1); a != nullptr && a->base == arena) {
+    a->what = "arena of " + plan.name;
+  }
   entries_.push_back(Entry{&plan, arena, std::vector<uint32_t>(plan.buffers.size(), 0)});
 }
 
@@ -474,7 +477,7 @@ class LaunchChecker : public GlobalAccessChecker {
       return findings.Add(
           fmt::format("{}: {} of {} bytes at {}: outside every argument of the "
                       "launch{}",
-                      who.Describe(), verb, bytes, mc_.Where(p), Nearest(p)));
+                      who.Describe(), verb, bytes, mc_.Where(p), Nearest(p, bytes)));
     }
     if (store && !arg->result) {
       return findings.Add(
@@ -587,17 +590,25 @@ class LaunchChecker : public GlobalAccessChecker {
     }
   }
 
-  std::string Nearest(const char* p) const {
+  // Where `bytes` at `p` lie against the nearest argument.
+  std::string Nearest(const char* p, uint32_t bytes) const {
     const Arg* best = nullptr;
     int64_t distance = 0;
     for (const Arg& a : args_) {
-      int64_t d = p < a.begin ? a.begin - p : p >= a.end ? p - a.end + 1 : 0;
+      const int64_t d = p + bytes <= a.begin ? a.begin - (p + bytes) : p >= a.end ? p - a.end : 0;
       if (best == nullptr || d < distance) best = &a, distance = d;
     }
     if (best == nullptr) return "";
-    return p >= best->end ? fmt::format(" ({} bytes past the end of {}, {} bytes)", p - best->end,
-                                        best->name, best->end - best->begin)
-                          : fmt::format(" ({} bytes before {})", best->begin - p, best->name);
+    const int64_t size = best->end - best->begin;
+    if (p >= best->end) {
+      return fmt::format(" ({} bytes past the end of {}, {} bytes)", p - best->end, best->name,
+                         size);
+    }
+    if (p + bytes <= best->begin) {
+      return fmt::format(" ({} bytes before {})", best->begin - p, best->name);
+    }
+    return fmt::format(" (bytes [{}, {}) of {}, which has {}: past its end)", p - best->begin,
+                       p - best->begin + bytes, best->name, size);
   }
 
   MemoryChecker& mc_;

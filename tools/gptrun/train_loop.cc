@@ -364,7 +364,13 @@ int RunTraining(const RunOptions& o) {
     StatusOr<rt::StepResult> r = trainer.Step(micro, lr);
     dist.EndStep();
     const double dt = Seconds(t0);
-    if (!r.ok()) return fail(1, r.status().WithPrefix(fmt::format("step {}", step)));
+    if (!r.ok()) {
+      // The GPU trainer names the step itself.
+      const std::string prefix = fmt::format("step {}", step);
+      return fail(1, r.status().message().starts_with(prefix + ":")
+                         ? r.status()
+                         : r.status().WithPrefix(prefix));
+    }
     if (step == start) first_loss = r->loss;
     last_loss = r->loss;
     train_s += dt;

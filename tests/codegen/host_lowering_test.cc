@@ -1,0 +1,235 @@
+// Kernels compiled for the emulated device (compiler/codegen/host_lowering.h)
+// from hand-written NVPTX LLVM IR, run by the emulator's grid runner
+// (runtime/emu/grid_runner.h): the GPU-specific parts (special registers,
+// shared memory, barriers, shuffles, NVVM math, bf16 truncation) become their
+// emulation; what the emulator does not know is refused by name; and a
+// defect written by hand — a missing barrier — is reported as the race it is.
+#include "compiler/codegen/host_lowering.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <regex>
+#include <vector>
+
+#include "compiler/codegen/codegen.h"
+#include "compiler/support/float_bits.h"
+#include "runtime/emu/grid_runner.h"
+#include "runtime/emu/kernel_library.h"
+
+namespace gptc::codegen {
+namespace {
+
+// A block sum of 128 floats through shared memory, as a reduction emitter
+// writes it: store, barrier, then halve the stride with a barrier per step.
+constexpr char kBlockSum[] = R"(
+target triple = "nvptx64-nvidia-cuda"
+@smem = internal addrspace(3) global [128 x float] undef, align 4
+declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+declare void @llvm.nvvm.barrier0()
+define void @block_sum(ptr addrspace(1) %in, ptr addrspace(1) %out) {
+entry:
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %b = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+  %base = mul i32 %b, 128
+  %i = add i32 %base, %t
+  %i64 = zext i32 %i to i64
+  %p = getelementptr float, ptr addrspace(1) %in, i64 %i64
+  %v = load float, ptr addrspace(1) %p
+  %t64 = zext i32 %t to i64
+  %s = getelementptr [128 x float], ptr addrspace(3) @smem, i64 0, i64 %t64
+  store float %v, ptr addrspace(3) %s
+  call void @llvm.nvvm.barrier0()
+  br label %loop
+loop:
+  %stride = phi i32 [64, %entry], [%next, %cont]
+  %active = icmp ult i32 %t, %stride
+  br i1 %active, label %add, label %cont
+add:
+  %o = add i32 %t, %stride
+  %o64 = zext i32 %o to i64
+  %so = getelementptr [128 x float], ptr addrspace(3) @smem, i64 0, i64 %o64
+  %x = load float, ptr addrspace(3) %so
+  %y = load float, ptr addrspace(3) %s
+  %z = fadd float %x, %y
+  store float %z, ptr addrspace(3) %s
+  br label %cont
+cont:
+  call void @llvm.nvvm.barrier0() ; the step's barrier
+  %next = lshr i32 %stride, 1
+  %done = icmp eq i32 %next, 0
+  br i1 %done, label %exit, label %loop
+exit:
+  %first = icmp eq i32 %t, 0
+  br i1 %first, label %write, label %end
+write:
+  %r = load float, ptr addrspace(3) @smem
+  %bo = zext i32 %b to i64
+  %q = getelementptr float, ptr addrspace(1) %out, i64 %bo
+  store float %r, ptr addrspace(1) %q
+  br label %end
+end:
+  ret void
+}
+)";
+
+// Compiles `ir` (kernel `name`) for the host and loads it as a library.
+struct HostLibrary {
+  std::unique_ptr<rt::emu::KernelLibrary> library;
+  HostKernel kernel;
+};
+
+StatusOr<HostLibrary> Build(const std::string& ir, const std::string& name) {
+  HostLibrary out;
+  ASSIGN_OR_RETURN(out.kernel, CompileLlvmTextForHost(ir, name, "gptc_test_" + name));
+  ASSIGN_OR_RETURN(std::string bytes, LinkHostLibrary({out.kernel.object}));
+  ASSIGN_OR_RETURN(out.library, rt::emu::KernelLibrary::Open(bytes, "the test library"));
+  out.library->SetChecks(true);  // instrumented accesses call the emulator's checks
+  return out;
+}
+
+rt::emu::Launch LaunchOf(const HostLibrary& lib, std::vector<uint64_t> args, uint32_t grid,
+                         uint32_t block, bool checks) {
+  return rt::emu::Launch{.kernel = lib.kernel.symbol,
+                         .function = lib.library->Symbol(lib.kernel.symbol),
+                         .args = std::move(args),
+                         .grid = {grid, 1, 1},
+                         .block = {block, 1, 1},
+                         .static_shared = static_cast<uint32_t>(lib.kernel.shared_bytes),
+                         .uses_sync = lib.kernel.uses_sync,
+                         .checks = checks};
+}
+
+uint64_t Ptr(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+TEST(HostLoweringTest, ABlockReductionRunsOnTheEmulator) {
+  StatusOr<HostLibrary> lib = Build(kBlockSum, "block_sum");
+  ASSERT_TRUE(lib.ok()) << lib.status().message();
+  EXPECT_TRUE(lib->kernel.uses_sync);
+  EXPECT_EQ(lib->kernel.barriers, 2);
+  EXPECT_EQ(lib->kernel.shared_bytes, 128 * 4);
+  EXPECT_GE(lib->kernel.accesses, 7);  // global load and store, five shared accesses
+  std::vector<float> in(128 * 3), out(3, 0);
+  std::iota(in.begin(), in.end(), 0.0f);
+  rt::emu::GridRunner runner(2);
+  Status run = runner.Run(LaunchOf(*lib, {Ptr(in.data()), Ptr(out.data())}, 3, 128, true));
+  ASSERT_TRUE(run.ok()) << run.message();
+  for (int b = 0; b < 3; ++b) {
+    EXPECT_EQ(out[b], std::accumulate(in.begin() + 128 * b, in.begin() + 128 * (b + 1), 0.0f));
+  }
+}
+
+// The seeded defect "a missing barrier": the same kernel without the
+// barrier between the reduction's steps.
+TEST(HostLoweringTest, AMissingBarrierIsReportedAsARace) {
+  const std::string without =
+      std::regex_replace(kBlockSum, std::regex(".*; the step's barrier\n"), "");
+  ASSERT_NE(without, kBlockSum);
+  StatusOr<HostLibrary> lib = Build(without, "block_sum");
+  ASSERT_TRUE(lib.ok()) << lib.status().message();
+  EXPECT_EQ(lib->kernel.barriers, 1);
+  std::vector<float> in(128, 1.0f), out(1, 0);
+  rt::emu::GridRunner runner(1);
+  Status run = runner.Run(LaunchOf(*lib, {Ptr(in.data()), Ptr(out.data())}, 1, 128, true));
+  ASSERT_FALSE(run.ok());
+  // One line: the kernel, the thread, the shared offset and the defect.
+  EXPECT_EQ(run.message().find('\n'), std::string::npos);
+  EXPECT_TRUE(std::regex_search(run.message(),
+                                std::regex("kernel gptc_test_block_sum: block \\(0,0,0\\) thread "
+                                           "\\(\\d+,0,0\\): .* at shared offset \\d+ races with")))
+      << run.message();
+}
+
+// Shuffles, NVVM math with .ftz and directed rounding, and bf16 stores.
+constexpr char kWarpMath[] = R"(
+target triple = "nvptx64-nvidia-cuda"
+declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+declare float @llvm.nvvm.shfl.sync.bfly.f32(i32, float, i32, i32)
+declare float @llvm.nvvm.ex2.approx.ftz.f(float)
+declare float @llvm.nvvm.fma.rm.f(float, float, float)
+declare float @llvm.nvvm.round.f(float)
+define void @warp_math(ptr addrspace(1) %out, ptr addrspace(1) %bf) {
+entry:
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %v = uitofp i32 %t to float
+  %s1 = call float @llvm.nvvm.shfl.sync.bfly.f32(i32 -1, float %v, i32 16, i32 31)
+  %a1 = fadd float %v, %s1
+  %s2 = call float @llvm.nvvm.shfl.sync.bfly.f32(i32 -1, float %a1, i32 8, i32 31)
+  %a2 = fadd float %a1, %s2
+  %s3 = call float @llvm.nvvm.shfl.sync.bfly.f32(i32 -1, float %a2, i32 4, i32 31)
+  %a3 = fadd float %a2, %s3
+  %s4 = call float @llvm.nvvm.shfl.sync.bfly.f32(i32 -1, float %a3, i32 2, i32 31)
+  %a4 = fadd float %a3, %s4
+  %s5 = call float @llvm.nvvm.shfl.sync.bfly.f32(i32 -1, float %a4, i32 1, i32 31)
+  %sum = fadd float %a4, %s5
+  %e = call float @llvm.nvvm.ex2.approx.ftz.f(float 3.0)
+  %f = call float @llvm.nvvm.fma.rm.f(float %sum, float %e, float 0.5)
+  %h = call float @llvm.nvvm.round.f(float 2.5)
+  %g = fadd float %f, %h
+  %t64 = zext i32 %t to i64
+  %p = getelementptr float, ptr addrspace(1) %out, i64 %t64
+  store float %g, ptr addrspace(1) %p
+  %third = fdiv float %v, 3.0
+  %b16 = fptrunc float %third to bfloat
+  %q = getelementptr bfloat, ptr addrspace(1) %bf, i64 %t64
+  store bfloat %b16, ptr addrspace(1) %q
+  ret void
+}
+)";
+
+TEST(HostLoweringTest, ShufflesMathAndBf16RunAsOnTheGpu) {
+  StatusOr<HostLibrary> lib = Build(kWarpMath, "warp_math");
+  ASSERT_TRUE(lib.ok()) << lib.status().message();
+  EXPECT_EQ(lib->kernel.shuffles, 5);
+  std::vector<float> out(32, 0);
+  std::vector<uint16_t> bf(32, 0);
+  rt::emu::GridRunner runner(1);
+  Status run = runner.Run(LaunchOf(*lib, {Ptr(out.data()), Ptr(bf.data())}, 1, 32, true));
+  ASSERT_TRUE(run.ok()) << run.message();
+  // sum 0..31 = 496; 496 * 8 + 0.5 (exact); cvt.rni rounds 2.5 to even: 2.
+  for (int l = 0; l < 32; ++l) {
+    EXPECT_EQ(out[l], 496.0f * 8.0f + 0.5f + 2.0f) << l;
+    EXPECT_EQ(bf[l], F32ToBF16Bits(static_cast<float>(l) / 3.0f)) << l;
+  }
+}
+
+TEST(HostLoweringTest, AnIntrinsicWithoutEmulationIsRefusedByName) {
+  const std::string ir = R"(
+target triple = "nvptx64-nvidia-cuda"
+declare i32 @llvm.nvvm.read.ptx.sreg.clock()
+define void @k(ptr addrspace(1) %out) {
+  %c = call i32 @llvm.nvvm.read.ptx.sreg.clock()
+  store i32 %c, ptr addrspace(1) %out
+  ret void
+}
+)";
+  StatusOr<HostKernel> k = CompileLlvmTextForHost(ir, "k", "gptc_test_k");
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().message(), "kernel k: host code: special register %clock has no emulation");
+}
+
+TEST(HostLoweringTest, InlineAsmWithoutEmulationIsRefusedByName) {
+  const std::string ir = R"(
+target triple = "nvptx64-nvidia-cuda"
+define void @k(ptr addrspace(1) %out) {
+  %x = call float asm "tanh.approx.f32 $0, $1;", "=f,f"(float 1.0)
+  store float %x, ptr addrspace(1) %out
+  ret void
+}
+)";
+  StatusOr<HostKernel> k = CompileLlvmTextForHost(ir, "k", "gptc_test_k");
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().message(),
+            "kernel k: host code: inline asm \"tanh.approx.f32 $0, $1;\" has no emulation");
+}
+
+TEST(HostLoweringTest, BadIrNamesTheLine) {
+  StatusOr<HostKernel> k = CompileLlvmTextForHost("define void @k( {", "k", "gptc_test_k");
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.status().message().find("kernel k: line 1:"), std::string::npos)
+      << k.status().message();
+}
+
+}  // namespace
+}  // namespace gptc::codegen

@@ -1,0 +1,314 @@
+// Seeded defects, each built honestly — a mutated plan, as a buggy buffer
+// assignment, codegen or bucketing would write it — and run by gptrun
+// --device emu, which must stop with one line naming the thunk, the kernel or
+// gemm, the buffer and the defect (runtime/emu/memory_checker.h). The
+// missing barrier is a hand-written kernel (tests/codegen/host_lowering_test.cc).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "runtime/artifact.h"
+#include "runtime/data_loader.h"
+
+namespace gptc {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+class GptrunEmuDefectTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::path(::testing::TempDir()) /
+                        ("gptrun_emu_defects_" + std::to_string(getpid())));
+    fs::remove_all(*dir_);
+    fs::create_directories(*dir_);
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 4000; ++i) tokens.push_back((i * 7 + (i / 13)) % 300);
+    std::ofstream(*dir_ / "train_000.bin", std::ios::binary) << rt::EncodeShard(tokens);
+    for (const auto& [name, flags] :
+         {std::pair{"one", "--batch 2"}, std::pair{"dp2", "--batch 1 --dp 2"}}) {
+      const std::string cmd = std::string(GPTC_BIN) +
+                              " compile --model gpt2-tiny --layers 1 --heads 2 --width 32 "
+                              "--seq 16 --no-logits --emu " +
+                              flags + " -o " + (*dir_ / (std::string(name) + ".gptx")).string() +
+                              " > /dev/null";
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    }
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+
+  // The artifact `name`.gptx with its plan changed by `mutate` (the entry
+  // train_step's plan), written as `out`.
+  static void Mutate(const std::string& name, const std::string& out,
+                     const std::function<void(json& entry)>& mutate) {
+    const fs::path path = *dir_ / (name + ".gptx");
+    StatusOr<rt::Artifact> a = rt::ReadArtifact(path.string());
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    json plan = a->plan;
+    for (json& entry : plan["entries"]) {
+      if (entry["name"] == "train_step") mutate(entry);
+    }
+    std::vector<std::pair<std::string, std::string>> sections = a->sections;
+    for (auto& [section, bytes] : sections) {
+      if (section == "plan") bytes = plan.dump(1) + "\n";
+    }
+    StatusOr<std::string> bytes = rt::EncodeArtifact(sections);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+    std::ofstream(*dir_ / out, std::ios::binary) << *bytes;
+  }
+
+  // gptrun --device emu on `artifact` for one step; returns its exit status
+  // and sets `output` (stdout and stderr).
+  static int Run(const std::string& artifact, std::string* output, const std::string& env = "",
+                 const std::string& log = "run.txt") {
+    const std::string cmd = env + " " + GPTRUN_BIN + " " + (*dir_ / artifact).string() +
+                            " --device emu --train '" + (*dir_ / "train_*.bin").string() +
+                            "' --steps 1 > " + (*dir_ / log).string() + " 2>&1";
+    const int status = std::system(cmd.c_str());
+    *output = ReadAll(*dir_ / log);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  // The one line gptrun printed when it failed, checked for `patterns`.
+  static void ExpectOneLine(int rc, const std::string& output,
+                            const std::vector<std::string>& patterns) {
+    EXPECT_EQ(rc, 1) << output;
+    const std::string last = output.substr(output.rfind('\n', output.size() - 2) + 1);
+    std::printf("%s", last.c_str());
+    EXPECT_TRUE(last.starts_with("gptrun: ")) << output;
+    for (const std::string& p : patterns) {
+      EXPECT_TRUE(std::regex_search(last, std::regex(p))) << "'" << p << "' not in: " << last;
+    }
+  }
+
+  static fs::path* dir_;
+};
+
+fs::path* GptrunEmuDefectTest::dir_ = nullptr;
+
+// The thunks of instructions with one kernel, whose results a later thunk reads.
+std::vector<size_t> SingleKernelThunks(const json& entry) {
+  const json& thunks = entry["thunks"];
+  std::vector<size_t> out;
+  for (size_t i = 0; i + 1 < thunks.size(); ++i) {
+    const json& t = thunks[i];
+    if (t["kind"] != "kernel") continue;
+    const bool alone = (i == 0 || thunks[i - 1].value("fusion", "") != t["fusion"]) &&
+                       thunks[i + 1].value("fusion", "") != t["fusion"];
+    if (alone) out.push_back(i);
+  }
+  return out;
+}
+
+// Buffer ids of the entry's inputs and outputs (their slots must stay put).
+std::set<int64_t> SlotBuffers(const json& entry) {
+  std::set<int64_t> out;
+  for (const char* key : {"inputs", "outputs"}) {
+    for (const json& s : entry[key]) out.insert(s["buffer"].get<int64_t>());
+  }
+  return out;
+}
+
+// Every slice of a thunk (kernel args, gemm matrices, copy and all-reduce ends).
+std::vector<json*> Slices(json& t) {
+  std::vector<json*> out;
+  if (t.contains("args")) {
+    for (json& a : t["args"]) out.push_back(&a);
+  }
+  for (const char* key : {"a", "b", "c", "d", "bias", "aux", "src", "dst", "in", "out"}) {
+    if (t.contains(key) && t[key].is_object()) out.push_back(&t[key]);
+  }
+  return out;
+}
+
+// Moves or resizes buffer `id` everywhere the entry names it.
+void Reslice(json& entry, int64_t id, int64_t offset, int64_t size) {
+  entry["buffers"][id]["offset"] = offset;
+  entry["buffers"][id]["size"] = size;
+  for (json& t : entry["thunks"]) {
+    for (json* s : Slices(t)) {
+      if (s->value("buffer", -1) == id) (*s)["offset"] = offset, (*s)["size"] = size;
+    }
+  }
+}
+
+TEST_F(GptrunEmuDefectTest, TheUnchangedArtifactsRun) {
+  std::string out;
+  EXPECT_EQ(Run("one.gptx", &out), 0) << out;
+}
+
+TEST_F(GptrunEmuDefectTest, AGridOneBlockShortLeavesItsResultIncomplete) {
+  std::string kernel;
+  Mutate("one", "short.gptx", [&](json& entry) {
+    for (size_t i : SingleKernelThunks(entry)) {
+      json& t = entry["thunks"][i];
+      if (t["grid"][0].get<int64_t>() < 2) continue;
+      t["grid"][0] = t["grid"][0].get<int64_t>() - 1;
+      kernel = t["name"];
+      return;
+    }
+  });
+  ASSERT_FALSE(kernel.empty());
+  std::string out;
+  const int rc = Run("short.gptx", &out);
+  ExpectOneLine(rc, out,
+                {"thunk \\d+ \\(kernel " + kernel, "its result %\\S+ is incomplete",
+                 "bytes \\[\\d+, \\d+\\) hold what .* wrote", "is its grid too small"});
+}
+
+TEST_F(GptrunEmuDefectTest, AReadOfAnUnwrittenSlotNamesTheBuffer) {
+  std::string removed;
+  Mutate("one", "unwritten.gptx", [&](json& entry) {
+    const size_t i = SingleKernelThunks(entry).front();
+    removed = entry["thunks"][i]["fusion"];
+    entry["thunks"].erase(i);
+  });
+  std::string out;
+  const int rc = Run("unwritten.gptx", &out);
+  ExpectOneLine(rc, out,
+                {"thunk \\d+ \\((kernel|gemm) ",
+                 "reads (operand \\d+|A|B|C|bias|aux|src|in) %" +
+                     std::regex_replace(removed, std::regex("\\."), "\\."),
+                 "which nothing has written", "an unwritten slot"});
+}
+
+TEST_F(GptrunEmuDefectTest, AStorePastItsSliceIsStoppedBeforeIt) {
+  std::string kernel;
+  Mutate("one", "past.gptx", [&](json& entry) {
+    const std::set<int64_t> slots = SlotBuffers(entry);
+    for (size_t i : SingleKernelThunks(entry)) {
+      json& t = entry["thunks"][i];
+      const json& result = t["args"][t["args"].size() - 1];
+      const int64_t id = result["buffer"];
+      if (slots.contains(id) || result["size"].get<int64_t>() < 64) continue;
+      // A buffer assignment that sized the result one f32 too short.
+      Reslice(entry, id, result["offset"], result["size"].get<int64_t>() - 4);
+      kernel = t["name"];
+      return;
+    }
+  });
+  ASSERT_FALSE(kernel.empty());
+  std::string out;
+  const int rc = Run("past.gptx", &out);
+  ExpectOneLine(rc, out,
+                {"thunk \\d+ \\(kernel " + kernel, "kernel " + kernel + ": block",
+                 "store of \\d+ bytes at arena of train_step \\+ \\d+",
+                 "outside every argument of the launch",
+                 "(bytes past the end of|past its end).* arg \\d+ \\(%|arg \\d+ "
+                 "\\(%.*past its end"});
+}
+
+TEST_F(GptrunEmuDefectTest, TwoLiveBuffersSharingMemoryAreCaught) {
+  Mutate("one", "overlap.gptx", [&](json& entry) {
+    const std::set<int64_t> slots = SlotBuffers(entry);
+    json& thunks = entry["thunks"];
+    // Buffer x, written by a kernel at i and read at j; buffer y written by
+    // a kernel between them: y is put where x lives.
+    for (size_t i : SingleKernelThunks(entry)) {
+      const json& xa = thunks[i]["args"][thunks[i]["args"].size() - 1];
+      const int64_t x = xa["buffer"];
+      if (slots.contains(x)) continue;
+      size_t j = 0;
+      for (size_t k = i + 2; k < thunks.size() && j == 0; ++k) {
+        for (json* s : Slices(thunks[k])) {
+          if (s->value("buffer", -1) == x) j = k;
+        }
+      }
+      for (size_t k = i + 1; k < j; ++k) {
+        if (thunks[k]["kind"] != "kernel") continue;
+        const json& ya = thunks[k]["args"][thunks[k]["args"].size() - 1];
+        const int64_t y = ya["buffer"];
+        if (y == x || slots.contains(y)) continue;
+        Reslice(entry, y, xa["offset"], ya["size"]);
+        return;
+      }
+    }
+    FAIL() << "no pair of buffers to overlap";
+  });
+  std::string out;
+  const int rc = Run("overlap.gptx", &out);
+  ExpectOneLine(
+      rc, out,
+      {"thunk \\d+ \\((kernel|gemm) ",
+       "reads \\w+ \\d* ?%\\S+ \\(written by "
+       "entry train_step thunk \\d+",
+       "hold what entry train_step thunk \\d+ .* wrote", "shares memory with another live buffer"});
+}
+
+TEST_F(GptrunEmuDefectTest, AWrongLeadingDimensionIsRefusedNamingTheGemm) {
+  std::string gemm;
+  Mutate("one", "ld.gptx", [&](json& entry) {
+    for (json& t : entry["thunks"]) {
+      if (t["kind"] != "gemm") continue;
+      json& a = t["descriptor"]["a"];
+      a["ld"] = a["ld"].get<int64_t>() + 8;
+      gemm = t["name"];
+      return;
+    }
+  });
+  ASSERT_FALSE(gemm.empty());
+  std::string out;
+  const int rc = Run("ld.gptx", &out);
+  ExpectOneLine(rc, out,
+                {"thunk \\d+ \\(" + std::regex_replace(gemm, std::regex("\\."), "\\."),
+                 "matrix a spans \\d+ bytes, its slice has \\d+"});
+}
+
+TEST_F(GptrunEmuDefectTest, AGradientReadBeforeItsBucketsWaitIsCaught) {
+  Mutate("dp2", "early.gptx", [&](json& entry) {
+    ASSERT_FALSE(entry["buckets"].empty());
+    // The plan forgets that a thunk reads the bucket's results: it waits
+    // only at the end of the step.
+    for (json& b : entry["buckets"]) {
+      if (b["wait_before"].get<int64_t>() < static_cast<int64_t>(entry["thunks"].size())) {
+        b["wait_before"] = entry["thunks"].size();
+        return;
+      }
+    }
+    FAIL() << "every bucket is waited for at the end already";
+  });
+  std::random_device rd;
+  const std::string port = std::to_string(20000 + static_cast<int>(rd() % 20000));
+  auto env = [&](int rank) {
+    return "GPTC_DIST_TIMEOUT=30 RANK=" + std::to_string(rank) +
+           " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) +
+           " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;
+  };
+  const std::string rank1 = env(1) + " " + GPTRUN_BIN + " " + (*dir_ / "early.gptx").string() +
+                            " --device emu --train '" + (*dir_ / "train_*.bin").string() +
+                            "' --steps 1 > " + (*dir_ / "r1.txt").string() + " 2>&1 &";
+  ASSERT_EQ(std::system(("bash -c \"" + rank1 + "\"").c_str()), 0);
+  std::string out;
+  const int rc = Run("early.gptx", &out, env(0), "r0.txt");
+  ExpectOneLine(rc, out,
+                {"thunk \\d+ \\((kernel|gemm) ",
+                 "while entry train_step thunk \\d+ "
+                 "\\(all_reduce %\\S+.* is in flight",
+                 "before its bucket's wait"});
+}
+
+}  // namespace
+}  // namespace gptc
