@@ -138,10 +138,52 @@ ENTRY %main {
   ROOT %f = bf16[32,256] fusion(%x, %w, %bias), kind=gemm, calls=%fused.fc
 }
 )");
+  // Note [bias of D's type]: cuBLASLt's bias has D's type, so an f32 bias
+  // before a bf16 result is refused (fusion keeps it out of the gemm)...
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(),
+            "%f: a f32 bias with a bf16 result (cuBLASLt's bias has the result's type)");
+  // ...and a bf16 bias, widened inside the epilogue, is planned.
+  p = PlanRoot(R"(module m
+%fused.fc {
+  %p0 = bf16[32,64] parameter(0)
+  %p1 = bf16[64,256] parameter(1)
+  %p2 = bf16[256] parameter(2)
+  %p2f = f32[256] convert(%p2)
+  %dot = f32[32,256] dot(%p0, %p1), lhs_contracting={1}, rhs_contracting={0}
+  %b = f32[32,256] broadcast(%p2f), dimensions={1}
+  %x = f32[32,256] add(%dot, %b)
+  %c1 = f32[] constant(0.044715)
+  %c1b = f32[32,256] broadcast(%c1), dimensions={}
+  %c2 = f32[] constant(0.7978845608)
+  %c2b = f32[32,256] broadcast(%c2), dimensions={}
+  %c3 = f32[] constant(1)
+  %c3b = f32[32,256] broadcast(%c3), dimensions={}
+  %c4 = f32[] constant(0.5)
+  %c4b = f32[32,256] broadcast(%c4), dimensions={}
+  %x2 = f32[32,256] mul(%x, %x)
+  %x3 = f32[32,256] mul(%x2, %x)
+  %t0 = f32[32,256] mul(%x3, %c1b)
+  %t1 = f32[32,256] add(%x, %t0)
+  %t2 = f32[32,256] mul(%t1, %c2b)
+  %t3 = f32[32,256] tanh(%t2)
+  %t4 = f32[32,256] add(%t3, %c3b)
+  %t5 = f32[32,256] mul(%x, %c4b)
+  %g = f32[32,256] mul(%t5, %t4)
+  ROOT %gb = bf16[32,256] convert(%g)
+}
+
+ENTRY %main {
+  %x = bf16[32,64] parameter(0)
+  %w = bf16[64,256] parameter(1)
+  %bias = bf16[256] parameter(2)
+  ROOT %f = bf16[32,256] fusion(%x, %w, %bias), kind=gemm, calls=%fused.fc
+}
+)");
   ASSERT_TRUE(p.ok()) << p.status().message();
   EXPECT_EQ(p->epilogue, "CUBLASLT_EPILOGUE_GELU_BIAS");
   EXPECT_EQ(p->bias_operand, 2);
-  EXPECT_EQ(p->bias_dtype, "CUDA_R_32F");
+  EXPECT_EQ(p->bias_dtype, "CUDA_R_16BF");
   EXPECT_EQ(p->d.dtype, "CUDA_R_16BF");
 
   // Residual add through C (beta = 1) after a bias.

@@ -360,6 +360,10 @@ struct SweepCase {
   int32_t transa, transb;
   float beta;
 };
+// ctest shows the name, not the bytes.
+void PrintTo(const SweepCase& s, std::ostream* os) {
+  *os << EpilogueName(s.epilogue) << " beta " << s.beta;
+}
 
 class MatmulSweep : public ::testing::TestWithParam<SweepCase> {};
 

@@ -73,6 +73,7 @@ std::string NoGpuReason();
 // memory and race checks), which every CI run has.
 enum class TestBackend { kGpu, kEmu };
 std::string TestBackendName(TestBackend backend);  // "Gpu", "Emu" (test names)
+inline void PrintTo(TestBackend backend, std::ostream* os) { *os << TestBackendName(backend); }
 
 // While alive, the backend's CUDA is the process's: the emulated device of
 // `tiny`'s emulator library, or the GPU's (nothing to set up).

@@ -62,6 +62,7 @@ struct Variant {
   double loss_rtol;
   int ranks = 1;
 };
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
 class GptrunEmuTest : public ::testing::TestWithParam<Variant> {
  protected:
