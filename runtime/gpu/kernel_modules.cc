@@ -6,7 +6,7 @@ namespace gptc::rt::gpu {
 
 namespace {
 
-constexpr int64_t kDefaultDynamicSmem = 48 * 1024;
+constexpr int64_t kDefaultBlockSmem = 48 * 1024;
 
 // cuModuleLoadDataEx with an error log, whose text is added to the message.
 Status LoadModule(const DriverApi& cu, const void* image, CUmodule* module, std::string_view what) {
@@ -117,7 +117,10 @@ Status KernelModules::PrepareLaunch(CUfunction function, int64_t threads, int64_
     return Error("{}: {} bytes of static + {} of dynamic shared memory exceed the device's {}",
                  what, static_smem, dynamic_smem, device_.max_shared_per_block);
   }
-  if (dynamic_smem > kDefaultDynamicSmem && dynamic_smem > dynamic_smem_limit_[function]) {
+  // Without the opt-in a block gets 48 KiB of static and dynamic shared
+  // memory together; beyond that the dynamic part must be raised explicitly.
+  if (static_smem + dynamic_smem > kDefaultBlockSmem &&
+      dynamic_smem > dynamic_smem_limit_[function]) {
     CUresult r = cu_.FuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                       static_cast<int>(dynamic_smem));
     if (r != CUDA_SUCCESS) {

@@ -63,7 +63,8 @@ class GptrunEmuDefectTest : public ::testing::Test {
   // The artifact `name`.gptx with its plan changed by `mutate` (the entry
   // train_step's plan), written as `out`.
   static void Mutate(const std::string& name, const std::string& out,
-                     const std::function<void(json& entry)>& mutate) {
+                     const std::function<void(json& entry)>& mutate,
+                     const std::function<void(json& manifest)>& mutate_manifest = nullptr) {
     const fs::path path = *dir_ / (name + ".gptx");
     StatusOr<rt::Artifact> a = rt::ReadArtifact(path.string());
     ASSERT_TRUE(a.ok()) << a.status().message();
@@ -71,9 +72,12 @@ class GptrunEmuDefectTest : public ::testing::Test {
     for (json& entry : plan["entries"]) {
       if (entry["name"] == "train_step") mutate(entry);
     }
+    json manifest = a->manifest;
+    if (mutate_manifest) mutate_manifest(manifest);
     std::vector<std::pair<std::string, std::string>> sections = a->sections;
     for (auto& [section, bytes] : sections) {
       if (section == "plan") bytes = plan.dump(1) + "\n";
+      if (section == "manifest" && mutate_manifest) bytes = manifest.dump(1) + "\n";
     }
     StatusOr<std::string> bytes = rt::EncodeArtifact(sections);
     ASSERT_TRUE(bytes.ok()) << bytes.status().message();
@@ -158,6 +162,34 @@ void Reslice(json& entry, int64_t id, int64_t offset, int64_t size) {
 TEST_F(GptrunEmuDefectTest, TheUnchangedArtifactsRun) {
   std::string out;
   EXPECT_EQ(Run("one.gptx", &out), 0) << out;
+}
+
+// Issue 15, fix 4: a block's static and dynamic shared memory above 48 KiB
+// together need the opt-in (cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_
+// BYTES)) even when the dynamic part alone is under 48 KiB. A kernel given
+// 40000 bytes of static shared memory (what the emulated driver reports,
+// as ptxas would) is launched with 16 KiB of dynamic: the runtime must raise
+// the limit, which the emulated driver enforces as CUDA does.
+TEST_F(GptrunEmuDefectTest, StaticPlusDynamicSharedMemoryOver48KiBTakesTheOptIn) {
+  std::string kernel;
+  Mutate(
+      "one", "smem.gptx",
+      [&](json& entry) {
+        for (json& t : entry["thunks"]) {
+          if (t["kind"] != "kernel") continue;
+          t["dynamic_smem"] = 16 << 10;
+          kernel = t["name"];
+          return;
+        }
+      },
+      [&](json& manifest) {
+        for (json& k : manifest["emu"]["kernels"]) {
+          if (k["entry"] == "train_step" && k["name"] == kernel) k["static_smem"] = 40000;
+        }
+      });
+  ASSERT_FALSE(kernel.empty());
+  std::string out;
+  EXPECT_EQ(Run("smem.gptx", &out), 0) << out;
 }
 
 TEST_F(GptrunEmuDefectTest, AGridOneBlockShortLeavesItsResultIncomplete) {
