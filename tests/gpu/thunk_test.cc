@@ -1,5 +1,6 @@
 // Every kernel and every gemm of the gpt2-tiny artifact on the GPU (and on
-// the emulated device, in every CI run) against the reference evaluator, one instruction at a time:
+// the emulated device, in every CI run) against the reference evaluator, and
+// on a GPU machine the GPU against the emulator, one instruction at a time:
 // random values in the operand slices, the instruction's thunks run by the executor (all kernels of
 // a multi-kernel instruction, in order: Note [multi-kernel instructions]), the result slices read
 // back and compared with the evaluator run on the instruction (its fused computation) from the
@@ -80,17 +81,28 @@ bool IsConvertOf(const ir::Instruction* x, const ir::Instruction* y) {
   return xo->opcode() == ir::Opcode::kConvert && xo->operand(0) == yo;
 }
 
-// Runs one group on the GPU and the evaluator; returns the report line, or
-// an error that names the instruction.
-StatusOr<std::string> CheckGroup(GpuHarness& gpu, const Tiny& tiny, size_t e, const Group& g,
-                                 Inputs inputs, bool* failed) {
+// One run of a group: its instruction, the operands it was given and the
+// values of its result slices.
+struct GroupRun {
+  const ir::Instruction* inst = nullptr;
+  std::vector<eval::Literal> operands;
+  std::vector<ir::Shape> shapes;             // per result
+  std::vector<std::vector<double>> results;  // per result
+};
+
+// Runs one group on the device with random operands (the same for a given
+// instruction and `inputs` on every device); an error names the instruction.
+StatusOr<GroupRun> RunGroup(GpuHarness& gpu, const Tiny& tiny, size_t e, const Group& g,
+                            Inputs inputs) {
   const passes::TrainEntry& entry = tiny.loaded.program.entries[e];
-  const ir::Instruction* inst = entry.module->entry()->FindInstruction(g.instruction);
+  GroupRun run;
+  run.inst = entry.module->entry()->FindInstruction(g.instruction);
+  const ir::Instruction* inst = run.inst;
   if (inst == nullptr) return Error("%{} is not in entry {}", g.instruction, entry.name);
   const passes::BufferAssignment& ba = tiny.assignments[e];
   std::mt19937_64 rng(std::hash<std::string>{}(g.instruction) + static_cast<int>(inputs));
   std::map<int64_t, std::vector<double>> by_offset;  // aliased operands share values
-  std::vector<eval::Literal> operands;
+  std::vector<eval::Literal>& operands = run.operands;
   for (int64_t i = 0; i < inst->operand_count(); ++i) {
     const ir::Shape& shape = inst->operand(i)->shape();
     ASSIGN_OR_RETURN(passes::Slice slice, ba.GetSlice(inst->operand(i)));
@@ -120,20 +132,44 @@ StatusOr<std::string> CheckGroup(GpuHarness& gpu, const Tiny& tiny, size_t e, co
     operands.push_back(eval::Literal{.shape = shape, .values = it->second});
   }
   RETURN_IF_ERROR(gpu.Run(e, g.thunks));
-  ASSIGN_OR_RETURN(std::vector<eval::Literal> expected, EvaluateInstruction(*inst, operands));
-  ASSIGN_OR_RETURN(std::vector<passes::Slice> results, ba.GetSlices(inst));
-  if (results.size() != expected.size()) {
+  ASSIGN_OR_RETURN(std::vector<passes::Slice> slices, ba.GetSlices(inst));
+  std::vector<ir::Shape> leaves;
+  if (inst->shape().is_tuple()) {
+    for (const ir::Shape& leaf : inst->shape().tuple_elements()) leaves.push_back(leaf);
+  } else {
+    leaves.push_back(inst->shape());
+  }
+  if (slices.size() != leaves.size()) {
+    return Error("%{}: {} result slices for {} results", inst->name(), slices.size(),
+                 leaves.size());
+  }
+  for (size_t r = 0; r < slices.size(); ++r) {
+    const ir::Shape& shape = leaves[r];
+    ASSIGN_OR_RETURN(std::string bytes, gpu.Download(e, {slices[r].offset, slices[r].size}));
+    bytes.resize(shape.num_elements() * ir::DTypeBytes(shape.dtype()));
+    run.shapes.push_back(shape);
+    run.results.push_back(DecodeValues(shape.dtype(), bytes));
+  }
+  return run;
+}
+
+// Runs one group on the device and the evaluator; returns the report line,
+// or an error that names the instruction.
+StatusOr<std::string> CheckGroup(GpuHarness& gpu, const Tiny& tiny, size_t e, const Group& g,
+                                 Inputs inputs, bool* failed) {
+  ASSIGN_OR_RETURN(GroupRun run, RunGroup(gpu, tiny, e, g, inputs));
+  const ir::Instruction* inst = run.inst;
+  ASSIGN_OR_RETURN(std::vector<eval::Literal> expected, EvaluateInstruction(*inst, run.operands));
+  if (run.results.size() != expected.size()) {
     return Error("%{}: {} result slices, the evaluator gives {} results", inst->name(),
-                 results.size(), expected.size());
+                 run.results.size(), expected.size());
   }
   const Thunk& first = tiny.plans[e].thunks[g.thunks[0]];
   std::string line =
       fmt::format("{} {:<34} {:<40}", ThunkKindName(g.kind), first.name, "%" + g.instruction);
-  for (size_t r = 0; r < results.size(); ++r) {
+  for (size_t r = 0; r < run.results.size(); ++r) {
     const ir::Shape& shape = expected[r].shape;
-    ASSIGN_OR_RETURN(std::string bytes, gpu.Download(e, {results[r].offset, results[r].size}));
-    bytes.resize(shape.num_elements() * ir::DTypeBytes(shape.dtype()));
-    std::vector<double> got = DecodeValues(shape.dtype(), bytes);
+    const std::vector<double>& got = run.results[r];
     const double rtol = shape.dtype() == ir::DType::kF32 && Touches16Bit(*inst)
                             ? DefaultRtol(ir::DType::kBF16)
                             : DefaultRtol(shape.dtype());
@@ -195,6 +231,64 @@ TEST_P(ThunkTest, LogitsKernelsMatchEvaluator) {
 TEST_P(ThunkTest, LogitsGemmsMatchEvaluator) { CheckEntry(GetParam(), "logits", ThunkKind::kGemm); }
 TEST_P(ThunkTest, EvalKernelsMatchEvaluator) { CheckEntry(GetParam(), "eval", ThunkKind::kKernel); }
 TEST_P(ThunkTest, EvalGemmsMatchEvaluator) { CheckEntry(GetParam(), "eval", ThunkKind::kGemm); }
+
+// Every thunk of every entry on the GPU and on the emulated device, same
+// operands, outputs compared with each other (on a GPU machine only: the
+// bundle's tiny artifact carries its emulator library). They run the same
+// code; only the approx math (exactly rounded on the host), the order of
+// atomics and cuBLASLt's accumulation order may differ: f32 kernel results
+// within 1e-5, one bf16 rounding step for 16-bit results, gemms within the
+// evaluator's tolerance.
+TEST(GpuVsEmulatorTest, EveryThunkAgrees) {
+  GPTC_SKIP_WITHOUT_GPU();
+  std::string why;
+  const Tiny* tiny = LoadTiny(&why);
+  ASSERT_NE(tiny, nullptr) << why;
+  using Runs = std::map<std::string, GroupRun>;
+  auto collect = [&](TestBackend backend, Runs& out) {
+    StatusOr<std::unique_ptr<TestDevice>> device = TestDevice::Open(backend, {tiny}, &why);
+    ASSERT_TRUE(device.ok()) << device.status().message();
+    ASSERT_NE(*device, nullptr) << why;
+    StatusOr<std::unique_ptr<GpuHarness>> harness = GpuHarness::Create(*tiny);
+    ASSERT_TRUE(harness.ok()) << harness.status().message();
+    for (size_t e = 0; e < tiny->plans.size(); ++e) {
+      for (ThunkKind kind : {ThunkKind::kKernel, ThunkKind::kGemm}) {
+        for (const Group& g : Groups(tiny->plans[e], kind)) {
+          StatusOr<GroupRun> run = RunGroup(**harness, *tiny, e, g, Inputs::kNormal);
+          ASSERT_TRUE(run.ok()) << TestBackendName(backend) << ": " << run.status().message();
+          out[fmt::format("{} {} {}", tiny->plans[e].name, ThunkKindName(kind), g.instruction)] =
+              std::move(run).value();
+        }
+      }
+    }
+  };
+  Runs gpu, emu;
+  collect(TestBackend::kGpu, gpu);
+  collect(TestBackend::kEmu, emu);
+  ASSERT_EQ(gpu.size(), emu.size());
+  int failed = 0;
+  for (const auto& [key, g] : gpu) {
+    const GroupRun& m = emu.at(key);
+    std::string line = key;
+    for (size_t r = 0; r < g.results.size(); ++r) {
+      const ir::DType dtype = g.shapes[r].dtype();
+      const bool gemm = key.find(" gemm ") != std::string::npos;
+      double rtol = dtype == ir::DType::kF32 ? 1e-5 : dtype == ir::DType::kBF16 ? 8e-3 : 0;
+      if (gemm) {
+        rtol = dtype == ir::DType::kF32 && Touches16Bit(*g.inst) ? DefaultRtol(ir::DType::kBF16)
+                                                                 : DefaultRtol(dtype);
+      }
+      Comparison c = Compare(g.results[r], m.results[r], rtol);
+      line += fmt::format(" | out{} worst {:.2e} (gpu {:.6g} emu {:.6g} at {}) tol {:.0e}{}", r,
+                          c.worst, c.gpu, c.ref, c.worst_index, rtol,
+                          c.ok() ? "" : fmt::format(" FAIL: {} elements", c.failures));
+      if (!c.ok()) ++failed;
+    }
+    std::printf("  %s\n", line.c_str());
+  }
+  EXPECT_EQ(failed, 0) << "results where the GPU and the emulator differ (lines above)";
+  std::printf("%zu instructions compared, GPU against emulator\n", gpu.size());
+}
 
 INSTANTIATE_TEST_SUITE_P(Devices, ThunkTest,
                          ::testing::Values(TestBackend::kEmu, TestBackend::kGpu),
