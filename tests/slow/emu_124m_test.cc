@@ -1,0 +1,118 @@
+// gpt2-124m — the real widths, heads and vocabulary, at batch 1, seq 128 —
+// one full train step on the emulated device against the CPU device: the
+// loss, the gradient norm and every parameter after the update. About three
+// minutes and 14 GB on the 2-core machine, so it carries the `slow` label:
+// `scripts/test --slow` runs it, the default run leaves it out.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime/data_loader.h"
+#include "runtime/safetensors.h"
+
+namespace gptc {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kLr = 1e-3;
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// The first step event of a gptrun --log file.
+nlohmann::json FirstStep(const fs::path& log) {
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.value("event", "") == "step") return j;
+  }
+  return nullptr;
+}
+
+TEST(Emu124mTest, OneStepFollowsTheCpuDevice) {
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("emu_124m_test_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 4000; ++i) tokens.push_back((i * 7919 + (i / 13)) % 50257);
+  std::ofstream(dir / "train_000.bin", std::ios::binary) << rt::EncodeShard(tokens);
+
+  const std::string compile = std::string(GPTC_BIN) +
+                              " compile --model gpt2-124m --batch 1 --seq 128 --emu -o " +
+                              (dir / "m.gptx").string() + " > /dev/null";
+  ASSERT_EQ(std::system(compile.c_str()), 0) << compile;
+  for (const std::string device : {"emu", "cpu"}) {
+    const std::string cmd =
+        std::string(GPTRUN_BIN) + " " + (dir / "m.gptx").string() + " --device " + device +
+        (device == "cpu" ? " --cpu-max-params 200000000" : "") + " --train '" +
+        (dir / "train_*.bin").string() + "' --steps 1 --lr " + std::to_string(kLr) +
+        " --seed 3 --log " + (dir / (device + ".jsonl")).string() + " --ckpt-dir " +
+        (dir / device).string() + " > " + (dir / (device + ".txt")).string() + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << ReadAll(dir / (device + ".txt"));
+    std::printf("%s", ReadAll(dir / (device + ".txt")).c_str());
+  }
+  const nlohmann::json emu = FirstStep(dir / "emu.jsonl");
+  const nlohmann::json cpu = FirstStep(dir / "cpu.jsonl");
+  ASSERT_TRUE(emu.is_object() && cpu.is_object());
+  const double loss_emu = emu["loss"], loss_cpu = cpu["loss"];
+  const double norm_emu = emu["norm"], norm_cpu = cpu["norm"];
+  std::printf("loss emu %.7f cpu %.7f; grad norm emu %.5f cpu %.5f\n", loss_emu, loss_cpu, norm_emu,
+              norm_cpu);
+  EXPECT_NEAR(loss_emu, loss_cpu, 1e-3 * std::abs(loss_cpu));
+  EXPECT_NEAR(norm_emu, norm_cpu, 1e-2 * std::abs(norm_cpu));
+
+  // After one AdamW step every parameter moved by about lr: each within 3 lr
+  // of the CPU's, and at most 1% of a tensor's values more than lr apart (a
+  // bf16 gradient's sign near zero may differ).
+  auto params = [&](const std::string& device) {
+    std::map<std::string, std::vector<float>> out;
+    StatusOr<rt::SafeTensors> model =
+        rt::ReadSafeTensors((dir / device / "step_000001" / "model.safetensors").string());
+    EXPECT_TRUE(model.ok()) << model.status().message();
+    if (model.ok()) {
+      for (const rt::SafeTensor& t : model->tensors) out[t.name] = rt::F32Values(t);
+    }
+    return out;
+  };
+  const auto want = params("cpu");
+  const auto got = params("emu");
+  ASSERT_FALSE(want.empty());
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, w] : want) {
+    const std::vector<float>& g = got.at(name);
+    ASSERT_EQ(g.size(), w.size()) << name;
+    // The key bias's gradient is zero (softmax is invariant to it): AdamW
+    // moves it by the sign of rounding noise on either device.
+    const bool key_bias = name.ends_with("attn.c_attn.bias");
+    double worst = 0;
+    int64_t far = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (key_bias && i >= g.size() / 3 && i < 2 * g.size() / 3) continue;
+      const double d = std::abs(static_cast<double>(g[i]) - w[i]);
+      worst = std::max(worst, d);
+      if (d > kLr) ++far;
+    }
+    EXPECT_LT(worst, 3 * kLr) << name;
+    EXPECT_LE(far, static_cast<int64_t>(0.01 * static_cast<double>(g.size())) + 1)
+        << name << ": worst " << worst;
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gptc
