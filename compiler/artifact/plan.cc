@@ -37,6 +37,35 @@ json LayoutJson(const MatrixLayout& l) {
 
 json Dim3Json(const codegen::Dim3& d) { return json::array({d.x, d.y, d.z}); }
 
+// A kernel thunk of `inst`: its launch and its argument slices (operands,
+// then results: Note [kernel ABI]).
+StatusOr<json> KernelThunk(const Instruction& inst, const codegen::CompiledKernel& kernel,
+                           const std::string& kind, const passes::BufferAssignment& ba) {
+  const codegen::KernelSpec& spec = kernel.spec;
+  json args = json::array();
+  int64_t operands = 0;
+  for (const codegen::KernelParam& p : spec.params) {
+    json arg;
+    if (p.role == codegen::KernelParam::Role::kOperand) {
+      ASSIGN_OR_RETURN(arg, BufferJson(ba, inst.operand(p.index)));
+      ++operands;
+    } else {
+      ASSIGN_OR_RETURN(arg, BufferJson(ba, &inst, p.index));
+    }
+    args.push_back(std::move(arg));
+  }
+  return json{{"kind", "kernel"},
+              {"name", spec.name},
+              {"fusion", inst.name()},
+              {"fusion_kind", kind},
+              {"meta", inst.metadata()},
+              {"grid", Dim3Json(spec.grid)},
+              {"block", Dim3Json(spec.block)},
+              {"dynamic_smem", spec.dynamic_shared_bytes},
+              {"args", std::move(args)},
+              {"operands", operands}};
+}
+
 json Unsupported(const Instruction& inst, std::string what, std::string reason) {
   return json{{"kind", "unsupported"}, {"name", inst.name()}, {"meta", inst.metadata()},
               {"what", std::move(what)}, {"reason", std::move(reason)}};
@@ -204,6 +233,20 @@ StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
                     inst.attrs().fusion_kind == ir::FusionKind::kGemm);
     if (is_gemm) {
       StatusOr<GemmPlan> plan = PlanGemm(inst);
+      // Note [epilogue fallback kernels]: the bias-gradient kernel first, run
+      // only when the runtime has to drop the gemm's BGRAD epilogue.
+      if (auto it = by_fusion.find(inst.name());
+          it != by_fusion.end() && plan.ok() &&
+          plan->epilogue.starts_with("CUBLASLT_EPILOGUE_BGRAD")) {
+        for (const codegen::CompiledKernel* kernel : it->second) {
+          if (!kernel->spec.gemm_fallback) continue;
+          ASSIGN_OR_RETURN(json k, KernelThunk(inst, *kernel, "reduction", ba));
+          k["fallback"] = true;
+          ++stats.kernels_by_kind["gemm fallback"];
+          ++stats.thunks["kernel"];
+          thunks.push_back(std::move(k));
+        }
+      }
       if (plan.ok()) {
         ASSIGN_OR_RETURN(t, GemmThunk(inst, *plan, ba));
         ++stats.epilogues[plan->epilogue];
@@ -215,29 +258,7 @@ StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
                              ? std::string(ir::FusionKindName(inst.attrs().fusion_kind))
                              : std::string(ir::OpcodeName(inst.opcode()));
       for (const codegen::CompiledKernel* kernel : it->second) {
-        const codegen::KernelSpec& spec = kernel->spec;
-        json args = json::array();
-        int64_t operands = 0;
-        for (const codegen::KernelParam& p : spec.params) {
-          json arg;
-          if (p.role == codegen::KernelParam::Role::kOperand) {
-            ASSIGN_OR_RETURN(arg, BufferJson(ba, inst.operand(p.index)));
-            ++operands;
-          } else {
-            ASSIGN_OR_RETURN(arg, BufferJson(ba, &inst, p.index));
-          }
-          args.push_back(std::move(arg));
-        }
-        t = json{{"kind", "kernel"},
-                 {"name", spec.name},
-                 {"fusion", inst.name()},
-                 {"fusion_kind", kind},
-                 {"meta", inst.metadata()},
-                 {"grid", Dim3Json(spec.grid)},
-                 {"block", Dim3Json(spec.block)},
-                 {"dynamic_smem", spec.dynamic_shared_bytes},
-                 {"args", std::move(args)},
-                 {"operands", operands}};
+        ASSIGN_OR_RETURN(json t, KernelThunk(inst, *kernel, kind, ba));
         ++stats.kernels_by_kind[kind];
         ++stats.thunks["kernel"];
         thunks.push_back(std::move(t));

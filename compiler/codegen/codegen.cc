@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "compiler/codegen/gemm_fallback.h"
 #include "compiler/codegen/lowering.h"
 #include "compiler/ir/printer.h"
 
@@ -240,6 +241,10 @@ struct KernelJob {
   const ir::Instruction* inst;
   EmitterKind emitter;
   std::string name;
+  // Note [epilogue fallback kernels]: the gemm fusion it stands in for, with
+  // the gemm's operand and result its own operand 0 and result 0 stand for.
+  const ir::Instruction* fallback_for = nullptr;
+  int64_t gemm_operand = -1, gemm_output = -1;
 };
 
 }  // namespace
@@ -267,8 +272,24 @@ StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const Codegen
     jobs.push_back({&inst, emitter, std::move(name)});
     code.push_back(it->second);
   };
+  std::vector<std::unique_ptr<ir::Module>> fallback_modules;  // alive until compiled
   for (const auto& inst : module.entry()->instructions()) {
     ir::Opcode op = inst->opcode();
+    if (op == ir::Opcode::kFusion && inst->attrs().fusion_kind == ir::FusionKind::kGemm) {
+      // Gemms run on cuBLASLt (reported as skipped below); some carry a kernel.
+      ASSIGN_OR_RETURN(std::optional<GemmFallbackFusion> fallback, BiasGradientFallback(*inst));
+      if (fallback) {
+        std::string name = SanitizeName(inst->name()) + "_bgrad";
+        for (int i = 1; names.count(name); ++i)
+          name = fmt::format("{}_bgrad_{}", SanitizeName(inst->name()), i);
+        names.insert(name);
+        add(*fallback->fusion, EmitterKind::kColumnReduction, name);
+        jobs.back().fallback_for = inst.get();
+        jobs.back().gemm_operand = fallback->gemm_operand;
+        jobs.back().gemm_output = fallback->gemm_output;
+        fallback_modules.push_back(std::move(fallback->module));
+      }
+    }
     if (op != ir::Opcode::kFusion && op != ir::Opcode::kGather && op != ir::Opcode::kScatterAdd) {
       continue;
     }
@@ -328,6 +349,14 @@ StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const Codegen
       kernel.code_of = first_use[code[j]];
     }
     kernel.spec.fusion = jobs[j].inst->name();
+    if (jobs[j].fallback_for != nullptr) {  // Note [epilogue fallback kernels]
+      kernel.spec.fusion = jobs[j].fallback_for->name();
+      kernel.spec.gemm_fallback = true;
+      for (KernelParam& p : kernel.spec.params) {
+        p.index =
+            p.role == KernelParam::Role::kOperand ? jobs[j].gemm_operand : jobs[j].gemm_output;
+      }
+    }
     result.kernels.push_back(std::move(kernel));
   }
   return result;

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 namespace gptc::rt::emu {
 
@@ -226,6 +228,19 @@ cublasStatus_t MatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t des
                     reinterpret_cast<Layout*>(b), reinterpret_cast<Layout*>(c),
                     reinterpret_cast<Layout*>(d));
   if (!v.ok()) return Refuse(v.status, v.reason);
+  // A GPU whose cuBLASLt has no algorithm for an epilogue, on demand: the
+  // runtime's fallback (Note [epilogue fallback]) is tested this way.
+  const std::string epilogue = EpilogueName(reinterpret_cast<Desc*>(desc)->spec.epilogue);
+  if (const char* refused = std::getenv("GPTC_EMU_REFUSE_EPILOGUES"); refused != nullptr) {
+    for (std::string_view rest = refused; !rest.empty();) {
+      const size_t comma = rest.find(',');
+      if (rest.substr(0, comma) == epilogue) {
+        return Refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                      epilogue + ": no algorithm ($GPTC_EMU_REFUSE_EPILOGUES)");
+      }
+      rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
+    }
+  }
   results[0] = cublasLtMatmulHeuristicResult_t{};
   results[0].algo.data[0] = kAlgoMark;
   results[0].workspaceSize = 0;

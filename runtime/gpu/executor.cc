@@ -61,6 +61,12 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
     ASSIGN_OR_RETURN(Call call, e->Translate(t));
     e->calls_.push_back(std::move(call));
   }
+  // Note [epilogue fallback]: a fallback kernel runs only for a gemm that
+  // had to drop its epilogue.
+  for (size_t i = 0; i < e->calls_.size(); ++i) {
+    const auto* k = std::get_if<KernelThunk>(&e->plan_.thunks[i].body);
+    if (k != nullptr && k->fallback && !e->fallback_of_.contains(i)) e->calls_[i] = NoOp{};
+  }
   RETURN_IF_ERROR(e->PrepareBuckets());
   // Note [CUDA backends]: the emulator's checks follow the plan.
   e->observer_ = ActiveBackend().observer;
@@ -167,9 +173,32 @@ StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
         return Error("{}: wants a {} byte workspace, the runtime has {}", t.Describe(),
                      g.config.workspace_bytes, resources_.workspace_bytes);
       }
-      ASSIGN_OR_RETURN(
-          std::unique_ptr<GemmRunner> runner,
-          GemmRunner::Create(*resources_.lt, resources_.lt_handle, g.config, p, t.Describe()));
+      ASSIGN_OR_RETURN(std::unique_ptr<GemmRunner> runner,
+                       GemmRunner::Prepare(*resources_.lt, g.config, p, t.Describe()));
+      Status selected = runner->SelectAlgorithm(resources_.lt_handle, g.config);
+      if (selected.ok()) return Call(std::move(runner));
+      // Note [epilogue fallback]: the gemm without its bias-gradient epilogue,
+      // and the kernel before it (its fallback) computes the bias gradient.
+      const size_t i = static_cast<size_t>(t.index);
+      const auto* fallback = i > 0 ? std::get_if<KernelThunk>(&plan_.thunks[i - 1].body) : nullptr;
+      if (!runner->refused() || !g.config.writes_bias || fallback == nullptr ||
+          !fallback->fallback) {
+        return selected;
+      }
+      GemmConfig plain = g.config;
+      plain.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+      plain.epilogue_name = "CUBLASLT_EPILOGUE_DEFAULT";
+      plain.writes_bias = false;
+      plain.bias_dtype.reset();
+      p.bias = nullptr;
+      ASSIGN_OR_RETURN(runner,
+                       GemmRunner::Create(*resources_.lt, resources_.lt_handle, plain, p,
+                                          t.Describe() + " (plain, the epilogue's fallback)"));
+      fallback_of_.insert(i - 1);
+      warnings_.push_back(fmt::format(
+          "{}: cuBLASLt has no algorithm for {} here [{}]; it runs without the epilogue, and "
+          "kernel {} computes the bias gradient",
+          t.Describe(), g.config.epilogue_name, g.config.Summary(), plan_.thunks[i - 1].name));
       return Call(std::move(runner));
     }
     case ThunkKind::kCopy: {

@@ -27,6 +27,7 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -96,6 +97,14 @@ class EntryExecutor {
   // thunk (in plan order).
   StatusOr<std::vector<ThunkTime>> Profile(cudaStream_t stream);
 
+  // Note [epilogue fallback]: the artifact carries, before each gemm with a
+  // bias-gradient epilogue (BGRADA/BGRADB), a kernel computing the same bias
+  // gradient. When cuBLASLt's heuristic finds no algorithm for the epilogue
+  // on this GPU, the gemm runs without it and that kernel runs too (it shows
+  // in --profile as a thunk of its own); otherwise the kernel is skipped.
+  // One line per gemm that fell back, for the caller to print.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
  private:
   struct KernelCall {
     CUfunction function = nullptr;
@@ -135,6 +144,8 @@ class EntryExecutor {
   EntryPlan plan_;
   char* arena_;
   std::vector<Call> calls_;  // parallel to plan_.thunks
+  std::set<size_t> fallback_of_;       // fallback kernels whose gemm dropped its epilogue
+  std::vector<std::string> warnings_;  // Note [epilogue fallback]
   ThunkObserver* observer_ = nullptr;
   void* constant_pool_ = nullptr;
   cudaGraph_t graph_ = nullptr;

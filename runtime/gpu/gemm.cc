@@ -95,9 +95,11 @@ Status GemmRunner::SelectAlgorithm(cublasLtHandle_t handle, const GemmConfig& co
                    "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
   int found = 0;
   if (s.ok()) {
-    s = Check(
-        lt_.MatmulAlgoGetHeuristic(handle, desc_, a_, b_, c_, d_, pref, 1, &heuristic_, &found),
-        "cublasLtMatmulAlgoGetHeuristic");
+    const cublasStatus_t h =
+        lt_.MatmulAlgoGetHeuristic(handle, desc_, a_, b_, c_, d_, pref, 1, &heuristic_, &found);
+    // No algorithm: none found, or NOT_SUPPORTED (cuBLASLt's answer then).
+    refused_ = found == 0 && (h == CUBLAS_STATUS_SUCCESS || h == CUBLAS_STATUS_NOT_SUPPORTED);
+    s = Check(h, "cublasLtMatmulAlgoGetHeuristic");
   }
   lt_.MatmulPreferenceDestroy(pref);
   if (!s.ok()) return Status::Error(fmt::format("{} [{}]", s.message(), config.Summary()));

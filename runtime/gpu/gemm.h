@@ -55,6 +55,9 @@ class GemmRunner {
   Status Run(cudaStream_t stream) const;
 
   const std::string& what() const { return what_; }
+  // After SelectAlgorithm failed: whether the heuristic found no algorithm
+  // (or said the combination is not supported), as opposed to another error.
+  bool refused() const { return refused_; }
   size_t workspace_needed() const { return heuristic_.workspaceSize; }
 
  private:
@@ -64,6 +67,7 @@ class GemmRunner {
   const CublasLtApi& lt_;
   cublasLtHandle_t handle_ = nullptr;
   bool has_algorithm_ = false;
+  bool refused_ = false;
   std::string what_;
   GemmPointers pointers_;
   float alpha_ = 1, beta_ = 0;

@@ -273,6 +273,8 @@ Status GpuTrainer::Impl::Load(const Artifact& artifact, uint64_t seed) {
         EntryExecutor::Create(resources, std::move(ordered[i]), static_cast<char*>(e.arena.ptr));
     if (!ex.ok()) return ex.status().WithPrefix(Where());
     e.executor = std::move(ex).value();
+    // Note [epilogue fallback]: the run goes on, slower; say so once per gemm.
+    for (const std::string& w : e.executor->warnings()) fmt::print(stderr, "warning: {}\n", w);
   }
 
   RETURN_IF_ERROR(FindSlots());

@@ -155,6 +155,7 @@ StatusOr<Thunk> ReadThunk(const json& t, int64_t index, int64_t arena_size,
     ASSIGN_OR_RETURN(k.block, ReadDim3(t, "block", where));
     ASSIGN_OR_RETURN(k.dynamic_smem, GetOr<int64_t>(t, "dynamic_smem", where, 0));
     ASSIGN_OR_RETURN(k.operands, GetOr<int64_t>(t, "operands", where, -1));
+    ASSIGN_OR_RETURN(k.fallback, GetOr<bool>(t, "fallback", where, false));
     if (k.block[0] * k.block[1] * k.block[2] > 1024 || k.dynamic_smem < 0) {
       return Error("{} ({}): block {}x{}x{} / dynamic smem {} out of range", where, thunk.name,
                    k.block[0], k.block[1], k.block[2], k.dynamic_smem);
@@ -517,6 +518,16 @@ StatusOr<EntryPlan> ReadEntryPlan(const json& entry) {
   for (size_t i = 0; i < thunks.size(); ++i) {
     ASSIGN_OR_RETURN(Thunk t, ReadThunk(thunks[i], static_cast<int64_t>(i), p.arena_size, p.name));
     p.thunks.push_back(std::move(t));
+  }
+  // Note [epilogue fallback]: a fallback kernel stands right before its gemm.
+  for (size_t i = 0; i < p.thunks.size(); ++i) {
+    const auto* k = std::get_if<KernelThunk>(&p.thunks[i].body);
+    if (k == nullptr || !k->fallback) continue;
+    if (i + 1 == p.thunks.size() || p.thunks[i + 1].kind != ThunkKind::kGemm ||
+        p.thunks[i + 1].instruction() != p.thunks[i].instruction()) {
+      return Error("{}: thunk {} ({}) is a gemm's fallback kernel, but no gemm of {} follows it",
+                   where, i, p.thunks[i].name, p.thunks[i].instruction());
+    }
   }
   if (entry.contains("buckets")) {
     const int64_t n = static_cast<int64_t>(p.thunks.size());

@@ -64,6 +64,9 @@ struct KernelThunk {
   int64_t dynamic_smem = 0;
   std::vector<ArenaSlice> args;  // Note [kernel ABI]: operands, then results
   int64_t operands = -1;         // how many args are operands; -1: not recorded
+  // Note [epilogue fallback]: the bias gradient of the gemm thunk right after
+  // it, launched only when that gemm runs without its epilogue.
+  bool fallback = false;
 };
 
 // One cublasLtMatrixLayout (column-major, Note [row-major on cuBLASLt]).

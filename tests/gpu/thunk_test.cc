@@ -33,6 +33,9 @@ std::vector<Group> Groups(const EntryPlan& plan, ThunkKind kind) {
   std::map<std::string, size_t> index;
   for (const Thunk& t : plan.thunks) {
     if (t.kind != kind) continue;
+    // Note [epilogue fallback]: a gemm's fallback kernel runs only where
+    // cuBLASLt refuses the epilogue (tests/tools/gptrun_emu_defects_test.cc).
+    if (const auto* k = std::get_if<KernelThunk>(&t.body); k != nullptr && k->fallback) continue;
     auto [it, inserted] = index.try_emplace(t.instruction(), out.size());
     if (inserted) out.push_back({t.instruction(), kind, {}});
     out[it->second].thunks.push_back(static_cast<size_t>(t.index));

@@ -342,5 +342,105 @@ TEST_F(GptrunEmuDefectTest, AGradientReadBeforeItsBucketsWaitIsCaught) {
                  "before its bucket's wait"});
 }
 
+// Note [epilogue fallback] (runtime/gpu/executor.h): a GPU whose cuBLASLt has
+// no algorithm for a bias-gradient epilogue must still train. The emulated
+// cuBLASLt refuses the epilogues named in $GPTC_EMU_REFUSE_EPILOGUES.
+
+// The gemm thunks of the train step with a BGRAD epilogue, by index.
+std::vector<size_t> BiasGradientGemms(const json& entry) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < entry["thunks"].size(); ++i) {
+    const json& t = entry["thunks"][i];
+    if (t["kind"] == "gemm" &&
+        t["descriptor"]["epilogue"].get<std::string>().starts_with("CUBLASLT_EPILOGUE_BGRAD")) {
+      out.push_back(i);
+    }
+  }
+  return out;
+}
+
+TEST_F(GptrunEmuDefectTest, EveryBiasGradientGemmCarriesItsFallbackKernel) {
+  StatusOr<rt::Artifact> a = rt::ReadArtifact((*dir_ / "one.gptx").string());
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  for (const json& entry : a->plan["entries"]) {
+    if (entry["name"] != "train_step") continue;
+    const std::vector<size_t> gemms = BiasGradientGemms(entry);
+    ASSERT_FALSE(gemms.empty());
+    size_t fallbacks = 0;
+    for (const json& t : entry["thunks"]) fallbacks += t.value("fallback", false) ? 1 : 0;
+    EXPECT_EQ(fallbacks, gemms.size());
+    for (size_t i : gemms) {
+      ASSERT_GT(i, 0u);
+      const json& k = entry["thunks"][i - 1];
+      EXPECT_EQ(k["kind"], "kernel");
+      EXPECT_TRUE(k.value("fallback", false)) << k.dump();
+      EXPECT_EQ(k["fusion"], entry["thunks"][i]["name"]);
+      // Its result is the gemm's bias slice.
+      EXPECT_EQ(k["args"].back()["offset"], entry["thunks"][i]["bias"]["offset"]);
+    }
+  }
+}
+
+TEST_F(GptrunEmuDefectTest, ARefusedBiasGradientEpilogueFallsBackToItsKernel) {
+  auto run = [&](const std::string& env, const std::string& name) {
+    const std::string cmd = env + " " + GPTRUN_BIN + " " + (*dir_ / "one.gptx").string() +
+                            " --device emu --train '" + (*dir_ / "train_*.bin").string() +
+                            "' --steps 3 --seed 2 --log " + (*dir_ / (name + ".jsonl")).string() +
+                            " > " + (*dir_ / (name + ".txt")).string() + " 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << ReadAll(*dir_ / (name + ".txt"));
+    std::vector<double> losses;
+    std::ifstream in(*dir_ / (name + ".jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      json j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("event", "") == "step") losses.push_back(j["loss"]);
+    }
+    return losses;
+  };
+  const std::vector<double> fused = run("", "fused");
+  const std::vector<double> fallen =
+      run("GPTC_EMU_REFUSE_EPILOGUES=CUBLASLT_EPILOGUE_BGRADA,CUBLASLT_EPILOGUE_BGRADB", "fallen");
+  const std::string out = ReadAll(*dir_ / "fallen.txt");
+  // One warning per gemm, naming it, the epilogue and the kernel.
+  StatusOr<rt::Artifact> a = rt::ReadArtifact((*dir_ / "one.gptx").string());
+  ASSERT_TRUE(a.ok());
+  size_t gemms = 0;
+  for (const json& entry : a->plan["entries"]) {
+    if (entry["name"] == "train_step") gemms = BiasGradientGemms(entry).size();
+  }
+  const std::regex warning(
+      "warning: thunk \\d+ \\(gemm %\\S+, [^)]*\\): cuBLASLt has no algorithm for "
+      "CUBLASLT_EPILOGUE_BGRAD[AB] here \\[[^\\]]*\\]; it runs without the epilogue, and kernel "
+      "\\S+ computes the bias gradient");
+  const auto begin = std::sregex_iterator(out.begin(), out.end(), warning);
+  EXPECT_EQ(static_cast<size_t>(std::distance(begin, std::sregex_iterator())), gemms) << out;
+  EXPECT_EQ(ReadAll(*dir_ / "fused.txt").find("warning:"), std::string::npos);
+  // The same training (the bias gradients summed by a kernel instead of the
+  // epilogue), with every check of the emulator on.
+  ASSERT_EQ(fused.size(), 3u);
+  ASSERT_EQ(fallen.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(fallen[i], fused[i], 1e-5 * fused[i]) << "step " << i + 1;
+  }
+}
+
+TEST_F(GptrunEmuDefectTest, AFallbackKernelWithoutItsGemmIsRefused) {
+  std::string kernel;
+  Mutate("one", "lost.gptx", [&](json& entry) {
+    for (size_t i = 0; i + 1 < entry["thunks"].size(); ++i) {
+      json& t = entry["thunks"][i];
+      if (t.value("fallback", false)) {
+        kernel = t["name"];
+        entry["thunks"].erase(i + 1);  // its gemm
+        return;
+      }
+    }
+  });
+  ASSERT_FALSE(kernel.empty());
+  std::string out;
+  const int rc = Run("lost.gptx", &out);
+  ExpectOneLine(rc, out,
+                {"thunk \\d+ \\(" + kernel + "\\) is a gemm's fallback kernel, but no gemm of"});
+}
+
 }  // namespace
 }  // namespace gptc

@@ -1,0 +1,35 @@
+// Note [epilogue fallback kernels]: cuBLASLt documents its epilogues but not
+// which layouts each one's kernels cover, so a gemm whose epilogue the
+// heuristic refuses on the GPU at hand must still run. For the bias-gradient
+// epilogues (BGRADA, BGRADB: a column sum of a gemm operand) the compiler
+// carries a kernel that computes the same sum: the gemm fusion's reduce alone,
+// as a reduction fusion of its own compiled by the column-reduction emitter
+// (with its host code for the emulator). The plan puts it just before the
+// gemm, as a thunk of the same instruction marked `fallback`; the runtime
+// launches it only when it has to run the gemm without the epilogue
+// (runtime/gpu/executor.h, Note [epilogue fallback]).
+#ifndef GPTC_COMPILER_CODEGEN_GEMM_FALLBACK_H_
+#define GPTC_COMPILER_CODEGEN_GEMM_FALLBACK_H_
+
+#include <memory>
+#include <optional>
+
+#include "compiler/ir/module.h"
+#include "compiler/support/status.h"
+
+namespace gptc::codegen {
+
+struct GemmFallbackFusion {
+  std::unique_ptr<ir::Module> module;       // holds `fusion` and its computation
+  const ir::Instruction* fusion = nullptr;  // kind=reduction, one operand, one result
+  int64_t gemm_operand = -1;  // the gemm fusion's operand the kernel's operand 0 stands for
+  int64_t gemm_output = -1;   // the gemm fusion's result the kernel's result 0 stands for
+};
+
+// The bias-gradient fallback of gemm fusion `gemm`, or nullopt when it has no
+// bias-gradient output (a rank-1 sum of one of its operands, through converts).
+StatusOr<std::optional<GemmFallbackFusion>> BiasGradientFallback(const ir::Instruction& gemm);
+
+}  // namespace gptc::codegen
+
+#endif  // GPTC_COMPILER_CODEGEN_GEMM_FALLBACK_H_
