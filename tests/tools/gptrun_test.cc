@@ -198,6 +198,20 @@ TEST_F(GptrunTest, Errors) {
               gpu.err.find("built without the CUDA toolkit") != std::string::npos)
       << gpu.err;
 
+  // Values that would train on NaN or a rising schedule: one line each, exit 2.
+  for (const auto& [flags, message] :
+       {std::pair{"--lr nan", "--lr must be a finite number >= 0, got nan"},
+        std::pair{"--lr inf", "--lr must be a finite number >= 0, got inf"},
+        std::pair{"--lr -1", "--lr must be a finite number >= 0, got -1"},
+        std::pair{"--cosine --lr-min 1 --lr 0.001",
+                  "--lr-min 1 is above --lr 0.001 (the cosine schedule decays from --lr to "
+                  "--lr-min)"}}) {
+    Result bad = Gptrun(std::string("--steps 1 ") + flags);
+    EXPECT_EQ(bad.code, 2) << flags;
+    EXPECT_EQ(Lines(bad.err).size(), 1u) << bad.err;
+    EXPECT_NE(bad.err.find(message), std::string::npos) << bad.err;
+  }
+
   Result profile = Gptrun("--steps 1 --profile");
   EXPECT_EQ(profile.code, 2);
   EXPECT_NE(profile.err.find("--profile needs --device gpu"), std::string::npos) << profile.err;

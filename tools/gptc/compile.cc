@@ -22,8 +22,9 @@
 // global batch is N * batch (* grad-accum), and the manifest records world_size.
 #include <algorithm>
 #include <chrono>
-#include <memory>
+#include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,16 @@ int CompileCommand(int argc, char** argv) {
   }
   for (double beta : {options.adamw.beta1, options.adamw.beta2}) {
     if (!(beta >= 0 && beta < 1)) return Fail(2, Error("--beta1/--beta2 must be in [0, 1)"));
+  }
+  // NaN fails every comparison: each check is written to refuse it.
+  if (!(options.adamw.eps > 0) || !std::isfinite(options.adamw.eps)) {
+    return Fail(2, Error("--eps must be a finite number > 0, got {}", options.adamw.eps));
+  }
+  for (auto [name, value] : {std::pair{"weight-decay", options.adamw.weight_decay},
+                             std::pair{"clip-norm", options.adamw.clip_norm}}) {
+    if (!(value >= 0) || !std::isfinite(value)) {
+      return Fail(2, Error("--{} must be a finite number >= 0, got {}", name, value));
+    }
   }
 
   std::string precision = flags.Get("precision", "bf16");

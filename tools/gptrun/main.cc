@@ -15,6 +15,7 @@
 // `--device emu` runs the GPU runtime on the emulated device (docs/EMULATOR.md:
 // the artifact's kernels compiled for this host by gptc compile --emu, with
 // memory and race checks unless --emu-checks off).
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <tuple>
@@ -134,8 +135,15 @@ int Main(int argc, char** argv) {
                              std::pair{"peak-tflops", &o.peak_tflops}}) {
     StatusOr<double> v = flags.GetDouble(name, *field);
     if (!v.ok()) return Fail(2, v.status());
-    if (*v < 0) return Fail(2, Error("--{} must be >= 0, got {}", name, *v));
+    if (!std::isfinite(*v) || *v < 0) {
+      return Fail(2, Error("--{} must be a finite number >= 0, got {}", name, *v));
+    }
     *field = *v;
+  }
+  if (o.cosine && o.lr_min > o.lr) {
+    return Fail(2, Error("--lr-min {} is above --lr {} (the cosine schedule decays from --lr to "
+                         "--lr-min)",
+                         o.lr_min, o.lr));
   }
   if (o.warmup > o.steps) o.warmup = o.steps;
   if (!o.resume.empty() && o.bench) return Fail(2, Error("--resume does not apply to --bench"));
