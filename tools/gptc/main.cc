@@ -9,6 +9,8 @@
 //   gptc eval FILE.ir [--seed N]     evaluates on random inputs, prints checksums
 //
 // Usage errors exit 2, failures of the input exit 1; every error is one line.
+#include <unistd.h>
+
 #include <cstdio>
 #include <random>
 
@@ -87,6 +89,28 @@ int Eval(int argc, char** argv) {
   }
   StatusOr<std::unique_ptr<ir::Module>> module = LoadModule(flags.positional()[0]);
   if (!module.ok()) return Fail(1, module.status());
+  // The evaluator holds every value of the entry as doubles: refuse at once
+  // what this machine cannot hold, instead of dying in the allocator.
+  double bytes = 0, largest = 0;
+  const ir::Instruction* biggest = nullptr;
+  for (const auto& inst : (*module)->entry()->instructions()) {
+    double values = 0;
+    if (inst->shape().is_tuple()) {
+      for (const ir::Shape& e : inst->shape().tuple_elements())
+        values += static_cast<double>(e.num_elements());
+    } else {
+      values = static_cast<double>(inst->shape().num_elements());
+    }
+    bytes += 8 * values;
+    if (8 * values > largest) largest = 8 * values, biggest = inst.get();
+  }
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  if (memory > 0 && bytes > memory) {
+    return Fail(1, Error("{}: evaluating needs about {:.1f} GB ({} {} alone takes {:.1f} GB, "
+                         "values held as doubles); this machine has {:.1f} GB",
+                         flags.positional()[0], bytes / 1e9, biggest->shape().ToString(),
+                         "%" + biggest->name(), largest / 1e9, memory / 1e9));
+  }
   std::mt19937_64 rng(*seed);
   std::vector<eval::Literal> args;
   for (const ir::Instruction* param : (*module)->entry()->parameters()) {
