@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/support/file.h"
@@ -63,6 +64,23 @@ StatusOr<int64_t> WriteSplit(const std::vector<int32_t>& tokens, const std::stri
   return files;
 }
 
+// A usage error (exit 2), as opposed to a failure (exit 1).
+Status Usage(const Status& s) { return Error("usage: {}", s.message()); }
+
+// Whether `text` is valid UTF-8; `bad` is the offset of the first invalid byte.
+bool ValidUtf8(std::string_view text, size_t* bad) {
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > text.size()) return *bad = i, false;
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(text[i + k]) >> 6) != 0x2) return *bad = i, false;
+    }
+    i += n;
+  }
+  return true;
+}
+
 Status Run(int argc, char** argv) {
   // "-o OUT" is spelled "--output OUT" for the flag parser.
   std::vector<std::string> args(argv, argv + argc);
@@ -74,15 +92,21 @@ Status Run(int argc, char** argv) {
   for (std::string& a : args) ptrs.push_back(a.data());
   Flags flags;
   flags.Value("output").Value("val-fraction").Value("shard-tokens").Value("encoder");
-  RETURN_IF_ERROR(flags.Parse(static_cast<int>(ptrs.size()), ptrs.data(), 1));
+  if (Status s = flags.Parse(static_cast<int>(ptrs.size()), ptrs.data(), 1); !s.ok()) {
+    return Usage(s);
+  }
   if (flags.positional().empty() || !flags.Has("output")) return Error("{}", kUsage);
   const std::string out = flags.Get("output");
-  ASSIGN_OR_RETURN(double val_fraction, flags.GetDouble("val-fraction", 0.0));
-  ASSIGN_OR_RETURN(int64_t shard_tokens, flags.GetInt("shard-tokens", 0));
+  StatusOr<double> val_fraction_or = flags.GetDouble("val-fraction", 0.0);
+  if (!val_fraction_or.ok()) return Usage(val_fraction_or.status());
+  StatusOr<int64_t> shard_tokens_or = flags.GetInt("shard-tokens", 0);
+  if (!shard_tokens_or.ok()) return Usage(shard_tokens_or.status());
+  const double val_fraction = *val_fraction_or;
+  const int64_t shard_tokens = *shard_tokens_or;
   if (!(val_fraction >= 0 && val_fraction < 1)) {
-    return Error("--val-fraction {}: must be in [0, 1)", val_fraction);
+    return Usage(Error("--val-fraction {}: must be in [0, 1)", val_fraction));
   }
-  if (shard_tokens < 0) return Error("--shard-tokens {}: must be positive", shard_tokens);
+  if (shard_tokens < 0) return Usage(Error("--shard-tokens {}: must be positive", shard_tokens));
 
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(rt::Tokenizer tok, rt::Tokenizer::Load(flags.Get("encoder", kDefaultEncoder)));
@@ -91,6 +115,14 @@ Status Run(int argc, char** argv) {
   int64_t docs = 0, val_docs = 0;
   for (const std::string& path : flags.positional()) {
     ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    // Binary input tokenizes without complaint, into nonsense: say so.
+    if (const size_t nul = text.find('\0'); nul != std::string::npos) {
+      std::fprintf(stderr, "gpt-tokenize: warning: %s: NUL byte at offset %zu (binary input?)\n",
+                   path.c_str(), nul);
+    } else if (size_t bad = 0; !ValidUtf8(text, &bad)) {
+      std::fprintf(stderr, "gpt-tokenize: warning: %s: invalid UTF-8 at byte offset %zu\n",
+                   path.c_str(), bad);
+    }
     std::vector<int32_t> ids = tok.Encode(text);
     // Split at <|endoftext|> into documents; each is written as EOT + tokens.
     size_t i = 0;
@@ -109,6 +141,14 @@ Status Run(int argc, char** argv) {
     }
   }
 
+  // gptrun refuses empty shards: refuse them here, before writing anything.
+  if (train.empty() && val.empty()) {
+    return Error("no text to tokenize in {} (empty input)", fmt::join(flags.positional(), ", "));
+  }
+  if (val_fraction > 0 && (val.empty() || train.empty())) {
+    return Error("--val-fraction {} leaves the {} split empty ({} documents in all)", val_fraction,
+                 val.empty() ? "validation" : "training", docs);
+  }
   if (!out.empty() && out.back() == '/' && mkdir(out.c_str(), 0755) != 0 && errno != EEXIST) {
     return Error("{}: {}", out, std::strerror(errno));
   }
@@ -133,6 +173,20 @@ Status Run(int argc, char** argv) {
 }  // namespace gptc::tools
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+      std::printf(
+          "%s\n\nText files to llm.c token shards with the GPT-2 tokenizer; each file is one or "
+          "more\ndocuments split at <|endoftext|>.\n"
+          "  -o OUT              output: a file name (OUT.bin, OUT_train.bin/OUT_val.bin), or a\n"
+          "                      directory ending in '/' (OUT/train_000.bin, ...)\n"
+          "  --val-fraction F    share of documents for the validation split (default 0)\n"
+          "  --shard-tokens N    at most N tokens a shard (default 0: one shard a split)\n"
+          "  --encoder DIR       encoder.json and vocab.bpe (default %s)\n",
+          gptc::tools::kUsage, gptc::tools::kDefaultEncoder);
+      return 0;
+    }
+  }
   gptc::Status status = gptc::tools::Run(argc, argv);
   if (!status.ok()) {
     std::fprintf(stderr, "gpt-tokenize: %s\n", status.message().c_str());
