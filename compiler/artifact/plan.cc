@@ -40,7 +40,8 @@ json Dim3Json(const codegen::Dim3& d) { return json::array({d.x, d.y, d.z}); }
 // A kernel thunk of `inst`: its launch and its argument slices (operands,
 // then results: Note [kernel ABI]).
 StatusOr<json> KernelThunk(const Instruction& inst, const codegen::CompiledKernel& kernel,
-                           const std::string& kind, const passes::BufferAssignment& ba) {
+                           const std::string& kind, const passes::BufferAssignment& ba,
+                           int64_t scratch_offset) {
   const codegen::KernelSpec& spec = kernel.spec;
   json args = json::array();
   int64_t operands = 0;
@@ -49,6 +50,9 @@ StatusOr<json> KernelThunk(const Instruction& inst, const codegen::CompiledKerne
     if (p.role == codegen::KernelParam::Role::kOperand) {
       ASSIGN_OR_RETURN(arg, BufferJson(ba, inst.operand(p.index)));
       ++operands;
+    } else if (p.role == codegen::KernelParam::Role::kScratch) {
+      // Note [split full reductions]: past the arena's buffers, in no buffer.
+      arg = json{{"offset", scratch_offset}, {"size", p.shape.byte_size()}, {"buffer", -1}};
     } else {
       ASSIGN_OR_RETURN(arg, BufferJson(ba, &inst, p.index));
     }
@@ -216,6 +220,20 @@ StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
   std::unordered_map<std::string, std::string> skipped;
   for (const codegen::SkippedFusion& s : kernels.skipped) skipped[s.fusion] = s.reason;
 
+  // Note [split full reductions]: kernels that share scratch memory within
+  // an instruction get it past the buffers (kernels run one at a time on the
+  // compute stream, so one region serves all).
+  const int64_t scratch_offset = (ba.arena_size() + 255) / 256 * 256;
+  int64_t scratch_bytes = 0;
+  for (const codegen::CompiledKernel& k : kernels.kernels) {
+    for (const codegen::KernelParam& p : k.spec.params) {
+      if (p.role == codegen::KernelParam::Role::kScratch) {
+        scratch_bytes = std::max(scratch_bytes, p.shape.byte_size());
+      }
+    }
+  }
+  const int64_t arena_size = scratch_bytes > 0 ? scratch_offset + scratch_bytes : ba.arena_size();
+
   json thunks = json::array();
   // The first thunk of each instruction that launches work, and the all-reduces.
   std::unordered_map<const Instruction*, int64_t> first_thunk;
@@ -240,7 +258,7 @@ StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
           plan->epilogue.starts_with("CUBLASLT_EPILOGUE_BGRAD")) {
         for (const codegen::CompiledKernel* kernel : it->second) {
           if (!kernel->spec.gemm_fallback) continue;
-          ASSIGN_OR_RETURN(json k, KernelThunk(inst, *kernel, "reduction", ba));
+          ASSIGN_OR_RETURN(json k, KernelThunk(inst, *kernel, "reduction", ba, scratch_offset));
           k["fallback"] = true;
           ++stats.kernels_by_kind["gemm fallback"];
           ++stats.thunks["kernel"];
@@ -258,7 +276,7 @@ StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
                              ? std::string(ir::FusionKindName(inst.attrs().fusion_kind))
                              : std::string(ir::OpcodeName(inst.opcode()));
       for (const codegen::CompiledKernel* kernel : it->second) {
-        ASSIGN_OR_RETURN(json t, KernelThunk(inst, *kernel, kind, ba));
+        ASSIGN_OR_RETURN(json t, KernelThunk(inst, *kernel, kind, ba, scratch_offset));
         ++stats.kernels_by_kind[kind];
         ++stats.thunks["kernel"];
         thunks.push_back(std::move(t));
@@ -337,7 +355,7 @@ StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
   }
   for (auto [o, i] : entry.signature.donations) donations.push_back(json::array({o, i}));
   return json{{"name", entry.name},
-              {"arena_size", ba.arena_size()},
+              {"arena_size", arena_size},
               {"inputs", inputs},
               {"outputs", outputs},
               {"donations", donations},

@@ -123,7 +123,7 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
       param_offsets[i][entry.name] = plan["inputs"][slot]["offset"];
     }
     manifest_entries.push_back(json{{"name", entry.name},
-                                    {"arena_size", ba.arena_size()},
+                                    {"arena_size", plan["arena_size"]},
                                     {"inputs", SlotsJson(entry.signature.inputs)},
                                     {"outputs", SlotsJson(entry.signature.outputs)},
                                     {"donations", plan["donations"]}});

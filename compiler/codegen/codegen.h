@@ -105,7 +105,15 @@ enum class EmitterKind {
   // mixing row and column reductions.
   kMixedReductionRows,     // the first: the row reduction writing the row-part outputs
   kMixedReductionColumns,  // the second: the column reduction writing the column-part outputs
+  // Note [split full reductions] (column_reduction_emitter.cc): the grad norm.
+  kColumnReductionPartials,  // the first: block totals of every reduce into scratch
+  kColumnReductionFinal,     // the second: the totals of the partials, and the outputs
 };
+
+// Note [split full reductions]: the number of partial blocks G for a reduction
+// fusion of independent full reductions over many rows (> 1: emit it as
+// kColumnReductionPartials then kColumnReductionFinal), else 1.
+int64_t SplitFullReductionBlocks(const ir::Instruction& fusion);
 
 // Note [mixed row and column reductions]: the layer-norm backward fusion
 // reduces dy * w * rstd-terms over the last dim (for dx) and dy, dy * xhat

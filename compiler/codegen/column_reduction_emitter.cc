@@ -29,9 +29,16 @@
 //
 // Grid: ceil(K / TX) blocks. A full reduction is therefore one block of 1024
 // threads looping over the whole input: fine for the loss and small models,
-// about 3 ms for the 124M-value grad norm of gpt2-124m; a faster version needs
-// a grid of partial sums and a scratch buffer, which the kernel ABI (Note
-// [kernel ABI]) does not have yet.
+// not for the 124M-value grad norm of gpt2-124m (one SM of 132 reading 0.5 GB).
+// Note [split full reductions]: a fusion of independent full reductions
+// (K == 1) over many rows runs as two kernels of one ABI plus a scratch
+// argument (Note [kernel ABI]: KernelParam::Role::kScratch, a slice the plan
+// reserves past the arena's buffers): NAME_partials, G blocks each reducing
+// a grid-strided share of every reduce's rows and storing its block totals
+// to scratch[r * G + block]; then NAME, one block reducing each reduce's G
+// partials in a fixed order and writing the outputs as the whole kernel
+// would. No atomics: the result is deterministic (it differs from the
+// one-block order only by summation order).
 #include <algorithm>
 #include <functional>
 #include <limits>
@@ -39,6 +46,7 @@
 #include <optional>
 #include <set>
 
+#include "compiler/codegen/codegen.h"
 #include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"
 #include "compiler/codegen/kernel_emitter.h"
@@ -83,11 +91,19 @@ int64_t NextPowerOfTwo(int64_t x) {
   return p;
 }
 
+constexpr int64_t kPartialsBlock = 256;
+constexpr int64_t kMaxPartials = 1024;
+constexpr int64_t kRowsPerPartialThread = 32;
+
+enum class Part { kWhole, kPartials, kFinal };  // Note [split full reductions]
+
 class ColumnReductionEmitter : public KernelEmitter {
  public:
   // `mixed`: emit only the column part (Note [mixed row and column reductions]).
-  explicit ColumnReductionEmitter(bool mixed) : mixed_(mixed) {}
+  ColumnReductionEmitter(bool mixed, Part part) : mixed_(mixed), part_(part) {}
   std::string_view Name() const override {
+    if (part_ == Part::kPartials) return "column_reduction_partials";
+    if (part_ == Part::kFinal) return "column_reduction_final";
     return mixed_ ? "mixed_reduction_columns" : "column_reduction";
   }
 
@@ -156,10 +172,23 @@ class ColumnReductionEmitter : public KernelEmitter {
       max_rows = std::max(max_rows, rows_of(r));
       max_input = std::max(max_input, r->operand(0)->shape().num_elements());
     }
+    const bool split = part_ != Part::kWhole;
+    const int64_t partials = SplitFullReductionBlocks(fusion);
+    if (split && partials <= 1) {
+      return Error("%{}: not a fusion of independent full reductions over many rows",
+                   fusion.name());
+    }
     const int64_t tx = std::min(kTileColumns, k);
-    const int64_t ty = std::min(kMaxBlock / NextPowerOfTwo(tx), NextPowerOfTwo(max_rows));
+    int64_t ty = std::min(kMaxBlock / NextPowerOfTwo(tx), NextPowerOfTwo(max_rows));
+    if (part_ == Part::kPartials) ty = std::min(kPartialsBlock, ty);
+    if (part_ == Part::kFinal) ty = std::min(kMaxBlock, NextPowerOfTwo(partials));
     const int64_t block = tx * ty;
-    const int64_t grid = (k + tx - 1) / tx;
+    const int64_t grid = part_ == Part::kPartials ? partials : (k + tx - 1) / tx;
+    // reduce -> its row of the scratch partials
+    std::map<const ir::Instruction*, int64_t> partial_row;
+    for (const ir::Instruction* r : reduces) {
+      partial_row[r] = static_cast<int64_t>(partial_row.size());
+    }
     // Each reduce of a batch needs `block` floats of static shared memory (48 KiB at most).
     // After the totals (Note [column totals in shared memory]).
     const int64_t total_floats = static_cast<int64_t>(reduces.size()) * tx;
@@ -180,11 +209,14 @@ class ColumnReductionEmitter : public KernelEmitter {
         current = {r};
       }
     }
-    // Reduces over the same input dims next to each other: they share a loop.
+    // Reduces over the same input dims next to each other: they share a loop
+    // (in the final kernel every reduce reads G partials: all share one).
+    auto loop_dims = [&](const ir::Instruction* r) {
+      return part_ == Part::kFinal ? std::vector<int64_t>{partials} : r->operand(0)->shape().dims();
+    };
     for (auto& batch : batches) {
-      std::stable_sort(batch.begin(), batch.end(), [](const auto* x, const auto* y) {
-        return x->operand(0)->shape().dims() < y->operand(0)->shape().dims();
-      });
+      std::stable_sort(batch.begin(), batch.end(),
+                       [&](const auto* x, const auto* y) { return loop_dims(x) < loop_dims(y); });
     }
     size_t max_batch = 0;
     for (const auto& batch : batches) max_batch = std::max(max_batch, batch.size());
@@ -197,7 +229,9 @@ class ColumnReductionEmitter : public KernelEmitter {
     const bool wide = max_input + block * k >= std::numeric_limits<int32_t>::max();
 
     mlir::OpBuilder b(gpu_module.getContext());
-    const int64_t num_params = static_cast<int64_t>(params.size() + outputs.size());
+    const int64_t num_params =
+        static_cast<int64_t>(params.size() + outputs.size()) + (split ? 1 : 0);
+    const int64_t scratch_arg = static_cast<int64_t>(params.size() + outputs.size());
     mlir::gpu::GPUFuncOp func = CreateKernel(b, gpu_module, name, num_params, block, shared_floats);
     mlir::Block* entry = &func.getBody().front();
     mlir::Location loc = b.getUnknownLoc();
@@ -271,9 +305,8 @@ class ColumnReductionEmitter : public KernelEmitter {
       for (size_t first = 0; first < batch.size();) {
         const ir::Shape input = batch[first]->operand(0)->shape();
         size_t last = first;
-        while (last < batch.size() && batch[last]->operand(0)->shape().dims() == input.dims())
-          ++last;
-        const int64_t rows = rows_of(batch[first]);
+        while (last < batch.size() && loop_dims(batch[last]) == loop_dims(batch[first])) ++last;
+        const int64_t rows = part_ == Part::kFinal ? partials : rows_of(batch[first]);
         const ir::Shape row_shape(
             ir::DType::kF32,
             std::vector<int64_t>(input.dims().begin(), input.dims().end() - kept_dims->size()));
@@ -285,8 +318,14 @@ class ColumnReductionEmitter : public KernelEmitter {
           inits.push_back(ScalarConstant(b, loc, ir::DType::kF32, identity));
         }
         mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
-        auto loop =
-            mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, lane_y, c(rows), c(ty), inits));
+        // Partials: block b takes rows b * TY + ty, stepping G * TY.
+        Value start =
+            part_ == Part::kPartials
+                ? b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, bid, c(ty)), lane_y)
+                      .getResult()
+                : lane_y;
+        const int64_t step = part_ == Part::kPartials ? grid * ty : ty;
+        auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, start, c(rows), c(step), inits));
         FusedEmitter::Cache saved = emitter.SaveCache();
         Value row = loop.getInductionVar();
         ElementIndex index;
@@ -301,9 +340,15 @@ class ColumnReductionEmitter : public KernelEmitter {
         std::vector<Value> next;
         for (size_t i = first; i < last; ++i) {
           const ir::Instruction* r = batch[i];
-          StatusOr<Value> x = emitter.Emit(*r->operand(0), index);
-          if (!x.ok()) return x.status().WithPrefix("%" + fusion.name());
-          Value f = ConvertValue(b, loc, *x, r->operand(0)->shape().dtype(), ir::DType::kF32);
+          Value f;
+          if (part_ == Part::kFinal) {  // partial `row` of reduce r
+            Value at = b.create<arith::AddIOp>(loc, c(partial_row.at(r) * partials), row);
+            f = LoadElement(b, loc, entry->getArgument(scratch_arg), at, ir::DType::kF32);
+          } else {
+            StatusOr<Value> x = emitter.Emit(*r->operand(0), index);
+            if (!x.ok()) return x.status().WithPrefix("%" + fusion.name());
+            f = ConvertValue(b, loc, *x, r->operand(0)->shape().dtype(), ir::DType::kF32);
+          }
           next.push_back(
               Combine(b, loc, r->attrs().reduce_kind, loop.getRegionIterArgs()[i - first], f));
         }
@@ -350,6 +395,11 @@ class ColumnReductionEmitter : public KernelEmitter {
         b.setInsertionPoint(if_top.thenBlock()->getTerminator());
         for (size_t i = 0; i < batch.size(); ++i) {
           Value total = b.create<mlir::memref::LoadOp>(loc, shared, slot(i, lane_y));
+          if (part_ == Part::kPartials) {  // this block's total, to scratch[r * G + block]
+            Value at = b.create<arith::AddIOp>(loc, c(partial_row.at(batch[i]) * grid), bid);
+            StoreElement(b, loc, total, entry->getArgument(scratch_arg), at, ir::DType::kF32);
+            continue;
+          }
           Value at = b.create<arith::AddIOp>(loc, lane_x, c(total_slot.at(batch[i])));
           b.create<mlir::memref::StoreOp>(loc, total, shared, mlir::ValueRange{shared_index(at)});
         }
@@ -359,6 +409,12 @@ class ColumnReductionEmitter : public KernelEmitter {
       b.create<mlir::gpu::BarrierOp>(loc);
     }
 
+    if (part_ == Part::kPartials) {
+      KernelSpec spec =
+          MakeKernelSpec(fusion, name, ir::FusionKind::kReduction, grid, block, shared_floats);
+      spec.params.push_back(ScratchParam(reduces.size(), partials));
+      return spec;
+    }
     Value first = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, lane_y, c(0));
     if (live) first = b.create<arith::AndIOp>(loc, first, live);
     auto if_first = b.create<mlir::scf::IfOp>(loc, first, false);
@@ -367,21 +423,66 @@ class ColumnReductionEmitter : public KernelEmitter {
     out_index.linear = column;
     out_index.multi = column_multi;
     RETURN_IF_ERROR(EmitAndStore(emitter, b, loc, entry, fusion, written, slots, out_index, column));
-    return MakeKernelSpec(fusion, name, ir::FusionKind::kReduction, grid, block, shared_floats);
+    KernelSpec spec =
+        MakeKernelSpec(fusion, name, ir::FusionKind::kReduction, grid, block, shared_floats);
+    if (split) spec.params.push_back(ScratchParam(reduces.size(), partials));
+    return spec;
   }
 
  private:
+  static KernelParam ScratchParam(size_t reduces, int64_t partials) {
+    return KernelParam{KernelParam::Role::kScratch, 0,
+                       ir::Shape(ir::DType::kF32, {static_cast<int64_t>(reduces) * partials}), 4};
+  }
+
   bool mixed_;
+  Part part_;
 };
 
 }  // namespace
 
+int64_t SplitFullReductionBlocks(const ir::Instruction& fusion) {
+  const ir::Computation* fused = fusion.called_computation();
+  if (fusion.opcode() != ir::Opcode::kFusion || fused == nullptr ||
+      fusion.attrs().fusion_kind != ir::FusionKind::kReduction) {
+    return 1;
+  }
+  std::set<const ir::Instruction*> reduces;
+  int64_t max_rows = 0;
+  for (const auto& inst : fused->instructions()) {
+    if (inst->opcode() != ir::Opcode::kReduce) continue;
+    const ir::Shape& in = inst->operand(0)->shape();
+    if (inst->shape().num_elements() != 1 || in.rank() == 0 ||
+        static_cast<int64_t>(inst->attrs().dimensions.size()) != in.rank() ||
+        !ir::IsFloat(in.dtype())) {
+      return 1;  // not a full reduction of floats
+    }
+    reduces.insert(inst.get());
+    max_rows = std::max(max_rows, in.num_elements());
+  }
+  if (reduces.empty()) return 1;
+  std::map<const ir::Instruction*, bool> memo;
+  for (const ir::Instruction* r : reduces) {
+    if (DependsOn(r->operand(0), reduces, memo)) return 1;  // needs another's total first
+  }
+  const int64_t per_block = kPartialsBlock * kRowsPerPartialThread;
+  return std::min(kMaxPartials, (max_rows + per_block - 1) / per_block);
+}
+
 std::unique_ptr<KernelEmitter> MakeColumnReductionEmitter() {
-  return std::make_unique<ColumnReductionEmitter>(/*mixed=*/false);
+  return std::make_unique<ColumnReductionEmitter>(/*mixed=*/false, Part::kWhole);
 }
 
 std::unique_ptr<KernelEmitter> MakeMixedReductionColumnsEmitter() {
-  return std::make_unique<ColumnReductionEmitter>(/*mixed=*/true);
+  return std::make_unique<ColumnReductionEmitter>(/*mixed=*/true, Part::kWhole);
+}
+
+std::unique_ptr<KernelEmitter> MakeColumnReductionPartialsEmitter() {
+  return std::make_unique<ColumnReductionEmitter>(/*mixed=*/false, Part::kPartials);
+}
+
+std::unique_ptr<KernelEmitter> MakeColumnReductionFinalEmitter() {
+  return std::make_unique<ColumnReductionEmitter>(/*mixed=*/false, Part::kFinal);
 }
 
 }  // namespace gptc::codegen

@@ -41,7 +41,10 @@ struct Dim3 {
 };
 
 struct KernelParam {
-  enum class Role : uint8_t { kOperand, kResult };
+  // kScratch: memory the kernels of one instruction share (Note [split full
+  // reductions] in column_reduction_emitter.cc), `shape` bytes past the
+  // arena's buffers; always the last parameter.
+  enum class Role : uint8_t { kOperand, kResult, kScratch };
   Role role = Role::kOperand;
   int64_t index = 0;           // operand number, or tuple index of the result (0 if not a tuple)
   ir::Shape shape;             // array shape of the buffer

@@ -170,6 +170,10 @@ std::unique_ptr<KernelEmitter> MakeEmitter(EmitterKind kind) {
       return MakeRowReductionEmitter();
     case EmitterKind::kColumnReduction:
       return MakeColumnReductionEmitter();
+    case EmitterKind::kColumnReductionPartials:
+      return MakeColumnReductionPartialsEmitter();
+    case EmitterKind::kColumnReductionFinal:
+      return MakeColumnReductionFinalEmitter();
     case EmitterKind::kGather:
       return MakeGatherEmitter();
     case EmitterKind::kScatterAddInit:

@@ -260,6 +260,66 @@ ENTRY %main {
             "dims): %r: reduces middle dims");
 }
 
+// Note [split full reductions]: independent full reductions over many rows
+// are split; small ones, kept dims, or a reduce of another's total are not.
+TEST(ColumnReductionEmitterTest, SplitsOnlyIndependentFullReductionsOverManyRows) {
+  auto module = Parse(R"(module norms
+
+%split {
+  %a = f32[1024,1024] parameter(0)
+  %b = f32[64] parameter(1)
+  %a2 = f32[1024,1024] mul(%a, %a)
+  %sa = f32[] reduce(%a2), dimensions={0,1}, kind=sum
+  %b2 = f32[64] mul(%b, %b)
+  %sb = f32[] reduce(%b2), dimensions={0}, kind=sum
+  %s = f32[] add(%sa, %sb)
+  ROOT %n = f32[] sqrt(%s)
+}
+
+%dependent {
+  %a = f32[1024,1024] parameter(0)
+  %m = f32[] reduce(%a), dimensions={0,1}, kind=sum
+  %mb = f32[1024,1024] broadcast(%m), dimensions={}
+  %d = f32[1024,1024] sub(%a, %mb)
+  ROOT %v = f32[] reduce(%d), dimensions={0,1}, kind=sum
+}
+
+%small {
+  %a = f32[64,64] parameter(0)
+  ROOT %s = f32[] reduce(%a), dimensions={0,1}, kind=sum
+}
+
+ENTRY %main {
+  %a = f32[1024,1024] parameter(0)
+  %b = f32[64] parameter(1)
+  %c = f32[64,64] parameter(2)
+  %n = f32[] fusion(%a, %b), kind=reduction, calls=%split
+  %v = f32[] fusion(%a), kind=reduction, calls=%dependent
+  %s = f32[] fusion(%c), kind=reduction, calls=%small
+  ROOT %t = (f32[], f32[], f32[]) tuple(%n, %v, %s)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  EXPECT_EQ(SplitFullReductionBlocks(*module->entry()->FindInstruction("n")), 128);
+  EXPECT_EQ(SplitFullReductionBlocks(*module->entry()->FindInstruction("v")), 1);
+  EXPECT_EQ(SplitFullReductionBlocks(*module->entry()->FindInstruction("s")), 1);
+  auto result = CompileFusions(*module, {});
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  std::vector<std::string> names;
+  for (const CompiledKernel& k : result->kernels) names.push_back(k.spec.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"n_partials", "n", "v", "s"}));
+  const KernelSpec& partials = result->kernels[0].spec;
+  EXPECT_EQ(partials.grid.x, 128);
+  EXPECT_EQ(partials.block.x, 256);
+  // Two reduces x 128 partials of f32, shared by both kernels.
+  ASSERT_EQ(partials.params.size(), 4u);
+  EXPECT_EQ(partials.params[3].role, KernelParam::Role::kScratch);
+  EXPECT_EQ(partials.params[3].shape.byte_size(), 2 * 128 * 4);
+  EXPECT_EQ(result->kernels[1].spec.grid.x, 1);
+  EXPECT_EQ(result->kernels[1].spec.block.x, 128);
+  EXPECT_EQ(result->kernels[1].spec.params.size(), 4u);
+}
+
 TEST(CompileFusionsTest, SkipsKindsWithoutEmitter) {
   auto module = Parse(R"(module gemm
 

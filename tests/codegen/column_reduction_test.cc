@@ -80,7 +80,7 @@ TEST(ColumnReductionEmitterTest, ColumnAndFullReductionsAssemble) {
   auto module = Parse(kColumnModule);
   ASSERT_NE(module, nullptr);
   CompiledKernels kernels = CompileAll(*module);
-  ASSERT_EQ(kernels.kernels.size(), 5u);
+  ASSERT_EQ(kernels.kernels.size(), 6u);
   EXPECT_TRUE(kernels.skipped.empty());
 
   // Gain and bias gradients: one batch, 2 tiles of 32 columns x 32 rows.
@@ -105,12 +105,23 @@ TEST(ColumnReductionEmitterTest, ColumnAndFullReductionsAssemble) {
   EXPECT_EQ(lm.grid.x, 1);
   EXPECT_EQ(lm.block.x, 32);  // 32 rows of one column
 
-  const KernelSpec& gn = kernels.kernels[4].spec;  // three inputs of different sizes
-  EXPECT_EQ(gn.grid.x, 1);
-  EXPECT_EQ(gn.block.x, 1024);
+  // Three inputs of different sizes, 3.2M rows in the largest: split (Note
+  // [split full reductions]) into 393 blocks of partials, then one block.
+  const KernelSpec& partials = kernels.kernels[4].spec;
+  EXPECT_EQ(partials.name, "gn_partials");
+  EXPECT_EQ(partials.grid.x, (50304 * 64 + 8191) / 8192);
+  EXPECT_EQ(partials.block.x, 256);
   // One batch of three (Note [column reduction batches]): 3 trees' scratch + 3 totals.
-  EXPECT_EQ(gn.static_shared_bytes, 3 * 1024 * 4 + 3 * 4);
-  EXPECT_EQ(gn.params.size(), 5u);
+  EXPECT_EQ(partials.static_shared_bytes, 3 * 256 * 4 + 3 * 4);
+  EXPECT_EQ(partials.params.size(), 6u);  // 3 gradients, 2 outputs, the partials
+  EXPECT_EQ(partials.params[5].shape.byte_size(), 3 * 393 * 4);
+  EXPECT_EQ(kernels.kernels[4].ptx.find("atom."), std::string::npos);  // deterministic
+  const KernelSpec& gn = kernels.kernels[5].spec;
+  EXPECT_EQ(gn.name, "gn");
+  EXPECT_EQ(gn.grid.x, 1);
+  EXPECT_EQ(gn.block.x, 512);  // 393 partials a reduce
+  EXPECT_EQ(gn.static_shared_bytes, 3 * 512 * 4 + 3 * 4);
+  EXPECT_EQ(gn.params.size(), 6u);
 }
 
 TEST(ColumnReductionEmitterTest, MismatchedKeptDimsFailNamingTheReduce) {

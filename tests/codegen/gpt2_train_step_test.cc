@@ -92,6 +92,18 @@ void CheckTrainStep(const std::string& model, int64_t batch, int64_t seq,
   EXPECT_EQ(attention_forward, per_layer * config->layers);
   // The bias gradients of c_attn, attn.c_proj, c_fc and mlp.c_proj.
   EXPECT_EQ(fallbacks, 4 * config->layers);
+  // Note [split full reductions]: the grad norm reads every gradient with a
+  // grid that fills an H100 (132 SMs), then sums the partials in one block.
+  std::vector<const KernelSpec*> norm;
+  for (const CompiledKernel& k : kernels.kernels) {
+    if (k.spec.fusion == "optimizer.grad_norm.fusion") norm.push_back(&k.spec);
+  }
+  ASSERT_EQ(norm.size(), 2u);
+  EXPECT_TRUE(norm[0]->name.ends_with("_partials")) << norm[0]->name;
+  EXPECT_GE(norm[0]->grid.x, 132) << norm[0]->name;
+  EXPECT_EQ(norm[1]->grid.x, 1);
+  EXPECT_EQ(norm[0]->params.back().role, KernelParam::Role::kScratch);
+  EXPECT_EQ(norm[1]->params.back().role, KernelParam::Role::kScratch);
   std::printf("%d distinct kernels\n", distinct);
   std::set<std::string> skipped;
   for (const SkippedFusion& s : kernels.skipped) skipped.insert(s.fusion);
