@@ -251,25 +251,48 @@ StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
                     inst.attrs().fusion_kind == ir::FusionKind::kGemm);
     if (is_gemm) {
       StatusOr<GemmPlan> plan = PlanGemm(inst);
-      // Note [epilogue fallback kernels]: the bias-gradient kernel first, run
-      // only when the runtime has to drop the gemm's BGRAD epilogue.
-      if (auto it = by_fusion.find(inst.name());
-          it != by_fusion.end() && plan.ok() &&
-          plan->epilogue.starts_with("CUBLASLT_EPILOGUE_BGRAD")) {
+      // Note [epilogue fallback kernels]: run only when the runtime has to
+      // drop the gemm's epilogue: the bias gradient before the gemm, the
+      // forward epilogue after it (reading the plain gemm's result in scratch).
+      using Fallback = codegen::KernelSpec::GemmFallback;
+      const bool bgrad = plan.ok() && plan->epilogue.starts_with("CUBLASLT_EPILOGUE_BGRAD");
+      const bool forward = plan.ok() && !bgrad && plan->epilogue != "CUBLASLT_EPILOGUE_DEFAULT";
+      std::vector<json> after;
+      const codegen::KernelParam* scratch = nullptr;
+      if (auto it = by_fusion.find(inst.name()); it != by_fusion.end() && (bgrad || forward)) {
         for (const codegen::CompiledKernel* kernel : it->second) {
-          if (!kernel->spec.gemm_fallback) continue;
-          ASSIGN_OR_RETURN(json k, KernelThunk(inst, *kernel, "reduction", ba, scratch_offset));
+          const Fallback f = kernel->spec.gemm_fallback;
+          if (f == Fallback::kNone || (f == Fallback::kBiasGradient) != bgrad) continue;
+          ASSIGN_OR_RETURN(
+              json k, KernelThunk(inst, *kernel, bgrad ? "reduction" : "loop", ba, scratch_offset));
           k["fallback"] = true;
           ++stats.kernels_by_kind["gemm fallback"];
           ++stats.thunks["kernel"];
-          thunks.push_back(std::move(k));
+          if (bgrad) {
+            thunks.push_back(std::move(k));
+            continue;
+          }
+          for (const codegen::KernelParam& p : kernel->spec.params) {
+            if (p.role == codegen::KernelParam::Role::kScratch) scratch = &p;
+          }
+          after.push_back(std::move(k));
         }
       }
       if (plan.ok()) {
         ASSIGN_OR_RETURN(t, GemmThunk(inst, *plan, ba));
         ++stats.epilogues[plan->epilogue];
+        if (scratch != nullptr) {  // where the plain gemm puts the dot's f32 result
+          t["fallback_d"] = json{
+              {"offset", scratch_offset}, {"size", scratch->shape.byte_size()}, {"buffer", -1}};
+        }
       } else {
         t = Unsupported(inst, "gemm layout", plan.status().message());
+      }
+      if (!after.empty()) {
+        ++stats.thunks[t["kind"].get<std::string>()];
+        thunks.push_back(std::move(t));
+        for (json& k : after) thunks.push_back(std::move(k));
+        continue;
       }
     } else if (auto it = by_fusion.find(inst.name()); it != by_fusion.end()) {
       std::string kind = inst.opcode() == Opcode::kFusion

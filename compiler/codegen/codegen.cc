@@ -244,6 +244,7 @@ struct KernelJob {
   // Note [epilogue fallback kernels]: the gemm fusion it stands in for, with
   // the gemm's operand and result its own operand 0 and result 0 stand for.
   const ir::Instruction* fallback_for = nullptr;
+  KernelSpec::GemmFallback fallback = KernelSpec::GemmFallback::kNone;
   int64_t gemm_operand = -1, gemm_output = -1;
 };
 
@@ -285,9 +286,22 @@ StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const Codegen
         names.insert(name);
         add(*fallback->fusion, EmitterKind::kColumnReduction, name);
         jobs.back().fallback_for = inst.get();
+        jobs.back().fallback = KernelSpec::GemmFallback::kBiasGradient;
         jobs.back().gemm_operand = fallback->gemm_operand;
         jobs.back().gemm_output = fallback->gemm_output;
         fallback_modules.push_back(std::move(fallback->module));
+      }
+      ASSIGN_OR_RETURN(std::optional<GemmFallbackFusion> epilogue, EpilogueFallback(*inst));
+      if (epilogue) {
+        std::string name = SanitizeName(inst->name()) + "_epilogue";
+        for (int i = 1; names.count(name); ++i)
+          name = fmt::format("{}_epilogue_{}", SanitizeName(inst->name()), i);
+        names.insert(name);
+        add(*epilogue->fusion, EmitterKind::kLoop, name);
+        jobs.back().fallback_for = inst.get();
+        jobs.back().fallback = KernelSpec::GemmFallback::kEpilogue;
+        jobs.back().gemm_operand = epilogue->gemm_operand;
+        fallback_modules.push_back(std::move(epilogue->module));
       }
     }
     if (op != ir::Opcode::kFusion && op != ir::Opcode::kGather && op != ir::Opcode::kScatterAdd) {
@@ -357,10 +371,16 @@ StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const Codegen
     kernel.spec.fusion = jobs[j].inst->name();
     if (jobs[j].fallback_for != nullptr) {  // Note [epilogue fallback kernels]
       kernel.spec.fusion = jobs[j].fallback_for->name();
-      kernel.spec.gemm_fallback = true;
+      kernel.spec.gemm_fallback = jobs[j].fallback;
       for (KernelParam& p : kernel.spec.params) {
-        p.index =
-            p.role == KernelParam::Role::kOperand ? jobs[j].gemm_operand : jobs[j].gemm_output;
+        if (jobs[j].fallback == KernelSpec::GemmFallback::kBiasGradient) {
+          p.index =
+              p.role == KernelParam::Role::kOperand ? jobs[j].gemm_operand : jobs[j].gemm_output;
+        } else if (p.role == KernelParam::Role::kOperand && p.index == jobs[j].gemm_operand) {
+          // The dot's result: the plain gemm writes it to scratch.
+          p.role = KernelParam::Role::kScratch;
+          p.index = 0;
+        }
       }
     }
     result.kernels.push_back(std::move(kernel));

@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "compiler/ir/computation.h"
 #include "compiler/ir/parser.h"
+#include "compiler/ir/printer.h"
 
 namespace gptc::codegen {
 
@@ -66,6 +68,67 @@ StatusOr<std::optional<GemmFallbackFusion>> BiasGradientFallback(const Instructi
     return std::optional<GemmFallbackFusion>(std::move(out));
   }
   return std::optional<GemmFallbackFusion>();
+}
+
+StatusOr<std::optional<GemmFallbackFusion>> EpilogueFallback(const Instruction& gemm) {
+  const ir::Computation* c = gemm.called_computation();
+  if (gemm.opcode() != Opcode::kFusion || c == nullptr) return std::optional<GemmFallbackFusion>();
+  const Instruction* dot = nullptr;
+  for (const auto& inst : c->instructions()) {
+    if (inst->opcode() == Opcode::kDot) dot = inst.get();
+  }
+  if (dot == nullptr) return std::optional<GemmFallbackFusion>();
+  // Through converts and transposes to an output: no epilogue to carry.
+  std::vector<const Instruction*> outputs;
+  const Instruction* root = c->root();
+  if (root->opcode() == Opcode::kTuple) {
+    outputs.assign(root->operands().begin(), root->operands().end());
+  } else {
+    outputs.push_back(root);
+  }
+  bool epilogue = false;
+  for (const Instruction* x = dot;;) {
+    if (std::find(outputs.begin(), outputs.end(), x) != outputs.end() && x->users().size() <= 1 &&
+        (x->users().empty() || x->users()[0] == root)) {
+      break;
+    }
+    const Instruction* u = x->users().size() == 1 ? x->users()[0] : nullptr;
+    if (u == nullptr || (u->opcode() != Opcode::kConvert && u->opcode() != Opcode::kTranspose)) {
+      epilogue = true;
+      break;
+    }
+    x = u;
+  }
+  if (!epilogue) return std::optional<GemmFallbackFusion>();
+  const int64_t n = gemm.operand_count();
+  std::string body;
+  for (const auto& inst : c->instructions()) {
+    std::string line = ir::PrintInstruction(*inst);
+    if (inst.get() == dot) {
+      line = fmt::format("%{} = {} parameter({})", dot->name(), dot->shape().ToString(), n);
+    }
+    body += fmt::format("  {}{}\n", inst.get() == root ? "ROOT " : "", line);
+  }
+  std::string operands, entry;
+  for (int64_t i = 0; i <= n; ++i) {
+    const ir::Shape& shape = i < n ? gemm.operand(i)->shape() : dot->shape();
+    entry += fmt::format("  %x{} = {} parameter({})\n", i, shape.ToString(), i);
+    operands += fmt::format("{}%x{}", i > 0 ? ", " : "", i);
+  }
+  const std::string name = gemm.name() + ".epilogue";
+  const std::string text = fmt::format(
+      "module fallback\n%fused.epilogue {{\n{}}}\n\nENTRY %main {{\n{}  ROOT %{} = {} "
+      "fusion({}), kind=loop, calls=%fused.epilogue, meta=\"{}\"\n}}\n",
+      body, entry, name, gemm.shape().ToString(), operands, gemm.metadata());
+  StatusOr<std::unique_ptr<ir::Module>> module = ir::ParseAndVerifyModule(text, name);
+  if (!module.ok()) {
+    return Error("%{}: the epilogue fallback kernel: {}", gemm.name(), module.status().message());
+  }
+  GemmFallbackFusion out;
+  out.module = std::move(module).value();
+  out.fusion = out.module->entry()->root();
+  out.gemm_operand = n;
+  return std::optional<GemmFallbackFusion>(std::move(out));
 }
 
 }  // namespace gptc::codegen

@@ -60,10 +60,13 @@ struct KernelSpec {
   int64_t static_shared_bytes = 0;   // declared in the kernel
   int64_t dynamic_shared_bytes = 0;  // to pass at launch
   std::vector<KernelParam> params;   // see Note [kernel ABI]
-  // Note [epilogue fallback kernels] (gemm_fallback.h): the bias gradient of
-  // gemm fusion `fusion`, launched only when its epilogue is refused; params
-  // index that gemm fusion's operands and results.
-  bool gemm_fallback = false;
+  // Note [epilogue fallback kernels] (gemm_fallback.h): a kernel of gemm
+  // fusion `fusion`, launched only when its epilogue is refused: the bias
+  // gradient (before the gemm), or the epilogue applied to the plain gemm's
+  // result in scratch (after it). Params index that gemm fusion's operands
+  // and results.
+  enum class GemmFallback : uint8_t { kNone, kBiasGradient, kEpilogue };
+  GemmFallback gemm_fallback = GemmFallback::kNone;
 };
 
 }  // namespace gptc::codegen

@@ -324,6 +324,12 @@ cudaError_t GemmOp(Stream& s, const MatmulWork& work) {
       for (const ByteRange& r : *ranges) {
         const char* p = static_cast<const char*>(r.begin);
         const gpu::ArenaSlice* slice = arena != nullptr ? GemmSlice(*g, r.what) : nullptr;
+        // Note [epilogue fallback]: the plain gemm's C and D are the scratch.
+        if (slice != nullptr && g->fallback_d &&
+            (std::string_view(r.what) == "C" || std::string_view(r.what) == "D")) {
+          const char* lo = arena + g->fallback_d->offset;
+          if (p >= lo && p + r.bytes <= lo + g->fallback_d->size) slice = &*g->fallback_d;
+        }
         if (slice != nullptr) {
           const char* lo = arena + slice->offset;
           if (p < lo || p + r.bytes > lo + slice->size) {

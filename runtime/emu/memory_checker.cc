@@ -325,6 +325,17 @@ Status MemoryChecker::CheckOperand(const ThunkContext& ctx, const gpu::ArenaSlic
   return Status::Ok();
 }
 
+namespace {
+
+// Scratch (Note [split full reductions]): past every buffer of the plan.
+bool IsScratch(const gpu::EntryPlan& plan, const gpu::ArenaSlice& s) {
+  int64_t end = 0;
+  for (const gpu::PlanBuffer& b : plan.buffers) end = std::max(end, b.slice.offset + b.slice.size);
+  return !plan.buffers.empty() && s.offset >= end;
+}
+
+}  // namespace
+
 Status MemoryChecker::FinishInstruction(const ThunkContext& ctx) {
   if (ctx.plan == nullptr) return Status::Ok();
   std::lock_guard<std::mutex> lock(mu_);
@@ -340,6 +351,9 @@ Status MemoryChecker::FinishInstruction(const ThunkContext& ctx) {
     }
   }
   for (const gpu::ArenaSlice& s : results) {
+    // Scratch (in no buffer) passes values between the instruction's own
+    // kernels: not a result to complete.
+    if (s.buffer < 0 && IsScratch(*entry->plan, s)) continue;
     if (checks_) {
       std::string mismatch = DescribeMismatch(entry->arena + s.offset, s.size, ctx.event);
       if (!mismatch.empty()) {

@@ -177,28 +177,44 @@ StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
                        GemmRunner::Prepare(*resources_.lt, g.config, p, t.Describe()));
       Status selected = runner->SelectAlgorithm(resources_.lt_handle, g.config);
       if (selected.ok()) return Call(std::move(runner));
-      // Note [epilogue fallback]: the gemm without its bias-gradient epilogue,
-      // and the kernel before it (its fallback) computes the bias gradient.
+      // Note [epilogue fallback]: the gemm without its epilogue, and the
+      // kernel next to it (its fallback) does the epilogue's work.
       const size_t i = static_cast<size_t>(t.index);
-      const auto* fallback = i > 0 ? std::get_if<KernelThunk>(&plan_.thunks[i - 1].body) : nullptr;
-      if (!runner->refused() || !g.config.writes_bias || fallback == nullptr ||
-          !fallback->fallback) {
-        return selected;
-      }
+      auto fallback_at = [&](size_t j) {
+        const auto* k =
+            j < plan_.thunks.size() ? std::get_if<KernelThunk>(&plan_.thunks[j].body) : nullptr;
+        return k != nullptr && k->fallback && plan_.thunks[j].instruction() == t.instruction();
+      };
+      const bool bgrad = g.config.writes_bias && i > 0 && fallback_at(i - 1);
+      const bool forward = !g.config.writes_bias && g.fallback_d && fallback_at(i + 1);
+      if (!runner->refused() || !(bgrad || forward)) return selected;
       GemmConfig plain = g.config;
       plain.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
       plain.epilogue_name = "CUBLASLT_EPILOGUE_DEFAULT";
-      plain.writes_bias = false;
+      plain.reads_bias = plain.writes_bias = plain.writes_aux = false;
       plain.bias_dtype.reset();
-      p.bias = nullptr;
+      p.bias = p.aux = nullptr;
+      if (forward) {
+        // The dot's result alone, in f32, into scratch: the kernel after the
+        // gemm computes the whole epilogue (bias, GELU, aux, residual) from it.
+        for (GemmLayout* l : {&plain.c, &plain.d}) {
+          l->dtype = CUDA_R_32F;
+          l->ld = l->rows;
+          l->batch_stride = l->rows * l->cols;
+        }
+        plain.beta = 0;
+        p.c = p.d = At(*g.fallback_d);
+      }
       ASSIGN_OR_RETURN(runner,
                        GemmRunner::Create(*resources_.lt, resources_.lt_handle, plain, p,
                                           t.Describe() + " (plain, the epilogue's fallback)"));
-      fallback_of_.insert(i - 1);
+      const size_t kernel = bgrad ? i - 1 : i + 1;
+      fallback_of_.insert(kernel);
       warnings_.push_back(fmt::format(
           "{}: cuBLASLt has no algorithm for {} here [{}]; it runs without the epilogue, and "
-          "kernel {} computes the bias gradient",
-          t.Describe(), g.config.epilogue_name, g.config.Summary(), plan_.thunks[i - 1].name));
+          "kernel {} {}",
+          t.Describe(), g.config.epilogue_name, g.config.Summary(), plan_.thunks[kernel].name,
+          bgrad ? "computes the bias gradient" : "applies it"));
       return Call(std::move(runner));
     }
     case ThunkKind::kCopy: {

@@ -185,6 +185,9 @@ StatusOr<Thunk> ReadThunk(const json& t, int64_t index, int64_t arena_size,
     if (t.contains("bias")) {
       ASSIGN_OR_RETURN(g.bias, slice("bias"));
     }
+    if (t.contains("fallback_d")) {
+      ASSIGN_OR_RETURN(g.fallback_d, slice("fallback_d"));
+    }
     if (t.contains("aux")) {
       ASSIGN_OR_RETURN(g.aux, slice("aux"));
     }
@@ -327,6 +330,7 @@ std::vector<const ArenaSlice*> ThunkSlices(const Thunk& t) {
     for (const ArenaSlice* s : {&g->a, &g->b, &g->c, &g->d}) out.push_back(s);
     if (g->bias) out.push_back(&*g->bias);
     if (g->aux) out.push_back(&*g->aux);
+    if (g->fallback_d) out.push_back(&*g->fallback_d);
   } else if (const auto* c = std::get_if<CopyThunk>(&t.body)) {
     out = {&c->src, &c->dst};
   } else if (const auto* k = std::get_if<ConstantThunk>(&t.body)) {
@@ -519,13 +523,16 @@ StatusOr<EntryPlan> ReadEntryPlan(const json& entry) {
     ASSIGN_OR_RETURN(Thunk t, ReadThunk(thunks[i], static_cast<int64_t>(i), p.arena_size, p.name));
     p.thunks.push_back(std::move(t));
   }
-  // Note [epilogue fallback]: a fallback kernel stands right before its gemm.
+  // Note [epilogue fallback]: a fallback kernel stands next to its gemm.
   for (size_t i = 0; i < p.thunks.size(); ++i) {
     const auto* k = std::get_if<KernelThunk>(&p.thunks[i].body);
     if (k == nullptr || !k->fallback) continue;
-    if (i + 1 == p.thunks.size() || p.thunks[i + 1].kind != ThunkKind::kGemm ||
-        p.thunks[i + 1].instruction() != p.thunks[i].instruction()) {
-      return Error("{}: thunk {} ({}) is a gemm's fallback kernel, but no gemm of {} follows it",
+    auto gemm_at = [&](size_t j) {
+      return j < p.thunks.size() && p.thunks[j].kind == ThunkKind::kGemm &&
+             p.thunks[j].instruction() == p.thunks[i].instruction();
+    };
+    if (!gemm_at(i + 1) && !(i > 0 && gemm_at(i - 1))) {
+      return Error("{}: thunk {} ({}) is a gemm's fallback kernel, but no gemm of {} is next to it",
                    where, i, p.thunks[i].name, p.thunks[i].instruction());
     }
   }

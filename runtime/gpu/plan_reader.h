@@ -64,8 +64,9 @@ struct KernelThunk {
   int64_t dynamic_smem = 0;
   std::vector<ArenaSlice> args;  // Note [kernel ABI]: operands, then results
   int64_t operands = -1;         // how many args are operands; -1: not recorded
-  // Note [epilogue fallback]: the bias gradient of the gemm thunk right after
-  // it, launched only when that gemm runs without its epilogue.
+  // Note [epilogue fallback]: launched only when the gemm of the same
+  // instruction next to it runs without its epilogue: the bias gradient
+  // (right before the gemm) or the epilogue itself (right after it).
   bool fallback = false;
 };
 
@@ -107,6 +108,9 @@ struct GemmThunk {
   ArenaSlice a, b, c, d;
   std::optional<ArenaSlice> bias;  // read (BIAS epilogues) or written (BGRAD)
   std::optional<ArenaSlice> aux;   // GELU_AUX: the pre-activation
+  // Note [epilogue fallback]: where the plain gemm writes the dot's f32
+  // result when the epilogue is refused (scratch, in no buffer).
+  std::optional<ArenaSlice> fallback_d;
 };
 
 struct CopyThunk {

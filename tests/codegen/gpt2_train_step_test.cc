@@ -58,15 +58,21 @@ void CheckTrainStep(const std::string& model, int64_t batch, int64_t seq,
 
   // Every other fusion, gather and scatter-add has its kernel(s).
   std::set<std::string> compiled;
-  int attention_forward = 0, distinct = 0, mixed_rows = 0, fallbacks = 0;
+  int attention_forward = 0, distinct = 0, mixed_rows = 0, fallbacks = 0, epilogues = 0;
   for (size_t i = 0; i < kernels.kernels.size(); ++i) {
     const KernelSpec& spec = kernels.kernels[i].spec;
     // Note [epilogue fallback kernels]: a gemm's bias gradient, for a GPU
     // whose cuBLASLt refuses the epilogue; the gemm itself stays skipped.
     // (Its code may be another column sum's: Note [kernel deduplication].)
-    if (spec.gemm_fallback) {
+    if (spec.gemm_fallback == KernelSpec::GemmFallback::kBiasGradient) {
       ++fallbacks;
       EXPECT_EQ(spec.kind, ir::FusionKind::kReduction) << spec.name;
+    } else if (spec.gemm_fallback == KernelSpec::GemmFallback::kEpilogue) {
+      ++epilogues;  // the bias (and residual) after a forward gemm, from scratch
+      EXPECT_EQ(spec.kind, ir::FusionKind::kLoop) << spec.name;
+      int scratch = 0;
+      for (const KernelParam& p : spec.params) scratch += p.role == KernelParam::Role::kScratch;
+      EXPECT_EQ(scratch, 1) << spec.name;
     } else {
       compiled.insert(spec.fusion);
     }
@@ -92,6 +98,8 @@ void CheckTrainStep(const std::string& model, int64_t batch, int64_t seq,
   EXPECT_EQ(attention_forward, per_layer * config->layers);
   // The bias gradients of c_attn, attn.c_proj, c_fc and mlp.c_proj.
   EXPECT_EQ(fallbacks, 4 * config->layers);
+  // The forward gemms with a bias epilogue (attn.c_proj, mlp.c_proj...).
+  EXPECT_GT(epilogues, 0);
   // Note [split full reductions]: the grad norm reads every gradient with a
   // grid that fills an H100 (132 SMs), then sums the partials in one block.
   std::vector<const KernelSpec*> norm;

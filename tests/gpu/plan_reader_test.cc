@@ -231,10 +231,11 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
     // scratch of kernels that pass partial results to each other.
     int64_t scratch = 0;
     for (const Thunk& t : plan.thunks) {
-      const auto* k = std::get_if<KernelThunk>(&t.body);
-      if (k == nullptr || k->args.empty() || k->args.back().buffer >= 0) continue;
-      EXPECT_EQ(k->args.back().offset, (ba.arena_size() + 255) / 256 * 256) << t.Describe();
-      scratch = std::max(scratch, k->args.back().size);
+      for (const ArenaSlice* s : ThunkSlices(t)) {
+        if (s->buffer >= 0) continue;
+        EXPECT_EQ(s->offset, (ba.arena_size() + 255) / 256 * 256) << t.Describe();
+        scratch = std::max(scratch, s->size);
+      }
     }
     EXPECT_EQ(plan.arena_size,
               scratch > 0 ? (ba.arena_size() + 255) / 256 * 256 + scratch : ba.arena_size())
@@ -271,7 +272,9 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
         std::vector<ArenaSlice> abi = operands;
         abi.insert(abi.end(), results.begin(), results.end());
         const auto& k = std::get<KernelThunk>(t.body);
-        if (k.fallback) {
+        const bool before_gemm = static_cast<size_t>(t.index + 1) < plan.thunks.size() &&
+                                 plan.thunks[t.index + 1].kind == ThunkKind::kGemm;
+        if (k.fallback && before_gemm) {
           // Note [epilogue fallback]: one operand of its gemm, then the bias
           // gradient the gemm's epilogue writes.
           ASSERT_EQ(k.args.size(), 2u) << t.Describe();
@@ -279,6 +282,15 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
           EXPECT_EQ(k.args[1], std::get<GemmThunk>(plan.thunks[t.index + 1].body).bias.value())
               << t.Describe();
           abi = k.args;
+        } else if (k.fallback) {
+          // The epilogue after its gemm: the gemm's operands, the dot's
+          // result in the scratch the plain gemm writes, then the results.
+          const auto& g = std::get<GemmThunk>(plan.thunks[t.index - 1].body);
+          ASSERT_TRUE(g.fallback_d.has_value()) << t.Describe();
+          abi = operands;
+          abi.push_back(*g.fallback_d);
+          abi.insert(abi.end(), results.begin(), results.end());
+          EXPECT_EQ(k.args, abi) << t.Describe();
         } else {
           // A scratch argument comes last (Note [split full reductions]).
           if (!k.args.empty() && k.args.back().buffer < 0) abi.push_back(k.args.back());
