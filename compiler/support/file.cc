@@ -1,6 +1,7 @@
 #include "compiler/support/file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -35,10 +36,31 @@ StatusOr<std::string> ReadFile(std::string_view path) {
   return contents;
 }
 
+Status CheckOutputTarget(std::string_view path) {
+  // WriteFileAtomically's rename would replace whatever is there: a device node, a FIFO,
+  // a directory entry of another kind. Only regular files are replaced.
+  if (path == "-") {
+    return Error("-: writing to standard output is not supported here: name a file");
+  }
+  struct stat st;
+  const std::string target(path);
+  if (stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    return Error("{}: is {}; the output must be a regular file (it would be replaced)", path, kind);
+  }
+  return Status::Ok();
+}
+
 Status WriteFileAtomically(std::string_view path, std::string_view contents) {
+  RETURN_IF_ERROR(CheckOutputTarget(path));
   std::string tmp = fmt::format("{}.tmp.{}", path, getpid());
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Error("{}: {}", tmp, std::strerror(errno));
+  if (fd < 0) return Error("{}: {}", path, std::strerror(errno));
   size_t written = 0;
   while (written < contents.size()) {
     ssize_t n = write(fd, contents.data() + written, contents.size() - written);

@@ -13,6 +13,10 @@ namespace gptc {
 // Reads `path` ("-" reads standard input).
 StatusOr<std::string> ReadFile(std::string_view path);
 Status WriteFileAtomically(std::string_view path, std::string_view contents);
+// Whether `path` may be written by WriteFileAtomically: absent or a regular
+// file ("-", devices, FIFOs, directories are refused, naming `path`). Tools
+// call it before long work, so a bad output fails at once.
+Status CheckOutputTarget(std::string_view path);
 
 }  // namespace gptc
 

@@ -201,6 +201,9 @@ int CompileCommand(int argc, char** argv) {
   if (!gpu) return Fail(2, Error("--gpu must be h100, h200 or a100, got '{}'", flags.Get("gpu")));
 
   std::string output = flags.Get("output", config->name + ".ir");
+  // Before any work: a device, FIFO or directory is refused now, not after
+  // the compile (issue 16, defect 2).
+  if (Status s = CheckOutputTarget(output); !s.ok()) return Fail(2, s);
   const bool artifact = output.ends_with(".gptx");
   if (artifact && (flags.Has("forward-only") || !options.optimize)) {
     return Fail(2, Error("-o {}: an artifact needs the optimized train step "
