@@ -65,9 +65,12 @@ StatusOr<Instruction*> EmitMean(ir::Computation& c, const Reduced& x, int64_t wo
   if (x.prescaled) {
     return b.Build(Opcode::kAllReduce, {x.value}, sum, shape, nullptr, prefix + ".mean");
   }
+  // 1/N rounded to f32 (the IR keeps constants exact in their dtype): for N
+  // not a power of two the mean is within an ulp of the exact one.
+  double inv_world = 1.0 / static_cast<double>(world_size);
+  if (shape.dtype() == DType::kF32) inv_world = static_cast<float>(inv_world);
   ASSIGN_OR_RETURN(Instruction * inv,
-                   b.ScalarConstant(shape.dtype(), 1.0 / static_cast<double>(world_size),
-                                    prefix + ".inv_world"));
+                   b.ScalarConstant(shape.dtype(), inv_world, prefix + ".inv_world"));
   if (!shape.is_scalar()) {
     ir::Attrs attrs;
     ASSIGN_OR_RETURN(inv, b.Build(Opcode::kBroadcast, {inv}, attrs, shape, nullptr,

@@ -23,7 +23,8 @@
 //
 // Note [scale first]: the 1/N multiply comes before the sum, as PyTorch DDP
 // divides before its all-reduce. Mathematically the same (bit-identical for
-// a power-of-two N, where 1/N is exact), but this way the all-reduce's only
+// a power-of-two N, where 1/N is exact; otherwise 1/N is rounded to f32, and
+// the mean is within an ulp of the exact one), but this way the all-reduce's only
 // readers are the optimizer's kernels at the end of the step. Had the
 // multiply come after, it would be the all-reduce's first reader, scheduled
 // right behind it, and the compute stream would wait for each all-reduce as
