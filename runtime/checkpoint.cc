@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -51,6 +52,47 @@ StatusOr<std::vector<float>> TensorFor(const SafeTensors& file, const std::strin
   return F32Values(*t);
 }
 
+// Note [checkpoint checksums]: FNV-1a-64 over every tensor's name, dtype,
+// shape and bytes, in name order (a reader may list them in any), kept in the file's own
+// __metadata__ (so a safetensors reader elsewhere still loads it); --resume recomputes it, so a
+// flipped byte in tensor data is refused instead of resumed.
+constexpr char kChecksumKey[] = "gptc.checksum";
+
+std::string Checksum(const SafeTensors& file) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&](std::string_view bytes) {
+    for (unsigned char c : bytes) {
+      h ^= c;
+      h *= 0x100000001b3ull;
+    }
+  };
+  std::vector<const SafeTensor*> sorted;
+  for (const SafeTensor& t : file.tensors) sorted.push_back(&t);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const SafeTensor* a, const SafeTensor* b) { return a->name < b->name; });
+  for (const SafeTensor* p : sorted) {
+    const SafeTensor& t = *p;
+    mix(t.name);
+    mix(t.dtype);
+    for (int64_t d : t.shape) mix(std::to_string(d) + ",");
+    mix(t.data);
+  }
+  return fmt::format("fnv1a64:{:016x}", h);
+}
+
+Status VerifyChecksum(const SafeTensors& file, const std::string& path) {
+  auto it = file.metadata.find(kChecksumKey);
+  if (it == file.metadata.end()) return Status::Ok();  // written before checksums
+  const std::string actual = Checksum(file);
+  if (it->second != actual) {
+    return Error(
+        "{}: checksum mismatch: __metadata__ says {}, the tensors give {} (the file is "
+        "corrupt; resume from another checkpoint)",
+        path, it->second, actual);
+  }
+  return Status::Ok();
+}
+
 std::vector<float> ToFloats(const eval::Literal& l) {
   return std::vector<float>(l.values.begin(), l.values.end());
 }
@@ -76,6 +118,8 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointData& data) {
     optim.tensors.push_back(F32Tensor("adam_v." + spec.name, dims, data.adam_v[i]));
   }
   model.metadata = optim.metadata = Metadata(data, wte_rows);
+  model.metadata[kChecksumKey] = Checksum(model);
+  optim.metadata[kChecksumKey] = Checksum(optim);
   // Optimizer first: a model file is never newer than a whole optimizer file
   // without the step check in LoadCheckpoint noticing.
   RETURN_IF_ERROR(WriteSafeTensors(dir + "/" + kOptimFile, optim));
@@ -88,6 +132,8 @@ StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
   const std::string optim_path = dir + "/" + kOptimFile;
   ASSIGN_OR_RETURN(SafeTensors model, ReadSafeTensors(model_path));
   ASSIGN_OR_RETURN(SafeTensors optim, ReadSafeTensors(optim_path));
+  RETURN_IF_ERROR(VerifyChecksum(model, model_path));
+  RETURN_IF_ERROR(VerifyChecksum(optim, optim_path));
   CheckpointData data;
   ASSIGN_OR_RETURN(data.step, MetaInt(model, model_path, "gptc.step"));
   ASSIGN_OR_RETURN(int64_t optim_step, MetaInt(optim, optim_path, "gptc.step"));

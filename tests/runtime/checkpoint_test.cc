@@ -134,5 +134,36 @@ TEST_F(CheckpointTest, MismatchedStepsAreCaught) {
   EXPECT_EQ(r.status().message(), ckpt + ": model is at step 7 but optim.safetensors is at step 0");
 }
 
+// Note [checkpoint checksums]: a flipped byte inside tensor data (the header
+// still parses) is refused at load, naming the file; a file written before
+// checksums existed still loads.
+TEST_F(CheckpointTest, AFlippedTensorByteIsRefused) {
+  CpuTrainer trainer(&program_, 1);
+  const std::string ckpt = dir_ + "/ckpt";
+  ASSERT_TRUE(SaveCheckpoint(ckpt, CaptureCpuTrainer(trainer, program_.params, {}, kVocab)).ok());
+  ASSERT_TRUE(LoadCheckpoint(ckpt, program_.params).ok());
+  for (const std::string file : {"model.safetensors", "optim.safetensors"}) {
+    const std::string path = ckpt + "/" + file;
+    StatusOr<std::string> good = ReadFile(path);
+    ASSERT_TRUE(good.ok());
+    std::string bad = *good;
+    bad[bad.size() - 3] ^= 0x10;  // inside the last tensor
+    ASSERT_TRUE(WriteFileAtomically(path, bad).ok());
+    StatusOr<CheckpointData> r = LoadCheckpoint(ckpt, program_.params);
+    ASSERT_FALSE(r.ok()) << file;
+    EXPECT_TRUE(r.status().message().starts_with(path + ": checksum mismatch: __metadata__ says "
+                                                        "fnv1a64:"))
+        << r.status().message();
+    ASSERT_TRUE(WriteFileAtomically(path, *good).ok());
+  }
+  // Without the checksum (an older checkpoint): loads as before.
+  StatusOr<SafeTensors> model = ReadSafeTensors(ckpt + "/model.safetensors");
+  ASSERT_TRUE(model.ok());
+  EXPECT_TRUE(model->metadata.at("gptc.checksum").starts_with("fnv1a64:"));
+  model->metadata.erase("gptc.checksum");
+  ASSERT_TRUE(WriteSafeTensors(ckpt + "/model.safetensors", *model).ok());
+  EXPECT_TRUE(LoadCheckpoint(ckpt, program_.params).ok());
+}
+
 }  // namespace
 }  // namespace gptc::rt
