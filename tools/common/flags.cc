@@ -2,15 +2,93 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+
+#include "gptc_version.h"
 
 namespace gptc::tools {
+namespace {
+
+constexpr size_t kWidth = 100;      // of --help lines
+constexpr size_t kHelpColumn = 26;  // where a flag's help starts
+
+// Appends `text` word by word, breaking lines at kWidth; continuation lines
+// start at `indent`. `column` is the current line's length.
+void Wrap(std::string& out, const std::string& text, size_t column, size_t indent) {
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t end = text.find(' ', i);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(i, end - i);
+    if (column > indent && column + 1 + word.size() > kWidth) {
+      out += "\n" + std::string(indent, ' ');
+      column = indent;
+    } else if (column > indent) {
+      out += ' ';
+      ++column;
+    }
+    out += word;
+    column += word.size();
+    i = end + 1;
+  }
+}
+
+}  // namespace
+
+Flags& Flags::Value(std::string name, std::string metavar, std::string help,
+                    std::string default_value) {
+  specs_.push_back(
+      {std::move(name), true, 0, std::move(metavar), std::move(help), std::move(default_value)});
+  return *this;
+}
+
+Flags& Flags::Bool(std::string name, std::string help) {
+  specs_.push_back({std::move(name), false, 0, "", std::move(help), ""});
+  return *this;
+}
+
+Flags& Flags::Short(char letter) {
+  specs_.back().short_name = letter;
+  return *this;
+}
+
+Flags& Flags::Section(std::string title) {
+  specs_.push_back({"", false, 0, "", std::move(title), ""});
+  return *this;
+}
+
+const Flags::Spec* Flags::Find(const std::string& name) const {
+  for (const Spec& s : specs_) {
+    if (!s.name.empty() && s.name == name) return &s;
+  }
+  return nullptr;
+}
 
 Status Flags::Parse(int argc, char** argv, int first) {
-  auto contains = [](const std::vector<std::string>& v, const std::string& s) {
-    return std::find(v.begin(), v.end(), s) != v.end();
+  Status error = Status::Ok();
+  auto fail = [&](Status s) {
+    if (error.ok()) error = std::move(s);
   };
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      help_ = true;
+      continue;
+    }
+    if (arg == "--version") {
+      version_ = true;
+      continue;
+    }
+    if (arg.size() >= 2 && arg[0] == '-' && arg[1] != '-') {
+      auto spec = std::find_if(specs_.begin(), specs_.end(),
+                               [&](const Spec& s) { return s.short_name == arg[1]; });
+      if (spec != specs_.end()) {  // -o FILE, -oFILE
+        arg = "--" + spec->name +
+              (arg.size() > 2 ? "=" + arg.substr(2)
+               : i + 1 < argc ? "=" + std::string(argv[++i])
+                              : "");
+      }
+    }
     if (arg.size() < 3 || arg.rfind("--", 0) != 0) {
       positional_.push_back(arg);
       continue;
@@ -21,22 +99,86 @@ Status Flags::Parse(int argc, char** argv, int first) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
-    if (contains(bool_flags_, name)) {
+    const Spec* spec = Find(name);
+    if (spec == nullptr) {
+      fail(Error("unknown flag --{} (see {} --help)", name, program_));
+    } else if (!spec->takes_value) {
       if (value && *value != "true" && *value != "false") {
-        return Error("--{} takes no value (or true/false), got '{}'", name, *value);
+        fail(Error("--{} takes no value (or true/false), got '{}'", name, *value));
+      } else if (value.value_or("true") == "true") {
+        values_[name] = "true";
       }
-      values_[name] = value.value_or("true");
-    } else if (contains(value_flags_, name)) {
+    } else {
       if (!value) {
-        if (i + 1 >= argc) return Error("--{} needs a value", name);
+        if (i + 1 >= argc) {
+          fail(Error("--{} needs a value", name));
+          continue;
+        }
         value = argv[++i];
       }
       values_[name] = *value;
-    } else {
-      return Error("unknown flag --{}", name);
     }
   }
-  return Status::Ok();
+  // --help next to a mistake still helps.
+  return help_ || version_ ? Status::Ok() : error;
+}
+
+std::optional<int> Flags::HandleHelpAndVersion() const {
+  if (help_) {
+    std::fputs(Usage().c_str(), stdout);
+    return 0;
+  }
+  if (version_) {
+    std::printf("%s %s\n", program_.c_str(), GPTC_VERSION);
+    return 0;
+  }
+  return std::nullopt;
+}
+
+std::string Flags::Usage() const {
+  std::string out = "usage: " + program_ + " " + synopsis_ + "\n";
+  if (!about_.empty()) {
+    Wrap(out, about_, 0, 0);
+    out += "\n";
+  }
+  bool heading = false;
+  auto line = [&](const std::string& left, const std::string& help) {
+    out += "  " + left;
+    size_t column = 2 + left.size();
+    if (column + 2 > kHelpColumn) {
+      out += "\n";
+      column = 0;
+    }
+    out += std::string(kHelpColumn - column, ' ');
+    Wrap(out, help, kHelpColumn, kHelpColumn);
+    out += "\n";
+  };
+  for (const Spec& s : specs_) {
+    if (s.name.empty()) {
+      out += "\n" + s.help + ":\n";
+      heading = true;
+      continue;
+    }
+    if (!heading) {
+      out += "\nflags:\n";
+      heading = true;
+    }
+    std::string help = s.help;
+    if (!s.default_value.empty()) help += " (default: " + s.default_value + ")";
+    const std::string shown =
+        s.short_name ? fmt::format("-{}, --{}", s.short_name, s.name) : "--" + s.name;
+    line(shown + (s.takes_value ? " " + s.metavar : ""), help);
+  }
+  out += "\n";
+  line("-h, --help", "print this help and exit");
+  line("--version", "print the version and exit");
+  out += "Exit status: 0 on success, 1 when the work fails, 2 for a usage error.\n";
+  return out;
+}
+
+std::string Flags::Get(const std::string& name) const {
+  const Spec* spec = Find(name);
+  return Get(name, spec == nullptr ? "" : spec->default_value);
 }
 
 std::string Flags::Get(const std::string& name, std::string fallback) const {
@@ -44,10 +186,12 @@ std::string Flags::Get(const std::string& name, std::string fallback) const {
   return it == values_.end() ? fallback : it->second;
 }
 
-StatusOr<int64_t> Flags::GetInt(const std::string& name, int64_t fallback) const {
-  auto it = values_.find(name);
-  if (it == values_.end()) return fallback;
-  const std::string& s = it->second;
+StatusOr<int64_t> Flags::GetInt(const std::string& name) const {
+  const Spec* spec = Find(name);
+  const std::string s = Get(name);
+  if (s.empty() && (spec == nullptr || spec->default_value.empty())) {
+    return Error("--{} has no default (a defect of {})", name, program_);
+  }
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || ptr != s.data() + s.size()) {
@@ -56,16 +200,33 @@ StatusOr<int64_t> Flags::GetInt(const std::string& name, int64_t fallback) const
   return v;
 }
 
-StatusOr<double> Flags::GetDouble(const std::string& name, double fallback) const {
-  auto it = values_.find(name);
-  if (it == values_.end()) return fallback;
-  const std::string& s = it->second;
+StatusOr<int64_t> Flags::GetInt(const std::string& name, int64_t fallback) const {
+  if (!values_.contains(name)) return fallback;
+  return GetInt(name);
+}
+
+StatusOr<double> Flags::GetDouble(const std::string& name) const {
+  const Spec* spec = Find(name);
+  const std::string s = Get(name);
+  if (s.empty() && (spec == nullptr || spec->default_value.empty())) {
+    return Error("--{} has no default (a defect of {})", name, program_);
+  }
   double v = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || ptr != s.data() + s.size()) {
     return Error("--{} expects a number, got '{}'", name, s);
   }
   return v;
+}
+
+StatusOr<double> Flags::GetDouble(const std::string& name, double fallback) const {
+  if (!values_.contains(name)) return fallback;
+  return GetDouble(name);
+}
+
+int FailWith(const std::string& program, int code, const Status& status) {
+  std::fprintf(stderr, "%s: %s\n", program.c_str(), status.message().c_str());
+  return code;
 }
 
 }  // namespace gptc::tools

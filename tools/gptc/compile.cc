@@ -47,20 +47,6 @@ namespace gptc::tools {
 
 namespace {
 
-// The shared flag parser knows only `--name`; `-o FILE` and `-oFILE` are the
-// conventional spellings of --output.
-std::vector<std::string> ExpandShortFlags(int argc, char** argv) {
-  std::vector<std::string> args(argv, argv + argc);
-  for (size_t i = 2; i < args.size(); ++i) {
-    if (args[i] == "-o") {
-      args[i] = "--output";
-    } else if (args[i].size() > 2 && args[i].starts_with("-o")) {
-      args[i] = "--output=" + args[i].substr(2);
-    }
-  }
-  return args;
-}
-
 // Fusion and memory reports of every entry; written to the dump dir and
 // printed when asked.
 Status WriteReports(const passes::TrainProgram& program, const passes::GpuSpec& gpu,
@@ -99,59 +85,110 @@ StatusOr<std::optional<int64_t>> OptionalInt(const Flags& flags, const std::stri
   return std::optional<int64_t>(v);
 }
 
+constexpr char kCompileAbout[] =
+    "Traces a model and compiles its AdamW train step. With -o FILE.gptx the output is the whole "
+    "artifact (kernels for --target, thunk plans, parameter specs; docs/ARTIFACT.md) for gptrun; "
+    "otherwise the optimized IR text. Prints one summary line.";
+
+Flags DeclareCompileFlags() {
+  const passes::AdamWOptions adamw;  // the defaults --help shows are the pipeline's
+  auto str = [](auto v) { return fmt::format("{}", v); };
+  Flags flags("gptc compile", "--model NAME [flags]", kCompileAbout);
+  flags.Section("model and shape")
+      .Value("model", "NAME", "the model config (gptc models lists them)")
+      .Value("batch", "N", "sequences per step (per rank with --dp)", "4")
+      .Value("seq", "T", "tokens per sequence (default: the model's context length)")
+      .Value("layers", "L", "override the model's layer count")
+      .Value("heads", "H", "override the model's head count")
+      .Value("width", "C", "override the model's width");
+  flags.Section("training")
+      .Value("grad-accum", "K", "micro-batches accumulated per optimizer step", "1")
+      .Value("dp", "N",
+             "data-parallel over N ranks: gradients and loss averaged by all-reduce; --batch is "
+             "per rank",
+             "1")
+      .Value("world", "N", "an alias of --dp")
+      .Value("weight-decay", "WD", "AdamW weight decay (matrices only)", str(adamw.weight_decay))
+      .Value("clip-norm", "C", "global gradient-norm clip; 0 for none", str(adamw.clip_norm))
+      .Value("beta1", "B1", "AdamW beta1", str(adamw.beta1))
+      .Value("beta2", "B2", "AdamW beta2", str(adamw.beta2))
+      .Value("eps", "E", "AdamW epsilon", str(adamw.eps))
+      .Value("precision", "bf16|f32", "bf16: mixed precision (f32 master weights); f32: all f32",
+             "bf16")
+      .Value("remat", "none|dots|block|auto",
+             "what the backward recomputes instead of keeping (auto: the least that fits "
+             "--memory-budget)",
+             "none")
+      .Value("memory-budget", "BYTES", "the arena budget of --remat auto, e.g. 40GiB");
+  flags.Section("output")
+      .Value("output", "FILE",
+             "FILE.gptx: the artifact; any other name: the IR text (default: MODEL.ir)")
+      .Short('o')
+      .Value("target", "sm_90a|sm_90|sm_80", "the GPU architecture of the kernels", "sm_90a")
+      .Bool("emu",
+            "add the kernels compiled for this host, for gptrun --device emu "
+            "(docs/EMULATOR.md)")
+      .Bool("no-codegen", "an artifact without kernels, that only gptrun --device cpu runs")
+      .Bool("no-logits", "an artifact without the sampling (logits) and validation (eval) entries")
+      .Bool("logits", "IR text: add the logits and eval entries")
+      .Bool("forward-only", "IR text: write the traced forward module only")
+      .Bool("no-optimize", "IR text: skip the simplify/cse/remat/fusion/schedule stages");
+  flags.Section("reports")
+      .Bool("fusion-report", "print each entry's kernels with their roofline time")
+      .Bool("memory-report", "print each entry's largest buffers and arena size")
+      .Value("roofline-gpu", "h100|h200|a100", "the GPU whose peaks the fusion report uses", "h100")
+      .Value("dump-dir", "DIR",
+             "write the IR after every stage (0000.traced.ir, ...) and the reports there")
+      .Bool("timings", "print the seconds of every stage and pass");
+  return flags;
+}
+
 }  // namespace
 
 int CompileCommand(int argc, char** argv) {
-  std::vector<std::string> args = ExpandShortFlags(argc, argv);
-  std::vector<char*> arg_ptrs;
-  for (std::string& a : args) arg_ptrs.push_back(a.data());
-  Flags flags;
-  flags.Value("model").Value("batch").Value("seq").Value("layers").Value("heads").Value("width");
-  flags.Value("output").Value("dump-dir").Value("grad-accum").Value("weight-decay");
-  flags.Value("clip-norm").Value("beta1").Value("beta2").Value("eps").Bool("forward-only");
-  flags.Value("precision").Value("remat").Value("memory-budget").Value("gpu");
-  flags.Bool("fusion-report").Bool("memory-report").Bool("no-optimize");
-  flags.Value("target").Bool("timings").Bool("no-codegen").Bool("no-logits");
-  flags.Bool("logits").Value("dp").Value("world").Bool("emu");
-  if (Status s = flags.Parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data(), 2); !s.ok()) {
-    return Fail(2, s);
+  Flags flags = DeclareCompileFlags();
+  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) {
+    return Fail(kExitUsage, s);
   }
+  if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (!flags.positional().empty()) {
-    return Fail(2, Error("compile: unexpected argument '{}'", flags.positional()[0]));
+    return Fail(kExitUsage, Error("compile: unexpected argument '{}'", flags.positional()[0]));
   }
-  if (!flags.Has("model")) return Fail(2, Error("compile needs --model NAME (see gptc models)"));
+  if (!flags.Has("model"))
+    return Fail(kExitUsage, Error("compile needs --model NAME (see gptc models)"));
 
   StatusOr<models::GptConfig> config = models::FindGptConfig(flags.Get("model"));
-  if (!config.ok()) return Fail(2, config.status());
+  if (!config.ok()) return Fail(kExitUsage, config.status());
   models::ConfigOverrides overrides;
   for (auto [name, field] :
        {std::pair{"layers", &overrides.layers}, std::pair{"heads", &overrides.heads},
         std::pair{"width", &overrides.width}}) {
     StatusOr<std::optional<int64_t>> v = OptionalInt(flags, name);
-    if (!v.ok()) return Fail(2, v.status());
+    if (!v.ok()) return Fail(kExitUsage, v.status());
     *field = *v;
   }
   *config = models::ApplyOverrides(*config, overrides);
-  StatusOr<int64_t> batch = flags.GetInt("batch", 4);
-  if (!batch.ok()) return Fail(2, batch.status());
+  StatusOr<int64_t> batch = flags.GetInt("batch");
+  if (!batch.ok()) return Fail(kExitUsage, batch.status());
   StatusOr<int64_t> seq = flags.GetInt("seq", config->positions);
-  if (!seq.ok()) return Fail(2, seq.status());
-  if (Status s = models::ValidateTraceShape(*config, *batch, *seq); !s.ok()) return Fail(2, s);
+  if (!seq.ok()) return Fail(kExitUsage, seq.status());
+  if (Status s = models::ValidateTraceShape(*config, *batch, *seq); !s.ok())
+    return Fail(kExitUsage, s);
 
   passes::TrainStepOptions options;
-  StatusOr<int64_t> accum = flags.GetInt("grad-accum", 1);
-  if (!accum.ok()) return Fail(2, accum.status());
-  if (*accum < 1) return Fail(2, Error("--grad-accum must be >= 1, got {}", *accum));
+  StatusOr<int64_t> accum = flags.GetInt("grad-accum");
+  if (!accum.ok()) return Fail(kExitUsage, accum.status());
+  if (*accum < 1) return Fail(kExitUsage, Error("--grad-accum must be >= 1, got {}", *accum));
   options.grad_accum = *accum;
   for (const char* name : {"dp", "world"}) {  // --world is an alias of --dp
     if (!flags.Has(name)) continue;
     StatusOr<int64_t> world = flags.GetInt(name, 1);
-    if (!world.ok()) return Fail(2, world.status());
+    if (!world.ok()) return Fail(kExitUsage, world.status());
     if (*world < 1) {
-      return Fail(2, Error("--{} must be a number of ranks >= 1, got {}", name, *world));
+      return Fail(kExitUsage, Error("--{} must be a number of ranks >= 1, got {}", name, *world));
     }
     if (std::string_view(name) == "world" && flags.Has("dp") && options.world_size != *world) {
-      return Fail(2, Error("--dp {} and --world {} disagree", options.world_size, *world));
+      return Fail(kExitUsage, Error("--dp {} and --world {} disagree", options.world_size, *world));
     }
     options.world_size = *world;
   }
@@ -161,57 +198,64 @@ int CompileCommand(int argc, char** argv) {
                              std::pair{"beta2", &options.adamw.beta2},
                              std::pair{"eps", &options.adamw.eps}}) {
     StatusOr<double> v = flags.GetDouble(name, *field);
-    if (!v.ok()) return Fail(2, v.status());
+    if (!v.ok()) return Fail(kExitUsage, v.status());
     *field = *v;
   }
   for (double beta : {options.adamw.beta1, options.adamw.beta2}) {
-    if (!(beta >= 0 && beta < 1)) return Fail(2, Error("--beta1/--beta2 must be in [0, 1)"));
+    if (!(beta >= 0 && beta < 1))
+      return Fail(kExitUsage, Error("--beta1/--beta2 must be in [0, 1)"));
   }
   // NaN fails every comparison: each check is written to refuse it.
   if (!(options.adamw.eps > 0) || !std::isfinite(options.adamw.eps)) {
-    return Fail(2, Error("--eps must be a finite number > 0, got {}", options.adamw.eps));
+    return Fail(kExitUsage, Error("--eps must be a finite number > 0, got {}", options.adamw.eps));
   }
   for (auto [name, value] : {std::pair{"weight-decay", options.adamw.weight_decay},
                              std::pair{"clip-norm", options.adamw.clip_norm}}) {
     if (!(value >= 0) || !std::isfinite(value)) {
-      return Fail(2, Error("--{} must be a finite number >= 0, got {}", name, value));
+      return Fail(kExitUsage, Error("--{} must be a finite number >= 0, got {}", name, value));
     }
   }
 
-  std::string precision = flags.Get("precision", "bf16");
+  std::string precision = flags.Get("precision");
   std::optional<passes::PrecisionPolicy> policy = passes::ParsePrecisionPolicy(precision);
-  if (!policy) return Fail(2, Error("--precision must be bf16 or f32, got '{}'", precision));
+  if (!policy)
+    return Fail(kExitUsage, Error("--precision must be bf16 or f32, got '{}'", precision));
   options.precision.policy = *policy;
-  std::string remat = flags.Get("remat", "none");
+  std::string remat = flags.Get("remat");
   std::optional<passes::RematPolicy> remat_policy = passes::ParseRematPolicy(remat);
   if (!remat_policy) {
-    return Fail(2, Error("--remat must be none, dots, block or auto, got '{}'", remat));
+    return Fail(kExitUsage, Error("--remat must be none, dots, block or auto, got '{}'", remat));
   }
   options.remat.policy = *remat_policy;
   if (*remat_policy == passes::RematPolicy::kAuto) {
-    if (!flags.Has("memory-budget")) return Fail(2, Error("--remat auto needs --memory-budget"));
+    if (!flags.Has("memory-budget"))
+      return Fail(kExitUsage, Error("--remat auto needs --memory-budget"));
     StatusOr<int64_t> budget = passes::ParseByteSize(flags.Get("memory-budget"));
-    if (!budget.ok()) return Fail(2, budget.status().WithPrefix("--memory-budget"));
+    if (!budget.ok()) return Fail(kExitUsage, budget.status().WithPrefix("--memory-budget"));
     options.remat.budget_bytes = *budget;
   } else if (flags.Has("memory-budget")) {
-    return Fail(2, Error("--memory-budget only applies to --remat auto"));
+    return Fail(kExitUsage, Error("--memory-budget only applies to --remat auto"));
   }
   options.optimize = !flags.Has("no-optimize");
-  std::optional<passes::GpuSpec> gpu = passes::FindGpuSpec(flags.Get("gpu", "h100"));
-  if (!gpu) return Fail(2, Error("--gpu must be h100, h200 or a100, got '{}'", flags.Get("gpu")));
+  std::optional<passes::GpuSpec> gpu = passes::FindGpuSpec(flags.Get("roofline-gpu"));
+  if (!gpu) {
+    return Fail(kExitUsage, Error("--roofline-gpu must be h100, h200 or a100, got '{}'",
+                                  flags.Get("roofline-gpu")));
+  }
 
   std::string output = flags.Get("output", config->name + ".ir");
   // Before any work: a device, FIFO or directory is refused now, not after
   // the compile (issue 16, defect 2).
-  if (Status s = CheckOutputTarget(output); !s.ok()) return Fail(2, s);
+  if (Status s = CheckOutputTarget(output); !s.ok()) return Fail(kExitUsage, s);
   const bool artifact = output.ends_with(".gptx");
   if (artifact && (flags.Has("forward-only") || !options.optimize)) {
-    return Fail(2, Error("-o {}: an artifact needs the optimized train step "
-                         "(drop --forward-only / --no-optimize)", output));
+    return Fail(kExitUsage, Error("-o {}: an artifact needs the optimized train step "
+                                  "(drop --forward-only / --no-optimize)",
+                                  output));
   }
-  const std::string target = flags.Get("target", "sm_90a");
+  const std::string target = flags.Get("target");
   if (target != "sm_90a" && target != "sm_90" && target != "sm_80") {
-    return Fail(2, Error("--target must be sm_90a, sm_90 or sm_80, got '{}'", target));
+    return Fail(kExitUsage, Error("--target must be sm_90a, sm_90 or sm_80, got '{}'", target));
   }
   std::vector<std::pair<std::string, double>> timings;
   auto pass_timings = std::make_shared<std::vector<std::pair<std::string, double>>>();
@@ -319,7 +363,8 @@ int CompileCommand(int argc, char** argv) {
     }
   }
 #else
-  if (artifact) return Fail(2, Error("-o {}: this gptc was built without codegen", output));
+  if (artifact)
+    return Fail(kExitUsage, Error("-o {}: this gptc was built without codegen", output));
 #endif
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 

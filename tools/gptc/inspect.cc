@@ -3,9 +3,9 @@
 // so a bad file gets the reader's one-line error).
 #include <algorithm>
 #include <cstdio>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 
 #include "runtime/artifact.h"
 #include "tools/common/flags.h"
@@ -79,9 +79,16 @@ std::string Summary(const rt::Artifact& a) {
 }  // namespace
 
 int InspectCommand(int argc, char** argv) {
-  Flags flags;
-  flags.Bool("manifest").Bool("ir").Bool("ptx").Bool("plan").Bool("params");
+  Flags flags("gptc inspect", "FILE.gptx [--manifest|--ir|--ptx|--plan|--params]",
+              "Summarizes an artifact (model, flags, parameters, entries, kernels, arena), or "
+              "prints one of its sections verbatim.");
+  flags.Bool("manifest", "the manifest (JSON)")
+      .Bool("ir", "the optimized IR of every entry")
+      .Bool("ptx", "the kernels' PTX")
+      .Bool("plan", "the thunk plans (JSON)")
+      .Bool("params", "the parameter specs and init rules (JSON)");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
+  if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (flags.positional().size() != 1) return Fail(2, Error("inspect takes one FILE.gptx"));
   StatusOr<rt::Artifact> a = rt::ReadArtifact(flags.positional()[0]);
   if (!a.ok()) return Fail(1, a.status());

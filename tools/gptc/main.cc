@@ -6,12 +6,15 @@
 //   gptc inspect FILE.gptx [--ir|--ptx|--plan|--manifest|--params]
 //                                    summarizes an artifact or prints one section
 //   gptc verify FILE.ir              prints `ok` or one error line (exit 1)
-//   gptc eval FILE.ir [--seed N]     evaluates on random inputs, prints checksums
+//   gptc eval FILE.ir [--seed N] [--arithmetic f32|f64]
+//                                    evaluates on random inputs, prints checksums
+//   gptc COMMAND --help              the command's flags with their defaults
 //
 // Usage errors exit 2, failures of the input exit 1; every error is one line.
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 #include <random>
 
 #include "compiler/eval/evaluator.h"
@@ -26,28 +29,15 @@ namespace gptc {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: gptc <command> [flags]\n"
+    "usage: gptc <command> [flags]     (gptc <command> --help for the command's flags)\n"
     "commands:\n"
-    "  models                         list the model configs and their parameter counts\n"
-    "  compile --model NAME [--batch N] [--seq T] [--layers L] [--heads H] [--width C]\n"
-    "          [-o FILE] [--dump-dir DIR] [--grad-accum K] [--weight-decay WD]\n"
-    "          [--clip-norm C] [--beta1 B1] [--beta2 B2] [--eps E] [--forward-only]\n"
-    "          [--target sm_90a|sm_90|sm_80] [--timings] [--no-codegen]\n"
-    "          [--logits] [--no-logits] [--dp N | --world N] [--emu]\n"
-    "                                 compile the model's AdamW train step and write it\n"
-    "                                 (IR text, or the whole artifact for -o FILE.gptx);\n"
-    "                                 --emu: add the kernels compiled for this host, for\n"
-    "                                 gptrun --device emu (docs/EMULATOR.md);\n"
-    "                                 --dp N: data-parallel over N ranks, gradients and\n"
-    "                                 loss averaged by all-reduce; --batch is per rank;\n"
-    "                                 --no-logits: no sampling (logits) or validation\n"
-    "                                 (eval) entries\n"
-    "  inspect FILE.gptx [--manifest|--ir|--ptx|--plan|--params]\n"
-    "                                 summarize an artifact or print one section\n"
-    "  verify FILE.ir                 parse and verify IR text; prints ok or the first error\n"
-    "  eval FILE.ir [--seed N] [--precision f32|f64]\n"
-    "                                 evaluate the entry computation on random inputs\n"
-    "  --version                      print the version\n";
+    "  models             list the model configs and their parameter counts\n"
+    "  compile            compile a model's train step to IR text or an artifact (.gptx)\n"
+    "  inspect FILE.gptx  summarize an artifact or print one of its sections\n"
+    "  verify FILE.ir     parse and verify IR text; print ok or the first error\n"
+    "  eval FILE.ir       evaluate the entry computation on random inputs\n"
+    "  --version          print the version\n"
+    "Exit status: 0 on success, 1 when the work fails, 2 for a usage error.\n";
 
 using tools::Fail;
 
@@ -57,8 +47,11 @@ StatusOr<std::unique_ptr<ir::Module>> LoadModule(const std::string& path) {
 }
 
 int Verify(int argc, char** argv) {
-  tools::Flags flags;
+  tools::Flags flags("gptc verify", "FILE.ir",
+                     "Parses and verifies IR text (every module of the file); prints ok or the "
+                     "first error with its file:line:col.");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
+  if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (flags.positional().size() != 1) return Fail(2, Error("verify takes one FILE.ir"));
   // A file may hold several modules (gptc compile --grad-accum K > 1).
   const std::string& path = flags.positional()[0];
@@ -74,18 +67,23 @@ int Verify(int argc, char** argv) {
 }
 
 int Eval(int argc, char** argv) {
-  tools::Flags flags;
-  flags.Value("seed").Value("precision");
+  tools::Flags flags("gptc eval", "FILE.ir [flags]",
+                     "Evaluates the entry computation with the reference evaluator on random "
+                     "inputs and prints a checksum of each input and of the output.");
+  flags.Value("seed", "N", "the random inputs' seed", "0")
+      .Value("arithmetic", "f32|f64",
+             "the evaluator's arithmetic (f64: a reference for f32 results)", "f32");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
+  if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (flags.positional().size() != 1) return Fail(2, Error("eval takes one FILE.ir"));
-  StatusOr<int64_t> seed = flags.GetInt("seed", 0);
+  StatusOr<int64_t> seed = flags.GetInt("seed");
   if (!seed.ok()) return Fail(2, seed.status());
   eval::EvalOptions options;
-  std::string precision = flags.Get("precision", "f32");
-  if (precision == "f64") {
+  const std::string arithmetic = flags.Get("arithmetic");
+  if (arithmetic == "f64") {
     options.precision = eval::Precision::kF64;
-  } else if (precision != "f32") {
-    return Fail(2, Error("--precision must be f32 or f64, got '{}'", precision));
+  } else if (arithmetic != "f32") {
+    return Fail(2, Error("--arithmetic must be f32 or f64, got '{}'", arithmetic));
   }
   StatusOr<std::unique_ptr<ir::Module>> module = LoadModule(flags.positional()[0]);
   if (!module.ok()) return Fail(1, module.status());
@@ -127,7 +125,7 @@ int Eval(int argc, char** argv) {
 int Main(int argc, char** argv) {
   if (argc < 2) {
     std::fputs(kUsage, stderr);
-    return 2;
+    return tools::kExitUsage;
   }
   std::string command = argv[1];
   if (command == "--version" || command == "version") {

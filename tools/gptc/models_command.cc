@@ -1,5 +1,6 @@
 // gptc models: the model configs and their parameter counts.
 #include <cstdio>
+#include <optional>
 
 #include "models/config.h"
 #include "tools/common/flags.h"
@@ -8,8 +9,12 @@
 namespace gptc::tools {
 
 int ModelsCommand(int argc, char** argv) {
-  Flags flags;
+  Flags flags("gptc models", "",
+              "Lists the model configs: layers, heads, width, context length, and the parameter "
+              "count with the real vocabulary (params) and with the padded one the compiled "
+              "module holds (padded).");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
+  if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (!flags.positional().empty()) {
     return Fail(2, Error("models: unexpected argument '{}'", flags.positional()[0]));
   }

@@ -17,87 +17,107 @@
 // memory and race checks unless --emu-checks off).
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <tuple>
 
 #include "compiler/support/status.h"
+#include "tools/common/data_files.h"
 #include "tools/common/flags.h"
 #include "tools/gptrun/train_loop.h"
 
 namespace gptc::tools {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: gptrun FILE.gptx [--device cpu|gpu|emu] [--gpu N] [--no-graph] [--profile]\n"
-    "              [--debug-sync] [--emu-checks on|off]\n"
-    "              --train GLOB [--val GLOB] [--steps N]\n"
-    "              [--lr LR] [--warmup W] [--lr-min LR] [--cosine] [--grad-accum K] [--seed S]\n"
-    "              [--val-every N] [--val-steps N] [--sample-every N] [--sample-len N]\n"
-    "              [--top-k K] [--ckpt-dir DIR] [--ckpt-every N] [--resume DIR|latest]\n"
-    "              [--log FILE.jsonl] [--peak-tflops T] [--bench] [--tokenizer DIR]\n"
-    "              [--cpu-max-params N]\n"
-    "Trains with a compiled artifact (gptc compile -o FILE.gptx). The batch, sequence length,\n"
-    "grad-accum and AdamW settings are the artifact's; --grad-accum only checks it.\n"
-    "  --device gpu       the GPU runtime (the default when a GPU is present and the artifact\n"
-    "                     is complete); --gpu N picks the device (ranks of a --dp artifact\n"
-    "                     take the GPU of their local rank)\n"
-    "  --device cpu       the reference evaluator (small models, e.g. gpt2-tiny)\n"
-    "  --device emu       the GPU runtime on the emulated device: the artifact's kernels\n"
-    "                     compiled for this host (gptc compile --emu), gemms with cuBLASLt's\n"
-    "                     semantics, memory and race checks (docs/EMULATOR.md)\n"
-    "  --emu-checks off   emu: skip the memory and race checks (several times faster)\n"
-    "  --no-graph         GPU: launch every thunk every step (no CUDA graph replay)\n"
-    "  --profile          GPU: time every thunk with CUDA events (no graph) and print the\n"
-    "                     top thunks, kernel and gemm totals after the last step\n"
-    "  --debug-sync       GPU: synchronize after every thunk so a fault names its thunk\n"
-    "  --lr-min LR        the cosine schedule's floor (with --cosine; else lr is constant\n"
-    "                     after the warmup)\n"
-    "  --val-every N      validation loss over --val-steps batches (default 20) every N\n"
-    "                     steps and after the last\n"
-    "  --sample-every N   a text sample of --sample-len tokens (top-k --top-k, 1 = greedy)\n"
-    "  --ckpt-dir DIR     checkpoints DIR/step_NNNNNN every --ckpt-every steps and at the end\n"
-    "  --resume DIR       continue bit-identically from a checkpoint (`latest`: the newest\n"
-    "                     in --ckpt-dir)\n"
-    "  --peak-tflops T    the device's dense bf16 peak, for MFU (default: known for\n"
-    "                     H100/H200/A100 from the GPU's name)\n"
-    "  --bench            time steps on synthetic batches (no data, validation or checkpoints)\n";
+constexpr char kAbout[] =
+    "Trains with a compiled artifact (gptc compile -o FILE.gptx). The batch, sequence length, "
+    "grad-accum and AdamW settings are the artifact's; --grad-accum only checks it.";
 
-int Fail(int code, const Status& status) {
-  std::fprintf(stderr, "gptrun: %s\n", status.message().c_str());
-  return code;
+int Fail(int code, const Status& status) { return FailWith("gptrun", code, status); }
+
+Flags DeclareFlags() {
+  const RunOptions d;  // the defaults --help shows are the ones RunTraining gets
+  auto str = [](auto v) { return fmt::format("{}", v); };
+  Flags flags("gptrun", "FILE.gptx --train GLOB [flags]", kAbout);
+  flags.Section("device")
+      .Value("device", "cpu|gpu|emu",
+             "gpu: the GPU runtime (the default when a GPU is present and the artifact is "
+             "complete); cpu: the reference evaluator (small models, e.g. gpt2-tiny); emu: the "
+             "GPU runtime on the emulated device, the artifact's kernels compiled for this host "
+             "(gptc compile --emu), with memory and race checks (docs/EMULATOR.md)")
+      .Value("gpu", "N",
+             "GPU: the device index (default: 0; the ranks of a --dp artifact take the GPU of "
+             "their local rank)")
+      .Value("emu-checks", "on|off",
+             "emu: the memory and race checks; off runs several times faster", "on")
+      .Bool("no-graph", "GPU: launch every thunk every step (no CUDA graph replay)")
+      .Bool("profile",
+            "GPU/emu: time every thunk (no graph) and print the top thunks, kernel and gemm "
+            "totals after the last step")
+      .Bool("debug-sync", "GPU: synchronize after every thunk so a fault names its thunk")
+      .Value("cpu-max-params", "N", "cpu: refuse models larger than this", str(d.cpu_max_params));
+  flags.Section("training")
+      .Value("train", "GLOB", "the training token shards (gpt-tokenize's .bin files)")
+      .Value("steps", "N", "optimizer steps", str(d.steps))
+      .Value("lr", "LR", "the peak learning rate", str(d.lr))
+      .Value("warmup", "W", "steps of linear warmup to --lr", str(d.warmup))
+      .Bool("cosine", "decay from --lr to --lr-min by a cosine after the warmup (else constant)")
+      .Value("lr-min", "LR", "the cosine schedule's floor", str(d.lr_min))
+      .Value("grad-accum", "K",
+             "checks the artifact's gradient accumulation (default: the "
+             "artifact's)")
+      .Value("seed", "S", "the data order and sampling seed", str(d.seed))
+      .Bool("bench", "time steps on synthetic batches (no data, validation or checkpoints)")
+      .Value("peak-tflops", "T",
+             "the device's dense bf16 peak, for MFU (default: known for H100/H200/A100 from the "
+             "GPU's name)");
+  flags.Section("validation and samples")
+      .Value("val", "GLOB", "the validation token shards")
+      .Value("val-every", "N",
+             "validation loss every N steps and after the last; 0 for only "
+             "after the last",
+             str(d.val_every))
+      .Value("val-steps", "N", "batches per validation", str(d.val_steps))
+      .Value("sample-every", "N", "a text sample every N steps; 0 for none", str(d.sample_every))
+      .Value("sample-len", "N", "tokens per sample", str(d.sample_len))
+      .Value("top-k", "K", "sample from the K likeliest tokens; 1 for greedy", str(d.top_k))
+      .Value("tokenizer", "DIR",
+             "the GPT-2 encoder files for samples (default: found in $GPTC_DATA, the install "
+             "prefix or the source tree)");
+  flags.Section("checkpoints and logs")
+      .Value("ckpt-dir", "DIR",
+             "checkpoints DIR/step_NNNNNN every --ckpt-every steps and at "
+             "the end")
+      .Value("ckpt-every", "N", "steps between checkpoints; 0 for only at the end",
+             str(d.ckpt_every))
+      .Value("resume", "DIR|latest",
+             "continue bit-identically from a checkpoint (latest: the newest in --ckpt-dir)")
+      .Value("log", "FILE.jsonl", "one JSON line per step, validation, sample and checkpoint");
+  return flags;
 }
 
 int Main(int argc, char** argv) {
-  Flags flags;
-  flags.Value("device").Value("train").Value("val").Value("steps").Value("lr").Value("warmup");
-  flags.Value("lr-min").Bool("cosine").Value("grad-accum").Value("seed").Value("val-every");
-  flags.Value("val-steps").Value("sample-every").Value("sample-len").Value("top-k");
-  flags.Value("ckpt-dir").Value("ckpt-every").Value("resume").Value("log").Value("peak-tflops");
-  flags.Bool("bench").Value("tokenizer").Value("cpu-max-params").Bool("help");
-  flags.Value("gpu").Bool("no-graph").Bool("profile").Bool("debug-sync").Value("emu-checks");
-  if (Status s = flags.Parse(argc, argv, 1); !s.ok()) return Fail(2, s);
-  if (flags.Has("help")) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
+  Flags flags = DeclareFlags();
+  if (Status s = flags.Parse(argc, argv, 1); !s.ok()) return Fail(kExitUsage, s);
+  if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (flags.positional().empty()) {
-    return Fail(2, Error("needs one artifact FILE.gptx (see gptrun --help)"));
+    return Fail(kExitUsage, Error("needs one artifact FILE.gptx (see gptrun --help)"));
   }
   if (flags.positional().size() > 1) {
-    return Fail(2, Error("unexpected argument '{}'", flags.positional()[1]));
+    return Fail(kExitUsage, Error("unexpected argument '{}'", flags.positional()[1]));
   }
   RunOptions o;
   o.artifact = flags.positional()[0];
   o.device = flags.Get("device");
   if (flags.Has("device") && o.device != "cpu" && o.device != "gpu" && o.device != "emu") {
-    return Fail(2, Error("--device must be cpu, gpu or emu, got '{}'", o.device));
+    return Fail(kExitUsage, Error("--device must be cpu, gpu or emu, got '{}'", o.device));
   }
-  const std::string checks = flags.Get("emu-checks", "on");
+  const std::string checks = flags.Get("emu-checks");
   if (checks != "on" && checks != "off") {
-    return Fail(2, Error("--emu-checks must be on or off, got '{}'", checks));
+    return Fail(kExitUsage, Error("--emu-checks must be on or off, got '{}'", checks));
   }
   if (flags.Has("emu-checks") && o.device != "emu") {
-    return Fail(2, Error("--emu-checks applies to --device emu"));
+    return Fail(kExitUsage, Error("--emu-checks applies to --device emu"));
   }
   o.emu_checks = checks == "on";
   o.no_graph = flags.Has("no-graph");
@@ -110,7 +130,11 @@ int Main(int argc, char** argv) {
   o.log_path = flags.Get("log");
   o.cosine = flags.Has("cosine");
   o.bench = flags.Has("bench");
-  o.tokenizer_dir = flags.Get("tokenizer", o.tokenizer_dir);
+  if (flags.Has("tokenizer")) {
+    o.tokenizer_dir = flags.Get("tokenizer");
+  } else if (StatusOr<std::string> found = FindTokenizerDir(); found.ok()) {
+    o.tokenizer_dir = *found;
+  }
   int64_t seed = 0, gpu = -1;
   for (auto [name, field, min] :
        {std::tuple{"steps", &o.steps, int64_t{1}}, std::tuple{"warmup", &o.warmup, int64_t{0}},
@@ -124,9 +148,9 @@ int Main(int argc, char** argv) {
         std::tuple{"cpu-max-params", &o.cpu_max_params, int64_t{1}},
         std::tuple{"gpu", &gpu, int64_t{0}}}) {
     StatusOr<int64_t> v = flags.GetInt(name, *field);
-    if (!v.ok()) return Fail(2, v.status());
+    if (!v.ok()) return Fail(kExitUsage, v.status());
     if (flags.Has(name) && *v < min)
-      return Fail(2, Error("--{} must be >= {}, got {}", name, min, *v));
+      return Fail(kExitUsage, Error("--{} must be >= {}, got {}", name, min, *v));
     *field = *v;
   }
   o.seed = static_cast<uint64_t>(seed);
@@ -134,20 +158,23 @@ int Main(int argc, char** argv) {
   for (auto [name, field] : {std::pair{"lr", &o.lr}, std::pair{"lr-min", &o.lr_min},
                              std::pair{"peak-tflops", &o.peak_tflops}}) {
     StatusOr<double> v = flags.GetDouble(name, *field);
-    if (!v.ok()) return Fail(2, v.status());
+    if (!v.ok()) return Fail(kExitUsage, v.status());
     if (!std::isfinite(*v) || *v < 0) {
-      return Fail(2, Error("--{} must be a finite number >= 0, got {}", name, *v));
+      return Fail(kExitUsage, Error("--{} must be a finite number >= 0, got {}", name, *v));
     }
     *field = *v;
   }
   if (o.cosine && o.lr_min > o.lr) {
-    return Fail(2, Error("--lr-min {} is above --lr {} (the cosine schedule decays from --lr to "
-                         "--lr-min)",
-                         o.lr_min, o.lr));
+    return Fail(kExitUsage,
+                Error("--lr-min {} is above --lr {} (the cosine schedule decays from --lr to "
+                      "--lr-min)",
+                      o.lr_min, o.lr));
   }
   if (o.warmup > o.steps) o.warmup = o.steps;
-  if (!o.resume.empty() && o.bench) return Fail(2, Error("--resume does not apply to --bench"));
-  if (o.profile && o.device == "cpu") return Fail(2, Error("--profile needs --device gpu or emu"));
+  if (!o.resume.empty() && o.bench)
+    return Fail(kExitUsage, Error("--resume does not apply to --bench"));
+  if (o.profile && o.device == "cpu")
+    return Fail(kExitUsage, Error("--profile needs --device gpu or emu"));
   return RunTraining(o);
 }
 
