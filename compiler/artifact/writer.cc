@@ -72,6 +72,11 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
       codegen::CodegenOptions codegen = options.codegen;
       codegen.host_symbol_prefix =
           fmt::format("{}{}__", codegen::emu::kKernelSymbolPrefix, entry.name);
+      if (options.progress) {
+        codegen.progress = [&](int64_t done, int64_t total) {
+          options.progress(entry.name, done, total);
+        };
+      }
       ASSIGN_OR_RETURN(kernels, codegen::CompileFusions(*entry.module, codegen));
     }
     t_codegen += watch.Lap();

@@ -8,11 +8,11 @@
 #define GPTC_COMPILER_ARTIFACT_WRITER_H_
 
 #include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "compiler/artifact/plan.h"
 #include "compiler/codegen/codegen.h"
@@ -28,6 +28,8 @@ struct ArtifactOptions {
   // an `unsupported` thunk and the artifact is incomplete; the CPU device
   // (which evaluates the `ir` section) still runs it.
   bool compile_kernels = true;
+  // Called as codegen goes: (entry, kernels compiled, kernels in the entry).
+  std::function<void(const std::string&, int64_t, int64_t)> progress;
 };
 
 struct BuiltArtifact {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cctype>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -340,9 +341,15 @@ StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const Codegen
   // and LLVM contexts, see lowering.h).
   std::vector<std::optional<StatusOr<CompiledKernel>>> compiled(unique.size());
   std::atomic<size_t> next{0};
+  std::mutex progress_mutex;
+  int64_t done = 0;
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < unique.size();) {
       compiled[i] = CompileKernel(*unique[i].inst, unique[i].emitter, unique[i].name, options);
+      if (options.progress) {
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        options.progress(++done, static_cast<int64_t>(unique.size()));
+      }
     }
   };
   int64_t threads = options.threads > 0

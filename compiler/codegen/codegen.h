@@ -8,6 +8,7 @@
 #ifndef GPTC_COMPILER_CODEGEN_CODEGEN_H_
 #define GPTC_COMPILER_CODEGEN_CODEGEN_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +34,9 @@ struct CodegenOptions {
   // and the distinct kernels on `threads` threads (0: one per hardware thread).
   bool deduplicate = true;
   int64_t threads = 0;
+  // CompileFusions calls it after each distinct kernel with (compiled,
+  // total), from its worker threads one at a time; for progress output.
+  std::function<void(int64_t, int64_t)> progress;
   // gptc compile --emu: also compile every kernel for the host (Note [host
   // kernels] in host_lowering.h), exporting it as host_symbol_prefix + name.
   bool emit_host = false;

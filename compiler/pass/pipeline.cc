@@ -49,6 +49,9 @@ StatusOr<bool> Pipeline::Run(ir::Module& module) {
       }
       start = now;
     };
+    if (options_.on_pass && dynamic_cast<Pipeline*>(pass.get()) == nullptr) {
+      options_.on_pass(pass_name);
+    }
     StatusOr<bool> result = pass->Run(module);
     if (!result.ok()) return result.status().WithPrefix(fmt::format("pass {}", pass_name));
     changed |= *result;

@@ -9,6 +9,7 @@
 #ifndef GPTC_COMPILER_PASS_PIPELINE_H_
 #define GPTC_COMPILER_PASS_PIPELINE_H_
 
+#include <functional>
 #include <memory>
 #include <regex>
 #include <set>
@@ -28,6 +29,8 @@ struct PipelineOptions {
   // When set, every pass run appends (pass name, seconds), and the verifier
   // runs append ("verify", seconds): what `gptc compile --timings` prints.
   std::shared_ptr<std::vector<std::pair<std::string, double>>> timings;
+  // When set, called with each pass's name before it runs (progress output).
+  std::function<void(const std::string&)> on_pass;
 };
 
 // Numbers dump files in order and writes them atomically (temp file + rename).

@@ -41,6 +41,7 @@
 #include "compiler/artifact/writer.h"
 #endif
 #include "tools/common/flags.h"
+#include "tools/common/progress.h"
 #include "tools/gptc/commands.h"
 
 namespace gptc::tools {
@@ -260,6 +261,15 @@ int CompileCommand(int argc, char** argv) {
   std::vector<std::pair<std::string, double>> timings;
   auto pass_timings = std::make_shared<std::vector<std::pair<std::string, double>>>();
   options.pipeline.timings = pass_timings;
+  // Long compiles (gpt2-1558m: minutes) show their phase on a terminal.
+  ProgressLine progress("gptc", TerminalProgress());
+  auto fail = [&](int code, const Status& s) {
+    progress.Clear();
+    return Fail(code, s);
+  };
+  options.pipeline.on_pass = [&](const std::string& pass) {
+    progress.Show(fmt::format("compiling {}: pass {}", config->name, pass));
+  };
   auto lap_start = std::chrono::steady_clock::now();
   auto lap = [&](const char* stage) {
     auto now = std::chrono::steady_clock::now();
@@ -268,10 +278,11 @@ int CompileCommand(int argc, char** argv) {
   };
 
   auto start = std::chrono::steady_clock::now();
+  progress.Show(fmt::format("tracing {}", config->name), true);
   StatusOr<frontend::TracedModule> traced = models::TraceGpt2Forward(*config, *batch, *seq);
-  if (!traced.ok()) return Fail(1, traced.status());
+  if (!traced.ok()) return fail(1, traced.status());
   auto dumps = std::make_shared<pass::DumpWriter>(flags.Get("dump-dir"));
-  if (Status s = dumps->Dump(*traced->module, "traced"); !s.ok()) return Fail(1, s);
+  if (Status s = dumps->Dump(*traced->module, "traced"); !s.ok()) return fail(1, s);
   const size_t num_params = traced->params.size();
   const int64_t param_values = traced->ParameterValues();
   lap("trace");
@@ -287,15 +298,15 @@ int CompileCommand(int argc, char** argv) {
     // The validation entry runs the very forward the train step is built from.
     std::unique_ptr<ir::Module> forward = forward_entries ? traced->module->Clone() : nullptr;
     program = passes::BuildTrainProgram(std::move(traced->module), traced->params, options);
-    if (!program.ok()) return Fail(1, program.status());
+    if (!program.ok()) return fail(1, program.status());
     if (forward_entries) {
       // The sampling entry (batch 1, the train step's seq): gptrun's samples.
       StatusOr<frontend::TracedModule> logits = models::TraceGpt2Logits(*config, 1, *seq);
-      if (!logits.ok()) return Fail(1, logits.status());
+      if (!logits.ok()) return fail(1, logits.status());
       Status s = passes::AddLogitsEntry(*program, std::move(logits->module), options);
-      if (!s.ok()) return Fail(1, s.WithPrefix("logits entry"));
+      if (!s.ok()) return fail(1, s.WithPrefix("logits entry"));
       s = passes::AddEvalEntry(*program, std::move(forward), options);
-      if (!s.ok()) return Fail(1, s.WithPrefix("eval entry"));
+      if (!s.ok()) return fail(1, s.WithPrefix("eval entry"));
     }
     for (const passes::TrainEntry& e : program->entries) {
       modules.push_back(e.module.get());
@@ -317,9 +328,11 @@ int CompileCommand(int argc, char** argv) {
   }
   std::string report_summary;
   if (program.ok() && options.optimize) {
+    progress.Show("buffer assignment and reports", true);
+    if (flags.Has("fusion-report") || flags.Has("memory-report")) progress.Clear();
     Status s = WriteReports(*program, *gpu, flags.Get("dump-dir"), flags.Has("fusion-report"),
                             flags.Has("memory-report"), report_summary);
-    if (!s.ok()) return Fail(1, s);
+    if (!s.ok()) return fail(1, s);
     lap("reports");
   }
   std::string note;
@@ -339,11 +352,14 @@ int CompileCommand(int argc, char** argv) {
                 {"clip_norm", options.adamw.clip_norm}, {"beta1", options.adamw.beta1},
                 {"beta2", options.adamw.beta2}, {"eps", options.adamw.eps},
                 {"codegen", ao.compile_kernels}, {"world_size", options.world_size}};
+    ao.progress = [&](const std::string& entry, int64_t done, int64_t total) {
+      progress.Show(fmt::format("codegen {}: {}/{} kernels", entry, done, total), done == total);
+    };
     StatusOr<artifact::BuiltArtifact> built = artifact::BuildArtifact(*program, ao);
-    if (!built.ok()) return Fail(1, built.status());
+    if (!built.ok()) return fail(1, built.status());
     for (const auto& t : built->timings) timings.push_back(t);
     auto t0 = std::chrono::steady_clock::now();
-    if (Status s = WriteFileAtomically(output, built->bytes); !s.ok()) return Fail(1, s);
+    if (Status s = WriteFileAtomically(output, built->bytes); !s.ok()) return fail(1, s);
     timings.emplace_back("write",
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
                              .count());
@@ -364,8 +380,9 @@ int CompileCommand(int argc, char** argv) {
   }
 #else
   if (artifact)
-    return Fail(kExitUsage, Error("-o {}: this gptc was built without codegen", output));
+    return fail(kExitUsage, Error("-o {}: this gptc was built without codegen", output));
 #endif
+  progress.Clear();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::string text;
@@ -377,7 +394,7 @@ int CompileCommand(int argc, char** argv) {
     computations += m->computations().size();
   }
   if (!artifact) {
-    if (Status s = WriteFileAtomically(output, text); !s.ok()) return Fail(1, s);
+    if (Status s = WriteFileAtomically(output, text); !s.ok()) return fail(1, s);
   }
 
   std::string what =
