@@ -496,8 +496,10 @@ std::string BufferAssignment::ToString() const {
   return out;
 }
 
-std::string BufferAssignment::MemoryReport(int top_n) const {
-  std::string out = fmt::format("memory report for %{}\n", computation_name_);
+std::string BufferAssignment::MemoryReport(int top_n, const std::string& title) const {
+  std::string out = title.empty() ? fmt::format("memory report for %{}\n", computation_name_)
+                                  : fmt::format("memory report for {} (computation %{})\n", title,
+                                                computation_name_);
   out += fmt::format("arena size: {} ({} B)\n", HumanBytes(arena_size()), arena_size());
   std::string at;
   if (peak_time_ < static_cast<int64_t>(order_.size())) {

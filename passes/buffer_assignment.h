@@ -171,7 +171,8 @@ class BufferAssignment {
   std::string ToString() const;
   // Arena size, peak, and the `top_n` largest buffers live at the peak with
   // their shape, bytes and metadata, largest first.
-  std::string MemoryReport(int top_n = 20) const;
+  // `title`: what the report is of (the entry's name); empty: the computation.
+  std::string MemoryReport(int top_n = 20, const std::string& title = "") const;
 
  private:
   friend StatusOr<BufferAssignment> AssignBuffers(const ir::Module&,

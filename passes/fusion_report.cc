@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "passes/fusion.h"
+#include "passes/remat.h"  // FormatBytes
 
 namespace gptc::passes {
 
@@ -105,26 +106,40 @@ std::vector<KernelRow> AnalyzeKernels(const ir::Module& module, const GpuSpec& g
   return rows;
 }
 
+std::string FormatFlops(double flops) {
+  static constexpr const char* kNames[] = {"", "K", "M", "G", "T", "P"};
+  int unit = 0;
+  while (flops >= 1000.0 && unit < 5) {
+    flops /= 1000.0;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{:.0f}", flops) : fmt::format("{:.2f} {}", flops, kNames[unit]);
+}
+
 std::string RenderFusionReport(const ir::Module& module, const GpuSpec& gpu) {
   std::vector<KernelRow> rows = AnalyzeKernels(module, gpu);
   std::string out =
       fmt::format("fusion report: module {} on {} ({:.0f} TFLOP/s bf16, {:.0f} GB/s)\n",
                   module.name(), gpu.name, gpu.peak_tflops, gpu.hbm_gbps);
-  out += fmt::format("{:<48} {:<13} {:>5} {:>14} {:>14} {:>16} {:>11}  {}\n", "kernel", "kind",
-                     "ops", "read B", "written B", "FLOPs", "time us", "source");
+  // Bytes in binary units and FLOPs in decimal ones, so a column reads at a
+  // glance; the exact counts are KernelRow's (and the tests').
+  out += fmt::format("{:<48} {:<13} {:>5} {:>11} {:>11} {:>12} {:>11}  {}\n", "kernel", "kind",
+                     "ops", "read", "written", "FLOPs", "time us", "source");
   KernelRow total;
   for (const KernelRow& r : rows) {
-    out += fmt::format("{:<48} {:<13} {:>5} {:>14} {:>14} {:>16.0f} {:>11.3f}  {}\n", r.name,
-                       r.kind, r.ops, r.bytes_read, r.bytes_written, r.flops, r.time_us, r.source);
+    out += fmt::format("{:<48} {:<13} {:>5} {:>11} {:>11} {:>12} {:>11.3f}  {}\n", r.name, r.kind,
+                       r.ops, FormatBytes(r.bytes_read), FormatBytes(r.bytes_written),
+                       FormatFlops(r.flops), r.time_us, r.source);
     total.ops += r.ops;
     total.bytes_read += r.bytes_read;
     total.bytes_written += r.bytes_written;
     total.flops += r.flops;
     total.time_us += r.time_us;
   }
-  out += fmt::format("{:<48} {:<13} {:>5} {:>14} {:>14} {:>16.0f} {:>11.3f}\n",
+  out += fmt::format("{:<48} {:<13} {:>5} {:>11} {:>11} {:>12} {:>11.3f}\n",
                      fmt::format("total ({} kernels)", rows.size()), "", total.ops,
-                     total.bytes_read, total.bytes_written, total.flops, total.time_us);
+                     FormatBytes(total.bytes_read), FormatBytes(total.bytes_written),
+                     FormatFlops(total.flops), total.time_us);
   out += "kernels by kind:";
   for (const auto& [kind, n] : CountKernels(module)) out += fmt::format(" {}={}", kind, n);
   out += "\nkernels per layer (forward + backward):";

@@ -49,6 +49,8 @@ std::vector<KernelRow> AnalyzeKernels(const ir::Module& module, const GpuSpec& g
 
 // The report text: rows, a totals row, kernels per kind and per layer.
 std::string RenderFusionReport(const ir::Module& module, const GpuSpec& gpu);
+// 2747825832 -> "2.75 G" (decimal units, as FLOP counts are quoted).
+std::string FormatFlops(double flops);
 
 }  // namespace gptc::passes
 

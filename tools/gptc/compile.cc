@@ -57,7 +57,7 @@ Status WriteReports(const passes::TrainProgram& program, const passes::GpuSpec& 
     std::string fusion = passes::RenderFusionReport(*e.module, gpu);
     ASSIGN_OR_RETURN(passes::BufferAssignment assignment,
                      passes::AssignBuffers(*e.module, passes::DonationOptions(e.signature)));
-    std::string memory = assignment.MemoryReport(20);
+    std::string memory = assignment.MemoryReport(20, e.name);
     if (!dump_dir.empty()) {
       RETURN_IF_ERROR(WriteFileAtomically(fmt::format("{}/{}.fusion-report.txt", dump_dir, e.name),
                                           fusion));
@@ -74,8 +74,9 @@ Status WriteReports(const passes::TrainProgram& program, const passes::GpuSpec& 
     for (const auto& [layer, count] : passes::KernelsPerLayer(*e.module)) {
       max_per_layer = std::max(max_per_layer, count);
     }
-    summary += fmt::format("; {}: {} kernels ({} per layer), arena {}", e.name, kernels,
-                           max_per_layer, passes::FormatBytes(assignment.arena_size()));
+    summary += fmt::format("; {}: {} fusions{}, arena {}", e.name, kernels,
+                           max_per_layer > 0 ? fmt::format(" ({} per layer)", max_per_layer) : "",
+                           passes::FormatBytes(assignment.arena_size()));
   }
   return Status::Ok();
 }
@@ -365,12 +366,25 @@ int CompileCommand(int argc, char** argv) {
                              .count());
     int64_t unsupported = 0;
     for (const auto& [what, n] : built->stats.unsupported) unsupported += n;
-    report_summary += fmt::format("; {} kernels ({} with cubin), {} gemms, {} for {}",
-                                  built->kernels, built->cubins,
-                                  built->stats.thunks.contains("gemm")
-                                      ? built->stats.thunks.at("gemm") : 0,
-                                  passes::FormatBytes(static_cast<int64_t>(built->bytes.size())),
-                                  target);
+    // Note [epilogue fallback kernels]: the fallbacks launch only where
+    // cuBLASLt refuses an epilogue, so they are counted apart.
+    int64_t launches = 0, fallbacks = 0;
+    for (const auto& [kind, n] : built->stats.kernels_by_kind) {
+      (kind == "gemm fallback" ? fallbacks : launches) += n;
+    }
+    auto thunks = [&](const char* kind) {
+      return built->stats.thunks.contains(kind) ? built->stats.thunks.at(kind) : 0;
+    };
+    const std::string kernels =
+        ao.compile_kernels
+            ? fmt::format("{} kernel launches{} of {} distinct kernels ({} assembled by ptxas)",
+                          launches,
+                          fallbacks > 0 ? fmt::format(" (+{} gemm fallbacks)", fallbacks) : "",
+                          built->kernels, built->cubins)
+            : "no kernels (--no-codegen)";
+    report_summary +=
+        fmt::format("; {}, {} gemms, {} for {}", kernels, thunks("gemm"),
+                    passes::FormatBytes(static_cast<int64_t>(built->bytes.size())), target);
     if (!ao.compile_kernels) {
       note = "note: --no-codegen: no kernels; only gptrun --device cpu runs this artifact";
     } else if (unsupported > 0) {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "passes/remat.h"  // FormatBytes
 #include "runtime/artifact.h"
 #include "tools/common/flags.h"
 #include "tools/gptc/commands.h"
@@ -23,13 +24,21 @@ std::string Counts(const nlohmann::json& counts) {
   return s.empty() ? "none" : s;
 }
 
+// What a user can run the artifact on.
+std::string Completeness(const nlohmann::json& m) {
+  if (m.value("complete", false)) return "complete";
+  if (m.contains("flags") && !m["flags"].value("codegen", true)) {
+    return "no GPU code (compiled with --no-codegen): runs on --device cpu only";
+  }
+  return "incomplete (some fusions have no kernel emitter): runs on --device cpu only";
+}
+
 std::string Summary(const rt::Artifact& a) {
   const nlohmann::json& m = a.manifest;
   std::string s;
   const nlohmann::json& model = m["model"];
   s += fmt::format("artifact: format {}, gptc {}, target {}, {}\n", a.format_version,
-                   m.value("gptc_version", "?"), m.value("target", "?"),
-                   m.value("complete", false) ? "complete" : "INCOMPLETE (gptrun refuses it)");
+                   m.value("gptc_version", "?"), m.value("target", "?"), Completeness(m));
   s += fmt::format("model: {} ({} layers, {} heads, width {}, vocab {} padded to {})\n",
                    model.value("name", "?"), model.value("layers", 0), model.value("heads", 0),
                    model.value("width", 0), model.value("vocab", 0),
@@ -48,15 +57,24 @@ std::string Summary(const rt::Artifact& a) {
   }
   s += fmt::format("parameters: {} tensors, {} values\n", a.params["params"].size(),
                    WithThousands(values));
-  s += fmt::format("kernels: {} ({})\n", m["kernels"].size(), Counts(m["kernels_by_kind"]));
+  int64_t launches = 0, fallbacks = 0;
+  for (const auto& [kind, n] : m["kernels_by_kind"].items()) {
+    (kind == "gemm fallback" ? fallbacks : launches) += n.get<int64_t>();
+  }
+  s += fmt::format("kernels: {} distinct, launched by {} kernel thunks of all entries ({}){}\n",
+                   m["kernels"].size(), launches + fallbacks, Counts(m["kernels_by_kind"]),
+                   fallbacks > 0 ? fmt::format("; the {} gemm fallbacks run only where cuBLASLt "
+                                               "refuses an epilogue",
+                                               fallbacks)
+                                 : "");
   int64_t gemms = m["thunks"].value("gemm", 0);
   s += fmt::format("gemms: {} ({})\n", gemms, Counts(m["gemm_epilogues"]));
   s += fmt::format("thunks: {}\n", Counts(m["thunks"]));
   if (!m["unsupported"].empty()) s += fmt::format("unsupported: {}\n", Counts(m["unsupported"]));
   for (const auto& e : m["entries"]) {
-    s += fmt::format("entry {}: {} inputs -> {} outputs, {} donations, arena {} bytes\n",
+    s += fmt::format("entry {}: {} inputs -> {} outputs, {} donations, arena {}\n",
                      e.value("name", "?"), e["inputs"].size(), e["outputs"].size(),
-                     e["donations"].size(), WithThousands(e.value("arena_size", int64_t{0})));
+                     e["donations"].size(), passes::FormatBytes(e.value("arena_size", int64_t{0})));
   }
   // Data parallelism: the all-reduce buckets of each entry's plan (docs/ARTIFACT.md).
   if (a.plan.contains("entries")) {
@@ -68,9 +86,9 @@ std::string Summary(const rt::Artifact& a) {
         largest = std::max(largest, b["bytes"].get<int64_t>());
         members += static_cast<int64_t>(b["members"].size());
       }
-      s += fmt::format("entry {}: {} all-reduces in {} buckets, {} bytes (largest {})\n",
-                       e.value("name", "?"), members, e["buckets"].size(), WithThousands(bytes),
-                       WithThousands(largest));
+      s += fmt::format("entry {}: {} all-reduces in {} buckets, {} (largest {})\n",
+                       e.value("name", "?"), members, e["buckets"].size(),
+                       passes::FormatBytes(bytes), passes::FormatBytes(largest));
     }
   }
   return s;
@@ -81,7 +99,7 @@ std::string Summary(const rt::Artifact& a) {
 int InspectCommand(int argc, char** argv) {
   Flags flags("gptc inspect", "FILE.gptx [--manifest|--ir|--ptx|--plan|--params]",
               "Summarizes an artifact (model, flags, parameters, entries, kernels, arena), or "
-              "prints one of its sections verbatim.");
+              "prints the sections asked for verbatim, in the order below.");
   flags.Bool("manifest", "the manifest (JSON)")
       .Bool("ir", "the optimized IR of every entry")
       .Bool("ptx", "the kernels' PTX")
@@ -92,12 +110,16 @@ int InspectCommand(int argc, char** argv) {
   if (flags.positional().size() != 1) return Fail(2, Error("inspect takes one FILE.gptx"));
   StatusOr<rt::Artifact> a = rt::ReadArtifact(flags.positional()[0]);
   if (!a.ok()) return Fail(1, a.status());
+  // Every section asked for, in this order (--ir --plan prints both).
+  bool printed = false;
   for (const char* section : {"manifest", "ir", "ptx", "plan", "params"}) {
     if (!flags.Has(section)) continue;
     const std::string* bytes = a->Find(section);
     std::fwrite(bytes->data(), 1, bytes->size(), stdout);
-    return 0;
+    if (!bytes->empty() && bytes->back() != '\n') std::fputc('\n', stdout);
+    printed = true;
   }
+  if (printed) return 0;
   std::fputs(Summary(*a).c_str(), stdout);
   return 0;
 }
