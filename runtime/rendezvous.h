@@ -25,12 +25,21 @@
 // rank and address, and rank 0 relays the failure to everyone else. Hellos
 // with another world size or a rank out of range or taken twice fail the
 // whole rendezvous, naming both sides.
+//
+// Note [waiting lines]: a Join that waits says so every `progress_interval`
+// (5 s by default) instead of keeping silent until the timeout: rank 0 names
+// the ranks it still waits for ("rank 0: waiting for ranks 1, 3 of 4 at
+// 10.0.0.1:29500 (12 s of 300 s)"), a rank that cannot reach rank 0 yet says
+// so with the last connection error, and a rank that has joined says it
+// waits for the others. The lines go to `progress` (gptrun prefixes them
+// with "gptrun: "), or to stderr.
 #ifndef GPTC_RUNTIME_RENDEZVOUS_H_
 #define GPTC_RUNTIME_RENDEZVOUS_H_
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -51,6 +60,11 @@ struct RendezvousOptions {
   std::chrono::milliseconds timeout = kDefaultDistTimeout;
   // Pause between connection attempts while rank 0 is not listening yet.
   std::chrono::milliseconds retry_interval{100};
+  // How often a waiting Join says what it waits for (Note [waiting lines]);
+  // zero: never.
+  std::chrono::milliseconds progress_interval{5000};
+  // Receives those lines (no newline); unset: they go to stderr.
+  std::function<void(const std::string& line)> progress;
 };
 
 RendezvousOptions RendezvousOptionsFrom(const LaunchEnv& env);

@@ -244,6 +244,11 @@ StatusOr<Socket> ConnectOnce(const std::string& host, int port, Clock::time_poin
   return s;
 }
 
+StatusOr<bool> WaitReadable(const Socket& socket, Clock::time_point deadline) {
+  if (!socket.valid()) return Error("connection closed");
+  return WaitFor(socket.fd(), POLLIN, deadline);
+}
+
 StatusOr<int> PickFreePort() {
   Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!s.valid()) return Error("socket: {}", Errno(errno));

@@ -69,6 +69,10 @@ StatusOr<int> LocalPort(const Socket& socket);
 StatusOr<Socket> Accept(const Socket& listener, Clock::time_point deadline, std::string* peer);
 // One attempt to connect to host:port (host resolved as IPv4) before `deadline`.
 StatusOr<Socket> ConnectOnce(const std::string& host, int port, Clock::time_point deadline);
+// Whether `socket` has data (or EOF) to read before `deadline`: false when
+// the deadline passes first. Lets a caller wake up on the way to a longer
+// wait without cutting a frame in two.
+StatusOr<bool> WaitReadable(const Socket& socket, Clock::time_point deadline);
 // A TCP port that is free on loopback right now (tests).
 StatusOr<int> PickFreePort();
 

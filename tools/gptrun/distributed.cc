@@ -96,8 +96,12 @@ StatusOr<Distributed> JoinDistributed(int64_t compiled_world, const std::string&
         "({}); choose GPUs with CUDA_VISIBLE_DEVICES instead",
         gpu_flag, dist.env.ToString());
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<rt::Rendezvous> rendezvous,
-                   rt::Rendezvous::Join(rt::RendezvousOptionsFrom(dist.env)));
+  rt::RendezvousOptions options = rt::RendezvousOptionsFrom(dist.env);
+  // Note [waiting lines] in runtime/rendezvous.h: what the join waits for, on stderr.
+  options.progress = [](const std::string& line) {
+    std::fprintf(stderr, "gptrun: %s\n", line.c_str());
+  };
+  ASSIGN_OR_RETURN(std::unique_ptr<rt::Rendezvous> rendezvous, rt::Rendezvous::Join(options));
   // The emulated device's all-reduces run on the host too (runtime/emu/).
   if (device == "cpu" || device == "emu") {
     dist.comm = rt::MakeTcpCommunicator(std::move(rendezvous), dist.env.timeout);

@@ -1,0 +1,143 @@
+// Failures gptrun reports before step 1 that it once reported late (issue 16,
+// defect 4):
+// - a rendezvous that waits says for whom every 5 s (was: silent until the
+//   timeout).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime/data_loader.h"
+
+namespace gptc {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+  double seconds = 0;
+};
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+int CountLines(const std::string& text, const std::string& prefix = "") {
+  std::stringstream s(text);
+  int n = 0;
+  for (std::string line; std::getline(s, line);) n += line.starts_with(prefix) ? 1 : 0;
+  return n;
+}
+
+// A noisy repeating pattern over 300 ids, with `bad` at index `at` (if >= 0).
+void WriteShard(const fs::path& path, int count, int at = -1, int32_t bad = 0) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < count; ++i) tokens.push_back((i * 7 + i / 13) % 300);
+  if (at >= 0) tokens[at] = bad;
+  std::ofstream(path, std::ios::binary) << rt::EncodeShard(tokens);
+}
+
+class GptrunEarlyFailureTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::path(::testing::TempDir()) /
+                        ("gptrun_early_failures_" + std::to_string(getpid())));
+    fs::remove_all(*dir_);
+    fs::create_directories(*dir_);
+    WriteShard(*dir_ / "train_000.bin", 3000);
+    WriteShard(*dir_ / "val_000.bin", 1500);
+    for (const auto& [name, flags] :
+         {std::pair{"tiny.gptx", "--batch 2"}, std::pair{"dp2.gptx", "--batch 1 --dp 2"}}) {
+      Result r = Run(std::string(GPTC_BIN) +
+                     " compile --model gpt2-tiny --layers 1 --heads 2 --width 32 --seq 16 "
+                     "--no-codegen " +
+                     flags + " -o " + (*dir_ / name).string());
+      ASSERT_EQ(r.code, 0) << r.out << r.err;
+    }
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+
+  static Result Run(const std::string& command) {
+    const fs::path out = *dir_ / "stdout.txt", err = *dir_ / "stderr.txt";
+    const auto start = Clock::now();
+    const int status =
+        std::system((command + " > " + out.string() + " 2> " + err.string()).c_str());
+    Result r;
+    r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = ReadAll(out);
+    r.err = ReadAll(err);
+    return r;
+  }
+
+  // gptrun on the tiny artifact for 2 steps with `extra` flags, run by
+  // `prefix` (setpriv, to run as another user), with `train` and `val` shard globs.
+  static Result Gptrun(const std::string& extra, const std::string& prefix = "",
+                       const std::string& train = "train_*.bin",
+                       const std::string& val = "val_*.bin") {
+    return Run(prefix + GPTRUN_BIN + " " + (*dir_ / "tiny.gptx").string() +
+               " --device cpu --steps 2 --val-steps 1 --train '" + (*dir_ / train).string() +
+               "' --val '" + (*dir_ / val).string() + "' " + extra);
+  }
+
+  // Exit 1, one line on stderr holding `message`, and no step ran.
+  static void ExpectRefusedAtStart(const Result& r, const std::string& message) {
+    EXPECT_EQ(r.code, 1) << r.out << r.err;
+    EXPECT_EQ(CountLines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_EQ(CountLines(r.out, "step "), 0) << r.out;
+  }
+
+  static int Port() {
+    std::random_device rd;
+    return 20000 + static_cast<int>(rd() % 20000);
+  }
+
+  static fs::path* dir_;
+};
+
+fs::path* GptrunEarlyFailureTest::dir_ = nullptr;
+
+// Rank 0 of 3, alone: every 5 s a line names the ranks it waits for, then
+// the timeout's one-line error.
+TEST_F(GptrunEarlyFailureTest, RendezvousSaysWhomItWaitsFor) {
+  const fs::path dp3 = *dir_ / "dp3.gptx";
+  Result compiled = Run(std::string(GPTC_BIN) +
+                        " compile --model gpt2-tiny --layers 1 --heads 2 --width 32 --seq 16 "
+                        "--no-codegen --batch 1 --dp 3 -o " +
+                        dp3.string());
+  ASSERT_EQ(compiled.code, 0) << compiled.err;
+  const int port = Port();
+  const Result r =
+      Run("GPTC_DIST_TIMEOUT=6 MASTER_PORT=" + std::to_string(port) + " RANK=0 WORLD_SIZE=3 " +
+          GPTRUN_BIN + " " + dp3.string() + " --device cpu --train '" +
+          (*dir_ / "train_*.bin").string() + "' --steps 1");
+  EXPECT_EQ(r.code, 1) << r.err;
+  const std::regex waiting("gptrun: rank 0: waiting for ranks 1, 2 of 3 at 127\\.0\\.0\\.1:" +
+                           std::to_string(port) + " \\(5\\.\\d s of 6\\.0 s\\)\n");
+  EXPECT_TRUE(std::regex_search(r.err, waiting)) << r.err;
+  EXPECT_EQ(CountLines(r.err), 2) << r.err;  // the waiting line, then the error
+  EXPECT_NE(r.err.find("but ranks 1, 2 of 3 never joined"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace gptc
