@@ -1,7 +1,9 @@
 // Failures gptrun reports before step 1 that it once reported late (issue 16,
 // defect 4):
 // - a rendezvous that waits says for whom every 5 s (was: silent until the
-//   timeout).
+//   timeout);
+// - a --device gpu rank without a GPU says so (was: after waiting for the
+//   rendezvous).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -137,6 +139,27 @@ TEST_F(GptrunEarlyFailureTest, RendezvousSaysWhomItWaitsFor) {
   EXPECT_TRUE(std::regex_search(r.err, waiting)) << r.err;
   EXPECT_EQ(CountLines(r.err), 2) << r.err;  // the waiting line, then the error
   EXPECT_NE(r.err.find("but ranks 1, 2 of 3 never joined"), std::string::npos) << r.err;
+}
+
+// Rank 0 or rank 1 of 2, launched alone on a machine without a GPU: it says
+// so at once instead of waiting GPTC_DIST_TIMEOUT for a peer that never comes.
+TEST_F(GptrunEarlyFailureTest, LoneGpuRankWithoutAGpuSaysNoGpuBeforeTheRendezvous) {
+  if (std::system("nvidia-smi -L > /dev/null 2>&1") == 0) {
+    GTEST_SKIP() << "a GPU is present: this checks a machine without one";
+  }
+  for (int rank : {0, 1}) {
+    const Result r =
+        Run("GPTC_DIST_TIMEOUT=20 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(Port()) +
+            " RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) +
+            " " + GPTRUN_BIN + " " + (*dir_ / "dp2.gptx").string() + " --device gpu --train '" +
+            (*dir_ / "train_*.bin").string() + "' --steps 1");
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_EQ(CountLines(r.err), 1) << r.err;
+    EXPECT_LT(r.seconds, 10.0) << r.err;  // not the 20 s timeout
+    EXPECT_TRUE(r.err.find("no GPU") != std::string::npos ||
+                r.err.find("built without the CUDA toolkit") != std::string::npos)
+        << r.err;
+  }
 }
 
 }  // namespace
