@@ -3,7 +3,9 @@
 // - a rendezvous that waits says for whom every 5 s (was: silent until the
 //   timeout);
 // - a --device gpu rank without a GPU says so (was: after waiting for the
-//   rendezvous).
+//   rendezvous);
+// - a token id beyond the vocabulary in any shard (was: when the loader
+//   reached that shard).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -160,6 +162,29 @@ TEST_F(GptrunEarlyFailureTest, LoneGpuRankWithoutAGpuSaysNoGpuBeforeTheRendezvou
                 r.err.find("built without the CUDA toolkit") != std::string::npos)
         << r.err;
   }
+}
+
+// The bad id is in the second shard: a 2-step run would never reach it.
+TEST_F(GptrunEarlyFailureTest, TokenBeyondTheVocabularyInALaterShardIsRefusedAtStart) {
+  const fs::path sub = *dir_ / "bad_train";
+  fs::create_directories(sub);
+  WriteShard(sub / "train_000.bin", 3000);
+  WriteShard(sub / "train_001.bin", 2000, 1234, 60000);
+  ExpectRefusedAtStart(Gptrun("", "", "bad_train/train_*.bin"),
+                       "gptrun: --train: " + (sub / "train_001.bin").string() +
+                           ": offset 3492: token 1234 is id 60000, not below the vocabulary "
+                           "size 50257");
+}
+
+TEST_F(GptrunEarlyFailureTest, TokenBeyondTheVocabularyInAValShardIsRefusedAtStart) {
+  const fs::path sub = *dir_ / "bad_val";
+  fs::create_directories(sub);
+  WriteShard(sub / "val_000.bin", 1500);
+  WriteShard(sub / "val_001.bin", 1500, 7, 50257);  // the first id past the vocabulary
+  ExpectRefusedAtStart(Gptrun("", "", "train_*.bin", "bad_val/val_*.bin"),
+                       "gptrun: --val: " + (sub / "val_001.bin").string() +
+                           ": offset 1038: token 7 is id 50257, not below the vocabulary size "
+                           "50257");
 }
 
 }  // namespace
