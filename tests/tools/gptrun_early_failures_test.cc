@@ -5,7 +5,9 @@
 // - a --device gpu rank without a GPU says so (was: after waiting for the
 //   rendezvous);
 // - a token id beyond the vocabulary in any shard (was: when the loader
-//   reached that shard).
+//   reached that shard);
+// - a --ckpt-dir that cannot take checkpoints (was: at the first
+//   checkpoint, by default after the last step).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -185,6 +187,55 @@ TEST_F(GptrunEarlyFailureTest, TokenBeyondTheVocabularyInAValShardIsRefusedAtSta
                        "gptrun: --val: " + (sub / "val_001.bin").string() +
                            ": offset 1038: token 7 is id 50257, not below the vocabulary size "
                            "50257");
+}
+
+TEST_F(GptrunEarlyFailureTest, CkptDirUnderARegularFileIsRefusedAtStart) {
+  const fs::path file = *dir_ / "a_file";
+  std::ofstream(file) << "x";
+  const std::string ckpt = (file / "ckpt").string();
+  ExpectRefusedAtStart(
+      Gptrun("--ckpt-dir " + ckpt),
+      "gptrun: --ckpt-dir " + ckpt + ": cannot create it: " + file.string() + " is a regular file");
+}
+
+TEST_F(GptrunEarlyFailureTest, CkptDirThatIsARegularFileIsRefusedAtStart) {
+  const fs::path file = *dir_ / "ckpt_file";
+  std::ofstream(file) << "x";
+  ExpectRefusedAtStart(
+      Gptrun("--ckpt-dir " + file.string()),
+      "gptrun: --ckpt-dir " + file.string() + ": is a regular file, not a " + "directory");
+}
+
+// Root writes into read-only directories: as root, gptrun runs as nobody.
+TEST_F(GptrunEarlyFailureTest, ReadOnlyCkptDirIsRefusedAtStart) {
+  std::string as_user;
+  if (geteuid() == 0) {
+    as_user = "setpriv --reuid=65534 --regid=65534 --clear-groups ";
+    if (std::system((as_user + "true > /dev/null 2>&1").c_str()) != 0) {
+      GTEST_SKIP() << "running as root, and setpriv cannot drop to nobody here";
+    }
+    // nobody reads the artifact and the shards.
+    ASSERT_EQ(std::system(("chmod -R a+rX " + dir_->string()).c_str()), 0);
+  }
+  const fs::path ro = *dir_ / "read_only";
+  fs::create_directories(ro);
+  ASSERT_EQ(chmod(ro.c_str(), 0555), 0);
+  const Result inside = Gptrun("--ckpt-dir " + (ro / "ckpt").string(), as_user);
+  const Result at = Gptrun("--ckpt-dir " + ro.string(), as_user);
+  chmod(ro.c_str(), 0755);
+  ExpectRefusedAtStart(inside, "gptrun: --ckpt-dir " + (ro / "ckpt").string() +
+                                   ": cannot create it: Permission denied");
+  ExpectRefusedAtStart(
+      at, "gptrun: --ckpt-dir " + ro.string() + ": cannot write there: Permission denied");
+}
+
+TEST_F(GptrunEarlyFailureTest, CkptDirIsCreatedWithItsParents) {
+  const fs::path ckpt = *dir_ / "made" / "by" / "gptrun";
+  const Result r = Gptrun("--ckpt-dir " + ckpt.string());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(fs::exists(ckpt / "step_000002" / "model.safetensors"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(ckpt), fs::directory_iterator()), 1)
+      << "the probe file is left behind";
 }
 
 }  // namespace
