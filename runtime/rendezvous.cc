@@ -182,8 +182,11 @@ Status Rendezvous::JoinAsRoot() {
           FormatRanks(missing), world, accepted.status().message()));
     }
     Socket s = std::move(accepted).value();
-    StatusOr<std::vector<std::byte>> payload = RecvFrame(
-        s, FrameType::kHello, sizeof(Hello), std::min(deadline, Clock::now() + kHelloTimeout));
+    bool aborted = false;
+    StatusOr<std::vector<std::byte>> payload =
+        RecvFrame(s, FrameType::kHello, sizeof(Hello),
+                  std::min(deadline, Clock::now() + kHelloTimeout), &aborted);
+    if (aborted) return Fail(payload.status());  // AbortBeforeJoin: a rank that cannot come
     if (!payload.ok()) continue;  // not one of ours, or gone already: keep waiting
     // A bad hello ends the rendezvous; the sender hears why too.
     auto reject = [&](const Status& why) {
@@ -277,6 +280,32 @@ Status Rendezvous::JoinAsPeer() {
   }
   RETURN_IF_ERROR(ParseHello(*reply).status());
   return Status::Ok();
+}
+
+void Rendezvous::AbortBeforeJoin(const RendezvousOptions& options, const Status& why,
+                                 std::chrono::milliseconds patience) {
+  if (options.world_size <= 1) return;
+  const std::string text = fmt::format("rank {} aborted: {}", options.rank, why.message());
+  const auto until = Clock::now() + patience;
+  auto tell = [&](Socket& peer) {
+    const auto deadline = Clock::now() + std::chrono::seconds(1);
+    SendFrame(peer, FrameType::kAbort, std::as_bytes(std::span(text)), deadline).ok();
+    peer.CloseGracefully(deadline);
+  };
+  if (options.rank == 0) {
+    StatusOr<Socket> listener = Listen(options.master_port);
+    while (listener.ok()) {
+      StatusOr<Socket> peer = Accept(*listener, until, nullptr);
+      if (!peer.ok()) return;
+      tell(*peer);
+    }
+    return;
+  }
+  while (Clock::now() < until) {
+    StatusOr<Socket> rank0 = ConnectOnce(options.master_addr, options.master_port, until);
+    if (rank0.ok()) return tell(*rank0);
+    std::this_thread::sleep_for(options.retry_interval);
+  }
 }
 
 StatusOr<std::vector<std::byte>> Rendezvous::Broadcast(std::span<const std::byte> blob) {

@@ -189,6 +189,35 @@ TEST(RendezvousTest, AbortReachesEveryRank) {
   EXPECT_TRUE(Contains(status[2], "rank 1 aborted: out of memory")) << status[2];
 }
 
+// A rank that fails before joining (gptrun: no GPU for it) ends the ranks
+// already waiting at once, not at their timeout.
+TEST(RendezvousTest, AbortBeforeJoinEndsTheWaitingRanks) {
+  const int port = FreePort();
+  const auto start = Clock::now();
+  std::vector<std::string> status = OnThreads({0, 1, 2}, [&](int64_t rank) -> Status {
+    if (rank == 1) {
+      std::this_thread::sleep_for(milliseconds(300));  // the others are waiting by now
+      Rendezvous::AbortBeforeJoin(Options(port, 1, 3, milliseconds(5000)), Error("no GPU"));
+      return Status::Ok();
+    }
+    return Rendezvous::Join(Options(port, rank, 3, milliseconds(5000))).status();
+  });
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0);
+  EXPECT_EQ(status[0], "rank 1 aborted: no GPU");
+  EXPECT_TRUE(Contains(status[2], "rank 1 aborted: no GPU")) << status[2];
+
+  // Rank 0 that cannot come answers the ranks that connect meanwhile.
+  const int port2 = FreePort();
+  status = OnThreads({0, 1}, [&](int64_t rank) -> Status {
+    if (rank == 0) {
+      Rendezvous::AbortBeforeJoin(Options(port2, 0, 2, milliseconds(5000)), Error("no GPU"));
+      return Status::Ok();
+    }
+    return Rendezvous::Join(Options(port2, 1, 2, milliseconds(5000))).status();
+  });
+  EXPECT_TRUE(Contains(status[1], "rank 0 aborted: no GPU")) << status[1];
+}
+
 TEST(RendezvousTest, BadHellosFailTheRendezvous) {
   // Rank 1 thinks the world has 3 ranks, rank 0 says 2.
   const int port = FreePort();

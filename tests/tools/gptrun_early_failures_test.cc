@@ -2,8 +2,8 @@
 // defect 4):
 // - a rendezvous that waits says for whom every 5 s (was: silent until the
 //   timeout);
-// - a --device gpu rank without a GPU says so (was: after waiting for the
-//   rendezvous);
+// - a --device gpu rank without a GPU says so, and the ranks waiting for it
+//   hear why (was: after waiting for the rendezvous);
 // - a token id beyond the vocabulary in any shard (was: when the loader
 //   reached that shard);
 // - a --ckpt-dir that cannot take checkpoints (was: at the first
@@ -167,6 +167,33 @@ TEST_F(GptrunEarlyFailureTest, LoneGpuRankWithoutAGpuSaysNoGpuBeforeTheRendezvou
 }
 
 // The bad id is in the second shard: a 2-step run would never reach it.
+// Rank 0 already waiting at the rendezvous (here a --device cpu rank, the
+// kind this machine can start) hears at once why rank 1 will not come.
+TEST_F(GptrunEarlyFailureTest, RankWithoutAGpuEndsTheWaitingRankZero) {
+  if (std::system("nvidia-smi -L > /dev/null 2>&1") == 0) {
+    GTEST_SKIP() << "a GPU is present: this checks a machine without one";
+  }
+  const std::string env =
+      "GPTC_DIST_TIMEOUT=20 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(Port()) +
+      " WORLD_SIZE=2 ";
+  const std::string gptrun = std::string(GPTRUN_BIN) + " " + (*dir_ / "dp2.gptx").string() +
+                             " --train '" + (*dir_ / "train_*.bin").string() + "' --steps 1 ";
+  const fs::path r0 = *dir_ / "r0.txt", rc0 = *dir_ / "rc0.txt";
+  // Rank 1's output is r's; rank 0's goes to r0.
+  const Result r = Run("((" + env + "RANK=0 LOCAL_RANK=0 " + gptrun + "--device cpu > " +
+                       r0.string() + " 2>&1; echo $? > " + rc0.string() + ") & sleep 2; " + env +
+                       "RANK=1 LOCAL_RANK=1 " + gptrun + "--device gpu; wait)");
+  EXPECT_LT(r.seconds, 12.0);  // not the 20 s timeout
+  EXPECT_EQ(CountLines(r.err), 1) << r.err;
+  EXPECT_TRUE(r.err.find("no GPU") != std::string::npos ||
+              r.err.find("built without the CUDA toolkit") != std::string::npos)
+      << r.err;
+  const std::string rank0 = ReadAll(r0);
+  EXPECT_EQ(ReadAll(rc0), "1\n") << rank0;
+  EXPECT_EQ(CountLines(rank0), 1) << rank0;
+  EXPECT_NE(rank0.find("gptrun: rank 1 aborted: rank 1 of 2"), std::string::npos) << rank0;
+}
+
 TEST_F(GptrunEarlyFailureTest, TokenBeyondTheVocabularyInALaterShardIsRefusedAtStart) {
   const fs::path sub = *dir_ / "bad_train";
   fs::create_directories(sub);

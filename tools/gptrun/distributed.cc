@@ -105,18 +105,25 @@ StatusOr<Distributed> JoinDistributed(int64_t compiled_world, const std::string&
         "({}); choose GPUs with CUDA_VISIBLE_DEVICES instead",
         gpu_flag, dist.env.ToString());
   }
-#if GPTC_HAVE_GPU
-  if (device == "gpu") RETURN_IF_ERROR(CheckRankGpu(dist.env));
-#else
-  if (device == "gpu") {
-    return Error("--device gpu: this gptrun was built without the CUDA toolkit (no GPU device)");
-  }
-#endif
   rt::RendezvousOptions options = rt::RendezvousOptionsFrom(dist.env);
   // Note [waiting lines] in runtime/rendezvous.h: what the join waits for, on stderr.
   options.progress = [](const std::string& line) {
     std::fprintf(stderr, "gptrun: %s\n", line.c_str());
   };
+  if (device == "gpu") {
+#if GPTC_HAVE_GPU
+    Status gpu = CheckRankGpu(dist.env);
+#else
+    Status gpu =
+        Error("--device gpu: this gptrun was built without the CUDA toolkit (no GPU device)");
+#endif
+    if (!gpu.ok()) {
+      // The ranks already waiting (or rank 0's peers connecting within a
+      // second) end with this message instead of at the timeout.
+      rt::Rendezvous::AbortBeforeJoin(options, gpu);
+      return gpu;
+    }
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<rt::Rendezvous> rendezvous, rt::Rendezvous::Join(options));
   // The emulated device's all-reduces run on the host too (runtime/emu/).
   if (device == "cpu" || device == "emu") {
