@@ -41,7 +41,8 @@ inline constexpr int64_t kShardHeaderBytes = kShardHeaderInts * 4;
 std::string EncodeShard(const std::vector<int32_t>& tokens);
 
 // Reads and validates a shard: magic, version, size, and every id < `vocab`.
-// Errors name the file and the byte offset at fault.
+// Errors name the file and the byte offset at fault (and, for an id, the
+// token's index and value).
 StatusOr<std::vector<uint16_t>> ReadShard(const std::string& path, int64_t vocab);
 
 class DataLoader {
@@ -65,7 +66,10 @@ class DataLoader {
     bool operator==(const State&) const = default;
   };
 
-  // Expands the pattern and validates every shard's header and size.
+  // Expands the pattern and validates every shard: its header, its size and
+  // every token id (< vocab), so that a bad shard is refused before training
+  // rather than when the loader reaches it. The ids are scanned in chunks
+  // (about 0.2 s per 100M tokens, 200 MB, from the page cache).
   static StatusOr<DataLoader> Open(Options options);
 
   // The next batch: tokens and targets, s32[B, T] row-major.

@@ -1,5 +1,6 @@
 #include "runtime/rendezvous.h"
 
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -39,6 +40,47 @@ Status Explain(const Status& s, Clock::time_point start) {
     return Error("timed out after {}", FormatSeconds(Clock::now() - start));
   return s;
 }
+
+// "12 s" under a timeout of 10 s or more, "1.5 s" under a shorter one (tests).
+std::string Seconds(Clock::duration d, std::chrono::milliseconds timeout) {
+  const double s = std::chrono::duration<double>(d).count();
+  return timeout >= std::chrono::seconds(10) ? fmt::format("{:.0f} s", s)
+                                             : fmt::format("{:.1f} s", s);
+}
+
+// The lines of Note [waiting lines]: Until bounds each wait of Join, so that
+// it wakes up in time to Report what it still waits for.
+class Progress {
+ public:
+  Progress(const RendezvousOptions& options, Clock::time_point start)
+      : options_(options), start_(start), next_(start + options.progress_interval) {}
+
+  // The deadline of the next wait: `deadline`, or sooner when a line is due then.
+  Clock::time_point Until(Clock::time_point deadline) const {
+    return enabled() ? std::min(deadline, next_) : deadline;
+  }
+  bool Due() const { return enabled() && Clock::now() >= next_; }
+  // "rank R: waiting for `what` (12 s of 300 s`detail`)", when one is due.
+  void Report(const std::string& what, const std::string& detail = "") {
+    if (!Due()) return;
+    const auto now = Clock::now();
+    const std::string line = fmt::format("rank {}: waiting for {} ({} of {}{})", options_.rank,
+                                         what, Seconds(now - start_, options_.timeout),
+                                         Seconds(options_.timeout, options_.timeout), detail);
+    if (options_.progress) {
+      options_.progress(line);
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    while (next_ <= now) next_ += options_.progress_interval;
+  }
+
+ private:
+  bool enabled() const { return options_.progress_interval.count() > 0; }
+
+  const RendezvousOptions& options_;
+  Clock::time_point start_, next_;
+};
 
 }  // namespace
 
@@ -112,15 +154,27 @@ Status Rendezvous::JoinAsRoot() {
   StatusOr<Socket> listening = Listen(options_.master_port);
   if (!listening.ok()) return Fail(listening.status().WithPrefix("rendezvous: rank 0"));
   Socket listener = std::move(listening).value();
+  auto missing_ranks = [&] {
+    std::vector<int64_t> missing;
+    for (int64_t r = 1; r < world; ++r) {
+      if (!peers_[r].valid()) missing.push_back(r);
+    }
+    return missing;
+  };
+  Progress progress(options_, start);
   int64_t joined = 1;
   while (joined < world) {
     std::string address;
-    StatusOr<Socket> accepted = Accept(listener, deadline, &address);
+    StatusOr<Socket> accepted = Accept(listener, progress.Until(deadline), &address);
+    if (!accepted.ok() && accepted.status().message() == "timed out" && Clock::now() < deadline) {
+      const std::vector<int64_t> missing = missing_ranks();
+      progress.Report(fmt::format("rank{} {} of {} at {}:{}", missing.size() == 1 ? "" : "s",
+                                  FormatRanks(missing), world, options_.master_addr,
+                                  options_.master_port));
+      continue;
+    }
     if (!accepted.ok()) {
-      std::vector<int64_t> missing;
-      for (int64_t r = 1; r < world; ++r) {
-        if (!peers_[r].valid()) missing.push_back(r);
-      }
+      const std::vector<int64_t> missing = missing_ranks();
       return Fail(Error(
           "rendezvous: rank 0 waited {} on port {} but rank{} {} of {} never "
           "joined ({})",
@@ -128,8 +182,11 @@ Status Rendezvous::JoinAsRoot() {
           FormatRanks(missing), world, accepted.status().message()));
     }
     Socket s = std::move(accepted).value();
-    StatusOr<std::vector<std::byte>> payload = RecvFrame(
-        s, FrameType::kHello, sizeof(Hello), std::min(deadline, Clock::now() + kHelloTimeout));
+    bool aborted = false;
+    StatusOr<std::vector<std::byte>> payload =
+        RecvFrame(s, FrameType::kHello, sizeof(Hello),
+                  std::min(deadline, Clock::now() + kHelloTimeout), &aborted);
+    if (aborted) return Fail(payload.status());  // AbortBeforeJoin: a rank that cannot come
     if (!payload.ok()) continue;  // not one of ours, or gone already: keep waiting
     // A bad hello ends the rendezvous; the sender hears why too.
     auto reject = [&](const Status& why) {
@@ -173,9 +230,13 @@ Status Rendezvous::JoinAsPeer() {
   const auto deadline = start + options_.timeout;
   peers_.resize(1);
   const std::string master = fmt::format("{}:{}", options_.master_addr, options_.master_port);
+  Progress progress(options_, start);
   Status last = Error("no attempt");
   while (true) {
-    StatusOr<Socket> s = ConnectOnce(options_.master_addr, options_.master_port, deadline);
+    // An attempt ends when a line is due, so that a host that drops the
+    // connection request does not keep this rank silent until the deadline.
+    StatusOr<Socket> s =
+        ConnectOnce(options_.master_addr, options_.master_port, progress.Until(deadline));
     if (s.ok()) {
       peers_[0] = std::move(s).value();
       break;
@@ -186,6 +247,7 @@ Status Rendezvous::JoinAsPeer() {
                         options_.rank, master, FormatSeconds(Clock::now() - start),
                         last.message()));
     }
+    progress.Report(fmt::format("rank 0 at {}", master), "; " + last.message());
     std::this_thread::sleep_for(options_.retry_interval);
   }
   const Hello hello{kProtocolVersion, static_cast<uint32_t>(options_.rank),
@@ -194,6 +256,12 @@ Status Rendezvous::JoinAsPeer() {
   if (!sent.ok()) {
     return Fail(sent.WithPrefix(
         fmt::format("rendezvous: rank {} saying hello to rank 0 at {}", options_.rank, master)));
+  }
+  // Rank 0 answers once every rank has said hello; until then say so.
+  while (true) {
+    StatusOr<bool> ready = WaitReadable(peers_[0], progress.Until(Deadline(start)));
+    if (!ready.ok() || *ready || Clock::now() >= Deadline(start)) break;  // RecvFrame says why
+    progress.Report(fmt::format("the other ranks to join rank 0 at {}", master));
   }
   StatusOr<std::vector<std::byte>> reply =
       RecvFrame(peers_[0], FrameType::kHello, sizeof(Hello), Deadline(start));
@@ -212,6 +280,32 @@ Status Rendezvous::JoinAsPeer() {
   }
   RETURN_IF_ERROR(ParseHello(*reply).status());
   return Status::Ok();
+}
+
+void Rendezvous::AbortBeforeJoin(const RendezvousOptions& options, const Status& why,
+                                 std::chrono::milliseconds patience) {
+  if (options.world_size <= 1) return;
+  const std::string text = fmt::format("rank {} aborted: {}", options.rank, why.message());
+  const auto until = Clock::now() + patience;
+  auto tell = [&](Socket& peer) {
+    const auto deadline = Clock::now() + std::chrono::seconds(1);
+    SendFrame(peer, FrameType::kAbort, std::as_bytes(std::span(text)), deadline).ok();
+    peer.CloseGracefully(deadline);
+  };
+  if (options.rank == 0) {
+    StatusOr<Socket> listener = Listen(options.master_port);
+    while (listener.ok()) {
+      StatusOr<Socket> peer = Accept(*listener, until, nullptr);
+      if (!peer.ok()) return;
+      tell(*peer);
+    }
+    return;
+  }
+  while (Clock::now() < until) {
+    StatusOr<Socket> rank0 = ConnectOnce(options.master_addr, options.master_port, until);
+    if (rank0.ok()) return tell(*rank0);
+    std::this_thread::sleep_for(options.retry_interval);
+  }
 }
 
 StatusOr<std::vector<std::byte>> Rendezvous::Broadcast(std::span<const std::byte> blob) {

@@ -22,15 +22,26 @@
 // ranks it waited for, and rank 0 tells the ranks already connected, which
 // fail with that message at once; a rank that cannot reach rank 0 fails
 // naming the address. A peer that goes away (EOF) fails the step naming its
-// rank and address, and rank 0 relays the failure to everyone else. Hellos
+// rank and address, and rank 0 relays the failure to everyone else. A rank
+// that cannot take part at all sends its error in place of its hello
+// (AbortBeforeJoin), which fails the rendezvous the same way. Hellos
 // with another world size or a rank out of range or taken twice fail the
 // whole rendezvous, naming both sides.
+//
+// Note [waiting lines]: a Join that waits says so every `progress_interval`
+// (5 s by default) instead of keeping silent until the timeout: rank 0 names
+// the ranks it still waits for ("rank 0: waiting for ranks 1, 3 of 4 at
+// 10.0.0.1:29500 (12 s of 300 s)"), a rank that cannot reach rank 0 yet says
+// so with the last connection error, and a rank that has joined says it
+// waits for the others. The lines go to `progress` (gptrun prefixes them
+// with "gptrun: "), or to stderr.
 #ifndef GPTC_RUNTIME_RENDEZVOUS_H_
 #define GPTC_RUNTIME_RENDEZVOUS_H_
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -51,6 +62,11 @@ struct RendezvousOptions {
   std::chrono::milliseconds timeout = kDefaultDistTimeout;
   // Pause between connection attempts while rank 0 is not listening yet.
   std::chrono::milliseconds retry_interval{100};
+  // How often a waiting Join says what it waits for (Note [waiting lines]);
+  // zero: never.
+  std::chrono::milliseconds progress_interval{5000};
+  // Receives those lines (no newline); unset: they go to stderr.
+  std::function<void(const std::string& line)> progress;
 };
 
 RendezvousOptions RendezvousOptionsFrom(const LaunchEnv& env);
@@ -68,6 +84,16 @@ class Rendezvous {
   int64_t rank() const { return options_.rank; }
   int64_t world_size() const { return options_.world_size; }
   const RendezvousOptions& options() const { return options_; }
+
+  // For a rank that fails before joining (gptrun: no GPU for it), so that
+  // the others need not wait for it until the timeout: a rank other than 0
+  // sends "rank R aborted: `why`" to rank 0 in place of its hello, and rank 0
+  // fails the rendezvous with it and relays it to the ranks already
+  // connected; rank 0 listens and answers the ranks that connect with it.
+  // Best effort, for at most `patience`: rank 0 may not be listening yet,
+  // and ranks that come later wait as before.
+  static void AbortBeforeJoin(const RendezvousOptions& options, const Status& why,
+                              std::chrono::milliseconds patience = std::chrono::seconds(1));
 
   // Rank 0's `blob` (at most 1 MiB), returned on every rank; the other ranks
   // pass an empty span. For the 128-byte ncclUniqueId.

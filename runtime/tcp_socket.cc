@@ -67,7 +67,8 @@ std::string FormatAddress(const sockaddr_in& addr) {
   return fmt::format("{}:{}", text, ntohs(addr.sin_port));
 }
 
-StatusOr<FrameHeader> RecvHeader(Socket& socket, FrameType type, Clock::time_point deadline) {
+StatusOr<FrameHeader> RecvHeader(Socket& socket, FrameType type, Clock::time_point deadline,
+                                 bool* aborted = nullptr) {
   FrameHeader h;
   RETURN_IF_ERROR(socket.RecvAll(std::as_writable_bytes(std::span(&h, 1)), deadline));
   if (h.magic != kFrameMagic) return Error("protocol error: bad frame magic {:#x}", h.magic);
@@ -75,6 +76,7 @@ StatusOr<FrameHeader> RecvHeader(Socket& socket, FrameType type, Clock::time_poi
     // The sender's error, verbatim; bounded so a bad length cannot exhaust memory.
     std::string text(std::min<uint64_t>(h.length, 1 << 16), '\0');
     RETURN_IF_ERROR(socket.RecvAll(std::as_writable_bytes(std::span(text)), deadline));
+    if (aborted != nullptr) *aborted = true;
     return Error("{}", text);
   }
   if (h.type != static_cast<uint32_t>(type)) {
@@ -244,6 +246,11 @@ StatusOr<Socket> ConnectOnce(const std::string& host, int port, Clock::time_poin
   return s;
 }
 
+StatusOr<bool> WaitReadable(const Socket& socket, Clock::time_point deadline) {
+  if (!socket.valid()) return Error("connection closed");
+  return WaitFor(socket.fd(), POLLIN, deadline);
+}
+
 StatusOr<int> PickFreePort() {
   Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!s.valid()) return Error("socket: {}", Errno(errno));
@@ -265,8 +272,8 @@ Status SendFrame(Socket& socket, FrameType type, std::span<const std::byte> payl
 }
 
 StatusOr<std::vector<std::byte>> RecvFrame(Socket& socket, FrameType type, uint64_t max_bytes,
-                                           Clock::time_point deadline) {
-  ASSIGN_OR_RETURN(FrameHeader h, RecvHeader(socket, type, deadline));
+                                           Clock::time_point deadline, bool* aborted) {
+  ASSIGN_OR_RETURN(FrameHeader h, RecvHeader(socket, type, deadline, aborted));
   if (h.length > max_bytes) {
     return Error("protocol error: frame of {} bytes, at most {} expected", h.length, max_bytes);
   }

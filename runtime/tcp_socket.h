@@ -69,6 +69,10 @@ StatusOr<int> LocalPort(const Socket& socket);
 StatusOr<Socket> Accept(const Socket& listener, Clock::time_point deadline, std::string* peer);
 // One attempt to connect to host:port (host resolved as IPv4) before `deadline`.
 StatusOr<Socket> ConnectOnce(const std::string& host, int port, Clock::time_point deadline);
+// Whether `socket` has data (or EOF) to read before `deadline`: false when
+// the deadline passes first. Lets a caller wake up on the way to a longer
+// wait without cutting a frame in two.
+StatusOr<bool> WaitReadable(const Socket& socket, Clock::time_point deadline);
 // A TCP port that is free on loopback right now (tests).
 StatusOr<int> PickFreePort();
 
@@ -83,10 +87,10 @@ enum class FrameType : uint32_t {
 Status SendFrame(Socket& socket, FrameType type, std::span<const std::byte> payload,
                  Clock::time_point deadline);
 // Reads one frame of `type` whose payload is at most `max_bytes`. A kAbort
-// frame becomes an error with its text; another type or a bad magic is a
-// protocol error.
+// frame becomes an error with its text (and sets *aborted, when given);
+// another type or a bad magic is a protocol error.
 StatusOr<std::vector<std::byte>> RecvFrame(Socket& socket, FrameType type, uint64_t max_bytes,
-                                           Clock::time_point deadline);
+                                           Clock::time_point deadline, bool* aborted = nullptr);
 // Reads one frame of `type` whose payload is a `header` then exactly `body.size()` bytes,
 // straight into the two spans (no copy for large all-reduce payloads).
 Status RecvFrameInto(Socket& socket, FrameType type, std::span<std::byte> header,

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 
@@ -53,6 +54,37 @@ Status CheckOutputTarget(std::string_view path) {
                                               : "not a regular file";
     return Error("{}: is {}; the output must be a regular file (it would be replaced)", path, kind);
   }
+  return Status::Ok();
+}
+
+Status CheckWritableDirectory(std::string_view dir) {
+  const std::filesystem::path path(dir);
+  // Level by level, so that the error names the one at fault
+  // (std::filesystem::create_directories says only "Not a directory").
+  std::filesystem::path level;
+  for (const std::filesystem::path& part : path) {
+    level /= part;
+    const std::string at = level == path ? "it" : level.string();
+    struct stat st;
+    if (stat(level.c_str(), &st) == 0) {
+      if (S_ISDIR(st.st_mode)) continue;
+      const char* kind = S_ISREG(st.st_mode) ? "a regular file" : "not a directory";
+      return level == path ? Error("{}: is {}, not a directory", dir, kind)
+                           : Error("{}: cannot create it: {} is {}", dir, at, kind);
+    }
+    if (errno != ENOENT) return Error("{}: cannot create {}: {}", dir, at, std::strerror(errno));
+    if (mkdir(level.c_str(), 0777) != 0 && errno != EEXIST) {
+      return Error("{}: cannot create {}: {}", dir, at, std::strerror(errno));
+    }
+  }
+  const std::string probe = (path / fmt::format(".write_probe.{}", getpid())).string();
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Error("{}: cannot write there: {}", dir, std::strerror(errno));
+  int err = 0;
+  if (const ssize_t n = write(fd, "x", 1); n != 1) err = n < 0 ? errno : EIO;
+  if (close(fd) != 0 && err == 0) err = errno;
+  unlink(probe.c_str());
+  if (err != 0) return Error("{}: cannot write there: {}", dir, std::strerror(err));
   return Status::Ok();
 }
 

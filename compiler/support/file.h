@@ -17,6 +17,12 @@ Status WriteFileAtomically(std::string_view path, std::string_view contents);
 // file ("-", devices, FIFOs, directories are refused, naming `path`). Tools
 // call it before long work, so a bad output fails at once.
 Status CheckOutputTarget(std::string_view path);
+// Makes `dir` a directory files can be written to: creates it and its
+// parents, then writes and removes a probe file in it. Tools call it before
+// long work whose outputs go there (gptrun --ckpt-dir), so that a path under
+// a regular file, a regular file or a read-only directory fails at once.
+// Errors name `dir`: "ckpt: cannot write there: Permission denied".
+Status CheckWritableDirectory(std::string_view dir);
 
 }  // namespace gptc
 

@@ -155,7 +155,8 @@ TEST_F(DataLoaderTest, HeaderErrorsNameFileAndOffset) {
   std::string bad_token = *bytes;
   const uint16_t big = 60000;
   std::memcpy(bad_token.data() + 1024 + 2 * 5, &big, 2);
-  EXPECT_EQ(open_with(bad_token), good + ": offset 1034: token id 60000 >= vocabulary size 50257");
+  EXPECT_EQ(open_with(bad_token),
+            good + ": offset 1034: token 5 is id 60000, not below the vocabulary size 50257");
   EXPECT_EQ(open_with(*bytes), "ok");
 
   StatusOr<DataLoader> none = DataLoader::Open({.pattern = dir_ + "/nothing_*.bin"});
@@ -166,6 +167,33 @@ TEST_F(DataLoaderTest, HeaderErrorsNameFileAndOffset) {
   ASSERT_FALSE(small.ok());
   EXPECT_EQ(small.status().message(),
             dir_ + "/train_*.bin: no shard holds one step of 64 sequences of 8+1 tokens");
+}
+
+// Open scans every shard's ids (issue 16, defect 4): a bad id in a shard
+// training would reach only much later is refused before the first batch,
+// naming the shard, the token's index and its id, also past the first chunk
+// of the scan.
+TEST_F(DataLoaderTest, TokenBeyondTheVocabularyInAnyShardFailsAtOpen) {
+  Shard("train_000.bin", 0, 200);              // ids 0..199
+  const int64_t n = (int64_t{1} << 21) + 100;  // a little more than one 4 MiB chunk
+  std::vector<int32_t> tokens(n, 7);
+  const int64_t at = (int64_t{1} << 21) + 5;
+  tokens[at] = 300;
+  const std::string bad = dir_ + "/train_001.bin";
+  ASSERT_TRUE(WriteFileAtomically(bad, EncodeShard(tokens)).ok());
+  StatusOr<DataLoader> loader = DataLoader::Open(
+      {.pattern = dir_ + "/train_*.bin", .batch = 1, .seq = 8, .shuffle = false, .vocab = 300});
+  ASSERT_FALSE(loader.ok());
+  EXPECT_EQ(loader.status().message(),
+            fmt::format("{}: offset {}: token {} is id 300, not below the vocabulary size 300", bad,
+                        1024 + 2 * at, at));
+  // One id less is fine.
+  tokens[at] = 299;
+  ASSERT_TRUE(WriteFileAtomically(bad, EncodeShard(tokens)).ok());
+  EXPECT_TRUE(
+      DataLoader::Open(
+          {.pattern = dir_ + "/train_*.bin", .batch = 1, .seq = 8, .shuffle = false, .vocab = 300})
+          .ok());
 }
 
 }  // namespace

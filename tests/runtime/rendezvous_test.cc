@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <mutex>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,6 +92,61 @@ TEST(RendezvousTest, ARankThatNeverComesTimesOutEveryRank) {
   EXPECT_TRUE(Contains(status[1], "rank 2 of 3 never joined")) << status[1];
 }
 
+// Note [waiting lines]: rank 0 names the ranks still missing, rank 1 says
+// it waits for the others once joined, and for rank 0 before.
+TEST(RendezvousTest, WaitingRanksSayWhomTheyWaitFor) {
+  const int port = FreePort();
+  std::mutex mu;
+  std::vector<std::vector<std::string>> lines(2);
+  std::vector<std::string> status = OnThreads({0, 1}, [&](int64_t rank) -> Status {
+    RendezvousOptions o = Options(port, rank, 3, milliseconds(1000));
+    o.progress_interval = milliseconds(200);
+    o.progress = [&, rank](const std::string& line) {
+      std::lock_guard<std::mutex> lock(mu);
+      lines[rank].push_back(line);
+    };
+    // Rank 1 comes late, so rank 0 first waits for both.
+    if (rank == 1) std::this_thread::sleep_for(milliseconds(300));
+    return Rendezvous::Join(o).status();
+  });
+  EXPECT_TRUE(Contains(status[0], "but rank 2 of 3 never joined")) << status[0];
+  const std::string at = fmt::format(" at 127.0.0.1:{} \\(\\d\\.\\d s of 1\\.0 s\\)", port);
+  ASSERT_GE(lines[0].size(), 3u);
+  EXPECT_TRUE(
+      std::regex_match(lines[0].front(), std::regex("rank 0: waiting for ranks 1, 2 of 3" + at)))
+      << lines[0].front();
+  EXPECT_TRUE(std::regex_match(lines[0].back(), std::regex("rank 0: waiting for rank 2 of 3" + at)))
+      << lines[0].back();
+  ASSERT_GE(lines[1].size(), 2u);
+  EXPECT_TRUE(std::regex_match(
+      lines[1].back(), std::regex("rank 1: waiting for the other ranks to join rank 0" + at)))
+      << lines[1].back();
+
+  // Before rank 0 listens: the last connection error too.
+  const int port2 = FreePort();
+  std::vector<std::string> alone;
+  RendezvousOptions o = Options(port2, 1, 2, milliseconds(700));
+  o.progress_interval = milliseconds(200);
+  o.progress = [&](const std::string& line) { alone.push_back(line); };
+  EXPECT_FALSE(Rendezvous::Join(o).ok());
+  ASSERT_GE(alone.size(), 2u);
+  EXPECT_TRUE(std::regex_match(
+      alone[0], std::regex(fmt::format("rank 1: waiting for rank 0 at 127.0.0.1:{} "
+                                       "\\(0\\.\\d s of 0\\.7 s; Connection refused\\)",
+                                       port2))))
+      << alone[0];
+}
+
+TEST(RendezvousTest, NoWaitingLinesWithAZeroInterval) {
+  const int port = FreePort();
+  std::vector<std::string> lines;
+  RendezvousOptions o = Options(port, 0, 2, milliseconds(300));
+  o.progress_interval = milliseconds(0);
+  o.progress = [&](const std::string& line) { lines.push_back(line); };
+  EXPECT_FALSE(Rendezvous::Join(o).ok());
+  EXPECT_TRUE(lines.empty()) << lines[0];
+}
+
 TEST(RendezvousTest, NoRankZeroTimesOutNamingTheAddress) {
   const int port = FreePort();
   const auto start = Clock::now();
@@ -130,6 +187,35 @@ TEST(RendezvousTest, AbortReachesEveryRank) {
   });
   EXPECT_TRUE(Contains(status[0], "rank 1 aborted: out of memory")) << status[0];
   EXPECT_TRUE(Contains(status[2], "rank 1 aborted: out of memory")) << status[2];
+}
+
+// A rank that fails before joining (gptrun: no GPU for it) ends the ranks
+// already waiting at once, not at their timeout.
+TEST(RendezvousTest, AbortBeforeJoinEndsTheWaitingRanks) {
+  const int port = FreePort();
+  const auto start = Clock::now();
+  std::vector<std::string> status = OnThreads({0, 1, 2}, [&](int64_t rank) -> Status {
+    if (rank == 1) {
+      std::this_thread::sleep_for(milliseconds(300));  // the others are waiting by now
+      Rendezvous::AbortBeforeJoin(Options(port, 1, 3, milliseconds(5000)), Error("no GPU"));
+      return Status::Ok();
+    }
+    return Rendezvous::Join(Options(port, rank, 3, milliseconds(5000))).status();
+  });
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0);
+  EXPECT_EQ(status[0], "rank 1 aborted: no GPU");
+  EXPECT_TRUE(Contains(status[2], "rank 1 aborted: no GPU")) << status[2];
+
+  // Rank 0 that cannot come answers the ranks that connect meanwhile.
+  const int port2 = FreePort();
+  status = OnThreads({0, 1}, [&](int64_t rank) -> Status {
+    if (rank == 0) {
+      Rendezvous::AbortBeforeJoin(Options(port2, 0, 2, milliseconds(5000)), Error("no GPU"));
+      return Status::Ok();
+    }
+    return Rendezvous::Join(Options(port2, 1, 2, milliseconds(5000))).status();
+  });
+  EXPECT_TRUE(Contains(status[1], "rank 0 aborted: no GPU")) << status[1];
 }
 
 TEST(RendezvousTest, BadHellosFailTheRendezvous) {

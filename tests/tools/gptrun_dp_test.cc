@@ -159,9 +159,9 @@ TEST_F(GptrunDataParallelTest, WorldSizeMismatchIsOneLine) {
   EXPECT_NE(r0.find("--dp 2"), std::string::npos) << r0;
 }
 
-// The NCCL path as far as a machine without a GPU takes it: both ranks join
-// the rendezvous, find no GPU for their local rank, tell each other and end
-// with one line each, long before the timeout.
+// The NCCL path as far as a machine without a GPU takes it: both ranks find
+// no GPU for their local rank before the rendezvous and end with one line
+// each, long before the timeout.
 TEST_F(GptrunDataParallelTest, GpuRanksWithoutAGpuEndWithOneLineEach) {
   if (std::system("nvidia-smi -L > /dev/null 2>&1") == 0) {
     GTEST_SKIP() << "a GPU is present: this checks the failure path of a machine without one";

@@ -25,6 +25,21 @@ void ExitOnFailure(const Status& why) {
   std::_Exit(1);
 }
 
+// Whether this rank has its GPU (the one of its local rank). Checked before
+// the rendezvous: a rank that cannot run says so at once, instead of after
+// waiting up to GPTC_DIST_TIMEOUT for ranks that may never come.
+Status CheckRankGpu(const rt::LaunchEnv& env) {
+  if (Status s = rt::gpu::CheckGpuAvailable(); !s.ok()) return s.WithPrefix(env.ToString());
+  const int devices = rt::gpu::CountDevices();
+  if (env.local_rank >= devices) {
+    return Error(
+        "{}: no GPU for this rank: this node has {} GPU{}, so local rank {} has none "
+        "(run one rank per GPU)",
+        env.ToString(), devices, devices == 1 ? "" : "s", env.local_rank);
+  }
+  return Status::Ok();
+}
+
 // One rank per GPU, the GPU of its local rank; NCCL over the rendezvous.
 // Failures before the watchdog holds the connections abort the rendezvous
 // here; after, the watchdog (the caller's fail path) tells the others.
@@ -34,12 +49,6 @@ Status JoinNccl(Distributed& dist, std::unique_ptr<rt::Rendezvous> rdv) {
     rdv->Abort(s);  // the other ranks stop waiting for this one
     return s;
   };
-  const int devices = rt::gpu::CountDevices();
-  if (env.local_rank >= devices) {
-    return abort(
-        Error("{}: this node has {} GPU{}, so local rank {} has none (run one rank per GPU)",
-              env.ToString(), devices, devices == 1 ? "" : "s", env.local_rank));
-  }
   dist.gpu = static_cast<int>(env.local_rank);
   StatusOr<const rt::gpu::NcclApi*> api = rt::gpu::GetNccl();
   if (!api.ok()) return abort(api.status().WithPrefix(fmt::format("rank {}", env.rank)));
@@ -96,8 +105,26 @@ StatusOr<Distributed> JoinDistributed(int64_t compiled_world, const std::string&
         "({}); choose GPUs with CUDA_VISIBLE_DEVICES instead",
         gpu_flag, dist.env.ToString());
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<rt::Rendezvous> rendezvous,
-                   rt::Rendezvous::Join(rt::RendezvousOptionsFrom(dist.env)));
+  rt::RendezvousOptions options = rt::RendezvousOptionsFrom(dist.env);
+  // Note [waiting lines] in runtime/rendezvous.h: what the join waits for, on stderr.
+  options.progress = [](const std::string& line) {
+    std::fprintf(stderr, "gptrun: %s\n", line.c_str());
+  };
+  if (device == "gpu") {
+#if GPTC_HAVE_GPU
+    Status gpu = CheckRankGpu(dist.env);
+#else
+    Status gpu =
+        Error("--device gpu: this gptrun was built without the CUDA toolkit (no GPU device)");
+#endif
+    if (!gpu.ok()) {
+      // The ranks already waiting (or rank 0's peers connecting within a
+      // second) end with this message instead of at the timeout.
+      rt::Rendezvous::AbortBeforeJoin(options, gpu);
+      return gpu;
+    }
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<rt::Rendezvous> rendezvous, rt::Rendezvous::Join(options));
   // The emulated device's all-reduces run on the host too (runtime/emu/).
   if (device == "cpu" || device == "emu") {
     dist.comm = rt::MakeTcpCommunicator(std::move(rendezvous), dist.env.timeout);

@@ -44,7 +44,9 @@ struct Distributed {
 
 // Reads the launch environment, checks it against the artifact's compiled
 // world size (`gptc compile --dp N`) and, for more than one rank, joins the
-// rendezvous and makes the communicator of `device` ("cpu" or "gpu").
+// rendezvous and makes the communicator of `device` ("cpu" or "gpu"). A
+// "gpu" rank's GPU is checked before joining, so that a rank without one
+// fails at once; while the join waits, stderr says for whom.
 // `gpu_flag` is --gpu (-1 when not given): a single process's GPU; ranks
 // take the GPU of their local rank instead.
 StatusOr<Distributed> JoinDistributed(int64_t compiled_world, const std::string& artifact,

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "compiler/support/file.h"
 #include "runtime/artifact.h"
 #include "runtime/checkpoint.h"
 #include "runtime/cpu_device.h"
@@ -204,6 +205,14 @@ int RunTraining(const RunOptions& o) {
     if (Status s = dist.Finish(); !s.ok()) return fail(1, s);
     return 0;
   };
+
+  // Rank 0 writes the checkpoints: refuse a directory where they cannot go
+  // now, not at the first checkpoint (by default after the last step).
+  if (!o.ckpt_dir.empty() && !o.bench && dist.leader()) {
+    if (Status s = CheckWritableDirectory(o.ckpt_dir); !s.ok()) {
+      return fail(1, Error("--ckpt-dir {}", s.message()));
+    }
+  }
 
   std::optional<rt::DataLoader> train, val;
   if (!o.bench) {
