@@ -86,8 +86,8 @@ Flags DeclareFlags() {
              "prefix or the source tree)");
   flags.Section("checkpoints and logs")
       .Value("ckpt-dir", "DIR",
-             "checkpoints DIR/step_NNNNNN every --ckpt-every steps and at "
-             "the end")
+             "checkpoints DIR/step_NNNNNN every --ckpt-every steps and at the end (DIR is "
+             "created and checked for writing before step 1)")
       .Value("ckpt-every", "N", "steps between checkpoints; 0 for only at the end",
              str(d.ckpt_every))
       .Value("resume", "DIR|latest",

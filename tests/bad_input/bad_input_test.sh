@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The bad-input suite: the inputs users get wrong, each run through the tools
+# and held to the tools' contract (README): the expected exit code (2 for a
+# usage error, 1 for a failure) and exactly one line on stderr saying what is
+# at fault. scripts/test runs it on the AddressSanitizer build too, where a
+# memory error or leak also breaks the contract (more lines, another code).
+#   bad_input_test.sh TOOLS_DIR GPTC TOKENIZER_DIR
+# TOOLS_DIR holds gptrun, gpt-tokenize and gptc-opt; GPTC (any build) makes
+# the artifacts the cases damage.
+set -uo pipefail
+tools=$(realpath "$1") gptc=$(realpath "$2") tokenizer=$(realpath "$3")
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+cd "$work"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+gptrun=$tools/gptrun tokenize=$tools/gpt-tokenize opt=$tools/gptc-opt
+failures=0 cases=0
+
+# expect NAME CODE REGEX CMD...: CMD exits CODE and writes one stderr line
+# matching the extended REGEX.
+expect() {
+  local name=$1 code=$2 regex=$3
+  shift 3
+  cases=$((cases + 1))
+  "$@" > "$name.out" 2> "$name.err"
+  local rc=$? lines
+  lines=$(wc -l < "$name.err")
+  if [[ $rc != "$code" || $lines != 1 ]] || ! grep -Eq -- "$regex" "$name.err"; then
+    echo "FAILED $name: exit $rc (want $code), $lines stderr lines (want 1 matching /$regex/):" >&2
+    head -c 3000 "$name.err" >&2
+    failures=$((failures + 1))
+  else
+    echo "ok $name: $(cat "$name.err")"
+  fi
+}
+
+# Good inputs to damage: shards, a tiny artifact, a checkpoint.
+for i in $(seq 30); do echo "Line $i of a small corpus for the bad-input suite."; done > a.txt
+{ cat a.txt; echo '<|endoftext|>'; cat a.txt; } > ab.txt
+"$tokenize" ab.txt -o tok/ --val-fraction 0.5 --tokenizer "$tokenizer" > /dev/null || exit 1
+"$gptc" compile --model gpt2-tiny --layers 1 --batch 1 --seq 8 --no-codegen -o t.gptx > /dev/null ||
+  exit 1
+"$gptc" compile --model gpt2-tiny --layers 1 --batch 1 --seq 8 --dp 2 --no-codegen -o dp2.gptx \
+  > /dev/null || exit 1
+train=(--train 'tok/train_*.bin')
+"$gptrun" t.gptx --device cpu "${train[@]}" --steps 1 --ckpt-dir ck > /dev/null || exit 1
+
+# IR text and flags.
+printf 'module m\n\nENTRY %%e {\n  %%x = f32[2] bogus(\n}\n' > broken.ir
+expect ir-syntax 1 '^gptc-opt: .*broken\.ir:[0-9]+:[0-9]+: ' "$opt" --pass=dce broken.ir
+expect opt-flag 2 '^gptc-opt: unknown flag --bogus' "$opt" --bogus broken.ir
+expect opt-pass 2 '^gptc-opt: --pass: ' "$opt" --pass=nope broken.ir
+
+# gpt-tokenize.
+: > empty.txt
+expect tokenize-empty 1 'empty input' "$tokenize" empty.txt -o e.bin --tokenizer "$tokenizer"
+expect tokenize-flag 2 '^gpt-tokenize: unknown flag --bogus' "$tokenize" --bogus a.txt -o x
+expect tokenize-missing 1 'nope\.txt' "$tokenize" nope.txt -o x.bin --tokenizer "$tokenizer"
+
+# gptrun: flags and values.
+expect gptrun-flag 2 '^gptrun: unknown flag --bogus' "$gptrun" t.gptx --bogus
+expect gptrun-lr 2 '^gptrun: --lr must be a finite number' "$gptrun" t.gptx "${train[@]}" --lr nan
+expect gptrun-cosine 2 '^gptrun: --lr-min .* is above --lr' \
+  "$gptrun" t.gptx "${train[@]}" --cosine --lr 0.001 --lr-min 1
+
+# gptrun: artifacts.
+expect artifact-missing 1 'nope\.gptx' "$gptrun" nope.gptx "${train[@]}"
+head -c 100 t.gptx > cut.gptx
+expect artifact-truncated 1 'cut\.gptx: truncated' "$gptrun" cut.gptx "${train[@]}"
+cp t.gptx flip.gptx
+size=$(stat -c %s flip.gptx)
+printf '\x5a' | dd of=flip.gptx bs=1 seek=$((size / 2)) conv=notrunc status=none
+expect artifact-flipped 1 'flip\.gptx' "$gptrun" flip.gptx "${train[@]}"
+
+# gptrun: data.
+expect shards-none 1 'none_\*\.bin' "$gptrun" t.gptx --train 'tok/none_*.bin'
+mkdir bad
+cp tok/train_000.bin bad/train_000.bin
+printf '\x00\x00\x00\x00' | dd of=bad/train_000.bin bs=1 seek=0 conv=notrunc status=none
+expect shard-header 1 'train_000\.bin' "$gptrun" t.gptx --train 'bad/train_*.bin'
+mkdir late
+cp tok/train_000.bin late/train_000.bin
+cp tok/train_000.bin late/train_001.bin
+printf '\xff\xff' | dd of=late/train_001.bin bs=1 seek=$((1024 + 2 * 5)) conv=notrunc status=none
+expect token-beyond-vocab 1 'train_001\.bin.*not below the vocabulary' \
+  "$gptrun" t.gptx --train 'late/train_*.bin'
+
+# gptrun: checkpoints.
+: > a_file
+expect ckpt-dir-file 1 '^gptrun: --ckpt-dir a_file/ck' "$gptrun" t.gptx "${train[@]}" \
+  --ckpt-dir a_file/ck
+cp -r ck/step_000001 flipped
+size=$(stat -c %s flipped/model.safetensors)
+printf '\x5a' | dd of=flipped/model.safetensors bs=1 seek=$((size - 3)) conv=notrunc status=none
+expect ckpt-flipped 1 'model\.safetensors: checksum mismatch' "$gptrun" t.gptx "${train[@]}" \
+  --resume flipped --steps 2
+cp -r ck/step_000001 cut
+head -c 200 ck/step_000001/optim.safetensors > cut/optim.safetensors
+expect ckpt-truncated 1 'optim\.safetensors' "$gptrun" t.gptx "${train[@]}" --resume cut --steps 2
+
+# Data parallelism: a rank killed mid-run ends the other with one line.
+port=$((20000 + RANDOM % 20000))
+dp=(env WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port GPTC_DIST_TIMEOUT=60)
+"${dp[@]}" RANK=1 "$gptrun" dp2.gptx --device cpu "${train[@]}" --steps 100000 \
+  > rank1.out 2> rank1.err &
+rank1=$!
+(
+  # Kill rank 1 once rank 0 has stepped.
+  for _ in $(seq 600); do
+    grep -q '^step 2/' dead-rank.out 2>/dev/null && break
+    sleep 0.1
+  done
+  kill -9 $rank1
+) &
+expect dead-rank 1 'rank 1' "${dp[@]}" RANK=0 "$gptrun" dp2.gptx --device cpu "${train[@]}" \
+  --steps 100000
+wait $rank1 2>/dev/null
+wait
+
+echo "bad-input suite: $((cases - failures))/$cases cases ok"
+((failures == 0))
