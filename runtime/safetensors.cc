@@ -1,6 +1,8 @@
 #include "runtime/safetensors.h"
 
+#include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -142,6 +144,34 @@ Status WriteSafeTensors(const std::string& path, const SafeTensors& file) {
 StatusOr<SafeTensors> ReadSafeTensors(const std::string& path) {
   ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
   return ParseSafeTensors(bytes, path);
+}
+
+StatusOr<std::map<std::string, std::string>> ReadSafeTensorsMetadata(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error("{}: {}", path, std::strerror(errno));
+  uint64_t header_len = 0;
+  if (!in.read(reinterpret_cast<char*>(&header_len), 8)) {
+    return Error("{}: truncated: the header length needs 8 bytes", path);
+  }
+  constexpr uint64_t kMaxHeader = 100 << 20;  // safetensors' own limit
+  if (header_len > kMaxHeader) {
+    return Error("{}: header of {} bytes exceeds {}", path, header_len, kMaxHeader);
+  }
+  std::string header_text(header_len, '\0');
+  if (!in.read(header_text.data(), static_cast<std::streamsize>(header_len))) {
+    return Error("{}: truncated: header of {} bytes at offset 8", path, header_len);
+  }
+  json header = json::parse(header_text, nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) {
+    return Error("{}: offset 8: header is not a JSON object", path);
+  }
+  std::map<std::string, std::string> metadata;
+  if (header.contains("__metadata__") && header["__metadata__"].is_object()) {
+    for (const auto& [k, v] : header["__metadata__"].items()) {
+      if (v.is_string()) metadata[k] = v.get<std::string>();
+    }
+  }
+  return metadata;
 }
 
 SafeTensor F32Tensor(std::string name, std::vector<int64_t> shape, const std::vector<float>& v) {

@@ -45,6 +45,10 @@ Status WriteSafeTensors(const std::string& path, const SafeTensors& file);
 // Reads and validates; errors name the file and the tensor or offset at fault.
 StatusOr<SafeTensors> ReadSafeTensors(const std::string& path);
 
+// Only the __metadata__ of a file, reading its header and not its tensors
+// (a checkpoint's model file is ~500 MB at gpt2-124m).
+StatusOr<std::map<std::string, std::string>> ReadSafeTensorsMetadata(const std::string& path);
+
 // f32 tensors from/to floats.
 SafeTensor F32Tensor(std::string name, std::vector<int64_t> shape, const std::vector<float>& v);
 std::vector<float> F32Values(const SafeTensor& t);

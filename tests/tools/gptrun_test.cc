@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -110,6 +111,41 @@ TEST_F(GptrunTest, LogLinesValidationAndCheckpoints) {
   std::vector<std::string> events = Lines(ReadAll(*dir_ / "a.jsonl"));
   EXPECT_EQ(events.size(), 4u + 2u + 2u);  // steps, val, checkpoints
   EXPECT_NE(events[0].find(R"("event":"step")"), std::string::npos) << events[0];
+}
+
+// Note [checkpoint housekeeping]: a save a killed run left half-written is
+// removed at start; --ckpt-keep 2 keeps the newest two checkpoints and the
+// one with the lowest validation loss.
+TEST_F(GptrunTest, CheckpointHousekeeping) {
+  const fs::path ckpt = *dir_ / "ckpt_keep";
+  fs::create_directories(ckpt / "step_000099.tmp");
+  Result r = Gptrun("--steps 5 --val-every 1 --ckpt-every 1 --ckpt-keep 2 --ckpt-dir " +
+                    ckpt.string() + " --log " + (*dir_ / "keep.jsonl").string());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("note: removed " + ckpt.string() +
+                       "/step_000099.tmp (a checkpoint save that did not finish)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(ckpt / "step_000099.tmp"));
+  // The best step from the log's validation events (the latest of equals).
+  int64_t best_step = -1;
+  double best_loss = 1e30;
+  for (const std::string& line : Lines(ReadAll(*dir_ / "keep.jsonl"))) {
+    std::smatch m;
+    if (std::regex_search(line, m,
+                          std::regex(R"("event":"val","step":(\d+),"val_loss":([0-9.e+-]+))"))) {
+      const double loss = std::stod(m[2].str());
+      if (loss <= best_loss) best_loss = loss, best_step = std::stoll(m[1].str());
+    }
+  }
+  ASSERT_GE(best_step, 1);
+  char best[32];
+  std::snprintf(best, sizeof(best), "step_%06lld", static_cast<long long>(best_step));
+  std::set<std::string> want = {"step_000004", "step_000005", best};
+  std::set<std::string> have;
+  for (const auto& e : fs::directory_iterator(ckpt)) have.insert(e.path().filename().string());
+  EXPECT_EQ(have, want);
+  EXPECT_NE(r.out.find("(removed step_000001; --ckpt-keep 2)"), std::string::npos) << r.out;
 }
 
 TEST_F(GptrunTest, ResumeIsBitIdentical) {

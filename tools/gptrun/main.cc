@@ -90,6 +90,10 @@ Flags DeclareFlags() {
              "created and checked for writing before step 1)")
       .Value("ckpt-every", "N", "steps between checkpoints; 0 for only at the end",
              str(d.ckpt_every))
+      .Value("ckpt-keep", "N",
+             "keep the newest N checkpoints and the one with the lowest validation loss, "
+             "removing older ones; 0 keeps all",
+             str(d.ckpt_keep))
       .Value("resume", "DIR|latest",
              "continue bit-identically from a checkpoint (latest: the newest in --ckpt-dir)")
       .Value("log", "FILE.jsonl", "one JSON line per step, validation, sample and checkpoint");
@@ -145,6 +149,7 @@ int Main(int argc, char** argv) {
         std::tuple{"sample-len", &o.sample_len, int64_t{1}},
         std::tuple{"top-k", &o.top_k, int64_t{1}},
         std::tuple{"ckpt-every", &o.ckpt_every, int64_t{0}},
+        std::tuple{"ckpt-keep", &o.ckpt_keep, int64_t{0}},
         std::tuple{"cpu-max-params", &o.cpu_max_params, int64_t{1}},
         std::tuple{"gpu", &gpu, int64_t{0}}}) {
     StatusOr<int64_t> v = flags.GetInt(name, *field);

@@ -1,5 +1,6 @@
 #include "tools/gptrun/train_loop.h"
 
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,6 +20,7 @@
 #include "runtime/program_loader.h"
 #include "runtime/tokenizer.h"
 #include "runtime/trainer.h"
+#include "tools/gptrun/checkpoint_dir.h"
 #include "tools/gptrun/devices.h"
 #include "tools/gptrun/distributed.h"
 #include "tools/gptrun/sampler.h"
@@ -111,44 +113,6 @@ class JsonLog {
   std::FILE* file_ = nullptr;
 };
 
-std::string StepDirName(int64_t step) { return fmt::format("step_{:06d}", step); }
-
-// The highest step_NNNNNN directory in `dir`.
-StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
-  if (dir.empty()) return Error("--resume latest needs --ckpt-dir");
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  if (ec) return Error("--ckpt-dir {}: {}", dir, ec.message());
-  int64_t best = -1;
-  std::string best_path;
-  for (const fs::directory_entry& e : it) {
-    const std::string name = e.path().filename().string();
-    if (name.size() != 11 || !name.starts_with("step_") ||
-        name.find_first_not_of("0123456789", 5) != std::string::npos) {
-      continue;
-    }
-    const int64_t step = std::stoll(name.substr(5));
-    if (step > best) best = step, best_path = e.path().string();
-  }
-  if (best < 0) return Error("--resume latest: no step_NNNNNN checkpoint in {}", dir);
-  return best_path;
-}
-
-// Writes DIR/step_NNNNNN via a temporary directory renamed into place.
-Status SaveStepCheckpoint(const std::string& dir, int64_t step, const rt::CheckpointData& data) {
-  const fs::path final_path = fs::path(dir) / StepDirName(step);
-  const fs::path tmp = fs::path(dir) / (StepDirName(step) + ".tmp");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return Error("--ckpt-dir {}: {}", dir, ec.message());
-  fs::remove_all(tmp, ec);
-  RETURN_IF_ERROR(rt::SaveCheckpoint(tmp.string(), data));
-  fs::remove_all(final_path, ec);
-  fs::rename(tmp, final_path, ec);
-  if (ec) return Error("{}: {}", final_path.string(), ec.message());
-  return Status::Ok();
-}
-
 // FLOPs of one token's forward + backward: 6 * (matmul parameters) for the
 // matmuls plus 12 * layers * seq * width for attention (as llm.c).
 double FlopsPerToken(const rt::LoadedProgram& p) {
@@ -236,6 +200,15 @@ int RunTraining(const RunOptions& o) {
   if (!log.ok()) return fail(1, log.status());
   Console console;
   console.set_quiet(!dist.leader());
+  if (!o.ckpt_dir.empty() && !o.bench && dist.leader()) {
+    // A save that a killed run left half-written (Note [checkpoint housekeeping]).
+    StatusOr<std::vector<std::string>> stale = RemoveStaleTemporaries(o.ckpt_dir);
+    if (!stale.ok()) return fail(1, stale.status());
+    for (const std::string& name : *stale) {
+      console.Line(fmt::format("note: removed {}/{} (a checkpoint save that did not finish)",
+                               o.ckpt_dir, name));
+    }
+  }
 
   StatusOr<std::unique_ptr<rt::Trainer>> made = MakeTrainer(device.name, o, *artifact, &program, dist);
   if (!made.ok()) return fail(o.profile && device.name == "cpu" ? 2 : 1, made.status());
@@ -312,6 +285,7 @@ int RunTraining(const RunOptions& o) {
     return finish();
   }
 
+  std::pair<int64_t, double> last_val{-1, 0.0};  // (step, loss) of the latest validation
   auto run_val = [&](int64_t step) -> Status {
     auto t0 = Clock::now();
     RETURN_IF_ERROR(val->Restore(rt::DataLoader::State{}));
@@ -324,6 +298,7 @@ int RunTraining(const RunOptions& o) {
       sum += loss;
     }
     const double loss = sum / static_cast<double>(o.val_steps);
+    last_val = {step, loss};
     console.Line(fmt::format("val loss {:.4f} | step {} | {} batches | {:.1f} s", loss, step,
                              o.val_steps, Seconds(t0)));
     log->Write(
@@ -414,8 +389,19 @@ int RunTraining(const RunOptions& o) {
       StatusOr<rt::CheckpointData> data =
           rt::CaptureTrainer(trainer, program.params, train->state(), m.vocab);
       if (!data.ok()) return fail(1, data.status().WithPrefix("checkpoint"));
-      if (Status s = SaveStepCheckpoint(o.ckpt_dir, step, *data); !s.ok()) return fail(1, s);
-      console.Line(fmt::format("checkpoint {}/{}", o.ckpt_dir, StepDirName(step)));
+      const std::optional<double> val_loss =
+          last_val.first == step ? std::optional<double>(last_val.second) : std::nullopt;
+      if (Status s = SaveStepCheckpoint(o.ckpt_dir, step, std::move(data).value(), val_loss);
+          !s.ok()) {
+        return fail(1, s);
+      }
+      StatusOr<std::vector<std::string>> pruned = PruneCheckpoints(o.ckpt_dir, o.ckpt_keep);
+      if (!pruned.ok()) return fail(1, pruned.status());
+      console.Line(fmt::format("checkpoint {}/{}{}", o.ckpt_dir, StepDirName(step),
+                               pruned->empty()
+                                   ? ""
+                                   : fmt::format(" (removed {}; --ckpt-keep {})",
+                                                 fmt::join(*pruned, ", "), o.ckpt_keep)));
       log->Write(json{{"event", "checkpoint"},
                       {"step", step},
                       {"dir", (fs::path(o.ckpt_dir) / StepDirName(step)).string()}});

@@ -30,6 +30,7 @@ struct RunOptions {
   int64_t sample_every = 0, sample_len = 64, top_k = 40;
   std::string ckpt_dir;
   int64_t ckpt_every = 0;  // 0: only after the last step (with --ckpt-dir)
+  int64_t ckpt_keep = 3;   // the newest kept, and the best; 0: all (Note [checkpoint housekeeping])
   std::string resume;      // a checkpoint dir, or "latest" (in ckpt_dir)
   std::string log_path;    // JSON lines
   double peak_tflops = 0;  // 0: the device's known peak (KnownPeakTflops), else MFU -
