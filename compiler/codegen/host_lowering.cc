@@ -409,6 +409,9 @@ Status HostRewriter::PlaceSharedMemory(int64_t& bytes) {
   for (llvm::Function& f : m_) {
     if (f.isDeclaration()) continue;
     std::optional<Value*> base;
+    // One builder for the function: each global's address follows the base
+    // (a builder per global would insert before the base).
+    IRBuilder<> b(&*f.getEntryBlock().getFirstInsertionPt());
     for (auto& [g, offset] : offsets) {
       std::vector<llvm::Use*> uses;
       for (llvm::Use& u : g->uses()) {
@@ -418,7 +421,6 @@ Status HostRewriter::PlaceSharedMemory(int64_t& bytes) {
         if (user->getFunction() == &f) uses.push_back(&u);
       }
       if (uses.empty()) continue;
-      IRBuilder<> b(&*f.getEntryBlock().getFirstInsertionPt());
       if (!base) base = CallRuntime(b, kSharedMemoryField, shared_type, {});
       Value* at = b.CreateConstGEP1_64(b.getInt8Ty(), *base, offset);
       Value* typed = b.CreateAddrSpaceCast(at, g->getType());
