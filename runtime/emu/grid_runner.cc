@@ -28,10 +28,12 @@ struct EmuThread {
   Fiber fiber;
 };
 
-// A shared-memory word's cell (Note [emulated races]): the barrier epoch of
-// the accesses it records (low 32 bits), the one thread that made them
-// (+1; 0: none), whether one was a write, whether several threads read,
-// and whether the word was ever written.
+// A cell of kSharedCellBytes of shared memory (Note [emulated races]): the
+// barrier epoch of the accesses it records (low 32 bits), the one thread
+// that made them (+1; 0: none), whether one was a write, whether several
+// threads read, and whether the cell was ever written. Two bytes: threads
+// storing neighbouring bf16 elements of a tile do not race.
+constexpr size_t kSharedCellBytes = 2;
 struct SharedCell {
   uint32_t epoch;
   uint16_t thread;  // linear thread + 1
@@ -153,14 +155,14 @@ void SharedAccess(GridRunner::BlockContext& c, const void* address, uint32_t byt
                           static_cast<int64_t>(p - c.shared.data()), size));
   }
   if (!c.launch->checks) return;
-  const size_t first = static_cast<size_t>(p - c.shared.data()) / 4;
-  const size_t last = (static_cast<size_t>(p - c.shared.data()) + bytes - 1) / 4;
+  const size_t first = static_cast<size_t>(p - c.shared.data()) / kSharedCellBytes;
+  const size_t last = (static_cast<size_t>(p - c.shared.data()) + bytes - 1) / kSharedCellBytes;
   const uint16_t me = static_cast<uint16_t>(c.current->id.thread + 1);
   const bool store = (kind & abi::kStore) != 0, load = (kind & abi::kLoad) != 0;
   const bool atomic = (kind & abi::kAtomic) != 0;
   for (size_t w = first; w <= last; ++w) {
     SharedCell& cell = c.shared_cells[w];
-    const int64_t offset = static_cast<int64_t>(w * 4);
+    const int64_t offset = static_cast<int64_t>(w * kSharedCellBytes);
     if (load && !(cell.flags & kInitialized)) {
       Defect(c, fmt::format("reads shared memory at offset {} that no thread has written", offset));
     }
@@ -499,7 +501,10 @@ void GridRunner::RunBlocks(BlockContext& c) {
     c.epoch = 0;
     // Uninitialized shared memory reads as NaN / -1 rather than a lucky zero.
     std::memset(c.shared.data(), 0xff, c.shared.size());
-    if (l.checks) c.shared_cells.assign((c.shared.size() + 3) / 4, SharedCell{0, 0, 0, 0});
+    if (l.checks) {
+      c.shared_cells.assign((c.shared.size() + kSharedCellBytes - 1) / kSharedCellBytes,
+                            SharedCell{0, 0, 0, 0});
+    }
     c.threads.resize(threads);
     const uint32_t ctaid[3] = {static_cast<uint32_t>(b % l.grid.x),
                                static_cast<uint32_t>(b / l.grid.x % l.grid.y),

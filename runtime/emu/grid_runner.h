@@ -16,12 +16,13 @@
 // absent lane, a lane reading a lane outside the mask.
 //
 // Note [emulated races]
-// With checks, every shared-memory word has a cell recording who touched it
-// since the last barrier (one thread, or several readers) and whether it was
-// written; a second thread touching it between the same two barriers, one of
-// them writing, is a race. Global memory is checked the same way across the
-// whole grid by the GlobalAccessChecker, with the block in the cell: blocks
-// are never ordered. Atomics take part in neither.
+// With checks, every 2 bytes of shared memory (one bf16 element) have a cell
+// recording who touched them since the last barrier (one thread, or several
+// readers) and whether they were written; a second thread touching them
+// between the same two barriers, one of them writing, is a race. Global
+// memory is checked the same way across the whole grid by the
+// GlobalAccessChecker, with the block in the cell: blocks are never ordered.
+// Atomics take part in neither.
 #ifndef GPTC_RUNTIME_EMU_GRID_RUNNER_H_
 #define GPTC_RUNTIME_EMU_GRID_RUNNER_H_
 
