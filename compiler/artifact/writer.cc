@@ -106,19 +106,20 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
       if (k.host) {
         // What the emulated driver answers for the kernel (cuFuncGetAttribute
         // on a GPU): its parameters, registers and static shared memory.
-        host_index.push_back(json{
-            {"entry", entry.name},
-            {"name", k.spec.name},
-            {"symbol", k.host->symbol},
-            {"params", k.spec.params.size()},
-            {"uses_sync", k.host->uses_sync},
-            {"host_shared_bytes", k.host->shared_bytes},
-            {"static_smem",
-             k.ptxas ? k.ptxas->shared_bytes : k.spec.static_shared_bytes},
-            {"registers", k.ptxas ? k.ptxas->registers : 0},
-            {"barriers", k.host->barriers},
-            {"shuffles", k.host->shuffles},
-            {"accesses", k.host->accesses}});
+        host_index.push_back(
+            json{{"entry", entry.name},
+                 {"name", k.spec.name},
+                 {"symbol", k.host->symbol},
+                 {"params", k.spec.params.size()},
+                 {"uses_sync", k.host->uses_sync},
+                 {"host_shared_bytes", k.host->shared_bytes},
+                 {"static_smem", k.ptxas ? k.ptxas->shared_bytes : k.spec.static_shared_bytes},
+                 {"registers", k.ptxas ? k.ptxas->registers : 0},
+                 {"barriers", k.host->barriers},
+                 {"shuffles", k.host->shuffles},
+                 {"mmas", k.host->mmas},
+                 {"ldmatrices", k.host->ldmatrices},
+                 {"accesses", k.host->accesses}});
         host_objects.push_back(std::move(k.host->object));
       }
     }

@@ -48,10 +48,12 @@ struct CodegenOptions {
 struct HostKernel {
   std::string symbol;
   std::string object;
-  // It has a barrier or a shuffle: its block's threads must run as fibers.
+  // It has a barrier, a shuffle, an mma or an ldmatrix: its block's threads
+  // must run as fibers.
   bool uses_sync = false;
-  int64_t shared_bytes = 0;                          // static shared memory in the host layout
-  int64_t barriers = 0, shuffles = 0, accesses = 0;  // sites in the code
+  int64_t shared_bytes = 0;  // static shared memory in the host layout
+  // Sites in the code.
+  int64_t barriers = 0, shuffles = 0, mmas = 0, ldmatrices = 0, accesses = 0;
 };
 
 // Note [kernel deduplication]: fusions whose fused computations are equal up

@@ -5,10 +5,11 @@
 //
 // A host kernel is the LLVM module the NVPTX backend receives, compiled for
 // x86-64 with only the GPU-specific parts replaced (Note [host kernels] in
-// host_lowering.h): special registers, barriers, warp shuffles, shared
-// memory and directed-rounding math become calls through the table below,
-// and every global and shared memory access is preceded by a call to
-// `access` while the library's checks flag is set.
+// host_lowering.h): special registers, barriers, warp shuffles, warp matrix
+// instructions (mma, ldmatrix), shared memory and directed-rounding math
+// become calls through the table below, and every global and shared memory
+// access is preceded by a call to `access` while the library's checks flag
+// is set.
 //
 // The emulator library (one shared object per artifact, the `emu` section)
 // defines:
@@ -26,7 +27,8 @@
 
 namespace gptc::codegen::emu {
 
-inline constexpr uint32_t kKernelAbiVersion = 1;
+// 2: EmuRuntime::mma and ldmatrix (issue 17).
+inline constexpr uint32_t kKernelAbiVersion = 2;
 
 inline constexpr char kRuntimeSymbol[] = "gptc_emu_runtime";
 inline constexpr char kChecksSymbol[] = "gptc_emu_checks";
@@ -90,6 +92,25 @@ enum MathOp : uint32_t {
   kNumMathOps,
 };
 
+// Warp-level matrix multiply-accumulates (PTX ISA, "mma"), as EmuRuntime::mma's
+// `op`: D (16x8, f32) = A (16x16, row) * B (16x8, col) + C (16x8, f32).
+enum MmaOp : uint32_t {
+  kMmaM16N8K16Bf16 = 0,  // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+  kMmaM16N8K16F16,       // mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
+  kNumMmaOps,
+};
+// EmuRuntime::mma's `fragments`: the lane's registers in PTX operand order,
+// A (4 x b32, two 16-bit elements each, the lower first), B (2 x b32), then
+// C (4 x f32 as its bits); `out` receives D (4 x f32).
+inline constexpr uint32_t kMmaARegs = 4, kMmaBRegs = 2, kMmaCRegs = 4;
+inline constexpr uint32_t kMmaFragmentRegs = kMmaARegs + kMmaBRegs + kMmaCRegs;
+
+// ldmatrix.sync.aligned.m8n8.NUM[.trans].shared.b16 (PTX ISA, "ldmatrix"), as
+// EmuRuntime::ldmatrix's `op`: the number of 8x8 matrices (1, 2 or 4), plus
+// kLdmatrixTrans for .trans.
+inline constexpr uint32_t kLdmatrixTrans = 0x10;
+inline constexpr uint32_t kLdmatrixCountMask = 0xf;
+
 // Every function is called on the emulated thread (a fiber of its block, or
 // the block's loop when the kernel has no barrier and no shuffle).
 struct EmuRuntime {
@@ -106,6 +127,14 @@ struct EmuRuntime {
   // the host lowering chose, then the dynamic shared memory.
   void* (*shared_memory)();
   float (*math)(uint32_t op, float a, float b, float c);
+  // mma.sync.aligned: waits, like a shuffle, for all 32 lanes of the warp at
+  // the same `site`, then writes each lane's D (Note [emulated warp matrix
+  // operations] in runtime/emu/warp_matrix.h).
+  void (*mma)(uint32_t op, const uint32_t* fragments, float* out, uint32_t site);
+  // ldmatrix.sync.aligned: `row` is the lane's row address (in shared
+  // memory); waits for all 32 lanes at `site`, then writes the lane's one
+  // b32 register per matrix to `out`.
+  void (*ldmatrix)(uint32_t op, const void* row, uint32_t* out, uint32_t site);
 };
 
 }  // namespace gptc::codegen::emu

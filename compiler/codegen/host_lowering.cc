@@ -25,6 +25,7 @@
 #include "llvm/IR/InstIterator.h"
 #include "llvm/IR/Instructions.h"
 #include "llvm/IR/IntrinsicInst.h"
+#include "llvm/IR/IntrinsicsNVPTX.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
@@ -59,6 +60,8 @@ enum RuntimeField : unsigned {
   kAccessField,
   kSharedMemoryField,
   kMathField,
+  kMmaField,
+  kLdmatrixField,
 };
 
 void InitializeHost() {
@@ -101,7 +104,8 @@ StatusOr<std::string> EmitObject(llvm::Module& module, llvm::TargetMachine& mach
 
 llvm::StructType* RuntimeType(llvm::LLVMContext& ctx) {
   Type* ptr = llvm::PointerType::get(ctx, 0);
-  return llvm::StructType::get(ctx, {Type::getInt32Ty(ctx), ptr, ptr, ptr, ptr, ptr, ptr});
+  return llvm::StructType::get(ctx,
+                               {Type::getInt32Ty(ctx), ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr});
 }
 
 // Round-to-nearest-even f32 -> bf16 of `x` (a float or a vector of floats),
@@ -158,6 +162,9 @@ class HostRewriter {
   Status ReplaceIntrinsics();
   // One call to an NVVM intrinsic or inline asm: its replacement, or an error.
   StatusOr<Value*> Emulate(llvm::CallInst& call, const std::string& name, bool is_asm);
+  // An mma (when `mma`) or ldmatrix intrinsic, as emu_abi.h's `op`.
+  StatusOr<Value*> EmulateWarpMatrix(llvm::CallInst& call, const std::string& name, bool mma,
+                                     uint32_t op);
   Status PlaceSharedMemory(int64_t& bytes);
   Status ExpandBF16();
   Status InstrumentAccesses(int64_t& sites);
@@ -171,7 +178,10 @@ class HostRewriter {
   std::string kernel_;
   llvm::GlobalVariable* runtime_ = nullptr;  // emu::kRuntimeSymbol
   llvm::GlobalVariable* checks_ = nullptr;   // emu::kChecksSymbol
-  int64_t barriers_ = 0, shuffles_ = 0;
+  int64_t barriers_ = 0, shuffles_ = 0, mmas_ = 0, ldmatrices_ = 0;
+  // Per function: the stack arrays passing a warp matrix instruction's
+  // registers to the emulator and back.
+  std::map<llvm::Function*, std::pair<Value*, Value*>> matrix_scratch_;
 };
 
 Value* HostRewriter::CallRuntime(IRBuilder<>& b, RuntimeField field, llvm::FunctionType* type,
@@ -197,8 +207,11 @@ void HostRewriter::MarkInternal(llvm::Instruction* inst) {
 // and results; llvm.nvvm.round.f is cvt.rni (to nearest even, not away from
 // zero); saturate clamps to [0, 1] with NaN -> 0; directed rounding
 // (.rm/.rp/.rz) calls EmuRuntime::math, which switches the host's rounding
-// mode. Inline asm is matched by its exact text: libdevice's
-// "rcp.approx.ftz.f32 $0,$1;" is a flushed reciprocal.
+// mode. mma.m16n8k16 (bf16 or f16 into f32) and ldmatrix.m8n8 call
+// EmuRuntime::mma and ldmatrix, warp-collective like shfl.sync (Note
+// [emulated warp matrix operations] in runtime/emu/warp_matrix.h); every
+// other mma shape or type is refused. Inline asm is matched by its exact
+// text: libdevice's "rcp.approx.ftz.f32 $0,$1;" is a flushed reciprocal.
 StatusOr<Value*> HostRewriter::Emulate(llvm::CallInst& call, const std::string& name, bool is_asm) {
   IRBuilder<> b(&call);
   auto arg = [&](unsigned i) { return call.getArgOperand(i); };
@@ -212,6 +225,23 @@ StatusOr<Value*> HostRewriter::Emulate(llvm::CallInst& call, const std::string& 
       return ftz(b.CreateFDiv(llvm::ConstantFP::get(t, 1.0), ftz(arg(0))));
     }
     return Error("{}: inline asm \"{}\" has no emulation", Subject(), text);
+  }
+  // Note [emulated warp matrix operations] (runtime/emu/warp_matrix.h).
+  static const std::map<llvm::Intrinsic::ID, uint32_t> kMmaOps = {
+      {llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16, emu::kMmaM16N8K16Bf16},
+      {llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32, emu::kMmaM16N8K16F16}};
+  static const std::map<llvm::Intrinsic::ID, uint32_t> kLdmatrixOps = {
+      {llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x1_b16, 1},
+      {llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x2_b16, 2},
+      {llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16, 4},
+      {llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x1_trans_b16, 1 | emu::kLdmatrixTrans},
+      {llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x2_trans_b16, 2 | emu::kLdmatrixTrans},
+      {llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16, 4 | emu::kLdmatrixTrans}};
+  if (auto it = kMmaOps.find(call.getIntrinsicID()); it != kMmaOps.end()) {
+    return EmulateWarpMatrix(call, name, true, it->second);
+  }
+  if (auto it = kLdmatrixOps.find(call.getIntrinsicID()); it != kLdmatrixOps.end()) {
+    return EmulateWarpMatrix(call, name, false, it->second);
   }
   static const std::map<std::string, emu::SpecialRegister> kRegisters = {
       {"tid.x", emu::kTidX},       {"tid.y", emu::kTidY},       {"tid.z", emu::kTidZ},
@@ -349,6 +379,66 @@ StatusOr<Value*> HostRewriter::Emulate(llvm::CallInst& call, const std::string& 
   return Error("{}: intrinsic {} has no emulation", Subject(), name);
 }
 
+// The registers travel through two arrays on the thread's stack: the lane's
+// operands (mma: A, B, C as 32-bit words, emu_abi.h), and its result
+// registers, which the emulator writes once the whole warp has arrived.
+StatusOr<Value*> HostRewriter::EmulateWarpMatrix(llvm::CallInst& call, const std::string& name,
+                                                 bool mma, uint32_t op) {
+  IRBuilder<> b(&call);
+  Type* i32 = b.getInt32Ty();
+  llvm::Function* f = call.getFunction();
+  auto [scratch, inserted] = matrix_scratch_.try_emplace(f);
+  if (inserted) {
+    IRBuilder<> entry(&*f->getEntryBlock().getFirstInsertionPt());
+    scratch->second = {entry.CreateAlloca(llvm::ArrayType::get(i32, emu::kMmaFragmentRegs)),
+                       entry.CreateAlloca(llvm::ArrayType::get(i32, 4))};
+  }
+  auto [in, out] = scratch->second;
+  const llvm::DataLayout& dl = m_.getDataLayout();
+  Value* operands = nullptr;  // the fragments, or the row address
+  if (mma) {
+    if (call.arg_size() != emu::kMmaFragmentRegs) {
+      return Error("{}: intrinsic {} has {} operands, not {}", Subject(), name, call.arg_size(),
+                   emu::kMmaFragmentRegs);
+    }
+    for (unsigned i = 0; i < call.arg_size(); ++i) {
+      Value* v = call.getArgOperand(i);
+      if (dl.getTypeSizeInBits(v->getType()) != 32) {
+        return Error("{}: intrinsic {}: operand {} is not a 32-bit register", Subject(), name, i);
+      }
+      MarkInternal(b.CreateStore(
+          b.CreateBitCast(v, i32),
+          b.CreateConstGEP2_32(llvm::ArrayType::get(i32, emu::kMmaFragmentRegs), in, 0, i)));
+    }
+    operands = in;
+  } else {
+    operands = call.getArgOperand(0);
+    if (operands->getType()->getPointerAddressSpace() != 0) {
+      operands = b.CreateAddrSpaceCast(operands, b.getPtrTy());
+    }
+  }
+  auto* type =
+      llvm::FunctionType::get(b.getVoidTy(), {i32, b.getPtrTy(), b.getPtrTy(), i32}, false);
+  const int64_t site = mma ? mmas_++ : ldmatrices_++;
+  CallRuntime(b, mma ? kMmaField : kLdmatrixField, type,
+              {b.getInt32(op), operands, out, b.getInt32(static_cast<uint32_t>(site))});
+  // The result: one register, or a struct of them.
+  auto reg = [&](unsigned i, Type* t) {
+    llvm::LoadInst* bits =
+        b.CreateLoad(i32, b.CreateConstGEP2_32(llvm::ArrayType::get(i32, 4), out, 0, i));
+    MarkInternal(bits);
+    return b.CreateBitCast(bits, t);
+  };
+  Type* result = call.getType();
+  auto* st = llvm::dyn_cast<llvm::StructType>(result);
+  if (st == nullptr) return reg(0, result);
+  Value* value = llvm::PoisonValue::get(st);
+  for (unsigned i = 0; i < st->getNumElements(); ++i) {
+    value = b.CreateInsertValue(value, reg(i, st->getElementType(i)), {i});
+  }
+  return value;
+}
+
 Status HostRewriter::ReplaceIntrinsics() {
   std::vector<llvm::CallInst*> calls;
   for (llvm::Function& f : m_) {
@@ -409,6 +499,9 @@ Status HostRewriter::PlaceSharedMemory(int64_t& bytes) {
   for (llvm::Function& f : m_) {
     if (f.isDeclaration()) continue;
     std::optional<Value*> base;
+    // One builder for the function: each global's address follows the base
+    // (a builder per global would insert before the base).
+    IRBuilder<> b(&*f.getEntryBlock().getFirstInsertionPt());
     for (auto& [g, offset] : offsets) {
       std::vector<llvm::Use*> uses;
       for (llvm::Use& u : g->uses()) {
@@ -418,7 +511,6 @@ Status HostRewriter::PlaceSharedMemory(int64_t& bytes) {
         if (user->getFunction() == &f) uses.push_back(&u);
       }
       if (uses.empty()) continue;
-      IRBuilder<> b(&*f.getEntryBlock().getFirstInsertionPt());
       if (!base) base = CallRuntime(b, kSharedMemoryField, shared_type, {});
       Value* at = b.CreateConstGEP1_64(b.getInt8Ty(), *base, offset);
       Value* typed = b.CreateAddrSpaceCast(at, g->getType());
@@ -610,7 +702,9 @@ Status HostRewriter::Run(const std::string& symbol, HostKernel& out) {
   out.symbol = symbol;
   out.barriers = barriers_;
   out.shuffles = shuffles_;
-  out.uses_sync = barriers_ + shuffles_ > 0;
+  out.mmas = mmas_;
+  out.ldmatrices = ldmatrices_;
+  out.uses_sync = barriers_ + shuffles_ + mmas_ + ldmatrices_ > 0;
   return Status::Ok();
 }
 

@@ -8,8 +8,12 @@
 // GPU-specific, through the table of compiler/codegen/emu_abi.h:
 //   - special registers (tid, ntid, ctaid, nctaid, laneid) read the emulated
 //     thread's identity; warpsize is 32;
-//   - barrier0 and shfl.sync call the emulator, which runs a block's threads
-//     as fibers when the kernel has either (HostKernelInfo::uses_sync);
+//   - barrier0, shfl.sync and the warp matrix instructions (mma.m16n8k16 with
+//     bf16 or f16 multiplicands and f32 accumulators, ldmatrix.m8n8 .b16:
+//     Note [emulated warp matrix operations] in runtime/emu/warp_matrix.h)
+//     call the emulator, which runs a block's threads as fibers when the
+//     kernel has any (HostKernel::uses_sync); other mma shapes and types are
+//     refused by name;
 //   - address-space-3 (shared) globals become offsets into the block's
 //     shared memory, laid out here (HostKernelInfo::shared_bytes), the dynamic
 //     shared memory after them;

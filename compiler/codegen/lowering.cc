@@ -36,6 +36,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
@@ -191,13 +192,11 @@ std::unique_ptr<KernelEmitter> MakeEmitter(EmitterKind kind) {
   }
 }
 
-StatusOr<LoweredKernel> EmitAndLower(const ir::Instruction& fusion, EmitterKind kind,
-                                     const std::string& kernel_name,
-                                     const CodegenOptions& options) {
-  const std::string subject = fmt::format("kernel {} (%{})", kernel_name, fusion.name());
-  std::unique_ptr<KernelEmitter> emitter = MakeEmitter(kind);
-  if (emitter == nullptr) return Error("{}: emitter not implemented yet", subject);
+namespace {
 
+// A context with every dialect the emitters use, their LLVM IR translations
+// loaded, and no threads (kernels compile on CompileFusions' threads).
+std::unique_ptr<mlir::MLIRContext> MakeContext() {
   mlir::DialectRegistry registry;
   registry.insert<mlir::arith::ArithDialect, mlir::cf::ControlFlowDialect, mlir::func::FuncDialect,
                   mlir::gpu::GPUDialect, mlir::LLVM::LLVMDialect, mlir::math::MathDialect,
@@ -206,32 +205,27 @@ StatusOr<LoweredKernel> EmitAndLower(const ir::Instruction& fusion, EmitterKind 
   mlir::registerGPUDialectTranslation(registry);
   mlir::registerLLVMDialectTranslation(registry);
   mlir::registerNVVMDialectTranslation(registry);
-  mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
-  ctx.loadAllAvailableDialects();
-  DiagnosticCollector diagnostics(ctx);
+  auto ctx = std::make_unique<mlir::MLIRContext>(registry, mlir::MLIRContext::Threading::DISABLED);
+  ctx->loadAllAvailableDialects();
+  return ctx;
+}
 
-  mlir::OpBuilder b(&ctx);
-  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(b.getUnknownLoc());
-  (*module)->setAttr(mlir::gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
-  b.setInsertionPointToEnd(module->getBody());
-  auto gpu_module = b.create<mlir::gpu::GPUModuleOp>(b.getUnknownLoc(), "kernels");
-
-  LoweredKernel lowered;
-  StatusOr<KernelSpec> spec = emitter->Emit(fusion, kernel_name, gpu_module);
-  if (!spec.ok()) return spec.status().WithPrefix(fmt::format("kernel {}", kernel_name));
-  lowered.spec = std::move(*spec);
-  if (options.keep_mlir) lowered.mlir = Print(*module);
-  if (mlir::failed(mlir::verify(*module))) {
+// Verifies `module` and lowers kernel `kernel_name` of its `gpu_module` to
+// PTX (and the host, with options.emit_host) into `lowered`.
+Status LowerGpuModule(mlir::MLIRContext& ctx, mlir::ModuleOp module,
+                      mlir::gpu::GPUModuleOp gpu_module, const std::string& kernel_name,
+                      const std::string& subject, const CodegenOptions& options,
+                      const DiagnosticCollector& diagnostics, LoweredKernel& lowered) {
+  if (mlir::failed(mlir::verify(module))) {
     return Error("{}: emitted invalid MLIR: {}", subject, diagnostics.message());
   }
-
   mlir::PassManager pm(&ctx);
   pm.addPass(mlir::createConvertSCFToCFPass());
   mlir::ConvertGpuOpsToNVVMOpsOptions nvvm_options;
   nvvm_options.indexBitwidth = 32;
   pm.addNestedPass<mlir::gpu::GPUModuleOp>(mlir::createConvertGpuOpsToNVVMOps(nvvm_options));
   pm.addPass(mlir::createReconcileUnrealizedCastsPass());
-  if (mlir::failed(pm.run(*module))) {
+  if (mlir::failed(pm.run(module))) {
     return Error("{}: lowering to NVVM failed: {}", subject, diagnostics.message());
   }
 
@@ -246,6 +240,54 @@ StatusOr<LoweredKernel> EmitAndLower(const ir::Instruction& fusion, EmitterKind 
                                                 options.emit_host ? &lowered.host : nullptr);
   if (!ptx.ok()) return ptx.status().WithPrefix(subject);
   lowered.ptx = std::move(*ptx);
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<LoweredKernel> EmitAndLower(const ir::Instruction& fusion, EmitterKind kind,
+                                     const std::string& kernel_name,
+                                     const CodegenOptions& options) {
+  const std::string subject = fmt::format("kernel {} (%{})", kernel_name, fusion.name());
+  std::unique_ptr<KernelEmitter> emitter = MakeEmitter(kind);
+  if (emitter == nullptr) return Error("{}: emitter not implemented yet", subject);
+
+  std::unique_ptr<mlir::MLIRContext> ctx = MakeContext();
+  DiagnosticCollector diagnostics(*ctx);
+  mlir::OpBuilder b(ctx.get());
+  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(b.getUnknownLoc());
+  (*module)->setAttr(mlir::gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
+  b.setInsertionPointToEnd(module->getBody());
+  auto gpu_module = b.create<mlir::gpu::GPUModuleOp>(b.getUnknownLoc(), "kernels");
+
+  LoweredKernel lowered;
+  StatusOr<KernelSpec> spec = emitter->Emit(fusion, kernel_name, gpu_module);
+  if (!spec.ok()) return spec.status().WithPrefix(fmt::format("kernel {}", kernel_name));
+  lowered.spec = std::move(*spec);
+  if (options.keep_mlir) lowered.mlir = Print(*module);
+  RETURN_IF_ERROR(LowerGpuModule(*ctx, *module, gpu_module, kernel_name, subject, options,
+                                 diagnostics, lowered));
+  return lowered;
+}
+
+StatusOr<LoweredKernel> LowerMlirText(const std::string& mlir_text, const std::string& kernel_name,
+                                      const CodegenOptions& options) {
+  const std::string subject = fmt::format("kernel {}", kernel_name);
+  std::unique_ptr<mlir::MLIRContext> ctx = MakeContext();
+  DiagnosticCollector diagnostics(*ctx);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(mlir_text, ctx.get());
+  if (!module) return Error("{}: cannot parse its MLIR: {}", subject, diagnostics.message());
+  mlir::gpu::GPUModuleOp gpu_module;
+  module->walk([&](mlir::gpu::GPUModuleOp m) {
+    if (m.lookupSymbol(kernel_name) != nullptr) gpu_module = m;
+  });
+  if (!gpu_module) return Error("{}: no gpu.module holds it", subject);
+  LoweredKernel lowered;
+  lowered.spec.name = kernel_name;
+  if (options.keep_mlir) lowered.mlir = Print(*module);
+  RETURN_IF_ERROR(LowerGpuModule(*ctx, *module, gpu_module, kernel_name, subject, options,
+                                 diagnostics, lowered));
   return lowered;
 }
 

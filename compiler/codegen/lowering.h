@@ -34,6 +34,13 @@ StatusOr<LoweredKernel> EmitAndLower(const ir::Instruction& fusion, EmitterKind 
                                      const std::string& kernel_name,
                                      const CodegenOptions& options);
 
+// Lowers kernel `kernel_name` (a gpu.func of a gpu.module in `mlir_text`,
+// written by hand: tests of NVVM operations such as nvvm.mma.sync and
+// nvvm.ldmatrix) exactly as EmitAndLower lowers an emitted kernel. The spec
+// holds only the name. Errors name the kernel and the first MLIR diagnostic.
+StatusOr<LoweredKernel> LowerMlirText(const std::string& mlir_text, const std::string& kernel_name,
+                                      const CodegenOptions& options);
+
 }  // namespace gptc::codegen
 
 #endif  // GPTC_COMPILER_CODEGEN_LOWERING_H_

@@ -5,6 +5,7 @@
 
 #include "runtime/emu/emu_math.h"
 #include "runtime/emu/fiber.h"
+#include "runtime/emu/warp_matrix.h"
 
 namespace gptc::rt::emu {
 
@@ -12,26 +13,41 @@ namespace abi = codegen::emu;
 
 namespace {
 
-constexpr uint32_t kWarp = 32;
+constexpr uint32_t kWarp = kWarpLanes;
 constexpr size_t kFiberStackBytes = 256 << 10;
 constexpr uint32_t kMaxThreads = 1024;
 
-enum class ThreadState : uint8_t { kRunnable, kBarrier, kShuffle, kDone, kAborted };
+enum class ThreadState : uint8_t {
+  kRunnable,
+  kBarrier,
+  kShuffle,
+  kMma,
+  kLdmatrix,
+  kDone,
+  kAborted
+};
 
 struct EmuThread {
   ThreadIdentity id;
   uint32_t lane = 0, warp = 0;
   ThreadState state = ThreadState::kRunnable;
-  uint32_t site = 0;  // of the barrier or shuffle it waits at
+  uint32_t site = 0;  // of the barrier, shuffle, mma or ldmatrix it waits at
   // shfl.sync operands and result.
   uint32_t mode = 0, mask = 0, value = 0, b = 0, c = 0, result = 0;
+  // mma and ldmatrix: the op, the lane's fragments or row address, and where
+  // its registers go (on its fiber's stack, which waits).
+  uint32_t op = 0;
+  const void* in = nullptr;
+  void* out = nullptr;
   Fiber fiber;
 };
 
-// A shared-memory word's cell (Note [emulated races]): the barrier epoch of
-// the accesses it records (low 32 bits), the one thread that made them
-// (+1; 0: none), whether one was a write, whether several threads read,
-// and whether the word was ever written.
+// A cell of kSharedCellBytes of shared memory (Note [emulated races]): the
+// barrier epoch of the accesses it records (low 32 bits), the one thread
+// that made them (+1; 0: none), whether one was a write, whether several
+// threads read, and whether the cell was ever written. Two bytes: threads
+// storing neighbouring bf16 elements of a tile do not race.
+constexpr size_t kSharedCellBytes = 2;
 struct SharedCell {
   uint32_t epoch;
   uint16_t thread;  // linear thread + 1
@@ -153,14 +169,14 @@ void SharedAccess(GridRunner::BlockContext& c, const void* address, uint32_t byt
                           static_cast<int64_t>(p - c.shared.data()), size));
   }
   if (!c.launch->checks) return;
-  const size_t first = static_cast<size_t>(p - c.shared.data()) / 4;
-  const size_t last = (static_cast<size_t>(p - c.shared.data()) + bytes - 1) / 4;
+  const size_t first = static_cast<size_t>(p - c.shared.data()) / kSharedCellBytes;
+  const size_t last = (static_cast<size_t>(p - c.shared.data()) + bytes - 1) / kSharedCellBytes;
   const uint16_t me = static_cast<uint16_t>(c.current->id.thread + 1);
   const bool store = (kind & abi::kStore) != 0, load = (kind & abi::kLoad) != 0;
   const bool atomic = (kind & abi::kAtomic) != 0;
   for (size_t w = first; w <= last; ++w) {
     SharedCell& cell = c.shared_cells[w];
-    const int64_t offset = static_cast<int64_t>(w * 4);
+    const int64_t offset = static_cast<int64_t>(w * kSharedCellBytes);
     if (load && !(cell.flags & kInitialized)) {
       Defect(c, fmt::format("reads shared memory at offset {} that no thread has written", offset));
     }
@@ -210,6 +226,50 @@ void Access(const void* address, uint32_t bytes, uint32_t kind) {
   }
 }
 
+// Note [emulated warp matrix operations]: the lane waits, like at a
+// shuffle, until its whole warp is at the same instruction.
+void Mma(uint32_t op, const uint32_t* fragments, float* out, uint32_t site) {
+  GridRunner::BlockContext& c = *tls_context;
+  if (!c.fibers) Defect(c, "an mma in a kernel the library says has none");
+  if (MmaName(op).empty()) {
+    Defect(c, fmt::format("mma #{}: op {} is not emulated (a kernel of another ABI?)", site, op));
+  }
+  EmuThread& t = *c.current;
+  t.state = ThreadState::kMma;
+  t.site = site, t.op = op, t.in = fragments, t.out = out;
+  SwitchFiber(&t.fiber.context(), &c.scheduler);
+}
+
+// The lane's row is checked as a 16-byte shared load by this lane (bounds,
+// initialization, races) before the warp meets; the warp reads it after.
+void Ldmatrix(uint32_t op, const void* row, uint32_t* out, uint32_t site) {
+  GridRunner::BlockContext& c = *tls_context;
+  if (!c.fibers) Defect(c, "an ldmatrix in a kernel the library says has none");
+  const uint32_t count = LdmatrixCount(op);
+  if (count == 0) {
+    Defect(c, fmt::format("ldmatrix #{}: op {:#x} is not emulated (a kernel of another ABI?)", site,
+                          op));
+  }
+  EmuThread& t = *c.current;
+  if (t.lane < 8 * count) {
+    if (!InShared(c, row)) {
+      Defect(c, fmt::format("{} #{}: lane {}'s row address {} is not in the block's shared "
+                            "memory",
+                            LdmatrixName(op), site, t.lane, row));
+    }
+    const int64_t offset = static_cast<const char*>(row) - c.shared.data();
+    if (offset % 16 != 0) {
+      Defect(c, fmt::format("{} #{}: lane {}'s row address, shared offset {}, is not 16-byte "
+                            "aligned",
+                            LdmatrixName(op), site, t.lane, offset));
+    }
+    SharedAccess(c, row, 16, abi::kLoad | abi::kSharedSpace);
+  }
+  t.state = ThreadState::kLdmatrix;
+  t.site = site, t.op = op, t.in = row, t.out = out;
+  SwitchFiber(&t.fiber.context(), &c.scheduler);
+}
+
 void* SharedMemory() { return tls_context->shared.data(); }
 
 const abi::EmuRuntime kTable = {
@@ -220,6 +280,8 @@ const abi::EmuRuntime kTable = {
     .access = &Access,
     .shared_memory = &SharedMemory,
     .math = &DirectedMath,
+    .mma = &Mma,
+    .ldmatrix = &Ldmatrix,
 };
 
 // The source lane of shfl.sync for `lane` (PTX ISA, shfl.sync): out of range
@@ -259,6 +321,10 @@ const char* StateName(ThreadState s) {
       return "barrier";
     case ThreadState::kShuffle:
       return "shuffle";
+    case ThreadState::kMma:
+      return "mma";
+    case ThreadState::kLdmatrix:
+      return "ldmatrix";
     case ThreadState::kDone:
       return "exited";
     case ThreadState::kAborted:
@@ -285,6 +351,9 @@ std::string DescribeWaits(const std::vector<EmuThread>& threads) {
     if (t.state == ThreadState::kBarrier) where = fmt::format("wait at barrier #{}", t.site);
     if (t.state == ThreadState::kShuffle) {
       where = fmt::format("wait at shuffle #{} (mask {:#010x})", t.site, t.mask);
+    }
+    if (t.state == ThreadState::kMma || t.state == ThreadState::kLdmatrix) {
+      where = fmt::format("wait at {} #{}", StateName(t.state), t.site);
     }
     if (where.empty()) where = StateName(t.state);
     out += fmt::format("{}{} {}", out.empty() ? "" : "; ", who, where);
@@ -427,6 +496,103 @@ bool ResolveShuffles(GridRunner::BlockContext& c) {
   return progressed;
 }
 
+// "lanes 0-15, 20" of a lane mask.
+std::string Lanes(uint32_t mask) {
+  std::string out;
+  int count = 0;
+  for (uint32_t lane = 0; lane < kWarp;) {
+    if (!(mask >> lane & 1)) {
+      ++lane;
+      continue;
+    }
+    uint32_t end = lane;
+    while (end + 1 < kWarp && (mask >> (end + 1) & 1)) ++end;
+    out += (out.empty() ? "" : ", ") +
+           (end == lane ? fmt::format("{}", lane) : fmt::format("{}-{}", lane, end));
+    count += static_cast<int>(end - lane + 1);
+    lane = end + 1;
+  }
+  return (count == 1 ? "lane " : "lanes ") + out;
+}
+
+// Note [emulated synchronization], Note [emulated warp matrix operations]:
+// the mma and ldmatrix instructions whose whole warp waits at them. They are
+// .aligned: a warp with a lane that exited, waits at another mma or
+// ldmatrix, or does not exist (a partial last warp) is a defect. False when
+// none completes; a defect is added to the findings.
+bool ResolveWarpMatrix(GridRunner::BlockContext& c) {
+  std::vector<EmuThread>& threads = c.threads;
+  const uint32_t n = static_cast<uint32_t>(threads.size());
+  bool progressed = false;
+  for (uint32_t base = 0; base < n; base += kWarp) {
+    const EmuThread* first = nullptr;
+    for (uint32_t l = base; l < std::min(n, base + kWarp) && first == nullptr; ++l) {
+      if (threads[l].state == ThreadState::kMma || threads[l].state == ThreadState::kLdmatrix) {
+        first = &threads[l];
+      }
+    }
+    if (first == nullptr) continue;
+    const bool mma = first->state == ThreadState::kMma;
+    const std::string what = fmt::format("{} #{} ({})", mma ? "mma" : "ldmatrix", first->site,
+                                         mma ? MmaName(first->op) : LdmatrixName(first->op));
+    const std::string where =
+        fmt::format("block {} warp {}", Coordinates(first->id.ctaid), base / kWarp);
+    if (base + kWarp > n) {
+      c.findings->Add(
+          fmt::format("{}: {} needs all 32 lanes (.aligned), but the warp has only "
+                      "{} threads",
+                      where, what, n - base));
+      return false;
+    }
+    uint32_t waiting = 0, exited = 0;
+    bool ready = true;
+    for (uint32_t bit = 0; bit < kWarp; ++bit) {
+      const EmuThread& t = threads[base + bit];
+      if (t.state == first->state && t.site == first->site && t.op == first->op) {
+        waiting |= 1u << bit;
+      } else if (t.state == ThreadState::kDone) {
+        exited |= 1u << bit;
+      } else if (t.state == ThreadState::kMma || t.state == ThreadState::kLdmatrix) {
+        c.findings->Add(
+            fmt::format("{}: lane {} waits at {}, lane {} at {} #{} (.aligned: "
+                        "every lane must execute the same instruction)",
+                        where, first->lane, what, bit, StateName(t.state), t.site));
+        return false;
+      } else {
+        ready = false;  // at a barrier or shuffle: a deadlock unless the block moves on
+      }
+    }
+    if (exited != 0) {
+      c.findings->Add(
+          fmt::format("{}: {} is .aligned, but {} exited without executing it ({} "
+                      "wait at it)",
+                      where, what, Lanes(exited), Lanes(waiting)));
+      return false;
+    }
+    if (!ready) continue;
+    if (mma) {
+      const uint32_t* fragments[kWarp];
+      float* d[kWarp];
+      for (uint32_t bit = 0; bit < kWarp; ++bit) {
+        fragments[bit] = static_cast<const uint32_t*>(threads[base + bit].in);
+        d[bit] = static_cast<float*>(threads[base + bit].out);
+      }
+      WarpMma(first->op, fragments, d);
+    } else {
+      const char* rows[kWarp];
+      uint32_t* out[kWarp];
+      for (uint32_t bit = 0; bit < kWarp; ++bit) {
+        rows[bit] = static_cast<const char*>(threads[base + bit].in);
+        out[bit] = static_cast<uint32_t*>(threads[base + bit].out);
+      }
+      WarpLdmatrix(first->op, rows, out);
+    }
+    for (uint32_t bit = 0; bit < kWarp; ++bit) threads[base + bit].state = ThreadState::kRunnable;
+    progressed = true;
+  }
+  return progressed;
+}
+
 // Note [emulated synchronization]: passes the barrier when every live
 // thread waits at it.
 bool ResolveBarrier(GridRunner::BlockContext& c) {
@@ -473,6 +639,8 @@ void RunFiberBlock(GridRunner::BlockContext& c) {
     if (!live) return;
     if (ResolveShuffles(c)) continue;
     if (c.findings->any()) return;
+    if (ResolveWarpMatrix(c)) continue;
+    if (c.findings->any()) return;
     if (ResolveBarrier(c)) continue;
     if (c.findings->any()) return;
     c.findings->Add(fmt::format("block {}: deadlock: {}", Coordinates(c.threads[0].id.ctaid),
@@ -499,7 +667,10 @@ void GridRunner::RunBlocks(BlockContext& c) {
     c.epoch = 0;
     // Uninitialized shared memory reads as NaN / -1 rather than a lucky zero.
     std::memset(c.shared.data(), 0xff, c.shared.size());
-    if (l.checks) c.shared_cells.assign((c.shared.size() + 3) / 4, SharedCell{0, 0, 0, 0});
+    if (l.checks) {
+      c.shared_cells.assign((c.shared.size() + kSharedCellBytes - 1) / kSharedCellBytes,
+                            SharedCell{0, 0, 0, 0});
+    }
     c.threads.resize(threads);
     const uint32_t ctaid[3] = {static_cast<uint32_t>(b % l.grid.x),
                                static_cast<uint32_t>(b / l.grid.x % l.grid.y),

@@ -1,27 +1,33 @@
 // Runs one kernel launch of the emulated device: every block of the grid on
 // the host's cores, every thread of a block as a fiber (fiber.h) when the
-// kernel has barriers or warp shuffles, else as a plain loop; and answers
-// the kernel's calls into the emulator (compiler/codegen/emu_abi.h):
-// special registers, barriers, shuffles, shared memory, memory checks.
+// kernel has barriers or warp-collective instructions, else as a plain loop;
+// and answers the kernel's calls into the emulator
+// (compiler/codegen/emu_abi.h): special registers, barriers, shuffles, warp
+// matrix instructions (warp_matrix.h), shared memory, memory checks.
 //
 // Note [emulated synchronization]
 // A block's fibers run one at a time, each until it waits. When none can
 // run, a warp whose every lane in the member mask waits at the same
 // shfl.sync exchanges values (PTX's shfl semantics, clamp and segment mask
-// included) and its lanes run on; else, when every live thread waits at the
-// same barrier, the block passes it (the barrier epoch advances); anything
-// else is a defect reported with every waiting thread's place: a barrier
-// reached by some threads while others wait at another barrier or have
-// exited inside a shuffle's mask, a shuffle whose mask names an exited or
-// absent lane, a lane reading a lane outside the mask.
+// included) and its lanes run on; a warp whose 32 lanes all wait at the
+// same mma or ldmatrix gets its registers (Note [emulated warp matrix
+// operations] in warp_matrix.h) and runs on; else, when every live thread
+// waits at the same barrier, the block passes it (the barrier epoch
+// advances); anything else is a defect reported with every waiting thread's
+// place: a barrier reached by some threads while others wait at another
+// barrier or have exited inside a shuffle's mask, a shuffle whose mask names
+// an exited or absent lane, a lane reading a lane outside the mask, an mma or
+// ldmatrix (.aligned) that some lanes of the warp never reach (they exited,
+// wait at another one, or do not exist in a partial warp).
 //
 // Note [emulated races]
-// With checks, every shared-memory word has a cell recording who touched it
-// since the last barrier (one thread, or several readers) and whether it was
-// written; a second thread touching it between the same two barriers, one of
-// them writing, is a race. Global memory is checked the same way across the
-// whole grid by the GlobalAccessChecker, with the block in the cell: blocks
-// are never ordered. Atomics take part in neither.
+// With checks, every 2 bytes of shared memory (one bf16 element) have a cell
+// recording who touched them since the last barrier (one thread, or several
+// readers) and whether they were written; a second thread touching them
+// between the same two barriers, one of them writing, is a race. Global
+// memory is checked the same way across the whole grid by the
+// GlobalAccessChecker, with the block in the cell: blocks are never ordered.
+// Atomics take part in neither.
 #ifndef GPTC_RUNTIME_EMU_GRID_RUNNER_H_
 #define GPTC_RUNTIME_EMU_GRID_RUNNER_H_
 

@@ -2,17 +2,23 @@
 // from hand-written NVPTX LLVM IR, run by the emulator's grid runner
 // (runtime/emu/grid_runner.h): the GPU-specific parts (special registers,
 // shared memory, barriers, shuffles, NVVM math, bf16 truncation) become their
-// emulation; what the emulator does not know is refused by name; and a
-// defect written by hand — a missing barrier — is reported as the race it is.
+// emulation; what the emulator does not know is refused by name; and
+// defects written by hand — a missing barrier, an mma not every lane of the
+// warp reaches — are reported as what they are.
 #include "compiler/codegen/host_lowering.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
+#include <random>
 #include <regex>
 #include <vector>
 
 #include "compiler/codegen/codegen.h"
+#include "compiler/codegen/emu_abi.h"
 #include "compiler/support/float_bits.h"
 #include "runtime/emu/grid_runner.h"
 #include "runtime/emu/kernel_library.h"
@@ -192,6 +198,170 @@ TEST(HostLoweringTest, ShufflesMathAndBf16RunAsOnTheGpu) {
     EXPECT_EQ(out[l], 496.0f * 8.0f + 0.5f + 2.0f) << l;
     EXPECT_EQ(bf[l], F32ToBF16Bits(static_cast<float>(l) / 3.0f)) << l;
   }
+}
+
+// One warp: a 16x16 bf16 tile A to shared memory, then D = A * A[:, 0:8] by
+// ldmatrix.x4 (A), ldmatrix.x2.trans (B) and one mma (Note [emulated warp
+// matrix operations] in runtime/emu/warp_matrix.h).
+constexpr char kTileMma[] = R"(
+target triple = "nvptx64-nvidia-cuda"
+@tile = internal addrspace(3) global [256 x i16] undef, align 16
+declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+declare void @llvm.nvvm.barrier0()
+declare { i32, i32, i32, i32 } @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16.p3(ptr addrspace(3))
+declare { i32, i32 } @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x2.trans.b16.p3(ptr addrspace(3))
+declare { float, float, float, float } @llvm.nvvm.mma.m16n8k16.row.col.bf16(i32, i32, i32, i32, i32, i32, float, float, float, float)
+define void @tile_mma(ptr addrspace(1) %in, ptr addrspace(1) %out) {
+entry:
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %t8 = mul i32 %t, 8
+  %t8w = zext i32 %t8 to i64
+  %src = getelementptr i16, ptr addrspace(1) %in, i64 %t8w
+  %v = load <8 x i16>, ptr addrspace(1) %src, align 16
+  %dst = getelementptr i16, ptr addrspace(3) @tile, i64 %t8w
+  store <8 x i16> %v, ptr addrspace(3) %dst, align 16
+  call void @llvm.nvvm.barrier0()
+  %r = and i32 %t, 15
+  %h = lshr i32 %t, 4
+  %r16 = mul i32 %r, 16
+  %h8 = mul i32 %h, 8
+  %ai = add i32 %r16, %h8
+  %aiw = zext i32 %ai to i64
+  %ap = getelementptr i16, ptr addrspace(3) @tile, i64 %aiw
+  %af = call { i32, i32, i32, i32 } @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16.p3(ptr addrspace(3) %ap)
+  %biw = zext i32 %r16 to i64
+  %bp = getelementptr i16, ptr addrspace(3) @tile, i64 %biw
+  %bf = call { i32, i32 } @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x2.trans.b16.p3(ptr addrspace(3) %bp)
+  %a0 = extractvalue { i32, i32, i32, i32 } %af, 0
+  %a1 = extractvalue { i32, i32, i32, i32 } %af, 1
+  %a2 = extractvalue { i32, i32, i32, i32 } %af, 2
+  %a3 = extractvalue { i32, i32, i32, i32 } %af, 3
+  %b0 = extractvalue { i32, i32 } %bf, 0
+  %b1 = extractvalue { i32, i32 } %bf, 1
+  br label %compute ; the warp goes on together
+compute:
+  %d = call { float, float, float, float } @llvm.nvvm.mma.m16n8k16.row.col.bf16(i32 %a0, i32 %a1, i32 %a2, i32 %a3, i32 %b0, i32 %b1, float 0.0, float 0.0, float 0.0, float 0.0)
+  %d0 = extractvalue { float, float, float, float } %d, 0
+  %d1 = extractvalue { float, float, float, float } %d, 1
+  %d2 = extractvalue { float, float, float, float } %d, 2
+  %d3 = extractvalue { float, float, float, float } %d, 3
+  %g = lshr i32 %t, 2
+  %q = and i32 %t, 3
+  %q2 = mul i32 %q, 2
+  %g8 = mul i32 %g, 8
+  %o0 = add i32 %g8, %q2
+  %o2 = add i32 %o0, 64
+  %o0w = zext i32 %o0 to i64
+  %o2w = zext i32 %o2 to i64
+  %p0 = getelementptr float, ptr addrspace(1) %out, i64 %o0w
+  %p1 = getelementptr float, ptr addrspace(1) %p0, i64 1
+  %p2 = getelementptr float, ptr addrspace(1) %out, i64 %o2w
+  %p3 = getelementptr float, ptr addrspace(1) %p2, i64 1
+  store float %d0, ptr addrspace(1) %p0
+  store float %d1, ptr addrspace(1) %p1
+  store float %d2, ptr addrspace(1) %p2
+  store float %d3, ptr addrspace(1) %p3
+  br label %exit
+exit:
+  ret void
+}
+)";
+
+TEST(HostLoweringTest, MmaAndLdmatrixRunAsWarpCollectives) {
+  StatusOr<HostLibrary> lib = Build(kTileMma, "tile_mma");
+  ASSERT_TRUE(lib.ok()) << lib.status().message();
+  EXPECT_TRUE(lib->kernel.uses_sync);
+  EXPECT_EQ(lib->kernel.mmas, 1);
+  EXPECT_EQ(lib->kernel.ldmatrices, 2);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> dist(-8, 8);
+  std::vector<uint16_t> a(16 * 16);
+  for (uint16_t& x : a) x = F32ToBF16Bits(static_cast<float>(dist(rng)));
+  std::vector<float> d(16 * 8, -1);
+  rt::emu::GridRunner runner(1);
+  Status run = runner.Run(LaunchOf(*lib, {Ptr(a.data()), Ptr(d.data())}, 1, 32, true));
+  ASSERT_TRUE(run.ok()) << run.message();
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      float sum = 0;  // small integers: exact in any order
+      for (int k = 0; k < 16; ++k)
+        sum += BF16BitsToF32(a[i * 16 + k]) * BF16BitsToF32(a[k * 16 + j]);
+      EXPECT_EQ(d[i * 8 + j], sum) << i << "," << j;
+    }
+  }
+}
+
+// The seeded defect "a divergent mma": lanes 16-31 leave before it.
+TEST(HostLoweringTest, AnMmaOnlyPartOfTheWarpReachesIsReported) {
+  const std::string divergent =
+      std::regex_replace(kTileMma, std::regex("  br label %compute ; the warp goes on together"),
+                         "  %low = icmp ult i32 %t, 16\n  br i1 %low, label %compute, label %exit");
+  ASSERT_NE(divergent, kTileMma);
+  StatusOr<HostLibrary> lib = Build(divergent, "tile_mma");
+  ASSERT_TRUE(lib.ok()) << lib.status().message();
+  std::vector<uint16_t> a(16 * 16, 0);
+  std::vector<float> d(16 * 8);
+  rt::emu::GridRunner runner(1);
+  Status run = runner.Run(LaunchOf(*lib, {Ptr(a.data()), Ptr(d.data())}, 1, 32, true));
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.message(),
+            "kernel gptc_test_tile_mma: block (0,0,0) warp 0: mma #0 "
+            "(mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32) is .aligned, but lanes 16-31 "
+            "exited without executing it (lanes 0-15 wait at it)");
+}
+
+// Shapes and types without an emulation: m16n8k8, and f16 accumulators.
+TEST(HostLoweringTest, AnotherMmaShapeOrTypeIsRefusedByName) {
+  const std::string k8 = R"(
+target triple = "nvptx64-nvidia-cuda"
+declare { float, float, float, float } @llvm.nvvm.mma.m16n8k8.row.col.bf16(i32, i32, i32, float, float, float, float)
+define void @k(ptr addrspace(1) %out) {
+  %d = call { float, float, float, float } @llvm.nvvm.mma.m16n8k8.row.col.bf16(i32 1, i32 2, i32 3, float 0.0, float 0.0, float 0.0, float 0.0)
+  %d0 = extractvalue { float, float, float, float } %d, 0
+  store float %d0, ptr addrspace(1) %out
+  ret void
+}
+)";
+  StatusOr<HostKernel> k = CompileLlvmTextForHost(k8, "k", "gptc_test_k");
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().message(),
+            "kernel k: host code: intrinsic llvm.nvvm.mma.m16n8k8.row.col.bf16 has no emulation");
+  const std::string f16_accumulators = R"(
+target triple = "nvptx64-nvidia-cuda"
+declare { <2 x half>, <2 x half> } @llvm.nvvm.mma.m16n8k16.row.col.f16.f16(<2 x half>, <2 x half>, <2 x half>, <2 x half>, <2 x half>, <2 x half>, <2 x half>, <2 x half>)
+define void @k(ptr addrspace(1) %out) {
+  %d = call { <2 x half>, <2 x half> } @llvm.nvvm.mma.m16n8k16.row.col.f16.f16(<2 x half> zeroinitializer, <2 x half> zeroinitializer, <2 x half> zeroinitializer, <2 x half> zeroinitializer, <2 x half> zeroinitializer, <2 x half> zeroinitializer, <2 x half> zeroinitializer, <2 x half> zeroinitializer)
+  %d0 = extractvalue { <2 x half>, <2 x half> } %d, 0
+  store <2 x half> %d0, ptr addrspace(1) %out
+  ret void
+}
+)";
+  k = CompileLlvmTextForHost(f16_accumulators, "k", "gptc_test_k");
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().message(),
+            "kernel k: host code: intrinsic llvm.nvvm.mma.m16n8k16.row.col.f16.f16 has no "
+            "emulation");
+}
+
+// A library of ABI 1 (before mma and ldmatrix joined the runtime table)
+// would call past the end of today's table: the loader refuses it.
+TEST(HostLoweringTest, ALibraryOfAnotherAbiIsRefused) {
+  const std::filesystem::path dir = testing::TempDir();
+  const std::filesystem::path source = dir / "gptc_abi1.c", library = dir / "gptc_abi1.so";
+  std::ofstream(source) << "const unsigned gptc_emu_abi_version = 1;\n"
+                           "void* gptc_emu_runtime;\n"
+                           "unsigned char gptc_emu_checks;\n";
+  const std::string command =
+      "cc -shared -fPIC -o " + library.string() + " " + source.string() + " 2>/dev/null";
+  if (std::system(command.c_str()) != 0) GTEST_SKIP() << "no C compiler";
+  std::ifstream in(library, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto opened = rt::emu::KernelLibrary::Open(bytes, "old.gptx");
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().message(),
+            fmt::format("old.gptx: its emulator library was built for ABI 1, not {}",
+                        emu::kKernelAbiVersion));
+  EXPECT_GE(emu::kKernelAbiVersion, 2u);
 }
 
 TEST(HostLoweringTest, AnIntrinsicWithoutEmulationIsRefusedByName) {

@@ -278,6 +278,20 @@ TEST(GridRunnerTest, SharedMemoryOutOfBoundsIsStoppedBeforeTheAccess) {
       << s.message();
 }
 
+// Threads store neighbouring 16-bit elements (a bf16 tile): the halves of
+// one word, which is no race (Note [emulated races]).
+void StoreHalves(const uint64_t*) {
+  auto* s = static_cast<uint16_t*>(Rt().shared_memory());
+  Rt().access(&s[Tid()], 2, abi::kStore | abi::kSharedSpace);
+  s[Tid()] = 1;
+}
+
+TEST(GridRunnerTest, NeighbouringHalvesOfAWordDoNotRace) {
+  GridRunner runner(1);
+  Status s = runner.Run(MakeLaunch(&StoreHalves, {}, 1, 32, false, 64));
+  EXPECT_TRUE(s.ok()) << s.message();
+}
+
 void ReadUnwrittenShared(const uint64_t* args) {
   auto* out = reinterpret_cast<float*>(args[0]);
   Load(&SharedF()[Tid()]);
