@@ -87,7 +87,7 @@ class GptrunEmuTest : public ::testing::TestWithParam<Variant> {
            " --train '" + (*dir_ / "train_*.bin").string() + "' --steps " + std::to_string(kSteps) +
            " --lr " + std::to_string(kLr) + " --seed 7 --log " +
            (*dir_ / (name + ".jsonl")).string() + " --ckpt-dir " + (*dir_ / name).string() +
-           " --ckpt-every " + std::to_string(kCheckpointStep) + " > " +
+           " --ckpt-every " + std::to_string(kCheckpointStep) + " --ckpt-keep 0 > " +
            (*dir_ / (name + ".txt")).string() + " 2>&1";
   }
 

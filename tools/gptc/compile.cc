@@ -269,7 +269,9 @@ int CompileCommand(int argc, char** argv) {
     return Fail(code, s);
   };
   options.pipeline.on_pass = [&](const std::string& pass) {
-    progress.Show(fmt::format("compiling {}: pass {}", config->name, pass));
+    // Every pass is shown (a few dozen lines); only codegen's kernels are
+    // rate-limited.
+    progress.Show(fmt::format("compiling {}: pass {}", config->name, pass), true);
   };
   auto lap_start = std::chrono::steady_clock::now();
   auto lap = [&](const char* stage) {
