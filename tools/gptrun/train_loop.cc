@@ -403,7 +403,7 @@ int RunTraining(const RunOptions& o) {
     if (!o.ckpt_dir.empty() && !o.bench &&
         ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last)) {
       StatusOr<rt::CheckpointData> data =
-          rt::CaptureTrainer(trainer, program.params, train->state(), m.vocab);
+          rt::CaptureTrainer(trainer, program.params, train->state(), m);
       if (!data.ok()) return fail(1, data.status().WithPrefix("checkpoint"));
       if (Status s = SaveStepCheckpoint(o.ckpt_dir, step, *data); !s.ok()) return fail(1, s);
       console.Line(fmt::format("checkpoint {}/{}", o.ckpt_dir, StepDirName(step)));
