@@ -1,19 +1,68 @@
 #include "runtime/checkpoint.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <nlohmann/json.hpp>
+#include <utility>
 
-#include "runtime/safetensors.h"
+#include "compiler/support/file.h"
 
 namespace gptc::rt {
 namespace {
 
 constexpr char kModelFile[] = "model.safetensors";
 constexpr char kOptimFile[] = "optim.safetensors";
+constexpr char kConfigFile[] = "config.json";
+
+// The integer fields of config.json (Note [checkpoint config]), in the order written.
+std::vector<std::pair<const char*, int64_t ModelConfig::*>> ConfigInts() {
+  return {{"layers", &ModelConfig::layers}, {"heads", &ModelConfig::heads},
+          {"width", &ModelConfig::width},   {"positions", &ModelConfig::positions},
+          {"vocab", &ModelConfig::vocab},   {"padded_vocab", &ModelConfig::padded_vocab}};
+}
+
+Status CheckConfig(const ModelConfig& model, const std::string& path) {
+  for (const auto& [key, field] : ConfigInts()) {
+    if (model.*field < 1) return Error("{}: '{}' is {}, not positive", path, key, model.*field);
+  }
+  if (model.width % model.heads != 0) {
+    return Error("{}: 'heads' {} does not divide 'width' {}", path, model.heads, model.width);
+  }
+  if (model.vocab > model.padded_vocab) {
+    return Error("{}: 'vocab' {} exceeds 'padded_vocab' {}", path, model.vocab, model.padded_vocab);
+  }
+  return Status::Ok();
+}
+
+std::string ConfigJson(const ModelConfig& model) {
+  nlohmann::ordered_json j;
+  j["name"] = model.name;
+  for (const auto& [key, field] : ConfigInts()) j[key] = model.*field;
+  return j.dump(2) + "\n";
+}
+
+StatusOr<ModelConfig> ParseConfig(const std::string& text, const std::string& path) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return Error("{}: not a JSON object", path);
+  ModelConfig model;
+  auto name = j.find("name");
+  if (name == j.end() || !name->is_string()) return Error("{}: no string 'name'", path);
+  model.name = name->get<std::string>();
+  for (const auto& [key, field] : ConfigInts()) {
+    auto it = j.find(key);
+    if (it == j.end()) return Error("{}: no '{}'", path, key);
+    if (!it->is_number_integer())
+      return Error("{}: '{}' is {}, not an integer", path, key, it->dump());
+    model.*field = it->get<int64_t>();
+  }
+  RETURN_IF_ERROR(CheckConfig(model, path));
+  return model;
+}
 
 std::map<std::string, std::string> Metadata(const CheckpointData& data, int64_t wte_rows) {
   std::map<std::string, std::string> meta = data.extra_metadata;
@@ -22,7 +71,7 @@ std::map<std::string, std::string> Metadata(const CheckpointData& data, int64_t 
   meta["gptc.data.epoch"] = std::to_string(data.data.epoch);
   meta["gptc.data.shard"] = std::to_string(data.data.shard);
   meta["gptc.data.sequence"] = std::to_string(data.data.sequence);
-  meta["gptc.vocab"] = std::to_string(data.vocab);
+  meta["gptc.vocab"] = std::to_string(data.model.vocab);
   meta["gptc.wte_rows"] = std::to_string(wte_rows);
   return meta;
 }
@@ -117,9 +166,16 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointData& data) {
     optim.tensors.push_back(F32Tensor("adam_m." + spec.name, dims, data.adam_m[i]));
     optim.tensors.push_back(F32Tensor("adam_v." + spec.name, dims, data.adam_v[i]));
   }
+  const std::string config_path = dir + "/" + kConfigFile;
+  RETURN_IF_ERROR(CheckConfig(data.model, config_path));
+  if (data.model.padded_vocab != wte_rows) {
+    return Error("{}: 'padded_vocab' {} but wte.weight has {} rows", config_path,
+                 data.model.padded_vocab, wte_rows);
+  }
   model.metadata = optim.metadata = Metadata(data, wte_rows);
   model.metadata[kChecksumKey] = Checksum(model);
   optim.metadata[kChecksumKey] = Checksum(optim);
+  RETURN_IF_ERROR(WriteFileAtomically(config_path, ConfigJson(data.model)));
   // Optimizer first: a model file is never newer than a whole optimizer file
   // without the step check in LoadCheckpoint noticing.
   RETURN_IF_ERROR(WriteSafeTensors(dir + "/" + kOptimFile, optim));
@@ -130,11 +186,13 @@ StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
                                         const std::vector<frontend::ParamSpec>& params) {
   const std::string model_path = dir + "/" + kModelFile;
   const std::string optim_path = dir + "/" + kOptimFile;
-  ASSIGN_OR_RETURN(SafeTensors model, ReadSafeTensors(model_path));
+  ASSIGN_OR_RETURN(SafeTensors model, ReadCheckpointModel(dir));
   ASSIGN_OR_RETURN(SafeTensors optim, ReadSafeTensors(optim_path));
-  RETURN_IF_ERROR(VerifyChecksum(model, model_path));
   RETURN_IF_ERROR(VerifyChecksum(optim, optim_path));
   CheckpointData data;
+  if (access((dir + "/" + kConfigFile).c_str(), F_OK) == 0) {
+    ASSIGN_OR_RETURN(data.model, ReadCheckpointConfig(dir));
+  }
   ASSIGN_OR_RETURN(data.step, MetaInt(model, model_path, "gptc.step"));
   ASSIGN_OR_RETURN(int64_t optim_step, MetaInt(optim, optim_path, "gptc.step"));
   if (optim_step != data.step) {
@@ -144,7 +202,7 @@ StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
   ASSIGN_OR_RETURN(data.data.epoch, MetaInt(model, model_path, "gptc.data.epoch"));
   ASSIGN_OR_RETURN(data.data.shard, MetaInt(model, model_path, "gptc.data.shard"));
   ASSIGN_OR_RETURN(data.data.sequence, MetaInt(model, model_path, "gptc.data.sequence"));
-  ASSIGN_OR_RETURN(data.vocab, MetaInt(model, model_path, "gptc.vocab"));
+  ASSIGN_OR_RETURN(data.model.vocab, MetaInt(model, model_path, "gptc.vocab"));
   for (const auto& [k, v] : model.metadata) {
     if (!k.starts_with("gptc.") && k != "format") data.extra_metadata[k] = v;
   }
@@ -166,14 +224,27 @@ StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
   return data;
 }
 
+StatusOr<ModelConfig> ReadCheckpointConfig(const std::string& dir) {
+  const std::string path = dir + "/" + kConfigFile;
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseConfig(text, path);
+}
+
+StatusOr<SafeTensors> ReadCheckpointModel(const std::string& dir) {
+  const std::string path = dir + "/" + kModelFile;
+  ASSIGN_OR_RETURN(SafeTensors model, ReadSafeTensors(path));
+  RETURN_IF_ERROR(VerifyChecksum(model, path));
+  return model;
+}
+
 StatusOr<CheckpointData> CaptureTrainer(Trainer& trainer,
                                         const std::vector<frontend::ParamSpec>& params,
-                                        const DataLoader::State& data, int64_t vocab) {
+                                        const DataLoader::State& data, const ModelConfig& model) {
   ASSIGN_OR_RETURN(TrainerState state, trainer.ExportState());
   CheckpointData c;
   c.step = state.steps_done;
   c.data = data;
-  c.vocab = vocab;
+  c.model = model;
   c.params = params;
   c.values = std::move(state.values);
   c.adam_m = std::move(state.adam_m);
@@ -192,11 +263,11 @@ Status RestoreTrainer(const CheckpointData& data, Trainer* trainer) {
 
 CheckpointData CaptureCpuTrainer(const CpuTrainer& trainer,
                                  const std::vector<frontend::ParamSpec>& params,
-                                 const DataLoader::State& data, int64_t vocab) {
+                                 const DataLoader::State& data, const ModelConfig& model) {
   CheckpointData c;
   c.step = trainer.steps_done();
   c.data = data;
-  c.vocab = vocab;
+  c.model = model;
   c.params = params;
   for (size_t i = 0; i < params.size(); ++i) {
     c.values.push_back(ToFloats(trainer.param(i)));

@@ -1,8 +1,10 @@
-// Training checkpoints: a directory of two safetensors files.
+// Training checkpoints: a directory of two safetensors files and the model's
+// configuration.
 //
 //   DIR/model.safetensors  the parameters, f32, with Hugging Face GPT-2 names
 //                          (wte.weight, wpe.weight, h.0.ln_1.weight, h.0.attn.c_attn.weight, ...)
 //   DIR/optim.safetensors  the AdamW moments, adam_m.<name> and adam_v.<name>
+//   DIR/config.json        the model (Note [checkpoint config])
 //
 // Both files carry the same __metadata__: "format": "pt", "gptc.step" (optimizer
 // steps done), the data loader's position "gptc.data.epoch", "gptc.data.shard",
@@ -14,9 +16,20 @@
 // only, but they are state); "gptc.wte_rows" says how many rows it has and
 // "gptc.vocab" how many are real. An exporter to HF keeps the first 50257 rows.
 //
-// Each file is written atomically (temp name, fsync, rename), the optimizer
-// file first: a crash leaves every file whole, and a model file newer than
-// its optimizer file is caught at load by comparing their steps.
+// Note [checkpoint config]: config.json holds the model's configuration with
+// the keys of the artifact manifest's "model" object:
+//   {"name": "gpt2-124m", "layers": 12, "heads": 12, "width": 768,
+//    "positions": 1024, "vocab": 50257, "padded_vocab": 50304}
+// so that a checkpoint says what it is without the artifact that trained it;
+// `gptc export-hf` needs it (the head count is in no tensor's shape). It is
+// gptc's own file, not Hugging Face's (it has no "model_type", so transformers
+// refuses the directory instead of misreading it); export-hf writes theirs.
+// Checkpoints from before it have none and still resume.
+//
+// Each file is written atomically (temp name, fsync, rename), config.json
+// and the optimizer file first: a crash leaves every file whole, and a model
+// file newer than its optimizer file is caught at load by comparing their
+// steps.
 #ifndef GPTC_RUNTIME_CHECKPOINT_H_
 #define GPTC_RUNTIME_CHECKPOINT_H_
 
@@ -29,6 +42,8 @@
 #include "frontend/param.h"
 #include "runtime/cpu_device.h"
 #include "runtime/data_loader.h"
+#include "runtime/model_config.h"
+#include "runtime/safetensors.h"
 #include "runtime/trainer.h"
 
 namespace gptc::rt {
@@ -37,28 +52,37 @@ namespace gptc::rt {
 struct CheckpointData {
   int64_t step = 0;
   DataLoader::State data;
-  int64_t vocab = 50257;  // real rows of wte.weight (Note [padded wte])
+  ModelConfig model;  // config.json; model.vocab: the real rows of wte.weight (Note [padded wte])
   std::vector<frontend::ParamSpec> params;
   std::vector<std::vector<float>> values, adam_m, adam_v;  // parallel to params
   std::map<std::string, std::string> extra_metadata;       // written to both files
 };
 
-// Writes DIR/model.safetensors and DIR/optim.safetensors (creating DIR).
+// Writes DIR/config.json, DIR/optim.safetensors and DIR/model.safetensors
+// (creating DIR); fails naming config.json when data.model is not a valid
+// config or its padded_vocab is not the rows of wte.weight.
 Status SaveCheckpoint(const std::string& dir, const CheckpointData& data);
 // Reads a checkpoint whose parameters must be exactly `params` (names, shapes).
+// Without config.json (an older checkpoint) only model.vocab is known.
 StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
                                         const std::vector<frontend::ParamSpec>& params);
+
+// DIR/config.json, checked: sizes positive, heads dividing the width, vocab
+// within padded_vocab. Errors name the file and the key.
+StatusOr<ModelConfig> ReadCheckpointConfig(const std::string& dir);
+// DIR/model.safetensors, its checksum verified (Note [checkpoint checksums]).
+StatusOr<SafeTensors> ReadCheckpointModel(const std::string& dir);
 
 // Any trainer's state as checkpoint data (through the host), and back.
 StatusOr<CheckpointData> CaptureTrainer(Trainer& trainer,
                                         const std::vector<frontend::ParamSpec>& params,
-                                        const DataLoader::State& data, int64_t vocab);
+                                        const DataLoader::State& data, const ModelConfig& model);
 Status RestoreTrainer(const CheckpointData& data, Trainer* trainer);
 
 // The CPU trainer's state as checkpoint data, and back.
 CheckpointData CaptureCpuTrainer(const CpuTrainer& trainer,
                                  const std::vector<frontend::ParamSpec>& params,
-                                 const DataLoader::State& data, int64_t vocab);
+                                 const DataLoader::State& data, const ModelConfig& model);
 void RestoreCpuTrainer(const CheckpointData& data, CpuTrainer* trainer);
 
 }  // namespace gptc::rt

@@ -23,14 +23,13 @@
 #include "compiler/support/status.h"
 #include "passes/train_step.h"
 #include "runtime/artifact.h"
+#include "runtime/model_config.h"
 
 namespace gptc::rt {
 
-// The model and shape facts gptrun needs besides the program.
-struct ModelInfo {
-  std::string name;  // manifest model.name ("gpt2-tiny")
-  int64_t layers = 0, heads = 0, width = 0, positions = 0;
-  int64_t vocab = 50257, padded_vocab = 50304;
+// The model (the manifest's "model") and the shape facts gptrun needs
+// besides the program; a checkpoint keeps the ModelConfig part.
+struct ModelInfo : ModelConfig {
   int64_t batch = 0, seq = 0;  // of one micro-batch
   bool complete = false;       // every thunk has a kernel (the GPU device can run it)
 };

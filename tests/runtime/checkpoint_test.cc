@@ -17,11 +17,25 @@ namespace {
 
 constexpr int64_t kBatch = 2, kSeq = 8, kVocab = 200, kSteps = 3;
 
+// gpt2-tiny with one layer and 200 tokens, as Compile() traces it.
+ModelConfig Model() {
+  return {.name = "gpt2-tiny",
+          .layers = 1,
+          .heads = 4,
+          .width = 64,
+          .positions = 64,
+          .vocab = kVocab,
+          .padded_vocab = models::PadVocab(kVocab)};  // 256: padding rows are saved too
+}
+
 StatusOr<passes::TrainProgram> Compile() {
   ASSIGN_OR_RETURN(models::GptConfig config, models::FindGptConfig("gpt2-tiny"));
   config.layers = 1;
   config.vocab = kVocab;
-  config.padded_vocab = models::PadVocab(kVocab);  // 256: padding rows are saved too
+  config.padded_vocab = models::PadVocab(kVocab);
+  EXPECT_EQ(config.heads, Model().heads);
+  EXPECT_EQ(config.width, Model().width);
+  EXPECT_EQ(config.positions, Model().positions);
   ASSIGN_OR_RETURN(frontend::TracedModule traced, models::TraceGpt2Forward(config, kBatch, kSeq));
   return passes::BuildTrainProgram(std::move(traced.module), std::move(traced.params),
                                    passes::TrainStepOptions{});
@@ -83,7 +97,7 @@ TEST_F(CheckpointTest, ResumeIsBitIdentical) {
     CpuTrainer trainer(&program_, /*seed=*/5);
     DataLoader loader = Loader();
     Train(trainer, loader, kSteps, &resumed);
-    CheckpointData data = CaptureCpuTrainer(trainer, program_.params, loader.state(), kVocab);
+    CheckpointData data = CaptureCpuTrainer(trainer, program_.params, loader.state(), Model());
     ASSERT_TRUE(SaveCheckpoint(ckpt, data).ok());
   }
   {
@@ -92,6 +106,7 @@ TEST_F(CheckpointTest, ResumeIsBitIdentical) {
     StatusOr<CheckpointData> data = LoadCheckpoint(ckpt, program_.params);
     ASSERT_TRUE(data.ok()) << data.status().message();
     EXPECT_EQ(data->step, kSteps);
+    EXPECT_EQ(data->model, Model());
     RestoreCpuTrainer(*data, &trainer);
     ASSERT_TRUE(loader.Restore(data->data).ok());
     Train(trainer, loader, kSteps, &resumed);
@@ -105,7 +120,7 @@ TEST_F(CheckpointTest, ResumeIsBitIdentical) {
 TEST_F(CheckpointTest, FilesUseHuggingFaceNames) {
   CpuTrainer trainer(&program_, 1);
   const std::string ckpt = dir_ + "/ckpt";
-  ASSERT_TRUE(SaveCheckpoint(ckpt, CaptureCpuTrainer(trainer, program_.params, {}, kVocab)).ok());
+  ASSERT_TRUE(SaveCheckpoint(ckpt, CaptureCpuTrainer(trainer, program_.params, {}, Model())).ok());
   StatusOr<SafeTensors> model = ReadSafeTensors(ckpt + "/model.safetensors");
   StatusOr<SafeTensors> optim = ReadSafeTensors(ckpt + "/optim.safetensors");
   ASSERT_TRUE(model.ok() && optim.ok());
@@ -120,10 +135,78 @@ TEST_F(CheckpointTest, FilesUseHuggingFaceNames) {
   EXPECT_EQ(optim->tensors.size(), 2 * model->tensors.size());
 }
 
+// Note [checkpoint config]: config.json says which model the checkpoint
+// holds, with the manifest's keys; a checkpoint without it (an older one)
+// still loads.
+TEST_F(CheckpointTest, WritesTheModelConfig) {
+  CpuTrainer trainer(&program_, 1);
+  const std::string ckpt = dir_ + "/ckpt";
+  ASSERT_TRUE(SaveCheckpoint(ckpt, CaptureCpuTrainer(trainer, program_.params, {}, Model())).ok());
+  StatusOr<std::string> text = ReadFile(ckpt + "/config.json");
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  EXPECT_EQ(*text,
+            "{\n"
+            "  \"name\": \"gpt2-tiny\",\n"
+            "  \"layers\": 1,\n"
+            "  \"heads\": 4,\n"
+            "  \"width\": 64,\n"
+            "  \"positions\": 64,\n"
+            "  \"vocab\": 200,\n"
+            "  \"padded_vocab\": 256\n"
+            "}\n");
+  StatusOr<ModelConfig> config = ReadCheckpointConfig(ckpt);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(*config, Model());
+  StatusOr<CheckpointData> loaded = LoadCheckpoint(ckpt, program_.params);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(loaded->model, Model());
+
+  std::filesystem::remove(ckpt + "/config.json");
+  loaded = LoadCheckpoint(ckpt, program_.params);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(loaded->model.vocab, kVocab);  // from the safetensors metadata
+  EXPECT_EQ(ReadCheckpointConfig(ckpt).status().message(),
+            ckpt + "/config.json: No such file or directory");
+}
+
+TEST_F(CheckpointTest, ABadModelConfigIsRefused) {
+  CpuTrainer trainer(&program_, 1);
+  const std::string ckpt = dir_ + "/ckpt";
+  const std::string path = ckpt + "/config.json";
+  // At save: a config never filled in, or one of another model.
+  CheckpointData data = CaptureCpuTrainer(trainer, program_.params, {}, ModelConfig{});
+  EXPECT_EQ(SaveCheckpoint(ckpt, data).message(), path + ": 'layers' is 0, not positive");
+  data.model = Model();
+  data.model.padded_vocab = 50304;
+  EXPECT_EQ(SaveCheckpoint(ckpt, data).message(),
+            path + ": 'padded_vocab' 50304 but wte.weight has 256 rows");
+  // At load: each damage names the file and the key.
+  data.model = Model();
+  ASSERT_TRUE(SaveCheckpoint(ckpt, data).ok());
+  const std::string ok_tail = R"("width": 64, "positions": 64, "vocab": 200, "padded_vocab": 256})";
+  for (const auto& [text, error] : std::vector<std::pair<std::string, std::string>>{
+           {"{\"name\": \"gpt2-tiny\", \"layers\": 1,", "not a JSON object"},
+           {"[1, 2]", "not a JSON object"},
+           {R"({"layers": 1, "heads": 4, )" + ok_tail, "no string 'name'"},
+           {R"({"name": "t", "heads": 4, )" + ok_tail, "no 'layers'"},
+           {R"({"name": "t", "layers": "1", "heads": 4, )" + ok_tail,
+            "'layers' is \"1\", not an integer"},
+           {R"({"name": "t", "layers": 1, "heads": 3, )" + ok_tail,
+            "'heads' 3 does not divide 'width' 64"},
+           {R"({"name": "t", "layers": 1, "heads": 4, "width": 64, "positions": 64, )"
+            R"("vocab": 300, "padded_vocab": 256})",
+            "'vocab' 300 exceeds 'padded_vocab' 256"},
+       }) {
+    ASSERT_TRUE(WriteFileAtomically(path, text).ok());
+    EXPECT_EQ(ReadCheckpointConfig(ckpt).status().message(), path + ": " + error) << text;
+    EXPECT_EQ(LoadCheckpoint(ckpt, program_.params).status().message(), path + ": " + error);
+  }
+}
+
 TEST_F(CheckpointTest, MismatchedStepsAreCaught) {
   CpuTrainer trainer(&program_, 1);
   const std::string ckpt = dir_ + "/ckpt";
-  CheckpointData data = CaptureCpuTrainer(trainer, program_.params, {}, kVocab);
+  CheckpointData data = CaptureCpuTrainer(trainer, program_.params, {}, Model());
   ASSERT_TRUE(SaveCheckpoint(ckpt, data).ok());
   StatusOr<std::string> old_optim = ReadFile(ckpt + "/optim.safetensors");
   data.step = 7;
@@ -140,7 +223,7 @@ TEST_F(CheckpointTest, MismatchedStepsAreCaught) {
 TEST_F(CheckpointTest, AFlippedTensorByteIsRefused) {
   CpuTrainer trainer(&program_, 1);
   const std::string ckpt = dir_ + "/ckpt";
-  ASSERT_TRUE(SaveCheckpoint(ckpt, CaptureCpuTrainer(trainer, program_.params, {}, kVocab)).ok());
+  ASSERT_TRUE(SaveCheckpoint(ckpt, CaptureCpuTrainer(trainer, program_.params, {}, Model())).ok());
   ASSERT_TRUE(LoadCheckpoint(ckpt, program_.params).ok());
   for (const std::string file : {"model.safetensors", "optim.safetensors"}) {
     const std::string path = ckpt + "/" + file;

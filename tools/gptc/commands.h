@@ -23,6 +23,8 @@ int CompileCommand(int argc, char** argv);
 int InspectCommand(int argc, char** argv);
 // gptc models: the configs with their parameter counts.
 int ModelsCommand(int argc, char** argv);
+// gptc export-hf CKPT_DIR OUT_DIR: a checkpoint as a Hugging Face GPT-2 model.
+int ExportHfCommand(int argc, char** argv);
 
 // Prints `gptc: MESSAGE` on stderr and returns `code`.
 int Fail(int code, const Status& status);

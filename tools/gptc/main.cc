@@ -8,6 +8,7 @@
 //   gptc verify FILE.ir              prints `ok` or one error line (exit 1)
 //   gptc eval FILE.ir [--seed N] [--arithmetic f32|f64]
 //                                    evaluates on random inputs, prints checksums
+//   gptc export-hf CKPT_DIR OUT_DIR  writes a checkpoint as a Hugging Face GPT-2 model
 //   gptc COMMAND --help              the command's flags with their defaults
 //
 // Usage errors exit 2, failures of the input exit 1; every error is one line.
@@ -36,6 +37,8 @@ constexpr char kUsage[] =
     "  inspect FILE.gptx  summarize an artifact or print one of its sections\n"
     "  verify FILE.ir     parse and verify IR text; print ok or the first error\n"
     "  eval FILE.ir       evaluate the entry computation on random inputs\n"
+    "  export-hf CKPT_DIR OUT_DIR\n"
+    "                     write a gptrun checkpoint as a Hugging Face GPT-2 model\n"
     "  --version          print the version\n"
     "Exit status: 0 on success, 1 when the work fails, 2 for a usage error.\n";
 
@@ -141,6 +144,7 @@ int Main(int argc, char** argv) {
   if (command == "inspect") return tools::InspectCommand(argc, argv);
   if (command == "verify") return Verify(argc, argv);
   if (command == "eval") return Eval(argc, argv);
+  if (command == "export-hf") return tools::ExportHfCommand(argc, argv);
   return Fail(2, Error("unknown command '{}' (try gptc --help)", command));
 }
 

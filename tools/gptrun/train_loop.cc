@@ -387,7 +387,7 @@ int RunTraining(const RunOptions& o) {
     if (!o.ckpt_dir.empty() && !o.bench &&
         ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last)) {
       StatusOr<rt::CheckpointData> data =
-          rt::CaptureTrainer(trainer, program.params, train->state(), m.vocab);
+          rt::CaptureTrainer(trainer, program.params, train->state(), m);
       if (!data.ok()) return fail(1, data.status().WithPrefix("checkpoint"));
       const std::optional<double> val_loss =
           last_val.first == step ? std::optional<double>(last_val.second) : std::nullopt;

@@ -1,0 +1,39 @@
+// gptc export-hf CKPT_DIR OUT_DIR: a training checkpoint as a Hugging Face
+// GPT-2 model directory (runtime/hf_export.h has the mapping).
+#include <cstdio>
+#include <optional>
+
+#include "runtime/hf_export.h"
+#include "tools/common/flags.h"
+#include "tools/gptc/commands.h"
+
+namespace gptc::tools {
+
+int ExportHfCommand(int argc, char** argv) {
+  Flags flags("gptc export-hf", "CKPT_DIR OUT_DIR",
+              "Writes a gptrun checkpoint (a step_NNNNNN directory of --ckpt-dir) as a Hugging "
+              "Face transformers GPT-2 model: OUT_DIR/config.json (GPT2Config) and "
+              "OUT_DIR/model.safetensors (GPT2LMHeadModel's weights, f32, the token table cut to "
+              "the real vocabulary), for GPT2LMHeadModel.from_pretrained(OUT_DIR). OUT_DIR is "
+              "created; files of the same names in it are replaced.");
+  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(kExitUsage, s);
+  if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
+  if (flags.positional().size() != 2) {
+    return Fail(kExitUsage, Error("export-hf takes CKPT_DIR OUT_DIR (gptc export-hf --help)"));
+  }
+  const std::string& ckpt = flags.positional()[0];
+  const std::string& out = flags.positional()[1];
+  StatusOr<rt::HfExportSummary> done = rt::ExportHuggingFace(ckpt, out);
+  if (!done.ok()) return Fail(kExitFailure, done.status());
+  const rt::ModelConfig& m = done->model;
+  std::printf(
+      "exported %s (%s at step %lld: layers %lld, heads %lld, width %lld, vocab %lld) to "
+      "%s: %lld tensors, %s values\n",
+      ckpt.c_str(), m.name.c_str(), static_cast<long long>(done->step),
+      static_cast<long long>(m.layers), static_cast<long long>(m.heads),
+      static_cast<long long>(m.width), static_cast<long long>(m.vocab), out.c_str(),
+      static_cast<long long>(done->tensors), WithThousands(done->values).c_str());
+  return 0;
+}
+
+}  // namespace gptc::tools
