@@ -148,6 +148,28 @@ TEST_F(GptrunTest, CheckpointHousekeeping) {
   EXPECT_NE(r.out.find("(removed step_000001; --ckpt-keep 2)"), std::string::npos) << r.out;
 }
 
+// Note [checkpoint config]: heads 4 instead of 2 has the same tensor shapes;
+// the checkpoint's config.json tells them apart at --resume.
+TEST_F(GptrunTest, ResumeRefusesACheckpointOfAnotherModel) {
+  const std::string ckpt = (*dir_ / "ckpt_model").string();
+  ASSERT_EQ(Gptrun("--steps 1 --ckpt-dir " + ckpt).code, 0);
+  const std::string other = (*dir_ / "heads4.gptx").string();
+  Result c = Run(std::string(GPTC_BIN) +
+                 " compile --model gpt2-tiny --layers 1 --heads 4 --width 32 --batch 2 --seq 16"
+                 " --no-codegen -o " +
+                 other);
+  ASSERT_EQ(c.code, 0) << c.out << c.err;
+  Result r =
+      Run(std::string(GPTRUN_BIN) + " " + other + " --device cpu --train '" +
+          (*dir_ / "train_*.bin").string() + "' --steps 2 --ckpt-dir " + ckpt + " --resume latest");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_EQ(r.err, "gptrun: --resume " + ckpt +
+                       "/step_000001: the checkpoint is of gpt2-tiny (layers 1, heads 2, width 32, "
+                       "positions 64, vocab 50257 padded to 50304), the artifact of gpt2-tiny "
+                       "(layers 1, heads 4, width 32, positions 64, vocab 50257 padded to "
+                       "50304)\n");
+}
+
 TEST_F(GptrunTest, ResumeIsBitIdentical) {
   Result full = Gptrun("--steps 6 --val-every 3 --log " + (*dir_ / "full.jsonl").string());
   ASSERT_EQ(full.code, 0) << full.out << full.err;
