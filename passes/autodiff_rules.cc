@@ -11,6 +11,8 @@
 #include <numbers>
 #include <numeric>
 
+#include "passes/autodiff_attention.h"
+
 namespace gptc::passes::autodiff {
 
 using ir::CompareDirection;
@@ -548,64 +550,6 @@ Grads SoftmaxCrossEntropyRule(RuleContext& c, const Instruction& y, Instruction*
   Instruction* diff = c.g.Select(is_target, c.g.Sub(probs, c.g.Full(xs, 1.0)), probs);
   Instruction* dx = c.g.Mul(diff, c.g.Broadcast(c.g.Convert(dy, DType::kF32), xs.dims(), rows));
   return std::vector<Instruction*>{c.g.Convert(dx, logits->shape().dtype()), nullptr};
-}
-
-// o = attention(q, k, v), all [B,H,T,D] (k, v [B,H,S,D]), with the decomposition's meaning
-//   s = scale * q k^T (f32, causal: -inf where key > query), p = softmax(s), o = p v:
-//   dv = p^T do, dp = do v^T, ds = scale * p * (dp - rowsum(dp * p)), dq = ds k, dk = ds^T q.
-// The probabilities are recomputed from q and k; masked entries have p = 0, so ds = 0 there.
-// With grad_dtype (Note [bf16 attention backward] in passes/mixed_precision.h)
-// the five matmuls take operands of that dtype: q, k, v, do, p and ds are
-// narrowed, s and dp come out f32, and dq, dk, dv in the operands' own dtype.
-Grads AttentionRule(RuleContext& c, const Instruction& y, Instruction* dy,
-                    const std::vector<bool>& w) {
-  Instruction *q = y.operand(0), *k = y.operand(1), *v = y.operand(2);
-  const Shape& qs = q->shape();
-  const DType operands = y.attrs().grad_dtype.value_or(qs.dtype());
-  // Without grad_dtype, the scores round to q's dtype first, as in the decomposition.
-  const DType scores_dtype = y.attrs().grad_dtype ? DType::kF32 : qs.dtype();
-  Instruction *qn = c.g.Convert(q, operands), *kn = c.g.Convert(k, operands);
-  int64_t t = qs.dim(2), s_len = k->shape().dim(2);
-  std::vector<int64_t> scores_dims = {qs.dim(0), qs.dim(1), t, s_len};
-  Shape scores_shape(DType::kF32, scores_dims);
-  auto batched = [](int64_t lhs_contracting, int64_t rhs_contracting) {
-    ir::DotDimensions d;
-    d.lhs_batch = d.rhs_batch = {0, 1};
-    d.lhs_contracting = {lhs_contracting};
-    d.rhs_contracting = {rhs_contracting};
-    return d;
-  };
-  // (B, H, T, S) probabilities, recomputed.
-  Instruction* scores = c.g.Scale(
-      c.g.Convert(c.g.Dot(qn, kn, batched(3, 3), scores_dtype), DType::kF32), y.attrs().scale);
-  if (y.attrs().causal) {
-    Shape square(DType::kS32, {t, s_len});
-    Instruction* visible =
-        c.g.Compare(c.g.Iota(square, 1), c.g.Iota(square, 0), CompareDirection::kLe);
-    scores = c.g.Select(c.g.Broadcast(visible, scores_dims, {2, 3}), scores,
-                        c.g.Full(scores_shape, -INFINITY));
-  }
-  Instruction* max = c.g.Reduce(scores, {3}, ir::ReduceKind::kMax, DType::kF32);
-  Instruction* e =
-      c.g.Unary(Opcode::kExp, c.g.Sub(scores, c.g.Broadcast(max, scores_dims, {0, 1, 2})));
-  Instruction* sum = c.g.Reduce(e, {3}, ir::ReduceKind::kSum, DType::kF32);
-  Instruction* p = c.g.Div(e, c.g.Broadcast(sum, scores_dims, {0, 1, 2}));  // (B, H, T, S)
-  Instruction* d_out = c.g.Convert(dy, operands);
-  Instruction* dv =
-      w[2] ? c.g.Dot(c.g.Convert(p, operands), d_out, batched(2, 2), v->shape().dtype())
-           : nullptr;
-  Instruction *dq = nullptr, *dk = nullptr;
-  if (w[0] || w[1]) {
-    Instruction* dp =
-        c.g.Dot(d_out, c.g.Convert(v, operands), batched(3, 3), DType::kF32);  // (B, H, T, S)
-    Instruction* row = c.g.Reduce(c.g.Mul(dp, p), {3}, ir::ReduceKind::kSum, DType::kF32);
-    Instruction* ds = c.g.Scale(c.g.Mul(p, c.g.Sub(dp, c.g.Broadcast(row, scores_dims, {0, 1, 2}))),
-                                y.attrs().scale);
-    Instruction* ds_n = c.g.Convert(ds, operands);
-    if (w[0]) dq = c.g.Dot(ds_n, kn, batched(3, 2), qs.dtype());
-    if (w[1]) dk = c.g.Dot(ds_n, qn, batched(2, 2), qs.dtype());
-  }
-  return std::vector<Instruction*>{dq, dk, dv};
 }
 
 // fusion: differentiate through the called computation (a recomputed

@@ -451,6 +451,7 @@ StatusOr<bool> Fusion::Run(ir::Module& module) {
   FuseParameterConverts(planner);
   FuseCrossEntropy(planner);
   FuseAttention(planner);
+  FuseAttentionGrads(planner);
   FuseGemms(planner);
   FuseReductions(planner);
   FuseConvertsIntoProducers(planner);

@@ -96,6 +96,7 @@ void FuseGradNorm(Planner& p);
 void FuseParameterConverts(Planner& p);
 void FuseCrossEntropy(Planner& p);
 void FuseAttention(Planner& p);
+void FuseAttentionGrads(Planner& p);  // Note [attention backward]
 void FuseGemms(Planner& p);
 void FuseReductions(Planner& p);
 void FuseConvertsIntoProducers(Planner& p);

@@ -43,6 +43,9 @@ double InstructionFlops(const Instruction& inst) {
       double flops = 4.0 * bht * s * static_cast<double>(q.dim(3)) + 5.0 * bht * s;
       return inst.attrs().causal ? flops / 2 : flops;
     }
+    case Opcode::kAttentionLse:
+    case Opcode::kAttentionGrad:
+      return 0;  // per kernel: AttentionFlops
     case Opcode::kSoftmaxCrossEntropy:
       // max, exp-sum, log and the target pick per logit.
       return 4.0 * Elements(inst.operand(0)->shape());
@@ -50,6 +53,36 @@ double InstructionFlops(const Instruction& inst) {
       if (ir::IsElementwise(inst.opcode())) return Elements(inst.shape());
       return 0;
   }
+}
+
+// Note [attention FLOPs]: flash kernels recompute the scores, so their FLOPs
+// are counted per kernel, not per op: an attention-lse in the forward's
+// kernel is free (the forward has the scores), alone it computes s = q k^T;
+// attention-grad ops sharing a kernel share s (and dp = do v^T, which dq and
+// dk need) and add one matmul each (dq = ds k, dk = ds^T q, dv = p^T do):
+// the dk+dv kernel does 4 matmuls and the dq kernel 3, 3.5x the forward's 2
+// (FlashAttention-2 with dq by atomics does 5). Causal halves them all.
+double AttentionFlops(const std::vector<const Instruction*>& kernel) {
+  bool forward = false, needs_dp = false;
+  const Instruction* op = nullptr;
+  int64_t grads = 0;
+  for (const Instruction* f : kernel) {
+    if (f->opcode() == Opcode::kAttention) forward = true;
+    if (f->opcode() == Opcode::kAttentionLse && op == nullptr) op = f;
+    if (f->opcode() == Opcode::kAttentionGrad) {
+      op = f;
+      ++grads;
+      needs_dp |= f->attrs().index != 2;
+    }
+  }
+  if (op == nullptr || (forward && grads == 0)) return 0;
+  const ir::Shape& q = op->operand(0)->shape();
+  const double bhts = static_cast<double>(q.dim(0) * q.dim(1) * q.dim(2)) *
+                      static_cast<double>(op->operand(1)->shape().dim(2));
+  const double matmuls = 1 + (grads > 0 && needs_dp ? 1 : 0) + static_cast<double>(grads);
+  const double flops =
+      matmuls * 2.0 * bhts * static_cast<double>(q.dim(3)) + (grads > 0 ? 6.0 : 3.0) * bhts;
+  return op->attrs().causal ? flops / 2 : flops;
 }
 
 }  // namespace
@@ -81,10 +114,14 @@ std::vector<KernelRow> AnalyzeKernels(const ir::Module& module, const GpuSpec& g
         ++row.ops;
         ++sources[f->metadata()];
       }
+      std::vector<const Instruction*> members;
+      for (const auto& f : inst->called_computation()->instructions()) members.push_back(f.get());
+      row.flops += AttentionFlops(members);
     } else {
       row.kind = std::string(ir::OpcodeName(inst->opcode()));
       row.ops = 1;
       row.flops = InstructionFlops(*inst);
+      row.flops += AttentionFlops({inst.get()});  // unfused: a kernel of its own
       ++sources[inst->metadata()];
     }
     std::unordered_set<const Instruction*> seen;
@@ -101,6 +138,7 @@ std::vector<KernelRow> AnalyzeKernels(const ir::Module& module, const GpuSpec& g
     double memory_s =
         static_cast<double>(row.bytes_read + row.bytes_written) / (gpu.hbm_gbps * 1e9);
     row.time_us = std::max(compute_s, memory_s) * 1e6;
+    row.compute_bound = compute_s > memory_s;
     rows.push_back(std::move(row));
   }
   return rows;
@@ -123,13 +161,14 @@ std::string RenderFusionReport(const ir::Module& module, const GpuSpec& gpu) {
                   module.name(), gpu.name, gpu.peak_tflops, gpu.hbm_gbps);
   // Bytes in binary units and FLOPs in decimal ones, so a column reads at a
   // glance; the exact counts are KernelRow's (and the tests').
-  out += fmt::format("{:<48} {:<13} {:>5} {:>11} {:>11} {:>12} {:>11}  {}\n", "kernel", "kind",
-                     "ops", "read", "written", "FLOPs", "time us", "source");
+  out += fmt::format("{:<48} {:<13} {:>5} {:>11} {:>11} {:>12} {:>11} {:<7}  {}\n", "kernel",
+                     "kind", "ops", "read", "written", "FLOPs", "time us", "bound", "source");
   KernelRow total;
   for (const KernelRow& r : rows) {
-    out += fmt::format("{:<48} {:<13} {:>5} {:>11} {:>11} {:>12} {:>11.3f}  {}\n", r.name, r.kind,
-                       r.ops, FormatBytes(r.bytes_read), FormatBytes(r.bytes_written),
-                       FormatFlops(r.flops), r.time_us, r.source);
+    out += fmt::format("{:<48} {:<13} {:>5} {:>11} {:>11} {:>12} {:>11.3f} {:<7}  {}\n", r.name,
+                       r.kind, r.ops, FormatBytes(r.bytes_read), FormatBytes(r.bytes_written),
+                       FormatFlops(r.flops), r.time_us, r.compute_bound ? "compute" : "memory",
+                       r.source);
     total.ops += r.ops;
     total.bytes_read += r.bytes_read;
     total.bytes_written += r.bytes_written;

@@ -41,6 +41,8 @@ struct KernelRow {
   int64_t bytes_written = 0;
   double flops = 0;
   double time_us = 0;
+  // Whether the roofline time is the compute or the memory time.
+  bool compute_bound = false;
   std::string source;  // most common metadata inside the kernel
 };
 

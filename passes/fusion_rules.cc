@@ -316,23 +316,28 @@ void AddQkvProducers(const Planner& p, InstSet& s) {
 
 }  // namespace
 
-// Note [attention backward]: the backward of attention (autodiff's
-// AttentionRule: five batched dots around the recomputed softmax) is not
-// grouped here. The gemm rule makes each dot a strided-batched cuBLASLt call
-// (S = q k^T, dP = dO v^T, dV = P^T dO, dQ = dS k, dK = dS^T q), the
-// reduction rule one row kernel computing P and dS from S and dP, and the
-// loop rule the transpose of dO and the packing of dq, dk, dv into the
-// [B, T, 3C] gradient: 7 kernels, each with an emitter. Under bf16 the
-// gemms take bf16 operands (Note [bf16 attention backward] in
-// passes/mixed_precision.h). The [B, H, T, T] tensors are stored: S and dP in
-// f32, P and dS in bf16, all transient. A flash-attention backward
-// kernel (one kind=attention fusion reading the forward's row statistics)
-// would avoid; until one exists this is also faster than CUDA-core
-// per-row kernels, whose dot products run without tensor cores.
+// Note [attention backward]: the backward of attention is the flash ops of
+// Note [flash attention ops] (passes/autodiff_attention.h). attention-lse
+// joins the forward's kernel (which has the scores' row max and sum), the
+// attention-grad ops with wrt=k and wrt=v of the same operands share one
+// kernel (one key block per block: s, p, dp recomputed once for both) and
+// wrt=q gets one of its own (one query block per block); delta is a row
+// reduction of the reduction rule. Operand chains (the converts to bf16, the
+// layout of do) join a backward kernel when nothing else reads them; outputs
+// leave through transposes, reshapes and converts, as the forward's. No
+// [B, H, T, S] tensor is stored anywhere in the step.
 void FuseAttention(Planner& p) {
   for (const Instruction* a : p.order()) {
     if (a->opcode() != Opcode::kAttention || !p.Claimable(a)) continue;
     int g = p.NewGroup(FusionKind::kAttention, a, {a});
+    // The backward's row statistics of the same scores.
+    for (const Instruction* u : a->operand(0)->users()) {
+      if (u->opcode() == Opcode::kAttentionLse && u->operand(1) == a->operand(1) &&
+          u->attrs().causal == a->attrs().causal && u->attrs().scale == a->attrs().scale &&
+          p.Claimable(u)) {
+        p.TryAdd(g, u);
+      }
+    }
     // q, k, v read straight out of the packed projection.
     for (const Instruction* op : a->operands()) {
       for (const Instruction* x = op;; x = x->operand(0)) {
@@ -355,6 +360,45 @@ void FuseAttention(Planner& p) {
          u = SingleUser(p, u)) {
     }
 
+  }
+}
+
+void FuseAttentionGrads(Planner& p) {
+  for (const Instruction* a : p.order()) {
+    if (a->opcode() != Opcode::kAttentionGrad || !p.Claimable(a)) continue;
+    int g = p.NewGroup(FusionKind::kAttention, a, {a});
+    if (a->attrs().index != 0) {  // dk and dv of the same operands share the key blocks
+      for (const Instruction* u : a->operand(0)->users()) {
+        if (u != a && u->opcode() == Opcode::kAttentionGrad && u->attrs().index != 0 &&
+            u->attrs().index != a->attrs().index && u->operands() == a->operands() &&
+            p.Claimable(u)) {
+          p.TryAdd(g, u);
+          break;
+        }
+      }
+    }
+    // Layout chains of the operands that only this kernel reads.
+    InstSet members = p.groups()[g].members;
+    for (const Instruction* m : members) {
+      for (const Instruction* op : m->operands()) {
+        for (const Instruction* x = op;; x = x->operand(0)) {
+          Opcode o = x->opcode();
+          if (o != Opcode::kTranspose && o != Opcode::kReshape && o != Opcode::kConvert) break;
+          if (!p.Claimable(x) || !AllUsesIn(p, x, p.groups()[g].members) || !p.TryAdd(g, x)) {
+            break;
+          }
+        }
+      }
+    }
+    for (const Instruction* m : members) {
+      for (const Instruction* u = SingleUser(p, m);
+           u != nullptr &&
+           (u->opcode() == Opcode::kTranspose || u->opcode() == Opcode::kReshape ||
+            u->opcode() == Opcode::kConvert) &&
+           p.Claimable(u) && p.TryAdd(g, u);
+           u = SingleUser(p, u)) {
+      }
+    }
   }
 }
 

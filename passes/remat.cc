@@ -227,7 +227,7 @@ std::unordered_set<const Instruction*> KeptValues(const ir::Computation& entry,
                 (policy == RematPolicy::kNone && !cheap.contains(inst.get()));
     if (policy == RematPolicy::kDots) {
       keep |= opcode == Opcode::kDot || opcode == Opcode::kAttention ||
-              opcode == Opcode::kSoftmaxCrossEntropy;
+              opcode == Opcode::kAttentionLse || opcode == Opcode::kSoftmaxCrossEntropy;
     }
     if (keep) kept.insert(inst.get());
     if (opcode == Opcode::kAdd && IsBlockScope(inst->metadata())) {

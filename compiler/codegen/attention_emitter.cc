@@ -7,7 +7,10 @@
 //   s = warp-sum(q . k_j)                      (butterfly shuffles)
 //   m' = max(m, s); c = exp(m - m'); p = exp(s - m')
 //   l = l * c + p; o = o * c + p * v_j; m = m'  (online softmax)
-// and finally o / l. Warps work independently: no shared memory, no barrier.
+// and finally o / l, and lse = m + log(l) for a fused attention-lse of the
+// same q, k (Note [flash attention ops]; a fusion holding only the
+// attention-lse runs the same loop without v). Warps work independently: no
+// shared memory, no barrier.
 // This is the simple, correct form, not a tensor-core flash attention: it
 // reads each k, v row once per query row (through L1/L2).
 //
@@ -28,6 +31,7 @@
 #include <limits>
 #include <map>
 
+#include "compiler/codegen/attention_util.h"
 #include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"
 #include "compiler/codegen/kernel_emitter.h"
@@ -47,16 +51,6 @@ constexpr int64_t kWarp = 32;
 constexpr int64_t kWarpsPerBlock = 4;
 constexpr int64_t kMaxHeadDim = 8 * kWarp;  // 8 elements per lane
 
-bool DependsOn(const ir::Instruction* inst, const ir::Instruction* target,
-               std::map<const ir::Instruction*, bool>& memo) {
-  if (inst == target) return true;
-  if (auto it = memo.find(inst); it != memo.end()) return it->second;
-  bool result = false;
-  for (const ir::Instruction* op : inst->operands()) result = result || DependsOn(op, target, memo);
-  memo[inst] = result;
-  return result;
-}
-
 class AttentionEmitter : public KernelEmitter {
  public:
   std::string_view Name() const override { return "attention"; }
@@ -67,65 +61,53 @@ class AttentionEmitter : public KernelEmitter {
     std::vector<const ir::Instruction*> outputs = FusionOutputs(*fused);
     std::vector<ir::Instruction*> params = fused->parameters();
 
-    const ir::Instruction* attn = nullptr;
+    const ir::Instruction *attn = nullptr, *lse = nullptr;
     for (const auto& inst : fused->instructions()) {
-      if (inst->opcode() != ir::Opcode::kAttention) continue;
-      if (attn != nullptr) {
-        return Error("%{}: {}: a second attention op in one fusion", fusion.name(),
-                     Describe(*inst));
+      const ir::Instruction** slot = inst->opcode() == ir::Opcode::kAttention      ? &attn
+                                     : inst->opcode() == ir::Opcode::kAttentionLse ? &lse
+                                                                                   : nullptr;
+      if (slot == nullptr) continue;
+      if (*slot != nullptr) {
+        return Error("%{}: {}: a second {} op in one fusion", fusion.name(), Describe(*inst),
+                     ir::OpcodeName(inst->opcode()));
       }
-      attn = inst.get();
+      *slot = inst.get();
     }
-    if (attn == nullptr) {
-      return Error("%{}: attention fusion without an attention op (the fusion pass leaves "
-                   "the backward to gemm, reduction and loop fusions)",
-                   fusion.name());
+    if (attn == nullptr && lse == nullptr) {
+      return Error("%{}: attention fusion without an attention or attention-lse op", fusion.name());
     }
-    const ir::Shape& qs = attn->operand(0)->shape();
-    const ir::Shape& ks = attn->operand(1)->shape();
-    const ir::Shape& vs = attn->operand(2)->shape();
+    const ir::Instruction* scores = attn != nullptr ? attn : lse;
+    if (attn != nullptr && lse != nullptr &&
+        (lse->operand(0) != attn->operand(0) || lse->operand(1) != attn->operand(1) ||
+         lse->attrs().causal != attn->attrs().causal ||
+         lse->attrs().scale != attn->attrs().scale)) {
+      return Error("%{}: {} does not take the q, k and attributes of {}", fusion.name(),
+                   Describe(*lse), Describe(*attn));
+    }
+    const ir::Shape& qs = scores->operand(0)->shape();
+    const ir::Shape& ks = scores->operand(1)->shape();
+    const ir::Shape& vs = attn != nullptr ? attn->operand(2)->shape() : ks;
     if (qs.rank() != 4 || ks.rank() != 4 || vs.rank() != 4 || ks.dims() != vs.dims() ||
         qs.dim(0) != ks.dim(0) || qs.dim(1) != ks.dim(1) || qs.dim(3) != ks.dim(3) ||
-        attn->shape().dims() != qs.dims()) {
+        (attn != nullptr && attn->shape().dims() != qs.dims())) {
       return Error("%{}: {}: expected q, k, v of [B, H, T, D] (got {}, {}, {})", fusion.name(),
-                   Describe(*attn), qs.ToString(), ks.ToString(), vs.ToString());
+                   Describe(*scores), qs.ToString(), ks.ToString(), vs.ToString());
     }
     const int64_t batch = qs.dim(0), heads = qs.dim(1), tq = qs.dim(2), dim = qs.dim(3);
     const int64_t tk = ks.dim(2);
     if (dim > kMaxHeadDim) {
-      return Error("%{}: {}: head dim {} exceeds {}", fusion.name(), Describe(*attn), dim,
+      return Error("%{}: {}: head dim {} exceeds {}", fusion.name(), Describe(*scores), dim,
                    kMaxHeadDim);
     }
-    const bool causal = attn->attrs().causal;
-    const double scale = attn->attrs().scale;
+    const bool causal = scores->attrs().causal;
+    const double scale = scores->attrs().scale;
     const int64_t per_lane = (dim + kWarp - 1) / kWarp;
 
-    // Outputs: chains from the result (a), or independent of it (b).
-    std::vector<std::vector<const ir::Instruction*>> chains;  // per output; empty for (b)
-    std::vector<bool> of_result;
-    for (const ir::Instruction* out : outputs) {
-      std::map<const ir::Instruction*, bool> memo;
-      if (!DependsOn(out, attn, memo)) {
-        chains.push_back({});
-        of_result.push_back(false);
-        continue;
-      }
-      std::vector<const ir::Instruction*> chain;
-      const ir::Instruction* x = out;
-      for (; x != attn; x = x->operand(0)) {
-        ir::Opcode o = x->opcode();
-        if (o != ir::Opcode::kTranspose && o != ir::Opcode::kReshape &&
-            o != ir::Opcode::kConvert && o != ir::Opcode::kCopy) {
-          return Error("%{}: output {} is computed from {} by {}: only transpose, reshape, "
-                       "convert and copy may follow the attention op",
-                       fusion.name(), Describe(*out), Describe(*attn), ir::OpcodeName(o));
-        }
-        chain.push_back(x);
-      }
-      std::reverse(chain.begin(), chain.end());
-      chains.push_back(std::move(chain));
-      of_result.push_back(true);
-    }
+    // Outputs: chains from the result or the lse, or independent of both.
+    std::vector<const ir::Instruction*> roots;
+    if (attn != nullptr) roots.push_back(attn);
+    if (lse != nullptr) roots.push_back(lse);
+    ASSIGN_OR_RETURN(std::vector<OutputChain> chains, FindOutputChains(fusion, outputs, roots));
 
     int64_t max_elements = 0;
     for (const auto& inst : fused->instructions()) {
@@ -195,7 +177,7 @@ class AttentionEmitter : public KernelEmitter {
           in_dim[i] = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, d[i], c(dim));
           d[i] = b.create<arith::MinUIOp>(loc, d[i], c(dim - 1));
         }
-        ASSIGN_OR_RETURN(Value x, load(attn->operand(0), {bi, h, t, d[i]}));
+        ASSIGN_OR_RETURN(Value x, load(scores->operand(0), {bi, h, t, d[i]}));
         x = b.create<arith::MulFOp>(loc, x, f32(scale));
         if (in_dim[i]) x = b.create<arith::SelectOp>(loc, in_dim[i], x, f32(0));
         q[i] = x;
@@ -216,24 +198,19 @@ class AttentionEmitter : public KernelEmitter {
         auto args = loop.getRegionIterArgs();
         Value partial;
         for (int64_t i = 0; i < per_lane; ++i) {
-          ASSIGN_OR_RETURN(Value k, load(attn->operand(1), {bi, h, j, d[i]}));
+          ASSIGN_OR_RETURN(Value k, load(scores->operand(1), {bi, h, j, d[i]}));
           Value qk = b.create<arith::MulFOp>(loc, q[i], k);
           partial = partial ? b.create<arith::AddFOp>(loc, partial, qk).getResult() : qk;
         }
-        Value s = partial;
-        for (int64_t offset = kWarp / 2; offset > 0; offset /= 2) {
-          auto shuffle = b.create<mlir::gpu::ShuffleOp>(loc, s, static_cast<int32_t>(offset),
-                                                        static_cast<int32_t>(kWarp),
-                                                        mlir::gpu::ShuffleMode::XOR);
-          s = b.create<arith::AddFOp>(loc, s, shuffle.getShuffleResult());
-        }
+        Value s = WarpSum(b, loc, partial);
         Value m = args[0], l = args[1];
         Value m_new = b.create<arith::MaximumFOp>(loc, m, s);
         Value corr = b.create<mlir::math::ExpOp>(loc, b.create<arith::SubFOp>(loc, m, m_new));
         Value p = b.create<mlir::math::ExpOp>(loc, b.create<arith::SubFOp>(loc, s, m_new));
         std::vector<Value> next = {
             m_new, b.create<arith::AddFOp>(loc, b.create<arith::MulFOp>(loc, l, corr), p)};
-        for (int64_t i = 0; i < per_lane; ++i) {
+        for (int64_t i = 0; i < per_lane && attn == nullptr; ++i) next.push_back(args[2 + i]);
+        for (int64_t i = 0; i < per_lane && attn != nullptr; ++i) {
           ASSIGN_OR_RETURN(Value v, load(attn->operand(2), {bi, h, j, d[i]}));
           Value o = b.create<arith::MulFOp>(loc, args[2 + i], corr);
           next.push_back(b.create<arith::AddFOp>(loc, o, b.create<arith::MulFOp>(loc, p, v)));
@@ -254,37 +231,24 @@ class AttentionEmitter : public KernelEmitter {
         }
         Value o = b.create<arith::MulFOp>(loc, loop.getResult(2 + i), inv);
         for (size_t out = 0; out < outputs.size(); ++out) {
-          if (!of_result[out]) continue;
-          Value value = ConvertValue(b, loc, o, ir::DType::kF32, attn->shape().dtype());
-          ElementIndex index;
-          index.multi = {bi, h, t, d[i]};
-          const ir::Shape* shape = &attn->shape();
-          for (const ir::Instruction* x : chains[out]) {
-            switch (x->opcode()) {
-              case ir::Opcode::kTranspose: {
-                std::vector<Value> in = emitter.Multi(index, *shape), mapped;
-                for (int64_t perm : x->attrs().dimensions) mapped.push_back(in[perm]);
-                index = ElementIndex{};
-                index.multi = std::move(mapped);
-                break;
-              }
-              case ir::Opcode::kReshape: {
-                Value linear = emitter.Linear(index, *shape);
-                index = ElementIndex{};
-                index.linear = linear;
-                break;
-              }
-              case ir::Opcode::kConvert:
-                value = ConvertValue(b, loc, value, x->operand(0)->shape().dtype(),
-                                     x->shape().dtype());
-                break;
-              default:  // copy
-                break;
-            }
-            shape = &x->shape();
-          }
-          StoreElement(b, loc, value, entry->getArgument(params.size() + out),
-                       emitter.Linear(index, *shape), outputs[out]->shape().dtype());
+          if (chains[out].root < 0 || roots[chains[out].root] != attn) continue;
+          StoreThroughChain(emitter, b, loc, o, *attn, chains[out], {bi, h, t, d[i]},
+                            entry->getArgument(params.size() + out), outputs[out]->shape().dtype());
+        }
+        b.restoreInsertionPoint(after_store);
+      }
+      // lse[b, h, t] = m + log(l), by lane 0.
+      if (lse != nullptr) {
+        mlir::OpBuilder::InsertPoint after_store = b.saveInsertionPoint();
+        Value first = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, lane, c(0));
+        auto if_first = b.create<mlir::scf::IfOp>(loc, first, false);
+        b.setInsertionPoint(if_first.thenBlock()->getTerminator());
+        Value value = b.create<arith::AddFOp>(loc, loop.getResult(0),
+                                              b.create<mlir::math::LogOp>(loc, loop.getResult(1)));
+        for (size_t out = 0; out < outputs.size(); ++out) {
+          if (chains[out].root < 0 || roots[chains[out].root] != lse) continue;
+          StoreThroughChain(emitter, b, loc, value, *lse, chains[out], {bi, h, t},
+                            entry->getArgument(params.size() + out), outputs[out]->shape().dtype());
         }
         b.restoreInsertionPoint(after_store);
       }
@@ -294,7 +258,7 @@ class AttentionEmitter : public KernelEmitter {
 
     // (b) outputs: for (i = bid * block + tid; i < n; i += grid * block).
     for (size_t out = 0; out < outputs.size(); ++out) {
-      if (of_result[out]) continue;
+      if (chains[out].root >= 0) continue;
       const int64_t n = outputs[out]->shape().num_elements();
       mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
       FusedEmitter::Cache saved = emitter.SaveCache();

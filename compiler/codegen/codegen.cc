@@ -136,8 +136,12 @@ StatusOr<EmitterKind> ChooseEmitter(const ir::Instruction& inst) {
   if (kind == ir::FusionKind::kAttention) {
     for (const auto& x : inst.called_computation()->instructions()) {
       if (x->opcode() == ir::Opcode::kAttention) return EmitterKind::kAttention;
+      if (x->opcode() == ir::Opcode::kAttentionGrad) return EmitterKind::kAttentionBackward;
     }
-    return Error("attention fusion without an attention op (the backward) has no emitter yet");
+    for (const auto& x : inst.called_computation()->instructions()) {
+      if (x->opcode() == ir::Opcode::kAttentionLse) return EmitterKind::kAttention;
+    }
+    return Error("attention fusion without an attention, attention-lse or attention-grad op");
   }
   return Error("fusion kind {} has no emitter yet", ir::FusionKindName(kind));
 }

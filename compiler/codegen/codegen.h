@@ -97,8 +97,9 @@ bool HasEmitter(ir::FusionKind kind);
 // reduces all reduce leading dims keeping one shape -> kColumnReduction; a
 // reduction fusion mixing both (layer-norm backward) -> kMixedReductionColumns
 // (Note [mixed row and column reductions]); an attention fusion holding an
-// `attention` op -> kAttention; standalone gather / scatter-add instructions
-// of the entry -> kGather / kScatterAdd.
+// `attention` op -> kAttention, one holding `attention-grad` ops ->
+// kAttentionBackward (Note [flash attention backward]); standalone gather / scatter-add
+// instructions of the entry -> kGather / kScatterAdd.
 enum class EmitterKind {
   kLoop,
   kRowReduction,
@@ -107,6 +108,7 @@ enum class EmitterKind {
   kScatterAddInit,  // the first kernel of a scatter-add (copies operand 0)
   kScatterAdd,
   kAttention,
+  kAttentionBackward,
   // Note [mixed row and column reductions]: the two kernels of a fusion
   // mixing row and column reductions.
   kMixedReductionRows,     // the first: the row reduction writing the row-part outputs

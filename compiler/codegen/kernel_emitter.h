@@ -48,7 +48,8 @@ std::unique_ptr<KernelEmitter> MakeColumnReductionFinalEmitter();
 std::unique_ptr<KernelEmitter> MakeGatherEmitter();  // gather_emitter.cc: also scatter-add
 std::unique_ptr<KernelEmitter> MakeScatterAddInitEmitter();
 std::unique_ptr<KernelEmitter> MakeScatterAddEmitter();
-std::unique_ptr<KernelEmitter> MakeAttentionEmitter();  // attention_emitter.cc: forward only
+std::unique_ptr<KernelEmitter> MakeAttentionEmitter();  // attention_emitter.cc: forward (+ lse)
+std::unique_ptr<KernelEmitter> MakeAttentionBackwardEmitter();  // attention_backward_emitter.cc
 
 // The emitter of `kind` (codegen.h: ChooseEmitter picks it).
 std::unique_ptr<KernelEmitter> MakeEmitter(EmitterKind kind);

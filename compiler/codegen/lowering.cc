@@ -183,6 +183,8 @@ std::unique_ptr<KernelEmitter> MakeEmitter(EmitterKind kind) {
       return MakeScatterAddEmitter();
     case EmitterKind::kAttention:
       return MakeAttentionEmitter();
+    case EmitterKind::kAttentionBackward:
+      return MakeAttentionBackwardEmitter();
     case EmitterKind::kMixedReductionRows:
       return MakeMixedReductionRowsEmitter();
     case EmitterKind::kMixedReductionColumns:

@@ -110,6 +110,8 @@ StatusOr<ValuePtr> EvalInstruction(const Context& ctx, const ir::Instruction& in
     }
     case Opcode::kFusion:
     case Opcode::kAttention:
+    case Opcode::kAttentionLse:
+    case Opcode::kAttentionGrad:
     case Opcode::kSoftmaxCrossEntropy: {
       // Composites are defined by their decomposition, fusions by their body.
       const ir::Computation* called = inst.called_computation();

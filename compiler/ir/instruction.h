@@ -38,7 +38,8 @@ struct SliceSpec {
 // the builder, parser, printer, verifier and cloner share one definition.
 struct Attrs {
   // parameter: parameter number; iota: iota dimension; get-tuple-element:
-  // tuple index; gather / scatter-add: the indexed axis of the table.
+  // tuple index; gather / scatter-add: the indexed axis of the table;
+  // attention-grad: the operand differentiated (0 q, 1 k, 2 v; `wrt=` in text).
   int64_t index = 0;
   // broadcast: operand dim i -> result dim dimensions[i]; transpose: result
   // dim i is operand dim dimensions[i]; reduce: reduced dims; concatenate: {axis}.
@@ -52,7 +53,8 @@ struct Attrs {
   // constant: the values in row-major order. Every dtype's values are exact
   // in a double (f32, bf16, f16, s32, u16, pred as 0/1).
   std::vector<double> literal;
-  // attention: causal masking and the logit scale (usually 1/sqrt(head dim)).
+  // attention, attention-lse, attention-grad: causal masking and the logit
+  // scale (usually 1/sqrt(head dim)).
   bool causal = false;
   double scale = 1.0;
   // attention: the operand dtype of its backward's matmuls (Note [bf16

@@ -83,6 +83,7 @@ bool IsElementwise(Opcode opcode) {
 
 bool CallsComputation(Opcode opcode) {
   return opcode == Opcode::kFusion || opcode == Opcode::kAttention ||
+         opcode == Opcode::kAttentionLse || opcode == Opcode::kAttentionGrad ||
          opcode == Opcode::kSoftmaxCrossEntropy;
 }
 

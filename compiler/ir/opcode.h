@@ -9,44 +9,46 @@
 namespace gptc::ir {
 
 // X-macro: (enumerator, text name, operand count or -1 for variadic).
-#define GPTC_OPCODES(V)                                     \
-  V(kParameter, "parameter", 0)                             \
-  V(kConstant, "constant", 0)                               \
-  V(kIota, "iota", 0)                                       \
-  V(kConvert, "convert", 1)                                 \
-  V(kCopy, "copy", 1)                                       \
-  V(kBroadcast, "broadcast", 1)                             \
-  V(kReshape, "reshape", 1)                                 \
-  V(kTranspose, "transpose", 1)                             \
-  V(kSlice, "slice", 1)                                     \
-  V(kPad, "pad", 2)                                         \
-  V(kConcatenate, "concatenate", -1)                        \
-  V(kSelect, "select", 3)                                   \
-  V(kCompare, "compare", 2)                                 \
-  V(kNeg, "neg", 1)                                         \
-  V(kExp, "exp", 1)                                         \
-  V(kLog, "log", 1)                                         \
-  V(kTanh, "tanh", 1)                                       \
-  V(kSqrt, "sqrt", 1)                                       \
-  V(kRsqrt, "rsqrt", 1)                                     \
-  V(kErf, "erf", 1)                                         \
-  V(kAbs, "abs", 1)                                         \
-  V(kAdd, "add", 2)                                         \
-  V(kSub, "sub", 2)                                         \
-  V(kMul, "mul", 2)                                         \
-  V(kDiv, "div", 2)                                         \
-  V(kMax, "max", 2)                                         \
-  V(kMin, "min", 2)                                         \
-  V(kPow, "pow", 2)                                         \
-  V(kReduce, "reduce", 1)                                   \
-  V(kDot, "dot", 2)                                         \
-  V(kGather, "gather", 2)                                   \
-  V(kScatterAdd, "scatter-add", 3)                          \
-  V(kAllReduce, "all-reduce", 1)                            \
-  V(kFusion, "fusion", -1)                                  \
-  V(kAttention, "attention", 3)                             \
-  V(kSoftmaxCrossEntropy, "softmax-cross-entropy", 2)       \
-  V(kTuple, "tuple", -1)                                    \
+#define GPTC_OPCODES(V)                               \
+  V(kParameter, "parameter", 0)                       \
+  V(kConstant, "constant", 0)                         \
+  V(kIota, "iota", 0)                                 \
+  V(kConvert, "convert", 1)                           \
+  V(kCopy, "copy", 1)                                 \
+  V(kBroadcast, "broadcast", 1)                       \
+  V(kReshape, "reshape", 1)                           \
+  V(kTranspose, "transpose", 1)                       \
+  V(kSlice, "slice", 1)                               \
+  V(kPad, "pad", 2)                                   \
+  V(kConcatenate, "concatenate", -1)                  \
+  V(kSelect, "select", 3)                             \
+  V(kCompare, "compare", 2)                           \
+  V(kNeg, "neg", 1)                                   \
+  V(kExp, "exp", 1)                                   \
+  V(kLog, "log", 1)                                   \
+  V(kTanh, "tanh", 1)                                 \
+  V(kSqrt, "sqrt", 1)                                 \
+  V(kRsqrt, "rsqrt", 1)                               \
+  V(kErf, "erf", 1)                                   \
+  V(kAbs, "abs", 1)                                   \
+  V(kAdd, "add", 2)                                   \
+  V(kSub, "sub", 2)                                   \
+  V(kMul, "mul", 2)                                   \
+  V(kDiv, "div", 2)                                   \
+  V(kMax, "max", 2)                                   \
+  V(kMin, "min", 2)                                   \
+  V(kPow, "pow", 2)                                   \
+  V(kReduce, "reduce", 1)                             \
+  V(kDot, "dot", 2)                                   \
+  V(kGather, "gather", 2)                             \
+  V(kScatterAdd, "scatter-add", 3)                    \
+  V(kAllReduce, "all-reduce", 1)                      \
+  V(kFusion, "fusion", -1)                            \
+  V(kAttention, "attention", 3)                       \
+  V(kAttentionLse, "attention-lse", 2)                \
+  V(kAttentionGrad, "attention-grad", 6)              \
+  V(kSoftmaxCrossEntropy, "softmax-cross-entropy", 2) \
+  V(kTuple, "tuple", -1)                              \
   V(kGetTupleElement, "get-tuple-element", 1)
 
 enum class Opcode : uint8_t {

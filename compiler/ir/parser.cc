@@ -52,6 +52,10 @@ std::vector<std::string_view> AllowedAttrs(Opcode opcode) {
       return {"index"};
     case Opcode::kAttention:
       return {"causal", "scale", "grad_dtype"};
+    case Opcode::kAttentionLse:
+      return {"causal", "scale"};
+    case Opcode::kAttentionGrad:
+      return {"causal", "scale", "wrt"};
     case Opcode::kSoftmaxCrossEntropy:
       return {"num_classes"};
     default:
@@ -515,6 +519,12 @@ class Parser {
       }
     } else if (key == "scale") {
       ASSIGN_OR_RETURN(attrs.scale, ParseNumber());
+    } else if (key == "wrt") {
+      std::string word = ReadNameChars();
+      if (word.size() != 1 || std::string_view("qkv").find(word[0]) == std::string_view::npos) {
+        return ErrorAt(value_pos, fmt::format("wrt must be q, k or v, got '{}'", word));
+      }
+      attrs.index = std::string_view("qkv").find(word[0]);
     } else if (key == "grad_dtype") {
       std::string word = ReadNameChars();
       std::optional<DType> dtype = ParseDType(word);

@@ -1,10 +1,11 @@
 #include "compiler/ir/printer.h"
 
-#include <charconv>
-#include <cmath>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
 
 namespace gptc::ir {
 
@@ -97,6 +98,14 @@ std::vector<std::string> FormatAttrs(const Instruction& inst) {
       out.push_back(fmt::format("causal={}", a.causal));
       out.push_back("scale=" + FormatDouble(a.scale));
       if (a.grad_dtype) out.push_back(fmt::format("grad_dtype={}", DTypeName(*a.grad_dtype)));
+      break;
+    case Opcode::kAttentionLse:
+    case Opcode::kAttentionGrad:
+      out.push_back(fmt::format("causal={}", a.causal));
+      out.push_back("scale=" + FormatDouble(a.scale));
+      if (inst.opcode() == Opcode::kAttentionGrad) {
+        out.push_back(fmt::format("wrt={}", "qkv"[std::clamp<int64_t>(a.index, 0, 2)]));
+      }
       break;
     case Opcode::kSoftmaxCrossEntropy:
       if (a.num_classes != 0) out.push_back(fmt::format("num_classes={}", a.num_classes));

@@ -385,6 +385,52 @@ StatusOr<Shape> InferShape(Opcode opcode, std::span<const Shape> ops, const Attr
       }
       return result;
     }
+    case Opcode::kAttentionLse:
+    case Opcode::kAttentionGrad: {
+      // Note [flash attention ops] (passes/autodiff_attention.h).
+      const bool grad = opcode == Opcode::kAttentionGrad;
+      const std::string_view op = OpcodeName(opcode);
+      const Shape &q = ops[0], &k = ops[1];
+      const int64_t n = grad ? 4 : 2;
+      for (int64_t i = 0; i < n; ++i) {
+        const Shape& s = ops[i == 3 ? 3 : i];
+        RETURN_IF_ERROR(CheckArray(s, "attention operand"));
+        if (s.rank() != 4 || !IsFloat(s.dtype()) || s.dtype() != q.dtype()) {
+          return Error("{} takes q, k{} as float [batch,heads,seq,head_dim] of one dtype, got {}",
+                       op, grad ? ", v, do" : "", s.ToString());
+        }
+      }
+      if (q.dim(0) != k.dim(0) || q.dim(1) != k.dim(1) || q.dim(3) != k.dim(3) ||
+          (grad && (ops[2].dims() != k.dims() || ops[3].dims() != q.dims()))) {
+        return Error(
+            "{} q {} does not match k {}{}", op, q.ToString(), k.ToString(),
+            grad ? fmt::format(", v {} and do {}", ops[2].ToString(), ops[3].ToString()) : "");
+      }
+      if (attrs.causal && q.dim(2) != k.dim(2)) {
+        return Error("causal {} needs equal query and key lengths", op);
+      }
+      Shape rows(DType::kF32, {q.dim(0), q.dim(1), q.dim(2)});
+      if (grad) {
+        for (int64_t i : {4, 5}) {
+          if (ops[i] != rows) {
+            return Error("attention-grad {} must be {}, got {}", i == 4 ? "lse" : "delta",
+                         rows.ToString(), ops[i].ToString());
+          }
+        }
+        if (attrs.index < 0 || attrs.index > 2) {
+          return Error("attention-grad wrt must be q, k or v");
+        }
+      }
+      Shape result =
+          !grad ? rows : (attrs.index == 0 ? q : ops[attrs.index]).WithDType(declared.dtype());
+      if (!IsFloat(result.dtype())) return Error("{} result must be float", op);
+      ASSIGN_OR_RETURN(Shape decomposed, CheckCalled(ops, called));
+      if (decomposed != result) {
+        return Error("{} decomposition returns {}, expected {}", op, decomposed.ToString(),
+                     result.ToString());
+      }
+      return result;
+    }
     case Opcode::kSoftmaxCrossEntropy: {
       const Shape &logits = ops[0], &targets = ops[1];
       RETURN_IF_ERROR(CheckArray(logits, "logits"));

@@ -1,0 +1,269 @@
+// The attention backward emitter: a kind=attention fusion holding
+// attention-grad ops (Note [flash attention ops] in passes/autodiff_attention.h).
+//
+// Note [flash attention backward]: FlashAttention-2's schedule with dq in a
+// pass of its own (no atomics, so the result is deterministic): a fusion of
+// the wrt=k and wrt=v ops runs one warp per key row j of (b, h): lane l
+// holds k_j and v_j at d = l, l + 32, ... (< D) and accumulates dk_j, dv_j in
+// f32 over the query rows t (t >= j when causal):
+//   s = scale * warp-sum(q_t . k_j),  p = exp(s - lse_t)
+//   dv_j += p~ do_t,   dp = warp-sum(do_t . v_j),   ds = scale * p (dp - delta_t)
+//   dk_j += ds~ q_t
+// (x~: x rounded to the operands' dtype, as the decomposition feeds p and ds
+// to its matmuls). The wrt=q fusion runs one warp per query row t over the
+// keys j <= t: dq_t += ds~ k_j. Nothing of size [T, S] is stored: p and ds
+// live one score at a time. Operand chains (converts, layouts) are evaluated
+// per element through the FusedEmitter; outputs leave through their layout
+// chains (attention_util.h), so dq, dk, dv land in the packed [B, T, 3C]
+// gradient when the fusion pass joined its transposes.
+//
+// This is the CUDA-core form, correct and simple, not yet the tensor-core
+// tiles (mma.sync m16n8k16 over 64 x 64 blocks of shared memory) that the
+// fusion report's roofline prices: each warp reads every q/do (or k/v) row of
+// its head once per row through L1/L2.
+#include <algorithm>
+#include <array>
+#include <limits>
+
+#include "compiler/codegen/attention_util.h"
+#include "compiler/codegen/emitter_util.h"
+#include "compiler/codegen/fused_emitter.h"
+#include "compiler/codegen/kernel_emitter.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+namespace gptc::codegen {
+namespace {
+
+using mlir::Value;
+namespace arith = mlir::arith;
+
+constexpr int64_t kWarp = 32;
+constexpr int64_t kWarpsPerBlock = 4;
+constexpr int64_t kMaxHeadDim = 8 * kWarp;  // 8 elements per lane
+
+class AttentionBackwardEmitter : public KernelEmitter {
+ public:
+  std::string_view Name() const override { return "attention-backward"; }
+
+  StatusOr<KernelSpec> Emit(const ir::Instruction& fusion, const std::string& name,
+                            mlir::gpu::GPUModuleOp gpu_module) const override {
+    ASSIGN_OR_RETURN(const ir::Computation* fused, FusedComputation(fusion));
+    std::vector<const ir::Instruction*> outputs = FusionOutputs(*fused);
+    std::vector<ir::Instruction*> params = fused->parameters();
+
+    std::array<const ir::Instruction*, 3> grads = {nullptr, nullptr, nullptr};
+    const ir::Instruction* any = nullptr;
+    for (const auto& inst : fused->instructions()) {
+      if (inst->opcode() != ir::Opcode::kAttentionGrad) continue;
+      const int64_t wrt = inst->attrs().index;
+      if (grads[wrt] != nullptr || (any != nullptr && inst->operands() != any->operands())) {
+        return Error(
+            "%{}: {}: attention-grad ops of one fusion must differ in wrt and share "
+            "their operands",
+            fusion.name(), Describe(*inst));
+      }
+      grads[wrt] = any = inst.get();
+    }
+    if (any == nullptr) return Error("%{}: no attention-grad op", fusion.name());
+    const bool by_query = grads[0] != nullptr;
+    if (by_query && (grads[1] != nullptr || grads[2] != nullptr)) {
+      return Error("%{}: dq runs by query rows, dk and dv by key rows: not in one fusion",
+                   fusion.name());
+    }
+    const ir::Instruction *q_op = any->operand(0), *k_op = any->operand(1), *v_op = any->operand(2),
+                          *do_op = any->operand(3), *lse_op = any->operand(4),
+                          *delta_op = any->operand(5);
+    const ir::Shape& qs = q_op->shape();
+    const int64_t batch = qs.dim(0), heads = qs.dim(1), tq = qs.dim(2), dim = qs.dim(3);
+    const int64_t tk = k_op->shape().dim(2);
+    if (dim > kMaxHeadDim) {
+      return Error("%{}: {}: head dim {} exceeds {}", fusion.name(), Describe(*any), dim,
+                   kMaxHeadDim);
+    }
+    const bool causal = any->attrs().causal;
+    const double scale = any->attrs().scale;
+    const ir::DType operand_dtype = qs.dtype();
+    const int64_t per_lane = (dim + kWarp - 1) / kWarp;
+
+    std::vector<const ir::Instruction*> roots;
+    for (const ir::Instruction* g : grads) {
+      if (g != nullptr) roots.push_back(g);
+    }
+    ASSIGN_OR_RETURN(std::vector<OutputChain> chains, FindOutputChains(fusion, outputs, roots));
+    for (size_t out = 0; out < outputs.size(); ++out) {
+      if (chains[out].root < 0) {
+        return Error("%{}: output {} does not come from an attention-grad op", fusion.name(),
+                     Describe(*outputs[out]));
+      }
+    }
+
+    int64_t max_elements = 0;
+    for (const auto& inst : fused->instructions()) {
+      if (!inst->shape().is_tuple())
+        max_elements = std::max(max_elements, inst->shape().num_elements());
+    }
+    const int64_t rows = batch * heads * (by_query ? tq : tk);
+    const int64_t block = kWarp * kWarpsPerBlock;
+    const int64_t grid = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    const bool wide = max_elements + grid * block >= std::numeric_limits<int32_t>::max();
+
+    mlir::OpBuilder b(gpu_module.getContext());
+    const int64_t num_params = static_cast<int64_t>(params.size() + outputs.size());
+    mlir::gpu::GPUFuncOp func = CreateKernel(b, gpu_module, name, num_params, block, 0);
+    mlir::Block* entry = &func.getBody().front();
+    mlir::Location loc = b.getUnknownLoc();
+    mlir::IntegerType index_type = wide ? b.getI64Type() : b.getI32Type();
+
+    FusedEmitter* self = nullptr;
+    FusedEmitter::Reader reader = [&](const ir::Instruction& p,
+                                      const ElementIndex& index) -> StatusOr<Value> {
+      return LoadElement(b, loc, entry->getArgument(p.attrs().index),
+                         self->Linear(index, p.shape()), p.shape().dtype());
+    };
+    FusedEmitter emitter(b, entry, index_type, "attention backward", reader, nullptr);
+    self = &emitter;
+    auto c = [&](int64_t v) { return emitter.IndexConstant(v); };
+    auto f32 = [&](double v) { return ScalarConstant(b, loc, ir::DType::kF32, v); };
+    auto to_index = [&](Value v) {
+      return b.create<arith::IndexCastOp>(loc, index_type, v).getResult();
+    };
+    auto load = [&](const ir::Instruction* op, std::vector<Value> multi) -> StatusOr<Value> {
+      ElementIndex index;
+      index.multi = std::move(multi);
+      ASSIGN_OR_RETURN(Value x, emitter.Emit(*op, index));
+      return ConvertValue(b, loc, x, op->shape().dtype(), ir::DType::kF32);
+    };
+    // x rounded to the matmul operands' dtype (and back to f32).
+    auto round = [&](Value x) {
+      if (operand_dtype == ir::DType::kF32) return x;
+      return ConvertValue(b, loc, ConvertValue(b, loc, x, ir::DType::kF32, operand_dtype),
+                          operand_dtype, ir::DType::kF32);
+    };
+    auto add = [&](Value x, Value y) { return b.create<arith::AddFOp>(loc, x, y).getResult(); };
+    auto mul = [&](Value x, Value y) { return b.create<arith::MulFOp>(loc, x, y).getResult(); };
+    auto sub = [&](Value x, Value y) { return b.create<arith::SubFOp>(loc, x, y).getResult(); };
+
+    Value tid = to_index(b.create<mlir::gpu::ThreadIdOp>(loc, mlir::gpu::Dimension::x));
+    Value bid = to_index(b.create<mlir::gpu::BlockIdOp>(loc, mlir::gpu::Dimension::x));
+    Value lane = b.create<arith::RemUIOp>(loc, tid, c(kWarp));
+    Value row = b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, bid, c(kWarpsPerBlock)),
+                                        b.create<arith::DivUIOp>(loc, tid, c(kWarp)));
+    if (rows % kWarpsPerBlock != 0) {  // whole warps take the same branch
+      Value live = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, row, c(rows));
+      auto if_live = b.create<mlir::scf::IfOp>(loc, live, false);
+      b.setInsertionPoint(if_live.thenBlock()->getTerminator());
+    }
+    const int64_t len = by_query ? tq : tk;
+    Value r = b.create<arith::RemUIOp>(loc, row, c(len));
+    Value bh = b.create<arith::DivUIOp>(loc, row, c(len));
+    Value h = b.create<arith::RemUIOp>(loc, bh, c(heads));
+    Value bi = b.create<arith::DivUIOp>(loc, bh, c(heads));
+
+    // This lane's head-dim elements (clamped in bounds; masked by zeros).
+    std::vector<Value> d(per_lane), in_dim(per_lane);
+    for (int64_t i = 0; i < per_lane; ++i) {
+      d[i] = b.create<arith::AddIOp>(loc, lane, c(i * kWarp));
+      if ((i + 1) * kWarp > dim) {
+        in_dim[i] = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, d[i], c(dim));
+        d[i] = b.create<arith::MinUIOp>(loc, d[i], c(dim - 1));
+      }
+    }
+    // The row's own vectors: q and do by query rows, k and v by key rows.
+    auto own = [&](const ir::Instruction* op) -> StatusOr<std::vector<Value>> {
+      std::vector<Value> x(per_lane);
+      for (int64_t i = 0; i < per_lane; ++i) {
+        ASSIGN_OR_RETURN(x[i], load(op, {bi, h, r, d[i]}));
+        if (in_dim[i]) x[i] = b.create<arith::SelectOp>(loc, in_dim[i], x[i], f32(0));
+      }
+      return x;
+    };
+    ASSIGN_OR_RETURN(std::vector<Value> own_a, own(by_query ? q_op : k_op));
+    ASSIGN_OR_RETURN(std::vector<Value> own_b, own(by_query ? do_op : v_op));
+    auto dot = [&](const std::vector<Value>& mine, const ir::Instruction* op,
+                   Value other) -> StatusOr<Value> {  // warp-sum of mine . op[other]
+      Value partial;
+      for (int64_t i = 0; i < per_lane; ++i) {
+        ASSIGN_OR_RETURN(Value x, load(op, {bi, h, other, d[i]}));
+        partial = partial ? add(partial, mul(mine[i], x)) : mul(mine[i], x);
+      }
+      return WarpSum(b, loc, partial);
+    };
+
+    // Accumulators: dq, or dk then dv.
+    std::vector<int> accs;
+    for (int wrt = 0; wrt < 3; ++wrt) {
+      if (grads[wrt] != nullptr) accs.push_back(wrt);
+    }
+    std::vector<Value> inits(accs.size() * per_lane, f32(0));
+    Value lo = c(0), hi = c(by_query ? tk : tq);
+    if (causal && by_query) {
+      hi = b.create<arith::MinUIOp>(loc, b.create<arith::AddIOp>(loc, r, c(1)), c(tk));
+    } else if (causal) {
+      lo = r;
+    }
+    mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
+    auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, lo, hi, c(1), inits));
+    {
+      FusedEmitter::Cache outer = emitter.SaveCache();
+      Value o = loop.getInductionVar();  // the other row: key j, or query t
+      auto args = loop.getRegionIterArgs();
+      Value t = by_query ? r : o;
+      ASSIGN_OR_RETURN(Value lse, load(lse_op, {bi, h, t}));
+      ASSIGN_OR_RETURN(Value delta, load(delta_op, {bi, h, t}));
+      // s = q_t . k_j: own_a is q (by query) or k (by key).
+      ASSIGN_OR_RETURN(Value qk, dot(own_a, by_query ? k_op : q_op, o));
+      Value p = b.create<mlir::math::ExpOp>(loc, sub(mul(qk, f32(scale)), lse));
+      std::vector<Value> next;
+      Value ds;
+      if (grads[0] != nullptr || grads[1] != nullptr) {
+        // dp = do_t . v_j: own_b is do (by query) or v (by key).
+        ASSIGN_OR_RETURN(Value dp, dot(own_b, by_query ? v_op : do_op, o));
+        ds = round(mul(mul(p, sub(dp, delta)), f32(scale)));
+      }
+      for (size_t a = 0; a < accs.size(); ++a) {
+        // dq += ds~ k_j;  dk += ds~ q_t;  dv += p~ do_t.
+        const ir::Instruction* with = accs[a] == 0 ? k_op : accs[a] == 1 ? q_op : do_op;
+        Value coeff = accs[a] == 2 ? round(p) : ds;
+        for (int64_t i = 0; i < per_lane; ++i) {
+          ASSIGN_OR_RETURN(Value x, load(with, {bi, h, o, d[i]}));
+          next.push_back(add(args[a * per_lane + i], mul(coeff, x)));
+        }
+      }
+      b.create<mlir::scf::YieldOp>(loc, next);
+      emitter.RestoreCache(std::move(outer));
+    }
+    b.restoreInsertionPoint(after_loop);
+    b.setInsertionPointAfter(loop);
+
+    for (size_t a = 0; a < accs.size(); ++a) {
+      const ir::Instruction* root = grads[accs[a]];
+      for (int64_t i = 0; i < per_lane; ++i) {
+        mlir::OpBuilder::InsertPoint after_store = b.saveInsertionPoint();
+        if (in_dim[i]) {
+          auto if_in = b.create<mlir::scf::IfOp>(loc, in_dim[i], false);
+          b.setInsertionPoint(if_in.thenBlock()->getTerminator());
+        }
+        for (size_t out = 0; out < outputs.size(); ++out) {
+          if (roots[chains[out].root] != root) continue;
+          StoreThroughChain(emitter, b, loc, loop.getResult(a * per_lane + i), *root, chains[out],
+                            {bi, h, r, d[i]}, entry->getArgument(params.size() + out),
+                            outputs[out]->shape().dtype());
+        }
+        b.restoreInsertionPoint(after_store);
+      }
+    }
+    return MakeKernelSpec(fusion, name, ir::FusionKind::kAttention, grid, block);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<KernelEmitter> MakeAttentionBackwardEmitter() {
+  return std::make_unique<AttentionBackwardEmitter>();
+}
+
+}  // namespace gptc::codegen
