@@ -58,7 +58,8 @@ void CheckTrainStep(const std::string& model, int64_t batch, int64_t seq,
 
   // Every other fusion, gather and scatter-add has its kernel(s).
   std::set<std::string> compiled;
-  int attention_forward = 0, distinct = 0, mixed_rows = 0, fallbacks = 0, epilogues = 0;
+  int attention_forward = 0, attention_backward = 0, distinct = 0, mixed_rows = 0, fallbacks = 0,
+      epilogues = 0;
   for (size_t i = 0; i < kernels.kernels.size(); ++i) {
     const KernelSpec& spec = kernels.kernels[i].spec;
     // Note [epilogue fallback kernels]: a gemm's bias gradient, for a GPU
@@ -76,7 +77,9 @@ void CheckTrainStep(const std::string& model, int64_t batch, int64_t seq,
     } else {
       compiled.insert(spec.fusion);
     }
-    attention_forward += spec.kind == ir::FusionKind::kAttention;
+    const bool backward = spec.fusion.starts_with("grad.");
+    attention_forward += spec.kind == ir::FusionKind::kAttention && !backward;
+    attention_backward += spec.kind == ir::FusionKind::kAttention && backward;
     distinct += kernels.kernels[i].code_of < 0;
     if (kernels.kernels[i].code_of < 0) {  // its host code for the emulator
       EXPECT_TRUE(kernels.kernels[i].host.has_value() && !kernels.kernels[i].host->object.empty())
@@ -96,6 +99,8 @@ void CheckTrainStep(const std::string& model, int64_t batch, int64_t seq,
   // it for the backward), all sharing one kernel.
   const int per_layer = remat == passes::RematPolicy::kBlock ? 2 : 1;
   EXPECT_EQ(attention_forward, per_layer * config->layers);
+  // Note [flash attention backward]: a dk + dv kernel and a dq kernel per layer.
+  EXPECT_EQ(attention_backward, 2 * config->layers);
   // The bias gradients of c_attn, attn.c_proj, c_fc and mlp.c_proj.
   EXPECT_EQ(fallbacks, 4 * config->layers);
   // The forward gemms with a bias epilogue (attn.c_proj, mlp.c_proj...).

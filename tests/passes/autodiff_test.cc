@@ -440,9 +440,11 @@ ENTRY %main {
 )");
 }
 
-// Note [bf16 attention backward]: with grad_dtype=bf16 the five backward
-// matmuls take bf16 operands (scores and dP come out f32), and with bf16
-// rounding the gradients stay within bf16 error of the f32 ones.
+// Note [bf16 attention backward] and Note [flash attention ops]: with
+// grad_dtype=bf16 the three attention-grad ops take bf16 q, k, v, do (their
+// decompositions' matmuls have bf16 operands, s and dp f32), the lse reads
+// the forward's f32 q, k, and with bf16 rounding the gradients stay within
+// bf16 error of the f32 ones.
 TEST(AutodiffTest, AttentionGradDtypeNarrowsTheBackwardMatmuls) {
   auto differentiate = [](std::string_view grad_attr) {
     std::unique_ptr<ir::Module> m = ParseOrDie(WithLoss(
@@ -459,18 +461,24 @@ TEST(AutodiffTest, AttentionGradDtypeNarrowsTheBackwardMatmuls) {
   };
   std::unique_ptr<ir::Module> narrow = differentiate(", grad_dtype=bf16");
   std::unique_ptr<ir::Module> wide = differentiate("");
-  std::vector<std::string> narrow_dots, wide_dots;
-  for (const auto& [module, dots] : {std::pair{narrow.get(), &narrow_dots},
-                                     std::pair{wide.get(), &wide_dots}}) {
+  std::vector<std::string> narrow_ops, wide_ops;
+  for (const auto& [module, ops] :
+       {std::pair{narrow.get(), &narrow_ops}, std::pair{wide.get(), &wide_ops}}) {
     for (const auto& inst : module->entry()->instructions()) {
-      if (inst->opcode() != Opcode::kDot) continue;
-      dots->push_back(fmt::format("{}x{}->{}", ir::DTypeName(inst->operand(0)->shape().dtype()),
-                                  ir::DTypeName(inst->operand(1)->shape().dtype()),
-                                  ir::DTypeName(inst->shape().dtype())));
+      if (inst->opcode() == Opcode::kDot) ops->push_back("dot");  // none: all in the ops
+      if (inst->opcode() == Opcode::kAttentionLse) {
+        ops->push_back(fmt::format("lse({})", ir::DTypeName(inst->operand(0)->shape().dtype())));
+      }
+      if (inst->opcode() != Opcode::kAttentionGrad) continue;
+      ops->push_back(fmt::format("d{}({})->{}", "qkv"[inst->attrs().index],
+                                 ir::DTypeName(inst->operand(0)->shape().dtype()),
+                                 ir::DTypeName(inst->shape().dtype())));
     }
   }
-  EXPECT_EQ(narrow_dots, std::vector<std::string>(5, "bf16xbf16->f32"));
-  EXPECT_EQ(wide_dots, std::vector<std::string>(5, "f32xf32->f32"));
+  EXPECT_EQ(narrow_ops, (std::vector<std::string>{"lse(f32)", "dq(bf16)->f32", "dk(bf16)->f32",
+                                                  "dv(bf16)->f32"}));
+  EXPECT_EQ(wide_ops,
+            (std::vector<std::string>{"lse(f32)", "dq(f32)->f32", "dk(f32)->f32", "dv(f32)->f32"}));
 
   std::mt19937_64 rng(3);
   std::vector<eval::Literal> args;
