@@ -364,6 +364,13 @@ void FuseAttention(Planner& p) {
 }
 
 void FuseAttentionGrads(Planner& p) {
+  // An attention-lse whose q, k are not the forward's (remat recomputed
+  // them): a kernel of its own, the forward's loop without v.
+  for (const Instruction* a : p.order()) {
+    if (a->opcode() == Opcode::kAttentionLse && p.Claimable(a)) {
+      p.NewGroup(FusionKind::kAttention, a, {a});
+    }
+  }
   for (const Instruction* a : p.order()) {
     if (a->opcode() != Opcode::kAttentionGrad || !p.Claimable(a)) continue;
     int g = p.NewGroup(FusionKind::kAttention, a, {a});

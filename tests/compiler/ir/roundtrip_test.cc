@@ -84,6 +84,23 @@ constexpr std::string_view kEveryOpcode = R"(module everything
   ROOT %o = f32[1,2,4,8] dot(%p, %v), lhs_batch={0,1}, rhs_batch={0,1}, lhs_contracting={3}, rhs_contracting={2}
 }
 
+%lse.decomposition {
+  %q = f32[1,2,4,8] parameter(0)
+  %k = f32[1,2,4,8] parameter(1)
+  %s = f32[1,2,4,4] dot(%q, %k), lhs_batch={0,1}, rhs_batch={0,1}, lhs_contracting={3}, rhs_contracting={3}
+  ROOT %m = f32[1,2,4] reduce(%s), dimensions={3}, kind=max
+}
+
+%grad.decomposition {
+  %q = f32[1,2,4,8] parameter(0)
+  %k = f32[1,2,4,8] parameter(1)
+  %v = f32[1,2,4,8] parameter(2)
+  %do = f32[1,2,4,8] parameter(3)
+  %lse = f32[1,2,4] parameter(4)
+  %delta = f32[1,2,4] parameter(5)
+  ROOT %r = f32[1,2,4,8] add(%k, %do)
+}
+
 %sce.decomposition {
   %logits = f32[4,10] parameter(0)
   %targets = s32[4] parameter(1)
@@ -161,6 +178,8 @@ ENTRY %main {
   %att = f32[1,2,4,8] attention(%q, %q, %q), causal=true, scale=0.125, calls=%attention.decomposition
   %att2 = f32[1,2,4,8] attention(%q, %q, %q), causal=false, scale=0.35355339059327373, calls=%attention.decomposition
   %att3 = f32[1,2,4,8] attention(%q, %q, %q), causal=true, scale=0.125, grad_dtype=bf16, calls=%attention.decomposition
+  %lse = f32[1,2,4] attention-lse(%q, %q), causal=true, scale=0.125, calls=%lse.decomposition
+  %dk = f32[1,2,4,8] attention-grad(%q, %q, %q, %q, %lse, %lse), causal=true, scale=0.125, wrt=k, calls=%grad.decomposition
   %sce = f32[4] softmax-cross-entropy(%logits, %targets), num_classes=9, calls=%sce.decomposition
   %sce.all = f32[4] softmax-cross-entropy(%logits, %targets), calls=%sce.decomposition
   %inner = (f32[], s32[5]) tuple(%rmax, %ids)
