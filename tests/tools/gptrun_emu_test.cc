@@ -187,9 +187,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"bf16_dp_2", "--batch 1 --dp 2", 1e-3, 2},
                       // The attention kernels (Note [flash attention backward])
                       // at a length that is no multiple of anything, with head
-                      // dim 64 (two elements per lane), and at T = 1.
-                      Variant{"bf16_seq_13_d64", "--batch 2 --seq 13 --heads 1", 1e-3},
-                      Variant{"bf16_seq_1", "--batch 2 --seq 1", 1e-3}),
+                      // dim 64 (two elements per lane). (At T = 1 dq and dk
+                      // are zero up to rounding, so Adam's sign flips make the
+                      // parameter check meaningless there.)
+                      Variant{"bf16_seq_13_d64", "--batch 2 --seq 13 --heads 1", 1e-3}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace
