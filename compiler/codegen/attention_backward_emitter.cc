@@ -21,17 +21,13 @@
 // tiles (mma.sync m16n8k16 over 64 x 64 blocks of shared memory) that the
 // fusion report's roofline prices: each warp reads every q/do (or k/v) row of
 // its head once per row through L1/L2.
-#include <algorithm>
 #include <array>
-#include <limits>
 
 #include "compiler/codegen/attention_util.h"
 #include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"
 #include "compiler/codegen/kernel_emitter.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/GPU/IR/GPUDialect.h"
-#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
@@ -41,8 +37,7 @@ namespace {
 using mlir::Value;
 namespace arith = mlir::arith;
 
-constexpr int64_t kWarp = 32;
-constexpr int64_t kWarpsPerBlock = 4;
+constexpr int64_t kWarp = WarpRowKernel::kWarp;
 constexpr int64_t kMaxHeadDim = 8 * kWarp;  // 8 elements per lane
 
 class AttentionBackwardEmitter : public KernelEmitter {
@@ -101,41 +96,17 @@ class AttentionBackwardEmitter : public KernelEmitter {
       }
     }
 
-    int64_t max_elements = 0;
-    for (const auto& inst : fused->instructions()) {
-      if (!inst->shape().is_tuple())
-        max_elements = std::max(max_elements, inst->shape().num_elements());
-    }
-    const int64_t rows = batch * heads * (by_query ? tq : tk);
-    const int64_t block = kWarp * kWarpsPerBlock;
-    const int64_t grid = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-    const bool wide = max_elements + grid * block >= std::numeric_limits<int32_t>::max();
-
-    mlir::OpBuilder b(gpu_module.getContext());
     const int64_t num_params = static_cast<int64_t>(params.size() + outputs.size());
-    mlir::gpu::GPUFuncOp func = CreateKernel(b, gpu_module, name, num_params, block, 0);
-    mlir::Block* entry = &func.getBody().front();
-    mlir::Location loc = b.getUnknownLoc();
-    mlir::IntegerType index_type = wide ? b.getI64Type() : b.getI32Type();
-
-    FusedEmitter* self = nullptr;
-    FusedEmitter::Reader reader = [&](const ir::Instruction& p,
-                                      const ElementIndex& index) -> StatusOr<Value> {
-      return LoadElement(b, loc, entry->getArgument(p.attrs().index),
-                         self->Linear(index, p.shape()), p.shape().dtype());
-    };
-    FusedEmitter emitter(b, entry, index_type, "attention backward", reader, nullptr);
-    self = &emitter;
-    auto c = [&](int64_t v) { return emitter.IndexConstant(v); };
-    auto f32 = [&](double v) { return ScalarConstant(b, loc, ir::DType::kF32, v); };
-    auto to_index = [&](Value v) {
-      return b.create<arith::IndexCastOp>(loc, index_type, v).getResult();
-    };
-    auto load = [&](const ir::Instruction* op, std::vector<Value> multi) -> StatusOr<Value> {
-      ElementIndex index;
-      index.multi = std::move(multi);
-      ASSIGN_OR_RETURN(Value x, emitter.Emit(*op, index));
-      return ConvertValue(b, loc, x, op->shape().dtype(), ir::DType::kF32);
+    WarpRowKernel kernel(*fused, num_params, batch, heads, by_query ? tq : tk, name, gpu_module,
+                         "attention backward");
+    mlir::OpBuilder& b = kernel.b();
+    const mlir::Location loc = kernel.loc();
+    mlir::Block* entry = kernel.entry();
+    FusedEmitter& emitter = kernel.emitter();
+    auto c = [&](int64_t v) { return kernel.C(v); };
+    auto f32 = [&](double v) { return kernel.F32(v); };
+    auto load = [&](const ir::Instruction* op, std::vector<Value> multi) {
+      return kernel.LoadF32(*op, std::move(multi));
     };
     // x rounded to the matmul operands' dtype (and back to f32).
     auto round = [&](Value x) {
@@ -147,31 +118,9 @@ class AttentionBackwardEmitter : public KernelEmitter {
     auto mul = [&](Value x, Value y) { return b.create<arith::MulFOp>(loc, x, y).getResult(); };
     auto sub = [&](Value x, Value y) { return b.create<arith::SubFOp>(loc, x, y).getResult(); };
 
-    Value tid = to_index(b.create<mlir::gpu::ThreadIdOp>(loc, mlir::gpu::Dimension::x));
-    Value bid = to_index(b.create<mlir::gpu::BlockIdOp>(loc, mlir::gpu::Dimension::x));
-    Value lane = b.create<arith::RemUIOp>(loc, tid, c(kWarp));
-    Value row = b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, bid, c(kWarpsPerBlock)),
-                                        b.create<arith::DivUIOp>(loc, tid, c(kWarp)));
-    if (rows % kWarpsPerBlock != 0) {  // whole warps take the same branch
-      Value live = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, row, c(rows));
-      auto if_live = b.create<mlir::scf::IfOp>(loc, live, false);
-      b.setInsertionPoint(if_live.thenBlock()->getTerminator());
-    }
-    const int64_t len = by_query ? tq : tk;
-    Value r = b.create<arith::RemUIOp>(loc, row, c(len));
-    Value bh = b.create<arith::DivUIOp>(loc, row, c(len));
-    Value h = b.create<arith::RemUIOp>(loc, bh, c(heads));
-    Value bi = b.create<arith::DivUIOp>(loc, bh, c(heads));
-
-    // This lane's head-dim elements (clamped in bounds; masked by zeros).
-    std::vector<Value> d(per_lane), in_dim(per_lane);
-    for (int64_t i = 0; i < per_lane; ++i) {
-      d[i] = b.create<arith::AddIOp>(loc, lane, c(i * kWarp));
-      if ((i + 1) * kWarp > dim) {
-        in_dim[i] = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, d[i], c(dim));
-        d[i] = b.create<arith::MinUIOp>(loc, d[i], c(dim - 1));
-      }
-    }
+    const WarpRowKernel::Row row = kernel.BeginRow(dim);
+    const Value bi = row.b, h = row.h, r = row.r;
+    const std::vector<Value>&d = row.d, &in_dim = row.in_dim;
     // The row's own vectors: q and do by query rows, k and v by key rows.
     auto own = [&](const ir::Instruction* op) -> StatusOr<std::vector<Value>> {
       std::vector<Value> x(per_lane);
@@ -256,7 +205,8 @@ class AttentionBackwardEmitter : public KernelEmitter {
         b.restoreInsertionPoint(after_store);
       }
     }
-    return MakeKernelSpec(fusion, name, ir::FusionKind::kAttention, grid, block);
+    return MakeKernelSpec(fusion, name, ir::FusionKind::kAttention, kernel.grid(),
+                          WarpRowKernel::kBlock);
   }
 };
 

@@ -27,9 +27,7 @@
 // an error naming the instruction.
 //
 // Numerical verification against the CPU evaluator needs a GPU session.
-#include <algorithm>
 #include <limits>
-#include <map>
 
 #include "compiler/codegen/attention_util.h"
 #include "compiler/codegen/emitter_util.h"
@@ -47,8 +45,7 @@ namespace {
 using mlir::Value;
 namespace arith = mlir::arith;
 
-constexpr int64_t kWarp = 32;
-constexpr int64_t kWarpsPerBlock = 4;
+constexpr int64_t kWarp = WarpRowKernel::kWarp;
 constexpr int64_t kMaxHeadDim = 8 * kWarp;  // 8 elements per lane
 
 class AttentionEmitter : public KernelEmitter {
@@ -109,75 +106,29 @@ class AttentionEmitter : public KernelEmitter {
     if (lse != nullptr) roots.push_back(lse);
     ASSIGN_OR_RETURN(std::vector<OutputChain> chains, FindOutputChains(fusion, outputs, roots));
 
-    int64_t max_elements = 0;
-    for (const auto& inst : fused->instructions()) {
-      if (!inst->shape().is_tuple())
-        max_elements = std::max(max_elements, inst->shape().num_elements());
-    }
-    const int64_t rows = batch * heads * tq;
-    const int64_t block = kWarp * kWarpsPerBlock;
-    const int64_t grid = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-    const bool wide = max_elements + grid * block >= std::numeric_limits<int32_t>::max();
-
-    mlir::OpBuilder b(gpu_module.getContext());
     const int64_t num_params = static_cast<int64_t>(params.size() + outputs.size());
-    mlir::gpu::GPUFuncOp func = CreateKernel(b, gpu_module, name, num_params, block, 0);
-    mlir::Block* entry = &func.getBody().front();
-    mlir::Location loc = b.getUnknownLoc();
-    mlir::IntegerType index_type = wide ? b.getI64Type() : b.getI32Type();
-
-    FusedEmitter* self = nullptr;
-    FusedEmitter::Reader reader = [&](const ir::Instruction& p,
-                                      const ElementIndex& index) -> StatusOr<Value> {
-      return LoadElement(b, loc, entry->getArgument(p.attrs().index),
-                         self->Linear(index, p.shape()), p.shape().dtype());
-    };
-    FusedEmitter emitter(b, entry, index_type, "attention", reader, nullptr);
-    self = &emitter;
-    auto c = [&](int64_t v) { return emitter.IndexConstant(v); };
-    auto f32 = [&](double v) { return ScalarConstant(b, loc, ir::DType::kF32, v); };
-    auto to_index = [&](Value v) {
-      return b.create<arith::IndexCastOp>(loc, index_type, v).getResult();
-    };
-    // The f32 value of `op` (q, k or v) at [b, h, t, d].
-    auto load = [&](const ir::Instruction* op, std::vector<Value> multi) -> StatusOr<Value> {
-      ElementIndex index;
-      index.multi = std::move(multi);
-      ASSIGN_OR_RETURN(Value x, emitter.Emit(*op, index));
-      return ConvertValue(b, loc, x, op->shape().dtype(), ir::DType::kF32);
-    };
-
-    Value tid = to_index(b.create<mlir::gpu::ThreadIdOp>(loc, mlir::gpu::Dimension::x));
-    Value bid = to_index(b.create<mlir::gpu::BlockIdOp>(loc, mlir::gpu::Dimension::x));
-    Value lane = b.create<arith::RemUIOp>(loc, tid, c(kWarp));
-    Value row = b.create<arith::AddIOp>(
-        loc, b.create<arith::MulIOp>(loc, bid, c(kWarpsPerBlock)),
-        b.create<arith::DivUIOp>(loc, tid, c(kWarp)));
+    WarpRowKernel kernel(*fused, num_params, batch, heads, tq, name, gpu_module, "attention");
+    mlir::OpBuilder& b = kernel.b();
+    const mlir::Location loc = kernel.loc();
+    mlir::Block* entry = kernel.entry();
+    FusedEmitter& emitter = kernel.emitter();
+    auto c = [&](int64_t v) { return kernel.C(v); };
+    auto f32 = [&](double v) { return kernel.F32(v); };
+    const int64_t grid = kernel.grid(), block = WarpRowKernel::kBlock;
+    Value start;  // bid * block + tid, for the grid-stride loops of the (b) outputs
 
     {
-      // if (row < rows): whole warps take the same branch.
-      mlir::OpBuilder::InsertPoint after_rows = b.saveInsertionPoint();
+      mlir::OpBuilder::InsertPoint after_rows;
       FusedEmitter::Cache saved = emitter.SaveCache();
-      if (rows % kWarpsPerBlock != 0) {
-        Value live = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, row, c(rows));
-        auto if_live = b.create<mlir::scf::IfOp>(loc, live, false);
-        b.setInsertionPoint(if_live.thenBlock()->getTerminator());
-      }
-      Value t = b.create<arith::RemUIOp>(loc, row, c(tq));
-      Value bh = b.create<arith::DivUIOp>(loc, row, c(tq));
-      Value h = b.create<arith::RemUIOp>(loc, bh, c(heads));
-      Value bi = b.create<arith::DivUIOp>(loc, bh, c(heads));
+      const WarpRowKernel::Row row = kernel.BeginRow(dim, &after_rows);
+      start = row.thread;
+      const Value lane = row.lane, bi = row.b, h = row.h, t = row.r;
+      const std::vector<Value>&d = row.d, &in_dim = row.in_dim;
 
-      // This lane's head-dim elements (clamped in bounds; masked by q = 0).
-      std::vector<Value> d(per_lane), in_dim(per_lane);
+      // This lane's q elements, pre-scaled (masked by q = 0).
       std::vector<Value> q(per_lane);
       for (int64_t i = 0; i < per_lane; ++i) {
-        d[i] = b.create<arith::AddIOp>(loc, lane, c(i * kWarp));
-        if ((i + 1) * kWarp > dim) {
-          in_dim[i] = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, d[i], c(dim));
-          d[i] = b.create<arith::MinUIOp>(loc, d[i], c(dim - 1));
-        }
-        ASSIGN_OR_RETURN(Value x, load(scores->operand(0), {bi, h, t, d[i]}));
+        ASSIGN_OR_RETURN(Value x, kernel.LoadF32(*scores->operand(0), {bi, h, t, d[i]}));
         x = b.create<arith::MulFOp>(loc, x, f32(scale));
         if (in_dim[i]) x = b.create<arith::SelectOp>(loc, in_dim[i], x, f32(0));
         q[i] = x;
@@ -198,7 +149,7 @@ class AttentionEmitter : public KernelEmitter {
         auto args = loop.getRegionIterArgs();
         Value partial;
         for (int64_t i = 0; i < per_lane; ++i) {
-          ASSIGN_OR_RETURN(Value k, load(scores->operand(1), {bi, h, j, d[i]}));
+          ASSIGN_OR_RETURN(Value k, kernel.LoadF32(*scores->operand(1), {bi, h, j, d[i]}));
           Value qk = b.create<arith::MulFOp>(loc, q[i], k);
           partial = partial ? b.create<arith::AddFOp>(loc, partial, qk).getResult() : qk;
         }
@@ -211,7 +162,7 @@ class AttentionEmitter : public KernelEmitter {
             m_new, b.create<arith::AddFOp>(loc, b.create<arith::MulFOp>(loc, l, corr), p)};
         for (int64_t i = 0; i < per_lane && attn == nullptr; ++i) next.push_back(args[2 + i]);
         for (int64_t i = 0; i < per_lane && attn != nullptr; ++i) {
-          ASSIGN_OR_RETURN(Value v, load(attn->operand(2), {bi, h, j, d[i]}));
+          ASSIGN_OR_RETURN(Value v, kernel.LoadF32(*attn->operand(2), {bi, h, j, d[i]}));
           Value o = b.create<arith::MulFOp>(loc, args[2 + i], corr);
           next.push_back(b.create<arith::AddFOp>(loc, o, b.create<arith::MulFOp>(loc, p, v)));
         }
@@ -262,7 +213,6 @@ class AttentionEmitter : public KernelEmitter {
       const int64_t n = outputs[out]->shape().num_elements();
       mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
       FusedEmitter::Cache saved = emitter.SaveCache();
-      Value start = b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, bid, c(block)), tid);
       auto loop =
           mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, start, c(n), c(grid * block), {}));
       ElementIndex index;

@@ -1,10 +1,12 @@
 #include "compiler/codegen/attention_util.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
+#include "compiler/codegen/emitter_util.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 
 namespace gptc::codegen {
 namespace {
@@ -19,7 +21,84 @@ bool DependsOn(const ir::Instruction* inst, const ir::Instruction* target,
   return result;
 }
 
+// Whether an index of the fusion (or of the grid) may pass 2^31 - 1.
+bool NeedsWideIndices(const ir::Computation& fused, int64_t threads) {
+  int64_t max_elements = 0;
+  for (const auto& inst : fused.instructions()) {
+    if (!inst->shape().is_tuple()) {
+      max_elements = std::max(max_elements, inst->shape().num_elements());
+    }
+  }
+  return max_elements + threads >= std::numeric_limits<int32_t>::max();
+}
+
 }  // namespace
+
+WarpRowKernel::WarpRowKernel(const ir::Computation& fused, int64_t num_params, int64_t batch,
+                             int64_t heads, int64_t len, const std::string& name,
+                             mlir::gpu::GPUModuleOp gpu_module, std::string what)
+    : heads_(heads),
+      len_(len),
+      rows_(batch * heads * len),
+      grid_((rows_ + kWarpsPerBlock - 1) / kWarpsPerBlock),
+      b_(gpu_module.getContext()),
+      func_(CreateKernel(b_, gpu_module, name, num_params, kBlock, 0)),
+      entry_(&func_.getBody().front()),
+      loc_(b_.getUnknownLoc()),
+      index_type_(NeedsWideIndices(fused, grid_ * kBlock) ? b_.getI64Type() : b_.getI32Type()),
+      emitter_(
+          b_, entry_, index_type_, std::move(what),
+          [this](const ir::Instruction& p, const ElementIndex& index) -> StatusOr<mlir::Value> {
+            return LoadElement(b_, loc_, entry_->getArgument(p.attrs().index),
+                               emitter_.Linear(index, p.shape()), p.shape().dtype());
+          },
+          nullptr) {}
+
+mlir::Value WarpRowKernel::F32(double v) { return ScalarConstant(b_, loc_, ir::DType::kF32, v); }
+
+StatusOr<mlir::Value> WarpRowKernel::LoadF32(const ir::Instruction& op,
+                                             std::vector<mlir::Value> multi) {
+  ElementIndex index;
+  index.multi = std::move(multi);
+  ASSIGN_OR_RETURN(mlir::Value x, emitter_.Emit(op, index));
+  return ConvertValue(b_, loc_, x, op.shape().dtype(), ir::DType::kF32);
+}
+
+WarpRowKernel::Row WarpRowKernel::BeginRow(int64_t dim, mlir::OpBuilder::InsertPoint* after_rows) {
+  namespace arith = mlir::arith;
+  auto to_index = [&](mlir::Value v) {
+    return b_.create<arith::IndexCastOp>(loc_, index_type_, v).getResult();
+  };
+  mlir::Value tid = to_index(b_.create<mlir::gpu::ThreadIdOp>(loc_, mlir::gpu::Dimension::x));
+  mlir::Value bid = to_index(b_.create<mlir::gpu::BlockIdOp>(loc_, mlir::gpu::Dimension::x));
+  Row row;
+  row.thread = b_.create<arith::AddIOp>(loc_, b_.create<arith::MulIOp>(loc_, bid, C(kBlock)), tid);
+  row.lane = b_.create<arith::RemUIOp>(loc_, tid, C(kWarp));
+  mlir::Value index =
+      b_.create<arith::AddIOp>(loc_, b_.create<arith::MulIOp>(loc_, bid, C(kWarpsPerBlock)),
+                               b_.create<arith::DivUIOp>(loc_, tid, C(kWarp)));
+  if (after_rows != nullptr) *after_rows = b_.saveInsertionPoint();
+  if (rows_ % kWarpsPerBlock != 0) {
+    mlir::Value live = b_.create<arith::CmpIOp>(loc_, arith::CmpIPredicate::ult, index, C(rows_));
+    auto if_live = b_.create<mlir::scf::IfOp>(loc_, live, false);
+    b_.setInsertionPoint(if_live.thenBlock()->getTerminator());
+  }
+  row.r = b_.create<arith::RemUIOp>(loc_, index, C(len_));
+  mlir::Value bh = b_.create<arith::DivUIOp>(loc_, index, C(len_));
+  row.h = b_.create<arith::RemUIOp>(loc_, bh, C(heads_));
+  row.b = b_.create<arith::DivUIOp>(loc_, bh, C(heads_));
+  const int64_t per_lane = (dim + kWarp - 1) / kWarp;
+  row.d.resize(per_lane);
+  row.in_dim.resize(per_lane);
+  for (int64_t i = 0; i < per_lane; ++i) {
+    row.d[i] = b_.create<arith::AddIOp>(loc_, row.lane, C(i * kWarp));
+    if ((i + 1) * kWarp > dim) {
+      row.in_dim[i] = b_.create<arith::CmpIOp>(loc_, arith::CmpIPredicate::ult, row.d[i], C(dim));
+      row.d[i] = b_.create<arith::MinUIOp>(loc_, row.d[i], C(dim - 1));
+    }
+  }
+  return row;
+}
 
 StatusOr<std::vector<OutputChain>> FindOutputChains(
     const ir::Instruction& fusion, const std::vector<const ir::Instruction*>& outputs,

@@ -1,16 +1,69 @@
-// Helpers shared by the attention emitters (forward, backward): outputs that
-// leave a kernel through layout chains, and warp sums.
+// Helpers shared by the attention emitters (forward, backward): the kernel of
+// one warp per row, outputs that leave it through layout chains, warp sums.
 #ifndef GPTC_COMPILER_CODEGEN_ATTENTION_UTIL_H_
 #define GPTC_COMPILER_CODEGEN_ATTENTION_UTIL_H_
 
+#include <string>
 #include <vector>
 
 #include "compiler/codegen/fused_emitter.h"
 #include "compiler/ir/computation.h"
 #include "compiler/support/status.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/Builders.h"
 
 namespace gptc::codegen {
+
+// A kernel of one warp per row (b, h, r) of a [B, H, len] row space, as both
+// attention emitters are: kWarpsPerBlock warps a block, parameters read by
+// element through the FusedEmitter, 32-bit indices unless some value of the
+// fusion needs 64.
+class WarpRowKernel {
+ public:
+  static constexpr int64_t kWarp = 32;
+  static constexpr int64_t kWarpsPerBlock = 4;
+  static constexpr int64_t kBlock = kWarp * kWarpsPerBlock;
+
+  // This thread's row and its lanes' head-dim elements d[i] = lane + 32 i,
+  // clamped to dim - 1 where in_dim[i] (then set) is false.
+  struct Row {
+    mlir::Value thread;  // bid * block + tid: valid after the rows too (grid-stride loops)
+    mlir::Value lane, b, h, r;
+    std::vector<mlir::Value> d, in_dim;
+  };
+
+  // Adds kernel `name` with `num_params` arguments to `gpu_module`; `what`
+  // names the kernel in the FusedEmitter's errors.
+  WarpRowKernel(const ir::Computation& fused, int64_t num_params, int64_t batch, int64_t heads,
+                int64_t len, const std::string& name, mlir::gpu::GPUModuleOp gpu_module,
+                std::string what);
+  WarpRowKernel(const WarpRowKernel&) = delete;
+  WarpRowKernel& operator=(const WarpRowKernel&) = delete;
+
+  // Emits the row of this thread for head dim `dim`, and leaves the builder
+  // inside `if (row < rows)` when the last block is partial (whole warps take
+  // the same branch); `after_rows` gets the insertion point after that if.
+  Row BeginRow(int64_t dim, mlir::OpBuilder::InsertPoint* after_rows = nullptr);
+
+  mlir::OpBuilder& b() { return b_; }
+  mlir::Location loc() const { return loc_; }
+  mlir::Block* entry() const { return entry_; }
+  FusedEmitter& emitter() { return emitter_; }
+  int64_t grid() const { return grid_; }
+  mlir::Value C(int64_t v) { return emitter_.IndexConstant(v); }
+  mlir::Value F32(double v);
+  // The f32 value of `op` (a value of the fusion) at `multi`.
+  StatusOr<mlir::Value> LoadF32(const ir::Instruction& op, std::vector<mlir::Value> multi);
+
+ private:
+  int64_t heads_, len_, rows_, grid_;
+  mlir::OpBuilder b_;
+  mlir::gpu::GPUFuncOp func_;
+  mlir::Block* entry_;
+  mlir::Location loc_;
+  mlir::IntegerType index_type_;
+  FusedEmitter emitter_;
+};
 
 // How one fusion output is computed from the kernel's results: `root` is the
 // index in `roots` of the op it comes from through `chain` (transposes,
