@@ -151,6 +151,9 @@ StatusOr<std::vector<Instruction*>> AttentionRule(RuleContext& c, const Instruct
   ASSIGN_OR_RETURN(ir::Computation * lse_decomposition, LseDecomposition(caller, *q, *k, attrs));
   Instruction* lse = c.g.Build(Opcode::kAttentionLse, {q, k}, attrs, Shape::Scalar(DType::kF32),
                                lse_decomposition);
+  // Forward state, as o is: remat's phases (by metadata) then keep it or
+  // recompute it with the forward, and fusion puts it in the forward's kernel.
+  if (lse != nullptr && !y.metadata().empty()) lse->set_metadata(y.metadata());
   Instruction* delta = c.g.Reduce(
       c.g.Mul(c.g.Convert(dy, DType::kF32), c.g.Convert(StoredOutput(c.g, y), DType::kF32)), {3},
       ir::ReduceKind::kSum, DType::kF32);

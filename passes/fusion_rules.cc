@@ -364,8 +364,9 @@ void FuseAttention(Planner& p) {
 }
 
 void FuseAttentionGrads(Planner& p) {
-  // An attention-lse whose q, k are not the forward's (remat recomputed
-  // them): a kernel of its own, the forward's loop without v.
+  // An attention-lse that no attention of the same q, k took in (IR that
+  // asks only for the statistics): a kernel of its own, the forward's loop
+  // without v.
   for (const Instruction* a : p.order()) {
     if (a->opcode() == Opcode::kAttentionLse && p.Claimable(a)) {
       p.NewGroup(FusionKind::kAttention, a, {a});
