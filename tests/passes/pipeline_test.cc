@@ -9,10 +9,13 @@
 #include "compiler/ir/builder.h"
 #include "passes/dce.h"
 #include "passes/registry.h"
+#include "tests/testing/command.h"
 #include "tests/testing/pass_harness.h"
 
 namespace gptc::pass {
 namespace {
+
+using testing::ReadAll;
 
 using ::gptc::testing::ParseOrDie;
 
@@ -49,13 +52,6 @@ class Corrupt : public Pass {
     return true;
   }
 };
-
-std::string ReadAll(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 TEST(PipelineTest, RunsPassesAndDumpsNumberedFiles) {
   auto dir = std::filesystem::temp_directory_path() / "gptc_pipeline_test";

@@ -18,20 +18,15 @@
 
 #include "runtime/data_loader.h"
 #include "runtime/safetensors.h"
+#include "tests/testing/command.h"
 
 namespace gptc {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ReadAll;
 
 constexpr double kLr = 1e-3;
-
-std::string ReadAll(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 // The first step event of a gptrun --log file.
 nlohmann::json FirstStep(const fs::path& log) {

@@ -16,23 +16,15 @@
 
 #include "runtime/data_loader.h"
 #include "runtime/safetensors.h"
+#include "tests/testing/command.h"
 
 namespace gptc {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ReadAll;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string ReadAll(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using Result = testing::CommandResult;
 
 int LineCount(const std::string& text) {
   int n = 0;
@@ -66,15 +58,7 @@ class ExportHfTest : public ::testing::Test {
     delete dir_;
   }
 
-  static Result Run(const std::string& command) {
-    const fs::path out = *dir_ / "stdout.txt", err = *dir_ / "stderr.txt";
-    int status = std::system((command + " > " + out.string() + " 2> " + err.string()).c_str());
-    Result r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = ReadAll(out);
-    r.err = ReadAll(err);
-    return r;
-  }
+  static Result Run(const std::string& command) { return testing::RunCommand(command, *dir_); }
   static Result Export(const std::string& args) {
     return Run(std::string(GPTC_BIN) + " export-hf " + args);
   }

@@ -19,18 +19,13 @@
 #include <vector>
 
 #include "runtime/data_loader.h"
+#include "tests/testing/command.h"
 
 namespace gptc {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string ReadAll(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using testing::ReadAll;
 
 // The loss of every "step N/M | loss X" line.
 std::vector<double> Losses(const std::string& log) {

@@ -24,25 +24,15 @@
 #include <vector>
 
 #include "runtime/data_loader.h"
+#include "tests/testing/command.h"
 
 namespace gptc {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using testing::ReadAll;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-  double seconds = 0;
-};
-
-std::string ReadAll(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using Result = testing::CommandResult;
 
 int CountLines(const std::string& text, const std::string& prefix = "") {
   std::stringstream s(text);
@@ -82,18 +72,7 @@ class GptrunEarlyFailureTest : public ::testing::Test {
     delete dir_;
   }
 
-  static Result Run(const std::string& command) {
-    const fs::path out = *dir_ / "stdout.txt", err = *dir_ / "stderr.txt";
-    const auto start = Clock::now();
-    const int status =
-        std::system((command + " > " + out.string() + " 2> " + err.string()).c_str());
-    Result r;
-    r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = ReadAll(out);
-    r.err = ReadAll(err);
-    return r;
-  }
+  static Result Run(const std::string& command) { return testing::RunCommand(command, *dir_); }
 
   // gptrun on the tiny artifact for 2 steps with `extra` flags, run by
   // `prefix` (setpriv, to run as another user), with `train` and `val` shard globs.

@@ -21,19 +21,14 @@
 
 #include "runtime/artifact.h"
 #include "runtime/data_loader.h"
+#include "tests/testing/command.h"
 
 namespace gptc {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::string ReadAll(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using testing::ReadAll;
 
 class GptrunEmuDefectTest : public ::testing::Test {
  protected:

@@ -28,22 +28,17 @@
 
 #include "runtime/data_loader.h"
 #include "runtime/safetensors.h"
+#include "tests/testing/command.h"
 
 namespace gptc {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ReadAll;
 
 constexpr int kSteps = 10;
 constexpr int kCheckpointStep = 3;
 constexpr double kLr = 1e-3;
-
-std::string ReadAll(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 // The loss of every step in a gptrun --log file.
 std::vector<double> LoggedLosses(const fs::path& log) {

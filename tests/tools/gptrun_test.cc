@@ -17,23 +17,15 @@
 #include <vector>
 
 #include "runtime/data_loader.h"
+#include "tests/testing/command.h"
 
 namespace gptc {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ReadAll;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string ReadAll(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using Result = testing::CommandResult;
 
 std::vector<std::string> Lines(const std::string& text, const std::string& prefix = "") {
   std::vector<std::string> out;
@@ -70,15 +62,7 @@ class GptrunTest : public ::testing::Test {
     delete dir_;
   }
 
-  static Result Run(const std::string& command) {
-    const fs::path out = *dir_ / "stdout.txt", err = *dir_ / "stderr.txt";
-    int status = std::system((command + " > " + out.string() + " 2> " + err.string()).c_str());
-    Result r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = ReadAll(out);
-    r.err = ReadAll(err);
-    return r;
-  }
+  static Result Run(const std::string& command) { return testing::RunCommand(command, *dir_); }
 
   // gptrun on the tiny artifact with the shards, plus `extra` flags.
   static Result Gptrun(const std::string& extra) {
