@@ -73,9 +73,10 @@ TEST(ArtifactTest, TinyPlanGolden) {
     ++gemms;
     ++epilogues[t["descriptor"]["epilogue"].get<std::string>()];
   }
-  // 2 layers x 4 linears forward + lm_head, two dots per linear backward, and
-  // five batched dots per attention backward.
-  EXPECT_EQ(gemms, 27 + 2 * 5);
+  // 2 layers x 4 linears forward + lm_head and two dots per linear backward;
+  // the attention backward is kernels, not gemms (Note [flash attention
+  // backward]).
+  EXPECT_EQ(gemms, 27);
   // Every fusion of the train step has a kernel or a gemm.
   EXPECT_TRUE(a->manifest["complete"].get<bool>()) << a->manifest["unsupported"];
   // c_proj, c_fc and mlp.c_proj of each layer; the qkv bias is added inside
