@@ -4,6 +4,7 @@
 
 #include "compiler/codegen/codegen.h"
 #include "tests/codegen/codegen_test_util.h"
+#include "tests/codegen/emu_kernel_runner.h"
 
 namespace gptc::codegen {
 namespace {
@@ -122,6 +123,15 @@ TEST(ColumnReductionEmitterTest, ColumnAndFullReductionsAssemble) {
   EXPECT_EQ(gn.block.x, 512);  // 393 partials a reduce
   EXPECT_EQ(gn.static_shared_bytes, 3 * 512 * 4 + 3 * 4);
   EXPECT_EQ(gn.params.size(), 6u);
+}
+
+// Each of them on the emulated device (memory and race checks on) against
+// the evaluator.
+TEST(ColumnReductionEmitterTest, ColumnAndFullReductionsMatchTheEvaluator) {
+  auto module = Parse(kColumnModule);
+  ASSERT_NE(module, nullptr);
+  EmuKernelRunner runner(*module);
+  for (const char* name : {"lng", "bg", "pt", "lm", "gn"}) runner.ExpectMatchesEvaluator(name);
 }
 
 TEST(ColumnReductionEmitterTest, MismatchedKeptDimsFailNamingTheReduce) {
