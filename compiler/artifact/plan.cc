@@ -51,7 +51,7 @@ StatusOr<json> KernelThunk(const Instruction& inst, const codegen::CompiledKerne
       ASSIGN_OR_RETURN(arg, BufferJson(ba, inst.operand(p.index)));
       ++operands;
     } else if (p.role == codegen::KernelParam::Role::kScratch) {
-      // Note [split full reductions]: past the arena's buffers, in no buffer.
+      // Note [split column reductions]: past the arena's buffers, in no buffer.
       arg = json{{"offset", scratch_offset}, {"size", p.shape.byte_size()}, {"buffer", -1}};
     } else {
       ASSIGN_OR_RETURN(arg, BufferJson(ba, &inst, p.index));
@@ -220,7 +220,7 @@ StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
   std::unordered_map<std::string, std::string> skipped;
   for (const codegen::SkippedFusion& s : kernels.skipped) skipped[s.fusion] = s.reason;
 
-  // Note [split full reductions]: kernels that share scratch memory within
+  // Note [split column reductions]: kernels that share scratch memory within
   // an instruction get it past the buffers (kernels run one at a time on the
   // compute stream, so one region serves all).
   const int64_t scratch_offset = (ba.arena_size() + 255) / 256 * 256;

@@ -327,16 +327,18 @@ StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const Codegen
       names.insert(init);
       add(*inst, EmitterKind::kScatterAddInit, init);
     }
-    if (*emitter == EmitterKind::kColumnReduction && SplitFullReductionBlocks(*inst) > 1) {
-      std::string partials = name + "_partials";  // Note [split full reductions]
-      names.insert(partials);
-      add(*inst, EmitterKind::kColumnReductionPartials, partials);
-      emitter = EmitterKind::kColumnReductionFinal;
-    }
     if (*emitter == EmitterKind::kMixedReductionColumns) {  // Note [multi-kernel instructions]
       std::string rows = name + "_rows";
       names.insert(rows);
       add(*inst, EmitterKind::kMixedReductionRows, rows);
+    }
+    if ((*emitter == EmitterKind::kColumnReduction ||
+         *emitter == EmitterKind::kMixedReductionColumns) &&
+        ColumnReductionChunks(*inst) > 1) {
+      std::string partials = name + "_partials";  // Note [split column reductions]
+      names.insert(partials);
+      add(*inst, EmitterKind::kColumnReductionPartials, partials);
+      emitter = EmitterKind::kColumnReductionFinal;
     }
     add(*inst, *emitter, name);
   }

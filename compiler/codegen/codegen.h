@@ -113,15 +113,18 @@ enum class EmitterKind {
   // mixing row and column reductions.
   kMixedReductionRows,     // the first: the row reduction writing the row-part outputs
   kMixedReductionColumns,  // the second: the column reduction writing the column-part outputs
-  // Note [split full reductions] (column_reduction_emitter.cc): the grad norm.
-  kColumnReductionPartials,  // the first: block totals of every reduce into scratch
+  // Note [split column reductions] (column_reduction_plan.h): the grad norm,
+  // the layer-norm gain/bias gradients; of a column reduction or of the
+  // column part of a mixed one (after its kMixedReductionRows kernel).
+  kColumnReductionPartials,  // the first: chunk totals of every reduce into scratch
   kColumnReductionFinal,     // the second: the totals of the partials, and the outputs
 };
 
-// Note [split full reductions]: the number of partial blocks G for a reduction
-// fusion of independent full reductions over many rows (> 1: emit it as
+// Note [split column reductions]: the number of row chunks G of a column
+// reduction fusion (or of the column part of a mixed one) whose reduces are
+// independent and whose rows are many (> 1: emit it as
 // kColumnReductionPartials then kColumnReductionFinal), else 1.
-int64_t SplitFullReductionBlocks(const ir::Instruction& fusion);
+int64_t ColumnReductionChunks(const ir::Instruction& fusion);
 
 // Note [mixed row and column reductions]: the layer-norm backward fusion
 // reduces dy * w * rstd-terms over the last dim (for dx) and dy, dy * xhat

@@ -42,7 +42,7 @@ std::unique_ptr<KernelEmitter> MakeColumnReductionEmitter();
 // Note [mixed row and column reductions] (codegen.h): the row part, the column part.
 std::unique_ptr<KernelEmitter> MakeMixedReductionRowsEmitter();
 std::unique_ptr<KernelEmitter> MakeMixedReductionColumnsEmitter();
-// Note [split full reductions]: the two kernels of a split column reduction.
+// Note [split column reductions]: the two kernels of a split column reduction.
 std::unique_ptr<KernelEmitter> MakeColumnReductionPartialsEmitter();
 std::unique_ptr<KernelEmitter> MakeColumnReductionFinalEmitter();
 std::unique_ptr<KernelEmitter> MakeGatherEmitter();  // gather_emitter.cc: also scatter-add

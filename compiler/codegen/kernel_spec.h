@@ -15,6 +15,10 @@
 // fusion mixing row and column reductions (layer-norm backward): NAME_rows
 // writes the row-part results, then NAME the column-part ones (Note [mixed
 // row and column reductions] in codegen.h); each writes only its results.
+// A column reduction over many rows (the grad norm, the layer-norm gain and
+// bias gradients): NAME_partials writes chunk totals to scratch, then NAME
+// sums them and writes the results (Note [split column reductions] in
+// column_reduction_plan.h); for a mixed fusion after its NAME_rows.
 //
 // This header has no LLVM/MLIR dependency so the runtime can include it.
 #ifndef GPTC_COMPILER_CODEGEN_KERNEL_SPEC_H_
@@ -41,8 +45,8 @@ struct Dim3 {
 };
 
 struct KernelParam {
-  // kScratch: memory the kernels of one instruction share (Note [split full
-  // reductions] in column_reduction_emitter.cc), `shape` bytes past the
+  // kScratch: memory the kernels of one instruction share (Note [split
+  // column reductions] in column_reduction_plan.h), `shape` bytes past the
   // arena's buffers; always the last parameter.
   enum class Role : uint8_t { kOperand, kResult, kScratch };
   Role role = Role::kOperand;

@@ -327,7 +327,7 @@ Status MemoryChecker::CheckOperand(const ThunkContext& ctx, const gpu::ArenaSlic
 
 namespace {
 
-// Scratch (Note [split full reductions]): past every buffer of the plan.
+// Scratch (Note [split column reductions]): past every buffer of the plan.
 bool IsScratch(const gpu::EntryPlan& plan, const gpu::ArenaSlice& s) {
   int64_t end = 0;
   for (const gpu::PlanBuffer& b : plan.buffers) end = std::max(end, b.slice.offset + b.slice.size);

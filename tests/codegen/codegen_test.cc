@@ -260,8 +260,8 @@ ENTRY %main {
             "dims): %r: reduces middle dims");
 }
 
-// Note [split full reductions]: independent full reductions over many rows
-// are split; small ones, kept dims, or a reduce of another's total are not.
+// Note [split column reductions]: independent full reductions over many rows
+// are split; small ones or a reduce of another's total are not.
 TEST(ColumnReductionEmitterTest, SplitsOnlyIndependentFullReductionsOverManyRows) {
   auto module = Parse(R"(module norms
 
@@ -300,9 +300,9 @@ ENTRY %main {
 }
 )");
   ASSERT_NE(module, nullptr);
-  EXPECT_EQ(SplitFullReductionBlocks(*module->entry()->FindInstruction("n")), 128);
-  EXPECT_EQ(SplitFullReductionBlocks(*module->entry()->FindInstruction("v")), 1);
-  EXPECT_EQ(SplitFullReductionBlocks(*module->entry()->FindInstruction("s")), 1);
+  EXPECT_EQ(ColumnReductionChunks(*module->entry()->FindInstruction("n")), 128);
+  EXPECT_EQ(ColumnReductionChunks(*module->entry()->FindInstruction("v")), 1);
+  EXPECT_EQ(ColumnReductionChunks(*module->entry()->FindInstruction("s")), 1);
   auto result = CompileFusions(*module, {});
   ASSERT_TRUE(result.ok()) << result.status().message();
   std::vector<std::string> names;

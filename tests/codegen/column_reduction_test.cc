@@ -4,6 +4,7 @@
 
 #include "compiler/codegen/codegen.h"
 #include "tests/codegen/codegen_test_util.h"
+#include "tests/codegen/emu_kernel_runner.h"
 
 namespace gptc::codegen {
 namespace {
@@ -80,7 +81,7 @@ TEST(ColumnReductionEmitterTest, ColumnAndFullReductionsAssemble) {
   auto module = Parse(kColumnModule);
   ASSERT_NE(module, nullptr);
   CompiledKernels kernels = CompileAll(*module);
-  ASSERT_EQ(kernels.kernels.size(), 6u);
+  ASSERT_EQ(kernels.kernels.size(), 7u);
   EXPECT_TRUE(kernels.skipped.empty());
 
   // Gain and bias gradients: one batch, 2 tiles of 32 columns x 32 rows.
@@ -93,21 +94,30 @@ TEST(ColumnReductionEmitterTest, ColumnAndFullReductionsAssemble) {
   EXPECT_NE(kernels.kernels[0].ptx.find("bar.sync"), std::string::npos);
   EXPECT_EQ(kernels.kernels[0].ptx.find("atom."), std::string::npos);  // deterministic
 
-  const KernelSpec& bg = kernels.kernels[1].spec;  // 768 columns: 24 tiles
+  // 768 columns (24 tiles) of 4096 rows: split (Note [split column
+  // reductions]) into 16 chunks of 256 rows, 8 a block, then 24 blocks
+  // summing 16 partials a column.
+  const KernelSpec& bg_partials = kernels.kernels[1].spec;
+  EXPECT_EQ(bg_partials.name, "bg_partials");
+  EXPECT_EQ(bg_partials.grid.x, 24 * 16);
+  EXPECT_EQ(bg_partials.block.x, 256);
+  EXPECT_EQ(bg_partials.static_shared_bytes, 256 * 4 + 32 * 4);
+  EXPECT_EQ(bg_partials.params.back().shape.byte_size(), 16 * 768 * 4);
+  const KernelSpec& bg = kernels.kernels[2].spec;
   EXPECT_EQ(bg.grid.x, 24);
-  EXPECT_EQ(bg.block.x, 1024);
-  EXPECT_EQ(bg.static_shared_bytes, 1024 * 4 + 32 * 4);
+  EXPECT_EQ(bg.block.x, 32 * 16);
+  EXPECT_EQ(bg.static_shared_bytes, 512 * 4 + 32 * 4);
 
-  const KernelSpec& pt = kernels.kernels[2].spec;  // 40 columns: a partial second tile
+  const KernelSpec& pt = kernels.kernels[3].spec;  // 40 columns: a partial second tile
   EXPECT_EQ(pt.grid.x, 2);
 
-  const KernelSpec& lm = kernels.kernels[3].spec;  // full reduction: one block
+  const KernelSpec& lm = kernels.kernels[4].spec;  // full reduction: one block
   EXPECT_EQ(lm.grid.x, 1);
   EXPECT_EQ(lm.block.x, 32);  // 32 rows of one column
 
   // Three inputs of different sizes, 3.2M rows in the largest: split (Note
-  // [split full reductions]) into 393 blocks of partials, then one block.
-  const KernelSpec& partials = kernels.kernels[4].spec;
+  // [split column reductions]) into 393 blocks of partials, then one block.
+  const KernelSpec& partials = kernels.kernels[5].spec;
   EXPECT_EQ(partials.name, "gn_partials");
   EXPECT_EQ(partials.grid.x, (50304 * 64 + 8191) / 8192);
   EXPECT_EQ(partials.block.x, 256);
@@ -115,13 +125,22 @@ TEST(ColumnReductionEmitterTest, ColumnAndFullReductionsAssemble) {
   EXPECT_EQ(partials.static_shared_bytes, 3 * 256 * 4 + 3 * 4);
   EXPECT_EQ(partials.params.size(), 6u);  // 3 gradients, 2 outputs, the partials
   EXPECT_EQ(partials.params[5].shape.byte_size(), 3 * 393 * 4);
-  EXPECT_EQ(kernels.kernels[4].ptx.find("atom."), std::string::npos);  // deterministic
-  const KernelSpec& gn = kernels.kernels[5].spec;
+  EXPECT_EQ(kernels.kernels[5].ptx.find("atom."), std::string::npos);  // deterministic
+  const KernelSpec& gn = kernels.kernels[6].spec;
   EXPECT_EQ(gn.name, "gn");
   EXPECT_EQ(gn.grid.x, 1);
   EXPECT_EQ(gn.block.x, 512);  // 393 partials a reduce
   EXPECT_EQ(gn.static_shared_bytes, 3 * 512 * 4 + 3 * 4);
   EXPECT_EQ(gn.params.size(), 6u);
+}
+
+// Each of them on the emulated device (memory and race checks on) against
+// the evaluator.
+TEST(ColumnReductionEmitterTest, ColumnAndFullReductionsMatchTheEvaluator) {
+  auto module = Parse(kColumnModule);
+  ASSERT_NE(module, nullptr);
+  EmuKernelRunner runner(*module);
+  for (const char* name : {"lng", "bg", "pt", "lm", "gn"}) runner.ExpectMatchesEvaluator(name);
 }
 
 TEST(ColumnReductionEmitterTest, MismatchedKeptDimsFailNamingTheReduce) {

@@ -4,7 +4,8 @@
 // not generated) are skipped. The
 // layer-norm backward fusions, horizontal row + column reductions (dx over
 // rows, gain/bias gradients over columns), compile to two kernels each (Note
-// [mixed row and column reductions]).
+// [mixed row and column reductions]), three over many rows (Note [split
+// column reductions]).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -58,8 +59,8 @@ void CheckTrainStep(const std::string& model, int64_t batch, int64_t seq,
 
   // Every other fusion, gather and scatter-add has its kernel(s).
   std::set<std::string> compiled;
-  int attention_forward = 0, attention_backward = 0, distinct = 0, mixed_rows = 0, fallbacks = 0,
-      epilogues = 0;
+  int attention_forward = 0, attention_backward = 0, distinct = 0, mixed_rows = 0,
+      mixed_split = 0, fallbacks = 0, epilogues = 0;
   for (size_t i = 0; i < kernels.kernels.size(); ++i) {
     const KernelSpec& spec = kernels.kernels[i].spec;
     // Note [epilogue fallback kernels]: a gemm's bias gradient, for a GPU
@@ -85,16 +86,27 @@ void CheckTrainStep(const std::string& model, int64_t batch, int64_t seq,
       EXPECT_TRUE(kernels.kernels[i].host.has_value() && !kernels.kernels[i].host->object.empty())
           << spec.name;
     }
-    // Note [mixed row and column reductions]: NAME_rows, then NAME, of one fusion.
+    // Note [mixed row and column reductions]: NAME_rows, then NAME, of one
+    // fusion; with many rows NAME_rows, NAME_partials, NAME (Note [split
+    // column reductions]), the partials filling an H100 (132 SMs) twice over.
     if (spec.name.ends_with("_rows")) {
       ++mixed_rows;
       ASSERT_LT(i + 1, kernels.kernels.size());
-      EXPECT_EQ(kernels.kernels[i + 1].spec.fusion, spec.fusion);
-      EXPECT_EQ(kernels.kernels[i + 1].spec.name + "_rows", spec.name);
+      const std::string name = spec.name.substr(0, spec.name.size() - 5);
+      size_t columns = i + 1;
+      if (kernels.kernels[columns].spec.name == name + "_partials") {
+        ++mixed_split;
+        EXPECT_GE(kernels.kernels[columns].spec.grid.x, 2 * 132) << name;
+        ++columns;
+      }
+      ASSERT_LT(columns, kernels.kernels.size());
+      EXPECT_EQ(kernels.kernels[columns].spec.fusion, spec.fusion);
+      EXPECT_EQ(kernels.kernels[columns].spec.name, name);
     }
   }
-  // ln_1, ln_2 of every layer and ln_f.
+  // ln_1, ln_2 of every layer and ln_f; split when there are many rows.
   EXPECT_EQ(mixed_rows, 2 * config->layers + 1);
+  EXPECT_EQ(mixed_split, batch * seq >= 4096 ? mixed_rows : 0);
   // Note [attention forward]: one per layer (two when block remat recomputes
   // it for the backward), all sharing one kernel.
   const int per_layer = remat == passes::RematPolicy::kBlock ? 2 : 1;
@@ -105,7 +117,7 @@ void CheckTrainStep(const std::string& model, int64_t batch, int64_t seq,
   EXPECT_EQ(fallbacks, 4 * config->layers);
   // The forward gemms with a bias epilogue (attn.c_proj, mlp.c_proj...).
   EXPECT_GT(epilogues, 0);
-  // Note [split full reductions]: the grad norm reads every gradient with a
+  // Note [split column reductions]: the grad norm reads every gradient with a
   // grid that fills an H100 (132 SMs), then sums the partials in one block.
   std::vector<const KernelSpec*> norm;
   for (const CompiledKernel& k : kernels.kernels) {

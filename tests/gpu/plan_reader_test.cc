@@ -227,7 +227,7 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
     const passes::BufferAssignment& ba = tiny.assignments[e];
     const passes::TrainEntry& entry = tiny.loaded.program.entries[e];
     const ir::Computation& c = *entry.module->entry();
-    // Buffer assignment's arena, then (Note [split full reductions]) the
+    // Buffer assignment's arena, then (Note [split column reductions]) the
     // scratch of kernels that pass partial results to each other.
     int64_t scratch = 0;
     for (const Thunk& t : plan.thunks) {
@@ -292,7 +292,7 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
           abi.insert(abi.end(), results.begin(), results.end());
           EXPECT_EQ(k.args, abi) << t.Describe();
         } else {
-          // A scratch argument comes last (Note [split full reductions]).
+          // A scratch argument comes last (Note [split column reductions]).
           if (!k.args.empty() && k.args.back().buffer < 0) abi.push_back(k.args.back());
           EXPECT_EQ(k.args, abi) << t.Describe();
         }

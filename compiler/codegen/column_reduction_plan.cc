@@ -1,0 +1,289 @@
+#include "compiler/codegen/column_reduction_plan.h"
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <set>
+
+#include "compiler/codegen/codegen.h"
+#include "compiler/codegen/emitter_util.h"
+#include "compiler/codegen/fused_emitter.h"  // Describe
+
+namespace gptc::codegen {
+namespace {
+
+constexpr int64_t kTileColumns = 32;
+constexpr int64_t kMaxBlock = 1024;
+constexpr int64_t kMaxStaticSharedFloats = 48 * 1024 / 4;
+
+// Note [when a column reduction splits]
+// Measured on an H100 SXM (132 SMs, 3.35 TB/s) with the emitted kernels,
+// each timed over 20 runs back to back on one stream (so inputs under 50 MB
+// partly hit L2), on R x K inputs read by two sum reduces (x and x * y, as
+// the layer-norm gain and bias gradients do); split: both kernels, with
+// each one timed alone in parentheses:
+//   R x K, input        whole kernel            split
+//   16384 x 768 f32      57.9 us (24 blocks)     40.2 us (36.7 + 4.1)
+//   16384 x 768 bf16     56.3 us                 27.2 us (23.5 + 4.1)
+//    8192 x 768 f32      31.5 us                 23.6 us (20.1 + 4.5)
+//    4096 x 768 f32      10.6 us                  8.9 us (6.4 + 4.1)
+//    2048 x 768 f32       6.9 us                  8.2 us (5.0 + 3.6)
+//   16384 x 64 f32       32.1 us (2 blocks)       7.7 us (4.3 + 3.5)
+//    2048 x 64 f32        7.0 us                  7.7 us (4.2 + 3.5)
+//   16384 x 2304 f32    107.3 us (72 blocks)    118.9 us (115.5 + 4.1)
+//   16384 x 3072 f32    136.5 us (96 blocks)    140.5 us (137.3 + 4.1)
+//   262144 x 1 f32       12.7 us (1 block)        7.1 us (4.3 + 3.5)
+//    65536 x 1 f32        6.3 us                  6.8 us (4.3 + 3.3)
+//   gpt2-124m's layer-norm backward (16 x 1024 x 768): its column part 58.0
+//   us whole, 37.2 + 3.8 us split; with its row part (123 us, unchanged)
+//   182.2 us before, 163.0 us after. In the train step (gptrun --profile),
+//   23 of its 25 such fusions share one kernel: 1.53 ms a step before,
+//   1.01 ms of partials plus about 0.09 of final kernels after.
+// A block of 1024 threads streams about 72 GB/s of f32 (37 of bf16: the
+// loads are narrower), so the whole kernel is bound by its block count until
+// about 72 blocks reach the HBM's 2.8 TB/s; the partials kernel reaches
+// 2.7 TB/s (f32) whatever the tiles. The split costs a second launch, about
+// 3.5 us. Hence a split needs both:
+//  - at most kMaxSplitTiles = 66 column tiles (the whole kernel leaves half
+//    the SMs idle; at 72 and 96 tiles it already streams at full speed and
+//    the split only adds its launch), and
+//  - at least kMinRowsPerWholeThread = 128 rows for each thread of the whole
+//    kernel (R >= 128 x 1024 / lanes: 4096 rows of 32 columns, 131072 of a
+//    full reduction): less work takes under ~10 us whole, and the second
+//    launch eats the gain (2048 x 768 and 65536 x 1 above).
+// G then gives every partials thread at least 32 rows and the grid about one
+// full wave: 1056 blocks of 256 threads (8 a SM). 512 or 1024 threads a
+// block (528 or 264 blocks), four waves, or 16 rows a thread measured within
+// 5% of that at 16384 rows.
+constexpr int64_t kPartialsBlock = 256;
+constexpr int64_t kMaxChunks = 1024;
+constexpr int64_t kRowsPerPartialThread = 32;
+constexpr int64_t kFillBlocks = 132 * 2048 / kPartialsBlock;
+constexpr int64_t kMaxSplitTiles = 132 / 2;
+constexpr int64_t kMinRowsPerWholeThread = 128;
+
+int64_t NextPowerOfTwo(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool DependsOn(const ir::Instruction* inst, const std::set<const ir::Instruction*>& batch,
+               std::map<const ir::Instruction*, bool>& memo) {
+  if (batch.count(inst)) return true;
+  if (auto it = memo.find(inst); it != memo.end()) return it->second;
+  bool result = false;
+  for (const ir::Instruction* op : inst->operands()) {
+    if (DependsOn(op, batch, memo)) {
+      result = true;
+      break;
+    }
+  }
+  memo[inst] = result;
+  return result;
+}
+
+bool HasRowReduce(const ir::Computation& fused) {
+  for (const auto& inst : fused.instructions()) {
+    if (inst->opcode() == ir::Opcode::kReduce && IsRowReduce(*inst)) return true;
+  }
+  return false;
+}
+
+struct ColumnReduces {
+  std::vector<const ir::Instruction*> reduces;
+  std::vector<int64_t> kept_dims;
+};
+
+// The column reduces of `fused` (without the row reduces when `mixed`), all
+// over leading dims of floats and keeping the same dims.
+StatusOr<ColumnReduces> FindColumnReduces(const ir::Instruction& fusion,
+                                          const ir::Computation& fused, bool mixed) {
+  ColumnReduces out;
+  std::optional<std::vector<int64_t>> kept_dims;
+  for (const auto& inst : fused.instructions()) {
+    if (inst->opcode() != ir::Opcode::kReduce) continue;
+    if (mixed && IsRowReduce(*inst)) continue;  // the row kernel's
+    const ir::Shape& in = inst->operand(0)->shape();
+    const std::vector<int64_t>& dims = inst->attrs().dimensions;
+    bool prefix = !dims.empty();
+    for (size_t i = 0; i < dims.size(); ++i) prefix = prefix && dims[i] == static_cast<int64_t>(i);
+    if (!prefix) {
+      return Error("%{}: {} reduces dims {} of {}: a column reduction reduces leading dims",
+                   fusion.name(), Describe(*inst), ir::DimsToString(dims), in.ToString());
+    }
+    if (!ir::IsFloat(in.dtype()) || !ir::IsFloat(inst->shape().dtype())) {
+      return Error("%{}: {}: only floating-point reductions are supported", fusion.name(),
+                   Describe(*inst));
+    }
+    std::vector<int64_t> kept(in.dims().begin() + dims.size(), in.dims().end());
+    if (kept_dims && *kept_dims != kept) {
+      return Error("%{}: {} keeps dims {} but an earlier reduce keeps {}", fusion.name(),
+                   Describe(*inst), ir::DimsToString(kept), ir::DimsToString(*kept_dims));
+    }
+    kept_dims = kept;
+    out.reduces.push_back(inst.get());
+  }
+  if (out.reduces.empty()) return Error("%{}: reduction fusion without a reduce", fusion.name());
+  out.kept_dims = *kept_dims;
+  return out;
+}
+
+int64_t Elements(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+}  // namespace
+
+int64_t ColumnReductionPlan::Rows(const ir::Instruction* r) const {
+  return r->operand(0)->shape().num_elements() / std::max<int64_t>(columns, 1);
+}
+
+std::vector<int64_t> ColumnReductionPlan::LoopDims(const ir::Instruction* r) const {
+  if (part == ColumnPart::kFinal) return {chunks};
+  return r->operand(0)->shape().dims();
+}
+
+int64_t ColumnReductionChunks(const ir::Instruction& fusion) {
+  const ir::Computation* fused = fusion.called_computation();
+  if (fusion.opcode() != ir::Opcode::kFusion || fused == nullptr ||
+      fusion.attrs().fusion_kind != ir::FusionKind::kReduction) {
+    return 1;
+  }
+  const bool mixed = HasRowReduce(*fused);
+  if (mixed && !MixedReductionColumnPart(*fused).ok()) return 1;
+  StatusOr<ColumnReduces> found = FindColumnReduces(fusion, *fused, mixed);
+  if (!found.ok()) return 1;
+  const std::set<const ir::Instruction*> reduces(found->reduces.begin(), found->reduces.end());
+  std::map<const ir::Instruction*, bool> memo;
+  int64_t max_rows = 0;
+  const int64_t k = Elements(found->kept_dims);
+  for (const ir::Instruction* r : reduces) {
+    if (DependsOn(r->operand(0), reduces, memo)) return 1;  // needs another's totals first
+    max_rows = std::max(max_rows, r->operand(0)->shape().num_elements() / std::max<int64_t>(k, 1));
+  }
+  // Note [when a column reduction splits].
+  const int64_t tx = std::min(kTileColumns, k);
+  const int64_t tiles = CeilDiv(k, tx);
+  const int64_t lanes = NextPowerOfTwo(tx);
+  const int64_t whole_ty = std::min(kMaxBlock / lanes, NextPowerOfTwo(max_rows));
+  if (tiles > kMaxSplitTiles || max_rows < kMinRowsPerWholeThread * whole_ty) return 1;
+  const int64_t ty = kPartialsBlock / lanes;
+  const int64_t chunks = std::min(
+      {kMaxChunks, CeilDiv(max_rows, ty * kRowsPerPartialThread), CeilDiv(kFillBlocks, tiles)});
+  return chunks >= 2 ? chunks : 1;
+}
+
+StatusOr<ColumnReductionPlan> PlanColumnReduction(const ir::Instruction& fusion, ColumnPart part,
+                                                  bool mixed) {
+  ColumnReductionPlan plan;
+  plan.part = part;
+  ASSIGN_OR_RETURN(const ir::Computation* fused, FusedComputation(fusion));
+  if (part != ColumnPart::kWhole) mixed = HasRowReduce(*fused);
+  plan.mixed = mixed;
+  std::vector<const ir::Instruction*> outputs = FusionOutputs(*fused);
+  const int64_t num_params = static_cast<int64_t>(fused->parameters().size());
+  std::optional<std::vector<bool>> column_part;
+  if (mixed) {
+    StatusOr<std::vector<bool>> column = MixedReductionColumnPart(*fused);
+    if (!column.ok()) return column.status().WithPrefix("%" + fusion.name());
+    column_part = *column;
+  }
+  if (part != ColumnPart::kPartials) {  // the partials kernel writes only scratch
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      if (column_part && !(*column_part)[o]) continue;
+      plan.written.push_back(outputs[o]);
+      plan.slots.push_back(num_params + static_cast<int64_t>(o));
+    }
+  }
+
+  ASSIGN_OR_RETURN(ColumnReduces found, FindColumnReduces(fusion, *fused, mixed));
+  plan.reduces = std::move(found.reduces);
+  plan.kept_dims = std::move(found.kept_dims);
+  plan.columns = Elements(plan.kept_dims);
+  for (const ir::Instruction* out : plan.written) {
+    if (out->shape().is_tuple() || out->shape().dims() != plan.kept_dims) {
+      return Error("%{}: output {} has shape {}; a column reduction writes {}", fusion.name(),
+                   Describe(*out), out->shape().ToString(), ir::DimsToString(plan.kept_dims));
+    }
+  }
+
+  // Geometry (Note [column reduction], Note [split column reductions]).
+  int64_t max_input = 0;
+  for (const ir::Instruction* r : plan.reduces) {
+    plan.max_rows = std::max(plan.max_rows, plan.Rows(r));
+    max_input = std::max(max_input, r->operand(0)->shape().num_elements());
+  }
+  if (part != ColumnPart::kWhole) {
+    plan.chunks = ColumnReductionChunks(fusion);
+    if (plan.chunks <= 1) {
+      return Error("%{}: not a column reduction of independent reduces over enough rows to split",
+                   fusion.name());
+    }
+  }
+  const int64_t k = plan.columns;
+  plan.tx = std::min(kTileColumns, k);
+  plan.tiles = CeilDiv(k, plan.tx);
+  const int64_t lanes = NextPowerOfTwo(plan.tx);
+  switch (part) {
+    case ColumnPart::kWhole:
+      plan.ty = std::min(kMaxBlock / lanes, NextPowerOfTwo(plan.max_rows));
+      plan.grid = plan.tiles;
+      break;
+    case ColumnPart::kPartials:
+      plan.ty = std::min(kPartialsBlock / lanes, NextPowerOfTwo(plan.max_rows));
+      plan.grid = plan.tiles * plan.chunks;
+      break;
+    case ColumnPart::kFinal:
+      plan.ty = std::min(kMaxBlock / lanes, NextPowerOfTwo(plan.chunks));
+      plan.grid = plan.tiles;
+      break;
+  }
+  for (const ir::Instruction* r : plan.reduces) {
+    plan.partial_index[r] = static_cast<int64_t>(plan.partial_index.size());
+  }
+  if (part != ColumnPart::kWhole) {
+    plan.scratch_floats = static_cast<int64_t>(plan.reduces.size()) * plan.chunks * k;
+  }
+
+  // Each reduce of a batch needs `block` floats of static shared memory (48
+  // KiB at most), after the totals (Note [column totals in shared memory]).
+  const int64_t block = plan.block();
+  const int64_t total_floats = static_cast<int64_t>(plan.reduces.size()) * plan.tx;
+  const size_t max_batch_size =
+      static_cast<size_t>(std::max<int64_t>(1, (kMaxStaticSharedFloats - total_floats) / block));
+  std::set<const ir::Instruction*> current;
+  for (const ir::Instruction* r : plan.reduces) {
+    std::map<const ir::Instruction*, bool> memo;
+    if (!plan.batches.empty() && plan.batches.back().size() < max_batch_size &&
+        !DependsOn(r->operand(0), current, memo)) {
+      plan.batches.back().push_back(r);
+      current.insert(r);
+    } else {
+      plan.batches.push_back({r});
+      current = {r};
+    }
+  }
+  // Reduces over the same loop dims next to each other: they share a loop.
+  for (auto& batch : plan.batches) {
+    std::stable_sort(batch.begin(), batch.end(), [&](const auto* x, const auto* y) {
+      return plan.LoopDims(x) < plan.LoopDims(y);
+    });
+  }
+  size_t max_batch = 0;
+  for (const auto& batch : plan.batches) max_batch = std::max(max_batch, batch.size());
+  plan.tree_floats = static_cast<int64_t>(max_batch) * block;
+  plan.shared_floats = plan.tree_floats + total_floats;
+  for (const ir::Instruction* r : plan.reduces) {
+    plan.total_slot[r] = plan.tree_floats + static_cast<int64_t>(plan.total_slot.size()) * plan.tx;
+  }
+  plan.wide =
+      std::max(max_input, plan.scratch_floats) + block * k >= std::numeric_limits<int32_t>::max();
+  return plan;
+}
+
+}  // namespace gptc::codegen

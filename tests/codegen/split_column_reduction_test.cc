@@ -1,0 +1,310 @@
+// Split column reductions (Note [split column reductions] in
+// compiler/codegen/column_reduction_plan.h): NAME_partials (chunk totals to
+// scratch) then NAME (the totals of the chunks, the outputs), run on the
+// emulated device with its memory and race checks against the evaluator, at
+// shapes that stress the chunking: rows not a multiple of the chunk, reduces
+// of fewer rows than a chunk, column counts not a multiple of 32, full
+// reductions, max reductions, outputs computed from the totals, and the
+// column part of a mixed row/column (layer-norm backward) fusion.
+#include <gtest/gtest.h>
+
+#include "compiler/codegen/codegen.h"
+#include "compiler/codegen/column_reduction_plan.h"
+#include "tests/codegen/codegen_test_util.h"
+#include "tests/codegen/emu_kernel_runner.h"
+
+namespace gptc::codegen {
+namespace {
+
+constexpr std::string_view kSplitModule = R"(module split_test
+
+%grads {
+  %dy = f32[9,457,64] parameter(0)
+  %x = f32[9,457,64] parameter(1)
+  %w = f32[64] parameter(2)
+  %db = f32[64] reduce(%dy), dimensions={0,1}, kind=sum
+  %m = f32[9,457,64] mul(%dy, %x)
+  %dg = f32[64] reduce(%m), dimensions={0,1}, kind=sum
+  %mx = f32[64] reduce(%x), dimensions={0,1}, kind=max
+  %dgw = f32[64] mul(%dg, %w)
+  %db16 = bf16[64] convert(%db)
+  ROOT %t = (f32[64], f32[64], bf16[64], f32[64], f32[64]) tuple(%db, %dgw, %db16, %mx, %w)
+}
+
+%few_rows {
+  %a = f32[4100,64] parameter(0)
+  %b = f32[3,64] parameter(1)
+  %sa = f32[64] reduce(%a), dimensions={0}, kind=sum
+  %sb = f32[64] reduce(%b), dimensions={0}, kind=max
+  %s = f32[64] add(%sa, %sb)
+  ROOT %t = (f32[64], f32[64]) tuple(%s, %sb)
+}
+
+%odd_columns {
+  %x = bf16[4100,5,8] parameter(0)
+  %y = f32[4100,5,8] parameter(1)
+  %xf = f32[4100,5,8] convert(%x)
+  %p = f32[4100,5,8] mul(%xf, %y)
+  %s = f32[5,8] reduce(%p), dimensions={0}, kind=sum
+  ROOT %n = f32[5,8] neg(%s)
+}
+
+%narrow {
+  %x = f32[17000,5] parameter(0)
+  ROOT %s = f32[5] reduce(%x), dimensions={0}, kind=sum
+}
+
+%full {
+  %x = f32[300001] parameter(0)
+  %y = f32[7,11] parameter(1)
+  %x2 = f32[300001] mul(%x, %x)
+  %sx = f32[] reduce(%x2), dimensions={0}, kind=sum
+  %sy = f32[] reduce(%y), dimensions={0,1}, kind=sum
+  %s = f32[] add(%sx, %sy)
+  ROOT %r = f32[] sqrt(%s)
+}
+
+ENTRY %main {
+  %dy = f32[9,457,64] parameter(0)
+  %x = f32[9,457,64] parameter(1)
+  %w = f32[64] parameter(2)
+  %a = f32[4100,64] parameter(3)
+  %b = f32[3,64] parameter(4)
+  %ox = bf16[4100,5,8] parameter(5)
+  %oy = f32[4100,5,8] parameter(6)
+  %nx = f32[17000,5] parameter(7)
+  %fx = f32[300001] parameter(8)
+  %fy = f32[7,11] parameter(9)
+  %g = (f32[64], f32[64], bf16[64], f32[64], f32[64]) fusion(%dy, %x, %w), kind=reduction, calls=%grads
+  %fr = (f32[64], f32[64]) fusion(%a, %b), kind=reduction, calls=%few_rows
+  %oc = f32[5,8] fusion(%ox, %oy), kind=reduction, calls=%odd_columns
+  %nr = f32[5] fusion(%nx), kind=reduction, calls=%narrow
+  %fu = f32[] fusion(%fx, %fy), kind=reduction, calls=%full
+  ROOT %t = ((f32[64], f32[64], bf16[64], f32[64], f32[64]), (f32[64], f32[64]), f32[5,8], f32[5], f32[]) tuple(%g, %fr, %oc, %nr, %fu)
+}
+)";
+
+// The geometry of each split (Note [when a column reduction splits]): G =
+// min(1024, ceil(R / (TY * 32)), ceil(1056 / tiles)) chunks of TY = 256 /
+// lanes rows.
+TEST(SplitColumnReductionTest, ChunksAndGrids) {
+  auto module = Parse(kSplitModule);
+  ASSERT_NE(module, nullptr);
+  auto chunks = [&](const char* name) {
+    return ColumnReductionChunks(*module->entry()->FindInstruction(name));
+  };
+  EXPECT_EQ(chunks("g"), 17);   // 4113 rows of 64 columns: 2 tiles, chunks of 8 x 32 rows
+  EXPECT_EQ(chunks("fr"), 17);  // 4100 rows (the 3-row reduce has one in a chunk at most)
+  EXPECT_EQ(chunks("oc"), 17);  // 40 columns: 2 tiles, the second of 8 live columns
+  EXPECT_EQ(chunks("nr"), 17);  // 5 columns: TX = 5 (8 lanes), TY = 32, chunks of 1024 rows
+  EXPECT_EQ(chunks("fu"), 37);  // a full reduction: chunks of 256 x 32 rows
+
+  const ir::Instruction& g = *module->entry()->FindInstruction("g");
+  StatusOr<ColumnReductionPlan> whole = PlanColumnReduction(g, ColumnPart::kWhole, false);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  EXPECT_EQ(whole->grid, 2);
+  EXPECT_EQ(whole->block(), 1024);
+  EXPECT_EQ(whole->scratch_floats, 0);
+  StatusOr<ColumnReductionPlan> partials = PlanColumnReduction(g, ColumnPart::kPartials, false);
+  ASSERT_TRUE(partials.ok()) << partials.status().message();
+  EXPECT_EQ(partials->grid, 2 * 17);
+  EXPECT_EQ(partials->tx, 32);
+  EXPECT_EQ(partials->ty, 8);
+  EXPECT_TRUE(partials->written.empty());
+  EXPECT_EQ(partials->scratch_floats, 3 * 17 * 64);  // three reduces
+  StatusOr<ColumnReductionPlan> final = PlanColumnReduction(g, ColumnPart::kFinal, false);
+  ASSERT_TRUE(final.ok()) << final.status().message();
+  EXPECT_EQ(final->grid, 2);
+  EXPECT_EQ(final->ty, 32);  // 17 partials a column
+  EXPECT_EQ(final->written.size(), 5u);
+  EXPECT_EQ(final->scratch_floats, partials->scratch_floats);
+}
+
+// Just short of each condition, the whole kernel stays: too few rows for
+// each of its threads, or enough column tiles to stream at full speed.
+TEST(SplitColumnReductionTest, WholeKernelWhereSplittingDoesNotPay) {
+  auto module = Parse(R"(module whole
+
+%rows {
+  %x = f32[4095,64] parameter(0)
+  ROOT %s = f32[64] reduce(%x), dimensions={0}, kind=sum
+}
+
+%tiles {
+  %x = bf16[16384,2304] parameter(0)
+  ROOT %s = f32[2304] reduce(%x), dimensions={0}, kind=sum
+}
+
+%full {
+  %x = f32[131071] parameter(0)
+  ROOT %s = f32[] reduce(%x), dimensions={0}, kind=sum
+}
+
+%dependent {
+  %x = f32[8192,64] parameter(0)
+  %m = f32[64] reduce(%x), dimensions={0}, kind=max
+  %mb = f32[8192,64] broadcast(%m), dimensions={1}
+  %d = f32[8192,64] sub(%x, %mb)
+  ROOT %s = f32[64] reduce(%d), dimensions={0}, kind=sum
+}
+
+ENTRY %main {
+  %a = f32[4095,64] parameter(0)
+  %b = bf16[16384,2304] parameter(1)
+  %c = f32[131071] parameter(2)
+  %d = f32[8192,64] parameter(3)
+  %r = f32[64] fusion(%a), kind=reduction, calls=%rows
+  %t = f32[2304] fusion(%b), kind=reduction, calls=%tiles
+  %f = f32[] fusion(%c), kind=reduction, calls=%full
+  %p = f32[64] fusion(%d), kind=reduction, calls=%dependent
+  ROOT %out = (f32[64], f32[2304], f32[], f32[64]) tuple(%r, %t, %f, %p)
+}
+)");
+  ASSERT_NE(module, nullptr);
+  for (const char* name : {"r", "t", "f", "p"}) {
+    const ir::Instruction& inst = *module->entry()->FindInstruction(name);
+    EXPECT_EQ(ColumnReductionChunks(inst), 1) << name;
+    StatusOr<ColumnReductionPlan> partials =
+        PlanColumnReduction(inst, ColumnPart::kPartials, false);
+    EXPECT_FALSE(partials.ok()) << name;
+  }
+}
+
+TEST(SplitColumnReductionTest, KernelsAssembleAndShareTheirAbi) {
+  auto module = Parse(kSplitModule);
+  ASSERT_NE(module, nullptr);
+  CompiledKernels kernels = CompileAll(*module);  // ptxas for sm_90a, limits, no spills
+  ASSERT_EQ(kernels.kernels.size(), 10u);
+  EXPECT_TRUE(kernels.skipped.empty());
+  for (size_t i = 0; i < kernels.kernels.size(); i += 2) {
+    const KernelSpec& partials = kernels.kernels[i].spec;
+    const KernelSpec& final = kernels.kernels[i + 1].spec;
+    EXPECT_EQ(partials.name, final.name + "_partials");
+    ASSERT_EQ(partials.params.size(), final.params.size()) << final.name;
+    for (size_t p = 0; p < partials.params.size(); ++p) {
+      EXPECT_EQ(partials.params[p].role, final.params[p].role);
+      EXPECT_EQ(partials.params[p].shape, final.params[p].shape);
+    }
+    EXPECT_EQ(partials.params.back().role, KernelParam::Role::kScratch);
+    for (int k : {0, 1}) {  // deterministic
+      EXPECT_EQ(kernels.kernels[i + k].ptx.find("atom."), std::string::npos);
+    }
+  }
+  // The partials kernel stores no result: only f32 to scratch.
+  EXPECT_EQ(kernels.kernels[0].ptx.find("st.global.b16"), std::string::npos);
+  EXPECT_NE(kernels.kernels[1].ptx.find("st.global.b16"), std::string::npos);  // %db16
+}
+
+TEST(SplitColumnReductionTest, RowsNotAMultipleOfTheChunkWithOutputsOfTheTotals) {
+  auto module = Parse(kSplitModule);
+  ASSERT_NE(module, nullptr);
+  EmuKernelRunner runner(*module);
+  ASSERT_EQ(runner.Specs("g").size(), 2u);
+  runner.ExpectMatchesEvaluator("g");
+}
+
+TEST(SplitColumnReductionTest, AReduceOfFewerRowsThanAChunk) {
+  auto module = Parse(kSplitModule);
+  ASSERT_NE(module, nullptr);
+  EmuKernelRunner runner(*module);
+  runner.ExpectMatchesEvaluator("fr");
+}
+
+TEST(SplitColumnReductionTest, ColumnsNotAMultipleOf32) {
+  auto module = Parse(kSplitModule);
+  ASSERT_NE(module, nullptr);
+  EmuKernelRunner runner(*module);
+  runner.ExpectMatchesEvaluator("oc");
+  runner.ExpectMatchesEvaluator("nr");
+}
+
+TEST(SplitColumnReductionTest, FullReductions) {
+  auto module = Parse(kSplitModule);
+  ASSERT_NE(module, nullptr);
+  EmuKernelRunner runner(*module);
+  runner.ExpectMatchesEvaluator("fu");
+}
+
+// The layer-norm backward of Note [mixed row and column reductions] with
+// 4400 rows: NAME_rows (dx), NAME_partials, NAME (dgain, dbias).
+constexpr std::string_view kLayerNormBackward = R"(module ln_backward
+
+%ln_bwd {
+  %dy = f32[4,1100,64] parameter(0)
+  %w = f32[64] parameter(1)
+  %xhat = f32[4,1100,64] parameter(2)
+  %rstd = f32[4,1100] parameter(3)
+  %dres = bf16[4,1100,64] parameter(4)
+  %dbias = f32[64] reduce(%dy), dimensions={0,1}, kind=sum
+  %wb = f32[4,1100,64] broadcast(%w), dimensions={2}
+  %dxhat = f32[4,1100,64] mul(%dy, %wb)
+  %dyxhat = f32[4,1100,64] mul(%dy, %xhat)
+  %dgain = f32[64] reduce(%dyxhat), dimensions={0,1}, kind=sum
+  %t = f32[4,1100,64] mul(%dxhat, %xhat)
+  %s = f32[4,1100] reduce(%t), dimensions={2}, kind=sum
+  %sb = f32[4,1100,64] broadcast(%s), dimensions={0,1}
+  %u = f32[4,1100,64] mul(%sb, %xhat)
+  %v = f32[4,1100,64] sub(%dxhat, %u)
+  %rb = f32[4,1100,64] broadcast(%rstd), dimensions={0,1}
+  %dx = f32[4,1100,64] mul(%v, %rb)
+  %dr = f32[4,1100,64] convert(%dres)
+  %dxr = f32[4,1100,64] add(%dx, %dr)
+  %dx16 = bf16[4,1100,64] convert(%dxr)
+  %dgain16 = bf16[64] convert(%dgain)
+  ROOT %out = (f32[64], bf16[64], f32[4,1100,64], bf16[4,1100,64]) tuple(%dbias, %dgain16, %dx, %dx16)
+}
+
+ENTRY %main {
+  %dy = f32[4,1100,64] parameter(0)
+  %w = f32[64] parameter(1)
+  %xhat = f32[4,1100,64] parameter(2)
+  %rstd = f32[4,1100] parameter(3)
+  %dres = bf16[4,1100,64] parameter(4)
+  ROOT %lnb = (f32[64], bf16[64], f32[4,1100,64], bf16[4,1100,64]) fusion(%dy, %w, %xhat, %rstd, %dres), kind=reduction, calls=%ln_bwd
+}
+)";
+
+TEST(SplitColumnReductionTest, ColumnPartOfALayerNormBackward) {
+  auto module = Parse(kLayerNormBackward);
+  ASSERT_NE(module, nullptr);
+  const ir::Instruction& lnb = *module->entry()->root();
+  EXPECT_EQ(ColumnReductionChunks(lnb), 18);
+  StatusOr<ColumnReductionPlan> partials = PlanColumnReduction(lnb, ColumnPart::kPartials, false);
+  ASSERT_TRUE(partials.ok()) << partials.status().message();
+  EXPECT_TRUE(partials->mixed);
+  EXPECT_EQ(partials->reduces.size(), 2u);  // dbias, dgain; not the row sum
+  EmuKernelRunner runner(*module);
+  std::vector<std::string> names;
+  for (const KernelSpec* spec : runner.Specs("lnb")) names.push_back(spec->name);
+  EXPECT_EQ(names, (std::vector<std::string>{"lnb_rows", "lnb_partials", "lnb"}));
+  runner.ExpectMatchesEvaluator("lnb", 1e-5, 7);
+}
+
+// The layer-norm backward of gpt2-124m at batch 16 x 1024 (its gain and bias
+// gradients, 768 columns): 24 blocks whole, 1056 split (8 blocks of 256
+// threads on each of an H100's 132 SMs).
+TEST(SplitColumnReductionTest, Gpt2124mLayerNormBackwardFillsAnH100) {
+  std::string text(kLayerNormBackward);
+  for (auto [from, to] : {std::pair<std::string, std::string>{"4,1100,64", "16,1024,768"},
+                          {"4,1100", "16,1024"},
+                          {"[64]", "[768]"}}) {
+    for (size_t at = 0; (at = text.find(from, at)) != std::string::npos; at += to.size()) {
+      text.replace(at, from.size(), to);
+    }
+  }
+  auto module = Parse(text);
+  ASSERT_NE(module, nullptr);
+  const ir::Instruction& lnb = *module->entry()->root();
+  StatusOr<ColumnReductionPlan> whole = PlanColumnReduction(lnb, ColumnPart::kWhole, true);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  EXPECT_EQ(whole->grid, 24);
+  EXPECT_EQ(ColumnReductionChunks(lnb), 44);
+  StatusOr<ColumnReductionPlan> partials = PlanColumnReduction(lnb, ColumnPart::kPartials, false);
+  ASSERT_TRUE(partials.ok()) << partials.status().message();
+  EXPECT_GE(partials->grid, 2 * 132);
+  EXPECT_EQ(partials->grid, 1056);
+  EXPECT_EQ(partials->block(), 256);
+}
+
+}  // namespace
+}  // namespace gptc::codegen
