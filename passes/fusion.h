@@ -24,11 +24,19 @@
 //     fusion_rules.cc): five batched gemms, one row kernel, two layout loops.
 //  4. gemm: every other dot is the root of a kind=gemm fusion with what
 //     cuBLASLt can do around it: last-two-dims transposes and reshapes of the
-//     operands, a bias add (broadcast along the last dim), the tanh GELU of
-//     the frontend (only when its intermediates are not used elsewhere), a
-//     residual add of a same-shaped tensor, converts, a 2-D transpose of the
-//     result, and the bias gradient (a column sum of an operand over the
-//     contracting dims, cuBLASLt's BGRADB epilogue).
+//     operands, a bias add (broadcast along the last dim; a widening
+//     convert of the bias joins too), the tanh GELU of the frontend (only
+//     when its intermediates are not used elsewhere; of the widened bf16
+//     pre-activation, which is then an output: cuBLASLt's aux), a residual
+//     add of a same-shaped tensor (not after a GELU), converts, a 2-D
+//     transpose of the result, the bias gradient (a column sum of an operand
+//     over the contracting dims, or of its f32 widening, with a round trip
+//     through bf16 after it: cuBLASLt's BGRADA/BGRADB epilogues), and, after
+//     a bare dot, the GELU backward: the ops computing dy * GELU'(aux) from
+//     the dot's result and the recomputed GELU intermediates, down to an
+//     aux of D's dtype left outside (cuBLASLt's DGELU; Note [GELU
+//     epilogues] in gelu_epilogue.h). GELU regions are checked on sample
+//     points.
 //  5. reduction: each remaining reduce is a fusion root. Row reductions (over
 //     the last dim) grow over the row-local region around them: elementwise
 //     ops of the input shape or the row shape, and further row reductions of
@@ -96,6 +104,11 @@ std::map<int64_t, int64_t> KernelsPerLayer(const ir::Module& module);
 // (Note [attention backward] in fusion_rules.cc). A flash-attention backward
 // kernel would bring it back to 21.
 inline constexpr int64_t kMaxKernelsPerLayer = 27;
+
+// The same for the bf16 train step (mixed precision, as gptc compiles by
+// default; remat none): the GELU and its backward run in the gemms around
+// them (Note [GELU epilogues] in gelu_epilogue.h), two kernels fewer.
+inline constexpr int64_t kBf16KernelsPerLayer = 25;
 
 }  // namespace gptc::passes
 
