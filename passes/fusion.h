@@ -19,16 +19,25 @@
 //     one multi-output fusion (loss rows, dlogits): probabilities are never stored.
 //  3. attention: each attention op with the slice/reshape/transpose chains of
 //     its operands and the transpose/reshape of its result (the attention
-//     kernel reads q, k, v out of the packed qkv and writes [B,T,C]). The
-//     backward is left to the other rules (Note [attention backward] in
-//     fusion_rules.cc): five batched gemms, one row kernel, two layout loops.
+//     kernel reads q, k, v out of the packed qkv and writes [B,T,C]), and the
+//     attention-lse of the same q, k. The backward's attention-grad ops make
+//     two flash kernels, dk + dv and dq (Note [attention backward] in
+//     fusion_rules.cc).
 //  4. gemm: every other dot is the root of a kind=gemm fusion with what
 //     cuBLASLt can do around it: last-two-dims transposes and reshapes of the
-//     operands, a bias add (broadcast along the last dim), the tanh GELU of
-//     the frontend (only when its intermediates are not used elsewhere), a
-//     residual add of a same-shaped tensor, converts, a 2-D transpose of the
-//     result, and the bias gradient (a column sum of an operand over the
-//     contracting dims, cuBLASLt's BGRADB epilogue).
+//     operands, a bias add (broadcast along the last dim; a widening
+//     convert of the bias joins too), the tanh GELU of the frontend (only
+//     when its intermediates are not used elsewhere; of the widened bf16
+//     pre-activation, which is then an output: cuBLASLt's aux), a residual
+//     add of a same-shaped tensor (not after a GELU), converts, a 2-D
+//     transpose of the result, the bias gradient (a column sum of an operand
+//     over the contracting dims, or of its f32 widening, with a round trip
+//     through bf16 after it: cuBLASLt's BGRADA/BGRADB epilogues), and, after
+//     a bare dot, the GELU backward: the ops computing dy * GELU'(aux) from
+//     the dot's result and the recomputed GELU intermediates, down to an
+//     aux of D's dtype left outside (cuBLASLt's DGELU; Note [GELU
+//     epilogues] in gelu_epilogue.h). GELU regions are checked on sample
+//     points.
 //  5. reduction: each remaining reduce is a fusion root. Row reductions (over
 //     the last dim) grow over the row-local region around them: elementwise
 //     ops of the input shape or the row shape, and further row reductions of
@@ -96,6 +105,11 @@ std::map<int64_t, int64_t> KernelsPerLayer(const ir::Module& module);
 // fusion_rules.cc) makes it 25: the bf16 copy of do, delta, the dk + dv and
 // dq kernels, and the packing into the [B, T, 3C] gradient.
 inline constexpr int64_t kMaxKernelsPerLayer = 25;
+
+// The same for the bf16 train step (mixed precision, as gptc compiles by
+// default; remat none): the GELU and its backward run in the gemms around
+// them (Note [GELU epilogues] in gelu_epilogue.h), two kernels fewer.
+inline constexpr int64_t kBf16KernelsPerLayer = 23;
 
 }  // namespace gptc::passes
 

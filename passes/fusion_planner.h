@@ -102,6 +102,23 @@ void FuseReductions(Planner& p);
 void FuseConvertsIntoProducers(Planner& p);
 void FuseLoops(Planner& p);
 
+// Adds to gemm group `g` the column sums of dot `d`'s operands over their
+// contracting dims, and a round trip through bf16 after them: cuBLASLt's
+// bias-gradient epilogues (BGRADA, BGRADB), in fusion_epilogues.cc.
+void FuseBiasGradients(Planner& p, int g, const ir::Instruction* d);
+
+// The GELU epilogues of FuseGemms (fusion_epilogues.cc, Note [GELU
+// epilogues] in gelu_epilogue.h), in order with the value they end at last;
+// empty when there is none. MatchGeluEpilogue: the tanh GELU of `x` (a value
+// of gemm group `group`), or of its widened copy when `x` is the bf16
+// pre-activation the backward keeps (then the aux output).
+std::vector<const ir::Instruction*> MatchGeluEpilogue(const Planner& p, const ir::Instruction* x,
+                                                      const InstSet& group);
+// dy * GELU'(aux): the ops computed from `dy` and the recomputed GELU
+// intermediates they read, down to the aux, a value of D's dtype left outside.
+std::vector<const ir::Instruction*> MatchGeluGradEpilogue(const Planner& p,
+                                                          const ir::Instruction* dy);
+
 }  // namespace gptc::passes::fusion_internal
 
 #endif  // GPTC_PASSES_FUSION_PLANNER_H_

@@ -98,42 +98,9 @@ const Instruction* AbsorbConverts(Planner& p, int g, const Instruction* cur) {
   return cur;
 }
 
-// GELU as the frontend writes it, 0.5 x (1 + tanh(k (x + 0.044715 x^3))):
-// the elementwise ops computed from `x` and constants alone, one of them a
-// tanh or erf, with exactly one value (the activation) used outside them.
-// Empty when the pattern does not hold or an intermediate is used elsewhere
-// (cuBLASLt can store the pre-activation `x` as its aux output, nothing else).
-std::vector<const Instruction*> MatchGelu(const Planner& p, const Instruction* x) {
-  InstSet e;
-  std::vector<const Instruction*> order;
-  bool has_tanh = false;
-  for (bool changed = true; changed && order.size() <= 16;) {
-    changed = false;
-    std::vector<const Instruction*> candidates;
-    p.NonFreeUsers(x, candidates);
-    for (const Instruction* m : order) p.NonFreeUsers(m, candidates);
-    for (const Instruction* u : candidates) {
-      if (e.contains(u) || !p.Claimable(u) || !ir::IsElementwise(u->opcode())) continue;
-      if (u->shape().dims() != x->shape().dims()) continue;
-      std::vector<const Instruction*> sources;
-      for (const Instruction* op : u->operands()) p.NonFreeSources(op, sources);
-      bool closed = std::all_of(sources.begin(), sources.end(), [&](auto* s) {
-        return s == x || e.contains(s) || s->opcode() == Opcode::kConstant;
-      });
-      if (!closed) continue;
-      e.insert(u);
-      order.push_back(u);
-      has_tanh |= u->opcode() == Opcode::kTanh || u->opcode() == Opcode::kErf;
-      changed = true;
-    }
-  }
-  if (!has_tanh || order.size() < 5 || order.size() > 16) return {};
-  int sinks = 0;
-  for (const Instruction* m : order) sinks += AllUsesIn(p, m, e) ? 0 : 1;
-  if (sinks != 1) return {};
-  std::sort(order.begin(), order.end(), [&](auto* a, auto* b) { return p.pos(a) < p.pos(b); });
-  if (AllUsesIn(p, order.back(), e)) return {};
-  return order;
+bool IsWidening(const Instruction* x) {
+  return x->opcode() == Opcode::kConvert &&
+         ir::DTypeBytes(x->shape().dtype()) > ir::DTypeBytes(x->operand(0)->shape().dtype());
 }
 
 // The other operand of a binary `user` of `value`.
@@ -422,30 +389,7 @@ void FuseGemms(Planner& p) {
       }
     }
     // Bias gradient: a column sum of an operand over its contracting dims.
-    const ir::DotDimensions& dims = d->attrs().dot;
-    if (dims.lhs_batch.empty()) {
-      for (int i = 0; i < 2; ++i) {
-        std::vector<int64_t> contracting = i == 0 ? dims.lhs_contracting : dims.rhs_contracting;
-        std::sort(contracting.begin(), contracting.end());
-        // The column sum may read the f32 value whose bf16 convert the dot
-        // takes: the kernel sums the operand it loads (tolerance of bf16).
-        std::vector<const Instruction*> summed = {d->operand(i)};
-        if (d->operand(i)->opcode() == Opcode::kConvert) summed.push_back(d->operand(i)->operand(0));
-        std::vector<const Instruction*> candidates;
-        for (const Instruction* x : summed) {
-          candidates.insert(candidates.end(), x->users().begin(), x->users().end());
-        }
-        for (const Instruction* r : candidates) {
-          if (r->opcode() != Opcode::kReduce || !p.Claimable(r) ||
-              r->attrs().reduce_kind != ir::ReduceKind::kSum) {
-            continue;
-          }
-          std::vector<int64_t> reduced = r->attrs().dimensions;
-          std::sort(reduced.begin(), reduced.end());
-          if (reduced == contracting && r->shape().rank() == 1) p.TryAdd(g, r);
-        }
-      }
-    }
+    if (d->attrs().dot.lhs_batch.empty()) FuseBiasGradients(p, g, d);
     // Epilogue: converts, bias, GELU, residual, converts; or a 2-D transpose.
     const Instruction* cur = AbsorbConverts(p, g, d);
     const Instruction* u = SingleUser(p, cur);
@@ -460,22 +404,35 @@ void FuseGemms(Planner& p) {
         InstSet members = p.groups()[g].members;
         if (p.TryAdd(g, u)) {
           before_bias = std::move(members);
-          bias_dtype = b->operand(0)->shape().dtype();
+          // A bias widened from D's type is widened by cuBLASLt: the convert
+          // joins the gemm (Note [bf16 GELU epilogue] in mixed_precision.h).
+          const Instruction* bias = b->operand(0);
+          if (IsWidening(bias) && p.Claimable(bias) && AllUsesIn(p, bias, p.groups()[g].members) &&
+              p.TryAdd(g, bias)) {
+            bias = bias->operand(0);
+          }
+          bias_dtype = bias->shape().dtype();
           cur = AbsorbConverts(p, g, u);
         }
       }
     }
-    std::vector<const Instruction*> gelu = MatchGelu(p, cur);
+    // Note [GELU epilogues]: the GELU (with the pre-activation as aux), or,
+    // after a bare dot, the GELU backward reading that aux.
+    std::vector<const Instruction*> gelu = MatchGeluEpilogue(p, cur, p.groups()[g].members);
+    if (gelu.empty() && !before_bias) gelu = MatchGeluGradEpilogue(p, cur);
+    bool activation = false;
     if (!gelu.empty()) {
       InstSet s = p.groups()[g].members;
       s.insert(gelu.begin(), gelu.end());
       if (!p.CreatesCycle(s)) {
         for (const Instruction* x : gelu) p.TryAdd(g, x);
         cur = AbsorbConverts(p, g, gelu.back());
+        activation = true;
       }
     }
+    // A residual, not after an activation (cuBLASLt adds C before it).
     u = SingleUser(p, cur);
-    if (u != nullptr && u->opcode() == Opcode::kAdd && p.Claimable(u) &&
+    if (!activation && u != nullptr && u->opcode() == Opcode::kAdd && p.Claimable(u) &&
         OtherOperand(u, cur)->shape() == cur->shape() && OtherOperand(u, cur) != cur &&
         p.TryAdd(g, u)) {
       cur = AbsorbConverts(p, g, u);

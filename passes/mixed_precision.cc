@@ -2,11 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "compiler/ir/builder.h"
+#include "passes/gelu_epilogue.h"
 
 namespace gptc::passes {
 
@@ -70,6 +73,66 @@ Status StoreLogitsInBf16(ir::Builder& b, Instruction* dot) {
   return Status::Ok();
 }
 
+// Note [bf16 GELU epilogue] (mixed_precision.h): for
+//   %pre = f32 add(%fc, broadcast(%b))    %fc an f32 dot, %b rank 1 along the last dim
+//   %act = GELU(%pre)                     used by dots alone (stored in bf16 anyway)
+// the bias and the pre-activation get bf16 copies and the GELU reads the
+// widened one:
+//   %b.bf16 = convert(%b); %b.f32 = convert(%b.bf16)
+//   %pre = add(%fc, broadcast(%b.f32))
+//   %pre.bf16 = convert(%pre); %pre.f32 = convert(%pre.bf16)
+//   %act = GELU(%pre.f32)
+// Nothing happens unless every use of %pre is the GELU's and the last dim is
+// a multiple of 8 (cuBLASLt's aux leading dimension).
+StatusOr<bool> StoreGeluInputInBf16(ir::Builder& b, Instruction* dot,
+                                    const std::unordered_set<const Instruction*>& dots) {
+  if (dot->users().size() != 1) return false;
+  Instruction* pre = dot->users()[0];
+  if (pre->opcode() != Opcode::kAdd || pre->shape().dtype() != DType::kF32) return false;
+  const int64_t bias_side = pre->operand(0) == dot ? 1 : 0;
+  Instruction* broadcast = pre->operand(bias_side);
+  const int64_t rank = pre->shape().rank();
+  if (broadcast->opcode() != Opcode::kBroadcast || broadcast->operand(0)->shape().rank() != 1 ||
+      broadcast->attrs().dimensions != std::vector<int64_t>{rank - 1} ||
+      broadcast->operand(0)->shape().dtype() != DType::kF32 ||
+      pre->shape().dims().back() % 8 != 0) {
+    return false;
+  }
+  std::optional<GeluRegion> gelu = MatchGelu(pre);
+  if (!gelu || gelu->erf || gelu->sink->users().empty()) return false;
+  for (const Instruction* u : pre->users()) {
+    if (std::find(gelu->ops.begin(), gelu->ops.end(), u) == gelu->ops.end()) return false;
+  }
+  for (const Instruction* u : gelu->sink->users()) {
+    if (!dots.contains(u)) return false;
+  }
+  Instruction* bias = broadcast->operand(0);
+  b.set_metadata(pre->metadata());
+  b.set_insertion_point(broadcast);
+  ASSIGN_OR_RETURN(Instruction * bias_bf16,
+                   b.Build(Opcode::kConvert, {bias}, {}, bias->shape().WithDType(DType::kBF16),
+                           nullptr, fmt::format("{}.bf16", bias->name())));
+  ASSIGN_OR_RETURN(Instruction * bias_f32, b.Build(Opcode::kConvert, {bias_bf16}, {}, bias->shape(),
+                                                   nullptr, fmt::format("{}.f32", bias->name())));
+  ASSIGN_OR_RETURN(Instruction * widened,
+                   b.Build(Opcode::kBroadcast, {bias_f32}, broadcast->attrs(), broadcast->shape()));
+  pre->ReplaceOperandWith(bias_side, widened);
+  if (broadcast->users().empty()) dot->parent()->RemoveInstruction(broadcast);
+  b.set_insertion_point(const_cast<Instruction*>(gelu->ops.front()));
+  ASSIGN_OR_RETURN(Instruction * pre_bf16,
+                   b.Build(Opcode::kConvert, {pre}, {}, pre->shape().WithDType(DType::kBF16),
+                           nullptr, fmt::format("{}.bf16", pre->name())));
+  ASSIGN_OR_RETURN(Instruction * pre_f32, b.Build(Opcode::kConvert, {pre_bf16}, {}, pre->shape(),
+                                                  nullptr, fmt::format("{}.f32", pre->name())));
+  for (const Instruction* op : gelu->ops) {
+    auto* m = const_cast<Instruction*>(op);
+    for (int64_t i = 0; i < m->operand_count(); ++i) {
+      if (m->operand(i) == pre) m->ReplaceOperandWith(i, pre_f32);
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 StatusOr<bool> MixedPrecision::Run(ir::Module& module) {
@@ -95,10 +158,18 @@ StatusOr<bool> MixedPrecision::Run(ir::Module& module) {
   }
   if (dots.empty()) return changed;
 
+  // Note [bf16 GELU epilogue]: before the dots' operands are converted, while
+  // the GELU's users are still the dots themselves.
+  ir::Builder b(entry);
+  const std::unordered_set<const Instruction*> dot_set(dots.begin(), dots.end());
+  for (Instruction* dot : dots) {
+    ASSIGN_OR_RETURN(bool stored, StoreGeluInputInBf16(b, dot, dot_set));
+    changed |= stored;
+  }
+
   // f32 value -> its bf16 copy, built before the first dot that needs it
   // (dots are visited in execution order) and shared by later ones.
   std::unordered_map<Instruction*, Instruction*> bf16_of;
-  ir::Builder b(entry);
   for (Instruction* dot : dots) {
     for (int64_t i = 0; i < 2; ++i) {
       Instruction* x = dot->operand(i);

@@ -33,6 +33,24 @@
 // The activations the backward keeps for the dots are their bf16 operands
 // (the converts), so the saved dot inputs take half the memory.
 //
+// Note [bf16 GELU epilogue]: a GELU after a dot and an f32 bias, whose
+// activation only dots read (the MLP's c_fc), gets its bias and its input in
+// bf16, as cuBLASLt's GELU epilogues take them (Note [GELU epilogues] in
+// gelu_epilogue.h: bias and aux of D's type, D being the bf16 activation):
+//   %pre = f32 add(%fc, broadcast(%b))         %b.bf16 = bf16 convert(%b)
+//   %act = GELU(%pre)                   =>     %b.f32 = f32 convert(%b.bf16)
+//                                              %pre = f32 add(%fc, broadcast(%b.f32))
+//                                              %pre.bf16 = bf16 convert(%pre)
+//                                              %pre.f32 = f32 convert(%pre.bf16)
+//                                              %act = GELU(%pre.f32)
+// Autodiff then differentiates the GELU at %pre.f32, so the backward needs
+// %pre.bf16 alone (half the bytes of the f32 pre-activation it kept before),
+// and the bias gradient is rounded to bf16 like every weight gradient (the
+// dot rule's bf16 results); the gemm epilogues skip both roundings (noted
+// in their plans). It is done here rather than in fusion because it decides
+// what is rounded, which the IR must show before autodiff and every pass
+// after it: fusion only groups what the IR already computes.
+//
 // Note [bf16 attention backward]: an f32 attention gets grad_dtype=bf16.
 // Autodiff's attention rule then gives its five backward matmuls (S = q k^T,
 // dP = dO v^T, dV = P^T dO, dQ = dS k, dK = dS^T q) bf16 operands with f32

@@ -130,7 +130,12 @@ bool IsBlockScope(std::string_view meta) {
 // recomputes it from `y`, which it reads anyway, so saved bytes and memory
 // traffic only fall (four f32 [B, T, 4C] tensors per GPT-2 layer) for a few
 // flops. The cone stops at saved values that are not recomputed themselves;
-// the set grows to a fixed point (tanh(x + x*x*x) once x*x is recomputed).
+// when it then reads several values, it is tried again stopping at values
+// narrower than the recomputed one too (a bf16 copy: under Note [bf16 GELU
+// epilogue] the GELU reads f32(x.bf16), and its intermediates are recomputed
+// from x.bf16, the aux of the gemm epilogues, where the whole cone reaches
+// the dot and the bias). The set grows to a fixed point (tanh(x + x*x*x)
+// once x*x is recomputed).
 
 // Whether a forward value is read by the backward.
 bool IsSaved(const Instruction& v) {
@@ -141,10 +146,12 @@ bool IsSaved(const Instruction& v) {
 }
 
 // The single value that the elementwise cone of `v` reads (looking through
-// constants, iotas, broadcast scalars and the values in `recomputed`), or
-// null when there are several.
+// constants, iotas, broadcast scalars and the values in `recomputed`; with
+// `stop_narrower`, not through values narrower than v), or null when there
+// are several.
 const Instruction* SingleSource(const Instruction* v,
                                 const std::unordered_set<const Instruction*>& recomputed,
+                                bool stop_narrower,
                                 std::vector<const Instruction*>* cone = nullptr) {
   const Instruction* source = nullptr;
   std::vector<const Instruction*> stack = {v};
@@ -159,9 +166,11 @@ const Instruction* SingleSource(const Instruction* v,
         x->operand(0)->opcode() == Opcode::kConstant) {
       continue;
     }
-    bool expand = ir::IsElementwise(o) && PhaseOf(*x) == Phase::kForward &&
-                  x->shape().dims() == v->shape().dims() &&
-                  (x == v || !IsSaved(*x) || recomputed.contains(x));
+    bool expand =
+        ir::IsElementwise(o) && PhaseOf(*x) == Phase::kForward &&
+        x->shape().dims() == v->shape().dims() &&
+        (x == v || ((!IsSaved(*x) || recomputed.contains(x)) &&
+                    (!stop_narrower || x->shape().byte_size() >= v->shape().byte_size())));
     if (expand) {
       if (cone != nullptr) cone->push_back(x);
       for (const Instruction* op : x->operands()) stack.push_back(op);
@@ -177,6 +186,9 @@ const Instruction* SingleSource(const Instruction* v,
 // between them and their source (recomputed with them).
 std::unordered_set<const Instruction*> CheaplyRecomputed(const ir::Computation& entry) {
   std::unordered_set<const Instruction*> recomputed;
+  // Whether v's source is the narrower value its cone stops at (tried when
+  // the whole cone has several sources).
+  std::unordered_map<const Instruction*, bool> stop_narrower;
   for (bool grew = true; grew;) {
     grew = false;
     for (const auto& inst : entry.instructions()) {
@@ -185,12 +197,16 @@ std::unordered_set<const Instruction*> CheaplyRecomputed(const ir::Computation& 
           !ir::IsElementwise(v->opcode()) || !IsSaved(*v)) {
         continue;
       }
-      const Instruction* y = SingleSource(v, recomputed);
-      if (y != nullptr && y->opcode() != Opcode::kBroadcast &&
-          y->shape().dims() == v->shape().dims() &&
-          y->shape().byte_size() <= v->shape().byte_size()) {
-        recomputed.insert(v);
-        grew = true;
+      for (bool narrower : {false, true}) {
+        const Instruction* y = SingleSource(v, recomputed, narrower);
+        if (y != nullptr && y->opcode() != Opcode::kBroadcast &&
+            y->shape().dims() == v->shape().dims() &&
+            y->shape().byte_size() <= v->shape().byte_size()) {
+          recomputed.insert(v);
+          stop_narrower[v] = narrower;
+          grew = true;
+          break;
+        }
       }
     }
   }
@@ -198,7 +214,7 @@ std::unordered_set<const Instruction*> CheaplyRecomputed(const ir::Computation& 
   std::unordered_set<const Instruction*> with_cones = recomputed;
   for (const Instruction* v : recomputed) {
     std::vector<const Instruction*> cone;
-    SingleSource(v, recomputed, &cone);
+    SingleSource(v, recomputed, stop_narrower[v], &cone);
     with_cones.insert(cone.begin(), cone.end());
   }
   return with_cones;

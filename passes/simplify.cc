@@ -14,6 +14,7 @@ namespace gptc::passes {
 
 namespace {
 
+using ir::DType;
 using ir::Instruction;
 using ir::Opcode;
 
@@ -160,6 +161,19 @@ const Rule kRules[] = {
     {Opcode::kConvert,
      [](Instruction& i, ir::Builder&) -> Match {
        return i.operand(0)->shape() == i.shape() ? i.operand(0) : kNoMatch;
+     }},
+    // convert<T>(convert<f32>(x: T)) => x  (T bf16 or f16: f32 holds every
+    // value of T, so the round trip is exact; autodiff's convert rule makes
+    // it where a bf16 value's f32 gradient feeds a bf16 dot)
+    {Opcode::kConvert,
+     [](Instruction& i, ir::Builder&) -> Match {
+       Instruction* wide = i.operand(0);
+       if (wide->opcode() != Opcode::kConvert || wide->shape().dtype() != DType::kF32) {
+         return kNoMatch;
+       }
+       Instruction* x = wide->operand(0);
+       const DType t = x->shape().dtype();
+       return (t == DType::kBF16 || t == DType::kF16) && x->shape() == i.shape() ? x : kNoMatch;
      }},
     // reshape<S>(x: S) => x
     {Opcode::kReshape,

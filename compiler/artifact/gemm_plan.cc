@@ -1,10 +1,12 @@
 #include "compiler/artifact/gemm_plan.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <utility>
 
 #include "compiler/ir/computation.h"
+#include "passes/gelu_epilogue.h"
 
 namespace gptc::artifact {
 
@@ -127,51 +129,6 @@ const Instruction* SkipConverts(const Instruction* x, GemmPlan& plan) {
 const Instruction* ParameterThroughConverts(const Instruction* x) {
   while (x->opcode() == Opcode::kConvert) x = x->operand(0);
   return x->opcode() == Opcode::kParameter ? x : nullptr;
-}
-
-bool IsConstantLike(const Instruction* x) {
-  while (x->opcode() == Opcode::kBroadcast || x->opcode() == Opcode::kConvert) x = x->operand(0);
-  return x->opcode() == Opcode::kConstant;
-}
-
-// The tanh GELU the fusion pass absorbs (passes/fusion_rules.cc MatchGelu):
-// elementwise users of `x` closed over x, themselves and constants, holding a
-// tanh, with one sink. Returns the sink, or null. `erf` marks the exact GELU,
-// which cuBLASLt does not have.
-const Instruction* MatchGelu(const Instruction* x, bool& erf) {
-  std::set<const Instruction*> members;
-  std::vector<const Instruction*> order;
-  bool has_tanh = false;
-  erf = false;
-  for (bool changed = true; changed && order.size() <= 16;) {
-    changed = false;
-    std::vector<const Instruction*> frontier(x->users().begin(), x->users().end());
-    for (const Instruction* m : order) frontier.insert(frontier.end(), m->users().begin(),
-                                                       m->users().end());
-    for (const Instruction* u : frontier) {
-      if (members.contains(u) || !ir::IsElementwise(u->opcode())) continue;
-      bool closed = std::all_of(u->operands().begin(), u->operands().end(), [&](auto* o) {
-        return o == x || members.contains(o) || IsConstantLike(o);
-      });
-      if (!closed) continue;
-      members.insert(u);
-      order.push_back(u);
-      has_tanh |= u->opcode() == Opcode::kTanh;
-      erf |= u->opcode() == Opcode::kErf;
-      changed = true;
-    }
-  }
-  if ((!has_tanh && !erf) || order.size() < 5) return nullptr;
-  const Instruction* sink = nullptr;
-  for (const Instruction* m : order) {
-    bool inner = !m->users().empty() &&
-                 std::all_of(m->users().begin(), m->users().end(),
-                             [&](auto* u) { return members.contains(u); });
-    if (inner) continue;
-    if (sink != nullptr) return nullptr;
-    sink = m;
-  }
-  return sink;
 }
 
 // The root values of the fused computation: the root or its tuple elements.
@@ -321,17 +278,34 @@ StatusOr<GemmPlan> PlanFusion(const Instruction& fusion) {
       cur = step(u);
     }
   }
-  bool erf = false;
-  if (const Instruction* sink = MatchGelu(cur, erf); sink != nullptr) {
-    if (erf) return Error("%{}: erf GELU has no cuBLASLt epilogue (tanh only)", name);
+  // Note [GELU epilogues]: the GELU, of `cur` or of its widened copy (then
+  // `cur` is the bf16 pre-activation the backward keeps: the aux)...
+  if (std::optional<passes::GeluRegion> g = passes::MatchGelu(cur)) {
+    if (g->erf) return Error("%{}: erf GELU has no cuBLASLt epilogue (tanh only)", name);
     gelu = true;
     if (OutputIndex(outputs, cur) >= 0) aux = cur;
-    cur = step(sink);
+    const Instruction* first = g->ops.front();
+    if (first->opcode() == Opcode::kConvert && first->operand(0) == cur &&
+        ir::DTypeBytes(cur->shape().dtype()) < ir::DTypeBytes(first->shape().dtype())) {
+      plan.notes.push_back(fmt::format(
+          "{} rounding of %{} before the GELU is skipped (cuBLASLt applies it to the f32 value)",
+          ir::DTypeName(cur->shape().dtype()), cur->name()));
+    }
+    cur = step(g->sink);
+  }
+  // ...or, after the bare dot, the GELU backward reading the aux.
+  const Instruction* dgelu_x = nullptr;
+  if (!gelu && bias == nullptr) {
+    auto is_parameter = [](const Instruction* x) { return x->opcode() == Opcode::kParameter; };
+    if (std::optional<passes::GeluRegion> g = passes::MatchGeluGrad(cur, is_parameter)) {
+      dgelu_x = g->x;
+      cur = step(g->sink);
+    }
   }
   if (const Instruction* u = SingleUser(cur); u != nullptr && u->opcode() == Opcode::kAdd) {
     const Instruction* r = u->operand(0) == cur ? u->operand(1) : u->operand(0);
     if (r->shape() == cur->shape() && r->opcode() == Opcode::kParameter) {
-      if (gelu) return Error("%{}: residual after GELU has no cuBLASLt epilogue", name);
+      if (gelu || dgelu_x) return Error("%{}: residual after GELU has no cuBLASLt epilogue", name);
       residual = r;
       cur = step(u);
     }
@@ -361,19 +335,30 @@ StatusOr<GemmPlan> PlanFusion(const Instruction& fusion) {
       plan.aux_output = static_cast<int64_t>(i);
       continue;
     }
-    if (o->opcode() == Opcode::kReduce && o->attrs().reduce_kind == ir::ReduceKind::kSum &&
-        o->shape().rank() == 1 && plan.bias_grad_output < 0) {
-      const Instruction* p = ParameterThroughConverts(o->operand(0));
+    // A column sum, with a round trip through a narrower type after it (the
+    // gradient of a bf16 bias copy): cuBLASLt writes the sum unrounded.
+    const Instruction* r = o;
+    while (r->opcode() == Opcode::kConvert) r = r->operand(0);
+    if (r->opcode() == Opcode::kReduce && r->attrs().reduce_kind == ir::ReduceKind::kSum &&
+        r->shape().rank() == 1 && r->shape().dtype() == o->shape().dtype() &&
+        plan.bias_grad_output < 0) {
+      const Instruction* p = ParameterThroughConverts(r->operand(0));
       if (p != nullptr) {
         plan.bias_grad_output = static_cast<int64_t>(i);
         bgrad_operand = p->attrs().index;
         plan.bias_dtype = CudaDataType(o->shape().dtype());
+        for (const Instruction* c = o; c != r; c = c->operand(0)) {
+          if (ir::DTypeBytes(c->operand(0)->shape().dtype()) > ir::DTypeBytes(c->shape().dtype())) {
+            plan.notes.push_back(fmt::format("{} rounding of the bias gradient %{} is skipped",
+                                             ir::DTypeName(c->shape().dtype()), c->name()));
+          }
+        }
         continue;
       }
     }
     return Error("%{}: output {} (%{}) is not a cuBLASLt epilogue output", name, i, o->name());
   }
-  if (transposed && (bias || residual)) {
+  if (transposed && (bias || residual || gelu || dgelu_x)) {
     return Error("%{}: transposed result with an epilogue", name);
   }
   if (bias != nullptr) {
@@ -395,15 +380,28 @@ StatusOr<GemmPlan> PlanFusion(const Instruction& fusion) {
     plan.c_operand = residual->attrs().index;
     plan.beta = 1.0;
   }
-  if (plan.aux_output >= 0) {
-    if (aux->shape().dtype() != cur->shape().dtype()) {
-      return Error("%{}: GELU aux {} and result {} differ in dtype", name,
-                   ir::DTypeName(aux->shape().dtype()), ir::DTypeName(cur->shape().dtype()));
+  if (dgelu_x != nullptr) {
+    aux = dgelu_x;
+    plan.aux_operand = dgelu_x->attrs().index;
+  }
+  if (plan.aux_output >= 0 || plan.aux_operand >= 0) {
+    if (aux->shape().dtype() != cur->shape().dtype() ||
+        aux->shape().dims() != cur->shape().dims()) {
+      return Error("%{}: GELU aux %{} is {}, the result {} (cuBLASLt's aux is laid out as D)", name,
+                   aux->name(), aux->shape().ToString(), cur->shape().ToString());
     }
+    // cublasLt.h, EPILOGUE_AUX_LD: "divisible by 8 and no less than the
+    // number of rows in the output matrix".
     plan.aux_ld = plan.d.ld;
+    if (plan.aux_ld % 8 != 0) {
+      return Error(
+          "%{}: GELU aux leading dimension {} is not a multiple of 8 (cuBLASLt's "
+          "EPILOGUE_AUX_LD)",
+          name, plan.aux_ld);
+    }
   }
   if (plan.bias_grad_output >= 0) {
-    if (bias || gelu || residual) {
+    if (bias || gelu || residual || dgelu_x) {
       return Error("%{}: bias gradient combined with another epilogue", name);
     }
     if (plan.batch_count != 1) return Error("%{}: batched bias gradient", name);
@@ -419,7 +417,9 @@ StatusOr<GemmPlan> PlanFusion(const Instruction& fusion) {
     }
     return plan;
   }
-  if (gelu) {
+  if (dgelu_x != nullptr) {
+    plan.epilogue = "CUBLASLT_EPILOGUE_DGELU";
+  } else if (gelu) {
     plan.epilogue = plan.aux_output >= 0
                         ? (bias ? "CUBLASLT_EPILOGUE_GELU_AUX_BIAS" : "CUBLASLT_EPILOGUE_GELU_AUX")
                         : (bias ? "CUBLASLT_EPILOGUE_GELU_BIAS" : "CUBLASLT_EPILOGUE_GELU");

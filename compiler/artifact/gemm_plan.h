@@ -18,7 +18,10 @@
 // that operand's transa/transb. A fused 2-D transpose of the result swaps the
 // roles of lhs and rhs (D^T = B^T A^T). Bias vectors run along the row-major
 // last dim N, which is cuBLASLt's m: the BIAS epilogues' layout. The bias
-// gradient of the rhs (reduced over K) is BGRADA, of the lhs BGRADB.
+// gradient of the rhs (reduced over K) is BGRADA, of the lhs BGRADB. The
+// GELU's aux (the pre-activation, written by GELU_AUX, read by DGELU) has
+// D's shape, so its column-major ld is D's, m (Note [GELU epilogues] in
+// passes/gelu_epilogue.h).
 //
 // Layouts that need a copy (batch dims not leading, contracting or free dims
 // not contiguous, a transpose that does not swap whole blocks) are refused
@@ -68,7 +71,8 @@ struct GemmPlan {
   int64_t bias_operand = -1;
   std::string bias_dtype;  // CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE when a bias is read or written
   int64_t d_output = 0;
-  int64_t aux_output = -1;  // GELU_AUX: the pre-activation, laid out as D
+  int64_t aux_output = -1;   // GELU_AUX: the pre-activation, laid out as D
+  int64_t aux_operand = -1;  // DGELU: the pre-activation it reads, laid out as D
   int64_t aux_ld = 0;
   int64_t bias_grad_output = -1;  // BGRADA / BGRADB
   int64_t workspace_bytes = kGemmWorkspaceBytes;

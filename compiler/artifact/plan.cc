@@ -95,6 +95,9 @@ StatusOr<json> GemmThunk(const Instruction& inst, const GemmPlan& plan,
   if (plan.aux_output >= 0) {
     ASSIGN_OR_RETURN(t["aux"], output(plan.aux_output));
   }
+  if (plan.aux_operand >= 0) {
+    ASSIGN_OR_RETURN(t["aux"], operand(plan.aux_operand));
+  }
   if (plan.bias_grad_output >= 0) {
     ASSIGN_OR_RETURN(t["bias"], output(plan.bias_grad_output));
   }
@@ -204,7 +207,7 @@ json GemmPlanToJson(const GemmPlan& p) {
          {"epilogue", p.epilogue},
          {"workspace_bytes", p.workspace_bytes}};
   if (!p.bias_dtype.empty()) j["bias_dtype"] = p.bias_dtype;
-  if (p.aux_output >= 0) j["aux_ld"] = p.aux_ld;
+  if (p.aux_output >= 0 || p.aux_operand >= 0) j["aux_ld"] = p.aux_ld;
   if (!p.notes.empty()) j["notes"] = p.notes;
   return j;
 }

@@ -26,9 +26,12 @@ StatusOr<std::optional<GemmFallbackFusion>> BiasGradientFallback(const Instructi
     outputs.push_back(root);
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
+    // The sum, or a round trip of it through a narrower type (the gradient
+    // of a bf16 bias copy), which the kernel skips as cuBLASLt does.
     const Instruction* r = outputs[i];
+    while (r->opcode() == Opcode::kConvert) r = r->operand(0);
     if (r->opcode() != Opcode::kReduce || r->attrs().reduce_kind != ir::ReduceKind::kSum ||
-        r->shape().rank() != 1) {
+        r->shape().rank() != 1 || r->shape() != outputs[i]->shape()) {
       continue;
     }
     // The operand through converts, innermost first.
@@ -101,17 +104,24 @@ StatusOr<std::optional<GemmFallbackFusion>> EpilogueFallback(const Instruction& 
   }
   if (!epilogue) return std::optional<GemmFallbackFusion>();
   const int64_t n = gemm.operand_count();
+  const ir::Shape wide = dot->shape().WithDType(ir::DType::kF32);
   std::string body;
   for (const auto& inst : c->instructions()) {
     std::string line = ir::PrintInstruction(*inst);
     if (inst.get() == dot) {
-      line = fmt::format("%{} = {} parameter({})", dot->name(), dot->shape().ToString(), n);
+      // The plain gemm writes f32; a narrower dot result (DGELU's) is
+      // rounded here, as the IR rounds it.
+      line = fmt::format("%{} = {} parameter({})", dot->name(), wide.ToString(), n);
+      if (wide != dot->shape()) {
+        line = fmt::format("%{}.f32 = {} parameter({})\n  %{} = {} convert(%{}.f32)", dot->name(),
+                           wide.ToString(), n, dot->name(), dot->shape().ToString(), dot->name());
+      }
     }
     body += fmt::format("  {}{}\n", inst.get() == root ? "ROOT " : "", line);
   }
   std::string operands, entry;
   for (int64_t i = 0; i <= n; ++i) {
-    const ir::Shape& shape = i < n ? gemm.operand(i)->shape() : dot->shape();
+    const ir::Shape& shape = i < n ? gemm.operand(i)->shape() : wide;
     entry += fmt::format("  %x{} = {} parameter({})\n", i, shape.ToString(), i);
     operands += fmt::format("{}%x{}", i > 0 ? ", " : "", i);
   }

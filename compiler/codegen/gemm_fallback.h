@@ -8,11 +8,15 @@
 // gemm, as a thunk of the same instruction marked `fallback`; the runtime
 // launches it only when it has to run the gemm without the epilogue
 // (runtime/gpu/executor.h, Note [epilogue fallback]).
-// For the forward epilogues (BIAS, GELU, GELU_AUX and their combinations) the
-// carried kernel is the rest of the gemm fusion after the dot, as a loop
-// fusion reading the dot's result from scratch (Note [split full reductions]
-// has the scratch): the runtime then runs the plain gemm into scratch, in
-// f32, and that kernel after it, computing exactly what the IR says.
+// For the other epilogues (BIAS, GELU, GELU_AUX and their combinations, and
+// DGELU, which reads the GELU's aux as one more operand) the carried kernel
+// is the rest of the gemm fusion after the dot, as a loop fusion reading the
+// dot's result from scratch (Note [split full reductions] has the scratch):
+// the runtime then runs the plain gemm into scratch, in f32, and that kernel
+// after it, computing exactly what the IR says (a bf16 dot result is rounded
+// by the kernel). A bias gradient summed in f32 and then rounded to bf16 and
+// back (the gradient of a bf16 bias copy) is summed without the round trip,
+// as cuBLASLt sums it.
 #ifndef GPTC_COMPILER_CODEGEN_GEMM_FALLBACK_H_
 #define GPTC_COMPILER_CODEGEN_GEMM_FALLBACK_H_
 
@@ -35,12 +39,13 @@ struct GemmFallbackFusion {
 // bias-gradient output (a rank-1 sum of one of its operands, through converts).
 StatusOr<std::optional<GemmFallbackFusion>> BiasGradientFallback(const ir::Instruction& gemm);
 
-// The epilogue fallback of gemm fusion `gemm` (bias, GELU, aux, residual
-// after the dot), or nullopt when the dot's result reaches the outputs
-// through converts and transposes alone: the gemm fusion's computation with
-// the dot replaced by one more parameter, as a loop fusion whose operands
-// are the gemm's and then the dot's f32 result (`gemm_operand` = the gemm's
-// operand count: the plain gemm writes that result to scratch).
+// The epilogue fallback of gemm fusion `gemm` (bias, GELU, aux, residual,
+// GELU backward after the dot), or nullopt when the dot's result reaches the
+// outputs through converts and transposes alone: the gemm fusion's
+// computation with the dot replaced by one more parameter (f32, converted to
+// the dot's dtype), as a loop fusion whose operands are the gemm's and then
+// the dot's f32 result (`gemm_operand` = the gemm's operand count: the plain
+// gemm writes that result to scratch).
 StatusOr<std::optional<GemmFallbackFusion>> EpilogueFallback(const ir::Instruction& gemm);
 
 }  // namespace gptc::codegen

@@ -185,18 +185,20 @@ StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
             j < plan_.thunks.size() ? std::get_if<KernelThunk>(&plan_.thunks[j].body) : nullptr;
         return k != nullptr && k->fallback && plan_.thunks[j].instruction() == t.instruction();
       };
-      const bool bgrad = g.config.writes_bias && i > 0 && fallback_at(i - 1);
+      // DGELU_BGRAD has neither: its bias gradient is of the epilogue's result.
+      const bool bgrad = g.config.writes_bias && !g.config.reads_aux && i > 0 && fallback_at(i - 1);
       const bool forward = !g.config.writes_bias && g.fallback_d && fallback_at(i + 1);
       if (!runner->refused() || !(bgrad || forward)) return selected;
       GemmConfig plain = g.config;
       plain.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
       plain.epilogue_name = "CUBLASLT_EPILOGUE_DEFAULT";
-      plain.reads_bias = plain.writes_bias = plain.writes_aux = false;
+      plain.reads_bias = plain.writes_bias = plain.writes_aux = plain.reads_aux = false;
       plain.bias_dtype.reset();
       p.bias = p.aux = nullptr;
       if (forward) {
         // The dot's result alone, in f32, into scratch: the kernel after the
-        // gemm computes the whole epilogue (bias, GELU, aux, residual) from it.
+        // gemm computes the whole epilogue (bias, GELU, aux, residual, the
+        // GELU backward from aux) from it.
         for (GemmLayout* l : {&plain.c, &plain.d}) {
           l->dtype = CUDA_R_32F;
           l->ld = l->rows;

@@ -99,9 +99,11 @@ class EntryExecutor {
 
   // Note [epilogue fallback]: the artifact carries, before each gemm with a
   // bias-gradient epilogue (BGRADA/BGRADB), a kernel computing the same bias
-  // gradient. When cuBLASLt's heuristic finds no algorithm for the epilogue
-  // on this GPU, the gemm runs without it and that kernel runs too (it shows
-  // in --profile as a thunk of its own); otherwise the kernel is skipped.
+  // gradient, and after each gemm with another epilogue (BIAS, GELU*,
+  // DGELU) a kernel computing the epilogue from the dot's result in scratch.
+  // When cuBLASLt's heuristic finds no algorithm for the epilogue on this
+  // GPU, the gemm runs without it and that kernel runs too (it shows in
+  // --profile as a thunk of its own); otherwise the kernel is skipped.
   // One line per gemm that fell back, for the caller to print.
   const std::vector<std::string>& warnings() const { return warnings_; }
 

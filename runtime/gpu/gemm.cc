@@ -54,13 +54,18 @@ StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Prepare(const CublasLtApi& lt,
       RETURN_IF_ERROR(set_desc(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, dtype, "BIAS_DATA_TYPE"));
     }
   }
-  if (config.writes_aux) {
+  if (config.writes_aux || config.reads_aux) {
     if (pointers.aux == nullptr)
       return Error("{}: epilogue {} needs an aux buffer", g->what_, config.epilogue_name);
     const int64_t ld = config.aux_ld;
     RETURN_IF_ERROR(
         set_desc(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pointers.aux, "EPILOGUE_AUX_POINTER"));
     RETURN_IF_ERROR(set_desc(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, ld, "EPILOGUE_AUX_LD"));
+    if (config.batch_count > 1) {  // aux is laid out as D, batch after batch
+      const int64_t stride = ld * config.n;
+      RETURN_IF_ERROR(set_desc(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, stride,
+                               "EPILOGUE_AUX_BATCH_STRIDE"));
+    }
   }
   for (auto [name, layout, out] :
        {std::tuple{"A", &config.a, &g->a_}, std::tuple{"B", &config.b, &g->b_},

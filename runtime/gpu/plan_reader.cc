@@ -196,7 +196,7 @@ StatusOr<Thunk> ReadThunk(const json& t, int64_t index, int64_t arena_size,
       return Error("{} ({}): epilogue {} {} a bias slice", where, thunk.name, c.epilogue_name,
                    g.bias ? "does not take" : "needs");
     }
-    if (c.writes_aux != g.aux.has_value()) {
+    if ((c.writes_aux || c.reads_aux) != g.aux.has_value()) {
       return Error("{} ({}): epilogue {} {} an aux slice", where, thunk.name, c.epilogue_name,
                    g.aux ? "does not take" : "needs");
     }
@@ -401,10 +401,7 @@ StatusOr<GemmConfig> ParseGemmConfig(const json& d) {
   c.writes_bias = e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB ||
                   e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
   c.writes_aux = e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  if (e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
-    return Error("{}: epilogue {} reads an aux input this runtime does not wire yet", where,
-                 c.epilogue_name);
-  }
+  c.reads_aux = e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
   if (c.m < 1 || c.n < 1 || c.k < 1 || c.batch_count < 1) {
     return Error("{}: bad problem m={} n={} k={} batch_count={}", where, c.m, c.n, c.k,
                  c.batch_count);
@@ -427,7 +424,7 @@ StatusOr<GemmConfig> ParseGemmConfig(const json& d) {
   RETURN_IF_ERROR(check("b", c.b, tb ? c.n : c.k, tb ? c.k : c.n));
   RETURN_IF_ERROR(check("c", c.c, c.m, c.n));
   RETURN_IF_ERROR(check("d", c.d, c.m, c.n));
-  if (c.writes_aux && c.aux_ld < c.m) {
+  if ((c.writes_aux || c.reads_aux) && c.aux_ld < c.m) {
     return Error("{}: epilogue {} with aux_ld {} < m {}", where, c.epilogue_name, c.aux_ld, c.m);
   }
   return c;

@@ -94,8 +94,9 @@ struct GemmConfig {
   int64_t workspace_bytes = 0;
   // What the epilogue does with the bias / aux buffers.
   bool reads_bias = false;   // BIAS, GELU_BIAS, GELU_AUX_BIAS
-  bool writes_bias = false;  // BGRADA, BGRADB
+  bool writes_bias = false;  // BGRADA, BGRADB, DGELU_BGRAD
   bool writes_aux = false;   // GELU_AUX, GELU_AUX_BIAS
+  bool reads_aux = false;    // DGELU, DGELU_BGRAD
   // "m=768 n=128 k=64 batch=1 A CUDA_R_16BF N B CUDA_R_16BF N D CUDA_R_32F epilogue BIAS"
   std::string Summary() const;
 };
@@ -107,7 +108,7 @@ struct GemmThunk {
   GemmConfig config;
   ArenaSlice a, b, c, d;
   std::optional<ArenaSlice> bias;  // read (BIAS epilogues) or written (BGRAD)
-  std::optional<ArenaSlice> aux;   // GELU_AUX: the pre-activation
+  std::optional<ArenaSlice> aux;   // the pre-activation: GELU_AUX writes it, DGELU reads it
   // Note [epilogue fallback]: where the plain gemm writes the dot's f32
   // result when the epilogue is refused (scratch, in no buffer).
   std::optional<ArenaSlice> fallback_d;

@@ -79,9 +79,14 @@ TEST(ArtifactTest, TinyPlanGolden) {
   EXPECT_EQ(gemms, 27);
   // Every fusion of the train step has a kernel or a gemm.
   EXPECT_TRUE(a->manifest["complete"].get<bool>()) << a->manifest["unsupported"];
-  // c_proj, c_fc and mlp.c_proj of each layer; the qkv bias is added inside
-  // the attention kernel, which reads c_attn's output anyway.
-  EXPECT_EQ(epilogues["CUBLASLT_EPILOGUE_BIAS"], 6);
+  // c_proj and mlp.c_proj of each layer; the qkv bias is added inside the
+  // attention kernel, which reads c_attn's output anyway.
+  EXPECT_EQ(epilogues["CUBLASLT_EPILOGUE_BIAS"], 4);
+  // c_fc with its GELU (writing the pre-activation), and the gradient of
+  // c_proj's input with the GELU's derivative (reading it): Note [GELU
+  // epilogues] in passes/gelu_epilogue.h.
+  EXPECT_EQ(epilogues["CUBLASLT_EPILOGUE_GELU_AUX_BIAS"], 2);
+  EXPECT_EQ(epilogues["CUBLASLT_EPILOGUE_DGELU"], 2);
   // Weight gradients dW = x^T dy with the bias gradient of dy (cuBLASLt's A).
   EXPECT_EQ(epilogues["CUBLASLT_EPILOGUE_BGRADA"], 8);
   // The first gemm: h.0.attn.c_attn, x[32,64] . W[64,192] (its bias joins attention).

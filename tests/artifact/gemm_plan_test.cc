@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <string>
+
 #include "compiler/ir/computation.h"
 #include "compiler/ir/module.h"
 #include "compiler/ir/parser.h"
@@ -296,6 +300,205 @@ ENTRY %main {
   EXPECT_EQ(p->d_output, 1);
   EXPECT_EQ(p->a_operand, 2);
   ASSERT_EQ(p->notes.size(), 1u);
+}
+
+// `text` with every "$NAME" replaced by vars["NAME"].
+std::string Fill(std::string text, const std::map<std::string, std::string>& vars) {
+  for (const auto& [name, value] : vars) {
+    const std::string key = "$" + name;
+    for (size_t at; (at = text.find(key)) != std::string::npos;) {
+      text.replace(at, key.size(), value);
+    }
+  }
+  return text;
+}
+
+// The frontend's GELU of %xf ending in %g, with shape $S (f32[...]).
+constexpr const char* kGeluBody = R"(
+  %c0 = f32[] constant(0.044715)
+  %c1 = f32[] constant(0.7978846)
+  %c2 = f32[] constant(1)
+  %c3 = f32[] constant(0.5)
+  %b0 = $S broadcast(%c0), dimensions={}
+  %b1 = $S broadcast(%c1), dimensions={}
+  %b2 = $S broadcast(%c2), dimensions={}
+  %b3 = $S broadcast(%c3), dimensions={}
+  %m = $S mul(%xf, %xf)
+  %m1 = $S mul(%m, %xf)
+  %m2 = $S mul(%b0, %m1)
+  %a = $S add(%xf, %m2)
+  %m3 = $S mul(%b1, %a)
+  %t = $S tanh(%m3)
+  %a1 = $S add(%b2, %t)
+  %m4 = $S mul(%b3, %xf)
+)";
+
+// Autodiff's GELU backward: %dy * GELU'(%xf), recomputing the GELU's
+// intermediates from %xf as remat does, ending in %s3.
+constexpr const char* kGeluGradBody = R"(
+  %g5 = $S mul(%dy, %a1)
+  %g4 = $S mul(%g5, %b3)
+  %g51 = $S mul(%dy, %m4)
+  %tt = $S mul(%t, %t)
+  %t3 = $S sub(%b2, %tt)
+  %t4 = $S mul(%g51, %t3)
+  %g3 = $S mul(%t4, %b1)
+  %s0 = $S add(%g4, %g3)
+  %g2 = $S mul(%g3, %b0)
+  %g11 = $S mul(%g2, %m)
+  %s1 = $S add(%s0, %g11)
+  %g1 = $S mul(%g2, %xf)
+  %g0 = $S mul(%g1, %xf)
+  %s2 = $S add(%s1, %g0)
+  %s3 = $S add(%s2, %g0)
+)";
+
+// Note [GELU epilogues]: c_fc as the bf16 train step has it: a bf16 bias
+// widened in the epilogue, the bf16 pre-activation stored (aux) and the
+// GELU of its widened copy. $W: the width.
+std::string FcWithAux(int n) {
+  constexpr const char* kText = R"(module m
+%fused.fc {
+  %p0 = bf16[16,64] parameter(0)
+  %p1 = bf16[64,$W] parameter(1)
+  %p2 = bf16[$W] parameter(2)
+  %dot = $S dot(%p0, %p1), lhs_contracting={1}, rhs_contracting={0}
+  %p2f = f32[$W] convert(%p2)
+  %bb = $S broadcast(%p2f), dimensions={1}
+  %pre = $S add(%dot, %bb)
+  %aux = bf16[16,$W] convert(%pre)
+  %xf = $S convert(%aux)$GELU
+  %g = $S mul(%m4, %a1)
+  %gb = bf16[16,$W] convert(%g)
+  ROOT %o = (bf16[16,$W], bf16[16,$W]) tuple(%aux, %gb)
+}
+
+ENTRY %main {
+  %x = bf16[16,64] parameter(0)
+  %w = bf16[64,$W] parameter(1)
+  %b = bf16[$W] parameter(2)
+  %f = (bf16[16,$W], bf16[16,$W]) fusion(%x, %w, %b), kind=gemm, calls=%fused.fc
+  ROOT %g = bf16[16,$W] get-tuple-element(%f), index=1
+}
+)";
+  return Fill(Fill(kText, {{"GELU", kGeluBody}}), {{"S", "f32[16,$W]"}, {"W", std::to_string(n)}});
+}
+
+TEST(GemmPlanTest, GeluAuxBiasWritesTheBf16PreActivation) {
+  StatusOr<GemmPlan> p = PlanRoot(FcWithAux(256));
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->epilogue, "CUBLASLT_EPILOGUE_GELU_AUX_BIAS");
+  EXPECT_EQ(p->bias_operand, 2);
+  EXPECT_EQ(p->bias_dtype, "CUDA_R_16BF");
+  EXPECT_EQ(p->aux_output, 0);
+  EXPECT_EQ(p->d_output, 1);
+  EXPECT_EQ(p->aux_ld, 256);  // D's m: aux is laid out as D
+  EXPECT_EQ(p->d, (MatrixLayout{"CUDA_R_16BF", 256, 16, 256, 1, 0}));
+  // cuBLASLt applies the GELU to the f32 sum, the IR to its bf16 copy.
+  ASSERT_EQ(p->notes.size(), 1u);
+  EXPECT_EQ(p->notes[0],
+            "bf16 rounding of %aux before the GELU is skipped (cuBLASLt applies it to the f32 "
+            "value)");
+}
+
+TEST(GemmPlanTest, GeluAuxNeedsALeadingDimensionDivisibleBy8) {
+  // cublasLt.h, EPILOGUE_AUX_LD: "divisible by 8".
+  StatusOr<GemmPlan> p = PlanRoot(FcWithAux(36));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(
+      p.status().message(),
+      "%f: GELU aux leading dimension 36 is not a multiple of 8 (cuBLASLt's EPILOGUE_AUX_LD)");
+}
+
+// The gradient of c_proj's input times GELU'(aux): dX = dY W^T in bf16, then
+// the GELU backward reading the pre-activation (operand 2, of `aux_dtype`).
+std::string DgeluFusion(const std::string& aux_dtype = "bf16") {
+  constexpr const char* kText = R"(module m
+%fused.dx {
+  %p0 = bf16[2,8,32] parameter(0)
+  %p1 = bf16[128,32] parameter(1)
+  %p2 = $AUX[2,8,128] parameter(2)
+  %dot = bf16[2,8,128] dot(%p0, %p1), lhs_contracting={2}, rhs_contracting={1}
+  %dy = $S convert(%dot)
+  %xf = $S convert(%p2)$GELU$GRAD
+  ROOT %out = bf16[2,8,128] convert(%s3)
+}
+
+ENTRY %main {
+  %dy = bf16[2,8,32] parameter(0)
+  %w = bf16[128,32] parameter(1)
+  %aux = $AUX[2,8,128] parameter(2)
+  ROOT %f = bf16[2,8,128] fusion(%dy, %w, %aux), kind=gemm, calls=%fused.dx
+}
+)";
+  return Fill(Fill(kText, {{"GELU", kGeluBody}, {"GRAD", kGeluGradBody}}),
+              {{"S", "f32[2,8,128]"}, {"AUX", aux_dtype}});
+}
+
+TEST(GemmPlanTest, DgeluReadsTheAuxOperand) {
+  StatusOr<GemmPlan> p = PlanRoot(DgeluFusion());
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->epilogue, "CUBLASLT_EPILOGUE_DGELU");
+  EXPECT_EQ(p->aux_operand, 2);
+  EXPECT_EQ(p->aux_output, -1);
+  EXPECT_EQ(p->aux_ld, 128);
+  EXPECT_EQ(p->bias_operand, -1);
+  EXPECT_EQ(p->m, 128);
+  EXPECT_EQ(p->n, 16);
+  EXPECT_EQ(p->k, 32);
+  EXPECT_EQ(p->d, (MatrixLayout{"CUDA_R_16BF", 128, 16, 128, 1, 0}));
+  ASSERT_EQ(p->notes.size(), 1u);
+  EXPECT_EQ(p->notes[0], "bf16 rounding of %dot is skipped (cuBLASLt keeps f32)");
+}
+
+TEST(GemmPlanTest, DgeluRefusals) {
+  // cuBLASLt's aux has D's type.
+  StatusOr<GemmPlan> p = PlanRoot(DgeluFusion("f16"));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(),
+            "%f: GELU aux %p2 is f16[2,8,128], the result bf16[2,8,128] (cuBLASLt's aux is laid "
+            "out as D)");
+  // Not GELU's derivative (one term twice): no epilogue computes it.
+  std::string text = DgeluFusion();
+  text.replace(text.find("%s0 = f32[2,8,128] add(%g4, %g3)"), 32,
+               "%s0 = f32[2,8,128] add(%g4, %g4)");
+  p = PlanRoot(text);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("is not a cuBLASLt epilogue"), std::string::npos)
+      << p.status().message();
+}
+
+TEST(GemmPlanTest, BiasGradientOfABf16BiasCopySkipsTheRoundTrip) {
+  // db = f32(bf16(sum(f32(dy)))): the gradient of the bf16 copy of an f32
+  // bias (Note [bf16 GELU epilogue]); cuBLASLt's BGRADA writes the f32 sum.
+  StatusOr<GemmPlan> p = PlanRoot(R"(module m
+%fused.dw {
+  %p0 = bf16[32,192] parameter(0)
+  %p1 = bf16[32,64] parameter(1)
+  %w = f32[32,192] convert(%p0)
+  %s = f32[192] reduce(%w), dimensions={0}, kind=sum
+  %n = bf16[192] convert(%s)
+  %db = f32[192] convert(%n)
+  %dot = bf16[64,192] dot(%p1, %p0), lhs_contracting={0}, rhs_contracting={0}
+  %dw = f32[64,192] convert(%dot)
+  ROOT %t = (f32[192], f32[64,192]) tuple(%db, %dw)
+}
+
+ENTRY %main {
+  %dy = bf16[32,192] parameter(0)
+  %x = bf16[32,64] parameter(1)
+  %f = (f32[192], f32[64,192]) fusion(%dy, %x), kind=gemm, calls=%fused.dw
+  ROOT %g = f32[192] get-tuple-element(%f), index=0
+}
+)");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->epilogue, "CUBLASLT_EPILOGUE_BGRADA");
+  EXPECT_EQ(p->bias_grad_output, 0);
+  EXPECT_EQ(p->bias_dtype, "CUDA_R_32F");
+  EXPECT_EQ(p->a_operand, 0);
+  EXPECT_NE(std::find(p->notes.begin(), p->notes.end(),
+                      "bf16 rounding of the bias gradient %n is skipped"),
+            p->notes.end());
 }
 
 }  // namespace

@@ -100,7 +100,7 @@ void ExpectRunnerMatchesSemantics(const gpu::GemmConfig& config, size_t bias_ele
   gpu::GemmPointers p{
       .a = via_api.a.data(), .b = via_api.b.data(), .c = via_api.d.data(), .d = via_api.d.data()};
   if (config.reads_bias || config.writes_bias) p.bias = via_api.bias.data();
-  if (config.writes_aux) p.aux = via_api.aux.data();
+  if (config.writes_aux || config.reads_aux) p.aux = via_api.aux.data();
   p.workspace_bytes = static_cast<size_t>(config.workspace_bytes);
   auto runner = gpu::GemmRunner::Create(lt, handle, config, p, "thunk 3 (gemm test)");
   ASSERT_TRUE(runner.ok()) << runner.status().message();
@@ -116,6 +116,7 @@ void ExpectRunnerMatchesSemantics(const gpu::GemmConfig& config, size_t bias_ele
   spec.bias_dtype = config.bias_dtype.value_or(-1);
   spec.aux = direct.aux.data();
   spec.aux_ld = config.aux_ld;
+  spec.aux_batch_stride = config.batch_count > 1 ? config.aux_ld * config.n : 0;
   RunMatmul(spec, Shape(config.a), Shape(config.b), Shape(config.c), Shape(config.d),
             static_cast<float>(config.alpha), static_cast<float>(config.beta), direct.a.data(),
             direct.b.data(), direct.d.data(), direct.d.data());
@@ -149,7 +150,8 @@ gpu::GemmConfig Config(cublasLtEpilogue_t epilogue, const char* name) {
   c.writes_bias = epilogue == CUBLASLT_EPILOGUE_BGRADA || epilogue == CUBLASLT_EPILOGUE_BGRADB;
   c.writes_aux =
       epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  if (c.writes_aux) c.aux_ld = 16;
+  c.reads_aux = epilogue == CUBLASLT_EPILOGUE_DGELU;
+  if (c.writes_aux || c.reads_aux) c.aux_ld = 16;
   return c;
 }
 
@@ -158,6 +160,21 @@ gpu::GemmConfig Config(cublasLtEpilogue_t epilogue, const char* name) {
 TEST(LtApiTest, GemmRunnerGeluAuxBias) {
   ExpectRunnerMatchesSemantics(
       Config(CUBLASLT_EPILOGUE_GELU_AUX_BIAS, "CUBLASLT_EPILOGUE_GELU_AUX_BIAS"), 16);
+}
+
+// Note [GELU epilogues]: the runtime hands DGELU its aux input (the GELU_AUX
+// output of the forward), with the leading dimension of D.
+TEST(LtApiTest, GemmRunnerDgeluReadsItsAux) {
+  gpu::GemmConfig c = Config(CUBLASLT_EPILOGUE_DGELU, "CUBLASLT_EPILOGUE_DGELU");
+  ExpectRunnerMatchesSemantics(c, 0);
+  // Batched: aux batches follow each other as D's do.
+  c.transa = CUBLAS_OP_N;
+  c.transb = CUBLAS_OP_T;
+  c.batch_count = 2;
+  c.a = Layout(CUDA_R_16BF, 16, 4, 16, 2, 64);
+  c.b = Layout(CUDA_R_16BF, 8, 4, 8, 2, 32);
+  c.c = c.d = Layout(CUDA_R_16BF, 16, 8, 16, 2, 128);
+  ExpectRunnerMatchesSemantics(c, 0);
 }
 
 TEST(LtApiTest, GemmRunnerBiasGradientWithBiasDataType) {

@@ -72,6 +72,24 @@ TEST(GemmConfigTest, ParsesIntoCublasLtValues) {
   EXPECT_NE(c->Summary().find("m=128 n=32 k=64"), std::string::npos) << c->Summary();
 }
 
+TEST(GemmConfigTest, DgeluReadsAux) {
+  json d = Descriptor();
+  d["epilogue"] = "CUBLASLT_EPILOGUE_DGELU";
+  d.erase("bias_dtype");
+  StatusOr<GemmConfig> c = ParseGemmConfig(d);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->reads_aux);
+  EXPECT_FALSE(c->writes_aux);
+  EXPECT_FALSE(c->reads_bias);
+  EXPECT_FALSE(c->writes_bias);
+  // Its aux is D's shape: the leading dimension covers D's rows.
+  d["aux_ld"] = 64;
+  c = ParseGemmConfig(d);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "descriptor: epilogue CUBLASLT_EPILOGUE_DGELU with aux_ld 64 < m 128");
+}
+
 TEST(GemmConfigTest, ErrorsNameTheField) {
   json d = Descriptor();
   d["epilogue"] = "CUBLASLT_EPILOGUE_RELU";
@@ -273,7 +291,8 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
         abi.insert(abi.end(), results.begin(), results.end());
         const auto& k = std::get<KernelThunk>(t.body);
         const bool before_gemm = static_cast<size_t>(t.index + 1) < plan.thunks.size() &&
-                                 plan.thunks[t.index + 1].kind == ThunkKind::kGemm;
+                                 plan.thunks[t.index + 1].kind == ThunkKind::kGemm &&
+                                 plan.thunks[t.index + 1].instruction() == t.instruction();
         if (k.fallback && before_gemm) {
           // Note [epilogue fallback]: one operand of its gemm, then the bias
           // gradient the gemm's epilogue writes.
@@ -315,8 +334,8 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
           EXPECT_TRUE(g.config.writes_bias ? is_result(*g.bias) : is_operand(*g.bias))
               << t.Describe();
         }
-        if (g.aux) {
-          EXPECT_TRUE(is_result(*g.aux)) << t.Describe();
+        if (g.aux) {  // GELU_AUX writes the pre-activation, DGELU reads it
+          EXPECT_TRUE(g.config.reads_aux ? is_operand(*g.aux) : is_result(*g.aux)) << t.Describe();
         }
       }
     }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "compiler/eval/evaluator.h"
@@ -107,6 +108,98 @@ ENTRY %main {
   ASSERT_NE(mlp, nullptr);
   ASSERT_TRUE(pass.Run(*mlp).value());
   EXPECT_FALSE(pass.Run(*mlp).value());  // idempotent
+}
+
+// c_fc, its bias and the frontend's GELU at width N, then c_proj; `extra`
+// adds a use of the pre-activation %pre besides the GELU's.
+std::string GeluMlp(int n, bool extra = false) {
+  std::string t = R"(module gelu_mlp
+ENTRY %main {
+  %x = f32[4,8] parameter(0)
+  %w1 = f32[8,$W] parameter(1)
+  %b = f32[$W] parameter(2)
+  %w2 = f32[$W,8] parameter(3)
+  %h = f32[4,$W] dot(%x, %w1), lhs_contracting={1}, rhs_contracting={0}, meta="c_fc"
+  %bb = f32[4,$W] broadcast(%b), dimensions={1}, meta="c_fc"
+  %pre = f32[4,$W] add(%h, %bb), meta="c_fc"
+  %m = f32[4,$W] mul(%pre, %pre), meta="gelu"
+  %m1 = f32[4,$W] mul(%m, %pre), meta="gelu"
+  %c0 = f32[] constant(0.044715)
+  %b0 = f32[4,$W] broadcast(%c0), dimensions={}
+  %m2 = f32[4,$W] mul(%b0, %m1), meta="gelu"
+  %a = f32[4,$W] add(%pre, %m2), meta="gelu"
+  %c1 = f32[] constant(0.7978846)
+  %b1 = f32[4,$W] broadcast(%c1), dimensions={}
+  %m3 = f32[4,$W] mul(%b1, %a), meta="gelu"
+  %t = f32[4,$W] tanh(%m3), meta="gelu"
+  %c2 = f32[] constant(1)
+  %b2 = f32[4,$W] broadcast(%c2), dimensions={}
+  %a1 = f32[4,$W] add(%b2, %t), meta="gelu"
+  %c3 = f32[] constant(0.5)
+  %b3 = f32[4,$W] broadcast(%c3), dimensions={}
+  %m4 = f32[4,$W] mul(%b3, %pre), meta="gelu"
+  %g = f32[4,$W] mul(%m4, %a1), meta="gelu"
+  %y = f32[4,8] dot(%g, %w2), lhs_contracting={1}, rhs_contracting={0}, meta="c_proj"
+  %l = f32[] reduce(%y), dimensions={0,1}, kind=sum
+  ROOT %r = (f32[], f32[4,$W]) tuple(%l, %EXTRA)
+}
+)";
+  for (size_t at; (at = t.find("$W")) != std::string::npos;) t.replace(at, 2, std::to_string(n));
+  t.replace(t.find("%EXTRA"), 6, extra ? "%pre" : "%h");
+  if (!extra) {
+    t.replace(t.find("  ROOT %r = (f32[], f32[4,"), std::string::npos,
+              "  ROOT %r = f32[] add(%l, %l)\n}\n");
+  }
+  return t;
+}
+
+// Note [bf16 GELU epilogue]: the GELU reads a widened bf16 copy of its
+// input, and the bias is rounded through a bf16 copy too.
+TEST(MixedPrecisionTest, GeluInputAndBiasGetBf16Copies) {
+  auto module = ParseOrDie(GeluMlp(16));
+  ASSERT_NE(module, nullptr);
+  MixedPrecision pass = Pass(PrecisionPolicy::kBF16);
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(pass, *module, after, /*trials=*/3, /*rel_tol=*/2e-2));
+  const ir::Computation* entry = after->entry();
+  const ir::Instruction* pre = entry->FindInstruction("pre");
+  const ir::Instruction* pre_bf16 = entry->FindInstruction("pre.bf16");
+  const ir::Instruction* pre_f32 = entry->FindInstruction("pre.f32");
+  ASSERT_NE(pre_bf16, nullptr) << ir::PrintModule(*after);
+  ASSERT_NE(pre_f32, nullptr);
+  EXPECT_EQ(pre_bf16->shape().dtype(), DType::kBF16);
+  EXPECT_EQ(pre_bf16->operand(0), pre);
+  EXPECT_EQ(pre_f32->operand(0), pre_bf16);
+  EXPECT_EQ(pre->users(), std::vector<ir::Instruction*>{const_cast<ir::Instruction*>(pre_bf16)});
+  for (const char* name : {"m", "m1", "a", "m4"}) {
+    const ir::Instruction* op = entry->FindInstruction(name);
+    for (const ir::Instruction* o : op->operands()) EXPECT_NE(o, pre) << name;
+  }
+  // %pre = add(%h, broadcast(convert<f32>(convert<bf16>(%b)))).
+  const ir::Instruction* bias = pre->operand(1)->operand(0);
+  EXPECT_EQ(bias->name(), "b.f32");
+  EXPECT_EQ(bias->operand(0)->name(), "b.bf16");
+  EXPECT_EQ(bias->operand(0)->shape().dtype(), DType::kBF16);
+  EXPECT_EQ(bias->operand(0)->operand(0), entry->FindInstruction("b"));
+  EXPECT_EQ(entry->FindInstruction("bb"), nullptr);  // the old broadcast is gone
+  EXPECT_EQ(pre_bf16->metadata(), "c_fc");
+  // The activation is a dot operand as ever.
+  EXPECT_EQ(entry->FindInstruction("y")->operand(0)->name(), "g.bf16");
+  EXPECT_FALSE(pass.Run(*after).value());
+}
+
+TEST(MixedPrecisionTest, GeluInputStaysF32WhenTheEpilogueCannotTakeIt) {
+  MixedPrecision pass = Pass(PrecisionPolicy::kBF16);
+  // Something besides the GELU reads %pre; and a width cuBLASLt's aux
+  // leading dimension cannot have (not a multiple of 8).
+  for (const std::string& text : {GeluMlp(16, /*extra=*/true), GeluMlp(12)}) {
+    auto module = ParseOrDie(text);
+    ASSERT_NE(module, nullptr);
+    std::unique_ptr<ir::Module> after;
+    EXPECT_TRUE(RunPassAndCompare(pass, *module, after, /*trials=*/1, /*rel_tol=*/2e-2));
+    EXPECT_EQ(after->entry()->FindInstruction("pre.bf16"), nullptr) << text;
+    EXPECT_EQ(after->entry()->FindInstruction("b.bf16"), nullptr) << text;
+  }
 }
 
 // gpt2-tiny narrowed to width 32, batch 2, seq 16: small enough for the evaluator.

@@ -154,6 +154,39 @@ ENTRY %main {
   EXPECT_EQ(y->operand(0)->operand(0), entry->FindInstruction("t"));
 }
 
+// Note [cheap recomputation]: under Note [bf16 GELU epilogue] the backward
+// reads functions of %pre.f32 = f32(%pre.bf16), whose whole cone reaches the
+// dot and the bias (two values): they are recomputed from %pre.bf16, the
+// narrower value their cones pass through, and the f32 %pre is not kept.
+TEST(RematTest, NoneRecomputesFromANarrowerCopy) {
+  auto module = TrainStep(ParseOrDie(R"(module narrow
+ENTRY %main {
+  %x = f32[4,8] parameter(0)
+  %w = f32[8,8] parameter(1)
+  %b = f32[8] parameter(2)
+  %h = f32[4,8] dot(%x, %w), lhs_contracting={1}, rhs_contracting={0}, meta="l1"
+  %bb = f32[4,8] broadcast(%b), dimensions={1}, meta="l1"
+  %pre = f32[4,8] add(%h, %bb), meta="l1"
+  %n = bf16[4,8] convert(%pre), meta="l1"
+  %y = f32[4,8] convert(%n), meta="l1"
+  %t = f32[4,8] tanh(%y), meta="l2"
+  %s = f32[4,8] mul(%t, %t), meta="loss"
+  ROOT %l = f32[] reduce(%s), dimensions={0,1}, kind=sum, meta="loss"
+}
+)"));
+  ASSERT_NE(module, nullptr);
+  Remat pass = Pass(RematPolicy::kNone);
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(pass, *module, after, /*trials=*/1, /*rel_tol=*/0.0));
+  const ir::Computation* entry = after->entry();
+  const ir::Instruction* t = entry->FindInstruction("remat.t");
+  ASSERT_NE(t, nullptr) << ir::PrintModule(*after);
+  EXPECT_EQ(t->operand(0)->name(), "remat.y");
+  EXPECT_EQ(t->operand(0)->operand(0), entry->FindInstruction("n"));
+  // Saved: %n alone (bf16[4,8]).
+  EXPECT_EQ(SavedActivationBytes(*after), 4 * 8 * 2) << ir::PrintModule(*after);
+}
+
 TEST(RematTest, ForwardOnlyModuleIsLeftAlone) {
   auto module = ParseOrDie(kMlp);  // no backward: nothing is saved
   ASSERT_NE(module, nullptr);

@@ -150,6 +150,36 @@ ENTRY %main {
   ExpectRootIsParameter(*m, "x");
 }
 
+TEST(SimplifyTest, ConvertRoundTripThroughF32) {
+  // bf16 -> f32 -> bf16 is exact (autodiff makes it for the gradient of a
+  // bf16 copy that feeds a bf16 dot); f32 -> bf16 -> f32 rounds: kept.
+  auto m = Simplified(R"(module m
+ENTRY %main {
+  %x = bf16[2,3] parameter(0)
+  %w = f32[2,3] convert(%x)
+  ROOT %n = bf16[2,3] convert(%w)
+}
+)");
+  ExpectRootIsParameter(*m, "x");
+  Simplified(R"(module m
+ENTRY %main {
+  %x = f32[2,3] parameter(0)
+  %n = bf16[2,3] convert(%x)
+  ROOT %w = f32[2,3] convert(%n)
+}
+)",
+             /*changed=*/false);
+  // f16 -> f32 -> bf16 changes the format: kept.
+  Simplified(R"(module m
+ENTRY %main {
+  %x = f16[2,3] parameter(0)
+  %w = f32[2,3] convert(%x)
+  ROOT %n = bf16[2,3] convert(%w)
+}
+)",
+             /*changed=*/false);
+}
+
 TEST(SimplifyTest, ReshapeChain) {
   auto m = Simplified(R"(module m
 ENTRY %main {

@@ -363,8 +363,10 @@ TEST_F(GptrunEmuDefectTest, EveryBiasGradientGemmCarriesItsFallbackKernel) {
     ASSERT_FALSE(gemms.empty());
     size_t fallbacks = 0;  // before their gemm: the bias gradients
     for (size_t i = 0; i + 1 < entry["thunks"].size(); ++i) {
+      const json& t = entry["thunks"][i];
+      const json& next = entry["thunks"][i + 1];
       fallbacks +=
-          entry["thunks"][i].value("fallback", false) && entry["thunks"][i + 1]["kind"] == "gemm";
+          t.value("fallback", false) && next["kind"] == "gemm" && next["name"] == t["fusion"];
     }
     EXPECT_EQ(fallbacks, gemms.size());
     for (size_t i : gemms) {
@@ -398,19 +400,27 @@ TEST_F(GptrunEmuDefectTest, ARefusedEpilogueFallsBackToItsKernel) {
   const std::vector<double> fallen =
       run("GPTC_EMU_REFUSE_EPILOGUES=CUBLASLT_EPILOGUE_BGRADA,CUBLASLT_EPILOGUE_BGRADB,"
           "CUBLASLT_EPILOGUE_BIAS,CUBLASLT_EPILOGUE_GELU,CUBLASLT_EPILOGUE_GELU_BIAS,"
-          "CUBLASLT_EPILOGUE_GELU_AUX,CUBLASLT_EPILOGUE_GELU_AUX_BIAS",
+          "CUBLASLT_EPILOGUE_GELU_AUX,CUBLASLT_EPILOGUE_GELU_AUX_BIAS,CUBLASLT_EPILOGUE_DGELU,"
+          "CUBLASLT_EPILOGUE_DGELU_BGRAD",
           "fallen");
   const std::string out = ReadAll(*dir_ / "fallen.txt");
   // One warning per gemm, naming it, the epilogue and the kernel.
   StatusOr<rt::Artifact> a = rt::ReadArtifact((*dir_ / "one.gptx").string());
   ASSERT_TRUE(a.ok());
-  // Every gemm with an epilogue, in every entry gptrun loads.
+  // Every gemm with an epilogue, in every entry gptrun loads; among them the
+  // GELU and its backward (Note [GELU epilogues] in passes/gelu_epilogue.h).
   size_t gemms = 0;
+  std::set<std::string> epilogues;
   for (const json& entry : a->plan["entries"]) {
     for (const json& t : entry["thunks"]) {
-      gemms += t["kind"] == "gemm" && t["descriptor"]["epilogue"] != "CUBLASLT_EPILOGUE_DEFAULT";
+      if (t["kind"] != "gemm" || t["descriptor"]["epilogue"] == "CUBLASLT_EPILOGUE_DEFAULT")
+        continue;
+      ++gemms;
+      epilogues.insert(t["descriptor"]["epilogue"].get<std::string>());
     }
   }
+  EXPECT_TRUE(epilogues.contains("CUBLASLT_EPILOGUE_GELU_AUX_BIAS"));
+  EXPECT_TRUE(epilogues.contains("CUBLASLT_EPILOGUE_DGELU"));
   const std::regex warning(
       "warning: thunk \\d+ \\(gemm %\\S+, [^)]*\\): cuBLASLt has no algorithm for "
       "CUBLASLT_EPILOGUE_\\w+ here \\[[^\\]]*\\]; it runs without the epilogue, and kernel "
@@ -418,8 +428,9 @@ TEST_F(GptrunEmuDefectTest, ARefusedEpilogueFallsBackToItsKernel) {
   const auto begin = std::sregex_iterator(out.begin(), out.end(), warning);
   EXPECT_EQ(static_cast<size_t>(std::distance(begin, std::sregex_iterator())), gemms) << out;
   EXPECT_EQ(ReadAll(*dir_ / "fused.txt").find("warning:"), std::string::npos);
-  // The same training (the bias gradients summed and the biases added by
-  // kernels instead of epilogues), with every check of the emulator on.
+  // The same training (the bias gradients summed, the biases added and the
+  // GELU and its gradient computed by kernels instead of epilogues), with
+  // every check of the emulator on.
   ASSERT_EQ(fused.size(), 3u);
   ASSERT_EQ(fallen.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
@@ -432,7 +443,8 @@ TEST_F(GptrunEmuDefectTest, AFallbackKernelWithoutItsGemmIsRefused) {
   Mutate("one", "lost.gptx", [&](json& entry) {
     for (size_t i = 0; i + 1 < entry["thunks"].size(); ++i) {
       json& t = entry["thunks"][i];
-      if (t.value("fallback", false) && entry["thunks"][i + 1]["kind"] == "gemm") {
+      const json& next = entry["thunks"][i + 1];
+      if (t.value("fallback", false) && next["kind"] == "gemm" && next["name"] == t["fusion"]) {
         kernel = t["name"];
         entry["thunks"].erase(i + 1);  // its gemm
         return;

@@ -1,0 +1,245 @@
+// The epilogues of the fusion pass's gemm rule (passes/fusion.h rule 4) that
+// are more than a chain after the dot: the GELU and its backward (Note [GELU
+// epilogues] in gelu_epilogue.h) and the bias gradients. Found on the
+// planner's view of the entry (free ops are copied into every group, so
+// regions look through them).
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "passes/fusion_planner.h"
+#include "passes/gelu_epilogue.h"
+
+namespace gptc::passes::fusion_internal {
+
+namespace {
+
+using ir::Instruction;
+using ir::Opcode;
+
+// cuBLASLt's aux leading dimension is D's row count (the row-major last dim)
+// and must be a multiple of 8 (cublasLt.h, EPILOGUE_AUX_LD).
+bool AuxLdOk(const Instruction* x) { return x->shape().dims().back() % 8 == 0; }
+
+bool IsWidening(const Instruction* x) {
+  return x->opcode() == Opcode::kConvert &&
+         ir::DTypeBytes(x->shape().dtype()) > ir::DTypeBytes(x->operand(0)->shape().dtype());
+}
+
+// Whether every use of `x` is by a member of `s` (looking through free ops).
+bool UsedOnlyBy(const Planner& p, const Instruction* x, const InstSet& s) {
+  if (p.computation()->root() == x) return false;
+  std::vector<const Instruction*> users;
+  p.NonFreeUsers(x, users);
+  return std::all_of(users.begin(), users.end(), [&](auto* u) { return s.contains(u); });
+}
+
+// The elementwise users of `x` closed over x, themselves and constants,
+// holding a tanh or erf, with one value used elsewhere; in order, that value
+// last. Empty when an intermediate is used elsewhere (cuBLASLt can store the
+// input `x` as its aux output, nothing else) or the region is not tanh GELU.
+std::vector<const Instruction*> MatchGeluOf(const Planner& p, const Instruction* x) {
+  InstSet e;
+  std::vector<const Instruction*> order;
+  bool has_tanh = false;
+  for (bool changed = true; changed && order.size() <= 16;) {
+    changed = false;
+    std::vector<const Instruction*> candidates;
+    p.NonFreeUsers(x, candidates);
+    for (const Instruction* m : order) p.NonFreeUsers(m, candidates);
+    for (const Instruction* u : candidates) {
+      if (e.contains(u) || !p.Claimable(u) || !ir::IsElementwise(u->opcode())) continue;
+      if (u->shape().dims() != x->shape().dims()) continue;
+      std::vector<const Instruction*> sources;
+      for (const Instruction* op : u->operands()) p.NonFreeSources(op, sources);
+      bool closed = std::all_of(sources.begin(), sources.end(), [&](auto* s) {
+        return s == x || e.contains(s) || s->opcode() == Opcode::kConstant;
+      });
+      if (!closed) continue;
+      e.insert(u);
+      order.push_back(u);
+      has_tanh |= u->opcode() == Opcode::kTanh || u->opcode() == Opcode::kErf;
+      changed = true;
+    }
+  }
+  if (!has_tanh || order.size() < 5 || order.size() > 16) return {};
+  int sinks = 0;
+  for (const Instruction* m : order) sinks += UsedOnlyBy(p, m, e) ? 0 : 1;
+  if (sinks != 1) return {};
+  std::sort(order.begin(), order.end(), [&](auto* a, auto* b) { return p.pos(a) < p.pos(b); });
+  if (UsedOnlyBy(p, order.back(), e) || !ComputesGelu(order.back(), x)) return {};
+  return order;
+}
+
+}  // namespace
+
+std::vector<const Instruction*> MatchGeluEpilogue(const Planner& p, const Instruction* x,
+                                                  const InstSet& group) {
+  std::vector<const Instruction*> gelu = MatchGeluOf(p, x);
+  if (gelu.empty()) {
+    // The GELU of the widened copy of x, the bf16 pre-activation the
+    // backward keeps (Note [bf16 GELU epilogue] in mixed_precision.h).
+    std::vector<const Instruction*> users;
+    p.NonFreeUsers(x, users);
+    for (const Instruction* w : users) {
+      if (!IsWidening(w) || !p.Claimable(w)) continue;
+      gelu = MatchGeluOf(p, w);
+      if (gelu.empty()) continue;
+      gelu.insert(gelu.begin(), w);
+      break;
+    }
+  }
+  if (gelu.empty()) return {};
+  // x leaves the gemm as cuBLASLt's aux when anything else reads it.
+  InstSet s = group;
+  s.insert(gelu.begin(), gelu.end());
+  if (!UsedOnlyBy(p, x, s) && !AuxLdOk(x)) return {};
+  return gelu;
+}
+
+std::vector<const Instruction*> MatchGeluGradEpilogue(const Planner& p, const Instruction* dy) {
+  if (!AuxLdOk(dy)) return {};
+  // The ops computed from dy: its products with GELU' and their sum.
+  InstSet from_dy;
+  std::vector<const Instruction*> ops;
+  for (bool changed = true; changed && ops.size() <= 48;) {
+    changed = false;
+    std::vector<const Instruction*> users;
+    p.NonFreeUsers(dy, users);
+    for (const Instruction* m : ops) p.NonFreeUsers(m, users);
+    for (const Instruction* u : users) {
+      if (from_dy.contains(u) || !p.Claimable(u) || !ir::IsElementwise(u->opcode()) ||
+          u->opcode() == Opcode::kConvert || u->shape().dims() != dy->shape().dims()) {
+        continue;
+      }
+      from_dy.insert(u);
+      ops.push_back(u);
+      changed = true;
+    }
+  }
+  if (ops.empty() || ops.size() > 48) return {};
+  const Instruction* sink = nullptr;
+  for (const Instruction* m : ops) {
+    if (UsedOnlyBy(p, m, from_dy)) continue;
+    if (sink != nullptr) return {};
+    sink = m;
+  }
+  if (sink == nullptr) return {};
+  // D's dtype: the sink's, or that of the converts after it the gemm takes.
+  const Instruction* d = sink;
+  for (const Instruction* u = sink; u->users().size() == 1 && p.computation()->root() != u;) {
+    u = u->users()[0];
+    if (u->opcode() != Opcode::kConvert || !p.Claimable(u)) break;
+    d = u;
+  }
+  // The recomputed GELU intermediates they read, expanded latest first down
+  // to one value of D's dtype and dims: the aux.
+  auto later = [&](const Instruction* a, const Instruction* b) { return p.pos(a) > p.pos(b); };
+  std::set<const Instruction*, decltype(later)> frontier(later);
+  for (const Instruction* m : ops) {
+    std::vector<const Instruction*> sources;
+    for (const Instruction* op : m->operands()) p.NonFreeSources(op, sources);
+    for (const Instruction* s : sources) {
+      if (s != dy && !from_dy.contains(s) && s->opcode() != Opcode::kConstant) frontier.insert(s);
+    }
+  }
+  InstSet members = from_dy;
+  auto is_aux = [&](const Instruction* x) {
+    return x->shape().dtype() == d->shape().dtype() && x->shape().dims() == dy->shape().dims();
+  };
+  while (!frontier.empty() && !(frontier.size() == 1 && is_aux(*frontier.begin()))) {
+    const Instruction* v = *frontier.begin();
+    frontier.erase(frontier.begin());
+    if (!p.Claimable(v) || !ir::IsElementwise(v->opcode()) ||
+        v->shape().dims() != dy->shape().dims() || ops.size() > 64) {
+      return {};
+    }
+    members.insert(v);
+    ops.push_back(v);
+    std::vector<const Instruction*> sources;
+    for (const Instruction* op : v->operands()) p.NonFreeSources(op, sources);
+    for (const Instruction* s : sources) {
+      if (s == dy || from_dy.contains(s)) return {};
+      if (s->opcode() != Opcode::kConstant && !members.contains(s)) frontier.insert(s);
+    }
+  }
+  if (frontier.size() != 1) return {};
+  // Only the result leaves the gemm: the recomputed intermediates stay inside.
+  for (const Instruction* m : ops) {
+    if (!from_dy.contains(m) && !UsedOnlyBy(p, m, members)) return {};
+  }
+  if (!ComputesGeluGrad(sink, dy, *frontier.begin())) return {};
+  std::sort(ops.begin(), ops.end(), [&](auto* a, auto* b) { return p.pos(a) < p.pos(b); });
+  std::erase(ops, sink);
+  ops.push_back(sink);
+  return ops;
+}
+
+namespace {
+
+// The single user of `inst`, or nullptr.
+const Instruction* SingleUser(const Planner& p, const Instruction* inst) {
+  if (inst->users().size() != 1 || p.computation()->root() == inst) return nullptr;
+  return inst->users().front();
+}
+
+// The converts after bias gradient `r` in gemm group `g` when they lead back
+// to r's dtype: autodiff's bf16 round trip of the gradient of a bf16 bias
+// copy (Note [bf16 GELU epilogue] in mixed_precision.h), whose rounding
+// cuBLASLt skips (the plan notes it).
+void AbsorbRoundTrip(Planner& p, int g, const Instruction* r) {
+  std::vector<const Instruction*> chain;
+  for (const Instruction* u = SingleUser(p, r);
+       u != nullptr && u->opcode() == Opcode::kConvert && p.Claimable(u); u = SingleUser(p, u)) {
+    chain.push_back(u);
+  }
+  while (!chain.empty() && chain.back()->shape().dtype() != r->shape().dtype()) chain.pop_back();
+  InstSet s = p.groups()[g].members;
+  s.insert(chain.begin(), chain.end());
+  if (p.CreatesCycle(s)) return;
+  for (const Instruction* c : chain) p.TryAdd(g, c);
+}
+
+}  // namespace
+
+void FuseBiasGradients(Planner& p, int g, const Instruction* d) {
+  const ir::DotDimensions& dims = d->attrs().dot;
+  for (int i = 0; i < 2; ++i) {
+    std::vector<int64_t> contracting = i == 0 ? dims.lhs_contracting : dims.rhs_contracting;
+    std::sort(contracting.begin(), contracting.end());
+    // The column sum may read the f32 value whose bf16 convert the dot
+    // takes, or the f32 widening of the bf16 operand (the gradient DGELU
+    // writes, Note [GELU epilogues]): the kernel sums the operand it loads
+    // (tolerance of bf16).
+    const Instruction* operand = d->operand(i);
+    std::vector<const Instruction*> summed = {operand};
+    if (operand->opcode() == Opcode::kConvert) summed.push_back(operand->operand(0));
+    for (const Instruction* w : operand->users()) {
+      if (IsWidening(w) && p.Claimable(w)) summed.push_back(w);
+    }
+    std::vector<const Instruction*> candidates;
+    for (const Instruction* x : summed) {
+      candidates.insert(candidates.end(), x->users().begin(), x->users().end());
+    }
+    for (const Instruction* r : candidates) {
+      if (r->opcode() != Opcode::kReduce || !p.Claimable(r) ||
+          r->attrs().reduce_kind != ir::ReduceKind::kSum || r->shape().rank() != 1) {
+        continue;
+      }
+      std::vector<int64_t> reduced = r->attrs().dimensions;
+      std::sort(reduced.begin(), reduced.end());
+      if (reduced != contracting) continue;
+      const Instruction* w = r->operand(0);
+      if (w != operand && IsWidening(w) && w->operand(0) == operand) {
+        // The widening is only the sum's: it joins the gemm with it.
+        InstSet s = p.groups()[g].members;
+        s.insert({w, r});
+        if (!UsedOnlyBy(p, w, {r}) || p.CreatesCycle(s)) continue;
+        p.TryAdd(g, w);
+      }
+      if (p.TryAdd(g, r)) AbsorbRoundTrip(p, g, r);
+    }
+  }
+}
+
+}  // namespace gptc::passes::fusion_internal

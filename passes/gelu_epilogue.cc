@@ -1,0 +1,264 @@
+#include "passes/gelu_epilogue.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <set>
+#include <unordered_map>
+
+#include "compiler/eval/evaluator.h"
+#include "compiler/ir/builder.h"
+#include "compiler/ir/computation.h"
+#include "compiler/ir/module.h"
+
+namespace gptc::passes {
+
+using ir::Instruction;
+using ir::Opcode;
+
+namespace {
+
+constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2 / pi)
+constexpr size_t kMaxRegion = 48;  // autodiff's GELU backward is 15 ops, its recomputation 8
+
+// Sample GELU inputs: -6 to 6 in steps of 1/8 (exact in bf16 and f16), where
+// the tanh and erf forms differ by up to 5e-4 and the tails by much less.
+std::vector<double> GeluInputs() {
+  std::vector<double> xs;
+  for (int i = -48; i <= 48; ++i) xs.push_back(i / 8.0);
+  return xs;
+}
+
+bool IsConstantLike(const Instruction* x) {
+  while (x->opcode() == Opcode::kBroadcast || x->opcode() == Opcode::kConvert) x = x->operand(0);
+  return x->opcode() == Opcode::kConstant;
+}
+
+bool IsNarrowing(const Instruction* x) {
+  return x->opcode() == Opcode::kConvert &&
+         ir::DTypeBytes(x->shape().dtype()) < ir::DTypeBytes(x->operand(0)->shape().dtype());
+}
+
+// Copies the cone of `x` over `leaves` into a computation of [n]-shaped
+// values; null when the cone holds anything but elementwise ops of x's dims,
+// constants and broadcast scalars.
+class ConeCopier {
+ public:
+  ConeCopier(ir::Builder& b, const std::vector<int64_t>& dims, int64_t n)
+      : b_(b), dims_(dims), n_(n) {}
+
+  StatusOr<Instruction*> Copy(const Instruction* x) {
+    if (auto it = copies_.find(x); it != copies_.end()) return it->second;
+    ASSIGN_OR_RETURN(Instruction * c, Make(x));
+    copies_[x] = c;
+    return c;
+  }
+  void AddLeaf(const Instruction* leaf, Instruction* parameter) { copies_[leaf] = parameter; }
+
+ private:
+  StatusOr<Instruction*> Make(const Instruction* x) {
+    const ir::DType dtype = x->shape().dtype();
+    const std::vector<double>& lit = x->attrs().literal;
+    if (x->opcode() == Opcode::kConstant) {
+      if (lit.empty() ||
+          std::any_of(lit.begin(), lit.end(), [&](double v) { return v != lit[0]; })) {
+        return Error("%{}: not a splat constant", x->name());
+      }
+      ASSIGN_OR_RETURN(Instruction * c, b_.ScalarConstant(dtype, lit[0]));
+      return x->shape().rank() == 0 ? c : b_.Broadcast(c, {n_}, {});
+    }
+    if (x->opcode() == Opcode::kBroadcast) {
+      ASSIGN_OR_RETURN(Instruction * op, Copy(x->operand(0)));
+      if (op->shape().rank() != 0) return Error("%{}: broadcasts a non-scalar", x->name());
+      return x->shape().rank() == 0 ? op : b_.Broadcast(op, {n_}, {});
+    }
+    if (!ir::IsElementwise(x->opcode()) || x->shape().dims() != dims_) {
+      return Error("%{}: not elementwise over the leaves", x->name());
+    }
+    std::vector<Instruction*> operands;
+    for (const Instruction* op : x->operands()) {
+      ASSIGN_OR_RETURN(Instruction * c, Copy(op));
+      operands.push_back(c);
+    }
+    return b_.Build(x->opcode(), std::move(operands), x->attrs(), ir::Shape(dtype, {n_}));
+  }
+
+  ir::Builder& b_;
+  std::vector<int64_t> dims_;
+  int64_t n_;
+  std::unordered_map<const Instruction*, Instruction*> copies_;
+};
+
+// Instruction positions in their computation, for "the latest first".
+std::unordered_map<const Instruction*, int64_t> Positions(const Instruction* x) {
+  std::unordered_map<const Instruction*, int64_t> pos;
+  for (const auto& inst : x->parent()->instructions()) {
+    pos[inst.get()] = static_cast<int64_t>(pos.size());
+  }
+  return pos;
+}
+
+}  // namespace
+
+double GeluTanh(double x) {
+  return 0.5 * x * (1.0 + std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
+}
+
+double GeluTanhGrad(double x) {
+  const double t = std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3 * 0.044715 * x * x);
+}
+
+bool ComputesOnSamples(const Instruction* value, const std::vector<const Instruction*>& leaves,
+                       const std::vector<std::vector<double>>& points,
+                       const std::function<double(std::span<const double>)>& f) {
+  while (IsNarrowing(value) && std::find(leaves.begin(), leaves.end(), value) == leaves.end()) {
+    value = value->operand(0);
+  }
+  const int64_t n = static_cast<int64_t>(points.size());
+  ir::Module scratch("probe");
+  ir::Computation* c = scratch.AddComputation("probe");
+  scratch.set_entry(c);
+  ir::Builder b(c);
+  ConeCopier copier(b, value->shape().dims(), n);
+  std::vector<eval::Literal> args;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const ir::Shape shape(leaves[i]->shape().dtype(), {n});
+    StatusOr<Instruction*> p = b.Parameter(static_cast<int64_t>(i), shape);
+    if (!p.ok()) return false;
+    copier.AddLeaf(leaves[i], *p);
+    eval::Literal arg{shape, {}, {}};
+    for (const std::vector<double>& point : points) arg.values.push_back(point[i]);
+    args.push_back(std::move(arg));
+  }
+  StatusOr<Instruction*> root = copier.Copy(value);
+  if (!root.ok() || !ir::IsFloat((*root)->shape().dtype())) return false;
+  c->set_root(*root);
+  StatusOr<eval::Literal> got = eval::EvaluateComputation(*c, args);
+  if (!got.ok()) return false;
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = f(points[i]);
+    if (!(std::abs(got->values[i] - want) <= 1e-5 * (1.0 + std::abs(want)))) return false;
+  }
+  return true;
+}
+
+bool ComputesGelu(const Instruction* value, const Instruction* x) {
+  std::vector<std::vector<double>> points;
+  for (double v : GeluInputs()) points.push_back({v});
+  return ComputesOnSamples(value, {x}, points,
+                           [](std::span<const double> p) { return GeluTanh(p[0]); });
+}
+
+bool ComputesGeluGrad(const Instruction* value, const Instruction* dy, const Instruction* x) {
+  std::vector<std::vector<double>> points;
+  for (double g : {1.0, -0.375, 2.5}) {
+    for (double v : GeluInputs()) points.push_back({g, v});
+  }
+  return ComputesOnSamples(value, {dy, x}, points,
+                           [](std::span<const double> p) { return p[0] * GeluTanhGrad(p[1]); });
+}
+
+std::optional<GeluRegion> MatchGelu(const Instruction* x) {
+  std::set<const Instruction*> members;
+  GeluRegion r;
+  bool has_tanh = false;
+  for (bool changed = true; changed && r.ops.size() <= kMaxRegion;) {
+    changed = false;
+    std::vector<const Instruction*> frontier(x->users().begin(), x->users().end());
+    for (const Instruction* m : r.ops) {
+      frontier.insert(frontier.end(), m->users().begin(), m->users().end());
+    }
+    for (const Instruction* u : frontier) {
+      if (members.contains(u) || !ir::IsElementwise(u->opcode())) continue;
+      bool closed = std::all_of(u->operands().begin(), u->operands().end(), [&](auto* o) {
+        return o == x || members.contains(o) || IsConstantLike(o);
+      });
+      if (!closed) continue;
+      members.insert(u);
+      r.ops.push_back(u);
+      has_tanh |= u->opcode() == Opcode::kTanh;
+      r.erf |= u->opcode() == Opcode::kErf;
+      changed = true;
+    }
+  }
+  if ((!has_tanh && !r.erf) || r.ops.size() < 5 || r.ops.size() > kMaxRegion) return std::nullopt;
+  for (const Instruction* m : r.ops) {
+    bool inner = !m->users().empty() && std::all_of(m->users().begin(), m->users().end(),
+                                                    [&](auto* u) { return members.contains(u); });
+    if (inner) continue;
+    if (r.sink != nullptr) return std::nullopt;
+    r.sink = m;
+  }
+  if (r.sink == nullptr) return std::nullopt;
+  auto pos = Positions(x);
+  std::sort(r.ops.begin(), r.ops.end(), [&](auto* a, auto* b) { return pos[a] < pos[b]; });
+  if (!r.erf && !ComputesGelu(r.sink, x)) return std::nullopt;
+  return r;
+}
+
+std::optional<GeluRegion> MatchGeluGrad(const Instruction* dy,
+                                        const std::function<bool(const Instruction*)>& is_x) {
+  // The ops computed from dy (the products with GELU' and their sum).
+  std::set<const Instruction*> from_dy;
+  std::vector<const Instruction*> ops;
+  for (bool changed = true; changed && ops.size() <= kMaxRegion;) {
+    changed = false;
+    std::vector<const Instruction*> frontier(dy->users().begin(), dy->users().end());
+    for (const Instruction* m : ops) {
+      frontier.insert(frontier.end(), m->users().begin(), m->users().end());
+    }
+    for (const Instruction* u : frontier) {
+      if (from_dy.contains(u) || !ir::IsElementwise(u->opcode()) ||
+          u->opcode() == Opcode::kConvert || u->shape().dims() != dy->shape().dims()) {
+        continue;
+      }
+      from_dy.insert(u);
+      ops.push_back(u);
+      changed = true;
+    }
+  }
+  if (ops.empty() || ops.size() > kMaxRegion) return std::nullopt;
+  // The other values they read, expanded latest first until one value is left.
+  auto pos = Positions(dy);
+  auto later = [&](const Instruction* a, const Instruction* b) { return pos[a] > pos[b]; };
+  std::set<const Instruction*, decltype(later)> frontier(later);
+  for (const Instruction* m : ops) {
+    for (const Instruction* o : m->operands()) {
+      if (o != dy && !from_dy.contains(o) && !IsConstantLike(o)) frontier.insert(o);
+    }
+  }
+  std::set<const Instruction*> members(from_dy.begin(), from_dy.end());
+  while (!frontier.empty() && !(frontier.size() == 1 && is_x(*frontier.begin()))) {
+    const Instruction* v = *frontier.begin();
+    frontier.erase(frontier.begin());
+    if (!ir::IsElementwise(v->opcode()) || v->shape().dims() != dy->shape().dims() ||
+        ops.size() > kMaxRegion) {
+      return std::nullopt;
+    }
+    members.insert(v);
+    ops.push_back(v);
+    for (const Instruction* o : v->operands()) {
+      if (o == dy || from_dy.contains(o)) return std::nullopt;
+      if (!IsConstantLike(o) && !members.contains(o)) frontier.insert(o);
+    }
+  }
+  if (frontier.size() != 1) return std::nullopt;
+  GeluRegion r;
+  r.x = *frontier.begin();
+  for (const Instruction* m : ops) {
+    const bool outside =
+        m->users().empty() || std::any_of(m->users().begin(), m->users().end(),
+                                          [&](auto* u) { return !members.contains(u); });
+    if (!outside) continue;
+    // Only the result leaves: the recomputed GELU intermediates stay inside.
+    if (r.sink != nullptr || !from_dy.contains(m)) return std::nullopt;
+    r.sink = m;
+  }
+  if (r.sink == nullptr || !ComputesGeluGrad(r.sink, dy, r.x)) return std::nullopt;
+  std::sort(ops.begin(), ops.end(), [&](auto* a, auto* b) { return pos[a] < pos[b]; });
+  r.ops = std::move(ops);
+  return r;
+}
+
+}  // namespace gptc::passes

@@ -1,0 +1,89 @@
+// The tanh GELU and its derivative as cuBLASLt's GELU epilogues compute them,
+// and the matching of their IR forms, shared by mixed precision, fusion and
+// the gemm plan (compiler/artifact/gemm_plan.cc).
+//
+// Note [GELU epilogues]
+// cuBLASLt computes GPT-2's MLP activation and its gradient inside the gemms
+// around it, with bias and aux of D's type (cublasLt.h):
+//   forward   aux = A B + bias; D = GELU(aux)      CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+//   backward  D = (A B) * GELU'(aux)               CUBLASLT_EPILOGUE_DGELU
+// where the forward's A B is c_fc (aux: the pre-activation) and the
+// backward's A B the gradient of c_proj's input. The IR gets there in steps:
+//  - mixed precision (before autodiff) gives c_fc's bias and pre-activation
+//    bf16 copies, and the GELU reads the widened bf16 pre-activation (Note
+//    [bf16 GELU epilogue] in mixed_precision.h), so that autodiff's GELU
+//    backward is a function of that bf16 value and the incoming gradient;
+//  - remat recomputes the GELU's intermediates from the bf16 pre-activation
+//    (Note [cheap recomputation] in remat.cc): the one tensor the backward
+//    keeps, where it used to keep the f32 one and recompute the GELU in a
+//    kernel of its own;
+//  - fusion puts the bias, the bf16 pre-activation (an extra output: aux)
+//    and the GELU into the c_fc gemm, and the GELU backward (the recomputed
+//    intermediates and their products with the gradient) into the gemm that
+//    produces the gradient (passes/fusion.h rule 4);
+//  - the gemm plan recognises both and reads or writes aux in D's layout.
+// The bias gradient stays in the weight-gradient gemm of c_fc (BGRADA): it
+// sums the bf16 gradient DGELU writes, which that gemm reads anyway; DGELU_BGRAD
+// would save nothing and has no fallback kernel (Note [epilogue fallback
+// kernels]).
+// Structure does not prove that a region computes GELU: the matchers take
+// any elementwise region of the right form and then evaluate it on sample
+// points against GeluTanh / GeluTanhGrad (ComputesOnSamples), so that a
+// region computing something else (the erf GELU, another activation) is
+// never handed to cuBLASLt.
+#ifndef GPTC_PASSES_GELU_EPILOGUE_H_
+#define GPTC_PASSES_GELU_EPILOGUE_H_
+
+#include <functional>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "compiler/ir/instruction.h"
+
+namespace gptc::passes {
+
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) and its derivative.
+double GeluTanh(double x);
+double GeluTanhGrad(double x);
+
+// Whether `value`, an elementwise function of `leaves` (its cone reaches
+// nothing else but constants and broadcast scalars), equals `f` at every
+// point of `points` (one value per leaf each, exact in the leaf's dtype),
+// evaluated by the reference evaluator in f32 to within 1e-5 relative.
+// Narrowing converts at the top of the cone are looked through: their
+// rounding is the store's, not the function's.
+bool ComputesOnSamples(const ir::Instruction* value,
+                       const std::vector<const ir::Instruction*>& leaves,
+                       const std::vector<std::vector<double>>& points,
+                       const std::function<double(std::span<const double>)>& f);
+
+// value == GELU(x) and value == dy * GELU'(x) on sample points (x in [-6, 6]).
+bool ComputesGelu(const ir::Instruction* value, const ir::Instruction* x);
+bool ComputesGeluGrad(const ir::Instruction* value, const ir::Instruction* dy,
+                      const ir::Instruction* x);
+
+// An elementwise region of one computation, in computation order.
+struct GeluRegion {
+  std::vector<const ir::Instruction*> ops;
+  const ir::Instruction* sink = nullptr;  // the one value used outside `ops`
+  const ir::Instruction* x = nullptr;     // MatchGeluGrad: the GELU input (aux)
+  bool erf = false;                       // MatchGelu: the erf GELU (never verified)
+};
+
+// The GELU of `x` in plain IR: the elementwise users of `x` closed over `x`,
+// themselves and constants, one of them a tanh (or erf), with one value used
+// outside them: the activation, after any converts. A tanh region must pass
+// ComputesGelu; an erf one is returned with `erf` set, for the caller's error.
+std::optional<GeluRegion> MatchGelu(const ir::Instruction* x);
+
+// dy * GELU'(x) in plain IR: the elementwise ops (converts excepted) computed
+// from `dy`, plus the elementwise cone of the other values they read down to
+// the first single value every path goes through for which `is_x` holds,
+// with one value used outside them all; checked with ComputesGeluGrad.
+std::optional<GeluRegion> MatchGeluGrad(const ir::Instruction* dy,
+                                        const std::function<bool(const ir::Instruction*)>& is_x);
+
+}  // namespace gptc::passes
+
+#endif  // GPTC_PASSES_GELU_EPILOGUE_H_
