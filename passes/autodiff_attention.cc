@@ -26,12 +26,15 @@ ir::DotDimensions Batched(int64_t lhs_contracting, int64_t rhs_contracting) {
   return d;
 }
 
-// s = scale * q k^T in f32, -inf where key > query when causal.   (B, H, T, S)
-Instruction* Scores(GradBuilder& g, Instruction* q, Instruction* k, bool causal, double scale) {
+// s = scale * q k^T in f32 of q, k rounded to `operands`, -inf where key >
+// query when causal.   (B, H, T, S)
+Instruction* Scores(GradBuilder& g, Instruction* q, Instruction* k, bool causal, double scale,
+                    DType operands) {
   const Shape& qs = q->shape();
   const int64_t t = qs.dim(2), s_len = k->shape().dim(2);
   const std::vector<int64_t> dims = {qs.dim(0), qs.dim(1), t, s_len};
-  Instruction* s = g.Scale(g.Dot(q, k, Batched(3, 3), DType::kF32), scale);
+  Instruction* s = g.Scale(
+      g.Dot(g.Convert(q, operands), g.Convert(k, operands), Batched(3, 3), DType::kF32), scale);
   if (!causal) return s;
   Shape square(DType::kS32, {t, s_len});
   Instruction* visible = g.Compare(g.Iota(square, 1), g.Iota(square, 0), CompareDirection::kLe);
@@ -78,13 +81,21 @@ std::string AttrsKey(const ir::Attrs& a) {
   return fmt::format("{}_{:x}", a.causal ? "causal" : "full", std::bit_cast<uint64_t>(a.scale));
 }
 
+// The suffix of a decomposition whose matmul operands are rounded to `operands`
+// (Note [bf16 attention]): empty when they are not.
+std::string RoundingKey(const Shape& q, DType operands) {
+  return operands == q.dtype() ? "" : fmt::format(".{}", ir::DTypeName(operands));
+}
+
 // lse = log(sum_j exp(s_j - m)) + m, m = max_j s_j.
 StatusOr<ir::Computation*> LseDecomposition(ir::Computation* caller, const Instruction& q,
-                                            const Instruction& k, const ir::Attrs& attrs) {
-  const std::string name = fmt::format("attention_lse.{}.{}.{}", ShapeKey(q.shape()),
-                                       ShapeKey(k.shape()), AttrsKey(attrs));
+                                            const Instruction& k, const ir::Attrs& attrs,
+                                            DType operands) {
+  const std::string name =
+      fmt::format("attention_lse.{}.{}.{}{}", ShapeKey(q.shape()), ShapeKey(k.shape()),
+                  AttrsKey(attrs), RoundingKey(q.shape(), operands));
   return Decomposition(caller, name, {q.shape(), k.shape()}, [&](GradBuilder& g, const auto& p) {
-    Instruction* s = Scores(g, p[0], p[1], attrs.causal, attrs.scale);
+    Instruction* s = Scores(g, p[0], p[1], attrs.causal, attrs.scale, operands);
     const std::vector<int64_t>& dims = s->shape().dims();
     Instruction* m = g.Reduce(s, {3}, ir::ReduceKind::kMax, DType::kF32);
     Instruction* e = g.Unary(Opcode::kExp, g.Sub(s, PerRow(g, m, dims)));
@@ -104,7 +115,7 @@ StatusOr<ir::Computation*> GradDecomposition(ir::Computation* caller,
   return Decomposition(caller, name, shapes, [&](GradBuilder& g, const auto& p) -> Instruction* {
     Instruction *q = p[0], *k = p[1], *v = p[2], *d_out = p[3], *lse = p[4], *delta = p[5];
     const DType operands = q->shape().dtype();
-    Instruction* s = Scores(g, q, k, attrs.causal, attrs.scale);
+    Instruction* s = Scores(g, q, k, attrs.causal, attrs.scale, operands);
     const std::vector<int64_t>& dims = s->shape().dims();
     Instruction* prob = g.Unary(Opcode::kExp, g.Sub(s, PerRow(g, lse, dims)));  // (B, H, T, S)
     if (attrs.index == 2) return g.Dot(g.Convert(prob, operands), d_out, Batched(2, 2), result);
@@ -115,6 +126,29 @@ StatusOr<ir::Computation*> GradDecomposition(ir::Computation* caller,
                             : g.Dot(ds, q, Batched(2, 2), result);
   });
 }
+
+}  // namespace
+
+StatusOr<ir::Computation*> RoundedAttentionDecomposition(ir::Computation* caller,
+                                                         const Instruction& attention,
+                                                         DType operands) {
+  const Shape &qs = attention.operand(0)->shape(), &ks = attention.operand(1)->shape(),
+              &vs = attention.operand(2)->shape();
+  const ir::Attrs& attrs = attention.attrs();
+  const std::string name = fmt::format("attention.{}.{}.{}{}", ShapeKey(qs), ShapeKey(ks),
+                                       AttrsKey(attrs), RoundingKey(qs, operands));
+  return Decomposition(caller, name, {qs, ks, vs}, [&](GradBuilder& g, const auto& p) {
+    Instruction* s = Scores(g, p[0], p[1], attrs.causal, attrs.scale, operands);
+    const std::vector<int64_t>& dims = s->shape().dims();
+    Instruction* m = g.Reduce(s, {3}, ir::ReduceKind::kMax, DType::kF32);
+    Instruction* e = g.Unary(Opcode::kExp, g.Sub(s, PerRow(g, m, dims)));
+    Instruction* l = g.Reduce(e, {3}, ir::ReduceKind::kSum, DType::kF32);
+    Instruction* prob = g.Convert(g.Div(e, PerRow(g, l, dims)), operands);
+    return g.Dot(prob, g.Convert(p[2], operands), Batched(3, 2), qs.dtype());
+  });
+}
+
+namespace {
 
 // The attention output as it is stored anyway: mixed precision writes o as a
 // 16-bit [B, T, H*D] copy for the output projection (transpose, reshape,
@@ -148,8 +182,11 @@ StatusOr<std::vector<Instruction*>> AttentionRule(RuleContext& c, const Instruct
   attrs.scale = y.attrs().scale;
   ir::Computation* caller = c.g.computation();
 
-  ASSIGN_OR_RETURN(ir::Computation * lse_decomposition, LseDecomposition(caller, *q, *k, attrs));
-  Instruction* lse = c.g.Build(Opcode::kAttentionLse, {q, k}, attrs, Shape::Scalar(DType::kF32),
+  ASSIGN_OR_RETURN(ir::Computation * lse_decomposition,
+                   LseDecomposition(caller, *q, *k, attrs, operands));
+  ir::Attrs lse_attrs = attrs;
+  if (operands != q->shape().dtype()) lse_attrs.grad_dtype = operands;
+  Instruction* lse = c.g.Build(Opcode::kAttentionLse, {q, k}, lse_attrs, Shape::Scalar(DType::kF32),
                                lse_decomposition);
   // Forward state, as o is: remat's phases (by metadata) then keep it or
   // recompute it with the forward, and fusion puts it in the forward's kernel.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "compiler/ir/builder.h"
+#include "passes/autodiff_attention.h"
 #include "passes/gelu_epilogue.h"
 
 namespace gptc::passes {
@@ -149,9 +150,12 @@ StatusOr<bool> MixedPrecision::Run(ir::Module& module) {
         inst->operand(1)->shape().dtype() == DType::kF32) {
       dots.push_back(inst.get());
     }
-    // Note [bf16 attention backward].
+    // Note [bf16 attention backward] and Note [bf16 attention].
     if (inst->opcode() == Opcode::kAttention && inst->shape().dtype() == DType::kF32 &&
         !inst->attrs().grad_dtype) {
+      ASSIGN_OR_RETURN(ir::Computation * rounded,
+                       autodiff::RoundedAttentionDecomposition(entry, *inst, DType::kBF16));
+      inst->set_called_computation(rounded);
       inst->mutable_attrs().grad_dtype = DType::kBF16;
       changed = true;
     }

@@ -54,14 +54,15 @@
 // Note [bf16 attention backward]: an f32 attention gets grad_dtype=bf16.
 // Autodiff's attention rule then gives its five backward matmuls (S = q k^T,
 // dP = dO v^T, dV = P^T dO, dQ = dS k, dK = dS^T q) bf16 operands with f32
-// results. The forward is unchanged. Without it they ran as f32 gemms and
+// results, and the forward's two (q k^T, P v) get them too: its decomposition
+// becomes the bf16-rounded one (Note [bf16 attention] in
+// autodiff_attention.h), which tensor-core kernels compute. Without it they ran as f32 gemms and
 // read and wrote f32 [B,H,T,T] scores and probabilities. On gpt2-124m (B16
 // T1024) the fusion report's roofline gave them 2.45 ms per layer, against
 // 0.1 ms for the forward attention, and the whole step went from 53.6 to
 // 45.4 ms. The roofline counts every gemm at the bf16 tensor-core peak, so
-// the real cost of the old f32 gemms was higher still. Now S and dP are f32, as flash attention keeps them,
-// and P and dS are stored in bf16, as flash attention feeds them to its
-// tensor cores.
+// the real cost of the old f32 gemms was higher still. Now S and dP are f32, as flash attention
+// keeps them, and P and dS are stored in bf16, as flash attention feeds them to its tensor cores.
 //
 // Order: run it on the traced FORWARD graph, before autodiff. This deviates
 // from DESIGN.md's pipeline (which lists it after simplify/CSE on the train

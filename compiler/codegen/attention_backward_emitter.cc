@@ -17,12 +17,13 @@
 // chains (attention_util.h), so dq, dk, dv land in the packed [B, T, 3C]
 // gradient when the fusion pass joined its transposes.
 //
-// This is the CUDA-core form, correct and simple, not yet the tensor-core
-// tiles (mma.sync m16n8k16 over 64 x 64 blocks of shared memory) that the
-// fusion report's roofline prices: each warp reads every q/do (or k/v) row of
-// its head once per row through L1/L2.
+// This is the CUDA-core form, for f32 operands and head dims the tensor-core
+// kernels do not take (Note [tensor-core attention backward] in
+// attention_backward_mma.cc): each warp reads every q/do (or k/v) row of its
+// head once per row through L1/L2.
 #include <array>
 
+#include "compiler/codegen/attention_mma.h"
 #include "compiler/codegen/attention_util.h"
 #include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"
@@ -96,9 +97,39 @@ class AttentionBackwardEmitter : public KernelEmitter {
       }
     }
 
+    AttentionBackward backward{.grads = grads,
+                               .q = q_op,
+                               .k = k_op,
+                               .v = v_op,
+                               .d_out = do_op,
+                               .lse = lse_op,
+                               .delta = delta_op,
+                               .batch = batch,
+                               .heads = heads,
+                               .tq = tq,
+                               .tk = tk,
+                               .dim = dim,
+                               .causal = causal,
+                               .scale = scale,
+                               .outputs = outputs,
+                               .roots = roots,
+                               .chains = chains,
+                               .first_output = static_cast<int64_t>(params.size())};
+    const bool mma = UseTensorCoreBackward(backward);
+    const int64_t own_len = by_query ? tq : tk;
+
     const int64_t num_params = static_cast<int64_t>(params.size() + outputs.size());
-    WarpRowKernel kernel(*fused, num_params, batch, heads, by_query ? tq : tk, name, gpu_module,
-                         "attention backward");
+    WarpRowKernel kernel(*fused, num_params, batch, heads,
+                         mma ? 4 * ((own_len + kTileRows - 1) / kTileRows) : own_len, name,
+                         gpu_module, "attention backward");
+    if (mma) {
+      ASSIGN_OR_RETURN(int64_t shared_bytes,
+                       EmitTensorCoreBackward(kernel, gpu_module, name, backward));
+      KernelSpec spec = MakeKernelSpec(fusion, name, ir::FusionKind::kAttention, kernel.grid(),
+                                       WarpRowKernel::kBlock);
+      spec.static_shared_bytes = shared_bytes;
+      return spec;
+    }
     mlir::OpBuilder& b = kernel.b();
     const mlir::Location loc = kernel.loc();
     mlir::Block* entry = kernel.entry();

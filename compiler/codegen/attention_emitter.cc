@@ -11,8 +11,11 @@
 // same q, k (Note [flash attention ops]; a fusion holding only the
 // attention-lse runs the same loop without v). Warps work independently: no
 // shared memory, no barrier.
-// This is the simple, correct form, not a tensor-core flash attention: it
-// reads each k, v row once per query row (through L1/L2).
+// This is the CUDA-core form, for f32 attention and head dims the tensor-core
+// kernel does not take (Note [tensor-core attention forward] in
+// attention_mma.cc, which runs bf16 attention: Note [bf16 attention]); it
+// reads each k, v row once per query row (through L1/L2). Under bf16 it
+// rounds q, k, v and p as the tensor-core kernel does.
 //
 // Accepted fusions: any operand chains of the attention op that the
 // FusedEmitter evaluates per element (slices, reshapes, transposes, converts,
@@ -26,9 +29,12 @@
 // output computed from the result by arithmetic, a second attention op) is
 // an error naming the instruction.
 //
-// Numerical verification against the CPU evaluator needs a GPU session.
+// Both forms run on the emulated device against the evaluator in
+// tests/codegen/attention_mma_test.cc.
 #include <limits>
+#include <optional>
 
+#include "compiler/codegen/attention_mma.h"
 #include "compiler/codegen/attention_util.h"
 #include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"
@@ -106,8 +112,34 @@ class AttentionEmitter : public KernelEmitter {
     if (lse != nullptr) roots.push_back(lse);
     ASSIGN_OR_RETURN(std::vector<OutputChain> chains, FindOutputChains(fusion, outputs, roots));
 
+    // Note [bf16 attention]: the ops' grad_dtype rounds their matmul operands.
+    const std::optional<ir::DType> matmul = scores->attrs().grad_dtype;
+    if (attn != nullptr && lse != nullptr && lse->attrs().grad_dtype != matmul) {
+      return Error("%{}: {} and {} round their matmul operands differently", fusion.name(),
+                   Describe(*lse), Describe(*attn));
+    }
+    AttentionForward forward{.attn = attn,
+                             .lse = lse,
+                             .q = scores->operand(0),
+                             .k = scores->operand(1),
+                             .v = attn != nullptr ? attn->operand(2) : nullptr,
+                             .batch = batch,
+                             .heads = heads,
+                             .tq = tq,
+                             .tk = tk,
+                             .dim = dim,
+                             .causal = causal,
+                             .scale = scale,
+                             .outputs = outputs,
+                             .roots = roots,
+                             .chains = chains,
+                             .first_output = static_cast<int64_t>(params.size())};
+    const bool mma = matmul && UseTensorCoreForward(forward, *matmul);
+    const int64_t query_blocks = (tq + kTileRows - 1) / kTileRows;
+
     const int64_t num_params = static_cast<int64_t>(params.size() + outputs.size());
-    WarpRowKernel kernel(*fused, num_params, batch, heads, tq, name, gpu_module, "attention");
+    WarpRowKernel kernel(*fused, num_params, batch, heads, mma ? 4 * query_blocks : tq, name,
+                         gpu_module, "attention");
     mlir::OpBuilder& b = kernel.b();
     const mlir::Location loc = kernel.loc();
     mlir::Block* entry = kernel.entry();
@@ -116,8 +148,20 @@ class AttentionEmitter : public KernelEmitter {
     auto f32 = [&](double v) { return kernel.F32(v); };
     const int64_t grid = kernel.grid(), block = WarpRowKernel::kBlock;
     Value start;  // bid * block + tid, for the grid-stride loops of the (b) outputs
+    int64_t shared_bytes = 0;
+    // Rounds an f32 value to the matmul operand dtype, as the decomposition does.
+    auto round = [&](Value x) {
+      if (!matmul || *matmul == ir::DType::kF32) return x;
+      return ConvertValue(b, loc, ConvertValue(b, loc, x, ir::DType::kF32, *matmul), *matmul,
+                          ir::DType::kF32);
+    };
 
-    {
+    if (mma) {
+      ASSIGN_OR_RETURN(TensorCoreForward tc,
+                       EmitTensorCoreForward(kernel, gpu_module, name, forward));
+      start = tc.thread;
+      shared_bytes = tc.shared_bytes;
+    } else {
       mlir::OpBuilder::InsertPoint after_rows;
       FusedEmitter::Cache saved = emitter.SaveCache();
       const WarpRowKernel::Row row = kernel.BeginRow(dim, &after_rows);
@@ -129,7 +173,7 @@ class AttentionEmitter : public KernelEmitter {
       std::vector<Value> q(per_lane);
       for (int64_t i = 0; i < per_lane; ++i) {
         ASSIGN_OR_RETURN(Value x, kernel.LoadF32(*scores->operand(0), {bi, h, t, d[i]}));
-        x = b.create<arith::MulFOp>(loc, x, f32(scale));
+        x = b.create<arith::MulFOp>(loc, round(x), f32(scale));
         if (in_dim[i]) x = b.create<arith::SelectOp>(loc, in_dim[i], x, f32(0));
         q[i] = x;
       }
@@ -150,7 +194,7 @@ class AttentionEmitter : public KernelEmitter {
         Value partial;
         for (int64_t i = 0; i < per_lane; ++i) {
           ASSIGN_OR_RETURN(Value k, kernel.LoadF32(*scores->operand(1), {bi, h, j, d[i]}));
-          Value qk = b.create<arith::MulFOp>(loc, q[i], k);
+          Value qk = b.create<arith::MulFOp>(loc, q[i], round(k));
           partial = partial ? b.create<arith::AddFOp>(loc, partial, qk).getResult() : qk;
         }
         Value s = WarpSum(b, loc, partial);
@@ -164,7 +208,8 @@ class AttentionEmitter : public KernelEmitter {
         for (int64_t i = 0; i < per_lane && attn != nullptr; ++i) {
           ASSIGN_OR_RETURN(Value v, kernel.LoadF32(*attn->operand(2), {bi, h, j, d[i]}));
           Value o = b.create<arith::MulFOp>(loc, args[2 + i], corr);
-          next.push_back(b.create<arith::AddFOp>(loc, o, b.create<arith::MulFOp>(loc, p, v)));
+          next.push_back(
+              b.create<arith::AddFOp>(loc, o, b.create<arith::MulFOp>(loc, round(p), round(v))));
         }
         b.create<mlir::scf::YieldOp>(loc, next);
         emitter.RestoreCache(std::move(outer));
@@ -225,7 +270,9 @@ class AttentionEmitter : public KernelEmitter {
       b.restoreInsertionPoint(after_loop);
     }
 
-    return MakeKernelSpec(fusion, name, ir::FusionKind::kAttention, grid, block);
+    KernelSpec spec = MakeKernelSpec(fusion, name, ir::FusionKind::kAttention, grid, block);
+    spec.static_shared_bytes = shared_bytes;
+    return spec;
   }
 };
 

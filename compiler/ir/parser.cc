@@ -53,7 +53,7 @@ std::vector<std::string_view> AllowedAttrs(Opcode opcode) {
     case Opcode::kAttention:
       return {"causal", "scale", "grad_dtype"};
     case Opcode::kAttentionLse:
-      return {"causal", "scale"};
+      return {"causal", "scale", "grad_dtype"};
     case Opcode::kAttentionGrad:
       return {"causal", "scale", "wrt"};
     case Opcode::kSoftmaxCrossEntropy:

@@ -103,6 +103,7 @@ std::vector<std::string> FormatAttrs(const Instruction& inst) {
     case Opcode::kAttentionGrad:
       out.push_back(fmt::format("causal={}", a.causal));
       out.push_back("scale=" + FormatDouble(a.scale));
+      if (a.grad_dtype) out.push_back(fmt::format("grad_dtype={}", DTypeName(*a.grad_dtype)));
       if (inst.opcode() == Opcode::kAttentionGrad) {
         out.push_back(fmt::format("wrt={}", "qkv"[std::clamp<int64_t>(a.index, 0, 2)]));
       }

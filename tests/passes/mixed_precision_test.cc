@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -238,8 +239,16 @@ TEST(MixedPrecisionTest, Gpt2TinyLossMatchesF32AndGradientsStayF32) {
   ASSERT_TRUE(pass.Run(*bf16).value());
   ASSERT_TRUE(ir::VerifyModule(*bf16).ok());
 
-  // Every dot of the entry takes bf16 operands and accumulates in f32; the
-  // attention decomposition (called computations) stays f32.
+  // Every dot of the entry takes bf16 operands and accumulates in f32, and
+  // so do those of the attention's decomposition (Note [bf16 attention]);
+  // the frontend's f32 decomposition it replaced is left unused.
+  std::set<const ir::Computation*> rounded;
+  for (const auto& inst : bf16->entry()->instructions()) {
+    if (inst->opcode() != Opcode::kAttention) continue;
+    EXPECT_EQ(inst->attrs().grad_dtype, DType::kBF16);
+    rounded.insert(inst->called_computation());
+  }
+  EXPECT_EQ(rounded.size(), 1u);
   int dots = 0;
   for (const auto& computation : bf16->computations()) {
     for (const auto& inst : computation->instructions()) {
@@ -247,7 +256,9 @@ TEST(MixedPrecisionTest, Gpt2TinyLossMatchesF32AndGradientsStayF32) {
       // The lm_head logits are stored in bf16 (Note [bf16 logits]).
       bool logits = inst->metadata() == "lm_head";
       EXPECT_EQ(inst->shape().dtype(), logits ? DType::kBF16 : DType::kF32) << inst->name();
-      DType want = computation.get() == bf16->entry() ? DType::kBF16 : DType::kF32;
+      DType want = computation.get() == bf16->entry() || rounded.count(computation.get())
+                       ? DType::kBF16
+                       : DType::kF32;
       EXPECT_EQ(inst->operand(0)->shape().dtype(), want) << inst->name();
       dots += computation.get() == bf16->entry();
     }

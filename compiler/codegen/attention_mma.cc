@@ -1,0 +1,367 @@
+#include "compiler/codegen/attention_mma.h"
+
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "compiler/codegen/emitter_util.h"
+#include "compiler/codegen/fused_emitter.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+namespace gptc::codegen {
+namespace {
+
+using mlir::Value;
+namespace arith = mlir::arith;
+namespace LLVM = mlir::LLVM;
+namespace NVVM = mlir::NVVM;
+
+constexpr int64_t kWarp = WarpRowKernel::kWarp;
+
+}  // namespace
+
+SharedTile::SharedTile(mlir::OpBuilder& b, mlir::gpu::GPUModuleOp gpu_module,
+                       const std::string& name, int64_t rows, int64_t cols)
+    : rows_(rows), cols_(cols) {
+  const mlir::Location loc = b.getUnknownLoc();
+  LLVM::GlobalOp global;
+  {
+    mlir::OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(gpu_module.getBody());
+    auto type = LLVM::LLVMArrayType::get(b.getI16Type(), rows_ * stride());
+    global = b.create<LLVM::GlobalOp>(loc, type, /*isConstant=*/false, LLVM::Linkage::Internal,
+                                      name, mlir::Attribute(), /*alignment=*/16,
+                                      /*addrSpace=*/3);
+  }
+  base_ = b.create<LLVM::AddressOfOp>(loc, global);
+}
+
+Value SharedTile::Address(mlir::OpBuilder& b, mlir::Location loc, Value row, Value col) {
+  Value pitch = b.create<arith::ConstantOp>(loc, b.getIntegerAttr(row.getType(), stride()));
+  Value at = b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, row, pitch), col);
+  return b.create<LLVM::GEPOp>(loc, base_.getType(), b.getI16Type(), base_, mlir::ValueRange{at});
+}
+
+void SharedTile::Store(mlir::OpBuilder& b, mlir::Location loc, Value row, Value col, Value value) {
+  Value bits = b.create<arith::BitcastOp>(
+      loc, b.getI16Type(), ConvertValue(b, loc, value, ir::DType::kF32, ir::DType::kBF16));
+  b.create<LLVM::StoreOp>(loc, bits, Address(b, loc, row, col));
+}
+
+Value PackBf16(mlir::OpBuilder& b, mlir::Location loc, Value lo, Value hi) {
+  auto half = [&](Value x) {
+    Value bits = b.create<arith::BitcastOp>(
+        loc, b.getI16Type(), ConvertValue(b, loc, x, ir::DType::kF32, ir::DType::kBF16));
+    return b.create<arith::ExtUIOp>(loc, b.getI32Type(), bits).getResult();
+  };
+  Value shift = b.create<arith::ConstantOp>(loc, b.getI32IntegerAttr(16));
+  return b.create<arith::OrIOp>(loc, half(lo), b.create<arith::ShLIOp>(loc, half(hi), shift));
+}
+
+Fragment LdMatrixX4(mlir::OpBuilder& b, mlir::Location loc, Value row_address, bool trans) {
+  mlir::Type i32 = b.getI32Type();
+  auto type = LLVM::LLVMStructType::getLiteral(b.getContext(), {i32, i32, i32, i32});
+  Value regs = b.create<NVVM::LdMatrixOp>(loc, type, row_address, 4,
+                                          trans ? NVVM::MMALayout::col : NVVM::MMALayout::row);
+  Fragment out;
+  for (int64_t i = 0; i < 4; ++i) out[i] = b.create<LLVM::ExtractValueOp>(loc, regs, i);
+  return out;
+}
+
+Fragment Mma(mlir::OpBuilder& b, mlir::Location loc, const Fragment& a, Value b0, Value b1,
+             const Fragment& c) {
+  mlir::Type f32 = b.getF32Type();
+  auto type = LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
+  // MLIR 19's nvvm.mma.sync wants vector<2xf16> fragments for bf16 and then
+  // calls the intrinsic with them ill-typed (tests/codegen/warp_matrix_test.cc):
+  // the intrinsic is called directly, with its i32 fragments.
+  std::vector<Value> args(a.begin(), a.end());
+  args.push_back(b0);
+  args.push_back(b1);
+  args.insert(args.end(), c.begin(), c.end());
+  Value d = b.create<LLVM::CallIntrinsicOp>(loc, type, "llvm.nvvm.mma.m16n8k16.row.col.bf16", args)
+                .getResult(0);
+  Fragment out;
+  for (int64_t i = 0; i < 4; ++i) out[i] = b.create<LLVM::ExtractValueOp>(loc, d, i);
+  return out;
+}
+
+WarpLanes LanesOf(WarpRowKernel& kernel, Value lane, Value warp) {
+  mlir::OpBuilder& b = kernel.b();
+  const mlir::Location loc = kernel.loc();
+  auto c = [&](int64_t v) { return kernel.C(v); };
+  auto add = [&](Value x, Value y) { return b.create<arith::AddIOp>(loc, x, y).getResult(); };
+  auto mul = [&](Value x, int64_t y) { return b.create<arith::MulIOp>(loc, x, c(y)).getResult(); };
+  auto div = [&](Value x, int64_t y) { return b.create<arith::DivUIOp>(loc, x, c(y)).getResult(); };
+  auto rem = [&](Value x, int64_t y) { return b.create<arith::RemUIOp>(loc, x, c(y)).getResult(); };
+  WarpLanes l;
+  l.lane = lane;
+  l.tid = add(mul(warp, kWarp), lane);
+  l.group = div(lane, 4);
+  l.q2 = mul(rem(lane, 4), 2);
+  l.xt_row = add(rem(lane, 8), mul(div(lane, 16), 8));
+  l.xt_col = mul(rem(div(lane, 8), 2), 8);
+  l.x_row = rem(lane, 16);
+  l.x_col = mul(div(lane, 16), 8);
+  return l;
+}
+
+StatusOr<std::vector<Fragment>> LoadRowFragments(WarpRowKernel& kernel, const ir::Instruction& op,
+                                                 Value bi, Value h, Value row_lo, Value row_hi,
+                                                 int64_t dim, const WarpLanes& lanes) {
+  mlir::OpBuilder& b = kernel.b();
+  const mlir::Location loc = kernel.loc();
+  std::vector<Fragment> frags(dim / 16);
+  for (int64_t kk = 0; kk < dim / 16; ++kk) {
+    for (int64_t reg = 0; reg < 4; ++reg) {
+      const Value t = reg % 2 == 0 ? row_lo : row_hi;
+      const Value d = b.create<arith::AddIOp>(loc, lanes.q2, kernel.C(16 * kk + 8 * (reg / 2)));
+      ASSIGN_OR_RETURN(Value lo, kernel.LoadF32(op, {bi, h, t, d}));
+      ASSIGN_OR_RETURN(
+          Value hi, kernel.LoadF32(op, {bi, h, t, b.create<arith::AddIOp>(loc, d, kernel.C(1))}));
+      frags[kk][reg] = PackBf16(b, loc, lo, hi);
+    }
+  }
+  return frags;
+}
+
+Status FillTiles(WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Value h, Value block,
+                 int64_t len, int64_t dim,
+                 const std::vector<std::pair<const ir::Instruction*, SharedTile*>>& tiles) {
+  mlir::OpBuilder& b = kernel.b();
+  const mlir::Location loc = kernel.loc();
+  FusedEmitter& emitter = kernel.emitter();
+  auto c = [&](int64_t v) { return kernel.C(v); };
+  b.create<mlir::gpu::BarrierOp>(loc);  // every warp is done with the tiles' last contents
+  mlir::OpBuilder::InsertPoint after_fill = b.saveInsertionPoint();
+  FusedEmitter::Cache saved = emitter.SaveCache();
+  auto fill = mlir::cast<mlir::scf::ForOp>(
+      CreateFor(b, loc, lanes.tid, c(kTileRows * dim), c(WarpRowKernel::kBlock), {}));
+  const Value i = fill.getInductionVar();
+  const Value r = b.create<arith::DivUIOp>(loc, i, c(dim));
+  const Value col = b.create<arith::RemUIOp>(loc, i, c(dim));
+  const Value row =
+      b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, block, c(kTileRows)), r);
+  const Value in = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, row, c(len));
+  const Value clamped = b.create<arith::MinUIOp>(loc, row, c(len - 1));
+  for (const auto& [op, tile] : tiles) {
+    ASSIGN_OR_RETURN(Value x, kernel.LoadF32(*op, {bi, h, clamped, col}));
+    tile->Store(b, loc, r, col, b.create<arith::SelectOp>(loc, in, x, kernel.F32(0)));
+  }
+  emitter.RestoreCache(std::move(saved));
+  b.restoreInsertionPoint(after_fill);
+  b.setInsertionPointAfter(fill);
+  b.create<mlir::gpu::BarrierOp>(loc);
+  return Status::Ok();
+}
+
+std::vector<Fragment> TimesTileTransposed(WarpRowKernel& kernel, const std::vector<Fragment>& a,
+                                          SharedTile& tile, const WarpLanes& lanes) {
+  mlir::OpBuilder& b = kernel.b();
+  const mlir::Location loc = kernel.loc();
+  auto at = [&](Value lane_part, int64_t offset) {
+    return b.create<arith::AddIOp>(loc, lane_part, kernel.C(offset)).getResult();
+  };
+  const Value zero = kernel.F32(0);
+  std::vector<Fragment> out(kTileRows / 8, Fragment{zero, zero, zero, zero});
+  for (int64_t nt = 0; nt < kTileRows / 8; nt += 2) {
+    for (size_t kk = 0; kk < a.size(); ++kk) {
+      Fragment bx = LdMatrixX4(
+          b, loc, tile.Address(b, loc, at(lanes.xt_row, 8 * nt), at(lanes.xt_col, 16 * kk)), false);
+      out[nt] = Mma(b, loc, a[kk], bx[0], bx[1], out[nt]);
+      out[nt + 1] = Mma(b, loc, a[kk], bx[2], bx[3], out[nt + 1]);
+    }
+  }
+  return out;
+}
+
+void AccumulateTimesTile(WarpRowKernel& kernel, const std::vector<Fragment>& x, SharedTile& tile,
+                         const WarpLanes& lanes, std::vector<Fragment>& acc) {
+  mlir::OpBuilder& b = kernel.b();
+  const mlir::Location loc = kernel.loc();
+  auto at = [&](Value lane_part, int64_t offset) {
+    return b.create<arith::AddIOp>(loc, lane_part, kernel.C(offset)).getResult();
+  };
+  // The f32 results of n-tiles 2 kk and 2 kk + 1 are the A fragment of
+  // columns 16 kk .. + 15 (Note [mma fragments]).
+  for (size_t kk = 0; 2 * kk < x.size(); ++kk) {
+    const Fragment& lo = x[2 * kk];
+    const Fragment& hi = x[2 * kk + 1];
+    const Fragment a = {PackBf16(b, loc, lo[0], lo[1]), PackBf16(b, loc, lo[2], lo[3]),
+                        PackBf16(b, loc, hi[0], hi[1]), PackBf16(b, loc, hi[2], hi[3])};
+    for (size_t dt = 0; dt < acc.size(); dt += 2) {
+      Fragment bx = LdMatrixX4(
+          b, loc, tile.Address(b, loc, at(lanes.x_row, 16 * kk), at(lanes.x_col, 8 * dt)), true);
+      acc[dt] = Mma(b, loc, a, bx[0], bx[1], acc[dt]);
+      acc[dt + 1] = Mma(b, loc, a, bx[2], bx[3], acc[dt + 1]);
+    }
+  }
+}
+
+bool UseTensorCoreForward(const AttentionForward& a, ir::DType matmul_dtype) {
+  return matmul_dtype == ir::DType::kBF16 && a.dim % 16 == 0 && a.dim <= 128;
+}
+
+// Note [tensor-core attention forward]: FlashAttention-2's forward on
+// mma.sync. A block of 4 warps owns 64 query rows of one (b, h), 16 a warp;
+// the warp keeps its q rows as A fragments (Note [mma fragments]) for the
+// whole kernel. For each 64-key block (causal: up to the diagonal one) the
+// block stages k and v in shared memory, rounded to bf16 (every element
+// computed through the fusion's operand chains, so the kernel still reads q,
+// k, v out of the packed qkv), and each warp computes
+//   s = scale * q k^T            8 n-tiles of 16 x 8, f32 (masked: -inf)
+//   m' = max(m, rowmax s), p = exp(s - m'), l = l e^(m - m') + rowsum p
+//   o = o e^(m - m') + p~ v      (p~: p rounded to bf16, as the A fragment)
+// with the row statistics reduced over the 4 lanes of a row by shuffles.
+// At the end o / l goes out through the output chains and m + log l is the
+// lse. Rows past T (the last block's) compute on clamped indices and are not
+// stored; keys past S are zeros in shared memory and -inf in s.
+StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
+                                                  mlir::gpu::GPUModuleOp gpu_module,
+                                                  const std::string& name,
+                                                  const AttentionForward& a) {
+  mlir::OpBuilder& b = kernel.b();
+  const mlir::Location loc = kernel.loc();
+  FusedEmitter& emitter = kernel.emitter();
+  auto c = [&](int64_t v) { return kernel.C(v); };
+  auto f32 = [&](double v) { return kernel.F32(v); };
+  auto add = [&](Value x, Value y) { return b.create<arith::AddIOp>(loc, x, y).getResult(); };
+  auto mul = [&](Value x, int64_t y) { return b.create<arith::MulIOp>(loc, x, c(y)).getResult(); };
+  auto div = [&](Value x, int64_t y) { return b.create<arith::DivUIOp>(loc, x, c(y)).getResult(); };
+  auto rem = [&](Value x, int64_t y) { return b.create<arith::RemUIOp>(loc, x, c(y)).getResult(); };
+  auto less = [&](Value x, Value y) {
+    return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, x, y).getResult();
+  };
+  auto fadd = [&](Value x, Value y) { return b.create<arith::AddFOp>(loc, x, y).getResult(); };
+  auto fmul = [&](Value x, Value y) { return b.create<arith::MulFOp>(loc, x, y).getResult(); };
+  auto fmax = [&](Value x, Value y) { return b.create<arith::MaximumFOp>(loc, x, y).getResult(); };
+  auto exp = [&](Value x) { return b.create<mlir::math::ExpOp>(loc, x).getResult(); };
+  auto xor_shuffle = [&](Value v, int32_t offset) {
+    return b.create<mlir::gpu::ShuffleOp>(loc, v, offset, 32, mlir::gpu::ShuffleMode::XOR)
+        .getShuffleResult();
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const int64_t dim = a.dim, d_tiles = dim / 8;
+  const int64_t key_blocks = (a.tk + kTileRows - 1) / kTileRows;
+  const bool with_v = a.attn != nullptr;
+
+  FusedEmitter::Cache saved = emitter.SaveCache();
+  const WarpRowKernel::Row row = kernel.BeginRow(kWarp);  // one row per warp, no partial block
+  SharedTile k_tile(b, gpu_module, name + "_k", kTileRows, dim);
+  std::optional<SharedTile> v_tile;
+  if (with_v) v_tile.emplace(b, gpu_module, name + "_v", kTileRows, dim);
+  const Value bi = row.b, h = row.h;
+  const Value query_block = div(row.r, 4), warp = rem(row.r, 4);
+  const WarpLanes lanes = LanesOf(kernel, row.lane, warp);
+  const Value q2 = lanes.q2;
+  const Value row_lo = add(add(mul(query_block, kTileRows), mul(warp, 16)), lanes.group);
+  const Value row_hi = add(row_lo, c(8));
+  ASSIGN_OR_RETURN(
+      std::vector<Fragment> q_frags,
+      LoadRowFragments(kernel, *a.q, bi, h, b.create<arith::MinUIOp>(loc, row_lo, c(a.tq - 1)),
+                       b.create<arith::MinUIOp>(loc, row_hi, c(a.tq - 1)), dim, lanes));
+
+  // for (kb = 0; kb < (causal ? query_block + 1 : key_blocks); ++kb), carrying
+  // m and l of rows lo and hi, then o (d_tiles fragments).
+  std::vector<Value> inits = {f32(-inf), f32(-inf), f32(0), f32(0)};
+  for (int64_t i = 0; i < 4 * d_tiles; ++i) inits.push_back(f32(0));
+  const Value blocks = a.causal ? add(query_block, c(1)) : c(key_blocks);
+  mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
+  auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, c(0), blocks, c(1), inits));
+  {
+    FusedEmitter::Cache outer = emitter.SaveCache();
+    const Value kb = loop.getInductionVar();
+    auto args = loop.getRegionIterArgs();
+    std::vector<std::pair<const ir::Instruction*, SharedTile*>> tiles = {{a.k, &k_tile}};
+    if (v_tile) tiles.push_back({a.v, &*v_tile});
+    RETURN_IF_ERROR(FillTiles(kernel, lanes, bi, h, kb, a.tk, dim, tiles));
+    std::vector<Fragment> s = TimesTileTransposed(kernel, q_frags, k_tile, lanes);  // q k^T
+    // Scale and mask; the rows' maxima over the block and the 4 lanes of a row.
+    Value m_new[2] = {args[0], args[1]};
+    for (int64_t nt = 0; nt < kTileRows / 8; ++nt) {
+      for (int64_t e = 0; e < 4; ++e) {
+        const Value key = add(add(mul(kb, kTileRows), q2), c(8 * nt + e % 2));
+        Value visible = less(key, c(a.tk));
+        if (a.causal) {
+          visible =
+              b.create<arith::AndIOp>(loc, visible, less(key, add(e < 2 ? row_lo : row_hi, c(1))));
+        }
+        s[nt][e] = b.create<arith::SelectOp>(loc, visible, fmul(s[nt][e], f32(a.scale)), f32(-inf));
+        m_new[e / 2] = fmax(m_new[e / 2], s[nt][e]);
+      }
+    }
+    Value corr[2], base[2], l_new[2];
+    for (int64_t half = 0; half < 2; ++half) {
+      for (int32_t offset : {1, 2})
+        m_new[half] = fmax(m_new[half], xor_shuffle(m_new[half], offset));
+      // A row with no visible key so far keeps m = -inf; exp(s - 0) of its
+      // -inf scores is then 0, not NaN.
+      Value none = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OEQ, m_new[half], f32(-inf));
+      base[half] = b.create<arith::SelectOp>(loc, none, f32(0), m_new[half]);
+      corr[half] = exp(b.create<arith::SubFOp>(loc, args[half], base[half]));
+      l_new[half] = fmul(args[2 + half], corr[half]);
+    }
+    for (int64_t nt = 0; nt < kTileRows / 8; ++nt) {
+      for (int64_t e = 0; e < 4; ++e) {
+        s[nt][e] = exp(b.create<arith::SubFOp>(loc, s[nt][e], base[e / 2]));
+        l_new[e / 2] = fadd(l_new[e / 2], s[nt][e]);
+      }
+    }
+    std::vector<Value> next = {m_new[0], m_new[1], l_new[0], l_new[1]};
+    std::vector<Fragment> o(d_tiles);
+    for (int64_t dt = 0; dt < d_tiles; ++dt) {
+      for (int64_t e = 0; e < 4; ++e) o[dt][e] = fmul(args[4 + 4 * dt + e], corr[e / 2]);
+    }
+    if (v_tile) AccumulateTimesTile(kernel, s, *v_tile, lanes, o);  // o += p~ v
+    for (const Fragment& f : o) next.insert(next.end(), f.begin(), f.end());
+    b.create<mlir::scf::YieldOp>(loc, next);
+    emitter.RestoreCache(std::move(outer));
+  }
+  b.restoreInsertionPoint(after_loop);
+  b.setInsertionPointAfter(loop);
+
+  // Each row's l over its 4 lanes; o / l and m + log l to the outputs.
+  const Value first_of_row = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, q2, c(0));
+  for (int64_t half = 0; half < 2; ++half) {
+    const Value t = half == 0 ? row_lo : row_hi;
+    Value l = loop.getResult(2 + half);
+    for (int32_t offset : {1, 2}) l = fadd(l, xor_shuffle(l, offset));
+    mlir::OpBuilder::InsertPoint after_store = b.saveInsertionPoint();
+    FusedEmitter::Cache store_cache = emitter.SaveCache();
+    auto in_rows = b.create<mlir::scf::IfOp>(loc, less(t, c(a.tq)), false);
+    b.setInsertionPoint(in_rows.thenBlock()->getTerminator());
+    const Value inv = b.create<arith::DivFOp>(loc, f32(1), l);
+    for (size_t out = 0; out < a.outputs.size(); ++out) {
+      if (a.chains[out].root < 0) continue;
+      const ir::Instruction* root = a.roots[a.chains[out].root];
+      const Value ptr = kernel.entry()->getArgument(a.first_output + out);
+      const ir::DType dtype = a.outputs[out]->shape().dtype();
+      if (root == a.attn) {
+        for (int64_t dt = 0; dt < d_tiles; ++dt) {
+          for (int64_t e = 0; e < 2; ++e) {
+            const Value value = fmul(loop.getResult(4 + 4 * dt + 2 * half + e), inv);
+            StoreThroughChain(emitter, b, loc, value, *a.attn, a.chains[out],
+                              {bi, h, t, add(q2, c(8 * dt + e))}, ptr, dtype);
+          }
+        }
+        continue;
+      }
+      auto first = b.create<mlir::scf::IfOp>(loc, first_of_row, false);
+      mlir::OpBuilder::InsertPoint after_lse = b.saveInsertionPoint();
+      b.setInsertionPoint(first.thenBlock()->getTerminator());
+      const Value lse = fadd(loop.getResult(half), b.create<mlir::math::LogOp>(loc, l));
+      StoreThroughChain(emitter, b, loc, lse, *a.lse, a.chains[out], {bi, h, t}, ptr, dtype);
+      b.restoreInsertionPoint(after_lse);
+    }
+    emitter.RestoreCache(std::move(store_cache));
+    b.restoreInsertionPoint(after_store);
+  }
+  emitter.RestoreCache(std::move(saved));
+  return TensorCoreForward{k_tile.bytes() + (v_tile ? v_tile->bytes() : 0), row.thread};
+}
+
+}  // namespace gptc::codegen

@@ -1,0 +1,158 @@
+// The attention kernels of a bf16 train step (Note [bf16 attention] in
+// passes/autodiff_attention.h) on the emulated device against the
+// evaluator, kernel by kernel: the forward (with its lse) on tensor cores
+// where the head dim allows (Note [tensor-core attention forward]), and the
+// flash backward's dk + dv and dq kernels. Shapes cover T not a multiple of
+// the 64-row tile, T = 1, keys != queries, and head dims 16 to 128.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "passes/autodiff.h"
+#include "passes/fusion.h"
+#include "passes/mixed_precision.h"
+#include "tests/codegen/codegen_test_util.h"
+#include "tests/codegen/emu_kernel_runner.h"
+
+namespace gptc::codegen {
+namespace {
+
+struct Case {
+  int64_t batch, heads, t, s, dim;
+  bool causal;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << fmt::format("B{} H{} T{} S{} D{}{}", c.batch, c.heads, c.t, c.s, c.dim,
+                     c.causal ? " causal" : "");
+}
+
+// attention(q, k, v) with the frontend's f32 decomposition, and loss =
+// sum(attention * w): the forward graph gptc differentiates.
+std::string ForwardModule(const Case& c) {
+  const std::string q = fmt::format("f32[{},{},{},{}]", c.batch, c.heads, c.t, c.dim);
+  const std::string kv = fmt::format("f32[{},{},{},{}]", c.batch, c.heads, c.s, c.dim);
+  const std::string scores = fmt::format("f32[{},{},{},{}]", c.batch, c.heads, c.t, c.s);
+  const std::string rows = fmt::format("f32[{},{},{}]", c.batch, c.heads, c.t);
+  const std::string mask = c.causal ? fmt::format(R"(
+  %row = s32[{0},{1}] iota(), iota_dimension=0
+  %col = s32[{0},{1}] iota(), iota_dimension=1
+  %le = pred[{0},{1}] compare(%col, %row), direction=LE
+  %leb = pred[{2},{3},{0},{1}] broadcast(%le), dimensions={{2,3}}
+  %ninf = f32[] constant(-inf)
+  %ninfb = {4} broadcast(%ninf), dimensions={{}}
+  %masked = {4} select(%leb, %ss, %ninfb))",
+                                                  c.t, c.s, c.batch, c.heads, scores)
+                                    : fmt::format("\n  %masked = {} copy(%ss)", scores);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.dim));
+  return fmt::format(R"(module attention_test
+%attention {{
+  %q = {0} parameter(0)
+  %k = {1} parameter(1)
+  %v = {1} parameter(2)
+  %s = {2} dot(%q, %k), lhs_batch={{0,1}}, rhs_batch={{0,1}}, lhs_contracting={{3}}, rhs_contracting={{3}}
+  %scale = f32[] constant({5})
+  %scaleb = {2} broadcast(%scale), dimensions={{}}
+  %ss = {2} mul(%s, %scaleb){4}
+  %mx = {3} reduce(%masked), dimensions={{3}}, kind=max
+  %mxb = {2} broadcast(%mx), dimensions={{0,1,2}}
+  %sh = {2} sub(%masked, %mxb)
+  %e = {2} exp(%sh)
+  %se = {3} reduce(%e), dimensions={{3}}, kind=sum
+  %seb = {2} broadcast(%se), dimensions={{0,1,2}}
+  %pr = {2} div(%e, %seb)
+  ROOT %o = {0} dot(%pr, %v), lhs_batch={{0,1}}, rhs_batch={{0,1}}, lhs_contracting={{3}}, rhs_contracting={{2}}
+}}
+ENTRY %main {{
+  %q = {0} parameter(0)
+  %k = {1} parameter(1)
+  %v = {1} parameter(2)
+  %y = {0} attention(%q, %k, %v), causal={6}, scale={5}, calls=%attention
+  %w = {0} parameter(3)
+  %yw = {0} mul(%y, %w)
+  ROOT %loss = f32[] reduce(%yw), dimensions={{0,1,2,3}}, kind=sum
+}}
+)",
+                     q, kv, scores, rows, mask, static_cast<float>(scale), c.causal);
+}
+
+// The forward module through mixed precision (bf16), autodiff and fusion.
+std::unique_ptr<ir::Module> TrainStep(const Case& c) {
+  std::unique_ptr<ir::Module> module = Parse(ForwardModule(c));
+  if (module == nullptr) return nullptr;
+  std::vector<std::unique_ptr<pass::Pass>> pipeline;
+  pipeline.push_back(std::make_unique<passes::MixedPrecision>());  // bf16 by default
+  pipeline.push_back(std::make_unique<passes::Autodiff>());
+  pipeline.push_back(std::make_unique<passes::Fusion>());
+  for (const auto& p : pipeline) {
+    StatusOr<bool> ran = p->Run(*module);
+    EXPECT_TRUE(ran.ok()) << ran.status().message();
+    if (!ran.ok()) return nullptr;
+  }
+  return module;
+}
+
+// The kind=attention fusions of the step: forward first, then the backward's.
+std::vector<std::string> AttentionFusions(const ir::Module& module) {
+  std::vector<std::string> names;
+  for (const auto& inst : module.entry()->instructions()) {
+    if (inst->opcode() == ir::Opcode::kFusion &&
+        inst->attrs().fusion_kind == ir::FusionKind::kAttention) {
+      names.push_back(inst->name());
+    }
+  }
+  return names;
+}
+
+class AttentionKernelTest : public testing::TestWithParam<Case> {};
+
+TEST_P(AttentionKernelTest, EveryAttentionKernelMatchesTheEvaluator) {
+  const Case& c = GetParam();
+  std::unique_ptr<ir::Module> module = TrainStep(c);
+  ASSERT_NE(module, nullptr);
+  const std::vector<std::string> fusions = AttentionFusions(*module);
+  ASSERT_EQ(fusions.size(), 3u) << "forward + lse, dk + dv, dq";
+  EmuKernelRunner runner(*module);
+  // A kernel is the tensor-core one exactly when the head dim is a multiple
+  // of 16 up to 128 (forward) or 64 (the backward's two).
+  for (const CompiledKernel& k : runner.kernels().kernels) {
+    const auto at = std::find(fusions.begin(), fusions.end(), k.spec.fusion);
+    if (at == fusions.end() || k.code_of >= 0) continue;
+    const bool tensor_cores = c.dim % 16 == 0 && c.dim <= (at == fusions.begin() ? 128 : 64);
+    EXPECT_EQ(k.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos, tensor_cores)
+        << k.spec.name;
+    EXPECT_EQ(k.spec.static_shared_bytes > 0, tensor_cores) << k.spec.name;
+  }
+  // The forward rounds its probabilities to bf16 before dividing by the row
+  // sum, the decomposition after it: each side is off by up to 2^-9 of
+  // sum_j p_j |v_j|, so an output may differ by 2^-8 max |v| (0.004 for the
+  // random v in [-1, 1]), about 3% of the outputs' rms at these lengths. A
+  // wrong fragment index or mask moves outputs by whole probabilities.
+  for (size_t i = 0; i < fusions.size(); ++i) {
+    SCOPED_TRACE(fusions[i]);
+    runner.ExpectMatchesEvaluator(fusions[i], i == 0 ? 3e-2 : 1e-2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionKernelTest,
+    testing::Values(Case{1, 2, 64, 64, 16, true},    // one whole tile
+                    Case{2, 1, 100, 100, 64, true},  // T not a multiple of 64, GPT-2's dim
+                    Case{1, 2, 1, 1, 32, true},      // T = 1
+                    Case{1, 1, 70, 40, 48, false},   // keys != queries, 3 k-steps
+                    Case{1, 1, 65, 65, 128, true},   // the largest head dim
+                    Case{1, 2, 20, 20, 24, true}),   // CUDA cores (24 % 16 != 0)
+    [](const testing::TestParamInfo<Case>& info) {
+      const Case& c = info.param;
+      return fmt::format("b{}h{}t{}s{}d{}{}", c.batch, c.heads, c.t, c.s, c.dim,
+                         c.causal ? "causal" : "");
+    });
+
+}  // namespace
+}  // namespace gptc::codegen
