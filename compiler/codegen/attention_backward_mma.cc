@@ -37,23 +37,10 @@ bool UseTensorCoreBackward(const AttentionBackward& a) {
 
 StatusOr<int64_t> EmitTensorCoreBackward(WarpRowKernel& kernel, mlir::gpu::GPUModuleOp gpu_module,
                                          const std::string& name, const AttentionBackward& a) {
+  const TileMath m(kernel);
   mlir::OpBuilder& b = kernel.b();
   const mlir::Location loc = kernel.loc();
   FusedEmitter& emitter = kernel.emitter();
-  auto c = [&](int64_t v) { return kernel.C(v); };
-  auto f32 = [&](double v) { return kernel.F32(v); };
-  auto add = [&](Value x, Value y) { return b.create<arith::AddIOp>(loc, x, y).getResult(); };
-  auto mul = [&](Value x, int64_t y) { return b.create<arith::MulIOp>(loc, x, c(y)).getResult(); };
-  auto div = [&](Value x, int64_t y) { return b.create<arith::DivUIOp>(loc, x, c(y)).getResult(); };
-  auto rem = [&](Value x, int64_t y) { return b.create<arith::RemUIOp>(loc, x, c(y)).getResult(); };
-  auto clamp = [&](Value x, int64_t len) {
-    return b.create<arith::MinUIOp>(loc, x, c(len - 1)).getResult();
-  };
-  auto less = [&](Value x, Value y) {
-    return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, x, y).getResult();
-  };
-  auto fmul = [&](Value x, Value y) { return b.create<arith::MulFOp>(loc, x, y).getResult(); };
-  auto fsub = [&](Value x, Value y) { return b.create<arith::SubFOp>(loc, x, y).getResult(); };
   const bool by_query = a.grads[0] != nullptr;
   const int64_t dim = a.dim, d_tiles = dim / 8;
   const int64_t own_len = by_query ? a.tq : a.tk, other_len = by_query ? a.tk : a.tq;
@@ -62,11 +49,11 @@ StatusOr<int64_t> EmitTensorCoreBackward(WarpRowKernel& kernel, mlir::gpu::GPUMo
   FusedEmitter::Cache saved = emitter.SaveCache();
   const WarpRowKernel::Row row = kernel.BeginRow(WarpRowKernel::kWarp);  // a warp each
   const Value bi = row.b, h = row.h;
-  const Value own_block = div(row.r, 4), warp = rem(row.r, 4);
+  const Value own_block = m.Div(row.r, 4), warp = m.Rem(row.r, 4);
   const WarpLanes lanes = LanesOf(kernel, row.lane, warp);
-  const Value row_lo = add(add(mul(own_block, kTileRows), mul(warp, 16)), lanes.group);
-  const Value rows[2] = {row_lo, add(row_lo, c(8))};
-  const Value clamped[2] = {clamp(rows[0], own_len), clamp(rows[1], own_len)};
+  const Value row_lo = m.Add(m.Add(m.Mul(own_block, kTileRows), m.Mul(warp, 16)), lanes.group);
+  const Value rows[2] = {row_lo, m.Add(row_lo, m.C(8))};
+  const Value clamped[2] = {m.Min(rows[0], own_len - 1), m.Min(rows[1], own_len - 1)};
   // Own rows: q and do (dq), or k and v (dk, dv); the other side's tiles.
   const ir::Instruction* own_a = by_query ? a.q : a.k;
   const ir::Instruction* own_b = by_query ? a.d_out : a.v;
@@ -87,13 +74,13 @@ StatusOr<int64_t> EmitTensorCoreBackward(WarpRowKernel& kernel, mlir::gpu::GPUMo
   for (int wrt = 0; wrt < 3; ++wrt) {
     if (a.grads[wrt] != nullptr) wrts.push_back(wrt);
   }
-  std::vector<Value> inits(wrts.size() * 4 * d_tiles, f32(0));
+  std::vector<Value> inits(wrts.size() * 4 * d_tiles, m.F32(0));
   // Causal: the dq kernel stops at the diagonal tile, the dk + dv kernel
   // starts there (T = S).
-  const Value begin = a.causal && !by_query ? own_block : c(0);
-  const Value end = a.causal && by_query ? add(own_block, c(1)) : c(other_blocks);
+  const Value begin = a.causal && !by_query ? own_block : m.C(0);
+  const Value end = a.causal && by_query ? m.Add(own_block, m.C(1)) : m.C(other_blocks);
   mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
-  auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, begin, end, c(1), inits));
+  auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, begin, end, m.C(1), inits));
   {
     FusedEmitter::Cache outer = emitter.SaveCache();
     const Value other = loop.getInductionVar();
@@ -108,22 +95,24 @@ StatusOr<int64_t> EmitTensorCoreBackward(WarpRowKernel& kernel, mlir::gpu::GPUMo
     if (need_ds) ds = TimesTileTransposed(kernel, frags_b, tile_b, lanes);
     for (int64_t nt = 0; nt < kTileRows / 8; ++nt) {
       for (int64_t e = 0; e < 4; ++e) {
-        const Value col = add(add(mul(other, kTileRows), lanes.q2), c(8 * nt + e % 2));
+        const Value col = m.Add(m.Add(m.Mul(other, kTileRows), lanes.q2), m.C(8 * nt + e % 2));
         const Value query = by_query ? rows[e / 2] : col;
         const Value key = by_query ? col : rows[e / 2];
-        Value visible = less(col, c(other_len));
-        if (a.causal) visible = b.create<arith::AndIOp>(loc, visible, less(key, add(query, c(1))));
+        Value visible = m.Less(col, m.C(other_len));
+        if (a.causal)
+          visible = b.create<arith::AndIOp>(loc, visible, m.Less(key, m.Add(query, m.C(1))));
         Value lse = row_lse[e / 2], delta = row_delta[e / 2];
         if (!by_query) {
-          ASSIGN_OR_RETURN(lse, kernel.LoadF32(*a.lse, {bi, h, clamp(col, a.tq)}));
+          ASSIGN_OR_RETURN(lse, kernel.LoadF32(*a.lse, {bi, h, m.Min(col, a.tq - 1)}));
           if (need_ds) {
-            ASSIGN_OR_RETURN(delta, kernel.LoadF32(*a.delta, {bi, h, clamp(col, a.tq)}));
+            ASSIGN_OR_RETURN(delta, kernel.LoadF32(*a.delta, {bi, h, m.Min(col, a.tq - 1)}));
           }
         }
-        Value prob = b.create<mlir::math::ExpOp>(loc, fsub(fmul(p[nt][e], f32(a.scale)), lse));
-        prob = b.create<arith::SelectOp>(loc, visible, prob, f32(0));
+        Value prob =
+            b.create<mlir::math::ExpOp>(loc, m.FSub(m.FMul(p[nt][e], m.F32(a.scale)), lse));
+        prob = b.create<arith::SelectOp>(loc, visible, prob, m.F32(0));
         p[nt][e] = prob;
-        if (need_ds) ds[nt][e] = fmul(fmul(prob, fsub(ds[nt][e], delta)), f32(a.scale));
+        if (need_ds) ds[nt][e] = m.FMul(m.FMul(prob, m.FSub(ds[nt][e], delta)), m.F32(a.scale));
       }
     }
     // dq += ds~ k;  dk += ds~^T q;  dv += p~^T do.
@@ -146,7 +135,7 @@ StatusOr<int64_t> EmitTensorCoreBackward(WarpRowKernel& kernel, mlir::gpu::GPUMo
   for (int64_t half = 0; half < 2; ++half) {
     mlir::OpBuilder::InsertPoint after_store = b.saveInsertionPoint();
     FusedEmitter::Cache store_cache = emitter.SaveCache();
-    auto in_rows = b.create<mlir::scf::IfOp>(loc, less(rows[half], c(own_len)), false);
+    auto in_rows = b.create<mlir::scf::IfOp>(loc, m.Less(rows[half], m.C(own_len)), false);
     b.setInsertionPoint(in_rows.thenBlock()->getTerminator());
     for (size_t i = 0; i < wrts.size(); ++i) {
       const ir::Instruction* root = a.grads[wrts[i]];
@@ -156,7 +145,7 @@ StatusOr<int64_t> EmitTensorCoreBackward(WarpRowKernel& kernel, mlir::gpu::GPUMo
           for (int64_t e = 0; e < 2; ++e) {
             StoreThroughChain(
                 emitter, b, loc, loop.getResult((i * d_tiles + dt) * 4 + 2 * half + e), *root,
-                a.chains[out], {bi, h, rows[half], add(lanes.q2, c(8 * dt + e))},
+                a.chains[out], {bi, h, rows[half], m.Add(lanes.q2, m.C(8 * dt + e))},
                 kernel.entry()->getArgument(a.first_output + out), a.outputs[out]->shape().dtype());
           }
         }

@@ -90,23 +90,51 @@ Fragment Mma(mlir::OpBuilder& b, mlir::Location loc, const Fragment& a, Value b0
   return out;
 }
 
+Value TileMath::Add(Value x, Value y) const {
+  return kernel_.b().create<arith::AddIOp>(kernel_.loc(), x, y);
+}
+Value TileMath::Mul(Value x, int64_t y) const {
+  return kernel_.b().create<arith::MulIOp>(kernel_.loc(), x, C(y));
+}
+Value TileMath::Div(Value x, int64_t y) const {
+  return kernel_.b().create<arith::DivUIOp>(kernel_.loc(), x, C(y));
+}
+Value TileMath::Rem(Value x, int64_t y) const {
+  return kernel_.b().create<arith::RemUIOp>(kernel_.loc(), x, C(y));
+}
+Value TileMath::Min(Value x, int64_t y) const {
+  return kernel_.b().create<arith::MinUIOp>(kernel_.loc(), x, C(y));
+}
+Value TileMath::Less(Value x, Value y) const {
+  return kernel_.b().create<arith::CmpIOp>(kernel_.loc(), arith::CmpIPredicate::ult, x, y);
+}
+Value TileMath::FAdd(Value x, Value y) const {
+  return kernel_.b().create<arith::AddFOp>(kernel_.loc(), x, y);
+}
+Value TileMath::FSub(Value x, Value y) const {
+  return kernel_.b().create<arith::SubFOp>(kernel_.loc(), x, y);
+}
+Value TileMath::FMul(Value x, Value y) const {
+  return kernel_.b().create<arith::MulFOp>(kernel_.loc(), x, y);
+}
+Value TileMath::FMax(Value x, Value y) const {
+  return kernel_.b().create<arith::MaximumFOp>(kernel_.loc(), x, y);
+}
+Value TileMath::Exp(Value x) const {
+  return kernel_.b().create<mlir::math::ExpOp>(kernel_.loc(), x);
+}
+
 WarpLanes LanesOf(WarpRowKernel& kernel, Value lane, Value warp) {
-  mlir::OpBuilder& b = kernel.b();
-  const mlir::Location loc = kernel.loc();
-  auto c = [&](int64_t v) { return kernel.C(v); };
-  auto add = [&](Value x, Value y) { return b.create<arith::AddIOp>(loc, x, y).getResult(); };
-  auto mul = [&](Value x, int64_t y) { return b.create<arith::MulIOp>(loc, x, c(y)).getResult(); };
-  auto div = [&](Value x, int64_t y) { return b.create<arith::DivUIOp>(loc, x, c(y)).getResult(); };
-  auto rem = [&](Value x, int64_t y) { return b.create<arith::RemUIOp>(loc, x, c(y)).getResult(); };
+  const TileMath m(kernel);
   WarpLanes l;
   l.lane = lane;
-  l.tid = add(mul(warp, kWarp), lane);
-  l.group = div(lane, 4);
-  l.q2 = mul(rem(lane, 4), 2);
-  l.xt_row = add(rem(lane, 8), mul(div(lane, 16), 8));
-  l.xt_col = mul(rem(div(lane, 8), 2), 8);
-  l.x_row = rem(lane, 16);
-  l.x_col = mul(div(lane, 16), 8);
+  l.tid = m.Add(m.Mul(warp, kWarp), lane);
+  l.group = m.Div(lane, 4);
+  l.q2 = m.Mul(m.Rem(lane, 4), 2);
+  l.xt_row = m.Add(m.Rem(lane, 8), m.Mul(m.Div(lane, 16), 8));
+  l.xt_col = m.Mul(m.Rem(m.Div(lane, 8), 2), 8);
+  l.x_row = m.Rem(lane, 16);
+  l.x_col = m.Mul(m.Div(lane, 16), 8);
   return l;
 }
 
@@ -224,22 +252,10 @@ StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
                                                   mlir::gpu::GPUModuleOp gpu_module,
                                                   const std::string& name,
                                                   const AttentionForward& a) {
+  const TileMath m(kernel);
   mlir::OpBuilder& b = kernel.b();
   const mlir::Location loc = kernel.loc();
   FusedEmitter& emitter = kernel.emitter();
-  auto c = [&](int64_t v) { return kernel.C(v); };
-  auto f32 = [&](double v) { return kernel.F32(v); };
-  auto add = [&](Value x, Value y) { return b.create<arith::AddIOp>(loc, x, y).getResult(); };
-  auto mul = [&](Value x, int64_t y) { return b.create<arith::MulIOp>(loc, x, c(y)).getResult(); };
-  auto div = [&](Value x, int64_t y) { return b.create<arith::DivUIOp>(loc, x, c(y)).getResult(); };
-  auto rem = [&](Value x, int64_t y) { return b.create<arith::RemUIOp>(loc, x, c(y)).getResult(); };
-  auto less = [&](Value x, Value y) {
-    return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, x, y).getResult();
-  };
-  auto fadd = [&](Value x, Value y) { return b.create<arith::AddFOp>(loc, x, y).getResult(); };
-  auto fmul = [&](Value x, Value y) { return b.create<arith::MulFOp>(loc, x, y).getResult(); };
-  auto fmax = [&](Value x, Value y) { return b.create<arith::MaximumFOp>(loc, x, y).getResult(); };
-  auto exp = [&](Value x) { return b.create<mlir::math::ExpOp>(loc, x).getResult(); };
   auto xor_shuffle = [&](Value v, int32_t offset) {
     return b.create<mlir::gpu::ShuffleOp>(loc, v, offset, 32, mlir::gpu::ShuffleMode::XOR)
         .getShuffleResult();
@@ -255,23 +271,23 @@ StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
   std::optional<SharedTile> v_tile;
   if (with_v) v_tile.emplace(b, gpu_module, name + "_v", kTileRows, dim);
   const Value bi = row.b, h = row.h;
-  const Value query_block = div(row.r, 4), warp = rem(row.r, 4);
+  const Value query_block = m.Div(row.r, 4), warp = m.Rem(row.r, 4);
   const WarpLanes lanes = LanesOf(kernel, row.lane, warp);
   const Value q2 = lanes.q2;
-  const Value row_lo = add(add(mul(query_block, kTileRows), mul(warp, 16)), lanes.group);
-  const Value row_hi = add(row_lo, c(8));
+  const Value row_lo = m.Add(m.Add(m.Mul(query_block, kTileRows), m.Mul(warp, 16)), lanes.group);
+  const Value row_hi = m.Add(row_lo, m.C(8));
   ASSIGN_OR_RETURN(
       std::vector<Fragment> q_frags,
-      LoadRowFragments(kernel, *a.q, bi, h, b.create<arith::MinUIOp>(loc, row_lo, c(a.tq - 1)),
-                       b.create<arith::MinUIOp>(loc, row_hi, c(a.tq - 1)), dim, lanes));
+      LoadRowFragments(kernel, *a.q, bi, h, b.create<arith::MinUIOp>(loc, row_lo, m.C(a.tq - 1)),
+                       b.create<arith::MinUIOp>(loc, row_hi, m.C(a.tq - 1)), dim, lanes));
 
   // for (kb = 0; kb < (causal ? query_block + 1 : key_blocks); ++kb), carrying
   // m and l of rows lo and hi, then o (d_tiles fragments).
-  std::vector<Value> inits = {f32(-inf), f32(-inf), f32(0), f32(0)};
-  for (int64_t i = 0; i < 4 * d_tiles; ++i) inits.push_back(f32(0));
-  const Value blocks = a.causal ? add(query_block, c(1)) : c(key_blocks);
+  std::vector<Value> inits = {m.F32(-inf), m.F32(-inf), m.F32(0), m.F32(0)};
+  for (int64_t i = 0; i < 4 * d_tiles; ++i) inits.push_back(m.F32(0));
+  const Value blocks = a.causal ? m.Add(query_block, m.C(1)) : m.C(key_blocks);
   mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
-  auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, c(0), blocks, c(1), inits));
+  auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, m.C(0), blocks, m.C(1), inits));
   {
     FusedEmitter::Cache outer = emitter.SaveCache();
     const Value kb = loop.getInductionVar();
@@ -284,37 +300,39 @@ StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
     Value m_new[2] = {args[0], args[1]};
     for (int64_t nt = 0; nt < kTileRows / 8; ++nt) {
       for (int64_t e = 0; e < 4; ++e) {
-        const Value key = add(add(mul(kb, kTileRows), q2), c(8 * nt + e % 2));
-        Value visible = less(key, c(a.tk));
+        const Value key = m.Add(m.Add(m.Mul(kb, kTileRows), q2), m.C(8 * nt + e % 2));
+        Value visible = m.Less(key, m.C(a.tk));
         if (a.causal) {
-          visible =
-              b.create<arith::AndIOp>(loc, visible, less(key, add(e < 2 ? row_lo : row_hi, c(1))));
+          visible = b.create<arith::AndIOp>(loc, visible,
+                                            m.Less(key, m.Add(e < 2 ? row_lo : row_hi, m.C(1))));
         }
-        s[nt][e] = b.create<arith::SelectOp>(loc, visible, fmul(s[nt][e], f32(a.scale)), f32(-inf));
-        m_new[e / 2] = fmax(m_new[e / 2], s[nt][e]);
+        s[nt][e] =
+            b.create<arith::SelectOp>(loc, visible, m.FMul(s[nt][e], m.F32(a.scale)), m.F32(-inf));
+        m_new[e / 2] = m.FMax(m_new[e / 2], s[nt][e]);
       }
     }
     Value corr[2], base[2], l_new[2];
     for (int64_t half = 0; half < 2; ++half) {
       for (int32_t offset : {1, 2})
-        m_new[half] = fmax(m_new[half], xor_shuffle(m_new[half], offset));
-      // A row with no visible key so far keeps m = -inf; exp(s - 0) of its
+        m_new[half] = m.FMax(m_new[half], xor_shuffle(m_new[half], offset));
+      // A row with no visible key so far keeps m = -inf; m.Exp(s - 0) of its
       // -inf scores is then 0, not NaN.
-      Value none = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OEQ, m_new[half], f32(-inf));
-      base[half] = b.create<arith::SelectOp>(loc, none, f32(0), m_new[half]);
-      corr[half] = exp(b.create<arith::SubFOp>(loc, args[half], base[half]));
-      l_new[half] = fmul(args[2 + half], corr[half]);
+      Value none =
+          b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OEQ, m_new[half], m.F32(-inf));
+      base[half] = b.create<arith::SelectOp>(loc, none, m.F32(0), m_new[half]);
+      corr[half] = m.Exp(b.create<arith::SubFOp>(loc, args[half], base[half]));
+      l_new[half] = m.FMul(args[2 + half], corr[half]);
     }
     for (int64_t nt = 0; nt < kTileRows / 8; ++nt) {
       for (int64_t e = 0; e < 4; ++e) {
-        s[nt][e] = exp(b.create<arith::SubFOp>(loc, s[nt][e], base[e / 2]));
-        l_new[e / 2] = fadd(l_new[e / 2], s[nt][e]);
+        s[nt][e] = m.Exp(b.create<arith::SubFOp>(loc, s[nt][e], base[e / 2]));
+        l_new[e / 2] = m.FAdd(l_new[e / 2], s[nt][e]);
       }
     }
     std::vector<Value> next = {m_new[0], m_new[1], l_new[0], l_new[1]};
     std::vector<Fragment> o(d_tiles);
     for (int64_t dt = 0; dt < d_tiles; ++dt) {
-      for (int64_t e = 0; e < 4; ++e) o[dt][e] = fmul(args[4 + 4 * dt + e], corr[e / 2]);
+      for (int64_t e = 0; e < 4; ++e) o[dt][e] = m.FMul(args[4 + 4 * dt + e], corr[e / 2]);
     }
     if (v_tile) AccumulateTimesTile(kernel, s, *v_tile, lanes, o);  // o += p~ v
     for (const Fragment& f : o) next.insert(next.end(), f.begin(), f.end());
@@ -325,16 +343,16 @@ StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
   b.setInsertionPointAfter(loop);
 
   // Each row's l over its 4 lanes; o / l and m + log l to the outputs.
-  const Value first_of_row = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, q2, c(0));
+  const Value first_of_row = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, q2, m.C(0));
   for (int64_t half = 0; half < 2; ++half) {
     const Value t = half == 0 ? row_lo : row_hi;
     Value l = loop.getResult(2 + half);
-    for (int32_t offset : {1, 2}) l = fadd(l, xor_shuffle(l, offset));
+    for (int32_t offset : {1, 2}) l = m.FAdd(l, xor_shuffle(l, offset));
     mlir::OpBuilder::InsertPoint after_store = b.saveInsertionPoint();
     FusedEmitter::Cache store_cache = emitter.SaveCache();
-    auto in_rows = b.create<mlir::scf::IfOp>(loc, less(t, c(a.tq)), false);
+    auto in_rows = b.create<mlir::scf::IfOp>(loc, m.Less(t, m.C(a.tq)), false);
     b.setInsertionPoint(in_rows.thenBlock()->getTerminator());
-    const Value inv = b.create<arith::DivFOp>(loc, f32(1), l);
+    const Value inv = b.create<arith::DivFOp>(loc, m.F32(1), l);
     for (size_t out = 0; out < a.outputs.size(); ++out) {
       if (a.chains[out].root < 0) continue;
       const ir::Instruction* root = a.roots[a.chains[out].root];
@@ -343,9 +361,9 @@ StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
       if (root == a.attn) {
         for (int64_t dt = 0; dt < d_tiles; ++dt) {
           for (int64_t e = 0; e < 2; ++e) {
-            const Value value = fmul(loop.getResult(4 + 4 * dt + 2 * half + e), inv);
+            const Value value = m.FMul(loop.getResult(4 + 4 * dt + 2 * half + e), inv);
             StoreThroughChain(emitter, b, loc, value, *a.attn, a.chains[out],
-                              {bi, h, t, add(q2, c(8 * dt + e))}, ptr, dtype);
+                              {bi, h, t, m.Add(q2, m.C(8 * dt + e))}, ptr, dtype);
           }
         }
         continue;
@@ -353,7 +371,7 @@ StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
       auto first = b.create<mlir::scf::IfOp>(loc, first_of_row, false);
       mlir::OpBuilder::InsertPoint after_lse = b.saveInsertionPoint();
       b.setInsertionPoint(first.thenBlock()->getTerminator());
-      const Value lse = fadd(loop.getResult(half), b.create<mlir::math::LogOp>(loc, l));
+      const Value lse = m.FAdd(loop.getResult(half), b.create<mlir::math::LogOp>(loc, l));
       StoreThroughChain(emitter, b, loc, lse, *a.lse, a.chains[out], {bi, h, t}, ptr, dtype);
       b.restoreInsertionPoint(after_lse);
     }

@@ -84,6 +84,29 @@ Fragment Mma(mlir::OpBuilder& b, mlir::Location loc, const Fragment& a, mlir::Va
 // Rows of a tile, and of the rows a block of 4 warps owns (16 a warp).
 inline constexpr int64_t kTileRows = 64;
 
+// Shorthands for the unsigned index arithmetic and the f32 math of the
+// tensor-core kernels, built at the kernel's insertion point.
+class TileMath {
+ public:
+  explicit TileMath(WarpRowKernel& kernel) : kernel_(kernel) {}
+  mlir::Value C(int64_t v) const { return kernel_.C(v); }
+  mlir::Value F32(double v) const { return kernel_.F32(v); }
+  mlir::Value Add(mlir::Value x, mlir::Value y) const;
+  mlir::Value Mul(mlir::Value x, int64_t y) const;
+  mlir::Value Div(mlir::Value x, int64_t y) const;
+  mlir::Value Rem(mlir::Value x, int64_t y) const;
+  mlir::Value Min(mlir::Value x, int64_t y) const;
+  mlir::Value Less(mlir::Value x, mlir::Value y) const;
+  mlir::Value FAdd(mlir::Value x, mlir::Value y) const;
+  mlir::Value FSub(mlir::Value x, mlir::Value y) const;
+  mlir::Value FMul(mlir::Value x, mlir::Value y) const;
+  mlir::Value FMax(mlir::Value x, mlir::Value y) const;
+  mlir::Value Exp(mlir::Value x) const;
+
+ private:
+  WarpRowKernel& kernel_;
+};
+
 // A lane's constants for the fragments and ldmatrix addresses of Note [mma
 // fragments].
 struct WarpLanes {
