@@ -47,6 +47,18 @@ Instruction* PerRow(GradBuilder& g, Instruction* x, const std::vector<int64_t>& 
   return g.Broadcast(x, dims, {0, 1, 2});
 }
 
+// The softmax statistics of scores s (B, H, T, S): the row maxima m, e =
+// exp(s - m) and the row sums l of e.
+struct RowSoftmax {
+  Instruction *m, *e, *l;
+};
+RowSoftmax SoftmaxOf(GradBuilder& g, Instruction* s) {
+  const std::vector<int64_t>& dims = s->shape().dims();
+  Instruction* m = g.Reduce(s, {3}, ir::ReduceKind::kMax, DType::kF32);
+  Instruction* e = g.Unary(Opcode::kExp, g.Sub(s, PerRow(g, m, dims)));
+  return {m, e, g.Reduce(e, {3}, ir::ReduceKind::kSum, DType::kF32)};
+}
+
 std::string ShapeKey(const Shape& s) {
   std::string key(ir::DTypeName(s.dtype()));
   for (int64_t d : s.dims()) key += fmt::format("_{}", d);
@@ -95,12 +107,8 @@ StatusOr<ir::Computation*> LseDecomposition(ir::Computation* caller, const Instr
       fmt::format("attention_lse.{}.{}.{}{}", ShapeKey(q.shape()), ShapeKey(k.shape()),
                   AttrsKey(attrs), RoundingKey(q.shape(), operands));
   return Decomposition(caller, name, {q.shape(), k.shape()}, [&](GradBuilder& g, const auto& p) {
-    Instruction* s = Scores(g, p[0], p[1], attrs.causal, attrs.scale, operands);
-    const std::vector<int64_t>& dims = s->shape().dims();
-    Instruction* m = g.Reduce(s, {3}, ir::ReduceKind::kMax, DType::kF32);
-    Instruction* e = g.Unary(Opcode::kExp, g.Sub(s, PerRow(g, m, dims)));
-    Instruction* l = g.Reduce(e, {3}, ir::ReduceKind::kSum, DType::kF32);
-    return g.Add(g.Unary(Opcode::kLog, l), m);
+    const RowSoftmax sm = SoftmaxOf(g, Scores(g, p[0], p[1], attrs.causal, attrs.scale, operands));
+    return g.Add(g.Unary(Opcode::kLog, sm.l), sm.m);
   });
 }
 
@@ -127,29 +135,6 @@ StatusOr<ir::Computation*> GradDecomposition(ir::Computation* caller,
   });
 }
 
-}  // namespace
-
-StatusOr<ir::Computation*> RoundedAttentionDecomposition(ir::Computation* caller,
-                                                         const Instruction& attention,
-                                                         DType operands) {
-  const Shape &qs = attention.operand(0)->shape(), &ks = attention.operand(1)->shape(),
-              &vs = attention.operand(2)->shape();
-  const ir::Attrs& attrs = attention.attrs();
-  const std::string name = fmt::format("attention.{}.{}.{}{}", ShapeKey(qs), ShapeKey(ks),
-                                       AttrsKey(attrs), RoundingKey(qs, operands));
-  return Decomposition(caller, name, {qs, ks, vs}, [&](GradBuilder& g, const auto& p) {
-    Instruction* s = Scores(g, p[0], p[1], attrs.causal, attrs.scale, operands);
-    const std::vector<int64_t>& dims = s->shape().dims();
-    Instruction* m = g.Reduce(s, {3}, ir::ReduceKind::kMax, DType::kF32);
-    Instruction* e = g.Unary(Opcode::kExp, g.Sub(s, PerRow(g, m, dims)));
-    Instruction* l = g.Reduce(e, {3}, ir::ReduceKind::kSum, DType::kF32);
-    Instruction* prob = g.Convert(g.Div(e, PerRow(g, l, dims)), operands);
-    return g.Dot(prob, g.Convert(p[2], operands), Batched(3, 2), qs.dtype());
-  });
-}
-
-namespace {
-
 // The attention output as it is stored anyway: mixed precision writes o as a
 // 16-bit [B, T, H*D] copy for the output projection (transpose, reshape,
 // convert); delta reads that copy back through the inverse layout instead of
@@ -172,6 +157,21 @@ Instruction* StoredOutput(GradBuilder& g, const Instruction& y) {
 }
 
 }  // namespace
+
+StatusOr<ir::Computation*> RoundedAttentionDecomposition(ir::Computation* caller,
+                                                         const Instruction& attention,
+                                                         DType operands) {
+  const Shape &qs = attention.operand(0)->shape(), &ks = attention.operand(1)->shape(),
+              &vs = attention.operand(2)->shape();
+  const ir::Attrs& attrs = attention.attrs();
+  const std::string name = fmt::format("attention.{}.{}.{}{}", ShapeKey(qs), ShapeKey(ks),
+                                       AttrsKey(attrs), RoundingKey(qs, operands));
+  return Decomposition(caller, name, {qs, ks, vs}, [&](GradBuilder& g, const auto& p) {
+    const RowSoftmax sm = SoftmaxOf(g, Scores(g, p[0], p[1], attrs.causal, attrs.scale, operands));
+    Instruction* prob = g.Convert(g.Div(sm.e, PerRow(g, sm.l, sm.e->shape().dims())), operands);
+    return g.Dot(prob, g.Convert(p[2], operands), Batched(3, 2), qs.dtype());
+  });
+}
 
 StatusOr<std::vector<Instruction*>> AttentionRule(RuleContext& c, const Instruction& y,
                                                   Instruction* dy, const std::vector<bool>& w) {

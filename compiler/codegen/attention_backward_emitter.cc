@@ -140,11 +140,7 @@ class AttentionBackwardEmitter : public KernelEmitter {
       return kernel.LoadF32(*op, std::move(multi));
     };
     // x rounded to the matmul operands' dtype (and back to f32).
-    auto round = [&](Value x) {
-      if (operand_dtype == ir::DType::kF32) return x;
-      return ConvertValue(b, loc, ConvertValue(b, loc, x, ir::DType::kF32, operand_dtype),
-                          operand_dtype, ir::DType::kF32);
-    };
+    auto round = [&](Value x) { return RoundThrough(b, loc, x, operand_dtype); };
     auto add = [&](Value x, Value y) { return b.create<arith::AddFOp>(loc, x, y).getResult(); };
     auto mul = [&](Value x, Value y) { return b.create<arith::MulFOp>(loc, x, y).getResult(); };
     auto sub = [&](Value x, Value y) { return b.create<arith::SubFOp>(loc, x, y).getResult(); };

@@ -150,11 +150,7 @@ class AttentionEmitter : public KernelEmitter {
     Value start;  // bid * block + tid, for the grid-stride loops of the (b) outputs
     int64_t shared_bytes = 0;
     // Rounds an f32 value to the matmul operand dtype, as the decomposition does.
-    auto round = [&](Value x) {
-      if (!matmul || *matmul == ir::DType::kF32) return x;
-      return ConvertValue(b, loc, ConvertValue(b, loc, x, ir::DType::kF32, *matmul), *matmul,
-                          ir::DType::kF32);
-    };
+    auto round = [&](Value x) { return RoundThrough(b, loc, x, matmul.value_or(ir::DType::kF32)); };
 
     if (mma) {
       ASSIGN_OR_RETURN(TensorCoreForward tc,

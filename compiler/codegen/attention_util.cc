@@ -163,6 +163,12 @@ void StoreThroughChain(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location
   StoreElement(b, loc, value, ptr, emitter.Linear(index, *shape), out_dtype);
 }
 
+mlir::Value RoundThrough(mlir::OpBuilder& b, mlir::Location loc, mlir::Value x, ir::DType dtype) {
+  if (dtype == ir::DType::kF32) return x;
+  return ConvertValue(b, loc, ConvertValue(b, loc, x, ir::DType::kF32, dtype), dtype,
+                      ir::DType::kF32);
+}
+
 mlir::Value WarpSum(mlir::OpBuilder& b, mlir::Location loc, mlir::Value v) {
   for (int32_t offset = 16; offset > 0; offset /= 2) {
     auto shuffle = b.create<mlir::gpu::ShuffleOp>(loc, v, offset, 32, mlir::gpu::ShuffleMode::XOR);

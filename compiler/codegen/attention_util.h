@@ -86,6 +86,11 @@ void StoreThroughChain(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location
                        mlir::Value value, const ir::Instruction& root, const OutputChain& chain,
                        std::vector<mlir::Value> multi, mlir::Value ptr, ir::DType out_dtype);
 
+// f32 `x` rounded to `dtype` and widened back to f32: how the attention
+// kernels feed a matmul operand of that dtype (Note [bf16 attention]). x
+// itself when dtype is f32.
+mlir::Value RoundThrough(mlir::OpBuilder& b, mlir::Location loc, mlir::Value x, ir::DType dtype);
+
 // The sum of `v` over the 32 lanes of a warp, in every lane (butterfly).
 mlir::Value WarpSum(mlir::OpBuilder& b, mlir::Location loc, mlir::Value v);
 
