@@ -240,8 +240,8 @@ TEST_P(ThunkTest, EvalGemmsMatchEvaluator) { CheckEntry(GetParam(), "eval", Thun
 // bundle's tiny artifact carries its emulator library). They run the same
 // code; only the approx math (exactly rounded on the host), the order of
 // atomics and cuBLASLt's accumulation order may differ: f32 kernel results
-// within 1e-5, one bf16 rounding step for 16-bit results, gemms within the
-// evaluator's tolerance.
+// within 1e-5 (the 16-bit tolerance for kernels that touch bf16), one bf16
+// rounding step for 16-bit results, gemms within the evaluator's tolerance.
 TEST(GpuVsEmulatorTest, EveryThunkAgrees) {
   GPTC_SKIP_WITHOUT_GPU();
   std::string why;
@@ -280,6 +280,13 @@ TEST(GpuVsEmulatorTest, EveryThunkAgrees) {
       if (gemm) {
         rtol = dtype == ir::DType::kF32 && Touches16Bit(*g.inst) ? DefaultRtol(ir::DType::kBF16)
                                                                  : DefaultRtol(dtype);
+      } else if (dtype == ir::DType::kF32 && Touches16Bit(*g.inst)) {
+        // A kernel that rounds an intermediate to bf16 (the tensor-core
+        // attention's p and ds): the GPU's ex2.approx and mma accumulation
+        // can put it on the neighbouring bf16 value, and a whole row of the
+        // result moves with it (the first GPU run: 16 elements of one dk row
+        // of grad.h.0.attn.attention.11 3.3e-3 apart, the rest within 3e-7).
+        rtol = DefaultRtol(ir::DType::kBF16);
       }
       Comparison c = Compare(g.results[r], m.results[r], rtol);
       line += fmt::format(" | out{} worst {:.2e} (gpu {:.6g} emu {:.6g} at {}) tol {:.0e}{}", r,

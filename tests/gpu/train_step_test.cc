@@ -250,11 +250,14 @@ TEST_P(GpuTrainStepTest, GraphReplayMatchesEager) {
   StatusOr<TrainerState> a = (*graph)->ExportState();
   StatusOr<TrainerState> b = (*eager)->ExportState();
   ASSERT_TRUE(a.ok() && b.ok());
-  for (size_t p = 0; p < a->values.size(); ++p) {
-    Comparison c = Compare(std::vector<double>(a->values[p].begin(), a->values[p].end()),
-                           std::vector<double>(b->values[p].begin(), b->values[p].end()), 1e-4);
-    EXPECT_TRUE(c.ok()) << tiny->loaded.program.params[p].name << " worst " << c.worst;
-  }
+  // The embedding gradient's atomics add in whatever order the blocks run
+  // (on a GPU, and on the emulated device with several host cores: the first
+  // GPU run, 16 cores, differed by 0.027 in the key bias). Adam turns that
+  // noise into lr-sized moves of weights whose gradient is near zero, so the
+  // parameters are compared in lr units (at most 2 lr a step either way; a
+  // graph that replayed a stale lr would put most weights over 1e-3 apart).
+  ExpectParamsClose(*a, *b, tiny->loaded.program.params, 1e-3, /*max_lrs=*/12,
+                    /*max_far_fraction=*/0.01);
 }
 
 TEST_P(GpuTrainStepTest, StateExportImportContinuesIdentically) {
