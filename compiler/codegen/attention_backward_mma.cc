@@ -85,34 +85,49 @@ StatusOr<int64_t> EmitTensorCoreBackward(WarpRowKernel& kernel, mlir::gpu::GPUMo
     FusedEmitter::Cache outer = emitter.SaveCache();
     const Value other = loop.getInductionVar();
     auto args = loop.getRegionIterArgs();
+    const bool need_ds = a.grads[0] != nullptr || a.grads[1] != nullptr;
+    // A lane's elements e and e + 2 of an n-tile share their column (Note
+    // [mma fragments]): its index and, by key rows, its query's lse and delta
+    // are computed once for both, and loaded before the tiles are filled so
+    // that their latency hides behind the fill's.
+    Value cols[kTileRows / 8][2], col_lse[kTileRows / 8][2], col_delta[kTileRows / 8][2];
+    for (int64_t nt = 0; nt < kTileRows / 8; ++nt) {
+      for (int64_t e2 = 0; e2 < 2; ++e2) {
+        const Value col = m.Add(m.Add(m.Mul(other, kTileRows), lanes.q2), m.C(8 * nt + e2));
+        cols[nt][e2] = col;
+        if (by_query) continue;
+        ASSIGN_OR_RETURN(col_lse[nt][e2], kernel.LoadF32(*a.lse, {bi, h, m.Min(col, a.tq - 1)}));
+        if (need_ds) {
+          ASSIGN_OR_RETURN(col_delta[nt][e2],
+                           kernel.LoadF32(*a.delta, {bi, h, m.Min(col, a.tq - 1)}));
+        }
+      }
+    }
     RETURN_IF_ERROR(
         FillTiles(kernel, lanes, bi, h, other, other_len, dim,
                   {{by_query ? a.k : a.q, &tile_a}, {by_query ? a.v : a.d_out, &tile_b}}));
     // s (or s^T) = own_a tile_a^T; dp (or dp^T) = own_b tile_b^T.
     std::vector<Fragment> p = TimesTileTransposed(kernel, frags_a, tile_a, lanes);
-    const bool need_ds = a.grads[0] != nullptr || a.grads[1] != nullptr;
     std::vector<Fragment> ds;
     if (need_ds) ds = TimesTileTransposed(kernel, frags_b, tile_b, lanes);
     for (int64_t nt = 0; nt < kTileRows / 8; ++nt) {
-      for (int64_t e = 0; e < 4; ++e) {
-        const Value col = m.Add(m.Add(m.Mul(other, kTileRows), lanes.q2), m.C(8 * nt + e % 2));
-        const Value query = by_query ? rows[e / 2] : col;
-        const Value key = by_query ? col : rows[e / 2];
-        Value visible = m.Less(col, m.C(other_len));
-        if (a.causal)
-          visible = b.create<arith::AndIOp>(loc, visible, m.Less(key, m.Add(query, m.C(1))));
-        Value lse = row_lse[e / 2], delta = row_delta[e / 2];
-        if (!by_query) {
-          ASSIGN_OR_RETURN(lse, kernel.LoadF32(*a.lse, {bi, h, m.Min(col, a.tq - 1)}));
-          if (need_ds) {
-            ASSIGN_OR_RETURN(delta, kernel.LoadF32(*a.delta, {bi, h, m.Min(col, a.tq - 1)}));
-          }
+      for (int64_t e2 = 0; e2 < 2; ++e2) {
+        const Value col = cols[nt][e2];
+        for (int64_t half = 0; half < 2; ++half) {
+          const int64_t e = 2 * half + e2;
+          const Value query = by_query ? rows[half] : col;
+          const Value key = by_query ? col : rows[half];
+          Value visible = m.Less(col, m.C(other_len));
+          if (a.causal)
+            visible = b.create<arith::AndIOp>(loc, visible, m.Less(key, m.Add(query, m.C(1))));
+          const Value lse = by_query ? row_lse[half] : col_lse[nt][e2];
+          const Value delta = by_query ? row_delta[half] : col_delta[nt][e2];
+          Value prob =
+              b.create<mlir::math::ExpOp>(loc, m.FSub(m.FMul(p[nt][e], m.F32(a.scale)), lse));
+          prob = b.create<arith::SelectOp>(loc, visible, prob, m.F32(0));
+          p[nt][e] = prob;
+          if (need_ds) ds[nt][e] = m.FMul(m.FMul(prob, m.FSub(ds[nt][e], delta)), m.F32(a.scale));
         }
-        Value prob =
-            b.create<mlir::math::ExpOp>(loc, m.FSub(m.FMul(p[nt][e], m.F32(a.scale)), lse));
-        prob = b.create<arith::SelectOp>(loc, visible, prob, m.F32(0));
-        p[nt][e] = prob;
-        if (need_ds) ds[nt][e] = m.FMul(m.FMul(prob, m.FSub(ds[nt][e], delta)), m.F32(a.scale));
       }
     }
     // dq += ds~ k;  dk += ds~^T q;  dv += p~^T do.
