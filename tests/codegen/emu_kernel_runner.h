@@ -233,6 +233,7 @@ class EmuKernelRunner {
           .grid = {static_cast<uint32_t>(k.spec.grid.x), 1, 1},
           .block = {static_cast<uint32_t>(k.spec.block.x), 1, 1},
           .static_shared = static_cast<uint32_t>(code.host->shared_bytes),
+          .dynamic_shared = static_cast<uint32_t>(k.spec.dynamic_shared_bytes),
           .uses_sync = code.host->uses_sync,
           .checks = true,
           .global = &checker,

@@ -1,0 +1,113 @@
+// Row reductions in block mode with their rows in shared memory (Note [row
+// cache] in row_reduction_emitter.cc): which parameters are kept, the launch's
+// dynamic bytes, and the kernels on the emulated device against the evaluator.
+#include <gtest/gtest.h>
+
+#include "compiler/codegen/codegen.h"
+#include "tests/codegen/codegen_test_util.h"
+#include "tests/codegen/emu_kernel_runner.h"
+
+namespace gptc::codegen {
+namespace {
+
+constexpr std::string_view kRowModule = R"(module row_test
+
+%softmax {
+  %x = bf16[4,5000] parameter(0)
+  %w = f32[4,5000] parameter(1)
+  %bias = f32[5000] parameter(2)
+  %xf = f32[4,5000] convert(%x)
+  %bb = f32[4,5000] broadcast(%bias), dimensions={1}
+  %z = f32[4,5000] add(%xf, %bb)
+  %m = f32[4] reduce(%z), dimensions={1}, kind=max
+  %mb = f32[4,5000] broadcast(%m), dimensions={0}
+  %d = f32[4,5000] sub(%z, %mb)
+  %e = f32[4,5000] exp(%d)
+  %s = f32[4] reduce(%e), dimensions={1}, kind=sum
+  %sb = f32[4,5000] broadcast(%s), dimensions={0}
+  %p = f32[4,5000] div(%e, %sb)
+  %pw = f32[4,5000] mul(%p, %w)
+  %t = f32[4] reduce(%pw), dimensions={1}, kind=sum
+  %ls = f32[4] log(%s)
+  %lse = f32[4] add(%ls, %m)
+  %y = bf16[4,5000] convert(%p)
+  ROOT %r = (bf16[4,5000], f32[4], f32[4]) tuple(%y, %lse, %t)
+}
+
+%wide {
+  %a = f32[2,30000] parameter(0)
+  %b = bf16[2,30000] parameter(1)
+  %bf = f32[2,30000] convert(%b)
+  %z = f32[2,30000] add(%a, %bf)
+  %m = f32[2] reduce(%z), dimensions={1}, kind=max
+  %mb = f32[2,30000] broadcast(%m), dimensions={0}
+  %d = f32[2,30000] sub(%z, %mb)
+  %e = f32[2,30000] exp(%d)
+  %s = f32[2] reduce(%e), dimensions={1}, kind=sum
+  %sb = f32[2,30000] broadcast(%s), dimensions={0}
+  ROOT %p = f32[2,30000] div(%e, %sb)
+}
+
+%one_pass {
+  %x = f32[3,6000] parameter(0)
+  ROOT %s = f32[3] reduce(%x), dimensions={1}, kind=sum
+}
+
+%warp_rows {
+  %x = f32[16,768] parameter(0)
+  %m = f32[16] reduce(%x), dimensions={1}, kind=max
+  %mb = f32[16,768] broadcast(%m), dimensions={0}
+  ROOT %d = f32[16,768] sub(%x, %mb)
+}
+
+ENTRY %main {
+  %x = bf16[4,5000] parameter(0)
+  %w = f32[4,5000] parameter(1)
+  %bias = f32[5000] parameter(2)
+  %a = f32[2,30000] parameter(3)
+  %b = bf16[2,30000] parameter(4)
+  %o = f32[3,6000] parameter(5)
+  %v = f32[16,768] parameter(6)
+  %sm = (bf16[4,5000], f32[4], f32[4]) fusion(%x, %w, %bias), kind=reduction, calls=%softmax
+  %wd = f32[2,30000] fusion(%a, %b), kind=reduction, calls=%wide
+  %op = f32[3] fusion(%o), kind=reduction, calls=%one_pass
+  %wr = f32[16,768] fusion(%v), kind=reduction, calls=%warp_rows
+  ROOT %t = ((bf16[4,5000], f32[4], f32[4]), f32[2,30000], f32[3], f32[16,768]) tuple(%sm, %wd, %op, %wr)
+}
+)";
+
+TEST(RowReductionEmitterTest, MultiPassBlockRowsAreKeptInSharedMemory) {
+  auto module = Parse(kRowModule);
+  ASSERT_NE(module, nullptr);
+  CompiledKernels kernels = CompileAll(*module);
+  ASSERT_EQ(kernels.kernels.size(), 4u);
+  EXPECT_TRUE(kernels.skipped.empty());
+
+  // x (bf16) and w (f32) are row-shaped and read in three passes plus the
+  // output loop; the [5000] bias is not a row.
+  const CompiledKernel& sm = kernels.kernels[0];
+  EXPECT_EQ(sm.spec.block.x, 512);
+  EXPECT_EQ(sm.spec.dynamic_shared_bytes, 5000 * 2 + 5000 * 4);
+  EXPECT_NE(sm.ptx.find(".extern .shared"), std::string::npos);
+
+  // a's 120,000 bytes exceed the cache (two blocks must fit a
+  // multiprocessor); b's 60,000 are kept.
+  EXPECT_EQ(kernels.kernels[1].spec.dynamic_shared_bytes, 60000);
+  // One pass reads each element once: nothing to keep.
+  EXPECT_EQ(kernels.kernels[2].spec.dynamic_shared_bytes, 0);
+  // Warp rows (768) come from L1.
+  EXPECT_EQ(kernels.kernels[3].spec.dynamic_shared_bytes, 0);
+  EXPECT_EQ(kernels.kernels[3].ptx.find(".extern .shared"), std::string::npos);
+}
+
+// On the emulated device (shared-memory races and barriers checked) against
+// the evaluator.
+TEST(RowReductionEmitterTest, CachedRowsMatchTheEvaluator) {
+  auto module = Parse(kRowModule);
+  ASSERT_NE(module, nullptr);
+  EmuKernelRunner runner(*module);
+  for (const char* name : {"sm", "wd", "op", "wr"}) runner.ExpectMatchesEvaluator(name);
+}
+
+}  // namespace
+}  // namespace gptc::codegen
