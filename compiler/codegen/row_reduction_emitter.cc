@@ -15,6 +15,14 @@
 // Input elements are recomputed (re-read) in each pass; reads of a row after
 // the first come from L1/L2, except in block mode (Note [row cache]).
 //
+// Note [unrolled warp rows]: a warp row of N = 32 k columns (k <= 32: layer
+// norm's 768 is 24 a lane) is emitted as straight-line code over the lane's k
+// columns instead of a loop, with the same element indices in every pass and
+// in the output stores. The fused emitter's cache then holds each loaded
+// element in a register from the first pass on: the row is read once, its k
+// loads all in flight together (the loop reloaded it from L1/L2 each pass,
+// and reloaded the row's statistics at every store, which may alias them).
+//
 // Note [row cache]: a block-per-row kernel that reads its row in several
 // passes (the cross-entropy's max, sums and gradient: four) first copies each
 // row-shaped parameter's row into dynamic shared memory, and every pass reads
@@ -47,6 +55,8 @@ constexpr int64_t kWarpRowsPerBlock = 8;
 // Note [row cache]: at most this much of a row in shared memory, so that two
 // blocks of it fit on a multiprocessor (228 KiB).
 constexpr int64_t kMaxRowCacheBytes = 112 * 1024;
+// Note [unrolled warp rows]: at most this many columns a lane.
+constexpr int64_t kMaxUnrolledColumns = 32;
 
 // Decomposition parameters -> the composite's operands (inlined composites).
 using Bindings = std::map<const ir::Instruction*, const ir::Instruction*>;
@@ -303,6 +313,17 @@ class RowReductionEmitter : public KernelEmitter {
       // No barrier: every pass gives a thread the columns it copied.
     }
 
+    // Note [unrolled warp rows]: a warp's row of N = 32 k columns, k small,
+    // is read in straight-line code, the same k indices in every pass, so the
+    // emitter's cache keeps each lane's elements in registers from the first
+    // pass on: one read of the row, all k loads in flight at once.
+    std::vector<ElementIndex> unrolled;
+    if (threads_per_row == kWarp && n % kWarp == 0 && n / kWarp <= kMaxUnrolledColumns) {
+      for (int64_t u = 0; u < n / kWarp; ++u) {
+        unrolled.push_back(element_index(b.create<arith::AddIOp>(loc, lane, c(kWarp * u))));
+      }
+    }
+
     Value shared;
     if (shared_floats > 0) shared = func.getWorkgroupAttributions()[0];
     for (const auto& batch : batches) {
@@ -314,25 +335,37 @@ class RowReductionEmitter : public KernelEmitter {
                               : -std::numeric_limits<double>::infinity();
         inits.push_back(ScalarConstant(b, loc, ir::DType::kF32, identity));
       }
-      mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
-      auto loop =
-          mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, lane, c(n), c(threads_per_row), inits));
-      FusedEmitter::Cache saved = emitter.SaveCache();
-      ElementIndex index = element_index(loop.getInductionVar());
-      std::vector<Value> next;
-      for (size_t k = 0; k < batch.size(); ++k) {
-        const ir::Instruction* r = batch[k];
-        StatusOr<Value> x = emitter.Emit(*r->operand(0), index);
-        if (!x.ok()) return x.status().WithPrefix("%" + fusion.name());
-        Value f = ConvertValue(b, loc, *x, r->operand(0)->shape().dtype(), ir::DType::kF32);
-        next.push_back(Combine(b, loc, r->attrs().reduce_kind, loop.getRegionIterArgs()[k], f));
+      std::vector<Value> accs = inits;
+      if (!unrolled.empty()) {
+        for (const ElementIndex& index : unrolled) {
+          for (size_t k = 0; k < batch.size(); ++k) {
+            const ir::Instruction* r = batch[k];
+            StatusOr<Value> x = emitter.Emit(*r->operand(0), index);
+            if (!x.ok()) return x.status().WithPrefix("%" + fusion.name());
+            Value f = ConvertValue(b, loc, *x, r->operand(0)->shape().dtype(), ir::DType::kF32);
+            accs[k] = Combine(b, loc, r->attrs().reduce_kind, accs[k], f);
+          }
+        }
+      } else {
+        mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
+        auto loop =
+            mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, lane, c(n), c(threads_per_row), inits));
+        FusedEmitter::Cache saved = emitter.SaveCache();
+        ElementIndex index = element_index(loop.getInductionVar());
+        std::vector<Value> next;
+        for (size_t k = 0; k < batch.size(); ++k) {
+          const ir::Instruction* r = batch[k];
+          StatusOr<Value> x = emitter.Emit(*r->operand(0), index);
+          if (!x.ok()) return x.status().WithPrefix("%" + fusion.name());
+          Value f = ConvertValue(b, loc, *x, r->operand(0)->shape().dtype(), ir::DType::kF32);
+          next.push_back(Combine(b, loc, r->attrs().reduce_kind, loop.getRegionIterArgs()[k], f));
+        }
+        b.create<mlir::scf::YieldOp>(loc, next);
+        emitter.RestoreCache(std::move(saved));
+        b.restoreInsertionPoint(after_loop);
+        b.setInsertionPointAfter(loop);
+        accs.assign(loop.getResults().begin(), loop.getResults().end());
       }
-      b.create<mlir::scf::YieldOp>(loc, next);
-      emitter.RestoreCache(std::move(saved));
-      b.restoreInsertionPoint(after_loop);
-      b.setInsertionPointAfter(loop);
-
-      std::vector<Value> accs(loop.getResults().begin(), loop.getResults().end());
       for (int64_t offset = kWarp / 2; offset > 0; offset /= 2) {
         for (size_t k = 0; k < accs.size(); ++k) {
           auto shuffle = b.create<mlir::gpu::ShuffleOp>(loc, accs[k], static_cast<int32_t>(offset),
@@ -377,7 +410,12 @@ class RowReductionEmitter : public KernelEmitter {
       }
     }
 
-    if (!elem_outputs.empty()) {
+    if (!elem_outputs.empty() && !unrolled.empty()) {
+      for (const ElementIndex& index : unrolled) {
+        RETURN_IF_ERROR(EmitAndStore(emitter, b, loc, entry, fusion, elem_outputs, elem_slots,
+                                     index, index.linear));
+      }
+    } else if (!elem_outputs.empty()) {
       mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
       auto loop =
           mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, lane, c(n), c(threads_per_row), {}));
