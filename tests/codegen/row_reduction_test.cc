@@ -1,6 +1,7 @@
-// Row reductions in block mode with their rows in shared memory (Note [row
-// cache] in row_reduction_emitter.cc): which parameters are kept, the launch's
-// dynamic bytes, and the kernels on the emulated device against the evaluator.
+// Row reductions that keep their rows: in shared memory in block mode (Note
+// [row cache] in row_reduction_emitter.cc: which parameters, the launch's
+// dynamic bytes), in registers in warp mode (Note [unrolled warp rows]), and
+// the kernels on the emulated device against the evaluator.
 #include <gtest/gtest.h>
 
 #include "compiler/codegen/codegen.h"
@@ -35,17 +36,17 @@ constexpr std::string_view kRowModule = R"(module row_test
 }
 
 %wide {
-  %a = f32[2,30000] parameter(0)
-  %b = bf16[2,30000] parameter(1)
-  %bf = f32[2,30000] convert(%b)
-  %z = f32[2,30000] add(%a, %bf)
+  %a = f32[2,30001] parameter(0)
+  %b = bf16[2,30001] parameter(1)
+  %bf = f32[2,30001] convert(%b)
+  %z = f32[2,30001] add(%a, %bf)
   %m = f32[2] reduce(%z), dimensions={1}, kind=max
-  %mb = f32[2,30000] broadcast(%m), dimensions={0}
-  %d = f32[2,30000] sub(%z, %mb)
-  %e = f32[2,30000] exp(%d)
+  %mb = f32[2,30001] broadcast(%m), dimensions={0}
+  %d = f32[2,30001] sub(%z, %mb)
+  %e = f32[2,30001] exp(%d)
   %s = f32[2] reduce(%e), dimensions={1}, kind=sum
-  %sb = f32[2,30000] broadcast(%s), dimensions={0}
-  ROOT %p = f32[2,30000] div(%e, %sb)
+  %sb = f32[2,30001] broadcast(%s), dimensions={0}
+  ROOT %p = f32[2,30001] div(%e, %sb)
 }
 
 %one_pass {
@@ -64,15 +65,15 @@ ENTRY %main {
   %x = bf16[4,5000] parameter(0)
   %w = f32[4,5000] parameter(1)
   %bias = f32[5000] parameter(2)
-  %a = f32[2,30000] parameter(3)
-  %b = bf16[2,30000] parameter(4)
+  %a = f32[2,30001] parameter(3)
+  %b = bf16[2,30001] parameter(4)
   %o = f32[3,6000] parameter(5)
   %v = f32[16,768] parameter(6)
   %sm = (bf16[4,5000], f32[4], f32[4]) fusion(%x, %w, %bias), kind=reduction, calls=%softmax
-  %wd = f32[2,30000] fusion(%a, %b), kind=reduction, calls=%wide
+  %wd = f32[2,30001] fusion(%a, %b), kind=reduction, calls=%wide
   %op = f32[3] fusion(%o), kind=reduction, calls=%one_pass
   %wr = f32[16,768] fusion(%v), kind=reduction, calls=%warp_rows
-  ROOT %t = ((bf16[4,5000], f32[4], f32[4]), f32[2,30000], f32[3], f32[16,768]) tuple(%sm, %wd, %op, %wr)
+  ROOT %t = ((bf16[4,5000], f32[4], f32[4]), f32[2,30001], f32[3], f32[16,768]) tuple(%sm, %wd, %op, %wr)
 }
 )";
 
@@ -90,14 +91,22 @@ TEST(RowReductionEmitterTest, MultiPassBlockRowsAreKeptInSharedMemory) {
   EXPECT_EQ(sm.spec.dynamic_shared_bytes, 5000 * 2 + 5000 * 4);
   EXPECT_NE(sm.ptx.find(".extern .shared"), std::string::npos);
 
-  // a's 120,000 bytes exceed the cache (two blocks must fit a
-  // multiprocessor); b's 60,000 are kept.
-  EXPECT_EQ(kernels.kernels[1].spec.dynamic_shared_bytes, 60000);
+  // Rows of whole 16-byte vectors are copied a vector a thread.
+  EXPECT_NE(sm.ptx.find("ld.global.v4"), std::string::npos);
+  EXPECT_NE(sm.ptx.find("bar.sync"), std::string::npos);
+
+  // a's 120,004 bytes exceed the cache (two blocks must fit a
+  // multiprocessor); b's 60,002 are kept, copied an element at a time (its
+  // rows are not whole vectors).
+  EXPECT_EQ(kernels.kernels[1].spec.dynamic_shared_bytes, 60016);
+  EXPECT_EQ(kernels.kernels[1].ptx.find("ld.global.v4"), std::string::npos);
   // One pass reads each element once: nothing to keep.
   EXPECT_EQ(kernels.kernels[2].spec.dynamic_shared_bytes, 0);
-  // Warp rows (768) come from L1.
+  // Warp rows (768, one row-shaped parameter: 24 a lane) stay in registers
+  // (Note [unrolled warp rows]): straight-line code, no loop.
   EXPECT_EQ(kernels.kernels[3].spec.dynamic_shared_bytes, 0);
   EXPECT_EQ(kernels.kernels[3].ptx.find(".extern .shared"), std::string::npos);
+  EXPECT_EQ(kernels.kernels[3].ptx.find("bra"), std::string::npos);
 }
 
 // On the emulated device (shared-memory races and barriers checked) against
