@@ -176,6 +176,59 @@ Status FillTiles(WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Value 
   const int64_t per_thread = kTileRows * dim / kThreads;
   const int64_t batch = per_thread % 16 == 0 ? 16 : per_thread % 8 == 0 ? 8 : 1;
   b.create<mlir::gpu::BarrierOp>(loc);  // every warp is done with the tiles' last contents
+  // Note [vector tile fill]: an operand that is the fusion's own bf16
+  // [B, H, len, dim] parameter (the backward's q, k, v, do) needs no chain
+  // and no rounding: its rows go to shared memory 16 bytes a load, straight
+  // from global memory, every load of the thread issued before its stores.
+  std::vector<std::pair<const ir::Instruction*, SharedTile*>> by_element;
+  struct Vector {
+    SharedTile* tile;
+    Value r, col, in, value;
+  };
+  std::vector<Vector> vectors;
+  for (const auto& [op, tile] : tiles) {
+    const ir::Shape& shape = op->shape();
+    if (op->opcode() != ir::Opcode::kParameter || shape.dtype() != ir::DType::kBF16 ||
+        shape.rank() != 4 || shape.dim(2) != len || shape.dim(3) != dim ||
+        (kTileRows * dim / 8) % kThreads != 0) {
+      by_element.push_back({op, tile});
+      continue;
+    }
+    auto vector_type = mlir::VectorType::get({8}, b.getI16Type());
+    const Value global = kernel.entry()->getArgument(op->attrs().index);
+    const Value plane = b.create<arith::AddIOp>(
+        loc, b.create<arith::MulIOp>(loc, bi, c(shape.dim(1))), h);  // b * H + h
+    for (int64_t u = 0; u < kTileRows * dim / 8 / kThreads; ++u) {
+      const Value v = b.create<arith::AddIOp>(loc, lanes.tid, c(kThreads * u));
+      const Value r = b.create<arith::DivUIOp>(loc, v, c(dim / 8));
+      const Value col =
+          b.create<arith::MulIOp>(loc, b.create<arith::RemUIOp>(loc, v, c(dim / 8)), c(8));
+      const Value row =
+          b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, block, c(kTileRows)), r);
+      const Value in = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, row, c(len));
+      const Value clamped = b.create<arith::MinUIOp>(loc, row, c(len - 1));
+      const Value at = b.create<arith::AddIOp>(
+          loc,
+          b.create<arith::MulIOp>(
+              loc,
+              b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, plane, c(len)), clamped),
+              c(dim)),
+          col);
+      const Value from = b.create<LLVM::GEPOp>(loc, global.getType(), b.getI16Type(), global,
+                                               mlir::ValueRange{at}, /*inbounds=*/true);
+      vectors.push_back(
+          {tile, r, col, in, b.create<LLVM::LoadOp>(loc, vector_type, from, /*alignment=*/16)});
+    }
+  }
+  for (const Vector& v : vectors) {
+    const Value zero = b.create<LLVM::ZeroOp>(loc, v.value.getType());
+    b.create<LLVM::StoreOp>(loc, b.create<arith::SelectOp>(loc, v.in, v.value, zero),
+                            v.tile->Address(b, loc, v.r, v.col), /*alignment=*/16);
+  }
+  if (by_element.empty()) {
+    b.create<mlir::gpu::BarrierOp>(loc);
+    return Status::Ok();
+  }
   mlir::OpBuilder::InsertPoint after_fill = b.saveInsertionPoint();
   FusedEmitter::Cache saved = emitter.SaveCache();
   auto fill =
@@ -195,7 +248,7 @@ Status FillTiles(WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Value 
         b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, block, c(kTileRows)), r);
     const Value in = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, row, c(len));
     const Value clamped = b.create<arith::MinUIOp>(loc, row, c(len - 1));
-    for (const auto& [op, tile] : tiles) {
+    for (const auto& [op, tile] : by_element) {
       ASSIGN_OR_RETURN(Value x, kernel.LoadF32(*op, {bi, h, clamped, col}));
       staged.push_back({tile, r, col, b.create<arith::SelectOp>(loc, in, x, kernel.F32(0))});
     }
