@@ -61,6 +61,29 @@ constexpr std::string_view kRowModule = R"(module row_test
   ROOT %d = f32[16,768] sub(%x, %mb)
 }
 
+%dups {
+  %x = bf16[8,64] parameter(0)
+  %y = bf16[8,64] parameter(1)
+  %a = f32[8,64] convert(%x)
+  %b = f32[8,64] convert(%x)
+  %c = f32[8,64] convert(%y)
+  %ma = f32[8] reduce(%a), dimensions={1}, kind=max
+  %mb = f32[8] reduce(%b), dimensions={1}, kind=max
+  %mc = f32[8] reduce(%c), dimensions={1}, kind=max
+  %ba = f32[8,64] broadcast(%ma), dimensions={0}
+  %bb = f32[8,64] broadcast(%mb), dimensions={0}
+  %da = f32[8,64] sub(%a, %ba)
+  %db = f32[8,64] sub(%b, %bb)
+  %ea = f32[8,64] exp(%da)
+  %eb = f32[8,64] exp(%db)
+  %sa = f32[8] reduce(%ea), dimensions={1}, kind=sum
+  %sb = f32[8] reduce(%eb), dimensions={1}, kind=sum
+  %sbb = f32[8,64] broadcast(%sb), dimensions={0}
+  %p = f32[8,64] div(%ea, %sbb)
+  %m = f32[8] add(%mc, %sa)
+  ROOT %t = (f32[8,64], f32[8], f32[8]) tuple(%p, %m, %mb)
+}
+
 ENTRY %main {
   %x = bf16[4,5000] parameter(0)
   %w = f32[4,5000] parameter(1)
@@ -69,11 +92,14 @@ ENTRY %main {
   %b = bf16[2,30001] parameter(4)
   %o = f32[3,6000] parameter(5)
   %v = f32[16,768] parameter(6)
+  %dx = bf16[8,64] parameter(7)
+  %dy = bf16[8,64] parameter(8)
   %sm = (bf16[4,5000], f32[4], f32[4]) fusion(%x, %w, %bias), kind=reduction, calls=%softmax
   %wd = f32[2,30001] fusion(%a, %b), kind=reduction, calls=%wide
   %op = f32[3] fusion(%o), kind=reduction, calls=%one_pass
   %wr = f32[16,768] fusion(%v), kind=reduction, calls=%warp_rows
-  ROOT %t = ((bf16[4,5000], f32[4], f32[4]), f32[2,30001], f32[3], f32[16,768]) tuple(%sm, %wd, %op, %wr)
+  %du = (f32[8,64], f32[8], f32[8]) fusion(%dx, %dy), kind=reduction, calls=%dups
+  ROOT %t = ((bf16[4,5000], f32[4], f32[4]), f32[2,30001], f32[3], f32[16,768], (f32[8,64], f32[8], f32[8])) tuple(%sm, %wd, %op, %wr, %du)
 }
 )";
 
@@ -81,7 +107,7 @@ TEST(RowReductionEmitterTest, MultiPassBlockRowsAreKeptInSharedMemory) {
   auto module = Parse(kRowModule);
   ASSERT_NE(module, nullptr);
   CompiledKernels kernels = CompileAll(*module);
-  ASSERT_EQ(kernels.kernels.size(), 4u);
+  ASSERT_EQ(kernels.kernels.size(), 5u);
   EXPECT_TRUE(kernels.skipped.empty());
 
   // x (bf16) and w (f32) are row-shaped and read in three passes plus the
@@ -109,13 +135,29 @@ TEST(RowReductionEmitterTest, MultiPassBlockRowsAreKeptInSharedMemory) {
   EXPECT_EQ(kernels.kernels[3].ptx.find("bra"), std::string::npos);
 }
 
+// Note [duplicate reduces]: mb and sb compute what ma and sa do (through
+// another convert of the same x); mc reads y and stays. Three reduces of a
+// warp row: five butterfly shuffles each.
+TEST(RowReductionEmitterTest, DuplicateReducesAreEmittedOnce) {
+  auto module = Parse(kRowModule);
+  ASSERT_NE(module, nullptr);
+  CompiledKernels kernels = CompileAll(*module);
+  ASSERT_EQ(kernels.kernels.size(), 5u);
+  const std::string& ptx = kernels.kernels[4].ptx;
+  int64_t shuffles = 0;
+  for (size_t at = ptx.find("shfl.sync"); at != std::string::npos;
+       at = ptx.find("shfl.sync", at + 1))
+    ++shuffles;
+  EXPECT_EQ(shuffles, 3 * 5);
+}
+
 // On the emulated device (shared-memory races and barriers checked) against
 // the evaluator.
 TEST(RowReductionEmitterTest, CachedRowsMatchTheEvaluator) {
   auto module = Parse(kRowModule);
   ASSERT_NE(module, nullptr);
   EmuKernelRunner runner(*module);
-  for (const char* name : {"sm", "wd", "op", "wr"}) runner.ExpectMatchesEvaluator(name);
+  for (const char* name : {"sm", "wd", "op", "wr", "du"}) runner.ExpectMatchesEvaluator(name);
 }
 
 }  // namespace
