@@ -382,6 +382,60 @@ std::vector<Value> FusedEmitter::Multi(const ElementIndex& index, const ir::Shap
   return multi;
 }
 
+std::optional<std::vector<Value>> FusedEmitter::ReshapeGroups(const std::vector<Value>& multi,
+                                                              const ir::Shape& out,
+                                                              const ir::Shape& in) {
+  if (out.num_elements() == 0) return std::nullopt;
+  mlir::Location loc = b_.getUnknownLoc();
+  std::vector<Value> result;
+  int64_t i = 0, j = 0;
+  const int64_t out_rank = out.rank(), in_rank = in.rank();
+  while (i < out_rank || j < in_rank) {
+    const int64_t out_begin = i, in_begin = j;
+    int64_t out_product = 1, in_product = 1;
+    if (i < out_rank) out_product *= out.dim(i++);
+    if (j < in_rank) in_product *= in.dim(j++);
+    while (out_product != in_product) {
+      if (out_product < in_product && i < out_rank) {
+        out_product *= out.dim(i++);
+      } else if (in_product < out_product && j < in_rank) {
+        in_product *= in.dim(j++);
+      } else {
+        return std::nullopt;
+      }
+    }
+    // The group's linear index over its output dims (multiply-adds) ...
+    Value linear;
+    for (int64_t d = out_begin; d < i; ++d) {
+      if (out.dim(d) == 1) continue;
+      linear =
+          linear
+              ? b_.create<mlir::arith::AddIOp>(
+                      loc, b_.create<mlir::arith::MulIOp>(loc, linear, IndexConstant(out.dim(d))),
+                      multi[d])
+                    .getResult()
+              : multi[d];
+    }
+    if (!linear) linear = IndexConstant(0);
+    // ... and back over its input dims (a single dim takes it whole).
+    int64_t stride = in_product;
+    for (int64_t d = in_begin; d < j; ++d) {
+      stride /= in.dim(d);
+      if (in.dim(d) == 1) {
+        result.push_back(IndexConstant(0));
+        continue;
+      }
+      Value q = linear;
+      if (stride != 1) q = b_.create<mlir::arith::DivUIOp>(loc, q, IndexConstant(stride));
+      if (stride * in.dim(d) != in_product) {
+        q = b_.create<mlir::arith::RemUIOp>(loc, q, IndexConstant(in.dim(d)));
+      }
+      result.push_back(q);
+    }
+  }
+  return result;
+}
+
 StatusOr<Value> FusedEmitter::Emit(const ir::Instruction& inst, const ElementIndex& index) {
   std::vector<const void*> key;
   if (index.linear) {
@@ -471,6 +525,16 @@ StatusOr<Value> FusedEmitter::EmitUncached(const ir::Instruction& inst, const El
       return EmitCompare(b_, loc, attrs.direction, inst.operand(0)->shape().dtype(), x, y);
     }
     case Opcode::kReshape: {
+      // Note [reshape index groups]: with a multi-index, each group of dims
+      // whose sizes multiply to the same product on both sides maps on its
+      // own: a split dim is rebuilt by multiply-adds, only a merged dim is
+      // divided. Linearizing the whole index and dividing it back per operand
+      // dim cost every element of the attention tiles a dozen divisions.
+      if (!index.identity && !index.multi.empty()) {
+        std::optional<std::vector<Value>> grouped =
+            ReshapeGroups(index.multi, shape, inst.operand(0)->shape());
+        if (grouped) return EmitOperand(inst, 0, std::move(*grouped));
+      }
       ElementIndex reshaped;
       reshaped.linear = Linear(index, shape);
       reshaped.identity = index.identity;

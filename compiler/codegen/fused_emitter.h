@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,6 +70,11 @@ class FusedEmitter {
 
  private:
   StatusOr<mlir::Value> EmitUncached(const ir::Instruction& inst, const ElementIndex& index);
+  // The operand multi-index of a reshape from `out` to `in` at `multi`, dim
+  // group by dim group (Note [reshape index groups]); nullopt if the shapes
+  // do not split into groups.
+  std::optional<std::vector<mlir::Value>> ReshapeGroups(const std::vector<mlir::Value>& multi,
+                                                        const ir::Shape& out, const ir::Shape& in);
   StatusOr<mlir::Value> EmitOperand(const ir::Instruction& inst, int64_t i,
                                     std::vector<mlir::Value> multi);
 
