@@ -386,7 +386,6 @@ std::optional<std::vector<Value>> FusedEmitter::ReshapeGroups(const std::vector<
                                                               const ir::Shape& out,
                                                               const ir::Shape& in) {
   if (out.num_elements() == 0) return std::nullopt;
-  mlir::Location loc = b_.getUnknownLoc();
   std::vector<Value> result;
   int64_t i = 0, j = 0;
   const int64_t out_rank = out.rank(), in_rank = in.rank();
@@ -404,33 +403,20 @@ std::optional<std::vector<Value>> FusedEmitter::ReshapeGroups(const std::vector<
         return std::nullopt;
       }
     }
-    // The group's linear index over its output dims (multiply-adds) ...
-    Value linear;
-    for (int64_t d = out_begin; d < i; ++d) {
-      if (out.dim(d) == 1) continue;
-      linear =
-          linear
-              ? b_.create<mlir::arith::AddIOp>(
-                      loc, b_.create<mlir::arith::MulIOp>(loc, linear, IndexConstant(out.dim(d))),
-                      multi[d])
-                    .getResult()
-              : multi[d];
-    }
-    if (!linear) linear = IndexConstant(0);
-    // ... and back over its input dims (a single dim takes it whole).
-    int64_t stride = in_product;
-    for (int64_t d = in_begin; d < j; ++d) {
-      stride /= in.dim(d);
-      if (in.dim(d) == 1) {
-        result.push_back(IndexConstant(0));
-        continue;
-      }
-      Value q = linear;
-      if (stride != 1) q = b_.create<mlir::arith::DivUIOp>(loc, q, IndexConstant(stride));
-      if (stride * in.dim(d) != in_product) {
-        q = b_.create<mlir::arith::RemUIOp>(loc, q, IndexConstant(in.dim(d)));
-      }
-      result.push_back(q);
+    // The group's index linearized over its output dims (multiply-adds), then
+    // split over its input dims (a single dim takes it whole).
+    ElementIndex group;
+    group.multi.assign(multi.begin() + out_begin, multi.begin() + i);
+    const std::vector<int64_t>& out_dims = out.dims();
+    const std::vector<int64_t>& in_dims = in.dims();
+    ElementIndex linear;
+    linear.linear = Linear(
+        group, ir::Shape(out.dtype(),
+                         std::vector<int64_t>(out_dims.begin() + out_begin, out_dims.begin() + i)));
+    for (Value v :
+         Multi(linear, ir::Shape(in.dtype(), std::vector<int64_t>(in_dims.begin() + in_begin,
+                                                                  in_dims.begin() + j)))) {
+      result.push_back(v);
     }
   }
   return result;

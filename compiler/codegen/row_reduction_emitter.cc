@@ -38,7 +38,7 @@
 // logit.
 //
 // Note [row cache]: a block-per-row kernel that reads its row in several
-// passes (the cross-entropy's max, sums and gradient: four) first copies each
+// passes (the cross-entropy's reduces and its gradient) first copies each
 // row-shaped parameter's row into dynamic shared memory, and every pass reads
 // it there. Without it the first GPU run's cross-entropy over 16 x 1024 rows
 // of 50304 bf16 logits took 3.2 ms, 3.3x its roofline: four blocks of 100 KB
@@ -189,7 +189,6 @@ class RowReductionEmitter : public KernelEmitter {
     // (the cross-entropy gradient's max and sum of the rematerialized
     // logits, the loss's own) reads the earlier one's result; binding it to
     // its twin also makes DependsOn and later comparisons see through it.
-    std::map<const ir::Instruction*, const ir::Instruction*> twin_of;
     {
       std::map<std::pair<const ir::Instruction*, const ir::Instruction*>, bool> memo;
       std::vector<const ir::Instruction*> unique;
@@ -206,7 +205,6 @@ class RowReductionEmitter : public KernelEmitter {
           unique.push_back(r);
           continue;
         }
-        twin_of[r] = twin;
         bindings[r] = twin;
         memo.clear();  // earlier answers did not see r as its twin
       }
@@ -270,12 +268,15 @@ class RowReductionEmitter : public KernelEmitter {
 
     // Note [row cache]: the row-shaped parameters kept in shared memory, and
     // their byte offsets there.
+    std::vector<const ir::Instruction*> row_params;  // read a row at a time
+    for (const ir::Instruction* p : params) {
+      if (!p->shape().is_tuple() && p->shape().num_elements() == rows * n) row_params.push_back(p);
+    }
     std::map<const ir::Instruction*, int64_t> cached;
     int64_t cache_bytes = 0;
     const size_t passes = batches.size() + (elem_outputs.empty() ? 0 : 1);
     if (threads_per_row > kWarp && !mixed_ && passes > 1) {
-      for (const ir::Instruction* p : params) {
-        if (p->shape().is_tuple() || p->shape().num_elements() != rows * n) continue;
+      for (const ir::Instruction* p : row_params) {
         const int64_t bytes = (n * StorageBytes(p->shape().dtype()) + 15) / 16 * 16;
         if (cache_bytes + bytes > kMaxRowCacheBytes) continue;
         cached[p] = cache_bytes;
@@ -303,8 +304,8 @@ class RowReductionEmitter : public KernelEmitter {
     };
     FusedEmitter::Reader read_reduce = [&](const ir::Instruction& r,
                                            const ElementIndex&) -> StatusOr<Value> {
-      auto twin = twin_of.find(&r);
-      auto it = results.find(twin == twin_of.end() ? &r : twin->second);
+      auto twin = bindings.find(&r);  // a duplicate reduce reads its twin's result
+      auto it = results.find(twin == bindings.end() ? &r : twin->second);
       if (it == results.end()) {
         return Error("{}: used before its row is reduced (not a row-local fusion)", Describe(r));
       }
@@ -412,17 +413,11 @@ class RowReductionEmitter : public KernelEmitter {
       if (!by_vector.empty()) b.create<mlir::gpu::BarrierOp>(loc);
     }
 
-    // Note [unrolled warp rows]: a warp's row of N = 32 k columns, k small,
-    // is read in straight-line code, the same k indices in every pass, so the
-    // emitter's cache keeps each lane's elements in registers from the first
-    // pass on: one read of the row, all k loads in flight at once.
+    // Note [unrolled warp rows]: the element indices of a lane's columns,
+    // shared by every pass, when the row is emitted without a loop.
     std::vector<ElementIndex> unrolled;
-    int64_t row_params = 0;
-    for (const ir::Instruction* p : params) {
-      if (!p->shape().is_tuple() && p->shape().num_elements() == rows * n) ++row_params;
-    }
     if (threads_per_row == kWarp && n % kWarp == 0 &&
-        row_params * (n / kWarp) <= kMaxUnrolledElements) {
+        static_cast<int64_t>(row_params.size()) * (n / kWarp) <= kMaxUnrolledElements) {
       for (int64_t u = 0; u < n / kWarp; ++u) {
         unrolled.push_back(element_index(b.create<arith::AddIOp>(loc, lane, c(kWarp * u))));
       }
@@ -439,31 +434,27 @@ class RowReductionEmitter : public KernelEmitter {
                               : -std::numeric_limits<double>::infinity();
         inits.push_back(ScalarConstant(b, loc, ir::DType::kF32, identity));
       }
-      std::vector<Value> accs = inits;
-      if (!unrolled.empty()) {
-        for (const ElementIndex& index : unrolled) {
-          for (size_t k = 0; k < batch.size(); ++k) {
-            const ir::Instruction* r = batch[k];
-            StatusOr<Value> x = emitter.Emit(*r->operand(0), index);
-            if (!x.ok()) return x.status().WithPrefix("%" + fusion.name());
-            Value f = ConvertValue(b, loc, *x, r->operand(0)->shape().dtype(), ir::DType::kF32);
-            accs[k] = Combine(b, loc, r->attrs().reduce_kind, accs[k], f);
-          }
-        }
-      } else {
-        mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
-        auto loop =
-            mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, lane, c(n), c(threads_per_row), inits));
-        FusedEmitter::Cache saved = emitter.SaveCache();
-        ElementIndex index = element_index(loop.getInductionVar());
-        std::vector<Value> next;
+      // accs_k = accs_k (+) x_k at `index`.
+      auto accumulate = [&](const ElementIndex& index, std::vector<Value>& accs) -> Status {
         for (size_t k = 0; k < batch.size(); ++k) {
           const ir::Instruction* r = batch[k];
           StatusOr<Value> x = emitter.Emit(*r->operand(0), index);
           if (!x.ok()) return x.status().WithPrefix("%" + fusion.name());
           Value f = ConvertValue(b, loc, *x, r->operand(0)->shape().dtype(), ir::DType::kF32);
-          next.push_back(Combine(b, loc, r->attrs().reduce_kind, loop.getRegionIterArgs()[k], f));
+          accs[k] = Combine(b, loc, r->attrs().reduce_kind, accs[k], f);
         }
+        return Status::Ok();
+      };
+      std::vector<Value> accs = inits;
+      if (!unrolled.empty()) {
+        for (const ElementIndex& index : unrolled) RETURN_IF_ERROR(accumulate(index, accs));
+      } else {
+        mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
+        auto loop =
+            mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, lane, c(n), c(threads_per_row), inits));
+        FusedEmitter::Cache saved = emitter.SaveCache();
+        std::vector<Value> next(loop.getRegionIterArgs().begin(), loop.getRegionIterArgs().end());
+        RETURN_IF_ERROR(accumulate(element_index(loop.getInductionVar()), next));
         b.create<mlir::scf::YieldOp>(loc, next);
         emitter.RestoreCache(std::move(saved));
         b.restoreInsertionPoint(after_loop);
