@@ -25,7 +25,10 @@
 //     fusion_rules.cc).
 //  4. gemm: every other dot is the root of a kind=gemm fusion with what
 //     cuBLASLt can do around it: last-two-dims transposes and reshapes of the
-//     operands, a bias add (broadcast along the last dim; a widening
+//     operands, converts of the result (but a bare bf16 dot's f32 widening
+//     that only later loop or reduction kernels read is left to them, so the
+//     gemm writes bf16: Note [narrow gemm results] in fusion_rules.cc), a
+//     bias add (broadcast along the last dim; a widening
 //     convert of the bias joins too), the tanh GELU of the frontend (only
 //     when its intermediates are not used elsewhere; of the widened bf16
 //     pre-activation, which is then an output: cuBLASLt's aux), a residual
@@ -42,7 +45,9 @@
 //     the last dim) grow over the row-local region around them: elementwise
 //     ops of the input shape or the row shape, and further row reductions of
 //     the same input shape (layer norm forward and backward are one kernel
-//     each). Column and full reductions absorb their elementwise producers;
+//     each); a forward row reduction takes no remat clone (`remat.*`: remat
+//     made it for the backward, whose kernel computes it instead of storing
+//     it). Column and full reductions absorb their elementwise producers;
 //     sibling reductions of the same shape and dims that share an input share
 //     one multi-output fusion (dgamma and dbeta).
 //  6. loop: remaining elementwise / layout / select / compare / convert ops

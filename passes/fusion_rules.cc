@@ -377,6 +377,30 @@ void FuseAttentionGrads(Planner& p) {
   }
 }
 
+namespace {
+
+// Note [narrow gemm results]: a bf16 dot whose f32 widening only feeds
+// kernels fused later (a layer-norm backward's rows, a loop: not a gemm, the
+// optimizer, an attention kernel or the entry's outputs) leaves the widening
+// to them. cuBLASLt then writes bf16, half the bytes, and the consumer reads
+// half; the value is the same (the widening of a bf16 is exact). The
+// buffer between them halves too: at gpt2-124m's peak the lm_head weight
+// gradient (f32 [V, C], 147 MiB) lives from its gemm to the end of the
+// backward, where the embedding's gradient is added to it.
+bool WidenedByConsumers(const Planner& p, const Instruction* convert) {
+  if (p.computation()->root() == convert) return false;
+  std::vector<const Instruction*> users;
+  p.NonFreeUsers(convert, users);
+  return !users.empty() && std::all_of(users.begin(), users.end(), [&](const Instruction* u) {
+    const Opcode o = u->opcode();
+    return p.group_of(u) < 0 && !u->metadata().starts_with("optimizer") &&
+           (ir::IsElementwise(o) || o == Opcode::kReduce || o == Opcode::kReshape ||
+            o == Opcode::kTranspose);
+  });
+}
+
+}  // namespace
+
 void FuseGemms(Planner& p) {
   for (const Instruction* d : p.order()) {
     if (d->opcode() != Opcode::kDot || !p.Claimable(d)) continue;
@@ -449,6 +473,11 @@ void FuseGemms(Planner& p) {
         p.Claimable(u) && p.TryAdd(g, u)) {
       AbsorbConverts(p, g, u);
     }
+    if (IsWidening(cur) && cur->operand(0) == d && WidenedByConsumers(p, cur)) {
+      InstSet members = p.groups()[g].members;
+      members.erase(cur);
+      p.ShrinkTo(g, members);
+    }
   }
 }
 
@@ -459,11 +488,22 @@ bool IsRowReduce(const Instruction* r) {
   return rank >= 2 && r->attrs().dimensions == std::vector<int64_t>{rank - 1};
 }
 
+// Whether `inst` is one of the forward's own ops: not the backward's
+// (`grad.*`), nor a recomputation remat made for it (`remat.*`).
+bool IsForwardOp(const Instruction* inst) {
+  return !inst->metadata().starts_with("grad") && !inst->metadata().starts_with("remat");
+}
+
 // Grows a row-reduction group over the row-local region: elementwise ops of
 // the input or row shape, and other row reductions of the same input shape.
+// A forward group takes no remat clone: remat made it so that the backward
+// computes the value instead of storing it (the layer norm's x-hat from
+// x - mean and rstd), and the forward kernel would store it again.
 void GrowRowGroup(Planner& p, int g, const std::vector<int64_t>& in_dims,
                   const std::vector<int64_t>& row_dims) {
+  const bool forward = IsForwardOp(p.groups()[g].hero);
   auto admissible = [&](const Instruction* x) {
+    if (forward && x->metadata().starts_with("remat")) return false;
     if (x->opcode() == Opcode::kReduce) {
       return IsRowReduce(x) && x->operand(0)->shape().dims() == in_dims;
     }
@@ -566,25 +606,39 @@ bool ReadsReductionIn(const Planner& p, const Instruction* x, const InstSet& mem
 // stored, so such a column sum stays a kernel of its own.
 void MergeChannelSumsIntoRows(Planner& p) {
   int n = static_cast<int>(p.groups().size());
-  for (int c = 0; c < n; ++c) {
-    const Group& col = p.groups()[c];
-    if (!col.live || col.kind != FusionKind::kReduction || !IsChannelSum(col.hero)) continue;
-    const std::vector<int64_t>& in_dims = col.hero->operand(0)->shape().dims();
-    InstSet col_in = Inputs(p, c);
-    for (int r = 0; r < n; ++r) {
-      const Group& row = p.groups()[r];
-      if (!row.live || r == c || row.kind != FusionKind::kReduction || !IsRowReduce(row.hero) ||
-          row.hero->operand(0)->shape().dims() != in_dims) {
-        continue;
+  // To a fixed point: a merge can remove the cycle that kept another column
+  // sum out (dbeta read the widened dy that dgamma's group reads, and the rows
+  // read dgamma's x-hat: with dgamma merged, dbeta can join).
+  for (bool merged = true; merged;) {
+    merged = false;
+    for (int c = 0; c < n; ++c) {
+      const Group& col = p.groups()[c];
+      if (!col.live || col.kind != FusionKind::kReduction || !IsChannelSum(col.hero)) continue;
+      const std::vector<int64_t>& in_dims = col.hero->operand(0)->shape().dims();
+      InstSet col_in = Inputs(p, c);
+      for (int r = 0; r < n; ++r) {
+        const Group& row = p.groups()[r];
+        if (!row.live || r == c || row.kind != FusionKind::kReduction || !IsRowReduce(row.hero) ||
+            row.hero->operand(0)->shape().dims() != in_dims) {
+          continue;
+        }
+        InstSet row_in = Inputs(p, r);
+        // They read a common input, or the rows read what the column sums
+        // computed from it (the widening of a bf16 gemm result both read:
+        // Note [narrow gemm results]).
+        bool shared =
+            std::any_of(col_in.begin(), col_in.end(),
+                        [&](auto* x) { return row_in.contains(x) || row.members.contains(x); }) ||
+            std::any_of(row_in.begin(), row_in.end(),
+                        [&](auto* x) { return col.members.contains(x); });
+        bool reads_row_stats = std::any_of(col_in.begin(), col_in.end(), [&](auto* x) {
+          return row.members.contains(x) && ReadsReductionIn(p, x, row.members);
+        });
+        if (shared && !reads_row_stats && p.TryMerge(r, c)) {
+          merged = true;
+          break;
+        }
       }
-      InstSet row_in = Inputs(p, r);
-      bool shared = std::any_of(col_in.begin(), col_in.end(), [&](auto* x) {
-        return row_in.contains(x) || row.members.contains(x);
-      });
-      bool reads_row_stats = std::any_of(col_in.begin(), col_in.end(), [&](auto* x) {
-        return row.members.contains(x) && ReadsReductionIn(p, x, row.members);
-      });
-      if (shared && !reads_row_stats && p.TryMerge(r, c)) break;
     }
   }
 }
@@ -629,6 +683,15 @@ void FuseReductions(Planner& p) {
     }
   }
   MergeChannelSumsIntoRows(p);
+  // The channel sums may have taken producers the rows read too (x-hat,
+  // recomputed from x - mean and rstd); merged, the rows can now take the
+  // row-shaped values between (rstd's remat clone).
+  for (int g = 0; g < static_cast<int>(p.groups().size()); ++g) {
+    const Group& row = p.groups()[g];
+    if (row.live && row.kind == FusionKind::kReduction && IsRowReduce(row.hero)) {
+      GrowRowGroup(p, g, row.hero->operand(0)->shape().dims(), row.hero->shape().dims());
+    }
+  }
 }
 
 void FuseLoops(Planner& p) {

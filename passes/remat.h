@@ -33,8 +33,9 @@
 //           smallest achievable size when even block does not fit.
 // Under every policy, a saved elementwise value computed from one other
 // saved value of its shape and no more bytes (the GELU's tanh and x*x from
-// the pre-activation) is recomputed: the backward reads the one value
-// instead of several (Note [cheap recomputation] in remat.cc).
+// the pre-activation), and perhaps broadcasts of much smaller values (a layer
+// norm's x-hat from x - mean and rstd), is recomputed: the backward reads the
+// one value instead of several (Note [cheap recomputation] in remat.cc).
 // The kept sets nest (block within dots within none), so on transformer
 // train steps the saved bytes fall from none to dots to block.
 // Results are bit-identical: clones compute the same values from the same

@@ -231,6 +231,71 @@ ENTRY %main {
   EXPECT_EQ(CountKernels(*after).size(), 1u);
 }
 
+// Note [narrow gemm results]: the f32 widening of a bf16 dx gemm joins the
+// layer-norm backward that reads it, so cuBLASLt writes bf16 (half the bytes)
+// and the kernel reads that; dbeta's channel sum of the widened dy still
+// joins the rows (they read what it computed).
+TEST(FusionTest, NarrowGemmResultIsWidenedByItsReader) {
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %a = bf16[2,4,16] parameter(0)
+  %w = bf16[16,8] parameter(1)
+  %xh = f32[2,4,8] parameter(2)
+  %g = f32[8] parameter(3)
+  %d = bf16[2,4,8] dot(%a, %w), lhs_contracting={2}, rhs_contracting={0}
+  %dy = f32[2,4,8] convert(%d)
+  %gb = f32[2,4,8] broadcast(%g), dimensions={2}
+  %dyg = f32[2,4,8] mul(%dy, %gb)
+  %rs = f32[2,4] reduce(%dyg), dimensions={2}, kind=sum
+  %rsb = f32[2,4,8] broadcast(%rs), dimensions={0,1}
+  %dx = f32[2,4,8] sub(%dyg, %rsb)
+  %dyx = f32[2,4,8] mul(%dy, %xh)
+  %dgamma = f32[8] reduce(%dyx), dimensions={0,1}, kind=sum
+  %dbeta = f32[8] reduce(%dy), dimensions={0,1}, kind=sum
+  ROOT %t = (f32[2,4,8], f32[8], f32[8]) tuple(%dx, %dgamma, %dbeta)
+}
+)");
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
+  EXPECT_EQ(Count(*after, "gemm"), 1);
+  EXPECT_EQ(Count(*after, "reduction"), 1);
+  EXPECT_EQ(CountKernels(*after).size(), 2u);
+  const ir::Instruction* gemm = FusionOf(*after, "d");
+  ASSERT_NE(gemm, nullptr);
+  EXPECT_EQ(gemm->shape().dtype(), ir::DType::kBF16);
+  const ir::Instruction* rows = FusionOf(*after, "dy");
+  ASSERT_NE(rows, nullptr);
+  EXPECT_EQ(rows->attrs().fusion_kind, ir::FusionKind::kReduction);
+}
+
+// A remat clone (x-hat, recomputed for the backward) joins the backward's row
+// kernel, not the forward's, which would otherwise store it for the backward.
+TEST(FusionTest, ForwardRowKernelLeavesRematClonesToTheBackward) {
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %x = f32[2,4,8] parameter(0)
+  %w = f32[8,8] parameter(1)
+  %s = f32[2,4] reduce(%x), dimensions={2}, kind=sum, meta="ln"
+  %sb = f32[2,4,8] broadcast(%s), dimensions={0,1}, meta="ln"
+  %d = f32[2,4,8] sub(%x, %sb), meta="ln"
+  %y = f32[2,4,8] mul(%d, %d), meta="ln"
+  %dy = f32[2,4,8] dot(%y, %w), lhs_contracting={2}, rhs_contracting={0}, meta="fc"
+  %r = f32[2,4,8] mul(%d, %sb), meta="remat.ln"
+  %p = f32[2,4,8] mul(%r, %dy), meta="grad.ln"
+  %g = f32[2,4] reduce(%p), dimensions={2}, kind=sum, meta="grad.ln"
+  ROOT %t = (f32[2,4,8], f32[2,4]) tuple(%y, %g)
+}
+)");
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
+  const ir::Instruction* clone = FusionOf(*after, "r");
+  ASSERT_NE(clone, nullptr);
+  EXPECT_EQ(clone, FusionOf(*after, "g"));
+  EXPECT_NE(clone, FusionOf(*after, "y"));
+}
+
 TEST(FusionTest, GradientSquareSumsAreOneHorizontalReduction) {
   auto module = ParseOrDie(R"(module m
 ENTRY %main {

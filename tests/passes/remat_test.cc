@@ -187,6 +187,51 @@ ENTRY %main {
   EXPECT_EQ(SavedActivationBytes(*after), 4 * 8 * 2) << ir::PrintModule(*after);
 }
 
+// Note [cheap recomputation]: a layer norm's x - mean reads x and a broadcast
+// of the per-row mean, and x-hat = (x - mean) * rstd reads x - mean and a
+// broadcast of rstd: both are recomputed from x (here a parameter), and the
+// backward keeps only per-row values.
+TEST(RematTest, NoneRecomputesThroughBroadcastsOfSmallValues) {
+  auto module = TrainStep(ParseOrDie(R"(module layer_norm
+ENTRY %main {
+  %x = f32[16,8] parameter(0)
+  %w = f32[8,8] parameter(1)
+  %sum = f32[16] reduce(%x), dimensions={1}, kind=sum, meta="ln"
+  %n = f32[] constant(8), meta="ln"
+  %nb = f32[16] broadcast(%n), dimensions={}, meta="ln"
+  %mean = f32[16] div(%sum, %nb), meta="ln"
+  %mb = f32[16,8] broadcast(%mean), dimensions={0}, meta="ln"
+  %d = f32[16,8] sub(%x, %mb), meta="ln"
+  %d2 = f32[16,8] mul(%d, %d), meta="ln"
+  %var = f32[16] reduce(%d2), dimensions={1}, kind=sum, meta="ln"
+  %rstd = f32[16] rsqrt(%var), meta="ln"
+  %rb = f32[16,8] broadcast(%rstd), dimensions={0}, meta="ln"
+  %xhat = f32[16,8] mul(%d, %rb), meta="ln"
+  %h = f32[16,8] dot(%xhat, %w), lhs_contracting={1}, rhs_contracting={0}, meta="fc"
+  %s = f32[16,8] mul(%h, %h), meta="loss"
+  ROOT %l = f32[] reduce(%s), dimensions={0,1}, kind=sum, meta="loss"
+}
+)"));
+  ASSERT_NE(module, nullptr);
+  Remat pass = Pass(RematPolicy::kNone);
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(pass, *module, after, /*trials=*/2, /*rel_tol=*/0.0));
+  const ir::Computation* entry = after->entry();
+  const ir::Instruction* xhat = entry->FindInstruction("remat.xhat");
+  ASSERT_NE(xhat, nullptr) << ir::PrintModule(*after);
+  EXPECT_EQ(xhat->operand(0)->name(), "remat.d");
+  EXPECT_EQ(xhat->operand(0)->operand(0), entry->FindInstruction("x"));
+  EXPECT_EQ(xhat->operand(1)->opcode(), ir::Opcode::kBroadcast);
+  // The backward reads no full-size value of the layer norm's forward.
+  for (const auto& inst : entry->instructions()) {
+    if (inst->metadata() != "ln" || inst->shape().num_elements() != 16 * 8) continue;
+    for (const ir::Instruction* user : inst->users()) {
+      EXPECT_FALSE(user->metadata().starts_with("grad"))
+          << user->name() << " reads " << inst->name();
+    }
+  }
+}
+
 TEST(RematTest, ForwardOnlyModuleIsLeftAlone) {
   auto module = ParseOrDie(kMlp);  // no backward: nothing is saved
   ASSERT_NE(module, nullptr);
