@@ -112,6 +112,85 @@ bool ReadsElementwiseInPlace(const Instruction& producer, int64_t param, const L
   return true;
 }
 
+// Whether fused parameter `param` of a row-wise fusion (Note [in-place
+// temporaries]) is read only by elementwise ops of its own shape (up to the
+// fusion's output tuple), reductions over the last dim, and the softmax
+// cross-entropy composite (whose reads are reductions over the last dim too).
+bool OnlyRowUses(const Instruction* param) {
+  std::vector<const Instruction*> stack = {param};
+  std::unordered_set<const Instruction*> seen;
+  const std::vector<int64_t>& dims = param->shape().dims();
+  while (!stack.empty()) {
+    const Instruction* inst = stack.back();
+    stack.pop_back();
+    if (!seen.insert(inst).second) continue;
+    for (const Instruction* user : inst->users()) {
+      if (user->opcode() == Opcode::kTuple && user == user->parent()->root()) continue;
+      const int64_t rank = user->operand(0)->shape().rank();
+      const bool row_reduce = user->opcode() == Opcode::kReduce &&
+                              user->attrs().dimensions == std::vector<int64_t>{rank - 1};
+      if (row_reduce || user->opcode() == Opcode::kSoftmaxCrossEntropy) continue;
+      if (!ir::IsElementwise(user->opcode()) || user->shape().is_tuple() ||
+          user->shape().dims() != dims) {
+        return false;
+      }
+      stack.push_back(user);
+    }
+  }
+  return true;
+}
+
+// Whether every reduce of fused computation `c` is over the last dim, so the
+// row-reduction emitter runs it: each row belongs to one warp or block, which
+// reads it whole in its reduction passes before its final column loop writes
+// the input-shaped outputs (Note [row reduction] in
+// compiler/codegen/row_reduction_emitter.cc).
+bool AllRowReductions(const ir::Computation& c) {
+  for (const auto& inst : c.instructions()) {
+    if (inst->opcode() != Opcode::kReduce) continue;
+    const int64_t rank = inst->operand(0)->shape().rank();
+    if (rank < 2 || inst->attrs().dimensions != std::vector<int64_t>{rank - 1}) return false;
+  }
+  return true;
+}
+
+// Note [in-place temporaries]: whether fusion `producer` may write its output
+// leaf `output` over the buffer of its operand `operand`, which it reads for
+// the last time.
+bool MayOverwriteOperand(const Instruction& producer, int64_t operand, const Shape& output) {
+  if (producer.opcode() != Opcode::kFusion || producer.called_computation() == nullptr) {
+    return false;
+  }
+  const Shape& in = producer.operand(operand)->shape();
+  if (in.is_tuple() || output.dims() != in.dims() ||
+      ir::DTypeBytes(output.dtype()) != ir::DTypeBytes(in.dtype())) {
+    return false;
+  }
+  std::vector<Instruction*> fused_params = producer.called_computation()->parameters();
+  if (operand >= static_cast<int64_t>(fused_params.size()) || fused_params[operand] == nullptr) {
+    return false;
+  }
+  const Instruction* param = fused_params[operand];
+  // One output of the operand's shape: a kernel stores each output as soon as
+  // it has computed it, and a second output would read the element again
+  // after the first overwrote it.
+  std::vector<Shape> outputs;
+  CollectLeaves(producer.shape(), outputs);
+  if (std::count_if(outputs.begin(), outputs.end(),
+                    [&](const Shape& o) { return o.dims() == in.dims(); }) != 1) {
+    return false;
+  }
+  switch (producer.attrs().fusion_kind) {
+    case ir::FusionKind::kLoop:
+      return outputs.size() == 1 && OnlyElementwiseUses(param);
+    case ir::FusionKind::kReduction:
+    case ir::FusionKind::kCrossEntropy:
+      return AllRowReductions(*producer.called_computation()) && OnlyRowUses(param);
+    default:
+      return false;
+  }
+}
+
 std::string BufferName(const BufferAssignment::Buffer& b) {
   if (b.defining->shape().is_tuple()) return fmt::format("%{}{{{}}}", b.defining->name(), b.leaf);
   return "%" + b.defining->name();
@@ -121,8 +200,9 @@ std::string BufferKind(const BufferAssignment::Buffer& b) {
   std::string kind;
   if (b.parameter >= 0) kind = fmt::format("parameter {}", b.parameter);
   for (int64_t o : b.outputs) kind += fmt::format("{}output {}", kind.empty() ? "" : ", ", o);
+  if (kind.empty()) kind = "temp";
   if (b.donated_from != nullptr) kind += fmt::format(" (in place: %{})", b.donated_from->name());
-  return kind.empty() ? "temp" : kind;
+  return kind;
 }
 
 }  // namespace
@@ -276,6 +356,53 @@ int64_t PeakLiveBytes(const LogicalBuffers& buffers, const std::vector<LiveRange
   return Peak(bytes, ranges).first;
 }
 
+namespace {
+
+// Note [in-place temporaries]: each fusion output that may overwrite an
+// operand buffer dying at the fusion (a temporary of the same bytes, neither
+// parameter nor output) takes that buffer, in instruction order, so a chain
+// of fusions can pass one buffer along; it then lives until the output's last
+// reader.
+void ShareDyingOperands(const ir::Computation& entry, const LogicalBuffers& lb,
+                        const std::unordered_map<const Instruction*, int64_t>& time,
+                        std::vector<BufferAssignment::Buffer>& all,
+                        std::vector<int64_t>& merged_into) {
+  auto temporary = [&](int64_t b) { return all[b].parameter < 0 && all[b].outputs.empty(); };
+  for (const auto& owned : entry.instructions()) {
+    const Instruction* producer = owned.get();
+    if (producer->opcode() != Opcode::kFusion) continue;
+    const int64_t t = time.at(producer);
+    // The buffer (after earlier sharing) each operand reads, and how many read it.
+    std::vector<int64_t> reads;
+    std::map<int64_t, int> readers;
+    for (const Instruction* op : producer->operands()) {
+      const std::vector<int64_t>& leaves = lb.leaf_buffers.at(op);
+      reads.push_back(leaves.size() == 1 ? merged_into[leaves[0]] : -1);
+      for (int64_t b : leaves) ++readers[merged_into[b]];
+    }
+    for (int64_t out : lb.leaf_buffers.at(producer)) {
+      if (lb.buffers[out].defining != producer || merged_into[out] != out || !temporary(out)) {
+        continue;
+      }
+      for (int64_t i = 0; i < producer->operand_count(); ++i) {
+        const int64_t r = reads[i];
+        // Read by this operand alone: another one would read it after the overwrite.
+        if (r < 0 || readers[r] != 1 || !temporary(r) || all[r].live.end != t ||
+            all[r].bytes != all[out].bytes || !MayOverwriteOperand(*producer, i, all[out].shape)) {
+          continue;
+        }
+        merged_into[out] = r;
+        all[r].live.end = all[out].live.end;
+        all[r].donated_from = producer;
+        ++readers[r];  // taken: a second output cannot share it too
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 StatusOr<BufferAssignment> AssignBuffers(const ir::Module& module,
                                          const BufferAssignmentOptions& options) {
   const ir::Computation* entry = module.entry();
@@ -367,6 +494,7 @@ StatusOr<BufferAssignment> AssignBuffers(const ir::Module& module,
     all[param_buffer].outputs.insert(all[param_buffer].outputs.end(), out.outputs.begin(),
                                      out.outputs.end());
   }
+  ShareDyingOperands(*entry, lb, time, all, merged_into);
   // A donated parameter nothing writes back into is dead after its last reader
   // (unless it is an output, or a reported copy goes back into it after the step).
   for (int64_t p : options.donated_parameters) {

@@ -56,6 +56,25 @@
 // own buffer and the pair is reported as a copy the runtime must perform after
 // the step. A donated parameter that no output updates is live only until its
 // last reader, and its memory is reused afterwards.
+//
+// Note [in-place temporaries]
+// A fusion may write an output over the buffer of an operand it is the last
+// reader of (a temporary: neither parameter nor output; same bytes and shape;
+// read by no other operand of the fusion), the way XLA shares an operand's
+// buffer with its user. Safe when every element is read before it is
+// overwritten, which the emitters guarantee for two kinds of kernel:
+//   - a loop fusion of one output reading the operand elementwise only: each
+//     thread loads its elements before it stores them;
+//   - a row reduction (every reduce over the last dim: softmax, layer norm,
+//     the cross-entropy) with one output of the operand's shape, reading the
+//     operand through elementwise ops, row reductions and the cross-entropy
+//     composite: a row belongs to one warp or block, whose reduction passes
+//     read it whole before the final column loop stores the output (Note [row
+//     reduction] in compiler/codegen/row_reduction_emitter.cc).
+// A second output of the operand's shape would read it again after the first
+// overwrote it, so there is none. The buffer then lives to the output's last
+// reader and may be overwritten again. gpt2-124m's cross-entropy writes the
+// logits' gradient over the logits: 1.5 GiB less at batch 16.
 #ifndef GPTC_PASSES_BUFFER_ASSIGNMENT_H_
 #define GPTC_PASSES_BUFFER_ASSIGNMENT_H_
 
@@ -140,7 +159,8 @@ class BufferAssignment {
     Slice slice;
     int64_t parameter = -1;        // entry parameter number, or -1
     std::vector<int64_t> outputs;  // output leaf indices that live here
-    // Output instruction written in place into this parameter's slice, or null.
+    // The instruction whose output is written in place into this buffer (a
+    // donated parameter's update, or Note [in-place temporaries]), or null.
     const ir::Instruction* donated_from = nullptr;
   };
   // An output that updates a donated parameter but could not share its slice.

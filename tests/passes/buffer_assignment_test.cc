@@ -423,5 +423,72 @@ ENTRY %main {
   EXPECT_EQ(g->live.end, 5);  // %u, the last reader of %ar (not %h at 3)
 }
 
+// Note [in-place temporaries]: a fusion writes its result over an operand it
+// reads last, when it reads it elementwise (a loop of one output) or by rows
+// before the final column loop (a row reduction: softmax, cross-entropy).
+TEST(BufferAssignmentTest, FusionsOverwriteTemporariesTheyReadLast) {
+  auto m = ParseOrDie(R"(module in_place
+%scale {
+  %x = f32[64,16] parameter(0)
+  ROOT %y = f32[64,16] exp(%x)
+}
+%softmax {
+  %x = f32[64,16] parameter(0)
+  %max = f32[64] reduce(%x), dimensions={1}, kind=max
+  %mb = f32[64,16] broadcast(%max), dimensions={0}
+  %d = f32[64,16] sub(%x, %mb)
+  ROOT %e = f32[64,16] exp(%d)
+}
+%two_outputs {
+  %x = f32[64,16] parameter(0)
+  %a = f32[64,16] exp(%x)
+  %b = f32[64,16] neg(%x)
+  ROOT %t = (f32[64,16], f32[64,16]) tuple(%a, %b)
+}
+%columns {
+  %x = f32[64,16] parameter(0)
+  %s = f32[16] reduce(%x), dimensions={0}, kind=sum
+  %sb = f32[64,16] broadcast(%s), dimensions={1}
+  ROOT %d = f32[64,16] sub(%x, %sb)
+}
+%pair {
+  %x = f32[64,16] parameter(0)
+  %y = f32[64,16] parameter(1)
+  ROOT %s = f32[64,16] add(%x, %y)
+}
+ENTRY %main {
+  %p = f32[64,16] parameter(0)
+  %a = f32[64,16] neg(%p)
+  %b = f32[64,16] fusion(%a), kind=loop, calls=%scale
+  %c = f32[64,16] fusion(%b), kind=reduction, calls=%softmax
+  %d = (f32[64,16], f32[64,16]) fusion(%c), kind=loop, calls=%two_outputs
+  %d0 = f32[64,16] get-tuple-element(%d), index=0
+  %d1 = f32[64,16] get-tuple-element(%d), index=1
+  %e = f32[64,16] fusion(%d0), kind=reduction, calls=%columns
+  %f = f32[64,16] fusion(%e, %e), kind=loop, calls=%pair
+  %g = f32[64,16] fusion(%f), kind=loop, calls=%scale
+  %h = f32[64,16] add(%g, %f)
+  ROOT %r = (f32[64,16], f32[64,16]) tuple(%h, %d1)
+}
+)");
+  ASSERT_NE(m, nullptr);
+  BufferAssignment ba = AssignOrDie(*m);
+  ExpectValid(ba);
+  EXPECT_EQ(SliceOf(ba, *m, "b"), SliceOf(ba, *m, "a"));  // a loop of one output
+  EXPECT_EQ(SliceOf(ba, *m, "c"), SliceOf(ba, *m, "a"));  // a row reduction, after it
+  const BufferAssignment::Buffer* a = ba.GetBuffer(m->entry()->FindInstruction("a"));
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->live.end, 4);  // %d, the last reader of %c
+  EXPECT_NE(ba.ToString().find("temp (in place: %c)"), std::string::npos) << ba.ToString();
+  // Two outputs: the second would read %c after the first overwrote it.
+  EXPECT_NE(SliceOf(ba, *m, "d", 0), SliceOf(ba, *m, "c"));
+  EXPECT_NE(SliceOf(ba, *m, "d", 1), SliceOf(ba, *m, "c"));
+  // A column reduction reads every row before any is written: not in place.
+  EXPECT_NE(SliceOf(ba, *m, "e"), SliceOf(ba, *m, "d", 0));
+  // Read twice (by two operands), or read again later: not in place.
+  EXPECT_NE(SliceOf(ba, *m, "f"), SliceOf(ba, *m, "e"));
+  EXPECT_NE(SliceOf(ba, *m, "g"), SliceOf(ba, *m, "f"));
+}
+
 }  // namespace
 }  // namespace gptc::passes
