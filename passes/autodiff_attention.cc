@@ -6,6 +6,7 @@
 #include <bit>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "compiler/ir/module.h"
@@ -135,11 +136,36 @@ StatusOr<ir::Computation*> GradDecomposition(ir::Computation* caller,
   });
 }
 
+// Note [delta in the stored layout]: x = transpose(reshape(flat, dims), perm)
+// with the head dim last in both, e.g. o and do in [B, H, T, D] read out of
+// [B, T, H*D] values (the stored copy of o, the output projection's dx).
+struct FlatLayout {
+  Instruction* flat = nullptr;
+  std::vector<int64_t> dims;  // of reshape(flat): [B, T, H, D]
+  std::vector<int64_t> perm;  // of the transpose to [B, H, T, D]
+};
+std::optional<FlatLayout> FlatSource(Instruction* x) {
+  if (x->opcode() != Opcode::kTranspose || x->operand(0)->opcode() != Opcode::kReshape) {
+    return std::nullopt;
+  }
+  const std::vector<int64_t>& perm = x->attrs().dimensions;
+  const int64_t last = static_cast<int64_t>(perm.size()) - 1;
+  if (perm.empty() || perm.back() != last) return std::nullopt;
+  Instruction* flat = x->operand(0)->operand(0);
+  // dx of a bf16 dot arrives widened: read the 16-bit value itself (the
+  // widening is exact).
+  if (flat->opcode() == Opcode::kConvert &&
+      ir::DTypeBytes(flat->operand(0)->shape().dtype()) < ir::DTypeBytes(flat->shape().dtype())) {
+    flat = flat->operand(0);
+  }
+  return FlatLayout{flat, x->operand(0)->shape().dims(), perm};
+}
+
 // The attention output as it is stored anyway: mixed precision writes o as a
 // 16-bit [B, T, H*D] copy for the output projection (transpose, reshape,
 // convert); delta reads that copy back through the inverse layout instead of
 // keeping the f32 [B, H, T, D] o alive for the backward.
-Instruction* StoredOutput(GradBuilder& g, const Instruction& y) {
+std::optional<FlatLayout> StoredLayout(const Instruction& y) {
   for (Instruction* t : y.users()) {
     if (t->opcode() != Opcode::kTranspose) continue;
     for (Instruction* r : t->users()) {
@@ -149,11 +175,11 @@ Instruction* StoredOutput(GradBuilder& g, const Instruction& y) {
         const std::vector<int64_t>& perm = t->attrs().dimensions;
         std::vector<int64_t> inverse(perm.size());
         for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
-        return g.Transpose(g.Reshape(cv, t->shape().dims()), inverse);
+        return FlatLayout{cv, t->shape().dims(), inverse};
       }
     }
   }
-  return const_cast<Instruction*>(&y);
+  return std::nullopt;
 }
 
 }  // namespace
@@ -191,13 +217,34 @@ StatusOr<std::vector<Instruction*>> AttentionRule(RuleContext& c, const Instruct
   // Forward state, as o is: remat's phases (by metadata) then keep it or
   // recompute it with the forward, and fusion puts it in the forward's kernel.
   if (lse != nullptr && !y.metadata().empty()) lse->set_metadata(y.metadata());
-  Instruction* delta = c.g.Reduce(
-      c.g.Mul(c.g.Convert(dy, DType::kF32), c.g.Convert(StoredOutput(c.g, y), DType::kF32)), {3},
-      ir::ReduceKind::kSum, DType::kF32);
+  Instruction* delta = nullptr;
+  Instruction* d_out = nullptr;
+  // Note [delta in the stored layout]: when do and o both come out of
+  // [B, T, H*D] values, delta sums their rows there (a row reduction over
+  // contiguous D, reading both through reshapes, which are free) and is
+  // transposed after; no [B, H, T, D] copy of either is made. do is then the
+  // 16-bit dx itself through the same layout, when it has the operands' type.
+  const std::optional<FlatLayout> dl = FlatSource(dy), ol = StoredLayout(y);
+  if (dl && ol && dl->dims == ol->dims && dl->perm == ol->perm) {
+    Instruction* product = c.g.Mul(c.g.Convert(c.g.Reshape(dl->flat, dl->dims), DType::kF32),
+                                   c.g.Convert(c.g.Reshape(ol->flat, ol->dims), DType::kF32));
+    const int64_t last = static_cast<int64_t>(dl->dims.size()) - 1;
+    std::vector<int64_t> row_perm(dl->perm.begin(), dl->perm.end() - 1);
+    delta = c.g.Transpose(c.g.Reduce(product, {last}, ir::ReduceKind::kSum, DType::kF32), row_perm);
+    if (dl->flat->shape().dtype() == operands) {
+      d_out = c.g.Transpose(c.g.Reshape(dl->flat, dl->dims), dl->perm);
+    }
+  } else {
+    Instruction* o = ol ? c.g.Transpose(c.g.Reshape(ol->flat, ol->dims), ol->perm)
+                        : const_cast<Instruction*>(&y);
+    delta = c.g.Reduce(c.g.Mul(c.g.Convert(dy, DType::kF32), c.g.Convert(o, DType::kF32)), {3},
+                       ir::ReduceKind::kSum, DType::kF32);
+  }
+  if (d_out == nullptr) d_out = c.g.Convert(dy, operands);
   std::vector<Instruction*> grad_ops = {c.g.Convert(q, operands),
                                         c.g.Convert(k, operands),
                                         c.g.Convert(v, operands),
-                                        c.g.Convert(dy, operands),
+                                        d_out,
                                         lse,
                                         delta};
   std::vector<Instruction*> grads(3, nullptr);

@@ -387,6 +387,9 @@ class Materializer {
       for (const Instruction* u : users) used_outside |= !group.members.contains(u);
       if (used_outside) outputs.push_back(m);
     }
+    // A group nothing reads (dead code a pipeline without dce left) still
+    // computes its last value, so that it has a result.
+    if (outputs.empty()) outputs.push_back(members.back());
     Instruction* root = clone.at(outputs.front());
     std::vector<ir::Shape> shapes;
     if (outputs.size() > 1) {
@@ -445,6 +448,7 @@ class Materializer {
 StatusOr<bool> Fusion::Run(ir::Module& module) {
   using namespace fusion_internal;  // NOLINT(build/namespaces): the phases read as a list
   if (module.entry() == nullptr) return Error("fusion: module {} has no entry", module.name());
+  SplitAttentionOperandChains(*module.entry());
   Planner planner(module.entry());
   FuseOptimizer(planner);
   FuseGradNorm(planner);
@@ -465,6 +469,7 @@ bool IsKernel(const ir::Instruction& inst) {
     case ir::Opcode::kConstant:
     case ir::Opcode::kTuple:
     case ir::Opcode::kGetTupleElement:
+    case ir::Opcode::kReshape:  // a view of its operand (Note [aliases] in buffer_assignment.h)
       return false;
     default:
       return true;

@@ -22,7 +22,10 @@
 //     kernel reads q, k, v out of the packed qkv and writes [B,T,C]), and the
 //     attention-lse of the same q, k. The backward's attention-grad ops make
 //     two flash kernels, dk + dv and dq (Note [attention backward] in
-//     fusion_rules.cc).
+//     fusion_rules.cc); the dq kernel also writes the packed [B, T, 3C]
+//     gradient that sums zero pads of dq, dk and dv (Note [concat epilogue]).
+//     Before planning, the dq op gets its own copy of operand layout chains
+//     it shares with dk + dv (Note [per-kernel operand chains]).
 //  4. gemm: every other dot is the root of a kind=gemm fusion with what
 //     cuBLASLt can do around it: last-two-dims transposes and reshapes of the
 //     operands, converts of the result (but a bare bf16 dot's f32 widening
@@ -51,7 +54,8 @@
 //     sibling reductions of the same shape and dims that share an input share
 //     one multi-output fusion (dgamma and dbeta).
 //  6. loop: remaining elementwise / layout / select / compare / convert ops
-//     form maximal connected kind=loop groups.
+//     form maximal connected kind=loop groups; a reshape no loop group
+//     takes stays unfused: a view of its operand, no kernel (IsKernel).
 //     Also in the cross_entropy fusion: the widening convert of bf16 logits
 //     (and of their remat clone `remat.NAME`) and the converts of dlogits.
 //     The attention kernels also take the q/k/v bias add and layout chains
@@ -113,8 +117,15 @@ inline constexpr int64_t kMaxKernelsPerLayer = 25;
 
 // The same for the bf16 train step (mixed precision, as gptc compiles by
 // default; remat none): the GELU and its backward run in the gemms around
-// them (Note [GELU epilogues] in gelu_epilogue.h), two kernels fewer.
-inline constexpr int64_t kBf16KernelsPerLayer = 23;
+// them (Note [GELU epilogues] in gelu_epilogue.h), and the attention backward
+// is three kernels: delta sums rows of do and o where the output projection's
+// gemms leave them (Note [delta in the stored layout] in
+// autodiff_attention.cc), both flash kernels read do through its transpose
+// (Note [per-kernel operand chains] in fusion_planner.h), and the dq kernel
+// writes the packed [B, T, 3C] gradient (Note [concat epilogue] in
+// compiler/codegen/attention_util.h). It was 23 with a bf16 copy of do, a
+// [B, H, T, D] copy of o for delta and a packing kernel.
+inline constexpr int64_t kBf16KernelsPerLayer = 20;
 
 }  // namespace gptc::passes
 

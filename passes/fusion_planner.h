@@ -91,6 +91,13 @@ class Planner {
 };
 
 // The rule phases, in the order Fusion::Run applies them (fusion_rules.cc).
+// Note [per-kernel operand chains]: gives the dq attention-grad op its own
+// copy of each layout/convert chain over an operand no wider than its own
+// element (do out of the dx gemm, delta's transpose), so that it and the
+// dk + dv kernel each take one instead of a kernel writing the shared copy.
+// Rewrites `entry` before planning; returns whether it cloned anything.
+bool SplitAttentionOperandChains(ir::Computation& entry);
+
 void FuseOptimizer(Planner& p);
 void FuseGradNorm(Planner& p);
 void FuseParameterConverts(Planner& p);

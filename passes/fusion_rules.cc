@@ -290,9 +290,11 @@ void AddQkvProducers(const Planner& p, InstSet& s) {
 // kernel (one key block per block: s, p, dp recomputed once for both) and
 // wrt=q gets one of its own (one query block per block); delta is a row
 // reduction of the reduction rule. Operand chains (the converts to bf16, the
-// layout of do) join a backward kernel when nothing else reads them; outputs
-// leave through transposes, reshapes and converts, as the forward's. No
-// [B, H, T, S] tensor is stored anywhere in the step.
+// layout of do) join a backward kernel when nothing else reads them (the dq
+// kernel gets its own copy of shared ones: Note [per-kernel operand chains]);
+// outputs leave through transposes, reshapes and converts, as the forward's,
+// and dq's through the concatenation into the packed qkv gradient (Note
+// [concat epilogue]). No [B, H, T, S] tensor is stored anywhere in the step.
 void FuseAttention(Planner& p) {
   for (const Instruction* a : p.order()) {
     if (a->opcode() != Opcode::kAttention || !p.Claimable(a)) continue;
@@ -328,6 +330,128 @@ void FuseAttention(Planner& p) {
     }
 
   }
+}
+
+namespace {
+
+// Whether `x` pads only its last dim, with zeros.
+bool IsLastDimZeroPad(const Instruction* x) {
+  if (x->opcode() != Opcode::kPad) return false;
+  const Instruction* value = x->operand(1);
+  if (value->opcode() != Opcode::kConstant || value->attrs().literal != std::vector<double>{0.0}) {
+    return false;
+  }
+  for (int64_t d = 0; d + 1 < x->shape().rank(); ++d) {
+    if (x->attrs().pad_low[d] != 0 || x->attrs().pad_high[d] != 0) return false;
+  }
+  return true;
+}
+
+// Note [concat epilogue] (compiler/codegen/attention_util.h): the dq
+// kernel's result, laid out as [B, T, C], is the first C columns of the
+// [B, T, 3C] gradient of the qkv projection, written by autodiff as a sum of
+// zero pads of dq, dk and dv. The dq kernel takes the sum, the pads and the
+// converts of the sum (the bf16 copy the gemms read): it stores its own
+// elements and copies dk's and dv's of the same rows, and no packing kernel
+// runs. It then follows the dk + dv kernel, whose results it reads.
+void AbsorbConcatenation(Planner& p, int g) {
+  const InstSet members = p.groups()[g].members;
+  for (const Instruction* m : members) {
+    const Instruction* pad = SingleUser(p, m);
+    if (pad == nullptr || !IsLastDimZeroPad(pad) || !p.Claimable(pad)) continue;
+    const Instruction* top = pad;
+    for (const Instruction* u = SingleUser(p, top);
+         u != nullptr && u->opcode() == Opcode::kAdd && p.Claimable(u); u = SingleUser(p, top)) {
+      top = u;
+    }
+    if (top == pad) return;
+    // The sum's tree: adds down to pads of same-shaped values that tile the
+    // last dim exactly once.
+    InstSet s = members;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    const int64_t last = pad->shape().rank() - 1;
+    const int64_t width = pad->operand(0)->shape().dim(last);
+    std::vector<const Instruction*> stack = {top};
+    while (!stack.empty()) {
+      const Instruction* x = stack.back();
+      stack.pop_back();
+      if (x->opcode() == Opcode::kAdd && p.Claimable(x)) {
+        s.insert(x);
+        stack.push_back(x->operand(0));
+        stack.push_back(x->operand(1));
+      } else if (IsLastDimZeroPad(x) && p.Claimable(x) &&
+                 x->operand(0)->shape() == pad->operand(0)->shape()) {
+        s.insert(x);
+        ranges.push_back({x->attrs().pad_low[last], x->attrs().pad_low[last] + width});
+      } else {
+        return;
+      }
+    }
+    std::sort(ranges.begin(), ranges.end());
+    int64_t next = 0;
+    for (const auto& [begin, end] : ranges) {
+      if (begin != next) return;
+      next = end;
+    }
+    if (next != top->shape().dim(last) || p.CreatesCycle(s)) return;
+    // Operands first: a sum joining before its pads would leave the group
+    // and come back (a cycle).
+    std::vector<const Instruction*> joining;
+    for (const Instruction* x : s) {
+      if (!members.contains(x)) joining.push_back(x);
+    }
+    std::sort(joining.begin(), joining.end(),
+              [&](auto* x, auto* y) { return p.pos(x) < p.pos(y); });
+    for (const Instruction* x : joining) p.TryAdd(g, x);
+    for (const Instruction* u : top->users()) {
+      if (u->opcode() == Opcode::kConvert && p.Claimable(u)) p.TryAdd(g, u);
+    }
+    return;
+  }
+}
+
+}  // namespace
+
+bool SplitAttentionOperandChains(ir::Computation& entry) {
+  std::vector<Instruction*> dqs;
+  for (const auto& inst : entry.instructions()) {
+    if (inst->opcode() == Opcode::kAttentionGrad && inst->attrs().index == 0) {
+      dqs.push_back(inst.get());
+    }
+  }
+  bool changed = false;
+  for (Instruction* dq : dqs) {
+    for (int64_t i = 0; i < dq->operand_count(); ++i) {
+      std::vector<Instruction*> chain;  // operand first
+      Instruction* x = dq->operand(i);
+      for (; x->opcode() == Opcode::kTranspose || x->opcode() == Opcode::kReshape ||
+             x->opcode() == Opcode::kConvert;
+           x = x->operand(0)) {
+        chain.push_back(x);
+      }
+      // A wider source (q, k, v from the f32 projection) would be read, and
+      // kept for the backward, instead of the 16-bit copies the forward writes.
+      if (chain.empty() ||
+          ir::DTypeBytes(x->shape().dtype()) > ir::DTypeBytes(dq->operand(i)->shape().dtype())) {
+        continue;
+      }
+      bool shared = false;
+      for (const Instruction* c : chain) shared |= c->users().size() > 1 || c->users()[0] != dq;
+      if (!shared) continue;
+      Instruction* below = x;
+      for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+        const Instruction& c = **it;
+        auto clone =
+            std::make_unique<Instruction>(entry.UniqueName(c.name()), c.opcode(), c.shape(),
+                                          std::vector<Instruction*>{below}, c.attrs());
+        clone->set_metadata(c.metadata());
+        below = entry.InsertInstructionBefore(std::move(clone), dq);
+      }
+      dq->ReplaceOperandWith(i, below);
+      changed = true;
+    }
+  }
+  return changed;
 }
 
 void FuseAttentionGrads(Planner& p) {
@@ -374,6 +498,7 @@ void FuseAttentionGrads(Planner& p) {
            u = SingleUser(p, u)) {
       }
     }
+    if (a->attrs().index == 0) AbsorbConcatenation(p, g);
   }
 }
 
@@ -709,7 +834,9 @@ void FuseLoops(Planner& p) {
         p.TryMerge(joined, g);
       }
     }
-    if (joined < 0) p.NewGroup(FusionKind::kLoop, x, {x});
+    // A reshape no loop kernel computes is a view of its operand: left
+    // unfused, it costs nothing, where a kernel of its own would copy it.
+    if (joined < 0 && x->opcode() != Opcode::kReshape) p.NewGroup(FusionKind::kLoop, x, {x});
   }
   // Free ops (other than constants) an unfused op reads must be materialized.
   for (const Instruction* x : p.order()) {

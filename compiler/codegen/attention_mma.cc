@@ -157,6 +157,39 @@ StatusOr<std::vector<Fragment>> LoadRowFragments(WarpRowKernel& kernel, const ir
   return frags;
 }
 
+namespace {
+
+// Note [vector tile fill]: the bf16 parameter whose rows an operand tile
+// reads 16 bytes at a time: the operand itself ([B, H, len, dim]), or the
+// [B, len, H, dim] (or [B, len, H*dim]) parameter it transposes, with the
+// heads interleaved in its rows (do read straight out of the dx gemm).
+struct VectorSource {
+  const ir::Instruction* param = nullptr;
+  bool heads_inner = false;
+};
+std::optional<VectorSource> VectorSourceOf(const ir::Instruction& op, int64_t len, int64_t dim) {
+  const ir::Shape& shape = op.shape();
+  if (shape.dtype() != ir::DType::kBF16 || shape.rank() != 4 || shape.dim(2) != len ||
+      shape.dim(3) != dim) {
+    return std::nullopt;
+  }
+  if (op.opcode() == ir::Opcode::kParameter) return VectorSource{&op, false};
+  if (op.opcode() != ir::Opcode::kTranspose ||
+      op.attrs().dimensions != std::vector<int64_t>{0, 2, 1, 3}) {
+    return std::nullopt;
+  }
+  const ir::Instruction* x = op.operand(0);
+  if (x->opcode() == ir::Opcode::kReshape) x = x->operand(0);
+  const ir::Shape& xs = x->shape();
+  if (x->opcode() != ir::Opcode::kParameter || xs.dtype() != ir::DType::kBF16 ||
+      xs.num_elements() != shape.num_elements() || xs.dim(0) != shape.dim(0) || xs.dim(1) != len) {
+    return std::nullopt;
+  }
+  return VectorSource{x, true};
+}
+
+}  // namespace
+
 Status FillTiles(WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Value h, Value block,
                  int64_t len, int64_t dim,
                  const std::vector<std::pair<const ir::Instruction*, SharedTile*>>& tiles) {
@@ -188,16 +221,14 @@ Status FillTiles(WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Value 
   std::vector<Vector> vectors;
   for (const auto& [op, tile] : tiles) {
     const ir::Shape& shape = op->shape();
-    if (op->opcode() != ir::Opcode::kParameter || shape.dtype() != ir::DType::kBF16 ||
-        shape.rank() != 4 || shape.dim(2) != len || shape.dim(3) != dim ||
-        (kTileRows * dim / 8) % kThreads != 0) {
+    const std::optional<VectorSource> source = VectorSourceOf(*op, len, dim);
+    if (!source || (kTileRows * dim / 8) % kThreads != 0) {
       by_element.push_back({op, tile});
       continue;
     }
     auto vector_type = mlir::VectorType::get({8}, b.getI16Type());
-    const Value global = kernel.entry()->getArgument(op->attrs().index);
-    const Value plane = b.create<arith::AddIOp>(
-        loc, b.create<arith::MulIOp>(loc, bi, c(shape.dim(1))), h);  // b * H + h
+    const Value global = kernel.entry()->getArgument(source->param->attrs().index);
+    const int64_t heads = shape.dim(1);
     for (int64_t u = 0; u < kTileRows * dim / 8 / kThreads; ++u) {
       const Value v = b.create<arith::AddIOp>(loc, lanes.tid, c(kThreads * u));
       const Value r = b.create<arith::DivUIOp>(loc, v, c(dim / 8));
@@ -207,13 +238,14 @@ Status FillTiles(WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Value 
           b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, block, c(kTileRows)), r);
       const Value in = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, row, c(len));
       const Value clamped = b.create<arith::MinUIOp>(loc, row, c(len - 1));
-      const Value at = b.create<arith::AddIOp>(
-          loc,
-          b.create<arith::MulIOp>(
-              loc,
-              b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, plane, c(len)), clamped),
-              c(dim)),
-          col);
+      // The element's row: (b * H + h) * T + t, or (b * T + t) * H + h when
+      // the heads are interleaved in the rows ([B, T, H*D]).
+      auto mul_add = [&](Value x, int64_t n, Value y) -> Value {
+        return b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, x, c(n)), y);
+      };
+      const Value r_index = source->heads_inner ? mul_add(mul_add(bi, len, clamped), heads, h)
+                                                : mul_add(mul_add(bi, heads, h), len, clamped);
+      const Value at = mul_add(r_index, dim, col);
       const Value from = b.create<LLVM::GEPOp>(loc, global.getType(), b.getI16Type(), global,
                                                mlir::ValueRange{at}, /*inbounds=*/true);
       vectors.push_back(
@@ -436,8 +468,8 @@ StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
         for (int64_t dt = 0; dt < d_tiles; ++dt) {
           for (int64_t e = 0; e < 2; ++e) {
             const Value value = m.FMul(loop.getResult(4 + 4 * dt + 2 * half + e), inv);
-            StoreThroughChain(emitter, b, loc, value, *a.attn, a.chains[out],
-                              {bi, h, t, m.Add(q2, m.C(8 * dt + e))}, ptr, dtype);
+            RETURN_IF_ERROR(StoreThroughChain(emitter, b, loc, value, *a.attn, a.chains[out],
+                                              {bi, h, t, m.Add(q2, m.C(8 * dt + e))}, ptr, dtype));
           }
         }
         continue;
@@ -446,7 +478,8 @@ StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
       mlir::OpBuilder::InsertPoint after_lse = b.saveInsertionPoint();
       b.setInsertionPoint(first.thenBlock()->getTerminator());
       const Value lse = m.FAdd(loop.getResult(half), b.create<mlir::math::LogOp>(loc, l));
-      StoreThroughChain(emitter, b, loc, lse, *a.lse, a.chains[out], {bi, h, t}, ptr, dtype);
+      RETURN_IF_ERROR(
+          StoreThroughChain(emitter, b, loc, lse, *a.lse, a.chains[out], {bi, h, t}, ptr, dtype));
       b.restoreInsertionPoint(after_lse);
     }
     emitter.RestoreCache(std::move(store_cache));

@@ -26,11 +26,39 @@ namespace {
 struct Case {
   int64_t batch, heads, t, s, dim;
   bool causal;
+  // GPT-2's layout: the output goes through [B, T, H*D] into a projection, so
+  // do comes out of its bf16 dx gemm and delta sums rows of that layout
+  // (Note [delta in the stored layout]); the backward kernels read do through
+  // the transpose (Note [vector tile fill]).
+  bool projected = false;
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << fmt::format("B{} H{} T{} S{} D{}{}", c.batch, c.heads, c.t, c.s, c.dim,
-                     c.causal ? " causal" : "");
+  *os << fmt::format("B{} H{} T{} S{} D{}{}{}", c.batch, c.heads, c.t, c.s, c.dim,
+                     c.causal ? " causal" : "", c.projected ? " projected" : "");
+}
+
+// The loss of attention output %y: sum(y * w), or, projected, sum((y in
+// [B, T, H*D]) . w * m).
+std::string Loss(const Case& c) {
+  const std::string y = fmt::format("f32[{},{},{},{}]", c.batch, c.heads, c.t, c.dim);
+  if (!c.projected) {
+    return fmt::format(R"(
+  %w = {0} parameter(3)
+  %yw = {0} mul(%y, %w)
+  ROOT %loss = f32[] reduce(%yw), dimensions={{0,1,2,3}}, kind=sum)",
+                       y);
+  }
+  const int64_t width = c.heads * c.dim;
+  return fmt::format(R"(
+  %yt = f32[{0},{1},{2},{3}] transpose(%y), dimensions={{0,2,1,3}}
+  %yr = f32[{0},{1},{4}] reshape(%yt)
+  %w = f32[{4},{4}] parameter(3)
+  %z = f32[{0},{1},{4}] dot(%yr, %w), lhs_contracting={{2}}, rhs_contracting={{0}}
+  %m = f32[{0},{1},{4}] parameter(4)
+  %zm = f32[{0},{1},{4}] mul(%z, %m)
+  ROOT %loss = f32[] reduce(%zm), dimensions={{0,1,2}}, kind=sum)",
+                     c.batch, c.t, c.heads, c.dim, width);
 }
 
 // attention(q, k, v) with the frontend's f32 decomposition, and loss =
@@ -73,13 +101,10 @@ ENTRY %main {{
   %q = {0} parameter(0)
   %k = {1} parameter(1)
   %v = {1} parameter(2)
-  %y = {0} attention(%q, %k, %v), causal={6}, scale={5}, calls=%attention
-  %w = {0} parameter(3)
-  %yw = {0} mul(%y, %w)
-  ROOT %loss = f32[] reduce(%yw), dimensions={{0,1,2,3}}, kind=sum
+  %y = {0} attention(%q, %k, %v), causal={6}, scale={5}, calls=%attention{7}
 }}
 )",
-                     q, kv, scores, rows, mask, static_cast<float>(scale), c.causal);
+                     q, kv, scores, rows, mask, static_cast<float>(scale), c.causal, Loss(c));
 }
 
 // The forward module through mixed precision (bf16), autodiff and fusion.
@@ -142,16 +167,18 @@ TEST_P(AttentionKernelTest, EveryAttentionKernelMatchesTheEvaluator) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionKernelTest,
-    testing::Values(Case{1, 2, 64, 64, 16, true},    // one whole tile
-                    Case{2, 1, 100, 100, 64, true},  // T not a multiple of 64, GPT-2's dim
-                    Case{1, 2, 1, 1, 32, true},      // T = 1
-                    Case{1, 1, 70, 40, 48, false},   // keys != queries, 3 k-steps
-                    Case{1, 1, 65, 65, 128, true},   // the largest head dim
-                    Case{1, 2, 20, 20, 24, true}),   // CUDA cores (24 % 16 != 0)
+    testing::Values(Case{1, 2, 64, 64, 16, true},          // one whole tile
+                    Case{2, 1, 100, 100, 64, true},        // T not a multiple of 64, GPT-2's dim
+                    Case{1, 2, 1, 1, 32, true},            // T = 1
+                    Case{1, 1, 70, 40, 48, false},         // keys != queries, 3 k-steps
+                    Case{1, 1, 65, 65, 128, true},         // the largest head dim
+                    Case{1, 2, 20, 20, 24, true},          // CUDA cores (24 % 16 != 0)
+                    Case{2, 2, 100, 100, 64, true, true},  // GPT-2's layout
+                    Case{1, 2, 20, 20, 24, true, true}),   // the same on CUDA cores
     [](const testing::TestParamInfo<Case>& info) {
       const Case& c = info.param;
-      return fmt::format("b{}h{}t{}s{}d{}{}", c.batch, c.heads, c.t, c.s, c.dim,
-                         c.causal ? "causal" : "");
+      return fmt::format("b{}h{}t{}s{}d{}{}{}", c.batch, c.heads, c.t, c.s, c.dim,
+                         c.causal ? "causal" : "", c.projected ? "projected" : "");
     });
 
 }  // namespace
