@@ -63,21 +63,34 @@ std::vector<int64_t> LastReads(const LogicalBuffers& lb,
   return last;
 }
 
-// Whether fused parameter `param` only feeds elementwise ops of its own
-// element count (transitively) and the fusion's output tuple, so a kernel
-// reads each of its elements at the index it writes.
-bool OnlyElementwiseUses(const Instruction* param) {
+// Whether `r` reduces over the last dim alone.
+bool IsLastDimReduce(const Instruction& r) {
+  const int64_t rank = r.operand(0)->shape().rank();
+  return r.opcode() == Opcode::kReduce && rank >= 2 &&
+         r.attrs().dimensions == std::vector<int64_t>{rank - 1};
+}
+
+// Whether fused parameter `param` only feeds elementwise ops of its own shape
+// (transitively) and the fusion's output tuple, so a kernel reads each of its
+// elements at the index it writes; with `rows`, also reductions over the last
+// dim and the softmax cross-entropy composite (whose reads are such
+// reductions too), which a row kernel finishes before it writes (Note
+// [in-place temporaries]).
+bool ReadAtItsIndex(const Instruction* param, bool rows) {
   std::vector<const Instruction*> stack = {param};
   std::unordered_set<const Instruction*> seen;
-  const int64_t elements = param->shape().num_elements();
+  const std::vector<int64_t>& dims = param->shape().dims();
   while (!stack.empty()) {
     const Instruction* inst = stack.back();
     stack.pop_back();
     if (!seen.insert(inst).second) continue;
     for (const Instruction* user : inst->users()) {
       if (user->opcode() == Opcode::kTuple && user == user->parent()->root()) continue;
+      if (rows && (IsLastDimReduce(*user) || user->opcode() == Opcode::kSoftmaxCrossEntropy)) {
+        continue;
+      }
       if (!ir::IsElementwise(user->opcode()) || user->shape().is_tuple() ||
-          user->shape().num_elements() != elements) {
+          user->shape().dims() != dims) {
         return false;
       }
       stack.push_back(user);
@@ -105,36 +118,8 @@ bool ReadsElementwiseInPlace(const Instruction& producer, int64_t param, const L
     if (!fusion) continue;                 // elementwise: every operand has the result's elements
     std::vector<Instruction*> fused_params = producer.called_computation()->parameters();
     if (i >= static_cast<int64_t>(fused_params.size()) || fused_params[i] == nullptr ||
-        !OnlyElementwiseUses(fused_params[i])) {
+        !ReadAtItsIndex(fused_params[i], /*rows=*/false)) {
       return false;
-    }
-  }
-  return true;
-}
-
-// Whether fused parameter `param` of a row-wise fusion (Note [in-place
-// temporaries]) is read only by elementwise ops of its own shape (up to the
-// fusion's output tuple), reductions over the last dim, and the softmax
-// cross-entropy composite (whose reads are reductions over the last dim too).
-bool OnlyRowUses(const Instruction* param) {
-  std::vector<const Instruction*> stack = {param};
-  std::unordered_set<const Instruction*> seen;
-  const std::vector<int64_t>& dims = param->shape().dims();
-  while (!stack.empty()) {
-    const Instruction* inst = stack.back();
-    stack.pop_back();
-    if (!seen.insert(inst).second) continue;
-    for (const Instruction* user : inst->users()) {
-      if (user->opcode() == Opcode::kTuple && user == user->parent()->root()) continue;
-      const int64_t rank = user->operand(0)->shape().rank();
-      const bool row_reduce = user->opcode() == Opcode::kReduce &&
-                              user->attrs().dimensions == std::vector<int64_t>{rank - 1};
-      if (row_reduce || user->opcode() == Opcode::kSoftmaxCrossEntropy) continue;
-      if (!ir::IsElementwise(user->opcode()) || user->shape().is_tuple() ||
-          user->shape().dims() != dims) {
-        return false;
-      }
-      stack.push_back(user);
     }
   }
   return true;
@@ -146,12 +131,9 @@ bool OnlyRowUses(const Instruction* param) {
 // the input-shaped outputs (Note [row reduction] in
 // compiler/codegen/row_reduction_emitter.cc).
 bool AllRowReductions(const ir::Computation& c) {
-  for (const auto& inst : c.instructions()) {
-    if (inst->opcode() != Opcode::kReduce) continue;
-    const int64_t rank = inst->operand(0)->shape().rank();
-    if (rank < 2 || inst->attrs().dimensions != std::vector<int64_t>{rank - 1}) return false;
-  }
-  return true;
+  return std::all_of(c.instructions().begin(), c.instructions().end(), [](const auto& inst) {
+    return inst->opcode() != Opcode::kReduce || IsLastDimReduce(*inst);
+  });
 }
 
 // Note [in-place temporaries]: whether fusion `producer` may write its output
@@ -182,10 +164,11 @@ bool MayOverwriteOperand(const Instruction& producer, int64_t operand, const Sha
   }
   switch (producer.attrs().fusion_kind) {
     case ir::FusionKind::kLoop:
-      return outputs.size() == 1 && OnlyElementwiseUses(param);
+      return outputs.size() == 1 && ReadAtItsIndex(param, /*rows=*/false);
     case ir::FusionKind::kReduction:
     case ir::FusionKind::kCrossEntropy:
-      return AllRowReductions(*producer.called_computation()) && OnlyRowUses(param);
+      return AllRowReductions(*producer.called_computation()) &&
+             ReadAtItsIndex(param, /*rows=*/true);
     default:
       return false;
   }
