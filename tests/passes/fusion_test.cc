@@ -296,6 +296,29 @@ ENTRY %main {
   EXPECT_NE(clone, FusionOf(*after, "y"));
 }
 
+// A reshape that no loop kernel takes is a view of its operand (buffer
+// assignment aliases it): it stays unfused and launches nothing, where a
+// kernel of its own would copy the gemm's result.
+TEST(FusionTest, AReshapeAloneIsAViewNotAKernel) {
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %a = f32[2,4,16] parameter(0)
+  %w = f32[16,8] parameter(1)
+  %d = f32[2,4,8] dot(%a, %w), lhs_contracting={2}, rhs_contracting={0}
+  %r = f32[2,4,2,4] reshape(%d)
+  ROOT %s = f32[2,4,2] reduce(%r), dimensions={3}, kind=sum
+}
+)");
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after));
+  EXPECT_EQ(Count(*after, "loop"), 0);
+  EXPECT_EQ(CountKernels(*after).size(), 2u);  // the gemm and the reduction
+  const ir::Instruction* r = after->entry()->FindInstruction("r");
+  ASSERT_NE(r, nullptr);
+  EXPECT_FALSE(IsKernel(*r));
+}
+
 TEST(FusionTest, GradientSquareSumsAreOneHorizontalReduction) {
   auto module = ParseOrDie(R"(module m
 ENTRY %main {
