@@ -8,6 +8,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "compiler/support/text.h"
+
 namespace gptc::passes {
 
 namespace {
@@ -33,18 +35,6 @@ void CollectLeaves(const Shape& shape, std::vector<Shape>& out) {
 
 int64_t AlignUp(int64_t bytes) {
   return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
-}
-
-std::string HumanBytes(int64_t bytes) {
-  constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  double v = static_cast<double>(bytes);
-  int unit = -1;
-  while (v >= 1024 && unit < 3) {
-    v /= 1024;
-    ++unit;
-  }
-  return fmt::format("{:.1f} {}", v, kUnits[unit]);
 }
 
 // The last time each logical buffer is read in `order` (its definition time if never).
@@ -611,18 +601,18 @@ std::string BufferAssignment::MemoryReport(int top_n, const std::string& title) 
   std::string out = title.empty() ? fmt::format("memory report for %{}\n", computation_name_)
                                   : fmt::format("memory report for {} (computation %{})\n", title,
                                                 computation_name_);
-  out += fmt::format("arena size: {} ({} B)\n", HumanBytes(arena_size()), arena_size());
+  out += fmt::format("arena size: {} ({} B)\n", FormatBytes(arena_size(), 1), arena_size());
   std::string at;
   if (peak_time_ < static_cast<int64_t>(order_.size())) {
     at = fmt::format(", running %{}", order_[peak_time_]->name());
   }
-  out += fmt::format("peak live:  {} ({} B) at time {}{}\n", HumanBytes(peak_bytes_), peak_bytes_,
-                     peak_time_, at);
+  out += fmt::format("peak live:  {} ({} B) at time {}{}\n", FormatBytes(peak_bytes_, 1),
+                     peak_bytes_, peak_time_, at);
   int64_t param_bytes = 0, temp_bytes = 0;
   for (const Buffer& b : buffers_) (b.parameter >= 0 ? param_bytes : temp_bytes) += b.bytes;
-  out +=
-      fmt::format("buffers: {} (parameters {}, others {} before reuse), copies after step: {}\n",
-                  buffers_.size(), HumanBytes(param_bytes), HumanBytes(temp_bytes), copies_.size());
+  out += fmt::format("buffers: {} (parameters {}, others {} before reuse), copies after step: {}\n",
+                     buffers_.size(), FormatBytes(param_bytes, 1), FormatBytes(temp_bytes, 1),
+                     copies_.size());
   std::vector<const Buffer*> live;
   for (const Buffer& b : buffers_) {
     if (b.live.start <= peak_time_ && peak_time_ <= b.live.end && b.bytes > 0) live.push_back(&b);
@@ -637,7 +627,7 @@ std::string BufferAssignment::MemoryReport(int top_n, const std::string& title) 
   for (size_t i = 0; i < live.size(); ++i) {
     const Buffer& b = *live[i];
     out += fmt::format("  {:>3}  {:>10}  {:<20} {:<24} {:<14} {:<24} {}\n", i + 1,
-                       HumanBytes(b.bytes), b.shape.ToString(), BufferName(b),
+                       FormatBytes(b.bytes, 1), b.shape.ToString(), BufferName(b),
                        fmt::format("[{},{}]", b.live.start, b.live.end), BufferKind(b),
                        b.defining->metadata().empty() ? "-" : b.defining->metadata());
   }

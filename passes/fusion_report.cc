@@ -7,8 +7,8 @@
 #include <map>
 #include <unordered_set>
 
+#include "compiler/support/text.h"
 #include "passes/fusion.h"
-#include "passes/remat.h"  // FormatBytes
 
 namespace gptc::passes {
 

@@ -75,17 +75,6 @@ StatusOr<int64_t> ParseByteSize(std::string_view text) {
   return static_cast<int64_t>(std::llround(number * it->second));
 }
 
-std::string FormatBytes(int64_t bytes) {
-  static constexpr const char* kNames[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024.0 && unit < 4) {
-    value /= 1024.0;
-    ++unit;
-  }
-  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", value, kNames[unit]);
-}
-
 namespace {
 
 enum class Phase { kForward, kBackward, kOptimizer };

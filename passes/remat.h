@@ -54,6 +54,7 @@
 #include <string_view>
 
 #include "compiler/pass/pass.h"
+#include "compiler/support/text.h"
 
 namespace gptc::passes {
 
@@ -70,8 +71,6 @@ struct RematOptions {
 
 // "20GiB", "512MiB", "1.5GB", "1000000" (bytes) -> bytes; for --memory-budget.
 StatusOr<int64_t> ParseByteSize(std::string_view text);
-// 1536 -> "1.50 KiB" (binary units, for reports and errors).
-std::string FormatBytes(int64_t bytes);
 
 // Bytes of forward values (parameters excluded) that a backward instruction
 // uses, i.e. the activations kept alive from the forward into the backward.

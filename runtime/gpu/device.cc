@@ -1,5 +1,6 @@
 #include "runtime/gpu/device.h"
 
+#include "compiler/support/text.h"
 #include "runtime/gpu/backend.h"
 #include "runtime/gpu/cuda_api.h"
 
@@ -10,14 +11,6 @@ namespace {
 std::string Version(int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10); }
 
 }  // namespace
-
-std::string FormatBytes(int64_t bytes) {
-  const double b = static_cast<double>(bytes);
-  if (bytes >= (int64_t{1} << 30)) return fmt::format("{:.2f} GiB", b / (1 << 30));
-  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", b / (1 << 20));
-  if (bytes >= (int64_t{1} << 10)) return fmt::format("{:.1f} KiB", b / (1 << 10));
-  return fmt::format("{} bytes", bytes);
-}
 
 Status CheckMemoryFits(const std::vector<MemoryNeed>& needs, int64_t reserve_bytes,
                        const DeviceInfo& device, std::string_view artifact) {

@@ -52,9 +52,6 @@ struct MemoryNeed {
 Status CheckMemoryFits(const std::vector<MemoryNeed>& needs, int64_t reserve_bytes,
                        const DeviceInfo& device, std::string_view artifact);
 
-// "1.50 GiB", "32.0 MiB".
-std::string FormatBytes(int64_t bytes);
-
 }  // namespace gptc::rt::gpu
 
 #endif  // GPTC_RUNTIME_GPU_DEVICE_H_

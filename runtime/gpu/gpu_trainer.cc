@@ -8,6 +8,7 @@
 #include <ranges>
 #include <span>
 
+#include "compiler/support/text.h"
 #include "runtime/gpu/backend.h"
 #include "runtime/gpu/cublaslt_api.h"
 #include "runtime/gpu/cuda_api.h"

@@ -53,7 +53,7 @@ TEST(MemoryTest, TooLittleSaysWhatToChange) {
   Status s = CheckMemoryFits(needs, 512 << 20, d, "big.gptx");
   EXPECT_EQ(s.message(),
             "big.gptx: needs 12.53 GiB of device memory (arena of train_step 12.00 GiB, cuBLASLt "
-            "workspace 32.0 MiB, 512.0 MiB reserved for CUDA and cuBLASLt), NVIDIA H100 80GB "
+            "workspace 32.00 MiB, 512.00 MiB reserved for CUDA and cuBLASLt), NVIDIA H100 80GB "
             "HBM3 has 10.00 GiB free of 80.00 GiB: compile with a smaller --batch, or with "
             "--remat dots or --remat block (gptc compile)");
   d.free_bytes = int64_t{13} << 30;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "compiler/support/status.h"
+#include "compiler/support/text.h"
 
 namespace gptc::tools {
 
@@ -28,8 +29,6 @@ int ExportHfCommand(int argc, char** argv);
 
 // Prints `gptc: MESSAGE` on stderr and returns `code`.
 int Fail(int code, const Status& status);
-// 124439808 -> "124,439,808".
-std::string WithThousands(int64_t value);
 
 }  // namespace gptc::tools
 

@@ -76,7 +76,7 @@ Status WriteReports(const passes::TrainProgram& program, const passes::GpuSpec& 
     }
     summary += fmt::format("; {}: {} fusions{}, arena {}", e.name, kernels,
                            max_per_layer > 0 ? fmt::format(" ({} per layer)", max_per_layer) : "",
-                           passes::FormatBytes(assignment.arena_size()));
+                           FormatBytes(assignment.arena_size()));
   }
   return Status::Ok();
 }
@@ -384,9 +384,8 @@ int CompileCommand(int argc, char** argv) {
                           fallbacks > 0 ? fmt::format(" (+{} gemm fallbacks)", fallbacks) : "",
                           built->kernels, built->cubins)
             : "no kernels (--no-codegen)";
-    report_summary +=
-        fmt::format("; {}, {} gemms, {} for {}", kernels, thunks("gemm"),
-                    passes::FormatBytes(static_cast<int64_t>(built->bytes.size())), target);
+    report_summary += fmt::format("; {}, {} gemms, {} for {}", kernels, thunks("gemm"),
+                                  FormatBytes(static_cast<int64_t>(built->bytes.size())), target);
     if (!ao.compile_kernels) {
       note = "note: --no-codegen: no kernels; only gptrun --device cpu runs this artifact";
     } else if (unsupported > 0) {

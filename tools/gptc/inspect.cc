@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "passes/remat.h"  // FormatBytes
+#include "compiler/support/text.h"
 #include "runtime/artifact.h"
 #include "tools/common/flags.h"
 #include "tools/gptc/commands.h"
@@ -74,7 +74,7 @@ std::string Summary(const rt::Artifact& a) {
   for (const auto& e : m["entries"]) {
     s += fmt::format("entry {}: {} inputs -> {} outputs, {} donations, arena {}\n",
                      e.value("name", "?"), e["inputs"].size(), e["outputs"].size(),
-                     e["donations"].size(), passes::FormatBytes(e.value("arena_size", int64_t{0})));
+                     e["donations"].size(), FormatBytes(e.value("arena_size", int64_t{0})));
   }
   // Data parallelism: the all-reduce buckets of each entry's plan (docs/ARTIFACT.md).
   if (a.plan.contains("entries")) {
@@ -87,8 +87,8 @@ std::string Summary(const rt::Artifact& a) {
         members += static_cast<int64_t>(b["members"].size());
       }
       s += fmt::format("entry {}: {} all-reduces in {} buckets, {} (largest {})\n",
-                       e.value("name", "?"), members, e["buckets"].size(),
-                       passes::FormatBytes(bytes), passes::FormatBytes(largest));
+                       e.value("name", "?"), members, e["buckets"].size(), FormatBytes(bytes),
+                       FormatBytes(largest));
     }
   }
   return s;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "compiler/support/file.h"
+#include "compiler/support/text.h"
 #include "runtime/artifact.h"
 #include "runtime/checkpoint.h"
 #include "runtime/cpu_device.h"
@@ -35,15 +36,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
-}
-
-std::string WithCommas(int64_t v) {
-  std::string digits = std::to_string(v < 0 ? -v : v), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return v < 0 ? "-" + out : out;
 }
 
 int Fail(int code, const Status& status) {
@@ -161,8 +153,8 @@ int RunTraining(const RunOptions& o) {
     const std::string why = device.note.empty() ? "" : " (" + device.note.substr(6) + ")";
     return Fail(2, Error("{}: {} has {} parameters; the CPU device is for small models (at most "
                          "{}): compile gpt2-tiny, or run on a GPU{}",
-                         o.artifact, m.name, WithCommas(loaded->parameter_values),
-                         WithCommas(o.cpu_max_params), why));
+                         o.artifact, m.name, WithThousands(loaded->parameter_values),
+                         WithThousands(o.cpu_max_params), why));
   }
   if (o.grad_accum != 0 && o.grad_accum != program.grad_accum) {
     return Fail(2, Error("--grad-accum {}: {} was compiled with grad-accum {} (recompile with "
@@ -231,15 +223,15 @@ int RunTraining(const RunOptions& o) {
   const double flops_per_token = FlopsPerToken(*loaded);
   const double peak_tflops =
       o.peak_tflops > 0 ? o.peak_tflops : KnownPeakTflops(trainer.DeviceName());
-  console.Line(fmt::format(
-      "gptrun: {} ({} layers, {} heads, width {}; {} parameters) on {} | "
-      "batch {} x seq {} x grad-accum {} = {} tokens/step{}",
-      m.name, m.layers, m.heads, m.width, WithCommas(loaded->parameter_values),
-      trainer.DeviceDescription(), m.batch, m.seq, program.grad_accum,
-      WithCommas(tokens_per_step),
-      o.bench ? " | bench (synthetic batches)"
-              : fmt::format(" | train {} shards, {} tokens", train->shards().size(),
-                            WithCommas(train->total_tokens()))));
+  console.Line(
+      fmt::format("gptrun: {} ({} layers, {} heads, width {}; {} parameters) on {} | "
+                  "batch {} x seq {} x grad-accum {} = {} tokens/step{}",
+                  m.name, m.layers, m.heads, m.width, WithThousands(loaded->parameter_values),
+                  trainer.DeviceDescription(), m.batch, m.seq, program.grad_accum,
+                  WithThousands(tokens_per_step),
+                  o.bench ? " | bench (synthetic batches)"
+                          : fmt::format(" | train {} shards, {} tokens", train->shards().size(),
+                                        WithThousands(train->total_tokens()))));
   if (!device.note.empty()) console.Line(device.note);
   if (dist.world() > 1) {
     console.Line(fmt::format("data parallel: {} ranks, each {} rows of every batch; this is {}",
@@ -389,7 +381,7 @@ int RunTraining(const RunOptions& o) {
         fmt::format("step {}/{} | loss {:.4f} | lr {:.1e} | norm {:.2f} | {:.1f} ms | "
                     "{} tok/s | MFU {}",
                     step, o.steps, r->loss, lr, r->grad_norm, dt * 1e3,
-                    WithCommas(static_cast<int64_t>(tok_s + 0.5)), mfu));
+                    WithThousands(static_cast<int64_t>(tok_s + 0.5)), mfu));
     json event{{"event", "step"},      {"step", step},   {"loss", r->loss}, {"lr", lr},
                {"norm", r->grad_norm}, {"ms", dt * 1e3}, {"tok_s", tok_s},  {"mfu", nullptr}};
     if (mfu_value) event["mfu"] = *mfu_value;
@@ -434,7 +426,7 @@ int RunTraining(const RunOptions& o) {
       "{}: {} steps in {:.2f} s | {:.3f} steps/s | {} tok/s | loss {:.4f} -> "
       "{:.4f}",
       o.bench ? "bench" : "done", timed_steps, train_s, steps_s,
-      WithCommas(static_cast<int64_t>(steps_s * tokens_per_step + 0.5)), first_loss, last_loss));
+      WithThousands(static_cast<int64_t>(steps_s * tokens_per_step + 0.5)), first_loss, last_loss));
   if (std::string report = ProfileReport(trainer, o.profile); !report.empty()) {
     console.Line(report);
   }

@@ -1,0 +1,31 @@
+#include "compiler/support/text.h"
+
+#include <fmt/format.h>
+
+namespace gptc {
+
+std::string FormatBytes(int64_t bytes, int decimals) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while ((value >= 1024.0 || value <= -1024.0) && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  if (unit == 0) return fmt::format("{} B", bytes);
+  return fmt::format("{:.{}f} {}", value, decimals, kUnits[unit]);
+}
+
+std::string WithThousands(int64_t value) {
+  const uint64_t magnitude =
+      value < 0 ? uint64_t{0} - static_cast<uint64_t>(value) : static_cast<uint64_t>(value);
+  const std::string digits = std::to_string(magnitude);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return value < 0 ? "-" + out : out;
+}
+
+}  // namespace gptc
