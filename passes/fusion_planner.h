@@ -30,6 +30,9 @@ struct Group {
   const ir::Instruction* hero = nullptr;  // names the fusion and gives its metadata
   InstSet members;
   bool live = true;
+  // The first and last position of a member in the planner's order
+  // (Note [reach within bounds]).
+  int64_t first = 0, last = 0;
   // Overrides of the hero's name and metadata for horizontal groups that
   // belong to no layer (`parameters.bf16`, `optimizer.grad_norm`).
   std::string name;
@@ -71,6 +74,12 @@ class Planner {
   // that depends on `s` and that `s` depends on leave the set.
   void MakeConvex(InstSet& s) const;
 
+  // The planner's work so far: the cycle and convexity checks and the nodes
+  // they visit, and the candidates the growing rules examine. Tests bound it
+  // (Note [reach within bounds]); `Count` adds to it.
+  int64_t work() const { return work_; }
+  void Count(int64_t n) const { work_ += n; }
+
   // The non-free sources of an operand: itself, or through free ops their operands.
   void NonFreeSources(const ir::Instruction* inst, std::vector<const ir::Instruction*>& out) const;
   // The non-free users of `inst`, looking through free ops.
@@ -79,8 +88,12 @@ class Planner {
  private:
   // Everything reachable from `s` by leaving it (users, or operands when
   // `backward`), whole groups at a time; stops at members of `s`. Returns
-  // whether a member of `s` was reached again.
+  // whether a member of `s` was reached again. Nodes that cannot lead back
+  // to `s` are not followed (Note [reach within bounds]): `reached` holds
+  // the rest.
   bool Reach(const InstSet& s, bool backward, InstSet* reached) const;
+  // Sets group `g`'s first and last member positions from its members.
+  void SetBounds(int g);
 
   ir::Computation* computation_;
   std::unordered_map<const ir::Instruction*, bool> free_;
@@ -88,6 +101,7 @@ class Planner {
   std::unordered_map<const ir::Instruction*, int64_t> pos_;
   std::vector<Group> groups_;
   std::unordered_map<const ir::Instruction*, int> group_of_;
+  mutable int64_t work_ = 0;
 };
 
 // The rule phases, in the order Fusion::Run applies them (fusion_rules.cc).

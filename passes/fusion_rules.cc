@@ -635,14 +635,23 @@ void GrowRowGroup(Planner& p, int g, const std::vector<int64_t>& in_dims,
     return ir::IsElementwise(x->opcode()) &&
            (x->shape().dims() == in_dims || x->shape().dims() == row_dims);
   };
-  for (bool changed = true; changed;) {
-    changed = false;
-    std::vector<const Instruction*> near;
-    for (const Instruction* m : p.groups()[g].members) {
+  // Rounds over the neighbours of what the last round added, and the
+  // candidates refused so far (a later member may make them acyclic): each
+  // member's neighbours are gathered once, so a region grows in time linear
+  // in its size, not quadratic (a 4000-op row-local chain took 13.5 s).
+  std::vector<const Instruction*> fresh(p.groups()[g].members.begin(), p.groups()[g].members.end());
+  std::vector<const Instruction*> refused;
+  while (!fresh.empty()) {
+    std::vector<const Instruction*> near = std::move(refused);
+    refused.clear();
+    for (const Instruction* m : fresh) {
       for (const Instruction* op : m->operands()) p.NonFreeSources(op, near);
       p.NonFreeUsers(m, near);
     }
+    fresh.clear();
+    p.Count(static_cast<int64_t>(near.size()));
     std::sort(near.begin(), near.end(), [&](auto* a, auto* b) { return p.pos(a) < p.pos(b); });
+    near.erase(std::unique(near.begin(), near.end()), near.end());
     for (const Instruction* x : near) {
       if (!admissible(x)) continue;
       int other = p.group_of(x);
@@ -650,13 +659,25 @@ void GrowRowGroup(Planner& p, int g, const std::vector<int64_t>& in_dims,
       if (other >= 0) {
         const Group& o = p.groups()[other];
         if (o.kind == FusionKind::kReduction && IsRowReduce(o.hero) &&
-            o.hero->operand(0)->shape().dims() == in_dims && p.TryMerge(g, other)) {
-          changed = true;
+            o.hero->operand(0)->shape().dims() == in_dims) {
+          const InstSet joining = o.members;
+          if (p.TryMerge(g, other)) {
+            fresh.insert(fresh.end(), joining.begin(), joining.end());
+          } else {
+            refused.push_back(x);
+          }
         }
         continue;
       }
-      if (p.Claimable(x) && p.TryAdd(g, x)) changed = true;
+      if (!p.Claimable(x)) continue;
+      if (p.TryAdd(g, x)) {
+        fresh.push_back(x);
+      } else {
+        refused.push_back(x);
+      }
     }
+    // Only what was added can unblock the refused: without it, stop.
+    if (fresh.empty()) break;
   }
 }
 
