@@ -8,6 +8,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "compiler/ir/patterns.h"
 #include "compiler/support/text.h"
 
 namespace gptc::passes {
@@ -53,13 +54,6 @@ std::vector<int64_t> LastReads(const LogicalBuffers& lb,
   return last;
 }
 
-// Whether `r` reduces over the last dim alone.
-bool IsLastDimReduce(const Instruction& r) {
-  const int64_t rank = r.operand(0)->shape().rank();
-  return r.opcode() == Opcode::kReduce && rank >= 2 &&
-         r.attrs().dimensions == std::vector<int64_t>{rank - 1};
-}
-
 // Whether fused parameter `param` only feeds elementwise ops of its own shape
 // (transitively) and the fusion's output tuple, so a kernel reads each of its
 // elements at the index it writes; with `rows`, also reductions over the last
@@ -76,7 +70,7 @@ bool ReadAtItsIndex(const Instruction* param, bool rows) {
     if (!seen.insert(inst).second) continue;
     for (const Instruction* user : inst->users()) {
       if (user->opcode() == Opcode::kTuple && user == user->parent()->root()) continue;
-      if (rows && (IsLastDimReduce(*user) || user->opcode() == Opcode::kSoftmaxCrossEntropy)) {
+      if (rows && (ir::IsRowReduce(*user) || user->opcode() == Opcode::kSoftmaxCrossEntropy)) {
         continue;
       }
       if (!ir::IsElementwise(user->opcode()) || user->shape().is_tuple() ||
@@ -122,7 +116,7 @@ bool ReadsElementwiseInPlace(const Instruction& producer, int64_t param, const L
 // compiler/codegen/row_reduction_emitter.cc).
 bool AllRowReductions(const ir::Computation& c) {
   return std::all_of(c.instructions().begin(), c.instructions().end(), [](const auto& inst) {
-    return inst->opcode() != Opcode::kReduce || IsLastDimReduce(*inst);
+    return inst->opcode() != Opcode::kReduce || ir::IsRowReduce(*inst);
   });
 }
 

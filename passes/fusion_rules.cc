@@ -1,10 +1,11 @@
 // The rule phases of the fusion pass (see passes/fusion.h for the rules).
 #include <algorithm>
-#include <optional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "compiler/ir/patterns.h"
 #include "passes/fusion_planner.h"
 
 namespace gptc::passes::fusion_internal {
@@ -334,19 +335,6 @@ void FuseAttention(Planner& p) {
 
 namespace {
 
-// Whether `x` pads only its last dim, with zeros.
-bool IsLastDimZeroPad(const Instruction* x) {
-  if (x->opcode() != Opcode::kPad) return false;
-  const Instruction* value = x->operand(1);
-  if (value->opcode() != Opcode::kConstant || value->attrs().literal != std::vector<double>{0.0}) {
-    return false;
-  }
-  for (int64_t d = 0; d + 1 < x->shape().rank(); ++d) {
-    if (x->attrs().pad_low[d] != 0 || x->attrs().pad_high[d] != 0) return false;
-  }
-  return true;
-}
-
 // Note [concat epilogue] (compiler/codegen/attention_util.h): the dq
 // kernel's result, laid out as [B, T, C], is the first C columns of the
 // [B, T, 3C] gradient of the qkv projection, written by autodiff as a sum of
@@ -358,7 +346,7 @@ void AbsorbConcatenation(Planner& p, int g) {
   const InstSet members = p.groups()[g].members;
   for (const Instruction* m : members) {
     const Instruction* pad = SingleUser(p, m);
-    if (pad == nullptr || !IsLastDimZeroPad(pad) || !p.Claimable(pad)) continue;
+    if (pad == nullptr || !ir::IsLastDimZeroPad(*pad) || !p.Claimable(pad)) continue;
     const Instruction* top = pad;
     for (const Instruction* u = SingleUser(p, top);
          u != nullptr && u->opcode() == Opcode::kAdd && p.Claimable(u); u = SingleUser(p, top)) {
@@ -368,32 +356,23 @@ void AbsorbConcatenation(Planner& p, int g) {
     // The sum's tree: adds down to pads of same-shaped values that tile the
     // last dim exactly once.
     InstSet s = members;
-    std::vector<std::pair<int64_t, int64_t>> ranges;
-    const int64_t last = pad->shape().rank() - 1;
-    const int64_t width = pad->operand(0)->shape().dim(last);
+    std::vector<const Instruction*> pads;
     std::vector<const Instruction*> stack = {top};
     while (!stack.empty()) {
       const Instruction* x = stack.back();
       stack.pop_back();
-      if (x->opcode() == Opcode::kAdd && p.Claimable(x)) {
-        s.insert(x);
+      if (!p.Claimable(x)) return;
+      s.insert(x);
+      if (x->opcode() == Opcode::kAdd) {
         stack.push_back(x->operand(0));
         stack.push_back(x->operand(1));
-      } else if (IsLastDimZeroPad(x) && p.Claimable(x) &&
-                 x->operand(0)->shape() == pad->operand(0)->shape()) {
-        s.insert(x);
-        ranges.push_back({x->attrs().pad_low[last], x->attrs().pad_low[last] + width});
+      } else if (ir::IsLastDimZeroPad(*x)) {
+        pads.push_back(x);
       } else {
         return;
       }
     }
-    std::sort(ranges.begin(), ranges.end());
-    int64_t next = 0;
-    for (const auto& [begin, end] : ranges) {
-      if (begin != next) return;
-      next = end;
-    }
-    if (next != top->shape().dim(last) || p.CreatesCycle(s)) return;
+    if (!ir::PadsTileLastDim(pads) || p.CreatesCycle(s)) return;
     // Operands first: a sum joining before its pads would leave the group
     // and come back (a cycle).
     std::vector<const Instruction*> joining;
@@ -608,11 +587,6 @@ void FuseGemms(Planner& p) {
 
 namespace {
 
-bool IsRowReduce(const Instruction* r) {
-  int64_t rank = r->operand(0)->shape().rank();
-  return rank >= 2 && r->attrs().dimensions == std::vector<int64_t>{rank - 1};
-}
-
 // Whether `inst` is one of the forward's own ops: not the backward's
 // (`grad.*`), nor a recomputation remat made for it (`remat.*`).
 bool IsForwardOp(const Instruction* inst) {
@@ -630,13 +604,14 @@ void GrowRowGroup(Planner& p, int g, const std::vector<int64_t>& in_dims,
   auto admissible = [&](const Instruction* x) {
     if (forward && x->metadata().starts_with("remat")) return false;
     if (x->opcode() == Opcode::kReduce) {
-      return IsRowReduce(x) && x->operand(0)->shape().dims() == in_dims;
+      return ir::IsRowReduce(*x) && x->operand(0)->shape().dims() == in_dims;
     }
     return ir::IsElementwise(x->opcode()) &&
            (x->shape().dims() == in_dims || x->shape().dims() == row_dims);
   };
   // Rounds over the neighbours of what the last round added, and the
-  // candidates refused so far (a later member may make them acyclic): each
+  // candidates refused so far (a later member may make them acyclic; a round
+  // that adds nothing ends the growth): each
   // member's neighbours are gathered once, so a region grows in time linear
   // in its size, not quadratic (a 4000-op row-local chain took 13.5 s).
   std::vector<const Instruction*> fresh(p.groups()[g].members.begin(), p.groups()[g].members.end());
@@ -658,7 +633,7 @@ void GrowRowGroup(Planner& p, int g, const std::vector<int64_t>& in_dims,
       if (other == g) continue;
       if (other >= 0) {
         const Group& o = p.groups()[other];
-        if (o.kind == FusionKind::kReduction && IsRowReduce(o.hero) &&
+        if (o.kind == FusionKind::kReduction && ir::IsRowReduce(*o.hero) &&
             o.hero->operand(0)->shape().dims() == in_dims) {
           const InstSet joining = o.members;
           if (p.TryMerge(g, other)) {
@@ -676,8 +651,6 @@ void GrowRowGroup(Planner& p, int g, const std::vector<int64_t>& in_dims,
         refused.push_back(x);
       }
     }
-    // Only what was added can unblock the refused: without it, stop.
-    if (fresh.empty()) break;
   }
 }
 
@@ -764,8 +737,8 @@ void MergeChannelSumsIntoRows(Planner& p) {
       InstSet col_in = Inputs(p, c);
       for (int r = 0; r < n; ++r) {
         const Group& row = p.groups()[r];
-        if (!row.live || r == c || row.kind != FusionKind::kReduction || !IsRowReduce(row.hero) ||
-            row.hero->operand(0)->shape().dims() != in_dims) {
+        if (!row.live || r == c || row.kind != FusionKind::kReduction ||
+            !ir::IsRowReduce(*row.hero) || row.hero->operand(0)->shape().dims() != in_dims) {
           continue;
         }
         InstSet row_in = Inputs(p, r);
@@ -797,7 +770,7 @@ void FuseReductions(Planner& p) {
     if (r->opcode() != Opcode::kReduce || !p.Claimable(r)) continue;
     const std::vector<int64_t>& in_dims = r->operand(0)->shape().dims();
     int g = p.NewGroup(FusionKind::kReduction, r, {r});
-    if (IsRowReduce(r)) {
+    if (ir::IsRowReduce(*r)) {
       GrowRowGroup(p, g, in_dims, r->shape().dims());
     } else {
       GrowProducers(p, g, in_dims);
@@ -834,7 +807,7 @@ void FuseReductions(Planner& p) {
   // row-shaped values between (rstd's remat clone).
   for (int g = 0; g < static_cast<int>(p.groups().size()); ++g) {
     const Group& row = p.groups()[g];
-    if (row.live && row.kind == FusionKind::kReduction && IsRowReduce(row.hero)) {
+    if (row.live && row.kind == FusionKind::kReduction && ir::IsRowReduce(*row.hero)) {
       GrowRowGroup(p, g, row.hero->operand(0)->shape().dims(), row.hero->shape().dims());
     }
   }

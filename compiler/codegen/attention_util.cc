@@ -5,6 +5,7 @@
 #include <map>
 
 #include "compiler/codegen/emitter_util.h"
+#include "compiler/ir/patterns.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
@@ -102,49 +103,15 @@ WarpRowKernel::Row WarpRowKernel::BeginRow(int64_t dim, mlir::OpBuilder::InsertP
 
 namespace {
 
-// Whether `pad` pads only the last dim of its operand, with zeros.
-bool IsLastDimZeroPad(const ir::Instruction& pad) {
-  if (pad.opcode() != ir::Opcode::kPad) return false;
-  const ir::Instruction* value = pad.operand(1);
-  if (value->opcode() != ir::Opcode::kConstant || value->attrs().literal.size() != 1 ||
-      value->attrs().literal[0] != 0.0) {
-    return false;
-  }
-  const size_t last = pad.shape().rank() - 1;
-  for (size_t d = 0; d < last; ++d) {
-    if (pad.attrs().pad_low[d] != 0 || pad.attrs().pad_high[d] != 0) return false;
-  }
-  return true;
-}
-
 // The pads summed by the add tree `x` (Note [concat epilogue]), or an error.
 Status CollectPads(const ir::Instruction* x, std::vector<const ir::Instruction*>& pads) {
   if (x->opcode() == ir::Opcode::kAdd) {
     RETURN_IF_ERROR(CollectPads(x->operand(0), pads));
     return CollectPads(x->operand(1), pads);
   }
-  if (!IsLastDimZeroPad(*x)) return Error("{} is no zero pad of the last dim", Describe(*x));
+  if (!ir::IsLastDimZeroPad(*x)) return Error("{} is no zero pad of the last dim", Describe(*x));
   pads.push_back(x);
   return Status::Ok();
-}
-
-// Whether the pads place same-shaped operands side by side, covering the
-// last dim of their result exactly once.
-bool IsConcatenation(const std::vector<const ir::Instruction*>& pads) {
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  const ir::Shape& in = pads[0]->operand(0)->shape();
-  const int64_t last = in.rank() - 1;
-  for (const ir::Instruction* p : pads) {
-    if (p->operand(0)->shape().dims() != in.dims() || p->shape() != pads[0]->shape()) return false;
-    ranges.push_back({p->attrs().pad_low[last], p->attrs().pad_low[last] + in.dim(last)});
-  }
-  std::sort(ranges.begin(), ranges.end());
-  int64_t next = 0;
-  for (const auto& [begin, end] : ranges) {
-    if (begin != next) return false;
-    next = end;
-  }
-  return next == pads[0]->shape().dim(last);
 }
 
 }  // namespace
@@ -179,7 +146,7 @@ StatusOr<std::vector<OutputChain>> FindOutputChains(
           x = x->operand(on_path);
           continue;
         }
-        if (c.pad == nullptr && in_sum && IsLastDimZeroPad(*x)) {
+        if (c.pad == nullptr && in_sum && ir::IsLastDimZeroPad(*x)) {
           c.pad = x;
           x = x->operand(0);
           continue;
@@ -202,7 +169,7 @@ StatusOr<std::vector<OutputChain>> FindOutputChains(
           return Error("%{}: output {} sums no pad of {}", fusion.name(), Describe(*out),
                        Describe(*root));
         pads.push_back(c.pad);
-        if (!IsConcatenation(pads)) {
+        if (!ir::PadsTileLastDim(pads)) {
           return Error("%{}: output {} is no concatenation of same-shaped pads", fusion.name(),
                        Describe(*out));
         }

@@ -205,14 +205,10 @@ ENTRY %main {
   EXPECT_EQ(KernelsPerLayer(*after).at(0), 2);
 }
 
-TEST(FusionTest, LayerNormBackwardChannelSumsJoinTheRowKernel) {
-  // dx rows (a row sum of dy * g) and dgamma / dbeta channel sums of the
-  // same [B, T, C] values: one kernel, like llm.c's layernorm_backward.
-  auto module = ParseOrDie(R"(module m
-ENTRY %main {
-  %dy = f32[2,4,8] parameter(0)
-  %xh = f32[2,4,8] parameter(1)
-  %g = f32[8] parameter(2)
+// A layer norm's backward from %dy, %xh (f32[2,4,8]) and %g (f32[8]): dx rows
+// (a row sum of dy * g) and the dgamma / dbeta channel sums of the same
+// [B, T, C] values; the entry's tail, after its parameters.
+constexpr char kLayerNormBackward[] = R"(
   %gb = f32[2,4,8] broadcast(%g), dimensions={2}
   %dyg = f32[2,4,8] mul(%dy, %gb)
   %rs = f32[2,4] reduce(%dyg), dimensions={2}, kind=sum
@@ -223,7 +219,16 @@ ENTRY %main {
   %dbeta = f32[8] reduce(%dy), dimensions={0,1}, kind=sum
   ROOT %t = (f32[2,4,8], f32[8], f32[8]) tuple(%dx, %dgamma, %dbeta)
 }
-)");
+)";
+
+TEST(FusionTest, LayerNormBackwardChannelSumsJoinTheRowKernel) {
+  // One kernel, like llm.c's layernorm_backward.
+  auto module = ParseOrDie(std::string(R"(module m
+ENTRY %main {
+  %dy = f32[2,4,8] parameter(0)
+  %xh = f32[2,4,8] parameter(1)
+  %g = f32[8] parameter(2))") +
+                           kLayerNormBackward);
   Fusion fusion;
   std::unique_ptr<ir::Module> after;
   EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
@@ -236,25 +241,15 @@ ENTRY %main {
 // and the kernel reads that; dbeta's channel sum of the widened dy still
 // joins the rows (they read what it computed).
 TEST(FusionTest, NarrowGemmResultIsWidenedByItsReader) {
-  auto module = ParseOrDie(R"(module m
+  auto module = ParseOrDie(std::string(R"(module m
 ENTRY %main {
   %a = bf16[2,4,16] parameter(0)
   %w = bf16[16,8] parameter(1)
   %xh = f32[2,4,8] parameter(2)
   %g = f32[8] parameter(3)
   %d = bf16[2,4,8] dot(%a, %w), lhs_contracting={2}, rhs_contracting={0}
-  %dy = f32[2,4,8] convert(%d)
-  %gb = f32[2,4,8] broadcast(%g), dimensions={2}
-  %dyg = f32[2,4,8] mul(%dy, %gb)
-  %rs = f32[2,4] reduce(%dyg), dimensions={2}, kind=sum
-  %rsb = f32[2,4,8] broadcast(%rs), dimensions={0,1}
-  %dx = f32[2,4,8] sub(%dyg, %rsb)
-  %dyx = f32[2,4,8] mul(%dy, %xh)
-  %dgamma = f32[8] reduce(%dyx), dimensions={0,1}, kind=sum
-  %dbeta = f32[8] reduce(%dy), dimensions={0,1}, kind=sum
-  ROOT %t = (f32[2,4,8], f32[8], f32[8]) tuple(%dx, %dgamma, %dbeta)
-}
-)");
+  %dy = f32[2,4,8] convert(%d))") +
+                           kLayerNormBackward);
   Fusion fusion;
   std::unique_ptr<ir::Module> after;
   EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
