@@ -119,6 +119,7 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
                  {"shuffles", k.host->shuffles},
                  {"mmas", k.host->mmas},
                  {"ldmatrices", k.host->ldmatrices},
+                 {"atomics", k.host->atomics},
                  {"accesses", k.host->accesses}});
         host_objects.push_back(std::move(k.host->object));
       }

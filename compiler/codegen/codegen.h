@@ -54,6 +54,9 @@ struct HostKernel {
   int64_t shared_bytes = 0;  // static shared memory in the host layout
   // Sites in the code.
   int64_t barriers = 0, shuffles = 0, mmas = 0, ldmatrices = 0, accesses = 0;
+  // Global atomics: the emulator runs its blocks one after another, in
+  // order (Note [ordered atomics] in runtime/emu/grid_runner.h).
+  int64_t atomics = 0;
 };
 
 // Note [kernel deduplication]: fusions whose fused computations are equal up

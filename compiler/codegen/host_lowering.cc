@@ -164,7 +164,7 @@ class HostRewriter {
   std::string kernel_;
   llvm::GlobalVariable* runtime_ = nullptr;  // emu::kRuntimeSymbol
   llvm::GlobalVariable* checks_ = nullptr;   // emu::kChecksSymbol
-  int64_t barriers_ = 0, shuffles_ = 0, mmas_ = 0, ldmatrices_ = 0;
+  int64_t barriers_ = 0, shuffles_ = 0, mmas_ = 0, ldmatrices_ = 0, atomics_ = 0;
   // Per function: the stack arrays passing a warp matrix instruction's
   // registers to the emulator and back.
   std::map<llvm::Function*, std::pair<Value*, Value*>> matrix_scratch_;
@@ -570,9 +570,11 @@ Status HostRewriter::InstrumentAccesses(int64_t& sites) {
       } else if (auto* rmw = llvm::dyn_cast<llvm::AtomicRMWInst>(&inst)) {
         pointer = rmw->getPointerOperand(), type = rmw->getValOperand()->getType();
         kind = emu::kLoad | emu::kStore | emu::kAtomic;
+        ++atomics_;
       } else if (auto* cas = llvm::dyn_cast<llvm::AtomicCmpXchgInst>(&inst)) {
         pointer = cas->getPointerOperand(), type = cas->getNewValOperand()->getType();
         kind = emu::kLoad | emu::kStore | emu::kAtomic;
+        ++atomics_;
       } else if (auto* mem = llvm::dyn_cast<llvm::MemIntrinsic>(&inst)) {
         return Error("{}: {} has no emulation", Subject(),
                      mem->getCalledFunction()->getName().str());
@@ -690,6 +692,7 @@ Status HostRewriter::Run(const std::string& symbol, HostKernel& out) {
   out.shuffles = shuffles_;
   out.mmas = mmas_;
   out.ldmatrices = ldmatrices_;
+  out.atomics = atomics_;
   out.uses_sync = barriers_ + shuffles_ + mmas_ + ldmatrices_ > 0;
   return Status::Ok();
 }

@@ -123,6 +123,7 @@ cudaError_t KernelOp(Stream& s, const Function& f, Dim3 grid, Dim3 block, uint32
                 .static_shared = k.host_shared_bytes,
                 .dynamic_shared = smem,
                 .uses_sync = k.uses_sync,
+                .ordered = k.ordered,
                 .checks = mc.checks(),
                 .global = checker.get()};
   const Clock::time_point t0 = Clock::now();

@@ -709,10 +709,10 @@ Status GridRunner::Run(const Launch& launch) {
     launch_ = &launch;
     findings_ = &findings;
     next_block_.store(0);
-    running_ = static_cast<int>(threads_.size());
-    ++generation_;
+    running_ = launch.ordered ? 0 : static_cast<int>(threads_.size());
+    if (!launch.ordered) ++generation_;
   }
-  start_.notify_all();
+  if (!launch.ordered) start_.notify_all();
   RunBlocks(*contexts_[0]);
   {
     std::unique_lock<std::mutex> lock(mu_);

@@ -97,6 +97,14 @@ struct Launch {
   uint32_t static_shared = 0;  // the host layout's static shared memory
   uint32_t dynamic_shared = 0;
   bool uses_sync = false;  // run the block's threads as fibers
+  // Note [ordered atomics]: a kernel with global atomics (the embedding
+  // gradient's scatter-add) runs its blocks one after another, in block
+  // order, on the caller's thread. Its float sums then come out the same on
+  // every run and every host, as a train step replayed from a graph must
+  // match the eager one bit for bit; with the blocks spread over workers the
+  // order of the adds followed the host's thread schedule, and Adam turned
+  // the last-bit differences of near-zero gradients into lr-sized updates.
+  bool ordered = false;
   bool checks = false;
   GlobalAccessChecker* global = nullptr;  // with checks; null: no global checks
 };

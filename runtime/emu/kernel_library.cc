@@ -106,6 +106,11 @@ StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const Artifact& art
     ASSIGN_OR_RETURN(kernel.symbol, Field<std::string>(k, "symbol", where));
     ASSIGN_OR_RETURN(kernel.params, Field<int64_t>(k, "params", where));
     ASSIGN_OR_RETURN(kernel.uses_sync, Field<bool>(k, "uses_sync", where));
+    // Artifacts written before the count have none: their blocks run in parallel.
+    if (k.contains("atomics")) {
+      ASSIGN_OR_RETURN(int64_t atomics, Field<int64_t>(k, "atomics", where));
+      kernel.ordered = atomics > 0;
+    }
     ASSIGN_OR_RETURN(int64_t shared, Field<int64_t>(k, "host_shared_bytes", where));
     ASSIGN_OR_RETURN(kernel.static_smem, Field<int64_t>(k, "static_smem", where));
     ASSIGN_OR_RETURN(kernel.registers, Field<int64_t>(k, "registers", where));

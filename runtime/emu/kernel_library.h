@@ -27,6 +27,7 @@ struct EmuKernel {
   KernelFunction function = nullptr;
   int64_t params = 0;
   bool uses_sync = false;
+  bool ordered = false;            // it has global atomics: Note [ordered atomics] (grid_runner.h)
   uint32_t host_shared_bytes = 0;  // the host layout's static shared memory
   int64_t static_smem = 0;         // on the GPU (ptxas), what cuFuncGetAttribute reports
   int64_t registers = 0;           // per thread on the GPU; 0: unknown

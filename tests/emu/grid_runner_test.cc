@@ -6,10 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfenv>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "runtime/emu/emu_math.h"
@@ -67,6 +70,40 @@ TEST(GridRunnerTest, LoopKernelCoversTheGridOnEveryWorker) {
   std::vector<float> out(64 * 37, -1);
   ASSERT_TRUE(runner.Run(MakeLaunch(&Iota, {Ptr(out.data())}, 37, 64, false)).ok());
   for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 2.0f * i) << i;
+}
+
+// Appends its block to a log (thread 0 of each block), and notes which host
+// thread ran it.
+void LogBlocks(const uint64_t* args) {
+  auto* log = reinterpret_cast<std::vector<uint32_t>*>(args[0]);
+  auto* hosts = reinterpret_cast<std::vector<std::thread::id>*>(args[1]);
+  if (Tid() != 0) return;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  log->push_back(Ctaid());
+  hosts->push_back(std::this_thread::get_id());
+}
+
+// Note [ordered atomics]: an ordered launch runs its blocks in block order on
+// the caller's thread, however many workers the runner has.
+TEST(GridRunnerTest, OrderedLaunchRunsBlocksInOrderOnTheCaller) {
+  GridRunner runner(4);
+  for (bool ordered : {false, true}) {
+    std::vector<uint32_t> log;
+    std::vector<std::thread::id> hosts;
+    Launch launch = MakeLaunch(&LogBlocks, {Ptr(&log), Ptr(&hosts)}, 200, 32, false);
+    launch.checks = false;
+    launch.ordered = ordered;
+    ASSERT_TRUE(runner.Run(launch).ok());
+    ASSERT_EQ(log.size(), 200u);
+    std::vector<uint32_t> sorted = log;
+    std::sort(sorted.begin(), sorted.end());
+    for (uint32_t b = 0; b < 200; ++b) ASSERT_EQ(sorted[b], b);
+    if (ordered) {
+      EXPECT_TRUE(std::is_sorted(log.begin(), log.end()));
+      for (const std::thread::id& id : hosts) ASSERT_EQ(id, std::this_thread::get_id());
+    }
+  }
 }
 
 // A shared-memory tree reduction of 128 values per block into out[block];
