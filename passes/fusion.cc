@@ -484,6 +484,7 @@ class Materializer {
 StatusOr<bool> Fusion::Run(ir::Module& module) {
   using namespace fusion_internal;  // NOLINT(build/namespaces): the phases read as a list
   if (module.entry() == nullptr) return Error("fusion: module {} has no entry", module.name());
+  ReadRoundedAttentionOperands(*module.entry());
   SplitAttentionOperandChains(*module.entry());
   Planner planner(module.entry());
   FuseOptimizer(planner);

@@ -22,10 +22,11 @@
 //     kernel reads q, k, v out of the packed qkv and writes [B,T,C]), and the
 //     attention-lse of the same q, k. The backward's attention-grad ops make
 //     two flash kernels, dk + dv and dq (Note [attention backward] in
-//     fusion_rules.cc); the dq kernel also writes the packed [B, T, 3C]
-//     gradient that sums zero pads of dq, dk and dv (Note [concat epilogue]).
-//     Before planning, the dq op gets its own copy of operand layout chains
-//     it shares with dk + dv (Note [per-kernel operand chains]).
+//     fusion_rules.cc). Before planning, a bf16 attention's operands become
+//     the rounded [B, H, T, D] copies the backward keeps (Note [rounded
+//     attention operands]), which loop kernels write, and the dq op gets its
+//     own copy of operand layout chains it shares with dk + dv (Note
+//     [per-kernel operand chains]).
 //  4. gemm: every other dot is the root of a kind=gemm fusion with what
 //     cuBLASLt can do around it: last-two-dims transposes and reshapes of the
 //     operands, converts of the result (but a bare bf16 dot's f32 widening
@@ -117,15 +118,16 @@ inline constexpr int64_t kMaxKernelsPerLayer = 25;
 
 // The same for the bf16 train step (mixed precision, as gptc compiles by
 // default; remat none): the GELU and its backward run in the gemms around
-// them (Note [GELU epilogues] in gelu_epilogue.h), and the attention backward
-// is three kernels: delta sums rows of do and o where the output projection's
-// gemms leave them (Note [delta in the stored layout] in
-// autodiff_attention.cc), both flash kernels read do through its transpose
-// (Note [per-kernel operand chains] in fusion_planner.h), and the dq kernel
-// writes the packed [B, T, 3C] gradient (Note [concat epilogue] in
-// compiler/codegen/attention_util.h). It was 23 with a bf16 copy of do, a
-// [B, H, T, D] copy of o for delta and a packing kernel.
-inline constexpr int64_t kBf16KernelsPerLayer = 20;
+// them (Note [GELU epilogues] in gelu_epilogue.h); delta sums rows of do and
+// o where the output projection's gemms leave them (Note [delta in the stored
+// layout] in autodiff_attention.cc) and both flash kernels read do through
+// its transpose (Note [per-kernel operand chains] in fusion_planner.h). The
+// forward's q, k and v copies are three loop kernels (Note [rounded attention
+// operands]), and the packed [B, T, 3C] gradient of the qkv projection one
+// (Note [attention backward] in fusion_rules.cc): 24. Fewer kernels is not
+// the aim: the packing kernel took 2 ms a step less on an H100 than the dq
+// kernel's epilogue that replaced it for a while.
+inline constexpr int64_t kBf16KernelsPerLayer = 24;
 
 }  // namespace gptc::passes
 

@@ -105,6 +105,20 @@ class Planner {
 };
 
 // The rule phases, in the order Fusion::Run applies them (fusion_rules.cc).
+// Note [rounded attention operands]: a bf16 attention (grad_dtype) rounds
+// q, k and v to bf16 before its matmuls, and the backward keeps exactly those
+// rounded copies ([B, H, T, D], written for the flash backward kernels). The
+// forward op then reads them too, widened (the same values: rounding a bf16
+// to bf16 changes nothing), instead of computing q, k, v out of the f32
+// projection. A loop kernel writes the copies, and the forward kernel fills
+// its k and v tiles 16 bytes a load (Note [vector tile fill] in
+// compiler/codegen/attention_mma.cc): on an H100 the forward spent most of
+// its issue slots on the index arithmetic of the element-by-element fill
+// through the slice, reshape, transpose and bias add, and read the f32 k and
+// v tiles through L2 about 8 times each. Rewrites `entry` before planning
+// (the copies move up before the forward); returns whether it changed it.
+bool ReadRoundedAttentionOperands(ir::Computation& entry);
+
 // Note [per-kernel operand chains]: gives the dq attention-grad op its own
 // copy of each layout/convert chain over an operand no wider than its own
 // element (do out of the dx gemm, delta's transpose), so that it and the

@@ -124,9 +124,28 @@ std::vector<KernelRow> AnalyzeKernels(const ir::Module& module, const GpuSpec& g
       row.flops += AttentionFlops({inst.get()});  // unfused: a kernel of its own
       ++sources[inst->metadata()];
     }
+    // A fusion parameter read only through slices costs the slices' bytes
+    // (the q, k, v copies each read a third of the packed projection).
+    std::vector<int64_t> sliced(inst->operand_count(), -1);
+    if (inst->opcode() == Opcode::kFusion && inst->called_computation() != nullptr) {
+      for (const Instruction* p : inst->called_computation()->parameters()) {
+        int64_t bytes = 0;
+        bool only_slices = !p->users().empty();
+        for (const Instruction* u : p->users()) {
+          only_slices &= u->opcode() == Opcode::kSlice;
+          bytes += u->shape().byte_size();
+        }
+        const int64_t i = p->attrs().index;
+        if (only_slices && i >= 0 && i < inst->operand_count()) {
+          sliced[i] = std::min(bytes, p->shape().byte_size());
+        }
+      }
+    }
     std::unordered_set<const Instruction*> seen;
-    for (const Instruction* op : inst->operands()) {
-      if (seen.insert(op).second) row.bytes_read += op->shape().byte_size();
+    for (int64_t i = 0; i < inst->operand_count(); ++i) {
+      const Instruction* op = inst->operand(i);
+      if (seen.insert(op).second)
+        row.bytes_read += sliced[i] >= 0 ? sliced[i] : op->shape().byte_size();
     }
     row.bytes_written = inst->shape().byte_size();
     row.source = inst->metadata();

@@ -158,11 +158,10 @@ StatusOr<int64_t> EmitTensorCoreBackward(WarpRowKernel& kernel, mlir::gpu::GPUMo
         if (a.roots[a.chains[out].root] != root) continue;
         for (int64_t dt = 0; dt < d_tiles; ++dt) {
           for (int64_t e = 0; e < 2; ++e) {
-            RETURN_IF_ERROR(StoreThroughChain(
+            StoreThroughChain(
                 emitter, b, loc, loop.getResult((i * d_tiles + dt) * 4 + 2 * half + e), *root,
                 a.chains[out], {bi, h, rows[half], m.Add(lanes.q2, m.C(8 * dt + e))},
-                kernel.entry()->getArgument(a.first_output + out),
-                a.outputs[out]->shape().dtype()));
+                kernel.entry()->getArgument(a.first_output + out), a.outputs[out]->shape().dtype());
           }
         }
       }

@@ -226,9 +226,8 @@ class AttentionEmitter : public KernelEmitter {
         Value o = b.create<arith::MulFOp>(loc, loop.getResult(2 + i), inv);
         for (size_t out = 0; out < outputs.size(); ++out) {
           if (chains[out].root < 0 || roots[chains[out].root] != attn) continue;
-          RETURN_IF_ERROR(StoreThroughChain(
-              emitter, b, loc, o, *attn, chains[out], {bi, h, t, d[i]},
-              entry->getArgument(params.size() + out), outputs[out]->shape().dtype()));
+          StoreThroughChain(emitter, b, loc, o, *attn, chains[out], {bi, h, t, d[i]},
+                            entry->getArgument(params.size() + out), outputs[out]->shape().dtype());
         }
         b.restoreInsertionPoint(after_store);
       }
@@ -242,9 +241,8 @@ class AttentionEmitter : public KernelEmitter {
                                               b.create<mlir::math::LogOp>(loc, loop.getResult(1)));
         for (size_t out = 0; out < outputs.size(); ++out) {
           if (chains[out].root < 0 || roots[chains[out].root] != lse) continue;
-          RETURN_IF_ERROR(StoreThroughChain(emitter, b, loc, value, *lse, chains[out], {bi, h, t},
-                                            entry->getArgument(params.size() + out),
-                                            outputs[out]->shape().dtype()));
+          StoreThroughChain(emitter, b, loc, value, *lse, chains[out], {bi, h, t},
+                            entry->getArgument(params.size() + out), outputs[out]->shape().dtype());
         }
         b.restoreInsertionPoint(after_store);
       }

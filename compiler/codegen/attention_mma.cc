@@ -168,6 +168,11 @@ struct VectorSource {
   bool heads_inner = false;
 };
 std::optional<VectorSource> VectorSourceOf(const ir::Instruction& op, int64_t len, int64_t dim) {
+  // A widened bf16 value (the forward's q, k, v: Note [rounded attention
+  // operands] in passes/fusion_planner.h): the tile rounds it to itself.
+  if (op.opcode() == ir::Opcode::kConvert && op.operand(0)->shape().dtype() == ir::DType::kBF16) {
+    return VectorSourceOf(*op.operand(0), len, dim);
+  }
   const ir::Shape& shape = op.shape();
   if (shape.dtype() != ir::DType::kBF16 || shape.rank() != 4 || shape.dim(2) != len ||
       shape.dim(3) != dim) {
@@ -344,9 +349,10 @@ bool UseTensorCoreForward(const AttentionForward& a, ir::DType matmul_dtype) {
 // mma.sync. A block of 4 warps owns 64 query rows of one (b, h), 16 a warp;
 // the warp keeps its q rows as A fragments (Note [mma fragments]) for the
 // whole kernel. For each 64-key block (causal: up to the diagonal one) the
-// block stages k and v in shared memory, rounded to bf16 (every element
-// computed through the fusion's operand chains, so the kernel still reads q,
-// k, v out of the packed qkv), and each warp computes
+// block stages k and v in shared memory, rounded to bf16 (16 bytes a load
+// from the bf16 copies the backward keeps, Note [rounded attention operands]
+// in passes/fusion_planner.h; else every element computed through the
+// fusion's operand chains), and each warp computes
 //   s = scale * q k^T            8 n-tiles of 16 x 8, f32 (masked: -inf)
 //   m' = max(m, rowmax s), p = exp(s - m'), l = l e^(m - m') + rowsum p
 //   o = o e^(m - m') + p~ v      (p~: p rounded to bf16, as the A fragment)
@@ -468,8 +474,8 @@ StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
         for (int64_t dt = 0; dt < d_tiles; ++dt) {
           for (int64_t e = 0; e < 2; ++e) {
             const Value value = m.FMul(loop.getResult(4 + 4 * dt + 2 * half + e), inv);
-            RETURN_IF_ERROR(StoreThroughChain(emitter, b, loc, value, *a.attn, a.chains[out],
-                                              {bi, h, t, m.Add(q2, m.C(8 * dt + e))}, ptr, dtype));
+            StoreThroughChain(emitter, b, loc, value, *a.attn, a.chains[out],
+                              {bi, h, t, m.Add(q2, m.C(8 * dt + e))}, ptr, dtype);
           }
         }
         continue;
@@ -478,8 +484,7 @@ StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
       mlir::OpBuilder::InsertPoint after_lse = b.saveInsertionPoint();
       b.setInsertionPoint(first.thenBlock()->getTerminator());
       const Value lse = m.FAdd(loop.getResult(half), b.create<mlir::math::LogOp>(loc, l));
-      RETURN_IF_ERROR(
-          StoreThroughChain(emitter, b, loc, lse, *a.lse, a.chains[out], {bi, h, t}, ptr, dtype));
+      StoreThroughChain(emitter, b, loc, lse, *a.lse, a.chains[out], {bi, h, t}, ptr, dtype);
       b.restoreInsertionPoint(after_lse);
     }
     emitter.RestoreCache(std::move(store_cache));

@@ -5,7 +5,6 @@
 #include <map>
 
 #include "compiler/codegen/emitter_util.h"
-#include "compiler/ir/patterns.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
@@ -101,21 +100,6 @@ WarpRowKernel::Row WarpRowKernel::BeginRow(int64_t dim, mlir::OpBuilder::InsertP
   return row;
 }
 
-namespace {
-
-// The pads summed by the add tree `x` (Note [concat epilogue]), or an error.
-Status CollectPads(const ir::Instruction* x, std::vector<const ir::Instruction*>& pads) {
-  if (x->opcode() == ir::Opcode::kAdd) {
-    RETURN_IF_ERROR(CollectPads(x->operand(0), pads));
-    return CollectPads(x->operand(1), pads);
-  }
-  if (!ir::IsLastDimZeroPad(*x)) return Error("{} is no zero pad of the last dim", Describe(*x));
-  pads.push_back(x);
-  return Status::Ok();
-}
-
-}  // namespace
-
 StatusOr<std::vector<OutputChain>> FindOutputChains(
     const ir::Instruction& fusion, const std::vector<const ir::Instruction*>& outputs,
     const std::vector<const ir::Instruction*>& roots) {
@@ -128,58 +112,16 @@ StatusOr<std::vector<OutputChain>> FindOutputChains(
     }
     if (c.root >= 0) {
       const ir::Instruction* root = roots[c.root];
-      std::vector<const ir::Instruction*> pads;
-      bool in_sum = false;
-      for (const ir::Instruction* x = out; x != root;) {
+      for (const ir::Instruction* x = out; x != root; x = x->operand(0)) {
         ir::Opcode o = x->opcode();
-        auto fail = [&](std::string_view why) {
-          return Error("%{}: output {} is computed from {} by {}: {}", fusion.name(),
-                       Describe(*out), Describe(*root), ir::OpcodeName(o), why);
-        };
-        if (c.pad == nullptr && o == ir::Opcode::kAdd) {
-          std::map<const ir::Instruction*, bool> memo;
-          const int on_path = DependsOn(x->operand(0), root, memo) ? 0 : 1;
-          if (Status s = CollectPads(x->operand(1 - on_path), pads); !s.ok()) {
-            return fail(s.message());
-          }
-          in_sum = true;
-          x = x->operand(on_path);
-          continue;
-        }
-        if (c.pad == nullptr && in_sum && ir::IsLastDimZeroPad(*x)) {
-          c.pad = x;
-          x = x->operand(0);
-          continue;
-        }
         if (o != ir::Opcode::kTranspose && o != ir::Opcode::kReshape && o != ir::Opcode::kConvert &&
             o != ir::Opcode::kCopy) {
-          return fail("only transpose, reshape, convert, copy and a concatenation may follow it");
+          return Error(
+              "%{}: output {} is computed from {} by {}: only transpose, reshape, "
+              "convert and copy may follow it",
+              fusion.name(), Describe(*out), Describe(*root), ir::OpcodeName(o));
         }
-        if (c.pad == nullptr && !in_sum) {
-          c.after.push_back(x);
-        } else if (c.pad == nullptr) {
-          return fail("a concatenation must sum pads of the root's layout");
-        } else {
-          c.chain.push_back(x);
-        }
-        x = x->operand(0);
-      }
-      if (in_sum) {
-        if (c.pad == nullptr)
-          return Error("%{}: output {} sums no pad of {}", fusion.name(), Describe(*out),
-                       Describe(*root));
-        pads.push_back(c.pad);
-        if (!ir::PadsTileLastDim(pads)) {
-          return Error("%{}: output {} is no concatenation of same-shaped pads", fusion.name(),
-                       Describe(*out));
-        }
-        pads.pop_back();
-        c.siblings = std::move(pads);
-        std::reverse(c.after.begin(), c.after.end());
-      } else {
-        // No concatenation: what was taken for `after` is the whole chain.
-        c.chain.insert(c.chain.end(), c.after.begin(), c.after.end());
-        c.after.clear();
+        c.chain.push_back(x);
       }
       std::reverse(c.chain.begin(), c.chain.end());
     }
@@ -188,9 +130,9 @@ StatusOr<std::vector<OutputChain>> FindOutputChains(
   return chains;
 }
 
-Status StoreThroughChain(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location loc,
-                         mlir::Value value, const ir::Instruction& root, const OutputChain& chain,
-                         std::vector<mlir::Value> multi, mlir::Value ptr, ir::DType out_dtype) {
+void StoreThroughChain(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location loc,
+                       mlir::Value value, const ir::Instruction& root, const OutputChain& chain,
+                       std::vector<mlir::Value> multi, mlir::Value ptr, ir::DType out_dtype) {
   value = ConvertValue(b, loc, value, ir::DType::kF32, root.shape().dtype());
   ElementIndex index;
   index.multi = std::move(multi);
@@ -218,35 +160,7 @@ Status StoreThroughChain(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Locati
     }
     shape = &x->shape();
   }
-  if (chain.pad == nullptr) {
-    StoreElement(b, loc, value, ptr, emitter.Linear(index, *shape), out_dtype);
-    return Status::Ok();
-  }
-  // Note [concat epilogue]: this element at the root's place, and the
-  // siblings' elements of the same index at theirs.
-  const std::vector<mlir::Value> at = emitter.Multi(index, *shape);
-  const ir::Shape& packed = chain.pad->shape();
-  auto store = [&](mlir::Value v, ir::DType dtype, const ir::Instruction& pad) {
-    for (const ir::Instruction* x : chain.after) {
-      if (x->opcode() == ir::Opcode::kConvert) {
-        v = ConvertValue(b, loc, v, dtype, x->shape().dtype());
-        dtype = x->shape().dtype();
-      }
-    }
-    ElementIndex place;
-    place.multi = at;
-    place.multi.back() = b.create<mlir::arith::AddIOp>(
-        loc, at.back(), emitter.IndexConstant(pad.attrs().pad_low.back()));
-    StoreElement(b, loc, v, ptr, emitter.Linear(place, packed), out_dtype);
-  };
-  store(value, chain.pad->shape().dtype(), *chain.pad);
-  for (const ir::Instruction* sibling : chain.siblings) {
-    ElementIndex same;
-    same.multi = at;
-    ASSIGN_OR_RETURN(mlir::Value v, emitter.Emit(*sibling->operand(0), same));
-    store(v, sibling->shape().dtype(), *sibling);
-  }
-  return Status::Ok();
+  StoreElement(b, loc, value, ptr, emitter.Linear(index, *shape), out_dtype);
 }
 
 mlir::Value RoundThrough(mlir::OpBuilder& b, mlir::Location loc, mlir::Value x, ir::DType dtype) {

@@ -69,34 +69,22 @@ class WarpRowKernel {
 // index in `roots` of the op it comes from through `chain` (transposes,
 // reshapes, converts, copies; first applied first), or -1 when it depends on
 // none of them (an independent output, e.g. a bf16 copy of an operand).
-//
-// Note [concat epilogue]: the chain may end in a concatenation along the last
-// dim, written as a sum of zero pads (how autodiff packs dq, dk, dv into the
-// [B, T, 3C] gradient of the qkv projection): `pad` is the root's, `siblings`
-// the other pads, whose operands have the root pad's operand's shape, and
-// `after` the converts and copies after the sum. Each root element is stored
-// at its place, and the siblings' elements of the same index at theirs, so
-// the kernel writes the whole concatenation and no packing kernel runs.
 struct OutputChain {
   int root = -1;
   std::vector<const ir::Instruction*> chain;
-  const ir::Instruction* pad = nullptr;
-  std::vector<const ir::Instruction*> siblings;
-  std::vector<const ir::Instruction*> after;  // first applied first
 };
 
 // One OutputChain per output; fails naming an output computed from a root
-// by anything but the layout ops above, or a concatenation that is not one.
+// by anything but the layout ops above.
 StatusOr<std::vector<OutputChain>> FindOutputChains(
     const ir::Instruction& fusion, const std::vector<const ir::Instruction*>& outputs,
     const std::vector<const ir::Instruction*>& roots);
 
 // Stores `value` (f32), the element [multi] of `root`, where `chain` maps it
-// in output `ptr` (of dtype `out_dtype`), converting along the chain; with a
-// concatenation, the siblings' elements of the same index too.
-Status StoreThroughChain(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location loc,
-                         mlir::Value value, const ir::Instruction& root, const OutputChain& chain,
-                         std::vector<mlir::Value> multi, mlir::Value ptr, ir::DType out_dtype);
+// in output `ptr` (of dtype `out_dtype`), converting along the chain.
+void StoreThroughChain(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location loc,
+                       mlir::Value value, const ir::Instruction& root, const OutputChain& chain,
+                       std::vector<mlir::Value> multi, mlir::Value ptr, ir::DType out_dtype);
 
 // f32 `x` rounded to `dtype` and widened back to f32: how the attention
 // kernels feed a matmul operand of that dtype (Note [bf16 attention]). x

@@ -422,6 +422,52 @@ TEST(FusionTest, GeluAndItsBackwardJoinTheGemmsAroundThem) {
   EXPECT_FALSE(fusion.Run(*after).value());
 }
 
+// Note [rounded attention operands]: in the train step the forward
+// attention reads the bf16 [B, H, T, D] copies of q, k, v that the backward
+// keeps, written by loop kernels, instead of slicing the f32 projection and
+// adding its bias itself (which the projection's gemm now does); the flash
+// backward kernels read the same copies.
+TEST(FusionTest, ForwardAttentionReadsTheRoundedCopiesTheBackwardKeeps) {
+  models::GptConfig config = models::FindGptConfig("gpt2-tiny").value();
+  config.width = 32;
+  config.layers = 1;
+  auto traced = models::TraceGpt2Forward(config, 1, 8);
+  ASSERT_TRUE(traced.ok()) << traced.status().message();
+  std::unique_ptr<ir::Module> module = std::move(traced->module);
+  for (const char* name : {"mixed-precision", "autodiff", "dce", "simplify", "cse", "dce"}) {
+    auto p = AllPasses().Create(name);
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    ASSERT_TRUE((*p)->Run(*module).ok()) << name;
+  }
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 1, 1e-5));
+  const ir::Instruction* forward = FusionOf(*after, "h.0.attn.attention");
+  ASSERT_NE(forward, nullptr);
+  EXPECT_EQ(forward->attrs().fusion_kind, ir::FusionKind::kAttention);
+  std::vector<std::string> read;
+  for (const ir::Instruction* op : forward->operands()) {
+    ASSERT_EQ(op->opcode(), ir::Opcode::kFusion) << op->name();
+    read.push_back(std::string(ir::FusionKindName(op->attrs().fusion_kind)) + " " +
+                   op->shape().ToString());
+  }
+  const std::string copy = "loop bf16[1,4,8,8]";
+  EXPECT_EQ(read, (std::vector<std::string>{copy, copy, copy})) << ir::PrintModule(*after);
+  for (const auto& x : forward->called_computation()->instructions()) {
+    EXPECT_NE(x->opcode(), ir::Opcode::kSlice) << x->name();
+    EXPECT_NE(x->opcode(), ir::Opcode::kAdd) << x->name();
+  }
+  // The dk + dv kernel reads the same three copies.
+  const ir::Instruction* dkv = FusionOf(*after, "grad.h.0.attn.attention.14");
+  ASSERT_NE(dkv, nullptr);
+  int64_t shared = 0;
+  for (const ir::Instruction* op : dkv->operands()) {
+    for (const ir::Instruction* f : forward->operands()) shared += op == f;
+  }
+  EXPECT_EQ(shared, 3);
+  EXPECT_FALSE(fusion.Run(*after).value());
+}
+
 TEST(FusionTest, CausalMaskIsRecomputedInEachKernel) {
   // compare(iota, iota) is as free as the iotas: each user computes it.
   auto module = ParseOrDie(R"(module m
