@@ -1,5 +1,6 @@
 #include "compiler/codegen/attention_mma.h"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -25,19 +26,29 @@ constexpr int64_t kWarp = WarpRowKernel::kWarp;
 }  // namespace
 
 SharedTile::SharedTile(mlir::OpBuilder& b, mlir::gpu::GPUModuleOp gpu_module,
-                       const std::string& name, int64_t rows, int64_t cols)
-    : rows_(rows), cols_(cols) {
+                       const std::string& name, int64_t rows, int64_t cols, int64_t stages)
+    : rows_(rows), cols_(cols), stages_(stages) {
   const mlir::Location loc = b.getUnknownLoc();
   LLVM::GlobalOp global;
   {
     mlir::OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(gpu_module.getBody());
-    auto type = LLVM::LLVMArrayType::get(b.getI16Type(), rows_ * stride());
+    auto type = LLVM::LLVMArrayType::get(b.getI16Type(), stages_ * rows_ * stride());
     global = b.create<LLVM::GlobalOp>(loc, type, /*isConstant=*/false, LLVM::Linkage::Internal,
                                       name, mlir::Attribute(), /*alignment=*/16,
                                       /*addrSpace=*/3);
   }
   base_ = b.create<LLVM::AddressOfOp>(loc, global);
+}
+
+SharedTile SharedTile::Stage(mlir::OpBuilder& b, mlir::Location loc, Value stage) const {
+  SharedTile view = *this;
+  Value elements =
+      b.create<arith::ConstantOp>(loc, b.getIntegerAttr(stage.getType(), rows_ * stride()));
+  view.base_ =
+      b.create<LLVM::GEPOp>(loc, base_.getType(), b.getI16Type(), base_,
+                            mlir::ValueRange{b.create<arith::MulIOp>(loc, stage, elements)});
+  return view;
 }
 
 Value SharedTile::Address(mlir::OpBuilder& b, mlir::Location loc, Value row, Value col) {
@@ -193,7 +204,89 @@ std::optional<VectorSource> VectorSourceOf(const ir::Instruction& op, int64_t le
   return VectorSource{x, true};
 }
 
+// This thread's 16-byte pieces of a tile of rows block * 64 .. + 63 of `op`
+// (Note [vector tile fill]): the tile row and column, whether the row is
+// below len (else the piece is zeros; `from` reads the last row), and the
+// global address.
+struct VectorRow {
+  Value r, col, in, from;
+};
+std::vector<VectorRow> VectorRows(WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Value h,
+                                  Value block, int64_t len, int64_t dim, const ir::Instruction& op,
+                                  const VectorSource& source) {
+  mlir::OpBuilder& b = kernel.b();
+  const mlir::Location loc = kernel.loc();
+  auto c = [&](int64_t v) { return kernel.C(v); };
+  constexpr int64_t kThreads = WarpRowKernel::kBlock;
+  const Value global = kernel.entry()->getArgument(source.param->attrs().index);
+  const int64_t heads = op.shape().dim(1);
+  std::vector<VectorRow> rows;
+  for (int64_t u = 0; u < kTileRows * dim / 8 / kThreads; ++u) {
+    const Value v = b.create<arith::AddIOp>(loc, lanes.tid, c(kThreads * u));
+    const Value r = b.create<arith::DivUIOp>(loc, v, c(dim / 8));
+    const Value col =
+        b.create<arith::MulIOp>(loc, b.create<arith::RemUIOp>(loc, v, c(dim / 8)), c(8));
+    const Value row =
+        b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, block, c(kTileRows)), r);
+    const Value in = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, row, c(len));
+    const Value clamped = b.create<arith::MinUIOp>(loc, row, c(len - 1));
+    // The element's row: (b * H + h) * T + t, or (b * T + t) * H + h when
+    // the heads are interleaved in the rows ([B, T, H*D]).
+    auto mul_add = [&](Value x, int64_t n, Value y) -> Value {
+      return b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, x, c(n)), y);
+    };
+    const Value r_index = source.heads_inner ? mul_add(mul_add(bi, len, clamped), heads, h)
+                                             : mul_add(mul_add(bi, heads, h), len, clamped);
+    const Value at = mul_add(r_index, dim, col);
+    const Value from = b.create<LLVM::GEPOp>(loc, global.getType(), b.getI16Type(), global,
+                                             mlir::ValueRange{at}, /*inbounds=*/true);
+    rows.push_back({r, col, in, from});
+  }
+  return rows;
+}
+
 }  // namespace
+
+bool CanPipelineTiles(const std::vector<const ir::Instruction*>& ops, int64_t len, int64_t dim) {
+  constexpr int64_t kThreads = WarpRowKernel::kBlock;
+  if (len % kTileRows != 0 || (kTileRows * dim / 8) % kThreads != 0 || dim % 8 != 0) return false;
+  return std::all_of(ops.begin(), ops.end(), [&](const ir::Instruction* op) {
+    return VectorSourceOf(*op, len, dim).has_value();
+  });
+}
+
+void IssueTileCopies(WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Value h, Value block,
+                     int64_t len, int64_t dim,
+                     const std::vector<std::pair<const ir::Instruction*, SharedTile>>& tiles,
+                     Value when) {
+  mlir::OpBuilder& b = kernel.b();
+  const mlir::Location loc = kernel.loc();
+  {
+    mlir::OpBuilder::InsertionGuard guard(b);
+    if (when) {
+      auto if_op = b.create<mlir::scf::IfOp>(loc, when, false);
+      b.setInsertionPoint(if_op.thenBlock()->getTerminator());
+    }
+    for (const auto& [op, tile] : tiles) {
+      const VectorSource source = *VectorSourceOf(*op, len, dim);
+      SharedTile stage = tile;
+      for (const VectorRow& v : VectorRows(kernel, lanes, bi, h, block, len, dim, *op, source)) {
+        // cp.async reads a global address: the kernel's pointers are generic.
+        const Value from = b.create<LLVM::AddrSpaceCastOp>(
+            loc, LLVM::LLVMPointerType::get(b.getContext(), 1), v.from);
+        b.create<LLVM::CallIntrinsicOp>(loc, mlir::TypeRange{},
+                                        "llvm.nvvm.cp.async.cg.shared.global.16",
+                                        mlir::ValueRange{stage.Address(b, loc, v.r, v.col), from});
+      }
+    }
+  }
+  b.create<NVVM::CpAsyncCommitGroupOp>(loc);
+}
+
+void AwaitTileCopies(WarpRowKernel& kernel) {
+  kernel.b().create<NVVM::CpAsyncWaitGroupOp>(kernel.loc(), 0);
+  kernel.b().create<mlir::gpu::BarrierOp>(kernel.loc());
+}
 
 Status FillTiles(WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Value h, Value block,
                  int64_t len, int64_t dim,
@@ -232,29 +325,9 @@ Status FillTiles(WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Value 
       continue;
     }
     auto vector_type = mlir::VectorType::get({8}, b.getI16Type());
-    const Value global = kernel.entry()->getArgument(source->param->attrs().index);
-    const int64_t heads = shape.dim(1);
-    for (int64_t u = 0; u < kTileRows * dim / 8 / kThreads; ++u) {
-      const Value v = b.create<arith::AddIOp>(loc, lanes.tid, c(kThreads * u));
-      const Value r = b.create<arith::DivUIOp>(loc, v, c(dim / 8));
-      const Value col =
-          b.create<arith::MulIOp>(loc, b.create<arith::RemUIOp>(loc, v, c(dim / 8)), c(8));
-      const Value row =
-          b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, block, c(kTileRows)), r);
-      const Value in = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, row, c(len));
-      const Value clamped = b.create<arith::MinUIOp>(loc, row, c(len - 1));
-      // The element's row: (b * H + h) * T + t, or (b * T + t) * H + h when
-      // the heads are interleaved in the rows ([B, T, H*D]).
-      auto mul_add = [&](Value x, int64_t n, Value y) -> Value {
-        return b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, x, c(n)), y);
-      };
-      const Value r_index = source->heads_inner ? mul_add(mul_add(bi, len, clamped), heads, h)
-                                                : mul_add(mul_add(bi, heads, h), len, clamped);
-      const Value at = mul_add(r_index, dim, col);
-      const Value from = b.create<LLVM::GEPOp>(loc, global.getType(), b.getI16Type(), global,
-                                               mlir::ValueRange{at}, /*inbounds=*/true);
-      vectors.push_back(
-          {tile, r, col, in, b.create<LLVM::LoadOp>(loc, vector_type, from, /*alignment=*/16)});
+    for (const VectorRow& v : VectorRows(kernel, lanes, bi, h, block, len, dim, *op, *source)) {
+      vectors.push_back({tile, v.r, v.col, v.in,
+                         b.create<LLVM::LoadOp>(loc, vector_type, v.from, /*alignment=*/16)});
     }
   }
   for (const Vector& v : vectors) {
@@ -379,15 +452,27 @@ StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
 
   FusedEmitter::Cache saved = emitter.SaveCache();
   const WarpRowKernel::Row row = kernel.BeginRow(kWarp);  // one row per warp, no partial block
-  SharedTile k_tile(b, gpu_module, name + "_k", kTileRows, dim);
+  // Note [pipelined tile fill]: k and v of block kb + 1 travel while the
+  // warps compute on block kb.
+  std::vector<const ir::Instruction*> ops = {a.k};
+  if (with_v) ops.push_back(a.v);
+  const bool pipelined = CanPipelineTiles(ops, a.tk, dim);
+  SharedTile k_tile(b, gpu_module, name + "_k", kTileRows, dim, pipelined ? 2 : 1);
   std::optional<SharedTile> v_tile;
-  if (with_v) v_tile.emplace(b, gpu_module, name + "_v", kTileRows, dim);
+  if (with_v) v_tile.emplace(b, gpu_module, name + "_v", kTileRows, dim, pipelined ? 2 : 1);
+  auto stage_tiles = [&](Value stage) {
+    std::vector<std::pair<const ir::Instruction*, SharedTile>> tiles = {
+        {a.k, k_tile.Stage(b, loc, stage)}};
+    if (v_tile) tiles.push_back({a.v, v_tile->Stage(b, loc, stage)});
+    return tiles;
+  };
   const Value bi = row.b, h = row.h;
   const Value query_block = m.Div(row.r, 4), warp = m.Rem(row.r, 4);
   const WarpLanes lanes = LanesOf(kernel, row.lane, warp);
   const Value q2 = lanes.q2;
   const Value row_lo = m.Add(m.Add(m.Mul(query_block, kTileRows), m.Mul(warp, 16)), lanes.group);
   const Value row_hi = m.Add(row_lo, m.C(8));
+  if (pipelined) IssueTileCopies(kernel, lanes, bi, h, m.C(0), a.tk, dim, stage_tiles(m.C(0)));
   ASSIGN_OR_RETURN(
       std::vector<Fragment> q_frags,
       LoadRowFragments(kernel, *a.q, bi, h, b.create<arith::MinUIOp>(loc, row_lo, m.C(a.tq - 1)),
@@ -404,10 +489,20 @@ StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
     FusedEmitter::Cache outer = emitter.SaveCache();
     const Value kb = loop.getInductionVar();
     auto args = loop.getRegionIterArgs();
-    std::vector<std::pair<const ir::Instruction*, SharedTile*>> tiles = {{a.k, &k_tile}};
-    if (v_tile) tiles.push_back({a.v, &*v_tile});
-    RETURN_IF_ERROR(FillTiles(kernel, lanes, bi, h, kb, a.tk, dim, tiles));
-    std::vector<Fragment> s = TimesTileTransposed(kernel, q_frags, k_tile, lanes);  // q k^T
+    std::optional<SharedTile> k_now = k_tile, v_now = v_tile;
+    if (pipelined) {
+      AwaitTileCopies(kernel);
+      const Value next = m.Add(kb, m.C(1));
+      IssueTileCopies(kernel, lanes, bi, h, next, a.tk, dim, stage_tiles(m.Rem(next, 2)),
+                      m.Less(next, blocks));
+      k_now = k_tile.Stage(b, loc, m.Rem(kb, 2));
+      if (v_tile) v_now = v_tile->Stage(b, loc, m.Rem(kb, 2));
+    } else {
+      std::vector<std::pair<const ir::Instruction*, SharedTile*>> tiles = {{a.k, &k_tile}};
+      if (v_tile) tiles.push_back({a.v, &*v_tile});
+      RETURN_IF_ERROR(FillTiles(kernel, lanes, bi, h, kb, a.tk, dim, tiles));
+    }
+    std::vector<Fragment> s = TimesTileTransposed(kernel, q_frags, *k_now, lanes);  // q k^T
     // Scale and mask; the rows' maxima over the block and the 4 lanes of a row.
     Value m_new[2] = {args[0], args[1]};
     for (int64_t nt = 0; nt < kTileRows / 8; ++nt) {
@@ -446,7 +541,7 @@ StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
     for (int64_t dt = 0; dt < d_tiles; ++dt) {
       for (int64_t e = 0; e < 4; ++e) o[dt][e] = m.FMul(args[4 + 4 * dt + e], corr[e / 2]);
     }
-    if (v_tile) AccumulateTimesTile(kernel, s, *v_tile, lanes, o);  // o += p~ v
+    if (v_now) AccumulateTimesTile(kernel, s, *v_now, lanes, o);  // o += p~ v
     for (const Fragment& f : o) next.insert(next.end(), f.begin(), f.end());
     b.create<mlir::scf::YieldOp>(loc, next);
     emitter.RestoreCache(std::move(outer));

@@ -270,6 +270,21 @@ StatusOr<Value*> HostRewriter::Emulate(llvm::CallInst& call, const std::string& 
                               b.getInt32(static_cast<uint32_t>(shuffles_++))});
     return type_name == "f32" ? b.CreateBitCast(out, b.getFloatTy()) : out;
   }
+  // Note [emulated cp.async]: the copy completes when it is issued (a load
+  // and a store, checked as any other), so commit and wait have nothing to
+  // do. A missing wait is then not caught; a missing barrier is, as the
+  // shared-memory race it is.
+  if (name == "llvm.nvvm.cp.async.cg.shared.global.16" ||
+      name == "llvm.nvvm.cp.async.ca.shared.global.16") {
+    Type* piece = llvm::FixedVectorType::get(b.getInt8Ty(), 16);
+    b.CreateAlignedStore(b.CreateAlignedLoad(piece, arg(1), llvm::Align(16)), arg(0),
+                         llvm::Align(16));
+    return static_cast<Value*>(nullptr);
+  }
+  if (name == "llvm.nvvm.cp.async.commit.group" || name == "llvm.nvvm.cp.async.wait.group" ||
+      name == "llvm.nvvm.cp.async.wait.all") {
+    return static_cast<Value*>(nullptr);
+  }
   if (name == "llvm.nvvm.membar.cta" || name == "llvm.nvvm.membar.gl" ||
       name == "llvm.nvvm.membar.sys") {
     // One thread runs at a time and blocks in order: memory is always coherent.

@@ -174,7 +174,11 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{1, 1, 65, 65, 128, true},         // the largest head dim
                     Case{1, 2, 20, 20, 24, true},          // CUDA cores (24 % 16 != 0)
                     Case{2, 2, 100, 100, 64, true, true},  // GPT-2's layout
-                    Case{1, 2, 20, 20, 24, true, true}),   // the same on CUDA cores
+                    Case{1, 2, 20, 20, 24, true, true},    // the same on CUDA cores
+                    // Note [pipelined tile fill]: whole tiles of the bf16
+                    // copies, copied with cp.async into two stages.
+                    Case{1, 2, 192, 192, 64, true, true},  // three key blocks
+                    Case{1, 1, 128, 192, 32, false}),      // keys != queries, no mask
     [](const testing::TestParamInfo<Case>& info) {
       const Case& c = info.param;
       return fmt::format("b{}h{}t{}s{}d{}{}{}", c.batch, c.heads, c.t, c.s, c.dim,
