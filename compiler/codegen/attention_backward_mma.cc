@@ -57,8 +57,18 @@ StatusOr<int64_t> EmitTensorCoreBackward(WarpRowKernel& kernel, mlir::gpu::GPUMo
   // Own rows: q and do (dq), or k and v (dk, dv); the other side's tiles.
   const ir::Instruction* own_a = by_query ? a.q : a.k;
   const ir::Instruction* own_b = by_query ? a.d_out : a.v;
-  SharedTile tile_a(b, gpu_module, name + (by_query ? "_k" : "_q"), kTileRows, dim);
-  SharedTile tile_b(b, gpu_module, name + (by_query ? "_v" : "_do"), kTileRows, dim);
+  // Note [pipelined tile fill] in the dq kernel, which has the registers to
+  // spare at two blocks a multiprocessor; the dk + dv kernel has none.
+  const ir::Instruction* other_a = by_query ? a.k : a.q;
+  const ir::Instruction* other_b = by_query ? a.v : a.d_out;
+  const bool pipelined = by_query && CanPipelineTiles({other_a, other_b}, other_len, dim);
+  const int64_t stages = pipelined ? 2 : 1;
+  SharedTile tile_a(b, gpu_module, name + (by_query ? "_k" : "_q"), kTileRows, dim, stages);
+  SharedTile tile_b(b, gpu_module, name + (by_query ? "_v" : "_do"), kTileRows, dim, stages);
+  auto stage_tiles = [&](Value stage) {
+    return std::vector<std::pair<const ir::Instruction*, SharedTile>>{
+        {other_a, tile_a.Stage(b, loc, stage)}, {other_b, tile_b.Stage(b, loc, stage)}};
+  };
   ASSIGN_OR_RETURN(std::vector<Fragment> frags_a,
                    LoadRowFragments(kernel, *own_a, bi, h, clamped[0], clamped[1], dim, lanes));
   ASSIGN_OR_RETURN(std::vector<Fragment> frags_b,
@@ -79,6 +89,9 @@ StatusOr<int64_t> EmitTensorCoreBackward(WarpRowKernel& kernel, mlir::gpu::GPUMo
   // starts there (T = S).
   const Value begin = a.causal && !by_query ? own_block : m.C(0);
   const Value end = a.causal && by_query ? m.Add(own_block, m.C(1)) : m.C(other_blocks);
+  if (pipelined) {
+    IssueTileCopies(kernel, lanes, bi, h, begin, other_len, dim, stage_tiles(m.Rem(begin, 2)));
+  }
   mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
   auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, begin, end, m.C(1), inits));
   {
@@ -103,13 +116,22 @@ StatusOr<int64_t> EmitTensorCoreBackward(WarpRowKernel& kernel, mlir::gpu::GPUMo
         }
       }
     }
-    RETURN_IF_ERROR(
-        FillTiles(kernel, lanes, bi, h, other, other_len, dim,
-                  {{by_query ? a.k : a.q, &tile_a}, {by_query ? a.v : a.d_out, &tile_b}}));
+    SharedTile now_a = tile_a, now_b = tile_b;
+    if (pipelined) {
+      AwaitTileCopies(kernel);
+      const Value next = m.Add(other, m.C(1));
+      IssueTileCopies(kernel, lanes, bi, h, next, other_len, dim, stage_tiles(m.Rem(next, 2)),
+                      m.Less(next, end));
+      now_a = tile_a.Stage(b, loc, m.Rem(other, 2));
+      now_b = tile_b.Stage(b, loc, m.Rem(other, 2));
+    } else {
+      RETURN_IF_ERROR(FillTiles(kernel, lanes, bi, h, other, other_len, dim,
+                                {{other_a, &tile_a}, {other_b, &tile_b}}));
+    }
     // s (or s^T) = own_a tile_a^T; dp (or dp^T) = own_b tile_b^T.
-    std::vector<Fragment> p = TimesTileTransposed(kernel, frags_a, tile_a, lanes);
+    std::vector<Fragment> p = TimesTileTransposed(kernel, frags_a, now_a, lanes);
     std::vector<Fragment> ds;
-    if (need_ds) ds = TimesTileTransposed(kernel, frags_b, tile_b, lanes);
+    if (need_ds) ds = TimesTileTransposed(kernel, frags_b, now_b, lanes);
     for (int64_t nt = 0; nt < kTileRows / 8; ++nt) {
       for (int64_t e2 = 0; e2 < 2; ++e2) {
         const Value col = cols[nt][e2];
@@ -137,8 +159,7 @@ StatusOr<int64_t> EmitTensorCoreBackward(WarpRowKernel& kernel, mlir::gpu::GPUMo
       for (int64_t dt = 0; dt < d_tiles; ++dt) {
         for (int64_t e = 0; e < 4; ++e) acc[dt][e] = args[(i * d_tiles + dt) * 4 + e];
       }
-      AccumulateTimesTile(kernel, wrts[i] == 2 ? p : ds, wrts[i] == 2 ? tile_b : tile_a, lanes,
-                          acc);
+      AccumulateTimesTile(kernel, wrts[i] == 2 ? p : ds, wrts[i] == 2 ? now_b : now_a, lanes, acc);
       for (const Fragment& f : acc) next.insert(next.end(), f.begin(), f.end());
     }
     b.create<mlir::scf::YieldOp>(loc, next);
