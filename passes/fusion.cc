@@ -106,6 +106,8 @@ bool Planner::Claimable(const Instruction* inst) const {
 int Planner::NewGroup(ir::FusionKind kind, const Instruction* hero, const InstSet& members) {
   int g = static_cast<int>(groups_.size());
   groups_.push_back(Group{kind, hero, members, true});
+  if (members.size() > 1) ++epoch_;  // unchecked: neither it nor the others are known convex
+  groups_.back().convex_at = members.size() <= 1 ? epoch_ : -1;
   for (const Instruction* m : members) group_of_[m] = g;
   SetBounds(g);
   return g;
@@ -121,10 +123,50 @@ void Planner::SetBounds(int g) {
   }
 }
 
+// Note [one member at a time]: a group that lies on no cycle (convex) takes
+// one more instruction, or another convex group, without a cycle unless a
+// path leaves the newcomers and comes back to the group, or leaves the group
+// and comes to the newcomers: a walk from the newcomers alone, forward and
+// backward. The whole
+// set's walk starts from every member, and growing a group of n one member
+// at a time was quadratic (issue 14: 10.6 s for a chain of 10k ops, 451 s
+// for 40k, most of it in TryAdd copying and walking the group).
+bool Planner::JoinCreatesCycle(int g, const InstSet& joining) const {
+  const Group& group = groups_[g];
+  auto in_target = [&](const Instruction* x) {
+    return joining.contains(x) || group.members.contains(x);
+  };
+  int64_t first = group.first, last = group.last;
+  for (const Instruction* x : joining) {
+    first = std::min(first, pos(x));
+    last = std::max(last, pos(x));
+  }
+  work_ += static_cast<int64_t>(joining.size());
+  for (bool backward : {false, true}) {
+    std::vector<const Instruction*> stack;
+    for (const Instruction* x : joining) {
+      if (backward) {
+        for (const Instruction* op : x->operands()) NonFreeSources(op, stack);
+      } else {
+        NonFreeUsers(x, stack);
+      }
+    }
+    std::erase_if(stack, in_target);
+    if (Walk(std::move(stack), in_target, first, last, backward, nullptr)) return true;
+  }
+  return false;
+}
+
 bool Planner::TryAdd(int g, const Instruction* inst) {
-  InstSet s = groups_[g].members;
-  s.insert(inst);
-  if (CreatesCycle(s)) return false;
+  if (groups_[g].convex_at == epoch_) {
+    ++work_;
+    if (JoinCreatesCycle(g, InstSet{inst})) return false;
+  } else {
+    InstSet s = groups_[g].members;
+    s.insert(inst);
+    if (CreatesCycle(s)) return false;
+    groups_[g].convex_at = epoch_;
+  }
   groups_[g].members.insert(inst);
   group_of_[inst] = g;
   groups_[g].first = std::min(groups_[g].first, pos(inst));
@@ -137,16 +179,24 @@ void Planner::ShrinkTo(int g, const InstSet& members) {
     if (!members.contains(m)) group_of_.erase(m);
   }
   groups_[g].members = members;
+  groups_[g].convex_at = -1;
   SetBounds(g);
 }
 
 bool Planner::TryMerge(int a, int b) {
   if (a == b) return true;
-  InstSet s = groups_[a].members;
-  s.insert(groups_[b].members.begin(), groups_[b].members.end());
-  if (CreatesCycle(s)) return false;
+  if (groups_[a].convex_at == epoch_ && groups_[b].convex_at == epoch_) {
+    ++work_;
+    if (JoinCreatesCycle(a, groups_[b].members)) return false;
+    groups_[a].members.insert(groups_[b].members.begin(), groups_[b].members.end());
+  } else {
+    InstSet s = groups_[a].members;
+    s.insert(groups_[b].members.begin(), groups_[b].members.end());
+    if (CreatesCycle(s)) return false;
+    groups_[a].members = std::move(s);
+  }
   for (const Instruction* m : groups_[b].members) group_of_[m] = a;
-  groups_[a].members = std::move(s);
+  groups_[a].convex_at = epoch_;
   groups_[a].first = std::min(groups_[a].first, groups_[b].first);
   groups_[a].last = std::max(groups_[a].last, groups_[b].last);
   groups_[b].members.clear();
@@ -164,11 +214,28 @@ bool Planner::TryMerge(int a, int b) {
 // 10k instructions).
 bool Planner::Reach(const InstSet& s, bool backward, InstSet* reached) const {
   ++work_;
+  work_ += static_cast<int64_t>(s.size());  // every member's neighbours start the walk
   int64_t first = static_cast<int64_t>(order_.size()), last = -1;
   for (const Instruction* m : s) {
     first = std::min(first, pos(m));
     last = std::max(last, pos(m));
   }
+  std::vector<const Instruction*> stack;
+  for (const Instruction* m : s) {
+    if (backward) {
+      for (const Instruction* op : m->operands()) NonFreeSources(op, stack);
+    } else {
+      NonFreeUsers(m, stack);
+    }
+  }
+  auto in_s = [&](const Instruction* n) { return s.contains(n); };
+  std::erase_if(stack, in_s);
+  return Walk(std::move(stack), in_s, first, last, backward, reached);
+}
+
+bool Planner::Walk(std::vector<const Instruction*> stack,
+                   const std::function<bool(const Instruction*)>& in_target, int64_t first,
+                   int64_t last, bool backward, InstSet* reached) const {
   auto beyond = [&](const Instruction* x) {
     int g = group_of(x);
     if (backward) return (g >= 0 ? groups_[g].last : pos(x)) < first;
@@ -176,7 +243,6 @@ bool Planner::Reach(const InstSet& s, bool backward, InstSet* reached) const {
   };
   // Free ops are copied into each group that reads them, so paths through
   // them count from their sources to their users directly.
-  std::vector<const Instruction*> stack;
   auto push_neighbors = [&](const Instruction* x) {
     if (backward) {
       for (const Instruction* op : x->operands()) NonFreeSources(op, stack);
@@ -184,14 +250,12 @@ bool Planner::Reach(const InstSet& s, bool backward, InstSet* reached) const {
       NonFreeUsers(x, stack);
     }
   };
-  for (const Instruction* m : s) push_neighbors(m);
-  std::erase_if(stack, [&](const Instruction* n) { return s.contains(n); });
   InstSet visited;
   bool cycle = false;
   while (!stack.empty()) {
     const Instruction* x = stack.back();
     stack.pop_back();
-    if (s.contains(x)) {
+    if (in_target(x)) {
       cycle = true;
       if (reached == nullptr) return true;
       continue;
@@ -283,14 +347,20 @@ class Materializer {
     }
     // Members, then copies of free ops nothing reads any more, users first.
     InstSet removed;
+    std::vector<Instruction*> removing;  // users first
+    auto unread = [&](const Instruction* inst) {
+      return std::all_of(inst->users().begin(), inst->users().end(),
+                         [&](const Instruction* u) { return removed.contains(u); });
+    };
     for (auto it = p_.order().rbegin(); it != p_.order().rend(); ++it) {
       Instruction* inst = *it;
       bool member = p_.group_of(inst) >= 0 && p_.groups()[p_.group_of(inst)].live;
-      if (!member && !(p_.IsFree(inst) && inst->users().empty())) continue;
-      if (!inst->users().empty() || entry_->root() == inst) continue;
-      entry_->RemoveInstruction(inst);
+      if (!member && !(p_.IsFree(inst) && unread(inst))) continue;
+      if (!unread(inst) || entry_->root() == inst) continue;
+      removing.push_back(inst);
       removed.insert(inst);
     }
+    entry_->RemoveInstructions(removing);
     std::erase_if(new_order, [&](Instruction* i) { return removed.contains(i); });
     assert(new_order.size() == static_cast<size_t>(entry_->instruction_count()) &&
            "fusion groups must not form a cycle");
@@ -351,7 +421,7 @@ class Materializer {
 
   bool HasFreeRootUser(const Instruction* inst) const {
     for (const Instruction* u : inst->users()) {
-      if (IsFree(*u) && (entry_->root() == u || HasFreeRootUser(u))) return true;
+      if (p_.IsFree(u) && (entry_->root() == u || HasFreeRootUser(u))) return true;
     }
     return false;
   }
@@ -384,7 +454,7 @@ class Materializer {
     // Parameters first: the non-free values members read from outside.
     std::function<void(const Instruction*)> collect = [&](const Instruction* op) {
       if (group.members.contains(op) || clone.contains(op)) return;
-      if (IsFree(*op)) {
+      if (p_.IsFree(op)) {
         for (const Instruction* o : op->operands()) collect(o);
         return;
       }

@@ -4,6 +4,7 @@
 #define GPTC_PASSES_FUSION_PLANNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -37,6 +38,9 @@ struct Group {
   // belong to no layer (`parameters.bf16`, `optimizer.grad_norm`).
   std::string name;
   std::string metadata;
+  // Known to lie on no cycle since the planner's epoch of this value (Note
+  // [one member at a time]); -1: not known.
+  int64_t convex_at = -1;
 };
 
 // Note [fusion groups]: every non-free instruction belongs to at most one
@@ -92,6 +96,15 @@ class Planner {
   // to `s` are not followed (Note [reach within bounds]): `reached` holds
   // the rest.
   bool Reach(const InstSet& s, bool backward, InstSet* reached) const;
+  // The walk of Reach from `stack`, between positions `first` and `last`,
+  // stopping at nodes `in_target`; whether it reached one.
+  bool Walk(std::vector<const ir::Instruction*> stack,
+            const std::function<bool(const ir::Instruction*)>& in_target, int64_t first,
+            int64_t last, bool backward, InstSet* reached) const;
+  // Note [one member at a time]: whether adding `joining` (one instruction,
+  // or a convex group's members) to convex group `g` makes a cycle, walking
+  // from `joining` alone.
+  bool JoinCreatesCycle(int g, const InstSet& joining) const;
   // Sets group `g`'s first and last member positions from its members.
   void SetBounds(int g);
 
@@ -102,6 +115,9 @@ class Planner {
   std::vector<Group> groups_;
   std::unordered_map<const ir::Instruction*, int> group_of_;
   mutable int64_t work_ = 0;
+  // Bumped by a group made of several members unchecked, which may put
+  // other groups on a cycle: convexity known before it is stale.
+  int64_t epoch_ = 0;
 };
 
 // The rule phases, in the order Fusion::Run applies them (fusion_rules.cc).

@@ -1,9 +1,10 @@
 #include "compiler/ir/computation.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cassert>
-
-#include <fmt/format.h>
+#include <unordered_set>
 
 namespace gptc::ir {
 
@@ -59,6 +60,17 @@ void Computation::RemoveInstruction(Instruction* inst) {
                          [&](const auto& p) { return p.get() == inst; });
   assert(it != instructions_.end());
   instructions_.erase(it);
+}
+
+void Computation::RemoveInstructions(const std::vector<Instruction*>& insts) {
+  std::unordered_set<const Instruction*> gone;
+  for (Instruction* inst : insts) {
+    assert(inst->users().empty() && inst != root_);
+    inst->DetachOperands();
+    by_name_.erase(inst->name());
+    gone.insert(inst);
+  }
+  std::erase_if(instructions_, [&](const auto& p) { return gone.contains(p.get()); });
 }
 
 void Computation::ReorderInstructions(const std::vector<Instruction*>& order) {

@@ -45,6 +45,10 @@ class Computation {
   Instruction* InsertInstructionBefore(std::unique_ptr<Instruction> inst, Instruction* before);
   // Removes an instruction that has no users and is not the root.
   void RemoveInstruction(Instruction* inst);
+  // Removes `insts` in one pass over the order (RemoveInstruction searches
+  // it for each): in the order given, each must have no users left but
+  // instructions before it in `insts`, and none is the root.
+  void RemoveInstructions(const std::vector<Instruction*>& insts);
   // Sets the execution order to `order`, a permutation of this computation's
   // instructions; operands must still precede their users (the verifier checks):
   //   %a, %b, %c   --ReorderInstructions({%b, %a, %c})-->   %b, %a, %c

@@ -9,8 +9,11 @@
 // stderr with line numbers of the whole file, and the exit code is 1 if any
 // case failed.
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "compiler/ir/parser.h"
 #include "compiler/ir/printer.h"
@@ -36,7 +39,8 @@ tools::Flags DeclareFlags() {
       .Value("disable-pass", "NAMES", "passes to skip (comma-separated)")
       .Bool("no-verify", "do not verify the IR after each pass")
       .Value("dump-dir", "DIR", "write the IR after every pass there")
-      .Value("dump-pass-re", "REGEX", "with --dump-dir: only after the passes matching REGEX");
+      .Value("dump-pass-re", "REGEX", "with --dump-dir: only after the passes matching REGEX")
+      .Bool("timings", "print the seconds of every pass (and verifier run) on stderr");
   return flags;
 }
 
@@ -95,6 +99,9 @@ int Main(int argc, char** argv) {
   for (const std::string& name : SplitComma(flags.Get("disable-pass"))) {
     options.disabled.insert(name);
   }
+  if (flags.Has("timings")) {
+    options.timings = std::make_shared<std::vector<std::pair<std::string, double>>>();
+  }
   std::vector<std::pair<std::string, pass::PassOptions>> pass_specs;
   for (const std::string& spec : pass::SplitPassList(flags.Get("pass"))) {
     StatusOr<std::pair<std::string, pass::PassOptions>> parsed = pass::ParsePassSpec(spec);
@@ -125,6 +132,12 @@ int Main(int argc, char** argv) {
       }
       StatusOr<bool> changed = pipeline.Run(**module);
       status = changed.status();
+      if (options.timings) {
+        for (const auto& [name, seconds] : *options.timings) {
+          std::fprintf(stderr, "gptc-opt: %s %.3f s\n", name.c_str(), seconds);
+        }
+        options.timings->clear();
+      }
     }
     if (!status.ok()) {
       std::fflush(stdout);
