@@ -11,6 +11,7 @@
 
 #include "compiler/codegen/gemm_fallback.h"
 #include "compiler/codegen/lowering.h"
+#include "compiler/ir/patterns.h"
 #include "compiler/ir/printer.h"
 
 namespace gptc::codegen {
@@ -44,11 +45,6 @@ std::vector<const ir::Instruction*> FusionReduces(const ir::Computation& fused) 
   return reduces;
 }
 
-bool IsRowReduce(const ir::Instruction& reduce) {
-  int64_t rank = reduce.operand(0)->shape().rank();
-  return rank >= 2 && reduce.attrs().dimensions == std::vector<int64_t>{rank - 1};
-}
-
 StatusOr<std::vector<bool>> MixedReductionColumnPart(const ir::Computation& fused) {
   // The kinds of reduce each instruction depends on: bit 0 row, bit 1 column.
   constexpr int kRow = 1, kColumn = 2;
@@ -67,7 +63,7 @@ StatusOr<std::vector<bool>> MixedReductionColumnPart(const ir::Computation& fuse
       for (size_t i = 0; i < dims.size(); ++i)
         prefix = prefix && dims[i] == static_cast<int64_t>(i);
       const ir::Shape& in = inst->operand(0)->shape();
-      if (IsRowReduce(*inst)) {
+      if (ir::IsRowReduce(*inst)) {
         if (row_input != nullptr && row_input->dims() != in.dims()) {
           return Error("%{}: row reduces of different input shapes", inst->name());
         }

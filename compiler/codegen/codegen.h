@@ -143,8 +143,7 @@ int64_t ColumnReductionChunks(const ir::Instruction& fusion);
 // fusion's inputs; neither uses atomics, so the results are deterministic.
 //
 // A reduce is a row reduce when it reduces the last dim of an input of rank
-// >= 2, else a column reduce when it reduces leading dims.
-bool IsRowReduce(const ir::Instruction& reduce);
+// >= 2 (ir::IsRowReduce), else a column reduce when it reduces leading dims.
 // For a fusion mixing row and column reductions: whether each output (in
 // FusionOutputs order) belongs to the column part; an error naming the output
 // when one depends on both kinds, or when the fusion is not such a mix.

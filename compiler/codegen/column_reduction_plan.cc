@@ -8,6 +8,7 @@
 #include "compiler/codegen/codegen.h"
 #include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"  // Describe
+#include "compiler/ir/patterns.h"
 
 namespace gptc::codegen {
 namespace {
@@ -87,7 +88,7 @@ bool DependsOn(const ir::Instruction* inst, const std::set<const ir::Instruction
 
 bool HasRowReduce(const ir::Computation& fused) {
   for (const auto& inst : fused.instructions()) {
-    if (inst->opcode() == ir::Opcode::kReduce && IsRowReduce(*inst)) return true;
+    if (inst->opcode() == ir::Opcode::kReduce && ir::IsRowReduce(*inst)) return true;
   }
   return false;
 }
@@ -105,7 +106,7 @@ StatusOr<ColumnReduces> FindColumnReduces(const ir::Instruction& fusion,
   std::optional<std::vector<int64_t>> kept_dims;
   for (const auto& inst : fused.instructions()) {
     if (inst->opcode() != ir::Opcode::kReduce) continue;
-    if (mixed && IsRowReduce(*inst)) continue;  // the row kernel's
+    if (mixed && ir::IsRowReduce(*inst)) continue;  // the row kernel's
     const ir::Shape& in = inst->operand(0)->shape();
     const std::vector<int64_t>& dims = inst->attrs().dimensions;
     bool prefix = !dims.empty();

@@ -48,6 +48,7 @@
 #include <map>
 #include <set>
 
+#include "compiler/ir/patterns.h"
 #include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"
 #include "compiler/codegen/kernel_emitter.h"
@@ -164,7 +165,7 @@ class RowReductionEmitter : public KernelEmitter {
     Bindings bindings;
     Bind(*fused, bindings);
     for (const ir::Instruction* inst : FusionReduces(*fused)) {
-      if (mixed_ && !IsRowReduce(*inst)) continue;
+      if (mixed_ && !ir::IsRowReduce(*inst)) continue;
       const ir::Shape& in = inst->operand(0)->shape();
       if (in.rank() == 0 || inst->attrs().dimensions != std::vector<int64_t>{in.rank() - 1}) {
         return Error(
