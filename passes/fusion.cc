@@ -144,13 +144,7 @@ bool Planner::JoinCreatesCycle(int g, const InstSet& joining) const {
   work_ += static_cast<int64_t>(joining.size());
   for (bool backward : {false, true}) {
     std::vector<const Instruction*> stack;
-    for (const Instruction* x : joining) {
-      if (backward) {
-        for (const Instruction* op : x->operands()) NonFreeSources(op, stack);
-      } else {
-        NonFreeUsers(x, stack);
-      }
-    }
+    for (const Instruction* x : joining) Neighbors(x, backward, stack);
     std::erase_if(stack, in_target);
     if (Walk(std::move(stack), in_target, first, last, backward, nullptr)) return true;
   }
@@ -221,13 +215,7 @@ bool Planner::Reach(const InstSet& s, bool backward, InstSet* reached) const {
     last = std::max(last, pos(m));
   }
   std::vector<const Instruction*> stack;
-  for (const Instruction* m : s) {
-    if (backward) {
-      for (const Instruction* op : m->operands()) NonFreeSources(op, stack);
-    } else {
-      NonFreeUsers(m, stack);
-    }
-  }
+  for (const Instruction* m : s) Neighbors(m, backward, stack);
   auto in_s = [&](const Instruction* n) { return s.contains(n); };
   std::erase_if(stack, in_s);
   return Walk(std::move(stack), in_s, first, last, backward, reached);
@@ -240,15 +228,6 @@ bool Planner::Walk(std::vector<const Instruction*> stack,
     int g = group_of(x);
     if (backward) return (g >= 0 ? groups_[g].last : pos(x)) < first;
     return (g >= 0 ? groups_[g].first : pos(x)) > last;
-  };
-  // Free ops are copied into each group that reads them, so paths through
-  // them count from their sources to their users directly.
-  auto push_neighbors = [&](const Instruction* x) {
-    if (backward) {
-      for (const Instruction* op : x->operands()) NonFreeSources(op, stack);
-    } else {
-      NonFreeUsers(x, stack);
-    }
   };
   InstSet visited;
   bool cycle = false;
@@ -266,10 +245,10 @@ bool Planner::Walk(std::vector<const Instruction*> stack,
     int g = group_of(x);
     if (g >= 0) {
       for (const Instruction* m : groups_[g].members) {
-        if (visited.insert(m).second || m == x) push_neighbors(m);
+        if (visited.insert(m).second || m == x) Neighbors(m, backward, stack);
       }
     } else {
-      push_neighbors(x);
+      Neighbors(x, backward, stack);
     }
   }
   if (reached != nullptr) *reached = std::move(visited);
@@ -297,6 +276,17 @@ void Planner::MakeConvex(InstSet& s) const {
       s.erase(x);
       for (const Instruction* op : x->operands()) between.push_back(op);
     }
+  }
+}
+
+void Planner::Neighbors(const Instruction* x, bool backward,
+                        std::vector<const Instruction*>& out) const {
+  // Free ops are copied into each group that reads them, so paths through
+  // them count from their sources to their users directly.
+  if (backward) {
+    for (const Instruction* op : x->operands()) NonFreeSources(op, out);
+  } else {
+    NonFreeUsers(x, out);
   }
 }
 

@@ -101,6 +101,10 @@ class Planner {
   bool Walk(std::vector<const ir::Instruction*> stack,
             const std::function<bool(const ir::Instruction*)>& in_target, int64_t first,
             int64_t last, bool backward, InstSet* reached) const;
+  // The non-free users of `x`, or with `backward` the non-free sources of
+  // its operands: the next steps of a walk.
+  void Neighbors(const ir::Instruction* x, bool backward,
+                 std::vector<const ir::Instruction*>& out) const;
   // Note [one member at a time]: whether adding `joining` (one instruction,
   // or a convex group's members) to convex group `g` makes a cycle, walking
   // from `joining` alone.
