@@ -371,22 +371,37 @@ TEST(FusionTest, AttentionOutputConvertAndQkvBiasJoinTheAttentionKernel) {
   EXPECT_EQ(KernelsPerLayer(*after).at(0), 7);
 }
 
+// The bf16 train step of a one-layer gpt2-tiny of width 32 (batch 1, seq 8)
+// as the pipeline hands it to remat and fusion; null (and a failure) when a
+// pass fails.
+std::unique_ptr<ir::Module> TinyTrainStep() {
+  models::GptConfig config = models::FindGptConfig("gpt2-tiny").value();
+  config.width = 32;
+  config.layers = 1;
+  auto traced = models::TraceGpt2Forward(config, 1, 8);
+  if (!traced.ok()) {
+    ADD_FAILURE() << traced.status().message();
+    return nullptr;
+  }
+  std::unique_ptr<ir::Module> module = std::move(traced->module);
+  for (const char* name : {"mixed-precision", "autodiff", "dce", "simplify", "cse", "dce"}) {
+    auto p = AllPasses().Create(name);
+    const Status status = p.ok() ? (*p)->Run(*module).status() : p.status();
+    if (!status.ok()) {
+      ADD_FAILURE() << name << ": " << status.message();
+      return nullptr;
+    }
+  }
+  return module;
+}
+
 // Note [GELU epilogues]: in the bf16 train step the GELU runs in c_fc's
 // gemm (writing the bf16 pre-activation as aux) and its backward in the gemm
 // of c_proj's input gradient (reading that aux); c_fc's bias gradient is
 // summed by its weight-gradient gemm from the bf16 gradient DGELU writes.
 TEST(FusionTest, GeluAndItsBackwardJoinTheGemmsAroundThem) {
-  models::GptConfig config = models::FindGptConfig("gpt2-tiny").value();
-  config.width = 32;
-  config.layers = 1;
-  auto traced = models::TraceGpt2Forward(config, 1, 8);
-  ASSERT_TRUE(traced.ok()) << traced.status().message();
-  std::unique_ptr<ir::Module> module = std::move(traced->module);
-  for (const char* name : {"mixed-precision", "autodiff", "dce", "simplify", "cse", "dce"}) {
-    auto p = AllPasses().Create(name);
-    ASSERT_TRUE(p.ok()) << p.status().message();
-    ASSERT_TRUE((*p)->Run(*module).ok()) << name;
-  }
+  std::unique_ptr<ir::Module> module = TinyTrainStep();
+  ASSERT_NE(module, nullptr);
   Remat remat({.policy = RematPolicy::kNone});  // Note [cheap recomputation]
   ASSERT_TRUE(remat.Run(*module).ok());
   Fusion fusion;
@@ -428,17 +443,8 @@ TEST(FusionTest, GeluAndItsBackwardJoinTheGemmsAroundThem) {
 // adding its bias itself (which the projection's gemm now does); the flash
 // backward kernels read the same copies.
 TEST(FusionTest, ForwardAttentionReadsTheRoundedCopiesTheBackwardKeeps) {
-  models::GptConfig config = models::FindGptConfig("gpt2-tiny").value();
-  config.width = 32;
-  config.layers = 1;
-  auto traced = models::TraceGpt2Forward(config, 1, 8);
-  ASSERT_TRUE(traced.ok()) << traced.status().message();
-  std::unique_ptr<ir::Module> module = std::move(traced->module);
-  for (const char* name : {"mixed-precision", "autodiff", "dce", "simplify", "cse", "dce"}) {
-    auto p = AllPasses().Create(name);
-    ASSERT_TRUE(p.ok()) << p.status().message();
-    ASSERT_TRUE((*p)->Run(*module).ok()) << name;
-  }
+  std::unique_ptr<ir::Module> module = TinyTrainStep();
+  ASSERT_NE(module, nullptr);
   Fusion fusion;
   std::unique_ptr<ir::Module> after;
   EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 1, 1e-5));
