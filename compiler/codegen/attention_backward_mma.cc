@@ -65,10 +65,8 @@ StatusOr<int64_t> EmitTensorCoreBackward(WarpRowKernel& kernel, mlir::gpu::GPUMo
   const int64_t stages = pipelined ? 2 : 1;
   SharedTile tile_a(b, gpu_module, name + (by_query ? "_k" : "_q"), kTileRows, dim, stages);
   SharedTile tile_b(b, gpu_module, name + (by_query ? "_v" : "_do"), kTileRows, dim, stages);
-  auto stage_tiles = [&](Value stage) {
-    return std::vector<std::pair<const ir::Instruction*, SharedTile>>{
-        {other_a, tile_a.Stage(b, loc, stage)}, {other_b, tile_b.Stage(b, loc, stage)}};
-  };
+  const std::vector<std::pair<const ir::Instruction*, SharedTile*>> tiles = {{other_a, &tile_a},
+                                                                            {other_b, &tile_b}};
   ASSIGN_OR_RETURN(std::vector<Fragment> frags_a,
                    LoadRowFragments(kernel, *own_a, bi, h, clamped[0], clamped[1], dim, lanes));
   ASSIGN_OR_RETURN(std::vector<Fragment> frags_b,
@@ -90,7 +88,7 @@ StatusOr<int64_t> EmitTensorCoreBackward(WarpRowKernel& kernel, mlir::gpu::GPUMo
   const Value begin = a.causal && !by_query ? own_block : m.C(0);
   const Value end = a.causal && by_query ? m.Add(own_block, m.C(1)) : m.C(other_blocks);
   if (pipelined) {
-    IssueTileCopies(kernel, lanes, bi, h, begin, other_len, dim, stage_tiles(m.Rem(begin, 2)));
+    IssueTileCopies(kernel, lanes, bi, h, begin, other_len, dim, tiles);
   }
   mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
   auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, begin, end, m.C(1), inits));
@@ -118,15 +116,12 @@ StatusOr<int64_t> EmitTensorCoreBackward(WarpRowKernel& kernel, mlir::gpu::GPUMo
     }
     SharedTile now_a = tile_a, now_b = tile_b;
     if (pipelined) {
-      AwaitTileCopies(kernel);
-      const Value next = m.Add(other, m.C(1));
-      IssueTileCopies(kernel, lanes, bi, h, next, other_len, dim, stage_tiles(m.Rem(next, 2)),
-                      m.Less(next, end));
-      now_a = tile_a.Stage(b, loc, m.Rem(other, 2));
-      now_b = tile_b.Stage(b, loc, m.Rem(other, 2));
+      std::vector<SharedTile> now =
+          AwaitTileCopies(kernel, lanes, bi, h, other, end, other_len, dim, tiles);
+      now_a = now[0];
+      now_b = now[1];
     } else {
-      RETURN_IF_ERROR(FillTiles(kernel, lanes, bi, h, other, other_len, dim,
-                                {{other_a, &tile_a}, {other_b, &tile_b}}));
+      RETURN_IF_ERROR(FillTiles(kernel, lanes, bi, h, other, other_len, dim, tiles));
     }
     // s (or s^T) = own_a tile_a^T; dp (or dp^T) = own_b tile_b^T.
     std::vector<Fragment> p = TimesTileTransposed(kernel, frags_a, now_a, lanes);

@@ -257,7 +257,7 @@ bool CanPipelineTiles(const std::vector<const ir::Instruction*>& ops, int64_t le
 
 void IssueTileCopies(WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Value h, Value block,
                      int64_t len, int64_t dim,
-                     const std::vector<std::pair<const ir::Instruction*, SharedTile>>& tiles,
+                     const std::vector<std::pair<const ir::Instruction*, SharedTile*>>& tiles,
                      Value when) {
   mlir::OpBuilder& b = kernel.b();
   const mlir::Location loc = kernel.loc();
@@ -267,25 +267,38 @@ void IssueTileCopies(WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Va
       auto if_op = b.create<mlir::scf::IfOp>(loc, when, false);
       b.setInsertionPoint(if_op.thenBlock()->getTerminator());
     }
+    const Value stage = b.create<arith::RemUIOp>(loc, block, kernel.C(2));
     for (const auto& [op, tile] : tiles) {
       const VectorSource source = *VectorSourceOf(*op, len, dim);
-      SharedTile stage = tile;
+      SharedTile to = tile->Stage(b, loc, stage);
       for (const VectorRow& v : VectorRows(kernel, lanes, bi, h, block, len, dim, *op, source)) {
         // cp.async reads a global address: the kernel's pointers are generic.
         const Value from = b.create<LLVM::AddrSpaceCastOp>(
             loc, LLVM::LLVMPointerType::get(b.getContext(), 1), v.from);
         b.create<LLVM::CallIntrinsicOp>(loc, mlir::TypeRange{},
                                         "llvm.nvvm.cp.async.cg.shared.global.16",
-                                        mlir::ValueRange{stage.Address(b, loc, v.r, v.col), from});
+                                        mlir::ValueRange{to.Address(b, loc, v.r, v.col), from});
       }
     }
   }
   b.create<NVVM::CpAsyncCommitGroupOp>(loc);
 }
 
-void AwaitTileCopies(WarpRowKernel& kernel) {
-  kernel.b().create<NVVM::CpAsyncWaitGroupOp>(kernel.loc(), 0);
-  kernel.b().create<mlir::gpu::BarrierOp>(kernel.loc());
+std::vector<SharedTile> AwaitTileCopies(
+    WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Value h, Value block, Value end,
+    int64_t len, int64_t dim,
+    const std::vector<std::pair<const ir::Instruction*, SharedTile*>>& tiles) {
+  mlir::OpBuilder& b = kernel.b();
+  const mlir::Location loc = kernel.loc();
+  b.create<NVVM::CpAsyncWaitGroupOp>(loc, 0);
+  b.create<mlir::gpu::BarrierOp>(loc);
+  const Value next = b.create<arith::AddIOp>(loc, block, kernel.C(1));
+  IssueTileCopies(kernel, lanes, bi, h, next, len, dim, tiles,
+                  b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, next, end));
+  const Value stage = b.create<arith::RemUIOp>(loc, block, kernel.C(2));
+  std::vector<SharedTile> now;
+  for (const auto& [op, tile] : tiles) now.push_back(tile->Stage(b, loc, stage));
+  return now;
 }
 
 Status FillTiles(WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Value h, Value block,
@@ -460,19 +473,15 @@ StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
   SharedTile k_tile(b, gpu_module, name + "_k", kTileRows, dim, pipelined ? 2 : 1);
   std::optional<SharedTile> v_tile;
   if (with_v) v_tile.emplace(b, gpu_module, name + "_v", kTileRows, dim, pipelined ? 2 : 1);
-  auto stage_tiles = [&](Value stage) {
-    std::vector<std::pair<const ir::Instruction*, SharedTile>> tiles = {
-        {a.k, k_tile.Stage(b, loc, stage)}};
-    if (v_tile) tiles.push_back({a.v, v_tile->Stage(b, loc, stage)});
-    return tiles;
-  };
+  std::vector<std::pair<const ir::Instruction*, SharedTile*>> tiles = {{a.k, &k_tile}};
+  if (v_tile) tiles.push_back({a.v, &*v_tile});
   const Value bi = row.b, h = row.h;
   const Value query_block = m.Div(row.r, 4), warp = m.Rem(row.r, 4);
   const WarpLanes lanes = LanesOf(kernel, row.lane, warp);
   const Value q2 = lanes.q2;
   const Value row_lo = m.Add(m.Add(m.Mul(query_block, kTileRows), m.Mul(warp, 16)), lanes.group);
   const Value row_hi = m.Add(row_lo, m.C(8));
-  if (pipelined) IssueTileCopies(kernel, lanes, bi, h, m.C(0), a.tk, dim, stage_tiles(m.C(0)));
+  if (pipelined) IssueTileCopies(kernel, lanes, bi, h, m.C(0), a.tk, dim, tiles);
   ASSIGN_OR_RETURN(
       std::vector<Fragment> q_frags,
       LoadRowFragments(kernel, *a.q, bi, h, b.create<arith::MinUIOp>(loc, row_lo, m.C(a.tq - 1)),
@@ -491,15 +500,11 @@ StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
     auto args = loop.getRegionIterArgs();
     std::optional<SharedTile> k_now = k_tile, v_now = v_tile;
     if (pipelined) {
-      AwaitTileCopies(kernel);
-      const Value next = m.Add(kb, m.C(1));
-      IssueTileCopies(kernel, lanes, bi, h, next, a.tk, dim, stage_tiles(m.Rem(next, 2)),
-                      m.Less(next, blocks));
-      k_now = k_tile.Stage(b, loc, m.Rem(kb, 2));
-      if (v_tile) v_now = v_tile->Stage(b, loc, m.Rem(kb, 2));
+      std::vector<SharedTile> now =
+          AwaitTileCopies(kernel, lanes, bi, h, kb, blocks, a.tk, dim, tiles);
+      k_now = now[0];
+      if (v_tile) v_now = now[1];
     } else {
-      std::vector<std::pair<const ir::Instruction*, SharedTile*>> tiles = {{a.k, &k_tile}};
-      if (v_tile) tiles.push_back({a.v, &*v_tile});
       RETURN_IF_ERROR(FillTiles(kernel, lanes, bi, h, kb, a.tk, dim, tiles));
     }
     std::vector<Fragment> s = TimesTileTransposed(kernel, q_frags, *k_now, lanes);  // q k^T

@@ -151,15 +151,21 @@ Status FillTiles(WarpRowKernel& kernel, const WarpLanes& lanes, mlir::Value bi, 
 bool CanPipelineTiles(const std::vector<const ir::Instruction*>& ops, int64_t len, int64_t dim);
 
 // Issues this thread's cp.async copies of rows block * 64 .. + 63 of each op
-// into its tile (a stage), and commits them as one group (also when `when`,
-// if given, is false and nothing is copied: the groups stay one a block).
+// into stage block % 2 of its two-stage tile, and commits them as one group
+// (also when `when`, if given, is false and nothing is copied: the groups
+// stay one a block). The loop's first block, before the loop.
 void IssueTileCopies(WarpRowKernel& kernel, const WarpLanes& lanes, mlir::Value bi, mlir::Value h,
                      mlir::Value block, int64_t len, int64_t dim,
-                     const std::vector<std::pair<const ir::Instruction*, SharedTile>>& tiles,
+                     const std::vector<std::pair<const ir::Instruction*, SharedTile*>>& tiles,
                      mlir::Value when = {});
 
-// Waits for this thread's copies, then the block's barrier.
-void AwaitTileCopies(WarpRowKernel& kernel);
+// Opens block `block` of the loop: waits for this thread's copies of it,
+// the block's barrier, then issues block + 1's (when below `end`). Returns
+// the stage holding block `block` of each tile, in order.
+std::vector<SharedTile> AwaitTileCopies(
+    WarpRowKernel& kernel, const WarpLanes& lanes, mlir::Value bi, mlir::Value h,
+    mlir::Value block, mlir::Value end, int64_t len, int64_t dim,
+    const std::vector<std::pair<const ir::Instruction*, SharedTile*>>& tiles);
 
 // a (16 x dim, A fragments) times tile^T (dim x 64): 8 f32 fragments (16 x 8).
 std::vector<Fragment> TimesTileTransposed(WarpRowKernel& kernel, const std::vector<Fragment>& a,
