@@ -1,6 +1,7 @@
 #include "compiler/artifact/writer.h"
 
 #include <chrono>
+#include <set>
 
 #include "compiler/codegen/emu_abi.h"
 #include "compiler/ir/printer.h"
@@ -60,26 +61,33 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
   std::string ir_text, ptx, cubin;
   // --emu: the host objects of every kernel and their index (Note [host kernels]).
   std::vector<std::string> host_objects;
+  std::set<std::string> host_symbols;
   json host_index = json::array();
   json plan_entries = json::array(), manifest_entries = json::array(), kernel_index = json::array();
   // params: name -> per-entry arena offsets.
   std::vector<json> param_offsets(program.params.size(), json::object());
-  for (const passes::TrainEntry& entry : program.entries) {
+  // Every entry's kernels on one pool of threads (codegen::CompileFusions).
+  std::vector<codegen::CompiledKernels> entry_kernels(program.entries.size());
+  if (options.compile_kernels) {
+    std::vector<codegen::CodegenModule> modules;
+    for (const passes::TrainEntry& entry : program.entries) {
+      modules.push_back({entry.module.get(),
+                         fmt::format("{}{}__", codegen::emu::kKernelSymbolPrefix, entry.name)});
+    }
+    codegen::CodegenOptions codegen = options.codegen;
+    codegen.progress = options.progress;
+    ASSIGN_OR_RETURN(entry_kernels, codegen::CompileFusions(modules, codegen));
+  }
+  t_codegen += watch.Lap();
+  for (size_t e = 0; e < program.entries.size(); ++e) {
+    const passes::TrainEntry& entry = program.entries[e];
+    codegen::CompiledKernels& kernels = entry_kernels[e];
+    for (const codegen::CompiledKernel& k : kernels.kernels) {
+      if (k.code_of < 0 && k.lower_seconds + k.ptxas_seconds > 0)
+        out.kernel_seconds.push_back({k.spec.name, k.lower_seconds, k.ptxas_seconds});
+    }
     ir_text += ir::PrintModule(*entry.module);
     watch.Lap();
-    codegen::CompiledKernels kernels;
-    if (options.compile_kernels) {
-      codegen::CodegenOptions codegen = options.codegen;
-      codegen.host_symbol_prefix =
-          fmt::format("{}{}__", codegen::emu::kKernelSymbolPrefix, entry.name);
-      if (options.progress) {
-        codegen.progress = [&](int64_t done, int64_t total) {
-          options.progress(entry.name, done, total);
-        };
-      }
-      ASSIGN_OR_RETURN(kernels, codegen::CompileFusions(*entry.module, codegen));
-    }
-    t_codegen += watch.Lap();
     ASSIGN_OR_RETURN(
         passes::BufferAssignment ba,
         passes::AssignBuffers(*entry.module, passes::DonationOptions(entry.signature)));
@@ -121,7 +129,9 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
                  {"ldmatrices", k.host->ldmatrices},
                  {"atomics", k.host->atomics},
                  {"accesses", k.host->accesses}});
-        host_objects.push_back(std::move(k.host->object));
+        // A kernel shared with an earlier entry has its host object there.
+        if (host_symbols.insert(k.host->symbol).second)
+          host_objects.push_back(std::move(k.host->object));
       }
     }
     for (size_t i = 0; i < program.params.size(); ++i) {

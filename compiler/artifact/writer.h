@@ -28,8 +28,8 @@ struct ArtifactOptions {
   // an `unsupported` thunk and the artifact is incomplete; the CPU device
   // (which evaluates the `ir` section) still runs it.
   bool compile_kernels = true;
-  // Called as codegen goes: (entry, kernels compiled, kernels in the entry).
-  std::function<void(const std::string&, int64_t, int64_t)> progress;
+  // Called as codegen goes: (kernels compiled, distinct kernels of all entries).
+  std::function<void(int64_t, int64_t)> progress;
 };
 
 struct BuiltArtifact {
@@ -40,6 +40,12 @@ struct BuiltArtifact {
   PlanStats stats;
   // Seconds per stage: "codegen" (emit + ptxas), "buffers", "plan", "encode".
   std::vector<std::pair<std::string, double>> timings;
+  // Each compiled kernel's seconds (CompiledKernel::lower_seconds, ptxas_seconds).
+  struct KernelSeconds {
+    std::string name;
+    double lower = 0, ptxas = 0;
+  };
+  std::vector<KernelSeconds> kernel_seconds;
 };
 
 // Compiles `program` (entries optimized: fused and scheduled) into an artifact.

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <thread>
@@ -159,8 +162,13 @@ StatusOr<CompiledKernel> CompileFusion(const ir::Instruction& fusion, std::strin
 StatusOr<CompiledKernel> CompileKernel(const ir::Instruction& fusion, EmitterKind emitter,
                                        std::string kernel_name, const CodegenOptions& options) {
   RETURN_IF_ERROR(CheckTarget(options.target));
+  auto start = std::chrono::steady_clock::now();
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   ASSIGN_OR_RETURN(LoweredKernel lowered, EmitAndLower(fusion, emitter, kernel_name, options));
   CompiledKernel kernel;
+  kernel.lower_seconds = seconds_since(start);
   kernel.spec = std::move(lowered.spec);
   kernel.ptx = std::move(lowered.ptx);
   kernel.mlir = std::move(lowered.mlir);
@@ -181,18 +189,14 @@ StatusOr<CompiledKernel> CompileKernel(const ir::Instruction& fusion, EmitterKin
     if (options.require_ptxas) return Error("kernel {}: ptxas not found", spec.name);
     return kernel;
   }
+  start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(PtxasInfo info, RunPtxas(*ptxas, kernel.ptx, spec.name, options.target));
   kernel.ptxas = std::move(info);
+  kernel.ptxas_seconds = seconds_since(start);
   return kernel;
 }
 
 namespace {
-
-// One line of `inst` without its name, operand names, called computation's
-// name and metadata: "bf16[4,8] add(0, 1), ..." (operands by position in
-// `numbers`). The called computation follows, canonicalised the same way.
-std::string CanonicalInstruction(const ir::Instruction& inst,
-                                 const std::map<const ir::Instruction*, int64_t>& numbers);
 
 std::string CanonicalComputation(const ir::Computation& c) {
   std::map<const ir::Instruction*, int64_t> numbers;
@@ -205,6 +209,8 @@ std::string CanonicalComputation(const ir::Computation& c) {
   }
   return out + "}";
 }
+
+}  // namespace
 
 std::string CanonicalInstruction(const ir::Instruction& inst,
                                  const std::map<const ir::Instruction*, int64_t>& numbers) {
@@ -237,6 +243,8 @@ std::string CanonicalInstruction(const ir::Instruction& inst,
   return line;
 }
 
+namespace {
+
 // A kernel to compile: Note [kernel deduplication] maps several to one.
 struct KernelJob {
   const ir::Instruction* inst;
@@ -247,6 +255,7 @@ struct KernelJob {
   const ir::Instruction* fallback_for = nullptr;
   KernelSpec::GemmFallback fallback = KernelSpec::GemmFallback::kNone;
   int64_t gemm_operand = -1, gemm_output = -1;
+  size_t module = 0;  // CompileFusions of several modules: the module it is compiled for
 };
 
 }  // namespace
@@ -258,23 +267,34 @@ std::string KernelKey(const ir::Instruction& inst, EmitterKind emitter) {
   return key;
 }
 
-StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const CodegenOptions& options) {
-  RETURN_IF_ERROR(CheckTarget(options.target));
-  if (module.entry() == nullptr) return Error("module {}: no entry computation", module.name());
-  CompiledKernels result;
-  std::set<std::string> names;
-  // Every kernel in launch order; `code[i]`: the index in `unique` of its code.
-  std::vector<KernelJob> jobs, unique;
+namespace {
+
+// Note [compile order]: a rough cost of compiling `inst`'s kernel, its fused
+// instructions (an attention kernel counts as 300, which its tiles are in
+// PTX), so that the costliest distinct kernels start first and the shortest
+// fill the end: on 2 cores the compile is as long as its last thread.
+int64_t CompileCost(const ir::Instruction& inst, EmitterKind emitter) {
+  if (emitter == EmitterKind::kAttention || emitter == EmitterKind::kAttentionBackward) return 300;
+  const ir::Computation* fused = inst.called_computation();
+  return fused == nullptr ? 1 : fused->instruction_count();
+}
+
+// The kernels of one module: every launch, in entry order, and the index in
+// the distinct kernels of its code.
+struct ModuleJobs {
+  std::vector<KernelJob> jobs;
   std::vector<size_t> code;
-  std::map<std::string, size_t> by_key;
-  auto add = [&](const ir::Instruction& inst, EmitterKind emitter, std::string name) {
-    std::string key = options.deduplicate ? KernelKey(inst, emitter) : name;
-    auto [it, inserted] = by_key.try_emplace(std::move(key), unique.size());
-    if (inserted) unique.push_back({&inst, emitter, name});
-    jobs.push_back({&inst, emitter, std::move(name)});
-    code.push_back(it->second);
-  };
+  CompiledKernels result;  // skipped fusions; kernels filled last
   std::vector<std::unique_ptr<ir::Module>> fallback_modules;  // alive until compiled
+};
+
+// Lists the kernels of `module` into `out`; `add(out, inst, emitter, name)`
+// records one.
+Status ListKernels(
+    const ir::Module& module, ModuleJobs& out,
+    const std::function<void(ModuleJobs&, const ir::Instruction&, EmitterKind, std::string)>& add) {
+  if (module.entry() == nullptr) return Error("module {}: no entry computation", module.name());
+  std::set<std::string> names;
   for (const auto& inst : module.entry()->instructions()) {
     ir::Opcode op = inst->opcode();
     if (op == ir::Opcode::kFusion && inst->attrs().fusion_kind == ir::FusionKind::kGemm) {
@@ -285,12 +305,12 @@ StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const Codegen
         for (int i = 1; names.count(name); ++i)
           name = fmt::format("{}_bgrad_{}", SanitizeName(inst->name()), i);
         names.insert(name);
-        add(*fallback->fusion, EmitterKind::kColumnReduction, name);
-        jobs.back().fallback_for = inst.get();
-        jobs.back().fallback = KernelSpec::GemmFallback::kBiasGradient;
-        jobs.back().gemm_operand = fallback->gemm_operand;
-        jobs.back().gemm_output = fallback->gemm_output;
-        fallback_modules.push_back(std::move(fallback->module));
+        add(out, *fallback->fusion, EmitterKind::kColumnReduction, name);
+        out.jobs.back().fallback_for = inst.get();
+        out.jobs.back().fallback = KernelSpec::GemmFallback::kBiasGradient;
+        out.jobs.back().gemm_operand = fallback->gemm_operand;
+        out.jobs.back().gemm_output = fallback->gemm_output;
+        out.fallback_modules.push_back(std::move(fallback->module));
       }
       ASSIGN_OR_RETURN(std::optional<GemmFallbackFusion> epilogue, EpilogueFallback(*inst));
       if (epilogue) {
@@ -298,11 +318,11 @@ StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const Codegen
         for (int i = 1; names.count(name); ++i)
           name = fmt::format("{}_epilogue_{}", SanitizeName(inst->name()), i);
         names.insert(name);
-        add(*epilogue->fusion, EmitterKind::kLoop, name);
-        jobs.back().fallback_for = inst.get();
-        jobs.back().fallback = KernelSpec::GemmFallback::kEpilogue;
-        jobs.back().gemm_operand = epilogue->gemm_operand;
-        fallback_modules.push_back(std::move(epilogue->module));
+        add(out, *epilogue->fusion, EmitterKind::kLoop, name);
+        out.jobs.back().fallback_for = inst.get();
+        out.jobs.back().fallback = KernelSpec::GemmFallback::kEpilogue;
+        out.jobs.back().gemm_operand = epilogue->gemm_operand;
+        out.fallback_modules.push_back(std::move(epilogue->module));
       }
     }
     if (op != ir::Opcode::kFusion && op != ir::Opcode::kGather && op != ir::Opcode::kScatterAdd) {
@@ -310,8 +330,8 @@ StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const Codegen
     }
     StatusOr<EmitterKind> emitter = ChooseEmitter(*inst);
     if (!emitter.ok()) {
-      result.skipped.push_back({inst->name(), inst->attrs().fusion_kind,
-                                std::string(emitter.status().message())});
+      out.result.skipped.push_back(
+          {inst->name(), inst->attrs().fusion_kind, std::string(emitter.status().message())});
       continue;
     }
     std::string name = SanitizeName(inst->name());
@@ -321,33 +341,121 @@ StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const Codegen
     if (*emitter == EmitterKind::kScatterAdd) {  // Note [multi-kernel instructions]
       std::string init = name + "_init";
       names.insert(init);
-      add(*inst, EmitterKind::kScatterAddInit, init);
+      add(out, *inst, EmitterKind::kScatterAddInit, init);
     }
     if (*emitter == EmitterKind::kMixedReductionColumns) {  // Note [multi-kernel instructions]
       std::string rows = name + "_rows";
       names.insert(rows);
-      add(*inst, EmitterKind::kMixedReductionRows, rows);
+      add(out, *inst, EmitterKind::kMixedReductionRows, rows);
     }
     if ((*emitter == EmitterKind::kColumnReduction ||
          *emitter == EmitterKind::kMixedReductionColumns) &&
         ColumnReductionChunks(*inst) > 1) {
       std::string partials = name + "_partials";  // Note [split column reductions]
       names.insert(partials);
-      add(*inst, EmitterKind::kColumnReductionPartials, partials);
+      add(out, *inst, EmitterKind::kColumnReductionPartials, partials);
       emitter = EmitterKind::kColumnReductionFinal;
     }
-    add(*inst, *emitter, name);
+    add(out, *inst, *emitter, name);
+  }
+  return Status::Ok();
+}
+
+// The launches of one module from the compiled distinct kernels.
+// A kernel's seconds are counted once, in the first module that launches it
+// (`timed`).
+void AssembleKernels(ModuleJobs& m,
+                     const std::vector<std::optional<StatusOr<CompiledKernel>>>& compiled,
+                     std::vector<bool>& timed) {
+  std::map<size_t, int64_t> first_use;
+  for (size_t j = 0; j < m.jobs.size(); ++j) {
+    CompiledKernel kernel;
+    auto [it, first] = first_use.try_emplace(m.code[j], static_cast<int64_t>(j));
+    if (first) {
+      kernel = compiled[m.code[j]]->value();
+      if (timed[m.code[j]]) kernel.lower_seconds = kernel.ptxas_seconds = 0;
+      timed[m.code[j]] = true;
+    } else {  // Note [kernel deduplication]
+      const CompiledKernel& code = m.result.kernels[it->second];
+      kernel.spec = code.spec;
+      kernel.code_of = it->second;
+    }
+    const KernelJob& job = m.jobs[j];
+    kernel.spec.fusion = job.inst->name();
+    if (job.fallback_for != nullptr) {  // Note [epilogue fallback kernels]
+      kernel.spec.fusion = job.fallback_for->name();
+      kernel.spec.gemm_fallback = job.fallback;
+      for (KernelParam& p : kernel.spec.params) {
+        if (job.fallback == KernelSpec::GemmFallback::kBiasGradient) {
+          p.index = p.role == KernelParam::Role::kOperand ? job.gemm_operand : job.gemm_output;
+        } else if (p.role == KernelParam::Role::kOperand && p.index == job.gemm_operand) {
+          // The dot's result: the plain gemm writes it to scratch.
+          p.role = KernelParam::Role::kScratch;
+          p.index = 0;
+        }
+      }
+    }
+    m.result.kernels.push_back(std::move(kernel));
+  }
+}
+
+}  // namespace
+
+StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const CodegenOptions& options) {
+  ASSIGN_OR_RETURN(std::vector<CompiledKernels> kernels,
+                   CompileFusions({CodegenModule{&module, options.host_symbol_prefix}}, options));
+  return std::move(kernels[0]);
+}
+
+StatusOr<std::vector<CompiledKernels>> CompileFusions(const std::vector<CodegenModule>& modules,
+                                                      const CodegenOptions& options) {
+  RETURN_IF_ERROR(CheckTarget(options.target));
+  // The distinct kernels of all modules. Within a module, equal keys share
+  // one kernel (Note [kernel deduplication]); across modules a kernel's code
+  // is compiled once when its key and its name agree (the validation entry
+  // repeats the train step's forward kernels), and each module keeps a copy.
+  std::vector<KernelJob> unique;
+  std::map<std::string, size_t> by_named_key;
+  std::vector<ModuleJobs> per_module(modules.size());
+  for (size_t m = 0; m < modules.size(); ++m) {
+    std::map<std::string, size_t> by_key;
+    auto add = [&](ModuleJobs& out, const ir::Instruction& inst, EmitterKind emitter,
+                   std::string name) {
+      std::string key = options.deduplicate ? KernelKey(inst, emitter) : name;
+      auto it = by_key.find(key);
+      if (it == by_key.end()) {
+        auto [named, inserted] = by_named_key.try_emplace(key + "\n" + name, unique.size());
+        if (inserted) {
+          unique.push_back({&inst, emitter, name});
+          unique.back().module = m;
+        }
+        it = by_key.emplace(std::move(key), named->second).first;
+      }
+      out.jobs.push_back({&inst, emitter, std::move(name)});
+      out.code.push_back(it->second);
+    };
+    RETURN_IF_ERROR(ListKernels(*modules[m].module, per_module[m], add));
   }
 
-  // The distinct kernels, on `threads` threads (each kernel has its own MLIR
-  // and LLVM contexts, see lowering.h).
+  // The distinct kernels, costliest first (Note [compile order]), on
+  // `threads` threads (each kernel has its own MLIR and LLVM contexts, see
+  // lowering.h).
+  std::vector<size_t> order(unique.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return CompileCost(*unique[a].inst, unique[a].emitter) >
+           CompileCost(*unique[b].inst, unique[b].emitter);
+  });
   std::vector<std::optional<StatusOr<CompiledKernel>>> compiled(unique.size());
   std::atomic<size_t> next{0};
   std::mutex progress_mutex;
   int64_t done = 0;
   auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < unique.size();) {
-      compiled[i] = CompileKernel(*unique[i].inst, unique[i].emitter, unique[i].name, options);
+    for (size_t n; (n = next.fetch_add(1)) < order.size();) {
+      const KernelJob& job = unique[order[n]];
+      CodegenOptions module_options = options;
+      module_options.host_symbol_prefix = modules[job.module].host_symbol_prefix;
+      compiled[order[n]] = CompileKernel(*job.inst, job.emitter, job.name, module_options);
       if (options.progress) {
         std::lock_guard<std::mutex> lock(progress_mutex);
         options.progress(++done, static_cast<int64_t>(unique.size()));
@@ -362,37 +470,18 @@ StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const Codegen
   for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
   for (std::thread& t : pool) t.join();
-  for (auto& c : compiled) {
-    if (!c->ok()) return c->status();
+  // The first failure in launch order, whatever order the kernels compiled in.
+  for (const ModuleJobs& m : per_module) {
+    for (size_t c : m.code) {
+      if (!compiled[c]->ok()) return compiled[c]->status();
+    }
   }
 
-  std::vector<int64_t> first_use(unique.size(), -1);
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    CompiledKernel kernel;
-    if (first_use[code[j]] < 0) {
-      first_use[code[j]] = static_cast<int64_t>(j);
-      kernel = std::move(*compiled[code[j]]).value();
-    } else {  // Note [kernel deduplication]
-      const CompiledKernel& first = result.kernels[first_use[code[j]]];
-      kernel.spec = first.spec;
-      kernel.code_of = first_use[code[j]];
-    }
-    kernel.spec.fusion = jobs[j].inst->name();
-    if (jobs[j].fallback_for != nullptr) {  // Note [epilogue fallback kernels]
-      kernel.spec.fusion = jobs[j].fallback_for->name();
-      kernel.spec.gemm_fallback = jobs[j].fallback;
-      for (KernelParam& p : kernel.spec.params) {
-        if (jobs[j].fallback == KernelSpec::GemmFallback::kBiasGradient) {
-          p.index =
-              p.role == KernelParam::Role::kOperand ? jobs[j].gemm_operand : jobs[j].gemm_output;
-        } else if (p.role == KernelParam::Role::kOperand && p.index == jobs[j].gemm_operand) {
-          // The dot's result: the plain gemm writes it to scratch.
-          p.role = KernelParam::Role::kScratch;
-          p.index = 0;
-        }
-      }
-    }
-    result.kernels.push_back(std::move(kernel));
+  std::vector<CompiledKernels> result;
+  std::vector<bool> timed(unique.size());
+  for (ModuleJobs& m : per_module) {
+    AssembleKernels(m, compiled, timed);
+    result.push_back(std::move(m.result));
   }
   return result;
 }

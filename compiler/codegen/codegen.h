@@ -9,6 +9,7 @@
 #define GPTC_COMPILER_CODEGEN_CODEGEN_H_
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,6 +78,9 @@ struct CompiledKernel {
   std::string llvm_ir;
   std::optional<HostKernel> host;  // CodegenOptions::emit_host; absent when code_of >= 0
   int64_t code_of = -1;  // Note [kernel deduplication]: the kernel holding the code, or -1
+  // Seconds spent on it (gptc compile --timings names the slowest kernels):
+  // emitting and lowering to PTX (MLIR, LLVM O3, the NVPTX backend), and ptxas.
+  double lower_seconds = 0, ptxas_seconds = 0;
 };
 
 struct SkippedFusion {
@@ -174,6 +178,13 @@ StatusOr<CompiledKernel> CompileKernel(const ir::Instruction& inst, EmitterKind 
 // deduplication]): its canonical print, without names or metadata.
 std::string KernelKey(const ir::Instruction& inst, EmitterKind emitter);
 
+// One line of `inst` without its name, operand names, called computation's
+// name and metadata: "bf16[4,8] add(0, 1), ..." (operands by their number in
+// `numbers`, -1 if absent). The called computation follows, canonicalised
+// the same way. KernelKey and Note [member classes] (loop_plan.h) use it.
+std::string CanonicalInstruction(const ir::Instruction& inst,
+                                 const std::map<const ir::Instruction*, int64_t>& numbers);
+
 // The emulator library (the artifact's `emu` section): `objects` (the
 // HostKernel::object of every kernel, any entry) linked with the library's
 // support object into one shared object by the system's C compiler driver
@@ -188,6 +199,21 @@ StatusOr<std::string> LinkHostLibrary(std::vector<std::string> objects);
 // [kernel deduplication]). The distinct kernels compile on options.threads
 // threads; the result does not depend on the number of threads.
 StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const CodegenOptions& options);
+
+// One module of a multi-module CompileFusions: its host kernels export
+// host_symbol_prefix + kernel name (in place of CodegenOptions's prefix).
+struct CodegenModule {
+  const ir::Module* module;
+  std::string host_symbol_prefix;
+};
+
+// CompileFusions of several modules (the entries of one artifact) on one
+// pool of threads, costliest kernels first (Note [compile order]); a kernel
+// whose key and name recur in a later module is compiled once, and each
+// module's result holds its own copy (its host kernel keeps the first
+// module's symbol). Results in the order of `modules`.
+StatusOr<std::vector<CompiledKernels>> CompileFusions(const std::vector<CodegenModule>& modules,
+                                                      const CodegenOptions& options);
 
 }  // namespace gptc::codegen
 

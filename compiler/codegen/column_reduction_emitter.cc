@@ -25,6 +25,8 @@ namespace {
 using mlir::Value;
 namespace arith = mlir::arith;
 
+constexpr int64_t kWarp = 32;
+
 Value Combine(mlir::OpBuilder& b, mlir::Location loc, ir::ReduceKind kind, Value x, Value y) {
   if (kind == ir::ReduceKind::kSum) return b.create<arith::AddFOp>(loc, x, y);
   return b.create<arith::MaximumFOp>(loc, x, y);
@@ -207,6 +209,12 @@ class ColumnReductionEmitter : public KernelEmitter {
                                         mlir::ValueRange{slot(i, lane_y)});
       }
       b.create<mlir::gpu::BarrierOp>(loc);
+      if (WarpTotals(plan, batch)) {
+        EmitWarpTotals(b, emitter, entry, plan, part_, batch, tid, chunk, shared, scratch_arg);
+        for (const ir::Instruction* r : batch) reduced.insert(r);
+        b.create<mlir::gpu::BarrierOp>(loc);
+        continue;
+      }
       for (int64_t half = ty / 2; half >= 1; half /= 2) {
         Value active = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, lane_y, c(half));
         auto if_active = b.create<mlir::scf::IfOp>(loc, active, false);
@@ -268,6 +276,75 @@ class ColumnReductionEmitter : public KernelEmitter {
   }
 
  private:
+  // Note [warp totals]: a batch of full reductions (one column: tx == 1)
+  // whose reduces all combine alike is totalled without a tree: warp w sums
+  // the block partials of reduces w, w + warps, ... in a loop over the batch
+  // (lane l takes partials l, l + 32, ..., then a butterfly of shuffles), and
+  // its lane 0 stores the total. The code is the same for any batch size:
+  // the per-reduce trees (10 levels of shared loads and stores for each of
+  // the 148 reduces of gpt2-124m's grad norm) were 80% of that kernel's PTX
+  // and most of its compile time. The order of the sums is fixed: the result
+  // is deterministic. Needs totals and partials numbered in batch order
+  // (PlanColumnReduction numbers them so).
+  static bool WarpTotals(const ColumnReductionPlan& plan,
+                         const std::vector<const ir::Instruction*>& batch) {
+    if (plan.tx != 1 || plan.ty % kWarp != 0) return false;
+    for (const ir::Instruction* r : batch) {
+      if (r->attrs().reduce_kind != batch[0]->attrs().reduce_kind) return false;
+    }
+    return true;
+  }
+
+  static void EmitWarpTotals(mlir::OpBuilder& b, FusedEmitter& emitter, mlir::Block* entry,
+                             const ColumnReductionPlan& plan, ColumnPart part,
+                             const std::vector<const ir::Instruction*>& batch, Value tid,
+                             Value chunk, Value shared, int64_t scratch_arg) {
+    mlir::Location loc = b.getUnknownLoc();
+    auto c = [&](int64_t v) { return emitter.IndexConstant(v); };
+    auto shared_at = [&](Value v) {
+      return b.create<arith::IndexCastOp>(loc, b.getIndexType(), v).getResult();
+    };
+    const ir::ReduceKind kind = batch[0]->attrs().reduce_kind;
+    const int64_t block = plan.block();
+    mlir::OpBuilder::InsertionGuard guard(b);
+    Value warp = b.create<arith::DivUIOp>(loc, tid, c(kWarp));
+    Value lane = b.create<arith::RemUIOp>(loc, tid, c(kWarp));
+    auto over = mlir::cast<mlir::scf::ForOp>(
+        CreateFor(b, loc, warp, c(static_cast<int64_t>(batch.size())), c(block / kWarp), {}));
+    Value i = over.getInductionVar();
+    // Lane l: partials l, l + 32, ... of reduce i (shared[i][y], y < TY).
+    double identity = kind == ir::ReduceKind::kSum ? 0.0 : -std::numeric_limits<double>::infinity();
+    Value row = b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, i, c(block)), lane);
+    auto sum = mlir::cast<mlir::scf::ForOp>(
+        CreateFor(b, loc, c(0), c(plan.ty / kWarp), c(1),
+                  mlir::ValueRange{ScalarConstant(b, loc, ir::DType::kF32, identity)}));
+    Value at = b.create<arith::AddIOp>(
+        loc, row, b.create<arith::MulIOp>(loc, sum.getInductionVar(), c(kWarp)));
+    Value x = b.create<mlir::memref::LoadOp>(loc, shared, shared_at(at));
+    b.create<mlir::scf::YieldOp>(loc, Combine(b, loc, kind, sum.getRegionIterArgs()[0], x));
+    b.setInsertionPointAfter(sum);
+    Value acc = sum.getResult(0);
+    for (int32_t offset = kWarp / 2; offset > 0; offset /= 2) {
+      auto shuffle = b.create<mlir::gpu::ShuffleOp>(loc, acc, offset, static_cast<int32_t>(kWarp),
+                                                    mlir::gpu::ShuffleMode::XOR);
+      acc = Combine(b, loc, kind, acc, shuffle.getShuffleResult());
+    }
+    Value first = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, lane, c(0));
+    auto if_first = b.create<mlir::scf::IfOp>(loc, first, false);
+    b.setInsertionPoint(if_first.thenBlock()->getTerminator());
+    // Reduce i of the batch is partial_index(batch[0]) + i (batch order).
+    Value r = b.create<arith::AddIOp>(loc, i, c(plan.partial_index.at(batch[0])));
+    if (part == ColumnPart::kPartials) {
+      // scratch[r * G + g] (one column).
+      Value slot =
+          b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, r, c(plan.chunks)), chunk);
+      StoreElement(b, loc, acc, entry->getArgument(scratch_arg), slot, ir::DType::kF32);
+    } else {
+      Value slot = b.create<arith::AddIOp>(loc, i, c(plan.total_slot.at(batch[0])));
+      b.create<mlir::memref::StoreOp>(loc, acc, shared, mlir::ValueRange{shared_at(slot)});
+    }
+  }
+
   bool mixed_;
   ColumnPart part_;
 };

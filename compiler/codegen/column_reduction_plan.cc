@@ -244,9 +244,6 @@ StatusOr<ColumnReductionPlan> PlanColumnReduction(const ir::Instruction& fusion,
       plan.grid = plan.tiles;
       break;
   }
-  for (const ir::Instruction* r : plan.reduces) {
-    plan.partial_index[r] = static_cast<int64_t>(plan.partial_index.size());
-  }
   if (part != ColumnPart::kWhole) {
     plan.scratch_floats = static_cast<int64_t>(plan.reduces.size()) * plan.chunks * k;
   }
@@ -279,8 +276,20 @@ StatusOr<ColumnReductionPlan> PlanColumnReduction(const ir::Instruction& fusion,
   for (const auto& batch : plan.batches) max_batch = std::max(max_batch, batch.size());
   plan.tree_floats = static_cast<int64_t>(max_batch) * block;
   plan.shared_floats = plan.tree_floats + total_floats;
-  for (const ir::Instruction* r : plan.reduces) {
-    plan.total_slot[r] = plan.tree_floats + static_cast<int64_t>(plan.total_slot.size()) * plan.tx;
+  // Totals and partials in batch order, so that a batch's are consecutive
+  // (Note [warp totals] in column_reduction_emitter.cc); the partials in the
+  // partials kernel's batch order, which the final kernel reads them in.
+  for (const auto& batch : plan.batches) {
+    for (const ir::Instruction* r : batch) {
+      plan.partial_index[r] = static_cast<int64_t>(plan.partial_index.size());
+      plan.total_slot[r] =
+          plan.tree_floats + static_cast<int64_t>(plan.total_slot.size()) * plan.tx;
+    }
+  }
+  if (part == ColumnPart::kFinal) {
+    ASSIGN_OR_RETURN(ColumnReductionPlan partials,
+                     PlanColumnReduction(fusion, ColumnPart::kPartials, mixed));
+    plan.partial_index = std::move(partials.partial_index);
   }
   plan.wide =
       std::max(max_input, plan.scratch_floats) + block * k >= std::numeric_limits<int32_t>::max();

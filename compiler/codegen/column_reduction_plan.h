@@ -100,7 +100,8 @@ struct ColumnReductionPlan {
   int64_t tree_floats = 0;
   int64_t shared_floats = 0;
   std::map<const ir::Instruction*, int64_t> total_slot;
-  // Split kernels: reduce -> its index r in scratch[(r * G + g) * K + column].
+  // Split kernels: reduce -> its index r in scratch[(r * G + g) * K + column],
+  // in the partials kernel's batch order.
   std::map<const ir::Instruction*, int64_t> partial_index;
   int64_t scratch_floats = 0;  // reduces x G x K; 0 when not split
   // The outputs this kernel writes, each with its kernel argument (Note

@@ -1,14 +1,16 @@
 // The elementwise loop emitter (kind=loop and kind=optimizer): a grid-stride
-// loop over the output elements of each output shape (Note [loop groups]); each thread handles `width` consecutive elements per
-// iteration so that same-shaped operands and the results move with 16-byte
-// vector loads and stores (Note [loop vectorisation]).
+// loop over the output elements of each output shape (Note [loop groups],
+// loop_plan.h, which also says how members of one shape share code); each
+// thread handles `width` consecutive elements per iteration so that
+// same-shaped operands and the results move with 16-byte vector loads and
+// stores (Note [loop vectorisation]).
 #include <algorithm>
-#include <limits>
 #include <map>
 
 #include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"
 #include "compiler/codegen/kernel_emitter.h"
+#include "compiler/codegen/loop_plan.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -28,83 +30,22 @@ using mlir::Value;
 // (broadcasts, transposes, slices...) are scalar loads. Results are stored as
 // vectors. Buffers are 256-byte aligned (buffer assignment), so W*bytes <= 16
 // divides every vector's address.
-constexpr int64_t kBlock = 256;
-constexpr int64_t kMaxBlocks = 132 * 16;  // H100 SMs x 16: enough to fill the GPU
-
-// Note [loop groups]: the outputs of a fusion may have different shapes (the
-// horizontal optimizer fusion updates every parameter, m and v; other
-// multi-output loop fusions too). Outputs of one shape form a group; group g
-// owns blocks [first_block, first_block + blocks) of the grid (blocks: enough
-// for its elements, at most kMaxBlocks) and runs the vectorised grid-stride
-// loop of Note [loop vectorisation] over its own shape with its own width.
-// A block tests its range once, so the cost of the dispatch is one compare
-// per group per block; all groups share the block size.
-struct Group {
-  std::vector<int64_t> dims;
-  int64_t n = 0;  // elements
-  std::vector<const ir::Instruction*> outputs;
-  std::vector<int64_t> slots;  // kernel argument of each output
-  int64_t width = 1, iterations = 0, first_block = 0, blocks = 1;
-};
-
 class LoopEmitter : public KernelEmitter {
  public:
   std::string_view Name() const override { return "loop"; }
 
   StatusOr<KernelSpec> Emit(const ir::Instruction& fusion, const std::string& name,
                             mlir::gpu::GPUModuleOp gpu_module) const override {
+    ASSIGN_OR_RETURN(LoopPlan plan, PlanLoop(fusion));
     ASSIGN_OR_RETURN(const ir::Computation* fused, FusedComputation(fusion));
-    std::vector<const ir::Instruction*> outputs = FusionOutputs(*fused);
-    std::vector<ir::Instruction*> params = fused->parameters();
-
-    // Output groups by shape (Note [loop groups]), in order of first output.
-    std::vector<Group> groups;
-    for (size_t o = 0; o < outputs.size(); ++o) {
-      const ir::Shape& s = outputs[o]->shape();
-      if (s.is_tuple()) {
-        return Error("%{}: tuple-shaped output {}", fusion.name(), Describe(*outputs[o]));
-      }
-      auto it = std::find_if(groups.begin(), groups.end(),
-                             [&](const Group& g) { return g.dims == s.dims(); });
-      if (it == groups.end()) {
-        groups.push_back(Group{s.dims(), s.num_elements()});
-        it = groups.end() - 1;
-      }
-      it->outputs.push_back(outputs[o]);
-      it->slots.push_back(static_cast<int64_t>(params.size() + o));
-    }
-    int64_t max_iterations = 0, max_elements = 0;
-    for (Group& g : groups) {
-      int64_t widest = 1;
-      for (const ir::Instruction* out : g.outputs)
-        widest = std::max(widest, StorageBytes(out->shape().dtype()));
-      for (const ir::Instruction* p : params) {
-        if (p->shape().num_elements() == g.n)
-          widest = std::max(widest, StorageBytes(p->shape().dtype()));
-      }
-      g.width = std::min<int64_t>(8, 16 / widest);
-      while (g.width > 1 && g.n % g.width != 0) g.width /= 2;
-      g.iterations = g.n / g.width;
-      max_iterations = std::max(max_iterations, g.iterations);
-      max_elements = std::max(max_elements, g.n);
-    }
-    const int64_t block =
-        groups.size() > 1 ? kBlock
-                          : std::min(kBlock, std::max<int64_t>(32, (max_iterations + 31) / 32 * 32));
-    int64_t grid = 0;
-    for (Group& g : groups) {
-      g.first_block = grid;
-      g.blocks = std::max<int64_t>(1, std::min(kMaxBlocks, (g.iterations + block - 1) / block));
-      grid += g.blocks;
-    }
-    const bool wide = max_elements + kMaxBlocks * block >= std::numeric_limits<int32_t>::max();
+    const int64_t num_params =
+        static_cast<int64_t>(fused->parameters().size() + FusionOutputs(*fused).size());
 
     mlir::OpBuilder b(gpu_module.getContext());
-    const int64_t num_params = static_cast<int64_t>(params.size() + outputs.size());
-    mlir::gpu::GPUFuncOp func = CreateKernel(b, gpu_module, name, num_params, block, 0);
+    mlir::gpu::GPUFuncOp func = CreateKernel(b, gpu_module, name, num_params, plan.block, 0);
     mlir::Block* entry = &func.getBody().front();
     mlir::Location loc = b.getUnknownLoc();
-    mlir::IntegerType index_type = wide ? b.getI64Type() : b.getI32Type();
+    mlir::IntegerType index_type = plan.wide ? b.getI64Type() : b.getI32Type();
 
     auto to_index = [&](Value v) {
       return b.create<mlir::arith::IndexCastOp>(loc, index_type, v).getResult();
@@ -112,12 +53,15 @@ class LoopEmitter : public KernelEmitter {
     Value tid = to_index(b.create<mlir::gpu::ThreadIdOp>(loc, mlir::gpu::Dimension::x));
     Value bid = to_index(b.create<mlir::gpu::BlockIdOp>(loc, mlir::gpu::Dimension::x));
 
-    const Group* group = nullptr;                     // the group being emitted
+    // The class being emitted: its group, and the buffers of the block's
+    // member (Note [member classes]) by the first member's parameters.
+    const LoopGroup* group = nullptr;
+    std::map<const ir::Instruction*, Value> buffers;
     std::map<const ir::Instruction*, Value> vectors;  // per iteration: vector loads
     Value base;                                       // per iteration: first element
     auto read_parameter = [&](const ir::Instruction& p,
                               const ElementIndex& index) -> StatusOr<Value> {
-      Value ptr = entry->getArgument(p.attrs().index);
+      Value ptr = buffers.at(&p);
       ir::DType dtype = p.shape().dtype();
       const int64_t width = group->width;
       if (width > 1 && index.identity && p.shape().num_elements() == group->n) {
@@ -147,38 +91,44 @@ class LoopEmitter : public KernelEmitter {
     FusedEmitter emitter(b, entry, index_type, "loop", reader, nullptr);
     self = &emitter;
 
-    for (const Group& g : groups) {
+    for (const LoopGroup& g : plan.groups) {
       group = &g;
-      vectors.clear();
-      mlir::OpBuilder::InsertPoint after_group = b.saveInsertionPoint();
-      FusedEmitter::Cache saved = emitter.SaveCache();
-      Value group_bid = bid;
-      if (groups.size() > 1) {
-        // if (first_block <= bid < first_block + blocks) { ... }
-        Value local = b.create<mlir::arith::SubIOp>(loc, bid, emitter.IndexConstant(g.first_block));
-        Value in = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::ult, local,
-                                                 emitter.IndexConstant(g.blocks));
-        auto if_in = b.create<mlir::scf::IfOp>(loc, in, /*withElseRegion=*/false);
-        b.setInsertionPoint(if_in.thenBlock()->getTerminator());
-        group_bid = local;
+      for (const LoopClass& c : g.classes) {
+        vectors.clear();
+        mlir::OpBuilder::InsertPoint after_class = b.saveInsertionPoint();
+        FusedEmitter::Cache saved = emitter.SaveCache();
+        Value class_bid = bid;
+        if (plan.dispatch()) {
+          // if (first_block <= bid < first_block + blocks) { ... }
+          Value local =
+              b.create<mlir::arith::SubIOp>(loc, bid, emitter.IndexConstant(c.first_block));
+          Value in = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::ult, local,
+                                                   emitter.IndexConstant(c.blocks()));
+          auto if_in = b.create<mlir::scf::IfOp>(loc, in, /*withElseRegion=*/false);
+          b.setInsertionPoint(if_in.thenBlock()->getTerminator());
+          class_bid = local;
+        }
+        std::vector<Value> outputs;
+        Value member_bid = SelectMember(b, emitter, entry, c, class_bid, buffers, outputs);
+        Status status =
+            EmitMember(b, emitter, fusion, g, c, plan.block, member_bid, tid, outputs, base);
+        emitter.RestoreCache(std::move(saved));
+        b.restoreInsertionPoint(after_class);
+        if (!status.ok()) return status;
       }
-      Status status = EmitGroup(b, emitter, entry, fusion, g, block, group_bid, tid, base);
-      emitter.RestoreCache(std::move(saved));
-      b.restoreInsertionPoint(after_group);
-      if (!status.ok()) return status;
     }
 
     KernelSpec spec;
     spec.name = name;
     spec.fusion = fusion.name();
     spec.kind = fusion.attrs().fusion_kind;
-    spec.grid = {grid, 1, 1};
-    spec.block = {block, 1, 1};
+    spec.grid = {plan.grid, 1, 1};
+    spec.block = {plan.block, 1, 1};
     spec.params = KernelParams(fusion, 1);
     for (KernelParam& p : spec.params) {
       // The widest vector any group moves this buffer with.
       int64_t width = 1;
-      for (const Group& g : groups) {
+      for (const LoopGroup& g : plan.groups) {
         if (p.shape.num_elements() == g.n) width = std::max(width, g.width);
       }
       p.min_alignment = width * StorageBytes(p.shape.dtype());
@@ -187,18 +137,59 @@ class LoopEmitter : public KernelEmitter {
   }
 
  private:
-  // One group's grid-stride loop over its blocks: `base` is set to each
+  // Note [member classes]: the block's member m = class_bid /
+  // blocks_per_member; fills `buffers` (the first member's parameters -> m's
+  // buffers) and `outputs` (m's output buffers) with select chains over m,
+  // and returns the block's index among m's blocks.
+  static Value SelectMember(mlir::OpBuilder& b, FusedEmitter& emitter, mlir::Block* entry,
+                            const LoopClass& c, Value class_bid,
+                            std::map<const ir::Instruction*, Value>& buffers,
+                            std::vector<Value>& outputs) {
+    mlir::Location loc = b.getUnknownLoc();
+    const LoopMember& first = c.members[0];
+    buffers.clear();
+    for (const ir::Instruction* p : first.params) buffers[p] = entry->getArgument(p->attrs().index);
+    for (int64_t slot : first.output_slots) outputs.push_back(entry->getArgument(slot));
+    if (c.members.size() == 1) return class_bid;
+    Value per_member = emitter.IndexConstant(c.blocks_per_member);
+    Value member = b.create<mlir::arith::DivUIOp>(loc, class_bid, per_member);
+    Value member_bid = b.create<mlir::arith::SubIOp>(
+        loc, class_bid, b.create<mlir::arith::MulIOp>(loc, member, per_member));
+    std::vector<Value> is(c.members.size());
+    for (size_t m = 1; m < c.members.size(); ++m) {
+      is[m] = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, member,
+                                            emitter.IndexConstant(static_cast<int64_t>(m)));
+    }
+    // Chains only where the members' buffers differ (not for shared scalars).
+    auto chain = [&](Value first_buffer, auto argument_of) {
+      Value v = first_buffer;
+      for (size_t m = 1; m < c.members.size(); ++m) {
+        Value arg = entry->getArgument(argument_of(c.members[m]));
+        if (arg != first_buffer) v = b.create<mlir::LLVM::SelectOp>(loc, is[m], arg, v);
+      }
+      return v;
+    };
+    for (size_t k = 0; k < first.params.size(); ++k) {
+      Value& v = buffers[first.params[k]];
+      v = chain(v, [&](const LoopMember& m) { return m.params[k]->attrs().index; });
+    }
+    for (size_t o = 0; o < outputs.size(); ++o)
+      outputs[o] = chain(outputs[o], [&](const LoopMember& m) { return m.output_slots[o]; });
+    return member_bid;
+  }
+
+  // One member's grid-stride loop over its blocks: `base` is set to each
   // iteration's first element (the parameter reader uses it).
-  static Status EmitGroup(mlir::OpBuilder& b, FusedEmitter& emitter, mlir::Block* entry,
-                          const ir::Instruction& fusion, const Group& g, int64_t block,
-                          Value group_bid, Value tid, Value& base) {
+  static Status EmitMember(mlir::OpBuilder& b, FusedEmitter& emitter, const ir::Instruction& fusion,
+                           const LoopGroup& g, const LoopClass& c, int64_t block, Value member_bid,
+                           Value tid, const std::vector<Value>& outputs, Value& base) {
     mlir::Location loc = b.getUnknownLoc();
     const int64_t width = g.width;
     // for (i = bid * block + tid; i < iterations; i += blocks * block)
     Value start = b.create<mlir::arith::AddIOp>(
-        loc, b.create<mlir::arith::MulIOp>(loc, group_bid, emitter.IndexConstant(block)), tid);
+        loc, b.create<mlir::arith::MulIOp>(loc, member_bid, emitter.IndexConstant(block)), tid);
     CreateFor(b, loc, start, emitter.IndexConstant(g.iterations),
-              emitter.IndexConstant(g.blocks * block), mlir::ValueRange{});
+              emitter.IndexConstant(c.blocks_per_member * block), mlir::ValueRange{});
     Value i = mlir::cast<mlir::scf::ForOp>(b.getInsertionBlock()->getParentOp()).getInductionVar();
     base = width == 1
                ? i
@@ -219,19 +210,20 @@ class LoopEmitter : public KernelEmitter {
               ? base
               : b.create<mlir::arith::AddIOp>(loc, base, emitter.IndexConstant(lane)).getResult();
     }
-    for (size_t o = 0; o < g.outputs.size(); ++o) {
+    const LoopMember& member = c.members[0];
+    for (size_t o = 0; o < member.outputs.size(); ++o) {
       std::vector<Value> lanes;
       for (int64_t lane = 0; lane < width; ++lane) {
         ElementIndex index;
         index.linear = lane_index[lane];
         index.identity = true;
         index.lane = static_cast<int>(lane);
-        StatusOr<Value> v = emitter.Emit(*g.outputs[o], index);
+        StatusOr<Value> v = emitter.Emit(*member.outputs[o], index);
         if (!v.ok()) return v.status().WithPrefix("%" + fusion.name());
         lanes.push_back(*v);
       }
-      ir::DType dtype = g.outputs[o]->shape().dtype();
-      Value ptr = entry->getArgument(g.slots[o]);
+      ir::DType dtype = member.outputs[o]->shape().dtype();
+      Value ptr = outputs[o];
       if (width == 1) {
         StoreElement(b, loc, lanes[0], ptr, base, dtype);
         continue;

@@ -6,6 +6,7 @@
 // of fewer rows than a chunk, column counts not a multiple of 32, full
 // reductions, max reductions, outputs computed from the totals, and the
 // column part of a mixed row/column (layer-norm backward) fusion.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "compiler/codegen/codegen.h"
@@ -223,6 +224,64 @@ TEST(SplitColumnReductionTest, FullReductions) {
   ASSERT_NE(module, nullptr);
   EmuKernelRunner runner(*module);
   runner.ExpectMatchesEvaluator("fu");
+}
+
+// Note [warp totals] (column_reduction_emitter.cc): a grad-norm-like fusion
+// of `n` sums of squares of parameters of three shapes in turn (and one of
+// `big` elements first), added up. Its batches are sorted by shape, so the
+// reduces' numbering follows the batches, not the reduce order.
+std::string SumOfSquaresModule(int n, int64_t big) {
+  const char* shapes[] = {"f32[700]", "f32[40,50]", "f32[333]"};
+  std::string params, body, operands, entry;
+  std::string prev;
+  for (int i = 0; i < n; ++i) {
+    std::string shape = i == 0 ? fmt::format("f32[{}]", big) : shapes[i % 3];
+    params += fmt::format("  %x{} = {} parameter({})\n", i, shape, i);
+    entry += fmt::format("  %x{} = {} parameter({})\n", i, shape, i);
+    const std::string dims = shape.find(',') != std::string::npos ? "{0,1}" : "{0}";
+    body += fmt::format("  %q{} = {} mul(%x{}, %x{})\n", i, shape, i, i);
+    body += fmt::format("  %r{} = f32[] reduce(%q{}), dimensions={}, kind=sum\n", i, i, dims);
+    if (i > 0) body += fmt::format("  %a{} = f32[] add({}, %r{})\n", i, prev, i);
+    prev = i == 0 ? "%r0" : fmt::format("%a{}", i);
+    operands += fmt::format("{}%x{}", i ? ", " : "", i);
+  }
+  return fmt::format(
+      "module sum_of_squares\n\n%norm {{\n{}{}  %s = f32[] sqrt({})\n"
+      "  ROOT %t = (f32[], f32[]) tuple(%s, {})\n}}\n\n"
+      "ENTRY %main {{\n{}  ROOT %gn = (f32[], f32[]) fusion({}), kind=reduction, calls=%norm\n}}\n",
+      params, body, prev, prev, entry, operands);
+}
+
+TEST(SplitColumnReductionTest, SixtySumsOfSquaresSplitInBatchesOfTheirOwn) {
+  // 300,000 rows split; the partials kernel (256 threads) batches 47 reduces
+  // at most, the final kernel all 60 at once.
+  auto module = Parse(SumOfSquaresModule(60, 300000));
+  ASSERT_NE(module, nullptr);
+  const ir::Instruction& gn = *module->entry()->root();
+  ASSERT_GT(ColumnReductionChunks(gn), 1);
+  StatusOr<ColumnReductionPlan> partials = PlanColumnReduction(gn, ColumnPart::kPartials, false);
+  ASSERT_TRUE(partials.ok()) << partials.status().message();
+  EXPECT_EQ(partials->batches.size(), 2u);
+  StatusOr<ColumnReductionPlan> final = PlanColumnReduction(gn, ColumnPart::kFinal, false);
+  ASSERT_TRUE(final.ok()) << final.status().message();
+  EXPECT_EQ(final->batches.size(), 1u);
+  EXPECT_EQ(final->partial_index, partials->partial_index);
+  EmuKernelRunner runner(*module);
+  ASSERT_EQ(runner.Specs("gn").size(), 2u);
+  runner.ExpectMatchesEvaluator("gn");
+}
+
+TEST(SplitColumnReductionTest, ThirtySumsOfSquaresInOneKernelOfSeveralBatches) {
+  auto module = Parse(SumOfSquaresModule(30, 2000));
+  ASSERT_NE(module, nullptr);
+  const ir::Instruction& gn = *module->entry()->root();
+  EXPECT_EQ(ColumnReductionChunks(gn), 1);
+  StatusOr<ColumnReductionPlan> whole = PlanColumnReduction(gn, ColumnPart::kWhole, false);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  EXPECT_EQ(whole->block(), 1024);
+  EXPECT_EQ(whole->batches.size(), 3u);  // 12 trees of 1024 floats at most
+  EmuKernelRunner runner(*module);
+  runner.ExpectMatchesEvaluator("gn");
 }
 
 // The layer-norm backward of Note [mixed row and column reductions] with
