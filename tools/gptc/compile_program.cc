@@ -1,0 +1,278 @@
+#include "tools/gptc/compile_program.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include "compiler/ir/printer.h"
+#include "compiler/pass/pipeline.h"
+#include "compiler/support/file.h"
+#include "compiler/support/text.h"
+#include "models/gpt2.h"
+#include "passes/buffer_assignment.h"
+#include "passes/fusion.h"
+#ifdef GPTC_HAVE_ARTIFACT_WRITER
+#include "compiler/artifact/writer.h"
+#endif
+
+namespace gptc::tools {
+namespace {
+
+// Fusion and memory reports of every entry; written to the dump dir and
+// printed when asked. Appends "; ENTRY: N fusions (K per layer), arena X"
+// to `summary`.
+Status WriteReports(const passes::TrainProgram& program, const CompileOptions& options,
+                    std::string& summary) {
+  for (const passes::TrainEntry& e : program.entries) {
+    std::string fusion = passes::RenderFusionReport(*e.module, options.roofline_gpu);
+    ASSIGN_OR_RETURN(passes::BufferAssignment assignment,
+                     passes::AssignBuffers(*e.module, passes::DonationOptions(e.signature)));
+    std::string memory = assignment.MemoryReport(20, e.name);
+    const std::string& dir = options.dump_dir;
+    if (!dir.empty()) {
+      RETURN_IF_ERROR(
+          WriteFileAtomically(fmt::format("{}/{}.fusion-report.txt", dir, e.name), fusion));
+      RETURN_IF_ERROR(
+          WriteFileAtomically(fmt::format("{}/{}.memory-report.txt", dir, e.name), memory));
+      RETURN_IF_ERROR(WriteFileAtomically(fmt::format("{}/{}.buffer-assignment.txt", dir, e.name),
+                                          assignment.ToString()));
+    }
+    if (options.print_fusion_report) {
+      std::printf("== fusion report: %s\n%s", e.name.c_str(), fusion.c_str());
+    }
+    if (options.print_memory_report) {
+      std::printf("== memory report: %s\n%s", e.name.c_str(), memory.c_str());
+    }
+    int64_t kernels = 0;
+    for (const auto& [kind, count] : passes::CountKernels(*e.module)) kernels += count;
+    int64_t max_per_layer = 0;
+    for (const auto& [layer, count] : passes::KernelsPerLayer(*e.module)) {
+      max_per_layer = std::max(max_per_layer, count);
+    }
+    summary += fmt::format("; {}: {} fusions{}, arena {}", e.name, kernels,
+                           max_per_layer > 0 ? fmt::format(" ({} per layer)", max_per_layer) : "",
+                           FormatBytes(assignment.arena_size()));
+  }
+  return Status::Ok();
+}
+
+// Seconds per pass name, summed over entries and repeated runs (dce).
+std::vector<std::pair<std::string, double>> SumPerPass(
+    const std::vector<std::pair<std::string, double>>& runs) {
+  std::vector<std::pair<std::string, double>> sums;
+  for (const auto& [name, seconds] : runs) {
+    auto it =
+        std::find_if(sums.begin(), sums.end(), [&](const auto& p) { return p.first == name; });
+    if (it == sums.end()) {
+      sums.emplace_back(name, seconds);
+    } else {
+      it->second += seconds;
+    }
+  }
+  return sums;
+}
+
+#ifdef GPTC_HAVE_ARTIFACT_WRITER
+// " NAME 1.234s (ptxas 0.9s), ..." for the `count` kernels that took longest
+// to compile (of all threads' time, not the wall clock).
+std::string SlowestKernels(std::vector<artifact::BuiltArtifact::KernelSeconds> kernels,
+                           size_t count) {
+  auto total = [](const auto& k) { return k.lower + k.ptxas; };
+  std::sort(kernels.begin(), kernels.end(),
+            [&](const auto& a, const auto& b) { return total(a) > total(b); });
+  std::string out;
+  for (size_t i = 0; i < std::min(count, kernels.size()); ++i) {
+    out += fmt::format("{} {} {:.3f}s (ptxas {:.3f}s)", i ? "," : "", kernels[i].name,
+                       total(kernels[i]), kernels[i].ptxas);
+  }
+  return out;
+}
+
+// The artifact of `program`; appends the kernel counts to the summary.
+Status BuildArtifactBytes(const passes::TrainProgram& program, const CompileOptions& options,
+                          const CompileProgress& progress, CompileResult& result) {
+  const models::GptConfig& config = options.config;
+  const passes::TrainStepOptions& train = options.train;
+  artifact::ArtifactOptions ao;
+  ao.codegen.target = options.target;
+  ao.compile_kernels = options.codegen;
+  ao.codegen.emit_host = options.emu;
+  ao.model = {{"name", config.name},
+              {"layers", config.layers},
+              {"heads", config.heads},
+              {"width", config.width},
+              {"positions", config.positions},
+              {"vocab", config.vocab},
+              {"padded_vocab", config.padded_vocab}};
+  ao.flags = {{"batch", options.batch},
+              {"seq", options.seq},
+              {"grad_accum", train.grad_accum},
+              {"precision", options.precision_name},
+              {"remat", options.remat_name},
+              {"weight_decay", train.adamw.weight_decay},
+              {"clip_norm", train.adamw.clip_norm},
+              {"beta1", train.adamw.beta1},
+              {"beta2", train.adamw.beta2},
+              {"eps", train.adamw.eps},
+              {"codegen", ao.compile_kernels},
+              {"world_size", train.world_size}};
+  if (progress) {
+    ao.progress = [&](int64_t done, int64_t total) {
+      progress(fmt::format("codegen: {}/{} kernels", done, total), done == total);
+    };
+  }
+  ASSIGN_OR_RETURN(artifact::BuiltArtifact built, artifact::BuildArtifact(program, ao));
+  for (const auto& t : built.timings) result.timings.push_back(t);
+  result.slowest_kernels = SlowestKernels(built.kernel_seconds, 3);
+  int64_t unsupported = 0;
+  for (const auto& [what, n] : built.stats.unsupported) unsupported += n;
+  // Note [epilogue fallback kernels]: the fallbacks launch only where
+  // cuBLASLt refuses an epilogue, so they are counted apart.
+  int64_t launches = 0, fallbacks = 0;
+  for (const auto& [kind, n] : built.stats.kernels_by_kind) {
+    (kind == "gemm fallback" ? fallbacks : launches) += n;
+  }
+  auto thunks = [&](const char* kind) {
+    return built.stats.thunks.contains(kind) ? built.stats.thunks.at(kind) : 0;
+  };
+  const std::string kernels =
+      ao.compile_kernels
+          ? fmt::format("{} kernel launches{} of {} distinct kernels ({} assembled by ptxas)",
+                        launches,
+                        fallbacks > 0 ? fmt::format(" (+{} gemm fallbacks)", fallbacks) : "",
+                        built.kernels, built.cubins)
+          : "no kernels (--no-codegen)";
+  result.summary +=
+      fmt::format("; {}, {} gemms, {} for {}", kernels, thunks("gemm"),
+                  FormatBytes(static_cast<int64_t>(built.bytes.size())), options.target);
+  if (!ao.compile_kernels) {
+    result.note = "note: --no-codegen: no kernels; only gptrun --device cpu runs this artifact";
+  } else if (unsupported > 0) {
+    result.note = fmt::format(
+        "note: {} kernels have no emitter yet; gptrun will refuse this artifact", unsupported);
+  }
+  result.bytes = std::move(built.bytes);
+  return Status::Ok();
+}
+#endif
+
+}  // namespace
+
+StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
+                                       const CompileProgress& progress) {
+#ifndef GPTC_HAVE_ARTIFACT_WRITER
+  if (options.artifact) return Error("this gptc was built without codegen: no artifact");
+#endif
+  const models::GptConfig& config = options.config;
+  auto show = [&](const std::string& what, bool force) {
+    if (progress) progress(what, force);
+  };
+  CompileResult result;
+  passes::TrainStepOptions train = options.train;
+  auto pass_timings = std::make_shared<std::vector<std::pair<std::string, double>>>();
+  train.pipeline.timings = pass_timings;
+  // Every pass is shown (a few dozen lines); only codegen's kernels are
+  // rate-limited.
+  train.pipeline.on_pass = [&](const std::string& pass) {
+    show(fmt::format("compiling {}: pass {}", config.name, pass), true);
+  };
+  auto lap_start = std::chrono::steady_clock::now();
+  auto lap = [&](const char* stage) {
+    auto now = std::chrono::steady_clock::now();
+    result.timings.emplace_back(stage, std::chrono::duration<double>(now - lap_start).count());
+    lap_start = now;
+  };
+
+  show(fmt::format("tracing {}", config.name), true);
+  ASSIGN_OR_RETURN(frontend::TracedModule traced,
+                   models::TraceGpt2Forward(config, options.batch, options.seq));
+  auto dumps = std::make_shared<pass::DumpWriter>(options.dump_dir);
+  RETURN_IF_ERROR(dumps->Dump(*traced.module, "traced"));
+  const size_t num_params = traced.params.size();
+  const int64_t param_values = traced.ParameterValues();
+  lap("trace");
+
+  std::vector<const ir::Module*> modules;
+  passes::TrainProgram program;
+  std::string entries;
+  if (options.forward_only) {
+    modules.push_back(traced.module.get());
+  } else {
+    train.dumps = dumps;
+    // The validation entry runs the very forward the train step is built from.
+    std::unique_ptr<ir::Module> forward =
+        options.forward_entries ? traced.module->Clone() : nullptr;
+    ASSIGN_OR_RETURN(program,
+                     passes::BuildTrainProgram(std::move(traced.module), traced.params, train));
+    if (options.forward_entries) {
+      // The sampling entry (batch 1, the train step's seq): gptrun's samples.
+      ASSIGN_OR_RETURN(frontend::TracedModule logits,
+                       models::TraceGpt2Logits(config, 1, options.seq));
+      RETURN_IF_ERROR(passes::AddLogitsEntry(program, std::move(logits.module), train)
+                          .WithPrefix("logits entry"));
+      RETURN_IF_ERROR(
+          passes::AddEvalEntry(program, std::move(forward), train).WithPrefix("eval entry"));
+    }
+    for (const passes::TrainEntry& e : program.entries) {
+      modules.push_back(e.module.get());
+      entries += fmt::format("{}{} ({} inputs -> {} outputs)", entries.empty() ? "" : ", ", e.name,
+                             e.signature.inputs.size(), e.signature.outputs.size());
+    }
+    lap("passes");
+  }
+  result.pass_seconds = SumPerPass(*pass_timings);
+
+  std::string reports;
+  if (!options.forward_only && train.optimize) {
+    show("buffer assignment and reports", true);
+    RETURN_IF_ERROR(WriteReports(program, options, reports));
+    lap("reports");
+  }
+
+  int64_t instructions = 0;
+  size_t computations = 0;
+  std::string text;
+  for (const ir::Module* m : modules) {
+    if (!options.artifact) text += ir::PrintModule(*m);
+    for (const auto& c : m->computations()) instructions += c->instruction_count();
+    computations += m->computations().size();
+  }
+  std::string what = options.forward_only ? fmt::format("traced {}", config.name)
+                                          : fmt::format("compiled {} train step", config.name);
+  std::string accum_note =
+      options.forward_only ? "" : fmt::format("; grad-accum {}", train.grad_accum);
+  if (!options.forward_only && train.world_size > 1) {
+    accum_note += fmt::format("; dp {} (batch per rank)", train.world_size);
+  }
+  result.summary = fmt::format(
+      "{} ({} layers, {} heads, width {}; batch {}, seq {}{}): {} instructions in {} "
+      "computations, {} parameters ({} values){}{}{}",
+      what, config.layers, config.heads, config.width, options.batch, options.seq, accum_note,
+      WithThousands(instructions), computations, num_params, WithThousands(param_values),
+      entries.empty() ? "" : ", entries ", entries, reports);
+#ifdef GPTC_HAVE_ARTIFACT_WRITER
+  if (options.artifact) {
+    RETURN_IF_ERROR(BuildArtifactBytes(program, options, progress, result));
+    return result;
+  }
+#endif
+  result.bytes = std::move(text);
+  return result;
+}
+
+std::string CompileInputs(const CompileOptions& o) {
+  const models::GptConfig& c = o.config;
+  const passes::TrainStepOptions& t = o.train;
+  // Doubles by their shortest round-trip text: equal values, equal keys.
+  return fmt::format(
+      "model {} layers {} heads {} width {} positions {} vocab {} padded_vocab {}; batch {} seq "
+      "{}; grad_accum {} world {} beta1 {} beta2 {} eps {} weight_decay {} clip_norm {}; "
+      "precision {} remat {} budget {} optimize {}; artifact {} target {} emu {} codegen {} "
+      "forward_entries {} forward_only {}",
+      c.name, c.layers, c.heads, c.width, c.positions, c.vocab, c.padded_vocab, o.batch, o.seq,
+      t.grad_accum, t.world_size, t.adamw.beta1, t.adamw.beta2, t.adamw.eps, t.adamw.weight_decay,
+      t.adamw.clip_norm, o.precision_name, o.remat_name, t.remat.budget_bytes, t.optimize,
+      o.artifact, o.target, o.emu, o.codegen, o.forward_entries, o.forward_only);
+}
+
+}  // namespace gptc::tools
