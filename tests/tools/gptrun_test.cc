@@ -215,6 +215,59 @@ TEST_F(GptrunTest, Bench) {
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(MFU \d+\.\d%)"))) << r.out;
 }
 
+// gptrun --model: the JIT path through gptc's compile cache (tools/gptrun/
+// jit.h), from a cold and then a warm cache; both train alike.
+TEST_F(GptrunTest, ModelCompilesThroughTheCacheColdThenWarm) {
+  const fs::path cache = *dir_ / "jit-cache";
+  fs::remove_all(cache);
+  auto jit = [&](const std::string& extra) {
+    return Run("XDG_CACHE_HOME=" + cache.string() + " " + GPTRUN_BIN +
+               " --model gpt2-tiny --batch 2 --seq 16 --device cpu --train '" +
+               (*dir_ / "train_*.bin").string() + "' --steps 2 --lr 1e-3 --warmup 0 --seed 7 " +
+               extra);
+  };
+  const fs::path copy = *dir_ / "jit.gptx";
+  Result cold = jit("--artifact-out " + copy.string());
+  ASSERT_EQ(cold.code, 0) << cold.out << cold.err;
+  std::vector<std::string> compiled = Lines(cold.out, "gptrun: compiled");
+  ASSERT_EQ(compiled.size(), 1u) << cold.out;
+  EXPECT_TRUE(std::regex_search(
+      compiled[0],
+      std::regex(
+          "^gptrun: compiled gpt2-tiny, batch 2 \\(no kernels: CPU device\\) "
+          "in [0-9.]+ s -> .*/jit-cache/gptc/[0-9a-f]{32}\\.gptx \\(copy: .*jit\\.gptx\\)$")))
+      << compiled[0];
+  EXPECT_TRUE(fs::is_regular_file(copy));
+
+  Result warm = jit("");
+  ASSERT_EQ(warm.code, 0) << warm.out << warm.err;
+  std::vector<std::string> reused = Lines(warm.out, "gptrun: reused");
+  EXPECT_TRUE(Lines(warm.out, "gptrun: compiled").empty()) << warm.out;
+  ASSERT_EQ(reused.size(), 1u) << warm.out;
+  EXPECT_TRUE(reused[0].starts_with("gptrun: reused the cached compile of gpt2-tiny, batch 2"))
+      << reused[0];
+  // The same artifact trains the same steps.
+  std::vector<std::string> cold_steps = Lines(cold.out, "step "),
+                           warm_steps = Lines(warm.out, "step ");
+  ASSERT_EQ(cold_steps.size(), 2u) << cold.out;
+  ASSERT_EQ(warm_steps.size(), 2u) << warm.out;
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(cold_steps[i].substr(0, cold_steps[i].find(" | lr")),
+              warm_steps[i].substr(0, warm_steps[i].find(" | lr")));
+  }
+
+  // gptc's refusal, folded into gptrun's one line, with gptc's exit status.
+  Result unknown = Run(std::string(GPTRUN_BIN) + " --model gpt3 --device cpu --train x");
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_EQ(Lines(unknown.err).size(), 1u) << unknown.err;
+  EXPECT_NE(unknown.err.find("gptrun: --model gpt3: gptc: unknown model 'gpt3'"), std::string::npos)
+      << unknown.err;
+  Result both = Run(std::string(GPTRUN_BIN) + " " + (*dir_ / "tiny.gptx").string() +
+                    " --batch 4 --device cpu --train x");
+  EXPECT_EQ(both.code, 2);
+  EXPECT_NE(both.err.find("--batch applies to --model"), std::string::npos) << both.err;
+}
+
 TEST_F(GptrunTest, Errors) {
   Result missing = Run(std::string(GPTRUN_BIN) + " " + (*dir_ / "nope.gptx").string() +
                        " --device cpu --train x");

@@ -10,6 +10,14 @@ namespace gptc::tools {
 
 bool HaveGpuDevice() { return GPTC_HAVE_GPU != 0; }
 
+bool GpuPresent() {
+#if GPTC_HAVE_GPU
+  return rt::gpu::CountDevices() > 0;
+#else
+  return false;
+#endif
+}
+
 ChosenDevice ChooseDevice(const RunOptions& o, const rt::LoadedProgram& loaded) {
   if (!o.device.empty()) return {o.device, ""};
 #if GPTC_HAVE_GPU

@@ -18,6 +18,8 @@ namespace gptc::tools {
 
 // Whether this gptrun was built with the GPU device.
 bool HaveGpuDevice();
+// Whether this gptrun has the GPU device and a GPU is present to run it.
+bool GpuPresent();
 
 struct ChosenDevice {
   std::string name;  // "cpu", "gpu" or "emu"

@@ -15,6 +15,9 @@
 // `--device emu` runs the GPU runtime on the emulated device (docs/EMULATOR.md:
 // the artifact's kernels compiled for this host by gptc compile --emu, with
 // memory and race checks unless --emu-checks off).
+// `gptrun --model NAME --batch N --seq T ...` compiles the model first, as a
+// JIT would, through gptc's compile cache (tools/gptrun/jit.h).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -24,6 +27,8 @@
 #include "compiler/support/status.h"
 #include "tools/common/data_files.h"
 #include "tools/common/flags.h"
+#include "tools/gptrun/devices.h"
+#include "tools/gptrun/jit.h"
 #include "tools/gptrun/train_loop.h"
 
 namespace gptc::tools {
@@ -38,7 +43,14 @@ int Fail(int code, const Status& status) { return FailWith("gptrun", code, statu
 Flags DeclareFlags() {
   const RunOptions d;  // the defaults --help shows are the ones RunTraining gets
   auto str = [](auto v) { return fmt::format("{}", v); };
-  Flags flags("gptrun", "FILE.gptx --train GLOB [flags]", kAbout);
+  Flags flags("gptrun", "FILE.gptx|--model NAME --train GLOB [flags]", kAbout);
+  flags.Section("just in time: a model instead of FILE.gptx")
+      .Value("model", "NAME",
+             "compile this model (gptc models) with the gptc beside gptrun, through its "
+             "compile cache, and train it")
+      .Value("batch", "N", "--model: sequences per step", "4")
+      .Value("seq", "T", "--model: tokens per sequence (default: the model's context length)")
+      .Value("artifact-out", "FILE.gptx", "--model: also keep the artifact there");
   flags.Section("device")
       .Value("device", "cpu|gpu|emu",
              "gpu: the GPU runtime (the default when a GPU is present and the artifact is "
@@ -104,14 +116,19 @@ int Main(int argc, char** argv) {
   Flags flags = DeclareFlags();
   if (Status s = flags.Parse(argc, argv, 1); !s.ok()) return Fail(kExitUsage, s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
-  if (flags.positional().empty()) {
-    return Fail(kExitUsage, Error("needs one artifact FILE.gptx (see gptrun --help)"));
+  const bool jit = flags.Has("model");
+  if (flags.positional().empty() && !jit) {
+    return Fail(kExitUsage,
+                Error("needs one artifact FILE.gptx or --model NAME (see gptrun --help)"));
   }
-  if (flags.positional().size() > 1) {
-    return Fail(kExitUsage, Error("unexpected argument '{}'", flags.positional()[1]));
+  if (flags.positional().size() > (jit ? 0u : 1u)) {
+    return Fail(kExitUsage, Error("unexpected argument '{}'{}", flags.positional().back(),
+                                  jit ? " (--model compiles the artifact)" : ""));
+  }
+  for (const char* name : {"batch", "seq", "artifact-out"}) {
+    if (flags.Has(name) && !jit) return Fail(kExitUsage, Error("--{} applies to --model", name));
   }
   RunOptions o;
-  o.artifact = flags.positional()[0];
   o.device = flags.Get("device");
   if (flags.Has("device") && o.device != "cpu" && o.device != "gpu" && o.device != "emu") {
     return Fail(kExitUsage, Error("--device must be cpu, gpu or emu, got '{}'", o.device));
@@ -180,6 +197,27 @@ int Main(int argc, char** argv) {
     return Fail(kExitUsage, Error("--resume does not apply to --bench"));
   if (o.profile && o.device == "cpu")
     return Fail(kExitUsage, Error("--profile needs --device gpu or emu"));
+  if (!jit) {
+    o.artifact = flags.positional()[0];
+    return RunTraining(o);
+  }
+  JitOptions jo;
+  jo.model = flags.Get("model");
+  jo.grad_accum = std::max<int64_t>(1, o.grad_accum);  // 0: not given
+  jo.artifact_out = flags.Get("artifact-out");
+  for (auto [name, field] : {std::pair{"batch", &jo.batch}, std::pair{"seq", &jo.seq}}) {
+    StatusOr<int64_t> v = flags.GetInt(name, *field);
+    if (!v.ok()) return Fail(kExitUsage, v.status());
+    if (flags.Has(name) && *v < 1)
+      return Fail(kExitUsage, Error("--{} must be >= 1, got {}", name, *v));
+    *field = *v;
+  }
+  // Kernels only for a device that runs them (no GPU here: the CPU device).
+  jo.device = o.device.empty() ? (GpuPresent() ? "gpu" : "cpu") : o.device;
+  bool usage = false;
+  StatusOr<std::string> artifact = CompileThroughCache(jo, usage);
+  if (!artifact.ok()) return Fail(usage ? kExitUsage : 1, artifact.status());
+  o.artifact = *artifact;
   return RunTraining(o);
 }
 

@@ -1,0 +1,39 @@
+// gptrun --model: the JIT path. gptrun links no compiler (DESIGN.md), so it
+// runs the `gptc` beside its own executable: `gptc compile --cached`, which
+// compiles through the compile cache (Note [compile cache] in
+// tools/gptc/compile_cache.h) and names the cached artifact; gptrun then
+// trains with that artifact as with one given on its command line.
+#ifndef GPTC_TOOLS_GPTRUN_JIT_H_
+#define GPTC_TOOLS_GPTRUN_JIT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/support/status.h"
+
+namespace gptc::tools {
+
+struct JitOptions {
+  std::string model;  // a gptc model name
+  int64_t batch = 4;
+  int64_t seq = 0;  // 0: the model's context length
+  int64_t grad_accum = 1;
+  // The kernels to compile for: "gpu" (sm_90a), "emu" (also the host
+  // kernels) or "cpu" (none: --no-codegen).
+  std::string device = "gpu";
+  std::string artifact_out;  // also write the artifact there; empty: only the cache
+};
+
+// The arguments of the gptc run for `o` (after "gptc").
+std::vector<std::string> JitCompileArgs(const JitOptions& o);
+
+// Compiles (or finds) the artifact of `o` through the cache and returns its
+// path. Prints one line: "gptrun: compiled|reused ... -> PATH". Errors:
+// gptc not beside gptrun, or gptc's failure with gptc's own one-line error
+// in it; `usage` is set when gptc refused the flags (exit 2).
+StatusOr<std::string> CompileThroughCache(const JitOptions& o, bool& usage);
+
+}  // namespace gptc::tools
+
+#endif  // GPTC_TOOLS_GPTRUN_JIT_H_
