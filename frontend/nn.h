@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "frontend/param.h"
+#include "compiler/program/param.h"
 #include "frontend/tensor.h"
 #include "frontend/tracer.h"
 

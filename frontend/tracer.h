@@ -35,10 +35,16 @@
 #include "compiler/ir/builder.h"
 #include "compiler/ir/module.h"
 #include "compiler/support/status.h"
-#include "frontend/param.h"
+#include "compiler/program/param.h"
 #include "frontend/tensor.h"
 
 namespace gptc::frontend {
+
+// The parameter and input specs of a traced module are the program
+// contract's (compiler/program/param.h).
+using program::InitRule;
+using program::InputSpec;
+using program::ParamSpec;
 
 // The result of tracing: a verified module whose entry takes
 // `params` then `inputs` (Note [entry signature]).

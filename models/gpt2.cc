@@ -8,7 +8,7 @@
 
 namespace gptc::models {
 
-using frontend::InitRule;
+using program::InitRule;
 using frontend::Tensor;
 using frontend::Tracer;
 

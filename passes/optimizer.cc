@@ -1,5 +1,8 @@
 #include "passes/optimizer.h"
 
+#include <map>
+#include <tuple>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -272,6 +275,67 @@ StatusOr<Instruction*> MakeRoot(Emitter& e, std::vector<Instruction*> elements) 
 
 }  // namespace
 
+namespace {
+
+using program::EntrySignature;
+using program::Slot;
+using program::SlotRole;
+
+// Note [optimizer signature]: roles recorded as the pass creates the values.
+class SignatureBuilder {
+ public:
+  void Inputs(const std::vector<Instruction*>& params, SlotRole role) {
+    for (size_t i = 0; i < params.size(); ++i) roles_[params[i]] = {role, static_cast<int64_t>(i)};
+  }
+  void Input(const Instruction* p, SlotRole role) { roles_[p] = {role, -1}; }
+  // A scalar output named after its role ("loss", "grad_norm").
+  void Output(SlotRole role) { outputs_.push_back({role, -1, nullptr}); }
+  // Per-parameter outputs `role`[i], each replacing `donors`[i] in place.
+  void Outputs(SlotRole role, const std::vector<Instruction*>& donors) {
+    for (size_t i = 0; i < donors.size(); ++i)
+      outputs_.push_back({role, static_cast<int64_t>(i), donors[i]});
+  }
+
+  EntrySignature Build(const ir::Computation& entry) const {
+    EntrySignature sig;
+    std::map<const Instruction*, int64_t> input_of;
+    for (const Instruction* p : entry.parameters()) {
+      Slot slot{SlotRole::kData, -1, p->name(), p->shape()};
+      if (auto it = roles_.find(p); it != roles_.end()) {
+        std::tie(slot.role, slot.index) = it->second;
+      } else if (p->name() == "tokens") {
+        slot.role = SlotRole::kTokens;
+      } else if (p->name() == "targets") {
+        slot.role = SlotRole::kTargets;
+      }
+      input_of[p] = static_cast<int64_t>(sig.inputs.size());
+      sig.inputs.push_back(std::move(slot));
+    }
+    const ir::Shape scalar = ir::Shape::Scalar(ir::DType::kF32);
+    for (const auto& [role, index, donor] : outputs_) {
+      if (donor == nullptr) {
+        sig.outputs.push_back({role, -1, std::string(program::SlotRoleName(role)), scalar});
+        continue;
+      }
+      const Slot& in = sig.inputs[input_of.at(donor)];
+      sig.donations.push_back({static_cast<int64_t>(sig.outputs.size()), input_of.at(donor)});
+      sig.outputs.push_back({role, index, "new." + in.name, in.shape});
+    }
+    return sig;
+  }
+
+ private:
+  struct Out {
+    SlotRole role;
+    int64_t index;
+    const Instruction* donor;
+  };
+  std::map<const Instruction*, std::pair<SlotRole, int64_t>> roles_;
+  std::vector<Out> outputs_;
+};
+
+}  // namespace
+
 StatusOr<bool> Optimizer::Run(ir::Module& module) {
   ASSIGN_OR_RETURN(AutodiffOutput in, Inspect(module));
   if (options_.grad_accum < 1) {
@@ -319,6 +383,18 @@ StatusOr<bool> Optimizer::Run(ir::Module& module) {
     apply->set_root(root);
     module.set_entry(apply);
     module.RemoveUnreachableComputations();
+    SignatureBuilder sig;
+    sig.Inputs(params, SlotRole::kParam);
+    sig.Inputs(m, SlotRole::kAdamM);
+    sig.Inputs(v, SlotRole::kAdamV);
+    sig.Inputs(acc, SlotRole::kGradAcc);
+    sig.Input(step_lr.first, SlotRole::kStep);
+    sig.Input(step_lr.second, SlotRole::kLr);
+    sig.Output(SlotRole::kGradNorm);
+    sig.Outputs(SlotRole::kParam, params);
+    sig.Outputs(SlotRole::kAdamM, m);
+    sig.Outputs(SlotRole::kAdamV, v);
+    signature_ = sig.Build(*apply);
     return true;
   }
 
@@ -326,10 +402,15 @@ StatusOr<bool> Optimizer::Run(ir::Module& module) {
   Emitter e(entry);
   Renumber(in.params, 0);
   std::vector<Instruction*> root_elements = {in.loss};
+  SignatureBuilder sig;
+  sig.Inputs(in.params, SlotRole::kParam);
+  sig.Output(SlotRole::kLoss);
   if (options_.mode == OptimizerMode::kAccumulate) {
     Renumber(in.data, 2 * n);
     ASSIGN_OR_RETURN(std::vector<Instruction*> acc,
                      AddStateParameters(e, in.params, "grad_acc", n));
+    sig.Inputs(acc, SlotRole::kGradAcc);
+    sig.Outputs(SlotRole::kGradAcc, acc);
     for (int64_t i = 0; i < n; ++i) {
       const std::string& name = in.params[i]->name();
       e.Scope("accumulate." + name, "optimizer." + name);
@@ -346,6 +427,14 @@ StatusOr<bool> Optimizer::Run(ir::Module& module) {
                      EmitAdamW(e, options_.adamw, in.params, in.grads, m, v, step_lr.first,
                                step_lr.second, new_params, new_m, new_v));
     root_elements.push_back(norm);
+    sig.Inputs(m, SlotRole::kAdamM);
+    sig.Inputs(v, SlotRole::kAdamV);
+    sig.Input(step_lr.first, SlotRole::kStep);
+    sig.Input(step_lr.second, SlotRole::kLr);
+    sig.Output(SlotRole::kGradNorm);
+    sig.Outputs(SlotRole::kParam, in.params);
+    sig.Outputs(SlotRole::kAdamM, m);
+    sig.Outputs(SlotRole::kAdamV, v);
     for (auto* list : {&new_params, &new_m, &new_v}) {
       root_elements.insert(root_elements.end(), list->begin(), list->end());
     }
@@ -357,6 +446,7 @@ StatusOr<bool> Optimizer::Run(ir::Module& module) {
     entry->RemoveInstruction(in.root);
   }
   SortParametersFirst(entry);
+  signature_ = sig.Build(*entry);
   return true;
 }
 

@@ -45,16 +45,11 @@
 
 #include "compiler/ir/shape.h"
 #include "compiler/pass/pass.h"
+#include "compiler/program/program.h"
 
 namespace gptc::passes {
 
-struct AdamWOptions {
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weight_decay = 0.1;  // decoupled; only where DecaysWeight()
-  double clip_norm = 1.0;     // global-norm clipping; <= 0 disables it
-};
+using program::AdamWOptions;  // compiler/program/program.h
 
 enum class OptimizerMode { kStep, kAccumulate, kApply };
 
@@ -68,14 +63,23 @@ struct OptimizerOptions {
 // (matrices, embeddings) decays; biases and layer-norm parameters do not.
 inline bool DecaysWeight(const ir::Shape& shape) { return shape.rank() >= 2; }
 
+// Note [optimizer signature]: the pass names the role of every entry input
+// and output as it creates them (parameters, moments, accumulators, data,
+// step and lr in; loss, grad norm and the updated state out, each update
+// donated onto the input it replaces). BuildTrainProgram takes the entry's
+// signature from here and checks it against the module the pipeline ends
+// with (CheckSignature in train_step.h).
 class Optimizer : public pass::Pass {
  public:
   explicit Optimizer(OptimizerOptions options = {}) : options_(options) {}
   std::string_view Name() const override { return "optimizer"; }
   StatusOr<bool> Run(ir::Module& module) override;
+  // The signature of the entry the last Run built.
+  const program::EntrySignature& signature() const { return signature_; }
 
  private:
   OptimizerOptions options_;
+  program::EntrySignature signature_;
 };
 
 }  // namespace gptc::passes

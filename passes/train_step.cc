@@ -10,108 +10,18 @@
 
 namespace gptc::passes {
 
-std::string_view SlotRoleName(SlotRole role) {
-  switch (role) {
-    case SlotRole::kParam: return "param";
-    case SlotRole::kAdamM: return "adam_m";
-    case SlotRole::kAdamV: return "adam_v";
-    case SlotRole::kGradAcc: return "grad_acc";
-    case SlotRole::kTokens: return "tokens";
-    case SlotRole::kTargets: return "targets";
-    case SlotRole::kData: return "data";
-    case SlotRole::kStep: return "step";
-    case SlotRole::kLr: return "lr";
-    case SlotRole::kLoss: return "loss";
-    case SlotRole::kGradNorm: return "grad_norm";
-    case SlotRole::kLogits: return "logits";
-  }
-  return "?";
-}
-
-std::optional<SlotRole> ParseSlotRole(std::string_view name) {
-  for (SlotRole role :
-       {SlotRole::kParam, SlotRole::kAdamM, SlotRole::kAdamV, SlotRole::kGradAcc,
-        SlotRole::kTokens, SlotRole::kTargets, SlotRole::kData, SlotRole::kStep, SlotRole::kLr,
-        SlotRole::kLoss, SlotRole::kGradNorm, SlotRole::kLogits}) {
-    if (SlotRoleName(role) == name) return role;
-  }
-  return std::nullopt;
-}
-
-namespace {
-
-int64_t FindSlot(const std::vector<Slot>& slots, SlotRole role, int64_t index) {
-  for (size_t i = 0; i < slots.size(); ++i) {
-    if (slots[i].role == role && slots[i].index == index) return static_cast<int64_t>(i);
-  }
-  return -1;
-}
-
-}  // namespace
-
-int64_t EntrySignature::FindInput(SlotRole role, int64_t index) const {
-  return FindSlot(inputs, role, index);
-}
-int64_t EntrySignature::FindOutput(SlotRole role, int64_t index) const {
-  return FindSlot(outputs, role, index);
-}
-
-const TrainEntry* TrainProgram::Find(std::string_view name) const {
-  for (const TrainEntry& e : entries) {
-    if (e.name == name) return &e;
-  }
-  return nullptr;
-}
-
-StatusOr<EntrySignature> ReadSignature(const ir::Module& module, OptimizerMode mode,
-                                       int64_t num_params) {
+Status CheckSignature(const ir::Module& module, const EntrySignature& sig) {
   const ir::Computation* entry = module.entry();
-  const int64_t n = num_params;
-  EntrySignature sig;
-  // Inputs: per-parameter blocks in order, then data, then step and lr.
-  std::vector<SlotRole> blocks = {SlotRole::kParam};
-  if (mode == OptimizerMode::kAccumulate) blocks.push_back(SlotRole::kGradAcc);
-  if (mode != OptimizerMode::kAccumulate) {
-    blocks.insert(blocks.end(), {SlotRole::kAdamM, SlotRole::kAdamV});
-  }
-  if (mode == OptimizerMode::kApply) blocks.push_back(SlotRole::kGradAcc);
   std::vector<ir::Instruction*> params = entry->parameters();
-  const int64_t block_params = n * static_cast<int64_t>(blocks.size());
-  if (static_cast<int64_t>(params.size()) < block_params) {
-    return Error("%{}: {} parameters, expected at least {}", entry->name(), params.size(),
-                 block_params);
+  if (params.size() != sig.inputs.size()) {
+    return Error("%{}: {} parameters, the signature has {} inputs", entry->name(), params.size(),
+                 sig.inputs.size());
   }
-  for (int64_t i = 0; i < static_cast<int64_t>(params.size()); ++i) {
-    const ir::Instruction* p = params[i];
-    Slot slot{SlotRole::kData, -1, p->name(), p->shape()};
-    if (i < block_params) {
-      slot.role = blocks[i / n];
-      slot.index = i % n;
-    } else if (p->name() == "tokens") {
-      slot.role = SlotRole::kTokens;
-    } else if (p->name() == "targets") {
-      slot.role = SlotRole::kTargets;
-    } else if (p->name() == "step" && mode != OptimizerMode::kAccumulate) {
-      slot.role = SlotRole::kStep;
-    } else if (p->name() == "lr" && mode != OptimizerMode::kAccumulate) {
-      slot.role = SlotRole::kLr;
-    }
-    sig.inputs.push_back(slot);
-  }
-  const ir::Shape scalar = ir::Shape::Scalar(ir::DType::kF32);
-  if (mode != OptimizerMode::kApply) sig.outputs.push_back({SlotRole::kLoss, -1, "loss", scalar});
-  if (mode != OptimizerMode::kAccumulate) {
-    sig.outputs.push_back({SlotRole::kGradNorm, -1, "grad_norm", scalar});
-  }
-  std::vector<SlotRole> out_blocks = {SlotRole::kGradAcc};
-  if (mode != OptimizerMode::kAccumulate) {
-    out_blocks = {SlotRole::kParam, SlotRole::kAdamM, SlotRole::kAdamV};
-  }
-  for (SlotRole role : out_blocks) {
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t in = sig.FindInput(role, i);
-      sig.donations.push_back({static_cast<int64_t>(sig.outputs.size()), in});
-      sig.outputs.push_back({role, i, "new." + sig.inputs[in].name, sig.inputs[in].shape});
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i]->name() != sig.inputs[i].name || params[i]->shape() != sig.inputs[i].shape) {
+      return Error("%{}: parameter {} is %{} {}, the signature's input {} is %{} {}",
+                   entry->name(), i, params[i]->name(), params[i]->shape().ToString(), i,
+                   sig.inputs[i].name, sig.inputs[i].shape.ToString());
     }
   }
   const ir::Shape& root = entry->root()->shape();
@@ -126,7 +36,7 @@ StatusOr<EntrySignature> ReadSignature(const ir::Module& module, OptimizerMode m
                    sig.outputs[i].name);
     }
   }
-  return sig;
+  return Status::Ok();
 }
 
 std::string DescribeSignature(const EntrySignature& signature) {
@@ -173,7 +83,7 @@ StatusOr<TrainEntry> RunOptimizer(std::string name, std::unique_ptr<ir::Module> 
   // reads them; apply's gradients are inputs the optimizer creates, so there
   // the pass runs after it.
   if (options.world_size > 1 && mode != OptimizerMode::kApply) pipeline.AddPass<DataParallel>(dp);
-  pipeline.AddPass<Optimizer>(
+  const Optimizer& optimizer = pipeline.AddPass<Optimizer>(
       OptimizerOptions{.adamw = options.adamw, .mode = mode, .grad_accum = options.grad_accum});
   if (options.world_size > 1 && mode == OptimizerMode::kApply) pipeline.AddPass<DataParallel>(dp);
   pipeline.AddPass<Dce>();
@@ -188,14 +98,15 @@ StatusOr<TrainEntry> RunOptimizer(std::string name, std::unique_ptr<ir::Module> 
     pipeline.AddPass<Schedule>();
   }
   RETURN_IF_ERROR(pipeline.Run(*module).status());
-  ASSIGN_OR_RETURN(EntrySignature sig, ReadSignature(*module, mode, num_params));
-  return TrainEntry{std::move(name), std::move(module), std::move(sig)};
+  // Note [optimizer signature]: the optimizer's, still true of the final module.
+  RETURN_IF_ERROR(CheckSignature(*module, optimizer.signature()));
+  return TrainEntry{std::move(name), std::move(module), optimizer.signature()};
 }
 
 }  // namespace
 
 StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
-                                         std::vector<frontend::ParamSpec> params,
+                                         std::vector<program::ParamSpec> params,
                                          const TrainStepOptions& options) {
   if (options.grad_accum < 1) return Error("--grad-accum must be >= 1, got {}", options.grad_accum);
   if (options.world_size < 1) return Error("--dp must be >= 1, got {}", options.world_size);

@@ -22,7 +22,7 @@
 
 #include "compiler/ir/module.h"
 #include "compiler/pass/pipeline.h"
-#include "frontend/param.h"
+#include "compiler/program/program.h"
 #include "passes/buffer_assignment.h"
 #include "passes/mixed_precision.h"
 #include "passes/optimizer.h"
@@ -30,60 +30,14 @@
 
 namespace gptc::passes {
 
-enum class SlotRole {
-  kParam,     // model parameter `index`
-  kAdamM,     // first moment of parameter `index`
-  kAdamV,     // second moment of parameter `index`
-  kGradAcc,   // accumulated gradient of parameter `index`
-  kTokens,    // s32[B, T]
-  kTargets,   // s32[B, T]
-  kData,      // another data input, by name
-  kStep,      // f32[] 1-based optimizer step
-  kLr,        // f32[] learning rate of this step
-  kLoss,      // f32[] mean loss of the (micro-)batch
-  kGradNorm,  // f32[] global gradient norm before clipping
-  kLogits,    // f32[1, T, padded_vocab] logits of the sampling entry
-};
-std::string_view SlotRoleName(SlotRole role);  // "param", "adam_m", ...
-// The role named `name` (SlotRoleName's inverse), or nullopt.
-std::optional<SlotRole> ParseSlotRole(std::string_view name);
-
-struct Slot {
-  SlotRole role;
-  int64_t index = -1;  // parameter index for per-parameter roles, else -1
-  std::string name;    // the IR parameter name, or the output's role name
-  ir::Shape shape;
-};
-
-struct EntrySignature {
-  std::vector<Slot> inputs;   // in entry-parameter order
-  std::vector<Slot> outputs;  // root tuple elements in order
-  // (output index, input index): the output replaces that input in place.
-  std::vector<std::pair<int64_t, int64_t>> donations;
-
-  // The input with `role` (and parameter `index`), or -1.
-  int64_t FindInput(SlotRole role, int64_t index = -1) const;
-  int64_t FindOutput(SlotRole role, int64_t index = -1) const;
-};
-
-struct TrainEntry {
-  std::string name;  // "train_step", "accumulate" or "apply"
-  std::unique_ptr<ir::Module> module;
-  EntrySignature signature;
-};
-
-struct TrainProgram {
-  std::vector<frontend::ParamSpec> params;
-  int64_t grad_accum = 1;
-  // Data-parallel ranks the entries all-reduce over (passes/data_parallel.h);
-  // the traced batch is one rank's micro-batch.
-  int64_t world_size = 1;
-  AdamWOptions adamw;
-  // train_step; or accumulate, apply; then optionally `logits` (sampling).
-  std::vector<TrainEntry> entries;
-
-  const TrainEntry* Find(std::string_view name) const;
-};
+// The program's types live in the contract library (compiler/program/).
+using program::EntrySignature;
+using program::ParseSlotRole;
+using program::Slot;
+using program::SlotRole;
+using program::SlotRoleName;
+using program::TrainEntry;
+using program::TrainProgram;
 
 struct TrainStepOptions {
   AdamWOptions adamw;
@@ -105,7 +59,7 @@ struct TrainStepOptions {
 // Builds the train step from the traced forward module whose first
 // params.size() parameters are `params` (frontend Note [entry signature]).
 StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
-                                         std::vector<frontend::ParamSpec> params,
+                                         std::vector<program::ParamSpec> params,
                                          const TrainStepOptions& options);
 
 // Adds the sampling entry `logits` to `program` from a traced module
@@ -127,10 +81,10 @@ Status AddLogitsEntry(TrainProgram& program, std::unique_ptr<ir::Module> logits,
 Status AddEvalEntry(TrainProgram& program, std::unique_ptr<ir::Module> forward,
                     const TrainStepOptions& options);
 
-// The signature of an optimizer output in `mode` with `num_params` trainable
-// parameters, read from its entry (checks the layout the pass produces).
-StatusOr<EntrySignature> ReadSignature(const ir::Module& module, OptimizerMode mode,
-                                       int64_t num_params);
+// Checks that `module`'s entry has `sig`'s inputs (names and shapes, in
+// order) and a root tuple of its outputs' shapes; errors name the first
+// difference.
+Status CheckSignature(const ir::Module& module, const EntrySignature& sig);
 
 // One line per slot ("in 3 adam_m[0] %adam_m.wte.weight f32[50304,64]"), for
 // dumps and `gptc compile` output.

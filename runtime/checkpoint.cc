@@ -91,7 +91,7 @@ StatusOr<int64_t> MetaInt(const SafeTensors& file, const std::string& path,
 
 // The f32 values of `name`, checked against `spec`'s shape.
 StatusOr<std::vector<float>> TensorFor(const SafeTensors& file, const std::string& path,
-                                       const std::string& name, const frontend::ParamSpec& spec) {
+                                       const std::string& name, const program::ParamSpec& spec) {
   const SafeTensor* t = file.Find(name);
   if (t == nullptr) return Error("{}: no tensor '{}'", path, name);
   if (t->dtype != "F32" || t->shape != spec.shape.dims()) {
@@ -159,7 +159,7 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointData& data) {
   int64_t wte_rows = 0;
   SafeTensors model, optim;
   for (size_t i = 0; i < data.params.size(); ++i) {
-    const frontend::ParamSpec& spec = data.params[i];
+    const program::ParamSpec& spec = data.params[i];
     const std::vector<int64_t>& dims = spec.shape.dims();
     if (spec.name == "wte.weight" && !dims.empty()) wte_rows = dims[0];
     model.tensors.push_back(F32Tensor(spec.name, dims, data.values[i]));
@@ -183,7 +183,7 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointData& data) {
 }
 
 StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
-                                        const std::vector<frontend::ParamSpec>& params) {
+                                        const std::vector<program::ParamSpec>& params) {
   const std::string model_path = dir + "/" + kModelFile;
   const std::string optim_path = dir + "/" + kOptimFile;
   ASSIGN_OR_RETURN(SafeTensors model, ReadCheckpointModel(dir));
@@ -211,7 +211,7 @@ StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
                  params.size());
   }
   data.params = params;
-  for (const frontend::ParamSpec& spec : params) {
+  for (const program::ParamSpec& spec : params) {
     ASSIGN_OR_RETURN(std::vector<float> v, TensorFor(model, model_path, spec.name, spec));
     ASSIGN_OR_RETURN(std::vector<float> m,
                      TensorFor(optim, optim_path, "adam_m." + spec.name, spec));
@@ -238,7 +238,7 @@ StatusOr<SafeTensors> ReadCheckpointModel(const std::string& dir) {
 }
 
 StatusOr<CheckpointData> CaptureTrainer(Trainer& trainer,
-                                        const std::vector<frontend::ParamSpec>& params,
+                                        const std::vector<program::ParamSpec>& params,
                                         const DataLoader::State& data, const ModelConfig& model) {
   ASSIGN_OR_RETURN(TrainerState state, trainer.ExportState());
   CheckpointData c;
@@ -262,7 +262,7 @@ Status RestoreTrainer(const CheckpointData& data, Trainer* trainer) {
 }
 
 CheckpointData CaptureCpuTrainer(const CpuTrainer& trainer,
-                                 const std::vector<frontend::ParamSpec>& params,
+                                 const std::vector<program::ParamSpec>& params,
                                  const DataLoader::State& data, const ModelConfig& model) {
   CheckpointData c;
   c.step = trainer.steps_done();

@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "compiler/support/status.h"
-#include "frontend/param.h"
+#include "compiler/program/param.h"
 #include "runtime/cpu_device.h"
 #include "runtime/data_loader.h"
 #include "runtime/model_config.h"
@@ -53,7 +53,7 @@ struct CheckpointData {
   int64_t step = 0;
   DataLoader::State data;
   ModelConfig model;  // config.json; model.vocab: the real rows of wte.weight (Note [padded wte])
-  std::vector<frontend::ParamSpec> params;
+  std::vector<program::ParamSpec> params;
   std::vector<std::vector<float>> values, adam_m, adam_v;  // parallel to params
   std::map<std::string, std::string> extra_metadata;       // written to both files
 };
@@ -65,7 +65,7 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointData& data);
 // Reads a checkpoint whose parameters must be exactly `params` (names, shapes).
 // Without config.json (an older checkpoint) only model.vocab is known.
 StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
-                                        const std::vector<frontend::ParamSpec>& params);
+                                        const std::vector<program::ParamSpec>& params);
 
 // DIR/config.json, checked: sizes positive, heads dividing the width, vocab
 // within padded_vocab. Errors name the file and the key.
@@ -75,13 +75,13 @@ StatusOr<SafeTensors> ReadCheckpointModel(const std::string& dir);
 
 // Any trainer's state as checkpoint data (through the host), and back.
 StatusOr<CheckpointData> CaptureTrainer(Trainer& trainer,
-                                        const std::vector<frontend::ParamSpec>& params,
+                                        const std::vector<program::ParamSpec>& params,
                                         const DataLoader::State& data, const ModelConfig& model);
 Status RestoreTrainer(const CheckpointData& data, Trainer* trainer);
 
 // The CPU trainer's state as checkpoint data, and back.
 CheckpointData CaptureCpuTrainer(const CpuTrainer& trainer,
-                                 const std::vector<frontend::ParamSpec>& params,
+                                 const std::vector<program::ParamSpec>& params,
                                  const DataLoader::State& data, const ModelConfig& model);
 void RestoreCpuTrainer(const CheckpointData& data, CpuTrainer* trainer);
 

@@ -5,7 +5,7 @@
 
 namespace gptc::rt {
 
-using passes::SlotRole;
+using program::SlotRole;
 
 MicroBatch PatternBatch(int64_t batch, int64_t seq, int64_t vocab, int64_t index,
                         int64_t cycle_length) {
@@ -24,9 +24,9 @@ MicroBatch PatternBatch(int64_t batch, int64_t seq, int64_t vocab, int64_t index
   return mb;
 }
 
-CpuTrainer::CpuTrainer(const passes::TrainProgram* program, uint64_t seed) : program_(program) {
+CpuTrainer::CpuTrainer(const program::TrainProgram* program, uint64_t seed) : program_(program) {
   for (size_t i = 0; i < program->params.size(); ++i) {
-    const frontend::ParamSpec& spec = program->params[i];
+    const program::ParamSpec& spec = program->params[i];
     eval::Literal p = eval::Literal::Zeros(spec.shape);
     std::vector<float> init = InitParameter(spec, seed, i);
     p.values.assign(init.begin(), init.end());
@@ -37,7 +37,7 @@ CpuTrainer::CpuTrainer(const passes::TrainProgram* program, uint64_t seed) : pro
   }
 }
 
-eval::Literal* CpuTrainer::StateFor(const passes::Slot& slot) {
+eval::Literal* CpuTrainer::StateFor(const program::Slot& slot) {
   switch (slot.role) {
     case SlotRole::kParam: return &params_[slot.index];
     case SlotRole::kAdamM: return &adam_m_[slot.index];
@@ -55,7 +55,7 @@ eval::Literal ScalarLiteral(double value) {
   return l;
 }
 
-StatusOr<eval::Literal> TokenLiteral(const passes::Slot& slot, const std::vector<int32_t>& ids) {
+StatusOr<eval::Literal> TokenLiteral(const program::Slot& slot, const std::vector<int32_t>& ids) {
   if (static_cast<int64_t>(ids.size()) != slot.shape.num_elements()) {
     return Error("input %{}: {} values given, {} needs {}", slot.name, ids.size(),
                  slot.shape.ToString(), slot.shape.num_elements());
@@ -68,14 +68,14 @@ StatusOr<eval::Literal> TokenLiteral(const passes::Slot& slot, const std::vector
 
 }  // namespace
 
-StatusOr<std::vector<eval::Literal>> CpuTrainer::Run(const passes::TrainEntry& entry,
+StatusOr<std::vector<eval::Literal>> CpuTrainer::Run(const program::TrainEntry& entry,
                                                      const MicroBatch* batch, double step,
                                                      double lr) {
-  const passes::EntrySignature& sig = entry.signature;
+  const program::EntrySignature& sig = entry.signature;
   // Move the state into the argument list (no copies) and back afterwards.
   std::vector<eval::Literal> args(sig.inputs.size());
   for (size_t i = 0; i < sig.inputs.size(); ++i) {
-    const passes::Slot& slot = sig.inputs[i];
+    const program::Slot& slot = sig.inputs[i];
     if (eval::Literal* state = StateFor(slot)) {
       args[i] = std::move(*state);
       continue;
@@ -93,7 +93,7 @@ StatusOr<std::vector<eval::Literal>> CpuTrainer::Run(const passes::TrainEntry& e
       case SlotRole::kLr: args[i] = ScalarLiteral(lr); break;
       default:
         return Error("{}: input {} (%{}) has role {} that the CPU trainer cannot feed", entry.name,
-                     i, slot.name, passes::SlotRoleName(slot.role));
+                     i, slot.name, program::SlotRoleName(slot.role));
     }
   }
   eval::EvalOptions options;
@@ -118,7 +118,7 @@ StatusOr<std::vector<eval::Literal>> CpuTrainer::Run(const passes::TrainEntry& e
   return outputs;
 }
 
-StatusOr<std::vector<eval::Literal>> CpuTrainer::Evaluate(const passes::TrainEntry& entry,
+StatusOr<std::vector<eval::Literal>> CpuTrainer::Evaluate(const program::TrainEntry& entry,
                                                           const MicroBatch& batch) {
   if (!entry.signature.donations.empty()) {
     return Error("{}: the entry updates state; run it with Step", entry.name);
@@ -135,13 +135,13 @@ StatusOr<StepResult> CpuTrainer::Step(std::span<const MicroBatch> micro_batches,
   const double step = static_cast<double>(steps_done_ + 1);
   StepResult r;
   if (k == 1) {
-    const passes::TrainEntry& entry = program_->entries[0];
+    const program::TrainEntry& entry = program_->entries[0];
     ASSIGN_OR_RETURN(std::vector<eval::Literal> out, Run(entry, &micro_batches[0], step, lr));
     r.loss = out[entry.signature.FindOutput(SlotRole::kLoss)].values[0];
     r.grad_norm = out[entry.signature.FindOutput(SlotRole::kGradNorm)].values[0];
   } else {
-    const passes::TrainEntry* acc = program_->Find("accumulate");
-    const passes::TrainEntry* apply = program_->Find("apply");
+    const program::TrainEntry* acc = program_->Find("accumulate");
+    const program::TrainEntry* apply = program_->Find("apply");
     if (acc == nullptr || apply == nullptr) return Error("train program lacks accumulate/apply");
     for (eval::Literal& g : grad_acc_) std::fill(g.values.begin(), g.values.end(), 0.0);
     for (const MicroBatch& mb : micro_batches) {
@@ -173,7 +173,7 @@ Status CpuTrainer::ImportState(const TrainerState& state) {
     return Error("trainer state has {} parameters, the program {}", state.values.size(), n);
   }
   for (size_t i = 0; i < n; ++i) {
-    const frontend::ParamSpec& spec = program_->params[i];
+    const program::ParamSpec& spec = program_->params[i];
     const size_t count = static_cast<size_t>(spec.shape.num_elements());
     for (auto [from, to] : {std::pair{&state.values[i], &params_[i]},
                             std::pair{&state.adam_m[i], &adam_m_[i]},

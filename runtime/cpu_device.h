@@ -20,7 +20,7 @@
 #include "compiler/eval/collective.h"
 #include "compiler/eval/literal.h"
 #include "compiler/support/status.h"
-#include "passes/train_step.h"
+#include "compiler/program/program.h"
 #include "runtime/trainer.h"
 
 namespace gptc::rt {
@@ -36,14 +36,14 @@ class CpuTrainer : public Trainer {
  public:
   // Initializes the parameters from the program's ParamSpecs (runtime/init.h,
   // `seed`) and zeros the optimizer state. `program` must outlive the trainer.
-  CpuTrainer(const passes::TrainProgram* program, uint64_t seed);
+  CpuTrainer(const program::TrainProgram* program, uint64_t seed);
 
   // One optimizer step over grad_accum micro-batches (exactly that many).
   StatusOr<StepResult> Step(std::span<const MicroBatch> micro_batches, double lr) override;
 
   // Runs an entry that updates no state (the sampling entry `logits`) on the
   // current parameters and `batch`'s tokens; returns its outputs in order.
-  StatusOr<std::vector<eval::Literal>> Evaluate(const passes::TrainEntry& entry,
+  StatusOr<std::vector<eval::Literal>> Evaluate(const program::TrainEntry& entry,
                                                 const MicroBatch& batch) override;
 
   std::string DeviceDescription() const override { return "cpu (reference evaluator)"; }
@@ -67,13 +67,13 @@ class CpuTrainer : public Trainer {
 
  private:
   // The literal of `slot` in the state, or nullptr for per-call inputs.
-  eval::Literal* StateFor(const passes::Slot& slot);
+  eval::Literal* StateFor(const program::Slot& slot);
   // Runs `entry` with the state plus per-call inputs, writes donated outputs
   // back, and returns the non-donated outputs by role.
-  StatusOr<std::vector<eval::Literal>> Run(const passes::TrainEntry& entry,
+  StatusOr<std::vector<eval::Literal>> Run(const program::TrainEntry& entry,
                                            const MicroBatch* batch, double step, double lr);
 
-  const passes::TrainProgram* program_;
+  const program::TrainProgram* program_;
   std::vector<eval::Literal> params_, adam_m_, adam_v_, grad_acc_;
   int64_t steps_done_ = 0;
   eval::Collective* collective_ = nullptr;

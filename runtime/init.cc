@@ -16,18 +16,18 @@ double StandardNormal(uint64_t seed, uint64_t param_index, uint64_t element) {
   return radius * ((element & 1) ? std::sin(angle) : std::cos(angle));
 }
 
-float InitValue(const frontend::InitRule& rule, uint64_t seed, uint64_t param_index,
+float InitValue(const program::InitRule& rule, uint64_t seed, uint64_t param_index,
                 uint64_t element) {
   switch (rule.kind) {
-    case frontend::InitRule::Kind::kZeros: return 0.0f;
-    case frontend::InitRule::Kind::kOnes: return 1.0f;
-    case frontend::InitRule::Kind::kNormal:
+    case program::InitRule::Kind::kZeros: return 0.0f;
+    case program::InitRule::Kind::kOnes: return 1.0f;
+    case program::InitRule::Kind::kNormal:
       return static_cast<float>(rule.std * StandardNormal(seed, param_index, element));
   }
   return 0.0f;
 }
 
-std::vector<float> InitParameter(const frontend::ParamSpec& spec, uint64_t seed,
+std::vector<float> InitParameter(const program::ParamSpec& spec, uint64_t seed,
                                  uint64_t param_index) {
   std::vector<float> values(static_cast<size_t>(spec.shape.num_elements()));
   for (size_t i = 0; i < values.size(); ++i) {

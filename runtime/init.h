@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "frontend/param.h"
+#include "compiler/program/param.h"
 
 namespace gptc::rt {
 
@@ -29,11 +29,11 @@ double StandardNormal(uint64_t seed, uint64_t param_index, uint64_t element);
 
 // The initial value of `element` of parameter `param_index` under `rule`
 // (normal(0, std), zeros or ones), rounded to f32.
-float InitValue(const frontend::InitRule& rule, uint64_t seed, uint64_t param_index,
+float InitValue(const program::InitRule& rule, uint64_t seed, uint64_t param_index,
                 uint64_t element);
 
 // All of a parameter's initial values, row-major.
-std::vector<float> InitParameter(const frontend::ParamSpec& spec, uint64_t seed,
+std::vector<float> InitParameter(const program::ParamSpec& spec, uint64_t seed,
                                  uint64_t param_index);
 
 }  // namespace gptc::rt

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "compiler/ir/parser.h"
+#include "compiler/program/json_field.h"
 
 namespace gptc::rt {
 
@@ -12,91 +13,51 @@ namespace {
 
 using nlohmann::json;
 
-// Reads json[key] as T without exceptions (the type is checked first); errors
-// name the key path.
-template <typename T>
-bool HasType(const json& v) {
-  if constexpr (std::is_same_v<T, bool>) {
-    return v.is_boolean();
-  } else if constexpr (std::is_same_v<T, int64_t>) {
-    return v.is_number_integer();
-  } else if constexpr (std::is_same_v<T, double>) {
-    return v.is_number();
-  } else if constexpr (std::is_same_v<T, std::string>) {
-    return v.is_string();
-  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
-    if (!v.is_array()) return false;
-    for (const json& e : v) {
-      if (!e.is_number_integer()) return false;
-    }
-    return true;
-  } else {
-    static_assert(std::is_same_v<T, std::vector<std::pair<int64_t, int64_t>>>);
-    if (!v.is_array()) return false;
-    for (const json& e : v) {
-      if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() ||
-          !e[1].is_number_integer()) {
-        return false;
-      }
-    }
-    return true;
-  }
-}
-
-template <typename T>
-StatusOr<T> Get(const json& j, std::string_view key, std::string_view where) {
-  if (!j.is_object()) return Error("{} is not an object", where);
-  auto it = j.find(key);
-  if (it == j.end()) return Error("{} has no '{}'", where, key);
-  if (!HasType<T>(*it)) return Error("{}.{} has the wrong type ({})", where, key, it->dump());
-  return it->get<T>();
-}
-
-StatusOr<frontend::InitRule> ReadInit(const json& j, std::string_view where) {
-  ASSIGN_OR_RETURN(std::string kind, Get<std::string>(j, "kind", where));
-  if (kind == "zeros") return frontend::InitRule::Zeros();
-  if (kind == "ones") return frontend::InitRule::Ones();
+StatusOr<program::InitRule> ReadInit(const json& j, std::string_view where) {
+  ASSIGN_OR_RETURN(std::string kind, program::JsonField<std::string>(j, "kind", where));
+  if (kind == "zeros") return program::InitRule::Zeros();
+  if (kind == "ones") return program::InitRule::Ones();
   if (kind == "normal") {
-    ASSIGN_OR_RETURN(double std, Get<double>(j, "std", where));
-    return frontend::InitRule::Normal(std);
+    ASSIGN_OR_RETURN(double std, program::JsonField<double>(j, "std", where));
+    return program::InitRule::Normal(std);
   }
   return Error("{}: unknown init kind '{}'", where, kind);
 }
 
-StatusOr<std::vector<frontend::ParamSpec>> ReadParams(const json& params) {
+StatusOr<std::vector<program::ParamSpec>> ReadParams(const json& params) {
   if (!params.contains("params") || !params["params"].is_array()) {
     return Error("section 'params' has no 'params' array");
   }
-  std::vector<frontend::ParamSpec> out;
+  std::vector<program::ParamSpec> out;
   for (const json& p : params["params"]) {
     const std::string where = fmt::format("params[{}]", out.size());
-    ASSIGN_OR_RETURN(std::string name, Get<std::string>(p, "name", where));
-    ASSIGN_OR_RETURN(std::vector<int64_t> dims, Get<std::vector<int64_t>>(p, "shape", where));
-    ASSIGN_OR_RETURN(std::string dtype, Get<std::string>(p, "dtype", where));
+    ASSIGN_OR_RETURN(std::string name, program::JsonField<std::string>(p, "name", where));
+    ASSIGN_OR_RETURN(std::vector<int64_t> dims, program::JsonField<std::vector<int64_t>>(p, "shape", where));
+    ASSIGN_OR_RETURN(std::string dtype, program::JsonField<std::string>(p, "dtype", where));
     if (dtype != "f32") return Error("param {}: dtype {}, expected f32", name, dtype);
     if (!p.contains("init")) return Error("param {} has no init rule", name);
-    ASSIGN_OR_RETURN(frontend::InitRule init, ReadInit(p["init"], "param " + name + " init"));
+    ASSIGN_OR_RETURN(program::InitRule init, ReadInit(p["init"], "param " + name + " init"));
     out.push_back({name, ir::Shape(ir::DType::kF32, dims), init});
   }
   return out;
 }
 
 // One slot list of a manifest entry, checked against the module's shapes.
-StatusOr<std::vector<passes::Slot>> ReadSlots(const json& slots, std::string_view where,
+StatusOr<std::vector<program::Slot>> ReadSlots(const json& slots, std::string_view where,
                                               const std::vector<ir::Shape>& shapes) {
   if (!slots.is_array()) return Error("{} is not an array", where);
   if (slots.size() != shapes.size()) {
     return Error("{}: {} slots, the module has {}", where, slots.size(), shapes.size());
   }
-  std::vector<passes::Slot> out;
+  std::vector<program::Slot> out;
   for (size_t i = 0; i < slots.size(); ++i) {
     const std::string at = fmt::format("{}[{}]", where, i);
-    ASSIGN_OR_RETURN(std::string role_name, Get<std::string>(slots[i], "role", at));
-    std::optional<passes::SlotRole> role = passes::ParseSlotRole(role_name);
+    ASSIGN_OR_RETURN(std::string role_name, program::JsonField<std::string>(slots[i], "role", at));
+    std::optional<program::SlotRole> role = program::ParseSlotRole(role_name);
     if (!role) return Error("{}: unknown role '{}'", at, role_name);
-    ASSIGN_OR_RETURN(int64_t index, Get<int64_t>(slots[i], "index", at));
-    ASSIGN_OR_RETURN(std::string name, Get<std::string>(slots[i], "name", at));
-    ASSIGN_OR_RETURN(std::string shape, Get<std::string>(slots[i], "shape", at));
+    ASSIGN_OR_RETURN(int64_t index, program::JsonField<int64_t>(slots[i], "index", at));
+    ASSIGN_OR_RETURN(std::string name, program::JsonField<std::string>(slots[i], "name", at));
+    ASSIGN_OR_RETURN(std::string shape, program::JsonField<std::string>(slots[i], "shape", at));
     if (shape != shapes[i].ToString()) {
       return Error("{} ({} %{}): manifest says {}, the module has {}", at, role_name, name, shape,
                    shapes[i].ToString());
@@ -119,7 +80,7 @@ std::pair<std::vector<ir::Shape>, std::vector<ir::Shape>> EntryShapes(const ir::
   return {in, out};
 }
 
-StatusOr<LoadedProgram> Load(const Artifact& artifact) {
+StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
   const json& manifest = artifact.manifest;
   LoadedProgram out;
   ModelInfo& info = out.model;
@@ -127,33 +88,33 @@ StatusOr<LoadedProgram> Load(const Artifact& artifact) {
   if (!manifest.contains("flags")) return Error("manifest has no 'flags'");
   const json& model = manifest["model"];
   const json& flags = manifest["flags"];
-  ASSIGN_OR_RETURN(info.name, Get<std::string>(model, "name", "model"));
-  ASSIGN_OR_RETURN(info.layers, Get<int64_t>(model, "layers", "model"));
-  ASSIGN_OR_RETURN(info.heads, Get<int64_t>(model, "heads", "model"));
-  ASSIGN_OR_RETURN(info.width, Get<int64_t>(model, "width", "model"));
-  ASSIGN_OR_RETURN(info.positions, Get<int64_t>(model, "positions", "model"));
-  ASSIGN_OR_RETURN(info.vocab, Get<int64_t>(model, "vocab", "model"));
-  ASSIGN_OR_RETURN(info.padded_vocab, Get<int64_t>(model, "padded_vocab", "model"));
-  ASSIGN_OR_RETURN(info.batch, Get<int64_t>(flags, "batch", "flags"));
-  ASSIGN_OR_RETURN(info.seq, Get<int64_t>(flags, "seq", "flags"));
-  ASSIGN_OR_RETURN(info.complete, Get<bool>(manifest, "complete", "manifest"));
+  ASSIGN_OR_RETURN(info.name, program::JsonField<std::string>(model, "name", "model"));
+  ASSIGN_OR_RETURN(info.layers, program::JsonField<int64_t>(model, "layers", "model"));
+  ASSIGN_OR_RETURN(info.heads, program::JsonField<int64_t>(model, "heads", "model"));
+  ASSIGN_OR_RETURN(info.width, program::JsonField<int64_t>(model, "width", "model"));
+  ASSIGN_OR_RETURN(info.positions, program::JsonField<int64_t>(model, "positions", "model"));
+  ASSIGN_OR_RETURN(info.vocab, program::JsonField<int64_t>(model, "vocab", "model"));
+  ASSIGN_OR_RETURN(info.padded_vocab, program::JsonField<int64_t>(model, "padded_vocab", "model"));
+  ASSIGN_OR_RETURN(info.batch, program::JsonField<int64_t>(flags, "batch", "flags"));
+  ASSIGN_OR_RETURN(info.seq, program::JsonField<int64_t>(flags, "seq", "flags"));
+  ASSIGN_OR_RETURN(info.complete, program::JsonField<bool>(manifest, "complete", "manifest"));
 
-  passes::TrainProgram& program = out.program;
-  ASSIGN_OR_RETURN(program.grad_accum, Get<int64_t>(manifest, "grad_accum", "manifest"));
+  program::TrainProgram& program = out.program;
+  ASSIGN_OR_RETURN(program.grad_accum, program::JsonField<int64_t>(manifest, "grad_accum", "manifest"));
   if (program.grad_accum < 1) return Error("manifest: grad_accum {} < 1", program.grad_accum);
   // Artifacts from before data parallelism have no world_size: one rank.
   if (flags.contains("world_size")) {
-    ASSIGN_OR_RETURN(program.world_size, Get<int64_t>(flags, "world_size", "flags"));
+    ASSIGN_OR_RETURN(program.world_size, program::JsonField<int64_t>(flags, "world_size", "flags"));
     if (program.world_size < 1) return Error("flags: world_size {} < 1", program.world_size);
   }
   for (auto [key, field] :
        {std::pair{"weight_decay", &program.adamw.weight_decay},
         std::pair{"clip_norm", &program.adamw.clip_norm}, std::pair{"beta1", &program.adamw.beta1},
         std::pair{"beta2", &program.adamw.beta2}, std::pair{"eps", &program.adamw.eps}}) {
-    ASSIGN_OR_RETURN(*field, Get<double>(flags, key, "flags"));
+    ASSIGN_OR_RETURN(*field, program::JsonField<double>(flags, key, "flags"));
   }
   ASSIGN_OR_RETURN(program.params, ReadParams(artifact.params));
-  for (const frontend::ParamSpec& p : program.params) {
+  for (const program::ParamSpec& p : program.params) {
     out.parameter_values += p.shape.num_elements();
     if (p.shape.rank() == 2) out.matmul_values += p.shape.num_elements();
   }
@@ -172,18 +133,18 @@ StatusOr<LoadedProgram> Load(const Artifact& artifact) {
   }
   for (size_t e = 0; e < entries.size(); ++e) {
     const std::string where = fmt::format("entries[{}]", e);
-    ASSIGN_OR_RETURN(std::string name, Get<std::string>(entries[e], "name", where));
+    ASSIGN_OR_RETURN(std::string name, program::JsonField<std::string>(entries[e], "name", where));
     const std::string at = "entry " + name;
     std::unique_ptr<ir::Module>& module = (*modules)[e];
     auto [in_shapes, out_shapes] = EntryShapes(*module);
-    passes::EntrySignature sig;
+    program::EntrySignature sig;
     if (!entries[e].contains("inputs") || !entries[e].contains("outputs")) {
       return Error("{} has no inputs/outputs", at);
     }
     ASSIGN_OR_RETURN(sig.inputs, ReadSlots(entries[e]["inputs"], at + " inputs", in_shapes));
     ASSIGN_OR_RETURN(sig.outputs, ReadSlots(entries[e]["outputs"], at + " outputs", out_shapes));
     ASSIGN_OR_RETURN(sig.donations,
-                     (Get<std::vector<std::pair<int64_t, int64_t>>>(entries[e], "donations", at)));
+                     (program::JsonField<std::vector<std::pair<int64_t, int64_t>>>(entries[e], "donations", at)));
     for (auto [o, i] : sig.donations) {
       if (o < 0 || o >= static_cast<int64_t>(sig.outputs.size()) || i < 0 ||
           i >= static_cast<int64_t>(sig.inputs.size()) ||
@@ -192,15 +153,15 @@ StatusOr<LoadedProgram> Load(const Artifact& artifact) {
                      o, i);
       }
     }
-    for (const passes::Slot& s : sig.inputs) {
+    for (const program::Slot& s : sig.inputs) {
       const bool per_param =
-          s.role == passes::SlotRole::kParam || s.role == passes::SlotRole::kAdamM ||
-          s.role == passes::SlotRole::kAdamV || s.role == passes::SlotRole::kGradAcc;
+          s.role == program::SlotRole::kParam || s.role == program::SlotRole::kAdamM ||
+          s.role == program::SlotRole::kAdamV || s.role == program::SlotRole::kGradAcc;
       if (!per_param) continue;
       if (s.index < 0 || s.index >= static_cast<int64_t>(program.params.size()) ||
           s.shape != program.params[s.index].shape) {
         return Error("{}: input %{} ({}[{}]) does not match a parameter of section 'params'", at,
-                     s.name, passes::SlotRoleName(s.role), s.index);
+                     s.name, program::SlotRoleName(s.role), s.index);
       }
     }
     program.entries.push_back({name, std::move(module), std::move(sig)});
@@ -219,7 +180,7 @@ StatusOr<LoadedProgram> Load(const Artifact& artifact) {
 
 }  // namespace
 
-StatusOr<LoadedProgram> LoadProgram(const Artifact& artifact, std::string_view path) {
+StatusOr<LoadedProgram> LoadProgram(const program::Artifact& artifact, std::string_view path) {
   StatusOr<LoadedProgram> p = Load(artifact);
   if (!p.ok()) return p.status().WithPrefix(path);
   return p;

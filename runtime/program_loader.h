@@ -21,8 +21,8 @@
 #include <string_view>
 
 #include "compiler/support/status.h"
-#include "passes/train_step.h"
-#include "runtime/artifact.h"
+#include "compiler/program/program.h"
+#include "compiler/program/container.h"
 #include "runtime/model_config.h"
 
 namespace gptc::rt {
@@ -35,13 +35,13 @@ struct ModelInfo : ModelConfig {
 };
 
 struct LoadedProgram {
-  passes::TrainProgram program;
+  program::TrainProgram program;
   ModelInfo model;
   int64_t parameter_values = 0;  // elements over all parameters
   int64_t matmul_values = 0;     // elements of the rank-2 parameters (MFU's N)
 };
 
-StatusOr<LoadedProgram> LoadProgram(const Artifact& artifact, std::string_view path);
+StatusOr<LoadedProgram> LoadProgram(const program::Artifact& artifact, std::string_view path);
 
 }  // namespace gptc::rt
 

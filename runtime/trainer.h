@@ -19,7 +19,7 @@
 
 #include "compiler/eval/literal.h"
 #include "compiler/support/status.h"
-#include "passes/train_step.h"
+#include "compiler/program/program.h"
 
 namespace gptc::rt {
 
@@ -41,7 +41,7 @@ struct TrainerState {
 };
 
 // Whether [first, first + count) lies in output `output` of `entry`; the error names them.
-inline Status CheckSliceRange(const passes::TrainEntry& entry, int64_t output, int64_t first,
+inline Status CheckSliceRange(const program::TrainEntry& entry, int64_t output, int64_t first,
                               int64_t count) {
   if (output < 0 || output >= static_cast<int64_t>(entry.signature.outputs.size())) {
     return Error("{}: no output {}", entry.name, output);
@@ -69,13 +69,13 @@ class Trainer {
 
   // Runs an entry that updates no state (the sampling entry `logits`) on the
   // current parameters and `batch`'s tokens; returns its outputs in order.
-  virtual StatusOr<std::vector<eval::Literal>> Evaluate(const passes::TrainEntry& entry,
+  virtual StatusOr<std::vector<eval::Literal>> Evaluate(const program::TrainEntry& entry,
                                                         const MicroBatch& batch) = 0;
 
   // Elements [first, first + count) of output `output` of Evaluate (row-major
   // flattened). The default evaluates everything and slices; the GPU copies
   // only the slice to the host.
-  virtual StatusOr<std::vector<double>> EvaluateSlice(const passes::TrainEntry& entry,
+  virtual StatusOr<std::vector<double>> EvaluateSlice(const program::TrainEntry& entry,
                                                       const MicroBatch& batch, int64_t output,
                                                       int64_t first, int64_t count) {
     RETURN_IF_ERROR(CheckSliceRange(entry, output, first, count));

@@ -160,8 +160,8 @@ json Buckets(json& thunks, const std::vector<std::pair<int64_t, const Instructio
   return buckets;
 }
 
-json SlotJson(const passes::Slot& slot, const json& slice) {
-  json j{{"role", passes::SlotRoleName(slot.role)},
+json SlotJson(const program::Slot& slot, const json& slice) {
+  json j{{"role", program::SlotRoleName(slot.role)},
          {"index", slot.index},
          {"name", slot.name},
          {"shape", slot.shape.ToString()},
@@ -212,7 +212,7 @@ json GemmPlanToJson(const GemmPlan& p) {
   return j;
 }
 
-StatusOr<json> BuildEntryPlan(const passes::TrainEntry& entry,
+StatusOr<json> BuildEntryPlan(const program::TrainEntry& entry,
                               const passes::BufferAssignment& ba,
                               const codegen::CompiledKernels& kernels, PlanStats& stats) {
   const ir::Computation& c = *entry.module->entry();

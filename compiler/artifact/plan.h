@@ -55,7 +55,7 @@ nlohmann::json GemmPlanToJson(const GemmPlan& plan);
 
 // The plan of `entry` (its module fused and scheduled; `assignment` computed
 // on it; `kernels` from codegen::CompileFusions on it). Adds to `stats`.
-StatusOr<nlohmann::json> BuildEntryPlan(const passes::TrainEntry& entry,
+StatusOr<nlohmann::json> BuildEntryPlan(const program::TrainEntry& entry,
                                         const passes::BufferAssignment& assignment,
                                         const codegen::CompiledKernels& kernels,
                                         PlanStats& stats);

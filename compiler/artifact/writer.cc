@@ -1,12 +1,13 @@
 #include "compiler/artifact/writer.h"
 
 #include <chrono>
+#include <optional>
 #include <set>
 
-#include "compiler/codegen/emu_abi.h"
+#include "compiler/program/emu_abi.h"
 #include "compiler/ir/printer.h"
 #include "gptc_version.h"
-#include "runtime/artifact.h"
+#include "compiler/program/container.h"
 
 namespace gptc::artifact {
 
@@ -14,22 +15,22 @@ namespace {
 
 using nlohmann::json;
 
-json InitJson(const frontend::InitRule& r) {
+json InitJson(const program::InitRule& r) {
   switch (r.kind) {
-    case frontend::InitRule::Kind::kNormal:
+    case program::InitRule::Kind::kNormal:
       return json{{"kind", "normal"}, {"std", r.std}};
-    case frontend::InitRule::Kind::kZeros:
+    case program::InitRule::Kind::kZeros:
       return json{{"kind", "zeros"}};
-    case frontend::InitRule::Kind::kOnes:
+    case program::InitRule::Kind::kOnes:
       return json{{"kind", "ones"}};
   }
   return json{};
 }
 
-json SlotsJson(const std::vector<passes::Slot>& slots) {
+json SlotsJson(const std::vector<program::Slot>& slots) {
   json a = json::array();
-  for (const passes::Slot& s : slots) {
-    a.push_back(json{{"role", passes::SlotRoleName(s.role)},
+  for (const program::Slot& s : slots) {
+    a.push_back(json{{"role", program::SlotRoleName(s.role)},
                      {"index", s.index},
                      {"name", s.name},
                      {"shape", s.shape.ToString()}});
@@ -52,7 +53,7 @@ class Stopwatch {
 
 }  // namespace
 
-StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
+StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
                                       const ArtifactOptions& options) {
   RETURN_IF_ERROR(codegen::CheckTarget(options.codegen.target));
   BuiltArtifact out;
@@ -70,9 +71,9 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
   std::vector<codegen::CompiledKernels> entry_kernels(program.entries.size());
   if (options.compile_kernels) {
     std::vector<codegen::CodegenModule> modules;
-    for (const passes::TrainEntry& entry : program.entries) {
+    for (const program::TrainEntry& entry : program.entries) {
       modules.push_back({entry.module.get(),
-                         fmt::format("{}{}__", codegen::emu::kKernelSymbolPrefix, entry.name)});
+                         fmt::format("{}{}__", program::emu::kKernelSymbolPrefix, entry.name)});
     }
     codegen::CodegenOptions codegen = options.codegen;
     codegen.progress = options.progress;
@@ -80,7 +81,7 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
   }
   t_codegen += watch.Lap();
   for (size_t e = 0; e < program.entries.size(); ++e) {
-    const passes::TrainEntry& entry = program.entries[e];
+    const program::TrainEntry& entry = program.entries[e];
     codegen::CompiledKernels& kernels = entry_kernels[e];
     for (const codegen::CompiledKernel& k : kernels.kernels) {
       if (k.code_of < 0 && k.lower_seconds + k.ptxas_seconds > 0)
@@ -88,9 +89,15 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
     }
     ir_text += ir::PrintModule(*entry.module);
     watch.Lap();
-    ASSIGN_OR_RETURN(
-        passes::BufferAssignment ba,
-        passes::AssignBuffers(*entry.module, passes::DonationOptions(entry.signature)));
+    std::optional<passes::BufferAssignment> assigned;
+    if (options.assignments == nullptr) {
+      ASSIGN_OR_RETURN(assigned, passes::AssignBuffers(*entry.module,
+                                                       passes::DonationOptions(entry.signature)));
+    } else if (options.assignments->size() != program.entries.size()) {
+      return Error("{} buffer assignments for {} entries", options.assignments->size(),
+                   program.entries.size());
+    }
+    const passes::BufferAssignment& ba = assigned ? *assigned : (*options.assignments)[e];
     t_buffers += watch.Lap();
     ASSIGN_OR_RETURN(json plan, BuildEntryPlan(entry, ba, kernels, out.stats));
     t_plan += watch.Lap();
@@ -135,7 +142,7 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
       }
     }
     for (size_t i = 0; i < program.params.size(); ++i) {
-      int64_t slot = entry.signature.FindInput(passes::SlotRole::kParam, static_cast<int64_t>(i));
+      int64_t slot = entry.signature.FindInput(program::SlotRole::kParam, static_cast<int64_t>(i));
       if (slot < 0) continue;
       param_offsets[i][entry.name] = plan["inputs"][slot]["offset"];
     }
@@ -152,14 +159,14 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
 
   json params = json::array();
   for (size_t i = 0; i < program.params.size(); ++i) {
-    const frontend::ParamSpec& p = program.params[i];
+    const program::ParamSpec& p = program.params[i];
     params.push_back(json{{"name", p.name},
                           {"shape", p.shape.dims()},
                           {"dtype", ir::DTypeName(p.shape.dtype())},
                           {"init", InitJson(p.init)},
                           {"offsets", param_offsets[i]}});
   }
-  json manifest{{"format_version", rt::kArtifactFormatVersion},
+  json manifest{{"format_version", program::kArtifactFormatVersion},
                 {"gptc_version", GPTC_VERSION},
                 {"model", options.model},
                 {"flags", options.flags},
@@ -176,7 +183,7 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
   if (options.codegen.emit_host && options.compile_kernels) {
     watch.Lap();
     ASSIGN_OR_RETURN(emu_library, codegen::LinkHostLibrary(std::move(host_objects)));
-    manifest["emu"] = json{{"abi", codegen::emu::kKernelAbiVersion}, {"kernels", host_index}};
+    manifest["emu"] = json{{"abi", program::emu::kKernelAbiVersion}, {"kernels", host_index}};
     t_codegen += watch.Lap();
   }
   std::vector<std::pair<std::string, std::string>> sections;
@@ -187,7 +194,7 @@ StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
   sections.emplace_back("plan", json{{"entries", plan_entries}}.dump(1) + "\n");
   sections.emplace_back("params", json{{"params", params}}.dump(1) + "\n");
   if (!emu_library.empty()) sections.emplace_back("emu", std::move(emu_library));
-  ASSIGN_OR_RETURN(out.bytes, rt::EncodeArtifact(sections));
+  ASSIGN_OR_RETURN(out.bytes, program::EncodeArtifact(sections));
   double t_encode = watch.Lap();
   out.timings = {{"codegen", t_codegen}, {"buffers", t_buffers}, {"plan", t_plan},
                  {"encode", t_encode}};

@@ -28,6 +28,9 @@ struct ArtifactOptions {
   // an `unsupported` thunk and the artifact is incomplete; the CPU device
   // (which evaluates the `ir` section) still runs it.
   bool compile_kernels = true;
+  // Each entry's buffer assignment, when the caller has made them already
+  // (gptc compile's reports): used as they are, not recomputed. Null: made here.
+  const std::vector<passes::BufferAssignment>* assignments = nullptr;
   // Called as codegen goes: (kernels compiled, distinct kernels of all entries).
   std::function<void(int64_t, int64_t)> progress;
 };
@@ -49,7 +52,7 @@ struct BuiltArtifact {
 };
 
 // Compiles `program` (entries optimized: fused and scheduled) into an artifact.
-StatusOr<BuiltArtifact> BuildArtifact(const passes::TrainProgram& program,
+StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
                                       const ArtifactOptions& options);
 
 }  // namespace gptc::artifact

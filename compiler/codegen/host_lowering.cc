@@ -5,7 +5,7 @@
 #include <mutex>
 #include <optional>
 
-#include "compiler/codegen/emu_abi.h"
+#include "compiler/program/emu_abi.h"
 #include "llvm/Analysis/ValueTracking.h"
 #include "llvm/AsmParser/Parser.h"
 #include "llvm/IR/IRBuilder.h"
@@ -29,6 +29,8 @@
 
 namespace gptc::codegen {
 namespace {
+
+namespace emu = program::emu;  // the emulator ABI (compiler/program/emu_abi.h)
 
 using llvm::IRBuilder;
 using llvm::Type;

@@ -5,7 +5,7 @@
 // The emulator must run the code the GPU runs, not a re-derivation of it, so
 // the host kernel starts from the very module NVPTX compiles (after the NVVM
 // lowering, the libdevice link, NVVMReflect and O3) and replaces only what is
-// GPU-specific, through the table of compiler/codegen/emu_abi.h:
+// GPU-specific, through the table of compiler/program/emu_abi.h:
 //   - special registers (tid, ntid, ctaid, nctaid, laneid) read the emulated
 //     thread's identity; warpsize is 32;
 //   - barrier0, shfl.sync and the warp matrix instructions (mma.m16n8k16 with

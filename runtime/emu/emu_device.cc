@@ -529,7 +529,7 @@ std::string EmuStats::Summary() const {
       launches, blocks, kernel_seconds, gemms, gemm_seconds, copies, all_reduces);
 }
 
-StatusOr<std::unique_ptr<EmuDevice>> EmuDevice::Create(const Artifact& artifact,
+StatusOr<std::unique_ptr<EmuDevice>> EmuDevice::Create(const program::Artifact& artifact,
                                                        std::string_view path,
                                                        const EmuOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<KernelLibrary> library, KernelLibrary::Load(artifact, path));
@@ -606,7 +606,7 @@ EmuDevice::~EmuDevice() {
   g_device.store(nullptr, std::memory_order_release);
 }
 
-Status EmuDevice::AddArtifact(const Artifact& artifact, std::string_view path) {
+Status EmuDevice::AddArtifact(const program::Artifact& artifact, std::string_view path) {
   ASSIGN_OR_RETURN(std::unique_ptr<KernelLibrary> library, KernelLibrary::Load(artifact, path));
   library->SetChecks(state_->options.checks);
   state_->libraries.push_back(std::move(library));

@@ -28,7 +28,7 @@
 #include <string_view>
 
 #include "compiler/support/status.h"
-#include "runtime/artifact.h"
+#include "compiler/program/container.h"
 #include "runtime/communicator.h"
 #include "runtime/gpu/communicator.h"
 
@@ -54,7 +54,7 @@ class EmuDevice {
   // Loads `artifact`'s emulator library and installs the emulated CUDA until
   // the device is destroyed. Errors: no emulator library (say how to compile
   // one), another emulated device alive.
-  static StatusOr<std::unique_ptr<EmuDevice>> Create(const Artifact& artifact,
+  static StatusOr<std::unique_ptr<EmuDevice>> Create(const program::Artifact& artifact,
                                                      std::string_view path,
                                                      const EmuOptions& options);
   ~EmuDevice();
@@ -62,7 +62,7 @@ class EmuDevice {
   EmuDevice& operator=(const EmuDevice&) = delete;
 
   // The kernels of another artifact too (tests that run two at once).
-  Status AddArtifact(const Artifact& artifact, std::string_view path);
+  Status AddArtifact(const program::Artifact& artifact, std::string_view path);
 
   // "emulated sm_90a on 2 host threads, checks on".
   std::string Describe() const;

@@ -4,11 +4,11 @@
 
 #include <cmath>
 
-#include "compiler/codegen/emu_abi.h"
+#include "compiler/program/emu_abi.h"
 
 namespace gptc::rt::emu {
 
-namespace abi = codegen::emu;
+namespace abi = program::emu;
 
 namespace {
 

@@ -8,7 +8,7 @@
 
 namespace gptc::rt::emu {
 
-// `op` is a codegen::emu::MathOp; unused operands are ignored.
+// `op` is a program::emu::MathOp; unused operands are ignored.
 float DirectedMath(uint32_t op, float a, float b, float c);
 
 }  // namespace gptc::rt::emu

@@ -2,9 +2,9 @@
 
 namespace gptc::rt::emu {
 
-StatusOr<std::unique_ptr<EmuTrainer>> EmuTrainer::Create(const Artifact& artifact,
+StatusOr<std::unique_ptr<EmuTrainer>> EmuTrainer::Create(const program::Artifact& artifact,
                                                          std::string_view path,
-                                                         const passes::TrainProgram* program,
+                                                         const program::TrainProgram* program,
                                                          uint64_t seed,
                                                          const EmuTrainerOptions& options) {
   std::unique_ptr<EmuTrainer> t(new EmuTrainer());

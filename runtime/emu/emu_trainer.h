@@ -24,9 +24,9 @@ struct EmuTrainerOptions {
 
 class EmuTrainer : public Trainer {
  public:
-  static StatusOr<std::unique_ptr<EmuTrainer>> Create(const Artifact& artifact,
+  static StatusOr<std::unique_ptr<EmuTrainer>> Create(const program::Artifact& artifact,
                                                       std::string_view path,
-                                                      const passes::TrainProgram* program,
+                                                      const program::TrainProgram* program,
                                                       uint64_t seed,
                                                       const EmuTrainerOptions& options);
   ~EmuTrainer() override;
@@ -36,11 +36,11 @@ class EmuTrainer : public Trainer {
   StatusOr<StepResult> Step(std::span<const MicroBatch> micro_batches, double lr) override {
     return trainer_->Step(micro_batches, lr);
   }
-  StatusOr<std::vector<eval::Literal>> Evaluate(const passes::TrainEntry& entry,
+  StatusOr<std::vector<eval::Literal>> Evaluate(const program::TrainEntry& entry,
                                                 const MicroBatch& batch) override {
     return trainer_->Evaluate(entry, batch);
   }
-  StatusOr<std::vector<double>> EvaluateSlice(const passes::TrainEntry& entry,
+  StatusOr<std::vector<double>> EvaluateSlice(const program::TrainEntry& entry,
                                               const MicroBatch& batch, int64_t output,
                                               int64_t first, int64_t count) override {
     return trainer_->EvaluateSlice(entry, batch, output, first, count);

@@ -2,7 +2,7 @@
 // the host's cores, every thread of a block as a fiber (fiber.h) when the
 // kernel has barriers or warp-collective instructions, else as a plain loop;
 // and answers the kernel's calls into the emulator
-// (compiler/codegen/emu_abi.h): special registers, barriers, shuffles, warp
+// (compiler/program/emu_abi.h): special registers, barriers, shuffles, warp
 // matrix instructions (warp_matrix.h), shared memory, memory checks.
 //
 // Note [emulated synchronization]
@@ -40,7 +40,7 @@
 #include <thread>
 #include <vector>
 
-#include "compiler/codegen/emu_abi.h"
+#include "compiler/program/emu_abi.h"
 #include "compiler/support/status.h"
 
 namespace gptc::rt::emu {
@@ -124,7 +124,7 @@ class GridRunner {
   int workers() const { return static_cast<int>(contexts_.size()); }
 
   // The table every kernel calls (emu_abi.h); the same for every runner.
-  static const codegen::emu::EmuRuntime* Table();
+  static const program::emu::EmuRuntime* Table();
 
   struct BlockContext;
 

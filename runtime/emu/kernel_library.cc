@@ -7,26 +7,14 @@
 #include <algorithm>
 #include <cstring>
 
-#include "compiler/codegen/emu_abi.h"
+#include "compiler/program/emu_abi.h"
+#include "compiler/program/json_field.h"
 #include "runtime/gpu/plan_reader.h"
 
 namespace gptc::rt::emu {
 
-namespace abi = codegen::emu;
+namespace abi = program::emu;
 
-namespace {
-
-template <typename T>
-StatusOr<T> Field(const nlohmann::json& j, const char* key, const std::string& where) {
-  if (!j.is_object() || !j.contains(key)) return Error("{} has no '{}'", where, key);
-  try {
-    return j[key].get<T>();
-  } catch (const nlohmann::json::exception&) {
-    return Error("{}.{} has the wrong type ({})", where, key, j[key].dump());
-  }
-}
-
-}  // namespace
 
 StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Open(std::string_view bytes,
                                                              std::string_view path) {
@@ -71,7 +59,7 @@ KernelFunction KernelLibrary::Symbol(const std::string& name) const {
   return reinterpret_cast<KernelFunction>(dlsym(handle_, name.c_str()));
 }
 
-StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const Artifact& artifact,
+StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const program::Artifact& artifact,
                                                              std::string_view path) {
   const std::string* library = artifact.Find("emu");
   if (library == nullptr || !artifact.manifest.contains("emu")) {
@@ -81,7 +69,7 @@ StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const Artifact& art
         path);
   }
   const nlohmann::json& index = artifact.manifest["emu"];
-  ASSIGN_OR_RETURN(int64_t abi_version, Field<int64_t>(index, "abi", "manifest emu"));
+  ASSIGN_OR_RETURN(int64_t abi_version, program::JsonField<int64_t>(index, "abi", "manifest emu"));
   if (abi_version != abi::kKernelAbiVersion) {
     return Error("{}: its emulator library has ABI {}, this gptrun runs ABI {} (recompile it)",
                  path, abi_version, abi::kKernelAbiVersion);
@@ -101,19 +89,19 @@ StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const Artifact& art
     const std::string where =
         fmt::format("{}: manifest emu kernels[{}]", path, lib->kernels_.size());
     EmuKernel kernel;
-    ASSIGN_OR_RETURN(kernel.entry, Field<std::string>(k, "entry", where));
-    ASSIGN_OR_RETURN(kernel.name, Field<std::string>(k, "name", where));
-    ASSIGN_OR_RETURN(kernel.symbol, Field<std::string>(k, "symbol", where));
-    ASSIGN_OR_RETURN(kernel.params, Field<int64_t>(k, "params", where));
-    ASSIGN_OR_RETURN(kernel.uses_sync, Field<bool>(k, "uses_sync", where));
+    ASSIGN_OR_RETURN(kernel.entry, program::JsonField<std::string>(k, "entry", where));
+    ASSIGN_OR_RETURN(kernel.name, program::JsonField<std::string>(k, "name", where));
+    ASSIGN_OR_RETURN(kernel.symbol, program::JsonField<std::string>(k, "symbol", where));
+    ASSIGN_OR_RETURN(kernel.params, program::JsonField<int64_t>(k, "params", where));
+    ASSIGN_OR_RETURN(kernel.uses_sync, program::JsonField<bool>(k, "uses_sync", where));
     // Artifacts written before the count have none: their blocks run in parallel.
     if (k.contains("atomics")) {
-      ASSIGN_OR_RETURN(int64_t atomics, Field<int64_t>(k, "atomics", where));
+      ASSIGN_OR_RETURN(int64_t atomics, program::JsonField<int64_t>(k, "atomics", where));
       kernel.ordered = atomics > 0;
     }
-    ASSIGN_OR_RETURN(int64_t shared, Field<int64_t>(k, "host_shared_bytes", where));
-    ASSIGN_OR_RETURN(kernel.static_smem, Field<int64_t>(k, "static_smem", where));
-    ASSIGN_OR_RETURN(kernel.registers, Field<int64_t>(k, "registers", where));
+    ASSIGN_OR_RETURN(int64_t shared, program::JsonField<int64_t>(k, "host_shared_bytes", where));
+    ASSIGN_OR_RETURN(kernel.static_smem, program::JsonField<int64_t>(k, "static_smem", where));
+    ASSIGN_OR_RETURN(kernel.registers, program::JsonField<int64_t>(k, "registers", where));
     kernel.host_shared_bytes = static_cast<uint32_t>(shared);
     kernel.function = lib->Symbol(kernel.symbol);
     if (kernel.function == nullptr) {
@@ -130,7 +118,7 @@ StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const Artifact& art
     const size_t at = static_cast<size_t>(k - lib->kernels_.data());
     const std::string_view ptx =
         std::string_view(*artifact.Find("ptx")).substr(image.ptx_offset, image.ptx_size);
-    lib->ptx_[Fnv1a64(ptx)] = at;
+    lib->ptx_[program::Fnv1a64(ptx)] = at;
     if (image.cubin) {
       lib->cubins_.emplace_back(
           artifact.Find("cubin")->substr(image.cubin->first, image.cubin->second), at);
@@ -169,7 +157,7 @@ const EmuKernel* KernelLibrary::FindImage(const void* image) const {
     }
     return nullptr;
   }
-  auto it = ptx_.find(Fnv1a64(std::string_view(bytes)));
+  auto it = ptx_.find(program::Fnv1a64(std::string_view(bytes)));
   return it == ptx_.end() ? nullptr : &kernels_[it->second];
 }
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "compiler/support/status.h"
-#include "runtime/artifact.h"
+#include "compiler/program/container.h"
 #include "runtime/emu/grid_runner.h"
 
 namespace gptc::rt::emu {
@@ -37,7 +37,7 @@ class KernelLibrary {
  public:
   // Loads `artifact`'s emulator library; an artifact without one is refused
   // in one line saying how to compile one. `path` names the artifact.
-  static StatusOr<std::unique_ptr<KernelLibrary>> Load(const Artifact& artifact,
+  static StatusOr<std::unique_ptr<KernelLibrary>> Load(const program::Artifact& artifact,
                                                        std::string_view path);
   // A library alone (`bytes`, e.g. linked by codegen::LinkHostLibrary), with
   // no kernel index: kernels by Symbol. `path` names it in errors.

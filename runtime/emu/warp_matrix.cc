@@ -6,7 +6,7 @@
 
 namespace gptc::rt::emu {
 
-namespace abi = codegen::emu;
+namespace abi = program::emu;
 
 namespace {
 

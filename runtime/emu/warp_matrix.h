@@ -1,5 +1,5 @@
 // The warp-level matrix instructions of the emulated device
-// (compiler/codegen/emu_abi.h: EmuRuntime::mma and ldmatrix): what every lane
+// (compiler/program/emu_abi.h: EmuRuntime::mma and ldmatrix): what every lane
 // of a warp receives, given what every lane supplied, from the fragment
 // layouts of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating
 // point type", "ldmatrix"). The grid runner gathers the warp (Note [emulated
@@ -39,7 +39,7 @@
 #include <cstdint>
 #include <string>
 
-#include "compiler/codegen/emu_abi.h"
+#include "compiler/program/emu_abi.h"
 
 namespace gptc::rt::emu {
 
@@ -54,7 +54,7 @@ std::string LdmatrixName(uint32_t op);
 uint32_t LdmatrixCount(uint32_t op);
 
 // The warp's mma `op` (a known one): fragments[lane] is what lane passed
-// (codegen::emu::kMmaFragmentRegs registers), d[lane] receives its D (4
+// (program::emu::kMmaFragmentRegs registers), d[lane] receives its D (4
 // floats). Every D is computed before any is written.
 void WarpMma(uint32_t op, const uint32_t* const fragments[kWarpLanes], float* const d[kWarpLanes]);
 

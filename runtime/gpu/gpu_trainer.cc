@@ -47,7 +47,7 @@ struct PinnedBuffer {
 };
 
 struct EntryState {
-  const passes::TrainEntry* entry = nullptr;
+  const program::TrainEntry* entry = nullptr;
   DeviceBuffer arena;
   std::unique_ptr<EntryExecutor> executor;
   // Which parameter values the arena's param slots hold (entries other than
@@ -74,7 +74,7 @@ struct StagedInput {
 
 struct GpuTrainer::Impl {
   std::string artifact_path;
-  const passes::TrainProgram* program = nullptr;
+  const program::TrainProgram* program = nullptr;
   GpuOptions options;
   DeviceInfo device;
   const DriverApi* cu = nullptr;
@@ -114,8 +114,8 @@ struct GpuTrainer::Impl {
     if (stream != nullptr) Cuda().StreamDestroy(stream);
   }
 
-  Status Load(const Artifact& artifact, uint64_t seed);
-  Status CheckSignature(const passes::TrainEntry& entry, const EntryPlan& plan);
+  Status Load(const program::Artifact& artifact, uint64_t seed);
+  Status CheckSignature(const program::TrainEntry& entry, const EntryPlan& plan);
   Status FindSlots();
   // Runs one entry in the mode the options ask for: profiled, checked, as the
   // captured graph, or eagerly (then captured, when graphs are on). Profiled
@@ -126,7 +126,7 @@ struct GpuTrainer::Impl {
   Status CopyParamsInto(EntryState& e);
   // Feeds tokens (and targets) and runs an entry that updates no state; its
   // outputs are then in the returned executor's arena.
-  StatusOr<EntryExecutor*> RunForEvaluate(const passes::TrainEntry& entry, const MicroBatch& batch);
+  StatusOr<EntryExecutor*> RunForEvaluate(const program::TrainEntry& entry, const MicroBatch& batch);
   // Elements [first, first + count) of output `output` of an entry that ran.
   struct OutputRange {
     int64_t output = 0, first = 0, count = 0;
@@ -140,9 +140,9 @@ struct GpuTrainer::Impl {
 GpuTrainer::GpuTrainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GpuTrainer::~GpuTrainer() = default;
 
-StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const Artifact& artifact,
+StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const program::Artifact& artifact,
                                                          std::string_view artifact_path,
-                                                         const passes::TrainProgram* program,
+                                                         const program::TrainProgram* program,
                                                          uint64_t seed, const GpuOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->artifact_path = std::string(artifact_path);
@@ -161,8 +161,8 @@ StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const Artifact& artifac
 // and copies them into apply's after the k-th micro-batch: device-to-device
 // copies of 2 x 4 bytes per parameter (about 0.6 ms for gpt2-124m at
 // 3 TB/s; llm.c, which accumulates in place, needs none).
-Status GpuTrainer::Impl::CheckSignature(const passes::TrainEntry& entry, const EntryPlan& plan) {
-  const passes::EntrySignature& sig = entry.signature;
+Status GpuTrainer::Impl::CheckSignature(const program::TrainEntry& entry, const EntryPlan& plan) {
+  const program::EntrySignature& sig = entry.signature;
   if (plan.inputs.size() != sig.inputs.size() || plan.outputs.size() != sig.outputs.size()) {
     return Error("{}: plan entry {} has {} inputs / {} outputs, the program {} / {}", Where(),
                  plan.name, plan.inputs.size(), plan.outputs.size(), sig.inputs.size(),
@@ -170,10 +170,10 @@ Status GpuTrainer::Impl::CheckSignature(const passes::TrainEntry& entry, const E
   }
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     const PlanSlot& s = plan.inputs[i];
-    if (s.shape != sig.inputs[i].shape || s.role != passes::SlotRoleName(sig.inputs[i].role)) {
+    if (s.shape != sig.inputs[i].shape || s.role != program::SlotRoleName(sig.inputs[i].role)) {
       return Error("{}: plan entry {} input {} (%{}) is {} {}, the program's is {} {}", Where(),
                    plan.name, i, s.name, s.role, s.shape.ToString(),
-                   passes::SlotRoleName(sig.inputs[i].role), sig.inputs[i].shape.ToString());
+                   program::SlotRoleName(sig.inputs[i].role), sig.inputs[i].shape.ToString());
     }
     if (!Feedable(s.role)) {
       return Error("{}: entry {} input {} (%{}) has role {}, which the GPU trainer cannot feed",
@@ -183,7 +183,7 @@ Status GpuTrainer::Impl::CheckSignature(const passes::TrainEntry& entry, const E
   return Status::Ok();
 }
 
-Status GpuTrainer::Impl::Load(const Artifact& artifact, uint64_t seed) {
+Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) {
   // The artifact, before touching the device.
   if (!artifact.manifest.value("complete", false)) {
     return Error(
@@ -194,7 +194,7 @@ Status GpuTrainer::Impl::Load(const Artifact& artifact, uint64_t seed) {
   RETURN_IF_ERROR(CheckCommunicatorWorld(program->world_size, options.communicator, Where()));
   ASSIGN_OR_RETURN(std::vector<EntryPlan> plans, ReadPlan(artifact.plan));
   std::vector<EntryPlan> ordered;
-  for (const passes::TrainEntry& entry : program->entries) {
+  for (const program::TrainEntry& entry : program->entries) {
     auto it = std::find_if(plans.begin(), plans.end(),
                            [&](const EntryPlan& p) { return p.name == entry.name; });
     if (it == plans.end()) return Error("{}: the plan has no entry {}", Where(), entry.name);
@@ -211,7 +211,7 @@ Status GpuTrainer::Impl::Load(const Artifact& artifact, uint64_t seed) {
     return Error(
         "{}: grad-accum {} needs the entr{}, the program has {}", Where(), program->grad_accum,
         accumulates ? "ies accumulate and apply" : "y train_step",
-        fmt::join(program->entries | std::views::transform(&passes::TrainEntry::name), ", "));
+        fmt::join(program->entries | std::views::transform(&program::TrainEntry::name), ", "));
   }
 
   ASSIGN_OR_RETURN(device, OpenDevice(options.device));
@@ -283,7 +283,7 @@ Status GpuTrainer::Impl::Load(const Artifact& artifact, uint64_t seed) {
   // The initial state: the same counter-based values as the CPU device.
   TrainerState state;
   for (size_t i = 0; i < program->params.size(); ++i) {
-    const frontend::ParamSpec& spec = program->params[i];
+    const program::ParamSpec& spec = program->params[i];
     state.values.push_back(InitParameter(spec, seed, i));
     state.adam_m.emplace_back(spec.shape.num_elements(), 0.0f);
     state.adam_v.emplace_back(spec.shape.num_elements(), 0.0f);
@@ -354,7 +354,7 @@ Status GpuTrainer::Impl::UploadState(const TrainerState& state) {
   }
   RETURN_IF_ERROR(CudaCheck(Cuda().StreamSynchronize(stream), "cudaStreamSynchronize"));
   for (size_t i = 0; i < n; ++i) {
-    const frontend::ParamSpec& spec = program->params[i];
+    const program::ParamSpec& spec = program->params[i];
     for (auto [role, values] :
          {std::pair{"param", &state.values[i]}, std::pair{"adam_m", &state.adam_m[i]},
           std::pair{"adam_v", &state.adam_v[i]}}) {
@@ -518,7 +518,7 @@ Status GpuTrainer::Impl::CopyParamsInto(EntryState& e) {
   return Status::Ok();
 }
 
-StatusOr<EntryExecutor*> GpuTrainer::Impl::RunForEvaluate(const passes::TrainEntry& entry,
+StatusOr<EntryExecutor*> GpuTrainer::Impl::RunForEvaluate(const program::TrainEntry& entry,
                                                           const MicroBatch& batch) {
   if (!entry.signature.donations.empty()) {
     return Error("{}: the entry updates state; run it with Step", entry.name);
@@ -573,7 +573,7 @@ StatusOr<std::vector<std::vector<double>>> GpuTrainer::Impl::ReadOutputs(
   return values;
 }
 
-StatusOr<std::vector<eval::Literal>> GpuTrainer::Evaluate(const passes::TrainEntry& entry,
+StatusOr<std::vector<eval::Literal>> GpuTrainer::Evaluate(const program::TrainEntry& entry,
                                                           const MicroBatch& batch) {
   Impl& m = *impl_;
   ASSIGN_OR_RETURN(EntryExecutor * ex, m.RunForEvaluate(entry, batch));
@@ -590,7 +590,7 @@ StatusOr<std::vector<eval::Literal>> GpuTrainer::Evaluate(const passes::TrainEnt
   return out;
 }
 
-StatusOr<std::vector<double>> GpuTrainer::EvaluateSlice(const passes::TrainEntry& entry,
+StatusOr<std::vector<double>> GpuTrainer::EvaluateSlice(const program::TrainEntry& entry,
                                                         const MicroBatch& batch, int64_t output,
                                                         int64_t first, int64_t count) {
   Impl& m = *impl_;

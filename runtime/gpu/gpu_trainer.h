@@ -31,7 +31,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/artifact.h"
+#include "compiler/program/container.h"
 #include "runtime/gpu/communicator.h"
 #include "runtime/gpu/device.h"
 #include "runtime/trainer.h"
@@ -59,19 +59,19 @@ class GpuTrainer : public Trainer {
   // `program` (from LoadProgram on the same artifact) must outlive the
   // trainer. Every error is one line naming the artifact, and the thunk,
   // call and error string where one failed.
-  static StatusOr<std::unique_ptr<GpuTrainer>> Create(const Artifact& artifact,
+  static StatusOr<std::unique_ptr<GpuTrainer>> Create(const program::Artifact& artifact,
                                                       std::string_view artifact_path,
-                                                      const passes::TrainProgram* program,
+                                                      const program::TrainProgram* program,
                                                       uint64_t seed, const GpuOptions& options);
   ~GpuTrainer() override;
 
   std::string DeviceDescription() const override;
   std::string DeviceName() const override;
   StatusOr<StepResult> Step(std::span<const MicroBatch> micro_batches, double lr) override;
-  StatusOr<std::vector<eval::Literal>> Evaluate(const passes::TrainEntry& entry,
+  StatusOr<std::vector<eval::Literal>> Evaluate(const program::TrainEntry& entry,
                                                 const MicroBatch& batch) override;
   // Copies only the slice to the host (a sample reads one [V] row of [1,T,V] logits).
-  StatusOr<std::vector<double>> EvaluateSlice(const passes::TrainEntry& entry,
+  StatusOr<std::vector<double>> EvaluateSlice(const program::TrainEntry& entry,
                                               const MicroBatch& batch, int64_t output,
                                               int64_t first, int64_t count) override;
   int64_t steps_done() const override;

@@ -41,7 +41,7 @@ int64_t CountPtxParams(std::string_view ptx, std::string_view name) {
 }
 
 StatusOr<std::unique_ptr<KernelModules>> KernelModules::Load(const DriverApi& cu,
-                                                             const Artifact& artifact,
+                                                             const program::Artifact& artifact,
                                                              std::string_view artifact_path,
                                                              const DeviceInfo& device) {
   const std::string* ptx = artifact.Find("ptx");

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/artifact.h"
+#include "compiler/program/container.h"
 #include "runtime/gpu/cuda_api.h"
 #include "runtime/gpu/device.h"
 #include "runtime/gpu/plan_reader.h"
@@ -30,7 +30,7 @@ class KernelModules {
   // Loads every kernel of the artifact's manifest index; `artifact_path`
   // prefixes the errors, which name the kernel, the API call and the JIT log.
   static StatusOr<std::unique_ptr<KernelModules>> Load(const DriverApi& cu,
-                                                       const Artifact& artifact,
+                                                       const program::Artifact& artifact,
                                                        std::string_view artifact_path,
                                                        const DeviceInfo& device);
   ~KernelModules();

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "compiler/ir/parser.h"
+#include "compiler/program/json_field.h"
 #include "runtime/gpu/host_values.h"
 
 namespace gptc::rt::gpu {
@@ -15,39 +16,12 @@ namespace {
 
 using nlohmann::json;
 
-// json[key] as T, type-checked first (no exceptions); errors name where.
-template <typename T>
-StatusOr<T> Get(const json& j, std::string_view key, std::string_view where) {
-  if (!j.is_object()) return Error("{} is not an object", where);
-  auto it = j.find(key);
-  if (it == j.end()) return Error("{} has no '{}'", where, key);
-  bool ok = false;
-  if constexpr (std::is_same_v<T, int64_t>) {
-    ok = it->is_number_integer();
-  } else if constexpr (std::is_same_v<T, double>) {
-    ok = it->is_number();
-  } else if constexpr (std::is_same_v<T, std::string>) {
-    ok = it->is_string();
-  } else {
-    static_assert(std::is_same_v<T, bool>);
-    ok = it->is_boolean();
-  }
-  if (!ok) return Error("{}.{} has the wrong type ({})", where, key, it->dump());
-  return it->get<T>();
-}
-
-template <typename T>
-StatusOr<T> GetOr(const json& j, std::string_view key, std::string_view where, T fallback) {
-  if (j.is_object() && !j.contains(key)) return fallback;
-  return Get<T>(j, key, where);
-}
-
 // A slice {"offset", "size"} that must lie inside the arena; `at` names it.
 StatusOr<ArenaSlice> ReadSliceValue(const json& v, const std::string& at, int64_t arena_size) {
   ArenaSlice s;
-  ASSIGN_OR_RETURN(s.offset, Get<int64_t>(v, "offset", at));
-  ASSIGN_OR_RETURN(s.size, Get<int64_t>(v, "size", at));
-  ASSIGN_OR_RETURN(s.buffer, GetOr<int64_t>(v, "buffer", at, -1));
+  ASSIGN_OR_RETURN(s.offset, program::JsonField<int64_t>(v, "offset", at));
+  ASSIGN_OR_RETURN(s.size, program::JsonField<int64_t>(v, "size", at));
+  ASSIGN_OR_RETURN(s.buffer, program::JsonFieldOr<int64_t>(v, "buffer", at, -1));
   if (s.offset < 0 || s.size < 0 || s.offset > arena_size || s.size > arena_size - s.offset) {
     return Error("{}: slice [{}, +{}) is outside the arena of {} bytes", at, s.offset, s.size,
                  arena_size);
@@ -80,7 +54,7 @@ StatusOr<std::array<int64_t, 3>> ReadDim3(const json& j, std::string_view key,
 template <typename Table>
 StatusOr<int32_t> Lookup(const Table& table, const json& j, std::string_view key,
                          std::string_view where) {
-  ASSIGN_OR_RETURN(std::string name, Get<std::string>(j, key, where));
+  ASSIGN_OR_RETURN(std::string name, program::JsonField<std::string>(j, key, where));
   for (const auto& [n, v] : table) {
     if (name == n) return static_cast<int32_t>(v);
   }
@@ -119,11 +93,11 @@ StatusOr<GemmLayout> ReadLayout(const json& d, std::string_view key, std::string
   const json& j = d[key];
   GemmLayout l;
   ASSIGN_OR_RETURN(l.dtype, Lookup(kDataTypes, j, "dtype", at));
-  ASSIGN_OR_RETURN(l.rows, Get<int64_t>(j, "rows", at));
-  ASSIGN_OR_RETURN(l.cols, Get<int64_t>(j, "cols", at));
-  ASSIGN_OR_RETURN(l.ld, Get<int64_t>(j, "ld", at));
-  ASSIGN_OR_RETURN(l.batch_count, GetOr<int64_t>(j, "batch_count", at, 1));
-  ASSIGN_OR_RETURN(l.batch_stride, GetOr<int64_t>(j, "batch_stride", at, 0));
+  ASSIGN_OR_RETURN(l.rows, program::JsonField<int64_t>(j, "rows", at));
+  ASSIGN_OR_RETURN(l.cols, program::JsonField<int64_t>(j, "cols", at));
+  ASSIGN_OR_RETURN(l.ld, program::JsonField<int64_t>(j, "ld", at));
+  ASSIGN_OR_RETURN(l.batch_count, program::JsonFieldOr<int64_t>(j, "batch_count", at, 1));
+  ASSIGN_OR_RETURN(l.batch_stride, program::JsonFieldOr<int64_t>(j, "batch_stride", at, 0));
   if (l.rows < 1 || l.cols < 1 || l.ld < l.rows || l.batch_count < 1 || l.batch_stride < 0) {
     return Error("{}: bad layout rows={} cols={} ld={} batch_count={} batch_stride={}", at, l.rows,
                  l.cols, l.ld, l.batch_count, l.batch_stride);
@@ -142,20 +116,20 @@ StatusOr<Thunk> ReadThunk(const json& t, int64_t index, int64_t arena_size,
   Thunk thunk;
   thunk.index = index;
   const std::string where = fmt::format("plan entry {} thunk {}", entry, index);
-  ASSIGN_OR_RETURN(std::string kind, Get<std::string>(t, "kind", where));
-  ASSIGN_OR_RETURN(thunk.name, Get<std::string>(t, "name", where));
-  ASSIGN_OR_RETURN(thunk.meta, GetOr<std::string>(t, "meta", where, ""));
+  ASSIGN_OR_RETURN(std::string kind, program::JsonField<std::string>(t, "kind", where));
+  ASSIGN_OR_RETURN(thunk.name, program::JsonField<std::string>(t, "name", where));
+  ASSIGN_OR_RETURN(thunk.meta, program::JsonFieldOr<std::string>(t, "meta", where, ""));
   auto slice = [&](std::string_view key) { return ReadSlice(t, key, where, arena_size); };
   if (kind == "kernel") {
     thunk.kind = ThunkKind::kKernel;
     KernelThunk k;
-    ASSIGN_OR_RETURN(k.fusion, Get<std::string>(t, "fusion", where));
-    ASSIGN_OR_RETURN(k.fusion_kind, GetOr<std::string>(t, "fusion_kind", where, ""));
+    ASSIGN_OR_RETURN(k.fusion, program::JsonField<std::string>(t, "fusion", where));
+    ASSIGN_OR_RETURN(k.fusion_kind, program::JsonFieldOr<std::string>(t, "fusion_kind", where, ""));
     ASSIGN_OR_RETURN(k.grid, ReadDim3(t, "grid", where));
     ASSIGN_OR_RETURN(k.block, ReadDim3(t, "block", where));
-    ASSIGN_OR_RETURN(k.dynamic_smem, GetOr<int64_t>(t, "dynamic_smem", where, 0));
-    ASSIGN_OR_RETURN(k.operands, GetOr<int64_t>(t, "operands", where, -1));
-    ASSIGN_OR_RETURN(k.fallback, GetOr<bool>(t, "fallback", where, false));
+    ASSIGN_OR_RETURN(k.dynamic_smem, program::JsonFieldOr<int64_t>(t, "dynamic_smem", where, 0));
+    ASSIGN_OR_RETURN(k.operands, program::JsonFieldOr<int64_t>(t, "operands", where, -1));
+    ASSIGN_OR_RETURN(k.fallback, program::JsonFieldOr<bool>(t, "fallback", where, false));
     if (k.block[0] * k.block[1] * k.block[2] > 1024 || k.dynamic_smem < 0) {
       return Error("{} ({}): block {}x{}x{} / dynamic smem {} out of range", where, thunk.name,
                    k.block[0], k.block[1], k.block[2], k.dynamic_smem);
@@ -213,8 +187,8 @@ StatusOr<Thunk> ReadThunk(const json& t, int64_t index, int64_t arena_size,
     CopyThunk c;
     ASSIGN_OR_RETURN(c.src, slice("src"));
     ASSIGN_OR_RETURN(c.dst, slice("dst"));
-    ASSIGN_OR_RETURN(c.bytes, Get<int64_t>(t, "bytes", where));
-    ASSIGN_OR_RETURN(c.reason, GetOr<std::string>(t, "reason", where, ""));
+    ASSIGN_OR_RETURN(c.bytes, program::JsonField<int64_t>(t, "bytes", where));
+    ASSIGN_OR_RETURN(c.reason, program::JsonFieldOr<std::string>(t, "reason", where, ""));
     if (c.bytes < 0 || c.bytes > c.src.size || c.bytes > c.dst.size) {
       return Error("{} ({}): copies {} bytes between slices of {} and {}", where, thunk.name,
                    c.bytes, c.src.size, c.dst.size);
@@ -223,7 +197,7 @@ StatusOr<Thunk> ReadThunk(const json& t, int64_t index, int64_t arena_size,
   } else if (kind == "constant") {
     thunk.kind = ThunkKind::kConstant;
     ConstantThunk c;
-    ASSIGN_OR_RETURN(std::string dtype, Get<std::string>(t, "dtype", where));
+    ASSIGN_OR_RETURN(std::string dtype, program::JsonField<std::string>(t, "dtype", where));
     std::optional<ir::DType> d = ir::ParseDType(dtype);
     if (!d) return Error("{} ({}): unknown dtype '{}'", where, thunk.name, dtype);
     c.dtype = *d;
@@ -248,15 +222,15 @@ StatusOr<Thunk> ReadThunk(const json& t, int64_t index, int64_t arena_size,
   } else if (kind == "all_reduce") {
     thunk.kind = ThunkKind::kAllReduce;
     AllReduceThunk a;
-    ASSIGN_OR_RETURN(a.reduce, Get<std::string>(t, "reduce", where));
-    ASSIGN_OR_RETURN(std::string dtype, Get<std::string>(t, "dtype", where));
+    ASSIGN_OR_RETURN(a.reduce, program::JsonField<std::string>(t, "reduce", where));
+    ASSIGN_OR_RETURN(std::string dtype, program::JsonField<std::string>(t, "dtype", where));
     std::optional<ir::DType> d = ir::ParseDType(dtype);
     if (!d) return Error("{} ({}): unknown dtype '{}'", where, thunk.name, dtype);
     a.dtype = *d;
-    ASSIGN_OR_RETURN(a.count, Get<int64_t>(t, "count", where));
+    ASSIGN_OR_RETURN(a.count, program::JsonField<int64_t>(t, "count", where));
     ASSIGN_OR_RETURN(a.in, slice("in"));
     ASSIGN_OR_RETURN(a.out, slice("out"));
-    ASSIGN_OR_RETURN(a.bucket, GetOr<int64_t>(t, "bucket", where, -1));
+    ASSIGN_OR_RETURN(a.bucket, program::JsonFieldOr<int64_t>(t, "bucket", where, -1));
     if (a.reduce != "sum" && a.reduce != "max") {
       return Error("{} ({}): unknown reduction '{}'", where, thunk.name, a.reduce);
     }
@@ -269,8 +243,8 @@ StatusOr<Thunk> ReadThunk(const json& t, int64_t index, int64_t arena_size,
   } else if (kind == "unsupported") {
     thunk.kind = ThunkKind::kUnsupported;
     UnsupportedThunk u;
-    ASSIGN_OR_RETURN(u.what, GetOr<std::string>(t, "what", where, ""));
-    ASSIGN_OR_RETURN(u.reason, GetOr<std::string>(t, "reason", where, ""));
+    ASSIGN_OR_RETURN(u.what, program::JsonFieldOr<std::string>(t, "what", where, ""));
+    ASSIGN_OR_RETURN(u.reason, program::JsonFieldOr<std::string>(t, "reason", where, ""));
     thunk.body = std::move(u);
   } else {
     return Error("{} ({}): unknown thunk kind '{}'", where, thunk.name, kind);
@@ -280,16 +254,16 @@ StatusOr<Thunk> ReadThunk(const json& t, int64_t index, int64_t arena_size,
 
 StatusOr<PlanSlot> ReadSlot(const json& j, std::string_view where, int64_t arena_size) {
   PlanSlot s;
-  ASSIGN_OR_RETURN(s.role, Get<std::string>(j, "role", where));
-  ASSIGN_OR_RETURN(s.index, Get<int64_t>(j, "index", where));
-  ASSIGN_OR_RETURN(s.name, Get<std::string>(j, "name", where));
-  ASSIGN_OR_RETURN(std::string shape, Get<std::string>(j, "shape", where));
+  ASSIGN_OR_RETURN(s.role, program::JsonField<std::string>(j, "role", where));
+  ASSIGN_OR_RETURN(s.index, program::JsonField<int64_t>(j, "index", where));
+  ASSIGN_OR_RETURN(s.name, program::JsonField<std::string>(j, "name", where));
+  ASSIGN_OR_RETURN(std::string shape, program::JsonField<std::string>(j, "shape", where));
   StatusOr<ir::Shape> parsed = ir::ParseShape(shape);
   if (!parsed.ok()) return parsed.status().WithPrefix(fmt::format("{}.shape", where));
   s.shape = *parsed;
-  ASSIGN_OR_RETURN(s.slice.offset, Get<int64_t>(j, "offset", where));
-  ASSIGN_OR_RETURN(s.slice.size, Get<int64_t>(j, "size", where));
-  ASSIGN_OR_RETURN(s.slice.buffer, GetOr<int64_t>(j, "buffer", where, -1));
+  ASSIGN_OR_RETURN(s.slice.offset, program::JsonField<int64_t>(j, "offset", where));
+  ASSIGN_OR_RETURN(s.slice.size, program::JsonField<int64_t>(j, "size", where));
+  ASSIGN_OR_RETURN(s.slice.buffer, program::JsonFieldOr<int64_t>(j, "buffer", where, -1));
   if (s.slice.offset < 0 ||
       s.slice.size < s.shape.num_elements() * ir::DTypeBytes(s.shape.dtype()) ||
       s.slice.offset + s.slice.size > arena_size) {
@@ -378,23 +352,23 @@ StatusOr<GemmConfig> ParseGemmConfig(const json& d) {
   ASSIGN_OR_RETURN(c.scale_type, Lookup(kDataTypes, d, "scale_type", where));
   ASSIGN_OR_RETURN(c.transa, Lookup(kOps, d, "transa", where));
   ASSIGN_OR_RETURN(c.transb, Lookup(kOps, d, "transb", where));
-  ASSIGN_OR_RETURN(c.m, Get<int64_t>(d, "m", where));
-  ASSIGN_OR_RETURN(c.n, Get<int64_t>(d, "n", where));
-  ASSIGN_OR_RETURN(c.k, Get<int64_t>(d, "k", where));
-  ASSIGN_OR_RETURN(c.batch_count, GetOr<int64_t>(d, "batch_count", where, 1));
+  ASSIGN_OR_RETURN(c.m, program::JsonField<int64_t>(d, "m", where));
+  ASSIGN_OR_RETURN(c.n, program::JsonField<int64_t>(d, "n", where));
+  ASSIGN_OR_RETURN(c.k, program::JsonField<int64_t>(d, "k", where));
+  ASSIGN_OR_RETURN(c.batch_count, program::JsonFieldOr<int64_t>(d, "batch_count", where, 1));
   ASSIGN_OR_RETURN(c.a, ReadLayout(d, "a", where));
   ASSIGN_OR_RETURN(c.b, ReadLayout(d, "b", where));
   ASSIGN_OR_RETURN(c.c, ReadLayout(d, "c", where));
   ASSIGN_OR_RETURN(c.d, ReadLayout(d, "d", where));
-  ASSIGN_OR_RETURN(c.alpha, Get<double>(d, "alpha", where));
-  ASSIGN_OR_RETURN(c.beta, Get<double>(d, "beta", where));
+  ASSIGN_OR_RETURN(c.alpha, program::JsonField<double>(d, "alpha", where));
+  ASSIGN_OR_RETURN(c.beta, program::JsonField<double>(d, "beta", where));
   ASSIGN_OR_RETURN(c.epilogue, Lookup(kEpilogues, d, "epilogue", where));
   c.epilogue_name = std::string(NameOf(c.epilogue, kEpilogues));
   if (d.contains("bias_dtype")) {
     ASSIGN_OR_RETURN(c.bias_dtype, Lookup(kDataTypes, d, "bias_dtype", where));
   }
-  ASSIGN_OR_RETURN(c.aux_ld, GetOr<int64_t>(d, "aux_ld", where, 0));
-  ASSIGN_OR_RETURN(c.workspace_bytes, GetOr<int64_t>(d, "workspace_bytes", where, 0));
+  ASSIGN_OR_RETURN(c.aux_ld, program::JsonFieldOr<int64_t>(d, "aux_ld", where, 0));
+  ASSIGN_OR_RETURN(c.workspace_bytes, program::JsonFieldOr<int64_t>(d, "workspace_bytes", where, 0));
   const auto e = static_cast<cublasLtEpilogue_t>(c.epilogue);
   c.reads_bias = e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS ||
                  e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
@@ -475,9 +449,9 @@ std::array<int64_t, 6> EntryPlan::CountByKind() const {
 
 StatusOr<EntryPlan> ReadEntryPlan(const json& entry) {
   EntryPlan p;
-  ASSIGN_OR_RETURN(p.name, Get<std::string>(entry, "name", "plan entry"));
+  ASSIGN_OR_RETURN(p.name, program::JsonField<std::string>(entry, "name", "plan entry"));
   const std::string where = "plan entry " + p.name;
-  ASSIGN_OR_RETURN(p.arena_size, Get<int64_t>(entry, "arena_size", where));
+  ASSIGN_OR_RETURN(p.arena_size, program::JsonField<int64_t>(entry, "arena_size", where));
   if (p.arena_size < 0) return Error("{}: arena_size {} < 0", where, p.arena_size);
   for (auto [key, slots] : {std::pair{"inputs", &p.inputs}, std::pair{"outputs", &p.outputs}}) {
     if (!entry.contains(key) || !entry[key].is_array()) {
@@ -504,8 +478,8 @@ StatusOr<EntryPlan> ReadEntryPlan(const json& entry) {
     for (size_t i = 0; i < buffers.size(); ++i) {
       const std::string bw = fmt::format("{} buffers[{}]", where, i);
       PlanBuffer b;
-      ASSIGN_OR_RETURN(b.id, Get<int64_t>(buffers[i], "id", bw));
-      ASSIGN_OR_RETURN(b.name, Get<std::string>(buffers[i], "name", bw));
+      ASSIGN_OR_RETURN(b.id, program::JsonField<int64_t>(buffers[i], "id", bw));
+      ASSIGN_OR_RETURN(b.name, program::JsonField<std::string>(buffers[i], "name", bw));
       ASSIGN_OR_RETURN(b.slice, ReadSliceValue(buffers[i], bw, p.arena_size));
       if (b.id != static_cast<int64_t>(i)) return Error("{}: id {} out of order", bw, b.id);
       b.slice.buffer = b.id;
@@ -546,9 +520,9 @@ StatusOr<EntryPlan> ReadEntryPlan(const json& entry) {
           return Error("{}: member {} is not a thunk index", bw, m.dump());
         bucket.members.push_back(m.get<int64_t>());
       }
-      ASSIGN_OR_RETURN(bucket.issue_after, Get<int64_t>(b, "issue_after", bw));
-      ASSIGN_OR_RETURN(bucket.wait_before, Get<int64_t>(b, "wait_before", bw));
-      ASSIGN_OR_RETURN(bucket.bytes, GetOr<int64_t>(b, "bytes", bw, 0));
+      ASSIGN_OR_RETURN(bucket.issue_after, program::JsonField<int64_t>(b, "issue_after", bw));
+      ASSIGN_OR_RETURN(bucket.wait_before, program::JsonField<int64_t>(b, "wait_before", bw));
+      ASSIGN_OR_RETURN(bucket.bytes, program::JsonFieldOr<int64_t>(b, "bytes", bw, 0));
       if (bucket.members.empty() || bucket.issue_after != bucket.members.back() ||
           bucket.wait_before <= bucket.issue_after || bucket.wait_before > n) {
         return Error("{}: members {}, issue_after {}, wait_before {} are inconsistent ({} thunks)",
@@ -599,25 +573,25 @@ StatusOr<std::vector<KernelImage>> ReadKernelIndex(const json& manifest, int64_t
   for (const json& k : manifest["kernels"]) {
     const std::string where = fmt::format("manifest kernels[{}]", out.size());
     KernelImage image;
-    ASSIGN_OR_RETURN(image.entry, Get<std::string>(k, "entry", where));
-    ASSIGN_OR_RETURN(image.name, Get<std::string>(k, "name", where));
-    ASSIGN_OR_RETURN(image.ptx_offset, Get<int64_t>(k, "ptx_offset", where));
-    ASSIGN_OR_RETURN(image.ptx_size, Get<int64_t>(k, "ptx_size", where));
+    ASSIGN_OR_RETURN(image.entry, program::JsonField<std::string>(k, "entry", where));
+    ASSIGN_OR_RETURN(image.name, program::JsonField<std::string>(k, "name", where));
+    ASSIGN_OR_RETURN(image.ptx_offset, program::JsonField<int64_t>(k, "ptx_offset", where));
+    ASSIGN_OR_RETURN(image.ptx_size, program::JsonField<int64_t>(k, "ptx_size", where));
     if (image.ptx_offset < 0 || image.ptx_size < 1 || image.ptx_offset > ptx_bytes ||
         image.ptx_size > ptx_bytes - image.ptx_offset) {
       return Error("{} ({}): PTX [{}, +{}) is outside the ptx section of {} bytes", where,
                    image.name, image.ptx_offset, image.ptx_size, ptx_bytes);
     }
     if (k.contains("cubin_offset")) {
-      ASSIGN_OR_RETURN(int64_t offset, Get<int64_t>(k, "cubin_offset", where));
-      ASSIGN_OR_RETURN(int64_t size, Get<int64_t>(k, "cubin_size", where));
+      ASSIGN_OR_RETURN(int64_t offset, program::JsonField<int64_t>(k, "cubin_offset", where));
+      ASSIGN_OR_RETURN(int64_t size, program::JsonField<int64_t>(k, "cubin_size", where));
       if (offset < 0 || size < 1 || offset > cubin_bytes || size > cubin_bytes - offset) {
         return Error("{} ({}): cubin [{}, +{}) is outside the cubin section of {} bytes", where,
                      image.name, offset, size, cubin_bytes);
       }
       image.cubin = std::pair{offset, size};
     }
-    ASSIGN_OR_RETURN(image.registers, GetOr<int64_t>(k, "registers", where, 0));
+    ASSIGN_OR_RETURN(image.registers, program::JsonFieldOr<int64_t>(k, "registers", where, 0));
     out.push_back(std::move(image));
   }
   return out;

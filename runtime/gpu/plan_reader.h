@@ -46,7 +46,7 @@ struct PlanBuffer {
 
 // One input or output of an entry: where the caller writes or reads it.
 struct PlanSlot {
-  std::string role;  // passes::SlotRoleName: "param", "adam_m", "tokens", "loss", ...
+  std::string role;  // program::SlotRoleName: "param", "adam_m", "tokens", "loss", ...
   int64_t index = -1;
   std::string name;
   ir::Shape shape;

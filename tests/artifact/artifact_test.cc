@@ -7,7 +7,8 @@
 #include "compiler/artifact/writer.h"
 #include "models/config.h"
 #include "models/gpt2.h"
-#include "runtime/artifact.h"
+#include "compiler/program/container.h"
+#include "passes/train_step.h"
 
 namespace gptc::artifact {
 namespace {
@@ -18,7 +19,7 @@ StatusOr<BuiltArtifact> CompileTiny() {
   passes::TrainStepOptions options;
   options.optimize = true;
   options.precision.policy = passes::PrecisionPolicy::kBF16;
-  ASSIGN_OR_RETURN(passes::TrainProgram program,
+  ASSIGN_OR_RETURN(program::TrainProgram program,
                    passes::BuildTrainProgram(std::move(traced.module), traced.params, options));
   ArtifactOptions ao;
   ao.model = {{"name", config.name}, {"layers", config.layers}};
@@ -41,7 +42,7 @@ const BuiltArtifact& Tiny() {
 }
 
 TEST(ArtifactTest, RoundTrip) {
-  StatusOr<rt::Artifact> a = rt::DecodeArtifact(Tiny().bytes, "t.gptx");
+  StatusOr<program::Artifact> a = program::DecodeArtifact(Tiny().bytes, "t.gptx");
   ASSERT_TRUE(a.ok()) << a.status().message();
   EXPECT_EQ(a->format_version, 1u);
   EXPECT_EQ(a->manifest["target"], "sm_90a");
@@ -63,7 +64,7 @@ TEST(ArtifactTest, RoundTrip) {
 
 // Golden facts about the gpt2-tiny plan: small and stable on purpose.
 TEST(ArtifactTest, TinyPlanGolden) {
-  StatusOr<rt::Artifact> a = rt::DecodeArtifact(Tiny().bytes, "t.gptx");
+  StatusOr<program::Artifact> a = program::DecodeArtifact(Tiny().bytes, "t.gptx");
   ASSERT_TRUE(a.ok()) << a.status().message();
   const auto& thunks = a->plan["entries"][0]["thunks"];
   int gemms = 0;
@@ -123,8 +124,8 @@ TEST(ArtifactTest, Deterministic) {
   EXPECT_TRUE(again->bytes == Tiny().bytes);
 }
 
-std::string Message(std::string_view bytes, const rt::ReadOptions& options = {}) {
-  StatusOr<rt::Artifact> a = rt::DecodeArtifact(bytes, "x.gptx", options);
+std::string Message(std::string_view bytes, const program::ReadOptions& options = {}) {
+  StatusOr<program::Artifact> a = program::DecodeArtifact(bytes, "x.gptx", options);
   return a.ok() ? "ok" : a.status().message();
 }
 
@@ -152,15 +153,15 @@ TEST(ArtifactTest, RejectsBadFiles) {
 }
 
 TEST(ArtifactTest, ContainerRoundTripAndOrder) {
-  StatusOr<std::string> bytes = rt::EncodeArtifact(
+  StatusOr<std::string> bytes = program::EncodeArtifact(
       {{"manifest", "{}"}, {"ir", "module m"}, {"ptx", ""}, {"plan", "{}"}, {"params", "{}"}});
   ASSERT_TRUE(bytes.ok());
-  StatusOr<rt::Artifact> a = rt::DecodeArtifact(*bytes, "m.gptx");
+  StatusOr<program::Artifact> a = program::DecodeArtifact(*bytes, "m.gptx");
   ASSERT_TRUE(a.ok()) << a.status().message();
   EXPECT_EQ(*a->Find("ir"), "module m");
-  EXPECT_EQ(rt::EncodeArtifact({{"plan", "{}"}, {"ir", ""}}).status().message(),
+  EXPECT_EQ(program::EncodeArtifact({{"plan", "{}"}, {"ir", ""}}).status().message(),
             "artifact section 'ir' is out of order");
-  bytes = rt::EncodeArtifact({{"manifest", "{}"}, {"ir", ""}, {"plan", "{}"}, {"params", "{}"}});
+  bytes = program::EncodeArtifact({{"manifest", "{}"}, {"ir", ""}, {"plan", "{}"}, {"params", "{}"}});
   ASSERT_TRUE(bytes.ok());
   EXPECT_EQ(Message(*bytes), "x.gptx: missing section 'ptx'");
 }

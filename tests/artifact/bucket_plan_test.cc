@@ -4,6 +4,7 @@
 
 #include "compiler/artifact/plan.h"
 #include "compiler/ir/parser.h"
+#include "passes/buffer_assignment.h"
 
 namespace gptc::artifact {
 namespace {
@@ -30,12 +31,12 @@ ENTRY %main {
 TEST(BucketPlanTest, BucketsCloseAtTheCapAndBeforeAnEarlyReader) {
   StatusOr<std::unique_ptr<ir::Module>> module = ir::ParseAndVerifyModule(kModule, "<test>");
   ASSERT_TRUE(module.ok()) << module.status().message();
-  passes::TrainEntry entry{"train_step", std::move(module).value(), {}};
+  program::TrainEntry entry{"train_step", std::move(module).value(), {}};
   for (const ir::Instruction* p : entry.module->entry()->parameters()) {
-    entry.signature.inputs.push_back({passes::SlotRole::kData, -1, p->name(), p->shape()});
+    entry.signature.inputs.push_back({program::SlotRole::kData, -1, p->name(), p->shape()});
   }
   for (const ir::Shape& s : entry.module->entry()->root()->shape().tuple_elements()) {
-    entry.signature.outputs.push_back({passes::SlotRole::kData, -1, "out", s});
+    entry.signature.outputs.push_back({program::SlotRole::kData, -1, "out", s});
   }
   StatusOr<passes::BufferAssignment> ba = passes::AssignBuffers(*entry.module);
   ASSERT_TRUE(ba.ok()) << ba.status().message();

@@ -53,7 +53,7 @@ class EmuAccessChecker : public rt::emu::GlobalAccessChecker {
       const char* begin = buffer.bytes.data();
       if (p < begin || p + bytes > begin + buffer.bytes.size()) continue;
       const size_t at = static_cast<size_t>(p - begin);
-      const bool store = (kind & emu::kStore) != 0;
+      const bool store = (kind & program::emu::kStore) != 0;
       if (store && !buffer.writable) {
         return findings.Add(fmt::format("{}: store into {} (+{}), which the kernel only reads",
                                         who.Describe(), buffer.name, at));

@@ -35,7 +35,7 @@ void CheckTrainStep(const std::string& model, int64_t batch, int64_t seq,
   auto program =
       passes::BuildTrainProgram(std::move(traced->module), std::move(traced->params), options);
   ASSERT_TRUE(program.ok()) << program.status().message();
-  const passes::TrainEntry* step = program->Find("train_step");
+  const program::TrainEntry* step = program->Find("train_step");
   ASSERT_NE(step, nullptr);
 
   auto start = std::chrono::steady_clock::now();

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "compiler/codegen/codegen.h"
-#include "compiler/codegen/emu_abi.h"
+#include "compiler/program/emu_abi.h"
 #include "compiler/support/float_bits.h"
 #include "runtime/emu/grid_runner.h"
 #include "runtime/emu/kernel_library.h"
@@ -360,8 +360,8 @@ TEST(HostLoweringTest, ALibraryOfAnotherAbiIsRefused) {
   ASSERT_FALSE(opened.ok());
   EXPECT_EQ(opened.status().message(),
             fmt::format("old.gptx: its emulator library was built for ABI 1, not {}",
-                        emu::kKernelAbiVersion));
-  EXPECT_GE(emu::kKernelAbiVersion, 2u);
+                        program::emu::kKernelAbiVersion));
+  EXPECT_GE(program::emu::kKernelAbiVersion, 2u);
 }
 
 TEST(HostLoweringTest, AnIntrinsicWithoutEmulationIsRefusedByName) {

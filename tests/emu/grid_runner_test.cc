@@ -20,7 +20,7 @@
 namespace gptc::rt::emu {
 namespace {
 
-namespace abi = codegen::emu;
+namespace abi = program::emu;
 
 const abi::EmuRuntime& Rt() { return *GridRunner::Table(); }
 uint32_t Tid() { return Rt().special_register(abi::kTidX); }

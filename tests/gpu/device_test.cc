@@ -133,7 +133,7 @@ TEST(NoGpuTest, TrainerRefusesIncompleteArtifactsBeforeLookingForAGpu) {
   std::string why;
   const testing::Tiny* tiny = testing::LoadTiny(&why);
   ASSERT_NE(tiny, nullptr) << why;
-  Artifact a = tiny->artifact;
+  program::Artifact a = tiny->artifact;
   a.manifest["complete"] = false;
   StatusOr<std::unique_ptr<GpuTrainer>> t =
       GpuTrainer::Create(a, "t.gptx", &tiny->loaded.program, 0, {});

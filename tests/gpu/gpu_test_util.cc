@@ -64,10 +64,10 @@ StatusOr<Tiny> Load(TinyVariant variant) {
         "{} -o {} and set {}",
         tried, info.flags, info.file, info.variable);
   }
-  ASSIGN_OR_RETURN(t.artifact, ReadArtifact(t.path));
+  ASSIGN_OR_RETURN(t.artifact, program::ReadArtifact(t.path));
   ASSIGN_OR_RETURN(t.loaded, LoadProgram(t.artifact, t.path));
   ASSIGN_OR_RETURN(std::vector<EntryPlan> plans, ReadPlan(t.artifact.plan));
-  for (const passes::TrainEntry& entry : t.loaded.program.entries) {
+  for (const program::TrainEntry& entry : t.loaded.program.entries) {
     auto it = std::find_if(plans.begin(), plans.end(),
                            [&](const EntryPlan& p) { return p.name == entry.name; });
     if (it == plans.end()) return Error("{}: the plan has no entry {}", t.path, entry.name);

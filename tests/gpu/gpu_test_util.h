@@ -24,7 +24,7 @@
 #include "compiler/eval/literal.h"
 #include "compiler/ir/instruction.h"
 #include "passes/buffer_assignment.h"
-#include "runtime/artifact.h"
+#include "compiler/program/container.h"
 #include "runtime/emu/emu_device.h"
 #include "runtime/gpu/backend.h"
 #include "runtime/gpu/cublaslt_api.h"
@@ -50,7 +50,7 @@ std::vector<std::string> TinyArtifactCandidates(TinyVariant variant = TinyVarian
 
 struct Tiny {
   std::string path;
-  Artifact artifact;
+  program::Artifact artifact;
   LoadedProgram loaded;
   std::vector<EntryPlan> plans;  // parallel to loaded.program.entries
   // Per entry: the buffer assignment recomputed from the parsed IR.

@@ -208,7 +208,7 @@ TEST(PlanReaderTest, GradAccumPlanHasWhatTheTrainerFeeds) {
     ASSERT_NE(apply->FindInput(role), nullptr) << role;
     EXPECT_EQ(apply->FindInput(role)->shape, scalar) << role;
   }
-  const std::vector<frontend::ParamSpec>& params = tiny->loaded.program.params;
+  const std::vector<program::ParamSpec>& params = tiny->loaded.program.params;
   for (size_t p = 0; p < params.size(); ++p) {
     const auto index = static_cast<int64_t>(p);
     const PlanSlot* in = accumulate->FindInput("grad_acc", index);
@@ -243,7 +243,7 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
   for (size_t e = 0; e < tiny.plans.size(); ++e) {
     const EntryPlan& plan = tiny.plans[e];
     const passes::BufferAssignment& ba = tiny.assignments[e];
-    const passes::TrainEntry& entry = tiny.loaded.program.entries[e];
+    const program::TrainEntry& entry = tiny.loaded.program.entries[e];
     const ir::Computation& c = *entry.module->entry();
     // Buffer assignment's arena, then (Note [split column reductions]) the
     // scratch of kernels that pass partial results to each other.

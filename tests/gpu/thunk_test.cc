@@ -97,7 +97,7 @@ struct GroupRun {
 // instruction and `inputs` on every device); an error names the instruction.
 StatusOr<GroupRun> RunGroup(GpuHarness& gpu, const Tiny& tiny, size_t e, const Group& g,
                             Inputs inputs) {
-  const passes::TrainEntry& entry = tiny.loaded.program.entries[e];
+  const program::TrainEntry& entry = tiny.loaded.program.entries[e];
   GroupRun run;
   run.inst = entry.module->entry()->FindInstruction(g.instruction);
   const ir::Instruction* inst = run.inst;

@@ -63,8 +63,8 @@ TEST_P(GpuEntryTest, LogitsMatchCpu) {
   const Tiny* tiny = TinyOrFail();
   ASSERT_NE(tiny, nullptr);
   GPTC_OPEN_TEST_DEVICE(device, {tiny});
-  const passes::TrainProgram& program = tiny->loaded.program;
-  const passes::TrainEntry* logits = program.Find("logits");
+  const program::TrainProgram& program = tiny->loaded.program;
+  const program::TrainEntry* logits = program.Find("logits");
   if (logits == nullptr) GTEST_SKIP() << tiny->path << " has no logits entry";
   size_t e = 0;
   while (tiny->plans[e].name != "logits") ++e;
@@ -137,7 +137,7 @@ void ExpectStepClose(const StepResult& gpu, const StepResult& ref) {
 // `max_far_fraction` of a tensor may be more than lr apart, and none more
 // than `max_lrs` lr.
 void ExpectParamsClose(const TrainerState& gpu, const TrainerState& cpu,
-                       const std::vector<frontend::ParamSpec>& params, double lr, double max_lrs,
+                       const std::vector<program::ParamSpec>& params, double lr, double max_lrs,
                        double max_far_fraction) {
   ASSERT_EQ(gpu.values.size(), params.size());
   ASSERT_EQ(cpu.values.size(), params.size());
@@ -205,7 +205,7 @@ TEST_P(GpuEntryTest, EvalLossMatchesCpu) {
   ASSERT_NE(tiny, nullptr);
   GPTC_SKIP_IF_INCOMPLETE(*tiny);
   GPTC_OPEN_TEST_DEVICE(device, {tiny});
-  const passes::TrainEntry* eval = tiny->loaded.program.Find("eval");
+  const program::TrainEntry* eval = tiny->loaded.program.Find("eval");
   if (eval == nullptr) GTEST_SKIP() << tiny->path << " has no eval entry";
   StatusOr<std::unique_ptr<GpuTrainer>> gpu = MakeGpuTrainer(*tiny, /*graph=*/true);
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();

@@ -18,8 +18,8 @@
 namespace gptc::models {
 namespace {
 
-using frontend::InitRule;
-using frontend::ParamSpec;
+using program::InitRule;
+using program::ParamSpec;
 using frontend::Tensor;
 using frontend::TracedModule;
 using frontend::Tracer;

@@ -12,7 +12,7 @@
 namespace gptc::models {
 namespace {
 
-using frontend::InitRule;
+using program::InitRule;
 using frontend::TracedModule;
 
 TracedModule Trace(const GptConfig& c, int64_t batch, int64_t seq) {

@@ -124,10 +124,12 @@ TEST(OptimizerTest, LaterStepBiasCorrection) { CheckOneStep(1e6, 7); }
 
 TEST(OptimizerTest, SignatureAndNames) {
   std::unique_ptr<ir::Module> module = Differentiated(kModel);
-  ASSERT_TRUE(Optimizer().Run(*module).ok());
-  StatusOr<EntrySignature> sig = ReadSignature(*module, OptimizerMode::kStep, 2);
-  ASSERT_TRUE(sig.ok()) << sig.status().message();
-  EXPECT_EQ(DescribeSignature(*sig),
+  Optimizer optimizer;
+  ASSERT_TRUE(optimizer.Run(*module).ok());
+  const EntrySignature& sig = optimizer.signature();
+  Status fits = CheckSignature(*module, sig);
+  EXPECT_TRUE(fits.ok()) << fits.message();
+  EXPECT_EQ(DescribeSignature(sig),
             "in 0 param[0] %w f32[3,4]\n"
             "in 1 param[1] %b f32[4]\n"
             "in 2 adam_m[0] %adam_m.w f32[3,4]\n"
@@ -145,6 +147,16 @@ TEST(OptimizerTest, SignatureAndNames) {
             "out 5 adam_m[1] %new.adam_m.b f32[4] donates in 3\n"
             "out 6 adam_v[0] %new.adam_v.w f32[3,4] donates in 4\n"
             "out 7 adam_v[1] %new.adam_v.b f32[4] donates in 5\n");
+  // CheckSignature names the first difference from the module.
+  EntrySignature wrong = sig;
+  wrong.inputs[1].shape = ir::Shape(ir::DType::kF32, {5});
+  EXPECT_EQ(CheckSignature(*module, wrong).message(),
+            "%main: parameter 1 is %b f32[4], the signature's input 1 is %b f32[5]");
+  wrong = sig;
+  wrong.outputs.pop_back();
+  EXPECT_EQ(CheckSignature(*module, wrong).message(),
+            "%main: root is (f32[], f32[], f32[3,4], f32[4], f32[3,4], f32[4], f32[3,4], f32[4]), "
+            "expected a tuple of 7 outputs");
   const ir::Instruction* p_new = module->entry()->root()->operand(2);
   EXPECT_EQ(p_new->name(), "adamw.w.new");
   EXPECT_EQ(p_new->metadata(), "optimizer.w");
@@ -211,7 +223,7 @@ TEST(OptimizerTest, GradAccumulationMatchesOneBigBatch) {
   const int64_t n = static_cast<int64_t>(full->params.size());
   std::mt19937_64 rng(5);
   std::vector<eval::Literal> params, m, v;
-  for (const frontend::ParamSpec& spec : full->params) {
+  for (const program::ParamSpec& spec : full->params) {
     eval::Literal p = eval::Literal::Random(spec.shape, rng);
     for (double& x : p.values) x = static_cast<float>(0.2 * x);
     params.push_back(p);
@@ -232,7 +244,7 @@ TEST(OptimizerTest, GradAccumulationMatchesOneBigBatch) {
   ASSERT_TRUE(want.ok()) << want.status().message();
 
   std::vector<eval::Literal> grad_acc;
-  for (const frontend::ParamSpec& spec : full->params) {
+  for (const program::ParamSpec& spec : full->params) {
     grad_acc.push_back(eval::Literal::Zeros(spec.shape));
   }
   double loss = 0;

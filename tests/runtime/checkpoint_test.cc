@@ -11,6 +11,7 @@
 #include "models/gpt2.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/safetensors.h"
+#include "passes/train_step.h"
 
 namespace gptc::rt {
 namespace {
@@ -28,7 +29,7 @@ ModelConfig Model() {
           .padded_vocab = models::PadVocab(kVocab)};  // 256: padding rows are saved too
 }
 
-StatusOr<passes::TrainProgram> Compile() {
+StatusOr<program::TrainProgram> Compile() {
   ASSIGN_OR_RETURN(models::GptConfig config, models::FindGptConfig("gpt2-tiny"));
   config.layers = 1;
   config.vocab = kVocab;
@@ -50,7 +51,7 @@ class CheckpointTest : public ::testing::Test {
     std::vector<int32_t> tokens(1000);
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (i * 37 + i / 7) % kVocab;
     ASSERT_TRUE(WriteFileAtomically(dir_ + "/train_000.bin", EncodeShard(tokens)).ok());
-    StatusOr<passes::TrainProgram> program = Compile();
+    StatusOr<program::TrainProgram> program = Compile();
     ASSERT_TRUE(program.ok()) << program.status().message();
     program_ = std::move(*program);
   }
@@ -81,7 +82,7 @@ class CheckpointTest : public ::testing::Test {
   }
 
   std::string dir_;
-  passes::TrainProgram program_;
+  program::TrainProgram program_;
 };
 
 TEST_F(CheckpointTest, ResumeIsBitIdentical) {

@@ -6,11 +6,12 @@
 #include "models/gpt2.h"
 #include "runtime/cpu_device.h"
 #include "runtime/lr_schedule.h"
+#include "passes/train_step.h"
 
 namespace gptc::rt {
 namespace {
 
-StatusOr<passes::TrainProgram> Compile(int64_t batch, int64_t seq, int64_t accum) {
+StatusOr<program::TrainProgram> Compile(int64_t batch, int64_t seq, int64_t accum) {
   ASSIGN_OR_RETURN(models::GptConfig config, models::FindGptConfig("gpt2-tiny"));
   ASSIGN_OR_RETURN(frontend::TracedModule traced, models::TraceGpt2Forward(config, batch, seq));
   passes::TrainStepOptions options;
@@ -20,7 +21,7 @@ StatusOr<passes::TrainProgram> Compile(int64_t batch, int64_t seq, int64_t accum
 
 void TrainAndExpectLossHalves(int64_t accum, int64_t steps) {
   constexpr int64_t kBatch = 2, kSeq = 16;
-  StatusOr<passes::TrainProgram> program = Compile(kBatch, kSeq, accum);
+  StatusOr<program::TrainProgram> program = Compile(kBatch, kSeq, accum);
   ASSERT_TRUE(program.ok()) << program.status().message();
   CpuTrainer trainer(&*program, /*seed=*/0);
   LrSchedule schedule{.max_lr = 1e-2, .min_lr = 1e-3, .warmup_steps = 2, .total_steps = steps};
@@ -46,7 +47,7 @@ TEST(CpuTrainTest, Gpt2TinyLossHalves) { TrainAndExpectLossHalves(1, 20); }
 TEST(CpuTrainTest, Gpt2TinyWithGradAccumulation) { TrainAndExpectLossHalves(2, 16); }
 
 TEST(CpuTrainTest, WrongMicroBatchCount) {
-  StatusOr<passes::TrainProgram> program = Compile(1, 4, 1);
+  StatusOr<program::TrainProgram> program = Compile(1, 4, 1);
   ASSERT_TRUE(program.ok());
   CpuTrainer trainer(&*program, 0);
   StatusOr<StepResult> r = trainer.Step({}, 1e-3);
@@ -65,18 +66,18 @@ TEST(CpuTrainTest, EvalEntryGivesTheStepsLoss) {
   options.optimize = true;
   StatusOr<frontend::TracedModule> traced = models::TraceGpt2Forward(config, kBatch, kSeq);
   ASSERT_TRUE(traced.ok()) << traced.status().message();
-  StatusOr<passes::TrainProgram> program =
+  StatusOr<program::TrainProgram> program =
       passes::BuildTrainProgram(std::move(traced->module), traced->params, options);
   ASSERT_TRUE(program.ok()) << program.status().message();
   StatusOr<frontend::TracedModule> forward = models::TraceGpt2Forward(config, kBatch, kSeq);
   ASSERT_TRUE(forward.ok());
   Status added = passes::AddEvalEntry(*program, std::move(forward->module), options);
   ASSERT_TRUE(added.ok()) << added.message();
-  const passes::TrainEntry* eval = program->Find("eval");
+  const program::TrainEntry* eval = program->Find("eval");
   ASSERT_NE(eval, nullptr);
   EXPECT_TRUE(eval->signature.donations.empty());
   ASSERT_EQ(eval->signature.outputs.size(), 1u);
-  EXPECT_EQ(eval->signature.outputs[0].role, passes::SlotRole::kLoss);
+  EXPECT_EQ(eval->signature.outputs[0].role, program::SlotRole::kLoss);
 
   CpuTrainer trainer(&*program, /*seed=*/4);
   for (int64_t s = 0; s < 2; ++s) {  // at initialization, then after one update

@@ -13,6 +13,7 @@
 #include "runtime/cpu_device.h"
 #include "runtime/launch_env.h"
 #include "runtime/rendezvous.h"
+#include "passes/train_step.h"
 
 namespace gptc::rt {
 namespace {
@@ -22,7 +23,7 @@ constexpr int64_t kSeq = 16;
 constexpr int64_t kSteps = 3;
 constexpr double kLr = 3e-3;
 
-StatusOr<passes::TrainProgram> Compile(int64_t rows, int64_t accum, int64_t world) {
+StatusOr<program::TrainProgram> Compile(int64_t rows, int64_t accum, int64_t world) {
   ASSIGN_OR_RETURN(models::GptConfig config, models::FindGptConfig("gpt2-tiny"));
   ASSIGN_OR_RETURN(frontend::TracedModule traced, models::TraceGpt2Forward(config, rows, kSeq));
   passes::TrainStepOptions options;
@@ -62,7 +63,7 @@ struct Trajectory {
   std::vector<eval::Literal> params;
 };
 
-Trajectory TrainSingle(const passes::TrainProgram& program) {
+Trajectory TrainSingle(const program::TrainProgram& program) {
   CpuTrainer trainer(&program, /*seed=*/0);
   Trajectory run;
   const int64_t k = program.grad_accum;
@@ -79,7 +80,7 @@ Trajectory TrainSingle(const passes::TrainProgram& program) {
 }
 
 // One rank's training loop, its all-reduces through `comm`.
-Status TrainRank(const passes::TrainProgram& program, int64_t rank, Communicator& comm,
+Status TrainRank(const program::TrainProgram& program, int64_t rank, Communicator& comm,
                  Trajectory& run) {
   CpuTrainer trainer(&program, /*seed=*/0);  // every rank initializes identically
   trainer.set_collective(&comm);
@@ -96,7 +97,7 @@ Status TrainRank(const passes::TrainProgram& program, int64_t rank, Communicator
   return Status::Ok();
 }
 
-std::vector<Trajectory> TrainThreads(const passes::TrainProgram& program, int64_t world) {
+std::vector<Trajectory> TrainThreads(const program::TrainProgram& program, int64_t world) {
   ThreadGroup group(world, std::chrono::seconds(120));
   std::vector<Trajectory> runs(world);
   std::vector<Status> s = RunRanksAsThreads(group, [&](int64_t rank, Communicator& comm) {
@@ -106,7 +107,7 @@ std::vector<Trajectory> TrainThreads(const passes::TrainProgram& program, int64_
   return runs;
 }
 
-std::vector<Trajectory> TrainTcp(const passes::TrainProgram& program, int64_t world) {
+std::vector<Trajectory> TrainTcp(const program::TrainProgram& program, int64_t world) {
   StatusOr<int> port = PickFreePort();
   EXPECT_TRUE(port.ok());
   std::vector<Trajectory> runs(world);
@@ -132,7 +133,7 @@ std::vector<Trajectory> TrainTcp(const passes::TrainProgram& program, int64_t wo
 
 // |a - b| <= tol * max(1, max |b|) for every parameter, element by element.
 void ExpectParamsNear(const Trajectory& a, const Trajectory& b, double tol,
-                      const passes::TrainProgram& p) {
+                      const program::TrainProgram& p) {
   ASSERT_EQ(a.params.size(), b.params.size());
   for (size_t i = 0; i < a.params.size(); ++i) {
     double scale = 1, worst = 0;
@@ -157,8 +158,8 @@ void ExpectBitIdentical(const Trajectory& a, const Trajectory& b) {
 }
 
 void CompareDp2WithDp1(int64_t accum) {
-  StatusOr<passes::TrainProgram> dp1 = Compile(kRows, accum, 1);
-  StatusOr<passes::TrainProgram> dp2 = Compile(kRows / 2, accum, 2);
+  StatusOr<program::TrainProgram> dp1 = Compile(kRows, accum, 1);
+  StatusOr<program::TrainProgram> dp2 = Compile(kRows / 2, accum, 2);
   ASSERT_TRUE(dp1.ok()) << dp1.status().message();
   ASSERT_TRUE(dp2.ok()) << dp2.status().message();
   const Trajectory single = TrainSingle(*dp1);
@@ -185,7 +186,7 @@ TEST(DataParallelTrainTest, TwoRanksWithGradAccumulation) { CompareDp2WithDp1(2)
 // The TCP communicator (ranks as processes, here threads on loopback) gives
 // the thread group's results bit for bit.
 TEST(DataParallelTrainTest, TcpRanksEqualThreadRanks) {
-  StatusOr<passes::TrainProgram> dp2 = Compile(kRows / 2, 1, 2);
+  StatusOr<program::TrainProgram> dp2 = Compile(kRows / 2, 1, 2);
   ASSERT_TRUE(dp2.ok()) << dp2.status().message();
   const std::vector<Trajectory> threads = TrainThreads(*dp2, 2);
   const std::vector<Trajectory> tcp = TrainTcp(*dp2, 2);

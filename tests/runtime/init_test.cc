@@ -7,12 +7,12 @@
 namespace gptc::rt {
 namespace {
 
-frontend::ParamSpec Spec(frontend::InitRule rule, std::vector<int64_t> dims) {
+program::ParamSpec Spec(program::InitRule rule, std::vector<int64_t> dims) {
   return {"p", ir::Shape(ir::DType::kF32, std::move(dims)), rule};
 }
 
 TEST(InitTest, DeterministicAndCounterBased) {
-  frontend::ParamSpec spec = Spec(frontend::InitRule::Normal(0.02), {64, 33});
+  program::ParamSpec spec = Spec(program::InitRule::Normal(0.02), {64, 33});
   std::vector<float> a = InitParameter(spec, 7, 3);
   std::vector<float> b = InitParameter(spec, 7, 3);
   EXPECT_EQ(a, b);
@@ -26,11 +26,11 @@ TEST(InitTest, DeterministicAndCounterBased) {
   EXPECT_DOUBLE_EQ(StandardNormal(0, 0, 0), 1.3638622003620637);
   EXPECT_DOUBLE_EQ(StandardNormal(0, 0, 1), 1.4459004515227818);
   EXPECT_DOUBLE_EQ(StandardNormal(0, 0, 2), 1.0930350493254797);
-  EXPECT_FLOAT_EQ(InitValue(frontend::InitRule::Normal(0.02), 1234, 5, 999), 0.0183601044f);
+  EXPECT_FLOAT_EQ(InitValue(program::InitRule::Normal(0.02), 1234, 5, 999), 0.0183601044f);
 }
 
 TEST(InitTest, NormalStatistics) {
-  frontend::ParamSpec spec = Spec(frontend::InitRule::Normal(0.02), {512, 256});
+  program::ParamSpec spec = Spec(program::InitRule::Normal(0.02), {512, 256});
   std::vector<float> v = InitParameter(spec, 0, 0);
   double sum = 0, sumsq = 0;
   for (float x : v) {
@@ -49,8 +49,8 @@ TEST(InitTest, NormalStatistics) {
 }
 
 TEST(InitTest, ZerosAndOnes) {
-  for (float x : InitParameter(Spec(frontend::InitRule::Zeros(), {5}), 1, 1)) EXPECT_EQ(x, 0.0f);
-  for (float x : InitParameter(Spec(frontend::InitRule::Ones(), {5}), 1, 1)) EXPECT_EQ(x, 1.0f);
+  for (float x : InitParameter(Spec(program::InitRule::Zeros(), {5}), 1, 1)) EXPECT_EQ(x, 0.0f);
+  for (float x : InitParameter(Spec(program::InitRule::Ones(), {5}), 1, 1)) EXPECT_EQ(x, 1.0f);
 }
 
 }  // namespace

@@ -6,16 +6,17 @@
 #include "models/config.h"
 #include "models/gpt2.h"
 #include "runtime/cpu_device.h"
+#include "passes/train_step.h"
 
 namespace gptc::rt {
 namespace {
 
 using nlohmann::json;
 
-json SlotsJson(const std::vector<passes::Slot>& slots) {
+json SlotsJson(const std::vector<program::Slot>& slots) {
   json a = json::array();
-  for (const passes::Slot& s : slots) {
-    a.push_back(json{{"role", passes::SlotRoleName(s.role)},
+  for (const program::Slot& s : slots) {
+    a.push_back(json{{"role", program::SlotRoleName(s.role)},
                      {"index", s.index},
                      {"name", s.name},
                      {"shape", s.shape.ToString()}});
@@ -24,12 +25,12 @@ json SlotsJson(const std::vector<passes::Slot>& slots) {
 }
 
 // The sections gptc compile writes, built by hand (no codegen here).
-Artifact MakeArtifact(const passes::TrainProgram& program, const models::GptConfig& c,
+program::Artifact MakeArtifact(const program::TrainProgram& program, const models::GptConfig& c,
                       int64_t batch, int64_t seq) {
-  Artifact a;
+  program::Artifact a;
   std::string ir;
   json entries = json::array();
-  for (const passes::TrainEntry& e : program.entries) {
+  for (const program::TrainEntry& e : program.entries) {
     ir += ir::PrintModule(*e.module);
     entries.push_back(json{{"name", e.name},
                            {"inputs", SlotsJson(e.signature.inputs)},
@@ -56,11 +57,11 @@ Artifact MakeArtifact(const passes::TrainProgram& program, const models::GptConf
                     {"complete", false},
                     {"entries", entries}};
   json params = json::array();
-  for (const frontend::ParamSpec& p : program.params) {
+  for (const program::ParamSpec& p : program.params) {
     json init =
-        p.init.kind == frontend::InitRule::Kind::kNormal
+        p.init.kind == program::InitRule::Kind::kNormal
             ? json{{"kind", "normal"}, {"std", p.init.std}}
-            : json{{"kind", p.init.kind == frontend::InitRule::Kind::kOnes ? "ones" : "zeros"}};
+            : json{{"kind", p.init.kind == program::InitRule::Kind::kOnes ? "ones" : "zeros"}};
     params.push_back(
         json{{"name", p.name}, {"shape", p.shape.dims()}, {"dtype", "f32"}, {"init", init}});
   }
@@ -77,7 +78,7 @@ class ProgramLoaderTest : public ::testing::Test {
     StatusOr<frontend::TracedModule> traced = models::TraceGpt2Forward(config_, 2, 8);
     ASSERT_TRUE(traced.ok()) << traced.status().message();
     passes::TrainStepOptions options;
-    StatusOr<passes::TrainProgram> p =
+    StatusOr<program::TrainProgram> p =
         passes::BuildTrainProgram(std::move(traced->module), traced->params, options);
     ASSERT_TRUE(p.ok()) << p.status().message();
     StatusOr<frontend::TracedModule> logits = models::TraceGpt2Logits(config_, 1, 8);
@@ -87,11 +88,11 @@ class ProgramLoaderTest : public ::testing::Test {
   }
 
   models::GptConfig config_;
-  passes::TrainProgram program_;
+  program::TrainProgram program_;
 };
 
 TEST_F(ProgramLoaderTest, LoadedProgramTrainsLikeTheOriginal) {
-  Artifact a = MakeArtifact(program_, config_, 2, 8);
+  program::Artifact a = MakeArtifact(program_, config_, 2, 8);
   StatusOr<LoadedProgram> loaded = LoadProgram(a, "t.gptx");
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   EXPECT_EQ(loaded->model.batch, 2);
@@ -129,7 +130,7 @@ TEST_F(ProgramLoaderTest, LoadedProgramTrainsLikeTheOriginal) {
 }
 
 TEST_F(ProgramLoaderTest, InconsistentArtifactsAreErrors) {
-  Artifact a = MakeArtifact(program_, config_, 2, 8);
+  program::Artifact a = MakeArtifact(program_, config_, 2, 8);
   a.manifest["entries"].erase(1);
   StatusOr<LoadedProgram> p = LoadProgram(a, "t.gptx");
   ASSERT_FALSE(p.ok());

@@ -19,7 +19,7 @@
 #include <sstream>
 #include <string>
 
-#include "runtime/artifact.h"
+#include "compiler/program/container.h"
 #include "runtime/data_loader.h"
 #include "tests/testing/command.h"
 
@@ -61,7 +61,7 @@ class GptrunEmuDefectTest : public ::testing::Test {
                      const std::function<void(json& entry)>& mutate,
                      const std::function<void(json& manifest)>& mutate_manifest = nullptr) {
     const fs::path path = *dir_ / (name + ".gptx");
-    StatusOr<rt::Artifact> a = rt::ReadArtifact(path.string());
+    StatusOr<program::Artifact> a = program::ReadArtifact(path.string());
     ASSERT_TRUE(a.ok()) << a.status().message();
     json plan = a->plan;
     for (json& entry : plan["entries"]) {
@@ -74,7 +74,7 @@ class GptrunEmuDefectTest : public ::testing::Test {
       if (section == "plan") bytes = plan.dump(1) + "\n";
       if (section == "manifest" && mutate_manifest) bytes = manifest.dump(1) + "\n";
     }
-    StatusOr<std::string> bytes = rt::EncodeArtifact(sections);
+    StatusOr<std::string> bytes = program::EncodeArtifact(sections);
     ASSERT_TRUE(bytes.ok()) << bytes.status().message();
     std::ofstream(*dir_ / out, std::ios::binary) << *bytes;
   }
@@ -370,7 +370,7 @@ std::vector<size_t> BiasGradientGemms(const json& entry) {
 }
 
 TEST_F(GptrunEmuDefectTest, EveryBiasGradientGemmCarriesItsFallbackKernel) {
-  StatusOr<rt::Artifact> a = rt::ReadArtifact((*dir_ / "one.gptx").string());
+  StatusOr<program::Artifact> a = program::ReadArtifact((*dir_ / "one.gptx").string());
   ASSERT_TRUE(a.ok()) << a.status().message();
   for (const json& entry : a->plan["entries"]) {
     if (entry["name"] != "train_step") continue;
@@ -420,7 +420,7 @@ TEST_F(GptrunEmuDefectTest, ARefusedEpilogueFallsBackToItsKernel) {
           "fallen");
   const std::string out = ReadAll(*dir_ / "fallen.txt");
   // One warning per gemm, naming it, the epilogue and the kernel.
-  StatusOr<rt::Artifact> a = rt::ReadArtifact((*dir_ / "one.gptx").string());
+  StatusOr<program::Artifact> a = program::ReadArtifact((*dir_ / "one.gptx").string());
   ASSERT_TRUE(a.ok());
   // Every gemm with an epilogue, in every entry gptrun loads; among them the
   // GELU and its backward (Note [GELU epilogues] in passes/gelu_epilogue.h).

@@ -54,7 +54,7 @@ constexpr char kCompileAbout[] =
     "otherwise the optimized IR text. Prints one summary line.";
 
 Flags DeclareCompileFlags() {
-  const passes::AdamWOptions adamw;  // the defaults --help shows are the pipeline's
+  const program::AdamWOptions adamw;  // the defaults --help shows are the pipeline's
   auto str = [](auto v) { return fmt::format("{}", v); };
   Flags flags("gptc compile", "--model NAME [flags]", kCompileAbout);
   flags.Section("model and shape")
@@ -139,7 +139,7 @@ Status ParseTraining(const Flags& flags, CompileOptions& o) {
     }
     train.world_size = world;
   }
-  passes::AdamWOptions& adamw = train.adamw;
+  program::AdamWOptions& adamw = train.adamw;
   for (auto [name, field] :
        {std::pair{"weight-decay", &adamw.weight_decay}, std::pair{"clip-norm", &adamw.clip_norm},
         std::pair{"beta1", &adamw.beta1}, std::pair{"beta2", &adamw.beta2},

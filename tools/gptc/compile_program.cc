@@ -20,13 +20,15 @@ namespace {
 
 // Fusion and memory reports of every entry; written to the dump dir and
 // printed when asked. Appends "; ENTRY: N fusions (K per layer), arena X"
-// to `summary`.
-Status WriteReports(const passes::TrainProgram& program, const CompileOptions& options,
-                    std::string& summary) {
-  for (const passes::TrainEntry& e : program.entries) {
+// to `summary`, and each entry's buffer assignment to `assignments` (the
+// artifact reuses them).
+Status WriteReports(const program::TrainProgram& program, const CompileOptions& options,
+                    std::vector<passes::BufferAssignment>& assignments, std::string& summary) {
+  for (const program::TrainEntry& e : program.entries) {
     std::string fusion = passes::RenderFusionReport(*e.module, options.roofline_gpu);
     ASSIGN_OR_RETURN(passes::BufferAssignment assignment,
                      passes::AssignBuffers(*e.module, passes::DonationOptions(e.signature)));
+    const int64_t arena_size = assignment.arena_size();
     std::string memory = assignment.MemoryReport(20, e.name);
     const std::string& dir = options.dump_dir;
     if (!dir.empty()) {
@@ -51,7 +53,8 @@ Status WriteReports(const passes::TrainProgram& program, const CompileOptions& o
     }
     summary += fmt::format("; {}: {} fusions{}, arena {}", e.name, kernels,
                            max_per_layer > 0 ? fmt::format(" ({} per layer)", max_per_layer) : "",
-                           FormatBytes(assignment.arena_size()));
+                           FormatBytes(arena_size));
+    assignments.push_back(std::move(assignment));
   }
   return Status::Ok();
 }
@@ -89,7 +92,8 @@ std::string SlowestKernels(std::vector<artifact::BuiltArtifact::KernelSeconds> k
 }
 
 // The artifact of `program`; appends the kernel counts to the summary.
-Status BuildArtifactBytes(const passes::TrainProgram& program, const CompileOptions& options,
+Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOptions& options,
+                          const std::vector<passes::BufferAssignment>& assignments,
                           const CompileProgress& progress, CompileResult& result) {
   const models::GptConfig& config = options.config;
   const passes::TrainStepOptions& train = options.train;
@@ -97,6 +101,7 @@ Status BuildArtifactBytes(const passes::TrainProgram& program, const CompileOpti
   ao.codegen.target = options.target;
   ao.compile_kernels = options.codegen;
   ao.codegen.emit_host = options.emu;
+  if (!assignments.empty()) ao.assignments = &assignments;
   ao.model = {{"name", config.name},
               {"layers", config.layers},
               {"heads", config.heads},
@@ -193,7 +198,7 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
   lap("trace");
 
   std::vector<const ir::Module*> modules;
-  passes::TrainProgram program;
+  program::TrainProgram program;
   std::string entries;
   if (options.forward_only) {
     modules.push_back(traced.module.get());
@@ -213,7 +218,7 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
       RETURN_IF_ERROR(
           passes::AddEvalEntry(program, std::move(forward), train).WithPrefix("eval entry"));
     }
-    for (const passes::TrainEntry& e : program.entries) {
+    for (const program::TrainEntry& e : program.entries) {
       modules.push_back(e.module.get());
       entries += fmt::format("{}{} ({} inputs -> {} outputs)", entries.empty() ? "" : ", ", e.name,
                              e.signature.inputs.size(), e.signature.outputs.size());
@@ -223,9 +228,10 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
   result.pass_seconds = SumPerPass(*pass_timings);
 
   std::string reports;
+  std::vector<passes::BufferAssignment> assignments;
   if (!options.forward_only && train.optimize) {
     show("buffer assignment and reports", true);
-    RETURN_IF_ERROR(WriteReports(program, options, reports));
+    RETURN_IF_ERROR(WriteReports(program, options, assignments, reports));
     lap("reports");
   }
 
@@ -252,7 +258,7 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
       entries.empty() ? "" : ", entries ", entries, reports);
 #ifdef GPTC_HAVE_ARTIFACT_WRITER
   if (options.artifact) {
-    RETURN_IF_ERROR(BuildArtifactBytes(program, options, progress, result));
+    RETURN_IF_ERROR(BuildArtifactBytes(program, options, assignments, progress, result));
     return result;
   }
 #endif

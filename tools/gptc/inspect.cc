@@ -8,7 +8,7 @@
 #include <string>
 
 #include "compiler/support/text.h"
-#include "runtime/artifact.h"
+#include "compiler/program/container.h"
 #include "tools/common/flags.h"
 #include "tools/gptc/commands.h"
 
@@ -33,7 +33,7 @@ std::string Completeness(const nlohmann::json& m) {
   return "incomplete (some fusions have no kernel emitter): runs on --device cpu only";
 }
 
-std::string Summary(const rt::Artifact& a) {
+std::string Summary(const program::Artifact& a) {
   const nlohmann::json& m = a.manifest;
   std::string s;
   const nlohmann::json& model = m["model"];
@@ -108,7 +108,7 @@ int InspectCommand(int argc, char** argv) {
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (flags.positional().size() != 1) return Fail(2, Error("inspect takes one FILE.gptx"));
-  StatusOr<rt::Artifact> a = rt::ReadArtifact(flags.positional()[0]);
+  StatusOr<program::Artifact> a = program::ReadArtifact(flags.positional()[0]);
   if (!a.ok()) return Fail(1, a.status());
   // Every section asked for, in this order (--ir --plan prints both).
   bool printed = false;

@@ -34,8 +34,8 @@ ChosenDevice ChooseDevice(const RunOptions& o, const rt::LoadedProgram& loaded) 
 }
 
 StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, const RunOptions& o,
-                                                   const rt::Artifact& artifact,
-                                                   const passes::TrainProgram* program,
+                                                   const program::Artifact& artifact,
+                                                   const program::TrainProgram* program,
                                                    const Distributed& dist) {
   if (device == "cpu") {
     if (o.profile) return Error("--profile needs the GPU device (--device gpu or emu)");

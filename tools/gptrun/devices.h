@@ -8,7 +8,7 @@
 #include <string>
 
 #include "compiler/support/status.h"
-#include "runtime/artifact.h"
+#include "compiler/program/container.h"
 #include "runtime/program_loader.h"
 #include "runtime/trainer.h"
 #include "tools/gptrun/distributed.h"
@@ -34,8 +34,8 @@ ChosenDevice ChooseDevice(const RunOptions& options, const rt::LoadedProgram& lo
 // its communicator (none for one rank). `program` and `dist` must outlive it.
 StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device,
                                                    const RunOptions& options,
-                                                   const rt::Artifact& artifact,
-                                                   const passes::TrainProgram* program,
+                                                   const program::Artifact& artifact,
+                                                   const program::TrainProgram* program,
                                                    const Distributed& dist);
 
 // Extra lines about a trainer after its load ("loaded: arenas ..."), or empty.

@@ -35,8 +35,9 @@ namespace gptc::tools {
 namespace {
 
 constexpr char kAbout[] =
-    "Trains with a compiled artifact (gptc compile -o FILE.gptx). The batch, sequence length, "
-    "grad-accum and AdamW settings are the artifact's; --grad-accum only checks it.";
+    "Trains with a compiled artifact (gptc compile -o FILE.gptx), or with --model NAME compiles "
+    "one first through gptc's compile cache. The batch, sequence length, grad-accum and AdamW "
+    "settings are the artifact's; --grad-accum only checks it (with --model: compiles it).";
 
 int Fail(int code, const Status& status) { return FailWith("gptrun", code, status); }
 

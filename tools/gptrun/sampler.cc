@@ -12,10 +12,10 @@ namespace gptc::tools {
 namespace {
 
 // The logits slot's (T, padded vocab) after checking the entry's signature.
-StatusOr<std::pair<int64_t, int64_t>> LogitsShape(const passes::TrainEntry& logits) {
-  const passes::EntrySignature& sig = logits.signature;
-  int64_t in = sig.FindInput(passes::SlotRole::kTokens);
-  int64_t out = sig.FindOutput(passes::SlotRole::kLogits);
+StatusOr<std::pair<int64_t, int64_t>> LogitsShape(const program::TrainEntry& logits) {
+  const program::EntrySignature& sig = logits.signature;
+  int64_t in = sig.FindInput(program::SlotRole::kTokens);
+  int64_t out = sig.FindOutput(program::SlotRole::kLogits);
   if (in < 0 || out < 0) return Error("entry {} has no tokens input or logits output", logits.name);
   const ir::Shape& tokens = sig.inputs[in].shape;
   const ir::Shape& shape = sig.outputs[out].shape;
@@ -30,12 +30,12 @@ StatusOr<std::pair<int64_t, int64_t>> LogitsShape(const passes::TrainEntry& logi
 // Logits [first, first + count) of one window of T tokens, whose logits are
 // values[t * padded + v]: the whole [T, padded] for validation, one row for a
 // sample (the GPU then copies only that row).
-StatusOr<std::vector<double>> WindowLogits(rt::Trainer& trainer, const passes::TrainEntry& logits,
+StatusOr<std::vector<double>> WindowLogits(rt::Trainer& trainer, const program::TrainEntry& logits,
                                            std::vector<int32_t> window, int64_t first,
                                            int64_t count) {
   rt::MicroBatch mb;
   mb.tokens = std::move(window);
-  return trainer.EvaluateSlice(logits, mb, logits.signature.FindOutput(passes::SlotRole::kLogits),
+  return trainer.EvaluateSlice(logits, mb, logits.signature.FindOutput(program::SlotRole::kLogits),
                                first, count);
 }
 
@@ -48,7 +48,7 @@ double Uniform(uint64_t seed, uint64_t salt, uint64_t i) {
 
 }  // namespace
 
-StatusOr<std::vector<int32_t>> SampleTokens(rt::Trainer& trainer, const passes::TrainEntry& logits,
+StatusOr<std::vector<int32_t>> SampleTokens(rt::Trainer& trainer, const program::TrainEntry& logits,
                                             const SampleOptions& options) {
   ASSIGN_OR_RETURN(auto shape, LogitsShape(logits));
   const auto [seq, padded] = shape;
@@ -87,7 +87,7 @@ StatusOr<std::vector<int32_t>> SampleTokens(rt::Trainer& trainer, const passes::
   return generated;
 }
 
-StatusOr<double> ForwardLoss(rt::Trainer& trainer, const passes::TrainEntry& logits,
+StatusOr<double> ForwardLoss(rt::Trainer& trainer, const program::TrainEntry& logits,
                              const rt::MicroBatch& batch, int64_t vocab) {
   ASSIGN_OR_RETURN(auto shape, LogitsShape(logits));
   const auto [seq, padded] = shape;
@@ -113,7 +113,7 @@ StatusOr<double> ForwardLoss(rt::Trainer& trainer, const passes::TrainEntry& log
   return total / static_cast<double>(rows * seq);
 }
 
-StatusOr<double> EvalLoss(rt::Trainer& trainer, const passes::TrainEntry& eval,
+StatusOr<double> EvalLoss(rt::Trainer& trainer, const program::TrainEntry& eval,
                           const rt::MicroBatch& batch) {
   ASSIGN_OR_RETURN(std::vector<eval::Literal> out, trainer.Evaluate(eval, batch));
   if (out.size() != 1 || out[0].values.size() != 1) {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "compiler/support/status.h"
-#include "passes/train_step.h"
+#include "compiler/program/program.h"
 #include "runtime/trainer.h"
 
 namespace gptc::tools {
@@ -29,16 +29,16 @@ struct SampleOptions {
 
 // Generates options.length tokens after <|endoftext|>.
 StatusOr<std::vector<int32_t>> SampleTokens(rt::Trainer& trainer,
-                                            const passes::TrainEntry& logits,
+                                            const program::TrainEntry& logits,
                                             const SampleOptions& options);
 
 // The mean next-token cross-entropy (natural log, over the real vocabulary)
 // of every row of `batch` (B rows of T tokens), one logits call per row.
-StatusOr<double> ForwardLoss(rt::Trainer& trainer, const passes::TrainEntry& logits,
+StatusOr<double> ForwardLoss(rt::Trainer& trainer, const program::TrainEntry& logits,
                              const rt::MicroBatch& batch, int64_t vocab);
 // The same from the `eval` entry: one run over the whole batch, which must
 // have the entry's B rows.
-StatusOr<double> EvalLoss(rt::Trainer& trainer, const passes::TrainEntry& eval,
+StatusOr<double> EvalLoss(rt::Trainer& trainer, const program::TrainEntry& eval,
                           const rt::MicroBatch& batch);
 
 }  // namespace gptc::tools

@@ -13,7 +13,7 @@
 
 #include "compiler/support/file.h"
 #include "compiler/support/text.h"
-#include "runtime/artifact.h"
+#include "compiler/program/container.h"
 #include "runtime/checkpoint.h"
 #include "runtime/cpu_device.h"
 #include "runtime/data_loader.h"
@@ -123,7 +123,7 @@ Status CheckSameModel(const rt::ModelConfig& ckpt, const rt::ModelConfig& artifa
 // matmuls plus 12 * layers * seq * width for attention (as llm.c).
 double FlopsPerToken(const rt::LoadedProgram& p) {
   int64_t matmul = 0;
-  for (const frontend::ParamSpec& s : p.program.params) {
+  for (const program::ParamSpec& s : p.program.params) {
     if (s.shape.rank() == 2 && !s.name.starts_with("wpe")) matmul += s.shape.num_elements();
   }
   return 6.0 * static_cast<double>(matmul) +
@@ -141,12 +141,12 @@ double KnownPeakTflops(std::string_view device_name) {
 }
 
 int RunTraining(const RunOptions& o) {
-  StatusOr<rt::Artifact> artifact = rt::ReadArtifact(o.artifact);
+  StatusOr<program::Artifact> artifact = program::ReadArtifact(o.artifact);
   if (!artifact.ok()) return Fail(1, artifact.status());
   StatusOr<rt::LoadedProgram> loaded = rt::LoadProgram(*artifact, o.artifact);
   if (!loaded.ok()) return Fail(1, loaded.status());
   const rt::ModelInfo& m = loaded->model;
-  passes::TrainProgram& program = loaded->program;
+  program::TrainProgram& program = loaded->program;
   const ChosenDevice device = ChooseDevice(o, *loaded);
   if (device.name == "cpu" && loaded->parameter_values > o.cpu_max_params) {
     // Say why the GPU was not taken when the default fell back to the CPU.
@@ -161,7 +161,7 @@ int RunTraining(const RunOptions& o) {
                          "gptc compile --grad-accum {})",
                          o.grad_accum, o.artifact, program.grad_accum, o.grad_accum));
   }
-  const passes::TrainEntry* logits = program.Find("logits");
+  const program::TrainEntry* logits = program.Find("logits");
   StatusOr<Distributed> joined = JoinDistributed(program.world_size, o.artifact, device.name, o.gpu);
   if (!joined.ok()) return Fail(1, joined.status());
   const Distributed& dist = *joined;
@@ -258,7 +258,7 @@ int RunTraining(const RunOptions& o) {
     }
   }
   // Artifacts from before the eval entry validate through logits, row by row.
-  const passes::TrainEntry* eval_entry = program.Find("eval");
+  const program::TrainEntry* eval_entry = program.Find("eval");
   const bool validate = val.has_value() && (eval_entry != nullptr || logits != nullptr);
 
   int64_t start = 1;

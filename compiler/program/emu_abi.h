@@ -20,12 +20,12 @@
 //   the device pointer of kernel parameter i (Note [kernel ABI] in
 //   compiler/codegen/kernel_spec.h). It runs one thread: the caller sets the
 //   thread's identity first (EmuRuntime::special_register answers from it).
-#ifndef GPTC_COMPILER_CODEGEN_EMU_ABI_H_
-#define GPTC_COMPILER_CODEGEN_EMU_ABI_H_
+#ifndef GPTC_COMPILER_PROGRAM_EMU_ABI_H_
+#define GPTC_COMPILER_PROGRAM_EMU_ABI_H_
 
 #include <cstdint>
 
-namespace gptc::codegen::emu {
+namespace gptc::program::emu {
 
 // 2: EmuRuntime::mma and ldmatrix (issue 17).
 inline constexpr uint32_t kKernelAbiVersion = 2;
@@ -137,6 +137,6 @@ struct EmuRuntime {
   void (*ldmatrix)(uint32_t op, const void* row, uint32_t* out, uint32_t site);
 };
 
-}  // namespace gptc::codegen::emu
+}  // namespace gptc::program::emu
 
-#endif  // GPTC_COMPILER_CODEGEN_EMU_ABI_H_
+#endif  // GPTC_COMPILER_PROGRAM_EMU_ABI_H_

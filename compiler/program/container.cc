@@ -1,11 +1,11 @@
-#include "runtime/artifact.h"
+#include "compiler/program/container.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "compiler/support/file.h"
 
-namespace gptc::rt {
+namespace gptc::program {
 
 namespace {
 
@@ -144,4 +144,4 @@ StatusOr<Artifact> ReadArtifact(const std::string& path, const ReadOptions& opti
   return DecodeArtifact(bytes, path, options);
 }
 
-}  // namespace gptc::rt
+}  // namespace gptc::program

@@ -7,8 +7,8 @@
 // All integers little-endian. Sections appear in kSectionOrder order; the
 // optional ones (cubin; emu, the emulator library of gptc compile --emu) may
 // be absent.
-#ifndef GPTC_RUNTIME_ARTIFACT_H_
-#define GPTC_RUNTIME_ARTIFACT_H_
+#ifndef GPTC_COMPILER_PROGRAM_CONTAINER_H_
+#define GPTC_COMPILER_PROGRAM_CONTAINER_H_
 
 #include <cstdint>
 #include <string>
@@ -20,7 +20,7 @@
 
 #include "compiler/support/status.h"
 
-namespace gptc::rt {
+namespace gptc::program {
 
 inline constexpr char kArtifactMagic[4] = {'G', 'P', 'T', 'X'};
 inline constexpr uint32_t kArtifactFormatVersion = 1;
@@ -63,6 +63,6 @@ StatusOr<Artifact> DecodeArtifact(std::string_view bytes, std::string_view path,
                                   const ReadOptions& options = {});
 StatusOr<Artifact> ReadArtifact(const std::string& path, const ReadOptions& options = {});
 
-}  // namespace gptc::rt
+}  // namespace gptc::program
 
-#endif  // GPTC_RUNTIME_ARTIFACT_H_
+#endif  // GPTC_COMPILER_PROGRAM_CONTAINER_H_

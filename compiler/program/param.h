@@ -1,14 +1,14 @@
 // What a traced module expects from its caller: the model parameters (with
 // the rule that initializes them) and the data inputs, in entry-parameter order.
-#ifndef GPTC_FRONTEND_PARAM_H_
-#define GPTC_FRONTEND_PARAM_H_
+#ifndef GPTC_COMPILER_PROGRAM_PARAM_H_
+#define GPTC_COMPILER_PROGRAM_PARAM_H_
 
 #include <cstdint>
 #include <string>
 
 #include "compiler/ir/shape.h"
 
-namespace gptc::frontend {
+namespace gptc::program {
 
 // How a parameter starts training. GPT-2 uses normal(0, 0.02) for matrices and
 // embeddings (scaled by 1/sqrt(2 * layers) on the residual output projections),
@@ -37,6 +37,6 @@ struct InputSpec {
   ir::Shape shape;
 };
 
-}  // namespace gptc::frontend
+}  // namespace gptc::program
 
-#endif  // GPTC_FRONTEND_PARAM_H_
+#endif  // GPTC_COMPILER_PROGRAM_PARAM_H_

@@ -1,0 +1,58 @@
+#include "compiler/program/program.h"
+
+namespace gptc::program {
+
+std::string_view SlotRoleName(SlotRole role) {
+  switch (role) {
+    case SlotRole::kParam: return "param";
+    case SlotRole::kAdamM: return "adam_m";
+    case SlotRole::kAdamV: return "adam_v";
+    case SlotRole::kGradAcc: return "grad_acc";
+    case SlotRole::kTokens: return "tokens";
+    case SlotRole::kTargets: return "targets";
+    case SlotRole::kData: return "data";
+    case SlotRole::kStep: return "step";
+    case SlotRole::kLr: return "lr";
+    case SlotRole::kLoss: return "loss";
+    case SlotRole::kGradNorm: return "grad_norm";
+    case SlotRole::kLogits: return "logits";
+  }
+  return "?";
+}
+
+std::optional<SlotRole> ParseSlotRole(std::string_view name) {
+  for (SlotRole role :
+       {SlotRole::kParam, SlotRole::kAdamM, SlotRole::kAdamV, SlotRole::kGradAcc,
+        SlotRole::kTokens, SlotRole::kTargets, SlotRole::kData, SlotRole::kStep, SlotRole::kLr,
+        SlotRole::kLoss, SlotRole::kGradNorm, SlotRole::kLogits}) {
+    if (SlotRoleName(role) == name) return role;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+int64_t FindSlot(const std::vector<Slot>& slots, SlotRole role, int64_t index) {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].role == role && slots[i].index == index) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t EntrySignature::FindInput(SlotRole role, int64_t index) const {
+  return FindSlot(inputs, role, index);
+}
+int64_t EntrySignature::FindOutput(SlotRole role, int64_t index) const {
+  return FindSlot(outputs, role, index);
+}
+
+const TrainEntry* TrainProgram::Find(std::string_view name) const {
+  for (const TrainEntry& e : entries) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+}  // namespace gptc::program

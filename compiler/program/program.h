@@ -1,0 +1,88 @@
+// The train program: what the compiler hands the devices, free of passes,
+// frontend, LLVM and CUDA. Its entries (IR modules) with the signature of
+// each (the role of every input and output, the donations), the parameter
+// specs, and the AdamW hyper-parameters the optimizer was built with. The
+// compiler builds it (passes/train_step.h); gptrun's devices run it
+// (runtime/), the CPU device by evaluating its modules.
+#ifndef GPTC_COMPILER_PROGRAM_PROGRAM_H_
+#define GPTC_COMPILER_PROGRAM_PROGRAM_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "compiler/ir/module.h"
+#include "compiler/program/param.h"
+
+namespace gptc::program {
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // decoupled; only where DecaysWeight()
+  double clip_norm = 1.0;     // global-norm clipping; <= 0 disables it
+};
+
+enum class SlotRole {
+  kParam,     // model parameter `index`
+  kAdamM,     // first moment of parameter `index`
+  kAdamV,     // second moment of parameter `index`
+  kGradAcc,   // accumulated gradient of parameter `index`
+  kTokens,    // s32[B, T]
+  kTargets,   // s32[B, T]
+  kData,      // another data input, by name
+  kStep,      // f32[] 1-based optimizer step
+  kLr,        // f32[] learning rate of this step
+  kLoss,      // f32[] mean loss of the (micro-)batch
+  kGradNorm,  // f32[] global gradient norm before clipping
+  kLogits,    // f32[1, T, padded_vocab] logits of the sampling entry
+};
+std::string_view SlotRoleName(SlotRole role);  // "param", "adam_m", ...
+// The role named `name` (SlotRoleName's inverse), or nullopt.
+std::optional<SlotRole> ParseSlotRole(std::string_view name);
+
+struct Slot {
+  SlotRole role;
+  int64_t index = -1;  // parameter index for per-parameter roles, else -1
+  std::string name;    // the IR parameter name, or the output's role name
+  ir::Shape shape;
+};
+
+struct EntrySignature {
+  std::vector<Slot> inputs;   // in entry-parameter order
+  std::vector<Slot> outputs;  // root tuple elements in order
+  // (output index, input index): the output replaces that input in place.
+  std::vector<std::pair<int64_t, int64_t>> donations;
+
+  // The input with `role` (and parameter `index`), or -1.
+  int64_t FindInput(SlotRole role, int64_t index = -1) const;
+  int64_t FindOutput(SlotRole role, int64_t index = -1) const;
+};
+
+struct TrainEntry {
+  std::string name;  // "train_step", "accumulate" or "apply"
+  std::unique_ptr<ir::Module> module;
+  EntrySignature signature;
+};
+
+struct TrainProgram {
+  std::vector<ParamSpec> params;
+  int64_t grad_accum = 1;
+  // Data-parallel ranks the entries all-reduce over (passes/data_parallel.h);
+  // the traced batch is one rank's micro-batch.
+  int64_t world_size = 1;
+  AdamWOptions adamw;
+  // train_step; or accumulate, apply; then optionally `logits` (sampling).
+  std::vector<TrainEntry> entries;
+
+  const TrainEntry* Find(std::string_view name) const;
+};
+
+}  // namespace gptc::program
+
+#endif  // GPTC_COMPILER_PROGRAM_PROGRAM_H_
