@@ -5,21 +5,12 @@
 #include <map>
 
 #include "compiler/codegen/emitter_util.h"
+#include "compiler/ir/patterns.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 namespace gptc::codegen {
 namespace {
-
-bool DependsOn(const ir::Instruction* inst, const ir::Instruction* target,
-               std::map<const ir::Instruction*, bool>& memo) {
-  if (inst == target) return true;
-  if (auto it = memo.find(inst); it != memo.end()) return it->second;
-  bool result = false;
-  for (const ir::Instruction* op : inst->operands()) result = result || DependsOn(op, target, memo);
-  memo[inst] = result;
-  return result;
-}
 
 // Whether an index of the fusion (or of the grid) may pass 2^31 - 1.
 bool NeedsWideIndices(const ir::Computation& fused, int64_t threads) {
@@ -108,7 +99,7 @@ StatusOr<std::vector<OutputChain>> FindOutputChains(
     OutputChain c;
     for (size_t r = 0; r < roots.size() && c.root < 0; ++r) {
       std::map<const ir::Instruction*, bool> memo;
-      if (DependsOn(out, roots[r], memo)) c.root = static_cast<int>(r);
+      if (ir::DependsOnAny(out, {roots[r]}, memo)) c.root = static_cast<int>(r);
     }
     if (c.root >= 0) {
       const ir::Instruction* root = roots[c.root];

@@ -27,11 +27,6 @@ namespace arith = mlir::arith;
 
 constexpr int64_t kWarp = 32;
 
-Value Combine(mlir::OpBuilder& b, mlir::Location loc, ir::ReduceKind kind, Value x, Value y) {
-  if (kind == ir::ReduceKind::kSum) return b.create<arith::AddFOp>(loc, x, y);
-  return b.create<arith::MaximumFOp>(loc, x, y);
-}
-
 class ColumnReductionEmitter : public KernelEmitter {
  public:
   // `mixed`: emit only the column part (Note [mixed row and column reductions]).
@@ -189,7 +184,7 @@ class ColumnReductionEmitter : public KernelEmitter {
             f = ConvertValue(b, loc, *x, r->operand(0)->shape().dtype(), ir::DType::kF32);
           }
           next.push_back(
-              Combine(b, loc, r->attrs().reduce_kind, loop.getRegionIterArgs()[i - first], f));
+              CombineReduce(b, loc, r->attrs().reduce_kind, loop.getRegionIterArgs()[i - first], f));
         }
         b.create<mlir::scf::YieldOp>(loc, next);
         emitter.RestoreCache(std::move(saved));
@@ -226,7 +221,7 @@ class ColumnReductionEmitter : public KernelEmitter {
             Value mine = b.create<mlir::memref::LoadOp>(loc, shared, slot(i, lane_y));
             Value other = b.create<mlir::memref::LoadOp>(loc, shared, slot(i, other_y));
             b.create<mlir::memref::StoreOp>(
-                loc, Combine(b, loc, batch[i]->attrs().reduce_kind, mine, other), shared,
+                loc, CombineReduce(b, loc, batch[i]->attrs().reduce_kind, mine, other), shared,
                 mlir::ValueRange{slot(i, lane_y)});
           }
         }
@@ -321,13 +316,13 @@ class ColumnReductionEmitter : public KernelEmitter {
     Value at = b.create<arith::AddIOp>(
         loc, row, b.create<arith::MulIOp>(loc, sum.getInductionVar(), c(kWarp)));
     Value x = b.create<mlir::memref::LoadOp>(loc, shared, shared_at(at));
-    b.create<mlir::scf::YieldOp>(loc, Combine(b, loc, kind, sum.getRegionIterArgs()[0], x));
+    b.create<mlir::scf::YieldOp>(loc, CombineReduce(b, loc, kind, sum.getRegionIterArgs()[0], x));
     b.setInsertionPointAfter(sum);
     Value acc = sum.getResult(0);
     for (int32_t offset = kWarp / 2; offset > 0; offset /= 2) {
       auto shuffle = b.create<mlir::gpu::ShuffleOp>(loc, acc, offset, static_cast<int32_t>(kWarp),
                                                     mlir::gpu::ShuffleMode::XOR);
-      acc = Combine(b, loc, kind, acc, shuffle.getShuffleResult());
+      acc = CombineReduce(b, loc, kind, acc, shuffle.getShuffleResult());
     }
     Value first = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, lane, c(0));
     auto if_first = b.create<mlir::scf::IfOp>(loc, first, false);

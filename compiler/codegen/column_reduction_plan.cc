@@ -71,21 +71,6 @@ int64_t NextPowerOfTwo(int64_t x) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-bool DependsOn(const ir::Instruction* inst, const std::set<const ir::Instruction*>& batch,
-               std::map<const ir::Instruction*, bool>& memo) {
-  if (batch.count(inst)) return true;
-  if (auto it = memo.find(inst); it != memo.end()) return it->second;
-  bool result = false;
-  for (const ir::Instruction* op : inst->operands()) {
-    if (DependsOn(op, batch, memo)) {
-      result = true;
-      break;
-    }
-  }
-  memo[inst] = result;
-  return result;
-}
-
 bool HasRowReduce(const ir::Computation& fused) {
   for (const auto& inst : fused.instructions()) {
     if (inst->opcode() == ir::Opcode::kReduce && ir::IsRowReduce(*inst)) return true;
@@ -164,7 +149,7 @@ int64_t ColumnReductionChunks(const ir::Instruction& fusion) {
   int64_t max_rows = 0;
   const int64_t k = Elements(found->kept_dims);
   for (const ir::Instruction* r : reduces) {
-    if (DependsOn(r->operand(0), reduces, memo)) return 1;  // needs another's totals first
+    if (ir::DependsOnAny(r->operand(0), reduces, memo)) return 1;  // needs another's totals first
     max_rows = std::max(max_rows, r->operand(0)->shape().num_elements() / std::max<int64_t>(k, 1));
   }
   // Note [when a column reduction splits].
@@ -258,7 +243,7 @@ StatusOr<ColumnReductionPlan> PlanColumnReduction(const ir::Instruction& fusion,
   for (const ir::Instruction* r : plan.reduces) {
     std::map<const ir::Instruction*, bool> memo;
     if (!plan.batches.empty() && plan.batches.back().size() < max_batch_size &&
-        !DependsOn(r->operand(0), current, memo)) {
+        !ir::DependsOnAny(r->operand(0), current, memo)) {
       plan.batches.back().push_back(r);
       current.insert(r);
     } else {

@@ -1,5 +1,7 @@
 #include "compiler/codegen/fused_emitter.h"
 
+#include "compiler/ir/patterns.h"
+
 #include <algorithm>
 
 #include "compiler/codegen/emitter_util.h"
@@ -327,15 +329,14 @@ FusedEmitter::FusedEmitter(mlir::OpBuilder& b, mlir::Block* entry, mlir::Integer
       read_parameter_(std::move(read_parameter)),
       read_reduce_(std::move(read_reduce)) {}
 
+Value CombineReduce(mlir::OpBuilder& b, mlir::Location loc, ir::ReduceKind kind, Value x,
+                    Value y) {
+  if (kind == ir::ReduceKind::kSum) return b.create<mlir::arith::AddFOp>(loc, x, y);
+  return b.create<mlir::arith::MaximumFOp>(loc, x, y);
+}
+
 void FusedEmitter::BindComposites(const ir::Computation& fused) {
-  for (const auto& inst : fused.instructions()) {
-    const ir::Computation* d = inst->called_computation();
-    if (inst->opcode() != Opcode::kSoftmaxCrossEntropy || d == nullptr) continue;
-    std::vector<ir::Instruction*> params = d->parameters();
-    for (size_t i = 0; i < params.size() && i < static_cast<size_t>(inst->operand_count()); ++i)
-      inlined_[params[i]] = inst->operand(i);
-    BindComposites(*d);
-  }
+  ir::BindComposites(fused, inlined_);
 }
 
 Value FusedEmitter::IndexConstant(int64_t value) {

@@ -89,6 +89,10 @@ class FusedEmitter {
   std::map<int64_t, mlir::Value> constants_;
 };
 
+// x (+) y for a reduce of `kind`: an f32 add or maximum.
+mlir::Value CombineReduce(mlir::OpBuilder& b, mlir::Location loc, ir::ReduceKind kind,
+                          mlir::Value x, mlir::Value y);
+
 // Register type of a dtype (pred: i1) and its in-memory type (pred: i8).
 mlir::Type ElementType(mlir::MLIRContext* ctx, ir::DType dtype);
 mlir::Type StorageType(mlir::MLIRContext* ctx, ir::DType dtype);

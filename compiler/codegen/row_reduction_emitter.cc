@@ -74,40 +74,7 @@ constexpr int64_t kMaxRowCacheBytes = 112 * 1024;
 // row-shaped parameters) are held in registers.
 constexpr int64_t kMaxUnrolledElements = 48;
 
-// Decomposition parameters -> the composite's operands (inlined composites).
-using Bindings = std::map<const ir::Instruction*, const ir::Instruction*>;
-
-void Bind(const ir::Computation& fused, Bindings& bindings) {
-  for (const auto& inst : fused.instructions()) {
-    const ir::Computation* d = inst->called_computation();
-    if (inst->opcode() != ir::Opcode::kSoftmaxCrossEntropy || d == nullptr) continue;
-    std::vector<ir::Instruction*> params = d->parameters();
-    for (size_t i = 0; i < params.size() && i < static_cast<size_t>(inst->operand_count()); ++i)
-      bindings[params[i]] = inst->operand(i);
-    Bind(*d, bindings);
-  }
-}
-
-// Whether `inst` depends (transitively, inside its computation and inlined
-// decompositions) on a reduce in `batch`.
-bool DependsOn(const ir::Instruction* inst, const std::set<const ir::Instruction*>& batch,
-               const Bindings& bindings, std::map<const ir::Instruction*, bool>& memo) {
-  if (batch.count(inst)) return true;
-  if (auto it = memo.find(inst); it != memo.end()) return it->second;
-  std::vector<const ir::Instruction*> producers(inst->operands().begin(), inst->operands().end());
-  if (auto it = bindings.find(inst); it != bindings.end()) producers.push_back(it->second);
-  if (inst->opcode() == ir::Opcode::kSoftmaxCrossEntropy && inst->called_computation())
-    producers.push_back(inst->called_computation()->root());
-  bool result = false;
-  for (const ir::Instruction* op : producers) {
-    if (DependsOn(op, batch, bindings, memo)) {
-      result = true;
-      break;
-    }
-  }
-  memo[inst] = result;
-  return result;
-}
+using Bindings = ir::CompositeBindings;
 
 // Whether `a` and `b` compute the same values (Note [duplicate reduces]):
 // the same instruction once decomposition parameters are bound (and
@@ -134,11 +101,6 @@ bool SameValue(const ir::Instruction* a, const ir::Instruction* b, const Binding
   return same;
 }
 
-Value Combine(mlir::OpBuilder& b, mlir::Location loc, ir::ReduceKind kind, Value x, Value y) {
-  if (kind == ir::ReduceKind::kSum) return b.create<arith::AddFOp>(loc, x, y);
-  return b.create<arith::MaximumFOp>(loc, x, y);
-}
-
 class RowReductionEmitter : public KernelEmitter {
  public:
   // `mixed`: emit only the row part (Note [mixed row and column reductions]).
@@ -163,7 +125,7 @@ class RowReductionEmitter : public KernelEmitter {
     std::vector<const ir::Instruction*> reduces;
     std::vector<int64_t> input_dims;
     Bindings bindings;
-    Bind(*fused, bindings);
+    ir::BindComposites(*fused, bindings);
     for (const ir::Instruction* inst : FusionReduces(*fused)) {
       if (mixed_ && !ir::IsRowReduce(*inst)) continue;
       const ir::Shape& in = inst->operand(0)->shape();
@@ -189,7 +151,7 @@ class RowReductionEmitter : public KernelEmitter {
     // Note [duplicate reduces]: a reduce computing what an earlier one does
     // (the cross-entropy gradient's max and sum of the rematerialized
     // logits, the loss's own) reads the earlier one's result; binding it to
-    // its twin also makes DependsOn and later comparisons see through it.
+    // its twin also makes DependsOnAny and later comparisons see through it.
     {
       std::map<std::pair<const ir::Instruction*, const ir::Instruction*>, bool> memo;
       std::vector<const ir::Instruction*> unique;
@@ -239,7 +201,7 @@ class RowReductionEmitter : public KernelEmitter {
     std::set<const ir::Instruction*> current;
     for (const ir::Instruction* r : reduces) {
       std::map<const ir::Instruction*, bool> memo;
-      if (!batches.empty() && !DependsOn(r->operand(0), current, bindings, memo)) {
+      if (!batches.empty() && !ir::DependsOnAny(r->operand(0), current, memo, &bindings)) {
         batches.back().push_back(r);
       } else {
         batches.push_back({r});
@@ -442,7 +404,7 @@ class RowReductionEmitter : public KernelEmitter {
           StatusOr<Value> x = emitter.Emit(*r->operand(0), index);
           if (!x.ok()) return x.status().WithPrefix("%" + fusion.name());
           Value f = ConvertValue(b, loc, *x, r->operand(0)->shape().dtype(), ir::DType::kF32);
-          accs[k] = Combine(b, loc, r->attrs().reduce_kind, accs[k], f);
+          accs[k] = CombineReduce(b, loc, r->attrs().reduce_kind, accs[k], f);
         }
         return Status::Ok();
       };
@@ -468,7 +430,7 @@ class RowReductionEmitter : public KernelEmitter {
                                                         static_cast<int32_t>(kWarp),
                                                         mlir::gpu::ShuffleMode::XOR);
           accs[k] =
-              Combine(b, loc, batch[k]->attrs().reduce_kind, accs[k], shuffle.getShuffleResult());
+              CombineReduce(b, loc, batch[k]->attrs().reduce_kind, accs[k], shuffle.getShuffleResult());
         }
       }
       if (warps_per_row > 1) {
@@ -494,7 +456,7 @@ class RowReductionEmitter : public KernelEmitter {
           for (int64_t w = 0; w < warps_per_row; ++w) {
             Value slot = b.create<arith::ConstantIndexOp>(loc, k * warps_per_row + w);
             Value part = b.create<mlir::memref::LoadOp>(loc, shared, mlir::ValueRange{slot});
-            total = total ? Combine(b, loc, batch[k]->attrs().reduce_kind, total, part) : part;
+            total = total ? CombineReduce(b, loc, batch[k]->attrs().reduce_kind, total, part) : part;
           }
           accs[k] = total;
         }

@@ -3,14 +3,32 @@
 #ifndef GPTC_COMPILER_IR_PATTERNS_H_
 #define GPTC_COMPILER_IR_PATTERNS_H_
 
+#include <map>
+#include <set>
 #include <vector>
 
+#include "compiler/ir/computation.h"
 #include "compiler/ir/instruction.h"
 
 namespace gptc::ir {
 
 // A reduce over the last dim alone of an input of rank >= 2.
 bool IsRowReduce(const Instruction& inst);
+
+// Decomposition parameters -> the operands of the composite that calls the
+// decomposition (softmax-cross-entropy, which the emitters inline).
+using CompositeBindings = std::map<const Instruction*, const Instruction*>;
+// Adds the bindings of every such composite of `c`, and of the composites in
+// their decompositions.
+void BindComposites(const Computation& c, CompositeBindings& bindings);
+
+// Whether `inst` depends, transitively, on one of `targets`: through its
+// operands, through `bindings` (a decomposition parameter depends on the
+// operand it stands for) and, for an inlined composite, through its
+// decomposition's root. `memo` caches the answers for one `targets`.
+bool DependsOnAny(const Instruction* inst, const std::set<const Instruction*>& targets,
+                  std::map<const Instruction*, bool>& memo,
+                  const CompositeBindings* bindings = nullptr);
 
 }  // namespace gptc::ir
 
