@@ -298,6 +298,15 @@ void Planner::NonFreeSources(const Instruction* inst, std::vector<const Instruct
   for (const Instruction* op : inst->operands()) NonFreeSources(op, out);
 }
 
+void Planner::SortByPosition(std::vector<const Instruction*>& v) const {
+  std::vector<std::pair<int64_t, const Instruction*>> keyed;
+  keyed.reserve(v.size());
+  for (const Instruction* inst : v) keyed.emplace_back(pos(inst), inst);
+  std::sort(keyed.begin(), keyed.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < v.size(); ++i) v[i] = keyed[i].second;
+}
+
 void Planner::NonFreeUsers(const Instruction* inst, std::vector<const Instruction*>& out) const {
   for (const Instruction* u : inst->users()) {
     if (IsFree(u)) {
@@ -436,8 +445,7 @@ class Materializer {
   std::vector<Instruction*> BuildFusion(int g) {
     const Group& group = p_.groups()[g];
     std::vector<const Instruction*> members(group.members.begin(), group.members.end());
-    std::sort(members.begin(), members.end(),
-              [&](auto* a, auto* b) { return p_.pos(a) < p_.pos(b); });
+    p_.SortByPosition(members);
     auto fused = std::make_unique<ir::Computation>(ComputationName(group));
     std::unordered_map<const Instruction*, Instruction*> clone;
     std::vector<const Instruction*> inputs;

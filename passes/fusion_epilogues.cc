@@ -66,7 +66,7 @@ std::vector<const Instruction*> MatchGeluOf(const Planner& p, const Instruction*
   int sinks = 0;
   for (const Instruction* m : order) sinks += UsedOnlyBy(p, m, e) ? 0 : 1;
   if (sinks != 1) return {};
-  std::sort(order.begin(), order.end(), [&](auto* a, auto* b) { return p.pos(a) < p.pos(b); });
+  p.SortByPosition(order);
   if (UsedOnlyBy(p, order.back(), e) || !ComputesGelu(order.back(), x)) return {};
   return order;
 }
@@ -169,7 +169,7 @@ std::vector<const Instruction*> MatchGeluGradEpilogue(const Planner& p, const In
     if (!from_dy.contains(m) && !UsedOnlyBy(p, m, members)) return {};
   }
   if (!ComputesGeluGrad(sink, dy, *frontier.begin())) return {};
-  std::sort(ops.begin(), ops.end(), [&](auto* a, auto* b) { return p.pos(a) < p.pos(b); });
+  p.SortByPosition(ops);
   std::erase(ops, sink);
   ops.push_back(sink);
   return ops;

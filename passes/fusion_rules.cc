@@ -631,7 +631,7 @@ void GrowRowGroup(Planner& p, int g, const std::vector<int64_t>& in_dims,
     }
     fresh.clear();
     p.Count(static_cast<int64_t>(near.size()));
-    std::sort(near.begin(), near.end(), [&](auto* a, auto* b) { return p.pos(a) < p.pos(b); });
+    p.SortByPosition(near);
     near.erase(std::unique(near.begin(), near.end()), near.end());
     for (const Instruction* x : near) {
       if (!admissible(x)) continue;
