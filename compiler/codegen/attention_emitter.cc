@@ -30,7 +30,7 @@
 // an error naming the instruction.
 //
 // Both forms run on the emulated device against the evaluator in
-// tests/codegen/attention_mma_test.cc.
+// tests/compiler/codegen/attention_mma_test.cc.
 #include <algorithm>
 #include <limits>
 #include <map>

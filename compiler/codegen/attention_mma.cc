@@ -88,7 +88,7 @@ Fragment Mma(mlir::OpBuilder& b, mlir::Location loc, const Fragment& a, Value b0
   mlir::Type f32 = b.getF32Type();
   auto type = LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
   // MLIR 19's nvvm.mma.sync wants vector<2xf16> fragments for bf16 and then
-  // calls the intrinsic with them ill-typed (tests/codegen/warp_matrix_test.cc):
+  // calls the intrinsic with them ill-typed (tests/compiler/codegen/warp_matrix_test.cc):
   // the intrinsic is called directly, with its i32 fragments.
   std::vector<Value> args(a.begin(), a.end());
   args.push_back(b0);

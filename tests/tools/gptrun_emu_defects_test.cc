@@ -2,7 +2,7 @@
 // assignment, codegen or bucketing would write it — and run by gptrun
 // --device emu, which must stop with one line naming the thunk, the kernel or
 // gemm, the buffer and the defect (runtime/emu/memory_checker.h). The
-// missing barrier is a hand-written kernel (tests/codegen/host_lowering_test.cc).
+// missing barrier is a hand-written kernel (tests/compiler/codegen/host_lowering_test.cc).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>

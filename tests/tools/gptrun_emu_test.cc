@@ -5,7 +5,7 @@
 // grad-accum 2 and --dp 2 (two processes over TCP): the per-step losses of
 // 10 steps (the JSON log's full precision) within 1e-3 relative for bf16 and
 // 1e-5 for f32, and every parameter after 3 steps (the checkpoints) within
-// the GPU tests' tolerance (tests/gpu/train_step_test.cc: Adam moves a
+// the GPU tests' tolerance (tests/runtime/gpu/train_step_test.cc: Adam moves a
 // weight by about lr a step, either way when rounding flips the sign of a
 // tiny gradient, so after k steps at most 2k + 1 lr apart, and no more than
 // k% of a tensor more than lr apart, as those tests allow 3 lr and 1% after

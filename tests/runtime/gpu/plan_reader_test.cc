@@ -15,7 +15,7 @@
 #include "compiler/ir/computation.h"
 #include "runtime/gpu/host_values.h"
 #include "runtime/gpu/kernel_modules.h"
-#include "tests/gpu/gpu_test_util.h"
+#include "tests/runtime/gpu/gpu_test_util.h"
 
 namespace gptc::rt::gpu {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "compiler/ir/computation.h"
 #include "runtime/gpu/host_values.h"
-#include "tests/gpu/gpu_test_util.h"
+#include "tests/runtime/gpu/gpu_test_util.h"
 
 namespace gptc::rt::gpu::testing {
 namespace {

@@ -11,8 +11,8 @@
 
 #include "compiler/codegen/codegen.h"
 #include "compiler/codegen/column_reduction_plan.h"
-#include "tests/codegen/codegen_test_util.h"
-#include "tests/codegen/emu_kernel_runner.h"
+#include "tests/compiler/codegen/codegen_test_util.h"
+#include "tests/compiler/codegen/emu_kernel_runner.h"
 
 namespace gptc::codegen {
 namespace {

@@ -1,8 +1,8 @@
 // Shared by the codegen tests: parse IR text, compile every kernel and check
 // the invariants every kernel must meet (PTX entry and launch bounds, sm_90
 // limits, ptxas assembly without spills when ptxas is installed).
-#ifndef GPTC_TESTS_CODEGEN_CODEGEN_TEST_UTIL_H_
-#define GPTC_TESTS_CODEGEN_CODEGEN_TEST_UTIL_H_
+#ifndef GPTC_TESTS_COMPILER_CODEGEN_CODEGEN_TEST_UTIL_H_
+#define GPTC_TESTS_COMPILER_CODEGEN_CODEGEN_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
 
@@ -72,4 +72,4 @@ inline CompiledKernels CompileAll(const ir::Module& module, const CodegenOptions
 
 }  // namespace gptc::codegen
 
-#endif  // GPTC_TESTS_CODEGEN_CODEGEN_TEST_UTIL_H_
+#endif  // GPTC_TESTS_COMPILER_CODEGEN_CODEGEN_TEST_UTIL_H_

@@ -21,7 +21,7 @@
 #include "runtime/gpu/gpu_trainer.h"
 #include "runtime/gpu/host_values.h"
 #include "runtime/program_loader.h"
-#include "tests/gpu/gpu_test_util.h"
+#include "tests/runtime/gpu/gpu_test_util.h"
 
 #if __has_include(<nccl.h>)
 #include <nccl.h>

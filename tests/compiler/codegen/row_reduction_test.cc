@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "compiler/codegen/codegen.h"
-#include "tests/codegen/codegen_test_util.h"
-#include "tests/codegen/emu_kernel_runner.h"
+#include "tests/compiler/codegen/codegen_test_util.h"
+#include "tests/compiler/codegen/emu_kernel_runner.h"
 
 namespace gptc::codegen {
 namespace {

@@ -17,8 +17,8 @@
 #include "passes/autodiff.h"
 #include "passes/fusion.h"
 #include "passes/mixed_precision.h"
-#include "tests/codegen/codegen_test_util.h"
-#include "tests/codegen/emu_kernel_runner.h"
+#include "tests/compiler/codegen/codegen_test_util.h"
+#include "tests/compiler/codegen/emu_kernel_runner.h"
 
 namespace gptc::codegen {
 namespace {

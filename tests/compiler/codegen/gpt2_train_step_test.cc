@@ -16,7 +16,7 @@
 #include "models/config.h"
 #include "models/gpt2.h"
 #include "passes/train_step.h"
-#include "tests/codegen/codegen_test_util.h"
+#include "tests/compiler/codegen/codegen_test_util.h"
 
 namespace gptc::codegen {
 namespace {

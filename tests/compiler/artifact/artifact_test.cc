@@ -1,5 +1,5 @@
 // The .gptx writer and reader: golden plan of gpt2-tiny, round trip,
-// determinism, rejection of bad files (runtime/artifact.h).
+// determinism, rejection of bad files (compiler/program/container.h).
 #include <gtest/gtest.h>
 
 #include <string>

@@ -1,4 +1,4 @@
-#include "tests/gpu/gpu_test_util.h"
+#include "tests/runtime/gpu/gpu_test_util.h"
 
 #include <fmt/ranges.h>
 #include <unistd.h>

@@ -20,7 +20,7 @@
 #include "runtime/gpu/gpu_trainer.h"
 #include "runtime/gpu/host_values.h"
 #include "runtime/init.h"
-#include "tests/gpu/gpu_test_util.h"
+#include "tests/runtime/gpu/gpu_test_util.h"
 
 namespace gptc::rt::gpu::testing {
 namespace {

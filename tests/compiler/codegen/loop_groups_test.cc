@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "compiler/codegen/codegen.h"
-#include "tests/codegen/codegen_test_util.h"
+#include "tests/compiler/codegen/codegen_test_util.h"
 
 namespace gptc::codegen {
 namespace {

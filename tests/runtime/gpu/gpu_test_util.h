@@ -11,8 +11,8 @@
 // folder up (scripts/gpu-bundle's .gpu/).
 //
 // Without a GPU every test that needs one skips, saying why.
-#ifndef GPTC_TESTS_GPU_GPU_TEST_UTIL_H_
-#define GPTC_TESTS_GPU_GPU_TEST_UTIL_H_
+#ifndef GPTC_TESTS_RUNTIME_GPU_GPU_TEST_UTIL_H_
+#define GPTC_TESTS_RUNTIME_GPU_GPU_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
 
@@ -155,4 +155,4 @@ class GpuHarness {
 
 }  // namespace gptc::rt::gpu::testing
 
-#endif  // GPTC_TESTS_GPU_GPU_TEST_UTIL_H_
+#endif  // GPTC_TESTS_RUNTIME_GPU_GPU_TEST_UTIL_H_

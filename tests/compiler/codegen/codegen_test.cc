@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "compiler/ir/parser.h"
-#include "tests/codegen/codegen_test_util.h"
+#include "tests/compiler/codegen/codegen_test_util.h"
 
 namespace gptc::codegen {
 namespace {

@@ -10,8 +10,8 @@
 // or the thread itself, wrote them; and after the last launch every byte of
 // every result written. Shared memory, barriers and shuffles are checked by
 // the grid runner itself (Note [emulated races]).
-#ifndef GPTC_TESTS_CODEGEN_EMU_KERNEL_RUNNER_H_
-#define GPTC_TESTS_CODEGEN_EMU_KERNEL_RUNNER_H_
+#ifndef GPTC_TESTS_COMPILER_CODEGEN_EMU_KERNEL_RUNNER_H_
+#define GPTC_TESTS_COMPILER_CODEGEN_EMU_KERNEL_RUNNER_H_
 
 #include <gtest/gtest.h>
 
@@ -306,4 +306,4 @@ class EmuKernelRunner {
 
 }  // namespace gptc::codegen
 
-#endif  // GPTC_TESTS_CODEGEN_EMU_KERNEL_RUNNER_H_
+#endif  // GPTC_TESTS_COMPILER_CODEGEN_EMU_KERNEL_RUNNER_H_

@@ -12,7 +12,7 @@
 #include "runtime/gpu/gpu_trainer.h"
 #include "runtime/gpu/profile.h"
 #include "runtime/gpu/target.h"
-#include "tests/gpu/gpu_test_util.h"
+#include "tests/runtime/gpu/gpu_test_util.h"
 
 namespace gptc::rt::gpu {
 namespace {
