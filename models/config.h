@@ -9,11 +9,12 @@
 #include <string_view>
 #include <vector>
 
+#include "compiler/program/model_config.h"
 #include "compiler/support/status.h"
 
 namespace gptc::models {
 
-inline constexpr int64_t kGpt2Vocab = 50257;
+inline constexpr int64_t kGpt2Vocab = program::kGpt2Vocab;
 // Rows of the embedding table are padded to a multiple of this, so the
 // logits matmul has friendly shapes (50,257 -> 50,304); the padded classes
 // are excluded from the softmax.

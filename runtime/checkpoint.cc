@@ -19,16 +19,12 @@ constexpr char kModelFile[] = "model.safetensors";
 constexpr char kOptimFile[] = "optim.safetensors";
 constexpr char kConfigFile[] = "config.json";
 
-// The integer fields of config.json (Note [checkpoint config]), in the order written.
-std::vector<std::pair<const char*, int64_t ModelConfig::*>> ConfigInts() {
-  return {{"layers", &ModelConfig::layers}, {"heads", &ModelConfig::heads},
-          {"width", &ModelConfig::width},   {"positions", &ModelConfig::positions},
-          {"vocab", &ModelConfig::vocab},   {"padded_vocab", &ModelConfig::padded_vocab}};
-}
-
-Status CheckConfig(const ModelConfig& model, const std::string& path) {
-  for (const auto& [key, field] : ConfigInts()) {
-    if (model.*field < 1) return Error("{}: '{}' is {}, not positive", path, key, model.*field);
+Status CheckConfig(const program::ModelConfig& model, const std::string& path) {
+  for (const auto& [key, value] :
+       {std::pair{"layers", model.layers}, std::pair{"heads", model.heads},
+        std::pair{"width", model.width}, std::pair{"positions", model.positions},
+        std::pair{"vocab", model.vocab}, std::pair{"padded_vocab", model.padded_vocab}}) {
+    if (value < 1) return Error("{}: '{}' is {}, not positive", path, key, value);
   }
   if (model.width % model.heads != 0) {
     return Error("{}: 'heads' {} does not divide 'width' {}", path, model.heads, model.width);
@@ -39,27 +35,14 @@ Status CheckConfig(const ModelConfig& model, const std::string& path) {
   return Status::Ok();
 }
 
-std::string ConfigJson(const ModelConfig& model) {
-  nlohmann::ordered_json j;
-  j["name"] = model.name;
-  for (const auto& [key, field] : ConfigInts()) j[key] = model.*field;
-  return j.dump(2) + "\n";
+std::string ConfigJson(const program::ModelConfig& model) {
+  return program::ModelConfigJson(model).dump(2) + "\n";
 }
 
-StatusOr<ModelConfig> ParseConfig(const std::string& text, const std::string& path) {
+StatusOr<program::ModelConfig> ParseConfig(const std::string& text, const std::string& path) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return Error("{}: not a JSON object", path);
-  ModelConfig model;
-  auto name = j.find("name");
-  if (name == j.end() || !name->is_string()) return Error("{}: no string 'name'", path);
-  model.name = name->get<std::string>();
-  for (const auto& [key, field] : ConfigInts()) {
-    auto it = j.find(key);
-    if (it == j.end()) return Error("{}: no '{}'", path, key);
-    if (!it->is_number_integer())
-      return Error("{}: '{}' is {}, not an integer", path, key, it->dump());
-    model.*field = it->get<int64_t>();
-  }
+  ASSIGN_OR_RETURN(program::ModelConfig model, program::ReadModelConfig(j, path));
   RETURN_IF_ERROR(CheckConfig(model, path));
   return model;
 }
@@ -224,7 +207,7 @@ StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
   return data;
 }
 
-StatusOr<ModelConfig> ReadCheckpointConfig(const std::string& dir) {
+StatusOr<program::ModelConfig> ReadCheckpointConfig(const std::string& dir) {
   const std::string path = dir + "/" + kConfigFile;
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   return ParseConfig(text, path);
@@ -239,7 +222,7 @@ StatusOr<SafeTensors> ReadCheckpointModel(const std::string& dir) {
 
 StatusOr<CheckpointData> CaptureTrainer(Trainer& trainer,
                                         const std::vector<program::ParamSpec>& params,
-                                        const DataLoader::State& data, const ModelConfig& model) {
+                                        const DataLoader::State& data, const program::ModelConfig& model) {
   ASSIGN_OR_RETURN(TrainerState state, trainer.ExportState());
   CheckpointData c;
   c.step = state.steps_done;
@@ -263,7 +246,7 @@ Status RestoreTrainer(const CheckpointData& data, Trainer* trainer) {
 
 CheckpointData CaptureCpuTrainer(const CpuTrainer& trainer,
                                  const std::vector<program::ParamSpec>& params,
-                                 const DataLoader::State& data, const ModelConfig& model) {
+                                 const DataLoader::State& data, const program::ModelConfig& model) {
   CheckpointData c;
   c.step = trainer.steps_done();
   c.data = data;

@@ -42,7 +42,7 @@
 #include "compiler/program/param.h"
 #include "runtime/cpu_device.h"
 #include "runtime/data_loader.h"
-#include "runtime/model_config.h"
+#include "compiler/program/model_config.h"
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
 
@@ -52,7 +52,7 @@ namespace gptc::rt {
 struct CheckpointData {
   int64_t step = 0;
   DataLoader::State data;
-  ModelConfig model;  // config.json; model.vocab: the real rows of wte.weight (Note [padded wte])
+  program::ModelConfig model;  // config.json; model.vocab: the real rows of wte.weight (Note [padded wte])
   std::vector<program::ParamSpec> params;
   std::vector<std::vector<float>> values, adam_m, adam_v;  // parallel to params
   std::map<std::string, std::string> extra_metadata;       // written to both files
@@ -69,20 +69,20 @@ StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
 
 // DIR/config.json, checked: sizes positive, heads dividing the width, vocab
 // within padded_vocab. Errors name the file and the key.
-StatusOr<ModelConfig> ReadCheckpointConfig(const std::string& dir);
+StatusOr<program::ModelConfig> ReadCheckpointConfig(const std::string& dir);
 // DIR/model.safetensors, its checksum verified (Note [checkpoint checksums]).
 StatusOr<SafeTensors> ReadCheckpointModel(const std::string& dir);
 
 // Any trainer's state as checkpoint data (through the host), and back.
 StatusOr<CheckpointData> CaptureTrainer(Trainer& trainer,
                                         const std::vector<program::ParamSpec>& params,
-                                        const DataLoader::State& data, const ModelConfig& model);
+                                        const DataLoader::State& data, const program::ModelConfig& model);
 Status RestoreTrainer(const CheckpointData& data, Trainer* trainer);
 
 // The CPU trainer's state as checkpoint data, and back.
 CheckpointData CaptureCpuTrainer(const CpuTrainer& trainer,
                                  const std::vector<program::ParamSpec>& params,
-                                 const DataLoader::State& data, const ModelConfig& model);
+                                 const DataLoader::State& data, const program::ModelConfig& model);
 void RestoreCpuTrainer(const CheckpointData& data, CpuTrainer* trainer);
 
 }  // namespace gptc::rt

@@ -29,6 +29,7 @@
 
 #include "compiler/support/status.h"
 #include "runtime/cpu_device.h"
+#include "compiler/program/model_config.h"
 
 namespace gptc::rt {
 
@@ -55,7 +56,7 @@ class DataLoader {
     bool shuffle = true;  // false: shards and sequences in file order (evaluation)
     int64_t rank = 0;
     int64_t world = 1;
-    int64_t vocab = 50257;  // token ids must be below this
+    int64_t vocab = program::kGpt2Vocab;  // token ids must be below this
   };
 
   // Where the loader is (Note [data order]).

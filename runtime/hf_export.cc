@@ -27,7 +27,7 @@ struct ParamShape {
 
 // The parameters of models/gpt2.cc for `model`, in GPT2LMHeadModel's
 // state-dict order.
-std::vector<ParamShape> Gpt2Params(const ModelConfig& model) {
+std::vector<ParamShape> Gpt2Params(const program::ModelConfig& model) {
   const int64_t c = model.width;
   std::vector<ParamShape> out = {{"wte.weight", {model.padded_vocab, c}},
                                  {"wpe.weight", {model.positions, c}}};
@@ -68,7 +68,7 @@ int64_t Step(const SafeTensors& file) {
 
 }  // namespace
 
-std::string HfConfigJson(const ModelConfig& model) {
+std::string HfConfigJson(const program::ModelConfig& model) {
   // Every field of transformers' GPT2Config; nlohmann::json sorts the keys,
   // as save_pretrained does.
   nlohmann::json j = {
@@ -103,7 +103,7 @@ std::string HfConfigJson(const ModelConfig& model) {
   return j.dump(2) + "\n";
 }
 
-StatusOr<SafeTensors> HfStateDict(const SafeTensors& checkpoint, const ModelConfig& model,
+StatusOr<SafeTensors> HfStateDict(const SafeTensors& checkpoint, const program::ModelConfig& model,
                                   const std::string& path) {
   const std::vector<ParamShape> params = Gpt2Params(model);
   std::set<std::string> names;

@@ -31,7 +31,7 @@
 #include <string>
 
 #include "compiler/support/status.h"
-#include "runtime/model_config.h"
+#include "compiler/program/model_config.h"
 #include "runtime/safetensors.h"
 
 namespace gptc::rt {
@@ -39,16 +39,16 @@ namespace gptc::rt {
 // OUT/config.json's text: every GPT2Config field, the sizes from `model`.
 // bos_token_id and eos_token_id are vocab - 1: GPT-2's <|endoftext|> (50256)
 // is the last of its 50257 tokens, and stays within a smaller vocabulary.
-std::string HfConfigJson(const ModelConfig& model);
+std::string HfConfigJson(const program::ModelConfig& model);
 
 // GPT2LMHeadModel's state dict from a checkpoint's model file (read from
 // `path`, for errors): its tensors must be exactly the GPT-2 parameters of
 // `model`, f32, with their shapes; errors name `path` and the tensor.
-StatusOr<SafeTensors> HfStateDict(const SafeTensors& checkpoint, const ModelConfig& model,
+StatusOr<SafeTensors> HfStateDict(const SafeTensors& checkpoint, const program::ModelConfig& model,
                                   const std::string& path);
 
 struct HfExportSummary {
-  ModelConfig model;
+  program::ModelConfig model;
   int64_t step = 0;     // of the checkpoint
   int64_t tensors = 0;  // written to OUT/model.safetensors
   int64_t values = 0;   // elements over those tensors

@@ -88,13 +88,8 @@ StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
   if (!manifest.contains("flags")) return Error("manifest has no 'flags'");
   const json& model = manifest["model"];
   const json& flags = manifest["flags"];
-  ASSIGN_OR_RETURN(info.name, program::JsonField<std::string>(model, "name", "model"));
-  ASSIGN_OR_RETURN(info.layers, program::JsonField<int64_t>(model, "layers", "model"));
-  ASSIGN_OR_RETURN(info.heads, program::JsonField<int64_t>(model, "heads", "model"));
-  ASSIGN_OR_RETURN(info.width, program::JsonField<int64_t>(model, "width", "model"));
-  ASSIGN_OR_RETURN(info.positions, program::JsonField<int64_t>(model, "positions", "model"));
-  ASSIGN_OR_RETURN(info.vocab, program::JsonField<int64_t>(model, "vocab", "model"));
-  ASSIGN_OR_RETURN(info.padded_vocab, program::JsonField<int64_t>(model, "padded_vocab", "model"));
+  ASSIGN_OR_RETURN(static_cast<program::ModelConfig&>(info),
+                   program::ReadModelConfig(model, "model"));
   ASSIGN_OR_RETURN(info.batch, program::JsonField<int64_t>(flags, "batch", "flags"));
   ASSIGN_OR_RETURN(info.seq, program::JsonField<int64_t>(flags, "seq", "flags"));
   ASSIGN_OR_RETURN(info.complete, program::JsonField<bool>(manifest, "complete", "manifest"));

@@ -23,13 +23,13 @@
 #include "compiler/support/status.h"
 #include "compiler/program/program.h"
 #include "compiler/program/container.h"
-#include "runtime/model_config.h"
+#include "compiler/program/model_config.h"
 
 namespace gptc::rt {
 
 // The model (the manifest's "model") and the shape facts gptrun needs
 // besides the program; a checkpoint keeps the ModelConfig part.
-struct ModelInfo : ModelConfig {
+struct ModelInfo : program::ModelConfig {
   int64_t batch = 0, seq = 0;  // of one micro-batch
   bool complete = false;       // every thunk has a kernel (the GPU device can run it)
 };

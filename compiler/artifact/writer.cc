@@ -51,6 +51,93 @@ class Stopwatch {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
+// The ptx, cubin and emu sections and their indexes, kernel by kernel.
+struct KernelSections {
+  std::string ptx, cubin;
+  json kernel_index = json::array();
+  // --emu: the host objects of every kernel and their index (Note [host kernels]).
+  std::vector<std::string> host_objects;
+  std::set<std::string> host_symbols;
+  json host_index = json::array();
+  int64_t kernels = 0, cubins = 0;
+
+  void Add(const std::string& entry, codegen::CompiledKernels& compiled) {
+    for (codegen::CompiledKernel& k : compiled.kernels) {
+      // A deduplicated fusion launches the kernel whose code it shares
+      // (Note [kernel deduplication]); the code is stored once.
+      if (k.code_of >= 0) continue;
+      json index{{"entry", entry},
+                 {"name", k.spec.name},
+                 {"ptx_offset", ptx.size()},
+                 {"ptx_size", k.ptx.size()}};
+      ptx += k.ptx;
+      if (k.ptxas && !k.ptxas->cubin.empty()) {
+        index["cubin_offset"] = cubin.size();
+        index["cubin_size"] = k.ptxas->cubin.size();
+        index["registers"] = k.ptxas->registers;
+        index["spill_bytes"] = k.ptxas->spill_stores + k.ptxas->spill_loads;
+        cubin += k.ptxas->cubin;
+        ++cubins;
+      }
+      kernel_index.push_back(std::move(index));
+      ++kernels;
+      if (k.host) AddHost(entry, k);
+    }
+  }
+
+  // What the emulated driver answers for the kernel (cuFuncGetAttribute on
+  // a GPU): its parameters, registers and static shared memory.
+  void AddHost(const std::string& entry, codegen::CompiledKernel& k) {
+    host_index.push_back(
+        json{{"entry", entry},
+             {"name", k.spec.name},
+             {"symbol", k.host->symbol},
+             {"params", k.spec.params.size()},
+             {"uses_sync", k.host->uses_sync},
+             {"host_shared_bytes", k.host->shared_bytes},
+             {"static_smem", k.ptxas ? k.ptxas->shared_bytes : k.spec.static_shared_bytes},
+             {"registers", k.ptxas ? k.ptxas->registers : 0},
+             {"barriers", k.host->barriers},
+             {"shuffles", k.host->shuffles},
+             {"mmas", k.host->mmas},
+             {"ldmatrices", k.host->ldmatrices},
+             {"atomics", k.host->atomics},
+             {"accesses", k.host->accesses}});
+    // A kernel shared with an earlier entry has its host object there.
+    if (host_symbols.insert(k.host->symbol).second) host_objects.push_back(std::move(k.host->object));
+  }
+};
+
+// The params section: each parameter's spec and its arena offset per entry.
+json ParamsJson(const std::vector<program::ParamSpec>& specs, const std::vector<json>& offsets) {
+  json params = json::array();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const program::ParamSpec& p = specs[i];
+    params.push_back(json{{"name", p.name},
+                          {"shape", p.shape.dims()},
+                          {"dtype", ir::DTypeName(p.shape.dtype())},
+                          {"init", InitJson(p.init)},
+                          {"offsets", offsets[i]}});
+  }
+  return params;
+}
+
+// Every entry's kernels on one pool of threads (codegen::CompileFusions).
+StatusOr<std::vector<codegen::CompiledKernels>> CompileKernels(
+    const program::TrainProgram& program, const ArtifactOptions& options) {
+  if (!options.compile_kernels) {
+    return std::vector<codegen::CompiledKernels>(program.entries.size());
+  }
+  std::vector<codegen::CodegenModule> modules;
+  for (const program::TrainEntry& entry : program.entries) {
+    modules.push_back({entry.module.get(),
+                       fmt::format("{}{}__", program::emu::kKernelSymbolPrefix, entry.name)});
+  }
+  codegen::CodegenOptions codegen = options.codegen;
+  codegen.progress = options.progress;
+  return codegen::CompileFusions(modules, codegen);
+}
+
 }  // namespace
 
 StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
@@ -59,26 +146,13 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
   BuiltArtifact out;
   double t_codegen = 0, t_buffers = 0, t_plan = 0;
   Stopwatch watch;
-  std::string ir_text, ptx, cubin;
-  // --emu: the host objects of every kernel and their index (Note [host kernels]).
-  std::vector<std::string> host_objects;
-  std::set<std::string> host_symbols;
-  json host_index = json::array();
-  json plan_entries = json::array(), manifest_entries = json::array(), kernel_index = json::array();
+  std::string ir_text;
+  KernelSections sections;
+  json plan_entries = json::array(), manifest_entries = json::array();
   // params: name -> per-entry arena offsets.
   std::vector<json> param_offsets(program.params.size(), json::object());
-  // Every entry's kernels on one pool of threads (codegen::CompileFusions).
-  std::vector<codegen::CompiledKernels> entry_kernels(program.entries.size());
-  if (options.compile_kernels) {
-    std::vector<codegen::CodegenModule> modules;
-    for (const program::TrainEntry& entry : program.entries) {
-      modules.push_back({entry.module.get(),
-                         fmt::format("{}{}__", program::emu::kKernelSymbolPrefix, entry.name)});
-    }
-    codegen::CodegenOptions codegen = options.codegen;
-    codegen.progress = options.progress;
-    ASSIGN_OR_RETURN(entry_kernels, codegen::CompileFusions(modules, codegen));
-  }
+  ASSIGN_OR_RETURN(std::vector<codegen::CompiledKernels> entry_kernels,
+                   CompileKernels(program, options));
   t_codegen += watch.Lap();
   for (size_t e = 0; e < program.entries.size(); ++e) {
     const program::TrainEntry& entry = program.entries[e];
@@ -101,46 +175,7 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
     t_buffers += watch.Lap();
     ASSIGN_OR_RETURN(json plan, BuildEntryPlan(entry, ba, kernels, out.stats));
     t_plan += watch.Lap();
-    for (codegen::CompiledKernel& k : kernels.kernels) {
-      // A deduplicated fusion launches the kernel whose code it shares
-      // (Note [kernel deduplication]); the code is stored once.
-      if (k.code_of >= 0) continue;
-      json index{{"entry", entry.name}, {"name", k.spec.name},
-                 {"ptx_offset", ptx.size()}, {"ptx_size", k.ptx.size()}};
-      ptx += k.ptx;
-      if (k.ptxas && !k.ptxas->cubin.empty()) {
-        index["cubin_offset"] = cubin.size();
-        index["cubin_size"] = k.ptxas->cubin.size();
-        index["registers"] = k.ptxas->registers;
-        index["spill_bytes"] = k.ptxas->spill_stores + k.ptxas->spill_loads;
-        cubin += k.ptxas->cubin;
-        ++out.cubins;
-      }
-      kernel_index.push_back(std::move(index));
-      ++out.kernels;
-      if (k.host) {
-        // What the emulated driver answers for the kernel (cuFuncGetAttribute
-        // on a GPU): its parameters, registers and static shared memory.
-        host_index.push_back(
-            json{{"entry", entry.name},
-                 {"name", k.spec.name},
-                 {"symbol", k.host->symbol},
-                 {"params", k.spec.params.size()},
-                 {"uses_sync", k.host->uses_sync},
-                 {"host_shared_bytes", k.host->shared_bytes},
-                 {"static_smem", k.ptxas ? k.ptxas->shared_bytes : k.spec.static_shared_bytes},
-                 {"registers", k.ptxas ? k.ptxas->registers : 0},
-                 {"barriers", k.host->barriers},
-                 {"shuffles", k.host->shuffles},
-                 {"mmas", k.host->mmas},
-                 {"ldmatrices", k.host->ldmatrices},
-                 {"atomics", k.host->atomics},
-                 {"accesses", k.host->accesses}});
-        // A kernel shared with an earlier entry has its host object there.
-        if (host_symbols.insert(k.host->symbol).second)
-          host_objects.push_back(std::move(k.host->object));
-      }
-    }
+    sections.Add(entry.name, kernels);
     for (size_t i = 0; i < program.params.size(); ++i) {
       int64_t slot = entry.signature.FindInput(program::SlotRole::kParam, static_cast<int64_t>(i));
       if (slot < 0) continue;
@@ -157,15 +192,6 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
   for (const auto& [what, n] : out.stats.unsupported) unsupported += n;
   out.complete = unsupported == 0;
 
-  json params = json::array();
-  for (size_t i = 0; i < program.params.size(); ++i) {
-    const program::ParamSpec& p = program.params[i];
-    params.push_back(json{{"name", p.name},
-                          {"shape", p.shape.dims()},
-                          {"dtype", ir::DTypeName(p.shape.dtype())},
-                          {"init", InitJson(p.init)},
-                          {"offsets", param_offsets[i]}});
-  }
   json manifest{{"format_version", program::kArtifactFormatVersion},
                 {"gptc_version", GPTC_VERSION},
                 {"model", options.model},
@@ -174,7 +200,7 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
                 {"grad_accum", program.grad_accum},
                 {"complete", out.complete},
                 {"entries", manifest_entries},
-                {"kernels", kernel_index},
+                {"kernels", sections.kernel_index},
                 {"kernels_by_kind", out.stats.kernels_by_kind},
                 {"thunks", out.stats.thunks},
                 {"gemm_epilogues", out.stats.epilogues},
@@ -182,19 +208,23 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
   std::string emu_library;
   if (options.codegen.emit_host && options.compile_kernels) {
     watch.Lap();
-    ASSIGN_OR_RETURN(emu_library, codegen::LinkHostLibrary(std::move(host_objects)));
-    manifest["emu"] = json{{"abi", program::emu::kKernelAbiVersion}, {"kernels", host_index}};
+    ASSIGN_OR_RETURN(emu_library, codegen::LinkHostLibrary(std::move(sections.host_objects)));
+    manifest["emu"] =
+        json{{"abi", program::emu::kKernelAbiVersion}, {"kernels", sections.host_index}};
     t_codegen += watch.Lap();
   }
-  std::vector<std::pair<std::string, std::string>> sections;
-  sections.emplace_back("manifest", manifest.dump(2) + "\n");
-  sections.emplace_back("ir", std::move(ir_text));
-  sections.emplace_back("ptx", std::move(ptx));
-  if (!cubin.empty()) sections.emplace_back("cubin", std::move(cubin));
-  sections.emplace_back("plan", json{{"entries", plan_entries}}.dump(1) + "\n");
-  sections.emplace_back("params", json{{"params", params}}.dump(1) + "\n");
-  if (!emu_library.empty()) sections.emplace_back("emu", std::move(emu_library));
-  ASSIGN_OR_RETURN(out.bytes, program::EncodeArtifact(sections));
+  out.kernels = sections.kernels;
+  out.cubins = sections.cubins;
+  std::vector<std::pair<std::string, std::string>> container;
+  container.emplace_back("manifest", manifest.dump(2) + "\n");
+  container.emplace_back("ir", std::move(ir_text));
+  container.emplace_back("ptx", std::move(sections.ptx));
+  if (!sections.cubin.empty()) container.emplace_back("cubin", std::move(sections.cubin));
+  container.emplace_back("plan", json{{"entries", plan_entries}}.dump(1) + "\n");
+  container.emplace_back(
+      "params", json{{"params", ParamsJson(program.params, param_offsets)}}.dump(1) + "\n");
+  if (!emu_library.empty()) container.emplace_back("emu", std::move(emu_library));
+  ASSIGN_OR_RETURN(out.bytes, program::EncodeArtifact(container));
   double t_encode = watch.Lap();
   out.timings = {{"codegen", t_codegen}, {"buffers", t_buffers}, {"plan", t_plan},
                  {"encode", t_encode}};

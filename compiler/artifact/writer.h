@@ -1,6 +1,6 @@
 // The .gptx writer: a compiled TrainProgram -> one self-contained file
 // (docs/ARTIFACT.md). Runs codegen and buffer assignment on every entry,
-// builds the thunk plans and encodes the container (runtime/artifact.h).
+// builds the thunk plans and encodes the container (compiler/program/container.h).
 //
 // Deterministic: the same program and options give the same bytes (JSON with
 // sorted keys, no timestamps, no paths).

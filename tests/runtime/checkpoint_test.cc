@@ -19,7 +19,7 @@ namespace {
 constexpr int64_t kBatch = 2, kSeq = 8, kVocab = 200, kSteps = 3;
 
 // gpt2-tiny with one layer and 200 tokens, as Compile() traces it.
-ModelConfig Model() {
+program::ModelConfig Model() {
   return {.name = "gpt2-tiny",
           .layers = 1,
           .heads = 4,
@@ -155,7 +155,7 @@ TEST_F(CheckpointTest, WritesTheModelConfig) {
             "  \"vocab\": 200,\n"
             "  \"padded_vocab\": 256\n"
             "}\n");
-  StatusOr<ModelConfig> config = ReadCheckpointConfig(ckpt);
+  StatusOr<program::ModelConfig> config = ReadCheckpointConfig(ckpt);
   ASSERT_TRUE(config.ok()) << config.status().message();
   EXPECT_EQ(*config, Model());
   StatusOr<CheckpointData> loaded = LoadCheckpoint(ckpt, program_.params);
@@ -175,7 +175,7 @@ TEST_F(CheckpointTest, ABadModelConfigIsRefused) {
   const std::string ckpt = dir_ + "/ckpt";
   const std::string path = ckpt + "/config.json";
   // At save: a config never filled in, or one of another model.
-  CheckpointData data = CaptureCpuTrainer(trainer, program_.params, {}, ModelConfig{});
+  CheckpointData data = CaptureCpuTrainer(trainer, program_.params, {}, program::ModelConfig{});
   EXPECT_EQ(SaveCheckpoint(ckpt, data).message(), path + ": 'layers' is 0, not positive");
   data.model = Model();
   data.model.padded_vocab = 50304;

@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 constexpr int64_t kLayers = 2, kHeads = 2, kWidth = 32, kPositions = 16, kVocab = 200;
 constexpr int64_t kPaddedVocab = 256;
 
-ModelConfig Model() {
+program::ModelConfig Model() {
   return {.name = "gpt2-tiny",
           .layers = kLayers,
           .heads = kHeads,
@@ -177,7 +177,7 @@ TEST_F(HfExportTest, WritesGpt2Config) {
   };
   EXPECT_EQ(j, want) << *text;
   // GPT-2's own vocabulary: <|endoftext|> is 50256, GPT2Config's default.
-  ModelConfig gpt2 = Model();
+  program::ModelConfig gpt2 = Model();
   gpt2.vocab = 50257;
   gpt2.padded_vocab = 50304;
   const nlohmann::json g = nlohmann::json::parse(HfConfigJson(gpt2), nullptr, false);
@@ -224,7 +224,7 @@ TEST_F(HfExportTest, ACorruptCheckpointIsNamed) {
 // config.json and the tensors must describe the same model.
 TEST_F(HfExportTest, AConfigThatDisagreesWithTheTensorsIsRefused) {
   const std::string path = ckpt_ + "/model.safetensors";
-  auto with_config = [&](ModelConfig model) {
+  auto with_config = [&](program::ModelConfig model) {
     nlohmann::ordered_json j = {{"name", model.name},
                                 {"layers", model.layers},
                                 {"heads", model.heads},
@@ -235,7 +235,7 @@ TEST_F(HfExportTest, AConfigThatDisagreesWithTheTensorsIsRefused) {
     EXPECT_TRUE(WriteFileAtomically(ckpt_ + "/config.json", j.dump()).ok());
     return ExportError();
   };
-  ModelConfig m = Model();
+  program::ModelConfig m = Model();
   m.layers = 3;
   EXPECT_EQ(with_config(m),
             path + ": no tensor 'h.2.ln_1.weight', which config.json's model ('layers' 3) has");

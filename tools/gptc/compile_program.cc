@@ -6,6 +6,7 @@
 
 #include "compiler/ir/printer.h"
 #include "compiler/pass/pipeline.h"
+#include "compiler/program/model_config.h"
 #include "compiler/support/file.h"
 #include "compiler/support/text.h"
 #include "models/gpt2.h"
@@ -102,13 +103,13 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
   ao.compile_kernels = options.codegen;
   ao.codegen.emit_host = options.emu;
   if (!assignments.empty()) ao.assignments = &assignments;
-  ao.model = {{"name", config.name},
-              {"layers", config.layers},
-              {"heads", config.heads},
-              {"width", config.width},
-              {"positions", config.positions},
-              {"vocab", config.vocab},
-              {"padded_vocab", config.padded_vocab}};
+  ao.model = program::ModelConfigJson({.name = config.name,
+                                       .layers = config.layers,
+                                       .heads = config.heads,
+                                       .width = config.width,
+                                       .positions = config.positions,
+                                       .vocab = config.vocab,
+                                       .padded_vocab = config.padded_vocab});
   ao.flags = {{"batch", options.batch},
               {"seq", options.seq},
               {"grad_accum", train.grad_accum},

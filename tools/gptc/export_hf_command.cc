@@ -25,7 +25,7 @@ int ExportHfCommand(int argc, char** argv) {
   const std::string& out = flags.positional()[1];
   StatusOr<rt::HfExportSummary> done = rt::ExportHuggingFace(ckpt, out);
   if (!done.ok()) return Fail(kExitFailure, done.status());
-  const rt::ModelConfig& m = done->model;
+  const program::ModelConfig& m = done->model;
   std::printf(
       "exported %s (%s at step %lld: layers %lld, heads %lld, width %lld, vocab %lld) to "
       "%s: %lld tensors, %s values\n",

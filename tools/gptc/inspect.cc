@@ -1,5 +1,5 @@
 // gptc inspect FILE.gptx [--manifest|--ir|--ptx|--plan|--params]: a summary of
-// an artifact, or one of its sections verbatim (runtime/artifact.h reads it,
+// an artifact, or one of its sections verbatim (compiler/program/container.h reads it,
 // so a bad file gets the reader's one-line error).
 #include <algorithm>
 #include <cstdio>
@@ -9,6 +9,7 @@
 
 #include "compiler/support/text.h"
 #include "compiler/program/container.h"
+#include "compiler/program/model_config.h"
 #include "tools/common/flags.h"
 #include "tools/gptc/commands.h"
 
@@ -33,16 +34,16 @@ std::string Completeness(const nlohmann::json& m) {
   return "incomplete (some fusions have no kernel emitter): runs on --device cpu only";
 }
 
-std::string Summary(const program::Artifact& a) {
+StatusOr<std::string> Summary(const program::Artifact& a) {
   const nlohmann::json& m = a.manifest;
   std::string s;
-  const nlohmann::json& model = m["model"];
+  ASSIGN_OR_RETURN(program::ModelConfig model,
+                   program::ReadModelConfig(m.value("model", nlohmann::json()), "manifest model"));
   s += fmt::format("artifact: format {}, gptc {}, target {}, {}\n", a.format_version,
                    m.value("gptc_version", "?"), m.value("target", "?"), Completeness(m));
   s += fmt::format("model: {} ({} layers, {} heads, width {}, vocab {} padded to {})\n",
-                   model.value("name", "?"), model.value("layers", 0), model.value("heads", 0),
-                   model.value("width", 0), model.value("vocab", 0),
-                   model.value("padded_vocab", 0));
+                   model.name, model.layers, model.heads, model.width, model.vocab,
+                   model.padded_vocab);
   std::string flags;
   for (const auto& [key, v] : m["flags"].items()) {
     flags += fmt::format("{}{}={}", flags.empty() ? "" : " ", key,
@@ -120,7 +121,9 @@ int InspectCommand(int argc, char** argv) {
     printed = true;
   }
   if (printed) return 0;
-  std::fputs(Summary(*a).c_str(), stdout);
+  StatusOr<std::string> summary = Summary(*a);
+  if (!summary.ok()) return Fail(1, summary.status().WithPrefix(flags.positional()[0]));
+  std::fputs(summary->c_str(), stdout);
   return 0;
 }
 

@@ -16,6 +16,7 @@
 #include "compiler/support/status.h"
 #include "compiler/program/program.h"
 #include "runtime/trainer.h"
+#include "compiler/program/model_config.h"
 
 namespace gptc::tools {
 
@@ -24,7 +25,7 @@ struct SampleOptions {
   int64_t top_k = 40;   // 0 or 1: greedy
   uint64_t seed = 0;    // with `salt`, decides every draw
   uint64_t salt = 0;    // the step, so that each sample differs
-  int64_t vocab = 50257;
+  int64_t vocab = program::kGpt2Vocab;
 };
 
 // Generates options.length tokens after <|endoftext|>.

@@ -107,13 +107,13 @@ class JsonLog {
 
 // A checkpoint with config.json (older ones have none: layers 0) must be
 // of the artifact's model.
-Status CheckSameModel(const rt::ModelConfig& ckpt, const rt::ModelConfig& artifact) {
+Status CheckSameModel(const program::ModelConfig& ckpt, const program::ModelConfig& artifact) {
   if (ckpt.layers == 0) return Status::Ok();
-  auto describe = [](const rt::ModelConfig& c) {
+  auto describe = [](const program::ModelConfig& c) {
     return fmt::format("{} (layers {}, heads {}, width {}, positions {}, vocab {} padded to {})",
                        c.name, c.layers, c.heads, c.width, c.positions, c.vocab, c.padded_vocab);
   };
-  rt::ModelConfig a = artifact, b = ckpt;
+  program::ModelConfig a = artifact, b = ckpt;
   a.name = b.name = "";
   if (a == b) return Status::Ok();
   return Error("the checkpoint is of {}, the artifact of {}", describe(ckpt), describe(artifact));
