@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cassert>
 #include <functional>
+#include <memory>
 #include <queue>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -324,7 +326,9 @@ namespace {
 class Materializer {
  public:
   Materializer(ir::Module& module, Planner& planner)
-      : module_(module), p_(planner), entry_(planner.computation()) {}
+      : module_(module), p_(planner), entry_(planner.computation()) {
+    for (const auto& c : module.computations()) taken_.insert(c->name());
+  }
 
   bool Run() {
     std::vector<int> live;
@@ -341,6 +345,8 @@ class Materializer {
       }
       for (Instruction* inst : BuildFusion(static_cast<int>(id))) new_order.push_back(inst);
     }
+    // The fused computations, in the order built, ahead of the entry.
+    module_.AddComputationsBefore(std::move(fused_), entry_);
     for (auto& [original, value] : replacement_) {
       const_cast<Instruction*>(original)->ReplaceAllUsesWith(value);
     }
@@ -428,8 +434,8 @@ class Materializer {
   std::string ComputationName(const Group& group) {
     std::string base = "fused." + (group.name.empty() ? group.hero->name() : group.name);
     std::string name = base;
-    for (int i = 1; module_.FindComputation(name) != nullptr; ++i)
-      name = fmt::format("{}.{}", base, i);
+    for (int i = 1; taken_.contains(name); ++i) name = fmt::format("{}.{}", base, i);
+    taken_.insert(name);
     return name;
   }
 
@@ -507,7 +513,8 @@ class Materializer {
       root = fused->AddInstruction(std::move(tuple));
     }
     fused->set_root(root);
-    ir::Computation* called = module_.AddComputationBefore(std::move(fused), entry_);
+    ir::Computation* called = fused.get();
+    fused_.push_back(std::move(fused));
 
     std::vector<Instruction*> operands;
     for (const Instruction* in : inputs) operands.push_back(Current(in));
@@ -544,6 +551,11 @@ class Materializer {
   Planner& p_;
   ir::Computation* entry_;
   std::unordered_map<const Instruction*, Instruction*> replacement_;
+  // Fused computations built, added to the module at the end of Run; and
+  // the computation names in use (a linear FindComputation per fusion made
+  // the pass quadratic in the number of fusions).
+  std::vector<std::unique_ptr<ir::Computation>> fused_;
+  std::unordered_set<std::string> taken_;
 };
 
 }  // namespace

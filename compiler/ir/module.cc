@@ -23,6 +23,15 @@ Computation* Module::AddComputationBefore(std::unique_ptr<Computation> computati
   return computations_.insert(it, std::move(computation))->get();
 }
 
+void Module::AddComputationsBefore(std::vector<std::unique_ptr<Computation>> computations,
+                                   const Computation* before) {
+  auto it = std::find_if(computations_.begin(), computations_.end(),
+                         [&](const auto& c) { return c.get() == before; });
+  for (auto& c : computations) c->parent_ = this;
+  computations_.insert(it, std::make_move_iterator(computations.begin()),
+                       std::make_move_iterator(computations.end()));
+}
+
 Computation* Module::AddComputation(std::string_view name) {
   std::string unique(name);
   for (int suffix = 1; FindComputation(unique) != nullptr; ++suffix) {

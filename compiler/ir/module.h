@@ -35,6 +35,11 @@ class Module {
   // appends), so a pass can define a callee ahead of its existing caller.
   Computation* AddComputationBefore(std::unique_ptr<Computation> computation,
                                     const Computation* before);
+  // Inserts all of `computations`, in order, before `before` (at the end
+  // when null) in one pass: a pass adding a callee per fusion must not shift
+  // the list once per callee.
+  void AddComputationsBefore(std::vector<std::unique_ptr<Computation>> computations,
+                             const Computation* before);
   // Adds a new empty computation named `name` (made unique if taken).
   Computation* AddComputation(std::string_view name);
   Computation* FindComputation(std::string_view name) const;
