@@ -23,10 +23,18 @@ nlohmann::ordered_json ModelConfigJson(const ModelConfig& model) {
 }
 
 StatusOr<ModelConfig> ReadModelConfig(const nlohmann::json& j, std::string_view where) {
+  if (!j.is_object()) return Error("{}: not a JSON object", where);
   ModelConfig model;
-  ASSIGN_OR_RETURN(model.name, JsonField<std::string>(j, "name", where));
+  auto name = j.find("name");
+  if (name == j.end() || !name->is_string()) return Error("{}: no string 'name'", where);
+  model.name = name->get<std::string>();
   for (const auto& [key, field] : kInts) {
-    ASSIGN_OR_RETURN(model.*field, JsonField<int64_t>(j, key, where));
+    auto it = j.find(key);
+    if (it == j.end()) return Error("{}: no '{}'", where, key);
+    if (!JsonHolds<int64_t>(*it)) {
+      return Error("{}: '{}' is {}, not an integer", where, key, it->dump());
+    }
+    model.*field = it->get<int64_t>();
   }
   return model;
 }

@@ -30,8 +30,9 @@ struct ModelConfig {
 // {"name", "layers", "heads", "width", "positions", "vocab", "padded_vocab"},
 // in that order.
 nlohmann::ordered_json ModelConfigJson(const ModelConfig& model);
-// The config in `j`; errors name `where` and the field ("model has no
-// 'heads'"). Checks only the types: the readers check the values they need.
+// The config in `j`; errors name `where` and the field ("config.json: no
+// 'heads'", "model: 'layers' is \"1\", not an integer"). Checks only the
+// types: the readers check the values they need.
 StatusOr<ModelConfig> ReadModelConfig(const nlohmann::json& j, std::string_view where);
 
 }  // namespace gptc::program
