@@ -111,6 +111,139 @@ int64_t LayoutBytes(const GemmLayout& l) {
   return elem * ((l.batch_count - 1) * l.batch_stride + (l.cols - 1) * l.ld + l.rows);
 }
 
+// One reader per thunk kind; `where` and `name` name the thunk in errors.
+StatusOr<KernelThunk> ReadKernelThunk(const json& t, const std::string& where,
+                                      const std::string& name, int64_t arena_size) {
+  KernelThunk k;
+  ASSIGN_OR_RETURN(k.fusion, program::JsonField<std::string>(t, "fusion", where));
+  ASSIGN_OR_RETURN(k.fusion_kind, program::JsonFieldOr<std::string>(t, "fusion_kind", where, ""));
+  ASSIGN_OR_RETURN(k.grid, ReadDim3(t, "grid", where));
+  ASSIGN_OR_RETURN(k.block, ReadDim3(t, "block", where));
+  ASSIGN_OR_RETURN(k.dynamic_smem, program::JsonFieldOr<int64_t>(t, "dynamic_smem", where, 0));
+  ASSIGN_OR_RETURN(k.operands, program::JsonFieldOr<int64_t>(t, "operands", where, -1));
+  ASSIGN_OR_RETURN(k.fallback, program::JsonFieldOr<bool>(t, "fallback", where, false));
+  if (k.block[0] * k.block[1] * k.block[2] > 1024 || k.dynamic_smem < 0) {
+    return Error("{} ({}): block {}x{}x{} / dynamic smem {} out of range", where, name, k.block[0],
+                 k.block[1], k.block[2], k.dynamic_smem);
+  }
+  if (!t.contains("args") || !t["args"].is_array()) return Error("{} has no 'args'", where);
+  for (size_t i = 0; i < t["args"].size(); ++i) {
+    ASSIGN_OR_RETURN(
+        ArenaSlice s,
+        ReadSliceValue(t["args"][i], fmt::format("{}.args[{}]", where, i), arena_size));
+    k.args.push_back(s);
+  }
+  if (k.operands > static_cast<int64_t>(k.args.size())) {
+    return Error("{} ({}): {} operands of {} args", where, name, k.operands, k.args.size());
+  }
+  return k;
+}
+
+StatusOr<GemmThunk> ReadGemmThunk(const json& t, const std::string& where, const std::string& name,
+                                  int64_t arena_size) {
+  auto slice = [&](std::string_view key) { return ReadSlice(t, key, where, arena_size); };
+  GemmThunk g;
+  if (!t.contains("descriptor")) return Error("{} has no 'descriptor'", where);
+  StatusOr<GemmConfig> config = ParseGemmConfig(t["descriptor"]);
+  if (!config.ok()) return config.status().WithPrefix(where + " (" + name + ")");
+  g.config = std::move(config).value();
+  ASSIGN_OR_RETURN(g.a, slice("a"));
+  ASSIGN_OR_RETURN(g.b, slice("b"));
+  ASSIGN_OR_RETURN(g.c, slice("c"));
+  ASSIGN_OR_RETURN(g.d, slice("d"));
+  if (t.contains("bias")) {
+    ASSIGN_OR_RETURN(g.bias, slice("bias"));
+  }
+  if (t.contains("fallback_d")) {
+    ASSIGN_OR_RETURN(g.fallback_d, slice("fallback_d"));
+  }
+  if (t.contains("aux")) {
+    ASSIGN_OR_RETURN(g.aux, slice("aux"));
+  }
+  const GemmConfig& c = g.config;
+  if ((c.reads_bias || c.writes_bias) != g.bias.has_value()) {
+    return Error("{} ({}): epilogue {} {} a bias slice", where, name, c.epilogue_name,
+                 g.bias ? "does not take" : "needs");
+  }
+  if ((c.writes_aux || c.reads_aux) != g.aux.has_value()) {
+    return Error("{} ({}): epilogue {} {} an aux slice", where, name, c.epilogue_name,
+                 g.aux ? "does not take" : "needs");
+  }
+  for (auto [matrix, s, layout] : {std::tuple{"a", &g.a, &c.a}, std::tuple{"b", &g.b, &c.b},
+                                   std::tuple{"c", &g.c, &c.c}, std::tuple{"d", &g.d, &c.d}}) {
+    if (LayoutBytes(*layout) > s->size) {
+      return Error("{} ({}): matrix {} spans {} bytes, its slice has {}", where, name, matrix,
+                   LayoutBytes(*layout), s->size);
+    }
+  }
+  return g;
+}
+
+StatusOr<CopyThunk> ReadCopyThunk(const json& t, const std::string& where, const std::string& name,
+                                  int64_t arena_size) {
+  auto slice = [&](std::string_view key) { return ReadSlice(t, key, where, arena_size); };
+  CopyThunk c;
+  ASSIGN_OR_RETURN(c.src, slice("src"));
+  ASSIGN_OR_RETURN(c.dst, slice("dst"));
+  ASSIGN_OR_RETURN(c.bytes, program::JsonField<int64_t>(t, "bytes", where));
+  ASSIGN_OR_RETURN(c.reason, program::JsonFieldOr<std::string>(t, "reason", where, ""));
+  if (c.bytes < 0 || c.bytes > c.src.size || c.bytes > c.dst.size) {
+    return Error("{} ({}): copies {} bytes between slices of {} and {}", where, name, c.bytes,
+                 c.src.size, c.dst.size);
+  }
+  return c;
+}
+
+StatusOr<ConstantThunk> ReadConstantThunk(const json& t, const std::string& where,
+                                          const std::string& name, int64_t arena_size) {
+  auto slice = [&](std::string_view key) { return ReadSlice(t, key, where, arena_size); };
+  ConstantThunk c;
+  ASSIGN_OR_RETURN(std::string dtype, program::JsonField<std::string>(t, "dtype", where));
+  std::optional<ir::DType> d = ir::ParseDType(dtype);
+  if (!d) return Error("{} ({}): unknown dtype '{}'", where, name, dtype);
+  c.dtype = *d;
+  ASSIGN_OR_RETURN(c.dst, slice("dst"));
+  if (!t.contains("values") || !t["values"].is_array()) {
+    return Error("{} ({}) has no 'values' array", where, name);
+  }
+  std::vector<double> values;
+  for (const json& v : t["values"]) {
+    if (!v.is_number()) return Error("{} ({}): value {} is not a number", where, name, v.dump());
+    values.push_back(v.get<double>());
+  }
+  const int64_t count = c.dst.size / ir::DTypeBytes(c.dtype);
+  if (values.size() == 1 && count > 1) values.assign(count, values[0]);  // a splat
+  if (static_cast<int64_t>(values.size()) != count) {
+    return Error("{} ({}): {} values for a slice of {} {} elements", where, name, values.size(),
+                 count, dtype);
+  }
+  c.bytes = EncodeValues(c.dtype, values);
+  return c;
+}
+
+StatusOr<AllReduceThunk> ReadAllReduceThunk(const json& t, const std::string& where,
+                                            const std::string& name, int64_t arena_size) {
+  auto slice = [&](std::string_view key) { return ReadSlice(t, key, where, arena_size); };
+  AllReduceThunk a;
+  ASSIGN_OR_RETURN(a.reduce, program::JsonField<std::string>(t, "reduce", where));
+  ASSIGN_OR_RETURN(std::string dtype, program::JsonField<std::string>(t, "dtype", where));
+  std::optional<ir::DType> d = ir::ParseDType(dtype);
+  if (!d) return Error("{} ({}): unknown dtype '{}'", where, name, dtype);
+  a.dtype = *d;
+  ASSIGN_OR_RETURN(a.count, program::JsonField<int64_t>(t, "count", where));
+  ASSIGN_OR_RETURN(a.in, slice("in"));
+  ASSIGN_OR_RETURN(a.out, slice("out"));
+  ASSIGN_OR_RETURN(a.bucket, program::JsonFieldOr<int64_t>(t, "bucket", where, -1));
+  if (a.reduce != "sum" && a.reduce != "max") {
+    return Error("{} ({}): unknown reduction '{}'", where, name, a.reduce);
+  }
+  const int64_t bytes = a.count * ir::DTypeBytes(a.dtype);
+  if (a.count < 0 || bytes > a.in.size || bytes > a.out.size) {
+    return Error("{} ({}): {} {} elements do not fit its slices", where, name, a.count, dtype);
+  }
+  return a;
+}
+
 StatusOr<Thunk> ReadThunk(const json& t, int64_t index, int64_t arena_size,
                           std::string_view entry) {
   Thunk thunk;
@@ -119,127 +252,22 @@ StatusOr<Thunk> ReadThunk(const json& t, int64_t index, int64_t arena_size,
   ASSIGN_OR_RETURN(std::string kind, program::JsonField<std::string>(t, "kind", where));
   ASSIGN_OR_RETURN(thunk.name, program::JsonField<std::string>(t, "name", where));
   ASSIGN_OR_RETURN(thunk.meta, program::JsonFieldOr<std::string>(t, "meta", where, ""));
-  auto slice = [&](std::string_view key) { return ReadSlice(t, key, where, arena_size); };
+  const std::string& name = thunk.name;
   if (kind == "kernel") {
     thunk.kind = ThunkKind::kKernel;
-    KernelThunk k;
-    ASSIGN_OR_RETURN(k.fusion, program::JsonField<std::string>(t, "fusion", where));
-    ASSIGN_OR_RETURN(k.fusion_kind, program::JsonFieldOr<std::string>(t, "fusion_kind", where, ""));
-    ASSIGN_OR_RETURN(k.grid, ReadDim3(t, "grid", where));
-    ASSIGN_OR_RETURN(k.block, ReadDim3(t, "block", where));
-    ASSIGN_OR_RETURN(k.dynamic_smem, program::JsonFieldOr<int64_t>(t, "dynamic_smem", where, 0));
-    ASSIGN_OR_RETURN(k.operands, program::JsonFieldOr<int64_t>(t, "operands", where, -1));
-    ASSIGN_OR_RETURN(k.fallback, program::JsonFieldOr<bool>(t, "fallback", where, false));
-    if (k.block[0] * k.block[1] * k.block[2] > 1024 || k.dynamic_smem < 0) {
-      return Error("{} ({}): block {}x{}x{} / dynamic smem {} out of range", where, thunk.name,
-                   k.block[0], k.block[1], k.block[2], k.dynamic_smem);
-    }
-    if (!t.contains("args") || !t["args"].is_array()) return Error("{} has no 'args'", where);
-    for (size_t i = 0; i < t["args"].size(); ++i) {
-      ASSIGN_OR_RETURN(
-          ArenaSlice s,
-          ReadSliceValue(t["args"][i], fmt::format("{}.args[{}]", where, i), arena_size));
-      k.args.push_back(s);
-    }
-    if (k.operands > static_cast<int64_t>(k.args.size())) {
-      return Error("{} ({}): {} operands of {} args", where, thunk.name, k.operands, k.args.size());
-    }
-    thunk.body = std::move(k);
+    ASSIGN_OR_RETURN(thunk.body, ReadKernelThunk(t, where, name, arena_size));
   } else if (kind == "gemm") {
     thunk.kind = ThunkKind::kGemm;
-    GemmThunk g;
-    if (!t.contains("descriptor")) return Error("{} has no 'descriptor'", where);
-    StatusOr<GemmConfig> config = ParseGemmConfig(t["descriptor"]);
-    if (!config.ok()) return config.status().WithPrefix(where + " (" + thunk.name + ")");
-    g.config = std::move(config).value();
-    ASSIGN_OR_RETURN(g.a, slice("a"));
-    ASSIGN_OR_RETURN(g.b, slice("b"));
-    ASSIGN_OR_RETURN(g.c, slice("c"));
-    ASSIGN_OR_RETURN(g.d, slice("d"));
-    if (t.contains("bias")) {
-      ASSIGN_OR_RETURN(g.bias, slice("bias"));
-    }
-    if (t.contains("fallback_d")) {
-      ASSIGN_OR_RETURN(g.fallback_d, slice("fallback_d"));
-    }
-    if (t.contains("aux")) {
-      ASSIGN_OR_RETURN(g.aux, slice("aux"));
-    }
-    const GemmConfig& c = g.config;
-    if ((c.reads_bias || c.writes_bias) != g.bias.has_value()) {
-      return Error("{} ({}): epilogue {} {} a bias slice", where, thunk.name, c.epilogue_name,
-                   g.bias ? "does not take" : "needs");
-    }
-    if ((c.writes_aux || c.reads_aux) != g.aux.has_value()) {
-      return Error("{} ({}): epilogue {} {} an aux slice", where, thunk.name, c.epilogue_name,
-                   g.aux ? "does not take" : "needs");
-    }
-    for (auto [name, s, layout] : {std::tuple{"a", &g.a, &c.a}, std::tuple{"b", &g.b, &c.b},
-                                   std::tuple{"c", &g.c, &c.c}, std::tuple{"d", &g.d, &c.d}}) {
-      if (LayoutBytes(*layout) > s->size) {
-        return Error("{} ({}): matrix {} spans {} bytes, its slice has {}", where, thunk.name, name,
-                     LayoutBytes(*layout), s->size);
-      }
-    }
-    thunk.body = std::move(g);
+    ASSIGN_OR_RETURN(thunk.body, ReadGemmThunk(t, where, name, arena_size));
   } else if (kind == "copy") {
     thunk.kind = ThunkKind::kCopy;
-    CopyThunk c;
-    ASSIGN_OR_RETURN(c.src, slice("src"));
-    ASSIGN_OR_RETURN(c.dst, slice("dst"));
-    ASSIGN_OR_RETURN(c.bytes, program::JsonField<int64_t>(t, "bytes", where));
-    ASSIGN_OR_RETURN(c.reason, program::JsonFieldOr<std::string>(t, "reason", where, ""));
-    if (c.bytes < 0 || c.bytes > c.src.size || c.bytes > c.dst.size) {
-      return Error("{} ({}): copies {} bytes between slices of {} and {}", where, thunk.name,
-                   c.bytes, c.src.size, c.dst.size);
-    }
-    thunk.body = std::move(c);
+    ASSIGN_OR_RETURN(thunk.body, ReadCopyThunk(t, where, name, arena_size));
   } else if (kind == "constant") {
     thunk.kind = ThunkKind::kConstant;
-    ConstantThunk c;
-    ASSIGN_OR_RETURN(std::string dtype, program::JsonField<std::string>(t, "dtype", where));
-    std::optional<ir::DType> d = ir::ParseDType(dtype);
-    if (!d) return Error("{} ({}): unknown dtype '{}'", where, thunk.name, dtype);
-    c.dtype = *d;
-    ASSIGN_OR_RETURN(c.dst, slice("dst"));
-    if (!t.contains("values") || !t["values"].is_array()) {
-      return Error("{} ({}) has no 'values' array", where, thunk.name);
-    }
-    std::vector<double> values;
-    for (const json& v : t["values"]) {
-      if (!v.is_number())
-        return Error("{} ({}): value {} is not a number", where, thunk.name, v.dump());
-      values.push_back(v.get<double>());
-    }
-    const int64_t count = c.dst.size / ir::DTypeBytes(c.dtype);
-    if (values.size() == 1 && count > 1) values.assign(count, values[0]);  // a splat
-    if (static_cast<int64_t>(values.size()) != count) {
-      return Error("{} ({}): {} values for a slice of {} {} elements", where, thunk.name,
-                   values.size(), count, dtype);
-    }
-    c.bytes = EncodeValues(c.dtype, values);
-    thunk.body = std::move(c);
+    ASSIGN_OR_RETURN(thunk.body, ReadConstantThunk(t, where, name, arena_size));
   } else if (kind == "all_reduce") {
     thunk.kind = ThunkKind::kAllReduce;
-    AllReduceThunk a;
-    ASSIGN_OR_RETURN(a.reduce, program::JsonField<std::string>(t, "reduce", where));
-    ASSIGN_OR_RETURN(std::string dtype, program::JsonField<std::string>(t, "dtype", where));
-    std::optional<ir::DType> d = ir::ParseDType(dtype);
-    if (!d) return Error("{} ({}): unknown dtype '{}'", where, thunk.name, dtype);
-    a.dtype = *d;
-    ASSIGN_OR_RETURN(a.count, program::JsonField<int64_t>(t, "count", where));
-    ASSIGN_OR_RETURN(a.in, slice("in"));
-    ASSIGN_OR_RETURN(a.out, slice("out"));
-    ASSIGN_OR_RETURN(a.bucket, program::JsonFieldOr<int64_t>(t, "bucket", where, -1));
-    if (a.reduce != "sum" && a.reduce != "max") {
-      return Error("{} ({}): unknown reduction '{}'", where, thunk.name, a.reduce);
-    }
-    const int64_t bytes = a.count * ir::DTypeBytes(a.dtype);
-    if (a.count < 0 || bytes > a.in.size || bytes > a.out.size) {
-      return Error("{} ({}): {} {} elements do not fit its slices", where, thunk.name, a.count,
-                   dtype);
-    }
-    thunk.body = std::move(a);
+    ASSIGN_OR_RETURN(thunk.body, ReadAllReduceThunk(t, where, name, arena_size));
   } else if (kind == "unsupported") {
     thunk.kind = ThunkKind::kUnsupported;
     UnsupportedThunk u;
@@ -368,7 +396,8 @@ StatusOr<GemmConfig> ParseGemmConfig(const json& d) {
     ASSIGN_OR_RETURN(c.bias_dtype, Lookup(kDataTypes, d, "bias_dtype", where));
   }
   ASSIGN_OR_RETURN(c.aux_ld, program::JsonFieldOr<int64_t>(d, "aux_ld", where, 0));
-  ASSIGN_OR_RETURN(c.workspace_bytes, program::JsonFieldOr<int64_t>(d, "workspace_bytes", where, 0));
+  ASSIGN_OR_RETURN(c.workspace_bytes,
+                   program::JsonFieldOr<int64_t>(d, "workspace_bytes", where, 0));
   const auto e = static_cast<cublasLtEpilogue_t>(c.epilogue);
   c.reads_bias = e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS ||
                  e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;

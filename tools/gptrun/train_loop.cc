@@ -11,9 +11,9 @@
 #include <optional>
 #include <vector>
 
+#include "compiler/program/container.h"
 #include "compiler/support/file.h"
 #include "compiler/support/text.h"
-#include "compiler/program/container.h"
 #include "runtime/checkpoint.h"
 #include "runtime/cpu_device.h"
 #include "runtime/data_loader.h"
@@ -140,297 +140,366 @@ double KnownPeakTflops(std::string_view device_name) {
   return 0.0;
 }
 
-int RunTraining(const RunOptions& o) {
-  StatusOr<program::Artifact> artifact = program::ReadArtifact(o.artifact);
-  if (!artifact.ok()) return Fail(1, artifact.status());
-  StatusOr<rt::LoadedProgram> loaded = rt::LoadProgram(*artifact, o.artifact);
-  if (!loaded.ok()) return Fail(1, loaded.status());
-  const rt::ModelInfo& m = loaded->model;
-  program::TrainProgram& program = loaded->program;
-  const ChosenDevice device = ChooseDevice(o, *loaded);
-  if (device.name == "cpu" && loaded->parameter_values > o.cpu_max_params) {
-    // Say why the GPU was not taken when the default fell back to the CPU.
-    const std::string why = device.note.empty() ? "" : " (" + device.note.substr(6) + ")";
-    return Fail(2, Error("{}: {} has {} parameters; the CPU device is for small models (at most "
-                         "{}): compile gpt2-tiny, or run on a GPU{}",
-                         o.artifact, m.name, WithThousands(loaded->parameter_values),
-                         WithThousands(o.cpu_max_params), why));
+namespace {
+
+// One gptrun run, phase by phase (RunTraining calls Run). Each phase returns
+// the exit code of its failure, 0 to go on; after the rendezvous a failure
+// also ends the other ranks (Abort), and every rank ends through Finish so
+// that none takes another's exit for a failure.
+class TrainRun {
+ public:
+  explicit TrainRun(const RunOptions& o) : o_(o) {}
+
+  int Run() {
+    for (int (TrainRun::*phase)() : {&TrainRun::Load, &TrainRun::Join, &TrainRun::OpenData,
+                                     &TrainRun::StartTrainer, &TrainRun::Resume}) {
+      if (int code = (this->*phase)(); code != 0) return code;
+    }
+    if (start_ > o_.steps) {
+      console_.Line(fmt::format("nothing to do: the checkpoint is at step {}, --steps {}",
+                                start_ - 1, o_.steps));
+      return Finish();
+    }
+    if (int code = Loop(); code != 0) return code;
+    console_.Clear();
+    const double steps_s = static_cast<double>(timed_steps_) / train_s_;
+    console_.Line(
+        fmt::format("{}: {} steps in {:.2f} s | {:.3f} steps/s | {} tok/s | loss {:.4f} -> {:.4f}",
+                    o_.bench ? "bench" : "done", timed_steps_, train_s_, steps_s,
+                    WithThousands(static_cast<int64_t>(steps_s * tokens_per_step_ + 0.5)),
+                    first_loss_, last_loss_));
+    if (std::string report = ProfileReport(*trainer_, o_.profile); !report.empty()) {
+      console_.Line(report);
+    }
+    return Finish();
   }
-  if (o.grad_accum != 0 && o.grad_accum != program.grad_accum) {
-    return Fail(2, Error("--grad-accum {}: {} was compiled with grad-accum {} (recompile with "
-                         "gptc compile --grad-accum {})",
-                         o.grad_accum, o.artifact, program.grad_accum, o.grad_accum));
-  }
-  const program::TrainEntry* logits = program.Find("logits");
-  StatusOr<Distributed> joined = JoinDistributed(program.world_size, o.artifact, device.name, o.gpu);
-  if (!joined.ok()) return Fail(1, joined.status());
-  const Distributed& dist = *joined;
-  // After the rendezvous every failure must end the other ranks too.
-  auto fail = [&](int code, const Status& s) {
-    dist.Abort(s);
+
+ private:
+  int Abort(int code, const Status& s) {
+    if (dist_) dist_->Abort(s);
     return Fail(code, s);
-  };
-  // Every rank ends here, so that none takes another's exit for a failure.
-  auto finish = [&]() {
-    if (Status s = dist.Finish(); !s.ok()) return fail(1, s);
+  }
+  int Finish() {
+    if (Status s = dist_->Finish(); !s.ok()) return Abort(1, s);
     return 0;
-  };
+  }
+  const rt::ModelInfo& model() const { return loaded_->model; }
+  program::TrainProgram& program() { return loaded_->program; }
 
-  // Rank 0 writes the checkpoints: refuse a directory where they cannot go
-  // now, not at the first checkpoint (by default after the last step).
-  if (!o.ckpt_dir.empty() && !o.bench && dist.leader()) {
-    if (Status s = CheckWritableDirectory(o.ckpt_dir); !s.ok()) {
-      return fail(1, Error("--ckpt-dir {}", s.message()));
+  // The artifact, its program and the device, checked before any rendezvous.
+  int Load() {
+    StatusOr<program::Artifact> artifact = program::ReadArtifact(o_.artifact);
+    if (!artifact.ok()) return Fail(1, artifact.status());
+    artifact_.emplace(std::move(artifact).value());
+    StatusOr<rt::LoadedProgram> loaded = rt::LoadProgram(*artifact_, o_.artifact);
+    if (!loaded.ok()) return Fail(1, loaded.status());
+    loaded_.emplace(std::move(loaded).value());
+    device_ = ChooseDevice(o_, *loaded_);
+    if (device_.name == "cpu" && loaded_->parameter_values > o_.cpu_max_params) {
+      // Say why the GPU was not taken when the default fell back to the CPU.
+      const std::string why = device_.note.empty() ? "" : " (" + device_.note.substr(6) + ")";
+      return Fail(2, Error("{}: {} has {} parameters; the CPU device is for small models (at "
+                           "most {}): compile gpt2-tiny, or run on a GPU{}",
+                           o_.artifact, model().name, WithThousands(loaded_->parameter_values),
+                           WithThousands(o_.cpu_max_params), why));
     }
-  }
-
-  std::optional<rt::DataLoader> train, val;
-  if (!o.bench) {
-    if (o.train.empty()) return fail(2, Error("--train GLOB is required (or --bench)"));
-    StatusOr<rt::DataLoader> t = rt::DataLoader::Open(
-        {.pattern = o.train,
-         .batch = m.batch * dist.world(),  // every rank reads the global batch, keeps its rows
-         .seq = m.seq,
-         .seed = o.seed,
-         .vocab = m.vocab});
-    if (!t.ok()) return fail(1, t.status().WithPrefix("--train"));
-    train.emplace(std::move(t).value());
-    if (!o.val.empty()) {
-      StatusOr<rt::DataLoader> v = rt::DataLoader::Open(
-          {.pattern = o.val, .batch = m.batch, .seq = m.seq, .shuffle = false, .vocab = m.vocab});
-      if (!v.ok()) return fail(1, v.status().WithPrefix("--val"));
-      val.emplace(std::move(v).value());
+    if (o_.grad_accum != 0 && o_.grad_accum != program().grad_accum) {
+      return Fail(2, Error("--grad-accum {}: {} was compiled with grad-accum {} (recompile with "
+                           "gptc compile --grad-accum {})",
+                           o_.grad_accum, o_.artifact, program().grad_accum, o_.grad_accum));
     }
+    logits_ = program().Find("logits");
+    // Artifacts from before the eval entry validate through logits, row by row.
+    eval_ = program().Find("eval");
+    return 0;
   }
-  StatusOr<JsonLog> log = JsonLog::Open(o.bench || !dist.leader() ? "" : o.log_path);
-  if (!log.ok()) return fail(1, log.status());
-  Console console;
-  console.set_quiet(!dist.leader());
-  if (!o.ckpt_dir.empty() && !o.bench && dist.leader()) {
-    // A save that a killed run left half-written (Note [checkpoint housekeeping]).
-    StatusOr<std::vector<std::string>> stale = RemoveStaleTemporaries(o.ckpt_dir);
-    if (!stale.ok()) return fail(1, stale.status());
-    for (const std::string& name : *stale) {
-      console.Line(fmt::format("note: removed {}/{} (a checkpoint save that did not finish)",
-                               o.ckpt_dir, name));
+
+  int Join() {
+    StatusOr<Distributed> joined =
+        JoinDistributed(program().world_size, o_.artifact, device_.name, o_.gpu);
+    if (!joined.ok()) return Fail(1, joined.status());
+    dist_.emplace(std::move(joined).value());
+    return 0;
+  }
+
+  // The checkpoint directory, the data, the log.
+  int OpenData() {
+    const bool writes_checkpoints = !o_.ckpt_dir.empty() && !o_.bench && dist_->leader();
+    // Rank 0 writes the checkpoints: refuse a directory where they cannot go
+    // now, not at the first checkpoint (by default after the last step).
+    if (writes_checkpoints) {
+      if (Status s = CheckWritableDirectory(o_.ckpt_dir); !s.ok()) {
+        return Abort(1, Error("--ckpt-dir {}", s.message()));
+      }
     }
-  }
-
-  StatusOr<std::unique_ptr<rt::Trainer>> made = MakeTrainer(device.name, o, *artifact, &program, dist);
-  if (!made.ok()) return fail(o.profile && device.name == "cpu" ? 2 : 1, made.status());
-  rt::Trainer& trainer = **made;
-  const int64_t tokens_per_step = m.batch * m.seq * program.grad_accum * dist.world();
-  const double flops_per_token = FlopsPerToken(*loaded);
-  const double peak_tflops =
-      o.peak_tflops > 0 ? o.peak_tflops : KnownPeakTflops(trainer.DeviceName());
-  console.Line(
-      fmt::format("gptrun: {} ({} layers, {} heads, width {}; {} parameters) on {} | "
-                  "batch {} x seq {} x grad-accum {} = {} tokens/step{}",
-                  m.name, m.layers, m.heads, m.width, WithThousands(loaded->parameter_values),
-                  trainer.DeviceDescription(), m.batch, m.seq, program.grad_accum,
-                  WithThousands(tokens_per_step),
-                  o.bench ? " | bench (synthetic batches)"
-                          : fmt::format(" | train {} shards, {} tokens", train->shards().size(),
-                                        WithThousands(train->total_tokens()))));
-  if (!device.note.empty()) console.Line(device.note);
-  if (dist.world() > 1) {
-    console.Line(fmt::format("data parallel: {} ranks, each {} rows of every batch; this is {}",
-                             dist.world(), m.batch, dist.env.ToString()));
-  }
-  if (std::string summary = LoadSummary(trainer); !summary.empty()) console.Line(summary);
-
-  std::optional<rt::Tokenizer> tokenizer;
-  int64_t sample_every = o.bench ? 0 : o.sample_every;
-  if (sample_every > 0 && logits == nullptr) {
-    console.Line(
-        fmt::format("note: {} has no logits entry (compiled with --no-logits): no "
-                    "samples, no validation",
-                    o.artifact));
-    sample_every = 0;
-  } else if (sample_every > 0) {
-    StatusOr<rt::Tokenizer> tok = rt::Tokenizer::Load(o.tokenizer_dir);
-    if (!tok.ok()) {
-      console.Line(fmt::format("note: no tokenizer at {} (run scripts/data): samples skipped",
-                               o.tokenizer_dir));
-      sample_every = 0;
-    } else {
-      tokenizer.emplace(std::move(tok).value());
+    if (!o_.bench) {
+      if (o_.train.empty()) return Abort(2, Error("--train GLOB is required (or --bench)"));
+      const rt::ModelInfo& m = model();
+      StatusOr<rt::DataLoader> t = rt::DataLoader::Open(
+          {.pattern = o_.train,
+           .batch = m.batch * dist_->world(),  // every rank reads the global batch, keeps its rows
+           .seq = m.seq,
+           .seed = o_.seed,
+           .vocab = m.vocab});
+      if (!t.ok()) return Abort(1, t.status().WithPrefix("--train"));
+      train_.emplace(std::move(t).value());
+      if (!o_.val.empty()) {
+        StatusOr<rt::DataLoader> v = rt::DataLoader::Open({.pattern = o_.val,
+                                                           .batch = m.batch,
+                                                           .seq = m.seq,
+                                                           .shuffle = false,
+                                                           .vocab = m.vocab});
+        if (!v.ok()) return Abort(1, v.status().WithPrefix("--val"));
+        val_.emplace(std::move(v).value());
+      }
     }
+    StatusOr<JsonLog> log = JsonLog::Open(o_.bench || !dist_->leader() ? "" : o_.log_path);
+    if (!log.ok()) return Abort(1, log.status());
+    log_.emplace(std::move(log).value());
+    console_.set_quiet(!dist_->leader());
+    if (writes_checkpoints) {
+      // A save that a killed run left half-written (Note [checkpoint housekeeping]).
+      StatusOr<std::vector<std::string>> stale = RemoveStaleTemporaries(o_.ckpt_dir);
+      if (!stale.ok()) return Abort(1, stale.status());
+      for (const std::string& name : *stale) {
+        console_.Line(fmt::format("note: removed {}/{} (a checkpoint save that did not finish)",
+                                  o_.ckpt_dir, name));
+      }
+    }
+    return 0;
   }
-  // Artifacts from before the eval entry validate through logits, row by row.
-  const program::TrainEntry* eval_entry = program.Find("eval");
-  const bool validate = val.has_value() && (eval_entry != nullptr || logits != nullptr);
 
-  int64_t start = 1;
-  if (!o.resume.empty()) {
-    std::string dir = o.resume;
+  // The device's trainer, the banner, the tokenizer of the samples.
+  int StartTrainer() {
+    StatusOr<std::unique_ptr<rt::Trainer>> made =
+        MakeTrainer(device_.name, o_, *artifact_, &program(), *dist_);
+    if (!made.ok()) return Abort(o_.profile && device_.name == "cpu" ? 2 : 1, made.status());
+    trainer_ = std::move(made).value();
+    const rt::ModelInfo& m = model();
+    tokens_per_step_ = m.batch * m.seq * program().grad_accum * dist_->world();
+    flops_per_token_ = FlopsPerToken(*loaded_);
+    peak_tflops_ = o_.peak_tflops > 0 ? o_.peak_tflops : KnownPeakTflops(trainer_->DeviceName());
+    console_.Line(
+        fmt::format("gptrun: {} ({} layers, {} heads, width {}; {} parameters) on {} | "
+                    "batch {} x seq {} x grad-accum {} = {} tokens/step{}",
+                    m.name, m.layers, m.heads, m.width, WithThousands(loaded_->parameter_values),
+                    trainer_->DeviceDescription(), m.batch, m.seq, program().grad_accum,
+                    WithThousands(tokens_per_step_),
+                    o_.bench ? " | bench (synthetic batches)"
+                             : fmt::format(" | train {} shards, {} tokens", train_->shards().size(),
+                                           WithThousands(train_->total_tokens()))));
+    if (!device_.note.empty()) console_.Line(device_.note);
+    if (dist_->world() > 1) {
+      console_.Line(fmt::format("data parallel: {} ranks, each {} rows of every batch; this is {}",
+                                dist_->world(), m.batch, dist_->env.ToString()));
+    }
+    if (std::string summary = LoadSummary(*trainer_); !summary.empty()) console_.Line(summary);
+
+    sample_every_ = o_.bench ? 0 : o_.sample_every;
+    if (sample_every_ > 0 && logits_ == nullptr) {
+      console_.Line(fmt::format(
+          "note: {} has no logits entry (compiled with --no-logits): no samples, no validation",
+          o_.artifact));
+      sample_every_ = 0;
+    } else if (sample_every_ > 0) {
+      StatusOr<rt::Tokenizer> tok = rt::Tokenizer::Load(o_.tokenizer_dir);
+      if (!tok.ok()) {
+        console_.Line(fmt::format("note: no tokenizer at {} (run scripts/data): samples skipped",
+                                  o_.tokenizer_dir));
+        sample_every_ = 0;
+      } else {
+        tokenizer_.emplace(std::move(tok).value());
+      }
+    }
+    validate_ = val_.has_value() && (eval_ != nullptr || logits_ != nullptr);
+    return 0;
+  }
+
+  // --resume: the trainer's and the data's state from a checkpoint.
+  int Resume() {
+    if (o_.resume.empty()) return 0;
+    std::string dir = o_.resume;
     if (dir == "latest") {
-      StatusOr<std::string> latest = LatestCheckpoint(o.ckpt_dir);
-      if (!latest.ok()) return fail(1, latest.status());
+      StatusOr<std::string> latest = LatestCheckpoint(o_.ckpt_dir);
+      if (!latest.ok()) return Abort(1, latest.status());
       dir = *latest;
     }
-    StatusOr<rt::CheckpointData> ckpt = rt::LoadCheckpoint(dir, program.params);
-    if (!ckpt.ok()) return fail(1, ckpt.status().WithPrefix("--resume"));
+    StatusOr<rt::CheckpointData> ckpt = rt::LoadCheckpoint(dir, program().params);
+    if (!ckpt.ok()) return Abort(1, ckpt.status().WithPrefix("--resume"));
     // Note [checkpoint config]: a different head count (or context) has the
     // same tensor shapes, so the shapes alone would resume it silently.
-    if (Status s = CheckSameModel(ckpt->model, m); !s.ok()) {
-      return fail(1, s.WithPrefix("--resume " + dir));
+    if (Status s = CheckSameModel(ckpt->model, model()); !s.ok()) {
+      return Abort(1, s.WithPrefix("--resume " + dir));
     }
-    if (Status s = rt::RestoreTrainer(*ckpt, &trainer); !s.ok()) {
-      return fail(1, s.WithPrefix("--resume " + dir));
+    if (Status s = rt::RestoreTrainer(*ckpt, trainer_.get()); !s.ok()) {
+      return Abort(1, s.WithPrefix("--resume " + dir));
     }
-    if (train) {
-      if (Status s = train->Restore(ckpt->data); !s.ok()) return fail(1, s.WithPrefix(dir));
+    if (train_) {
+      if (Status s = train_->Restore(ckpt->data); !s.ok()) return Abort(1, s.WithPrefix(dir));
     }
-    start = ckpt->step + 1;
-    console.Line(fmt::format("resumed from {} at step {}", dir, ckpt->step));
+    start_ = ckpt->step + 1;
+    console_.Line(fmt::format("resumed from {} at step {}", dir, ckpt->step));
+    return 0;
   }
 
-  rt::LrSchedule schedule{.max_lr = o.lr,
-                          .min_lr = o.cosine ? o.lr_min : o.lr,
-                          .warmup_steps = o.warmup,
-                          .total_steps = o.steps};
-  if (start > o.steps) {
-    console.Line(
-        fmt::format("nothing to do: the checkpoint is at step {}, --steps {}", start - 1, o.steps));
-    return finish();
-  }
-
-  std::pair<int64_t, double> last_val{-1, 0.0};  // (step, loss) of the latest validation
-  auto run_val = [&](int64_t step) -> Status {
+  Status Validate(int64_t step) {
     auto t0 = Clock::now();
-    RETURN_IF_ERROR(val->Restore(rt::DataLoader::State{}));
+    RETURN_IF_ERROR(val_->Restore(rt::DataLoader::State{}));
     double sum = 0;
-    for (int64_t i = 0; i < o.val_steps; ++i) {
-      ASSIGN_OR_RETURN(rt::MicroBatch mb, val->Next());
-      ASSIGN_OR_RETURN(double loss, eval_entry != nullptr
-                                        ? EvalLoss(trainer, *eval_entry, mb)
-                                        : ForwardLoss(trainer, *logits, mb, m.vocab));
+    for (int64_t i = 0; i < o_.val_steps; ++i) {
+      ASSIGN_OR_RETURN(rt::MicroBatch mb, val_->Next());
+      ASSIGN_OR_RETURN(double loss, eval_ != nullptr
+                                        ? EvalLoss(*trainer_, *eval_, mb)
+                                        : ForwardLoss(*trainer_, *logits_, mb, model().vocab));
       sum += loss;
     }
-    const double loss = sum / static_cast<double>(o.val_steps);
-    last_val = {step, loss};
-    console.Line(fmt::format("val loss {:.4f} | step {} | {} batches | {:.1f} s", loss, step,
-                             o.val_steps, Seconds(t0)));
-    log->Write(
-        json{{"event", "val"}, {"step", step}, {"val_loss", loss}, {"batches", o.val_steps}});
+    const double loss = sum / static_cast<double>(o_.val_steps);
+    last_val_ = {step, loss};
+    console_.Line(fmt::format("val loss {:.4f} | step {} | {} batches | {:.1f} s", loss, step,
+                              o_.val_steps, Seconds(t0)));
+    log_->Write(
+        json{{"event", "val"}, {"step", step}, {"val_loss", loss}, {"batches", o_.val_steps}});
     return Status::Ok();
-  };
-  auto run_sample = [&](int64_t step) -> Status {
-    auto t0 = Clock::now();
-    SampleOptions so{.length = o.sample_len,
-                     .top_k = o.top_k,
-                     .seed = o.seed,
-                     .salt = static_cast<uint64_t>(step),
-                     .vocab = m.vocab};
-    ASSIGN_OR_RETURN(std::vector<int32_t> ids, SampleTokens(trainer, *logits, so));
-    const std::string text = tokenizer->Decode(ids);
-    console.Line(fmt::format("sample | step {} | {} tokens, top-k {} | {:.1f} s\n{}\n---", step,
-                             o.sample_len, o.top_k, Seconds(t0), text));
-    log->Write(json{{"event", "sample"}, {"step", step}, {"tokens", ids}, {"text", text}});
-    return Status::Ok();
-  };
-
-  // Bench: one synthetic batch set, made once (no data loading in the timing).
-  std::vector<rt::MicroBatch> bench_batches;
-  if (o.bench) {
-    for (int64_t k = 0; k < program.grad_accum; ++k) {
-      bench_batches.push_back(rt::PatternBatch(m.batch, m.seq, m.vocab, k));
-    }
   }
-  double train_s = 0, first_loss = 0, last_loss = 0;
-  int64_t timed_steps = 0;
-  auto run_start = Clock::now();
-  for (int64_t step = start; step <= o.steps; ++step) {
-    std::vector<rt::MicroBatch> micro;
-    if (o.bench) {
-      micro = bench_batches;
-    } else {
-      for (int64_t k = 0; k < program.grad_accum; ++k) {
-        StatusOr<rt::MicroBatch> mb = train->Next();
-        if (!mb.ok()) return fail(1, mb.status().WithPrefix(fmt::format("step {}", step)));
-        micro.push_back(dist.world() > 1 ? RankSlice(*mb, dist.env, m.batch, m.seq)
-                                         : std::move(mb).value());
-      }
-    }
-    const double lr = schedule.At(step);
+
+  Status Sample(int64_t step) {
     auto t0 = Clock::now();
-    dist.BeginStep(step);
-    StatusOr<rt::StepResult> r = trainer.Step(micro, lr);
-    dist.EndStep();
-    const double dt = Seconds(t0);
-    if (!r.ok()) {
-      // The GPU trainer names the step itself.
-      const std::string prefix = fmt::format("step {}", step);
-      return fail(1, r.status().message().starts_with(prefix + ":")
-                         ? r.status()
-                         : r.status().WithPrefix(prefix));
-    }
-    if (step == start) first_loss = r->loss;
-    last_loss = r->loss;
-    train_s += dt;
-    ++timed_steps;
-    const double tok_s = static_cast<double>(tokens_per_step) / dt;
+    SampleOptions so{.length = o_.sample_len,
+                     .top_k = o_.top_k,
+                     .seed = o_.seed,
+                     .salt = static_cast<uint64_t>(step),
+                     .vocab = model().vocab};
+    ASSIGN_OR_RETURN(std::vector<int32_t> ids, SampleTokens(*trainer_, *logits_, so));
+    const std::string text = tokenizer_->Decode(ids);
+    console_.Line(fmt::format("sample | step {} | {} tokens, top-k {} | {:.1f} s\n{}\n---", step,
+                              o_.sample_len, o_.top_k, Seconds(t0), text));
+    log_->Write(json{{"event", "sample"}, {"step", step}, {"tokens", ids}, {"text", text}});
+    return Status::Ok();
+  }
+
+  Status Checkpoint(int64_t step) {
+    StatusOr<rt::CheckpointData> data =
+        rt::CaptureTrainer(*trainer_, program().params, train_->state(), model());
+    if (!data.ok()) return data.status().WithPrefix("checkpoint");
+    const std::optional<double> val_loss =
+        last_val_.first == step ? std::optional<double>(last_val_.second) : std::nullopt;
+    RETURN_IF_ERROR(SaveStepCheckpoint(o_.ckpt_dir, step, std::move(data).value(), val_loss));
+    ASSIGN_OR_RETURN(std::vector<std::string> pruned, PruneCheckpoints(o_.ckpt_dir, o_.ckpt_keep));
+    console_.Line(fmt::format("checkpoint {}/{}{}", o_.ckpt_dir, StepDirName(step),
+                              pruned.empty() ? ""
+                                             : fmt::format(" (removed {}; --ckpt-keep {})",
+                                                           fmt::join(pruned, ", "), o_.ckpt_keep)));
+    log_->Write(json{{"event", "checkpoint"},
+                     {"step", step},
+                     {"dir", (fs::path(o_.ckpt_dir) / StepDirName(step)).string()}});
+    return Status::Ok();
+  }
+
+  // One step's line and log event.
+  void Report(int64_t step, const rt::StepResult& r, double lr, double dt) {
+    const double tok_s = static_cast<double>(tokens_per_step_) / dt;
     std::string mfu = "-";
     std::optional<double> mfu_value;
-    if (peak_tflops > 0) {
-      mfu_value = 100.0 * flops_per_token * tok_s / (peak_tflops * 1e12);
+    if (peak_tflops_ > 0) {
+      mfu_value = 100.0 * flops_per_token_ * tok_s / (peak_tflops_ * 1e12);
       mfu = fmt::format("{:.1f}%", *mfu_value);
     }
-    console.Line(
+    console_.Line(
         fmt::format("step {}/{} | loss {:.4f} | lr {:.1e} | norm {:.2f} | {:.1f} ms | "
                     "{} tok/s | MFU {}",
-                    step, o.steps, r->loss, lr, r->grad_norm, dt * 1e3,
+                    step, o_.steps, r.loss, lr, r.grad_norm, dt * 1e3,
                     WithThousands(static_cast<int64_t>(tok_s + 0.5)), mfu));
-    json event{{"event", "step"},      {"step", step},   {"loss", r->loss}, {"lr", lr},
-               {"norm", r->grad_norm}, {"ms", dt * 1e3}, {"tok_s", tok_s},  {"mfu", nullptr}};
+    json event{{"event", "step"},     {"step", step},   {"loss", r.loss}, {"lr", lr},
+               {"norm", r.grad_norm}, {"ms", dt * 1e3}, {"tok_s", tok_s}, {"mfu", nullptr}};
     if (mfu_value) event["mfu"] = *mfu_value;
-    log->Write(event);
+    log_->Write(event);
+  }
 
-    const bool last = step == o.steps;
-    if (!dist.leader()) continue;  // the others wait at the next step's all-reduces
-    if (validate && ((o.val_every > 0 && step % o.val_every == 0) || last)) {
-      if (Status s = run_val(step); !s.ok()) return fail(1, s.WithPrefix("validation"));
-    }
-    if (sample_every > 0 && (step % sample_every == 0)) {
-      if (Status s = run_sample(step); !s.ok()) return fail(1, s.WithPrefix("sample"));
-    }
-    if (!o.ckpt_dir.empty() && !o.bench &&
-        ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last)) {
-      StatusOr<rt::CheckpointData> data =
-          rt::CaptureTrainer(trainer, program.params, train->state(), m);
-      if (!data.ok()) return fail(1, data.status().WithPrefix("checkpoint"));
-      const std::optional<double> val_loss =
-          last_val.first == step ? std::optional<double>(last_val.second) : std::nullopt;
-      if (Status s = SaveStepCheckpoint(o.ckpt_dir, step, std::move(data).value(), val_loss);
-          !s.ok()) {
-        return fail(1, s);
+  int Loop() {
+    const rt::LrSchedule schedule{.max_lr = o_.lr,
+                                  .min_lr = o_.cosine ? o_.lr_min : o_.lr,
+                                  .warmup_steps = o_.warmup,
+                                  .total_steps = o_.steps};
+    const rt::ModelInfo& m = model();
+    // Bench: one synthetic batch set, made once (no data loading in the timing).
+    std::vector<rt::MicroBatch> bench_batches;
+    if (o_.bench) {
+      for (int64_t k = 0; k < program().grad_accum; ++k) {
+        bench_batches.push_back(rt::PatternBatch(m.batch, m.seq, m.vocab, k));
       }
-      StatusOr<std::vector<std::string>> pruned = PruneCheckpoints(o.ckpt_dir, o.ckpt_keep);
-      if (!pruned.ok()) return fail(1, pruned.status());
-      console.Line(fmt::format("checkpoint {}/{}{}", o.ckpt_dir, StepDirName(step),
-                               pruned->empty()
-                                   ? ""
-                                   : fmt::format(" (removed {}; --ckpt-keep {})",
-                                                 fmt::join(*pruned, ", "), o.ckpt_keep)));
-      log->Write(json{{"event", "checkpoint"},
-                      {"step", step},
-                      {"dir", (fs::path(o.ckpt_dir) / StepDirName(step)).string()}});
     }
-    const double per_step = Seconds(run_start) / static_cast<double>(step - start + 1);
-    console.Bar(step, o.steps, per_step * static_cast<double>(o.steps - step));
+    auto run_start = Clock::now();
+    for (int64_t step = start_; step <= o_.steps; ++step) {
+      std::vector<rt::MicroBatch> micro;
+      if (o_.bench) {
+        micro = bench_batches;
+      } else {
+        for (int64_t k = 0; k < program().grad_accum; ++k) {
+          StatusOr<rt::MicroBatch> mb = train_->Next();
+          if (!mb.ok()) return Abort(1, mb.status().WithPrefix(fmt::format("step {}", step)));
+          micro.push_back(dist_->world() > 1 ? RankSlice(*mb, dist_->env, m.batch, m.seq)
+                                             : std::move(mb).value());
+        }
+      }
+      const double lr = schedule.At(step);
+      auto t0 = Clock::now();
+      dist_->BeginStep(step);
+      StatusOr<rt::StepResult> r = trainer_->Step(micro, lr);
+      dist_->EndStep();
+      const double dt = Seconds(t0);
+      if (!r.ok()) {
+        // The GPU trainer names the step itself.
+        const std::string prefix = fmt::format("step {}", step);
+        return Abort(1, r.status().message().starts_with(prefix + ":")
+                            ? r.status()
+                            : r.status().WithPrefix(prefix));
+      }
+      if (step == start_) first_loss_ = r->loss;
+      last_loss_ = r->loss;
+      train_s_ += dt;
+      ++timed_steps_;
+      Report(step, *r, lr, dt);
+
+      const bool last = step == o_.steps;
+      if (!dist_->leader()) continue;  // the others wait at the next step's all-reduces
+      if (validate_ && ((o_.val_every > 0 && step % o_.val_every == 0) || last)) {
+        if (Status s = Validate(step); !s.ok()) return Abort(1, s.WithPrefix("validation"));
+      }
+      if (sample_every_ > 0 && (step % sample_every_ == 0)) {
+        if (Status s = Sample(step); !s.ok()) return Abort(1, s.WithPrefix("sample"));
+      }
+      if (!o_.ckpt_dir.empty() && !o_.bench &&
+          ((o_.ckpt_every > 0 && step % o_.ckpt_every == 0) || last)) {
+        if (Status s = Checkpoint(step); !s.ok()) return Abort(1, s);
+      }
+      const double per_step = Seconds(run_start) / static_cast<double>(step - start_ + 1);
+      console_.Bar(step, o_.steps, per_step * static_cast<double>(o_.steps - step));
+    }
+    return 0;
   }
-  console.Clear();
-  const double steps_s = static_cast<double>(timed_steps) / train_s;
-  console.Line(fmt::format(
-      "{}: {} steps in {:.2f} s | {:.3f} steps/s | {} tok/s | loss {:.4f} -> "
-      "{:.4f}",
-      o.bench ? "bench" : "done", timed_steps, train_s, steps_s,
-      WithThousands(static_cast<int64_t>(steps_s * tokens_per_step + 0.5)), first_loss, last_loss));
-  if (std::string report = ProfileReport(trainer, o.profile); !report.empty()) {
-    console.Line(report);
-  }
-  return finish();
-}
+
+  const RunOptions& o_;
+  std::optional<program::Artifact> artifact_;
+  std::optional<rt::LoadedProgram> loaded_;
+  ChosenDevice device_;
+  std::optional<Distributed> dist_;
+  const program::TrainEntry* logits_ = nullptr;
+  const program::TrainEntry* eval_ = nullptr;
+  std::optional<rt::DataLoader> train_, val_;
+  std::optional<JsonLog> log_;
+  Console console_;
+  std::unique_ptr<rt::Trainer> trainer_;
+  std::optional<rt::Tokenizer> tokenizer_;
+  int64_t tokens_per_step_ = 0, sample_every_ = 0, start_ = 1;
+  double flops_per_token_ = 0, peak_tflops_ = 0;
+  bool validate_ = false;
+  std::pair<int64_t, double> last_val_{-1, 0.0};  // (step, loss) of the latest validation
+  double train_s_ = 0, first_loss_ = 0, last_loss_ = 0;
+  int64_t timed_steps_ = 0;
+};
+
+}  // namespace
+
+int RunTraining(const RunOptions& o) { return TrainRun(o).Run(); }
 
 }  // namespace gptc::tools
