@@ -368,6 +368,81 @@ void ShareDyingOperands(const ir::Computation& entry, const LogicalBuffers& lb,
   }
 }
 
+// Best fit, largest first: each buffer takes the smallest gap between the
+// buffers already placed whose live ranges overlap its own (lowest offset on
+// ties), else goes above them. Sorting by (size, start, id) keeps it
+// deterministic. Sets every buffer's slice; returns the arena's size.
+int64_t PlaceBestFit(std::vector<BufferAssignment::Buffer>& buffers) {
+  std::vector<int64_t> by_size(buffers.size());
+  std::iota(by_size.begin(), by_size.end(), 0);
+  std::sort(by_size.begin(), by_size.end(), [&](int64_t a, int64_t b) {
+    const auto& x = buffers[a];
+    const auto& y = buffers[b];
+    if (AlignUp(x.bytes) != AlignUp(y.bytes)) return AlignUp(x.bytes) > AlignUp(y.bytes);
+    if (x.live.start != y.live.start) return x.live.start < y.live.start;
+    return a < b;
+  });
+  std::vector<int64_t> placed;
+  int64_t arena = 0;
+  std::vector<std::pair<int64_t, int64_t>> taken;  // [begin, end) of overlapping buffers
+  for (int64_t b : by_size) {
+    BufferAssignment::Buffer& buf = buffers[b];
+    const int64_t size = AlignUp(buf.bytes);
+    buf.slice = {0, 0, buf.bytes};
+    if (size == 0) continue;
+    taken.clear();
+    for (int64_t other : placed) {
+      if (buffers[other].live.Overlaps(buf.live)) {
+        taken.emplace_back(buffers[other].slice.offset,
+                           buffers[other].slice.offset + AlignUp(buffers[other].bytes));
+      }
+    }
+    std::sort(taken.begin(), taken.end());
+    int64_t best = -1, best_gap = 0, cursor = 0;
+    for (const auto& [begin, end] : taken) {
+      const int64_t gap = begin - cursor;
+      if (gap >= size && (best < 0 || gap < best_gap)) {
+        best = cursor;
+        best_gap = gap;
+      }
+      cursor = std::max(cursor, end);
+    }
+    buf.slice.offset = best >= 0 ? best : cursor;
+    arena = std::max(arena, buf.slice.offset + size);
+    placed.push_back(b);
+  }
+  return arena;
+}
+
+// Note [donated buffers]: why output buffer `out_buffer` cannot take the
+// donated parameter's buffer `param_buffer` in place ("" when it can).
+std::string WhyNotInPlace(const std::vector<BufferAssignment::Buffer>& all, int64_t out_buffer,
+                          int64_t param_buffer, const std::vector<int64_t>& merged_into,
+                          const std::vector<int64_t>& last_read,
+                          const std::unordered_map<const Instruction*, int64_t>& time,
+                          const std::vector<const Instruction*>& order, const LogicalBuffers& lb) {
+  const BufferAssignment::Buffer& out = all[out_buffer];
+  const BufferAssignment::Buffer& param = all[param_buffer];
+  const Instruction& producer = *out.defining;
+  std::string reason;
+  if (out.parameter >= 0) {
+    reason = fmt::format("the output is parameter {}", out.parameter);
+  } else if (merged_into[out_buffer] != out_buffer) {
+    reason = "the output already updates another parameter in place";
+  } else if (out.bytes != param.bytes) {
+    reason = fmt::format("the output has {} bytes, the parameter {}", out.bytes, param.bytes);
+  } else if (!param.outputs.empty()) {
+    reason = fmt::format("the parameter is also output {}", param.outputs[0]);
+  } else if (last_read[param_buffer] > time.at(&producer)) {
+    reason = fmt::format("%{} reads the parameter after %{} writes it",
+                         order[last_read[param_buffer]]->name(), producer.name());
+  } else if (last_read[param_buffer] == time.at(&producer) &&
+             !ReadsElementwiseInPlace(producer, param_buffer, lb, out.shape, param.shape)) {
+    reason = fmt::format("%{} reads the parameter other than elementwise", producer.name());
+  }
+  return reason;
+}
+
 }  // namespace
 
 StatusOr<BufferAssignment> AssignBuffers(const ir::Module& module,
@@ -432,25 +507,9 @@ StatusOr<BufferAssignment> AssignBuffers(const ir::Module& module,
     const int64_t param_buffer = lb.leaf_buffers.at(params[p])[0];
     const int64_t out_buffer = root_leaves[output];
     if (out_buffer == param_buffer) continue;  // returned unchanged: already in place
-    const BufferAssignment::Buffer& out = all[out_buffer];
-    const BufferAssignment::Buffer& param = all[param_buffer];
-    const Instruction& producer = *out.defining;
-    std::string reason;
-    if (out.parameter >= 0) {
-      reason = fmt::format("the output is parameter {}", out.parameter);
-    } else if (merged_into[out_buffer] != out_buffer) {
-      reason = "the output already updates another parameter in place";
-    } else if (out.bytes != param.bytes) {
-      reason = fmt::format("the output has {} bytes, the parameter {}", out.bytes, param.bytes);
-    } else if (!param.outputs.empty()) {
-      reason = fmt::format("the parameter is also output {}", param.outputs[0]);
-    } else if (last_read[param_buffer] > time.at(&producer)) {
-      reason = fmt::format("%{} reads the parameter after %{} writes it",
-                           order[last_read[param_buffer]]->name(), producer.name());
-    } else if (last_read[param_buffer] == time.at(&producer) &&
-               !ReadsElementwiseInPlace(producer, param_buffer, lb, out.shape, param.shape)) {
-      reason = fmt::format("%{} reads the parameter other than elementwise", producer.name());
-    }
+    const Instruction& producer = *all[out_buffer].defining;
+    std::string reason = WhyNotInPlace(all, out_buffer, param_buffer, merged_into, last_read, time,
+                                       order, lb);
     if (!reason.empty()) {
       result.copies_.push_back({output, p, std::move(reason)});
       copied_params.insert(p);
@@ -458,8 +517,8 @@ StatusOr<BufferAssignment> AssignBuffers(const ir::Module& module,
     }
     merged_into[out_buffer] = param_buffer;
     all[param_buffer].donated_from = &producer;
-    all[param_buffer].outputs.insert(all[param_buffer].outputs.end(), out.outputs.begin(),
-                                     out.outputs.end());
+    const std::vector<int64_t>& outs = all[out_buffer].outputs;
+    all[param_buffer].outputs.insert(all[param_buffer].outputs.end(), outs.begin(), outs.end());
   }
   ShareDyingOperands(*entry, lb, time, all, merged_into);
   // A donated parameter nothing writes back into is dead after its last reader
@@ -485,53 +544,12 @@ StatusOr<BufferAssignment> AssignBuffers(const ir::Module& module,
     for (int64_t b : leaves) mapped.push_back(new_id[merged_into[b]]);
   }
 
-  // Best fit, largest first: each buffer takes the smallest gap between the
-  // buffers already placed whose live ranges overlap its own (lowest offset on
-  // ties), else goes above them. Sorting by (size, start, id) keeps it deterministic.
-  std::vector<BufferAssignment::Buffer>& buffers = result.buffers_;
-  std::vector<int64_t> by_size(buffers.size());
-  std::iota(by_size.begin(), by_size.end(), 0);
-  std::sort(by_size.begin(), by_size.end(), [&](int64_t a, int64_t b) {
-    const auto& x = buffers[a];
-    const auto& y = buffers[b];
-    if (AlignUp(x.bytes) != AlignUp(y.bytes)) return AlignUp(x.bytes) > AlignUp(y.bytes);
-    if (x.live.start != y.live.start) return x.live.start < y.live.start;
-    return a < b;
-  });
-  std::vector<int64_t> placed;
-  int64_t arena = 0;
-  std::vector<std::pair<int64_t, int64_t>> taken;  // [begin, end) of overlapping buffers
-  for (int64_t b : by_size) {
-    BufferAssignment::Buffer& buf = buffers[b];
-    const int64_t size = AlignUp(buf.bytes);
-    buf.slice = {0, 0, buf.bytes};
-    if (size == 0) continue;
-    taken.clear();
-    for (int64_t other : placed) {
-      if (buffers[other].live.Overlaps(buf.live)) {
-        taken.emplace_back(buffers[other].slice.offset,
-                           buffers[other].slice.offset + AlignUp(buffers[other].bytes));
-      }
-    }
-    std::sort(taken.begin(), taken.end());
-    int64_t best = -1, best_gap = 0, cursor = 0;
-    for (const auto& [begin, end] : taken) {
-      const int64_t gap = begin - cursor;
-      if (gap >= size && (best < 0 || gap < best_gap)) {
-        best = cursor;
-        best_gap = gap;
-      }
-      cursor = std::max(cursor, end);
-    }
-    buf.slice.offset = best >= 0 ? best : cursor;
-    arena = std::max(arena, buf.slice.offset + size);
-    placed.push_back(b);
-  }
+  const int64_t arena = PlaceBestFit(result.buffers_);
   result.allocations_ = {Allocation{0, arena}};
 
   std::vector<int64_t> bytes;
   std::vector<LiveRange> final_ranges;
-  for (const auto& buf : buffers) {
+  for (const auto& buf : result.buffers_) {
     bytes.push_back(buf.bytes);
     final_ranges.push_back(buf.live);
   }
