@@ -295,6 +295,19 @@ class SignatureBuilder {
     for (size_t i = 0; i < donors.size(); ++i)
       outputs_.push_back({role, static_cast<int64_t>(i), donors[i]});
   }
+  // The AdamW update's slots (step and apply): moments, step and lr in; the
+  // grad norm, then the new parameters and moments out, each in place.
+  void AdamW(const std::vector<Instruction*>& params, const std::vector<Instruction*>& m,
+             const std::vector<Instruction*>& v, std::pair<Instruction*, Instruction*> step_lr) {
+    Inputs(m, SlotRole::kAdamM);
+    Inputs(v, SlotRole::kAdamV);
+    Input(step_lr.first, SlotRole::kStep);
+    Input(step_lr.second, SlotRole::kLr);
+    Output(SlotRole::kGradNorm);
+    Outputs(SlotRole::kParam, params);
+    Outputs(SlotRole::kAdamM, m);
+    Outputs(SlotRole::kAdamV, v);
+  }
 
   EntrySignature Build(const ir::Computation& entry) const {
     EntrySignature sig;
@@ -385,15 +398,8 @@ StatusOr<bool> Optimizer::Run(ir::Module& module) {
     module.RemoveUnreachableComputations();
     SignatureBuilder sig;
     sig.Inputs(params, SlotRole::kParam);
-    sig.Inputs(m, SlotRole::kAdamM);
-    sig.Inputs(v, SlotRole::kAdamV);
     sig.Inputs(acc, SlotRole::kGradAcc);
-    sig.Input(step_lr.first, SlotRole::kStep);
-    sig.Input(step_lr.second, SlotRole::kLr);
-    sig.Output(SlotRole::kGradNorm);
-    sig.Outputs(SlotRole::kParam, params);
-    sig.Outputs(SlotRole::kAdamM, m);
-    sig.Outputs(SlotRole::kAdamV, v);
+    sig.AdamW(params, m, v, step_lr);
     signature_ = sig.Build(*apply);
     return true;
   }
@@ -427,14 +433,7 @@ StatusOr<bool> Optimizer::Run(ir::Module& module) {
                      EmitAdamW(e, options_.adamw, in.params, in.grads, m, v, step_lr.first,
                                step_lr.second, new_params, new_m, new_v));
     root_elements.push_back(norm);
-    sig.Inputs(m, SlotRole::kAdamM);
-    sig.Inputs(v, SlotRole::kAdamV);
-    sig.Input(step_lr.first, SlotRole::kStep);
-    sig.Input(step_lr.second, SlotRole::kLr);
-    sig.Output(SlotRole::kGradNorm);
-    sig.Outputs(SlotRole::kParam, in.params);
-    sig.Outputs(SlotRole::kAdamM, m);
-    sig.Outputs(SlotRole::kAdamV, v);
+    sig.AdamW(in.params, m, v, step_lr);
     for (auto* list : {&new_params, &new_m, &new_v}) {
       root_elements.insert(root_elements.end(), list->begin(), list->end());
     }

@@ -20,11 +20,8 @@ constexpr char kOptimFile[] = "optim.safetensors";
 constexpr char kConfigFile[] = "config.json";
 
 Status CheckConfig(const program::ModelConfig& model, const std::string& path) {
-  for (const auto& [key, value] :
-       {std::pair{"layers", model.layers}, std::pair{"heads", model.heads},
-        std::pair{"width", model.width}, std::pair{"positions", model.positions},
-        std::pair{"vocab", model.vocab}, std::pair{"padded_vocab", model.padded_vocab}}) {
-    if (value < 1) return Error("{}: '{}' is {}, not positive", path, key, value);
+  for (const auto& [key, field] : program::ModelConfigInts()) {
+    if (model.*field < 1) return Error("{}: '{}' is {}, not positive", path, key, model.*field);
   }
   if (model.width % model.heads != 0) {
     return Error("{}: 'heads' {} does not divide 'width' {}", path, model.heads, model.width);

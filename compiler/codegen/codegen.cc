@@ -361,20 +361,22 @@ Status ListKernels(
   return Status::Ok();
 }
 
-// The launches of one module from the compiled distinct kernels.
-// A kernel's seconds are counted once, in the first module that launches it
+// The launches of module `index` from the compiled distinct kernels. A
+// kernel's code is moved into the last module that launches it (`last_user`)
+// and copied into earlier ones; its seconds are counted once, in the first
 // (`timed`).
-void AssembleKernels(ModuleJobs& m,
-                     const std::vector<std::optional<StatusOr<CompiledKernel>>>& compiled,
-                     std::vector<bool>& timed) {
+void AssembleKernels(ModuleJobs& m, size_t index,
+                     std::vector<std::optional<StatusOr<CompiledKernel>>>& compiled,
+                     const std::vector<size_t>& last_user, std::vector<bool>& timed) {
   std::map<size_t, int64_t> first_use;
   for (size_t j = 0; j < m.jobs.size(); ++j) {
     CompiledKernel kernel;
-    auto [it, first] = first_use.try_emplace(m.code[j], static_cast<int64_t>(j));
+    const size_t c = m.code[j];
+    auto [it, first] = first_use.try_emplace(c, static_cast<int64_t>(j));
     if (first) {
-      kernel = compiled[m.code[j]]->value();
-      if (timed[m.code[j]]) kernel.lower_seconds = kernel.ptxas_seconds = 0;
-      timed[m.code[j]] = true;
+      kernel = last_user[c] == index ? std::move(*compiled[c]).value() : compiled[c]->value();
+      if (timed[c]) kernel.lower_seconds = kernel.ptxas_seconds = 0;
+      timed[c] = true;
     } else {  // Note [kernel deduplication]
       const CompiledKernel& code = m.result.kernels[it->second];
       kernel.spec = code.spec;
@@ -477,11 +479,15 @@ StatusOr<std::vector<CompiledKernels>> CompileFusions(const std::vector<CodegenM
     }
   }
 
+  std::vector<size_t> last_user(unique.size());
+  for (size_t m = 0; m < per_module.size(); ++m) {
+    for (size_t c : per_module[m].code) last_user[c] = m;
+  }
   std::vector<CompiledKernels> result;
   std::vector<bool> timed(unique.size());
-  for (ModuleJobs& m : per_module) {
-    AssembleKernels(m, compiled, timed);
-    result.push_back(std::move(m.result));
+  for (size_t m = 0; m < per_module.size(); ++m) {
+    AssembleKernels(per_module[m], m, compiled, last_user, timed);
+    result.push_back(std::move(per_module[m].result));
   }
   return result;
 }

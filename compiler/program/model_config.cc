@@ -1,19 +1,19 @@
 #include "compiler/program/model_config.h"
 
-#include <utility>
 
 #include "compiler/program/json_field.h"
 
 namespace gptc::program {
 namespace {
 
-// The integer fields, in the order written.
-constexpr std::pair<const char*, int64_t ModelConfig::*> kInts[] = {
+constexpr ModelConfigInt kInts[] = {
     {"layers", &ModelConfig::layers},       {"heads", &ModelConfig::heads},
     {"width", &ModelConfig::width},         {"positions", &ModelConfig::positions},
     {"vocab", &ModelConfig::vocab},         {"padded_vocab", &ModelConfig::padded_vocab}};
 
 }  // namespace
+
+std::span<const ModelConfigInt> ModelConfigInts() { return kInts; }
 
 nlohmann::ordered_json ModelConfigJson(const ModelConfig& model) {
   nlohmann::ordered_json j;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -26,6 +27,13 @@ struct ModelConfig {
 
   bool operator==(const ModelConfig&) const = default;
 };
+
+// The integer fields with their JSON keys, in the order written.
+struct ModelConfigInt {
+  const char* key;
+  int64_t ModelConfig::*field;
+};
+std::span<const ModelConfigInt> ModelConfigInts();
 
 // {"name", "layers", "heads", "width", "positions", "vocab", "padded_vocab"},
 // in that order.
