@@ -62,31 +62,36 @@ bool IsLoopOp(const Instruction& inst) {
 Planner::Planner(ir::Computation* computation) : computation_(computation) {
   // Operands precede users, so one pass in order decides IsSourceless from
   // the operands' answers.
-  std::unordered_map<const Instruction*, bool> sourceless;
+  size_t n = computation->instructions().size();
+  index_.Reserve(n);
+  order_.reserve(n);
+  free_.assign(n, 0);
+  group_of_.assign(n, -1);
+  std::vector<char> sourceless(n, 0);
   for (const auto& inst : computation->instructions()) {
-    pos_[inst.get()] = static_cast<int64_t>(order_.size());
+    int32_t i = index_.Insert(inst.get());
     order_.push_back(inst.get());
     Opcode op = inst->opcode();
     bool s = op == Opcode::kConstant || op == Opcode::kIota;
     if (!s && (op == Opcode::kBroadcast || ir::IsElementwise(op)) && !inst->shape().is_tuple() &&
         inst->operand_count() > 0) {
       s = std::all_of(inst->operands().begin(), inst->operands().end(),
-                      [&](const Instruction* x) { return sourceless[x]; });
+                      [&](const Instruction* x) { return sourceless[pos(x)] != 0; });
     }
-    sourceless[inst.get()] = s;
-    free_[inst.get()] = op == Opcode::kConstant || op == Opcode::kIota ||
-                        op == Opcode::kBroadcast || (ir::IsElementwise(op) && s);
+    sourceless[i] = s;
+    free_[i] = op == Opcode::kConstant || op == Opcode::kIota || op == Opcode::kBroadcast ||
+               (ir::IsElementwise(op) && s);
   }
 }
 
 bool Planner::IsFree(const Instruction* inst) const {
-  auto it = free_.find(inst);
-  return it != free_.end() ? it->second : passes::fusion_internal::IsFree(*inst);
+  int32_t i = index_.Find(inst);
+  return i >= 0 ? free_[i] != 0 : passes::fusion_internal::IsFree(*inst);
 }
 
 int Planner::group_of(const Instruction* inst) const {
-  auto it = group_of_.find(inst);
-  return it == group_of_.end() ? -1 : it->second;
+  int32_t i = index_.Find(inst);
+  return i >= 0 ? group_of_[i] : -1;
 }
 
 bool Planner::Claimable(const Instruction* inst) const {
@@ -110,7 +115,7 @@ int Planner::NewGroup(ir::FusionKind kind, const Instruction* hero, const InstSe
   groups_.push_back(Group{kind, hero, members, true});
   if (members.size() > 1) ++epoch_;  // unchecked: neither it nor the others are known convex
   groups_.back().convex_at = members.size() <= 1 ? epoch_ : -1;
-  for (const Instruction* m : members) group_of_[m] = g;
+  for (const Instruction* m : members) group_of_[pos(m)] = g;
   SetBounds(g);
   return g;
 }
@@ -164,7 +169,7 @@ bool Planner::TryAdd(int g, const Instruction* inst) {
     groups_[g].convex_at = epoch_;
   }
   groups_[g].members.insert(inst);
-  group_of_[inst] = g;
+  group_of_[pos(inst)] = g;
   groups_[g].first = std::min(groups_[g].first, pos(inst));
   groups_[g].last = std::max(groups_[g].last, pos(inst));
   return true;
@@ -172,7 +177,7 @@ bool Planner::TryAdd(int g, const Instruction* inst) {
 
 void Planner::ShrinkTo(int g, const InstSet& members) {
   for (const Instruction* m : groups_[g].members) {
-    if (!members.contains(m)) group_of_.erase(m);
+    if (!members.contains(m)) group_of_[pos(m)] = -1;
   }
   groups_[g].members = members;
   groups_[g].convex_at = -1;
@@ -191,7 +196,7 @@ bool Planner::TryMerge(int a, int b) {
     if (CreatesCycle(s)) return false;
     groups_[a].members = std::move(s);
   }
-  for (const Instruction* m : groups_[b].members) group_of_[m] = a;
+  for (const Instruction* m : groups_[b].members) group_of_[pos(m)] = a;
   groups_[a].convex_at = epoch_;
   groups_[a].first = std::min(groups_[a].first, groups_[b].first);
   groups_[a].last = std::max(groups_[a].last, groups_[b].last);
@@ -326,7 +331,11 @@ namespace {
 class Materializer {
  public:
   Materializer(ir::Module& module, Planner& planner)
-      : module_(module), p_(planner), entry_(planner.computation()) {
+      : module_(module),
+        p_(planner),
+        entry_(planner.computation()),
+        replacement_(planner.order().size(), nullptr),
+        clone_(planner.order().size(), nullptr) {
     for (const auto& c : module.computations()) taken_.insert(c->name());
   }
 
@@ -347,15 +356,17 @@ class Materializer {
     }
     // The fused computations, in the order built, ahead of the entry.
     module_.AddComputationsBefore(std::move(fused_), entry_);
-    for (auto& [original, value] : replacement_) {
-      const_cast<Instruction*>(original)->ReplaceAllUsesWith(value);
+    for (size_t i = 0; i < replacement_.size(); ++i) {
+      if (replacement_[i] != nullptr) p_.order()[i]->ReplaceAllUsesWith(replacement_[i]);
     }
-    // Members, then copies of free ops nothing reads any more, users first.
-    InstSet removed;
+    std::vector<char> removed(p_.order().size(), 0);  // by position
+    auto is_removed = [&](const Instruction* inst) {
+      int64_t i = p_.find_pos(inst);
+      return i >= 0 && removed[i] != 0;
+    };
     std::vector<Instruction*> removing;  // users first
     auto unread = [&](const Instruction* inst) {
-      return std::all_of(inst->users().begin(), inst->users().end(),
-                         [&](const Instruction* u) { return removed.contains(u); });
+      return std::all_of(inst->users().begin(), inst->users().end(), is_removed);
     };
     for (auto it = p_.order().rbegin(); it != p_.order().rend(); ++it) {
       Instruction* inst = *it;
@@ -363,10 +374,10 @@ class Materializer {
       if (!member && !(p_.IsFree(inst) && unread(inst))) continue;
       if (!unread(inst) || entry_->root() == inst) continue;
       removing.push_back(inst);
-      removed.insert(inst);
+      removed[p_.pos(inst)] = 1;
     }
     entry_->RemoveInstructions(removing);
-    std::erase_if(new_order, [&](Instruction* i) { return removed.contains(i); });
+    std::erase_if(new_order, is_removed);
     assert(new_order.size() == static_cast<size_t>(entry_->instruction_count()) &&
            "fusion groups must not form a cycle");
     entry_->ReorderInstructions(new_order);
@@ -385,14 +396,16 @@ class Materializer {
     };
     int64_t n_units = n_groups + static_cast<int64_t>(order.size());
     std::vector<int64_t> priority(n_units, -1), indegree(n_units, 0);
-    std::vector<std::vector<int64_t>> succ(n_units);
+    std::vector<std::pair<int64_t, int64_t>> edges;  // (from, to)
+    edges.reserve(order.size());
     std::vector<bool> present(n_units, false);
+    std::vector<const Instruction*> sources;
     for (const Instruction* inst : order) {
       int64_t u = unit(inst);
       present[u] = true;
       priority[u] = std::max(priority[u], p_.pos(inst));
       // A group copies the free ops it reads: it depends on their sources.
-      std::vector<const Instruction*> sources;
+      sources.clear();
       for (const Instruction* op : inst->operands()) {
         if (u < n_groups) {
           p_.NonFreeSources(op, sources);
@@ -403,10 +416,17 @@ class Materializer {
       for (const Instruction* op : sources) {
         int64_t v = unit(op);
         if (v == u) continue;
-        succ[v].push_back(u);
+        edges.emplace_back(v, u);
         ++indegree[u];
       }
     }
+    // Successors in one array by source unit (a vector per unit was most
+    // of this function's time on 40k-instruction graphs).
+    std::vector<int64_t> first_succ(n_units + 1, 0), succ(edges.size());
+    for (auto [from, to] : edges) ++first_succ[from + 1];
+    for (int64_t u = 0; u < n_units; ++u) first_succ[u + 1] += first_succ[u];
+    std::vector<int64_t> fill(first_succ.begin(), first_succ.end() - 1);
+    for (auto [from, to] : edges) succ[fill[from]++] = to;
     using Item = std::pair<int64_t, int64_t>;  // (priority, unit)
     std::priority_queue<Item, std::vector<Item>, std::greater<>> ready;
     for (int64_t u = 0; u < n_units; ++u) {
@@ -417,8 +437,8 @@ class Materializer {
       int64_t u = ready.top().second;
       ready.pop();
       out.push_back(u < n_groups ? std::make_pair(true, u) : std::make_pair(false, u - n_groups));
-      for (int64_t v : succ[u]) {
-        if (--indegree[v] == 0) ready.push({priority[v], v});
+      for (int64_t i = first_succ[u]; i < first_succ[u + 1]; ++i) {
+        if (--indegree[succ[i]] == 0) ready.push({priority[succ[i]], succ[i]});
       }
     }
     return out;
@@ -442,8 +462,8 @@ class Materializer {
   // The value a fusion operand should read: the new fusion output if the
   // original is now inside another fusion.
   Instruction* Current(const Instruction* inst) {
-    auto it = replacement_.find(inst);
-    return it != replacement_.end() ? it->second : const_cast<Instruction*>(inst);
+    int64_t i = p_.find_pos(inst);
+    return i >= 0 && replacement_[i] != nullptr ? replacement_[i] : const_cast<Instruction*>(inst);
   }
 
   // Creates the fused computation and the fusion (plus get-tuple-elements)
@@ -453,11 +473,16 @@ class Materializer {
     std::vector<const Instruction*> members(group.members.begin(), group.members.end());
     p_.SortByPosition(members);
     auto fused = std::make_unique<ir::Computation>(ComputationName(group));
-    std::unordered_map<const Instruction*, Instruction*> clone;
+    // clone_ by planner position, emptied again when this group is built.
+    auto cloned = [&](const Instruction* x) { return clone_[p_.pos(x)]; };
+    auto set_clone = [&](const Instruction* x, Instruction* c) {
+      clone_[p_.pos(x)] = c;
+      cloned_.push_back(p_.pos(x));
+    };
     std::vector<const Instruction*> inputs;
     // Parameters first: the non-free values members read from outside.
     std::function<void(const Instruction*)> collect = [&](const Instruction* op) {
-      if (group.members.contains(op) || clone.contains(op)) return;
+      if (group.members.contains(op) || cloned(op) != nullptr) return;
       if (p_.IsFree(op)) {
         for (const Instruction* o : op->operands()) collect(o);
         return;
@@ -468,15 +493,14 @@ class Materializer {
       auto param = std::make_unique<Instruction>(fmt::format("p{}.{}", number, op->name()),
                                                  Opcode::kParameter, op->shape(),
                                                  std::vector<Instruction*>{}, attrs);
-      clone[op] = fused->AddInstruction(std::move(param));
+      set_clone(op, fused->AddInstruction(std::move(param)));
       inputs.push_back(op);
     };
     for (const Instruction* m : members) {
       for (const Instruction* op : m->operands()) collect(op);
     }
     std::function<Instruction*(const Instruction*)> copy = [&](const Instruction* inst) {
-      auto it = clone.find(inst);
-      if (it != clone.end()) return it->second;
+      if (Instruction* c = cloned(inst)) return c;
       std::vector<Instruction*> operands;
       for (const Instruction* op : inst->operands()) operands.push_back(copy(op));
       auto c = std::make_unique<Instruction>(inst->name(), inst->opcode(), inst->shape(),
@@ -484,7 +508,7 @@ class Materializer {
       c->set_metadata(inst->metadata());
       c->set_called_computation(inst->called_computation());
       Instruction* raw = fused->AddInstruction(std::move(c));
-      clone[inst] = raw;
+      set_clone(inst, raw);
       return raw;
     };
     std::vector<const Instruction*> outputs;
@@ -500,12 +524,12 @@ class Materializer {
     // A group nothing reads (dead code a pipeline without dce left) still
     // computes its last value, so that it has a result.
     if (outputs.empty()) outputs.push_back(members.back());
-    Instruction* root = clone.at(outputs.front());
+    Instruction* root = cloned(outputs.front());
     std::vector<ir::Shape> shapes;
     if (outputs.size() > 1) {
       std::vector<Instruction*> elements;
       for (const Instruction* o : outputs) {
-        elements.push_back(clone.at(o));
+        elements.push_back(cloned(o));
         shapes.push_back(o->shape());
       }
       auto tuple = std::make_unique<Instruction>(fused->UniqueName("outputs"), Opcode::kTuple,
@@ -513,6 +537,8 @@ class Materializer {
       root = fused->AddInstruction(std::move(tuple));
     }
     fused->set_root(root);
+    for (int64_t i : cloned_) clone_[i] = nullptr;
+    cloned_.clear();
     ir::Computation* called = fused.get();
     fused_.push_back(std::move(fused));
 
@@ -530,7 +556,7 @@ class Materializer {
     Instruction* f = entry_->AddInstruction(std::move(fusion));
     std::vector<Instruction*> created = {f};
     if (outputs.size() == 1) {
-      replacement_[outputs.front()] = f;
+      replacement_[p_.pos(outputs.front())] = f;
       return created;
     }
     for (size_t i = 0; i < outputs.size(); ++i) {
@@ -541,7 +567,7 @@ class Materializer {
                                                std::vector<Instruction*>{f}, gte_attrs);
       gte->set_metadata(outputs[i]->metadata());
       Instruction* raw = entry_->AddInstruction(std::move(gte));
-      replacement_[outputs[i]] = raw;
+      replacement_[p_.pos(outputs[i])] = raw;
       created.push_back(raw);
     }
     return created;
@@ -550,7 +576,12 @@ class Materializer {
   ir::Module& module_;
   Planner& p_;
   ir::Computation* entry_;
-  std::unordered_map<const Instruction*, Instruction*> replacement_;
+  // By planner position: the fusion output now holding each member's value.
+  std::vector<Instruction*> replacement_;
+  // BuildFusion's copies of the group being built, by planner position (a
+  // map per group was a tenth of the pass), and the positions it set.
+  std::vector<Instruction*> clone_;
+  std::vector<int64_t> cloned_;
   // Fused computations built, added to the module at the end of Run; and
   // the computation names in use (a linear FindComputation per fusion made
   // the pass quadratic in the number of fusions).

@@ -3,6 +3,7 @@
 #ifndef GPTC_PASSES_FUSION_PLANNER_H_
 #define GPTC_PASSES_FUSION_PLANNER_H_
 
+#include <cassert>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "compiler/ir/module.h"
+#include "compiler/support/pointer_index.h"
 
 namespace gptc::passes::fusion_internal {
 
@@ -52,7 +54,13 @@ class Planner {
 
   ir::Computation* computation() const { return computation_; }
   const std::vector<ir::Instruction*>& order() const { return order_; }
-  int64_t pos(const ir::Instruction* inst) const { return pos_.at(inst); }
+  int64_t pos(const ir::Instruction* inst) const {
+    int32_t i = index_.Find(inst);
+    assert(i >= 0 && "not an instruction the planner was built on");
+    return i;
+  }
+  // pos(), or -1 for an instruction made after the planner (a fusion).
+  int64_t find_pos(const ir::Instruction* inst) const { return index_.Find(inst); }
   // Sorts `v` into entry order, each position looked up once (a comparator
   // calling pos() hashes twice per comparison: the fusion pass's hottest
   // sorts, of whole groups, were a fifth of its time).
@@ -117,11 +125,12 @@ class Planner {
   void SetBounds(int g);
 
   ir::Computation* computation_;
-  std::unordered_map<const ir::Instruction*, bool> free_;
   std::vector<ir::Instruction*> order_;
-  std::unordered_map<const ir::Instruction*, int64_t> pos_;
+  // Position in order_ of each instruction; the facts below are indexed by it.
+  PointerIndex index_;
+  std::vector<char> free_;
+  std::vector<int> group_of_;  // -1: in no group
   std::vector<Group> groups_;
-  std::unordered_map<const ir::Instruction*, int> group_of_;
   mutable int64_t work_ = 0;
   // Bumped by a group made of several members unchecked, which may put
   // other groups on a cycle: convexity known before it is stale.
