@@ -91,14 +91,44 @@ std::vector<ir::Instruction*> MemoryGreedyOrder(const ir::Computation& computati
     for (int64_t p : preds[i]) successors[p].push_back(i);
   }
 
+  // Note [incremental greedy]: an instruction's net is what it allocates
+  // less the buffers it reads last. The net of a waiting instruction only
+  // falls, when another reader of one of its buffers runs and leaves it the
+  // last: the ready set is kept ordered by (net, position) and updated then.
+  // Rescanning the whole ready set each step was quadratic (gpt2-1558m:
+  // 8.5 s of a 13.6 s compile, for thousands of ready optimizer updates).
+  std::vector<std::vector<int64_t>> readers(lb.buffers.size());
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t b : reads[i]) readers[b].push_back(i);
+  }
+  auto last_read_bytes = [&](int64_t b) { return pinned[b] ? 0 : Aligned(lb.buffers[b].bytes); };
+  std::vector<int64_t> net(n, 0);
+  std::vector<bool> scheduled(n, false), is_ready(n, false);
+  std::set<std::pair<int64_t, int64_t>> ready;  // (net, position): the first is the best
+  auto make_ready = [&](int64_t i) {
+    net[i] = allocates[i];
+    for (int64_t b : reads[i]) {
+      if (remaining[b] == 1) net[i] -= last_read_bytes(b);
+    }
+    is_ready[i] = true;
+    ready.insert({net[i], i});
+  };
   std::vector<ir::Instruction*> order;
   order.reserve(n);
-  std::set<int64_t> ready;
   auto schedule = [&](int64_t i) {
     order.push_back(original[i]);
-    for (int64_t b : reads[i]) --remaining[b];
+    scheduled[i] = true;
+    for (int64_t b : reads[i]) {
+      if (--remaining[b] != 1 || last_read_bytes(b) == 0) continue;
+      for (int64_t r : readers[b]) {
+        if (scheduled[r] || !is_ready[r]) continue;
+        ready.erase({net[r], r});
+        net[r] -= last_read_bytes(b);
+        ready.insert({net[r], r});
+      }
+    }
     for (int64_t s : successors[i]) {
-      if (--pending[s] == 0) ready.insert(s);
+      if (--pending[s] == 0) make_ready(s);
     }
   };
   // Parameters first, in their original order: they are the step's inputs.
@@ -106,21 +136,14 @@ std::vector<ir::Instruction*> MemoryGreedyOrder(const ir::Computation& computati
     if (original[i]->opcode() == ir::Opcode::kParameter) schedule(i);
   }
   for (int64_t i = 0; i < n; ++i) {
-    if (pending[i] == 0 && original[i]->opcode() != ir::Opcode::kParameter) ready.insert(i);
+    if (pending[i] == 0 && original[i]->opcode() != ir::Opcode::kParameter && !is_ready[i]) {
+      make_ready(i);
+    }
   }
   while (!ready.empty()) {
-    int64_t best = -1, best_net = std::numeric_limits<int64_t>::max();
-    for (int64_t i : ready) {  // ascending position: the first minimum wins ties
-      int64_t net = allocates[i];
-      for (int64_t b : reads[i]) {
-        if (!pinned[b] && remaining[b] == 1) net -= Aligned(lb.buffers[b].bytes);
-      }
-      if (net < best_net) {
-        best = i;
-        best_net = net;
-      }
-    }
-    ready.erase(best);
+    int64_t best = ready.begin()->second;
+    ready.erase(ready.begin());
+    is_ready[best] = false;
     schedule(best);
   }
   return order;
