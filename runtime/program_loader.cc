@@ -6,6 +6,7 @@
 
 #include "compiler/ir/parser.h"
 #include "compiler/program/json_field.h"
+#include "compiler/program/plan.h"
 
 namespace gptc::rt {
 
@@ -42,27 +43,21 @@ StatusOr<std::vector<program::ParamSpec>> ReadParams(const json& params) {
   return out;
 }
 
-// One slot list of a manifest entry, checked against the module's shapes.
-StatusOr<std::vector<program::Slot>> ReadSlots(const json& slots, std::string_view where,
-                                              const std::vector<ir::Shape>& shapes) {
-  if (!slots.is_array()) return Error("{} is not an array", where);
+// One slot list of a plan entry, checked against the module's shapes.
+StatusOr<std::vector<program::Slot>> ReadSlots(const std::vector<program::PlanSlot>& slots,
+                                               std::string_view where,
+                                               const std::vector<ir::Shape>& shapes) {
   if (slots.size() != shapes.size()) {
     return Error("{}: {} slots, the module has {}", where, slots.size(), shapes.size());
   }
   std::vector<program::Slot> out;
   for (size_t i = 0; i < slots.size(); ++i) {
-    const std::string at = fmt::format("{}[{}]", where, i);
-    ASSIGN_OR_RETURN(std::string role_name, program::JsonField<std::string>(slots[i], "role", at));
-    std::optional<program::SlotRole> role = program::ParseSlotRole(role_name);
-    if (!role) return Error("{}: unknown role '{}'", at, role_name);
-    ASSIGN_OR_RETURN(int64_t index, program::JsonField<int64_t>(slots[i], "index", at));
-    ASSIGN_OR_RETURN(std::string name, program::JsonField<std::string>(slots[i], "name", at));
-    ASSIGN_OR_RETURN(std::string shape, program::JsonField<std::string>(slots[i], "shape", at));
-    if (shape != shapes[i].ToString()) {
-      return Error("{} ({} %{}): manifest says {}, the module has {}", at, role_name, name, shape,
-                   shapes[i].ToString());
+    const program::Slot& s = slots[i];
+    if (s.shape != shapes[i]) {
+      return Error("{}[{}] ({} %{}): the plan says {}, the module has {}", where, i,
+                   program::SlotRoleName(s.role), s.name, s.shape.ToString(), shapes[i].ToString());
     }
-    out.push_back({*role, index, name, shapes[i]});
+    out.push_back(s);
   }
   return out;
 }
@@ -95,8 +90,8 @@ StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
   ASSIGN_OR_RETURN(info.complete, program::JsonField<bool>(manifest, "complete", "manifest"));
 
   program::TrainProgram& program = out.program;
-  ASSIGN_OR_RETURN(program.grad_accum, program::JsonField<int64_t>(manifest, "grad_accum", "manifest"));
-  if (program.grad_accum < 1) return Error("manifest: grad_accum {} < 1", program.grad_accum);
+  ASSIGN_OR_RETURN(program.grad_accum, program::JsonField<int64_t>(flags, "grad_accum", "flags"));
+  if (program.grad_accum < 1) return Error("flags: grad_accum {} < 1", program.grad_accum);
   // Artifacts from before data parallelism have no world_size: one rank.
   if (flags.contains("world_size")) {
     ASSIGN_OR_RETURN(program.world_size, program::JsonField<int64_t>(flags, "world_size", "flags"));
@@ -118,28 +113,22 @@ StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
   if (ir_text == nullptr) return Error("missing section 'ir'");
   StatusOr<std::vector<std::unique_ptr<ir::Module>>> modules = ir::ParseModules(*ir_text, "ir");
   if (!modules.ok()) return modules.status().WithPrefix("section 'ir'");
-  if (!manifest.contains("entries") || !manifest["entries"].is_array()) {
-    return Error("manifest has no 'entries' array");
+  // The signatures are the plan's slots (written once, there).
+  ASSIGN_OR_RETURN(program::Plan plan, program::PlanFromJson(artifact.plan));
+  if (plan.entries.size() != modules->size()) {
+    return Error("section 'plan' lists {} entries, section 'ir' holds {} modules",
+                 plan.entries.size(), modules->size());
   }
-  const json& entries = manifest["entries"];
-  if (entries.size() != modules->size()) {
-    return Error("manifest lists {} entries, section 'ir' holds {} modules", entries.size(),
-                 modules->size());
-  }
-  for (size_t e = 0; e < entries.size(); ++e) {
-    const std::string where = fmt::format("entries[{}]", e);
-    ASSIGN_OR_RETURN(std::string name, program::JsonField<std::string>(entries[e], "name", where));
+  for (size_t e = 0; e < plan.entries.size(); ++e) {
+    const program::EntryPlan& entry = plan.entries[e];
+    const std::string& name = entry.name;
     const std::string at = "entry " + name;
     std::unique_ptr<ir::Module>& module = (*modules)[e];
     auto [in_shapes, out_shapes] = EntryShapes(*module);
     program::EntrySignature sig;
-    if (!entries[e].contains("inputs") || !entries[e].contains("outputs")) {
-      return Error("{} has no inputs/outputs", at);
-    }
-    ASSIGN_OR_RETURN(sig.inputs, ReadSlots(entries[e]["inputs"], at + " inputs", in_shapes));
-    ASSIGN_OR_RETURN(sig.outputs, ReadSlots(entries[e]["outputs"], at + " outputs", out_shapes));
-    ASSIGN_OR_RETURN(sig.donations,
-                     (program::JsonField<std::vector<std::pair<int64_t, int64_t>>>(entries[e], "donations", at)));
+    ASSIGN_OR_RETURN(sig.inputs, ReadSlots(entry.inputs, at + " inputs", in_shapes));
+    ASSIGN_OR_RETURN(sig.outputs, ReadSlots(entry.outputs, at + " outputs", out_shapes));
+    sig.donations = entry.donations;
     for (auto [o, i] : sig.donations) {
       if (o < 0 || o >= static_cast<int64_t>(sig.outputs.size()) || i < 0 ||
           i >= static_cast<int64_t>(sig.inputs.size()) ||

@@ -1,8 +1,8 @@
 // Rebuilds the TrainProgram a .gptx artifact was compiled from: the optimized
-// modules (the `ir` section), each entry's signature (the manifest), the
-// parameter specs with their init rules (the `params` section), grad_accum,
-// world_size (data-parallel ranks, 1 when absent) and the AdamW options (the
-// manifest's flags). The CPU device runs it with
+// modules (the `ir` section), each entry's signature (the plan's input and
+// output slots), the parameter specs with their init rules (the `params`
+// section), grad_accum, world_size (data-parallel ranks, 1 when absent) and
+// the AdamW options (the manifest's flags). The CPU device runs it with
 // the reference evaluator; it needs no kernel, so an incomplete artifact
 // (`"complete": false`, e.g. gptc compile --no-codegen) loads as well.
 //

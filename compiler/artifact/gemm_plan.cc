@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <optional>
-#include <set>
+#include <tuple>
 #include <utility>
 
 #include "compiler/ir/computation.h"
@@ -188,31 +188,32 @@ int64_t ConvertedOperand(const Instruction& fusion, int64_t reduced, GemmPlan& p
 // per Note [row-major on cuBLASLt].
 Status FillProblem(const std::string& name, const OperandView& lhs, const OperandView& rhs,
                    ir::DType d_dtype, GemmPlan& plan) {
-  std::string ab = CudaDataType(lhs.dtype);
-  if (ab.empty() || lhs.dtype != rhs.dtype) {
+  std::optional<program::GemmDType> ab = program::GemmDTypeOf(lhs.dtype);
+  if (!ab || lhs.dtype != rhs.dtype) {
     return Error("%{}: operand dtypes {} x {} have no cuBLASLt matmul", name,
                  ir::DTypeName(lhs.dtype), ir::DTypeName(rhs.dtype));
   }
-  std::string dt = CudaDataType(d_dtype);
-  if (dt.empty()) return Error("%{}: result dtype {} has no cuBLASLt matmul", name,
-                               ir::DTypeName(d_dtype));
+  std::optional<program::GemmDType> dt = program::GemmDTypeOf(d_dtype);
+  if (!dt)
+    return Error("%{}: result dtype {} has no cuBLASLt matmul", name, ir::DTypeName(d_dtype));
   const int64_t M = lhs.free, N = rhs.free, K = lhs.contracting, batch = lhs.batch;
   plan.m = N;
   plan.n = M;
   plan.k = K;
   plan.batch_count = batch;
-  auto layout = [&](std::string dtype, int64_t rows, int64_t cols) {
-    return MatrixLayout{std::move(dtype), rows, cols, rows, batch, batch > 1 ? rows * cols : 0};
+  auto layout = [&](program::GemmDType dtype, int64_t rows, int64_t cols) {
+    return program::GemmLayout{dtype, rows, cols, rows, batch, batch > 1 ? rows * cols : 0};
   };
+  using program::GemmOp;
   // cuBLASLt A = rhs: [K][N] in memory is column-major [N, K] (op N).
-  plan.transa = rhs.k_first ? "CUBLAS_OP_N" : "CUBLAS_OP_T";
-  plan.a = rhs.k_first ? layout(ab, N, K) : layout(ab, K, N);
+  plan.transa = rhs.k_first ? GemmOp::kN : GemmOp::kT;
+  plan.a = rhs.k_first ? layout(*ab, N, K) : layout(*ab, K, N);
   plan.a_operand = rhs.operand;
   // cuBLASLt B = lhs: [M][K] in memory is column-major [K, M] (op N).
-  plan.transb = lhs.k_first ? "CUBLAS_OP_T" : "CUBLAS_OP_N";
-  plan.b = lhs.k_first ? layout(ab, M, K) : layout(ab, K, M);
+  plan.transb = lhs.k_first ? GemmOp::kT : GemmOp::kN;
+  plan.b = lhs.k_first ? layout(*ab, M, K) : layout(*ab, K, M);
   plan.b_operand = lhs.operand;
-  plan.d = layout(dt, N, M);
+  plan.d = layout(*dt, N, M);
   plan.c = plan.d;
   return Status::Ok();
 }
@@ -241,49 +242,65 @@ StatusOr<std::pair<OperandView, OperandView>> ClassifyDot(const Instruction& dot
   return std::pair{lhs, rhs};
 }
 
-StatusOr<GemmPlan> PlanFusion(const Instruction& fusion) {
+// The one dot of a gemm fusion, its operands resolved to fusion parameters.
+struct FusedDot {
+  const Instruction* dot = nullptr;
+  OperandView lhs, rhs;
+};
+
+StatusOr<FusedDot> FindFusedDot(const Instruction& fusion) {
   const ir::Computation& c = *fusion.called_computation();
   const std::string& name = fusion.name();
-  const Instruction* dot = nullptr;
+  FusedDot f;
   for (const auto& inst : c.instructions()) {
     if (inst->opcode() != Opcode::kDot) continue;
-    if (dot != nullptr) return Error("%{}: gemm fusion with more than one dot", name);
-    dot = inst.get();
+    if (f.dot != nullptr) return Error("%{}: gemm fusion with more than one dot", name);
+    f.dot = inst.get();
   }
-  if (dot == nullptr) return Error("%{}: gemm fusion without a dot", name);
-  ASSIGN_OR_RETURN(auto views, ClassifyDot(*dot));
-  auto [lhs, rhs] = views;
-  RETURN_IF_ERROR(ResolveThroughLayout(name, dot->operand(0), lhs));
-  RETURN_IF_ERROR(ResolveThroughLayout(name, dot->operand(1), rhs));
+  if (f.dot == nullptr) return Error("%{}: gemm fusion without a dot", name);
+  ASSIGN_OR_RETURN(auto views, ClassifyDot(*f.dot));
+  std::tie(f.lhs, f.rhs) = views;
+  RETURN_IF_ERROR(ResolveThroughLayout(name, f.dot->operand(0), f.lhs));
+  RETURN_IF_ERROR(ResolveThroughLayout(name, f.dot->operand(1), f.rhs));
+  return f;
+}
 
-  GemmPlan plan;
-  const std::vector<const Instruction*> outputs = Outputs(c);
-  std::set<const Instruction*> accounted;
-  // Epilogue: converts, bias, converts, GELU, converts, residual, converts, or
-  // a 2-D transpose of the dot (the order fusion absorbs them in).
-  const Instruction* cur = dot;
-  const Instruction* bias = nullptr;
-  const Instruction* aux = nullptr;
-  const Instruction* residual = nullptr;
+// What follows the dot inside the fusion, as cuBLASLt epilogue parts.
+struct EpilogueChain {
+  const Instruction* result = nullptr;    // D: the last value of the chain
+  const Instruction* bias = nullptr;      // the fusion parameter added as bias
+  const Instruction* aux = nullptr;       // GELU_AUX: the pre-activation output
+  const Instruction* residual = nullptr;  // added through C (beta = 1)
+  const Instruction* dgelu_x = nullptr;   // DGELU: the pre-activation parameter
   bool gelu = false;
-  bool transposed = false;
-  auto step = [&](const Instruction* x) { return SkipConverts(x, plan); };
-  cur = step(cur);
-  if (const Instruction* u = SingleUser(cur); u != nullptr && u->opcode() == Opcode::kAdd) {
-    const Instruction* b = u->operand(0) == cur ? u->operand(1) : u->operand(0);
-    if (b->opcode() == Opcode::kBroadcast && b->operand(0)->shape().rank() == 1 &&
-        b->attrs().dimensions == std::vector<int64_t>{cur->shape().rank() - 1}) {
-      bias = ParameterThroughConverts(b->operand(0));
-      if (bias == nullptr) return Error("%{}: bias is not a fusion operand", name);
-      cur = step(u);
-    }
+  bool transposed = false;  // a 2-D transpose of the dot: lhs and rhs swap
+};
+
+// bias: add(cur, broadcast(parameter)) along the last dim.
+Status MatchBias(const std::string& name, EpilogueChain& e, GemmPlan& plan) {
+  const Instruction* u = SingleUser(e.result);
+  if (u == nullptr || u->opcode() != Opcode::kAdd) return Status::Ok();
+  const Instruction* b = u->operand(0) == e.result ? u->operand(1) : u->operand(0);
+  if (b->opcode() != Opcode::kBroadcast || b->operand(0)->shape().rank() != 1 ||
+      b->attrs().dimensions != std::vector<int64_t>{e.result->shape().rank() - 1}) {
+    return Status::Ok();
   }
-  // Note [GELU epilogues]: the GELU, of `cur` or of its widened copy (then
-  // `cur` is the bf16 pre-activation the backward keeps: the aux)...
+  e.bias = ParameterThroughConverts(b->operand(0));
+  if (e.bias == nullptr) return Error("%{}: bias is not a fusion operand", name);
+  e.result = SkipConverts(u, plan);
+  return Status::Ok();
+}
+
+// Note [GELU epilogues]: the GELU, of `result` or of its widened copy (then
+// `result` is the bf16 pre-activation the backward keeps: the aux), or,
+// after the bare dot, the GELU backward reading the aux.
+Status MatchGelu(const std::string& name, const std::vector<const Instruction*>& outputs,
+                 EpilogueChain& e, GemmPlan& plan) {
+  const Instruction* cur = e.result;
   if (std::optional<passes::GeluRegion> g = passes::MatchGelu(cur)) {
     if (g->erf) return Error("%{}: erf GELU has no cuBLASLt epilogue (tanh only)", name);
-    gelu = true;
-    if (OutputIndex(outputs, cur) >= 0) aux = cur;
+    e.gelu = true;
+    if (OutputIndex(outputs, cur) >= 0) e.aux = cur;
     const Instruction* first = g->ops.front();
     if (first->opcode() == Opcode::kConvert && first->operand(0) == cur &&
         ir::DTypeBytes(cur->shape().dtype()) < ir::DTypeBytes(first->shape().dtype())) {
@@ -291,158 +308,177 @@ StatusOr<GemmPlan> PlanFusion(const Instruction& fusion) {
           "{} rounding of %{} before the GELU is skipped (cuBLASLt applies it to the f32 value)",
           ir::DTypeName(cur->shape().dtype()), cur->name()));
     }
-    cur = step(g->sink);
+    e.result = SkipConverts(g->sink, plan);
+    return Status::Ok();
   }
-  // ...or, after the bare dot, the GELU backward reading the aux.
-  const Instruction* dgelu_x = nullptr;
-  if (!gelu && bias == nullptr) {
-    auto is_parameter = [](const Instruction* x) { return x->opcode() == Opcode::kParameter; };
-    if (std::optional<passes::GeluRegion> g = passes::MatchGeluGrad(cur, is_parameter)) {
-      dgelu_x = g->x;
-      cur = step(g->sink);
-    }
+  if (e.bias != nullptr) return Status::Ok();
+  auto is_parameter = [](const Instruction* x) { return x->opcode() == Opcode::kParameter; };
+  if (std::optional<passes::GeluRegion> g = passes::MatchGeluGrad(cur, is_parameter)) {
+    e.dgelu_x = g->x;
+    e.result = SkipConverts(g->sink, plan);
   }
-  if (const Instruction* u = SingleUser(cur); u != nullptr && u->opcode() == Opcode::kAdd) {
-    const Instruction* r = u->operand(0) == cur ? u->operand(1) : u->operand(0);
-    if (r->shape() == cur->shape() && r->opcode() == Opcode::kParameter) {
-      if (gelu || dgelu_x) return Error("%{}: residual after GELU has no cuBLASLt epilogue", name);
-      residual = r;
-      cur = step(u);
-    }
-  }
-  if (cur == dot && dot->shape().rank() == 2) {
-    if (const Instruction* u = SingleUser(cur); u != nullptr && u->opcode() == Opcode::kTranspose) {
-      transposed = true;
-      std::swap(lhs, rhs);
-      cur = step(u);  // a widening convert after the transpose is cuBLASLt's D type
-    }
-  }
-  int64_t d_output = OutputIndex(outputs, cur);
-  if (d_output < 0) {
-    return Error("%{}: %{} ({}) is not a cuBLASLt epilogue", name,
-                 SingleUser(cur) ? SingleUser(cur)->name() : cur->name(),
-                 ir::OpcodeName(SingleUser(cur) ? SingleUser(cur)->opcode() : cur->opcode()));
-  }
-  plan.d_output = d_output;
-  RETURN_IF_ERROR(FillProblem(name, lhs, rhs, cur->shape().dtype(), plan));
+  return Status::Ok();
+}
 
-  // Extra outputs: the GELU pre-activation (aux) and the bias gradient.
+// Epilogue: converts, bias, converts, GELU, converts, residual, converts, or
+// a 2-D transpose of the dot (the order fusion absorbs them in).
+StatusOr<EpilogueChain> MatchEpilogue(const std::string& name, FusedDot& f,
+                                      const std::vector<const Instruction*>& outputs,
+                                      GemmPlan& plan) {
+  EpilogueChain e;
+  e.result = SkipConverts(f.dot, plan);
+  RETURN_IF_ERROR(MatchBias(name, e, plan));
+  RETURN_IF_ERROR(MatchGelu(name, outputs, e, plan));
+  if (const Instruction* u = SingleUser(e.result); u != nullptr && u->opcode() == Opcode::kAdd) {
+    const Instruction* r = u->operand(0) == e.result ? u->operand(1) : u->operand(0);
+    if (r->shape() == e.result->shape() && r->opcode() == Opcode::kParameter) {
+      if (e.gelu || e.dgelu_x) {
+        return Error("%{}: residual after GELU has no cuBLASLt epilogue", name);
+      }
+      e.residual = r;
+      e.result = SkipConverts(u, plan);
+    }
+  }
+  if (e.result == f.dot && f.dot->shape().rank() == 2) {
+    if (const Instruction* u = SingleUser(e.result);
+        u != nullptr && u->opcode() == Opcode::kTranspose) {
+      e.transposed = true;
+      std::swap(f.lhs, f.rhs);
+      e.result = SkipConverts(u, plan);  // a widening convert after it is cuBLASLt's D type
+    }
+  }
+  return e;
+}
+
+// The fusion's outputs besides D: the GELU pre-activation (aux) and the bias
+// gradient (a column sum, maybe rounded through a narrower type after it:
+// cuBLASLt writes the sum unrounded). Returns the fusion operand the bias
+// gradient sums, or -1.
+StatusOr<int64_t> MatchExtraOutputs(const std::string& name,
+                                    const std::vector<const Instruction*>& outputs,
+                                    const EpilogueChain& e, GemmPlan& plan) {
   int64_t bgrad_operand = -1;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Instruction* o = outputs[i];
-    if (static_cast<int64_t>(i) == d_output) continue;
-    if (o == aux) {
+    if (static_cast<int64_t>(i) == plan.d_output) continue;
+    if (o == e.aux) {
       plan.aux_output = static_cast<int64_t>(i);
       continue;
     }
-    // A column sum, with a round trip through a narrower type after it (the
-    // gradient of a bf16 bias copy): cuBLASLt writes the sum unrounded.
     const Instruction* r = o;
     while (r->opcode() == Opcode::kConvert) r = r->operand(0);
+    const Instruction* p = nullptr;
     if (r->opcode() == Opcode::kReduce && r->attrs().reduce_kind == ir::ReduceKind::kSum &&
         r->shape().rank() == 1 && r->shape().dtype() == o->shape().dtype() &&
         plan.bias_grad_output < 0) {
-      const Instruction* p = ParameterThroughConverts(r->operand(0));
-      if (p != nullptr) {
-        plan.bias_grad_output = static_cast<int64_t>(i);
-        bgrad_operand = p->attrs().index;
-        plan.bias_dtype = CudaDataType(o->shape().dtype());
-        for (const Instruction* c = o; c != r; c = c->operand(0)) {
-          if (ir::DTypeBytes(c->operand(0)->shape().dtype()) > ir::DTypeBytes(c->shape().dtype())) {
-            plan.notes.push_back(fmt::format("{} rounding of the bias gradient %{} is skipped",
-                                             ir::DTypeName(c->shape().dtype()), c->name()));
-          }
-        }
-        continue;
+      p = ParameterThroughConverts(r->operand(0));
+    }
+    if (p == nullptr) {
+      return Error("%{}: output {} (%{}) is not a cuBLASLt epilogue output", name, i, o->name());
+    }
+    plan.bias_grad_output = static_cast<int64_t>(i);
+    bgrad_operand = p->attrs().index;
+    plan.bias_dtype = program::GemmDTypeOf(o->shape().dtype());
+    for (const Instruction* c = o; c != r; c = c->operand(0)) {
+      if (ir::DTypeBytes(c->operand(0)->shape().dtype()) > ir::DTypeBytes(c->shape().dtype())) {
+        plan.notes.push_back(fmt::format("{} rounding of the bias gradient %{} is skipped",
+                                         ir::DTypeName(c->shape().dtype()), c->name()));
       }
     }
-    return Error("%{}: output {} (%{}) is not a cuBLASLt epilogue output", name, i, o->name());
   }
-  if (transposed && (bias || residual || gelu || dgelu_x)) {
+  return bgrad_operand;
+}
+
+// The bias, residual and aux buffers, checked against what cuBLASLt takes.
+Status PlaceEpilogueBuffers(const std::string& name, const EpilogueChain& e, GemmPlan& plan) {
+  const Instruction* d = e.result;
+  if (e.transposed && (e.bias || e.residual || e.gelu || e.dgelu_x)) {
     return Error("%{}: transposed result with an epilogue", name);
   }
-  if (bias != nullptr) {
+  if (e.bias != nullptr) {
     // cuBLASLt's bias has D's type (cublasLt.h, BIAS_DATA_TYPE); fusion
     // keeps other biases out of the gemm (Note [bias of D's type]).
-    if (bias->shape().dtype() != cur->shape().dtype()) {
-      return Error("%{}: a {} bias with a {} result (cuBLASLt's bias has the result's type)",
-                   name, ir::DTypeName(bias->shape().dtype()),
-                   ir::DTypeName(cur->shape().dtype()));
+    if (e.bias->shape().dtype() != d->shape().dtype()) {
+      return Error("%{}: a {} bias with a {} result (cuBLASLt's bias has the result's type)", name,
+                   ir::DTypeName(e.bias->shape().dtype()), ir::DTypeName(d->shape().dtype()));
     }
-    plan.bias_operand = bias->attrs().index;
-    plan.bias_dtype = CudaDataType(bias->shape().dtype());
+    plan.bias_operand = e.bias->attrs().index;
+    plan.bias_dtype = program::GemmDTypeOf(e.bias->shape().dtype());
   }
-  if (residual != nullptr) {
-    if (residual->shape().dtype() != cur->shape().dtype()) {
+  if (e.residual != nullptr) {
+    if (e.residual->shape().dtype() != d->shape().dtype()) {
       return Error("%{}: residual {} and result {} differ in dtype (cuBLASLt needs C = D)", name,
-                   ir::DTypeName(residual->shape().dtype()), ir::DTypeName(cur->shape().dtype()));
+                   ir::DTypeName(e.residual->shape().dtype()), ir::DTypeName(d->shape().dtype()));
     }
-    plan.c_operand = residual->attrs().index;
+    plan.c_operand = e.residual->attrs().index;
     plan.beta = 1.0;
   }
-  if (dgelu_x != nullptr) {
-    aux = dgelu_x;
-    plan.aux_operand = dgelu_x->attrs().index;
+  if (e.dgelu_x != nullptr) plan.aux_operand = e.dgelu_x->attrs().index;
+  const Instruction* aux = e.dgelu_x != nullptr ? e.dgelu_x : e.aux;
+  if (plan.aux_output < 0 && plan.aux_operand < 0) return Status::Ok();
+  if (aux->shape().dtype() != d->shape().dtype() || aux->shape().dims() != d->shape().dims()) {
+    return Error("%{}: GELU aux %{} is {}, the result {} (cuBLASLt's aux is laid out as D)", name,
+                 aux->name(), aux->shape().ToString(), d->shape().ToString());
   }
-  if (plan.aux_output >= 0 || plan.aux_operand >= 0) {
-    if (aux->shape().dtype() != cur->shape().dtype() ||
-        aux->shape().dims() != cur->shape().dims()) {
-      return Error("%{}: GELU aux %{} is {}, the result {} (cuBLASLt's aux is laid out as D)", name,
-                   aux->name(), aux->shape().ToString(), cur->shape().ToString());
-    }
-    // cublasLt.h, EPILOGUE_AUX_LD: "divisible by 8 and no less than the
-    // number of rows in the output matrix".
-    plan.aux_ld = plan.d.ld;
-    if (plan.aux_ld % 8 != 0) {
-      return Error(
-          "%{}: GELU aux leading dimension {} is not a multiple of 8 (cuBLASLt's "
-          "EPILOGUE_AUX_LD)",
-          name, plan.aux_ld);
-    }
+  // cublasLt.h, EPILOGUE_AUX_LD: "divisible by 8 and no less than the
+  // number of rows in the output matrix".
+  plan.aux_ld = plan.d.ld;
+  if (plan.aux_ld % 8 != 0) {
+    return Error(
+        "%{}: GELU aux leading dimension {} is not a multiple of 8 (cuBLASLt's "
+        "EPILOGUE_AUX_LD)",
+        name, plan.aux_ld);
   }
+  return Status::Ok();
+}
+
+// The epilogue the matched chain and outputs amount to.
+StatusOr<program::GemmEpilogue> ChooseEpilogue(const Instruction& fusion, const EpilogueChain& e,
+                                               int64_t bgrad_operand, GemmPlan& plan) {
+  using program::GemmEpilogue;
+  const std::string& name = fusion.name();
   if (plan.bias_grad_output >= 0) {
-    if (bias || gelu || residual || dgelu_x) {
+    if (e.bias || e.gelu || e.residual || e.dgelu_x) {
       return Error("%{}: bias gradient combined with another epilogue", name);
     }
     if (plan.batch_count != 1) return Error("%{}: batched bias gradient", name);
-    if (bgrad_operand == plan.a_operand) {
-      plan.epilogue = "CUBLASLT_EPILOGUE_BGRADA";
-    } else if (bgrad_operand == plan.b_operand) {
-      plan.epilogue = "CUBLASLT_EPILOGUE_BGRADB";
-    } else if (int64_t o = ConvertedOperand(fusion, bgrad_operand, plan); o >= 0) {
-      plan.epilogue = o == plan.a_operand ? "CUBLASLT_EPILOGUE_BGRADA" : "CUBLASLT_EPILOGUE_BGRADB";
-    } else {
-      return Error("%{}: bias gradient of operand {} that the dot does not read", name,
-                   bgrad_operand);
+    int64_t reduced = bgrad_operand;
+    if (reduced != plan.a_operand && reduced != plan.b_operand) {
+      reduced = ConvertedOperand(fusion, bgrad_operand, plan);
     }
-    return plan;
+    if (reduced == plan.a_operand) return GemmEpilogue::kBGradA;
+    if (reduced == plan.b_operand) return GemmEpilogue::kBGradB;
+    return Error("%{}: bias gradient of operand {} that the dot does not read", name,
+                 bgrad_operand);
   }
-  if (dgelu_x != nullptr) {
-    plan.epilogue = "CUBLASLT_EPILOGUE_DGELU";
-  } else if (gelu) {
-    plan.epilogue = plan.aux_output >= 0
-                        ? (bias ? "CUBLASLT_EPILOGUE_GELU_AUX_BIAS" : "CUBLASLT_EPILOGUE_GELU_AUX")
-                        : (bias ? "CUBLASLT_EPILOGUE_GELU_BIAS" : "CUBLASLT_EPILOGUE_GELU");
-  } else if (bias) {
-    plan.epilogue = "CUBLASLT_EPILOGUE_BIAS";
+  if (e.dgelu_x != nullptr) return GemmEpilogue::kDGelu;
+  if (e.gelu) {
+    if (plan.aux_output >= 0) return e.bias ? GemmEpilogue::kGeluAuxBias : GemmEpilogue::kGeluAux;
+    return e.bias ? GemmEpilogue::kGeluBias : GemmEpilogue::kGelu;
   }
+  return e.bias ? GemmEpilogue::kBias : GemmEpilogue::kDefault;
+}
+
+StatusOr<GemmPlan> PlanFusion(const Instruction& fusion) {
+  const std::string& name = fusion.name();
+  ASSIGN_OR_RETURN(FusedDot f, FindFusedDot(fusion));
+  const std::vector<const Instruction*> outputs = Outputs(*fusion.called_computation());
+  GemmPlan plan;
+  ASSIGN_OR_RETURN(EpilogueChain e, MatchEpilogue(name, f, outputs, plan));
+  plan.d_output = OutputIndex(outputs, e.result);
+  if (plan.d_output < 0) {
+    const Instruction* at = SingleUser(e.result) ? SingleUser(e.result) : e.result;
+    return Error("%{}: %{} ({}) is not a cuBLASLt epilogue", name, at->name(),
+                 ir::OpcodeName(at->opcode()));
+  }
+  RETURN_IF_ERROR(FillProblem(name, f.lhs, f.rhs, e.result->shape().dtype(), plan));
+  ASSIGN_OR_RETURN(int64_t bgrad_operand, MatchExtraOutputs(name, outputs, e, plan));
+  RETURN_IF_ERROR(PlaceEpilogueBuffers(name, e, plan));
+  ASSIGN_OR_RETURN(plan.epilogue, ChooseEpilogue(fusion, e, bgrad_operand, plan));
   return plan;
 }
 
 }  // namespace
-
-std::string CudaDataType(ir::DType dtype) {
-  switch (dtype) {
-    case ir::DType::kBF16:
-      return "CUDA_R_16BF";
-    case ir::DType::kF16:
-      return "CUDA_R_16F";
-    case ir::DType::kF32:
-      return "CUDA_R_32F";
-    default:
-      return "";
-  }
-}
 
 StatusOr<GemmPlan> PlanGemm(const Instruction& inst) {
   if (inst.opcode() == Opcode::kFusion && inst.attrs().fusion_kind == ir::FusionKind::kGemm) {

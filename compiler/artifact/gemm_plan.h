@@ -2,9 +2,9 @@
 //
 // A kind=gemm fusion (passes/fusion.h rule 4) or a stray unfused dot becomes
 // one cublasLtMatmul call. Everything the runtime needs to build the
-// descriptors is here, with cuBLASLt's enums spelled as strings
-// ("CUDA_R_16BF", "CUBLASLT_EPILOGUE_GELU_BIAS") so this file needs no CUDA
-// header; the algorithm is chosen at run time (heuristic, then autotuned).
+// descriptors is here, in program::GemmConfig (compiler/program/plan.h:
+// cuBLASLt's enums without a CUDA header); the algorithm is chosen at run
+// time (heuristic, then autotuned).
 //
 // Note [row-major on cuBLASLt]
 // IR arrays are row-major; cuBLASLt is column-major. A row-major X[r, c] is
@@ -30,10 +30,9 @@
 #define GPTC_COMPILER_ARTIFACT_GEMM_PLAN_H_
 
 #include <cstdint>
-#include <string>
-#include <vector>
 
 #include "compiler/ir/instruction.h"
+#include "compiler/program/plan.h"
 #include "compiler/support/status.h"
 
 namespace gptc::artifact {
@@ -41,51 +40,23 @@ namespace gptc::artifact {
 // cuBLASLt's default workspace for every call (llm.c uses the same).
 inline constexpr int64_t kGemmWorkspaceBytes = 32 << 20;
 
-// One cublasLtMatrixLayout: a column-major rows x cols matrix.
-struct MatrixLayout {
-  std::string dtype;  // "CUDA_R_16BF", "CUDA_R_32F"
-  int64_t rows = 0;
-  int64_t cols = 0;
-  int64_t ld = 0;
-  int64_t batch_count = 1;
-  int64_t batch_stride = 0;  // elements; 0 when batch_count == 1
-  bool operator==(const MatrixLayout&) const = default;
-};
+// A cuBLASLt matmul (program::GemmConfig, the plan's descriptor) and where
+// its buffers come from.
+struct GemmPlan : program::GemmConfig {
+  GemmPlan() { workspace_bytes = kGemmWorkspaceBytes; }
 
-struct GemmPlan {
-  std::string compute_type = "CUBLAS_COMPUTE_32F";
-  std::string scale_type = "CUDA_R_32F";
-  std::string transa = "CUBLAS_OP_N";
-  std::string transb = "CUBLAS_OP_N";
-  int64_t m = 0, n = 0, k = 0;  // cuBLASLt's (column-major) problem
-  int64_t batch_count = 1;
-  MatrixLayout a, b, c, d;
-  double alpha = 1.0;
-  double beta = 0.0;  // 1 when a residual is accumulated through C
-  std::string epilogue = "CUBLASLT_EPILOGUE_DEFAULT";
-  // Where the buffers come from: operand numbers of the fusion (or dot), and
-  // result leaves of the fusion. -1: absent. C is D's buffer without residual.
+  // Operand numbers of the fusion (or dot), and result leaves of the fusion.
+  // -1: absent. C is D's buffer without residual.
   int64_t a_operand = -1;
   int64_t b_operand = -1;
   int64_t c_operand = -1;
   int64_t bias_operand = -1;
-  std::string bias_dtype;  // CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE when a bias is read or written
   int64_t d_output = 0;
-  int64_t aux_output = -1;   // GELU_AUX: the pre-activation, laid out as D
-  int64_t aux_operand = -1;  // DGELU: the pre-activation it reads, laid out as D
-  int64_t aux_ld = 0;
+  int64_t aux_output = -1;        // GELU_AUX: the pre-activation, laid out as D
+  int64_t aux_operand = -1;       // DGELU: the pre-activation it reads, laid out as D
   int64_t bias_grad_output = -1;  // BGRADA / BGRADB
-  int64_t workspace_bytes = kGemmWorkspaceBytes;
-  // Where cuBLASLt computes something slightly different from the IR (always
-  // more precise), e.g. "bf16 rounding of the dot result before the epilogue
-  // is skipped".
-  std::vector<std::string> notes;
   bool operator==(const GemmPlan&) const = default;
 };
-
-// "CUDA_R_16BF" for bf16, "CUDA_R_32F" for f32, "CUDA_R_16F" for f16; empty
-// for dtypes cuBLASLt matmuls do not take.
-std::string CudaDataType(ir::DType dtype);
 
 // The descriptor of a kind=gemm fusion or an unfused dot. Errors say why the
 // layout or epilogue has no cuBLASLt equivalent, naming the instruction.

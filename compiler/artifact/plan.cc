@@ -13,96 +13,10 @@ namespace gptc::artifact {
 
 namespace {
 
-using nlohmann::json;
 using ir::Instruction;
 using ir::Opcode;
-
-json SliceJson(const passes::Slice& s) { return json{{"offset", s.offset}, {"size", s.size}}; }
-
-// The slice of leaf `leaf` of `inst` with the id of its buffer (Note [plan
-// buffers]).
-StatusOr<json> BufferJson(const passes::BufferAssignment& ba, const Instruction* inst,
-                          int64_t leaf = 0) {
-  ASSIGN_OR_RETURN(passes::Slice s, ba.GetSlice(inst, leaf));
-  json j = SliceJson(s);
-  if (const passes::BufferAssignment::Buffer* b = ba.GetBuffer(inst, leaf)) j["buffer"] = b->id;
-  return j;
-}
-
-json LayoutJson(const MatrixLayout& l) {
-  return json{{"dtype", l.dtype},           {"rows", l.rows},
-              {"cols", l.cols},             {"ld", l.ld},
-              {"batch_count", l.batch_count}, {"batch_stride", l.batch_stride}};
-}
-
-json Dim3Json(const codegen::Dim3& d) { return json::array({d.x, d.y, d.z}); }
-
-// A kernel thunk of `inst`: its launch and its argument slices (operands,
-// then results: Note [kernel ABI]).
-StatusOr<json> KernelThunk(const Instruction& inst, const codegen::CompiledKernel& kernel,
-                           const std::string& kind, const passes::BufferAssignment& ba,
-                           int64_t scratch_offset) {
-  const codegen::KernelSpec& spec = kernel.spec;
-  json args = json::array();
-  int64_t operands = 0;
-  for (const codegen::KernelParam& p : spec.params) {
-    json arg;
-    if (p.role == codegen::KernelParam::Role::kOperand) {
-      ASSIGN_OR_RETURN(arg, BufferJson(ba, inst.operand(p.index)));
-      ++operands;
-    } else if (p.role == codegen::KernelParam::Role::kScratch) {
-      // Note [split column reductions]: past the arena's buffers, in no buffer.
-      arg = json{{"offset", scratch_offset}, {"size", p.shape.byte_size()}, {"buffer", -1}};
-    } else {
-      ASSIGN_OR_RETURN(arg, BufferJson(ba, &inst, p.index));
-    }
-    args.push_back(std::move(arg));
-  }
-  return json{{"kind", "kernel"},
-              {"name", spec.name},
-              {"fusion", inst.name()},
-              {"fusion_kind", kind},
-              {"meta", inst.metadata()},
-              {"grid", Dim3Json(spec.grid)},
-              {"block", Dim3Json(spec.block)},
-              {"dynamic_smem", spec.dynamic_shared_bytes},
-              {"args", std::move(args)},
-              {"operands", operands}};
-}
-
-json Unsupported(const Instruction& inst, std::string what, std::string reason) {
-  return json{{"kind", "unsupported"}, {"name", inst.name()}, {"meta", inst.metadata()},
-              {"what", std::move(what)}, {"reason", std::move(reason)}};
-}
-
-StatusOr<json> GemmThunk(const Instruction& inst, const GemmPlan& plan,
-                         const passes::BufferAssignment& ba) {
-  json t{{"kind", "gemm"}, {"name", inst.name()}, {"meta", inst.metadata()},
-         {"descriptor", GemmPlanToJson(plan)}};
-  auto operand = [&](int64_t i) { return BufferJson(ba, inst.operand(i)); };
-  auto output = [&](int64_t i) { return BufferJson(ba, &inst, i); };
-  ASSIGN_OR_RETURN(t["a"], operand(plan.a_operand));
-  ASSIGN_OR_RETURN(t["b"], operand(plan.b_operand));
-  ASSIGN_OR_RETURN(t["d"], output(plan.d_output));
-  if (plan.c_operand >= 0) {
-    ASSIGN_OR_RETURN(t["c"], operand(plan.c_operand));
-  } else {
-    t["c"] = t["d"];
-  }
-  if (plan.bias_operand >= 0) {
-    ASSIGN_OR_RETURN(t["bias"], operand(plan.bias_operand));
-  }
-  if (plan.aux_output >= 0) {
-    ASSIGN_OR_RETURN(t["aux"], output(plan.aux_output));
-  }
-  if (plan.aux_operand >= 0) {
-    ASSIGN_OR_RETURN(t["aux"], operand(plan.aux_operand));
-  }
-  if (plan.bias_grad_output >= 0) {
-    ASSIGN_OR_RETURN(t["bias"], output(plan.bias_grad_output));
-  }
-  return t;
-}
+using program::ArenaSlice;
+using program::Thunk;
 
 // The first thunk that reads `value` (through tuples, get-tuple-elements
 // and reshapes, which launch nothing), or `end` when only the caller does.
@@ -125,269 +39,359 @@ int64_t FirstReader(const Instruction* value,
   return first;
 }
 
-// Note [all-reduce buckets] (plan.h): packs the all_reduce thunks into buckets.
-json Buckets(json& thunks, const std::vector<std::pair<int64_t, const Instruction*>>& all_reduces,
-             const std::unordered_map<const Instruction*, int64_t>& first_thunk, int64_t end) {
-  json buckets = json::array();
-  json current;
-  int64_t bytes = 0, wait_before = end;
-  auto close = [&] {
-    if (current.is_null()) return;
-    current["bytes"] = bytes;
-    current["issue_after"] = current["members"].back();
-    current["wait_before"] = wait_before;
-    buckets.push_back(std::move(current));
-    current = json();
-  };
+// Note [all-reduce buckets] (plan.h): packs the all_reduce thunks into
+// buckets, and tells each member its bucket.
+std::vector<program::AllReduceBucket> Buckets(
+    std::vector<Thunk>& thunks,
+    const std::vector<std::pair<int64_t, const Instruction*>>& all_reduces,
+    const std::unordered_map<const Instruction*, int64_t>& first_thunk, int64_t end) {
+  std::vector<program::AllReduceBucket> buckets;
+  bool open = false;
   for (const auto& [index, inst] : all_reduces) {
-    const int64_t size = thunks[index]["in"]["size"].get<int64_t>();
+    auto& member = std::get<program::AllReduceThunk>(thunks[index].body);
+    const int64_t size = member.in.size;
     // A member's result must not be read before the bucket is issued (at its
     // last member), and a bucket stops growing at the size cap.
-    if (!current.is_null() && (index >= wait_before || bytes + size > kAllReduceBucketBytes)) {
-      close();
+    if (open && (index >= buckets.back().wait_before ||
+                 buckets.back().bytes + size > kAllReduceBucketBytes)) {
+      open = false;
     }
-    if (current.is_null()) {
-      current = json{{"id", buckets.size()}, {"members", json::array()}};
-      bytes = 0;
-      wait_before = end;
+    if (!open) {
+      buckets.push_back({.id = static_cast<int64_t>(buckets.size()), .wait_before = end});
+      open = true;
     }
-    current["members"].push_back(index);
-    bytes += size;
-    wait_before = std::min(wait_before, FirstReader(inst, first_thunk, end));
-    thunks[index]["bucket"] = current["id"];
+    program::AllReduceBucket& b = buckets.back();
+    b.members.push_back(index);
+    b.issue_after = index;
+    b.bytes += size;
+    b.wait_before = std::min(b.wait_before, FirstReader(inst, first_thunk, end));
+    member.bucket = b.id;
   }
-  close();
   return buckets;
-}
-
-json SlotJson(const program::Slot& slot, const json& slice) {
-  json j{{"role", program::SlotRoleName(slot.role)},
-         {"index", slot.index},
-         {"name", slot.name},
-         {"shape", slot.shape.ToString()},
-         {"offset", slice["offset"]},
-         {"size", slice["size"]}};
-  if (slice.contains("buffer")) j["buffer"] = slice["buffer"];
-  return j;
 }
 
 // Note [plan buffers]: every buffer of the entry's arena, so that the
 // emulator can tell two values apart that share memory at different times
 // (runtime/emu/: a thunk must read what its operand's producer wrote).
-json BuffersJson(const passes::BufferAssignment& ba) {
-  json buffers = json::array();
+std::vector<program::PlanBuffer> PlanBuffers(const passes::BufferAssignment& ba) {
+  std::vector<program::PlanBuffer> buffers;
   for (const passes::BufferAssignment::Buffer& b : ba.buffers()) {
     std::string name = b.defining != nullptr ? b.defining->name() : "?";
     if (b.leaf > 0) name += fmt::format("{{{}}}", b.leaf);
-    buffers.push_back(json{{"id", b.id},
-                           {"name", std::move(name)},
-                           {"offset", b.slice.offset},
-                           {"size", b.slice.size}});
+    buffers.push_back({.id = b.id,
+                       .name = std::move(name),
+                       .slice = {.offset = b.slice.offset, .size = b.slice.size, .buffer = b.id}});
   }
   return buffers;
 }
 
-}  // namespace
-
-json GemmPlanToJson(const GemmPlan& p) {
-  json j{{"compute_type", p.compute_type},
-         {"scale_type", p.scale_type},
-         {"transa", p.transa},
-         {"transb", p.transb},
-         {"m", p.m},
-         {"n", p.n},
-         {"k", p.k},
-         {"batch_count", p.batch_count},
-         {"a", LayoutJson(p.a)},
-         {"b", LayoutJson(p.b)},
-         {"c", LayoutJson(p.c)},
-         {"d", LayoutJson(p.d)},
-         {"alpha", p.alpha},
-         {"beta", p.beta},
-         {"epilogue", p.epilogue},
-         {"workspace_bytes", p.workspace_bytes}};
-  if (!p.bias_dtype.empty()) j["bias_dtype"] = p.bias_dtype;
-  if (p.aux_output >= 0 || p.aux_operand >= 0) j["aux_ld"] = p.aux_ld;
-  if (!p.notes.empty()) j["notes"] = p.notes;
-  return j;
+// Whether `inst` is a gemm: a dot or a kind=gemm fusion.
+bool IsGemm(const Instruction& inst) {
+  return inst.opcode() == Opcode::kDot ||
+         (inst.opcode() == Opcode::kFusion && inst.attrs().fusion_kind == ir::FusionKind::kGemm);
 }
 
-StatusOr<json> BuildEntryPlan(const program::TrainEntry& entry,
-                              const passes::BufferAssignment& ba,
-                              const codegen::CompiledKernels& kernels, PlanStats& stats) {
-  const ir::Computation& c = *entry.module->entry();
-  // An instruction may need several kernels, launched in the order codegen
-  // lists them (Note [multi-kernel instructions]: scatter-add's init, then add).
-  std::unordered_map<std::string, std::vector<const codegen::CompiledKernel*>> by_fusion;
-  for (const codegen::CompiledKernel& k : kernels.kernels) by_fusion[k.spec.fusion].push_back(&k);
-  std::unordered_map<std::string, std::string> skipped;
-  for (const codegen::SkippedFusion& s : kernels.skipped) skipped[s.fusion] = s.reason;
-
-  // Note [split column reductions]: kernels that share scratch memory within
-  // an instruction get it past the buffers (kernels run one at a time on the
-  // compute stream, so one region serves all).
-  const int64_t scratch_offset = (ba.arena_size() + 255) / 256 * 256;
-  int64_t scratch_bytes = 0;
-  for (const codegen::CompiledKernel& k : kernels.kernels) {
-    for (const codegen::KernelParam& p : k.spec.params) {
-      if (p.role == codegen::KernelParam::Role::kScratch) {
-        scratch_bytes = std::max(scratch_bytes, p.shape.byte_size());
+// Builds one entry's plan: thunks in schedule order, then the buckets, the
+// donation copies, the signature's slots and the buffers.
+class EntryPlanBuilder {
+ public:
+  EntryPlanBuilder(const program::TrainEntry& entry, const passes::BufferAssignment& ba,
+                   const codegen::CompiledKernels& kernels, PlanStats& stats)
+      : entry_(entry), ba_(ba), stats_(stats), c_(*entry.module->entry()) {
+    // An instruction may need several kernels, launched in the order codegen
+    // lists them (Note [multi-kernel instructions]: scatter-add's init, then add).
+    for (const codegen::CompiledKernel& k : kernels.kernels) {
+      by_fusion_[k.spec.fusion].push_back(&k);
+    }
+    for (const codegen::SkippedFusion& s : kernels.skipped) skipped_[s.fusion] = s.reason;
+    // Note [split column reductions]: kernels that share scratch memory within
+    // an instruction get it past the buffers (kernels run one at a time on the
+    // compute stream, so one region serves all).
+    scratch_offset_ = (ba.arena_size() + 255) / 256 * 256;
+    int64_t scratch_bytes = 0;
+    for (const codegen::CompiledKernel& k : kernels.kernels) {
+      for (const codegen::KernelParam& p : k.spec.params) {
+        if (p.role == codegen::KernelParam::Role::kScratch) {
+          scratch_bytes = std::max(scratch_bytes, p.shape.byte_size());
+        }
       }
     }
+    plan_.name = entry.name;
+    plan_.arena_size = scratch_bytes > 0 ? scratch_offset_ + scratch_bytes : ba.arena_size();
   }
-  const int64_t arena_size = scratch_bytes > 0 ? scratch_offset + scratch_bytes : ba.arena_size();
 
-  json thunks = json::array();
-  // The first thunk of each instruction that launches work, and the all-reduces.
-  std::unordered_map<const Instruction*, int64_t> first_thunk;
-  std::vector<std::pair<int64_t, const Instruction*>> all_reduces;
-  for (const auto& owned : c.instructions()) {
-    const Instruction& inst = *owned;
-    if (!passes::IsKernel(inst) && inst.opcode() != Opcode::kConstant &&
-        inst.opcode() != Opcode::kCopy) {
-      continue;  // parameters, tuples, get-tuple-elements, reshapes: no work
+  StatusOr<program::EntryPlan> Build() && {
+    for (const auto& owned : c_.instructions()) RETURN_IF_ERROR(AddInstruction(*owned));
+    // Before the donation copies: a bucket waited for at the end of the step
+    // completes before any copy reads its results.
+    plan_.buckets = Buckets(plan_.thunks, all_reduces_, first_thunk_,
+                            static_cast<int64_t>(plan_.thunks.size()));
+    RETURN_IF_ERROR(AddDonationCopies());
+    RETURN_IF_ERROR(AddSlots());
+    plan_.donations = entry_.signature.donations;
+    plan_.buffers = PlanBuffers(ba_);
+    return std::move(plan_);
+  }
+
+ private:
+  // The slice of leaf `leaf` of `inst`, with the id of its buffer (Note [plan
+  // buffers]).
+  StatusOr<ArenaSlice> SliceOf(const Instruction* inst, int64_t leaf = 0) const {
+    ASSIGN_OR_RETURN(passes::Slice s, ba_.GetSlice(inst, leaf));
+    const passes::BufferAssignment::Buffer* b = ba_.GetBuffer(inst, leaf);
+    return ArenaSlice{.offset = s.offset, .size = s.size, .buffer = b != nullptr ? b->id : -1};
+  }
+
+  // Note [split column reductions]: a kernel's scratch, past the arena's
+  // buffers, in no buffer.
+  ArenaSlice Scratch(const codegen::KernelParam& p) const {
+    return {.offset = scratch_offset_, .size = p.shape.byte_size(), .buffer = -1};
+  }
+
+  const Instruction* RootElement(int64_t i) const {
+    const Instruction* root = c_.root();
+    return root->opcode() == Opcode::kTuple ? root->operand(i) : root;
+  }
+
+  void Push(Thunk t) {
+    t.index = static_cast<int64_t>(plan_.thunks.size());
+    ++stats_.thunks[std::string(program::ThunkKindName(t.kind()))];
+    if (const auto* u = std::get_if<program::UnsupportedThunk>(&t.body)) {
+      ++stats_.unsupported[u->what];
     }
-    first_thunk[&inst] = static_cast<int64_t>(thunks.size());
-    json t;
-    bool is_gemm = inst.opcode() == Opcode::kDot ||
-                   (inst.opcode() == Opcode::kFusion &&
-                    inst.attrs().fusion_kind == ir::FusionKind::kGemm);
-    if (is_gemm) {
-      StatusOr<GemmPlan> plan = PlanGemm(inst);
-      // Note [epilogue fallback kernels]: run only when the runtime has to
-      // drop the gemm's epilogue: the bias gradient before the gemm, the
-      // forward epilogue after it (reading the plain gemm's result in scratch).
-      using Fallback = codegen::KernelSpec::GemmFallback;
-      const bool bgrad = plan.ok() && plan->epilogue.starts_with("CUBLASLT_EPILOGUE_BGRAD");
-      const bool forward = plan.ok() && !bgrad && plan->epilogue != "CUBLASLT_EPILOGUE_DEFAULT";
-      std::vector<json> after;
-      const codegen::KernelParam* scratch = nullptr;
-      if (auto it = by_fusion.find(inst.name()); it != by_fusion.end() && (bgrad || forward)) {
-        for (const codegen::CompiledKernel* kernel : it->second) {
-          const Fallback f = kernel->spec.gemm_fallback;
-          if (f == Fallback::kNone || (f == Fallback::kBiasGradient) != bgrad) continue;
-          ASSIGN_OR_RETURN(
-              json k, KernelThunk(inst, *kernel, bgrad ? "reduction" : "loop", ba, scratch_offset));
-          k["fallback"] = true;
-          ++stats.kernels_by_kind["gemm fallback"];
-          ++stats.thunks["kernel"];
-          if (bgrad) {
-            thunks.push_back(std::move(k));
-            continue;
-          }
-          for (const codegen::KernelParam& p : kernel->spec.params) {
-            if (p.role == codegen::KernelParam::Role::kScratch) scratch = &p;
-          }
-          after.push_back(std::move(k));
-        }
-      }
-      if (plan.ok()) {
-        ASSIGN_OR_RETURN(t, GemmThunk(inst, *plan, ba));
-        ++stats.epilogues[plan->epilogue];
-        if (scratch != nullptr) {  // where the plain gemm puts the dot's f32 result
-          t["fallback_d"] = json{
-              {"offset", scratch_offset}, {"size", scratch->shape.byte_size()}, {"buffer", -1}};
-        }
-      } else {
-        t = Unsupported(inst, "gemm layout", plan.status().message());
-      }
-      if (!after.empty()) {
-        ++stats.thunks[t["kind"].get<std::string>()];
-        thunks.push_back(std::move(t));
-        for (json& k : after) thunks.push_back(std::move(k));
+    plan_.thunks.push_back(std::move(t));
+  }
+
+  static Thunk Unsupported(const Instruction& inst, std::string what, std::string reason) {
+    return {.name = inst.name(),
+            .meta = inst.metadata(),
+            .body = program::UnsupportedThunk{std::move(what), std::move(reason)}};
+  }
+
+  Status AddInstruction(const Instruction& inst);
+  StatusOr<Thunk> KernelThunk(const Instruction& inst, const codegen::CompiledKernel& kernel,
+                              const std::string& kind) const;
+  Status AddKernels(const Instruction& inst, const std::vector<const codegen::CompiledKernel*>& ks);
+  Status AddGemm(const Instruction& inst);
+  StatusOr<Thunk> GemmThunk(const Instruction& inst, const GemmPlan& plan) const;
+  StatusOr<Thunk> AllReduceThunk(const Instruction& inst);
+  StatusOr<Thunk> CopyThunk(const Instruction& inst) const;
+  StatusOr<Thunk> ConstantThunk(const Instruction& inst) const;
+  Status AddDonationCopies();
+  Status AddSlots();
+
+  const program::TrainEntry& entry_;
+  const passes::BufferAssignment& ba_;
+  PlanStats& stats_;
+  const ir::Computation& c_;
+  std::unordered_map<std::string, std::vector<const codegen::CompiledKernel*>> by_fusion_;
+  std::unordered_map<std::string, std::string> skipped_;
+  int64_t scratch_offset_ = 0;
+  program::EntryPlan plan_;
+  // The first thunk of each instruction that launches work, and the all-reduces.
+  std::unordered_map<const Instruction*, int64_t> first_thunk_;
+  std::vector<std::pair<int64_t, const Instruction*>> all_reduces_;
+};
+
+Status EntryPlanBuilder::AddInstruction(const Instruction& inst) {
+  if (!passes::IsKernel(inst) && inst.opcode() != Opcode::kConstant &&
+      inst.opcode() != Opcode::kCopy) {
+    return Status::Ok();  // parameters, tuples, get-tuple-elements, reshapes: no work
+  }
+  first_thunk_[&inst] = static_cast<int64_t>(plan_.thunks.size());
+  if (IsGemm(inst)) return AddGemm(inst);
+  if (auto it = by_fusion_.find(inst.name()); it != by_fusion_.end()) {
+    return AddKernels(inst, it->second);
+  }
+  Thunk t;
+  if (inst.opcode() == Opcode::kFusion) {
+    std::string kind(ir::FusionKindName(inst.attrs().fusion_kind));
+    auto s = skipped_.find(inst.name());
+    t = Unsupported(inst, "fusion kind " + kind,
+                    s != skipped_.end() ? s->second : "no kernel was compiled");
+  } else if (inst.opcode() == Opcode::kAllReduce) {
+    ASSIGN_OR_RETURN(t, AllReduceThunk(inst));
+  } else if (inst.opcode() == Opcode::kCopy && !inst.shape().is_tuple()) {
+    ASSIGN_OR_RETURN(t, CopyThunk(inst));
+  } else if (inst.opcode() == Opcode::kConstant && inst.shape().num_elements() <= 1024) {
+    ASSIGN_OR_RETURN(t, ConstantThunk(inst));
+  } else {
+    t = Unsupported(inst, std::string(ir::OpcodeName(inst.opcode())),
+                    fmt::format("{} has no emitter yet", ir::OpcodeName(inst.opcode())));
+  }
+  Push(std::move(t));
+  return Status::Ok();
+}
+
+// A kernel thunk of `inst`: its launch and its argument slices (operands,
+// then results: Note [kernel ABI]).
+StatusOr<Thunk> EntryPlanBuilder::KernelThunk(const Instruction& inst,
+                                              const codegen::CompiledKernel& kernel,
+                                              const std::string& kind) const {
+  const codegen::KernelSpec& spec = kernel.spec;
+  program::KernelThunk k{.fusion = inst.name(),
+                         .fusion_kind = kind,
+                         .grid = {spec.grid.x, spec.grid.y, spec.grid.z},
+                         .block = {spec.block.x, spec.block.y, spec.block.z},
+                         .dynamic_smem = spec.dynamic_shared_bytes};
+  for (const codegen::KernelParam& p : spec.params) {
+    ArenaSlice arg;
+    if (p.role == codegen::KernelParam::Role::kOperand) {
+      ASSIGN_OR_RETURN(arg, SliceOf(inst.operand(p.index)));
+      ++k.operands;
+    } else if (p.role == codegen::KernelParam::Role::kScratch) {
+      arg = Scratch(p);
+    } else {
+      ASSIGN_OR_RETURN(arg, SliceOf(&inst, p.index));
+    }
+    k.args.push_back(arg);
+  }
+  return Thunk{.name = spec.name, .meta = inst.metadata(), .body = std::move(k)};
+}
+
+Status EntryPlanBuilder::AddKernels(const Instruction& inst,
+                                    const std::vector<const codegen::CompiledKernel*>& kernels) {
+  std::string kind = inst.opcode() == Opcode::kFusion
+                         ? std::string(ir::FusionKindName(inst.attrs().fusion_kind))
+                         : std::string(ir::OpcodeName(inst.opcode()));
+  for (const codegen::CompiledKernel* kernel : kernels) {
+    ASSIGN_OR_RETURN(Thunk t, KernelThunk(inst, *kernel, kind));
+    ++stats_.kernels_by_kind[kind];
+    Push(std::move(t));
+  }
+  return Status::Ok();
+}
+
+// A gemm and its fallback kernels (Note [epilogue fallback kernels]): run
+// only when the runtime has to drop the gemm's epilogue: the bias gradient
+// before the gemm, the forward epilogue after it (reading the plain gemm's
+// result in scratch).
+Status EntryPlanBuilder::AddGemm(const Instruction& inst) {
+  StatusOr<GemmPlan> plan = PlanGemm(inst);
+  if (!plan.ok()) {
+    Push(Unsupported(inst, "gemm layout", plan.status().message()));
+    return Status::Ok();
+  }
+  using Fallback = codegen::KernelSpec::GemmFallback;
+  const bool bgrad = plan->epilogue == program::GemmEpilogue::kBGradA ||
+                     plan->epilogue == program::GemmEpilogue::kBGradB;
+  const bool forward = !bgrad && plan->epilogue != program::GemmEpilogue::kDefault;
+  std::vector<Thunk> after;
+  std::optional<ArenaSlice> fallback_d;
+  if (auto it = by_fusion_.find(inst.name()); it != by_fusion_.end() && (bgrad || forward)) {
+    for (const codegen::CompiledKernel* kernel : it->second) {
+      const Fallback f = kernel->spec.gemm_fallback;
+      if (f == Fallback::kNone || (f == Fallback::kBiasGradient) != bgrad) continue;
+      ASSIGN_OR_RETURN(Thunk k, KernelThunk(inst, *kernel, bgrad ? "reduction" : "loop"));
+      std::get<program::KernelThunk>(k.body).fallback = true;
+      ++stats_.kernels_by_kind["gemm fallback"];
+      if (bgrad) {
+        Push(std::move(k));
         continue;
       }
-    } else if (auto it = by_fusion.find(inst.name()); it != by_fusion.end()) {
-      std::string kind = inst.opcode() == Opcode::kFusion
-                             ? std::string(ir::FusionKindName(inst.attrs().fusion_kind))
-                             : std::string(ir::OpcodeName(inst.opcode()));
-      for (const codegen::CompiledKernel* kernel : it->second) {
-        ASSIGN_OR_RETURN(json t, KernelThunk(inst, *kernel, kind, ba, scratch_offset));
-        ++stats.kernels_by_kind[kind];
-        ++stats.thunks["kernel"];
-        thunks.push_back(std::move(t));
+      for (const codegen::KernelParam& p : kernel->spec.params) {
+        // Where the plain gemm puts the dot's f32 result.
+        if (p.role == codegen::KernelParam::Role::kScratch) fallback_d = Scratch(p);
       }
-      continue;
-    } else if (inst.opcode() == Opcode::kFusion) {
-      std::string kind(ir::FusionKindName(inst.attrs().fusion_kind));
-      auto s = skipped.find(inst.name());
-      t = Unsupported(inst, "fusion kind " + kind,
-                      s != skipped.end() ? s->second : "no kernel was compiled");
-    } else if (inst.opcode() == Opcode::kAllReduce) {
-      ASSIGN_OR_RETURN(json in, BufferJson(ba, inst.operand(0)));
-      ASSIGN_OR_RETURN(json out, BufferJson(ba, &inst));
-      t = json{{"kind", "all_reduce"},
-               {"name", inst.name()},
-               {"meta", inst.metadata()},
-               {"reduce", inst.attrs().reduce_kind == ir::ReduceKind::kSum ? "sum" : "max"},
-               {"dtype", ir::DTypeName(inst.shape().dtype())},
-               {"count", inst.shape().num_elements()},
-               {"in", std::move(in)},
-               {"out", std::move(out)}};
-      all_reduces.push_back({static_cast<int64_t>(thunks.size()), &inst});
-    } else if (inst.opcode() == Opcode::kCopy && !inst.shape().is_tuple()) {
-      ASSIGN_OR_RETURN(json in, BufferJson(ba, inst.operand(0)));
-      ASSIGN_OR_RETURN(json out, BufferJson(ba, &inst));
-      const int64_t bytes = out["size"].get<int64_t>();
-      t = json{{"kind", "copy"},
-               {"name", inst.name()},
-               {"src", std::move(in)},
-               {"dst", std::move(out)},
-               {"bytes", bytes}};
-    } else if (inst.opcode() == Opcode::kConstant && inst.shape().num_elements() <= 1024) {
-      ASSIGN_OR_RETURN(json out, BufferJson(ba, &inst));
-      t = json{{"kind", "constant"},
-               {"name", inst.name()},
-               {"dtype", ir::DTypeName(inst.shape().dtype())},
-               {"values", inst.attrs().literal},
-               {"dst", std::move(out)}};
-    } else {
-      t = Unsupported(inst, std::string(ir::OpcodeName(inst.opcode())),
-                      fmt::format("{} has no emitter yet", ir::OpcodeName(inst.opcode())));
+      after.push_back(std::move(k));
     }
-    if (t["kind"] == "unsupported") ++stats.unsupported[t["what"].get<std::string>()];
-    ++stats.thunks[t["kind"].get<std::string>()];
-    thunks.push_back(std::move(t));
   }
-  // Before the donation copies: a bucket waited for at the end of the step
-  // completes before any copy reads its results.
-  json buckets = Buckets(thunks, all_reduces, first_thunk, static_cast<int64_t>(thunks.size()));
-  // Donations that could not be done in place: copy output -> parameter after the step.
-  const ir::Instruction* root = c.root();
-  std::vector<ir::Instruction*> params = c.parameters();
-  for (const passes::BufferAssignment::DonationCopy& copy : ba.copies()) {
-    const Instruction* out = root->opcode() == Opcode::kTuple ? root->operand(copy.output) : root;
-    ASSIGN_OR_RETURN(json src, BufferJson(ba, out));
-    ASSIGN_OR_RETURN(json dst, BufferJson(ba, params[copy.parameter]));
-    const int64_t bytes = src["size"].get<int64_t>();
-    thunks.push_back(json{{"kind", "copy"},
-                          {"name", fmt::format("donation.out{}.in{}", copy.output, copy.parameter)},
-                          {"src", std::move(src)},
-                          {"dst", std::move(dst)},
-                          {"bytes", bytes},
-                          {"reason", copy.reason}});
-    ++stats.thunks["copy"];
-  }
+  ASSIGN_OR_RETURN(Thunk t, GemmThunk(inst, *plan));
+  std::get<program::GemmThunk>(t.body).fallback_d = fallback_d;
+  ++stats_.epilogues[std::string(program::GemmEpilogueName(plan->epilogue))];
+  Push(std::move(t));
+  for (Thunk& k : after) Push(std::move(k));
+  return Status::Ok();
+}
 
-  json inputs = json::array(), outputs = json::array(), donations = json::array();
-  for (size_t i = 0; i < entry.signature.inputs.size(); ++i) {
-    ASSIGN_OR_RETURN(json s, BufferJson(ba, params[i]));
-    inputs.push_back(SlotJson(entry.signature.inputs[i], s));
+StatusOr<Thunk> EntryPlanBuilder::GemmThunk(const Instruction& inst, const GemmPlan& plan) const {
+  program::GemmThunk g{.config = plan};
+  auto operand = [&](int64_t i) { return SliceOf(inst.operand(i)); };
+  auto output = [&](int64_t i) { return SliceOf(&inst, i); };
+  ASSIGN_OR_RETURN(g.a, operand(plan.a_operand));
+  ASSIGN_OR_RETURN(g.b, operand(plan.b_operand));
+  ASSIGN_OR_RETURN(g.d, output(plan.d_output));
+  g.c = g.d;
+  if (plan.c_operand >= 0) {
+    ASSIGN_OR_RETURN(g.c, operand(plan.c_operand));
   }
-  for (size_t i = 0; i < entry.signature.outputs.size(); ++i) {
-    const Instruction* out = root->opcode() == Opcode::kTuple ? root->operand(i) : root;
-    ASSIGN_OR_RETURN(json s, BufferJson(ba, out));
-    outputs.push_back(SlotJson(entry.signature.outputs[i], s));
+  if (plan.bias_operand >= 0) {
+    ASSIGN_OR_RETURN(g.bias, operand(plan.bias_operand));
   }
-  for (auto [o, i] : entry.signature.donations) donations.push_back(json::array({o, i}));
-  return json{{"name", entry.name},
-              {"arena_size", arena_size},
-              {"inputs", inputs},
-              {"outputs", outputs},
-              {"donations", donations},
-              {"thunks", std::move(thunks)},
-              {"buckets", std::move(buckets)},
-              {"buffers", BuffersJson(ba)}};
+  if (plan.aux_output >= 0) {
+    ASSIGN_OR_RETURN(g.aux, output(plan.aux_output));
+  }
+  if (plan.aux_operand >= 0) {
+    ASSIGN_OR_RETURN(g.aux, operand(plan.aux_operand));
+  }
+  if (plan.bias_grad_output >= 0) {
+    ASSIGN_OR_RETURN(g.bias, output(plan.bias_grad_output));
+  }
+  return Thunk{.name = inst.name(), .meta = inst.metadata(), .body = std::move(g)};
+}
+
+StatusOr<Thunk> EntryPlanBuilder::AllReduceThunk(const Instruction& inst) {
+  program::AllReduceThunk a{.reduce = inst.attrs().reduce_kind,
+                            .dtype = inst.shape().dtype(),
+                            .count = inst.shape().num_elements()};
+  ASSIGN_OR_RETURN(a.in, SliceOf(inst.operand(0)));
+  ASSIGN_OR_RETURN(a.out, SliceOf(&inst));
+  all_reduces_.push_back({static_cast<int64_t>(plan_.thunks.size()), &inst});
+  return Thunk{.name = inst.name(), .meta = inst.metadata(), .body = std::move(a)};
+}
+
+StatusOr<Thunk> EntryPlanBuilder::CopyThunk(const Instruction& inst) const {
+  program::CopyThunk c;
+  ASSIGN_OR_RETURN(c.src, SliceOf(inst.operand(0)));
+  ASSIGN_OR_RETURN(c.dst, SliceOf(&inst));
+  c.bytes = c.dst.size;
+  return Thunk{.name = inst.name(), .body = std::move(c)};
+}
+
+StatusOr<Thunk> EntryPlanBuilder::ConstantThunk(const Instruction& inst) const {
+  program::ConstantThunk k{.dtype = inst.shape().dtype(), .values = inst.attrs().literal};
+  ASSIGN_OR_RETURN(k.dst, SliceOf(&inst));
+  return Thunk{.name = inst.name(), .body = std::move(k)};
+}
+
+// Donations that could not be done in place: copy output -> parameter after
+// the step.
+Status EntryPlanBuilder::AddDonationCopies() {
+  std::vector<ir::Instruction*> params = c_.parameters();
+  for (const passes::BufferAssignment::DonationCopy& copy : ba_.copies()) {
+    program::CopyThunk c{.reason = copy.reason};
+    ASSIGN_OR_RETURN(c.src, SliceOf(RootElement(copy.output)));
+    ASSIGN_OR_RETURN(c.dst, SliceOf(params[copy.parameter]));
+    c.bytes = c.src.size;
+    Push({.name = fmt::format("donation.out{}.in{}", copy.output, copy.parameter),
+          .body = std::move(c)});
+  }
+  return Status::Ok();
+}
+
+// The signature's slots with the slices where the caller puts and finds them.
+Status EntryPlanBuilder::AddSlots() {
+  std::vector<ir::Instruction*> params = c_.parameters();
+  for (size_t i = 0; i < entry_.signature.inputs.size(); ++i) {
+    program::PlanSlot s{entry_.signature.inputs[i]};
+    ASSIGN_OR_RETURN(s.slice, SliceOf(params[i]));
+    plan_.inputs.push_back(std::move(s));
+  }
+  for (size_t i = 0; i < entry_.signature.outputs.size(); ++i) {
+    program::PlanSlot s{entry_.signature.outputs[i]};
+    ASSIGN_OR_RETURN(s.slice, SliceOf(RootElement(static_cast<int64_t>(i))));
+    plan_.outputs.push_back(std::move(s));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<program::EntryPlan> BuildEntryPlan(const program::TrainEntry& entry,
+                                            const passes::BufferAssignment& ba,
+                                            const codegen::CompiledKernels& kernels,
+                                            PlanStats& stats) {
+  return EntryPlanBuilder(entry, ba, kernels, stats).Build();
 }
 
 }  // namespace gptc::artifact

@@ -1,4 +1,5 @@
-// The thunk plan of one entry: what the runtime does, in schedule order, with
+// Builds the thunk plan of one entry (program::EntryPlan, with its codec in
+// compiler/program/plan.h): what the runtime does, in schedule order, with
 // every buffer given as an arena slice (docs/ARTIFACT.md, "The plan").
 //
 // Thunk kinds:
@@ -17,10 +18,9 @@
 #include <map>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "compiler/artifact/gemm_plan.h"
 #include "compiler/codegen/codegen.h"
+#include "compiler/program/plan.h"
 #include "passes/buffer_assignment.h"
 #include "passes/train_step.h"
 
@@ -50,15 +50,12 @@ struct PlanStats {
   std::map<std::string, int64_t> unsupported;      // by what ("fusion kind attention", "gather")
 };
 
-// The JSON of a GemmPlan (the "descriptor" of a gemm thunk).
-nlohmann::json GemmPlanToJson(const GemmPlan& plan);
-
 // The plan of `entry` (its module fused and scheduled; `assignment` computed
 // on it; `kernels` from codegen::CompileFusions on it). Adds to `stats`.
-StatusOr<nlohmann::json> BuildEntryPlan(const program::TrainEntry& entry,
-                                        const passes::BufferAssignment& assignment,
-                                        const codegen::CompiledKernels& kernels,
-                                        PlanStats& stats);
+StatusOr<program::EntryPlan> BuildEntryPlan(const program::TrainEntry& entry,
+                                            const passes::BufferAssignment& assignment,
+                                            const codegen::CompiledKernels& kernels,
+                                            PlanStats& stats);
 
 }  // namespace gptc::artifact
 

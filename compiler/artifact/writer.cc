@@ -27,17 +27,6 @@ json InitJson(const program::InitRule& r) {
   return json{};
 }
 
-json SlotsJson(const std::vector<program::Slot>& slots) {
-  json a = json::array();
-  for (const program::Slot& s : slots) {
-    a.push_back(json{{"role", program::SlotRoleName(s.role)},
-                     {"index", s.index},
-                     {"name", s.name},
-                     {"shape", s.shape.ToString()}});
-  }
-  return a;
-}
-
 class Stopwatch {
  public:
   double Lap() {
@@ -108,16 +97,15 @@ struct KernelSections {
   }
 };
 
-// The params section: each parameter's spec and its arena offset per entry.
-json ParamsJson(const std::vector<program::ParamSpec>& specs, const std::vector<json>& offsets) {
+// The params section: each parameter's spec (where it lies in an entry's
+// arena is the entry's input slot in the plan).
+json ParamsJson(const std::vector<program::ParamSpec>& specs) {
   json params = json::array();
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const program::ParamSpec& p = specs[i];
+  for (const program::ParamSpec& p : specs) {
     params.push_back(json{{"name", p.name},
                           {"shape", p.shape.dims()},
                           {"dtype", ir::DTypeName(p.shape.dtype())},
-                          {"init", InitJson(p.init)},
-                          {"offsets", offsets[i]}});
+                          {"init", InitJson(p.init)}});
   }
   return params;
 }
@@ -148,9 +136,7 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
   Stopwatch watch;
   std::string ir_text;
   KernelSections sections;
-  json plan_entries = json::array(), manifest_entries = json::array();
-  // params: name -> per-entry arena offsets.
-  std::vector<json> param_offsets(program.params.size(), json::object());
+  program::Plan plan;
   ASSIGN_OR_RETURN(std::vector<codegen::CompiledKernels> entry_kernels,
                    CompileKernels(program, options));
   t_codegen += watch.Lap();
@@ -173,33 +159,24 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
     }
     const passes::BufferAssignment& ba = assigned ? *assigned : (*options.assignments)[e];
     t_buffers += watch.Lap();
-    ASSIGN_OR_RETURN(json plan, BuildEntryPlan(entry, ba, kernels, out.stats));
+    ASSIGN_OR_RETURN(program::EntryPlan entry_plan, BuildEntryPlan(entry, ba, kernels, out.stats));
     t_plan += watch.Lap();
     sections.Add(entry.name, kernels);
-    for (size_t i = 0; i < program.params.size(); ++i) {
-      int64_t slot = entry.signature.FindInput(program::SlotRole::kParam, static_cast<int64_t>(i));
-      if (slot < 0) continue;
-      param_offsets[i][entry.name] = plan["inputs"][slot]["offset"];
-    }
-    manifest_entries.push_back(json{{"name", entry.name},
-                                    {"arena_size", plan["arena_size"]},
-                                    {"inputs", SlotsJson(entry.signature.inputs)},
-                                    {"outputs", SlotsJson(entry.signature.outputs)},
-                                    {"donations", plan["donations"]}});
-    plan_entries.push_back(std::move(plan));
+    plan.entries.push_back(std::move(entry_plan));
   }
   int64_t unsupported = 0;
   for (const auto& [what, n] : out.stats.unsupported) unsupported += n;
   out.complete = unsupported == 0;
 
+  // The one record of grad_accum (the loader's), whatever the caller's flags say.
+  json flags = options.flags;
+  flags["grad_accum"] = program.grad_accum;
   json manifest{{"format_version", program::kArtifactFormatVersion},
                 {"gptc_version", GPTC_VERSION},
                 {"model", options.model},
-                {"flags", options.flags},
+                {"flags", flags},
                 {"target", options.codegen.target},
-                {"grad_accum", program.grad_accum},
                 {"complete", out.complete},
-                {"entries", manifest_entries},
                 {"kernels", sections.kernel_index},
                 {"kernels_by_kind", out.stats.kernels_by_kind},
                 {"thunks", out.stats.thunks},
@@ -220,9 +197,8 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
   container.emplace_back("ir", std::move(ir_text));
   container.emplace_back("ptx", std::move(sections.ptx));
   if (!sections.cubin.empty()) container.emplace_back("cubin", std::move(sections.cubin));
-  container.emplace_back("plan", json{{"entries", plan_entries}}.dump(1) + "\n");
-  container.emplace_back(
-      "params", json{{"params", ParamsJson(program.params, param_offsets)}}.dump(1) + "\n");
+  container.emplace_back("plan", program::ToJson(plan).dump(1) + "\n");
+  container.emplace_back("params", json{{"params", ParamsJson(program.params)}}.dump(1) + "\n");
   if (!emu_library.empty()) container.emplace_back("emu", std::move(emu_library));
   ASSIGN_OR_RETURN(out.bytes, program::EncodeArtifact(container));
   double t_encode = watch.Lap();

@@ -91,6 +91,12 @@ StatusOr<Artifact> DecodeArtifact(std::string_view bytes, std::string_view path,
                  a.format_version, kArtifactFormatVersion);
   }
   if (a.format_version == 0) return Error("{}: format version 0 is invalid", path);
+  if (a.format_version < kArtifactFormatVersion) {
+    return Error(
+        "{}: format version {} is older than this gptrun supports ({}); recompile it with "
+        "gptc compile",
+        path, a.format_version, kArtifactFormatVersion);
+  }
   uint64_t size = GetLE(bytes, 8, 8);
   if (size != bytes.size()) {
     return Error("{}: truncated ({} bytes, the header says {})", path, bytes.size(), size);

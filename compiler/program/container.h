@@ -23,7 +23,11 @@
 namespace gptc::program {
 
 inline constexpr char kArtifactMagic[4] = {'G', 'P', 'T', 'X'};
-inline constexpr uint32_t kArtifactFormatVersion = 1;
+// 2: the entry signatures are written once, in the plan (not also in the
+// manifest's "entries"); grad_accum once, in the manifest's "flags"; no
+// params[].offsets (the plan's input slots give them). Readers accept
+// exactly this version.
+inline constexpr uint32_t kArtifactFormatVersion = 2;
 // Every section a file may hold, in file order.
 inline constexpr std::string_view kSectionOrder[] = {"manifest", "ir",     "ptx", "cubin",
                                                      "plan",     "params", "emu"};

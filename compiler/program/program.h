@@ -51,6 +51,7 @@ struct Slot {
   int64_t index = -1;  // parameter index for per-parameter roles, else -1
   std::string name;    // the IR parameter name, or the output's role name
   ir::Shape shape;
+  bool operator==(const Slot&) const = default;
 };
 
 struct EntrySignature {

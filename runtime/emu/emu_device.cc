@@ -415,7 +415,7 @@ class Observer : public gpu::ThunkObserver {
         D().checker->AliasThunk(ctx);
         // A skipped epilogue fallback (Note [epilogue fallback]) may end its
         // instruction: the gemm before it wrote the results.
-        if (t.kind == gpu::ThunkKind::kKernel && index > 0 && LastOfInstruction(ctx) &&
+        if (t.kind() == gpu::ThunkKind::kKernel && index > 0 && LastOfInstruction(ctx) &&
             p->thunks[index - 1].instruction() == t.instruction()) {
           if (Status st = D().checker->FinishInstruction(ctx); !st.ok()) {
             return Finding(ctx, "", st);

@@ -35,7 +35,7 @@ ThunkContext TakeThunkOf(Stream& s, std::initializer_list<gpu::ThunkKind> kinds)
   ThunkContext ctx = TakeThunk(s);
   if (ctx.plan == nullptr) return ctx;
   for (gpu::ThunkKind k : kinds) {
-    if (ctx.get()->kind == k) return ctx;
+    if (ctx.get()->kind() == k) return ctx;
   }
   return ThunkContext{};
 }
@@ -495,9 +495,9 @@ cudaError_t CopyOp(Stream& s, void* dst, const void* src, size_t bytes, std::str
   if (mc.checks()) {
     Status st = Status::Ok();
     const gpu::Thunk* t = ctx.get();
-    if (t != nullptr && t->kind == gpu::ThunkKind::kCopy) {
+    if (t != nullptr && t->kind() == gpu::ThunkKind::kCopy) {
       st = mc.CheckOperand(ctx, std::get<gpu::CopyThunk>(t->body).src, "src", pos);
-    } else if (t != nullptr && t->kind == gpu::ThunkKind::kAllReduce) {
+    } else if (t != nullptr && t->kind() == gpu::ThunkKind::kAllReduce) {
       st = mc.CheckOperand(ctx, std::get<gpu::AllReduceThunk>(t->body).in, "in", pos);
     } else if (t != nullptr) {
       st = mc.CheckRead(from, bytes, pos, who);

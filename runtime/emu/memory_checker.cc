@@ -59,8 +59,9 @@ std::vector<gpu::ArenaSlice> Results(const gpu::Thunk& t) {
     if (k->operands >= 0) out.assign(k->args.begin() + k->operands, k->args.end());
   } else if (const auto* g = std::get_if<gpu::GemmThunk>(&t.body)) {
     out.push_back(g->d);
-    if (g->aux && g->config.writes_aux) out.push_back(*g->aux);  // DGELU only reads it
-    if (g->bias && g->config.writes_bias) out.push_back(*g->bias);
+    if (g->aux && program::WritesAux(g->config.epilogue))
+      out.push_back(*g->aux);  // DGELU only reads it
+    if (g->bias && program::WritesBias(g->config.epilogue)) out.push_back(*g->bias);
   } else if (const auto* c = std::get_if<gpu::CopyThunk>(&t.body)) {
     out.push_back(c->dst);
   } else if (const auto* c = std::get_if<gpu::ConstantThunk>(&t.body)) {

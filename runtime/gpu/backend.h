@@ -26,9 +26,13 @@
 #include "runtime/gpu/cublaslt_api.h"
 #include "runtime/gpu/cuda_api.h"
 
+namespace gptc::program {
+struct EntryPlan;
+}  // namespace gptc::program
+
 namespace gptc::rt::gpu {
 
-struct EntryPlan;
+using program::EntryPlan;
 
 // The CUDA runtime functions runtime/gpu calls, as a table (the signatures of
 // cuda_runtime_api.h).

@@ -17,7 +17,7 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
                                                                const ExecutorOptions& options) {
   std::vector<std::string> unsupported;
   for (const Thunk& t : plan.thunks) {
-    if (t.kind != ThunkKind::kUnsupported) continue;
+    if (t.kind() != ThunkKind::kUnsupported) continue;
     const auto& u = std::get<UnsupportedThunk>(t.body);
     unsupported.push_back(fmt::format("{}: {}: {}", t.Describe(), u.what, u.reason));
   }
@@ -32,9 +32,9 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
   // Constants: one pool, uploaded now; each constant thunk copies from it.
   int64_t pool_bytes = 0;
   for (const Thunk& t : e->plan_.thunks) {
-    if (t.kind == ThunkKind::kConstant) {
-      pool_bytes += AlignUp(static_cast<int64_t>(std::get<ConstantThunk>(t.body).bytes.size()),
-                            kPoolAlignment);
+    if (t.kind() == ThunkKind::kConstant) {
+      e->constant_bytes_.push_back(ConstantBytes(std::get<ConstantThunk>(t.body)));
+      pool_bytes += AlignUp(static_cast<int64_t>(e->constant_bytes_.back().size()), kPoolAlignment);
     }
   }
   if (pool_bytes > 0) {
@@ -43,12 +43,14 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
         fmt::format("entry {}: cudaMalloc({} bytes of constants)", e->plan_.name, pool_bytes)));
   }
   int64_t pool_offset = 0;
+  size_t constant = 0;
   for (const Thunk& t : e->plan_.thunks) {
-    if (t.kind == ThunkKind::kConstant) {
-      const std::string& bytes = std::get<ConstantThunk>(t.body).bytes;
+    if (t.kind() == ThunkKind::kConstant) {
+      const std::string& bytes = e->constant_bytes_[constant++];
       char* dst = static_cast<char*>(e->constant_pool_) + pool_offset;
       // On the executor's stream (the legacy default stream would race a
-      // non-blocking one); the bytes live in plan_ as long as the executor.
+      // non-blocking one); the bytes live in constant_bytes_ as long as the
+      // executor.
       RETURN_IF_ERROR(CudaCheck(Cuda().MemcpyAsync(dst, bytes.data(), bytes.size(),
                                                    cudaMemcpyHostToDevice, resources.stream),
                                 t.Describe() + ": cudaMemcpyAsync (constant upload)"));
@@ -133,7 +135,7 @@ Status EntryExecutor::IssueBucket(size_t b, cudaStream_t stream) {
 }
 
 StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
-  switch (t.kind) {
+  switch (t.kind()) {
     case ThunkKind::kKernel: {
       const auto& k = std::get<KernelThunk>(t.body);
       KernelCall call;
@@ -186,21 +188,22 @@ StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
         return k != nullptr && k->fallback && plan_.thunks[j].instruction() == t.instruction();
       };
       // DGELU_BGRAD has neither: its bias gradient is of the epilogue's result.
-      const bool bgrad = g.config.writes_bias && !g.config.reads_aux && i > 0 && fallback_at(i - 1);
-      const bool forward = !g.config.writes_bias && g.fallback_d && fallback_at(i + 1);
+      const bool writes_bias = program::WritesBias(g.config.epilogue);
+      const bool bgrad =
+          writes_bias && !program::ReadsAux(g.config.epilogue) && i > 0 && fallback_at(i - 1);
+      const bool forward = !writes_bias && g.fallback_d && fallback_at(i + 1);
       if (!runner->refused() || !(bgrad || forward)) return selected;
       GemmConfig plain = g.config;
-      plain.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-      plain.epilogue_name = "CUBLASLT_EPILOGUE_DEFAULT";
-      plain.reads_bias = plain.writes_bias = plain.writes_aux = plain.reads_aux = false;
+      plain.epilogue = program::GemmEpilogue::kDefault;
       plain.bias_dtype.reset();
+      plain.aux_ld = 0;
       p.bias = p.aux = nullptr;
       if (forward) {
         // The dot's result alone, in f32, into scratch: the kernel after the
         // gemm computes the whole epilogue (bias, GELU, aux, residual, the
         // GELU backward from aux) from it.
         for (GemmLayout* l : {&plain.c, &plain.d}) {
-          l->dtype = CUDA_R_32F;
+          l->dtype = program::GemmDType::kF32;
           l->ld = l->rows;
           l->batch_stride = l->rows * l->cols;
         }
@@ -215,8 +218,8 @@ StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
       warnings_.push_back(fmt::format(
           "{}: cuBLASLt has no algorithm for {} here [{}]; it runs without the epilogue, and "
           "kernel {} {}",
-          t.Describe(), g.config.epilogue_name, g.config.Summary(), plan_.thunks[kernel].name,
-          bgrad ? "computes the bias gradient" : "applies it"));
+          t.Describe(), program::GemmEpilogueName(g.config.epilogue), g.config.Summary(),
+          plan_.thunks[kernel].name, bgrad ? "computes the bias gradient" : "applies it"));
       return Call(std::move(runner));
     }
     case ThunkKind::kCopy: {
@@ -231,7 +234,7 @@ StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
                          .out = At(a.out),
                          .count = a.count,
                          .dtype = a.dtype,
-                         .op = a.reduce == "max" ? ReduceOp::kMax : ReduceOp::kSum};
+                         .op = a.reduce == ir::ReduceKind::kMax ? ReduceOp::kMax : ReduceOp::kSum};
       if (resources_.communicator != nullptr && resources_.communicator->world_size() > 1) {
         return Call(call);
       }
@@ -378,7 +381,7 @@ StatusOr<std::vector<ThunkTime>> EntryExecutor::Profile(cudaStream_t stream) {
     RETURN_IF_ERROR(CudaCheck(Cuda().EventElapsedTime(&ms, events_[i], events_[i + 1]),
                               plan_.thunks[i].Describe() + ": cudaEventElapsedTime"));
     const Thunk& t = plan_.thunks[i];
-    times.push_back({std::string(ThunkKindName(t.kind)), t.name, t.meta, ms});
+    times.push_back({std::string(ThunkKindName(t.kind())), t.name, t.meta, ms});
   }
   return times;
 }

@@ -150,6 +150,7 @@ class EntryExecutor {
   std::vector<std::string> warnings_;  // Note [epilogue fallback]
   ThunkObserver* observer_ = nullptr;
   void* constant_pool_ = nullptr;
+  std::vector<std::string> constant_bytes_;  // the constant thunks' bytes, in thunk order
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
   std::vector<cudaEvent_t> events_;  // profiling: one before each thunk, one after the last

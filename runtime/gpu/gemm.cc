@@ -27,36 +27,38 @@ StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Prepare(const CublasLtApi& lt,
   g->pointers_ = pointers;
   g->alpha_ = static_cast<float>(config.alpha);
   g->beta_ = static_cast<float>(config.beta);
-  if (config.scale_type != CUDA_R_32F) {
+  if (config.scale_type != program::GemmDType::kF32) {
     return Error("{}: scale type {} is not f32 (alpha/beta are passed as float)", g->what_,
-                 config.scale_type);
+                 program::GemmDTypeName(config.scale_type));
   }
-  RETURN_IF_ERROR(
-      g->Check(lt.MatmulDescCreate(&g->desc_, static_cast<cublasComputeType_t>(config.compute_type),
-                                   static_cast<cudaDataType_t>(config.scale_type)),
-               "cublasLtMatmulDescCreate"));
+  RETURN_IF_ERROR(g->Check(
+      lt.MatmulDescCreate(&g->desc_,
+                          static_cast<cublasComputeType_t>(CudaComputeType(config.compute_type)),
+                          static_cast<cudaDataType_t>(CudaDataType(config.scale_type))),
+      "cublasLtMatmulDescCreate"));
   auto set_desc = [&](cublasLtMatmulDescAttributes_t attr, const auto& value,
                       std::string_view name) -> Status {
     return g->Check(lt.MatmulDescSetAttribute(g->desc_, attr, &value, sizeof(value)),
                     fmt::format("cublasLtMatmulDescSetAttribute({})", name));
   };
-  const int32_t transa = config.transa, transb = config.transb;
-  const uint32_t epilogue = static_cast<uint32_t>(config.epilogue);
+  const int32_t transa = CudaOperation(config.transa), transb = CudaOperation(config.transb);
+  const uint32_t epilogue = static_cast<uint32_t>(CudaEpilogue(config.epilogue));
+  const std::string_view epilogue_name = program::GemmEpilogueName(config.epilogue);
   RETURN_IF_ERROR(set_desc(CUBLASLT_MATMUL_DESC_TRANSA, transa, "TRANSA"));
   RETURN_IF_ERROR(set_desc(CUBLASLT_MATMUL_DESC_TRANSB, transb, "TRANSB"));
   RETURN_IF_ERROR(set_desc(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, "EPILOGUE"));
-  if (config.reads_bias || config.writes_bias) {
+  if (program::ReadsBias(config.epilogue) || program::WritesBias(config.epilogue)) {
     if (pointers.bias == nullptr)
-      return Error("{}: epilogue {} needs a bias buffer", g->what_, config.epilogue_name);
+      return Error("{}: epilogue {} needs a bias buffer", g->what_, epilogue_name);
     RETURN_IF_ERROR(set_desc(CUBLASLT_MATMUL_DESC_BIAS_POINTER, pointers.bias, "BIAS_POINTER"));
     if (config.bias_dtype) {
-      const int32_t dtype = *config.bias_dtype;
+      const int32_t dtype = CudaDataType(*config.bias_dtype);
       RETURN_IF_ERROR(set_desc(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, dtype, "BIAS_DATA_TYPE"));
     }
   }
-  if (config.writes_aux || config.reads_aux) {
+  if (program::WritesAux(config.epilogue) || program::ReadsAux(config.epilogue)) {
     if (pointers.aux == nullptr)
-      return Error("{}: epilogue {} needs an aux buffer", g->what_, config.epilogue_name);
+      return Error("{}: epilogue {} needs an aux buffer", g->what_, epilogue_name);
     const int64_t ld = config.aux_ld;
     RETURN_IF_ERROR(
         set_desc(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pointers.aux, "EPILOGUE_AUX_POINTER"));
@@ -70,10 +72,11 @@ StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Prepare(const CublasLtApi& lt,
   for (auto [name, layout, out] :
        {std::tuple{"A", &config.a, &g->a_}, std::tuple{"B", &config.b, &g->b_},
         std::tuple{"C", &config.c, &g->c_}, std::tuple{"D", &config.d, &g->d_}}) {
-    RETURN_IF_ERROR(g->Check(lt.MatrixLayoutCreate(out, static_cast<cudaDataType_t>(layout->dtype),
-                                                   static_cast<uint64_t>(layout->rows),
-                                                   static_cast<uint64_t>(layout->cols), layout->ld),
-                             fmt::format("cublasLtMatrixLayoutCreate({})", name)));
+    RETURN_IF_ERROR(g->Check(
+        lt.MatrixLayoutCreate(out, static_cast<cudaDataType_t>(CudaDataType(layout->dtype)),
+                              static_cast<uint64_t>(layout->rows),
+                              static_cast<uint64_t>(layout->cols), layout->ld),
+        fmt::format("cublasLtMatrixLayoutCreate({})", name)));
     if (layout->batch_count > 1) {
       const int32_t count = static_cast<int32_t>(layout->batch_count);
       const int64_t stride = layout->batch_stride;

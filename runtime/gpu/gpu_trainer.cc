@@ -20,6 +20,8 @@
 
 namespace gptc::rt::gpu {
 
+using program::SlotRole;
+
 namespace {
 
 // cudaMalloc'd memory, freed with the owner.
@@ -56,9 +58,10 @@ struct EntryState {
 };
 
 // The roles of entry inputs the trainer feeds (Note [entries of a step]).
-bool Feedable(std::string_view role) {
-  for (std::string_view r :
-       {"param", "adam_m", "adam_v", "grad_acc", "tokens", "targets", "step", "lr"}) {
+bool Feedable(program::SlotRole role) {
+  using program::SlotRole;
+  for (SlotRole r : {SlotRole::kParam, SlotRole::kAdamM, SlotRole::kAdamV, SlotRole::kGradAcc,
+                     SlotRole::kTokens, SlotRole::kTargets, SlotRole::kStep, SlotRole::kLr}) {
     if (role == r) return true;
   }
   return false;
@@ -170,14 +173,14 @@ Status GpuTrainer::Impl::CheckSignature(const program::TrainEntry& entry, const 
   }
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     const PlanSlot& s = plan.inputs[i];
-    if (s.shape != sig.inputs[i].shape || s.role != program::SlotRoleName(sig.inputs[i].role)) {
+    if (s.shape != sig.inputs[i].shape || s.role != sig.inputs[i].role) {
       return Error("{}: plan entry {} input {} (%{}) is {} {}, the program's is {} {}", Where(),
-                   plan.name, i, s.name, s.role, s.shape.ToString(),
+                   plan.name, i, s.name, program::SlotRoleName(s.role), s.shape.ToString(),
                    program::SlotRoleName(sig.inputs[i].role), sig.inputs[i].shape.ToString());
     }
     if (!Feedable(s.role)) {
       return Error("{}: entry {} input {} (%{}) has role {}, which the GPU trainer cannot feed",
-                   Where(), plan.name, i, s.name, s.role);
+                   Where(), plan.name, i, s.name, program::SlotRoleName(s.role));
     }
   }
   return Status::Ok();
@@ -219,7 +222,7 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
                                   device.name, Where()));
   for (const EntryPlan& p : ordered) {
     for (const Thunk& t : p.thunks) {
-      if (t.kind == ThunkKind::kGemm) {
+      if (t.kind() == ThunkKind::kGemm) {
         workspace_bytes =
             std::max(workspace_bytes, std::get<GemmThunk>(t.body).config.workspace_bytes);
       }
@@ -295,10 +298,11 @@ Status GpuTrainer::Impl::FindSlots() {
   const EntryPlan& mp = micro_entry->executor->plan();
   const EntryPlan& sp = state_entry->executor->plan();
   size_t staged = 0;
-  auto stage = [&](const EntryPlan& plan, const char* role, StagedInput& input) -> Status {
+  auto stage = [&](const EntryPlan& plan, SlotRole role, StagedInput& input) -> Status {
     input.slot = plan.FindInput(role);
-    if (input.slot == nullptr)
-      return Error("{}: entry {} has no {} input", Where(), plan.name, role);
+    if (input.slot == nullptr) {
+      return Error("{}: entry {} has no {} input", Where(), plan.name, program::SlotRoleName(role));
+    }
     input.offset = staged;
     staged += (input.slot->slice.size + 255) / 256 * 256;
     return Status::Ok();
@@ -308,26 +312,26 @@ Status GpuTrainer::Impl::FindSlots() {
   tokens.resize(program->grad_accum);
   targets.resize(program->grad_accum);
   for (int64_t k = 0; k < program->grad_accum; ++k) {
-    RETURN_IF_ERROR(stage(mp, "tokens", tokens[k]));
-    RETURN_IF_ERROR(stage(mp, "targets", targets[k]));
+    RETURN_IF_ERROR(stage(mp, SlotRole::kTokens, tokens[k]));
+    RETURN_IF_ERROR(stage(mp, SlotRole::kTargets, targets[k]));
   }
-  RETURN_IF_ERROR(stage(sp, "step", step));
-  RETURN_IF_ERROR(stage(sp, "lr", lr));
-  loss = mp.FindOutput("loss");
-  grad_norm = sp.FindOutput("grad_norm");
+  RETURN_IF_ERROR(stage(sp, SlotRole::kStep, step));
+  RETURN_IF_ERROR(stage(sp, SlotRole::kLr, lr));
+  loss = mp.FindOutput(SlotRole::kLoss);
+  grad_norm = sp.FindOutput(SlotRole::kGradNorm);
   if (loss == nullptr || grad_norm == nullptr) {
     return Error("{}: entries {}/{} lack a loss or grad_norm output", Where(), mp.name, sp.name);
   }
   for (const PlanSlot* s : {loss, grad_norm, step.slot, lr.slot}) {
     if (s->shape != ir::Shape::Scalar(ir::DType::kF32)) {
-      return Error("{}: slot %{} ({}) is {}, expected f32[]", Where(), s->name, s->role,
-                   s->shape.ToString());
+      return Error("{}: slot %{} ({}) is {}, expected f32[]", Where(), s->name,
+                   program::SlotRoleName(s->role), s->shape.ToString());
     }
   }
   if (micro_entry != state_entry) {
     for (size_t p = 0; p < program->params.size(); ++p) {
-      const PlanSlot* from = mp.FindInput("grad_acc", static_cast<int64_t>(p));
-      const PlanSlot* to = sp.FindInput("grad_acc", static_cast<int64_t>(p));
+      const PlanSlot* from = mp.FindInput(SlotRole::kGradAcc, static_cast<int64_t>(p));
+      const PlanSlot* to = sp.FindInput(SlotRole::kGradAcc, static_cast<int64_t>(p));
       if (from == nullptr || to == nullptr || from->shape != to->shape) {
         return Error(
             "{}: the accumulator of {} is not an input of both accumulate and apply "
@@ -355,22 +359,24 @@ Status GpuTrainer::Impl::UploadState(const TrainerState& state) {
   RETURN_IF_ERROR(CudaCheck(Cuda().StreamSynchronize(stream), "cudaStreamSynchronize"));
   for (size_t i = 0; i < n; ++i) {
     const program::ParamSpec& spec = program->params[i];
-    for (auto [role, values] :
-         {std::pair{"param", &state.values[i]}, std::pair{"adam_m", &state.adam_m[i]},
-          std::pair{"adam_v", &state.adam_v[i]}}) {
+    for (auto [role, values] : {std::pair{SlotRole::kParam, &state.values[i]},
+                                std::pair{SlotRole::kAdamM, &state.adam_m[i]},
+                                std::pair{SlotRole::kAdamV, &state.adam_v[i]}}) {
       const PlanSlot* slot = plan.FindInput(role, static_cast<int64_t>(i));
       if (slot == nullptr)
-        return Error("{}: train_step has no {} input for {}", Where(), role, spec.name);
+        return Error("{}: train_step has no {} input for {}", Where(), program::SlotRoleName(role),
+                     spec.name);
       const size_t bytes = values->size() * sizeof(float);
       if (static_cast<int64_t>(values->size()) != spec.shape.num_elements() ||
           static_cast<int64_t>(bytes) > slot->slice.size) {
-        return Error("trainer state: {} {} has {} values, {} needs {}", role, spec.name,
-                     values->size(), spec.shape.ToString(), spec.shape.num_elements());
+        return Error("trainer state: {} {} has {} values, {} needs {}", program::SlotRoleName(role),
+                     spec.name, values->size(), spec.shape.ToString(), spec.shape.num_elements());
       }
       RETURN_IF_ERROR(
           CudaCheck(Cuda().MemcpyAsync(state_entry->executor->At(slot->slice), values->data(),
                                        bytes, cudaMemcpyHostToDevice, stream),
-                    fmt::format("cudaMemcpyAsync({} {} to the device)", role, spec.name)));
+                    fmt::format("cudaMemcpyAsync({} {} to the device)", program::SlotRoleName(role),
+                                spec.name)));
     }
   }
   // The sources are pageable host vectors: wait before they go away.
@@ -502,8 +508,8 @@ Status GpuTrainer::Impl::CopyParamsInto(EntryState& e) {
   if (e.params_version == params_version) return Status::Ok();
   const EntryPlan& from = state_entry->executor->plan();
   for (const PlanSlot& slot : e.executor->plan().inputs) {
-    if (slot.role != "param") continue;
-    const PlanSlot* src = from.FindInput("param", slot.index);
+    if (slot.role != SlotRole::kParam) continue;
+    const PlanSlot* src = from.FindInput(SlotRole::kParam, slot.index);
     if (src == nullptr || src->shape != slot.shape) {
       return Error("entry {}: input %{} (param {}) has no matching train_step parameter",
                    e.entry->name, slot.name, slot.index);
@@ -531,12 +537,12 @@ StatusOr<EntryExecutor*> GpuTrainer::Impl::RunForEvaluate(const program::TrainEn
   EntryExecutor& ex = *e->executor;
   RETURN_IF_ERROR(CopyParamsInto(*e));
   for (const PlanSlot& slot : ex.plan().inputs) {
-    if (slot.role == "param") continue;
-    if (slot.role != "tokens" && slot.role != "targets") {
+    if (slot.role == SlotRole::kParam) continue;
+    if (slot.role != SlotRole::kTokens && slot.role != SlotRole::kTargets) {
       return Error("{}: input %{} has role {}, which Evaluate cannot feed", entry.name, slot.name,
-                   slot.role);
+                   program::SlotRoleName(slot.role));
     }
-    const std::vector<int32_t>& ids = slot.role == "tokens" ? batch.tokens : batch.targets;
+    const std::vector<int32_t>& ids = slot.role == SlotRole::kTokens ? batch.tokens : batch.targets;
     if (static_cast<int64_t>(ids.size()) != slot.shape.num_elements()) {
       return Error("{}: input %{}: {} values given, {} needs {}", entry.name, slot.name, ids.size(),
                    slot.shape.ToString(), slot.shape.num_elements());
@@ -611,15 +617,19 @@ StatusOr<TrainerState> GpuTrainer::ExportState() {
   state.steps_done = m.steps_done;
   for (size_t i = 0; i < m.program->params.size(); ++i) {
     const int64_t n = m.program->params[i].shape.num_elements();
-    for (auto [role, to] : {std::pair{"param", &state.values}, std::pair{"adam_m", &state.adam_m},
-                            std::pair{"adam_v", &state.adam_v}}) {
+    for (auto [role, to] :
+         {std::pair{SlotRole::kParam, &state.values}, std::pair{SlotRole::kAdamM, &state.adam_m},
+          std::pair{SlotRole::kAdamV, &state.adam_v}}) {
       const PlanSlot* slot = plan.FindInput(role, static_cast<int64_t>(i));
-      if (slot == nullptr) return Error("train_step has no {} input {}", role, i);
+      if (slot == nullptr) {
+        return Error("train_step has no {} input {}", program::SlotRoleName(role), i);
+      }
       to->emplace_back(n);
-      RETURN_IF_ERROR(CudaCheck(
-          Cuda().MemcpyAsync(to->back().data(), m.state_entry->executor->At(slot->slice), n * 4,
-                             cudaMemcpyDeviceToHost, m.stream),
-          fmt::format("cudaMemcpyAsync({} {} to the host)", role, m.program->params[i].name)));
+      RETURN_IF_ERROR(
+          CudaCheck(Cuda().MemcpyAsync(to->back().data(), m.state_entry->executor->At(slot->slice),
+                                       n * 4, cudaMemcpyDeviceToHost, m.stream),
+                    fmt::format("cudaMemcpyAsync({} {} to the host)", program::SlotRoleName(role),
+                                m.program->params[i].name)));
     }
   }
   RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(m.done, m.stream), "cudaEventRecord"));

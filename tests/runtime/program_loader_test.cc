@@ -3,39 +3,31 @@
 #include <gtest/gtest.h>
 
 #include "compiler/ir/printer.h"
+#include "compiler/program/plan.h"
 #include "models/config.h"
 #include "models/gpt2.h"
-#include "runtime/cpu_device.h"
 #include "passes/train_step.h"
+#include "runtime/cpu_device.h"
 
 namespace gptc::rt {
 namespace {
 
 using nlohmann::json;
 
-json SlotsJson(const std::vector<program::Slot>& slots) {
-  json a = json::array();
-  for (const program::Slot& s : slots) {
-    a.push_back(json{{"role", program::SlotRoleName(s.role)},
-                     {"index", s.index},
-                     {"name", s.name},
-                     {"shape", s.shape.ToString()}});
-  }
-  return a;
-}
-
 // The sections gptc compile writes, built by hand (no codegen here).
 program::Artifact MakeArtifact(const program::TrainProgram& program, const models::GptConfig& c,
                       int64_t batch, int64_t seq) {
   program::Artifact a;
   std::string ir;
-  json entries = json::array();
+  // The plan holds the signatures (its slots); the loader needs no thunk.
+  program::Plan plan;
   for (const program::TrainEntry& e : program.entries) {
     ir += ir::PrintModule(*e.module);
-    entries.push_back(json{{"name", e.name},
-                           {"inputs", SlotsJson(e.signature.inputs)},
-                           {"outputs", SlotsJson(e.signature.outputs)},
-                           {"donations", e.signature.donations}});
+    program::EntryPlan& p = plan.entries.emplace_back();
+    p.name = e.name;
+    for (const program::Slot& s : e.signature.inputs) p.inputs.push_back({s});
+    for (const program::Slot& s : e.signature.outputs) p.outputs.push_back({s});
+    p.donations = e.signature.donations;
   }
   a.manifest = json{{"model",
                      {{"name", c.name},
@@ -52,10 +44,10 @@ program::Artifact MakeArtifact(const program::TrainProgram& program, const model
                       {"clip_norm", 1.0},
                       {"beta1", 0.9},
                       {"beta2", 0.95},
-                      {"eps", 1e-8}}},
-                    {"grad_accum", program.grad_accum},
-                    {"complete", false},
-                    {"entries", entries}};
+                      {"eps", 1e-8},
+                      {"grad_accum", program.grad_accum}}},
+                    {"complete", false}};
+  a.plan = program::ToJson(plan);
   json params = json::array();
   for (const program::ParamSpec& p : program.params) {
     json init =
@@ -66,7 +58,10 @@ program::Artifact MakeArtifact(const program::TrainProgram& program, const model
         json{{"name", p.name}, {"shape", p.shape.dims()}, {"dtype", "f32"}, {"init", init}});
   }
   a.params = json{{"params", params}};
-  a.sections = {{"manifest", a.manifest.dump()}, {"ir", ir}, {"params", a.params.dump()}};
+  a.sections = {{"manifest", a.manifest.dump()},
+                {"ir", ir},
+                {"plan", a.plan.dump()},
+                {"params", a.params.dump()}};
   return a;
 }
 
@@ -131,29 +126,30 @@ TEST_F(ProgramLoaderTest, LoadedProgramTrainsLikeTheOriginal) {
 
 TEST_F(ProgramLoaderTest, InconsistentArtifactsAreErrors) {
   program::Artifact a = MakeArtifact(program_, config_, 2, 8);
-  a.manifest["entries"].erase(1);
+  a.plan["entries"].erase(1);
   StatusOr<LoadedProgram> p = LoadProgram(a, "t.gptx");
   ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.status().message(), "t.gptx: manifest lists 1 entries, section 'ir' holds 2 modules");
+  EXPECT_EQ(p.status().message(),
+            "t.gptx: section 'plan' lists 1 entries, section 'ir' holds 2 modules");
 
   a = MakeArtifact(program_, config_, 2, 8);
-  a.manifest["entries"][0]["inputs"][0]["shape"] = "f32[3,3]";
+  a.plan["entries"][0]["inputs"][0]["shape"] = "f32[3,3]";
   p = LoadProgram(a, "t.gptx");
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("entry train_step inputs[0]"), std::string::npos)
       << p.status().message();
 
   a = MakeArtifact(program_, config_, 2, 8);
-  a.manifest["entries"][0]["outputs"][0]["role"] = "bogus";
+  a.plan["entries"][0]["outputs"][0]["role"] = "bogus";
   p = LoadProgram(a, "t.gptx");
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("unknown role 'bogus'"), std::string::npos);
 
   a = MakeArtifact(program_, config_, 2, 8);
-  a.manifest.erase("grad_accum");
+  a.manifest["flags"].erase("grad_accum");
   p = LoadProgram(a, "t.gptx");
   ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.status().message(), "t.gptx: manifest has no 'grad_accum'");
+  EXPECT_EQ(p.status().message(), "t.gptx: flags has no 'grad_accum'");
 }
 
 }  // namespace

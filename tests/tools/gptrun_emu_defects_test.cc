@@ -315,7 +315,7 @@ TEST_F(GptrunEmuDefectTest, AWrongLeadingDimensionIsRefusedNamingTheGemm) {
   std::string out;
   const int rc = Run("ld.gptx", &out);
   ExpectOneLine(rc, out,
-                {"thunk \\d+ \\(" + std::regex_replace(gemm, std::regex("\\."), "\\."),
+                {"thunk \\d+ \\(gemm %" + std::regex_replace(gemm, std::regex("\\."), "\\."),
                  "matrix a spans \\d+ bytes, its slice has \\d+"});
 }
 

@@ -7,9 +7,10 @@
 #include <optional>
 #include <string>
 
-#include "compiler/support/text.h"
 #include "compiler/program/container.h"
 #include "compiler/program/model_config.h"
+#include "compiler/program/plan.h"
+#include "compiler/support/text.h"
 #include "tools/common/flags.h"
 #include "tools/gptc/commands.h"
 
@@ -72,25 +73,24 @@ StatusOr<std::string> Summary(const program::Artifact& a) {
   s += fmt::format("gemms: {} ({})\n", gemms, Counts(m["gemm_epilogues"]));
   s += fmt::format("thunks: {}\n", Counts(m["thunks"]));
   if (!m["unsupported"].empty()) s += fmt::format("unsupported: {}\n", Counts(m["unsupported"]));
-  for (const auto& e : m["entries"]) {
-    s += fmt::format("entry {}: {} inputs -> {} outputs, {} donations, arena {}\n",
-                     e.value("name", "?"), e["inputs"].size(), e["outputs"].size(),
-                     e["donations"].size(), FormatBytes(e.value("arena_size", int64_t{0})));
+  // The entries, their signatures and buckets: the plan, through its codec.
+  ASSIGN_OR_RETURN(program::Plan plan, program::PlanFromJson(a.plan));
+  for (const program::EntryPlan& e : plan.entries) {
+    s += fmt::format("entry {}: {} inputs -> {} outputs, {} donations, arena {}\n", e.name,
+                     e.inputs.size(), e.outputs.size(), e.donations.size(),
+                     FormatBytes(e.arena_size));
   }
-  // Data parallelism: the all-reduce buckets of each entry's plan (docs/ARTIFACT.md).
-  if (a.plan.contains("entries")) {
-    for (const auto& e : a.plan["entries"]) {
-      if (!e.contains("buckets") || e["buckets"].empty()) continue;
-      int64_t bytes = 0, largest = 0, members = 0;
-      for (const auto& b : e["buckets"]) {
-        bytes += b["bytes"].get<int64_t>();
-        largest = std::max(largest, b["bytes"].get<int64_t>());
-        members += static_cast<int64_t>(b["members"].size());
-      }
-      s += fmt::format("entry {}: {} all-reduces in {} buckets, {} (largest {})\n",
-                       e.value("name", "?"), members, e["buckets"].size(), FormatBytes(bytes),
-                       FormatBytes(largest));
+  // Data parallelism: the all-reduce buckets of each entry (docs/ARTIFACT.md).
+  for (const program::EntryPlan& e : plan.entries) {
+    if (e.buckets.empty()) continue;
+    int64_t bytes = 0, largest = 0, members = 0;
+    for (const program::AllReduceBucket& b : e.buckets) {
+      bytes += b.bytes;
+      largest = std::max(largest, b.bytes);
+      members += static_cast<int64_t>(b.members.size());
     }
+    s += fmt::format("entry {}: {} all-reduces in {} buckets, {} (largest {})\n", e.name, members,
+                     e.buckets.size(), FormatBytes(bytes), FormatBytes(largest));
   }
   return s;
 }

@@ -5,9 +5,10 @@
 #include <string>
 
 #include "compiler/artifact/writer.h"
+#include "compiler/program/container.h"
+#include "compiler/program/plan.h"
 #include "models/config.h"
 #include "models/gpt2.h"
-#include "compiler/program/container.h"
 #include "passes/train_step.h"
 
 namespace gptc::artifact {
@@ -44,7 +45,18 @@ const BuiltArtifact& Tiny() {
 TEST(ArtifactTest, RoundTrip) {
   StatusOr<program::Artifact> a = program::DecodeArtifact(Tiny().bytes, "t.gptx");
   ASSERT_TRUE(a.ok()) << a.status().message();
-  EXPECT_EQ(a->format_version, 1u);
+  EXPECT_EQ(a->format_version, 2u);
+  // Format 2: the signatures are the plan's (no manifest entries), grad_accum
+  // is in the flags only, and the params carry no offsets.
+  EXPECT_FALSE(a->manifest.contains("entries"));
+  EXPECT_FALSE(a->manifest.contains("grad_accum"));
+  EXPECT_EQ(a->manifest["flags"]["grad_accum"], 1);
+  EXPECT_FALSE(a->params["params"][0].contains("offsets"));
+  // The plan section is the codec's.
+  StatusOr<program::Plan> plan = program::PlanFromJson(a->plan);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(program::ToJson(*plan), a->plan);
+  EXPECT_NE(plan->entries[0].FindInput(program::SlotRole::kParam, 0), nullptr);
   EXPECT_EQ(a->manifest["target"], "sm_90a");
   EXPECT_EQ(a->manifest["model"]["name"], "gpt2-tiny");
   EXPECT_EQ(a->manifest["complete"], Tiny().complete);
@@ -145,8 +157,13 @@ TEST(ArtifactTest, RejectsBadFiles) {
   EXPECT_EQ(Message(magic), "x.gptx: not a gptx artifact (bad magic)");
   EXPECT_EQ(Message("hello"), "x.gptx: not a gptx artifact (bad magic)");
   std::string newer = good;
-  newer[4] = 2;
-  EXPECT_EQ(Message(newer), "x.gptx: format version 2 is newer than this gptrun supports (1)");
+  newer[4] = 3;
+  EXPECT_EQ(Message(newer), "x.gptx: format version 3 is newer than this gptrun supports (2)");
+  std::string older = good;
+  older[4] = 1;
+  EXPECT_EQ(Message(older),
+            "x.gptx: format version 1 is older than this gptrun supports (2); recompile it with "
+            "gptc compile");
   EXPECT_EQ(Message(good, {.expected_target = "sm_80"}),
             "x.gptx: compiled for sm_90a, this device is sm_80");
   EXPECT_EQ(Message(good, {.expected_target = "sm_90a"}), "ok");

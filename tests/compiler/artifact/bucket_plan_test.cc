@@ -41,17 +41,19 @@ TEST(BucketPlanTest, BucketsCloseAtTheCapAndBeforeAnEarlyReader) {
   StatusOr<passes::BufferAssignment> ba = passes::AssignBuffers(*entry.module);
   ASSERT_TRUE(ba.ok()) << ba.status().message();
   PlanStats stats;
-  StatusOr<nlohmann::json> plan = BuildEntryPlan(entry, *ba, codegen::CompiledKernels{}, stats);
+  StatusOr<program::EntryPlan> plan = BuildEntryPlan(entry, *ba, codegen::CompiledKernels{}, stats);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
+  // Checked as written (the codec's JSON).
+  const nlohmann::json json = program::ToJson(*plan);
 
   // Thunks in order: g1 a1 g2 a2 u g3 a3 g4 a4 (every op is one thunk).
-  const nlohmann::json& thunks = (*plan)["thunks"];
+  const nlohmann::json& thunks = json["thunks"];
   ASSERT_EQ(thunks.size(), 9u);
   EXPECT_EQ(thunks[1]["bucket"], 0);
   EXPECT_EQ(thunks[3]["bucket"], 0);
   EXPECT_EQ(thunks[6]["bucket"], 1);
   EXPECT_EQ(thunks[8]["bucket"], 2);
-  const nlohmann::json& buckets = (*plan)["buckets"];
+  const nlohmann::json& buckets = json["buckets"];
   ASSERT_EQ(buckets.size(), 3u);
   EXPECT_EQ(buckets[0]["members"], nlohmann::json::array({1, 3}));
   EXPECT_EQ(buckets[0]["issue_after"], 3);

@@ -14,6 +14,11 @@
 namespace gptc::artifact {
 namespace {
 
+using program::GemmDType;
+using program::GemmEpilogue;
+using program::GemmLayout;
+using program::GemmOp;
+
 // The plan of the entry root of `text` (a gemm fusion or a dot).
 StatusOr<GemmPlan> PlanRoot(const std::string& text) {
   StatusOr<std::unique_ptr<ir::Module>> m = ir::ParseAndVerifyModule(text);
@@ -36,14 +41,14 @@ ENTRY %main {
   EXPECT_EQ(p->m, 192);
   EXPECT_EQ(p->n, 32);
   EXPECT_EQ(p->k, 64);
-  EXPECT_EQ(p->transa, "CUBLAS_OP_N");
-  EXPECT_EQ(p->transb, "CUBLAS_OP_N");
+  EXPECT_EQ(p->transa, GemmOp::kN);
+  EXPECT_EQ(p->transb, GemmOp::kN);
   EXPECT_EQ(p->a_operand, 1);
   EXPECT_EQ(p->b_operand, 0);
-  EXPECT_EQ(p->a, (MatrixLayout{"CUDA_R_16BF", 192, 64, 192, 1, 0}));
-  EXPECT_EQ(p->b, (MatrixLayout{"CUDA_R_16BF", 64, 32, 64, 1, 0}));
-  EXPECT_EQ(p->d, (MatrixLayout{"CUDA_R_32F", 192, 32, 192, 1, 0}));
-  EXPECT_EQ(p->epilogue, "CUBLASLT_EPILOGUE_DEFAULT");
+  EXPECT_EQ(p->a, (GemmLayout{GemmDType::kBF16, 192, 64, 192, 1, 0}));
+  EXPECT_EQ(p->b, (GemmLayout{GemmDType::kBF16, 64, 32, 64, 1, 0}));
+  EXPECT_EQ(p->d, (GemmLayout{GemmDType::kF32, 192, 32, 192, 1, 0}));
+  EXPECT_EQ(p->epilogue, GemmEpilogue::kDefault);
   EXPECT_EQ(p->beta, 0.0);
 }
 
@@ -57,9 +62,9 @@ ENTRY %main {
 }
 )");
   ASSERT_TRUE(p.ok()) << p.status().message();
-  EXPECT_EQ(p->transa, "CUBLAS_OP_T");
-  EXPECT_EQ(p->transb, "CUBLAS_OP_N");
-  EXPECT_EQ(p->a, (MatrixLayout{"CUDA_R_16BF", 64, 100, 64, 1, 0}));
+  EXPECT_EQ(p->transa, GemmOp::kT);
+  EXPECT_EQ(p->transb, GemmOp::kN);
+  EXPECT_EQ(p->a, (GemmLayout{GemmDType::kBF16, 64, 100, 64, 1, 0}));
   EXPECT_EQ(p->m, 100);
   EXPECT_EQ(p->n, 32);
   // Weight gradient: dW[C, N] = x[B*T, C]^T . dy[B*T, N] -> transb = T.
@@ -71,11 +76,11 @@ ENTRY %main {
 }
 )");
   ASSERT_TRUE(p.ok()) << p.status().message();
-  EXPECT_EQ(p->transa, "CUBLAS_OP_N");
-  EXPECT_EQ(p->transb, "CUBLAS_OP_T");
+  EXPECT_EQ(p->transa, GemmOp::kN);
+  EXPECT_EQ(p->transb, GemmOp::kT);
   EXPECT_EQ(p->k, 32);
-  EXPECT_EQ(p->b, (MatrixLayout{"CUDA_R_16BF", 64, 32, 64, 1, 0}));
-  EXPECT_EQ(p->d, (MatrixLayout{"CUDA_R_16BF", 192, 64, 192, 1, 0}));
+  EXPECT_EQ(p->b, (GemmLayout{GemmDType::kBF16, 64, 32, 64, 1, 0}));
+  EXPECT_EQ(p->d, (GemmLayout{GemmDType::kBF16, 192, 64, 192, 1, 0}));
 }
 
 TEST(GemmPlanTest, BatchedDotIsStridedBatched) {
@@ -88,9 +93,9 @@ ENTRY %main {
 )");
   ASSERT_TRUE(p.ok()) << p.status().message();
   EXPECT_EQ(p->batch_count, 8);
-  EXPECT_EQ(p->transa, "CUBLAS_OP_T");
-  EXPECT_EQ(p->a, (MatrixLayout{"CUDA_R_16BF", 32, 16, 32, 8, 512}));
-  EXPECT_EQ(p->d, (MatrixLayout{"CUDA_R_32F", 16, 16, 16, 8, 256}));
+  EXPECT_EQ(p->transa, GemmOp::kT);
+  EXPECT_EQ(p->a, (GemmLayout{GemmDType::kBF16, 32, 16, 32, 8, 512}));
+  EXPECT_EQ(p->d, (GemmLayout{GemmDType::kF32, 16, 16, 16, 8, 256}));
 }
 
 TEST(GemmPlanTest, LayoutsThatNeedACopyAreRefused) {
@@ -185,10 +190,10 @@ ENTRY %main {
 }
 )");
   ASSERT_TRUE(p.ok()) << p.status().message();
-  EXPECT_EQ(p->epilogue, "CUBLASLT_EPILOGUE_GELU_BIAS");
+  EXPECT_EQ(p->epilogue, GemmEpilogue::kGeluBias);
   EXPECT_EQ(p->bias_operand, 2);
-  EXPECT_EQ(p->bias_dtype, "CUDA_R_16BF");
-  EXPECT_EQ(p->d.dtype, "CUDA_R_16BF");
+  EXPECT_EQ(p->bias_dtype, GemmDType::kBF16);
+  EXPECT_EQ(p->d.dtype, GemmDType::kBF16);
 
   // Residual add through C (beta = 1) after a bias.
   p = PlanRoot(R"(module m
@@ -212,7 +217,7 @@ ENTRY %main {
 }
 )");
   ASSERT_TRUE(p.ok()) << p.status().message();
-  EXPECT_EQ(p->epilogue, "CUBLASLT_EPILOGUE_BIAS");
+  EXPECT_EQ(p->epilogue, GemmEpilogue::kBias);
   EXPECT_EQ(p->c_operand, 3);
   EXPECT_EQ(p->beta, 1.0);
 }
@@ -236,7 +241,7 @@ ENTRY %main {
 }
 )");
   ASSERT_TRUE(p.ok()) << p.status().message();
-  EXPECT_EQ(p->epilogue, "CUBLASLT_EPILOGUE_BGRADA");
+  EXPECT_EQ(p->epilogue, GemmEpilogue::kBGradA);
   EXPECT_EQ(p->bias_grad_output, 1);
   EXPECT_EQ(p->a_operand, 1);
 
@@ -260,7 +265,7 @@ ENTRY %main {
   EXPECT_EQ(p->b_operand, 1);
   EXPECT_EQ(p->m, 64);
   EXPECT_EQ(p->n, 192);
-  EXPECT_EQ(p->d, (MatrixLayout{"CUDA_R_16BF", 64, 192, 64, 1, 0}));
+  EXPECT_EQ(p->d, (GemmLayout{GemmDType::kBF16, 64, 192, 64, 1, 0}));
 }
 
 TEST(GemmPlanTest, BiasGradientFromTheWideCopyOfTheOperand) {
@@ -295,7 +300,7 @@ ENTRY %main {
   ASSERT_TRUE(m.ok()) << m.status().message();
   StatusOr<GemmPlan> p = PlanGemm(*(*m)->entry()->root());
   ASSERT_TRUE(p.ok()) << p.status().message();
-  EXPECT_EQ(p->epilogue, "CUBLASLT_EPILOGUE_BGRADA");
+  EXPECT_EQ(p->epilogue, GemmEpilogue::kBGradA);
   EXPECT_EQ(p->bias_grad_output, 0);
   EXPECT_EQ(p->d_output, 1);
   EXPECT_EQ(p->a_operand, 2);
@@ -387,13 +392,13 @@ ENTRY %main {
 TEST(GemmPlanTest, GeluAuxBiasWritesTheBf16PreActivation) {
   StatusOr<GemmPlan> p = PlanRoot(FcWithAux(256));
   ASSERT_TRUE(p.ok()) << p.status().message();
-  EXPECT_EQ(p->epilogue, "CUBLASLT_EPILOGUE_GELU_AUX_BIAS");
+  EXPECT_EQ(p->epilogue, GemmEpilogue::kGeluAuxBias);
   EXPECT_EQ(p->bias_operand, 2);
-  EXPECT_EQ(p->bias_dtype, "CUDA_R_16BF");
+  EXPECT_EQ(p->bias_dtype, GemmDType::kBF16);
   EXPECT_EQ(p->aux_output, 0);
   EXPECT_EQ(p->d_output, 1);
   EXPECT_EQ(p->aux_ld, 256);  // D's m: aux is laid out as D
-  EXPECT_EQ(p->d, (MatrixLayout{"CUDA_R_16BF", 256, 16, 256, 1, 0}));
+  EXPECT_EQ(p->d, (GemmLayout{GemmDType::kBF16, 256, 16, 256, 1, 0}));
   // cuBLASLt applies the GELU to the f32 sum, the IR to its bf16 copy.
   ASSERT_EQ(p->notes.size(), 1u);
   EXPECT_EQ(p->notes[0],
@@ -438,7 +443,7 @@ ENTRY %main {
 TEST(GemmPlanTest, DgeluReadsTheAuxOperand) {
   StatusOr<GemmPlan> p = PlanRoot(DgeluFusion());
   ASSERT_TRUE(p.ok()) << p.status().message();
-  EXPECT_EQ(p->epilogue, "CUBLASLT_EPILOGUE_DGELU");
+  EXPECT_EQ(p->epilogue, GemmEpilogue::kDGelu);
   EXPECT_EQ(p->aux_operand, 2);
   EXPECT_EQ(p->aux_output, -1);
   EXPECT_EQ(p->aux_ld, 128);
@@ -446,7 +451,7 @@ TEST(GemmPlanTest, DgeluReadsTheAuxOperand) {
   EXPECT_EQ(p->m, 128);
   EXPECT_EQ(p->n, 16);
   EXPECT_EQ(p->k, 32);
-  EXPECT_EQ(p->d, (MatrixLayout{"CUDA_R_16BF", 128, 16, 128, 1, 0}));
+  EXPECT_EQ(p->d, (GemmLayout{GemmDType::kBF16, 128, 16, 128, 1, 0}));
   ASSERT_EQ(p->notes.size(), 1u);
   EXPECT_EQ(p->notes[0], "bf16 rounding of %dot is skipped (cuBLASLt keeps f32)");
 }
@@ -492,9 +497,9 @@ ENTRY %main {
 }
 )");
   ASSERT_TRUE(p.ok()) << p.status().message();
-  EXPECT_EQ(p->epilogue, "CUBLASLT_EPILOGUE_BGRADA");
+  EXPECT_EQ(p->epilogue, GemmEpilogue::kBGradA);
   EXPECT_EQ(p->bias_grad_output, 0);
-  EXPECT_EQ(p->bias_dtype, "CUDA_R_32F");
+  EXPECT_EQ(p->bias_dtype, GemmDType::kF32);
   EXPECT_EQ(p->a_operand, 0);
   EXPECT_NE(std::find(p->notes.begin(), p->notes.end(),
                       "bf16 rounding of the bias gradient %n is skipped"),

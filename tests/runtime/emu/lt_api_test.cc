@@ -48,8 +48,10 @@ Bytes Random(int32_t dtype, size_t count, std::mt19937& rng) {
   return out;
 }
 
-gpu::GemmLayout Layout(int32_t dtype, int64_t rows, int64_t cols, int64_t ld, int64_t batch = 1,
-                       int64_t stride = 0) {
+constexpr program::GemmDType kBF16 = program::GemmDType::kBF16;
+
+gpu::GemmLayout Layout(program::GemmDType dtype, int64_t rows, int64_t cols, int64_t ld,
+                       int64_t batch = 1, int64_t stride = 0) {
   return gpu::GemmLayout{.dtype = dtype,
                          .rows = rows,
                          .cols = cols,
@@ -59,7 +61,7 @@ gpu::GemmLayout Layout(int32_t dtype, int64_t rows, int64_t cols, int64_t ld, in
 }
 
 MatrixShape Shape(const gpu::GemmLayout& l) {
-  return MatrixShape{.dtype = l.dtype,
+  return MatrixShape{.dtype = gpu::CudaDataType(l.dtype),
                      .rows = static_cast<uint64_t>(l.rows),
                      .cols = static_cast<uint64_t>(l.cols),
                      .ld = l.ld,
@@ -80,12 +82,14 @@ Buffers MakeBuffers(const gpu::GemmConfig& c, size_t bias_elements, int64_t aux_
                     uint32_t seed) {
   std::mt19937 rng(seed);
   Buffers out;
-  out.a = Random(c.a.dtype, Elements(c.a), rng);
-  out.b = Random(c.b.dtype, Elements(c.b), rng);
-  out.d = Random(c.d.dtype, Elements(c.d), rng);  // C is D (beta 1) in these tests
-  const int32_t bias_type = c.bias_dtype.value_or(c.d.dtype);
+  out.a = Random(gpu::CudaDataType(c.a.dtype), Elements(c.a), rng);
+  out.b = Random(gpu::CudaDataType(c.b.dtype), Elements(c.b), rng);
+  out.d =
+      Random(gpu::CudaDataType(c.d.dtype), Elements(c.d), rng);  // C is D (beta 1) in these tests
+  const int32_t bias_type = gpu::CudaDataType(c.bias_dtype.value_or(c.d.dtype));
   out.bias = Random(bias_type, bias_elements, rng);
-  out.aux = Random(c.d.dtype, static_cast<size_t>(c.aux_ld * c.n * aux_batches), rng);
+  out.aux =
+      Random(gpu::CudaDataType(c.d.dtype), static_cast<size_t>(c.aux_ld * c.n * aux_batches), rng);
   return out;
 }
 
@@ -99,8 +103,12 @@ void ExpectRunnerMatchesSemantics(const gpu::GemmConfig& config, size_t bias_ele
   ASSERT_EQ(lt.Create(&handle), CUBLAS_STATUS_SUCCESS);
   gpu::GemmPointers p{
       .a = via_api.a.data(), .b = via_api.b.data(), .c = via_api.d.data(), .d = via_api.d.data()};
-  if (config.reads_bias || config.writes_bias) p.bias = via_api.bias.data();
-  if (config.writes_aux || config.reads_aux) p.aux = via_api.aux.data();
+  if (program::ReadsBias(config.epilogue) || program::WritesBias(config.epilogue)) {
+    p.bias = via_api.bias.data();
+  }
+  if (program::WritesAux(config.epilogue) || program::ReadsAux(config.epilogue)) {
+    p.aux = via_api.aux.data();
+  }
   p.workspace_bytes = static_cast<size_t>(config.workspace_bytes);
   auto runner = gpu::GemmRunner::Create(lt, handle, config, p, "thunk 3 (gemm test)");
   ASSERT_TRUE(runner.ok()) << runner.status().message();
@@ -109,11 +117,11 @@ void ExpectRunnerMatchesSemantics(const gpu::GemmConfig& config, size_t bias_ele
   ASSERT_TRUE(run.ok()) << run.message();
 
   MatmulSpec spec;
-  spec.transa = config.transa;
-  spec.transb = config.transb;
-  spec.epilogue = static_cast<uint32_t>(config.epilogue);
+  spec.transa = gpu::CudaOperation(config.transa);
+  spec.transb = gpu::CudaOperation(config.transb);
+  spec.epilogue = static_cast<uint32_t>(gpu::CudaEpilogue(config.epilogue));
   spec.bias = direct.bias.data();
-  spec.bias_dtype = config.bias_dtype.value_or(-1);
+  spec.bias_dtype = config.bias_dtype ? gpu::CudaDataType(*config.bias_dtype) : -1;
   spec.aux = direct.aux.data();
   spec.aux_ld = config.aux_ld;
   spec.aux_batch_stride = config.batch_count > 1 ? config.aux_ld * config.n : 0;
@@ -130,76 +138,68 @@ void ExpectRunnerMatchesSemantics(const gpu::GemmConfig& config, size_t bias_ele
 }
 
 // A descriptor as the plan reader gives it: m=16 n=8 k=4, bf16, beta 1 (C is D).
-gpu::GemmConfig Config(cublasLtEpilogue_t epilogue, const char* name) {
+gpu::GemmConfig Config(program::GemmEpilogue epilogue) {
   gpu::GemmConfig c;
-  c.compute_type = CUBLAS_COMPUTE_32F;
-  c.scale_type = CUDA_R_32F;
-  c.transa = CUBLAS_OP_T;
-  c.transb = CUBLAS_OP_N;
+  c.compute_type = program::GemmCompute::k32F;
+  c.scale_type = program::GemmDType::kF32;
+  c.transa = program::GemmOp::kT;
+  c.transb = program::GemmOp::kN;
   c.m = 16, c.n = 8, c.k = 4;
-  c.a = Layout(CUDA_R_16BF, 4, 16, 6);  // op(A) = A^T, ld > rows
-  c.b = Layout(CUDA_R_16BF, 4, 8, 4);
-  c.c = c.d = Layout(CUDA_R_16BF, 16, 8, 16);
+  c.a = Layout(kBF16, 4, 16, 6);  // op(A) = A^T, ld > rows
+  c.b = Layout(kBF16, 4, 8, 4);
+  c.c = c.d = Layout(kBF16, 16, 8, 16);
   c.alpha = 0.5;
   c.beta = 1;
   c.epilogue = epilogue;
-  c.epilogue_name = name;
   c.workspace_bytes = 1 << 20;
-  c.reads_bias = epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_BIAS ||
-                 epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  c.writes_bias = epilogue == CUBLASLT_EPILOGUE_BGRADA || epilogue == CUBLASLT_EPILOGUE_BGRADB;
-  c.writes_aux =
-      epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  c.reads_aux = epilogue == CUBLASLT_EPILOGUE_DGELU;
-  if (c.writes_aux || c.reads_aux) c.aux_ld = 16;
+  if (program::WritesAux(epilogue) || program::ReadsAux(epilogue)) c.aux_ld = 16;
   return c;
 }
 
 // --- the GPU runtime's GemmRunner on the emulated API ------------------------
 
 TEST(LtApiTest, GemmRunnerGeluAuxBias) {
-  ExpectRunnerMatchesSemantics(
-      Config(CUBLASLT_EPILOGUE_GELU_AUX_BIAS, "CUBLASLT_EPILOGUE_GELU_AUX_BIAS"), 16);
+  ExpectRunnerMatchesSemantics(Config(program::GemmEpilogue::kGeluAuxBias), 16);
 }
 
 // Note [GELU epilogues]: the runtime hands DGELU its aux input (the GELU_AUX
 // output of the forward), with the leading dimension of D.
 TEST(LtApiTest, GemmRunnerDgeluReadsItsAux) {
-  gpu::GemmConfig c = Config(CUBLASLT_EPILOGUE_DGELU, "CUBLASLT_EPILOGUE_DGELU");
+  gpu::GemmConfig c = Config(program::GemmEpilogue::kDGelu);
   ExpectRunnerMatchesSemantics(c, 0);
   // Batched: aux batches follow each other as D's do.
-  c.transa = CUBLAS_OP_N;
-  c.transb = CUBLAS_OP_T;
+  c.transa = program::GemmOp::kN;
+  c.transb = program::GemmOp::kT;
   c.batch_count = 2;
-  c.a = Layout(CUDA_R_16BF, 16, 4, 16, 2, 64);
-  c.b = Layout(CUDA_R_16BF, 8, 4, 8, 2, 32);
-  c.c = c.d = Layout(CUDA_R_16BF, 16, 8, 16, 2, 128);
+  c.a = Layout(kBF16, 16, 4, 16, 2, 64);
+  c.b = Layout(kBF16, 8, 4, 8, 2, 32);
+  c.c = c.d = Layout(kBF16, 16, 8, 16, 2, 128);
   ExpectRunnerMatchesSemantics(c, 0);
 }
 
 TEST(LtApiTest, GemmRunnerBiasGradientWithBiasDataType) {
-  gpu::GemmConfig c = Config(CUBLASLT_EPILOGUE_BGRADB, "CUBLASLT_EPILOGUE_BGRADB");
+  gpu::GemmConfig c = Config(program::GemmEpilogue::kBGradB);
   c.alpha = 1;
-  c.bias_dtype = CUDA_R_16BF;  // BIAS_DATA_TYPE set explicitly, to the output's type
+  c.bias_dtype = kBF16;  // BIAS_DATA_TYPE set explicitly, to the output's type
   ExpectRunnerMatchesSemantics(c, 8);
 }
 
 TEST(LtApiTest, GemmRunnerBatchedWithBroadcastBias) {
-  gpu::GemmConfig c = Config(CUBLASLT_EPILOGUE_BIAS, "CUBLASLT_EPILOGUE_BIAS");
-  c.transa = CUBLAS_OP_N;
-  c.transb = CUBLAS_OP_T;
+  gpu::GemmConfig c = Config(program::GemmEpilogue::kBias);
+  c.transa = program::GemmOp::kN;
+  c.transb = program::GemmOp::kT;
   c.batch_count = 3;
-  c.a = Layout(CUDA_R_16BF, 16, 4, 16, 3, 16 * 4 + 8);
-  c.b = Layout(CUDA_R_16BF, 8, 4, 10, 3, 48);
-  c.c = c.d = Layout(CUDA_R_16BF, 16, 8, 20, 3, 200);
+  c.a = Layout(kBF16, 16, 4, 16, 3, 16 * 4 + 8);
+  c.b = Layout(kBF16, 8, 4, 10, 3, 48);
+  c.c = c.d = Layout(kBF16, 16, 8, 20, 3, 200);
   ExpectRunnerMatchesSemantics(c, 16);
 }
 
 // The heuristic's refusal reaches the runtime's error, naming the thunk and the reason.
 TEST(LtApiTest, GemmRunnerReportsTheRefusal) {
   const gpu::CublasLtApi lt = EmulatedCublasLt(nullptr);
-  gpu::GemmConfig c = Config(CUBLASLT_EPILOGUE_GELU_BIAS, "CUBLASLT_EPILOGUE_GELU_BIAS");
-  c.bias_dtype = CUDA_R_32F;  // D is bf16
+  gpu::GemmConfig c = Config(program::GemmEpilogue::kGeluBias);
+  c.bias_dtype = program::GemmDType::kF32;  // D is bf16
   float bias[16] = {};
   uint16_t buffer[256] = {};
   cublasLtHandle_t handle = nullptr;

@@ -100,7 +100,7 @@ TEST(CublasLtTest, EveryTinyGemmDescriptorBuilds) {
   int built = 0;
   for (const EntryPlan& plan : tiny->plans) {
     for (const Thunk& t : plan.thunks) {
-      if (t.kind != ThunkKind::kGemm) continue;
+      if (t.kind() != ThunkKind::kGemm) continue;
       const auto& g = std::get<GemmThunk>(t.body);
       GemmPointers p{.a = fake,
                      .b = fake,

@@ -46,68 +46,66 @@ json Descriptor() {
   return d;
 }
 
-TEST(GemmConfigTest, ParsesIntoCublasLtValues) {
-  StatusOr<GemmConfig> c = ParseGemmConfig(Descriptor());
-  ASSERT_TRUE(c.ok()) << c.status().message();
-  EXPECT_EQ(c->compute_type, CUBLAS_COMPUTE_32F);
-  EXPECT_EQ(c->scale_type, CUDA_R_32F);
-  EXPECT_EQ(c->transa, CUBLAS_OP_T);
-  EXPECT_EQ(c->transb, CUBLAS_OP_N);
-  EXPECT_EQ(c->m, 128);
-  EXPECT_EQ(c->n, 32);
-  EXPECT_EQ(c->k, 64);
-  EXPECT_EQ(c->a.dtype, CUDA_R_16BF);
-  EXPECT_EQ(c->a.ld, 64);
-  EXPECT_EQ(c->d.dtype, CUDA_R_32F);
-  EXPECT_EQ(c->epilogue, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
-  EXPECT_EQ(c->epilogue_name, "CUBLASLT_EPILOGUE_GELU_AUX_BIAS");
-  ASSERT_TRUE(c->bias_dtype.has_value());
-  EXPECT_EQ(*c->bias_dtype, CUDA_R_32F);
-  EXPECT_TRUE(c->reads_bias);
-  EXPECT_FALSE(c->writes_bias);
-  EXPECT_TRUE(c->writes_aux);
-  EXPECT_EQ(c->aux_ld, 128);
-  EXPECT_EQ(c->beta, 1.0);
-  EXPECT_EQ(c->workspace_bytes, 32 << 20);
-  EXPECT_NE(c->Summary().find("m=128 n=32 k=64"), std::string::npos) << c->Summary();
+GemmConfig Config(const json& d) {
+  StatusOr<GemmConfig> c = program::GemmConfigFromJson(d, "descriptor");
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? *c : GemmConfig{};
+}
+
+TEST(GemmConfigTest, MapsToCublasLtValues) {
+  const GemmConfig c = Config(Descriptor());
+  EXPECT_TRUE(CheckGemmConfig(c).ok()) << CheckGemmConfig(c).message();
+  EXPECT_EQ(CudaComputeType(c.compute_type), CUBLAS_COMPUTE_32F);
+  EXPECT_EQ(CudaDataType(c.scale_type), CUDA_R_32F);
+  EXPECT_EQ(CudaOperation(c.transa), CUBLAS_OP_T);
+  EXPECT_EQ(CudaOperation(c.transb), CUBLAS_OP_N);
+  EXPECT_EQ(CudaDataType(c.a.dtype), CUDA_R_16BF);
+  EXPECT_EQ(CudaDataType(c.d.dtype), CUDA_R_32F);
+  EXPECT_EQ(CudaEpilogue(c.epilogue), CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+  ASSERT_TRUE(c.bias_dtype.has_value());
+  EXPECT_EQ(CudaDataType(*c.bias_dtype), CUDA_R_32F);
+  EXPECT_TRUE(program::ReadsBias(c.epilogue));
+  EXPECT_FALSE(program::WritesBias(c.epilogue));
+  EXPECT_TRUE(program::WritesAux(c.epilogue));
+  EXPECT_EQ(c.aux_ld, 128);
+  EXPECT_EQ(c.workspace_bytes, 32 << 20);
+  EXPECT_NE(c.Summary().find("m=128 n=32 k=64"), std::string::npos) << c.Summary();
+  // Every epilogue the plan can name has a cuBLASLt value.
+  for (int e = 0; e <= static_cast<int>(program::GemmEpilogue::kBGradB); ++e) {
+    EXPECT_GE(CudaEpilogue(static_cast<program::GemmEpilogue>(e)), 0) << e;
+  }
 }
 
 TEST(GemmConfigTest, DgeluReadsAux) {
   json d = Descriptor();
   d["epilogue"] = "CUBLASLT_EPILOGUE_DGELU";
   d.erase("bias_dtype");
-  StatusOr<GemmConfig> c = ParseGemmConfig(d);
-  ASSERT_TRUE(c.ok()) << c.status().message();
-  EXPECT_TRUE(c->reads_aux);
-  EXPECT_FALSE(c->writes_aux);
-  EXPECT_FALSE(c->reads_bias);
-  EXPECT_FALSE(c->writes_bias);
+  GemmConfig c = Config(d);
+  EXPECT_TRUE(CheckGemmConfig(c).ok());
+  EXPECT_TRUE(program::ReadsAux(c.epilogue));
+  EXPECT_FALSE(program::WritesAux(c.epilogue));
+  EXPECT_FALSE(program::ReadsBias(c.epilogue));
+  EXPECT_FALSE(program::WritesBias(c.epilogue));
   // Its aux is D's shape: the leading dimension covers D's rows.
-  d["aux_ld"] = 64;
-  c = ParseGemmConfig(d);
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().message(),
+  c.aux_ld = 64;
+  EXPECT_EQ(CheckGemmConfig(c).message(),
             "descriptor: epilogue CUBLASLT_EPILOGUE_DGELU with aux_ld 64 < m 128");
 }
 
 TEST(GemmConfigTest, ErrorsNameTheField) {
   json d = Descriptor();
   d["epilogue"] = "CUBLASLT_EPILOGUE_RELU";
-  StatusOr<GemmConfig> c = ParseGemmConfig(d);
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().message(),
-            "descriptor.epilogue: 'CUBLASLT_EPILOGUE_RELU' is not a value this runtime knows");
+  EXPECT_EQ(program::GemmConfigFromJson(d, "descriptor").status().message(),
+            "descriptor.epilogue: 'CUBLASLT_EPILOGUE_RELU' is not a value this reader knows");
   d = Descriptor();
   d["a"]["rows"] = 65;  // op(A) must be m x k: A is k x m with transa T
   d["a"]["ld"] = 65;
-  c = ParseGemmConfig(d);
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().message(), "descriptor.a is 65x128, the problem needs 64x128");
+  EXPECT_EQ(CheckGemmConfig(Config(d)).message(),
+            "descriptor.a is 65x128, the problem needs 64x128");
   d = Descriptor();
   d.erase("m");
-  c = ParseGemmConfig(d);
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().message(), "descriptor has no 'm'");
+  EXPECT_EQ(program::GemmConfigFromJson(d, "descriptor").status().message(),
+            "descriptor has no 'm'");
 }
 
 json Entry(json thunk) {
@@ -127,7 +125,8 @@ TEST(PlanReaderTest, ConstantsCopiesAndAllReduces) {
                                                {"dst", {{"offset", 256}, {"size", 8}}}}));
   ASSERT_TRUE(p.ok()) << p.status().message();
   const auto& c = std::get<ConstantThunk>(p->thunks[0].body);
-  EXPECT_EQ(c.bytes, EncodeValues(ir::DType::kBF16, std::vector<double>(4, 0.5)));  // a splat
+  EXPECT_EQ(ConstantBytes(c),
+            EncodeValues(ir::DType::kBF16, std::vector<double>(4, 0.5)));  // a splat
   p = ReadEntryPlan(Entry({{"kind", "copy"},
                            {"name", "donation.out1.in2"},
                            {"src", {{"offset", 0}, {"size", 64}}},
@@ -155,10 +154,12 @@ TEST(PlanReaderTest, ErrorsNameTheThunk) {
                                                {"bytes", 512}}));
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().message(),
-            "plan entry e thunk 0.src: slice [4000, +512) is outside the arena of 4096 bytes");
+            "plan entry e: thunk 0 (copy %x): slice [4000, +512) is outside the arena of 4096 "
+            "bytes");
   p = ReadEntryPlan(Entry({{"kind", "memset"}, {"name", "x"}}));
   ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.status().message(), "plan entry e thunk 0 (x): unknown thunk kind 'memset'");
+  EXPECT_EQ(p.status().message(),
+            "plan entry e thunk 0.kind: 'memset' is not a value this reader knows");
   p = ReadEntryPlan(Entry({{"kind", "constant"},
                            {"name", "c"},
                            {"dtype", "f32"},
@@ -166,7 +167,7 @@ TEST(PlanReaderTest, ErrorsNameTheThunk) {
                            {"dst", {{"offset", 0}, {"size", 8}}}}));
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().message(),
-            "plan entry e thunk 0 (c): 3 values for a slice of 2 f32 elements");
+            "plan entry e: thunk 0 (constant %c): 3 values for a slice of 2 f32 elements");
 }
 
 const testing::Tiny& TinyOrSkip() {
@@ -197,23 +198,24 @@ TEST(PlanReaderTest, GradAccumPlanHasWhatTheTrainerFeeds) {
   ASSERT_NE(accumulate, nullptr);
   ASSERT_NE(apply, nullptr);
   const ir::Shape scalar = ir::Shape::Scalar(ir::DType::kF32);
-  for (const char* role : {"tokens", "targets"}) {
-    EXPECT_NE(accumulate->FindInput(role), nullptr) << role;
-    EXPECT_EQ(apply->FindInput(role), nullptr) << role;
+  using program::SlotRole;
+  for (SlotRole role : {SlotRole::kTokens, SlotRole::kTargets}) {
+    EXPECT_NE(accumulate->FindInput(role), nullptr) << program::SlotRoleName(role);
+    EXPECT_EQ(apply->FindInput(role), nullptr) << program::SlotRoleName(role);
   }
-  ASSERT_NE(accumulate->FindOutput("loss"), nullptr);
-  EXPECT_EQ(accumulate->FindOutput("loss")->shape, scalar);
-  ASSERT_NE(apply->FindOutput("grad_norm"), nullptr);
-  for (const char* role : {"step", "lr"}) {
-    ASSERT_NE(apply->FindInput(role), nullptr) << role;
-    EXPECT_EQ(apply->FindInput(role)->shape, scalar) << role;
+  ASSERT_NE(accumulate->FindOutput(SlotRole::kLoss), nullptr);
+  EXPECT_EQ(accumulate->FindOutput(SlotRole::kLoss)->shape, scalar);
+  ASSERT_NE(apply->FindOutput(SlotRole::kGradNorm), nullptr);
+  for (SlotRole role : {SlotRole::kStep, SlotRole::kLr}) {
+    ASSERT_NE(apply->FindInput(role), nullptr) << program::SlotRoleName(role);
+    EXPECT_EQ(apply->FindInput(role)->shape, scalar) << program::SlotRoleName(role);
   }
   const std::vector<program::ParamSpec>& params = tiny->loaded.program.params;
   for (size_t p = 0; p < params.size(); ++p) {
     const auto index = static_cast<int64_t>(p);
-    const PlanSlot* in = accumulate->FindInput("grad_acc", index);
-    const PlanSlot* out = accumulate->FindOutput("grad_acc", index);
-    const PlanSlot* applied = apply->FindInput("grad_acc", index);
+    const PlanSlot* in = accumulate->FindInput(SlotRole::kGradAcc, index);
+    const PlanSlot* out = accumulate->FindOutput(SlotRole::kGradAcc, index);
+    const PlanSlot* applied = apply->FindInput(SlotRole::kGradAcc, index);
     ASSERT_TRUE(in != nullptr && out != nullptr && applied != nullptr) << params[p].name;
     EXPECT_EQ(in->shape, applied->shape) << params[p].name;
     const int64_t in_index = in - accumulate->inputs.data();
@@ -222,10 +224,11 @@ TEST(PlanReaderTest, GradAccumPlanHasWhatTheTrainerFeeds) {
                         std::pair{out_index, in_index}),
               accumulate->donations.end())
         << params[p].name << ": the accumulator is not updated in place";
-    for (const char* role : {"param", "adam_m", "adam_v"}) {
-      EXPECT_NE(apply->FindInput(role, index), nullptr) << role << " " << params[p].name;
+    for (SlotRole role : {SlotRole::kParam, SlotRole::kAdamM, SlotRole::kAdamV}) {
+      EXPECT_NE(apply->FindInput(role, index), nullptr)
+          << program::SlotRoleName(role) << " " << params[p].name;
     }
-    EXPECT_NE(accumulate->FindInput("param", index), nullptr) << params[p].name;
+    EXPECT_NE(accumulate->FindInput(SlotRole::kParam, index), nullptr) << params[p].name;
   }
 }
 
@@ -266,9 +269,9 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
       EXPECT_EQ(plan.inputs[i].slice, (ArenaSlice{s->offset, s->size})) << plan.inputs[i].name;
     }
     for (const Thunk& t : plan.thunks) {
-      ++seen[std::string(ThunkKindName(t.kind))];
+      ++seen[std::string(ThunkKindName(t.kind()))];
       const ir::Instruction* inst = c.FindInstruction(t.instruction());
-      if (t.kind == ThunkKind::kCopy) continue;  // donation copies name no instruction
+      if (t.kind() == ThunkKind::kCopy) continue;  // donation copies name no instruction
       ASSERT_NE(inst, nullptr) << t.Describe();
       std::vector<ArenaSlice> operands, results;
       for (int64_t i = 0; i < inst->operand_count(); ++i) {
@@ -285,13 +288,13 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
       auto is_result = [&](const ArenaSlice& s) {
         return std::find(results.begin(), results.end(), s) != results.end();
       };
-      if (t.kind == ThunkKind::kKernel) {
+      if (t.kind() == ThunkKind::kKernel) {
         // Note [kernel ABI]: operands, then results, in order.
         std::vector<ArenaSlice> abi = operands;
         abi.insert(abi.end(), results.begin(), results.end());
         const auto& k = std::get<KernelThunk>(t.body);
         const bool before_gemm = static_cast<size_t>(t.index + 1) < plan.thunks.size() &&
-                                 plan.thunks[t.index + 1].kind == ThunkKind::kGemm &&
+                                 plan.thunks[t.index + 1].kind() == ThunkKind::kGemm &&
                                  plan.thunks[t.index + 1].instruction() == t.instruction();
         if (k.fallback && before_gemm) {
           // Note [epilogue fallback]: one operand of its gemm, then the bias
@@ -323,7 +326,7 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
                                  t.name),
                   static_cast<int64_t>(abi.size()))
             << t.Describe();
-      } else if (t.kind == ThunkKind::kGemm) {
+      } else if (t.kind() == ThunkKind::kGemm) {
         const auto& g = std::get<GemmThunk>(t.body);
         EXPECT_TRUE(is_operand(g.a)) << t.Describe();
         EXPECT_TRUE(is_operand(g.b)) << t.Describe();
@@ -331,11 +334,13 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
         EXPECT_TRUE(g.c == g.d || is_operand(g.c)) << t.Describe();
         EXPECT_EQ(g.config.beta != 0, !(g.c == g.d) || is_operand(g.c)) << t.Describe();
         if (g.bias) {
-          EXPECT_TRUE(g.config.writes_bias ? is_result(*g.bias) : is_operand(*g.bias))
+          EXPECT_TRUE(program::WritesBias(g.config.epilogue) ? is_result(*g.bias)
+                                                             : is_operand(*g.bias))
               << t.Describe();
         }
         if (g.aux) {  // GELU_AUX writes the pre-activation, DGELU reads it
-          EXPECT_TRUE(g.config.reads_aux ? is_operand(*g.aux) : is_result(*g.aux)) << t.Describe();
+          EXPECT_TRUE(program::ReadsAux(g.config.epilogue) ? is_operand(*g.aux) : is_result(*g.aux))
+              << t.Describe();
         }
       }
     }

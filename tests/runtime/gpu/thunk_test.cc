@@ -32,7 +32,7 @@ std::vector<Group> Groups(const EntryPlan& plan, ThunkKind kind) {
   std::vector<Group> out;
   std::map<std::string, size_t> index;
   for (const Thunk& t : plan.thunks) {
-    if (t.kind != kind) continue;
+    if (t.kind() != kind) continue;
     // Note [epilogue fallback]: a gemm's fallback kernel runs only where
     // cuBLASLt refuses the epilogue (tests/tools/gptrun_emu_defects_test.cc).
     if (const auto* k = std::get_if<KernelThunk>(&t.body); k != nullptr && k->fallback) continue;

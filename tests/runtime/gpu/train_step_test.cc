@@ -42,7 +42,7 @@ std::string Incomplete(const Tiny& tiny) {
   std::vector<std::string> what;
   for (const EntryPlan& p : tiny.plans) {
     for (const Thunk& t : p.thunks) {
-      if (t.kind == ThunkKind::kUnsupported) what.push_back(t.Describe());
+      if (t.kind() == ThunkKind::kUnsupported) what.push_back(t.Describe());
     }
   }
   return fmt::format("{}", fmt::join(what, ", "));
@@ -69,19 +69,19 @@ TEST_P(GpuEntryTest, LogitsMatchCpu) {
   size_t e = 0;
   while (tiny->plans[e].name != "logits") ++e;
   for (const Thunk& t : tiny->plans[e].thunks) {
-    ASSERT_NE(t.kind, ThunkKind::kUnsupported) << t.Describe();
+    ASSERT_NE(t.kind(), ThunkKind::kUnsupported) << t.Describe();
   }
   StatusOr<std::unique_ptr<GpuHarness>> gpu = GpuHarness::Create(*tiny);
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   const EntryPlan& plan = tiny->plans[e];
   // The initial parameters, as the trainers make them.
   for (const PlanSlot& slot : plan.inputs) {
-    if (slot.role != "param") continue;
+    if (slot.role != program::SlotRole::kParam) continue;
     std::vector<float> init = InitParameter(program.params[slot.index], kSeed, slot.index);
     std::vector<double> values(init.begin(), init.end());
     ASSERT_TRUE((*gpu)->Upload(e, slot.slice, EncodeValues(ir::DType::kF32, values)).ok());
   }
-  const PlanSlot* tokens = plan.FindInput("tokens");
+  const PlanSlot* tokens = plan.FindInput(program::SlotRole::kTokens);
   ASSERT_NE(tokens, nullptr);
   const int64_t seq = tokens->shape.dims()[1];
   MicroBatch batch = PatternBatch(1, seq, tiny->loaded.model.vocab, 3);
@@ -91,7 +91,7 @@ TEST_P(GpuEntryTest, LogitsMatchCpu) {
   for (size_t i = 0; i < plan.thunks.size(); ++i) all.push_back(i);
   Status run = (*gpu)->Run(e, all);
   ASSERT_TRUE(run.ok()) << run.message();
-  const PlanSlot* out = plan.FindOutput("logits");
+  const PlanSlot* out = plan.FindOutput(program::SlotRole::kLogits);
   ASSERT_NE(out, nullptr);
   StatusOr<std::string> bytes = (*gpu)->Download(e, out->slice);
   ASSERT_TRUE(bytes.ok()) << bytes.status().message();

@@ -1,0 +1,288 @@
+// The thunk plan of an artifact (docs/ARTIFACT.md, "The plan"): per entry,
+// what the runtime does in schedule order, every buffer an arena slice. The
+// compiler builds it (compiler/artifact/plan.h) and every device reads it
+// (runtime/gpu/plan_reader.h, runtime/emu/), both through the one codec
+// below. FromJson checks structure only (every field present with its type,
+// every enum spelled as cuBLASLt or the IR spells it) and its errors name the
+// field ("plan entry train_step thunk 3 has no 'grid'"); what the values must
+// satisfy (slices inside the arena, layouts that fit the problem) the
+// runtime checks (runtime/gpu/plan_reader.h).
+//
+// cuBLASLt's enums are C++ enums here, written as cuBLASLt's names
+// ("CUDA_R_16BF", "CUBLASLT_EPILOGUE_GELU_BIAS"), so that no CUDA header is
+// needed; the runtime maps them to cuBLASLt's values.
+#ifndef GPTC_COMPILER_PROGRAM_PLAN_H_
+#define GPTC_COMPILER_PROGRAM_PLAN_H_
+
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "compiler/ir/opcode.h"
+#include "compiler/ir/shape.h"
+#include "compiler/program/program.h"
+#include "compiler/support/status.h"
+
+namespace gptc::program {
+
+// `size` bytes at `offset` in the entry's arena (one allocation, 256-byte
+// aligned): {"offset", "size", "buffer"}.
+struct ArenaSlice {
+  int64_t offset = 0;
+  int64_t size = 0;
+  // The buffer it lies in (EntryPlan::buffers); -1: none, a kernel's scratch
+  // (Note [split column reductions] in compiler/codegen/column_reduction_plan.h).
+  int64_t buffer = -1;
+  // The same memory, whatever buffer holds it.
+  bool operator==(const ArenaSlice& o) const { return offset == o.offset && size == o.size; }
+};
+
+// --- cuBLASLt descriptors (compiler/artifact/gemm_plan.h) --------------------
+
+enum class GemmDType { kBF16, kF16, kF32 };     // CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F
+enum class GemmCompute { k32F, k32FFastTF32 };  // CUBLAS_COMPUTE_32F[_FAST_TF32]
+enum class GemmOp { kN, kT };                   // CUBLAS_OP_N, CUBLAS_OP_T
+enum class GemmEpilogue {                       // CUBLASLT_EPILOGUE_...
+  kDefault,
+  kBias,
+  kGelu,
+  kGeluBias,
+  kGeluAux,
+  kGeluAuxBias,
+  kDGelu,
+  kDGeluBGrad,
+  kBGradA,
+  kBGradB,
+};
+std::string_view GemmDTypeName(GemmDType t);  // "CUDA_R_16BF"
+std::string_view GemmComputeName(GemmCompute c);
+std::string_view GemmOpName(GemmOp op);
+std::string_view GemmEpilogueName(GemmEpilogue e);  // "CUBLASLT_EPILOGUE_GELU_BIAS"
+int64_t GemmDTypeBytes(GemmDType t);
+// The cuBLASLt type of an IR dtype (bf16, f16, f32), or nullopt.
+std::optional<GemmDType> GemmDTypeOf(ir::DType dtype);
+
+// What an epilogue does with the bias and aux buffers.
+bool ReadsBias(GemmEpilogue e);   // BIAS, GELU_BIAS, GELU_AUX_BIAS
+bool WritesBias(GemmEpilogue e);  // BGRADA, BGRADB, DGELU_BGRAD
+bool WritesAux(GemmEpilogue e);   // GELU_AUX, GELU_AUX_BIAS
+bool ReadsAux(GemmEpilogue e);    // DGELU, DGELU_BGRAD
+
+// One cublasLtMatrixLayout: a column-major rows x cols matrix.
+struct GemmLayout {
+  GemmDType dtype = GemmDType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t ld = 0;
+  int64_t batch_count = 1;
+  int64_t batch_stride = 0;  // elements; 0 when batch_count == 1
+  bool operator==(const GemmLayout&) const = default;
+};
+
+// One cublasLtMatmul: the descriptor (Note [row-major on cuBLASLt]).
+struct GemmConfig {
+  GemmCompute compute_type = GemmCompute::k32F;
+  GemmDType scale_type = GemmDType::kF32;
+  GemmOp transa = GemmOp::kN;
+  GemmOp transb = GemmOp::kN;
+  int64_t m = 0, n = 0, k = 0;  // cuBLASLt's (column-major) problem
+  int64_t batch_count = 1;
+  GemmLayout a, b, c, d;
+  double alpha = 1.0;
+  double beta = 0.0;  // 1 when a residual is accumulated through C
+  GemmEpilogue epilogue = GemmEpilogue::kDefault;
+  // CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, when a bias is read or written.
+  std::optional<GemmDType> bias_dtype;
+  int64_t aux_ld = 0;  // 0 unless the epilogue reads or writes aux
+  int64_t workspace_bytes = 0;
+  // Where cuBLASLt computes something slightly different from the IR (always
+  // more precise), e.g. "bf16 rounding of the dot result before the epilogue
+  // is skipped".
+  std::vector<std::string> notes;
+  bool operator==(const GemmConfig&) const = default;
+
+  // "m=768 n=128 k=64 batch=1 | A CUDA_R_16BF N 64x768 ld 64 | ... | CUBLASLT_EPILOGUE_BIAS"
+  std::string Summary() const;
+};
+
+// --- thunks -------------------------------------------------------------------
+
+// A generated kernel's launch.
+struct KernelThunk {
+  std::string fusion;       // the entry instruction it computes
+  std::string fusion_kind;  // "loop", "row_reduction", "attention", ...
+  std::array<int64_t, 3> grid = {1, 1, 1};
+  std::array<int64_t, 3> block = {1, 1, 1};
+  int64_t dynamic_smem = 0;
+  std::vector<ArenaSlice> args;  // Note [kernel ABI]: operands, then results
+  int64_t operands = 0;          // how many args the kernel only reads
+  // Note [epilogue fallback kernels] (compiler/codegen/gemm_fallback.h):
+  // launched only when the gemm of the same instruction next to it runs
+  // without its epilogue: the bias gradient (right before the gemm) or the
+  // epilogue itself (right after it).
+  bool fallback = false;
+  bool operator==(const KernelThunk&) const = default;
+};
+
+struct GemmThunk {
+  GemmConfig config;
+  ArenaSlice a, b, c, d;
+  std::optional<ArenaSlice> bias;  // read (BIAS epilogues) or written (BGRAD)
+  std::optional<ArenaSlice> aux;   // the pre-activation: GELU_AUX writes it, DGELU reads it
+  // Where the plain gemm writes the dot's f32 result when the epilogue is
+  // refused (scratch, in no buffer).
+  std::optional<ArenaSlice> fallback_d;
+  bool operator==(const GemmThunk&) const = default;
+};
+
+// A donation buffer assignment could not do in place, or a copy instruction.
+struct CopyThunk {
+  ArenaSlice src, dst;
+  int64_t bytes = 0;
+  std::string reason;  // donation copies only
+  bool operator==(const CopyThunk&) const = default;
+};
+
+// A small constant written into `dst` at its place in the schedule every run
+// (Note [liveness] in passes/buffer_assignment.h: constants are ordinary
+// values whose slices are reused once they are dead).
+struct ConstantThunk {
+  ir::DType dtype = ir::DType::kF32;
+  std::vector<double> values;  // one value: a splat over dst
+  ArenaSlice dst;
+  bool operator==(const ConstantThunk&) const = default;
+};
+
+// An NCCL all-reduce of one buffer, a member of bucket `bucket`.
+struct AllReduceThunk {
+  ir::ReduceKind reduce = ir::ReduceKind::kSum;
+  ir::DType dtype = ir::DType::kF32;
+  int64_t count = 0;
+  ArenaSlice in, out;
+  int64_t bucket = -1;  // index into EntryPlan::buckets
+  bool operator==(const AllReduceThunk&) const = default;
+};
+
+// An instruction without an emitter yet: the artifact is incomplete.
+struct UnsupportedThunk {
+  std::string what, reason;
+  bool operator==(const UnsupportedThunk&) const = default;
+};
+
+// In Thunk::body's alternative order.
+enum class ThunkKind { kKernel, kGemm, kCopy, kConstant, kAllReduce, kUnsupported };
+inline constexpr int kThunkKinds = 6;
+std::string_view ThunkKindName(ThunkKind kind);  // "kernel", "gemm", "all_reduce", ...
+
+struct Thunk {
+  int64_t index = 0;  // position in the entry's thunk list (not written)
+  std::string name;   // kernel: the PTX entry; others: the instruction
+  std::string meta;   // the frontend scope ("h.1.mlp.c_fc"), may be empty
+  std::variant<KernelThunk, GemmThunk, CopyThunk, ConstantThunk, AllReduceThunk, UnsupportedThunk>
+      body;
+  bool operator==(const Thunk&) const = default;
+
+  ThunkKind kind() const { return static_cast<ThunkKind>(body.index()); }
+  // For messages: "thunk 41 (gemm %fusion.12, h.3.mlp.c_fc)".
+  std::string Describe() const;
+  // The instruction of the entry this thunk computes (kernel: its fusion).
+  const std::string& instruction() const;
+};
+
+// Every slice a thunk names (kernel args; gemm a, b, c, d, bias, aux,
+// fallback_d; copy src, dst; constant dst; all-reduce in, out).
+std::vector<const ArenaSlice*> ThunkSlices(const Thunk& t);
+
+// All-reduces issued together (Note [all-reduce buckets] in
+// compiler/artifact/plan.h): as one group after thunk `issue_after` (its last
+// member), finished before thunk `wait_before` (thunks.size(): the end).
+struct AllReduceBucket {
+  int64_t id = 0;                // its index in EntryPlan::buckets
+  std::vector<int64_t> members;  // all_reduce thunk indices, ascending
+  int64_t issue_after = 0;
+  int64_t wait_before = 0;
+  int64_t bytes = 0;
+  bool operator==(const AllReduceBucket&) const = default;
+};
+
+// One buffer of buffer assignment (Note [plan buffers] in
+// compiler/artifact/plan.cc): the value(s) it holds at its slice during its
+// live range. slice.buffer is id.
+struct PlanBuffer {
+  int64_t id = 0;
+  std::string name;  // the defining instruction, "fusion.3" or "fusion.3{1}" for a leaf
+  ArenaSlice slice;
+  bool operator==(const PlanBuffer&) const = default;
+};
+
+// One input or output of an entry (the signature's slot) and where the
+// caller writes or reads it.
+struct PlanSlot : Slot {
+  ArenaSlice slice;
+  bool operator==(const PlanSlot&) const = default;
+};
+
+// One entry's plan: its signature with slices, thunks, buckets and buffers.
+struct EntryPlan {
+  std::string name;  // "train_step", "accumulate", "apply", "logits"
+  int64_t arena_size = 0;
+  std::vector<PlanSlot> inputs;                        // in entry-parameter order
+  std::vector<PlanSlot> outputs;                       // root tuple elements in order
+  std::vector<std::pair<int64_t, int64_t>> donations;  // (output, input)
+  std::vector<Thunk> thunks;
+  std::vector<AllReduceBucket> buckets;
+  std::vector<PlanBuffer> buffers;  // by id
+  bool operator==(const EntryPlan&) const = default;
+
+  // The signature: the slots without their slices, and the donations.
+  EntrySignature Signature() const;
+  // The buffer with id `id`, or null.
+  const PlanBuffer* FindBuffer(int64_t id) const;
+  // The slot with `role` (and `index` for per-parameter roles), or null.
+  const PlanSlot* FindInput(SlotRole role, int64_t index = -1) const;
+  const PlanSlot* FindOutput(SlotRole role, int64_t index = -1) const;
+  // Number of thunks of each kind, in ThunkKind order.
+  std::array<int64_t, kThunkKinds> CountByKind() const;
+};
+
+// The plan section: {"entries": [...]}.
+struct Plan {
+  std::vector<EntryPlan> entries;
+  bool operator==(const Plan&) const = default;
+};
+
+// --- the codec -----------------------------------------------------------------
+// ToJson writes what FromJson reads; FromJson's errors start with `where`.
+
+nlohmann::json ToJson(const ArenaSlice& s);
+nlohmann::json ToJson(const GemmLayout& l);
+nlohmann::json ToJson(const GemmConfig& c);
+nlohmann::json ToJson(const Thunk& t);
+nlohmann::json ToJson(const AllReduceBucket& b);
+nlohmann::json ToJson(const PlanBuffer& b);
+nlohmann::json ToJson(const PlanSlot& s);
+nlohmann::json ToJson(const EntryPlan& e);
+nlohmann::json ToJson(const Plan& p);
+
+StatusOr<ArenaSlice> ArenaSliceFromJson(const nlohmann::json& j, std::string_view where);
+StatusOr<GemmLayout> GemmLayoutFromJson(const nlohmann::json& j, std::string_view where);
+StatusOr<GemmConfig> GemmConfigFromJson(const nlohmann::json& j, std::string_view where);
+StatusOr<Thunk> ThunkFromJson(const nlohmann::json& j, std::string_view where);
+StatusOr<AllReduceBucket> AllReduceBucketFromJson(const nlohmann::json& j, std::string_view where);
+StatusOr<PlanBuffer> PlanBufferFromJson(const nlohmann::json& j, std::string_view where);
+StatusOr<PlanSlot> PlanSlotFromJson(const nlohmann::json& j, std::string_view where);
+// Errors start with "plan entry NAME" (`where` until the name is read).
+StatusOr<EntryPlan> EntryPlanFromJson(const nlohmann::json& j,
+                                      std::string_view where = "plan entry");
+// Errors start with "section 'plan'" or an entry's "plan entry NAME".
+StatusOr<Plan> PlanFromJson(const nlohmann::json& j);
+
+}  // namespace gptc::program
+
+#endif  // GPTC_COMPILER_PROGRAM_PLAN_H_

@@ -1,0 +1,154 @@
+// The plan's codec (compiler/program/plan.h): ToJson then FromJson gives the
+// plan back, field for field; a missing or ill-typed field is an error that
+// names it.
+#include "compiler/program/plan.h"
+
+#include <gtest/gtest.h>
+
+namespace gptc::program {
+namespace {
+
+using nlohmann::json;
+
+ArenaSlice Slice(int64_t offset, int64_t size, int64_t buffer) { return {offset, size, buffer}; }
+
+GemmConfig Config() {
+  GemmConfig c;
+  c.compute_type = GemmCompute::k32F;
+  c.transa = GemmOp::kT;
+  c.m = 128, c.n = 32, c.k = 64;
+  c.a = {GemmDType::kBF16, 64, 128, 64, 1, 0};
+  c.b = {GemmDType::kBF16, 64, 32, 64, 1, 0};
+  c.c = c.d = {GemmDType::kF32, 128, 32, 128, 1, 0};
+  c.beta = 1;
+  c.epilogue = GemmEpilogue::kGeluAuxBias;
+  c.bias_dtype = GemmDType::kF32;
+  c.aux_ld = 128;
+  c.workspace_bytes = 32 << 20;
+  c.notes = {"bf16 rounding of %dot.1 is skipped (cuBLASLt keeps f32)"};
+  return c;
+}
+
+// One thunk of every kind, two buckets' worth of all-reduces, slots and buffers.
+EntryPlan Entry() {
+  EntryPlan e;
+  e.name = "train_step";
+  e.arena_size = 1 << 20;
+  PlanSlot param;
+  static_cast<Slot&>(param) = {SlotRole::kParam, 0, "wte", ir::Shape(ir::DType::kF32, {4, 8})};
+  param.slice = Slice(0, 128, 0);
+  PlanSlot loss;
+  static_cast<Slot&>(loss) = {SlotRole::kLoss, -1, "loss", ir::Shape::Scalar(ir::DType::kF32)};
+  loss.slice = Slice(256, 4, 1);
+  e.inputs = {param};
+  e.outputs = {param, loss};
+  e.donations = {{0, 0}};
+  e.buffers = {{0, "p0", Slice(0, 128, 0)}, {1, "fusion.3{1}", Slice(256, 4, 1)}};
+  e.thunks.push_back({.name = "fusion_3",
+                      .meta = "h.0.mlp",
+                      .body = KernelThunk{.fusion = "fusion.3",
+                                          .fusion_kind = "loop",
+                                          .grid = {4, 1, 1},
+                                          .block = {128, 1, 1},
+                                          .dynamic_smem = 512,
+                                          .args = {Slice(0, 128, 0), Slice(4096, 64, -1)},
+                                          .operands = 1,
+                                          .fallback = true}});
+  e.thunks.push_back({.name = "fusion.3",
+                      .meta = "h.0.mlp",
+                      .body = GemmThunk{.config = Config(),
+                                        .a = Slice(0, 128, 0),
+                                        .b = Slice(0, 128, 0),
+                                        .c = Slice(256, 4, 1),
+                                        .d = Slice(256, 4, 1),
+                                        .bias = Slice(0, 128, 0),
+                                        .aux = Slice(512, 64, 2),
+                                        .fallback_d = Slice(4096, 64, -1)}});
+  e.thunks.push_back({.name = "donation.out0.in0",
+                      .body = CopyThunk{Slice(0, 8, 0), Slice(8, 8, 1), 8, "aliased"}});
+  e.thunks.push_back({.name = "constant.1",
+                      .body = ConstantThunk{ir::DType::kBF16, {0.5, -2.0}, Slice(16, 4, 1)}});
+  e.thunks.push_back({.name = "all-reduce.1",
+                      .body = AllReduceThunk{ir::ReduceKind::kMax, ir::DType::kF32, 1,
+                                             Slice(256, 4, 1), Slice(256, 4, 1), 0}});
+  e.thunks.push_back({.name = "gather.2",
+                      .meta = "wte",
+                      .body = UnsupportedThunk{"gather", "gather has no emitter yet"}});
+  for (size_t i = 0; i < e.thunks.size(); ++i) e.thunks[i].index = static_cast<int64_t>(i);
+  e.buckets = {{.id = 0, .members = {4}, .issue_after = 4, .wait_before = 6, .bytes = 4}};
+  return e;
+}
+
+TEST(PlanCodecTest, RoundTrips) {
+  const Plan plan{{Entry()}};
+  const json j = ToJson(plan);
+  StatusOr<Plan> back = PlanFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, plan);
+  // ArenaSlice's == compares the memory only: the buffer ids must survive too.
+  EXPECT_EQ(ToJson(*back), j);
+  const auto& kernel = std::get<KernelThunk>(back->entries[0].thunks[0].body);
+  EXPECT_EQ(kernel.args[1].buffer, -1);
+  EXPECT_EQ(back->entries[0].inputs[0].slice.buffer, 0);
+  EXPECT_EQ(back->entries[0].thunks[4].index, 4);
+  EXPECT_EQ(back->entries[0].thunks[4].kind(), ThunkKind::kAllReduce);
+}
+
+TEST(PlanCodecTest, WritesCublasLtNames) {
+  const json j = ToJson(Config());
+  EXPECT_EQ(j["transa"], "CUBLAS_OP_T");
+  EXPECT_EQ(j["a"]["dtype"], "CUDA_R_16BF");
+  EXPECT_EQ(j["epilogue"], "CUBLASLT_EPILOGUE_GELU_AUX_BIAS");
+  EXPECT_EQ(j["bias_dtype"], "CUDA_R_32F");
+  GemmConfig plain = Config();
+  plain.bias_dtype.reset();
+  plain.aux_ld = 0;
+  plain.notes.clear();
+  const json p = ToJson(plain);
+  EXPECT_FALSE(p.contains("bias_dtype"));
+  EXPECT_FALSE(p.contains("aux_ld"));
+  EXPECT_FALSE(p.contains("notes"));
+  StatusOr<GemmConfig> back = GemmConfigFromJson(p, "descriptor");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, plain);
+}
+
+TEST(PlanCodecTest, ErrorsNameTheField) {
+  json j = ToJson(Plan{{Entry()}});
+  json missing = j;
+  missing["entries"][0]["thunks"][0].erase("grid");
+  EXPECT_EQ(PlanFromJson(missing).status().message(),
+            "plan entry train_step thunk 0 has no 'grid'");
+
+  json ill_typed = j;
+  ill_typed["entries"][0]["thunks"][1]["descriptor"]["m"] = "128";
+  EXPECT_EQ(PlanFromJson(ill_typed).status().message(),
+            "plan entry train_step thunk 1.descriptor.m has the wrong type (\"128\")");
+
+  json bad_enum = j;
+  bad_enum["entries"][0]["thunks"][1]["descriptor"]["a"]["dtype"] = "CUDA_R_8I";
+  EXPECT_EQ(PlanFromJson(bad_enum).status().message(),
+            "plan entry train_step thunk 1.descriptor.a.dtype: 'CUDA_R_8I' is not a value this "
+            "reader knows");
+
+  json bad_role = j;
+  bad_role["entries"][0]["inputs"][0]["role"] = "weights";
+  EXPECT_EQ(PlanFromJson(bad_role).status().message(),
+            "plan entry train_step inputs[0].role: unknown role 'weights'");
+
+  json bad_slice = j;
+  bad_slice["entries"][0]["thunks"][2]["src"].erase("size");
+  EXPECT_EQ(PlanFromJson(bad_slice).status().message(),
+            "plan entry train_step thunk 2.src has no 'size'");
+
+  json bad_kind = j;
+  bad_kind["entries"][0]["thunks"][5]["kind"] = "memset";
+  EXPECT_EQ(PlanFromJson(bad_kind).status().message(),
+            "plan entry train_step thunk 5.kind: 'memset' is not a value this reader knows");
+
+  EXPECT_EQ(PlanFromJson(json::object()).status().message(),
+            "section 'plan' has no 'entries' array");
+}
+
+}  // namespace
+}  // namespace gptc::program
