@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
 
 #include "compiler/codegen/emitter_util.h"
-#include "compiler/ir/patterns.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
@@ -89,36 +87,6 @@ WarpRowKernel::Row WarpRowKernel::BeginRow(int64_t dim, mlir::OpBuilder::InsertP
     }
   }
   return row;
-}
-
-StatusOr<std::vector<OutputChain>> FindOutputChains(
-    const ir::Instruction& fusion, const std::vector<const ir::Instruction*>& outputs,
-    const std::vector<const ir::Instruction*>& roots) {
-  std::vector<OutputChain> chains;
-  for (const ir::Instruction* out : outputs) {
-    OutputChain c;
-    for (size_t r = 0; r < roots.size() && c.root < 0; ++r) {
-      std::map<const ir::Instruction*, bool> memo;
-      if (ir::DependsOnAny(out, {roots[r]}, memo)) c.root = static_cast<int>(r);
-    }
-    if (c.root >= 0) {
-      const ir::Instruction* root = roots[c.root];
-      for (const ir::Instruction* x = out; x != root; x = x->operand(0)) {
-        ir::Opcode o = x->opcode();
-        if (o != ir::Opcode::kTranspose && o != ir::Opcode::kReshape && o != ir::Opcode::kConvert &&
-            o != ir::Opcode::kCopy) {
-          return Error(
-              "%{}: output {} is computed from {} by {}: only transpose, reshape, "
-              "convert and copy may follow it",
-              fusion.name(), Describe(*out), Describe(*root), ir::OpcodeName(o));
-        }
-        c.chain.push_back(x);
-      }
-      std::reverse(c.chain.begin(), c.chain.end());
-    }
-    chains.push_back(std::move(c));
-  }
-  return chains;
 }
 
 void StoreThroughChain(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location loc,

@@ -1,11 +1,13 @@
 // Helpers shared by the attention emitters (forward, backward): the kernel of
-// one warp per row, outputs that leave it through layout chains, warp sums.
+// one warp per row, outputs that leave it through layout chains
+// (OutputChain, attention_plan.h), warp sums.
 #ifndef GPTC_COMPILER_CODEGEN_ATTENTION_UTIL_H_
 #define GPTC_COMPILER_CODEGEN_ATTENTION_UTIL_H_
 
 #include <string>
 #include <vector>
 
+#include "compiler/codegen/attention_plan.h"
 #include "compiler/codegen/fused_emitter.h"
 #include "compiler/ir/computation.h"
 #include "compiler/support/status.h"
@@ -64,21 +66,6 @@ class WarpRowKernel {
   mlir::IntegerType index_type_;
   FusedEmitter emitter_;
 };
-
-// How one fusion output is computed from the kernel's results: `root` is the
-// index in `roots` of the op it comes from through `chain` (transposes,
-// reshapes, converts, copies; first applied first), or -1 when it depends on
-// none of them (an independent output, e.g. a bf16 copy of an operand).
-struct OutputChain {
-  int root = -1;
-  std::vector<const ir::Instruction*> chain;
-};
-
-// One OutputChain per output; fails naming an output computed from a root
-// by anything but the layout ops above.
-StatusOr<std::vector<OutputChain>> FindOutputChains(
-    const ir::Instruction& fusion, const std::vector<const ir::Instruction*>& outputs,
-    const std::vector<const ir::Instruction*>& roots);
 
 // Stores `value` (f32), the element [multi] of `root`, where `chain` maps it
 // in output `ptr` (of dtype `out_dtype`), converting along the chain.
