@@ -150,7 +150,6 @@ class HostRewriter {
   Status ReplaceIntrinsics();
   // One call to an NVVM intrinsic or inline asm: its replacement, or an error.
   StatusOr<Value*> Emulate(llvm::CallInst& call, const std::string& name, bool is_asm);
-  StatusOr<Value*> EmulateInlineAsm(llvm::CallInst& call);
   StatusOr<Value*> EmulateSpecialRegister(llvm::CallInst& call, const std::string& reg);
   StatusOr<Value*> EmulateShuffle(llvm::CallInst& call, const std::string& name);
   StatusOr<Value*> EmulateMath(llvm::CallInst& call, const std::string& name);
@@ -205,7 +204,16 @@ void HostRewriter::MarkInternal(llvm::Instruction* inst) {
 // other mma shape or type is refused. Inline asm is matched by its exact
 // text: libdevice's "rcp.approx.ftz.f32 $0,$1;" is a flushed reciprocal.
 StatusOr<Value*> HostRewriter::Emulate(llvm::CallInst& call, const std::string& name, bool is_asm) {
-  if (is_asm) return EmulateInlineAsm(call);
+  if (is_asm) {  // matched by its exact text
+    IRBuilder<> b(&call);
+    auto* asm_value = llvm::cast<llvm::InlineAsm>(call.getCalledOperand());
+    const std::string text = asm_value->getAsmString();
+    if (text == "rcp.approx.ftz.f32 $0,$1;" && asm_value->getConstraintString() == "=f,f") {
+      return FlushSubnormal(b, b.CreateFDiv(llvm::ConstantFP::get(call.getType(), 1.0),
+                                            FlushSubnormal(b, call.getArgOperand(0))));
+    }
+    return Error("{}: inline asm \"{}\" has no emulation", Subject(), text);
+  }
   // Note [emulated warp matrix operations] (runtime/emu/warp_matrix.h).
   static const std::map<llvm::Intrinsic::ID, uint32_t> kMmaOps = {
       {llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16, emu::kMmaM16N8K16Bf16},
@@ -255,18 +263,6 @@ StatusOr<Value*> HostRewriter::Emulate(llvm::CallInst& call, const std::string& 
     return static_cast<Value*>(nullptr);
   }
   return EmulateMath(call, name);
-}
-
-// Inline asm, matched by its exact text.
-StatusOr<Value*> HostRewriter::EmulateInlineAsm(llvm::CallInst& call) {
-  IRBuilder<> b(&call);
-  auto* asm_value = llvm::cast<llvm::InlineAsm>(call.getCalledOperand());
-  const std::string text = asm_value->getAsmString();
-  if (text == "rcp.approx.ftz.f32 $0,$1;" && asm_value->getConstraintString() == "=f,f") {
-    return FlushSubnormal(b, b.CreateFDiv(llvm::ConstantFP::get(call.getType(), 1.0),
-                                          FlushSubnormal(b, call.getArgOperand(0))));
-  }
-  return Error("{}: inline asm \"{}\" has no emulation", Subject(), text);
 }
 
 // %tid.x and the other special registers `reg` (warpsize is a constant).
