@@ -10,6 +10,11 @@
 namespace gptc::codegen {
 namespace {
 
+// Blocks of kWarpsPerBlock rows for `rows` rows.
+int64_t GridOf(int64_t rows) {
+  return (rows + WarpRowKernel::kWarpsPerBlock - 1) / WarpRowKernel::kWarpsPerBlock;
+}
+
 // Whether an index of the fusion (or of the grid) may pass 2^31 - 1.
 bool NeedsWideIndices(const ir::Computation& fused, int64_t threads) {
   int64_t max_elements = 0;
@@ -26,22 +31,13 @@ bool NeedsWideIndices(const ir::Computation& fused, int64_t threads) {
 WarpRowKernel::WarpRowKernel(const ir::Computation& fused, int64_t num_params, int64_t batch,
                              int64_t heads, int64_t len, const std::string& name,
                              mlir::gpu::GPUModuleOp gpu_module, std::string what)
-    : heads_(heads),
+    : FusedKernelBuilder(gpu_module, name, num_params, kBlock, 0,
+                         NeedsWideIndices(fused, GridOf(batch * heads * len) * kBlock),
+                         std::move(what), nullptr, nullptr),
+      heads_(heads),
       len_(len),
       rows_(batch * heads * len),
-      grid_((rows_ + kWarpsPerBlock - 1) / kWarpsPerBlock),
-      b_(gpu_module.getContext()),
-      func_(CreateKernel(b_, gpu_module, name, num_params, kBlock, 0)),
-      entry_(&func_.getBody().front()),
-      loc_(b_.getUnknownLoc()),
-      index_type_(NeedsWideIndices(fused, grid_ * kBlock) ? b_.getI64Type() : b_.getI32Type()),
-      emitter_(
-          b_, entry_, index_type_, std::move(what),
-          [this](const ir::Instruction& p, const ElementIndex& index) -> StatusOr<mlir::Value> {
-            return LoadElement(b_, loc_, entry_->getArgument(p.attrs().index),
-                               emitter_.Linear(index, p.shape()), p.shape().dtype());
-          },
-          nullptr) {}
+      grid_(GridOf(rows_)) {}
 
 mlir::Value WarpRowKernel::F32(double v) { return ScalarConstant(b_, loc_, ir::DType::kF32, v); }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compiler/codegen/attention_plan.h"
+#include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"
 #include "compiler/ir/computation.h"
 #include "compiler/support/status.h"
@@ -20,7 +21,7 @@ namespace gptc::codegen {
 // attention emitters are: kWarpsPerBlock warps a block, parameters read by
 // element through the FusedEmitter, 32-bit indices unless some value of the
 // fusion needs 64.
-class WarpRowKernel {
+class WarpRowKernel : public FusedKernelBuilder {
  public:
   static constexpr int64_t kWarp = 32;
   static constexpr int64_t kWarpsPerBlock = 4;
@@ -39,8 +40,6 @@ class WarpRowKernel {
   WarpRowKernel(const ir::Computation& fused, int64_t num_params, int64_t batch, int64_t heads,
                 int64_t len, const std::string& name, mlir::gpu::GPUModuleOp gpu_module,
                 std::string what);
-  WarpRowKernel(const WarpRowKernel&) = delete;
-  WarpRowKernel& operator=(const WarpRowKernel&) = delete;
 
   // Emits the row of this thread for head dim `dim`, and leaves the builder
   // inside `if (row < rows)` when the last block is partial (whole warps take
@@ -59,12 +58,6 @@ class WarpRowKernel {
 
  private:
   int64_t heads_, len_, rows_, grid_;
-  mlir::OpBuilder b_;
-  mlir::gpu::GPUFuncOp func_;
-  mlir::Block* entry_;
-  mlir::Location loc_;
-  mlir::IntegerType index_type_;
-  FusedEmitter emitter_;
 };
 
 // Stores `value` (f32), the element [multi] of `root`, where `chain` maps it

@@ -100,33 +100,21 @@ using Batch = std::vector<const ir::Instruction*>;
 // `gpu_module`: the thread's column and row lane, then for each batch its
 // row loops, the tree over the block's rows and the totals, then the
 // outputs.
-class ColumnReductionBuilder {
+class ColumnReductionBuilder : public FusedKernelBuilder {
  public:
   ColumnReductionBuilder(const ir::Instruction& fusion, const ir::Computation& fused,
                          const ColumnReductionPlan& plan, ColumnPart part, const std::string& name,
                          mlir::gpu::GPUModuleOp gpu_module)
-      : fusion_(fusion),
+      : FusedKernelBuilder(gpu_module, name,
+                           ScratchArgument(fused) + (part != ColumnPart::kWhole ? 1 : 0),
+                           plan.block(), plan.shared_floats, plan.wide, "reduction", nullptr,
+                           [this](const ir::Instruction& r, const ElementIndex& index) {
+                             return ReadTotal(r, index);
+                           }),
+        fusion_(fusion),
         plan_(plan),
         part_(part),
-        scratch_arg_(static_cast<int64_t>(fused.parameters().size() + FusionOutputs(fused).size())),
-        b_(gpu_module.getContext()),
-        func_(CreateKernel(b_, gpu_module, name,
-                           scratch_arg_ + (part != ColumnPart::kWhole ? 1 : 0), plan.block(),
-                           plan.shared_floats)),
-        entry_(&func_.getBody().front()),
-        loc_(b_.getUnknownLoc()),
-        index_type_(plan.wide ? b_.getI64Type() : b_.getI32Type()),
-        emitter_(
-            b_, entry_, index_type_, "reduction",
-            [this](const ir::Instruction& p, const ElementIndex& index) -> StatusOr<Value> {
-              return LoadElement(b_, loc_, entry_->getArgument(p.attrs().index),
-                                 emitter_.Linear(index, p.shape()), p.shape().dtype());
-            },
-            [this](const ir::Instruction& r, const ElementIndex& index) {
-              return ReadTotal(r, index);
-            }) {}
-  ColumnReductionBuilder(const ColumnReductionBuilder&) = delete;
-  ColumnReductionBuilder& operator=(const ColumnReductionBuilder&) = delete;
+        scratch_arg_(ScratchArgument(fused)) {}
 
   Status Build() {
     EmitThreadPosition();
@@ -136,6 +124,10 @@ class ColumnReductionBuilder {
   }
 
  private:
+  // The kernel argument after the parameters and outputs.
+  static int64_t ScratchArgument(const ir::Computation& fused) {
+    return static_cast<int64_t>(fused.parameters().size() + FusionOutputs(fused).size());
+  }
   Value C(int64_t v) { return emitter_.IndexConstant(v); }
   Value SharedIndex(Value v) {
     return b_.create<arith::IndexCastOp>(loc_, b_.getIndexType(), v).getResult();
@@ -365,13 +357,7 @@ class ColumnReductionBuilder {
   const ir::Instruction& fusion_;
   const ColumnReductionPlan& plan_;
   const ColumnPart part_;
-  const int64_t scratch_arg_;  // the split kernels' scratch argument, after the outputs
-  mlir::OpBuilder b_;
-  mlir::gpu::GPUFuncOp func_;
-  mlir::Block* entry_;
-  mlir::Location loc_;
-  mlir::IntegerType index_type_;
-  FusedEmitter emitter_;
+  const int64_t scratch_arg_;  // the split kernels' scratch argument
   Value tid_, lane_x_, lane_y_, chunk_;
   Value column_;                     // this thread's column
   std::vector<Value> column_multi_;  // ... as a multi-index of the kept dims

@@ -735,4 +735,28 @@ mlir::gpu::GPUFuncOp CreateKernel(mlir::OpBuilder& b, mlir::gpu::GPUModuleOp gpu
   return func;
 }
 
+FusedKernelBuilder::FusedKernelBuilder(mlir::gpu::GPUModuleOp gpu_module, const std::string& name,
+                                       int64_t num_params, int64_t block, int64_t workgroup_floats,
+                                       bool wide, std::string what,
+                                       FusedEmitter::Reader read_parameter,
+                                       FusedEmitter::Reader read_reduce)
+    : b_(gpu_module.getContext()),
+      func_(CreateKernel(b_, gpu_module, name, num_params, block, workgroup_floats)),
+      entry_(&func_.getBody().front()),
+      loc_(b_.getUnknownLoc()),
+      index_type_(wide ? b_.getI64Type() : b_.getI32Type()),
+      emitter_(b_, entry_, index_type_, std::move(what),
+               read_parameter ? std::move(read_parameter)
+                              : FusedEmitter::Reader(
+                                    [this](const ir::Instruction& p, const ElementIndex& index) {
+                                      return ReadArgument(p, index);
+                                    }),
+               std::move(read_reduce)) {}
+
+StatusOr<Value> FusedKernelBuilder::ReadArgument(const ir::Instruction& p,
+                                                 const ElementIndex& index) {
+  return LoadElement(b_, loc_, entry_->getArgument(p.attrs().index),
+                     emitter_.Linear(index, p.shape()), p.shape().dtype());
+}
+
 }  // namespace gptc::codegen

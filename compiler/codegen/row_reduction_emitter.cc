@@ -33,33 +33,25 @@ using Batch = std::vector<const ir::Instruction*>;
 // Builds the kernel of one RowReductionPlan into `gpu_module`: the thread's
 // row, the row cache, a pass over the row for each batch of reduces, then
 // the outputs.
-class RowReductionBuilder {
+class RowReductionBuilder : public FusedKernelBuilder {
  public:
   RowReductionBuilder(const ir::Instruction& fusion, const ir::Computation& fused,
                       const RowReductionPlan& plan, const std::string& name,
                       mlir::gpu::GPUModuleOp gpu_module)
-      : fusion_(fusion),
-        plan_(plan),
-        name_(name),
-        gpu_module_(gpu_module),
-        b_(gpu_module.getContext()),
-        func_(CreateKernel(
-            b_, gpu_module, name,
+      : FusedKernelBuilder(
+            gpu_module, name,
             static_cast<int64_t>(fused.parameters().size() + FusionOutputs(fused).size()),
-            plan.block, plan.shared_floats)),
-        entry_(&func_.getBody().front()),
-        loc_(b_.getUnknownLoc()),
-        index_type_(plan.wide ? b_.getI64Type() : b_.getI32Type()),
-        emitter_(
-            b_, entry_, index_type_, "reduction",
+            plan.block, plan.shared_floats, plan.wide, "reduction",
             [this](const ir::Instruction& p, const ElementIndex& index) {
               return ReadParameter(p, index);
             },
-            [this](const ir::Instruction& r, const ElementIndex&) { return ReadReduce(r); }) {
+            [this](const ir::Instruction& r, const ElementIndex&) { return ReadReduce(r); }),
+        fusion_(fusion),
+        plan_(plan),
+        name_(name),
+        gpu_module_(gpu_module) {
     emitter_.BindComposites(fused);
   }
-  RowReductionBuilder(const RowReductionBuilder&) = delete;
-  RowReductionBuilder& operator=(const RowReductionBuilder&) = delete;
 
   Status Build() {
     EmitRowPosition();
@@ -341,12 +333,6 @@ class RowReductionBuilder {
   const RowReductionPlan& plan_;
   const std::string& name_;
   mlir::gpu::GPUModuleOp gpu_module_;
-  mlir::OpBuilder b_;
-  mlir::gpu::GPUFuncOp func_;
-  mlir::Block* entry_;
-  mlir::Location loc_;
-  mlir::IntegerType index_type_;
-  FusedEmitter emitter_;
   Value lane_, row_, row_start_;
   ElementIndex row_index_;
   Value shared_;                                       // the warps' partials (block rows)
