@@ -113,7 +113,7 @@ bool ReadsElementwiseInPlace(const Instruction& producer, int64_t param, const L
 // row-reduction emitter runs it: each row belongs to one warp or block, which
 // reads it whole in its reduction passes before its final column loop writes
 // the input-shaped outputs (Note [row reduction] in
-// compiler/codegen/row_reduction_emitter.cc).
+// compiler/codegen/row_reduction_plan.h).
 bool AllRowReductions(const ir::Computation& c) {
   return std::all_of(c.instructions().begin(), c.instructions().end(), [](const auto& inst) {
     return inst->opcode() != Opcode::kReduce || ir::IsRowReduce(*inst);

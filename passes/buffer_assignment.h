@@ -70,7 +70,7 @@
 //     operand through elementwise ops, row reductions and the cross-entropy
 //     composite: a row belongs to one warp or block, whose reduction passes
 //     read it whole before the final column loop stores the output (Note [row
-//     reduction] in compiler/codegen/row_reduction_emitter.cc).
+//     reduction] in compiler/codegen/row_reduction_plan.h).
 // A second output of the operand's shape would read it again after the first
 // overwrote it, so there is none. The buffer then lives to the output's last
 // reader and may be overwritten again. gpt2-124m's cross-entropy writes the

@@ -37,6 +37,7 @@
 #include <optional>
 
 #include "compiler/codegen/attention_mma.h"
+#include "compiler/codegen/attention_plan.h"
 #include "compiler/codegen/attention_util.h"
 #include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"
@@ -54,7 +55,201 @@ using mlir::Value;
 namespace arith = mlir::arith;
 
 constexpr int64_t kWarp = WarpRowKernel::kWarp;
-constexpr int64_t kMaxHeadDim = 8 * kWarp;  // 8 elements per lane
+
+// The CUDA-core form of Note [attention forward] in `kernel`: a warp's query
+// row loads its q, runs the online softmax over the keys, and stores o / l
+// and the lse through the output chains.
+class CudaCoreForward {
+ public:
+  CudaCoreForward(WarpRowKernel& kernel, const AttentionForward& a)
+      : kernel_(kernel),
+        a_(a),
+        b_(kernel.b()),
+        loc_(kernel.loc()),
+        per_lane_((a.dim + kWarp - 1) / kWarp) {}
+
+  // Emits the rows; returns bid * block + tid, for the grid-stride loops
+  // after them.
+  StatusOr<Value> Emit() {
+    FusedEmitter& emitter = kernel_.emitter();
+    mlir::OpBuilder::InsertPoint after_rows;
+    FusedEmitter::Cache saved = emitter.SaveCache();
+    row_ = kernel_.BeginRow(a_.dim, &after_rows);
+    ASSIGN_OR_RETURN(std::vector<Value> q, LoadScaledQ());
+    ASSIGN_OR_RETURN(mlir::scf::ForOp loop, EmitKeyLoop(q));
+    StoreResults(loop);
+    emitter.RestoreCache(std::move(saved));
+    b_.restoreInsertionPoint(after_rows);
+    return row_.thread;
+  }
+
+ private:
+  Value C(int64_t v) { return kernel_.C(v); }
+  Value F32(double v) { return kernel_.F32(v); }
+  // Rounds an f32 value to the matmul operand dtype, as the decomposition does.
+  Value Round(Value x) { return RoundThrough(b_, loc_, x, a_.matmul.value_or(ir::DType::kF32)); }
+
+  // This lane's q elements, pre-scaled (masked by q = 0).
+  StatusOr<std::vector<Value>> LoadScaledQ() {
+    std::vector<Value> q(per_lane_);
+    for (int64_t i = 0; i < per_lane_; ++i) {
+      ASSIGN_OR_RETURN(Value x, kernel_.LoadF32(*a_.q, {row_.b, row_.h, row_.r, row_.d[i]}));
+      x = b_.create<arith::MulFOp>(loc_, Round(x), F32(a_.scale));
+      if (row_.in_dim[i]) x = b_.create<arith::SelectOp>(loc_, row_.in_dim[i], x, F32(0));
+      q[i] = x;
+    }
+    return q;
+  }
+
+  // for (j = 0; j < (causal ? t + 1 : tk); ++j): online softmax, carrying m,
+  // l and the lane's o elements.
+  StatusOr<mlir::scf::ForOp> EmitKeyLoop(const std::vector<Value>& q) {
+    std::vector<Value> inits = {F32(-std::numeric_limits<double>::infinity()), F32(0)};
+    for (int64_t i = 0; i < per_lane_; ++i) inits.push_back(F32(0));
+    Value end = a_.causal ? b_.create<arith::MinUIOp>(
+                                  loc_, b_.create<arith::AddIOp>(loc_, row_.r, C(1)), C(a_.tk))
+                                .getResult()
+                          : C(a_.tk);
+    mlir::OpBuilder::InsertPoint after_loop = b_.saveInsertionPoint();
+    auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b_, loc_, C(0), end, C(1), inits));
+    FusedEmitter& emitter = kernel_.emitter();
+    FusedEmitter::Cache outer = emitter.SaveCache();
+    RETURN_IF_ERROR(EmitKeyStep(loop, q));
+    emitter.RestoreCache(std::move(outer));
+    b_.restoreInsertionPoint(after_loop);
+    b_.setInsertionPointAfter(loop);
+    return loop;
+  }
+
+  // One key j: s = warp-sum(q . k_j), then the online softmax's update of
+  // m, l and o (Note [attention forward]).
+  Status EmitKeyStep(mlir::scf::ForOp loop, const std::vector<Value>& q) {
+    const Value bi = row_.b, h = row_.h;
+    Value j = loop.getInductionVar();
+    auto args = loop.getRegionIterArgs();
+    Value partial;
+    for (int64_t i = 0; i < per_lane_; ++i) {
+      ASSIGN_OR_RETURN(Value k, kernel_.LoadF32(*a_.k, {bi, h, j, row_.d[i]}));
+      Value qk = b_.create<arith::MulFOp>(loc_, q[i], Round(k));
+      partial = partial ? b_.create<arith::AddFOp>(loc_, partial, qk).getResult() : qk;
+    }
+    Value s = WarpSum(b_, loc_, partial);
+    Value m = args[0], l = args[1];
+    Value m_new = b_.create<arith::MaximumFOp>(loc_, m, s);
+    Value corr = b_.create<mlir::math::ExpOp>(loc_, b_.create<arith::SubFOp>(loc_, m, m_new));
+    Value p = b_.create<mlir::math::ExpOp>(loc_, b_.create<arith::SubFOp>(loc_, s, m_new));
+    std::vector<Value> next = {
+        m_new, b_.create<arith::AddFOp>(loc_, b_.create<arith::MulFOp>(loc_, l, corr), p)};
+    for (int64_t i = 0; i < per_lane_ && a_.attn == nullptr; ++i) next.push_back(args[2 + i]);
+    for (int64_t i = 0; i < per_lane_ && a_.attn != nullptr; ++i) {
+      ASSIGN_OR_RETURN(Value v, kernel_.LoadF32(*a_.v, {bi, h, j, row_.d[i]}));
+      Value o = b_.create<arith::MulFOp>(loc_, args[2 + i], corr);
+      next.push_back(
+          b_.create<arith::AddFOp>(loc_, o, b_.create<arith::MulFOp>(loc_, Round(p), Round(v))));
+    }
+    b_.create<mlir::scf::YieldOp>(loc_, next);
+    return Status::Ok();
+  }
+
+  // o[b, h, t, d] = o / l to each output of the result through its chain;
+  // lse[b, h, t] = m + log(l), by lane 0.
+  void StoreResults(mlir::scf::ForOp loop) {
+    FusedEmitter& emitter = kernel_.emitter();
+    mlir::Block* entry = kernel_.entry();
+    const Value bi = row_.b, h = row_.h, t = row_.r;
+    Value inv = b_.create<arith::DivFOp>(loc_, F32(1), loop.getResult(1));
+    for (int64_t i = 0; i < per_lane_; ++i) {
+      mlir::OpBuilder::InsertPoint after_store = b_.saveInsertionPoint();
+      if (row_.in_dim[i]) {
+        auto if_in = b_.create<mlir::scf::IfOp>(loc_, row_.in_dim[i], false);
+        b_.setInsertionPoint(if_in.thenBlock()->getTerminator());
+      }
+      Value o = b_.create<arith::MulFOp>(loc_, loop.getResult(2 + i), inv);
+      for (size_t out = 0; out < a_.outputs.size(); ++out) {
+        if (a_.chains[out].root < 0 || a_.roots[a_.chains[out].root] != a_.attn) continue;
+        StoreThroughChain(emitter, b_, loc_, o, *a_.attn, a_.chains[out], {bi, h, t, row_.d[i]},
+                          entry->getArgument(a_.first_output + out),
+                          a_.outputs[out]->shape().dtype());
+      }
+      b_.restoreInsertionPoint(after_store);
+    }
+    if (a_.lse == nullptr) return;
+    mlir::OpBuilder::InsertPoint after_store = b_.saveInsertionPoint();
+    Value first = b_.create<arith::CmpIOp>(loc_, arith::CmpIPredicate::eq, row_.lane, C(0));
+    auto if_first = b_.create<mlir::scf::IfOp>(loc_, first, false);
+    b_.setInsertionPoint(if_first.thenBlock()->getTerminator());
+    Value value = b_.create<arith::AddFOp>(loc_, loop.getResult(0),
+                                           b_.create<mlir::math::LogOp>(loc_, loop.getResult(1)));
+    for (size_t out = 0; out < a_.outputs.size(); ++out) {
+      if (a_.chains[out].root < 0 || a_.roots[a_.chains[out].root] != a_.lse) continue;
+      StoreThroughChain(emitter, b_, loc_, value, *a_.lse, a_.chains[out], {bi, h, t},
+                        entry->getArgument(a_.first_output + out),
+                        a_.outputs[out]->shape().dtype());
+    }
+    b_.restoreInsertionPoint(after_store);
+  }
+
+  WarpRowKernel& kernel_;
+  const AttentionForward& a_;
+  mlir::OpBuilder& b_;
+  const mlir::Location loc_;
+  const int64_t per_lane_;
+  WarpRowKernel::Row row_;
+};
+
+// The (b) outputs, which depend on neither op: for (i = bid * block + tid; i
+// < n; i += grid * block), in batches of up to 8 strides, every output of
+// one size together, all loads of a batch before its stores. One element a
+// trip waited out a load's latency per element: the first GPU run's forward
+// spent most of its 0.73 ms a layer copying q, k and v to bf16 in this loop.
+Status EmitIndependentOutputs(WarpRowKernel& kernel, const ir::Instruction& fusion,
+                              const AttentionForward& a, Value start) {
+  mlir::OpBuilder& b = kernel.b();
+  const mlir::Location loc = kernel.loc();
+  FusedEmitter& emitter = kernel.emitter();
+  auto c = [&](int64_t v) { return kernel.C(v); };
+  std::map<int64_t, std::vector<size_t>> by_size;
+  for (size_t out = 0; out < a.outputs.size(); ++out) {
+    if (a.chains[out].root < 0) by_size[a.outputs[out]->shape().num_elements()].push_back(out);
+  }
+  const int64_t stride = kernel.grid() * WarpRowKernel::kBlock;
+  for (const auto& [n, outs] : by_size) {
+    const int64_t batch = std::min<int64_t>(8, (n + stride - 1) / stride);
+    mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
+    FusedEmitter::Cache saved = emitter.SaveCache();
+    auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, start, c(n), c(stride * batch), {}));
+    struct Staged {
+      size_t out;
+      int64_t u;
+      Value at, in, value;
+    };
+    std::vector<Staged> staged;
+    for (int64_t u = 0; u < batch; ++u) {
+      const Value i = b.create<arith::AddIOp>(loc, loop.getInductionVar(), c(stride * u));
+      const Value in = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, i, c(n));
+      ElementIndex index;
+      index.linear = b.create<arith::MinUIOp>(loc, i, c(n - 1));
+      for (size_t out : outs) {
+        StatusOr<Value> v = emitter.Emit(*a.outputs[out], index);
+        if (!v.ok()) return v.status().WithPrefix("%" + fusion.name());
+        staged.push_back({out, u, i, in, *v});
+      }
+    }
+    for (const Staged& st : staged) {
+      mlir::OpBuilder::InsertPoint here = b.saveInsertionPoint();
+      if (st.u > 0) {  // the loop's bound covers the batch's first element
+        auto guard = b.create<mlir::scf::IfOp>(loc, st.in, false);
+        b.setInsertionPoint(guard.thenBlock()->getTerminator());
+      }
+      StoreElement(b, loc, st.value, kernel.entry()->getArgument(a.first_output + st.out), st.at,
+                   a.outputs[st.out]->shape().dtype());
+      b.restoreInsertionPoint(here);
+    }
+    emitter.RestoreCache(std::move(saved));
+    b.restoreInsertionPoint(after_loop);
+  }
+  return Status::Ok();
+}
 
 class AttentionEmitter : public KernelEmitter {
  public:
@@ -62,242 +257,26 @@ class AttentionEmitter : public KernelEmitter {
 
   StatusOr<KernelSpec> Emit(const ir::Instruction& fusion, const std::string& name,
                             mlir::gpu::GPUModuleOp gpu_module) const override {
+    ASSIGN_OR_RETURN(const AttentionForward forward, PlanAttentionForward(fusion));
     ASSIGN_OR_RETURN(const ir::Computation* fused, FusedComputation(fusion));
-    std::vector<const ir::Instruction*> outputs = FusionOutputs(*fused);
-    std::vector<ir::Instruction*> params = fused->parameters();
-
-    const ir::Instruction *attn = nullptr, *lse = nullptr;
-    for (const auto& inst : fused->instructions()) {
-      const ir::Instruction** slot = inst->opcode() == ir::Opcode::kAttention      ? &attn
-                                     : inst->opcode() == ir::Opcode::kAttentionLse ? &lse
-                                                                                   : nullptr;
-      if (slot == nullptr) continue;
-      if (*slot != nullptr) {
-        return Error("%{}: {}: a second {} op in one fusion", fusion.name(), Describe(*inst),
-                     ir::OpcodeName(inst->opcode()));
-      }
-      *slot = inst.get();
-    }
-    if (attn == nullptr && lse == nullptr) {
-      return Error("%{}: attention fusion without an attention or attention-lse op", fusion.name());
-    }
-    const ir::Instruction* scores = attn != nullptr ? attn : lse;
-    if (attn != nullptr && lse != nullptr &&
-        (lse->operand(0) != attn->operand(0) || lse->operand(1) != attn->operand(1) ||
-         lse->attrs().causal != attn->attrs().causal ||
-         lse->attrs().scale != attn->attrs().scale)) {
-      return Error("%{}: {} does not take the q, k and attributes of {}", fusion.name(),
-                   Describe(*lse), Describe(*attn));
-    }
-    const ir::Shape& qs = scores->operand(0)->shape();
-    const ir::Shape& ks = scores->operand(1)->shape();
-    const ir::Shape& vs = attn != nullptr ? attn->operand(2)->shape() : ks;
-    if (qs.rank() != 4 || ks.rank() != 4 || vs.rank() != 4 || ks.dims() != vs.dims() ||
-        qs.dim(0) != ks.dim(0) || qs.dim(1) != ks.dim(1) || qs.dim(3) != ks.dim(3) ||
-        (attn != nullptr && attn->shape().dims() != qs.dims())) {
-      return Error("%{}: {}: expected q, k, v of [B, H, T, D] (got {}, {}, {})", fusion.name(),
-                   Describe(*scores), qs.ToString(), ks.ToString(), vs.ToString());
-    }
-    const int64_t batch = qs.dim(0), heads = qs.dim(1), tq = qs.dim(2), dim = qs.dim(3);
-    const int64_t tk = ks.dim(2);
-    if (dim > kMaxHeadDim) {
-      return Error("%{}: {}: head dim {} exceeds {}", fusion.name(), Describe(*scores), dim,
-                   kMaxHeadDim);
-    }
-    const bool causal = scores->attrs().causal;
-    const double scale = scores->attrs().scale;
-    const int64_t per_lane = (dim + kWarp - 1) / kWarp;
-
-    // Outputs: chains from the result or the lse, or independent of both.
-    std::vector<const ir::Instruction*> roots;
-    if (attn != nullptr) roots.push_back(attn);
-    if (lse != nullptr) roots.push_back(lse);
-    ASSIGN_OR_RETURN(std::vector<OutputChain> chains, FindOutputChains(fusion, outputs, roots));
-
-    // Note [bf16 attention]: the ops' grad_dtype rounds their matmul operands.
-    const std::optional<ir::DType> matmul = scores->attrs().grad_dtype;
-    if (attn != nullptr && lse != nullptr && lse->attrs().grad_dtype != matmul) {
-      return Error("%{}: {} and {} round their matmul operands differently", fusion.name(),
-                   Describe(*lse), Describe(*attn));
-    }
-    AttentionForward forward{.attn = attn,
-                             .lse = lse,
-                             .q = scores->operand(0),
-                             .k = scores->operand(1),
-                             .v = attn != nullptr ? attn->operand(2) : nullptr,
-                             .batch = batch,
-                             .heads = heads,
-                             .tq = tq,
-                             .tk = tk,
-                             .dim = dim,
-                             .causal = causal,
-                             .scale = scale,
-                             .outputs = outputs,
-                             .roots = roots,
-                             .chains = chains,
-                             .first_output = static_cast<int64_t>(params.size())};
-    const bool mma = matmul && UseTensorCoreForward(forward, *matmul);
-    const int64_t query_blocks = (tq + kTileRows - 1) / kTileRows;
-
-    const int64_t num_params = static_cast<int64_t>(params.size() + outputs.size());
-    WarpRowKernel kernel(*fused, num_params, batch, heads, mma ? 4 * query_blocks : tq, name,
-                         gpu_module, "attention");
-    mlir::OpBuilder& b = kernel.b();
-    const mlir::Location loc = kernel.loc();
-    mlir::Block* entry = kernel.entry();
-    FusedEmitter& emitter = kernel.emitter();
-    auto c = [&](int64_t v) { return kernel.C(v); };
-    auto f32 = [&](double v) { return kernel.F32(v); };
-    const int64_t grid = kernel.grid(), block = WarpRowKernel::kBlock;
+    const int64_t query_blocks = (forward.tq + kTileRows - 1) / kTileRows;
+    const int64_t num_params = forward.first_output + static_cast<int64_t>(forward.outputs.size());
+    WarpRowKernel kernel(*fused, num_params, forward.batch, forward.heads,
+                         forward.tensor_cores ? 4 * query_blocks : forward.tq, name, gpu_module,
+                         "attention");
     Value start;  // bid * block + tid, for the grid-stride loops of the (b) outputs
     int64_t shared_bytes = 0;
-    // Rounds an f32 value to the matmul operand dtype, as the decomposition does.
-    auto round = [&](Value x) { return RoundThrough(b, loc, x, matmul.value_or(ir::DType::kF32)); };
-
-    if (mma) {
+    if (forward.tensor_cores) {
       ASSIGN_OR_RETURN(TensorCoreForward tc,
                        EmitTensorCoreForward(kernel, gpu_module, name, forward));
       start = tc.thread;
       shared_bytes = tc.shared_bytes;
     } else {
-      mlir::OpBuilder::InsertPoint after_rows;
-      FusedEmitter::Cache saved = emitter.SaveCache();
-      const WarpRowKernel::Row row = kernel.BeginRow(dim, &after_rows);
-      start = row.thread;
-      const Value lane = row.lane, bi = row.b, h = row.h, t = row.r;
-      const std::vector<Value>&d = row.d, &in_dim = row.in_dim;
-
-      // This lane's q elements, pre-scaled (masked by q = 0).
-      std::vector<Value> q(per_lane);
-      for (int64_t i = 0; i < per_lane; ++i) {
-        ASSIGN_OR_RETURN(Value x, kernel.LoadF32(*scores->operand(0), {bi, h, t, d[i]}));
-        x = b.create<arith::MulFOp>(loc, round(x), f32(scale));
-        if (in_dim[i]) x = b.create<arith::SelectOp>(loc, in_dim[i], x, f32(0));
-        q[i] = x;
-      }
-
-      // for (j = 0; j < (causal ? t + 1 : tk); ++j): online softmax.
-      std::vector<Value> inits = {f32(-std::numeric_limits<double>::infinity()), f32(0)};
-      for (int64_t i = 0; i < per_lane; ++i) inits.push_back(f32(0));
-      Value end = causal ? b.create<arith::MinUIOp>(
-                               loc, b.create<arith::AddIOp>(loc, t, c(1)), c(tk))
-                               .getResult()
-                         : c(tk);
-      mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
-      auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, c(0), end, c(1), inits));
-      {
-        FusedEmitter::Cache outer = emitter.SaveCache();
-        Value j = loop.getInductionVar();
-        auto args = loop.getRegionIterArgs();
-        Value partial;
-        for (int64_t i = 0; i < per_lane; ++i) {
-          ASSIGN_OR_RETURN(Value k, kernel.LoadF32(*scores->operand(1), {bi, h, j, d[i]}));
-          Value qk = b.create<arith::MulFOp>(loc, q[i], round(k));
-          partial = partial ? b.create<arith::AddFOp>(loc, partial, qk).getResult() : qk;
-        }
-        Value s = WarpSum(b, loc, partial);
-        Value m = args[0], l = args[1];
-        Value m_new = b.create<arith::MaximumFOp>(loc, m, s);
-        Value corr = b.create<mlir::math::ExpOp>(loc, b.create<arith::SubFOp>(loc, m, m_new));
-        Value p = b.create<mlir::math::ExpOp>(loc, b.create<arith::SubFOp>(loc, s, m_new));
-        std::vector<Value> next = {
-            m_new, b.create<arith::AddFOp>(loc, b.create<arith::MulFOp>(loc, l, corr), p)};
-        for (int64_t i = 0; i < per_lane && attn == nullptr; ++i) next.push_back(args[2 + i]);
-        for (int64_t i = 0; i < per_lane && attn != nullptr; ++i) {
-          ASSIGN_OR_RETURN(Value v, kernel.LoadF32(*attn->operand(2), {bi, h, j, d[i]}));
-          Value o = b.create<arith::MulFOp>(loc, args[2 + i], corr);
-          next.push_back(
-              b.create<arith::AddFOp>(loc, o, b.create<arith::MulFOp>(loc, round(p), round(v))));
-        }
-        b.create<mlir::scf::YieldOp>(loc, next);
-        emitter.RestoreCache(std::move(outer));
-      }
-      b.restoreInsertionPoint(after_loop);
-      b.setInsertionPointAfter(loop);
-      Value inv = b.create<arith::DivFOp>(loc, f32(1), loop.getResult(1));
-
-      // o[b, h, t, d] -> each output of the result through its chain.
-      for (int64_t i = 0; i < per_lane; ++i) {
-        mlir::OpBuilder::InsertPoint after_store = b.saveInsertionPoint();
-        if (in_dim[i]) {
-          auto if_in = b.create<mlir::scf::IfOp>(loc, in_dim[i], false);
-          b.setInsertionPoint(if_in.thenBlock()->getTerminator());
-        }
-        Value o = b.create<arith::MulFOp>(loc, loop.getResult(2 + i), inv);
-        for (size_t out = 0; out < outputs.size(); ++out) {
-          if (chains[out].root < 0 || roots[chains[out].root] != attn) continue;
-          StoreThroughChain(emitter, b, loc, o, *attn, chains[out], {bi, h, t, d[i]},
-                            entry->getArgument(params.size() + out), outputs[out]->shape().dtype());
-        }
-        b.restoreInsertionPoint(after_store);
-      }
-      // lse[b, h, t] = m + log(l), by lane 0.
-      if (lse != nullptr) {
-        mlir::OpBuilder::InsertPoint after_store = b.saveInsertionPoint();
-        Value first = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, lane, c(0));
-        auto if_first = b.create<mlir::scf::IfOp>(loc, first, false);
-        b.setInsertionPoint(if_first.thenBlock()->getTerminator());
-        Value value = b.create<arith::AddFOp>(loc, loop.getResult(0),
-                                              b.create<mlir::math::LogOp>(loc, loop.getResult(1)));
-        for (size_t out = 0; out < outputs.size(); ++out) {
-          if (chains[out].root < 0 || roots[chains[out].root] != lse) continue;
-          StoreThroughChain(emitter, b, loc, value, *lse, chains[out], {bi, h, t},
-                            entry->getArgument(params.size() + out), outputs[out]->shape().dtype());
-        }
-        b.restoreInsertionPoint(after_store);
-      }
-      emitter.RestoreCache(std::move(saved));
-      b.restoreInsertionPoint(after_rows);
+      ASSIGN_OR_RETURN(start, CudaCoreForward(kernel, forward).Emit());
     }
-
-    // (b) outputs: for (i = bid * block + tid; i < n; i += grid * block), in
-    // batches of up to 8 strides, every output of one size together, all
-    // loads of a batch before its stores. One element a trip waited out a
-    // load's latency per element: the first GPU run's forward spent most of
-    // its 0.73 ms a layer copying q, k and v to bf16 in this loop.
-    std::map<int64_t, std::vector<size_t>> by_size;
-    for (size_t out = 0; out < outputs.size(); ++out) {
-      if (chains[out].root < 0) by_size[outputs[out]->shape().num_elements()].push_back(out);
-    }
-    const int64_t stride = grid * block;
-    for (const auto& [n, outs] : by_size) {
-      const int64_t batch = std::min<int64_t>(8, (n + stride - 1) / stride);
-      mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
-      FusedEmitter::Cache saved = emitter.SaveCache();
-      auto loop =
-          mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, start, c(n), c(stride * batch), {}));
-      struct Staged {
-        size_t out;
-        int64_t u;
-        Value at, in, value;
-      };
-      std::vector<Staged> staged;
-      for (int64_t u = 0; u < batch; ++u) {
-        const Value i = b.create<arith::AddIOp>(loc, loop.getInductionVar(), c(stride * u));
-        const Value in = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, i, c(n));
-        ElementIndex index;
-        index.linear = b.create<arith::MinUIOp>(loc, i, c(n - 1));
-        for (size_t out : outs) {
-          StatusOr<Value> v = emitter.Emit(*outputs[out], index);
-          if (!v.ok()) return v.status().WithPrefix("%" + fusion.name());
-          staged.push_back({out, u, i, in, *v});
-        }
-      }
-      for (const Staged& st : staged) {
-        mlir::OpBuilder::InsertPoint here = b.saveInsertionPoint();
-        if (st.u > 0) {  // the loop's bound covers the batch's first element
-          auto guard = b.create<mlir::scf::IfOp>(loc, st.in, false);
-          b.setInsertionPoint(guard.thenBlock()->getTerminator());
-        }
-        StoreElement(b, loc, st.value, entry->getArgument(params.size() + st.out), st.at,
-                     outputs[st.out]->shape().dtype());
-        b.restoreInsertionPoint(here);
-      }
-      emitter.RestoreCache(std::move(saved));
-      b.restoreInsertionPoint(after_loop);
-    }
-
-    KernelSpec spec = MakeKernelSpec(fusion, name, ir::FusionKind::kAttention, grid, block);
+    RETURN_IF_ERROR(EmitIndependentOutputs(kernel, fusion, forward, start));
+    KernelSpec spec = MakeKernelSpec(fusion, name, ir::FusionKind::kAttention, kernel.grid(),
+                                     WarpRowKernel::kBlock);
     spec.static_shared_bytes = shared_bytes;
     return spec;
   }

@@ -427,10 +427,6 @@ void AccumulateTimesTile(WarpRowKernel& kernel, const std::vector<Fragment>& x, 
   }
 }
 
-bool UseTensorCoreForward(const AttentionForward& a, ir::DType matmul_dtype) {
-  return matmul_dtype == ir::DType::kBF16 && a.dim % 16 == 0 && a.dim <= 128;
-}
-
 // Note [tensor-core attention forward]: FlashAttention-2's forward on
 // mma.sync. A block of 4 warps owns 64 query rows of one (b, h), 16 a warp;
 // the warp keeps its q rows as A fragments (Note [mma fragments]) for the
@@ -446,152 +442,206 @@ bool UseTensorCoreForward(const AttentionForward& a, ir::DType matmul_dtype) {
 // At the end o / l goes out through the output chains and m + log l is the
 // lse. Rows past T (the last block's) compute on clamped indices and are not
 // stored; keys past S are zeros in shared memory and -inf in s.
+namespace {
+
+// Builds Note [tensor-core attention forward] in a WarpRowKernel: the
+// warp's q fragments and the tiles, the loop over the key blocks, then the
+// rows' results to the outputs.
+class TensorCoreForwardBuilder {
+ public:
+  TensorCoreForwardBuilder(WarpRowKernel& kernel, const AttentionForward& a)
+      : kernel_(kernel),
+        a_(a),
+        m_(kernel),
+        b_(kernel.b()),
+        loc_(kernel.loc()),
+        d_tiles_(a.dim / 8) {}
+
+  StatusOr<TensorCoreForward> Emit(mlir::gpu::GPUModuleOp gpu_module, const std::string& name) {
+    FusedEmitter& emitter = kernel_.emitter();
+    const int64_t dim = a_.dim;
+    FusedEmitter::Cache saved = emitter.SaveCache();
+    const WarpRowKernel::Row row = kernel_.BeginRow(kWarp);  // one row per warp, no partial block
+    // Note [pipelined tile fill]: k and v of block kb + 1 travel while the
+    // warps compute on block kb.
+    std::vector<const ir::Instruction*> ops = {a_.k};
+    if (a_.attn != nullptr) ops.push_back(a_.v);
+    pipelined_ = CanPipelineTiles(ops, a_.tk, dim);
+    k_tile_.emplace(b_, gpu_module, name + "_k", kTileRows, dim, pipelined_ ? 2 : 1);
+    if (a_.attn != nullptr) {
+      v_tile_.emplace(b_, gpu_module, name + "_v", kTileRows, dim, pipelined_ ? 2 : 1);
+    }
+    tiles_ = {{a_.k, &*k_tile_}};
+    if (v_tile_) tiles_.push_back({a_.v, &*v_tile_});
+    bi_ = row.b;
+    h_ = row.h;
+    const Value query_block = m_.Div(row.r, 4), warp = m_.Rem(row.r, 4);
+    lanes_ = LanesOf(kernel_, row.lane, warp);
+    row_lo_ = m_.Add(m_.Add(m_.Mul(query_block, kTileRows), m_.Mul(warp, 16)), lanes_.group);
+    row_hi_ = m_.Add(row_lo_, m_.C(8));
+    if (pipelined_) IssueTileCopies(kernel_, lanes_, bi_, h_, m_.C(0), a_.tk, dim, tiles_);
+    ASSIGN_OR_RETURN(
+        q_frags_,
+        LoadRowFragments(kernel_, *a_.q, bi_, h_,
+                         b_.create<arith::MinUIOp>(loc_, row_lo_, m_.C(a_.tq - 1)),
+                         b_.create<arith::MinUIOp>(loc_, row_hi_, m_.C(a_.tq - 1)), dim, lanes_));
+
+    // for (kb = 0; kb < (causal ? query_block + 1 : key_blocks); ++kb),
+    // carrying m and l of rows lo and hi, then o (d_tiles fragments).
+    const int64_t key_blocks = (a_.tk + kTileRows - 1) / kTileRows;
+    std::vector<Value> inits = {m_.F32(-kInf), m_.F32(-kInf), m_.F32(0), m_.F32(0)};
+    for (int64_t i = 0; i < 4 * d_tiles_; ++i) inits.push_back(m_.F32(0));
+    blocks_ = a_.causal ? m_.Add(query_block, m_.C(1)) : m_.C(key_blocks);
+    mlir::OpBuilder::InsertPoint after_loop = b_.saveInsertionPoint();
+    auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b_, loc_, m_.C(0), blocks_, m_.C(1), inits));
+    {
+      FusedEmitter::Cache outer = emitter.SaveCache();
+      RETURN_IF_ERROR(EmitKeyBlock(loop));
+      emitter.RestoreCache(std::move(outer));
+    }
+    b_.restoreInsertionPoint(after_loop);
+    b_.setInsertionPointAfter(loop);
+    StoreRows(loop);
+    emitter.RestoreCache(std::move(saved));
+    return TensorCoreForward{k_tile_->bytes() + (v_tile_ ? v_tile_->bytes() : 0), row.thread};
+  }
+
+ private:
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
+
+  Value XorShuffle(Value v, int32_t offset) {
+    return b_.create<mlir::gpu::ShuffleOp>(loc_, v, offset, 32, mlir::gpu::ShuffleMode::XOR)
+        .getShuffleResult();
+  }
+
+  // Key block kb: its tiles, s = q k^T scaled and masked, the online
+  // softmax's m, l and o.
+  Status EmitKeyBlock(mlir::scf::ForOp loop) {
+    const Value kb = loop.getInductionVar();
+    auto args = loop.getRegionIterArgs();
+    std::optional<SharedTile> k_now = k_tile_, v_now = v_tile_;
+    if (pipelined_) {
+      std::vector<SharedTile> now =
+          AwaitTileCopies(kernel_, lanes_, bi_, h_, kb, blocks_, a_.tk, a_.dim, tiles_);
+      k_now = now[0];
+      if (v_tile_) v_now = now[1];
+    } else {
+      RETURN_IF_ERROR(FillTiles(kernel_, lanes_, bi_, h_, kb, a_.tk, a_.dim, tiles_));
+    }
+    std::vector<Fragment> s = TimesTileTransposed(kernel_, q_frags_, *k_now, lanes_);  // q k^T
+    Value m_new[2] = {args[0], args[1]};
+    ScaleAndMask(kb, s, m_new);
+    Value corr[2], base[2], l_new[2];
+    for (int64_t half = 0; half < 2; ++half) {
+      for (int32_t offset : {1, 2})
+        m_new[half] = m_.FMax(m_new[half], XorShuffle(m_new[half], offset));
+      // A row with no visible key so far keeps m = -inf; m.Exp(s - 0) of its
+      // -inf scores is then 0, not NaN.
+      Value none =
+          b_.create<arith::CmpFOp>(loc_, arith::CmpFPredicate::OEQ, m_new[half], m_.F32(-kInf));
+      base[half] = b_.create<arith::SelectOp>(loc_, none, m_.F32(0), m_new[half]);
+      corr[half] = m_.Exp(b_.create<arith::SubFOp>(loc_, args[half], base[half]));
+      l_new[half] = m_.FMul(args[2 + half], corr[half]);
+    }
+    for (int64_t nt = 0; nt < kTileRows / 8; ++nt) {
+      for (int64_t e = 0; e < 4; ++e) {
+        s[nt][e] = m_.Exp(b_.create<arith::SubFOp>(loc_, s[nt][e], base[e / 2]));
+        l_new[e / 2] = m_.FAdd(l_new[e / 2], s[nt][e]);
+      }
+    }
+    std::vector<Value> next = {m_new[0], m_new[1], l_new[0], l_new[1]};
+    std::vector<Fragment> o(d_tiles_);
+    for (int64_t dt = 0; dt < d_tiles_; ++dt) {
+      for (int64_t e = 0; e < 4; ++e) o[dt][e] = m_.FMul(args[4 + 4 * dt + e], corr[e / 2]);
+    }
+    if (v_now) AccumulateTimesTile(kernel_, s, *v_now, lanes_, o);  // o += p~ v
+    for (const Fragment& f : o) next.insert(next.end(), f.begin(), f.end());
+    b_.create<mlir::scf::YieldOp>(loc_, next);
+    return Status::Ok();
+  }
+
+  // Scales s and masks it (-inf past the keys and the causal limit); m_new
+  // of rows lo and hi takes the maxima over this lane's part of the block.
+  void ScaleAndMask(Value kb, std::vector<Fragment>& s, Value (&m_new)[2]) {
+    for (int64_t nt = 0; nt < kTileRows / 8; ++nt) {
+      for (int64_t e = 0; e < 4; ++e) {
+        const Value key = m_.Add(m_.Add(m_.Mul(kb, kTileRows), lanes_.q2), m_.C(8 * nt + e % 2));
+        Value visible = m_.Less(key, m_.C(a_.tk));
+        if (a_.causal) {
+          visible = b_.create<arith::AndIOp>(
+              loc_, visible, m_.Less(key, m_.Add(e < 2 ? row_lo_ : row_hi_, m_.C(1))));
+        }
+        s[nt][e] = b_.create<arith::SelectOp>(loc_, visible, m_.FMul(s[nt][e], m_.F32(a_.scale)),
+                                              m_.F32(-kInf));
+        m_new[e / 2] = m_.FMax(m_new[e / 2], s[nt][e]);
+      }
+    }
+  }
+
+  // Each row's l over its 4 lanes; o / l and m + log l to the outputs.
+  void StoreRows(mlir::scf::ForOp loop) {
+    FusedEmitter& emitter = kernel_.emitter();
+    const Value q2 = lanes_.q2;
+    const Value first_of_row =
+        b_.create<arith::CmpIOp>(loc_, arith::CmpIPredicate::eq, q2, m_.C(0));
+    for (int64_t half = 0; half < 2; ++half) {
+      const Value t = half == 0 ? row_lo_ : row_hi_;
+      Value l = loop.getResult(2 + half);
+      for (int32_t offset : {1, 2}) l = m_.FAdd(l, XorShuffle(l, offset));
+      mlir::OpBuilder::InsertPoint after_store = b_.saveInsertionPoint();
+      FusedEmitter::Cache store_cache = emitter.SaveCache();
+      auto in_rows = b_.create<mlir::scf::IfOp>(loc_, m_.Less(t, m_.C(a_.tq)), false);
+      b_.setInsertionPoint(in_rows.thenBlock()->getTerminator());
+      const Value inv = b_.create<arith::DivFOp>(loc_, m_.F32(1), l);
+      for (size_t out = 0; out < a_.outputs.size(); ++out) {
+        if (a_.chains[out].root < 0) continue;
+        const ir::Instruction* root = a_.roots[a_.chains[out].root];
+        const Value ptr = kernel_.entry()->getArgument(a_.first_output + out);
+        const ir::DType dtype = a_.outputs[out]->shape().dtype();
+        if (root == a_.attn) {
+          for (int64_t dt = 0; dt < d_tiles_; ++dt) {
+            for (int64_t e = 0; e < 2; ++e) {
+              const Value value = m_.FMul(loop.getResult(4 + 4 * dt + 2 * half + e), inv);
+              StoreThroughChain(emitter, b_, loc_, value, *a_.attn, a_.chains[out],
+                                {bi_, h_, t, m_.Add(q2, m_.C(8 * dt + e))}, ptr, dtype);
+            }
+          }
+          continue;
+        }
+        auto first = b_.create<mlir::scf::IfOp>(loc_, first_of_row, false);
+        mlir::OpBuilder::InsertPoint after_lse = b_.saveInsertionPoint();
+        b_.setInsertionPoint(first.thenBlock()->getTerminator());
+        const Value lse = m_.FAdd(loop.getResult(half), b_.create<mlir::math::LogOp>(loc_, l));
+        StoreThroughChain(emitter, b_, loc_, lse, *a_.lse, a_.chains[out], {bi_, h_, t}, ptr,
+                          dtype);
+        b_.restoreInsertionPoint(after_lse);
+      }
+      emitter.RestoreCache(std::move(store_cache));
+      b_.restoreInsertionPoint(after_store);
+    }
+  }
+
+  WarpRowKernel& kernel_;
+  const AttentionForward& a_;
+  const TileMath m_;
+  mlir::OpBuilder& b_;
+  const mlir::Location loc_;
+  const int64_t d_tiles_;
+  bool pipelined_ = false;
+  std::optional<SharedTile> k_tile_, v_tile_;
+  std::vector<std::pair<const ir::Instruction*, SharedTile*>> tiles_;
+  Value bi_, h_, row_lo_, row_hi_, blocks_;
+  WarpLanes lanes_;
+  std::vector<Fragment> q_frags_;
+};
+
+}  // namespace
+
 StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
                                                   mlir::gpu::GPUModuleOp gpu_module,
                                                   const std::string& name,
                                                   const AttentionForward& a) {
-  const TileMath m(kernel);
-  mlir::OpBuilder& b = kernel.b();
-  const mlir::Location loc = kernel.loc();
-  FusedEmitter& emitter = kernel.emitter();
-  auto xor_shuffle = [&](Value v, int32_t offset) {
-    return b.create<mlir::gpu::ShuffleOp>(loc, v, offset, 32, mlir::gpu::ShuffleMode::XOR)
-        .getShuffleResult();
-  };
-  const double inf = std::numeric_limits<double>::infinity();
-  const int64_t dim = a.dim, d_tiles = dim / 8;
-  const int64_t key_blocks = (a.tk + kTileRows - 1) / kTileRows;
-  const bool with_v = a.attn != nullptr;
-
-  FusedEmitter::Cache saved = emitter.SaveCache();
-  const WarpRowKernel::Row row = kernel.BeginRow(kWarp);  // one row per warp, no partial block
-  // Note [pipelined tile fill]: k and v of block kb + 1 travel while the
-  // warps compute on block kb.
-  std::vector<const ir::Instruction*> ops = {a.k};
-  if (with_v) ops.push_back(a.v);
-  const bool pipelined = CanPipelineTiles(ops, a.tk, dim);
-  SharedTile k_tile(b, gpu_module, name + "_k", kTileRows, dim, pipelined ? 2 : 1);
-  std::optional<SharedTile> v_tile;
-  if (with_v) v_tile.emplace(b, gpu_module, name + "_v", kTileRows, dim, pipelined ? 2 : 1);
-  std::vector<std::pair<const ir::Instruction*, SharedTile*>> tiles = {{a.k, &k_tile}};
-  if (v_tile) tiles.push_back({a.v, &*v_tile});
-  const Value bi = row.b, h = row.h;
-  const Value query_block = m.Div(row.r, 4), warp = m.Rem(row.r, 4);
-  const WarpLanes lanes = LanesOf(kernel, row.lane, warp);
-  const Value q2 = lanes.q2;
-  const Value row_lo = m.Add(m.Add(m.Mul(query_block, kTileRows), m.Mul(warp, 16)), lanes.group);
-  const Value row_hi = m.Add(row_lo, m.C(8));
-  if (pipelined) IssueTileCopies(kernel, lanes, bi, h, m.C(0), a.tk, dim, tiles);
-  ASSIGN_OR_RETURN(
-      std::vector<Fragment> q_frags,
-      LoadRowFragments(kernel, *a.q, bi, h, b.create<arith::MinUIOp>(loc, row_lo, m.C(a.tq - 1)),
-                       b.create<arith::MinUIOp>(loc, row_hi, m.C(a.tq - 1)), dim, lanes));
-
-  // for (kb = 0; kb < (causal ? query_block + 1 : key_blocks); ++kb), carrying
-  // m and l of rows lo and hi, then o (d_tiles fragments).
-  std::vector<Value> inits = {m.F32(-inf), m.F32(-inf), m.F32(0), m.F32(0)};
-  for (int64_t i = 0; i < 4 * d_tiles; ++i) inits.push_back(m.F32(0));
-  const Value blocks = a.causal ? m.Add(query_block, m.C(1)) : m.C(key_blocks);
-  mlir::OpBuilder::InsertPoint after_loop = b.saveInsertionPoint();
-  auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b, loc, m.C(0), blocks, m.C(1), inits));
-  {
-    FusedEmitter::Cache outer = emitter.SaveCache();
-    const Value kb = loop.getInductionVar();
-    auto args = loop.getRegionIterArgs();
-    std::optional<SharedTile> k_now = k_tile, v_now = v_tile;
-    if (pipelined) {
-      std::vector<SharedTile> now =
-          AwaitTileCopies(kernel, lanes, bi, h, kb, blocks, a.tk, dim, tiles);
-      k_now = now[0];
-      if (v_tile) v_now = now[1];
-    } else {
-      RETURN_IF_ERROR(FillTiles(kernel, lanes, bi, h, kb, a.tk, dim, tiles));
-    }
-    std::vector<Fragment> s = TimesTileTransposed(kernel, q_frags, *k_now, lanes);  // q k^T
-    // Scale and mask; the rows' maxima over the block and the 4 lanes of a row.
-    Value m_new[2] = {args[0], args[1]};
-    for (int64_t nt = 0; nt < kTileRows / 8; ++nt) {
-      for (int64_t e = 0; e < 4; ++e) {
-        const Value key = m.Add(m.Add(m.Mul(kb, kTileRows), q2), m.C(8 * nt + e % 2));
-        Value visible = m.Less(key, m.C(a.tk));
-        if (a.causal) {
-          visible = b.create<arith::AndIOp>(loc, visible,
-                                            m.Less(key, m.Add(e < 2 ? row_lo : row_hi, m.C(1))));
-        }
-        s[nt][e] =
-            b.create<arith::SelectOp>(loc, visible, m.FMul(s[nt][e], m.F32(a.scale)), m.F32(-inf));
-        m_new[e / 2] = m.FMax(m_new[e / 2], s[nt][e]);
-      }
-    }
-    Value corr[2], base[2], l_new[2];
-    for (int64_t half = 0; half < 2; ++half) {
-      for (int32_t offset : {1, 2})
-        m_new[half] = m.FMax(m_new[half], xor_shuffle(m_new[half], offset));
-      // A row with no visible key so far keeps m = -inf; m.Exp(s - 0) of its
-      // -inf scores is then 0, not NaN.
-      Value none =
-          b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OEQ, m_new[half], m.F32(-inf));
-      base[half] = b.create<arith::SelectOp>(loc, none, m.F32(0), m_new[half]);
-      corr[half] = m.Exp(b.create<arith::SubFOp>(loc, args[half], base[half]));
-      l_new[half] = m.FMul(args[2 + half], corr[half]);
-    }
-    for (int64_t nt = 0; nt < kTileRows / 8; ++nt) {
-      for (int64_t e = 0; e < 4; ++e) {
-        s[nt][e] = m.Exp(b.create<arith::SubFOp>(loc, s[nt][e], base[e / 2]));
-        l_new[e / 2] = m.FAdd(l_new[e / 2], s[nt][e]);
-      }
-    }
-    std::vector<Value> next = {m_new[0], m_new[1], l_new[0], l_new[1]};
-    std::vector<Fragment> o(d_tiles);
-    for (int64_t dt = 0; dt < d_tiles; ++dt) {
-      for (int64_t e = 0; e < 4; ++e) o[dt][e] = m.FMul(args[4 + 4 * dt + e], corr[e / 2]);
-    }
-    if (v_now) AccumulateTimesTile(kernel, s, *v_now, lanes, o);  // o += p~ v
-    for (const Fragment& f : o) next.insert(next.end(), f.begin(), f.end());
-    b.create<mlir::scf::YieldOp>(loc, next);
-    emitter.RestoreCache(std::move(outer));
-  }
-  b.restoreInsertionPoint(after_loop);
-  b.setInsertionPointAfter(loop);
-
-  // Each row's l over its 4 lanes; o / l and m + log l to the outputs.
-  const Value first_of_row = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, q2, m.C(0));
-  for (int64_t half = 0; half < 2; ++half) {
-    const Value t = half == 0 ? row_lo : row_hi;
-    Value l = loop.getResult(2 + half);
-    for (int32_t offset : {1, 2}) l = m.FAdd(l, xor_shuffle(l, offset));
-    mlir::OpBuilder::InsertPoint after_store = b.saveInsertionPoint();
-    FusedEmitter::Cache store_cache = emitter.SaveCache();
-    auto in_rows = b.create<mlir::scf::IfOp>(loc, m.Less(t, m.C(a.tq)), false);
-    b.setInsertionPoint(in_rows.thenBlock()->getTerminator());
-    const Value inv = b.create<arith::DivFOp>(loc, m.F32(1), l);
-    for (size_t out = 0; out < a.outputs.size(); ++out) {
-      if (a.chains[out].root < 0) continue;
-      const ir::Instruction* root = a.roots[a.chains[out].root];
-      const Value ptr = kernel.entry()->getArgument(a.first_output + out);
-      const ir::DType dtype = a.outputs[out]->shape().dtype();
-      if (root == a.attn) {
-        for (int64_t dt = 0; dt < d_tiles; ++dt) {
-          for (int64_t e = 0; e < 2; ++e) {
-            const Value value = m.FMul(loop.getResult(4 + 4 * dt + 2 * half + e), inv);
-            StoreThroughChain(emitter, b, loc, value, *a.attn, a.chains[out],
-                              {bi, h, t, m.Add(q2, m.C(8 * dt + e))}, ptr, dtype);
-          }
-        }
-        continue;
-      }
-      auto first = b.create<mlir::scf::IfOp>(loc, first_of_row, false);
-      mlir::OpBuilder::InsertPoint after_lse = b.saveInsertionPoint();
-      b.setInsertionPoint(first.thenBlock()->getTerminator());
-      const Value lse = m.FAdd(loop.getResult(half), b.create<mlir::math::LogOp>(loc, l));
-      StoreThroughChain(emitter, b, loc, lse, *a.lse, a.chains[out], {bi, h, t}, ptr, dtype);
-      b.restoreInsertionPoint(after_lse);
-    }
-    emitter.RestoreCache(std::move(store_cache));
-    b.restoreInsertionPoint(after_store);
-  }
-  emitter.RestoreCache(std::move(saved));
-  return TensorCoreForward{k_tile.bytes() + (v_tile ? v_tile->bytes() : 0), row.thread};
+  return TensorCoreForwardBuilder(kernel, a).Emit(gpu_module, name);
 }
 
 }  // namespace gptc::codegen

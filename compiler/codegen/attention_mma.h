@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/codegen/attention_plan.h"
 #include "compiler/codegen/attention_util.h"
 #include "compiler/ir/computation.h"
 #include "compiler/support/status.h"
@@ -176,24 +177,6 @@ std::vector<Fragment> TimesTileTransposed(WarpRowKernel& kernel, const std::vect
 void AccumulateTimesTile(WarpRowKernel& kernel, const std::vector<Fragment>& x, SharedTile& tile,
                          const WarpLanes& lanes, std::vector<Fragment>& acc);
 
-// The operands of a forward attention fusion, as AttentionEmitter found them.
-struct AttentionForward {
-  const ir::Instruction* attn = nullptr;  // either may be null, not both
-  const ir::Instruction* lse = nullptr;
-  const ir::Instruction *q = nullptr, *k = nullptr, *v = nullptr;
-  int64_t batch = 0, heads = 0, tq = 0, tk = 0, dim = 0;
-  bool causal = false;
-  double scale = 1;
-  std::vector<const ir::Instruction*> outputs, roots;
-  std::vector<OutputChain> chains;
-  int64_t first_output = 0;  // kernel argument of outputs[0]
-};
-
-// Whether the forward runs on tensor cores: bf16-rounded matmuls (Note [bf16
-// attention] in passes/autodiff_attention.h) and a head dim that is a
-// multiple of 16 up to 128.
-bool UseTensorCoreForward(const AttentionForward& a, ir::DType matmul_dtype);
-
 struct TensorCoreForward {
   int64_t shared_bytes = 0;  // static shared memory of the kernel
   mlir::Value thread;        // bid * block + tid, for the grid-stride loops after it
@@ -206,25 +189,6 @@ StatusOr<TensorCoreForward> EmitTensorCoreForward(WarpRowKernel& kernel,
                                                   mlir::gpu::GPUModuleOp gpu_module,
                                                   const std::string& name,
                                                   const AttentionForward& a);
-
-// The operands of a backward attention fusion (attention-grad ops sharing
-// their operands), as AttentionBackwardEmitter found them.
-struct AttentionBackward {
-  std::array<const ir::Instruction*, 3> grads = {nullptr, nullptr, nullptr};  // by wrt
-  const ir::Instruction *q = nullptr, *k = nullptr, *v = nullptr, *d_out = nullptr, *lse = nullptr,
-                        *delta = nullptr;
-  int64_t batch = 0, heads = 0, tq = 0, tk = 0, dim = 0;
-  bool causal = false;
-  double scale = 1;
-  std::vector<const ir::Instruction*> outputs, roots;
-  std::vector<OutputChain> chains;
-  int64_t first_output = 0;
-};
-
-// Whether the backward runs on tensor cores: bf16 operands and a head dim
-// that is a multiple of 16 up to 64 (beyond it the dk + dv kernel's four
-// register tiles would spill).
-bool UseTensorCoreBackward(const AttentionBackward& a);
 
 // The dq kernel, or the dk + dv kernel, on tensor cores (Note [tensor-core
 // attention backward] in attention_backward_mma.cc), in `kernel` (a

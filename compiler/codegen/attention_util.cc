@@ -2,15 +2,18 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
 
 #include "compiler/codegen/emitter_util.h"
-#include "compiler/ir/patterns.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 namespace gptc::codegen {
 namespace {
+
+// Blocks of kWarpsPerBlock rows for `rows` rows.
+int64_t GridOf(int64_t rows) {
+  return (rows + WarpRowKernel::kWarpsPerBlock - 1) / WarpRowKernel::kWarpsPerBlock;
+}
 
 // Whether an index of the fusion (or of the grid) may pass 2^31 - 1.
 bool NeedsWideIndices(const ir::Computation& fused, int64_t threads) {
@@ -28,22 +31,13 @@ bool NeedsWideIndices(const ir::Computation& fused, int64_t threads) {
 WarpRowKernel::WarpRowKernel(const ir::Computation& fused, int64_t num_params, int64_t batch,
                              int64_t heads, int64_t len, const std::string& name,
                              mlir::gpu::GPUModuleOp gpu_module, std::string what)
-    : heads_(heads),
+    : FusedKernelBuilder(gpu_module, name, num_params, kBlock, 0,
+                         NeedsWideIndices(fused, GridOf(batch * heads * len) * kBlock),
+                         std::move(what), nullptr, nullptr),
+      heads_(heads),
       len_(len),
       rows_(batch * heads * len),
-      grid_((rows_ + kWarpsPerBlock - 1) / kWarpsPerBlock),
-      b_(gpu_module.getContext()),
-      func_(CreateKernel(b_, gpu_module, name, num_params, kBlock, 0)),
-      entry_(&func_.getBody().front()),
-      loc_(b_.getUnknownLoc()),
-      index_type_(NeedsWideIndices(fused, grid_ * kBlock) ? b_.getI64Type() : b_.getI32Type()),
-      emitter_(
-          b_, entry_, index_type_, std::move(what),
-          [this](const ir::Instruction& p, const ElementIndex& index) -> StatusOr<mlir::Value> {
-            return LoadElement(b_, loc_, entry_->getArgument(p.attrs().index),
-                               emitter_.Linear(index, p.shape()), p.shape().dtype());
-          },
-          nullptr) {}
+      grid_(GridOf(rows_)) {}
 
 mlir::Value WarpRowKernel::F32(double v) { return ScalarConstant(b_, loc_, ir::DType::kF32, v); }
 
@@ -89,36 +83,6 @@ WarpRowKernel::Row WarpRowKernel::BeginRow(int64_t dim, mlir::OpBuilder::InsertP
     }
   }
   return row;
-}
-
-StatusOr<std::vector<OutputChain>> FindOutputChains(
-    const ir::Instruction& fusion, const std::vector<const ir::Instruction*>& outputs,
-    const std::vector<const ir::Instruction*>& roots) {
-  std::vector<OutputChain> chains;
-  for (const ir::Instruction* out : outputs) {
-    OutputChain c;
-    for (size_t r = 0; r < roots.size() && c.root < 0; ++r) {
-      std::map<const ir::Instruction*, bool> memo;
-      if (ir::DependsOnAny(out, {roots[r]}, memo)) c.root = static_cast<int>(r);
-    }
-    if (c.root >= 0) {
-      const ir::Instruction* root = roots[c.root];
-      for (const ir::Instruction* x = out; x != root; x = x->operand(0)) {
-        ir::Opcode o = x->opcode();
-        if (o != ir::Opcode::kTranspose && o != ir::Opcode::kReshape && o != ir::Opcode::kConvert &&
-            o != ir::Opcode::kCopy) {
-          return Error(
-              "%{}: output {} is computed from {} by {}: only transpose, reshape, "
-              "convert and copy may follow it",
-              fusion.name(), Describe(*out), Describe(*root), ir::OpcodeName(o));
-        }
-        c.chain.push_back(x);
-      }
-      std::reverse(c.chain.begin(), c.chain.end());
-    }
-    chains.push_back(std::move(c));
-  }
-  return chains;
 }
 
 void StoreThroughChain(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location loc,

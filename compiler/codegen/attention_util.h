@@ -1,11 +1,14 @@
 // Helpers shared by the attention emitters (forward, backward): the kernel of
-// one warp per row, outputs that leave it through layout chains, warp sums.
+// one warp per row, outputs that leave it through layout chains
+// (OutputChain, attention_plan.h), warp sums.
 #ifndef GPTC_COMPILER_CODEGEN_ATTENTION_UTIL_H_
 #define GPTC_COMPILER_CODEGEN_ATTENTION_UTIL_H_
 
 #include <string>
 #include <vector>
 
+#include "compiler/codegen/attention_plan.h"
+#include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"
 #include "compiler/ir/computation.h"
 #include "compiler/support/status.h"
@@ -18,7 +21,7 @@ namespace gptc::codegen {
 // attention emitters are: kWarpsPerBlock warps a block, parameters read by
 // element through the FusedEmitter, 32-bit indices unless some value of the
 // fusion needs 64.
-class WarpRowKernel {
+class WarpRowKernel : public FusedKernelBuilder {
  public:
   static constexpr int64_t kWarp = 32;
   static constexpr int64_t kWarpsPerBlock = 4;
@@ -37,8 +40,6 @@ class WarpRowKernel {
   WarpRowKernel(const ir::Computation& fused, int64_t num_params, int64_t batch, int64_t heads,
                 int64_t len, const std::string& name, mlir::gpu::GPUModuleOp gpu_module,
                 std::string what);
-  WarpRowKernel(const WarpRowKernel&) = delete;
-  WarpRowKernel& operator=(const WarpRowKernel&) = delete;
 
   // Emits the row of this thread for head dim `dim`, and leaves the builder
   // inside `if (row < rows)` when the last block is partial (whole warps take
@@ -57,28 +58,7 @@ class WarpRowKernel {
 
  private:
   int64_t heads_, len_, rows_, grid_;
-  mlir::OpBuilder b_;
-  mlir::gpu::GPUFuncOp func_;
-  mlir::Block* entry_;
-  mlir::Location loc_;
-  mlir::IntegerType index_type_;
-  FusedEmitter emitter_;
 };
-
-// How one fusion output is computed from the kernel's results: `root` is the
-// index in `roots` of the op it comes from through `chain` (transposes,
-// reshapes, converts, copies; first applied first), or -1 when it depends on
-// none of them (an independent output, e.g. a bf16 copy of an operand).
-struct OutputChain {
-  int root = -1;
-  std::vector<const ir::Instruction*> chain;
-};
-
-// One OutputChain per output; fails naming an output computed from a root
-// by anything but the layout ops above.
-StatusOr<std::vector<OutputChain>> FindOutputChains(
-    const ir::Instruction& fusion, const std::vector<const ir::Instruction*>& outputs,
-    const std::vector<const ir::Instruction*>& roots);
 
 // Stores `value` (f32), the element [multi] of `root`, where `chain` maps it
 // in output `ptr` (of dtype `out_dtype`), converting along the chain.

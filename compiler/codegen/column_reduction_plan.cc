@@ -164,6 +164,53 @@ int64_t ColumnReductionChunks(const ir::Instruction& fusion) {
   return chunks >= 2 ? chunks : 1;
 }
 
+namespace {
+
+// The batches of the plan's reduces (Note [column reduction batches]) and
+// the layout of shared memory: the trees of a batch, then the totals.
+void PlanBatches(ColumnReductionPlan& plan) {
+  // Each reduce of a batch needs `block` floats of static shared memory (48
+  // KiB at most), after the totals (Note [column totals in shared memory]).
+  const int64_t block = plan.block();
+  const int64_t total_floats = static_cast<int64_t>(plan.reduces.size()) * plan.tx;
+  const size_t max_batch_size =
+      static_cast<size_t>(std::max<int64_t>(1, (kMaxStaticSharedFloats - total_floats) / block));
+  std::set<const ir::Instruction*> current;
+  for (const ir::Instruction* r : plan.reduces) {
+    std::map<const ir::Instruction*, bool> memo;
+    if (!plan.batches.empty() && plan.batches.back().size() < max_batch_size &&
+        !ir::DependsOnAny(r->operand(0), current, memo)) {
+      plan.batches.back().push_back(r);
+      current.insert(r);
+    } else {
+      plan.batches.push_back({r});
+      current = {r};
+    }
+  }
+  // Reduces over the same loop dims next to each other: they share a loop.
+  for (auto& batch : plan.batches) {
+    std::stable_sort(batch.begin(), batch.end(), [&](const auto* x, const auto* y) {
+      return plan.LoopDims(x) < plan.LoopDims(y);
+    });
+  }
+  size_t max_batch = 0;
+  for (const auto& batch : plan.batches) max_batch = std::max(max_batch, batch.size());
+  plan.tree_floats = static_cast<int64_t>(max_batch) * block;
+  plan.shared_floats = plan.tree_floats + total_floats;
+  // Totals and partials in batch order, so that a batch's are consecutive
+  // (Note [warp totals] in column_reduction_emitter.cc); the partials in the
+  // partials kernel's batch order, which the final kernel reads them in.
+  for (const auto& batch : plan.batches) {
+    for (const ir::Instruction* r : batch) {
+      plan.partial_index[r] = static_cast<int64_t>(plan.partial_index.size());
+      plan.total_slot[r] =
+          plan.tree_floats + static_cast<int64_t>(plan.total_slot.size()) * plan.tx;
+    }
+  }
+}
+
+}  // namespace
+
 StatusOr<ColumnReductionPlan> PlanColumnReduction(const ir::Instruction& fusion, ColumnPart part,
                                                   bool mixed) {
   ColumnReductionPlan plan;
@@ -233,51 +280,14 @@ StatusOr<ColumnReductionPlan> PlanColumnReduction(const ir::Instruction& fusion,
     plan.scratch_floats = static_cast<int64_t>(plan.reduces.size()) * plan.chunks * k;
   }
 
-  // Each reduce of a batch needs `block` floats of static shared memory (48
-  // KiB at most), after the totals (Note [column totals in shared memory]).
-  const int64_t block = plan.block();
-  const int64_t total_floats = static_cast<int64_t>(plan.reduces.size()) * plan.tx;
-  const size_t max_batch_size =
-      static_cast<size_t>(std::max<int64_t>(1, (kMaxStaticSharedFloats - total_floats) / block));
-  std::set<const ir::Instruction*> current;
-  for (const ir::Instruction* r : plan.reduces) {
-    std::map<const ir::Instruction*, bool> memo;
-    if (!plan.batches.empty() && plan.batches.back().size() < max_batch_size &&
-        !ir::DependsOnAny(r->operand(0), current, memo)) {
-      plan.batches.back().push_back(r);
-      current.insert(r);
-    } else {
-      plan.batches.push_back({r});
-      current = {r};
-    }
-  }
-  // Reduces over the same loop dims next to each other: they share a loop.
-  for (auto& batch : plan.batches) {
-    std::stable_sort(batch.begin(), batch.end(), [&](const auto* x, const auto* y) {
-      return plan.LoopDims(x) < plan.LoopDims(y);
-    });
-  }
-  size_t max_batch = 0;
-  for (const auto& batch : plan.batches) max_batch = std::max(max_batch, batch.size());
-  plan.tree_floats = static_cast<int64_t>(max_batch) * block;
-  plan.shared_floats = plan.tree_floats + total_floats;
-  // Totals and partials in batch order, so that a batch's are consecutive
-  // (Note [warp totals] in column_reduction_emitter.cc); the partials in the
-  // partials kernel's batch order, which the final kernel reads them in.
-  for (const auto& batch : plan.batches) {
-    for (const ir::Instruction* r : batch) {
-      plan.partial_index[r] = static_cast<int64_t>(plan.partial_index.size());
-      plan.total_slot[r] =
-          plan.tree_floats + static_cast<int64_t>(plan.total_slot.size()) * plan.tx;
-    }
-  }
+  PlanBatches(plan);
   if (part == ColumnPart::kFinal) {
     ASSIGN_OR_RETURN(ColumnReductionPlan partials,
                      PlanColumnReduction(fusion, ColumnPart::kPartials, mixed));
     plan.partial_index = std::move(partials.partial_index);
   }
-  plan.wide =
-      std::max(max_input, plan.scratch_floats) + block * k >= std::numeric_limits<int32_t>::max();
+  plan.wide = std::max(max_input, plan.scratch_floats) + plan.block() * k >=
+              std::numeric_limits<int32_t>::max();
   return plan;
 }
 

@@ -1,11 +1,12 @@
 // Helpers shared by the kernel emitters: kernel function creation, fusion
-// output lists, kernel parameter lists.
+// output lists, kernel parameter lists, the base of the kernel builders.
 #ifndef GPTC_COMPILER_CODEGEN_EMITTER_UTIL_H_
 #define GPTC_COMPILER_CODEGEN_EMITTER_UTIL_H_
 
 #include <string>
 #include <vector>
 
+#include "compiler/codegen/fused_emitter.h"
 #include "compiler/codegen/kernel_spec.h"
 #include "compiler/ir/computation.h"
 #include "compiler/support/status.h"
@@ -37,6 +38,33 @@ KernelSpec MakeKernelSpec(const ir::Instruction& fusion, const std::string& name
 mlir::gpu::GPUFuncOp CreateKernel(mlir::OpBuilder& b, mlir::gpu::GPUModuleOp gpu_module,
                                   const std::string& name, int64_t num_params, int64_t block,
                                   int64_t workgroup_floats);
+
+// What every kernel builder starts from: kernel `name` added to `gpu_module`
+// by CreateKernel, a builder at the start of its body, and a FusedEmitter of
+// 64-bit indices when `wide` (else 32) that reads parameters and reduces
+// with the given readers (a null `read_parameter`: ReadArgument). `what`
+// names the kernel in the FusedEmitter's errors.
+class FusedKernelBuilder {
+ public:
+  FusedKernelBuilder(const FusedKernelBuilder&) = delete;
+  FusedKernelBuilder& operator=(const FusedKernelBuilder&) = delete;
+
+ protected:
+  FusedKernelBuilder(mlir::gpu::GPUModuleOp gpu_module, const std::string& name, int64_t num_params,
+                     int64_t block, int64_t workgroup_floats, bool wide, std::string what,
+                     FusedEmitter::Reader read_parameter, FusedEmitter::Reader read_reduce);
+  ~FusedKernelBuilder() = default;
+
+  // Parameter `p` at `index`, loaded from its kernel argument.
+  StatusOr<mlir::Value> ReadArgument(const ir::Instruction& p, const ElementIndex& index);
+
+  mlir::OpBuilder b_;
+  mlir::gpu::GPUFuncOp func_;
+  mlir::Block* entry_;
+  mlir::Location loc_;
+  mlir::IntegerType index_type_;
+  FusedEmitter emitter_;
+};
 
 }  // namespace gptc::codegen
 

@@ -479,16 +479,8 @@ StatusOr<Value> FusedEmitter::EmitUncached(const ir::Instruction& inst, const El
         return Error("{}: reduce is not supported in a {} fusion", Describe(inst), what_);
       }
       return read_reduce_(inst, index);
-    case Opcode::kConstant: {
-      const std::vector<double>& lit = attrs.literal;
-      if (lit.empty() || std::any_of(lit.begin(), lit.end(), [&](double x) {
-            return !(x == lit[0] || (x != x && lit[0] != lit[0]));
-          })) {
-        return Error("{}: non-splat constant of {} elements is not supported by codegen yet",
-                     Describe(inst), lit.size());
-      }
-      return ScalarConstant(b_, loc, shape.dtype(), lit[0]);
-    }
+    case Opcode::kConstant:
+      return EmitConstant(inst);
     case Opcode::kIota: {
       Value i = Multi(index, shape)[attrs.index];
       if (index_type_.getWidth() == 64) i = b_.create<arith::TruncIOp>(loc, b_.getI32Type(), i);
@@ -511,23 +503,8 @@ StatusOr<Value> FusedEmitter::EmitUncached(const ir::Instruction& inst, const El
       ASSIGN_OR_RETURN(Value y, Emit(*inst.operand(1), index));
       return EmitCompare(b_, loc, attrs.direction, inst.operand(0)->shape().dtype(), x, y);
     }
-    case Opcode::kReshape: {
-      // Note [reshape index groups]: with a multi-index, each group of dims
-      // whose sizes multiply to the same product on both sides maps on its
-      // own: a split dim is rebuilt by multiply-adds, only a merged dim is
-      // divided. Linearizing the whole index and dividing it back per operand
-      // dim cost every element of the attention tiles a dozen divisions.
-      if (!index.identity && !index.multi.empty()) {
-        std::optional<std::vector<Value>> grouped =
-            ReshapeGroups(index.multi, shape, inst.operand(0)->shape());
-        if (grouped) return EmitOperand(inst, 0, std::move(*grouped));
-      }
-      ElementIndex reshaped;
-      reshaped.linear = Linear(index, shape);
-      reshaped.identity = index.identity;
-      reshaped.lane = index.lane;
-      return Emit(*inst.operand(0), reshaped);
-    }
+    case Opcode::kReshape:
+      return EmitReshape(inst, index);
     case Opcode::kBroadcast: {
       std::vector<Value> multi = Multi(index, shape), operand_multi;
       for (int64_t d : attrs.dimensions) operand_multi.push_back(multi[d]);
@@ -540,68 +517,119 @@ StatusOr<Value> FusedEmitter::EmitUncached(const ir::Instruction& inst, const El
         operand_multi[attrs.dimensions[i]] = multi[i];
       return EmitOperand(inst, 0, std::move(operand_multi));
     }
-    case Opcode::kSlice: {
-      std::vector<Value> multi = Multi(index, shape);
-      for (size_t d = 0; d < multi.size(); ++d) {
-        int64_t stride = attrs.slice.strides.empty() ? 1 : attrs.slice.strides[d];
-        if (stride != 1) multi[d] = b_.create<arith::MulIOp>(loc, multi[d], IndexConstant(stride));
-        if (attrs.slice.starts[d] != 0) {
-          multi[d] = b_.create<arith::AddIOp>(loc, multi[d], IndexConstant(attrs.slice.starts[d]));
-        }
-      }
-      return EmitOperand(inst, 0, std::move(multi));
-    }
-    case Opcode::kPad: {
-      // operand[i - low] where 0 <= i - low < dim, else the padding value.
-      std::vector<Value> multi = Multi(index, shape);
-      const ir::Shape& in = inst.operand(0)->shape();
-      Value in_bounds;
-      for (size_t d = 0; d < multi.size(); ++d) {
-        if (attrs.pad_low[d] == 0 && attrs.pad_high[d] == 0) continue;
-        Value i = b_.create<arith::SubIOp>(loc, multi[d], IndexConstant(attrs.pad_low[d]));
-        Value lo = b_.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, i, IndexConstant(0));
-        Value hi =
-            b_.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, i, IndexConstant(in.dim(d)));
-        Value ok = b_.create<arith::AndIOp>(loc, lo, hi);
-        in_bounds = in_bounds ? b_.create<arith::AndIOp>(loc, in_bounds, ok).getResult() : ok;
-        i = b_.create<arith::MaxSIOp>(loc, i, IndexConstant(0));
-        multi[d] = b_.create<arith::MinSIOp>(loc, i, IndexConstant(in.dim(d) - 1));
-      }
-      ASSIGN_OR_RETURN(Value x, EmitOperand(inst, 0, std::move(multi)));
-      if (!in_bounds) return x;
-      ASSIGN_OR_RETURN(Value pad_value, EmitOperand(inst, 1, {}));
-      return b_.create<arith::SelectOp>(loc, in_bounds, x, pad_value).getResult();
-    }
-    case Opcode::kConcatenate: {
-      // The operand whose range holds the index, found by a select chain.
-      int64_t axis = attrs.dimensions.at(0);
-      std::vector<Value> multi = Multi(index, shape);
-      Value result;
-      int64_t offset = 0;
-      std::vector<std::pair<Value, int64_t>> pieces;  // (value, start offset)
-      for (int64_t k = 0; k < inst.operand_count(); ++k) {
-        int64_t size = inst.operand(k)->shape().dim(axis);
-        std::vector<Value> local = multi;
-        Value i = b_.create<arith::SubIOp>(loc, multi[axis], IndexConstant(offset));
-        i = b_.create<arith::MaxSIOp>(loc, i, IndexConstant(0));
-        local[axis] = b_.create<arith::MinSIOp>(loc, i, IndexConstant(size - 1));
-        ASSIGN_OR_RETURN(Value v, EmitOperand(inst, k, std::move(local)));
-        pieces.push_back({v, offset});
-        offset += size;
-      }
-      result = pieces.back().first;
-      for (int64_t k = static_cast<int64_t>(pieces.size()) - 2; k >= 0; --k) {
-        Value before = b_.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, multi[axis],
-                                                IndexConstant(pieces[k + 1].second));
-        result = b_.create<arith::SelectOp>(loc, before, pieces[k].first, result);
-      }
-      return result;
-    }
+    case Opcode::kSlice:
+      return EmitSlice(inst, index);
+    case Opcode::kPad:
+      return EmitPad(inst, index);
+    case Opcode::kConcatenate:
+      return EmitConcatenate(inst, index);
     default:
       break;
   }
   return Error("{}: opcode {} is not supported in a {} fusion", Describe(inst), ir::OpcodeName(op),
                what_);
+}
+
+StatusOr<Value> FusedEmitter::EmitConstant(const ir::Instruction& inst) {
+  const std::vector<double>& lit = inst.attrs().literal;
+  if (lit.empty() || std::any_of(lit.begin(), lit.end(), [&](double x) {
+        return !(x == lit[0] || (x != x && lit[0] != lit[0]));
+      })) {
+    return Error("{}: non-splat constant of {} elements is not supported by codegen yet",
+                 Describe(inst), lit.size());
+  }
+  return ScalarConstant(b_, b_.getUnknownLoc(), inst.shape().dtype(), lit[0]);
+}
+
+StatusOr<Value> FusedEmitter::EmitReshape(const ir::Instruction& inst, const ElementIndex& index) {
+  const ir::Shape& shape = inst.shape();
+  // Note [reshape index groups]: with a multi-index, each group of dims
+  // whose sizes multiply to the same product on both sides maps on its
+  // own: a split dim is rebuilt by multiply-adds, only a merged dim is
+  // divided. Linearizing the whole index and dividing it back per operand
+  // dim cost every element of the attention tiles a dozen divisions.
+  if (!index.identity && !index.multi.empty()) {
+    std::optional<std::vector<Value>> grouped =
+        ReshapeGroups(index.multi, shape, inst.operand(0)->shape());
+    if (grouped) return EmitOperand(inst, 0, std::move(*grouped));
+  }
+  ElementIndex reshaped;
+  reshaped.linear = Linear(index, shape);
+  reshaped.identity = index.identity;
+  reshaped.lane = index.lane;
+  return Emit(*inst.operand(0), reshaped);
+}
+
+StatusOr<Value> FusedEmitter::EmitSlice(const ir::Instruction& inst, const ElementIndex& index) {
+  namespace arith = mlir::arith;
+  mlir::Location loc = b_.getUnknownLoc();
+  const ir::Attrs& attrs = inst.attrs();
+  std::vector<Value> multi = Multi(index, inst.shape());
+  for (size_t d = 0; d < multi.size(); ++d) {
+    int64_t stride = attrs.slice.strides.empty() ? 1 : attrs.slice.strides[d];
+    if (stride != 1) multi[d] = b_.create<arith::MulIOp>(loc, multi[d], IndexConstant(stride));
+    if (attrs.slice.starts[d] != 0) {
+      multi[d] = b_.create<arith::AddIOp>(loc, multi[d], IndexConstant(attrs.slice.starts[d]));
+    }
+  }
+  return EmitOperand(inst, 0, std::move(multi));
+}
+
+StatusOr<Value> FusedEmitter::EmitPad(const ir::Instruction& inst, const ElementIndex& index) {
+  namespace arith = mlir::arith;
+  mlir::Location loc = b_.getUnknownLoc();
+  const ir::Shape& shape = inst.shape();
+  const ir::Attrs& attrs = inst.attrs();
+  // operand[i - low] where 0 <= i - low < dim, else the padding value.
+  std::vector<Value> multi = Multi(index, shape);
+  const ir::Shape& in = inst.operand(0)->shape();
+  Value in_bounds;
+  for (size_t d = 0; d < multi.size(); ++d) {
+    if (attrs.pad_low[d] == 0 && attrs.pad_high[d] == 0) continue;
+    Value i = b_.create<arith::SubIOp>(loc, multi[d], IndexConstant(attrs.pad_low[d]));
+    Value lo = b_.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, i, IndexConstant(0));
+    Value hi =
+        b_.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, i, IndexConstant(in.dim(d)));
+    Value ok = b_.create<arith::AndIOp>(loc, lo, hi);
+    in_bounds = in_bounds ? b_.create<arith::AndIOp>(loc, in_bounds, ok).getResult() : ok;
+    i = b_.create<arith::MaxSIOp>(loc, i, IndexConstant(0));
+    multi[d] = b_.create<arith::MinSIOp>(loc, i, IndexConstant(in.dim(d) - 1));
+  }
+  ASSIGN_OR_RETURN(Value x, EmitOperand(inst, 0, std::move(multi)));
+  if (!in_bounds) return x;
+  ASSIGN_OR_RETURN(Value pad_value, EmitOperand(inst, 1, {}));
+  return b_.create<arith::SelectOp>(loc, in_bounds, x, pad_value).getResult();
+}
+
+StatusOr<Value> FusedEmitter::EmitConcatenate(const ir::Instruction& inst,
+                                              const ElementIndex& index) {
+  namespace arith = mlir::arith;
+  mlir::Location loc = b_.getUnknownLoc();
+  const ir::Shape& shape = inst.shape();
+  const ir::Attrs& attrs = inst.attrs();
+  // The operand whose range holds the index, found by a select chain.
+  int64_t axis = attrs.dimensions.at(0);
+  std::vector<Value> multi = Multi(index, shape);
+  Value result;
+  int64_t offset = 0;
+  std::vector<std::pair<Value, int64_t>> pieces;  // (value, start offset)
+  for (int64_t k = 0; k < inst.operand_count(); ++k) {
+    int64_t size = inst.operand(k)->shape().dim(axis);
+    std::vector<Value> local = multi;
+    Value i = b_.create<arith::SubIOp>(loc, multi[axis], IndexConstant(offset));
+    i = b_.create<arith::MaxSIOp>(loc, i, IndexConstant(0));
+    local[axis] = b_.create<arith::MinSIOp>(loc, i, IndexConstant(size - 1));
+    ASSIGN_OR_RETURN(Value v, EmitOperand(inst, k, std::move(local)));
+    pieces.push_back({v, offset});
+    offset += size;
+  }
+  result = pieces.back().first;
+  for (int64_t k = static_cast<int64_t>(pieces.size()) - 2; k >= 0; --k) {
+    Value before = b_.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, multi[axis],
+                                            IndexConstant(pieces[k + 1].second));
+    result = b_.create<arith::SelectOp>(loc, before, pieces[k].first, result);
+  }
+  return result;
 }
 
 // --- emitter_util.h (kept in this translation unit: each MLIR-including file
@@ -705,6 +733,30 @@ mlir::gpu::GPUFuncOp CreateKernel(mlir::OpBuilder& b, mlir::gpu::GPUModuleOp gpu
   auto ret = b.create<mlir::gpu::ReturnOp>(b.getUnknownLoc());
   b.setInsertionPoint(ret);
   return func;
+}
+
+FusedKernelBuilder::FusedKernelBuilder(mlir::gpu::GPUModuleOp gpu_module, const std::string& name,
+                                       int64_t num_params, int64_t block, int64_t workgroup_floats,
+                                       bool wide, std::string what,
+                                       FusedEmitter::Reader read_parameter,
+                                       FusedEmitter::Reader read_reduce)
+    : b_(gpu_module.getContext()),
+      func_(CreateKernel(b_, gpu_module, name, num_params, block, workgroup_floats)),
+      entry_(&func_.getBody().front()),
+      loc_(b_.getUnknownLoc()),
+      index_type_(wide ? b_.getI64Type() : b_.getI32Type()),
+      emitter_(b_, entry_, index_type_, std::move(what),
+               read_parameter ? std::move(read_parameter)
+                              : FusedEmitter::Reader(
+                                    [this](const ir::Instruction& p, const ElementIndex& index) {
+                                      return ReadArgument(p, index);
+                                    }),
+               std::move(read_reduce)) {}
+
+StatusOr<Value> FusedKernelBuilder::ReadArgument(const ir::Instruction& p,
+                                                 const ElementIndex& index) {
+  return LoadElement(b_, loc_, entry_->getArgument(p.attrs().index),
+                     emitter_.Linear(index, p.shape()), p.shape().dtype());
 }
 
 }  // namespace gptc::codegen

@@ -77,6 +77,14 @@ class FusedEmitter {
                                                         const ir::Shape& out, const ir::Shape& in);
   StatusOr<mlir::Value> EmitOperand(const ir::Instruction& inst, int64_t i,
                                     std::vector<mlir::Value> multi);
+  // The cases of EmitUncached that take more than a few lines: a splat
+  // constant, and the ops that map the index to their operands' (Note
+  // [reshape index groups]; a pad or concatenate selects among them).
+  StatusOr<mlir::Value> EmitConstant(const ir::Instruction& inst);
+  StatusOr<mlir::Value> EmitReshape(const ir::Instruction& inst, const ElementIndex& index);
+  StatusOr<mlir::Value> EmitSlice(const ir::Instruction& inst, const ElementIndex& index);
+  StatusOr<mlir::Value> EmitPad(const ir::Instruction& inst, const ElementIndex& index);
+  StatusOr<mlir::Value> EmitConcatenate(const ir::Instruction& inst, const ElementIndex& index);
 
   mlir::OpBuilder& b_;
   mlir::Block* entry_;

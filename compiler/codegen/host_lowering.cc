@@ -150,6 +150,9 @@ class HostRewriter {
   Status ReplaceIntrinsics();
   // One call to an NVVM intrinsic or inline asm: its replacement, or an error.
   StatusOr<Value*> Emulate(llvm::CallInst& call, const std::string& name, bool is_asm);
+  StatusOr<Value*> EmulateSpecialRegister(llvm::CallInst& call, const std::string& reg);
+  StatusOr<Value*> EmulateShuffle(llvm::CallInst& call, const std::string& name);
+  StatusOr<Value*> EmulateMath(llvm::CallInst& call, const std::string& name);
   // An mma (when `mma`) or ldmatrix intrinsic, as emu_abi.h's `op`.
   StatusOr<Value*> EmulateWarpMatrix(llvm::CallInst& call, const std::string& name, bool mma,
                                      uint32_t op);
@@ -201,16 +204,13 @@ void HostRewriter::MarkInternal(llvm::Instruction* inst) {
 // other mma shape or type is refused. Inline asm is matched by its exact
 // text: libdevice's "rcp.approx.ftz.f32 $0,$1;" is a flushed reciprocal.
 StatusOr<Value*> HostRewriter::Emulate(llvm::CallInst& call, const std::string& name, bool is_asm) {
-  IRBuilder<> b(&call);
-  auto arg = [&](unsigned i) { return call.getArgOperand(i); };
-  auto unary = [&](llvm::Intrinsic::ID id) { return b.CreateUnaryIntrinsic(id, arg(0)); };
-  auto ftz = [&](Value* v) { return FlushSubnormal(b, v); };
-  Type* t = call.getType();
-  if (is_asm) {
+  if (is_asm) {  // matched by its exact text
+    IRBuilder<> b(&call);
     auto* asm_value = llvm::cast<llvm::InlineAsm>(call.getCalledOperand());
     const std::string text = asm_value->getAsmString();
     if (text == "rcp.approx.ftz.f32 $0,$1;" && asm_value->getConstraintString() == "=f,f") {
-      return ftz(b.CreateFDiv(llvm::ConstantFP::get(t, 1.0), ftz(arg(0))));
+      return FlushSubnormal(b, b.CreateFDiv(llvm::ConstantFP::get(call.getType(), 1.0),
+                                            FlushSubnormal(b, call.getArgOperand(0))));
     }
     return Error("{}: inline asm \"{}\" has no emulation", Subject(), text);
   }
@@ -231,56 +231,26 @@ StatusOr<Value*> HostRewriter::Emulate(llvm::CallInst& call, const std::string& 
   if (auto it = kLdmatrixOps.find(call.getIntrinsicID()); it != kLdmatrixOps.end()) {
     return EmulateWarpMatrix(call, name, false, it->second);
   }
-  static const std::map<std::string, emu::SpecialRegister> kRegisters = {
-      {"tid.x", emu::kTidX},       {"tid.y", emu::kTidY},       {"tid.z", emu::kTidZ},
-      {"ntid.x", emu::kNtidX},     {"ntid.y", emu::kNtidY},     {"ntid.z", emu::kNtidZ},
-      {"ctaid.x", emu::kCtaidX},   {"ctaid.y", emu::kCtaidY},   {"ctaid.z", emu::kCtaidZ},
-      {"nctaid.x", emu::kNctaidX}, {"nctaid.y", emu::kNctaidY}, {"nctaid.z", emu::kNctaidZ},
-      {"laneid", emu::kLaneId}};
   const std::string sreg_prefix = "llvm.nvvm.read.ptx.sreg.";
   if (name.starts_with(sreg_prefix)) {
-    const std::string reg = name.substr(sreg_prefix.size());
-    if (reg == "warpsize") return static_cast<Value*>(b.getInt32(32));
-    auto it = kRegisters.find(reg);
-    if (it == kRegisters.end())
-      return Error("{}: special register %{} has no emulation", Subject(), reg);
-    auto* type = llvm::FunctionType::get(b.getInt32Ty(), {b.getInt32Ty()}, false);
-    return CallRuntime(b, kSpecialRegisterField, type, {b.getInt32(it->second)});
+    return EmulateSpecialRegister(call, name.substr(sreg_prefix.size()));
   }
   if (name == "llvm.nvvm.barrier0") {
+    IRBuilder<> b(&call);
     auto* type = llvm::FunctionType::get(b.getVoidTy(), {b.getInt32Ty()}, false);
     return CallRuntime(b, kBarrierField, type, {b.getInt32(static_cast<uint32_t>(barriers_++))});
   }
-  const std::string shfl_prefix = "llvm.nvvm.shfl.sync.";
-  if (name.starts_with(shfl_prefix)) {
-    static const std::map<std::string, emu::ShuffleMode> kModes = {{"up", emu::kShuffleUp},
-                                                                   {"down", emu::kShuffleDown},
-                                                                   {"bfly", emu::kShuffleBfly},
-                                                                   {"idx", emu::kShuffleIdx}};
-    std::string rest = name.substr(shfl_prefix.size());  // "bfly.f32"
-    const size_t dot = rest.find('.');
-    auto mode = kModes.find(rest.substr(0, dot));
-    const std::string type_name = dot == std::string::npos ? "" : rest.substr(dot + 1);
-    if (mode == kModes.end() || (type_name != "f32" && type_name != "i32")) {
-      return Error("{}: intrinsic {} has no emulation", Subject(), name);
-    }
-    Value* bits = type_name == "f32" ? b.CreateBitCast(arg(1), b.getInt32Ty()) : arg(1);
-    auto* type =
-        llvm::FunctionType::get(b.getInt32Ty(), std::vector<Type*>(6, b.getInt32Ty()), false);
-    Value* out = CallRuntime(b, kShuffleField, type,
-                             {b.getInt32(mode->second), arg(0), bits, arg(2), arg(3),
-                              b.getInt32(static_cast<uint32_t>(shuffles_++))});
-    return type_name == "f32" ? b.CreateBitCast(out, b.getFloatTy()) : out;
-  }
+  if (name.starts_with("llvm.nvvm.shfl.sync.")) return EmulateShuffle(call, name);
   // Note [emulated cp.async]: the copy completes when it is issued (a load
   // and a store, checked as any other), so commit and wait have nothing to
   // do. A missing wait is then not caught; a missing barrier is, as the
   // shared-memory race it is.
   if (name == "llvm.nvvm.cp.async.cg.shared.global.16" ||
       name == "llvm.nvvm.cp.async.ca.shared.global.16") {
+    IRBuilder<> b(&call);
     Type* piece = llvm::FixedVectorType::get(b.getInt8Ty(), 16);
-    b.CreateAlignedStore(b.CreateAlignedLoad(piece, arg(1), llvm::Align(16)), arg(0),
-                         llvm::Align(16));
+    b.CreateAlignedStore(b.CreateAlignedLoad(piece, call.getArgOperand(1), llvm::Align(16)),
+                         call.getArgOperand(0), llvm::Align(16));
     return static_cast<Value*>(nullptr);
   }
   if (name == "llvm.nvvm.cp.async.commit.group" || name == "llvm.nvvm.cp.async.wait.group" ||
@@ -292,6 +262,59 @@ StatusOr<Value*> HostRewriter::Emulate(llvm::CallInst& call, const std::string& 
     // One thread runs at a time and blocks in order: memory is always coherent.
     return static_cast<Value*>(nullptr);
   }
+  return EmulateMath(call, name);
+}
+
+// %tid.x and the other special registers `reg` (warpsize is a constant).
+StatusOr<Value*> HostRewriter::EmulateSpecialRegister(llvm::CallInst& call,
+                                                      const std::string& reg) {
+  static const std::map<std::string, emu::SpecialRegister> kRegisters = {
+      {"tid.x", emu::kTidX},       {"tid.y", emu::kTidY},       {"tid.z", emu::kTidZ},
+      {"ntid.x", emu::kNtidX},     {"ntid.y", emu::kNtidY},     {"ntid.z", emu::kNtidZ},
+      {"ctaid.x", emu::kCtaidX},   {"ctaid.y", emu::kCtaidY},   {"ctaid.z", emu::kCtaidZ},
+      {"nctaid.x", emu::kNctaidX}, {"nctaid.y", emu::kNctaidY}, {"nctaid.z", emu::kNctaidZ},
+      {"laneid", emu::kLaneId}};
+  IRBuilder<> b(&call);
+  if (reg == "warpsize") return static_cast<Value*>(b.getInt32(32));
+  auto it = kRegisters.find(reg);
+  if (it == kRegisters.end())
+    return Error("{}: special register %{} has no emulation", Subject(), reg);
+  auto* type = llvm::FunctionType::get(b.getInt32Ty(), {b.getInt32Ty()}, false);
+  return CallRuntime(b, kSpecialRegisterField, type, {b.getInt32(it->second)});
+}
+
+// llvm.nvvm.shfl.sync.MODE.TYPE: a warp-collective call of the runtime, on
+// the value's 32 bits.
+StatusOr<Value*> HostRewriter::EmulateShuffle(llvm::CallInst& call, const std::string& name) {
+  IRBuilder<> b(&call);
+  auto arg = [&](unsigned i) { return call.getArgOperand(i); };
+  static const std::map<std::string, emu::ShuffleMode> kModes = {{"up", emu::kShuffleUp},
+                                                                 {"down", emu::kShuffleDown},
+                                                                 {"bfly", emu::kShuffleBfly},
+                                                                 {"idx", emu::kShuffleIdx}};
+  std::string rest = name.substr(std::string("llvm.nvvm.shfl.sync.").size());  // "bfly.f32"
+  const size_t dot = rest.find('.');
+  auto mode = kModes.find(rest.substr(0, dot));
+  const std::string type_name = dot == std::string::npos ? "" : rest.substr(dot + 1);
+  if (mode == kModes.end() || (type_name != "f32" && type_name != "i32")) {
+    return Error("{}: intrinsic {} has no emulation", Subject(), name);
+  }
+  Value* bits = type_name == "f32" ? b.CreateBitCast(arg(1), b.getInt32Ty()) : arg(1);
+  auto* type =
+      llvm::FunctionType::get(b.getInt32Ty(), std::vector<Type*>(6, b.getInt32Ty()), false);
+  Value* out = CallRuntime(b, kShuffleField, type,
+                           {b.getInt32(mode->second), arg(0), bits, arg(2), arg(3),
+                            b.getInt32(static_cast<uint32_t>(shuffles_++))});
+  return type_name == "f32" ? b.CreateBitCast(out, b.getFloatTy()) : out;
+}
+
+// The arithmetic intrinsics of Note [emulated intrinsics], by name.
+StatusOr<Value*> HostRewriter::EmulateMath(llvm::CallInst& call, const std::string& name) {
+  IRBuilder<> b(&call);
+  auto arg = [&](unsigned i) { return call.getArgOperand(i); };
+  auto unary = [&](llvm::Intrinsic::ID id) { return b.CreateUnaryIntrinsic(id, arg(0)); };
+  auto ftz = [&](Value* v) { return FlushSubnormal(b, v); };
+  Type* t = call.getType();
   auto directed = [&](emu::MathOp op, unsigned args) -> Value* {
     auto* type = llvm::FunctionType::get(
         b.getFloatTy(), {b.getInt32Ty(), b.getFloatTy(), b.getFloatTy(), b.getFloatTy()}, false);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/codegen/attention_plan.h"
 #include "passes/autodiff.h"
 #include "passes/fusion.h"
 #include "passes/mixed_precision.h"
@@ -162,6 +163,52 @@ TEST_P(AttentionKernelTest, EveryAttentionKernelMatchesTheEvaluator) {
   for (size_t i = 0; i < fusions.size(); ++i) {
     SCOPED_TRACE(fusions[i]);
     runner.ExpectMatchesEvaluator(fusions[i], i == 0 ? 3e-2 : 1e-2);
+  }
+}
+
+// The plans of the step's three attention fusions (attention_plan.h): the
+// forward's attention and lse ops, the backward's dk + dv by key rows and dq
+// by query rows, their sizes, and which run on tensor cores (a head dim that
+// is a multiple of 16: 16 does, 24 does not).
+TEST(AttentionPlanTest, PlansTheForwardAndBothBackwardFusions) {
+  for (int64_t dim : {16, 24}) {
+    SCOPED_TRACE(dim);
+    std::unique_ptr<ir::Module> module = TrainStep(Case{1, 2, 64, 48, dim, false});
+    ASSERT_NE(module, nullptr);
+    const std::vector<std::string> fusions = AttentionFusions(*module);
+    ASSERT_EQ(fusions.size(), 3u);
+    StatusOr<AttentionForward> forward =
+        PlanAttentionForward(*module->entry()->FindInstruction(fusions[0]));
+    ASSERT_TRUE(forward.ok()) << forward.status().message();
+    EXPECT_NE(forward->attn, nullptr);
+    EXPECT_NE(forward->lse, nullptr);
+    EXPECT_EQ(forward->roots.size(), 2u);
+    EXPECT_EQ(forward->batch, 1);
+    EXPECT_EQ(forward->heads, 2);
+    EXPECT_EQ(forward->tq, 64);
+    EXPECT_EQ(forward->tk, 48);
+    EXPECT_EQ(forward->dim, dim);
+    EXPECT_FALSE(forward->causal);
+    EXPECT_TRUE(forward->matmul == ir::DType::kBF16);
+    EXPECT_EQ(forward->tensor_cores, dim == 16);
+    ASSERT_EQ(forward->chains.size(), forward->outputs.size());
+    for (size_t b = 1; b < fusions.size(); ++b) {
+      StatusOr<AttentionBackward> backward =
+          PlanAttentionBackward(*module->entry()->FindInstruction(fusions[b]));
+      ASSERT_TRUE(backward.ok()) << backward.status().message();
+      // dq alone, or dk with dv.
+      if (backward->by_query()) {
+        EXPECT_EQ(backward->grads[1], nullptr);
+        EXPECT_EQ(backward->roots.size(), 1u);
+      } else {
+        EXPECT_NE(backward->grads[1], nullptr);
+        EXPECT_NE(backward->grads[2], nullptr);
+      }
+      EXPECT_EQ(backward->tq, 64);
+      EXPECT_EQ(backward->tk, 48);
+      EXPECT_EQ(backward->tensor_cores, dim == 16);
+      for (const OutputChain& chain : backward->chains) EXPECT_GE(chain.root, 0);
+    }
   }
 }
 

@@ -1,10 +1,12 @@
 // Row reductions that keep their rows: in shared memory in block mode (Note
-// [row cache] in row_reduction_emitter.cc: which parameters, the launch's
-// dynamic bytes), in registers in warp mode (Note [unrolled warp rows]), and
-// the kernels on the emulated device against the evaluator.
+// [row cache] in row_reduction_plan.h: which parameters, the launch's
+// dynamic bytes), in registers in warp mode (Note [unrolled warp rows]), their
+// plans (row_reduction_plan.h), and the kernels on the emulated device
+// against the evaluator.
 #include <gtest/gtest.h>
 
 #include "compiler/codegen/codegen.h"
+#include "compiler/codegen/row_reduction_plan.h"
 #include "tests/compiler/codegen/codegen_test_util.h"
 #include "tests/compiler/codegen/emu_kernel_runner.h"
 
@@ -102,6 +104,70 @@ ENTRY %main {
   ROOT %t = ((bf16[4,5000], f32[4], f32[4]), f32[2,30001], f32[3], f32[16,768], (f32[8,64], f32[8], f32[8])) tuple(%sm, %wd, %op, %wr, %du)
 }
 )";
+
+std::vector<std::string> Names(const std::vector<const ir::Instruction*>& insts) {
+  std::vector<std::string> names;
+  for (const ir::Instruction* inst : insts) names.push_back(inst->name());
+  return names;
+}
+
+// The plan of a block row: s needs m and t needs s (three passes); x and w
+// are rows of whole 16-byte vectors, kept in shared memory; bias is not a row.
+TEST(RowReductionPlanTest, BlockRowsBatchDependentReducesAndCacheTheirRows) {
+  auto module = Parse(kRowModule);
+  ASSERT_NE(module, nullptr);
+  StatusOr<RowReductionPlan> plan =
+      PlanRowReduction(*module->entry()->FindInstruction("sm"), /*mixed=*/false);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_EQ(plan->batches.size(), 3u);
+  EXPECT_EQ(Names(plan->batches[0]), std::vector<std::string>{"m"});
+  EXPECT_EQ(Names(plan->batches[2]), std::vector<std::string>{"t"});
+  EXPECT_EQ(plan->n, 5000);
+  EXPECT_EQ(plan->rows, 4);
+  // y is shaped like the input; lse and t like a row (after the 3 operands).
+  EXPECT_EQ(plan->elem_slots, std::vector<int64_t>{3});
+  EXPECT_EQ(plan->row_slots, (std::vector<int64_t>{4, 5}));
+  // n > 4096: a block of 512 threads (16 warps) a row.
+  EXPECT_EQ(plan->threads_per_row, 512);
+  EXPECT_EQ(plan->block, 512);
+  EXPECT_EQ(plan->grid, 4);
+  EXPECT_EQ(plan->shared_floats, 16);
+  EXPECT_FALSE(plan->wide);
+  EXPECT_EQ(Names(plan->row_params), (std::vector<std::string>{"x", "w"}));
+  const ir::Computation& fused = *module->FindComputation("softmax");
+  EXPECT_EQ(plan->cached.at(fused.FindInstruction("x")), 0);
+  EXPECT_EQ(plan->cached.at(fused.FindInstruction("w")), 5000 * 2);
+  EXPECT_EQ(plan->cache_bytes, 5000 * 2 + 5000 * 4);
+  EXPECT_EQ(plan->cached_by_vector.size(), 2u);
+  EXPECT_TRUE(plan->cached_by_element.empty());
+  EXPECT_EQ(plan->unrolled_columns, 0);
+}
+
+// The plan of warp rows: mb and sb are ma and sa again (Note [duplicate
+// reduces]); ma and mc are independent, sa needs ma; two row-shaped
+// parameters of 2 elements a lane are unrolled.
+TEST(RowReductionPlanTest, WarpRowsDropDuplicateReducesAndUnroll) {
+  auto module = Parse(kRowModule);
+  ASSERT_NE(module, nullptr);
+  StatusOr<RowReductionPlan> plan =
+      PlanRowReduction(*module->entry()->FindInstruction("du"), /*mixed=*/false);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(Names(plan->reduces), (std::vector<std::string>{"ma", "mc", "sa"}));
+  ASSERT_EQ(plan->batches.size(), 2u);
+  EXPECT_EQ(Names(plan->batches[0]), (std::vector<std::string>{"ma", "mc"}));
+  const ir::Computation& fused = *module->FindComputation("dups");
+  EXPECT_EQ(plan->bindings.at(fused.FindInstruction("mb")), fused.FindInstruction("ma"));
+  EXPECT_EQ(plan->bindings.at(fused.FindInstruction("sb")), fused.FindInstruction("sa"));
+  EXPECT_EQ(plan->threads_per_row, 32);
+  EXPECT_EQ(plan->rows_per_block, 8);
+  EXPECT_EQ(plan->block, 256);
+  EXPECT_EQ(plan->grid, 1);
+  EXPECT_EQ(plan->shared_floats, 0);
+  EXPECT_TRUE(plan->cached.empty());
+  EXPECT_EQ(plan->unrolled_columns, 2);
+  EXPECT_EQ(plan->elem_slots, std::vector<int64_t>{2});
+  EXPECT_EQ(plan->row_slots, (std::vector<int64_t>{3, 4}));
+}
 
 TEST(RowReductionEmitterTest, MultiPassBlockRowsAreKeptInSharedMemory) {
   auto module = Parse(kRowModule);

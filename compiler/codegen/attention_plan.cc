@@ -1,0 +1,196 @@
+#include "compiler/codegen/attention_plan.h"
+
+#include <algorithm>
+#include <map>
+
+#include "compiler/codegen/emitter_util.h"
+#include "compiler/codegen/fused_emitter.h"  // Describe
+#include "compiler/ir/patterns.h"
+
+namespace gptc::codegen {
+namespace {
+
+// The CUDA-core kernels hold a head-dim row in 8 elements a lane.
+constexpr int64_t kMaxHeadDim = 8 * 32;
+
+// The attention and attention-lse ops of `fused` (at most one of each).
+Status FindForwardOps(const ir::Instruction& fusion, const ir::Computation& fused,
+                      AttentionForward& a) {
+  for (const auto& inst : fused.instructions()) {
+    const ir::Instruction** slot = inst->opcode() == ir::Opcode::kAttention      ? &a.attn
+                                   : inst->opcode() == ir::Opcode::kAttentionLse ? &a.lse
+                                                                                 : nullptr;
+    if (slot == nullptr) continue;
+    if (*slot != nullptr) {
+      return Error("%{}: {}: a second {} op in one fusion", fusion.name(), Describe(*inst),
+                   ir::OpcodeName(inst->opcode()));
+    }
+    *slot = inst.get();
+  }
+  if (a.attn == nullptr && a.lse == nullptr) {
+    return Error("%{}: attention fusion without an attention or attention-lse op", fusion.name());
+  }
+  if (a.attn != nullptr && a.lse != nullptr &&
+      (a.lse->operand(0) != a.attn->operand(0) || a.lse->operand(1) != a.attn->operand(1) ||
+       a.lse->attrs().causal != a.attn->attrs().causal ||
+       a.lse->attrs().scale != a.attn->attrs().scale)) {
+    return Error("%{}: {} does not take the q, k and attributes of {}", fusion.name(),
+                 Describe(*a.lse), Describe(*a.attn));
+  }
+  return Status::Ok();
+}
+
+// q, k, v of [B, H, T, D] (k and v of one shape) and their sizes.
+Status CheckForwardShapes(const ir::Instruction& fusion, const ir::Instruction& scores,
+                          AttentionForward& a) {
+  const ir::Shape& qs = scores.operand(0)->shape();
+  const ir::Shape& ks = scores.operand(1)->shape();
+  const ir::Shape& vs = a.attn != nullptr ? a.attn->operand(2)->shape() : ks;
+  if (qs.rank() != 4 || ks.rank() != 4 || vs.rank() != 4 || ks.dims() != vs.dims() ||
+      qs.dim(0) != ks.dim(0) || qs.dim(1) != ks.dim(1) || qs.dim(3) != ks.dim(3) ||
+      (a.attn != nullptr && a.attn->shape().dims() != qs.dims())) {
+    return Error("%{}: {}: expected q, k, v of [B, H, T, D] (got {}, {}, {})", fusion.name(),
+                 Describe(scores), qs.ToString(), ks.ToString(), vs.ToString());
+  }
+  a.batch = qs.dim(0);
+  a.heads = qs.dim(1);
+  a.tq = qs.dim(2);
+  a.dim = qs.dim(3);
+  a.tk = ks.dim(2);
+  if (a.dim > kMaxHeadDim) {
+    return Error("%{}: {}: head dim {} exceeds {}", fusion.name(), Describe(scores), a.dim,
+                 kMaxHeadDim);
+  }
+  return Status::Ok();
+}
+
+// The attention-grad ops of `fused` by wrt, sharing their operands; dq
+// alone, or dk and dv. Returns the last one.
+StatusOr<const ir::Instruction*> FindGradOps(const ir::Instruction& fusion,
+                                             const ir::Computation& fused, AttentionBackward& a) {
+  const ir::Instruction* any = nullptr;
+  for (const auto& inst : fused.instructions()) {
+    if (inst->opcode() != ir::Opcode::kAttentionGrad) continue;
+    const int64_t wrt = inst->attrs().index;
+    if (a.grads[wrt] != nullptr || (any != nullptr && inst->operands() != any->operands())) {
+      return Error(
+          "%{}: {}: attention-grad ops of one fusion must differ in wrt and share "
+          "their operands",
+          fusion.name(), Describe(*inst));
+    }
+    a.grads[wrt] = any = inst.get();
+  }
+  if (any == nullptr) return Error("%{}: no attention-grad op", fusion.name());
+  if (a.by_query() && (a.grads[1] != nullptr || a.grads[2] != nullptr)) {
+    return Error("%{}: dq runs by query rows, dk and dv by key rows: not in one fusion",
+                 fusion.name());
+  }
+  return any;
+}
+
+}  // namespace
+
+StatusOr<std::vector<OutputChain>> FindOutputChains(
+    const ir::Instruction& fusion, const std::vector<const ir::Instruction*>& outputs,
+    const std::vector<const ir::Instruction*>& roots) {
+  std::vector<OutputChain> chains;
+  for (const ir::Instruction* out : outputs) {
+    OutputChain c;
+    for (size_t r = 0; r < roots.size() && c.root < 0; ++r) {
+      std::map<const ir::Instruction*, bool> memo;
+      if (ir::DependsOnAny(out, {roots[r]}, memo)) c.root = static_cast<int>(r);
+    }
+    if (c.root >= 0) {
+      const ir::Instruction* root = roots[c.root];
+      for (const ir::Instruction* x = out; x != root; x = x->operand(0)) {
+        ir::Opcode o = x->opcode();
+        if (o != ir::Opcode::kTranspose && o != ir::Opcode::kReshape && o != ir::Opcode::kConvert &&
+            o != ir::Opcode::kCopy) {
+          return Error(
+              "%{}: output {} is computed from {} by {}: only transpose, reshape, "
+              "convert and copy may follow it",
+              fusion.name(), Describe(*out), Describe(*root), ir::OpcodeName(o));
+        }
+        c.chain.push_back(x);
+      }
+      std::reverse(c.chain.begin(), c.chain.end());
+    }
+    chains.push_back(std::move(c));
+  }
+  return chains;
+}
+
+bool UseTensorCoreForward(const AttentionForward& a, ir::DType matmul_dtype) {
+  return matmul_dtype == ir::DType::kBF16 && a.dim % 16 == 0 && a.dim <= 128;
+}
+
+StatusOr<AttentionForward> PlanAttentionForward(const ir::Instruction& fusion) {
+  ASSIGN_OR_RETURN(const ir::Computation* fused, FusedComputation(fusion));
+  AttentionForward a;
+  RETURN_IF_ERROR(FindForwardOps(fusion, *fused, a));
+  const ir::Instruction* scores = a.attn != nullptr ? a.attn : a.lse;
+  RETURN_IF_ERROR(CheckForwardShapes(fusion, *scores, a));
+  a.q = scores->operand(0);
+  a.k = scores->operand(1);
+  a.v = a.attn != nullptr ? a.attn->operand(2) : nullptr;
+  a.causal = scores->attrs().causal;
+  a.scale = scores->attrs().scale;
+  // Outputs: chains from the result or the lse, or independent of both.
+  a.outputs = FusionOutputs(*fused);
+  if (a.attn != nullptr) a.roots.push_back(a.attn);
+  if (a.lse != nullptr) a.roots.push_back(a.lse);
+  ASSIGN_OR_RETURN(a.chains, FindOutputChains(fusion, a.outputs, a.roots));
+  a.first_output = static_cast<int64_t>(fused->parameters().size());
+  // Note [bf16 attention]: the ops' grad_dtype rounds their matmul operands.
+  a.matmul = scores->attrs().grad_dtype;
+  if (a.attn != nullptr && a.lse != nullptr && a.lse->attrs().grad_dtype != a.matmul) {
+    return Error("%{}: {} and {} round their matmul operands differently", fusion.name(),
+                 Describe(*a.lse), Describe(*a.attn));
+  }
+  a.tensor_cores = a.matmul && UseTensorCoreForward(a, *a.matmul);
+  return a;
+}
+
+bool UseTensorCoreBackward(const AttentionBackward& a) {
+  return a.q->shape().dtype() == ir::DType::kBF16 && a.dim % 16 == 0 && a.dim <= 64;
+}
+
+StatusOr<AttentionBackward> PlanAttentionBackward(const ir::Instruction& fusion) {
+  ASSIGN_OR_RETURN(const ir::Computation* fused, FusedComputation(fusion));
+  AttentionBackward a;
+  ASSIGN_OR_RETURN(const ir::Instruction* any, FindGradOps(fusion, *fused, a));
+  a.q = any->operand(0);
+  a.k = any->operand(1);
+  a.v = any->operand(2);
+  a.d_out = any->operand(3);
+  a.lse = any->operand(4);
+  a.delta = any->operand(5);
+  const ir::Shape& qs = a.q->shape();
+  a.batch = qs.dim(0);
+  a.heads = qs.dim(1);
+  a.tq = qs.dim(2);
+  a.dim = qs.dim(3);
+  a.tk = a.k->shape().dim(2);
+  if (a.dim > kMaxHeadDim) {
+    return Error("%{}: {}: head dim {} exceeds {}", fusion.name(), Describe(*any), a.dim,
+                 kMaxHeadDim);
+  }
+  a.causal = any->attrs().causal;
+  a.scale = any->attrs().scale;
+  a.outputs = FusionOutputs(*fused);
+  for (const ir::Instruction* g : a.grads) {
+    if (g != nullptr) a.roots.push_back(g);
+  }
+  ASSIGN_OR_RETURN(a.chains, FindOutputChains(fusion, a.outputs, a.roots));
+  for (size_t out = 0; out < a.outputs.size(); ++out) {
+    if (a.chains[out].root < 0) {
+      return Error("%{}: output {} does not come from an attention-grad op", fusion.name(),
+                   Describe(*a.outputs[out]));
+    }
+  }
+  a.first_output = static_cast<int64_t>(fused->parameters().size());
+  a.tensor_cores = UseTensorCoreBackward(a);
+  return a;
+}
+
+}  // namespace gptc::codegen

@@ -1,0 +1,94 @@
+// The analysis half of the attention emitters (attention_emitter.cc,
+// attention_backward_emitter.cc and the tensor-core kernels of
+// attention_mma.h build the MLIR from it): the ops of an attention fusion,
+// their operands and sizes, how each output leaves the kernel, and whether
+// the kernel runs on tensor cores, decided without MLIR so that tests can
+// check them (STYLE 17).
+//
+// Internal to compiler/codegen.
+#ifndef GPTC_COMPILER_CODEGEN_ATTENTION_PLAN_H_
+#define GPTC_COMPILER_CODEGEN_ATTENTION_PLAN_H_
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "compiler/ir/instruction.h"
+#include "compiler/support/status.h"
+
+namespace gptc::codegen {
+
+// How one fusion output is computed from the kernel's results: `root` is the
+// index in `roots` of the op it comes from through `chain` (transposes,
+// reshapes, converts, copies; first applied first), or -1 when it depends on
+// none of them (an independent output, e.g. a bf16 copy of an operand).
+struct OutputChain {
+  int root = -1;
+  std::vector<const ir::Instruction*> chain;
+};
+
+// One OutputChain per output; fails naming an output computed from a root
+// by anything but the layout ops above.
+StatusOr<std::vector<OutputChain>> FindOutputChains(
+    const ir::Instruction& fusion, const std::vector<const ir::Instruction*>& outputs,
+    const std::vector<const ir::Instruction*>& roots);
+
+// The operands of a forward attention fusion (Note [attention forward] in
+// attention_emitter.cc).
+struct AttentionForward {
+  const ir::Instruction* attn = nullptr;  // either may be null, not both
+  const ir::Instruction* lse = nullptr;
+  const ir::Instruction *q = nullptr, *k = nullptr, *v = nullptr;
+  int64_t batch = 0, heads = 0, tq = 0, tk = 0, dim = 0;
+  bool causal = false;
+  double scale = 1;
+  std::vector<const ir::Instruction*> outputs, roots;
+  std::vector<OutputChain> chains;
+  int64_t first_output = 0;  // kernel argument of outputs[0]
+  // Note [bf16 attention]: the dtype the ops round their matmul operands to.
+  std::optional<ir::DType> matmul;
+  bool tensor_cores = false;  // UseTensorCoreForward
+};
+
+// Whether the forward runs on tensor cores: bf16-rounded matmuls (Note [bf16
+// attention] in passes/autodiff_attention.h) and a head dim that is a
+// multiple of 16 up to 128.
+bool UseTensorCoreForward(const AttentionForward& a, ir::DType matmul_dtype);
+
+// The forward of kind=attention fusion `fusion`: an attention op, an
+// attention-lse op of the same q and k, or both; an error names the fusion
+// and what does not fit.
+StatusOr<AttentionForward> PlanAttentionForward(const ir::Instruction& fusion);
+
+// The operands of a backward attention fusion (attention-grad ops sharing
+// their operands; Note [flash attention backward] in
+// attention_backward_emitter.cc).
+struct AttentionBackward {
+  std::array<const ir::Instruction*, 3> grads = {nullptr, nullptr, nullptr};  // by wrt
+  const ir::Instruction *q = nullptr, *k = nullptr, *v = nullptr, *d_out = nullptr, *lse = nullptr,
+                        *delta = nullptr;
+  int64_t batch = 0, heads = 0, tq = 0, tk = 0, dim = 0;
+  bool causal = false;
+  double scale = 1;
+  std::vector<const ir::Instruction*> outputs, roots;
+  std::vector<OutputChain> chains;
+  int64_t first_output = 0;
+  bool tensor_cores = false;  // UseTensorCoreBackward
+
+  // dq runs by query rows; dk and dv by key rows.
+  bool by_query() const { return grads[0] != nullptr; }
+};
+
+// Whether the backward runs on tensor cores: bf16 operands and a head dim
+// that is a multiple of 16 up to 64 (beyond it the dk + dv kernel's four
+// register tiles would spill).
+bool UseTensorCoreBackward(const AttentionBackward& a);
+
+// The backward of kind=attention fusion `fusion` holding attention-grad ops;
+// an error names the fusion and what does not fit.
+StatusOr<AttentionBackward> PlanAttentionBackward(const ir::Instruction& fusion);
+
+}  // namespace gptc::codegen
+
+#endif  // GPTC_COMPILER_CODEGEN_ATTENTION_PLAN_H_

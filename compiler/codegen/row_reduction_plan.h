@@ -1,0 +1,104 @@
+// The analysis half of the row-reduction emitter (row_reduction_emitter.cc
+// builds the MLIR from it): which reduces, in which batches, the outputs of
+// each shape, the geometry, the row cache and whether the row is unrolled,
+// decided without MLIR so that tests can check them (STYLE 17).
+//
+// Note [row reduction]: with input shape [rows..., N], a row is handled by a
+// warp (N <= 1024; 8 rows per 256-thread block) or a whole block (larger N).
+// Its threads stride over the N columns. Reductions run in batches: each batch
+// holds the reductions that do not depend on each other (mean and mean of
+// squares share one pass, variance after mean needs a second), accumulates in
+// f32 in one loop, combines lanes with butterfly shuffles and, for a block,
+// warps through shared memory. Every thread then holds the row's results, so
+// later batches and the outputs can use them. Outputs shaped like the input
+// are written in a final column loop; outputs shaped like a row by lane 0.
+// Input elements are recomputed (re-read) in each pass; reads of a row after
+// the first come from L1/L2, except in block mode (Note [row cache]).
+//
+// Note [unrolled warp rows]: a warp row of N = 32 k columns is emitted as
+// straight-line code over the lane's k columns instead of a loop, with the
+// same element indices in every pass and in the output stores, when its
+// row-shaped parameters hold at most 48 elements a lane (layer norm forward:
+// one, 24 a lane). The fused emitter's cache then keeps each loaded element
+// in a register from the first pass on: the row is read once, its loads all
+// in flight together (the loop reloaded it from L1/L2 each pass, and reloaded
+// the row's statistics at every store, which may alias them). On the H100
+// this took the forward layer norm from 85 to 71 us; the backward's rows
+// kernel (four row-shaped parameters, 96 a lane, 108 registers) went from 127
+// to 140 us, so it keeps the loop.
+//
+// Note [duplicate reduces]: a fusion can hold the same reduction twice: the
+// softmax cross-entropy's loss reduces the logits' max and sum of exps
+// inside its decomposition, and its gradient (remat) reduces the same again
+// from another convert of the same logits. Reduces whose operands compute
+// the same values (same opcodes, shapes and attributes down to the same
+// parameters: SameValue in row_reduction_plan.cc) are emitted once.
+// gpt2-124m's cross-entropy kernel goes from five reduces in three passes
+// over each row to three reduces in two (plus the output loop): max, then
+// the sum of exps with the target's logit.
+//
+// Note [row cache]: a block-per-row kernel that reads its row in several
+// passes (the cross-entropy's reduces and its gradient) first copies each
+// row-shaped parameter's row into dynamic shared memory, and every pass reads
+// it there. Without it the first GPU run's cross-entropy over 16 x 1024 rows
+// of 50304 bf16 logits took 3.2 ms, 3.3x its roofline: four blocks of 100 KB
+// rows a multiprocessor outgrow the 50 MB L2, so every pass went to DRAM.
+#ifndef GPTC_COMPILER_CODEGEN_ROW_REDUCTION_PLAN_H_
+#define GPTC_COMPILER_CODEGEN_ROW_REDUCTION_PLAN_H_
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "compiler/ir/instruction.h"
+#include "compiler/ir/patterns.h"
+#include "compiler/support/status.h"
+
+namespace gptc::codegen {
+
+struct RowReductionPlan {
+  // The reduces to emit, in fusion order, without duplicates (Note
+  // [duplicate reduces]).
+  std::vector<const ir::Instruction*> reduces;
+  // The composites' decomposition parameters bound to their operands, and
+  // each duplicate reduce bound to its twin.
+  ir::CompositeBindings bindings;
+  std::vector<int64_t> input_dims;  // [rows..., n]
+  std::vector<int64_t> row_dims;    // [rows...]
+  int64_t n = 0;                    // columns of a row
+  int64_t rows = 0;
+  // The outputs shaped like the input and like a row, each with its kernel
+  // argument (Note [kernel ABI]).
+  std::vector<const ir::Instruction*> elem_outputs, row_outputs;
+  std::vector<int64_t> elem_slots, row_slots;
+  // Batches of mutually independent reduces, in order.
+  std::vector<std::vector<const ir::Instruction*>> batches;
+  // Geometry (Note [row reduction]).
+  int64_t threads_per_row = 0;
+  int64_t rows_per_block = 1;
+  int64_t block = 0;
+  int64_t grid = 0;
+  int64_t warps_per_row = 1;
+  int64_t shared_floats = 0;  // static: a float per reduce of a batch and warp of a row
+  bool wide = false;          // 64-bit indices
+  // The parameters read a row at a time.
+  std::vector<const ir::Instruction*> row_params;
+  // Note [row cache]: the cached parameters and their byte offsets in
+  // dynamic shared memory, and its size; those copied by 16-byte vectors
+  // (whole vectors a row) and by elements, each in the order of `cached`.
+  std::map<const ir::Instruction*, int64_t> cached;
+  int64_t cache_bytes = 0;
+  std::vector<const ir::Instruction*> cached_by_vector, cached_by_element;
+  // Note [unrolled warp rows]: the columns of a lane when the row is
+  // emitted without a loop (n / 32), else 0.
+  int64_t unrolled_columns = 0;
+};
+
+// Plans the row-reduction kernel of `fusion`, or with `mixed` the row part of
+// a mixed row/column one (Note [mixed row and column reductions] in
+// codegen.h). An error names the fusion and what does not fit.
+StatusOr<RowReductionPlan> PlanRowReduction(const ir::Instruction& fusion, bool mixed);
+
+}  // namespace gptc::codegen
+
+#endif  // GPTC_COMPILER_CODEGEN_ROW_REDUCTION_PLAN_H_
