@@ -306,12 +306,16 @@ void FuseAttention(Planner& p) {
   for (const Instruction* a : p.order()) {
     if (a->opcode() != Opcode::kAttention || !p.Claimable(a)) continue;
     int g = p.NewGroup(FusionKind::kAttention, a, {a});
-    // The backward's row statistics of the same scores.
+    // The backward's row statistics of the same scores. They join last: the
+    // group then spans from the forward to the backward, and every cycle
+    // check after would walk all that lies between (gpt2-1558m: most of
+    // the fusion pass). The operand producers count their uses by them.
+    std::vector<const Instruction*> lses;
     for (const Instruction* u : a->operand(0)->users()) {
       if (u->opcode() == Opcode::kAttentionLse && u->operand(1) == a->operand(1) &&
           u->attrs().causal == a->attrs().causal && u->attrs().scale == a->attrs().scale &&
           p.Claimable(u)) {
-        p.TryAdd(g, u);
+        lses.push_back(u);
       }
     }
     // q, k, v read straight out of the packed projection.
@@ -323,7 +327,9 @@ void FuseAttention(Planner& p) {
       }
     }
     InstSet grown = p.groups()[g].members;
+    grown.insert(lses.begin(), lses.end());
     AddQkvProducers(p, grown);
+    for (const Instruction* u : lses) grown.erase(u);
     for (auto it = p.order().rbegin(); it != p.order().rend(); ++it) {
       if (grown.contains(*it) && p.group_of(*it) != g) p.TryAdd(g, *it);  // users first
     }
@@ -335,7 +341,7 @@ void FuseAttention(Planner& p) {
          p.Claimable(u) && p.TryAdd(g, u);
          u = SingleUser(p, u)) {
     }
-
+    for (const Instruction* u : lses) p.TryAdd(g, u);
   }
 }
 
