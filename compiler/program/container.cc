@@ -87,14 +87,14 @@ StatusOr<Artifact> DecodeArtifact(std::string_view bytes, std::string_view path,
   Artifact a;
   a.format_version = static_cast<uint32_t>(GetLE(bytes, 4, 4));
   if (a.format_version > kArtifactFormatVersion) {
-    return Error("{}: format version {} is newer than this gptrun supports ({})", path,
+    return Error("{}: format version {}; this build of gptc reads version {} (update gptc)", path,
                  a.format_version, kArtifactFormatVersion);
   }
   if (a.format_version == 0) return Error("{}: format version 0 is invalid", path);
   if (a.format_version < kArtifactFormatVersion) {
     return Error(
-        "{}: format version {} is older than this gptrun supports ({}); recompile it with "
-        "gptc compile",
+        "{}: format version {}; this build of gptc reads version {} (recompile it with gptc "
+        "compile)",
         path, a.format_version, kArtifactFormatVersion);
   }
   uint64_t size = GetLE(bytes, 8, 8);

@@ -158,12 +158,13 @@ TEST(ArtifactTest, RejectsBadFiles) {
   EXPECT_EQ(Message("hello"), "x.gptx: not a gptx artifact (bad magic)");
   std::string newer = good;
   newer[4] = 3;
-  EXPECT_EQ(Message(newer), "x.gptx: format version 3 is newer than this gptrun supports (2)");
+  EXPECT_EQ(Message(newer),
+            "x.gptx: format version 3; this build of gptc reads version 2 (update gptc)");
   std::string older = good;
   older[4] = 1;
   EXPECT_EQ(Message(older),
-            "x.gptx: format version 1 is older than this gptrun supports (2); recompile it with "
-            "gptc compile");
+            "x.gptx: format version 1; this build of gptc reads version 2 (recompile it with gptc "
+            "compile)");
   EXPECT_EQ(Message(good, {.expected_target = "sm_80"}),
             "x.gptx: compiled for sm_90a, this device is sm_80");
   EXPECT_EQ(Message(good, {.expected_target = "sm_90a"}), "ok");
