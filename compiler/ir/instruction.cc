@@ -13,7 +13,10 @@ Instruction::Instruction(std::string name, Opcode opcode, Shape shape,
       opcode_(opcode),
       shape_(std::move(shape)),
       operands_(std::move(operands)),
-      attrs_(std::move(attrs)) {}
+      attrs_(attrs == kNoAttrs ? nullptr : std::make_unique<Attrs>(std::move(attrs))) {}
+
+// Constant-initialized: no static-initialization order to get wrong.
+constinit const Attrs Instruction::kNoAttrs{};
 
 void Instruction::AddUser(Instruction* user) {
   if (std::find(users_.begin(), users_.end(), user) == users_.end()) users_.push_back(user);

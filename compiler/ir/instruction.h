@@ -69,6 +69,7 @@ struct Attrs {
 
 class Instruction {
  public:
+  static const Attrs kNoAttrs;  // the default attributes
   Instruction(std::string name, Opcode opcode, Shape shape, std::vector<Instruction*> operands,
               Attrs attrs = {});
   Instruction(const Instruction&) = delete;
@@ -77,8 +78,11 @@ class Instruction {
   const std::string& name() const { return name_; }
   Opcode opcode() const { return opcode_; }
   const Shape& shape() const { return shape_; }
-  const Attrs& attrs() const { return attrs_; }
-  Attrs& mutable_attrs() { return attrs_; }
+  const Attrs& attrs() const { return attrs_ != nullptr ? *attrs_ : kNoAttrs; }
+  Attrs& mutable_attrs() {
+    if (attrs_ == nullptr) attrs_ = std::make_unique<Attrs>();
+    return *attrs_;
+  }
   // Where this value came from in the model, e.g. "h.3.attn.qkv".
   const std::string& metadata() const { return metadata_; }
   void set_metadata(std::string metadata) { metadata_ = std::move(metadata); }
@@ -121,7 +125,11 @@ class Instruction {
   Shape shape_;
   std::vector<Instruction*> operands_;
   std::vector<Instruction*> users_;
-  Attrs attrs_;
+  // Null for the default attributes, most instructions' (elementwise ops):
+  // an Attrs is 312 bytes of mostly empty vectors, and held inline it made
+  // an instruction 520 bytes; graphs of 40k+ instructions spilled the caches
+  // (issue 14, the fusion benchmark).
+  std::unique_ptr<Attrs> attrs_;
   std::string metadata_;
   Computation* parent_ = nullptr;
   Computation* called_ = nullptr;
