@@ -6,6 +6,7 @@
 
 #include "compiler/ir/parser.h"
 #include "compiler/program/json_field.h"
+#include "compiler/program/param.h"
 #include "compiler/program/plan.h"
 
 namespace gptc::rt {
@@ -13,35 +14,6 @@ namespace gptc::rt {
 namespace {
 
 using nlohmann::json;
-
-StatusOr<program::InitRule> ReadInit(const json& j, std::string_view where) {
-  ASSIGN_OR_RETURN(std::string kind, program::JsonField<std::string>(j, "kind", where));
-  if (kind == "zeros") return program::InitRule::Zeros();
-  if (kind == "ones") return program::InitRule::Ones();
-  if (kind == "normal") {
-    ASSIGN_OR_RETURN(double std, program::JsonField<double>(j, "std", where));
-    return program::InitRule::Normal(std);
-  }
-  return Error("{}: unknown init kind '{}'", where, kind);
-}
-
-StatusOr<std::vector<program::ParamSpec>> ReadParams(const json& params) {
-  if (!params.contains("params") || !params["params"].is_array()) {
-    return Error("section 'params' has no 'params' array");
-  }
-  std::vector<program::ParamSpec> out;
-  for (const json& p : params["params"]) {
-    const std::string where = fmt::format("params[{}]", out.size());
-    ASSIGN_OR_RETURN(std::string name, program::JsonField<std::string>(p, "name", where));
-    ASSIGN_OR_RETURN(std::vector<int64_t> dims, program::JsonField<std::vector<int64_t>>(p, "shape", where));
-    ASSIGN_OR_RETURN(std::string dtype, program::JsonField<std::string>(p, "dtype", where));
-    if (dtype != "f32") return Error("param {}: dtype {}, expected f32", name, dtype);
-    if (!p.contains("init")) return Error("param {} has no init rule", name);
-    ASSIGN_OR_RETURN(program::InitRule init, ReadInit(p["init"], "param " + name + " init"));
-    out.push_back({name, ir::Shape(ir::DType::kF32, dims), init});
-  }
-  return out;
-}
 
 // One slot list of a plan entry, checked against the module's shapes.
 StatusOr<std::vector<program::Slot>> ReadSlots(const std::vector<program::PlanSlot>& slots,
@@ -103,7 +75,7 @@ StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
         std::pair{"beta2", &program.adamw.beta2}, std::pair{"eps", &program.adamw.eps}}) {
     ASSIGN_OR_RETURN(*field, program::JsonField<double>(flags, key, "flags"));
   }
-  ASSIGN_OR_RETURN(program.params, ReadParams(artifact.params));
+  ASSIGN_OR_RETURN(program.params, program::ParamsSectionFromJson(artifact.params));
   for (const program::ParamSpec& p : program.params) {
     out.parameter_values += p.shape.num_elements();
     if (p.shape.rank() == 2) out.matmul_values += p.shape.num_elements();

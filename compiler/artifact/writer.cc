@@ -4,28 +4,17 @@
 #include <optional>
 #include <set>
 
-#include "compiler/program/emu_abi.h"
 #include "compiler/ir/printer.h"
-#include "gptc_version.h"
 #include "compiler/program/container.h"
+#include "compiler/program/emu_abi.h"
+#include "compiler/program/param.h"
+#include "gptc_version.h"
 
 namespace gptc::artifact {
 
 namespace {
 
 using nlohmann::json;
-
-json InitJson(const program::InitRule& r) {
-  switch (r.kind) {
-    case program::InitRule::Kind::kNormal:
-      return json{{"kind", "normal"}, {"std", r.std}};
-    case program::InitRule::Kind::kZeros:
-      return json{{"kind", "zeros"}};
-    case program::InitRule::Kind::kOnes:
-      return json{{"kind", "ones"}};
-  }
-  return json{};
-}
 
 class Stopwatch {
  public:
@@ -99,17 +88,6 @@ struct KernelSections {
 
 // The params section: each parameter's spec (where it lies in an entry's
 // arena is the entry's input slot in the plan).
-json ParamsJson(const std::vector<program::ParamSpec>& specs) {
-  json params = json::array();
-  for (const program::ParamSpec& p : specs) {
-    params.push_back(json{{"name", p.name},
-                          {"shape", p.shape.dims()},
-                          {"dtype", ir::DTypeName(p.shape.dtype())},
-                          {"init", InitJson(p.init)}});
-  }
-  return params;
-}
-
 // Every entry's kernels on one pool of threads (codegen::CompileFusions).
 StatusOr<std::vector<codegen::CompiledKernels>> CompileKernels(
     const program::TrainProgram& program, const ArtifactOptions& options) {
@@ -198,7 +176,7 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
   container.emplace_back("ptx", std::move(sections.ptx));
   if (!sections.cubin.empty()) container.emplace_back("cubin", std::move(sections.cubin));
   container.emplace_back("plan", program::ToJson(plan).dump(1) + "\n");
-  container.emplace_back("params", json{{"params", ParamsJson(program.params)}}.dump(1) + "\n");
+  container.emplace_back("params", program::ParamsSectionJson(program.params).dump(1) + "\n");
   if (!emu_library.empty()) container.emplace_back("emu", std::move(emu_library));
   ASSIGN_OR_RETURN(out.bytes, program::EncodeArtifact(container));
   double t_encode = watch.Lap();

@@ -4,9 +4,13 @@
 #define GPTC_COMPILER_PROGRAM_PARAM_H_
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "compiler/ir/shape.h"
+#include "compiler/support/status.h"
 
 namespace gptc::program {
 
@@ -29,6 +33,7 @@ struct ParamSpec {
   std::string name;
   ir::Shape shape;  // dtype included
   InitRule init;
+  bool operator==(const ParamSpec&) const = default;
 };
 
 // A data input of the traced computation ("tokens", "targets").
@@ -36,6 +41,15 @@ struct InputSpec {
   std::string name;
   ir::Shape shape;
 };
+
+// The artifact's params section (docs/ARTIFACT.md), written by the compiler
+// and read by the program loader and gptc inspect: {"params": [{"name",
+// "shape", "dtype": "f32", "init": {"kind": "normal"|"zeros"|"ones", "std"}}]}.
+// FromJson's errors name the parameter and the field.
+nlohmann::json ToJson(const InitRule& rule);
+StatusOr<InitRule> InitRuleFromJson(const nlohmann::json& j, std::string_view where);
+nlohmann::json ParamsSectionJson(const std::vector<ParamSpec>& params);
+StatusOr<std::vector<ParamSpec>> ParamsSectionFromJson(const nlohmann::json& section);
 
 }  // namespace gptc::program
 

@@ -9,6 +9,7 @@
 
 #include "compiler/program/container.h"
 #include "compiler/program/model_config.h"
+#include "compiler/program/param.h"
 #include "compiler/program/plan.h"
 #include "compiler/support/text.h"
 #include "tools/common/flags.h"
@@ -51,14 +52,11 @@ StatusOr<std::string> Summary(const program::Artifact& a) {
                          v.is_string() ? v.get<std::string>() : v.dump());
   }
   s += fmt::format("flags: {}\n", flags);
+  ASSIGN_OR_RETURN(std::vector<program::ParamSpec> params,
+                   program::ParamsSectionFromJson(a.params));
   int64_t values = 0;
-  for (const auto& p : a.params["params"]) {
-    int64_t n = 1;
-    for (const auto& d : p["shape"]) n *= d.get<int64_t>();
-    values += n;
-  }
-  s += fmt::format("parameters: {} tensors, {} values\n", a.params["params"].size(),
-                   WithThousands(values));
+  for (const program::ParamSpec& p : params) values += p.shape.num_elements();
+  s += fmt::format("parameters: {} tensors, {} values\n", params.size(), WithThousands(values));
   int64_t launches = 0, fallbacks = 0;
   for (const auto& [kind, n] : m["kernels_by_kind"].items()) {
     (kind == "gemm fallback" ? fallbacks : launches) += n.get<int64_t>();
