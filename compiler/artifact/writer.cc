@@ -7,6 +7,7 @@
 #include "compiler/ir/printer.h"
 #include "compiler/program/container.h"
 #include "compiler/program/emu_abi.h"
+#include "compiler/program/kernel_index.h"
 #include "compiler/program/param.h"
 #include "gptc_version.h"
 
@@ -44,20 +45,20 @@ struct KernelSections {
       // A deduplicated fusion launches the kernel whose code it shares
       // (Note [kernel deduplication]); the code is stored once.
       if (k.code_of >= 0) continue;
-      json index{{"entry", entry},
-                 {"name", k.spec.name},
-                 {"ptx_offset", ptx.size()},
-                 {"ptx_size", k.ptx.size()}};
+      program::KernelRecord index{.entry = entry,
+                                  .name = k.spec.name,
+                                  .ptx_offset = static_cast<int64_t>(ptx.size()),
+                                  .ptx_size = static_cast<int64_t>(k.ptx.size())};
       ptx += k.ptx;
       if (k.ptxas && !k.ptxas->cubin.empty()) {
-        index["cubin_offset"] = cubin.size();
-        index["cubin_size"] = k.ptxas->cubin.size();
-        index["registers"] = k.ptxas->registers;
-        index["spill_bytes"] = k.ptxas->spill_stores + k.ptxas->spill_loads;
+        index.cubin = std::pair{static_cast<int64_t>(cubin.size()),
+                                static_cast<int64_t>(k.ptxas->cubin.size())};
+        index.registers = k.ptxas->registers;
+        index.spill_bytes = k.ptxas->spill_stores + k.ptxas->spill_loads;
         cubin += k.ptxas->cubin;
         ++cubins;
       }
-      kernel_index.push_back(std::move(index));
+      kernel_index.push_back(program::ToJson(index));
       ++kernels;
       if (k.host) AddHost(entry, k);
     }
@@ -66,28 +67,26 @@ struct KernelSections {
   // What the emulated driver answers for the kernel (cuFuncGetAttribute on
   // a GPU): its parameters, registers and static shared memory.
   void AddHost(const std::string& entry, codegen::CompiledKernel& k) {
-    host_index.push_back(
-        json{{"entry", entry},
-             {"name", k.spec.name},
-             {"symbol", k.host->symbol},
-             {"params", k.spec.params.size()},
-             {"uses_sync", k.host->uses_sync},
-             {"host_shared_bytes", k.host->shared_bytes},
-             {"static_smem", k.ptxas ? k.ptxas->shared_bytes : k.spec.static_shared_bytes},
-             {"registers", k.ptxas ? k.ptxas->registers : 0},
-             {"barriers", k.host->barriers},
-             {"shuffles", k.host->shuffles},
-             {"mmas", k.host->mmas},
-             {"ldmatrices", k.host->ldmatrices},
-             {"atomics", k.host->atomics},
-             {"accesses", k.host->accesses}});
+    host_index.push_back(program::ToJson(program::HostKernelRecord{
+        .entry = entry,
+        .name = k.spec.name,
+        .symbol = k.host->symbol,
+        .params = static_cast<int64_t>(k.spec.params.size()),
+        .uses_sync = k.host->uses_sync,
+        .host_shared_bytes = static_cast<int64_t>(k.host->shared_bytes),
+        .static_smem = k.ptxas ? k.ptxas->shared_bytes : k.spec.static_shared_bytes,
+        .registers = k.ptxas ? k.ptxas->registers : 0,
+        .barriers = k.host->barriers,
+        .shuffles = k.host->shuffles,
+        .mmas = k.host->mmas,
+        .ldmatrices = k.host->ldmatrices,
+        .atomics = k.host->atomics,
+        .accesses = k.host->accesses}));
     // A kernel shared with an earlier entry has its host object there.
     if (host_symbols.insert(k.host->symbol).second) host_objects.push_back(std::move(k.host->object));
   }
 };
 
-// The params section: each parameter's spec (where it lies in an entry's
-// arena is the entry's input slot in the plan).
 // Every entry's kernels on one pool of threads (codegen::CompileFusions).
 StatusOr<std::vector<codegen::CompiledKernels>> CompileKernels(
     const program::TrainProgram& program, const ArtifactOptions& options) {

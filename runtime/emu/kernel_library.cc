@@ -9,6 +9,7 @@
 
 #include "compiler/program/emu_abi.h"
 #include "compiler/program/json_field.h"
+#include "compiler/program/kernel_index.h"
 #include "runtime/gpu/plan_reader.h"
 
 namespace gptc::rt::emu {
@@ -77,39 +78,32 @@ StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const program::Arti
   ASSIGN_OR_RETURN(std::unique_ptr<KernelLibrary> lib, Open(*library, path));
 
   ASSIGN_OR_RETURN(
-      std::vector<gpu::KernelImage> images,
+      std::vector<gpu::KernelRecord> images,
       gpu::ReadKernelIndex(artifact.manifest, static_cast<int64_t>(artifact.Find("ptx")->size()),
                            artifact.Find("cubin") != nullptr
                                ? static_cast<int64_t>(artifact.Find("cubin")->size())
                                : 0));
-  if (!index.contains("kernels") || !index["kernels"].is_array()) {
-    return Error("{}: manifest emu has no 'kernels'", path);
-  }
-  for (const nlohmann::json& k : index["kernels"]) {
-    const std::string where =
-        fmt::format("{}: manifest emu kernels[{}]", path, lib->kernels_.size());
-    EmuKernel kernel;
-    ASSIGN_OR_RETURN(kernel.entry, program::JsonField<std::string>(k, "entry", where));
-    ASSIGN_OR_RETURN(kernel.name, program::JsonField<std::string>(k, "name", where));
-    ASSIGN_OR_RETURN(kernel.symbol, program::JsonField<std::string>(k, "symbol", where));
-    ASSIGN_OR_RETURN(kernel.params, program::JsonField<int64_t>(k, "params", where));
-    ASSIGN_OR_RETURN(kernel.uses_sync, program::JsonField<bool>(k, "uses_sync", where));
-    // Artifacts written before the count have none: their blocks run in parallel.
-    if (k.contains("atomics")) {
-      ASSIGN_OR_RETURN(int64_t atomics, program::JsonField<int64_t>(k, "atomics", where));
-      kernel.ordered = atomics > 0;
-    }
-    ASSIGN_OR_RETURN(int64_t shared, program::JsonField<int64_t>(k, "host_shared_bytes", where));
-    ASSIGN_OR_RETURN(kernel.static_smem, program::JsonField<int64_t>(k, "static_smem", where));
-    ASSIGN_OR_RETURN(kernel.registers, program::JsonField<int64_t>(k, "registers", where));
-    kernel.host_shared_bytes = static_cast<uint32_t>(shared);
+  ASSIGN_OR_RETURN(std::vector<program::HostKernelRecord> records,
+                   program::HostKernelIndexFromJson(index, path));
+  for (size_t i = 0; i < records.size(); ++i) {
+    program::HostKernelRecord& r = records[i];
+    EmuKernel kernel{.entry = std::move(r.entry),
+                     .name = std::move(r.name),
+                     .symbol = std::move(r.symbol),
+                     .params = r.params,
+                     .uses_sync = r.uses_sync,
+                     .ordered = r.atomics > 0,
+                     .host_shared_bytes = static_cast<uint32_t>(r.host_shared_bytes),
+                     .static_smem = r.static_smem,
+                     .registers = r.registers};
     kernel.function = lib->Symbol(kernel.symbol);
     if (kernel.function == nullptr) {
-      return Error("{} ({}): the library has no symbol {}", where, kernel.name, kernel.symbol);
+      return Error("{}: manifest emu kernels[{}] ({}): the library has no symbol {}", path, i,
+                   kernel.name, kernel.symbol);
     }
     lib->kernels_.push_back(std::move(kernel));
   }
-  for (const gpu::KernelImage& image : images) {
+  for (const gpu::KernelRecord& image : images) {
     const EmuKernel* k = lib->Find(image.entry, image.name);
     if (k == nullptr) {
       return Error("{}: kernel {} of entry {} has no host code in its emulator library", path,

@@ -325,37 +325,26 @@ StatusOr<std::vector<EntryPlan>> ReadPlan(const json& plan) {
   return std::move(p.entries);
 }
 
-StatusOr<std::vector<KernelImage>> ReadKernelIndex(const json& manifest, int64_t ptx_bytes,
-                                                   int64_t cubin_bytes) {
-  if (!manifest.contains("kernels") || !manifest["kernels"].is_array()) {
-    return Error("manifest has no 'kernels' array");
-  }
-  std::vector<KernelImage> out;
-  for (const json& k : manifest["kernels"]) {
-    const std::string where = fmt::format("manifest kernels[{}]", out.size());
-    KernelImage image;
-    ASSIGN_OR_RETURN(image.entry, program::JsonField<std::string>(k, "entry", where));
-    ASSIGN_OR_RETURN(image.name, program::JsonField<std::string>(k, "name", where));
-    ASSIGN_OR_RETURN(image.ptx_offset, program::JsonField<int64_t>(k, "ptx_offset", where));
-    ASSIGN_OR_RETURN(image.ptx_size, program::JsonField<int64_t>(k, "ptx_size", where));
-    if (image.ptx_offset < 0 || image.ptx_size < 1 || image.ptx_offset > ptx_bytes ||
-        image.ptx_size > ptx_bytes - image.ptx_offset) {
-      return Error("{} ({}): PTX [{}, +{}) is outside the ptx section of {} bytes", where,
-                   image.name, image.ptx_offset, image.ptx_size, ptx_bytes);
+StatusOr<std::vector<KernelRecord>> ReadKernelIndex(const json& manifest, int64_t ptx_bytes,
+                                                    int64_t cubin_bytes) {
+  ASSIGN_OR_RETURN(std::vector<KernelRecord> index, program::KernelIndexFromJson(manifest));
+  for (size_t i = 0; i < index.size(); ++i) {
+    const KernelRecord& k = index[i];
+    const std::string where = fmt::format("manifest kernels[{}]", i);
+    if (k.ptx_offset < 0 || k.ptx_size < 1 || k.ptx_offset > ptx_bytes ||
+        k.ptx_size > ptx_bytes - k.ptx_offset) {
+      return Error("{} ({}): PTX [{}, +{}) is outside the ptx section of {} bytes", where, k.name,
+                   k.ptx_offset, k.ptx_size, ptx_bytes);
     }
-    if (k.contains("cubin_offset")) {
-      ASSIGN_OR_RETURN(int64_t offset, program::JsonField<int64_t>(k, "cubin_offset", where));
-      ASSIGN_OR_RETURN(int64_t size, program::JsonField<int64_t>(k, "cubin_size", where));
+    if (k.cubin) {
+      auto [offset, size] = *k.cubin;
       if (offset < 0 || size < 1 || offset > cubin_bytes || size > cubin_bytes - offset) {
         return Error("{} ({}): cubin [{}, +{}) is outside the cubin section of {} bytes", where,
-                     image.name, offset, size, cubin_bytes);
+                     k.name, offset, size, cubin_bytes);
       }
-      image.cubin = std::pair{offset, size};
     }
-    ASSIGN_OR_RETURN(image.registers, program::JsonFieldOr<int64_t>(k, "registers", where, 0));
-    out.push_back(std::move(image));
   }
-  return out;
+  return index;
 }
 
 }  // namespace gptc::rt::gpu

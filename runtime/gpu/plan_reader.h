@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/program/kernel_index.h"
 #include "compiler/program/plan.h"
 #include "compiler/support/status.h"
 
@@ -65,17 +66,12 @@ StatusOr<std::vector<EntryPlan>> ReadPlan(const nlohmann::json& plan);
 Status CheckEntryPlan(const EntryPlan& plan);
 
 // Where one kernel's code is in the artifact (the manifest's "kernels").
-struct KernelImage {
-  std::string entry, name;
-  int64_t ptx_offset = 0, ptx_size = 0;
-  std::optional<std::pair<int64_t, int64_t>> cubin;  // offset, size
-  int64_t registers = 0;
-};
+using program::KernelRecord;
 
 // The manifest's kernel index, checked against the sizes of the ptx and
 // cubin sections (cubin_bytes 0 when the section is absent).
-StatusOr<std::vector<KernelImage>> ReadKernelIndex(const nlohmann::json& manifest,
-                                                   int64_t ptx_bytes, int64_t cubin_bytes);
+StatusOr<std::vector<KernelRecord>> ReadKernelIndex(const nlohmann::json& manifest,
+                                                    int64_t ptx_bytes, int64_t cubin_bytes);
 
 }  // namespace gptc::rt::gpu
 

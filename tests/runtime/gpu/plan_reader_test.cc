@@ -239,7 +239,7 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
   const nlohmann::json& counts = tiny.artifact.manifest["thunks"];
   std::map<std::string, int64_t> seen;
   const std::string& ptx = *tiny.artifact.Find("ptx");
-  StatusOr<std::vector<KernelImage>> images =
+  StatusOr<std::vector<KernelRecord>> images =
       ReadKernelIndex(tiny.artifact.manifest, static_cast<int64_t>(ptx.size()),
                       tiny.artifact.Find("cubin") ? tiny.artifact.Find("cubin")->size() : 0);
   ASSERT_TRUE(images.ok()) << images.status().message();
@@ -318,7 +318,7 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
           if (!k.args.empty() && k.args.back().buffer < 0) abi.push_back(k.args.back());
           EXPECT_EQ(k.args, abi) << t.Describe();
         }
-        auto image = std::find_if(images->begin(), images->end(), [&](const KernelImage& k) {
+        auto image = std::find_if(images->begin(), images->end(), [&](const KernelRecord& k) {
           return k.entry == plan.name && k.name == t.name;
         });
         ASSERT_NE(image, images->end()) << t.Describe() << " is not in the kernel index";
@@ -353,7 +353,7 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
 TEST(PlanReaderTest, KernelIndexRejectsOutOfRangeCode) {
   json manifest = {
       {"kernels", {{{"entry", "e"}, {"name", "k"}, {"ptx_offset", 10}, {"ptx_size", 100}}}}};
-  StatusOr<std::vector<KernelImage>> images = ReadKernelIndex(manifest, 50, 0);
+  StatusOr<std::vector<KernelRecord>> images = ReadKernelIndex(manifest, 50, 0);
   ASSERT_FALSE(images.ok());
   EXPECT_EQ(images.status().message(),
             "manifest kernels[0] (k): PTX [10, +100) is outside the ptx section of 50 bytes");
