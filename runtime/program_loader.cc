@@ -1,19 +1,15 @@
 #include "runtime/program_loader.h"
 
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "compiler/ir/parser.h"
-#include "compiler/program/json_field.h"
 #include "compiler/program/param.h"
 #include "compiler/program/plan.h"
 
 namespace gptc::rt {
 
 namespace {
-
-using nlohmann::json;
 
 // One slot list of a plan entry, checked against the module's shapes.
 StatusOr<std::vector<program::Slot>> ReadSlots(const std::vector<program::PlanSlot>& slots,
@@ -48,33 +44,15 @@ std::pair<std::vector<ir::Shape>, std::vector<ir::Shape>> EntryShapes(const ir::
 }
 
 StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
-  const json& manifest = artifact.manifest;
-  LoadedProgram out;
-  ModelInfo& info = out.model;
-  if (!manifest.contains("model")) return Error("manifest has no 'model'");
-  if (!manifest.contains("flags")) return Error("manifest has no 'flags'");
-  const json& model = manifest["model"];
-  const json& flags = manifest["flags"];
-  ASSIGN_OR_RETURN(static_cast<program::ModelConfig&>(info),
-                   program::ReadModelConfig(model, "model"));
-  ASSIGN_OR_RETURN(info.batch, program::JsonField<int64_t>(flags, "batch", "flags"));
-  ASSIGN_OR_RETURN(info.seq, program::JsonField<int64_t>(flags, "seq", "flags"));
-  ASSIGN_OR_RETURN(info.complete, program::JsonField<bool>(manifest, "complete", "manifest"));
-
+  const program::Manifest& manifest = artifact.manifest;
+  LoadedProgram out{
+      .model = manifest.model, .flags = manifest.flags, .complete = manifest.complete};
   program::TrainProgram& program = out.program;
-  ASSIGN_OR_RETURN(program.grad_accum, program::JsonField<int64_t>(flags, "grad_accum", "flags"));
+  program.grad_accum = manifest.flags.grad_accum;
+  program.world_size = manifest.flags.world_size;
+  program.adamw = manifest.flags.adamw;
   if (program.grad_accum < 1) return Error("flags: grad_accum {} < 1", program.grad_accum);
-  // Artifacts from before data parallelism have no world_size: one rank.
-  if (flags.contains("world_size")) {
-    ASSIGN_OR_RETURN(program.world_size, program::JsonField<int64_t>(flags, "world_size", "flags"));
-    if (program.world_size < 1) return Error("flags: world_size {} < 1", program.world_size);
-  }
-  for (auto [key, field] :
-       {std::pair{"weight_decay", &program.adamw.weight_decay},
-        std::pair{"clip_norm", &program.adamw.clip_norm}, std::pair{"beta1", &program.adamw.beta1},
-        std::pair{"beta2", &program.adamw.beta2}, std::pair{"eps", &program.adamw.eps}}) {
-    ASSIGN_OR_RETURN(*field, program::JsonField<double>(flags, key, "flags"));
-  }
+  if (program.world_size < 1) return Error("flags: world_size {} < 1", program.world_size);
   ASSIGN_OR_RETURN(program.params, program::ParamsSectionFromJson(artifact.params));
   for (const program::ParamSpec& p : program.params) {
     out.parameter_values += p.shape.num_elements();

@@ -1,8 +1,8 @@
 // Rebuilds the TrainProgram a .gptx artifact was compiled from: the optimized
 // modules (the `ir` section), each entry's signature (the plan's input and
 // output slots), the parameter specs with their init rules (the `params`
-// section), grad_accum, world_size (data-parallel ranks, 1 when absent) and
-// the AdamW options (the manifest's flags). The CPU device runs it with
+// section), grad_accum, world_size (data-parallel ranks) and the AdamW
+// options (the manifest's flags, decoded with the container). The CPU device runs it with
 // the reference evaluator; it needs no kernel, so an incomplete artifact
 // (`"complete": false`, e.g. gptc compile --no-codegen) loads as well.
 //
@@ -20,23 +20,18 @@
 #include <string>
 #include <string_view>
 
-#include "compiler/support/status.h"
-#include "compiler/program/program.h"
 #include "compiler/program/container.h"
-#include "compiler/program/model_config.h"
+#include "compiler/program/manifest.h"
+#include "compiler/program/program.h"
+#include "compiler/support/status.h"
 
 namespace gptc::rt {
 
-// The model (the manifest's "model") and the shape facts gptrun needs
-// besides the program; a checkpoint keeps the ModelConfig part.
-struct ModelInfo : program::ModelConfig {
-  int64_t batch = 0, seq = 0;  // of one micro-batch
-  bool complete = false;       // every thunk has a kernel (the GPU device can run it)
-};
-
 struct LoadedProgram {
   program::TrainProgram program;
-  ModelInfo model;
+  program::ModelConfig model;    // the manifest's; a checkpoint keeps it
+  program::CompileFlags flags;   // the manifest's: batch and seq of one micro-batch, ...
+  bool complete = false;         // every thunk has a kernel (the GPU device can run it)
   int64_t parameter_values = 0;  // elements over all parameters
   int64_t matmul_values = 0;     // elements of the rank-2 parameters (MFU's N)
 };

@@ -298,7 +298,7 @@ Status EntryPlanBuilder::AddGemm(const Instruction& inst) {
   }
   ASSIGN_OR_RETURN(Thunk t, GemmThunk(inst, *plan));
   std::get<program::GemmThunk>(t.body).fallback_d = fallback_d;
-  ++stats_.epilogues[std::string(program::GemmEpilogueName(plan->epilogue))];
+  ++stats_.gemm_epilogues[std::string(program::GemmEpilogueName(plan->epilogue))];
   Push(std::move(t));
   for (Thunk& k : after) Push(std::move(k));
   return Status::Ok();

@@ -20,6 +20,7 @@
 
 #include "compiler/artifact/gemm_plan.h"
 #include "compiler/codegen/codegen.h"
+#include "compiler/program/manifest.h"
 #include "compiler/program/plan.h"
 #include "passes/buffer_assignment.h"
 #include "passes/train_step.h"
@@ -43,12 +44,8 @@ namespace gptc::artifact {
 // with later kernels is safe.
 inline constexpr int64_t kAllReduceBucketBytes = int64_t{25} << 20;  // 25 MiB
 
-struct PlanStats {
-  std::map<std::string, int64_t> thunks;           // by thunk kind
-  std::map<std::string, int64_t> kernels_by_kind;  // kernel thunks by fusion kind
-  std::map<std::string, int64_t> epilogues;        // gemm thunks by epilogue
-  std::map<std::string, int64_t> unsupported;      // by what ("fusion kind attention", "gather")
-};
+// What the plans hold, counted over every entry: the manifest's counts.
+using PlanStats = program::ArtifactCounts;
 
 // The plan of `entry` (its module fused and scheduled; `assignment` computed
 // on it; `kernels` from codegen::CompileFusions on it). Adds to `stats`.

@@ -7,15 +7,13 @@
 #include "compiler/ir/printer.h"
 #include "compiler/program/container.h"
 #include "compiler/program/emu_abi.h"
-#include "compiler/program/kernel_index.h"
+#include "compiler/program/manifest.h"
 #include "compiler/program/param.h"
 #include "gptc_version.h"
 
 namespace gptc::artifact {
 
 namespace {
-
-using nlohmann::json;
 
 class Stopwatch {
  public:
@@ -33,11 +31,11 @@ class Stopwatch {
 // The ptx, cubin and emu sections and their indexes, kernel by kernel.
 struct KernelSections {
   std::string ptx, cubin;
-  json kernel_index = json::array();
+  std::vector<program::KernelRecord> kernel_index;
   // --emu: the host objects of every kernel and their index (Note [host kernels]).
   std::vector<std::string> host_objects;
   std::set<std::string> host_symbols;
-  json host_index = json::array();
+  std::vector<program::HostKernelRecord> host_index;
   int64_t kernels = 0, cubins = 0;
 
   void Add(const std::string& entry, codegen::CompiledKernels& compiled) {
@@ -58,7 +56,7 @@ struct KernelSections {
         cubin += k.ptxas->cubin;
         ++cubins;
       }
-      kernel_index.push_back(program::ToJson(index));
+      kernel_index.push_back(std::move(index));
       ++kernels;
       if (k.host) AddHost(entry, k);
     }
@@ -67,7 +65,7 @@ struct KernelSections {
   // What the emulated driver answers for the kernel (cuFuncGetAttribute on
   // a GPU): its parameters, registers and static shared memory.
   void AddHost(const std::string& entry, codegen::CompiledKernel& k) {
-    host_index.push_back(program::ToJson(program::HostKernelRecord{
+    host_index.push_back(program::HostKernelRecord{
         .entry = entry,
         .name = k.spec.name,
         .symbol = k.host->symbol,
@@ -81,7 +79,7 @@ struct KernelSections {
         .mmas = k.host->mmas,
         .ldmatrices = k.host->ldmatrices,
         .atomics = k.host->atomics,
-        .accesses = k.host->accesses}));
+        .accesses = k.host->accesses});
     // A kernel shared with an earlier entry has its host object there.
     if (host_symbols.insert(k.host->symbol).second) host_objects.push_back(std::move(k.host->object));
   }
@@ -145,32 +143,30 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
   for (const auto& [what, n] : out.stats.unsupported) unsupported += n;
   out.complete = unsupported == 0;
 
-  // The one record of grad_accum (the loader's), whatever the caller's flags say.
-  json flags = options.flags;
-  flags["grad_accum"] = program.grad_accum;
-  json manifest{{"format_version", program::kArtifactFormatVersion},
-                {"gptc_version", GPTC_VERSION},
-                {"model", options.model},
-                {"flags", flags},
-                {"target", options.codegen.target},
-                {"complete", out.complete},
-                {"kernels", sections.kernel_index},
-                {"kernels_by_kind", out.stats.kernels_by_kind},
-                {"thunks", out.stats.thunks},
-                {"gemm_epilogues", out.stats.epilogues},
-                {"unsupported", out.stats.unsupported}};
+  program::Manifest manifest{.format_version = program::kArtifactFormatVersion,
+                             .gptc_version = GPTC_VERSION,
+                             .target = options.codegen.target,
+                             .complete = out.complete,
+                             .model = options.model,
+                             .flags = options.flags,
+                             .kernels = std::move(sections.kernel_index),
+                             .counts = out.stats};
+  // The one record of grad_accum and world_size (the loader's), whatever the
+  // caller's flags say.
+  manifest.flags.grad_accum = program.grad_accum;
+  manifest.flags.world_size = program.world_size;
   std::string emu_library;
   if (options.codegen.emit_host && options.compile_kernels) {
     watch.Lap();
     ASSIGN_OR_RETURN(emu_library, codegen::LinkHostLibrary(std::move(sections.host_objects)));
-    manifest["emu"] =
-        json{{"abi", program::emu::kKernelAbiVersion}, {"kernels", sections.host_index}};
+    manifest.emu = program::EmuIndex{.abi = program::emu::kKernelAbiVersion,
+                                     .kernels = std::move(sections.host_index)};
     t_codegen += watch.Lap();
   }
   out.kernels = sections.kernels;
   out.cubins = sections.cubins;
   std::vector<std::pair<std::string, std::string>> container;
-  container.emplace_back("manifest", manifest.dump(2) + "\n");
+  container.emplace_back("manifest", program::ToJson(manifest).dump(2) + "\n");
   container.emplace_back("ir", std::move(ir_text));
   container.emplace_back("ptx", std::move(sections.ptx));
   if (!sections.cubin.empty()) container.emplace_back("cubin", std::move(sections.cubin));

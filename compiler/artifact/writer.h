@@ -9,20 +9,22 @@
 
 #include <cstdint>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "compiler/artifact/plan.h"
 #include "compiler/codegen/codegen.h"
+#include "compiler/program/manifest.h"
 #include "passes/train_step.h"
 
 namespace gptc::artifact {
 
 struct ArtifactOptions {
-  nlohmann::json model;  // the model config (name, layers, heads, width, ...)
-  nlohmann::json flags;  // the compile flags that shaped the program
+  program::ModelConfig model;
+  // The compile flags that shaped the program; grad_accum and world_size are
+  // the program's, whatever these say.
+  program::CompileFlags flags;
   codegen::CodegenOptions codegen;  // codegen.target is the artifact's target
   // false (gptc compile --no-codegen): no kernel is compiled, every fusion is
   // an `unsupported` thunk and the artifact is incomplete; the CPU device

@@ -130,17 +130,18 @@ StatusOr<Artifact> DecodeArtifact(std::string_view bytes, std::string_view path,
   for (std::string_view required : kRequiredSections) {
     if (a.Find(required) == nullptr) return Error("{}: missing section '{}'", path, required);
   }
-  for (auto [name, json] : {std::pair{"manifest", &a.manifest}, std::pair{"plan", &a.plan},
+  nlohmann::json manifest;
+  for (auto [name, json] : {std::pair{"manifest", &manifest}, std::pair{"plan", &a.plan},
                             std::pair{"params", &a.params}}) {
     *json = nlohmann::json::parse(*a.Find(name), nullptr, /*allow_exceptions=*/false);
     if (json->is_discarded()) return Error("{}: section '{}' is not valid JSON", path, name);
   }
-  if (!options.expected_target.empty()) {
-    std::string target = a.manifest.value("target", "");
-    if (target != options.expected_target) {
-      return Error("{}: compiled for {}, this device is {}", path, target,
-                   options.expected_target);
-    }
+  StatusOr<Manifest> decoded = ManifestFromJson(manifest);
+  if (!decoded.ok()) return decoded.status().WithPrefix(path);
+  a.manifest = std::move(*decoded);
+  if (!options.expected_target.empty() && a.manifest.target != options.expected_target) {
+    return Error("{}: compiled for {}, this device is {}", path, a.manifest.target,
+                 options.expected_target);
   }
   return a;
 }

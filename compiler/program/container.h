@@ -11,13 +11,13 @@
 #define GPTC_COMPILER_PROGRAM_CONTAINER_H_
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "compiler/program/manifest.h"
 #include "compiler/support/status.h"
 
 namespace gptc::program {
@@ -48,11 +48,12 @@ struct ReadOptions {
   std::string expected_target;
 };
 
-// A decoded artifact; the JSON sections parsed.
+// A decoded artifact: the manifest decoded by its codec (manifest.h), the
+// plan and params sections parsed (their codecs: plan.h, param.h).
 struct Artifact {
   uint32_t format_version = 0;
   std::vector<std::pair<std::string, std::string>> sections;  // file order
-  nlohmann::json manifest;
+  Manifest manifest;
   nlohmann::json plan;
   nlohmann::json params;
 
@@ -62,7 +63,8 @@ struct Artifact {
 
 // Decodes `bytes` read from `path` (used in the messages). Every error is one
 // line starting with `path: ` (bad magic, truncated, newer version, checksum
-// mismatch, a missing or malformed section, another target).
+// mismatch, a missing or malformed section, a manifest its codec refuses,
+// another target).
 StatusOr<Artifact> DecodeArtifact(std::string_view bytes, std::string_view path,
                                   const ReadOptions& options = {});
 StatusOr<Artifact> ReadArtifact(const std::string& path, const ReadOptions& options = {});

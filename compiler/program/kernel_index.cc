@@ -73,32 +73,4 @@ StatusOr<HostKernelRecord> HostKernelRecordFromJson(const json& j, std::string_v
   return k;
 }
 
-StatusOr<std::vector<KernelRecord>> KernelIndexFromJson(const json& manifest) {
-  if (!manifest.contains("kernels") || !manifest["kernels"].is_array()) {
-    return Error("manifest has no 'kernels' array");
-  }
-  std::vector<KernelRecord> out;
-  for (const json& k : manifest["kernels"]) {
-    ASSIGN_OR_RETURN(KernelRecord r,
-                     KernelRecordFromJson(k, fmt::format("manifest kernels[{}]", out.size())));
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
-StatusOr<std::vector<HostKernelRecord>> HostKernelIndexFromJson(const json& emu,
-                                                                std::string_view where) {
-  if (!emu.contains("kernels") || !emu["kernels"].is_array()) {
-    return Error("{}: manifest emu has no 'kernels'", where);
-  }
-  std::vector<HostKernelRecord> out;
-  for (const json& k : emu["kernels"]) {
-    ASSIGN_OR_RETURN(HostKernelRecord r,
-                     HostKernelRecordFromJson(
-                         k, fmt::format("{}: manifest emu kernels[{}]", where, out.size())));
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
 }  // namespace gptc::program

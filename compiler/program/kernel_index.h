@@ -2,8 +2,9 @@
 // kernel's PTX and cubin lie in their sections ("kernels"), and, with --emu,
 // what the emulated driver answers for its host code ("emu" kernels). The
 // compiler writes them (compiler/artifact/writer.cc) and the GPU runtime and
-// the emulator read them, both through the codec below; FromJson checks
-// structure only and names the field, the readers check the ranges.
+// the emulator read them, both through the codec below (the manifest's,
+// manifest.h, calls it); FromJson checks structure only and names the field,
+// the readers check the ranges.
 #ifndef GPTC_COMPILER_PROGRAM_KERNEL_INDEX_H_
 #define GPTC_COMPILER_PROGRAM_KERNEL_INDEX_H_
 
@@ -48,12 +49,6 @@ StatusOr<KernelRecord> KernelRecordFromJson(const nlohmann::json& j, std::string
 nlohmann::json ToJson(const HostKernelRecord& k);
 StatusOr<HostKernelRecord> HostKernelRecordFromJson(const nlohmann::json& j,
                                                     std::string_view where);
-
-// The manifest's "kernels" array, and the "emu" object's (errors start with
-// `where`, the artifact).
-StatusOr<std::vector<KernelRecord>> KernelIndexFromJson(const nlohmann::json& manifest);
-StatusOr<std::vector<HostKernelRecord>> HostKernelIndexFromJson(const nlohmann::json& emu,
-                                                                std::string_view where);
 
 }  // namespace gptc::program
 

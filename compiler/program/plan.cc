@@ -69,38 +69,6 @@ StatusOr<ir::DType> DTypeField(const json& j, std::string_view key, std::string_
   return *d;
 }
 
-// j[key], an object read by `from_json`; `where.key` names it.
-template <typename F>
-auto ObjectField(const json& j, std::string_view key, std::string_view where, F from_json)
-    -> decltype(from_json(j, where)) {
-  if (!j.is_object()) return Error("{} is not an object", where);
-  auto it = j.find(key);
-  if (it == j.end()) return Error("{} has no '{}'", where, key);
-  return from_json(*it, fmt::format("{}.{}", where, key));
-}
-
-// How errors name element i of array `key`: "plan entry e inputs[2]", but
-// "plan entry e thunk 3", as the runtime's messages do.
-std::string ElementWhere(std::string_view where, std::string_view key, size_t i) {
-  if (key == "thunks") return fmt::format("{} thunk {}", where, i);
-  return fmt::format("{} {}[{}]", where, key, i);
-}
-
-// j[key], an array of objects read by `from_json`; ElementWhere names one.
-template <typename T, typename F>
-StatusOr<std::vector<T>> ArrayField(const json& j, std::string_view key, std::string_view where,
-                                    F from_json) {
-  if (!j.is_object()) return Error("{} is not an object", where);
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_array()) return Error("{} has no '{}' array", where, key);
-  std::vector<T> out;
-  for (size_t i = 0; i < it->size(); ++i) {
-    ASSIGN_OR_RETURN(T v, from_json((*it)[i], ElementWhere(where, key, i)));
-    out.push_back(std::move(v));
-  }
-  return out;
-}
-
 StatusOr<std::optional<ArenaSlice>> OptionalSlice(const json& j, std::string_view key,
                                                   std::string_view where) {
   if (!j.contains(key)) return std::optional<ArenaSlice>();

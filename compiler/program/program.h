@@ -26,6 +26,7 @@ struct AdamWOptions {
   double eps = 1e-8;
   double weight_decay = 0.1;  // decoupled; only where DecaysWeight()
   double clip_norm = 1.0;     // global-norm clipping; <= 0 disables it
+  bool operator==(const AdamWOptions&) const = default;
 };
 
 enum class SlotRole {

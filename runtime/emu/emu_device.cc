@@ -536,7 +536,7 @@ StatusOr<std::unique_ptr<EmuDevice>> EmuDevice::Create(const program::Artifact& 
   library->SetChecks(options.checks);
   auto state = std::make_unique<State>();
   state->options = options;
-  state->target = artifact.manifest.value("target", "sm_90a");
+  state->target = artifact.manifest.target;
   state->libraries.push_back(std::move(library));
   state->runner = std::make_unique<GridRunner>(options.workers);
   state->checker = std::make_unique<MemoryChecker>(options.checks);

@@ -8,7 +8,6 @@
 #include <cstring>
 
 #include "compiler/program/emu_abi.h"
-#include "compiler/program/json_field.h"
 #include "compiler/program/kernel_index.h"
 #include "runtime/gpu/plan_reader.h"
 
@@ -63,33 +62,32 @@ KernelFunction KernelLibrary::Symbol(const std::string& name) const {
 StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const program::Artifact& artifact,
                                                              std::string_view path) {
   const std::string* library = artifact.Find("emu");
-  if (library == nullptr || !artifact.manifest.contains("emu")) {
+  if (library == nullptr || !artifact.manifest.emu) {
     return Error(
         "{}: has no emulator library: compile it with `gptc compile ... --emu` to run it on "
         "--device emu",
         path);
   }
-  const nlohmann::json& index = artifact.manifest["emu"];
-  ASSIGN_OR_RETURN(int64_t abi_version, program::JsonField<int64_t>(index, "abi", "manifest emu"));
-  if (abi_version != abi::kKernelAbiVersion) {
+  const program::EmuIndex& index = *artifact.manifest.emu;
+  if (index.abi != abi::kKernelAbiVersion) {
     return Error("{}: its emulator library has ABI {}, this gptrun runs ABI {} (recompile it)",
-                 path, abi_version, abi::kKernelAbiVersion);
+                 path, index.abi, abi::kKernelAbiVersion);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<KernelLibrary> lib, Open(*library, path));
 
-  ASSIGN_OR_RETURN(
-      std::vector<gpu::KernelRecord> images,
-      gpu::ReadKernelIndex(artifact.manifest, static_cast<int64_t>(artifact.Find("ptx")->size()),
-                           artifact.Find("cubin") != nullptr
-                               ? static_cast<int64_t>(artifact.Find("cubin")->size())
-                               : 0));
-  ASSIGN_OR_RETURN(std::vector<program::HostKernelRecord> records,
-                   program::HostKernelIndexFromJson(index, path));
+  const std::vector<program::KernelRecord>& images = artifact.manifest.kernels;
+  const std::string* cubin = artifact.Find("cubin");
+  if (Status s = gpu::CheckKernelIndex(images, static_cast<int64_t>(artifact.Find("ptx")->size()),
+                                       cubin != nullptr ? static_cast<int64_t>(cubin->size()) : 0);
+      !s.ok()) {
+    return s.WithPrefix(path);
+  }
+  const std::vector<program::HostKernelRecord>& records = index.kernels;
   for (size_t i = 0; i < records.size(); ++i) {
-    program::HostKernelRecord& r = records[i];
-    EmuKernel kernel{.entry = std::move(r.entry),
-                     .name = std::move(r.name),
-                     .symbol = std::move(r.symbol),
+    const program::HostKernelRecord& r = records[i];
+    EmuKernel kernel{.entry = r.entry,
+                     .name = r.name,
+                     .symbol = r.symbol,
                      .params = r.params,
                      .uses_sync = r.uses_sync,
                      .ordered = r.atomics > 0,
@@ -103,7 +101,7 @@ StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const program::Arti
     }
     lib->kernels_.push_back(std::move(kernel));
   }
-  for (const gpu::KernelRecord& image : images) {
+  for (const program::KernelRecord& image : images) {
     const EmuKernel* k = lib->Find(image.entry, image.name);
     if (k == nullptr) {
       return Error("{}: kernel {} of entry {} has no host code in its emulator library", path,

@@ -188,7 +188,7 @@ Status GpuTrainer::Impl::CheckSignature(const program::TrainEntry& entry, const 
 
 Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) {
   // The artifact, before touching the device.
-  if (!artifact.manifest.value("complete", false)) {
+  if (!artifact.manifest.complete) {
     return Error(
         "{}: the artifact is incomplete (complete:false: some instructions have no "
         "kernel yet, see gptc inspect); the GPU device cannot run it, --device cpu can",
@@ -218,8 +218,8 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
   }
 
   ASSIGN_OR_RETURN(device, OpenDevice(options.device));
-  RETURN_IF_ERROR(CheckTargetRuns(artifact.manifest.value("target", ""), device.capability,
-                                  device.name, Where()));
+  RETURN_IF_ERROR(
+      CheckTargetRuns(artifact.manifest.target, device.capability, device.name, Where()));
   for (const EntryPlan& p : ordered) {
     for (const Thunk& t : p.thunks) {
       if (t.kind() == ThunkKind::kGemm) {

@@ -47,14 +47,16 @@ StatusOr<std::unique_ptr<KernelModules>> KernelModules::Load(const DriverApi& cu
   const std::string* ptx = artifact.Find("ptx");
   const std::string* cubin = artifact.Find("cubin");
   if (ptx == nullptr) return Error("{}: missing section 'ptx'", artifact_path);
-  StatusOr<std::vector<KernelRecord>> images =
-      ReadKernelIndex(artifact.manifest, static_cast<int64_t>(ptx->size()),
-                      cubin != nullptr ? static_cast<int64_t>(cubin->size()) : 0);
-  if (!images.ok()) return images.status().WithPrefix(artifact_path);
-  const std::string target = artifact.manifest.value("target", "");
+  const std::vector<KernelRecord>& images = artifact.manifest.kernels;
+  if (Status s = CheckKernelIndex(images, static_cast<int64_t>(ptx->size()),
+                                  cubin != nullptr ? static_cast<int64_t>(cubin->size()) : 0);
+      !s.ok()) {
+    return s.WithPrefix(artifact_path);
+  }
+  const std::string& target = artifact.manifest.target;
   const bool use_cubin = CubinLoads(target, device.capability);
   std::unique_ptr<KernelModules> m(new KernelModules(cu, device));
-  for (const KernelRecord& image : *images) {
+  for (const KernelRecord& image : images) {
     CUmodule module = nullptr;
     const std::string what =
         fmt::format("{}: kernel {} (entry {})", artifact_path, image.name, image.entry);

@@ -68,10 +68,11 @@ Status CheckEntryPlan(const EntryPlan& plan);
 // Where one kernel's code is in the artifact (the manifest's "kernels").
 using program::KernelRecord;
 
-// The manifest's kernel index, checked against the sizes of the ptx and
-// cubin sections (cubin_bytes 0 when the section is absent).
-StatusOr<std::vector<KernelRecord>> ReadKernelIndex(const nlohmann::json& manifest,
-                                                    int64_t ptx_bytes, int64_t cubin_bytes);
+// Checks the manifest's kernel index against the sizes of the ptx and cubin
+// sections (cubin_bytes 0 when the section is absent); errors name the
+// record ("manifest kernels[3] (fusion_7): PTX [...) is outside ...").
+Status CheckKernelIndex(const std::vector<KernelRecord>& index, int64_t ptx_bytes,
+                        int64_t cubin_bytes);
 
 }  // namespace gptc::rt::gpu
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "compiler/ir/printer.h"
+#include "compiler/program/param.h"
 #include "compiler/program/plan.h"
 #include "models/config.h"
 #include "models/gpt2.h"
@@ -11,8 +12,6 @@
 
 namespace gptc::rt {
 namespace {
-
-using nlohmann::json;
 
 // The sections gptc compile writes, built by hand (no codegen here).
 program::Artifact MakeArtifact(const program::TrainProgram& program, const models::GptConfig& c,
@@ -29,36 +28,17 @@ program::Artifact MakeArtifact(const program::TrainProgram& program, const model
     for (const program::Slot& s : e.signature.outputs) p.outputs.push_back({s});
     p.donations = e.signature.donations;
   }
-  a.manifest = json{{"model",
-                     {{"name", c.name},
-                      {"layers", c.layers},
-                      {"heads", c.heads},
-                      {"width", c.width},
-                      {"positions", c.positions},
-                      {"vocab", c.vocab},
-                      {"padded_vocab", c.padded_vocab}}},
-                    {"flags",
-                     {{"batch", batch},
-                      {"seq", seq},
-                      {"weight_decay", 0.1},
-                      {"clip_norm", 1.0},
-                      {"beta1", 0.9},
-                      {"beta2", 0.95},
-                      {"eps", 1e-8},
-                      {"grad_accum", program.grad_accum}}},
-                    {"complete", false}};
+  a.manifest = {.model = {.name = c.name,
+                          .layers = c.layers,
+                          .heads = c.heads,
+                          .width = c.width,
+                          .positions = c.positions,
+                          .vocab = c.vocab,
+                          .padded_vocab = c.padded_vocab},
+                .flags = {.batch = batch, .seq = seq, .grad_accum = program.grad_accum}};
   a.plan = program::ToJson(plan);
-  json params = json::array();
-  for (const program::ParamSpec& p : program.params) {
-    json init =
-        p.init.kind == program::InitRule::Kind::kNormal
-            ? json{{"kind", "normal"}, {"std", p.init.std}}
-            : json{{"kind", p.init.kind == program::InitRule::Kind::kOnes ? "ones" : "zeros"}};
-    params.push_back(
-        json{{"name", p.name}, {"shape", p.shape.dims()}, {"dtype", "f32"}, {"init", init}});
-  }
-  a.params = json{{"params", params}};
-  a.sections = {{"manifest", a.manifest.dump()},
+  a.params = program::ParamsSectionJson(program.params);
+  a.sections = {{"manifest", program::ToJson(a.manifest).dump()},
                 {"ir", ir},
                 {"plan", a.plan.dump()},
                 {"params", a.params.dump()}};
@@ -90,8 +70,10 @@ TEST_F(ProgramLoaderTest, LoadedProgramTrainsLikeTheOriginal) {
   program::Artifact a = MakeArtifact(program_, config_, 2, 8);
   StatusOr<LoadedProgram> loaded = LoadProgram(a, "t.gptx");
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
-  EXPECT_EQ(loaded->model.batch, 2);
-  EXPECT_EQ(loaded->model.seq, 8);
+  EXPECT_EQ(loaded->flags.batch, 2);
+  EXPECT_EQ(loaded->flags.seq, 8);
+  EXPECT_EQ(loaded->model.layers, 1);
+  EXPECT_FALSE(loaded->complete);
   ASSERT_EQ(loaded->program.entries.size(), 2u);
   EXPECT_EQ(loaded->program.entries[1].name, "logits");
   CpuTrainer original(&program_, 3), reloaded(&loaded->program, 3);
@@ -146,10 +128,16 @@ TEST_F(ProgramLoaderTest, InconsistentArtifactsAreErrors) {
   EXPECT_NE(p.status().message().find("unknown role 'bogus'"), std::string::npos);
 
   a = MakeArtifact(program_, config_, 2, 8);
-  a.manifest["flags"].erase("grad_accum");
+  a.manifest.flags.grad_accum = 0;
   p = LoadProgram(a, "t.gptx");
   ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.status().message(), "t.gptx: flags has no 'grad_accum'");
+  EXPECT_EQ(p.status().message(), "t.gptx: flags: grad_accum 0 < 1");
+
+  a = MakeArtifact(program_, config_, 2, 8);
+  a.manifest.flags.grad_accum = 2;  // the program has train_step only
+  p = LoadProgram(a, "t.gptx");
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(), "t.gptx: grad_accum 2 needs entries accumulate and apply");
 }
 
 }  // namespace

@@ -57,9 +57,10 @@ class GptrunEmuDefectTest : public ::testing::Test {
 
   // The artifact `name`.gptx with its plan changed by `mutate` (the entry
   // train_step's plan), written as `out`.
-  static void Mutate(const std::string& name, const std::string& out,
-                     const std::function<void(json& entry)>& mutate,
-                     const std::function<void(json& manifest)>& mutate_manifest = nullptr) {
+  static void Mutate(
+      const std::string& name, const std::string& out,
+      const std::function<void(json& entry)>& mutate,
+      const std::function<void(program::Manifest& manifest)>& mutate_manifest = nullptr) {
     const fs::path path = *dir_ / (name + ".gptx");
     StatusOr<program::Artifact> a = program::ReadArtifact(path.string());
     ASSERT_TRUE(a.ok()) << a.status().message();
@@ -67,12 +68,13 @@ class GptrunEmuDefectTest : public ::testing::Test {
     for (json& entry : plan["entries"]) {
       if (entry["name"] == "train_step") mutate(entry);
     }
-    json manifest = a->manifest;
+    program::Manifest manifest = a->manifest;
     if (mutate_manifest) mutate_manifest(manifest);
     std::vector<std::pair<std::string, std::string>> sections = a->sections;
     for (auto& [section, bytes] : sections) {
       if (section == "plan") bytes = plan.dump(1) + "\n";
-      if (section == "manifest" && mutate_manifest) bytes = manifest.dump(1) + "\n";
+      if (section == "manifest" && mutate_manifest)
+        bytes = program::ToJson(manifest).dump(2) + "\n";
     }
     StatusOr<std::string> bytes = program::EncodeArtifact(sections);
     ASSERT_TRUE(bytes.ok()) << bytes.status().message();
@@ -189,9 +191,9 @@ TEST_F(GptrunEmuDefectTest, StaticPlusDynamicSharedMemoryOver48KiBTakesTheOptIn)
           return;
         }
       },
-      [&](json& manifest) {
-        for (json& k : manifest["emu"]["kernels"]) {
-          if (k["entry"] == "train_step" && k["name"] == kernel) k["static_smem"] = 40000;
+      [&](program::Manifest& manifest) {
+        for (program::HostKernelRecord& k : manifest.emu->kernels) {
+          if (k.entry == "train_step" && k.name == kernel) k.static_smem = 40000;
         }
       });
   ASSERT_FALSE(kernel.empty());

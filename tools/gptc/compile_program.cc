@@ -103,25 +103,21 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
   ao.compile_kernels = options.codegen;
   ao.codegen.emit_host = options.emu;
   if (!assignments.empty()) ao.assignments = &assignments;
-  ao.model = program::ModelConfigJson({.name = config.name,
-                                       .layers = config.layers,
-                                       .heads = config.heads,
-                                       .width = config.width,
-                                       .positions = config.positions,
-                                       .vocab = config.vocab,
-                                       .padded_vocab = config.padded_vocab});
-  ao.flags = {{"batch", options.batch},
-              {"seq", options.seq},
-              {"grad_accum", train.grad_accum},
-              {"precision", options.precision_name},
-              {"remat", options.remat_name},
-              {"weight_decay", train.adamw.weight_decay},
-              {"clip_norm", train.adamw.clip_norm},
-              {"beta1", train.adamw.beta1},
-              {"beta2", train.adamw.beta2},
-              {"eps", train.adamw.eps},
-              {"codegen", ao.compile_kernels},
-              {"world_size", train.world_size}};
+  ao.model = {.name = config.name,
+              .layers = config.layers,
+              .heads = config.heads,
+              .width = config.width,
+              .positions = config.positions,
+              .vocab = config.vocab,
+              .padded_vocab = config.padded_vocab};
+  ao.flags = {.batch = options.batch,
+              .seq = options.seq,
+              .grad_accum = train.grad_accum,
+              .world_size = train.world_size,
+              .precision = options.precision_name,
+              .remat = options.remat_name,
+              .codegen = ao.compile_kernels,
+              .adamw = train.adamw};
   if (progress) {
     ao.progress = [&](int64_t done, int64_t total) {
       progress(fmt::format("codegen: {}/{} kernels", done, total), done == total);

@@ -3,12 +3,13 @@
 // so a bad file gets the reader's one-line error).
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "compiler/program/container.h"
-#include "compiler/program/model_config.h"
+#include "compiler/program/manifest.h"
 #include "compiler/program/param.h"
 #include "compiler/program/plan.h"
 #include "compiler/support/text.h"
@@ -19,35 +20,33 @@ namespace gptc::tools {
 
 namespace {
 
-std::string Counts(const nlohmann::json& counts) {
+std::string Counts(const std::map<std::string, int64_t>& counts) {
   std::string s;
-  for (const auto& [key, n] : counts.items()) {
-    s += fmt::format("{}{} {}", s.empty() ? "" : ", ", n.get<int64_t>(), key);
-  }
+  for (const auto& [key, n] : counts) s += fmt::format("{}{} {}", s.empty() ? "" : ", ", n, key);
   return s.empty() ? "none" : s;
 }
 
 // What a user can run the artifact on.
-std::string Completeness(const nlohmann::json& m) {
-  if (m.value("complete", false)) return "complete";
-  if (m.contains("flags") && !m["flags"].value("codegen", true)) {
+std::string Completeness(const program::Manifest& m) {
+  if (m.complete) return "complete";
+  if (!m.flags.codegen)
     return "no GPU code (compiled with --no-codegen): runs on --device cpu only";
-  }
   return "incomplete (some fusions have no kernel emitter): runs on --device cpu only";
 }
 
 StatusOr<std::string> Summary(const program::Artifact& a) {
-  const nlohmann::json& m = a.manifest;
+  const program::Manifest& m = a.manifest;
+  const program::ModelConfig& model = m.model;
   std::string s;
-  ASSIGN_OR_RETURN(program::ModelConfig model,
-                   program::ReadModelConfig(m.value("model", nlohmann::json()), "manifest model"));
   s += fmt::format("artifact: format {}, gptc {}, target {}, {}\n", a.format_version,
-                   m.value("gptc_version", "?"), m.value("target", "?"), Completeness(m));
+                   m.gptc_version, m.target, Completeness(m));
   s += fmt::format("model: {} ({} layers, {} heads, width {}, vocab {} padded to {})\n",
                    model.name, model.layers, model.heads, model.width, model.vocab,
                    model.padded_vocab);
+  // As the manifest spells them (its codec's keys, sorted).
+  const nlohmann::json flags_json = program::ToJson(m.flags);
   std::string flags;
-  for (const auto& [key, v] : m["flags"].items()) {
+  for (const auto& [key, v] : flags_json.items()) {
     flags += fmt::format("{}{}={}", flags.empty() ? "" : " ", key,
                          v.is_string() ? v.get<std::string>() : v.dump());
   }
@@ -58,19 +57,22 @@ StatusOr<std::string> Summary(const program::Artifact& a) {
   for (const program::ParamSpec& p : params) values += p.shape.num_elements();
   s += fmt::format("parameters: {} tensors, {} values\n", params.size(), WithThousands(values));
   int64_t launches = 0, fallbacks = 0;
-  for (const auto& [kind, n] : m["kernels_by_kind"].items()) {
-    (kind == "gemm fallback" ? fallbacks : launches) += n.get<int64_t>();
+  for (const auto& [kind, n] : m.counts.kernels_by_kind) {
+    (kind == "gemm fallback" ? fallbacks : launches) += n;
   }
   s += fmt::format("kernels: {} distinct, launched by {} kernel thunks of all entries ({}){}\n",
-                   m["kernels"].size(), launches + fallbacks, Counts(m["kernels_by_kind"]),
+                   m.kernels.size(), launches + fallbacks, Counts(m.counts.kernels_by_kind),
                    fallbacks > 0 ? fmt::format("; the {} gemm fallbacks run only where cuBLASLt "
                                                "refuses an epilogue",
                                                fallbacks)
                                  : "");
-  int64_t gemms = m["thunks"].value("gemm", 0);
-  s += fmt::format("gemms: {} ({})\n", gemms, Counts(m["gemm_epilogues"]));
-  s += fmt::format("thunks: {}\n", Counts(m["thunks"]));
-  if (!m["unsupported"].empty()) s += fmt::format("unsupported: {}\n", Counts(m["unsupported"]));
+  auto gemms = m.counts.thunks.find("gemm");
+  s += fmt::format("gemms: {} ({})\n", gemms == m.counts.thunks.end() ? 0 : gemms->second,
+                   Counts(m.counts.gemm_epilogues));
+  s += fmt::format("thunks: {}\n", Counts(m.counts.thunks));
+  if (!m.counts.unsupported.empty()) {
+    s += fmt::format("unsupported: {}\n", Counts(m.counts.unsupported));
+  }
   // The entries, their signatures and buckets: the plan, through its codec.
   ASSIGN_OR_RETURN(program::Plan plan, program::PlanFromJson(a.plan));
   for (const program::EntryPlan& e : plan.entries) {

@@ -22,7 +22,7 @@ ChosenDevice ChooseDevice(const TrainOptions& o, const rt::LoadedProgram& loaded
   if (!o.device.empty()) return {o.device, ""};
 #if GPTC_HAVE_GPU
   if (rt::gpu::CountDevices() == 0) return {"cpu", ""};
-  if (!loaded.model.complete) {
+  if (!loaded.complete) {
     return {"cpu", fmt::format("note: a GPU is present but {} is incomplete (some instructions "
                                "have no kernel yet): running on the CPU device",
                                o.artifact)};

@@ -127,7 +127,7 @@ double FlopsPerToken(const rt::LoadedProgram& p) {
     if (s.shape.rank() == 2 && !s.name.starts_with("wpe")) matmul += s.shape.num_elements();
   }
   return 6.0 * static_cast<double>(matmul) +
-         12.0 * static_cast<double>(p.model.layers * p.model.seq * p.model.width);
+         12.0 * static_cast<double>(p.model.layers * p.flags.seq * p.model.width);
 }
 
 }  // namespace
@@ -193,7 +193,8 @@ class TrainRun {
     if (Status s = dist_->Finish(); !s.ok()) return Abort(1, s);
     return 0;
   }
-  const rt::ModelInfo& model() const { return loaded_->model; }
+  const program::ModelConfig& model() const { return loaded_->model; }
+  const program::CompileFlags& flags() const { return loaded_->flags; }
   program::TrainProgram& program() { return loaded_->program; }
 
   // The artifact, its program and the device, checked before any rendezvous.
@@ -245,19 +246,20 @@ class TrainRun {
     }
     if (!o_.bench) {
       if (o_.train.empty()) return Abort(2, Error("--train GLOB is required (or --bench)"));
-      const rt::ModelInfo& m = model();
+      const program::ModelConfig& m = model();
+      const program::CompileFlags& f = flags();
       StatusOr<rt::DataLoader> t = rt::DataLoader::Open(
           {.pattern = o_.train,
-           .batch = m.batch * dist_->world(),  // every rank reads the global batch, keeps its rows
-           .seq = m.seq,
+           .batch = f.batch * dist_->world(),  // every rank reads the global batch, keeps its rows
+           .seq = f.seq,
            .seed = o_.seed,
            .vocab = m.vocab});
       if (!t.ok()) return Abort(1, t.status().WithPrefix("--train"));
       train_.emplace(std::move(t).value());
       if (!o_.val.empty()) {
         StatusOr<rt::DataLoader> v = rt::DataLoader::Open({.pattern = o_.val,
-                                                           .batch = m.batch,
-                                                           .seq = m.seq,
+                                                           .batch = f.batch,
+                                                           .seq = f.seq,
                                                            .shuffle = false,
                                                            .vocab = m.vocab});
         if (!v.ok()) return Abort(1, v.status().WithPrefix("--val"));
@@ -286,15 +288,16 @@ class TrainRun {
         MakeTrainer(device_.name, o_, *artifact_, &program(), *dist_);
     if (!made.ok()) return Abort(o_.profile && device_.name == "cpu" ? 2 : 1, made.status());
     trainer_ = std::move(made).value();
-    const rt::ModelInfo& m = model();
-    tokens_per_step_ = m.batch * m.seq * program().grad_accum * dist_->world();
+    const program::ModelConfig& m = model();
+    const program::CompileFlags& f = flags();
+    tokens_per_step_ = f.batch * f.seq * program().grad_accum * dist_->world();
     flops_per_token_ = FlopsPerToken(*loaded_);
     peak_tflops_ = o_.peak_tflops > 0 ? o_.peak_tflops : KnownPeakTflops(trainer_->DeviceName());
     console_.Line(
         fmt::format("gptrun: {} ({} layers, {} heads, width {}; {} parameters) on {} | "
                     "batch {} x seq {} x grad-accum {} = {} tokens/step{}",
                     m.name, m.layers, m.heads, m.width, WithThousands(loaded_->parameter_values),
-                    trainer_->DeviceDescription(), m.batch, m.seq, program().grad_accum,
+                    trainer_->DeviceDescription(), f.batch, f.seq, program().grad_accum,
                     WithThousands(tokens_per_step_),
                     o_.bench ? " | bench (synthetic batches)"
                              : fmt::format(" | train {} shards, {} tokens", train_->shards().size(),
@@ -302,7 +305,7 @@ class TrainRun {
     if (!device_.note.empty()) console_.Line(device_.note);
     if (dist_->world() > 1) {
       console_.Line(fmt::format("data parallel: {} ranks, each {} rows of every batch; this is {}",
-                                dist_->world(), m.batch, dist_->env.ToString()));
+                                dist_->world(), f.batch, dist_->env.ToString()));
     }
     if (std::string summary = LoadSummary(*trainer_); !summary.empty()) console_.Line(summary);
 
@@ -433,12 +436,13 @@ class TrainRun {
                                   .min_lr = o_.cosine ? o_.lr_min : o_.lr,
                                   .warmup_steps = o_.warmup,
                                   .total_steps = o_.steps};
-    const rt::ModelInfo& m = model();
+    const program::ModelConfig& m = model();
+    const program::CompileFlags& f = flags();
     // Bench: one synthetic batch set, made once (no data loading in the timing).
     std::vector<rt::MicroBatch> bench_batches;
     if (o_.bench) {
       for (int64_t k = 0; k < program().grad_accum; ++k) {
-        bench_batches.push_back(rt::PatternBatch(m.batch, m.seq, m.vocab, k));
+        bench_batches.push_back(rt::PatternBatch(f.batch, f.seq, m.vocab, k));
       }
     }
     auto run_start = Clock::now();
@@ -450,7 +454,7 @@ class TrainRun {
         for (int64_t k = 0; k < program().grad_accum; ++k) {
           StatusOr<rt::MicroBatch> mb = train_->Next();
           if (!mb.ok()) return Abort(1, mb.status().WithPrefix(fmt::format("step {}", step)));
-          micro.push_back(dist_->world() > 1 ? RankSlice(*mb, dist_->env, m.batch, m.seq)
+          micro.push_back(dist_->world() > 1 ? RankSlice(*mb, dist_->env, f.batch, f.seq)
                                              : std::move(mb).value());
         }
       }

@@ -23,8 +23,8 @@ StatusOr<BuiltArtifact> CompileTiny() {
   ASSIGN_OR_RETURN(program::TrainProgram program,
                    passes::BuildTrainProgram(std::move(traced.module), traced.params, options));
   ArtifactOptions ao;
-  ao.model = {{"name", config.name}, {"layers", config.layers}};
-  ao.flags = {{"batch", 2}, {"seq", 16}};
+  ao.model = {.name = config.name, .layers = config.layers};
+  ao.flags = {.batch = 2, .seq = 16};
   ao.codegen.run_ptxas = false;  // keep the test independent of the CUDA toolkit
   return BuildArtifact(program, ao);
 }
@@ -48,18 +48,21 @@ TEST(ArtifactTest, RoundTrip) {
   EXPECT_EQ(a->format_version, 2u);
   // Format 2: the signatures are the plan's (no manifest entries), grad_accum
   // is in the flags only, and the params carry no offsets.
-  EXPECT_FALSE(a->manifest.contains("entries"));
-  EXPECT_FALSE(a->manifest.contains("grad_accum"));
-  EXPECT_EQ(a->manifest["flags"]["grad_accum"], 1);
+  const nlohmann::json manifest = nlohmann::json::parse(*a->Find("manifest"));
+  EXPECT_FALSE(manifest.contains("entries"));
+  EXPECT_FALSE(manifest.contains("grad_accum"));
+  EXPECT_EQ(a->manifest.flags.grad_accum, 1);
+  // The manifest section is the codec's.
+  EXPECT_EQ(program::ToJson(a->manifest), manifest);
   EXPECT_FALSE(a->params["params"][0].contains("offsets"));
   // The plan section is the codec's.
   StatusOr<program::Plan> plan = program::PlanFromJson(a->plan);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   EXPECT_EQ(program::ToJson(*plan), a->plan);
   EXPECT_NE(plan->entries[0].FindInput(program::SlotRole::kParam, 0), nullptr);
-  EXPECT_EQ(a->manifest["target"], "sm_90a");
-  EXPECT_EQ(a->manifest["model"]["name"], "gpt2-tiny");
-  EXPECT_EQ(a->manifest["complete"], Tiny().complete);
+  EXPECT_EQ(a->manifest.target, "sm_90a");
+  EXPECT_EQ(a->manifest.model.name, "gpt2-tiny");
+  EXPECT_EQ(a->manifest.complete, Tiny().complete);
   EXPECT_EQ(a->params["params"][0]["name"], "wte.weight");
   ASSERT_EQ(a->plan["entries"].size(), 1u);
   EXPECT_EQ(a->plan["entries"][0]["name"], "train_step");
@@ -67,10 +70,9 @@ TEST(ArtifactTest, RoundTrip) {
   EXPECT_TRUE(a->Find("ir")->starts_with("module gpt2-tiny"));
   EXPECT_EQ(a->Find("cubin"), nullptr);  // ptxas off
   // Every kernel's PTX is where the manifest says.
-  for (const auto& k : a->manifest["kernels"]) {
-    std::string ptx = a->Find("ptx")->substr(k["ptx_offset"].get<size_t>(),
-                                             k["ptx_size"].get<size_t>());
-    EXPECT_NE(ptx.find(".entry " + k["name"].get<std::string>()), std::string::npos) << k;
+  for (const program::KernelRecord& k : a->manifest.kernels) {
+    std::string ptx = a->Find("ptx")->substr(k.ptx_offset, k.ptx_size);
+    EXPECT_NE(ptx.find(".entry " + k.name), std::string::npos) << k.name;
   }
 }
 
@@ -91,7 +93,7 @@ TEST(ArtifactTest, TinyPlanGolden) {
   // backward]).
   EXPECT_EQ(gemms, 27);
   // Every fusion of the train step has a kernel or a gemm.
-  EXPECT_TRUE(a->manifest["complete"].get<bool>()) << a->manifest["unsupported"];
+  EXPECT_TRUE(a->manifest.complete) << a->manifest.counts.unsupported.size();
   // c_attn, c_proj and mlp.c_proj of each layer: in the train step the
   // attention reads the bf16 q, k, v copies (Note [rounded attention
   // operands] in passes/fusion_planner.h), so c_attn's gemm adds its bias.
@@ -119,7 +121,7 @@ TEST(ArtifactTest, TinyPlanGolden) {
     break;
   }
   // Instructions without an emitter are honest "unsupported" thunks.
-  EXPECT_EQ(a->manifest["complete"].get<bool>(), a->manifest["unsupported"].empty());
+  EXPECT_EQ(a->manifest.complete, a->manifest.counts.unsupported.empty());
   // Every slice lies inside the arena.
   int64_t arena = a->plan["entries"][0]["arena_size"];
   for (const auto& t : thunks) {
@@ -171,8 +173,9 @@ TEST(ArtifactTest, RejectsBadFiles) {
 }
 
 TEST(ArtifactTest, ContainerRoundTripAndOrder) {
+  const std::string manifest = program::ToJson(program::Manifest{.target = "sm_90a"}).dump();
   StatusOr<std::string> bytes = program::EncodeArtifact(
-      {{"manifest", "{}"}, {"ir", "module m"}, {"ptx", ""}, {"plan", "{}"}, {"params", "{}"}});
+      {{"manifest", manifest}, {"ir", "module m"}, {"ptx", ""}, {"plan", "{}"}, {"params", "{}"}});
   ASSERT_TRUE(bytes.ok());
   StatusOr<program::Artifact> a = program::DecodeArtifact(*bytes, "m.gptx");
   ASSERT_TRUE(a.ok()) << a.status().message();
@@ -182,6 +185,11 @@ TEST(ArtifactTest, ContainerRoundTripAndOrder) {
   bytes = program::EncodeArtifact({{"manifest", "{}"}, {"ir", ""}, {"plan", "{}"}, {"params", "{}"}});
   ASSERT_TRUE(bytes.ok());
   EXPECT_EQ(Message(*bytes), "x.gptx: missing section 'ptx'");
+  // The manifest is decoded with the container, by its codec.
+  bytes = program::EncodeArtifact(
+      {{"manifest", "{}"}, {"ir", ""}, {"ptx", ""}, {"plan", "{}"}, {"params", "{}"}});
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(Message(*bytes), "x.gptx: manifest has no 'format_version'");
 }
 
 }  // namespace

@@ -20,10 +20,11 @@ TEST(KernelIndexTest, RecordsRoundTrip) {
                                .spill_bytes = 8};
   // Without a cubin, no ptxas fields are written.
   EXPECT_FALSE(ToJson(ptx_only).contains("registers"));
-  const json manifest{{"kernels", {ToJson(ptx_only), ToJson(assembled)}}};
-  StatusOr<std::vector<KernelRecord>> back = KernelIndexFromJson(json::parse(manifest.dump()));
-  ASSERT_TRUE(back.ok()) << back.status().message();
-  EXPECT_EQ(*back, (std::vector<KernelRecord>{ptx_only, assembled}));
+  for (const KernelRecord& k : {ptx_only, assembled}) {
+    StatusOr<KernelRecord> back = KernelRecordFromJson(json::parse(ToJson(k).dump()), "k");
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(*back, k);
+  }
 
   const HostKernelRecord host{.entry = "train_step",
                               .name = "k2",
@@ -39,25 +40,21 @@ TEST(KernelIndexTest, RecordsRoundTrip) {
                               .ldmatrices = 0,
                               .atomics = 1,
                               .accesses = 12};
-  StatusOr<std::vector<HostKernelRecord>> hosts =
-      HostKernelIndexFromJson(json{{"kernels", {ToJson(host)}}}, "x.gptx");
-  ASSERT_TRUE(hosts.ok()) << hosts.status().message();
-  EXPECT_EQ(*hosts, std::vector<HostKernelRecord>{host});
+  StatusOr<HostKernelRecord> back = HostKernelRecordFromJson(ToJson(host), "h");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, host);
 }
 
+// (The arrays are the manifest's: ManifestTest checks how their elements are named.)
 TEST(KernelIndexTest, ErrorsNameTheRecordAndTheField) {
-  EXPECT_EQ(KernelIndexFromJson(json::object()).status().message(),
-            "manifest has no 'kernels' array");
   json k = ToJson(KernelRecord{.entry = "e", .name = "k", .ptx_offset = 0, .ptx_size = 1});
   k["ptx_size"] = "1";
-  EXPECT_EQ(KernelIndexFromJson(json{{"kernels", {k}}}).status().message(),
+  EXPECT_EQ(KernelRecordFromJson(k, "manifest kernels[0]").status().message(),
             "manifest kernels[0].ptx_size has the wrong type (\"1\")");
-  EXPECT_EQ(HostKernelIndexFromJson(json::object(), "x.gptx").status().message(),
-            "x.gptx: manifest emu has no 'kernels'");
   json h = ToJson(HostKernelRecord{.entry = "e", .name = "k", .symbol = "s"});
   h.erase("accesses");
-  EXPECT_EQ(HostKernelIndexFromJson(json{{"kernels", {h}}}, "x.gptx").status().message(),
-            "x.gptx: manifest emu kernels[0] has no 'accesses'");
+  EXPECT_EQ(HostKernelRecordFromJson(h, "manifest.emu kernels[0]").status().message(),
+            "manifest.emu kernels[0] has no 'accesses'");
 }
 
 }  // namespace

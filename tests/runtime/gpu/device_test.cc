@@ -134,7 +134,7 @@ TEST(NoGpuTest, TrainerRefusesIncompleteArtifactsBeforeLookingForAGpu) {
   const testing::Tiny* tiny = testing::LoadTiny(&why);
   ASSERT_NE(tiny, nullptr) << why;
   program::Artifact a = tiny->artifact;
-  a.manifest["complete"] = false;
+  a.manifest.complete = false;
   StatusOr<std::unique_ptr<GpuTrainer>> t =
       GpuTrainer::Create(a, "t.gptx", &tiny->loaded.program, 0, {});
   ASSERT_FALSE(t.ok());
@@ -142,7 +142,7 @@ TEST(NoGpuTest, TrainerRefusesIncompleteArtifactsBeforeLookingForAGpu) {
             "t.gptx: the artifact is incomplete (complete:false: some instructions have no kernel "
             "yet, see gptc inspect); the GPU device cannot run it, --device cpu can");
   if (CountDevices() > 0) return;
-  a.manifest["complete"] = true;
+  a.manifest.complete = true;
   t = GpuTrainer::Create(a, "t.gptx", &tiny->loaded.program, 0, {});
   ASSERT_FALSE(t.ok());
   EXPECT_TRUE(t.status().message().starts_with("no GPU: ")) << t.status().message();

@@ -212,7 +212,7 @@ double DefaultRtol(ir::DType dtype) {
 StatusOr<std::unique_ptr<GpuHarness>> GpuHarness::Create(const Tiny& tiny) {
   std::unique_ptr<GpuHarness> h(new GpuHarness());
   ASSIGN_OR_RETURN(h->device_, OpenDevice(0));
-  RETURN_IF_ERROR(CheckTargetRuns(tiny.artifact.manifest.value("target", ""), h->device_.capability,
+  RETURN_IF_ERROR(CheckTargetRuns(tiny.artifact.manifest.target, h->device_.capability,
                                   h->device_.name, tiny.path));
   ASSIGN_OR_RETURN(const DriverApi* cu, GetDriverApi());
   ASSIGN_OR_RETURN(h->lt_, GetCublasLt());

@@ -149,7 +149,7 @@ TEST(CommunicatorWorldTest, GpuTrainerRefusesBeforeOpeningTheDevice) {
   std::string why;
   const Tiny* tiny = LoadTiny(&why);
   if (tiny == nullptr) GTEST_SKIP() << why;
-  if (!tiny->artifact.manifest.value("complete", false)) GTEST_SKIP() << "incomplete artifact";
+  if (!tiny->artifact.manifest.complete) GTEST_SKIP() << "incomplete artifact";
   StatusOr<LoadedProgram> loaded = LoadProgram(tiny->artifact, tiny->path);
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   loaded->program.world_size = 2;  // as if compiled with --dp 2

@@ -236,13 +236,14 @@ TEST(PlanReaderTest, GradAccumPlanHasWhatTheTrainerFeeds) {
 TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
   const testing::Tiny& tiny = TinyOrSkip();
   ASSERT_FALSE(tiny.plans.empty());
-  const nlohmann::json& counts = tiny.artifact.manifest["thunks"];
+  const std::map<std::string, int64_t>& counts = tiny.artifact.manifest.counts.thunks;
   std::map<std::string, int64_t> seen;
   const std::string& ptx = *tiny.artifact.Find("ptx");
-  StatusOr<std::vector<KernelRecord>> images =
-      ReadKernelIndex(tiny.artifact.manifest, static_cast<int64_t>(ptx.size()),
-                      tiny.artifact.Find("cubin") ? tiny.artifact.Find("cubin")->size() : 0);
-  ASSERT_TRUE(images.ok()) << images.status().message();
+  const std::vector<KernelRecord>& images = tiny.artifact.manifest.kernels;
+  Status checked =
+      CheckKernelIndex(images, static_cast<int64_t>(ptx.size()),
+                       tiny.artifact.Find("cubin") ? tiny.artifact.Find("cubin")->size() : 0);
+  ASSERT_TRUE(checked.ok()) << checked.message();
   for (size_t e = 0; e < tiny.plans.size(); ++e) {
     const EntryPlan& plan = tiny.plans[e];
     const passes::BufferAssignment& ba = tiny.assignments[e];
@@ -318,10 +319,10 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
           if (!k.args.empty() && k.args.back().buffer < 0) abi.push_back(k.args.back());
           EXPECT_EQ(k.args, abi) << t.Describe();
         }
-        auto image = std::find_if(images->begin(), images->end(), [&](const KernelRecord& k) {
+        auto image = std::find_if(images.begin(), images.end(), [&](const KernelRecord& k) {
           return k.entry == plan.name && k.name == t.name;
         });
-        ASSERT_NE(image, images->end()) << t.Describe() << " is not in the kernel index";
+        ASSERT_NE(image, images.end()) << t.Describe() << " is not in the kernel index";
         EXPECT_EQ(CountPtxParams(std::string_view(ptx).substr(image->ptx_offset, image->ptx_size),
                                  t.name),
                   static_cast<int64_t>(abi.size()))
@@ -346,16 +347,16 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
     }
   }
   for (const auto& [kind, n] : seen) {
-    EXPECT_EQ(counts.value(kind, int64_t{0}), n) << kind;
+    EXPECT_EQ(counts.contains(kind) ? counts.at(kind) : 0, n) << kind;
   }
 }
 
 TEST(PlanReaderTest, KernelIndexRejectsOutOfRangeCode) {
-  json manifest = {
-      {"kernels", {{{"entry", "e"}, {"name", "k"}, {"ptx_offset", 10}, {"ptx_size", 100}}}}};
-  StatusOr<std::vector<KernelRecord>> images = ReadKernelIndex(manifest, 50, 0);
-  ASSERT_FALSE(images.ok());
-  EXPECT_EQ(images.status().message(),
+  const std::vector<KernelRecord> index = {
+      {.entry = "e", .name = "k", .ptx_offset = 10, .ptx_size = 100}};
+  Status checked = CheckKernelIndex(index, 50, 0);
+  ASSERT_FALSE(checked.ok());
+  EXPECT_EQ(checked.message(),
             "manifest kernels[0] (k): PTX [10, +100) is outside the ptx section of 50 bytes");
 }
 

@@ -121,7 +121,7 @@ TEST_P(GpuEntryTest, LogitsMatchCpu) {
 }
 
 MicroBatch Batch(const Tiny& tiny, int64_t index) {
-  return PatternBatch(tiny.loaded.model.batch, tiny.loaded.model.seq, tiny.loaded.model.vocab,
+  return PatternBatch(tiny.loaded.flags.batch, tiny.loaded.flags.seq, tiny.loaded.model.vocab,
                       index);
 }
 
@@ -301,9 +301,9 @@ TEST_P(GpuTrainStepTest, GradAccumTwoMatchesCpuAndOneBigBatch) {
   GPTC_SKIP_IF_INCOMPLETE(*accumulating);
   GPTC_OPEN_TEST_DEVICE(device, {accumulating, plain});
   ASSERT_EQ(accumulating->loaded.program.grad_accum, 2);
-  const int64_t seq = plain->loaded.model.seq;
-  ASSERT_EQ(accumulating->loaded.model.seq, seq);
-  ASSERT_EQ(plain->loaded.model.batch, 2 * accumulating->loaded.model.batch);
+  const int64_t seq = plain->loaded.flags.seq;
+  ASSERT_EQ(accumulating->loaded.flags.seq, seq);
+  ASSERT_EQ(plain->loaded.flags.batch, 2 * accumulating->loaded.flags.batch);
   StatusOr<std::unique_ptr<GpuTrainer>> gpu = MakeGpuTrainer(*accumulating, /*graph=*/true);
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   StatusOr<std::unique_ptr<GpuTrainer>> big = MakeGpuTrainer(*plain, /*graph=*/true);
