@@ -138,10 +138,15 @@ void Planner::SetBounds(int g) {
 // set's walk starts from every member, and growing a group of n one member
 // at a time was quadratic (issue 14: 10.6 s for a chain of 10k ops, 451 s
 // for 40k, most of it in TryAdd copying and walking the group).
-bool Planner::JoinCreatesCycle(int g, const InstSet& joining) const {
+bool Planner::JoinCreatesCycle(int g, std::span<const Instruction* const> joining,
+                               int joining_group) const {
   const Group& group = groups_[g];
+  // Membership through group_of_, a flat lookup, not the groups' hash sets:
+  // a chain of 40k row-local ops grows one group that large.
   auto in_target = [&](const Instruction* x) {
-    return joining.contains(x) || group.members.contains(x);
+    int h = group_of(x);
+    if (h == g) return true;
+    return joining_group >= 0 ? h == joining_group : x == joining.front();
   };
   int64_t first = group.first, last = group.last;
   for (const Instruction* x : joining) {
@@ -161,7 +166,7 @@ bool Planner::JoinCreatesCycle(int g, const InstSet& joining) const {
 bool Planner::TryAdd(int g, const Instruction* inst) {
   if (groups_[g].convex_at == epoch_) {
     ++work_;
-    if (JoinCreatesCycle(g, InstSet{inst})) return false;
+    if (JoinCreatesCycle(g, {&inst, 1}, -1)) return false;
   } else {
     InstSet s = groups_[g].members;
     s.insert(inst);
@@ -188,7 +193,8 @@ bool Planner::TryMerge(int a, int b) {
   if (a == b) return true;
   if (groups_[a].convex_at == epoch_ && groups_[b].convex_at == epoch_) {
     ++work_;
-    if (JoinCreatesCycle(a, groups_[b].members)) return false;
+    std::vector<const Instruction*> joining(groups_[b].members.begin(), groups_[b].members.end());
+    if (JoinCreatesCycle(a, joining, b)) return false;
     groups_[a].members.insert(groups_[b].members.begin(), groups_[b].members.end());
   } else {
     InstSet s = groups_[a].members;
@@ -335,7 +341,9 @@ class Materializer {
         p_(planner),
         entry_(planner.computation()),
         replacement_(planner.order().size(), nullptr),
-        clone_(planner.order().size(), nullptr) {
+        clone_(planner.order().size(), nullptr),
+        released_(planner.order().size()),
+        removed_(planner.order().size(), 0) {
     for (const auto& c : module.computations()) taken_.insert(c->name());
   }
 
@@ -346,6 +354,16 @@ class Materializer {
     }
     if (live.empty()) return false;
     std::vector<std::pair<bool, int64_t>> units = TopologicalUnits();
+    // Each live group's members in entry order, in one pass (sorting each
+    // group's set was the pass's one n log n step).
+    members_.resize(p_.groups().size());
+    outputs_.resize(p_.groups().size());
+    for (const Instruction* inst : p_.order()) {
+      int g = p_.group_of(inst);
+      if (g >= 0 && p_.groups()[g].live) members_[g].push_back(inst);
+    }
+    for (int g : live) outputs_[g] = Outputs(g);
+    ReleaseMembers();
     std::vector<Instruction*> new_order;
     for (auto [is_group, id] : units) {
       if (!is_group) {
@@ -357,12 +375,13 @@ class Materializer {
     // The fused computations, in the order built, ahead of the entry.
     module_.AddComputationsBefore(std::move(fused_), entry_);
     for (size_t i = 0; i < replacement_.size(); ++i) {
-      if (replacement_[i] != nullptr) p_.order()[i]->ReplaceAllUsesWith(replacement_[i]);
+      if (replacement_[i] != nullptr) p_.order()[i]->ReplaceUsesIn(entry_, replacement_[i]);
     }
-    std::vector<char> removed(p_.order().size(), 0);  // by position
+    // The free ops only the members read go too (the members now read
+    // their own copies).
     auto is_removed = [&](const Instruction* inst) {
       int64_t i = p_.find_pos(inst);
-      return i >= 0 && removed[i] != 0;
+      return i >= 0 && removed_[i] != 0;
     };
     std::vector<Instruction*> removing;  // users first
     auto unread = [&](const Instruction* inst) {
@@ -370,11 +389,10 @@ class Materializer {
     };
     for (auto it = p_.order().rbegin(); it != p_.order().rend(); ++it) {
       Instruction* inst = *it;
-      bool member = p_.group_of(inst) >= 0 && p_.groups()[p_.group_of(inst)].live;
-      if (!member && !(p_.IsFree(inst) && unread(inst))) continue;
-      if (!unread(inst) || entry_->root() == inst) continue;
+      if (removed_[p_.pos(inst)] != 0 || !p_.IsFree(inst) || !unread(inst)) continue;
+      if (entry_->root() == inst) continue;
       removing.push_back(inst);
-      removed[p_.pos(inst)] = 1;
+      removed_[p_.pos(inst)] = 1;
     }
     entry_->RemoveInstructions(removing);
     std::erase_if(new_order, is_removed);
@@ -444,6 +462,37 @@ class Materializer {
     return out;
   }
 
+  // The members of group `g` read outside it (by the entry's root, or by a
+  // user outside the group, looking through free ops), in entry order; or
+  // its last member when nothing reads it (dead code a pipeline without dce
+  // left), so that it has a result. Found before any member moves.
+  std::vector<const Instruction*> Outputs(int g) {
+    std::vector<const Instruction*> outputs, users;
+    for (const Instruction* m : members_[g]) {
+      users.clear();
+      p_.NonFreeUsers(m, users);
+      bool used_outside = entry_->root() == m || HasFreeRootUser(m);
+      for (const Instruction* u : users) used_outside |= p_.group_of(u) != g;
+      if (used_outside) outputs.push_back(m);
+    }
+    if (outputs.empty()) outputs.push_back(members_[g].back());
+    return outputs;
+  }
+
+  // Takes the live groups' members out of the entry, for BuildFusion to
+  // move into the fused computations.
+  void ReleaseMembers() {
+    std::vector<Instruction*> members;
+    for (const auto& group : members_) {
+      for (const Instruction* m : group) members.push_back(const_cast<Instruction*>(m));
+    }
+    for (auto& inst : entry_->ReleaseInstructions(members)) {
+      int64_t i = p_.pos(inst.get());
+      removed_[i] = 1;
+      released_[i] = std::move(inst);
+    }
+  }
+
   bool HasFreeRootUser(const Instruction* inst) const {
     for (const Instruction* u : inst->users()) {
       if (p_.IsFree(u) && (entry_->root() == u || HasFreeRootUser(u))) return true;
@@ -470,8 +519,7 @@ class Materializer {
   // for group `g`; returns the new entry instructions in order.
   std::vector<Instruction*> BuildFusion(int g) {
     const Group& group = p_.groups()[g];
-    std::vector<const Instruction*> members(group.members.begin(), group.members.end());
-    p_.SortByPosition(members);
+    const std::vector<const Instruction*>& members = members_[g];
     auto fused = std::make_unique<ir::Computation>(ComputationName(group));
     // clone_ by planner position, emptied again when this group is built.
     auto cloned = [&](const Instruction* x) { return clone_[p_.pos(x)]; };
@@ -482,7 +530,7 @@ class Materializer {
     std::vector<const Instruction*> inputs;
     // Parameters first: the non-free values members read from outside.
     std::function<void(const Instruction*)> collect = [&](const Instruction* op) {
-      if (group.members.contains(op) || cloned(op) != nullptr) return;
+      if (p_.group_of(op) == g || cloned(op) != nullptr) return;
       if (p_.IsFree(op)) {
         for (const Instruction* o : op->operands()) collect(o);
         return;
@@ -499,31 +547,27 @@ class Materializer {
     for (const Instruction* m : members) {
       for (const Instruction* op : m->operands()) collect(op);
     }
+    // Members move into the fused computation; the free ops they read are
+    // copied (other groups may read them too).
     std::function<Instruction*(const Instruction*)> copy = [&](const Instruction* inst) {
       if (Instruction* c = cloned(inst)) return c;
       std::vector<Instruction*> operands;
       for (const Instruction* op : inst->operands()) operands.push_back(copy(op));
-      auto c = std::make_unique<Instruction>(inst->name(), inst->opcode(), inst->shape(),
-                                             std::move(operands), inst->attrs());
-      c->set_metadata(inst->metadata());
-      c->set_called_computation(inst->called_computation());
-      Instruction* raw = fused->AddInstruction(std::move(c));
+      Instruction* raw;
+      if (std::unique_ptr<Instruction>& member = released_[p_.pos(inst)]) {
+        raw = fused->AddReleased(std::move(member), std::move(operands));
+      } else {
+        auto c = std::make_unique<Instruction>(inst->name(), inst->opcode(), inst->shape(),
+                                               std::move(operands), inst->attrs());
+        c->set_metadata(inst->metadata());
+        c->set_called_computation(inst->called_computation());
+        raw = fused->AddInstruction(std::move(c));
+      }
       set_clone(inst, raw);
       return raw;
     };
-    std::vector<const Instruction*> outputs;
-    for (const Instruction* m : members) {
-      copy(m);
-      // Free users are copied into the groups that read them: look through them.
-      std::vector<const Instruction*> users;
-      p_.NonFreeUsers(m, users);
-      bool used_outside = entry_->root() == m || HasFreeRootUser(m);
-      for (const Instruction* u : users) used_outside |= !group.members.contains(u);
-      if (used_outside) outputs.push_back(m);
-    }
-    // A group nothing reads (dead code a pipeline without dce left) still
-    // computes its last value, so that it has a result.
-    if (outputs.empty()) outputs.push_back(members.back());
+    for (const Instruction* m : members) copy(m);
+    const std::vector<const Instruction*>& outputs = outputs_[g];
     Instruction* root = cloned(outputs.front());
     std::vector<ir::Shape> shapes;
     if (outputs.size() > 1) {
@@ -582,6 +626,13 @@ class Materializer {
   // map per group was a tenth of the pass), and the positions it set.
   std::vector<Instruction*> clone_;
   std::vector<int64_t> cloned_;
+  // By planner position: the members taken out of the entry until
+  // BuildFusion moves them, and what left the entry (members, free ops).
+  std::vector<std::unique_ptr<Instruction>> released_;
+  std::vector<char> removed_;
+  // By group: its members in entry order, and Outputs().
+  std::vector<std::vector<const Instruction*>> members_;
+  std::vector<std::vector<const Instruction*>> outputs_;
   // Fused computations built, added to the module at the end of Run; and
   // the computation names in use (a linear FindComputation per fusion made
   // the pass quadratic in the number of fusions).

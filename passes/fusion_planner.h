@@ -6,6 +6,7 @@
 #include <cassert>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -118,9 +119,10 @@ class Planner {
   void Neighbors(const ir::Instruction* x, bool backward,
                  std::vector<const ir::Instruction*>& out) const;
   // Note [one member at a time]: whether adding `joining` (one instruction,
-  // or a convex group's members) to convex group `g` makes a cycle, walking
-  // from `joining` alone.
-  bool JoinCreatesCycle(int g, const InstSet& joining) const;
+  // or the members of convex group `joining_group`; -1 for the former) to
+  // convex group `g` makes a cycle, walking from `joining` alone.
+  bool JoinCreatesCycle(int g, std::span<const ir::Instruction* const> joining,
+                        int joining_group) const;
   // Sets group `g`'s first and last member positions from its members.
   void SetBounds(int g);
 

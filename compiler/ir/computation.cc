@@ -24,14 +24,12 @@ std::vector<Instruction*> Computation::parameters() const {
 }
 
 Instruction* Computation::FindInstruction(std::string_view name) const {
-  auto it = by_name_.find(std::string(name));
-  return it == by_name_.end() ? nullptr : it->second;
+  return by_name_.Find(name);
 }
 
 Instruction* Computation::Adopt(std::unique_ptr<Instruction>& inst) {
-  assert(!by_name_.contains(inst->name()) && "instruction name already used");
   inst->parent_ = this;
-  by_name_[inst->name()] = inst.get();
+  by_name_.Insert(inst.get());
   for (Instruction* op : inst->operands()) op->AddUser(inst.get());
   return inst.get();
 }
@@ -56,7 +54,7 @@ Instruction* Computation::InsertInstructionBefore(std::unique_ptr<Instruction> i
 void Computation::RemoveInstruction(Instruction* inst) {
   assert(inst->users().empty() && inst != root_);
   inst->DetachOperands();
-  by_name_.erase(inst->name());
+  by_name_.Erase(inst->name());
   auto it = std::find_if(instructions_.begin(), instructions_.end(),
                          [&](const auto& p) { return p.get() == inst; });
   assert(it != instructions_.end());
@@ -70,10 +68,36 @@ void Computation::RemoveInstructions(const std::vector<Instruction*>& insts) {
   for (Instruction* inst : insts) {
     assert(inst->users().empty() && inst != root_);
     inst->DetachOperands();
-    by_name_.erase(inst->name());
+    by_name_.Erase(inst->name());
     gone.Insert(inst);
   }
   std::erase_if(instructions_, [&](const auto& p) { return gone.Find(p.get()) >= 0; });
+}
+
+std::vector<std::unique_ptr<Instruction>> Computation::ReleaseInstructions(
+    const std::vector<Instruction*>& insts) {
+  PointerIndex leaving(insts.size());
+  for (Instruction* inst : insts) {
+    for (Instruction* op : inst->operands_) std::erase(op->users_, inst);
+    by_name_.Erase(inst->name());
+    inst->parent_ = nullptr;
+    leaving.Insert(inst);
+  }
+  std::vector<std::unique_ptr<Instruction>> released;
+  released.reserve(insts.size());
+  std::erase_if(instructions_, [&](auto& p) {
+    if (leaving.Find(p.get()) < 0) return false;
+    released.push_back(std::move(p));
+    return true;
+  });
+  return released;
+}
+
+Instruction* Computation::AddReleased(std::unique_ptr<Instruction> inst,
+                                      std::vector<Instruction*> operands) {
+  assert(inst->parent_ == nullptr && "not a released instruction");
+  inst->operands_ = std::move(operands);
+  return AddInstruction(std::move(inst));
 }
 
 void Computation::ReorderInstructions(const std::vector<Instruction*>& order) {
@@ -92,11 +116,11 @@ void Computation::ReorderInstructions(const std::vector<Instruction*>& order) {
 
 std::string Computation::UniqueName(std::string_view base) {
   std::string candidate(base);
-  if (!by_name_.contains(candidate)) return candidate;
+  if (!by_name_.Contains(candidate)) return candidate;
   int64_t& next = next_suffix_[candidate];
   do {
     candidate = fmt::format("{}.{}", base, ++next);
-  } while (by_name_.contains(candidate));
+  } while (by_name_.Contains(candidate));
   return candidate;
 }
 

@@ -51,6 +51,19 @@ void Instruction::ReplaceAllUsesWith(Instruction* other) {
   if (parent_ != nullptr && parent_->root() == this) parent_->set_root(other);
 }
 
+void Instruction::ReplaceUsesIn(Computation* in, Instruction* other) {
+  assert(other != this);
+  std::erase_if(users_, [&](Instruction* user) {
+    if (user->parent_ != in) return false;
+    for (Instruction*& op : user->operands_) {
+      if (op == this) op = other;
+    }
+    other->AddUser(user);
+    return true;
+  });
+  if (in->root() == this) in->set_root(other);
+}
+
 void Instruction::DetachOperands() {
   std::vector<Instruction*> operands = std::move(operands_);
   operands_.clear();

@@ -112,6 +112,10 @@ class Instruction {
   // Makes every user of this instruction use `other` instead; the root of the
   // parent computation moves too. Shapes must match (checked by the verifier).
   void ReplaceAllUsesWith(Instruction* other);
+  // Makes every user of this instruction in `in` use `other` instead (users
+  // elsewhere keep this); the root of `in` moves too. For a value moved out
+  // of `in` (Computation::ReleaseInstructions) whose users there remain.
+  void ReplaceUsesIn(Computation* in, Instruction* other);
   // Drops all operands (and this from their user lists), before removal.
   void DetachOperands();
 

@@ -1,0 +1,104 @@
+// A computation's name index (NameIndex) and the moves the fusion pass
+// makes: ReleaseInstructions, AddReleased and ReplaceUsesIn keep operands,
+// users, names and roots consistent, as the verifier checks.
+#include "compiler/ir/computation.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/module.h"
+#include "compiler/ir/name_index.h"
+#include "compiler/ir/verifier.h"
+
+namespace gptc::ir {
+namespace {
+
+std::unique_ptr<Instruction> Op(std::string name, Opcode opcode,
+                                std::vector<Instruction*> operands = {}) {
+  Attrs attrs;
+  if (opcode == Opcode::kParameter) attrs.index = 0;
+  return std::make_unique<Instruction>(std::move(name), opcode, Shape(DType::kF32, {4}),
+                                       std::move(operands), attrs);
+}
+
+TEST(NameIndexTest, FindsWhatIsLeftAfterErasuresAndGrowth) {
+  // Enough names to rehash several times, half of them erased: the rest
+  // stay reachable past the tombstones on their probe chains.
+  std::vector<std::unique_ptr<Instruction>> insts;
+  NameIndex index;
+  for (int i = 0; i < 1000; ++i) {
+    insts.push_back(Op("x" + std::to_string(i), Opcode::kNeg));
+    index.Insert(insts.back().get());
+  }
+  for (int i = 0; i < 1000; i += 2) index.Erase("x" + std::to_string(i));
+  index.Erase("never-there");
+  for (int i = 0; i < 1000; ++i) {
+    Instruction* found = index.Find("x" + std::to_string(i));
+    EXPECT_EQ(found, i % 2 == 0 ? nullptr : insts[i].get()) << "x" << i;
+  }
+  // An erased name can be taken again, by another instruction.
+  auto again = Op("x10", Opcode::kExp);
+  index.Insert(again.get());
+  EXPECT_EQ(index.Find("x10"), again.get());
+  EXPECT_FALSE(index.Contains("x1000"));
+}
+
+TEST(ComputationTest, ReleasedInstructionsMoveWithTheirNamesAndUses) {
+  // main: p -> a = neg(p) -> b = exp(a) -> c = add(b, p) (root).
+  // Move a and b into `fused` (reading its parameter q), and point main's
+  // users of b at a stand-in s = copy(p), as the fusion pass does.
+  Module module("m");
+  Computation* main = module.AddComputation("main");
+  module.set_entry(main);
+  Instruction* p = main->AddInstruction(Op("p", Opcode::kParameter));
+  Instruction* a = main->AddInstruction(Op("a", Opcode::kNeg, {p}));
+  Instruction* b = main->AddInstruction(Op("b", Opcode::kExp, {a}));
+  Instruction* c = main->AddInstruction(Op("c", Opcode::kAdd, {b, p}));
+  main->set_root(c);
+
+  std::vector<std::unique_ptr<Instruction>> released = main->ReleaseInstructions({a, b});
+  ASSERT_EQ(released.size(), 2u);
+  EXPECT_EQ(released[0].get(), a);
+  EXPECT_EQ(main->instruction_count(), 2);
+  EXPECT_EQ(main->FindInstruction("a"), nullptr);
+  EXPECT_EQ(p->users(), std::vector<Instruction*>{c});  // a no longer reads p
+  EXPECT_EQ(b->users(), std::vector<Instruction*>{c});  // main's user stays for the caller
+
+  auto fused = std::make_unique<Computation>("fused");
+  Instruction* q = fused->AddInstruction(Op("q", Opcode::kParameter));
+  fused->AddReleased(std::move(released[0]), {q});
+  fused->AddReleased(std::move(released[1]), {a});
+  fused->set_root(b);
+  EXPECT_EQ(a->parent(), fused.get());
+  EXPECT_EQ(a->operands(), std::vector<Instruction*>{q});
+  EXPECT_EQ(q->users(), std::vector<Instruction*>{a});
+  EXPECT_EQ(fused->FindInstruction("b"), b);
+
+  Instruction* s = main->InsertInstructionBefore(Op("s", Opcode::kCopy, {p}), c);
+  b->ReplaceUsesIn(main, s);
+  EXPECT_EQ(c->operand(0), s);
+  EXPECT_TRUE(b->users().empty());  // a user of it in `fused` would have stayed
+  EXPECT_EQ(fused->root(), b);
+  EXPECT_EQ(main->root(), c);
+  EXPECT_TRUE(VerifyModule(module).ok()) << VerifyModule(module).message();
+}
+
+TEST(ComputationTest, ReplaceUsesInMovesTheRoot) {
+  Module module("m");
+  Computation* main = module.AddComputation("main");
+  module.set_entry(main);
+  Instruction* p = main->AddInstruction(Op("p", Opcode::kParameter));
+  Instruction* a = main->AddInstruction(Op("a", Opcode::kNeg, {p}));
+  main->set_root(a);
+  std::vector<std::unique_ptr<Instruction>> released = main->ReleaseInstructions({a});
+  Instruction* s = main->AddInstruction(Op("s", Opcode::kCopy, {p}));
+  a->ReplaceUsesIn(main, s);
+  EXPECT_EQ(main->root(), s);
+  EXPECT_TRUE(VerifyModule(module).ok()) << VerifyModule(module).message();
+}
+
+}  // namespace
+}  // namespace gptc::ir
