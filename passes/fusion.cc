@@ -63,15 +63,16 @@ Planner::Planner(ir::Computation* computation) : computation_(computation) {
   // Operands precede users, so one pass in order decides IsSourceless from
   // the operands' answers.
   size_t n = computation->instructions().size();
-  index_.Reserve(n);
   order_.reserve(n);
   free_.assign(n, 0);
   group_of_.assign(n, -1);
   std::vector<char> sourceless(n, 0);
   for (const auto& inst : computation->instructions()) {
-    int32_t i = index_.Insert(inst.get());
+    auto i = static_cast<int32_t>(order_.size());
+    inst->set_pass_index(i);
     order_.push_back(inst.get());
     Opcode op = inst->opcode();
+    by_opcode_[static_cast<size_t>(op)].push_back(inst.get());
     bool s = op == Opcode::kConstant || op == Opcode::kIota;
     if (!s && (op == Opcode::kBroadcast || ir::IsElementwise(op)) && !inst->shape().is_tuple() &&
         inst->operand_count() > 0) {
@@ -85,12 +86,12 @@ Planner::Planner(ir::Computation* computation) : computation_(computation) {
 }
 
 bool Planner::IsFree(const Instruction* inst) const {
-  int32_t i = index_.Find(inst);
+  int32_t i = find_pos(inst);
   return i >= 0 ? free_[i] != 0 : passes::fusion_internal::IsFree(*inst);
 }
 
 int Planner::group_of(const Instruction* inst) const {
-  int32_t i = index_.Find(inst);
+  int32_t i = find_pos(inst);
   return i >= 0 ? group_of_[i] : -1;
 }
 
@@ -358,9 +359,9 @@ class Materializer {
     // group's set was the pass's one n log n step).
     members_.resize(p_.groups().size());
     outputs_.resize(p_.groups().size());
-    for (const Instruction* inst : p_.order()) {
-      int g = p_.group_of(inst);
-      if (g >= 0 && p_.groups()[g].live) members_[g].push_back(inst);
+    for (size_t i = 0; i < p_.order().size(); ++i) {
+      int g = p_.group_at(i);
+      if (g >= 0 && p_.groups()[g].live) members_[g].push_back(p_.order()[i]);
     }
     for (int g : live) outputs_[g] = Outputs(g);
     ReleaseMembers();
@@ -387,15 +388,16 @@ class Materializer {
     auto unread = [&](const Instruction* inst) {
       return std::all_of(inst->users().begin(), inst->users().end(), is_removed);
     };
-    for (auto it = p_.order().rbegin(); it != p_.order().rend(); ++it) {
-      Instruction* inst = *it;
-      if (removed_[p_.pos(inst)] != 0 || !p_.IsFree(inst) || !unread(inst)) continue;
-      if (entry_->root() == inst) continue;
+    // By position: the members that left are not touched again.
+    for (int64_t i = static_cast<int64_t>(p_.order().size()) - 1; i >= 0; --i) {
+      Instruction* inst = p_.order()[i];
+      if (removed_[i] != 0 || !p_.free_at(i) || !unread(inst) || entry_->root() == inst) continue;
       removing.push_back(inst);
-      removed_[p_.pos(inst)] = 1;
+      removed_[i] = 1;
     }
-    entry_->RemoveInstructions(removing);
+    // Before they are destroyed: is_removed reads their pass_index().
     std::erase_if(new_order, is_removed);
+    entry_->RemoveInstructions(removing);
     assert(new_order.size() == static_cast<size_t>(entry_->instruction_count()) &&
            "fusion groups must not form a cycle");
     entry_->ReorderInstructions(new_order);

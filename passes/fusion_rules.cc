@@ -122,8 +122,8 @@ void FuseOptimizer(Planner& p) {
     s.insert(inst);
   }
   p.MakeConvex(s);
-  for (const Instruction* inst : p.order()) {
-    if (s.contains(inst)) hero = inst;
+  for (const Instruction* inst : s) {  // the last in entry order
+    if (hero == nullptr || p.pos(inst) > p.pos(hero)) hero = inst;
   }
   if (!s.empty()) p.NewGroup(FusionKind::kOptimizer, hero, s);
 }
@@ -134,9 +134,8 @@ void FuseGradNorm(Planner& p) {
   // leave out (every update depends on the global norm); one horizontal
   // multi-output reduction computes them all, with the norm and clip scale.
   InstSet s;
-  for (const Instruction* r : p.order()) {
-    if (r->opcode() != Opcode::kReduce || !p.Claimable(r) ||
-        !r->metadata().starts_with("optimizer.")) {
+  for (const Instruction* r : p.WithOpcode(Opcode::kReduce)) {
+    if (!p.Claimable(r) || !r->metadata().starts_with("optimizer.")) {
       continue;
     }
     s.insert(r);
@@ -175,9 +174,8 @@ void FuseParameterConverts(Planner& p) {
   // Every convert of a master weight (f32 -> bf16) in one horizontal loop
   // kernel at the start of the step, instead of one kernel per use.
   InstSet s;
-  for (const Instruction* c : p.order()) {
-    if (c->opcode() == Opcode::kConvert && p.Claimable(c) &&
-        c->operand(0)->opcode() == Opcode::kParameter) {
+  for (const Instruction* c : p.WithOpcode(Opcode::kConvert)) {
+    if (p.Claimable(c) && c->operand(0)->opcode() == Opcode::kParameter) {
       s.insert(c);
     }
   }
@@ -193,8 +191,8 @@ void FuseConvertsIntoProducers(Planner& p) {
   // x = <group g>; c = convert(x)  =>  c joins g as one more output (or
   // replaces x's output when c is x's only user). Not into gemms: cuBLASLt
   // writes one result (their epilogue converts are absorbed by FuseGemms).
-  for (const Instruction* c : p.order()) {
-    if (c->opcode() != Opcode::kConvert || !p.Claimable(c)) continue;
+  for (const Instruction* c : p.WithOpcode(Opcode::kConvert)) {
+    if (!p.Claimable(c)) continue;
     std::vector<const Instruction*> sources;
     p.NonFreeSources(c->operand(0), sources);
     if (sources.size() != 1) continue;
@@ -208,8 +206,8 @@ void FuseConvertsIntoProducers(Planner& p) {
 }
 
 void FuseCrossEntropy(Planner& p) {
-  for (const Instruction* ce : p.order()) {
-    if (ce->opcode() != Opcode::kSoftmaxCrossEntropy || !p.Claimable(ce)) continue;
+  for (const Instruction* ce : p.WithOpcode(Opcode::kSoftmaxCrossEntropy)) {
+    if (!p.Claimable(ce)) continue;
     // dlogits: the backward ops of this op's scope computed from its logits.
     std::string meta = "grad." + ce->metadata();
     // The logits, and their clone when remat recomputes them for the
@@ -303,8 +301,8 @@ void AddQkvProducers(const Planner& p, InstSet& s) {
 // the packing kernel takes 0.13 ms at DRAM speed. No [B, H, T, S] tensor is
 // stored anywhere in the step.
 void FuseAttention(Planner& p) {
-  for (const Instruction* a : p.order()) {
-    if (a->opcode() != Opcode::kAttention || !p.Claimable(a)) continue;
+  for (const Instruction* a : p.WithOpcode(Opcode::kAttention)) {
+    if (!p.Claimable(a)) continue;
     int g = p.NewGroup(FusionKind::kAttention, a, {a});
     // The backward's row statistics of the same scores. They join last: the
     // group then spans from the forward to the backward, and every cycle
@@ -330,8 +328,10 @@ void FuseAttention(Planner& p) {
     grown.insert(lses.begin(), lses.end());
     AddQkvProducers(p, grown);
     for (const Instruction* u : lses) grown.erase(u);
-    for (auto it = p.order().rbegin(); it != p.order().rend(); ++it) {
-      if (grown.contains(*it) && p.group_of(*it) != g) p.TryAdd(g, *it);  // users first
+    std::vector<const Instruction*> joining(grown.begin(), grown.end());
+    p.SortByPosition(joining);
+    for (auto it = joining.rbegin(); it != joining.rend(); ++it) {
+      if (p.group_of(*it) != g) p.TryAdd(g, *it);  // users first
     }
     // The output written in [B, T, H*D].
     for (const Instruction* u = SingleUser(p, a);
@@ -450,13 +450,13 @@ void FuseAttentionGrads(Planner& p) {
   // An attention-lse that no attention of the same q, k took in (IR that
   // asks only for the statistics): a kernel of its own, the forward's loop
   // without v.
-  for (const Instruction* a : p.order()) {
-    if (a->opcode() == Opcode::kAttentionLse && p.Claimable(a)) {
+  for (const Instruction* a : p.WithOpcode(Opcode::kAttentionLse)) {
+    if (p.Claimable(a)) {
       p.NewGroup(FusionKind::kAttention, a, {a});
     }
   }
-  for (const Instruction* a : p.order()) {
-    if (a->opcode() != Opcode::kAttentionGrad || !p.Claimable(a)) continue;
+  for (const Instruction* a : p.WithOpcode(Opcode::kAttentionGrad)) {
+    if (!p.Claimable(a)) continue;
     int g = p.NewGroup(FusionKind::kAttention, a, {a});
     if (a->attrs().index != 0) {  // dk and dv of the same operands share the key blocks
       for (const Instruction* u : a->operand(0)->users()) {
@@ -518,8 +518,8 @@ bool WidenedByConsumers(const Planner& p, const Instruction* convert) {
 }  // namespace
 
 void FuseGemms(Planner& p) {
-  for (const Instruction* d : p.order()) {
-    if (d->opcode() != Opcode::kDot || !p.Claimable(d)) continue;
+  for (const Instruction* d : p.WithOpcode(Opcode::kDot)) {
+    if (!p.Claimable(d)) continue;
     int g = p.NewGroup(FusionKind::kGemm, d, {d});
     // Operand layouts cuBLASLt expresses: reshapes and last-two-dims transposes.
     for (const Instruction* op : d->operands()) {
@@ -778,8 +778,8 @@ void MergeChannelSumsIntoRows(Planner& p) {
 
 void FuseReductions(Planner& p) {
   std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, std::vector<int>> siblings;
-  for (const Instruction* r : p.order()) {
-    if (r->opcode() != Opcode::kReduce || !p.Claimable(r)) continue;
+  for (const Instruction* r : p.WithOpcode(Opcode::kReduce)) {
+    if (!p.Claimable(r)) continue;
     const std::vector<int64_t>& in_dims = r->operand(0)->shape().dims();
     int g = p.NewGroup(FusionKind::kReduction, r, {r});
     if (ir::IsRowReduce(*r)) {
@@ -845,8 +845,10 @@ void FuseLoops(Planner& p) {
     if (joined < 0 && x->opcode() != Opcode::kReshape) p.NewGroup(FusionKind::kLoop, x, {x});
   }
   // Free ops (other than constants) an unfused op reads must be materialized.
-  for (const Instruction* x : p.order()) {
-    if (!p.IsFree(x) || x->opcode() == Opcode::kConstant) continue;
+  for (size_t i = 0; i < p.order().size(); ++i) {
+    if (!p.free_at(i)) continue;
+    const Instruction* x = p.order()[i];
+    if (x->opcode() == Opcode::kConstant) continue;
     bool needed = false;
     for (const Instruction* u : x->users()) needed |= !p.IsFree(u) && p.group_of(u) < 0;
     needed |= p.computation()->root() == x;

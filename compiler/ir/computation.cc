@@ -76,20 +76,26 @@ void Computation::RemoveInstructions(const std::vector<Instruction*>& insts) {
 
 std::vector<std::unique_ptr<Instruction>> Computation::ReleaseInstructions(
     const std::vector<Instruction*>& insts) {
-  PointerIndex leaving(insts.size());
+  // Most of the computation leaving (the fusion pass's entry): the names
+  // that stay are indexed again, not each leaving one erased.
+  bool reindex = insts.size() * 2 > instructions_.size();
   for (Instruction* inst : insts) {
+    assert(inst->parent_ == this);
     for (Instruction* op : inst->operands_) std::erase(op->users_, inst);
-    by_name_.Erase(inst->name());
-    inst->parent_ = nullptr;
-    leaving.Insert(inst);
+    if (!reindex) by_name_.Erase(inst->name());
+    inst->parent_ = nullptr;  // what leaves, for the pass below
   }
   std::vector<std::unique_ptr<Instruction>> released;
   released.reserve(insts.size());
   std::erase_if(instructions_, [&](auto& p) {
-    if (leaving.Find(p.get()) < 0) return false;
+    if (p->parent_ != nullptr) return false;
     released.push_back(std::move(p));
     return true;
   });
+  if (reindex) {
+    by_name_ = NameIndex();
+    for (const auto& inst : instructions_) by_name_.Insert(inst.get());
+  }
   return released;
 }
 

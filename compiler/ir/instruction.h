@@ -102,6 +102,14 @@ class Instruction {
     line_ = line;
     column_ = column;
   }
+  // A number a pass may give each instruction to index its own tables by,
+  // read back in O(1) without a hash lookup; -1 until set. Only the pass
+  // that set it knows what it means (others may have left theirs), so a
+  // reader checks it against its own table (see fusion_internal::Planner).
+  // On 40k-instruction graphs a hash table of pointers outgrew the L2 cache,
+  // and its lookups were a sixth of the fusion pass (issue 14).
+  int32_t pass_index() const { return pass_index_; }
+  void set_pass_index(int32_t i) { pass_index_ = i; }
   // fusion: the fused computation; attention / softmax-cross-entropy: the decomposition.
   Computation* called_computation() const { return called_; }
   void set_called_computation(Computation* c) { called_ = c; }
@@ -126,6 +134,7 @@ class Instruction {
 
   std::string name_;
   Opcode opcode_;
+  int32_t pass_index_ = -1;  // in the padding after opcode_: no bigger
   Shape shape_;
   std::vector<Instruction*> operands_;
   std::vector<Instruction*> users_;

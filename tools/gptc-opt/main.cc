@@ -134,7 +134,7 @@ int Main(int argc, char** argv) {
       status = changed.status();
       if (options.timings) {
         for (const auto& [name, seconds] : *options.timings) {
-          std::fprintf(stderr, "gptc-opt: %s %.3f s\n", name.c_str(), seconds);
+          std::fprintf(stderr, "gptc-opt: %s %.4f s\n", name.c_str(), seconds);
         }
         options.timings->clear();
       }
