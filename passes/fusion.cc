@@ -485,9 +485,7 @@ class Materializer {
   // move into the fused computations.
   void ReleaseMembers() {
     std::vector<Instruction*> members;
-    for (const auto& group : members_) {
-      for (const Instruction* m : group) members.push_back(const_cast<Instruction*>(m));
-    }
+    for (const auto& group : members_) members.insert(members.end(), group.begin(), group.end());
     for (auto& inst : entry_->ReleaseInstructions(members)) {
       int64_t i = p_.pos(inst.get());
       removed_[i] = 1;
@@ -521,7 +519,7 @@ class Materializer {
   // for group `g`; returns the new entry instructions in order.
   std::vector<Instruction*> BuildFusion(int g) {
     const Group& group = p_.groups()[g];
-    const std::vector<const Instruction*>& members = members_[g];
+    const std::vector<Instruction*>& members = members_[g];
     auto fused = std::make_unique<ir::Computation>(ComputationName(group));
     // clone_ by planner position, emptied again when this group is built.
     auto cloned = [&](const Instruction* x) { return clone_[p_.pos(x)]; };
@@ -633,7 +631,7 @@ class Materializer {
   std::vector<std::unique_ptr<Instruction>> released_;
   std::vector<char> removed_;
   // By group: its members in entry order, and Outputs().
-  std::vector<std::vector<const Instruction*>> members_;
+  std::vector<std::vector<Instruction*>> members_;
   std::vector<std::vector<const Instruction*>> outputs_;
   // Fused computations built, added to the module at the end of Run; and
   // the computation names in use (a linear FindComputation per fusion made

@@ -144,8 +144,8 @@ class Planner {
 
   ir::Computation* computation_;
   std::vector<ir::Instruction*> order_;
+  std::array<std::vector<const ir::Instruction*>, ir::kNumOpcodes> by_opcode_;  // WithOpcode()
   // Indexed by position in order_ (an instruction's pass_index()).
-  std::array<std::vector<const ir::Instruction*>, ir::kNumOpcodes> by_opcode_;
   std::vector<char> free_;
   std::vector<int> group_of_;  // -1: in no group
   std::vector<Group> groups_;
