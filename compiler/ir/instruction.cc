@@ -9,11 +9,11 @@ namespace gptc::ir {
 
 Instruction::Instruction(std::string name, Opcode opcode, Shape shape,
                          std::vector<Instruction*> operands, Attrs attrs)
-    : name_(std::move(name)),
-      opcode_(opcode),
-      shape_(std::move(shape)),
+    : opcode_(opcode),
       operands_(std::move(operands)),
-      attrs_(attrs == kNoAttrs ? nullptr : std::make_unique<Attrs>(std::move(attrs))) {}
+      shape_(std::move(shape)),
+      attrs_(attrs == kNoAttrs ? nullptr : std::make_unique<Attrs>(std::move(attrs))),
+      name_(std::move(name)) {}
 
 // Constant-initialized: no static-initialization order to get wrong.
 constinit const Attrs Instruction::kNoAttrs{};

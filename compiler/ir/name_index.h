@@ -44,6 +44,11 @@ class NameIndex {
     ++count_;
   }
 
+  // Makes room for `n` live entries without growing again.
+  void Reserve(size_t n) {
+    if (n * 2 > slots_.size()) Rehash(n * 2);
+  }
+
   // Removes the instruction named `name`, if there is one.
   void Erase(std::string_view name) {
     if (slots_.empty()) return;

@@ -25,7 +25,7 @@ bool IsInteger(DType dtype);  // s32, u16
 class Shape {
  public:
   Shape() = default;  // f32[] scalar
-  Shape(DType dtype, std::vector<int64_t> dims) : dtype_(dtype), dims_(std::move(dims)) {}
+  Shape(DType dtype, std::vector<int64_t> dims) : dims_(std::move(dims)), dtype_(dtype) {}
   static Shape Scalar(DType dtype) { return Shape(dtype, {}); }
   static Shape Tuple(std::vector<Shape> elements);
 
@@ -50,10 +50,11 @@ class Shape {
   bool operator==(const Shape& other) const = default;
 
  private:
-  DType dtype_ = DType::kF32;
+  // The small fields last: 56 bytes, not 64 with padding after each.
   std::vector<int64_t> dims_;
-  bool is_tuple_ = false;
   std::vector<Shape> elements_;
+  DType dtype_ = DType::kF32;
+  bool is_tuple_ = false;
 };
 
 std::string DimsToString(std::span<const int64_t> dims);  // "{0,2}"

@@ -86,6 +86,31 @@ TEST(ComputationTest, ReleasedInstructionsMoveWithTheirNamesAndUses) {
   EXPECT_TRUE(VerifyModule(module).ok()) << VerifyModule(module).message();
 }
 
+TEST(ComputationTest, ReleaseOutOfOrderReturnsTheInstructionsInTheOrderGiven) {
+  // In the computation's order the release is one pass comparing pointers;
+  // out of order (c before a) it falls back to a second pass, and still
+  // returns them as given and leaves the rest (p, b) in order.
+  Module module("m");
+  Computation* main = module.AddComputation("main");
+  module.set_entry(main);
+  Instruction* p = main->AddInstruction(Op("p", Opcode::kParameter));
+  Instruction* a = main->AddInstruction(Op("a", Opcode::kNeg, {p}));
+  Instruction* b = main->AddInstruction(Op("b", Opcode::kExp, {p}));
+  Instruction* c = main->AddInstruction(Op("c", Opcode::kCopy, {p}));
+  main->set_root(b);
+  std::vector<std::unique_ptr<Instruction>> released = main->ReleaseInstructions({c, a});
+  ASSERT_EQ(released.size(), 2u);
+  EXPECT_EQ(released[0].get(), c);
+  EXPECT_EQ(released[1].get(), a);
+  ASSERT_EQ(main->instruction_count(), 2);
+  EXPECT_EQ(main->instructions()[0].get(), p);
+  EXPECT_EQ(main->instructions()[1].get(), b);
+  EXPECT_EQ(p->users(), std::vector<Instruction*>{b});
+  EXPECT_EQ(main->FindInstruction("c"), nullptr);
+  EXPECT_EQ(main->FindInstruction("b"), b);
+  EXPECT_TRUE(VerifyModule(module).ok()) << VerifyModule(module).message();
+}
+
 TEST(ComputationTest, ReplaceUsesInMovesTheRoot) {
   Module module("m");
   Computation* main = module.AddComputation("main");
