@@ -331,7 +331,6 @@ Status FillTiles(WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Value 
   };
   std::vector<Vector> vectors;
   for (const auto& [op, tile] : tiles) {
-    const ir::Shape& shape = op->shape();
     const std::optional<VectorSource> source = VectorSourceOf(*op, len, dim);
     if (!source || (kTileRows * dim / 8) % kThreads != 0) {
       by_element.push_back({op, tile});
