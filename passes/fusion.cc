@@ -140,6 +140,22 @@ int Planner::NewGroup(ir::FusionKind kind, const Instruction* hero, const InstSe
   return g;
 }
 
+std::vector<const Instruction*> Planner::MembersInOrder(int g) const {
+  const Group& group = groups_[g];
+  std::vector<const Instruction*> out;
+  out.reserve(group.members.size());
+  if (static_cast<int64_t>(group.members.size()) * 4 >= group.last - group.first + 1) {
+    for (int64_t i = group.first; i <= group.last; ++i) {
+      if (group_of_[i] == g) out.push_back(order_[i]);
+    }
+    assert(out.size() == group.members.size() && "group_of_ and members disagree");
+  } else {
+    out.assign(group.members.begin(), group.members.end());
+    SortByPosition(out);
+  }
+  return out;
+}
+
 void Planner::SetBounds(int g) {
   Group& group = groups_[g];
   group.first = static_cast<int64_t>(order_.size());
@@ -703,8 +719,9 @@ class Materializer {
 StatusOr<bool> Fusion::Run(ir::Module& module) {
   using namespace fusion_internal;  // NOLINT(build/namespaces): the phases read as a list
   if (module.entry() == nullptr) return Error("fusion: module {} has no entry", module.name());
-  ReadRoundedAttentionOperands(*module.entry());
-  SplitAttentionOperandChains(*module.entry());
+  const std::vector<Instruction*> attention_ops = AttentionOps(*module.entry());
+  ReadRoundedAttentionOperands(*module.entry(), attention_ops);
+  SplitAttentionOperandChains(*module.entry(), attention_ops);
   Planner planner(module.entry());
   FuseOptimizer(planner);
   FuseGradNorm(planner);

@@ -86,6 +86,11 @@ class Planner {
   bool free_at(size_t i) const { return free_[i] != 0; }
   int group_at(size_t i) const { return group_of_[i]; }
   std::vector<Group>& groups() { return groups_; }
+  // Group `g`'s members in entry order. A group that fills most of its
+  // bounds is read off group_at() by position, reading no instruction;
+  // iterating the hash set instead visits the IR in no memory order (on a
+  // 40k-member group, a cache miss at nearly every member).
+  std::vector<const ir::Instruction*> MembersInOrder(int g) const;
   // The group holding `inst`, or -1.
   int group_of(const ir::Instruction* inst) const;
 
@@ -168,14 +173,22 @@ class Planner {
 // through the slice, reshape, transpose and bias add, and read the f32 k and
 // v tiles through L2 about 8 times each. Rewrites `entry` before planning
 // (the copies move up before the forward); returns whether it changed it.
-bool ReadRoundedAttentionOperands(ir::Computation& entry);
+// `attention_ops`: the entry's attention, attention-lse and attention-grad
+// ops, in order (AttentionOps).
+bool ReadRoundedAttentionOperands(ir::Computation& entry,
+                                  std::span<ir::Instruction* const> attention_ops);
 
 // Note [per-kernel operand chains]: gives the dq attention-grad op its own
 // copy of each layout/convert chain over an operand no wider than its own
 // element (do out of the dx gemm, delta's transpose), so that it and the
 // dk + dv kernel each take one instead of a kernel writing the shared copy.
 // Rewrites `entry` before planning; returns whether it cloned anything.
-bool SplitAttentionOperandChains(ir::Computation& entry);
+bool SplitAttentionOperandChains(ir::Computation& entry,
+                                 std::span<ir::Instruction* const> attention_ops);
+
+// The attention, attention-lse and attention-grad ops of `entry`, in order:
+// one pass over the entry for both rewrites above.
+std::vector<ir::Instruction*> AttentionOps(const ir::Computation& entry);
 
 void FuseOptimizer(Planner& p);
 void FuseGradNorm(Planner& p);

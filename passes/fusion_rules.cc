@@ -345,13 +345,30 @@ void FuseAttention(Planner& p) {
   }
 }
 
-bool ReadRoundedAttentionOperands(ir::Computation& entry) {
+std::vector<Instruction*> AttentionOps(const ir::Computation& entry) {
+  std::vector<Instruction*> ops;
+  const auto& insts = entry.instructions();
+  for (size_t i = 0; i < insts.size(); ++i) {
+    // Ahead of the sweep, as the planner's (fusion.cc): past the L3, it
+    // waited on memory at each instruction.
+    if (i + 8 < insts.size()) __builtin_prefetch(insts[i + 8].get());
+    const Instruction* inst = insts[i].get();
+    const Opcode o = inst->opcode();
+    if (o == Opcode::kAttention || o == Opcode::kAttentionLse || o == Opcode::kAttentionGrad) {
+      ops.push_back(insts[i].get());
+    }
+  }
+  return ops;
+}
+
+bool ReadRoundedAttentionOperands(ir::Computation& entry,
+                                  std::span<Instruction* const> attention_ops) {
   // Each attention (or attention-lse) operand and the 16-bit copy the
   // backward keeps of it.
   std::map<Instruction*, std::vector<std::pair<int64_t, Instruction*>>> reads;
   std::vector<Instruction*> readers;  // in order
   std::set<Instruction*> rounded;
-  for (const auto& inst : entry.instructions()) {
+  for (Instruction* inst : attention_ops) {
     const Opcode o = inst->opcode();
     if ((o != Opcode::kAttention && o != Opcode::kAttentionLse) || !inst->attrs().grad_dtype) {
       continue;
@@ -362,8 +379,8 @@ bool ReadRoundedAttentionOperands(ir::Computation& entry) {
       if (ir::DTypeBytes(narrow) >= ir::DTypeBytes(x->shape().dtype())) continue;
       for (Instruction* u : x->users()) {
         if (u->opcode() == Opcode::kConvert && u->shape().dtype() == narrow) {
-          if (!reads.contains(inst.get())) readers.push_back(inst.get());
-          reads[inst.get()].push_back({i, u});
+          if (!reads.contains(inst)) readers.push_back(inst);
+          reads[inst].push_back({i, u});
           rounded.insert(u);
           break;
         }
@@ -404,12 +421,11 @@ bool ReadRoundedAttentionOperands(ir::Computation& entry) {
   return true;
 }
 
-bool SplitAttentionOperandChains(ir::Computation& entry) {
+bool SplitAttentionOperandChains(ir::Computation& entry,
+                                 std::span<Instruction* const> attention_ops) {
   std::vector<Instruction*> dqs;
-  for (const auto& inst : entry.instructions()) {
-    if (inst->opcode() == Opcode::kAttentionGrad && inst->attrs().index == 0) {
-      dqs.push_back(inst.get());
-    }
+  for (Instruction* inst : attention_ops) {
+    if (inst->opcode() == Opcode::kAttentionGrad && inst->attrs().index == 0) dqs.push_back(inst);
   }
   bool changed = false;
   for (Instruction* dq : dqs) {
@@ -626,7 +642,9 @@ void GrowRowGroup(Planner& p, int g, const std::vector<int64_t>& in_dims,
   // that adds nothing ends the growth): each
   // member's neighbours are gathered once, so a region grows in time linear
   // in its size, not quadratic (a 4000-op row-local chain took 13.5 s).
-  std::vector<const Instruction*> fresh(p.groups()[g].members.begin(), p.groups()[g].members.end());
+  // In entry order (the neighbours are sorted below anyway): growing again
+  // after the merges starts from every member of the group.
+  std::vector<const Instruction*> fresh = p.MembersInOrder(g);
   std::vector<const Instruction*> refused;
   while (!fresh.empty()) {
     std::vector<const Instruction*> near = std::move(refused);

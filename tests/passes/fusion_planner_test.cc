@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "tests/testing/pass_harness.h"
 
@@ -50,6 +51,32 @@ TEST(FusionPlannerTest, WorkGrowsAboutLinearlyWithTheGraph) {
   ASSERT_GT(small, 0);
   EXPECT_LT(large, 5 * small) << "1000 ops: " << small << " visits, 4000: " << large;
   EXPECT_LT(small, 50 * 1000);
+}
+
+// MembersInOrder gives a group's members in entry order both ways: read off
+// the group table when they fill most of the group's bounds, sorted out of
+// the hash set when they are few and far apart.
+TEST(FusionPlannerTest, MembersInOrderFollowTheEntry) {
+  auto module = ParseOrDie(Chain(100));
+  ASSERT_NE(module, nullptr);
+  Planner p(module->entry());
+  const auto& order = p.order();
+  InstSet dense, sparse;
+  for (size_t i = 10; i < 30; ++i) {
+    if (!p.IsFree(order[i])) dense.insert(order[i]);
+  }
+  for (size_t i : {90, 40, 60}) sparse.insert(order[i]);
+  const int d = p.NewGroup(ir::FusionKind::kLoop, order[10], dense);
+  const int s = p.NewGroup(ir::FusionKind::kLoop, order[40], sparse);
+  for (int g : {d, s}) {
+    std::vector<const ir::Instruction*> members = p.MembersInOrder(g);
+    ASSERT_EQ(members.size(), p.groups()[g].members.size()) << "group " << g;
+    for (size_t k = 0; k < members.size(); ++k) {
+      EXPECT_TRUE(p.groups()[g].members.contains(members[k])) << members[k]->name();
+      if (k > 0) EXPECT_LT(p.pos(members[k - 1]), p.pos(members[k])) << members[k]->name();
+    }
+  }
+  EXPECT_EQ(p.MembersInOrder(s).front(), order[40]);
 }
 
 }  // namespace
