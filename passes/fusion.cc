@@ -59,23 +59,6 @@ bool IsLoopOp(const Instruction& inst) {
   }
 }
 
-namespace {
-
-// How many instructions ahead the sweeps below prefetch. On 40k-instruction
-// graphs (issue 14's benchmark) the IR outgrows the last-level cache and
-// every sweep over it waited on memory at each instruction; at 10k it fits,
-// and the prefetches cost next to nothing.
-constexpr size_t kPrefetchAhead = 8;
-
-// The first two cache lines of `inst`: the fields the sweeps read (the
-// operand and user lists, the pass index, the opcode) and the shape.
-void PrefetchInstruction(const Instruction* inst) {
-  __builtin_prefetch(inst);
-  __builtin_prefetch(reinterpret_cast<const char*>(inst) + 64);
-}
-
-}  // namespace
-
 Planner::Planner(ir::Computation* computation) : computation_(computation) {
   // Operands precede users, so one pass in order decides IsSourceless from
   // the operands' answers.

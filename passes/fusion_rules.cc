@@ -349,9 +349,7 @@ std::vector<Instruction*> AttentionOps(const ir::Computation& entry) {
   std::vector<Instruction*> ops;
   const auto& insts = entry.instructions();
   for (size_t i = 0; i < insts.size(); ++i) {
-    // Ahead of the sweep, as the planner's (fusion.cc): past the L3, it
-    // waited on memory at each instruction.
-    if (i + 8 < insts.size()) __builtin_prefetch(insts[i + 8].get());
+    if (i + kPrefetchAhead < insts.size()) PrefetchInstruction(insts[i + kPrefetchAhead].get());
     const Instruction* inst = insts[i].get();
     const Opcode o = inst->opcode();
     if (o == Opcode::kAttention || o == Opcode::kAttentionLse || o == Opcode::kAttentionGrad) {

@@ -73,7 +73,9 @@ TEST(FusionPlannerTest, MembersInOrderFollowTheEntry) {
     ASSERT_EQ(members.size(), p.groups()[g].members.size()) << "group " << g;
     for (size_t k = 0; k < members.size(); ++k) {
       EXPECT_TRUE(p.groups()[g].members.contains(members[k])) << members[k]->name();
-      if (k > 0) EXPECT_LT(p.pos(members[k - 1]), p.pos(members[k])) << members[k]->name();
+      if (k > 0) {
+        EXPECT_LT(p.pos(members[k - 1]), p.pos(members[k])) << members[k]->name();
+      }
     }
   }
   EXPECT_EQ(p.MembersInOrder(s).front(), order[40]);
