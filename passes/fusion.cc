@@ -61,11 +61,16 @@ bool IsLoopOp(const Instruction& inst) {
 
 Planner::Planner(ir::Computation* computation) : computation_(computation) {
   // Operands precede users, so one pass in order decides IsSourceless from
-  // the operands' answers.
+  // the operands' answers, and the sources (Note [adjacency by position])
+  // from the operands' entries.
   size_t n = computation->instructions().size();
   order_.reserve(n);
   free_.assign(n, 0);
   group_of_.assign(n, -1);
+  source_begin_.assign(n + 1, 0);
+  sources_.reserve(n * 2);
+  operand_begin_.assign(n + 1, 0);
+  operands_.reserve(n * 2);
   std::vector<char> sourceless(n, 0);
   const auto& insts = computation->instructions();
   for (const auto& inst : insts) {
@@ -75,6 +80,7 @@ Planner::Planner(ir::Computation* computation) : computation_(computation) {
     order_.push_back(inst.get());
     Opcode op = inst->opcode();
     by_opcode_[static_cast<size_t>(op)].push_back(inst.get());
+    if (inst->metadata().starts_with("optimizer.")) optimizer_ops_.push_back(inst.get());
     bool s = op == Opcode::kConstant || op == Opcode::kIota;
     if (!s && (op == Opcode::kBroadcast || ir::IsElementwise(op)) && !inst->shape().is_tuple() &&
         inst->operand_count() > 0) {
@@ -84,7 +90,62 @@ Planner::Planner(ir::Computation* computation) : computation_(computation) {
     sourceless[i] = s;
     free_[i] = op == Opcode::kConstant || op == Opcode::kIota || op == Opcode::kBroadcast ||
                (ir::IsElementwise(op) && s);
+    AddSources(i, *inst);
   }
+  source_begin_[n] = static_cast<int32_t>(sources_.size());
+  operand_begin_[n] = static_cast<int32_t>(operands_.size());
+  AddUsers();
+}
+
+// Note [adjacency by position]: the cycle checks and the row growth walk the
+// graph through free ops (Neighbors), and reading each step's operand or
+// user list, and then the pass index of every instruction on it, missed the
+// caches at nearly every step on 40k-instruction graphs (their IR outgrows
+// the last-level cache; issue 14). The planner's graph does not change while
+// it plans, so it is stored once, flat, by position: the walks read 4 bytes
+// per step from arrays that stay in cache. A free op's entries are the
+// non-free sources it stands for (only broadcasts of a non-free value have
+// any), so a non-free op's sources are its operands with each free one
+// replaced by those; the users are the same edges reversed.
+void Planner::AddSources(int32_t i, const Instruction& inst) {
+  source_begin_[i] = static_cast<int32_t>(sources_.size());
+  operand_begin_[i] = static_cast<int32_t>(operands_.size());
+  for (const Instruction* op : inst.operands()) {
+    int32_t j = find_pos(op);
+    assert(j >= 0 && j < i && "an operand outside the planner's computation, or after its user");
+    if (j < 0 || j >= i) continue;
+    operands_.push_back(j);
+    if (free_[j] == 0) {
+      sources_.push_back(j);
+      continue;
+    }
+    // The free operand's entries, copied one value at a time (the vector
+    // may move as it grows).
+    for (int32_t k = source_begin_[j]; k < source_begin_[j + 1]; ++k) {
+      int32_t source = sources_[k];
+      sources_.push_back(source);
+    }
+  }
+}
+
+void Planner::AddUsers() {
+  const size_t n = order_.size();
+  // Every non-free op is a user of each of its sources, as often as it reads
+  // it (NonFreeUsers lists a user once per path through free ops, as
+  // NonFreeSources does the sources); counted first, then placed in order.
+  user_begin_.assign(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (free_[i] != 0) continue;
+    for (int32_t j : sources_at(i)) ++user_begin_[j + 1];
+  }
+  for (size_t i = 0; i < n; ++i) user_begin_[i + 1] += user_begin_[i];
+  users_.resize(user_begin_[n]);
+  std::vector<int32_t> next(user_begin_.begin(), user_begin_.end() - 1);
+  for (size_t i = 0; i < n; ++i) {
+    if (free_[i] != 0) continue;
+    for (int32_t j : sources_at(i)) users_[next[j]++] = static_cast<int32_t>(i);
+  }
+  visited_at_.assign(n, 0);
 }
 
 bool Planner::IsFree(const Instruction* inst) const {
@@ -123,19 +184,24 @@ int Planner::NewGroup(ir::FusionKind kind, const Instruction* hero, const InstSe
   return g;
 }
 
-std::vector<const Instruction*> Planner::MembersInOrder(int g) const {
+template <typename F>
+void Planner::ForEachMember(int g, const F& f) const {
   const Group& group = groups_[g];
-  std::vector<const Instruction*> out;
-  out.reserve(group.members.size());
   if (static_cast<int64_t>(group.members.size()) * 4 >= group.last - group.first + 1) {
     for (int64_t i = group.first; i <= group.last; ++i) {
-      if (group_of_[i] == g) out.push_back(order_[i]);
+      if (group_of_[i] == g) f(static_cast<int32_t>(i));
     }
-    assert(out.size() == group.members.size() && "group_of_ and members disagree");
   } else {
-    out.assign(group.members.begin(), group.members.end());
-    SortByPosition(out);
+    for (const Instruction* m : group.members) f(static_cast<int32_t>(pos(m)));
   }
+}
+
+std::vector<int32_t> Planner::MemberPositions(int g) const {
+  std::vector<int32_t> out;
+  out.reserve(groups_[g].members.size());
+  ForEachMember(g, [&](int32_t m) { out.push_back(m); });
+  assert(out.size() == groups_[g].members.size() && "group_of_ and members disagree");
+  if (!std::is_sorted(out.begin(), out.end())) std::sort(out.begin(), out.end());
   return out;
 }
 
@@ -162,22 +228,30 @@ bool Planner::JoinCreatesCycle(int g, std::span<const Instruction* const> joinin
   const Group& group = groups_[g];
   // Membership through group_of_, a flat lookup, not the groups' hash sets:
   // a chain of 40k row-local ops grows one group that large.
-  auto in_target = [&](const Instruction* x) {
-    int h = group_of(x);
+  const int32_t joining_pos = static_cast<int32_t>(pos(joining.front()));
+  auto in_target = [&](int32_t x) {
+    int h = group_of_[x];
     if (h == g) return true;
-    return joining_group >= 0 ? h == joining_group : x == joining.front();
+    return joining_group >= 0 ? h == joining_group : x == joining_pos;
   };
   int64_t first = group.first, last = group.last;
+  std::vector<int32_t> joining_at;
+  joining_at.reserve(joining.size());
   for (const Instruction* x : joining) {
-    first = std::min(first, pos(x));
-    last = std::max(last, pos(x));
+    joining_at.push_back(static_cast<int32_t>(pos(x)));
+    first = std::min<int64_t>(first, joining_at.back());
+    last = std::max<int64_t>(last, joining_at.back());
   }
   work_ += static_cast<int64_t>(joining.size());
+  std::vector<int32_t> stack;
   for (bool backward : {false, true}) {
-    std::vector<const Instruction*> stack;
-    for (const Instruction* x : joining) Neighbors(x, backward, stack);
+    stack.clear();
+    for (int32_t x : joining_at) {
+      std::span<const int32_t> next = Neighbors(x, backward);
+      stack.insert(stack.end(), next.begin(), next.end());
+    }
     std::erase_if(stack, in_target);
-    if (Walk(std::move(stack), in_target, first, last, backward, nullptr)) return true;
+    if (Walk(stack, in_target, first, last, backward, nullptr)) return true;
   }
   return false;
 }
@@ -246,44 +320,64 @@ bool Planner::Reach(const InstSet& s, bool backward, InstSet* reached) const {
     first = std::min(first, pos(m));
     last = std::max(last, pos(m));
   }
-  std::vector<const Instruction*> stack;
-  for (const Instruction* m : s) Neighbors(m, backward, stack);
-  auto in_s = [&](const Instruction* n) { return s.contains(n); };
+  std::vector<int32_t> stack;
+  for (const Instruction* m : s) {
+    std::span<const int32_t> next = Neighbors(static_cast<int32_t>(pos(m)), backward);
+    stack.insert(stack.end(), next.begin(), next.end());
+  }
+  auto in_s = [&](int32_t x) { return s.contains(order_[x]); };
   std::erase_if(stack, in_s);
-  return Walk(std::move(stack), in_s, first, last, backward, reached);
+  if (reached == nullptr) return Walk(stack, in_s, first, last, backward, nullptr);
+  std::vector<int32_t> visited;
+  bool cycle = Walk(stack, in_s, first, last, backward, &visited);
+  reached->clear();
+  for (int32_t x : visited) reached->insert(order_[x]);
+  return cycle;
 }
 
-bool Planner::Walk(std::vector<const Instruction*> stack,
-                   const std::function<bool(const Instruction*)>& in_target, int64_t first,
-                   int64_t last, bool backward, InstSet* reached) const {
-  auto beyond = [&](const Instruction* x) {
-    int g = group_of(x);
-    if (backward) return (g >= 0 ? groups_[g].last : pos(x)) < first;
-    return (g >= 0 ? groups_[g].first : pos(x)) > last;
+template <typename InTarget>
+bool Planner::Walk(std::vector<int32_t>& stack, const InTarget& in_target, int64_t first,
+                   int64_t last, bool backward, std::vector<int32_t>* reached) const {
+  auto beyond = [&](int32_t x) {
+    int g = group_of_[x];
+    if (backward) return (g >= 0 ? groups_[g].last : x) < first;
+    return (g >= 0 ? groups_[g].first : x) > last;
   };
-  InstSet visited;
+  if (++walk_stamp_ == 0) {  // wrapped: marks of 2^32 walks ago would look current
+    std::fill(visited_at_.begin(), visited_at_.end(), 0);
+    walk_stamp_ = 1;
+  }
+  auto visit = [&](int32_t x) {
+    if (visited_at_[x] == walk_stamp_) return false;
+    visited_at_[x] = walk_stamp_;
+    if (reached != nullptr) reached->push_back(x);
+    return true;
+  };
+  auto push_neighbors = [&](int32_t x) {
+    std::span<const int32_t> next = Neighbors(x, backward);
+    stack.insert(stack.end(), next.begin(), next.end());
+  };
   bool cycle = false;
   while (!stack.empty()) {
-    const Instruction* x = stack.back();
+    int32_t x = stack.back();
     stack.pop_back();
     if (in_target(x)) {
       cycle = true;
       if (reached == nullptr) return true;
       continue;
     }
-    if (beyond(x) || !visited.insert(x).second) continue;
+    if (beyond(x) || !visit(x)) continue;
     ++work_;
     // A group runs as one kernel: reaching any member reaches all of them.
-    int g = group_of(x);
+    int g = group_of_[x];
     if (g >= 0) {
-      for (const Instruction* m : groups_[g].members) {
-        if (visited.insert(m).second || m == x) Neighbors(m, backward, stack);
-      }
+      ForEachMember(g, [&](int32_t m) {
+        if (visit(m) || m == x) push_neighbors(m);
+      });
     } else {
-      Neighbors(x, backward, stack);
+      push_neighbors(x);
     }
   }
-  if (reached != nullptr) *reached = std::move(visited);
   return cycle;
 }
 
@@ -308,17 +402,6 @@ void Planner::MakeConvex(InstSet& s) const {
       s.erase(x);
       for (const Instruction* op : x->operands()) between.push_back(op);
     }
-  }
-}
-
-void Planner::Neighbors(const Instruction* x, bool backward,
-                        std::vector<const Instruction*>& out) const {
-  // Free ops are copied into each group that reads them, so paths through
-  // them count from their sources to their users directly.
-  if (backward) {
-    for (const Instruction* op : x->operands()) NonFreeSources(op, out);
-  } else {
-    NonFreeUsers(x, out);
   }
 }
 
@@ -386,14 +469,14 @@ class Materializer {
     for (size_t i = 0; i < p_.order().size(); ++i) {
       int g = p_.group_at(i);
       if (g < 0 || !p_.groups()[g].live) continue;
-      members_[g].push_back(p_.order()[i]);
+      members_[g].push_back(static_cast<int32_t>(i));
       if (read_outside_[i] != 0) outputs_[g].push_back(p_.order()[i]);
       leaving.push_back(static_cast<int32_t>(i));
     }
     // A group nothing reads (dead code a pipeline without dce left) still
     // needs a result: its last member.
     for (int g : live) {
-      if (outputs_[g].empty()) outputs_[g].push_back(members_[g].back());
+      if (outputs_[g].empty()) outputs_[g].push_back(p_.order()[members_[g].back()]);
     }
     ReleaseMembers(leaving);
     std::vector<Instruction*> new_order;
@@ -446,44 +529,35 @@ class Materializer {
   std::vector<std::pair<bool, int64_t>> TopologicalUnits() {
     const auto& order = p_.order();
     int64_t n_groups = static_cast<int64_t>(p_.groups().size());
-    auto unit = [&](const Instruction* inst) -> int64_t {
-      int g = p_.group_of(inst);
-      return g >= 0 ? g : n_groups + p_.pos(inst);
+    auto unit = [&](int32_t i) -> int64_t {
+      int g = p_.group_at(i);
+      return g >= 0 ? g : n_groups + i;
     };
     int64_t n_units = n_groups + static_cast<int64_t>(order.size());
     std::vector<int64_t> priority(n_units, -1), indegree(n_units, 0);
     std::vector<std::pair<int64_t, int64_t>> edges;  // (from, to)
     edges.reserve(order.size());
     std::vector<bool> present(n_units, false);
-    std::vector<const Instruction*> sources;
+    // By position (Note [adjacency by position]): the walk reads no
+    // instruction.
     for (size_t i = 0; i < order.size(); ++i) {
-      if (i + kPrefetchAhead < order.size()) PrefetchInstruction(order[i + kPrefetchAhead]);
-      const Instruction* inst = order[i];
-      int64_t u = unit(inst);
+      int64_t u = unit(static_cast<int32_t>(i));
       present[u] = true;
       priority[u] = std::max(priority[u], static_cast<int64_t>(i));
       // A group copies the free ops it reads: it depends on their sources.
-      sources.clear();
-      for (const Instruction* op : inst->operands()) {
-        if (u < n_groups) {
-          p_.NonFreeSources(op, sources);
-        } else {
-          sources.push_back(op);
-        }
-      }
-      for (const Instruction* op : sources) {
+      for (int32_t op : u < n_groups ? p_.sources_at(i) : p_.operands_at(i)) {
         int64_t v = unit(op);
         if (v == u) continue;
         edges.emplace_back(v, u);
         ++indegree[u];
       }
       if (u < n_groups) {
-        for (const Instruction* op : inst->operands()) CollectInputs(op, static_cast<int>(u));
+        for (int32_t op : p_.operands_at(i)) CollectInputs(op, static_cast<int>(u));
       }
       // Free ops are looked through: what they read is read by their users.
       if (!p_.free_at(i)) {
         int reader = u < n_groups ? static_cast<int>(u) : -1;
-        for (const Instruction* op : inst->operands()) MarkReadOutside(op, reader);
+        for (int32_t op : p_.operands_at(i)) MarkReadOutside(op, reader);
       }
     }
     // Successors in one array by source unit (a vector per unit was most
@@ -510,35 +584,36 @@ class Materializer {
     return out;
   }
 
-  // `value` is read by a non-free op of group `reader` (-1: of none):
-  // marks it in read_outside_ if it is a member of another group, and so
-  // on through free ops to what they read.
-  void MarkReadOutside(const Instruction* value, int reader) {
-    int g = p_.group_of(value);
-    if (g >= 0 && g != reader) read_outside_[p_.pos(value)] = 1;
-    if (p_.IsFree(value)) {
-      for (const Instruction* op : value->operands()) MarkReadOutside(op, reader);
+  // The value at position `value` is read by a non-free op of group
+  // `reader` (-1: of none): marks it in read_outside_ if it is a member of
+  // another group, and so on through free ops to what they read.
+  void MarkReadOutside(int32_t value, int reader) {
+    int g = p_.group_at(value);
+    if (g >= 0 && g != reader) read_outside_[value] = 1;
+    if (p_.free_at(value)) {
+      for (int32_t op : p_.operands_at(value)) MarkReadOutside(op, reader);
     }
   }
 
-  // Adds to group `g`'s inputs the non-free values outside it that `value`
-  // is (or, free, reads), in the order BuildFusion numbers its parameters.
-  void CollectInputs(const Instruction* value, int g) {
-    int64_t i = p_.pos(value);
+  // Adds to group `g`'s inputs the non-free values outside it that the
+  // value at position `i` is (or, free, reads), in the order BuildFusion
+  // numbers its parameters.
+  void CollectInputs(int32_t i, int g) {
     if (p_.group_at(i) == g) return;
     if (p_.free_at(i)) {
-      for (const Instruction* op : value->operands()) CollectInputs(op, g);
+      for (int32_t op : p_.operands_at(i)) CollectInputs(op, g);
       return;
     }
     // Groups read their inputs interleaved in entry order: a set of (group,
     // position) pairs, not a mark per position, tells a repeat.
     if (!input_seen_.insert(g * static_cast<int64_t>(p_.order().size()) + i).second) return;
-    inputs_[g].push_back(value);
+    inputs_[g].push_back(p_.order()[i]);
   }
 
   // The entry's root is read from outside every group.
   void MarkRootSources() {
-    if (entry_->root() != nullptr) MarkReadOutside(entry_->root(), -1);
+    if (entry_->root() != nullptr)
+      MarkReadOutside(static_cast<int32_t>(p_.pos(entry_->root())), -1);
   }
 
   // Takes the live groups' members (at positions `leaving`, ascending) out
@@ -574,14 +649,14 @@ class Materializer {
   // for group `g`; returns the new entry instructions in order.
   std::vector<Instruction*> BuildFusion(int g) {
     const Group& group = p_.groups()[g];
-    const std::vector<Instruction*>& members = members_[g];
+    const std::vector<int32_t>& members = members_[g];
     auto fused = std::make_unique<ir::Computation>(ComputationName(group));
     fused->Reserve(static_cast<int64_t>(members.size() + inputs_[g].size()) + 1);
     // clone_ by planner position, emptied again when this group is built.
     auto cloned = [&](const Instruction* x) { return clone_[p_.pos(x)]; };
-    auto set_clone = [&](const Instruction* x, Instruction* c) {
-      clone_[p_.pos(x)] = c;
-      cloned_.push_back(p_.pos(x));
+    auto set_clone = [&](int32_t i, Instruction* c) {
+      clone_[i] = c;
+      cloned_.push_back(i);
     };
     // Parameters first: the non-free values members read from outside
     // (found by TopologicalUnits).
@@ -593,28 +668,32 @@ class Materializer {
       auto param = std::make_unique<Instruction>(fmt::format("p{}.{}", number, op->name()),
                                                  Opcode::kParameter, op->shape(),
                                                  std::vector<Instruction*>{}, attrs);
-      set_clone(op, fused->AddInstruction(std::move(param)));
+      set_clone(static_cast<int32_t>(p_.pos(op)), fused->AddInstruction(std::move(param)));
     }
     // Members move into the fused computation; the free ops they read are
-    // copied (other groups may read them too).
-    std::function<Instruction*(const Instruction*)> copy = [&](const Instruction* inst) {
-      if (Instruction* c = cloned(inst)) return c;
+    // copied (other groups may read them too). By position (the planner's
+    // operand lists are the members' own: nothing has changed them since),
+    // so that an operand moved along is never read, and AddReleased leaves
+    // its use list alone.
+    std::function<Instruction*(int32_t)> copy = [&](int32_t i) {
+      if (Instruction* c = clone_[i]) return c;
       std::vector<Instruction*> operands;
-      for (const Instruction* op : inst->operands()) operands.push_back(copy(op));
+      for (int32_t op : p_.operands_at(i)) operands.push_back(copy(op));
       Instruction* raw;
-      if (std::unique_ptr<Instruction>& member = released_[p_.pos(inst)]) {
-        raw = fused->AddReleased(std::move(member), std::move(operands));
+      if (std::unique_ptr<Instruction>& member = released_[i]) {
+        raw = fused->AddReleased(std::move(member), operands);
       } else {
+        const Instruction* inst = p_.order()[i];
         auto c = std::make_unique<Instruction>(inst->name(), inst->opcode(), inst->shape(),
                                                std::move(operands), inst->attrs());
         c->set_metadata(inst->metadata());
         c->set_called_computation(inst->called_computation());
         raw = fused->AddInstruction(std::move(c));
       }
-      set_clone(inst, raw);
+      set_clone(i, raw);
       return raw;
     };
-    for (const Instruction* m : members) copy(m);
+    for (int32_t m : members) copy(m);
     const std::vector<const Instruction*>& outputs = outputs_[g];
     Instruction* root = cloned(outputs.front());
     std::vector<ir::Shape> shapes;
@@ -686,8 +765,9 @@ class Materializer {
   // the entry's root, or by a user outside the group, looking through free
   // ops), which become their fusion's outputs.
   std::vector<char> read_outside_;
-  // By group: its members in entry order, and those read outside it.
-  std::vector<std::vector<Instruction*>> members_;
+  // By group: its members' positions in entry order, and the members read
+  // outside it.
+  std::vector<std::vector<int32_t>> members_;
   std::vector<std::vector<const Instruction*>> outputs_;
   // Fused computations built, added to the module at the end of Run; and
   // the computation names in use (a linear FindComputation per fusion made

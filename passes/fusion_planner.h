@@ -102,11 +102,28 @@ class Planner {
   bool free_at(size_t i) const { return free_[i] != 0; }
   int group_at(size_t i) const { return group_of_[i]; }
   std::vector<Group>& groups() { return groups_; }
-  // Group `g`'s members in entry order. A group that fills most of its
-  // bounds is read off group_at() by position, reading no instruction;
-  // iterating the hash set instead visits the IR in no memory order (on a
-  // 40k-member group, a cache miss at nearly every member).
-  std::vector<const ir::Instruction*> MembersInOrder(int g) const;
+  // The positions of group `g`'s members, in entry order. A group that
+  // fills most of its bounds is read off group_at(), reading no
+  // instruction; iterating the hash set instead visits the IR in no memory
+  // order (on a 40k-member group, a cache miss at nearly every member).
+  std::vector<int32_t> MemberPositions(int g) const;
+  // Note [adjacency by position]: the non-free sources of position i's
+  // operands (NonFreeSources of each operand, in operand order), and its
+  // non-free users (NonFreeUsers, in entry order), as positions.
+  std::span<const int32_t> sources_at(size_t i) const {
+    return {sources_.data() + source_begin_[i], sources_.data() + source_begin_[i + 1]};
+  }
+  std::span<const int32_t> users_at(size_t i) const {
+    return {users_.data() + user_begin_[i], users_.data() + user_begin_[i + 1]};
+  }
+  // The positions of position i's operands, in order, free ones included.
+  std::span<const int32_t> operands_at(size_t i) const {
+    return {operands_.data() + operand_begin_[i], operands_.data() + operand_begin_[i + 1]};
+  }
+  // The instructions whose metadata starts with `optimizer.` (the update
+  // FuseOptimizer groups), in entry order: found in the constructor's pass
+  // rather than in a pass of their own over the whole entry.
+  const std::vector<const ir::Instruction*>& optimizer_ops() const { return optimizer_ops_; }
   // The group holding `inst`, or -1.
   int group_of(const ir::Instruction* inst) const;
 
@@ -146,15 +163,28 @@ class Planner {
   // to `s` are not followed (Note [reach within bounds]): `reached` holds
   // the rest.
   bool Reach(const InstSet& s, bool backward, InstSet* reached) const;
-  // The walk of Reach from `stack`, between positions `first` and `last`,
-  // stopping at nodes `in_target`; whether it reached one.
-  bool Walk(std::vector<const ir::Instruction*> stack,
-            const std::function<bool(const ir::Instruction*)>& in_target, int64_t first,
-            int64_t last, bool backward, InstSet* reached) const;
-  // The non-free users of `x`, or with `backward` the non-free sources of
-  // its operands: the next steps of a walk.
-  void Neighbors(const ir::Instruction* x, bool backward,
-                 std::vector<const ir::Instruction*>& out) const;
+  // The walk of Reach from the positions on `stack`, between positions
+  // `first` and `last`, stopping at positions where `in_target` holds;
+  // whether it reached one. With `reached`, walks on and appends the
+  // positions visited.
+  template <typename InTarget>
+  bool Walk(std::vector<int32_t>& stack, const InTarget& in_target, int64_t first, int64_t last,
+            bool backward, std::vector<int32_t>* reached) const;
+  // The non-free users of position `x`, or with `backward` the non-free
+  // sources of its operands: the next steps of a walk.
+  std::span<const int32_t> Neighbors(int32_t x, bool backward) const {
+    return backward ? sources_at(x) : users_at(x);
+  }
+  // Calls `f` with the position of each member of group `g`: by position
+  // when the members fill a quarter of the group's bounds or more (reading
+  // no instruction), else in the hash set's order.
+  template <typename F>
+  void ForEachMember(int g, const F& f) const;
+  // Note [adjacency by position]: appends the operands and sources of
+  // position `i`, `inst` (in the constructor's pass, once its operands'
+  // entries are known); and, after that pass, the users.
+  void AddSources(int32_t i, const ir::Instruction& inst);
+  void AddUsers();
   // Note [one member at a time]: whether adding `joining` (one instruction,
   // or the members of convex group `joining_group`; -1 for the former) to
   // convex group `g` makes a cycle, walking from `joining` alone.
@@ -166,9 +196,19 @@ class Planner {
   ir::Computation* computation_;
   std::vector<ir::Instruction*> order_;
   std::array<std::vector<const ir::Instruction*>, ir::kNumOpcodes> by_opcode_;  // WithOpcode()
+  std::vector<const ir::Instruction*> optimizer_ops_;
   // Indexed by position in order_ (an instruction's pass_index()).
   std::vector<char> free_;
   std::vector<int> group_of_;  // -1: in no group
+  // sources_at() and users_at(): position i's entries are
+  // [begin[i], begin[i + 1]).
+  std::vector<int32_t> source_begin_, sources_;
+  std::vector<int32_t> operand_begin_, operands_;
+  std::vector<int32_t> user_begin_, users_;
+  // Walk's visited marks by position: a position is visited in the current
+  // walk when it holds walk_stamp_ (no set to build and free per walk).
+  mutable std::vector<uint32_t> visited_at_;
+  mutable uint32_t walk_stamp_ = 0;
   std::vector<Group> groups_;
   mutable int64_t work_ = 0;
   // Bumped by a group made of several members unchecked, which may put

@@ -117,9 +117,8 @@ const Instruction* OtherOperand(const Instruction* user, const Instruction* valu
 void FuseOptimizer(Planner& p) {
   InstSet s;
   const Instruction* hero = nullptr;
-  for (const Instruction* inst : p.order()) {
-    if (!inst->metadata().starts_with("optimizer.") || !p.Claimable(inst)) continue;
-    s.insert(inst);
+  for (const Instruction* inst : p.optimizer_ops()) {
+    if (p.Claimable(inst)) s.insert(inst);
   }
   p.MakeConvex(s);
   for (const Instruction* inst : s) {  // the last in entry order
@@ -640,45 +639,48 @@ void GrowRowGroup(Planner& p, int g, const std::vector<int64_t>& in_dims,
   // that adds nothing ends the growth): each
   // member's neighbours are gathered once, so a region grows in time linear
   // in its size, not quadratic (a 4000-op row-local chain took 13.5 s).
-  // In entry order (the neighbours are sorted below anyway): growing again
-  // after the merges starts from every member of the group.
-  std::vector<const Instruction*> fresh = p.MembersInOrder(g);
-  std::vector<const Instruction*> refused;
+  // By position (Note [adjacency by position]), in entry order (the
+  // neighbours are sorted below anyway): growing again after the merges
+  // starts from every member of the group.
+  std::vector<int32_t> fresh = p.MemberPositions(g);
+  std::vector<int32_t> refused;
   while (!fresh.empty()) {
-    std::vector<const Instruction*> near = std::move(refused);
+    std::vector<int32_t> near = std::move(refused);
     refused.clear();
-    for (const Instruction* m : fresh) {
-      for (const Instruction* op : m->operands()) p.NonFreeSources(op, near);
-      p.NonFreeUsers(m, near);
+    for (int32_t m : fresh) {
+      for (std::span<const int32_t> next : {p.sources_at(m), p.users_at(m)}) {
+        near.insert(near.end(), next.begin(), next.end());
+      }
     }
     fresh.clear();
     p.Count(static_cast<int64_t>(near.size()));
-    p.SortByPosition(near);
+    std::sort(near.begin(), near.end());
     near.erase(std::unique(near.begin(), near.end()), near.end());
-    for (const Instruction* x : near) {
+    for (int32_t i : near) {
       // Members first, by position: growing again after the merges (in
       // FuseReductions) finds most neighbours inside already, and
       // admissible() reads the metadata and shape of each.
-      int other = p.group_of(x);
+      int other = p.group_at(i);
+      const Instruction* x = p.order()[i];
       if (other == g || !admissible(x)) continue;
       if (other >= 0) {
         const Group& o = p.groups()[other];
         if (o.kind == FusionKind::kReduction && ir::IsRowReduce(*o.hero) &&
             o.hero->operand(0)->shape().dims() == in_dims) {
-          const InstSet joining = o.members;
+          std::vector<int32_t> joining = p.MemberPositions(other);
           if (p.TryMerge(g, other)) {
             fresh.insert(fresh.end(), joining.begin(), joining.end());
           } else {
-            refused.push_back(x);
+            refused.push_back(i);
           }
         }
         continue;
       }
       if (!p.Claimable(x)) continue;
       if (p.TryAdd(g, x)) {
-        fresh.push_back(x);
+        fresh.push_back(i);
       } else {
-        refused.push_back(x);
+        refused.push_back(i);
       }
     }
   }

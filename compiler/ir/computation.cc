@@ -24,13 +24,30 @@ std::vector<Instruction*> Computation::parameters() const {
   return params;
 }
 
-Instruction* Computation::FindInstruction(std::string_view name) const {
+void Computation::IndexNames() {
+  if (names_indexed_) return;
+  by_name_ = NameIndex();
+  by_name_.Reserve(instructions_.size());
+  for (const auto& inst : instructions_) by_name_.Insert(inst.get());
+  names_indexed_ = true;
+}
+
+Instruction* Computation::FindInstruction(std::string_view name) {
+  IndexNames();
   return by_name_.Find(name);
+}
+
+Instruction* Computation::FindInstruction(std::string_view name) const {
+  if (names_indexed_) return by_name_.Find(name);
+  for (const auto& inst : instructions_) {
+    if (inst->name() == name) return inst.get();
+  }
+  return nullptr;
 }
 
 Instruction* Computation::Adopt(std::unique_ptr<Instruction>& inst) {
   inst->parent_ = this;
-  by_name_.Insert(inst.get());
+  if (names_indexed_) by_name_.Insert(inst.get());
   for (Instruction* op : inst->operands()) op->AddUser(inst.get());
   return inst.get();
 }
@@ -55,7 +72,7 @@ Instruction* Computation::InsertInstructionBefore(std::unique_ptr<Instruction> i
 void Computation::RemoveInstruction(Instruction* inst) {
   assert(inst->users().empty() && inst != root_);
   inst->DetachOperands();
-  by_name_.Erase(inst->name());
+  if (names_indexed_) by_name_.Erase(inst->name());
   auto it = std::find_if(instructions_.begin(), instructions_.end(),
                          [&](const auto& p) { return p.get() == inst; });
   assert(it != instructions_.end());
@@ -69,7 +86,7 @@ void Computation::RemoveInstructions(const std::vector<Instruction*>& insts) {
   for (Instruction* inst : insts) {
     assert(inst->users().empty() && inst != root_);
     inst->DetachOperands();
-    by_name_.Erase(inst->name());
+    if (names_indexed_) by_name_.Erase(inst->name());
     gone.Insert(inst);
   }
   std::erase_if(instructions_, [&](const auto& p) { return gone.Find(p.get()) >= 0; });
@@ -77,13 +94,22 @@ void Computation::RemoveInstructions(const std::vector<Instruction*>& insts) {
 
 std::vector<std::unique_ptr<Instruction>> Computation::ReleaseInstructions(
     const std::vector<Instruction*>& insts) {
-  // Most of the computation leaving (the fusion pass's entry): the names
-  // that stay are indexed again, not each leaving one erased.
-  bool reindex = insts.size() * 2 > instructions_.size();
+  // Most of the computation leaving (the fusion pass's entry): the index is
+  // dropped (the next lookup indexes the names that stay), not each leaving
+  // name erased.
+  if (insts.size() * 2 > instructions_.size()) {
+    by_name_ = NameIndex();
+    names_indexed_ = false;
+  }
+  // An operand released before `inst` (parent_ reset) keeps it as a user:
+  // given in this computation's order, operands released in this call come
+  // first.
   auto release = [&](Instruction* inst) {
     assert(inst->parent_ == this);
-    for (Instruction* op : inst->operands_) std::erase(op->users_, inst);
-    if (!reindex) by_name_.Erase(inst->name());
+    for (Instruction* op : inst->operands_) {
+      if (op->parent_ == this) std::erase(op->users_, inst);
+    }
+    if (names_indexed_) by_name_.Erase(inst->name());
     inst->parent_ = nullptr;
   };
   std::vector<std::unique_ptr<Instruction>> released;
@@ -106,12 +132,19 @@ std::vector<std::unique_ptr<Instruction>> Computation::ReleaseInstructions(
     return true;
   });
   if (next < insts.size()) {
-    // Out of order from here on: mark the rest (parent_ reset), collect them
-    // in a second pass, and return them in the order given.
+    // Out of order from here on: mark the rest (parent_ reset, so that
+    // edges among them stay whatever their order), collect them in a second
+    // pass, and return them in the order given.
     std::unordered_map<const Instruction*, size_t> given;
     for (size_t i = next; i < insts.size(); ++i) {
-      release(insts[i]);
       given[insts[i]] = i;
+      assert(insts[i]->parent_ == this);
+      insts[i]->parent_ = nullptr;
+    }
+    for (size_t i = next; i < insts.size(); ++i) {
+      Instruction* inst = insts[i];
+      inst->parent_ = this;
+      release(inst);
     }
     released.resize(insts.size());
     std::erase_if(instructions_, [&](auto& p) {
@@ -121,23 +154,36 @@ std::vector<std::unique_ptr<Instruction>> Computation::ReleaseInstructions(
       return true;
     });
   }
-  if (reindex) {
-    by_name_ = NameIndex();
-    for (const auto& inst : instructions_) by_name_.Insert(inst.get());
-  }
   return released;
 }
 
 void Computation::Reserve(int64_t n) {
   instructions_.reserve(instructions_.size() + static_cast<size_t>(n));
-  by_name_.Reserve(instructions_.size() + static_cast<size_t>(n));
+  if (names_indexed_) by_name_.Reserve(instructions_.size() + static_cast<size_t>(n));
 }
 
 Instruction* Computation::AddReleased(std::unique_ptr<Instruction> inst,
-                                      std::vector<Instruction*> operands) {
+                                      std::span<Instruction* const> operands) {
   assert(inst->parent_ == nullptr && "not a released instruction");
-  inst->operands_ = std::move(operands);
-  return AddInstruction(std::move(inst));
+  assert(operands.size() == inst->operands_.size() && "a released instruction keeps its arity");
+  Instruction* raw = inst.get();
+  raw->parent_ = this;
+  if (names_indexed_) by_name_.Insert(raw);
+  for (size_t i = 0; i < operands.size(); ++i) {
+    Instruction* old = raw->operands_[i];
+    if (operands[i] == old) {
+      assert(std::count(old->users_.begin(), old->users_.end(), raw) > 0 &&
+             "an operand kept must have been released with the instruction");
+      continue;
+    }
+    // Released with it (it kept `raw` as a user) or not: RemoveUser finds
+    // it or not, and keeps it while another operand still reads `old`.
+    raw->operands_[i] = operands[i];
+    old->RemoveUser(raw);
+    operands[i]->AddUser(raw);
+  }
+  instructions_.push_back(std::move(inst));
+  return raw;
 }
 
 void Computation::ReorderInstructions(const std::vector<Instruction*>& order) {
@@ -155,6 +201,7 @@ void Computation::ReorderInstructions(const std::vector<Instruction*>& order) {
 }
 
 std::string Computation::UniqueName(std::string_view base) {
+  IndexNames();
   std::string candidate(base);
   if (!by_name_.Contains(candidate)) return candidate;
   int64_t& next = next_suffix_[candidate];

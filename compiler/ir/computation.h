@@ -7,6 +7,7 @@
 #define GPTC_COMPILER_IR_COMPUTATION_H_
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -37,6 +38,10 @@ class Computation {
 
   // Parameters ordered by parameter number (gaps are nullptr until filled).
   std::vector<Instruction*> parameters() const;
+  // The instruction named `name`, or nullptr. The first lookup indexes the
+  // names (by_name_); through a const computation, which must not change
+  // (other threads may be reading it), a lookup before then scans the order.
+  Instruction* FindInstruction(std::string_view name);
   Instruction* FindInstruction(std::string_view name) const;
 
   // Appends `inst`, taking ownership; its name must be unused here. The new
@@ -51,24 +56,31 @@ class Computation {
   // instructions before it in `insts`, and none is the root.
   void RemoveInstructions(const std::vector<Instruction*>& insts);
   // Takes `insts` out of this computation without destroying them, in one
-  // pass: they leave the order and the names, and their operands no longer
-  // list them as users (each keeps its operand list for the caller to read).
-  // Users they still have, and the root if it is one of them, are the
-  // caller's to redirect (Instruction::ReplaceUsesIn). The fusion pass moves
-  // a group's members into the fused computation so, instead of copying
-  // them and destroying the originals: on 40k-instruction graphs the copies
-  // and the frees of cold memory were most of the pass. Returns them in the
-  // order given; given in this computation's order, they are found in one
-  // pass comparing pointers (any other order takes a second pass).
+  // pass: they leave the order and the names, and operands that stay here no
+  // longer list them as users; an operand released too (in this call or an
+  // earlier one) keeps them, for AddReleased. Each keeps its operand list
+  // for the caller to read. Users they still have here, and the root if it
+  // is one of them, are the caller's to redirect (Instruction::ReplaceUsesIn).
+  // The fusion pass moves a group's members into the fused computation so,
+  // instead of copying them and destroying the originals: on
+  // 40k-instruction graphs the copies and the frees of cold memory were most
+  // of the pass. Returns them in the order given; given in this
+  // computation's order, they are found in one pass comparing pointers (any
+  // other order takes a second pass).
   std::vector<std::unique_ptr<Instruction>> ReleaseInstructions(
       const std::vector<Instruction*>& insts);
   // Makes room for `n` more instructions, so that adding them grows the
-  // order and the name index once (the fusion pass fills computations of
-  // tens of thousands of instructions).
+  // order once (the fusion pass fills computations of tens of thousands of
+  // instructions).
   void Reserve(int64_t n);
-  // Appends `inst`, released from a computation, reading `operands` in place
-  // of the ones it had; its name must be unused here.
-  Instruction* AddReleased(std::unique_ptr<Instruction> inst, std::vector<Instruction*> operands);
+  // Appends `inst`, released from a computation, reading `operands` (as many
+  // as it had) in place of the ones it had; its name must be unused here.
+  // Each operand is new to `inst`, or an operand it had that was released
+  // with it (and now belongs here): those kept `inst` as a user, and are
+  // left as they are, so that a group moved whole touches no use list
+  // inside it (on 40k-instruction graphs, a cache miss at each).
+  Instruction* AddReleased(std::unique_ptr<Instruction> inst,
+                           std::span<Instruction* const> operands);
   // Sets the execution order to `order`, a permutation of this computation's
   // instructions; operands must still precede their users (the verifier checks):
   //   %a, %b, %c   --ReorderInstructions({%b, %a, %c})-->   %b, %a, %c
@@ -84,7 +96,14 @@ class Computation {
   std::string name_;
   Module* parent_ = nullptr;
   std::vector<std::unique_ptr<Instruction>> instructions_;
+  // The instructions by name, built by the first lookup (FindInstruction,
+  // UniqueName) and kept from then on; dropped when most instructions leave
+  // (ReleaseInstructions). The fusion pass fills computations of tens of
+  // thousands of instructions that no one looks up by name: indexing them
+  // as they came wrote a table of megabytes at random (issue 14).
   NameIndex by_name_;
+  bool names_indexed_ = false;
+  void IndexNames();
   std::unordered_map<std::string, int64_t> next_suffix_;
   Instruction* root_ = nullptr;
 };

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,10 +55,10 @@ TEST(FusionPlannerTest, WorkGrowsAboutLinearlyWithTheGraph) {
   EXPECT_LT(small, 50 * 1000);
 }
 
-// MembersInOrder gives a group's members in entry order both ways: read off
-// the group table when they fill most of the group's bounds, sorted out of
-// the hash set when they are few and far apart.
-TEST(FusionPlannerTest, MembersInOrderFollowTheEntry) {
+// MemberPositions gives a group's members in entry order both ways: read
+// off the group table when they fill most of the group's bounds, taken from
+// the hash set and sorted when they are few and far apart.
+TEST(FusionPlannerTest, MemberPositionsFollowTheEntry) {
   auto module = ParseOrDie(Chain(100));
   ASSERT_NE(module, nullptr);
   Planner p(module->entry());
@@ -69,16 +71,51 @@ TEST(FusionPlannerTest, MembersInOrderFollowTheEntry) {
   const int d = p.NewGroup(ir::FusionKind::kLoop, order[10], dense);
   const int s = p.NewGroup(ir::FusionKind::kLoop, order[40], sparse);
   for (int g : {d, s}) {
-    std::vector<const ir::Instruction*> members = p.MembersInOrder(g);
+    std::vector<int32_t> members = p.MemberPositions(g);
     ASSERT_EQ(members.size(), p.groups()[g].members.size()) << "group " << g;
     for (size_t k = 0; k < members.size(); ++k) {
-      EXPECT_TRUE(p.groups()[g].members.contains(members[k])) << members[k]->name();
-      if (k > 0) {
-        EXPECT_LT(p.pos(members[k - 1]), p.pos(members[k])) << members[k]->name();
-      }
+      EXPECT_TRUE(p.groups()[g].members.contains(order[members[k]])) << members[k];
+      if (k > 0) EXPECT_LT(members[k - 1], members[k]);
     }
   }
-  EXPECT_EQ(p.MembersInOrder(s).front(), order[40]);
+  EXPECT_EQ(p.MemberPositions(s), (std::vector<int32_t>{40, 60, 90}));
+}
+
+// Note [adjacency by position]: the stored neighbours are NonFreeSources of
+// each operand and NonFreeUsers, looking through the broadcasts, for every
+// non-free instruction of the chain.
+TEST(FusionPlannerTest, AdjacencyMatchesTheWalkThroughFreeOps) {
+  auto module = ParseOrDie(Chain(200));
+  ASSERT_NE(module, nullptr);
+  Planner p(module->entry());
+  const auto& order = p.order();
+  auto positions = [&](const std::vector<const ir::Instruction*>& insts) {
+    std::vector<int32_t> out;
+    for (const ir::Instruction* x : insts) out.push_back(static_cast<int32_t>(p.pos(x)));
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  auto sorted = [](std::span<const int32_t> v) {
+    std::vector<int32_t> out(v.begin(), v.end());
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  int through_broadcast = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (p.free_at(i)) continue;
+    std::vector<const ir::Instruction*> sources, users;
+    for (const ir::Instruction* op : order[i]->operands()) p.NonFreeSources(op, sources);
+    p.NonFreeUsers(order[i], users);
+    EXPECT_EQ(sorted(p.sources_at(i)), positions(sources)) << order[i]->name();
+    EXPECT_EQ(sorted(p.users_at(i)), positions(users)) << order[i]->name();
+    if (order[i]->opcode() == ir::Opcode::kReduce) {
+      // r40's user is x40, through the broadcast b40.
+      ASSERT_EQ(p.users_at(i).size(), 1u) << order[i]->name();
+      EXPECT_EQ(order[p.users_at(i)[0]]->opcode(), ir::Opcode::kAdd);
+      ++through_broadcast;
+    }
+  }
+  EXPECT_EQ(through_broadcast, 5);
 }
 
 }  // namespace

@@ -66,15 +66,17 @@ TEST(ComputationTest, ReleasedInstructionsMoveWithTheirNamesAndUses) {
   EXPECT_EQ(main->FindInstruction("a"), nullptr);
   EXPECT_EQ(p->users(), std::vector<Instruction*>{c});  // a no longer reads p
   EXPECT_EQ(b->users(), std::vector<Instruction*>{c});  // main's user stays for the caller
+  EXPECT_EQ(a->users(), std::vector<Instruction*>{b});  // released together: kept
 
   auto fused = std::make_unique<Computation>("fused");
   Instruction* q = fused->AddInstruction(Op("q", Opcode::kParameter));
-  fused->AddReleased(std::move(released[0]), {q});
-  fused->AddReleased(std::move(released[1]), {a});
+  fused->AddReleased(std::move(released[0]), std::vector<Instruction*>{q});
+  fused->AddReleased(std::move(released[1]), std::vector<Instruction*>{a});
   fused->set_root(b);
   EXPECT_EQ(a->parent(), fused.get());
   EXPECT_EQ(a->operands(), std::vector<Instruction*>{q});
   EXPECT_EQ(q->users(), std::vector<Instruction*>{a});
+  EXPECT_EQ(a->users(), std::vector<Instruction*>{b});  // once, not added again
   EXPECT_EQ(fused->FindInstruction("b"), b);
 
   Instruction* s = main->InsertInstructionBefore(Op("s", Opcode::kCopy, {p}), c);
@@ -109,6 +111,49 @@ TEST(ComputationTest, ReleaseOutOfOrderReturnsTheInstructionsInTheOrderGiven) {
   EXPECT_EQ(main->FindInstruction("c"), nullptr);
   EXPECT_EQ(main->FindInstruction("b"), b);
   EXPECT_TRUE(VerifyModule(module).ok()) << VerifyModule(module).message();
+}
+
+TEST(ComputationTest, ReleasedTogetherInTwoComputationsDropTheEdgeBetween) {
+  // a and b = exp(a) leave main together, into two computations: b reads a
+  // parameter of its own instead, and a no longer lists b as a user.
+  Module module("m");
+  Computation* main = module.AddComputation("main");
+  module.set_entry(main);
+  Instruction* p = main->AddInstruction(Op("p", Opcode::kParameter));
+  Instruction* a = main->AddInstruction(Op("a", Opcode::kNeg, {p}));
+  Instruction* b = main->AddInstruction(Op("b", Opcode::kExp, {a}));
+  Instruction* c = main->AddInstruction(Op("c", Opcode::kCopy, {p}));
+  main->set_root(c);
+  std::vector<std::unique_ptr<Instruction>> released = main->ReleaseInstructions({a, b});
+  Computation* first = module.AddComputation("first");
+  Computation* second = module.AddComputation("second");
+  Instruction* q = first->AddInstruction(Op("q", Opcode::kParameter));
+  Instruction* r = second->AddInstruction(Op("r", Opcode::kParameter));
+  second->AddReleased(std::move(released[1]), std::vector<Instruction*>{r});
+  first->AddReleased(std::move(released[0]), std::vector<Instruction*>{q});
+  first->set_root(a);
+  second->set_root(b);
+  EXPECT_TRUE(a->users().empty());
+  EXPECT_EQ(r->users(), std::vector<Instruction*>{b});
+  EXPECT_EQ(p->users(), std::vector<Instruction*>{c});
+  EXPECT_TRUE(VerifyModule(module).ok()) << VerifyModule(module).message();
+}
+
+// Names are indexed on the first lookup, and kept up to date from then on.
+TEST(ComputationTest, NamesAreFoundBeforeAndAfterTheIndexIsBuilt) {
+  Module module("m");
+  Computation* main = module.AddComputation("main");
+  module.set_entry(main);
+  Instruction* p = main->AddInstruction(Op("p", Opcode::kParameter));
+  Instruction* a = main->AddInstruction(Op("a", Opcode::kNeg, {p}));
+  EXPECT_EQ(main->FindInstruction("a"), a);  // indexes p and a
+  Instruction* b = main->AddInstruction(Op("b", Opcode::kExp, {a}));
+  EXPECT_EQ(main->FindInstruction("b"), b);
+  EXPECT_EQ(main->UniqueName("b"), "b.1");
+  main->set_root(a);
+  main->RemoveInstruction(b);
+  EXPECT_EQ(main->FindInstruction("b"), nullptr);
+  EXPECT_EQ(main->UniqueName("b"), "b");
 }
 
 TEST(ComputationTest, ReplaceUsesInMovesTheRoot) {
