@@ -145,6 +145,15 @@ void Planner::AddUsers() {
     if (free_[i] != 0) continue;
     for (int32_t j : sources_at(i)) users_[next[j]++] = static_cast<int32_t>(i);
   }
+  // The readers: the operand edges reversed, the same way.
+  reader_begin_.assign(n + 1, 0);
+  for (int32_t j : operands_) ++reader_begin_[j + 1];
+  for (size_t i = 0; i < n; ++i) reader_begin_[i + 1] += reader_begin_[i];
+  readers_.resize(reader_begin_[n]);
+  next.assign(reader_begin_.begin(), reader_begin_.end() - 1);
+  for (size_t i = 0; i < n; ++i) {
+    for (int32_t j : operands_at(i)) readers_[next[j]++] = static_cast<int32_t>(i);
+  }
   visited_at_.assign(n, 0);
 }
 
@@ -479,13 +488,19 @@ class Materializer {
       if (outputs_[g].empty()) outputs_[g].push_back(p_.order()[members_[g].back()]);
     }
     ReleaseMembers(leaving);
+    // The new order, and each entry's planner position (-1: made here).
     std::vector<Instruction*> new_order;
+    std::vector<int32_t> new_order_pos;
     for (auto [is_group, id] : units) {
       if (!is_group) {
         new_order.push_back(p_.order()[id]);
+        new_order_pos.push_back(static_cast<int32_t>(id));
         continue;
       }
-      for (Instruction* inst : BuildFusion(static_cast<int>(id))) new_order.push_back(inst);
+      for (Instruction* inst : BuildFusion(static_cast<int>(id))) {
+        new_order.push_back(inst);
+        new_order_pos.push_back(-1);
+      }
     }
     // The fused computations, in the order built, ahead of the entry.
     module_.AddComputationsBefore(std::move(fused_), entry_);
@@ -493,24 +508,27 @@ class Materializer {
       if (replacement_[i] != nullptr) p_.order()[i]->ReplaceUsesIn(entry_, replacement_[i]);
     }
     // The free ops only the members read go too (the members now read
-    // their own copies).
-    auto is_removed = [&](const Instruction* inst) {
-      int64_t i = p_.find_pos(inst);
-      return i >= 0 && removed_[i] != 0;
+    // their own copies). By position, reading no instruction: a free op's
+    // readers now are those it was planned with less the members that left
+    // (new instructions read no free op), so it is unread when all of
+    // those left.
+    auto unread = [&](int32_t i) {
+      return std::all_of(p_.readers_at(i).begin(), p_.readers_at(i).end(),
+                         [&](int32_t r) { return removed_[r] != 0; });
     };
     std::vector<Instruction*> removing;  // users first
-    auto unread = [&](const Instruction* inst) {
-      return std::all_of(inst->users().begin(), inst->users().end(), is_removed);
-    };
-    // By position: the members that left are not touched again.
     for (int64_t i = static_cast<int64_t>(p_.order().size()) - 1; i >= 0; --i) {
+      if (removed_[i] != 0 || !p_.free_at(i) || !unread(static_cast<int32_t>(i))) continue;
       Instruction* inst = p_.order()[i];
-      if (removed_[i] != 0 || !p_.free_at(i) || !unread(inst) || entry_->root() == inst) continue;
+      if (entry_->root() == inst) continue;
       removing.push_back(inst);
       removed_[i] = 1;
     }
-    // Before they are destroyed: is_removed reads their pass_index().
-    std::erase_if(new_order, is_removed);
+    size_t kept = 0;
+    for (size_t k = 0; k < new_order.size(); ++k) {
+      if (new_order_pos[k] < 0 || removed_[new_order_pos[k]] == 0) new_order[kept++] = new_order[k];
+    }
+    new_order.resize(kept);
     entry_->RemoveInstructions(removing);
     assert(new_order.size() == static_cast<size_t>(entry_->instruction_count()) &&
            "fusion groups must not form a cycle");
@@ -677,11 +695,18 @@ class Materializer {
     // its use list alone.
     std::function<Instruction*(int32_t)> copy = [&](int32_t i) {
       if (Instruction* c = clone_[i]) return c;
+      std::span<const int32_t> ops = p_.operands_at(i);
       std::vector<Instruction*> operands;
-      for (int32_t op : p_.operands_at(i)) operands.push_back(copy(op));
+      operands.reserve(ops.size());
+      for (int32_t op : ops) operands.push_back(copy(op));
       Instruction* raw;
       if (std::unique_ptr<Instruction>& member = released_[i]) {
-        raw = fused->AddReleased(std::move(member), operands);
+        raw = fused->AddReleased(std::move(member));
+        // Only an operand that is not itself moved here changes (the
+        // group's inputs and the free ops it copies).
+        for (size_t k = 0; k < ops.size(); ++k) {
+          if (operands[k] != p_.order()[ops[k]]) raw->ReplaceOperandWith(k, operands[k]);
+        }
       } else {
         const Instruction* inst = p_.order()[i];
         auto c = std::make_unique<Instruction>(inst->name(), inst->opcode(), inst->shape(),

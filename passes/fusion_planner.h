@@ -120,6 +120,12 @@ class Planner {
   std::span<const int32_t> operands_at(size_t i) const {
     return {operands_.data() + operand_begin_[i], operands_.data() + operand_begin_[i + 1]};
   }
+  // The positions of the instructions reading position i directly, free
+  // ones included, in entry order (once per operand that reads it): the
+  // users the planner was built with.
+  std::span<const int32_t> readers_at(size_t i) const {
+    return {readers_.data() + reader_begin_[i], readers_.data() + reader_begin_[i + 1]};
+  }
   // The instructions whose metadata starts with `optimizer.` (the update
   // FuseOptimizer groups), in entry order: found in the constructor's pass
   // rather than in a pass of their own over the whole entry.
@@ -182,7 +188,7 @@ class Planner {
   void ForEachMember(int g, const F& f) const;
   // Note [adjacency by position]: appends the operands and sources of
   // position `i`, `inst` (in the constructor's pass, once its operands'
-  // entries are known); and, after that pass, the users.
+  // entries are known); and, after that pass, the users and readers.
   void AddSources(int32_t i, const ir::Instruction& inst);
   void AddUsers();
   // Note [one member at a time]: whether adding `joining` (one instruction,
@@ -204,6 +210,7 @@ class Planner {
   // [begin[i], begin[i + 1]).
   std::vector<int32_t> source_begin_, sources_;
   std::vector<int32_t> operand_begin_, operands_;
+  std::vector<int32_t> reader_begin_, readers_;
   std::vector<int32_t> user_begin_, users_;
   // Walk's visited marks by position: a position is visited in the current
   // walk when it holds walk_stamp_ (no set to build and free per walk).

@@ -870,14 +870,13 @@ void FuseLoops(Planner& p) {
     if (joined < 0 && x->opcode() != Opcode::kReshape) p.NewGroup(FusionKind::kLoop, x, {x});
   }
   // Free ops (other than constants) an unfused op reads must be materialized.
+  // By position: the instruction is read only when it is needed.
   for (size_t i = 0; i < p.order().size(); ++i) {
     if (!p.free_at(i)) continue;
     const Instruction* x = p.order()[i];
-    if (x->opcode() == Opcode::kConstant) continue;
-    bool needed = false;
-    for (const Instruction* u : x->users()) needed |= !p.IsFree(u) && p.group_of(u) < 0;
-    needed |= p.computation()->root() == x;
-    if (needed) p.NewGroup(FusionKind::kLoop, x, {x});
+    bool needed = p.computation()->root() == x;
+    for (int32_t u : p.readers_at(i)) needed |= !p.free_at(u) && p.group_at(u) < 0;
+    if (needed && x->opcode() != Opcode::kConstant) p.NewGroup(FusionKind::kLoop, x, {x});
   }
 }
 

@@ -162,26 +162,11 @@ void Computation::Reserve(int64_t n) {
   if (names_indexed_) by_name_.Reserve(instructions_.size() + static_cast<size_t>(n));
 }
 
-Instruction* Computation::AddReleased(std::unique_ptr<Instruction> inst,
-                                      std::span<Instruction* const> operands) {
+Instruction* Computation::AddReleased(std::unique_ptr<Instruction> inst) {
   assert(inst->parent_ == nullptr && "not a released instruction");
-  assert(operands.size() == inst->operands_.size() && "a released instruction keeps its arity");
   Instruction* raw = inst.get();
   raw->parent_ = this;
   if (names_indexed_) by_name_.Insert(raw);
-  for (size_t i = 0; i < operands.size(); ++i) {
-    Instruction* old = raw->operands_[i];
-    if (operands[i] == old) {
-      assert(std::count(old->users_.begin(), old->users_.end(), raw) > 0 &&
-             "an operand kept must have been released with the instruction");
-      continue;
-    }
-    // Released with it (it kept `raw` as a user) or not: RemoveUser finds
-    // it or not, and keeps it while another operand still reads `old`.
-    raw->operands_[i] = operands[i];
-    old->RemoveUser(raw);
-    operands[i]->AddUser(raw);
-  }
   instructions_.push_back(std::move(inst));
   return raw;
 }

@@ -7,7 +7,6 @@
 #define GPTC_COMPILER_IR_COMPUTATION_H_
 
 #include <memory>
-#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -73,14 +72,13 @@ class Computation {
   // order once (the fusion pass fills computations of tens of thousands of
   // instructions).
   void Reserve(int64_t n);
-  // Appends `inst`, released from a computation, reading `operands` (as many
-  // as it had) in place of the ones it had; its name must be unused here.
-  // Each operand is new to `inst`, or an operand it had that was released
-  // with it (and now belongs here): those kept `inst` as a user, and are
-  // left as they are, so that a group moved whole touches no use list
-  // inside it (on 40k-instruction graphs, a cache miss at each).
-  Instruction* AddReleased(std::unique_ptr<Instruction> inst,
-                           std::span<Instruction* const> operands);
+  // Appends `inst`, released from a computation (ReleaseInstructions), with
+  // the operands it had; its name must be unused here. Those released with
+  // it, and moved here too, kept it as a user; the caller points the others
+  // at values of this computation (Instruction::ReplaceOperandWith). A group
+  // moved whole so reads neither the operand lists nor the use lists inside
+  // it (on 40k-instruction graphs, a cache miss at each).
+  Instruction* AddReleased(std::unique_ptr<Instruction> inst);
   // Sets the execution order to `order`, a permutation of this computation's
   // instructions; operands must still precede their users (the verifier checks):
   //   %a, %b, %c   --ReorderInstructions({%b, %a, %c})-->   %b, %a, %c

@@ -81,8 +81,9 @@ TEST(FusionPlannerTest, MemberPositionsFollowTheEntry) {
   EXPECT_EQ(p.MemberPositions(s), (std::vector<int32_t>{40, 60, 90}));
 }
 
-// Note [adjacency by position]: the stored neighbours are NonFreeSources of
-// each operand and NonFreeUsers, looking through the broadcasts, for every
+// Note [adjacency by position]: the stored operands and readers are the
+// instructions' own, and the stored neighbours are NonFreeSources of each
+// operand and NonFreeUsers, looking through the broadcasts, for every
 // non-free instruction of the chain.
 TEST(FusionPlannerTest, AdjacencyMatchesTheWalkThroughFreeOps) {
   auto module = ParseOrDie(Chain(200));
@@ -102,6 +103,13 @@ TEST(FusionPlannerTest, AdjacencyMatchesTheWalkThroughFreeOps) {
   };
   int through_broadcast = 0;
   for (size_t i = 0; i < order.size(); ++i) {
+    // Every instruction's own operands and readers, free ones included.
+    ASSERT_EQ(p.operands_at(i).size(), order[i]->operands().size()) << order[i]->name();
+    for (size_t k = 0; k < p.operands_at(i).size(); ++k) {
+      EXPECT_EQ(p.operands_at(i)[k], p.pos(order[i]->operand(k))) << order[i]->name();
+    }
+    std::vector<const ir::Instruction*> readers(order[i]->users().begin(), order[i]->users().end());
+    EXPECT_EQ(sorted(p.readers_at(i)), positions(readers)) << order[i]->name();
     if (p.free_at(i)) continue;
     std::vector<const ir::Instruction*> sources, users;
     for (const ir::Instruction* op : order[i]->operands()) p.NonFreeSources(op, sources);

@@ -70,8 +70,8 @@ TEST(ComputationTest, ReleasedInstructionsMoveWithTheirNamesAndUses) {
 
   auto fused = std::make_unique<Computation>("fused");
   Instruction* q = fused->AddInstruction(Op("q", Opcode::kParameter));
-  fused->AddReleased(std::move(released[0]), std::vector<Instruction*>{q});
-  fused->AddReleased(std::move(released[1]), std::vector<Instruction*>{a});
+  fused->AddReleased(std::move(released[0]))->ReplaceOperandWith(0, q);
+  fused->AddReleased(std::move(released[1]));  // reads a, moved along
   fused->set_root(b);
   EXPECT_EQ(a->parent(), fused.get());
   EXPECT_EQ(a->operands(), std::vector<Instruction*>{q});
@@ -129,8 +129,8 @@ TEST(ComputationTest, ReleasedTogetherInTwoComputationsDropTheEdgeBetween) {
   Computation* second = module.AddComputation("second");
   Instruction* q = first->AddInstruction(Op("q", Opcode::kParameter));
   Instruction* r = second->AddInstruction(Op("r", Opcode::kParameter));
-  second->AddReleased(std::move(released[1]), std::vector<Instruction*>{r});
-  first->AddReleased(std::move(released[0]), std::vector<Instruction*>{q});
+  second->AddReleased(std::move(released[1]))->ReplaceOperandWith(0, r);
+  first->AddReleased(std::move(released[0]))->ReplaceOperandWith(0, q);
   first->set_root(a);
   second->set_root(b);
   EXPECT_TRUE(a->users().empty());
