@@ -146,6 +146,13 @@ std::vector<std::unique_ptr<Instruction>> Computation::ReleaseInstructions(
       inst->parent_ = this;
       release(inst);
     }
+    // The instructions released in order above dropped the edges from
+    // operands released only now, out of order: they are restored.
+    for (size_t i = 0; i < next; ++i) {
+      for (Instruction* op : insts[i]->operands_) {
+        if (op->parent_ == nullptr && given.contains(op)) op->AddUser(insts[i]);
+      }
+    }
     released.resize(insts.size());
     std::erase_if(instructions_, [&](auto& p) {
       if (p->parent_ != nullptr) return false;

@@ -57,8 +57,9 @@ class Computation {
   // Takes `insts` out of this computation without destroying them, in one
   // pass: they leave the order and the names, and operands that stay here no
   // longer list them as users; an operand released too (in this call or an
-  // earlier one) keeps them, for AddReleased. Each keeps its operand list
-  // for the caller to read. Users they still have here, and the root if it
+  // earlier one) keeps them, for AddReleased: instructions released together
+  // are to be added again, or destroyed together. Each keeps its operand
+  // list for the caller to read. Users they still have here, and the root if it
   // is one of them, are the caller's to redirect (Instruction::ReplaceUsesIn).
   // The fusion pass moves a group's members into the fused computation so,
   // instead of copying them and destroying the originals: on
@@ -90,6 +91,8 @@ class Computation {
  private:
   friend class Module;
   Instruction* Adopt(std::unique_ptr<Instruction>& inst);
+  // Builds by_name_ if it is not built.
+  void IndexNames();
 
   std::string name_;
   Module* parent_ = nullptr;
@@ -101,7 +104,6 @@ class Computation {
   // as they came wrote a table of megabytes at random (issue 14).
   NameIndex by_name_;
   bool names_indexed_ = false;
-  void IndexNames();
   std::unordered_map<std::string, int64_t> next_suffix_;
   Instruction* root_ = nullptr;
 };

@@ -113,6 +113,28 @@ TEST(ComputationTest, ReleaseOutOfOrderReturnsTheInstructionsInTheOrderGiven) {
   EXPECT_TRUE(VerifyModule(module).ok()) << VerifyModule(module).message();
 }
 
+TEST(ComputationTest, ReleasedOutOfOrderKeepTheEdgesAmongThem) {
+  // b = exp(a) given before a: the edge a -> b stays, as in order.
+  Module module("m");
+  Computation* main = module.AddComputation("main");
+  module.set_entry(main);
+  Instruction* p = main->AddInstruction(Op("p", Opcode::kParameter));
+  Instruction* a = main->AddInstruction(Op("a", Opcode::kNeg, {p}));
+  Instruction* b = main->AddInstruction(Op("b", Opcode::kExp, {a}));
+  Instruction* c = main->AddInstruction(Op("c", Opcode::kCopy, {p}));
+  main->set_root(c);
+  std::vector<std::unique_ptr<Instruction>> released = main->ReleaseInstructions({b, a});
+  EXPECT_EQ(a->users(), std::vector<Instruction*>{b});
+  EXPECT_EQ(p->users(), std::vector<Instruction*>{c});
+  Computation* fused = module.AddComputation("fused");
+  Instruction* q = fused->AddInstruction(Op("q", Opcode::kParameter));
+  fused->AddReleased(std::move(released[1]))->ReplaceOperandWith(0, q);
+  fused->AddReleased(std::move(released[0]));
+  fused->set_root(b);
+  EXPECT_EQ(a->users(), std::vector<Instruction*>{b});
+  EXPECT_TRUE(VerifyModule(module).ok()) << VerifyModule(module).message();
+}
+
 TEST(ComputationTest, ReleasedTogetherInTwoComputationsDropTheEdgeBetween) {
   // a and b = exp(a) leave main together, into two computations: b reads a
   // parameter of its own instead, and a no longer lists b as a user.
