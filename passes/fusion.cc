@@ -71,16 +71,40 @@ Planner::Planner(ir::Computation* computation) : computation_(computation) {
   sources_.reserve(n * 2);
   operand_begin_.assign(n + 1, 0);
   operands_.reserve(n * 2);
+  opcode_.resize(n);
+  remat_.assign(n, 0);
+  dims_class_.assign(n, -1);
   std::vector<char> sourceless(n, 0);
   const auto& insts = computation->instructions();
+  const std::vector<int64_t>* last_dims = nullptr;  // most instructions have the last one's
   for (const auto& inst : insts) {
     auto i = static_cast<int32_t>(order_.size());
     if (i + kPrefetchAhead < n) PrefetchInstruction(insts[i + kPrefetchAhead].get());
+    // The dims of an instruction whose shape the line above fetched.
+    if (i + kPrefetchAhead / 2 < n) {
+      __builtin_prefetch(insts[i + kPrefetchAhead / 2]->shape().dims().data());
+    }
     inst->set_pass_index(i);
     order_.push_back(inst.get());
     Opcode op = inst->opcode();
+    opcode_[i] = op;
     by_opcode_[static_cast<size_t>(op)].push_back(inst.get());
-    if (inst->metadata().starts_with("optimizer.")) optimizer_ops_.push_back(inst.get());
+    const std::string& metadata = inst->metadata();
+    if (metadata.starts_with("optimizer.")) optimizer_ops_.push_back(inst.get());
+    remat_[i] = metadata.starts_with("remat");
+    if (!inst->shape().is_tuple()) {
+      const std::vector<int64_t>& dims = inst->shape().dims();
+      if (last_dims != nullptr && dims == *last_dims) {
+        dims_class_[i] = dims_class_[i - 1];
+      } else {
+        auto [it, added] =
+            dims_classes_.try_emplace(dims, static_cast<int32_t>(dims_classes_.size()));
+        dims_class_[i] = it->second;
+      }
+      last_dims = &dims;
+    } else {
+      last_dims = nullptr;
+    }
     bool s = op == Opcode::kConstant || op == Opcode::kIota;
     if (!s && (op == Opcode::kBroadcast || ir::IsElementwise(op)) && !inst->shape().is_tuple() &&
         inst->operand_count() > 0) {
@@ -167,9 +191,11 @@ int Planner::group_of(const Instruction* inst) const {
   return i >= 0 ? group_of_[i] : -1;
 }
 
-bool Planner::Claimable(const Instruction* inst) const {
-  if (group_of(inst) >= 0 || IsFree(inst) || inst->shape().is_tuple()) return false;
-  switch (inst->opcode()) {
+namespace {
+
+// Ops no kernel of ours contains.
+bool ClaimableOpcode(Opcode op) {
+  switch (op) {
     case Opcode::kParameter:
     case Opcode::kGather:
     case Opcode::kScatterAdd:
@@ -181,6 +207,25 @@ bool Planner::Claimable(const Instruction* inst) const {
     default:
       return true;
   }
+}
+
+}  // namespace
+
+bool Planner::Claimable(const Instruction* inst) const {
+  int32_t i = find_pos(inst);
+  if (i >= 0) return ClaimableAt(i);
+  return !passes::fusion_internal::IsFree(*inst) && !inst->shape().is_tuple() &&
+         ClaimableOpcode(inst->opcode());
+}
+
+bool Planner::ClaimableAt(size_t i) const {
+  // dims_class_ is -1 for tuples.
+  return group_of_[i] < 0 && free_[i] == 0 && dims_class_[i] >= 0 && ClaimableOpcode(opcode_[i]);
+}
+
+int32_t Planner::FindDimsClass(const std::vector<int64_t>& dims) const {
+  auto it = dims_classes_.find(dims);
+  return it == dims_classes_.end() ? -1 : it->second;
 }
 
 int Planner::NewGroup(ir::FusionKind kind, const Instruction* hero, const InstSet& members) {
@@ -232,30 +277,26 @@ void Planner::SetBounds(int g) {
 // set's walk starts from every member, and growing a group of n one member
 // at a time was quadratic (issue 14: 10.6 s for a chain of 10k ops, 451 s
 // for 40k, most of it in TryAdd copying and walking the group).
-bool Planner::JoinCreatesCycle(int g, std::span<const Instruction* const> joining,
-                               int joining_group) const {
+bool Planner::JoinCreatesCycle(int g, std::span<const int32_t> joining, int joining_group) const {
   const Group& group = groups_[g];
   // Membership through group_of_, a flat lookup, not the groups' hash sets:
   // a chain of 40k row-local ops grows one group that large.
-  const int32_t joining_pos = static_cast<int32_t>(pos(joining.front()));
+  const int32_t joining_pos = joining.front();
   auto in_target = [&](int32_t x) {
     int h = group_of_[x];
     if (h == g) return true;
     return joining_group >= 0 ? h == joining_group : x == joining_pos;
   };
   int64_t first = group.first, last = group.last;
-  std::vector<int32_t> joining_at;
-  joining_at.reserve(joining.size());
-  for (const Instruction* x : joining) {
-    joining_at.push_back(static_cast<int32_t>(pos(x)));
-    first = std::min<int64_t>(first, joining_at.back());
-    last = std::max<int64_t>(last, joining_at.back());
+  for (int32_t x : joining) {
+    first = std::min<int64_t>(first, x);
+    last = std::max<int64_t>(last, x);
   }
   work_ += static_cast<int64_t>(joining.size());
   std::vector<int32_t> stack;
   for (bool backward : {false, true}) {
     stack.clear();
-    for (int32_t x : joining_at) {
+    for (int32_t x : joining) {
       std::span<const int32_t> next = Neighbors(x, backward);
       stack.insert(stack.end(), next.begin(), next.end());
     }
@@ -266,9 +307,14 @@ bool Planner::JoinCreatesCycle(int g, std::span<const Instruction* const> joinin
 }
 
 bool Planner::TryAdd(int g, const Instruction* inst) {
+  return TryAddAt(g, static_cast<int32_t>(pos(inst)));
+}
+
+bool Planner::TryAddAt(int g, int32_t i) {
+  const Instruction* inst = order_[i];
   if (groups_[g].convex_at == epoch_) {
     ++work_;
-    if (JoinCreatesCycle(g, {&inst, 1}, -1)) return false;
+    if (JoinCreatesCycle(g, {&i, 1}, -1)) return false;
   } else {
     InstSet s = groups_[g].members;
     s.insert(inst);
@@ -276,9 +322,9 @@ bool Planner::TryAdd(int g, const Instruction* inst) {
     groups_[g].convex_at = epoch_;
   }
   groups_[g].members.insert(inst);
-  group_of_[pos(inst)] = g;
-  groups_[g].first = std::min(groups_[g].first, pos(inst));
-  groups_[g].last = std::max(groups_[g].last, pos(inst));
+  group_of_[i] = g;
+  groups_[g].first = std::min<int64_t>(groups_[g].first, i);
+  groups_[g].last = std::max<int64_t>(groups_[g].last, i);
   return true;
 }
 
@@ -295,7 +341,9 @@ bool Planner::TryMerge(int a, int b) {
   if (a == b) return true;
   if (groups_[a].convex_at == epoch_ && groups_[b].convex_at == epoch_) {
     ++work_;
-    std::vector<const Instruction*> joining(groups_[b].members.begin(), groups_[b].members.end());
+    std::vector<int32_t> joining;
+    joining.reserve(groups_[b].members.size());
+    ForEachMember(b, [&](int32_t m) { joining.push_back(m); });
     if (JoinCreatesCycle(a, joining, b)) return false;
     groups_[a].members.insert(groups_[b].members.begin(), groups_[b].members.end());
   } else {

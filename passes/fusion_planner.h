@@ -7,7 +7,7 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -126,6 +126,16 @@ class Planner {
   std::span<const int32_t> readers_at(size_t i) const {
     return {readers_.data() + reader_begin_[i], readers_.data() + reader_begin_[i + 1]};
   }
+  // What the rules ask of an instruction, by position, so that growing a
+  // group over tens of thousands of candidates reads none of them (Note
+  // [adjacency by position]): the opcode; whether the metadata starts with
+  // `remat` (a recomputation, passes/remat.h); and a number for the dims,
+  // the same for instructions of the same dims (-1: a tuple).
+  ir::Opcode opcode_at(size_t i) const { return opcode_[i]; }
+  bool remat_at(size_t i) const { return remat_[i] != 0; }
+  int32_t dims_class_at(size_t i) const { return dims_class_[i]; }
+  // The number dims_class_at() gives `dims`; -1 when no instruction has them.
+  int32_t FindDimsClass(const std::vector<int64_t>& dims) const;
   // The instructions whose metadata starts with `optimizer.` (the update
   // FuseOptimizer groups), in entry order: found in the constructor's pass
   // rather than in a pass of their own over the whole entry.
@@ -135,10 +145,13 @@ class Planner {
 
   // Not in a group yet, not free, and an op some kernel may contain.
   bool Claimable(const ir::Instruction* inst) const;
+  bool ClaimableAt(size_t i) const;
 
   int NewGroup(ir::FusionKind kind, const ir::Instruction* hero, const InstSet& members);
-  // Adds `inst` to group `g` unless that would make a cycle.
+  // Adds `inst` (the instruction at position `i`) to group `g` unless that
+  // would make a cycle.
   bool TryAdd(int g, const ir::Instruction* inst);
+  bool TryAddAt(int g, int32_t i);
   // Moves group `b` into group `a` unless that would make a cycle.
   bool TryMerge(int a, int b);
   // Shrinks group `g` back to `members` (a subset it grew from, which stays
@@ -191,11 +204,11 @@ class Planner {
   // entries are known); and, after that pass, the users and readers.
   void AddSources(int32_t i, const ir::Instruction& inst);
   void AddUsers();
-  // Note [one member at a time]: whether adding `joining` (one instruction,
-  // or the members of convex group `joining_group`; -1 for the former) to
-  // convex group `g` makes a cycle, walking from `joining` alone.
-  bool JoinCreatesCycle(int g, std::span<const ir::Instruction* const> joining,
-                        int joining_group) const;
+  // Note [one member at a time]: whether adding the instructions at
+  // positions `joining` (one instruction, or the members of convex group
+  // `joining_group`; -1 for the former) to convex group `g` makes a cycle,
+  // walking from `joining` alone.
+  bool JoinCreatesCycle(int g, std::span<const int32_t> joining, int joining_group) const;
   // Sets group `g`'s first and last member positions from its members.
   void SetBounds(int g);
 
@@ -203,11 +216,15 @@ class Planner {
   std::vector<ir::Instruction*> order_;
   std::array<std::vector<const ir::Instruction*>, ir::kNumOpcodes> by_opcode_;  // WithOpcode()
   std::vector<const ir::Instruction*> optimizer_ops_;
+  std::vector<ir::Opcode> opcode_;
+  std::vector<char> remat_;
+  std::vector<int32_t> dims_class_;
+  std::map<std::vector<int64_t>, int32_t> dims_classes_;
   // Indexed by position in order_ (an instruction's pass_index()).
   std::vector<char> free_;
   std::vector<int> group_of_;  // -1: in no group
-  // sources_at() and users_at(): position i's entries are
-  // [begin[i], begin[i + 1]).
+  // sources_at(), operands_at(), readers_at() and users_at(): position i's
+  // entries are values[begin[i]] to values[begin[i + 1] - 1].
   std::vector<int32_t> source_begin_, sources_;
   std::vector<int32_t> operand_begin_, operands_;
   std::vector<int32_t> reader_begin_, readers_;

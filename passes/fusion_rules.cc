@@ -626,13 +626,16 @@ bool IsForwardOp(const Instruction* inst) {
 void GrowRowGroup(Planner& p, int g, const std::vector<int64_t>& in_dims,
                   const std::vector<int64_t>& row_dims) {
   const bool forward = IsForwardOp(p.groups()[g].hero);
-  auto admissible = [&](const Instruction* x) {
-    if (forward && x->metadata().starts_with("remat")) return false;
-    if (x->opcode() == Opcode::kReduce) {
+  // By position (Note [adjacency by position]): only reductions are read.
+  const int32_t in_class = p.FindDimsClass(in_dims), row_class = p.FindDimsClass(row_dims);
+  auto admissible = [&](int32_t i) {
+    if (forward && p.remat_at(i)) return false;
+    if (p.opcode_at(i) == Opcode::kReduce) {
+      const Instruction* x = p.order()[i];
       return ir::IsRowReduce(*x) && x->operand(0)->shape().dims() == in_dims;
     }
-    return ir::IsElementwise(x->opcode()) &&
-           (x->shape().dims() == in_dims || x->shape().dims() == row_dims);
+    const int32_t c = p.dims_class_at(i);
+    return ir::IsElementwise(p.opcode_at(i)) && c >= 0 && (c == in_class || c == row_class);
   };
   // Rounds over the neighbours of what the last round added, and the
   // candidates refused so far (a later member may make them acyclic; a round
@@ -657,12 +660,10 @@ void GrowRowGroup(Planner& p, int g, const std::vector<int64_t>& in_dims,
     std::sort(near.begin(), near.end());
     near.erase(std::unique(near.begin(), near.end()), near.end());
     for (int32_t i : near) {
-      // Members first, by position: growing again after the merges (in
-      // FuseReductions) finds most neighbours inside already, and
-      // admissible() reads the metadata and shape of each.
+      // Members first: growing again after the merges (in FuseReductions)
+      // finds most neighbours inside already.
       int other = p.group_at(i);
-      const Instruction* x = p.order()[i];
-      if (other == g || !admissible(x)) continue;
+      if (other == g || !admissible(i)) continue;
       if (other >= 0) {
         const Group& o = p.groups()[other];
         if (o.kind == FusionKind::kReduction && ir::IsRowReduce(*o.hero) &&
@@ -676,8 +677,8 @@ void GrowRowGroup(Planner& p, int g, const std::vector<int64_t>& in_dims,
         }
         continue;
       }
-      if (!p.Claimable(x)) continue;
-      if (p.TryAdd(g, x)) {
+      if (!p.ClaimableAt(i)) continue;
+      if (p.TryAddAt(g, i)) {
         fresh.push_back(i);
       } else {
         refused.push_back(i);

@@ -110,6 +110,9 @@ TEST(FusionPlannerTest, AdjacencyMatchesTheWalkThroughFreeOps) {
     }
     std::vector<const ir::Instruction*> readers(order[i]->users().begin(), order[i]->users().end());
     EXPECT_EQ(sorted(p.readers_at(i)), positions(readers)) << order[i]->name();
+    // What the rules ask by position.
+    EXPECT_EQ(p.opcode_at(i), order[i]->opcode()) << order[i]->name();
+    EXPECT_EQ(p.dims_class_at(i), p.FindDimsClass(order[i]->shape().dims())) << order[i]->name();
     if (p.free_at(i)) continue;
     std::vector<const ir::Instruction*> sources, users;
     for (const ir::Instruction* op : order[i]->operands()) p.NonFreeSources(op, sources);
@@ -124,6 +127,10 @@ TEST(FusionPlannerTest, AdjacencyMatchesTheWalkThroughFreeOps) {
     }
   }
   EXPECT_EQ(through_broadcast, 5);
+  // Two dims in the chain, [8, 64] and the row sums' [8]; none of them [8, 8].
+  EXPECT_NE(p.FindDimsClass({8, 64}), p.FindDimsClass({8}));
+  EXPECT_GE(p.FindDimsClass({8}), 0);
+  EXPECT_EQ(p.FindDimsClass({8, 8}), -1);
 }
 
 }  // namespace
