@@ -3,10 +3,12 @@
 // users, names and roots consistent, as the verifier checks.
 #include "compiler/ir/computation.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "compiler/ir/module.h"
@@ -24,19 +26,22 @@ std::unique_ptr<Instruction> Op(std::string name, Opcode opcode,
                                        std::move(operands), attrs);
 }
 
+// "x<i>" (gcc 12 warns, wrongly, about `"x" + std::to_string(i)`).
+std::string XName(int i) { return fmt::format("x{}", i); }
+
 TEST(NameIndexTest, FindsWhatIsLeftAfterErasuresAndGrowth) {
   // Enough names to rehash several times, half of them erased: the rest
   // stay reachable past the tombstones on their probe chains.
   std::vector<std::unique_ptr<Instruction>> insts;
   NameIndex index;
   for (int i = 0; i < 1000; ++i) {
-    insts.push_back(Op("x" + std::to_string(i), Opcode::kNeg));
+    insts.push_back(Op(XName(i), Opcode::kNeg));
     index.Insert(insts.back().get());
   }
-  for (int i = 0; i < 1000; i += 2) index.Erase("x" + std::to_string(i));
+  for (int i = 0; i < 1000; i += 2) index.Erase(XName(i));
   index.Erase("never-there");
   for (int i = 0; i < 1000; ++i) {
-    Instruction* found = index.Find("x" + std::to_string(i));
+    Instruction* found = index.Find(XName(i));
     EXPECT_EQ(found, i % 2 == 0 ? nullptr : insts[i].get()) << "x" << i;
   }
   // An erased name can be taken again, by another instruction.
@@ -113,42 +118,46 @@ TEST(ComputationTest, ReleaseOutOfOrderReturnsTheInstructionsInTheOrderGiven) {
   EXPECT_TRUE(VerifyModule(module).ok()) << VerifyModule(module).message();
 }
 
+// main: p, a = neg(p), b = exp(a), and the root c = copy(p).
+struct ExpChain {
+  ExpChain() {
+    Computation* main = module.AddComputation("main");
+    module.set_entry(main);
+    Instruction* p = main->AddInstruction(Op("p", Opcode::kParameter));
+    Instruction* a = main->AddInstruction(Op("a", Opcode::kNeg, {p}));
+    Instruction* b = main->AddInstruction(Op("b", Opcode::kExp, {a}));
+    Instruction* c = main->AddInstruction(Op("c", Opcode::kCopy, {p}));
+    main->set_root(c);
+    insts = {main, p, a, b, c};
+  }
+  Module module{"m"};
+  std::tuple<Computation*, Instruction*, Instruction*, Instruction*, Instruction*> insts;
+};
+
 TEST(ComputationTest, ReleasedOutOfOrderKeepTheEdgesAmongThem) {
   // b = exp(a) given before a: the edge a -> b stays, as in order.
-  Module module("m");
-  Computation* main = module.AddComputation("main");
-  module.set_entry(main);
-  Instruction* p = main->AddInstruction(Op("p", Opcode::kParameter));
-  Instruction* a = main->AddInstruction(Op("a", Opcode::kNeg, {p}));
-  Instruction* b = main->AddInstruction(Op("b", Opcode::kExp, {a}));
-  Instruction* c = main->AddInstruction(Op("c", Opcode::kCopy, {p}));
-  main->set_root(c);
+  ExpChain m;
+  auto [main, p, a, b, c] = m.insts;
   std::vector<std::unique_ptr<Instruction>> released = main->ReleaseInstructions({b, a});
   EXPECT_EQ(a->users(), std::vector<Instruction*>{b});
   EXPECT_EQ(p->users(), std::vector<Instruction*>{c});
-  Computation* fused = module.AddComputation("fused");
+  Computation* fused = m.module.AddComputation("fused");
   Instruction* q = fused->AddInstruction(Op("q", Opcode::kParameter));
   fused->AddReleased(std::move(released[1]))->ReplaceOperandWith(0, q);
   fused->AddReleased(std::move(released[0]));
   fused->set_root(b);
   EXPECT_EQ(a->users(), std::vector<Instruction*>{b});
-  EXPECT_TRUE(VerifyModule(module).ok()) << VerifyModule(module).message();
+  EXPECT_TRUE(VerifyModule(m.module).ok()) << VerifyModule(m.module).message();
 }
 
 TEST(ComputationTest, ReleasedTogetherInTwoComputationsDropTheEdgeBetween) {
   // a and b = exp(a) leave main together, into two computations: b reads a
   // parameter of its own instead, and a no longer lists b as a user.
-  Module module("m");
-  Computation* main = module.AddComputation("main");
-  module.set_entry(main);
-  Instruction* p = main->AddInstruction(Op("p", Opcode::kParameter));
-  Instruction* a = main->AddInstruction(Op("a", Opcode::kNeg, {p}));
-  Instruction* b = main->AddInstruction(Op("b", Opcode::kExp, {a}));
-  Instruction* c = main->AddInstruction(Op("c", Opcode::kCopy, {p}));
-  main->set_root(c);
+  ExpChain m;
+  auto [main, p, a, b, c] = m.insts;
   std::vector<std::unique_ptr<Instruction>> released = main->ReleaseInstructions({a, b});
-  Computation* first = module.AddComputation("first");
-  Computation* second = module.AddComputation("second");
+  Computation* first = m.module.AddComputation("first");
+  Computation* second = m.module.AddComputation("second");
   Instruction* q = first->AddInstruction(Op("q", Opcode::kParameter));
   Instruction* r = second->AddInstruction(Op("r", Opcode::kParameter));
   second->AddReleased(std::move(released[1]))->ReplaceOperandWith(0, r);
@@ -158,7 +167,7 @@ TEST(ComputationTest, ReleasedTogetherInTwoComputationsDropTheEdgeBetween) {
   EXPECT_TRUE(a->users().empty());
   EXPECT_EQ(r->users(), std::vector<Instruction*>{b});
   EXPECT_EQ(p->users(), std::vector<Instruction*>{c});
-  EXPECT_TRUE(VerifyModule(module).ok()) << VerifyModule(module).message();
+  EXPECT_TRUE(VerifyModule(m.module).ok()) << VerifyModule(m.module).message();
 }
 
 // Names are indexed on the first lookup, and kept up to date from then on.
