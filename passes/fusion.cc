@@ -92,7 +92,8 @@ Planner::Planner(ir::Computation* computation) : computation_(computation) {
     const std::string& metadata = inst->metadata();
     if (metadata.starts_with("optimizer.")) optimizer_ops_.push_back(inst.get());
     remat_[i] = metadata.starts_with("remat");
-    if (!inst->shape().is_tuple()) {
+    const bool tuple = inst->shape().is_tuple();
+    if (!tuple) {
       const std::vector<int64_t>& dims = inst->shape().dims();
       if (last_dims != nullptr && dims == *last_dims) {
         dims_class_[i] = dims_class_[i - 1];
@@ -106,7 +107,7 @@ Planner::Planner(ir::Computation* computation) : computation_(computation) {
       last_dims = nullptr;
     }
     bool s = op == Opcode::kConstant || op == Opcode::kIota;
-    if (!s && (op == Opcode::kBroadcast || ir::IsElementwise(op)) && !inst->shape().is_tuple() &&
+    if (!s && (op == Opcode::kBroadcast || ir::IsElementwise(op)) && !tuple &&
         inst->operand_count() > 0) {
       s = std::all_of(inst->operands().begin(), inst->operands().end(),
                       [&](const Instruction* x) { return sourceless[pos(x)] != 0; });
@@ -152,33 +153,42 @@ void Planner::AddSources(int32_t i, const Instruction& inst) {
   }
 }
 
+namespace {
+
+// The edges i -> values[begin[i]..begin[i + 1]) of the positions `from`
+// admits, reversed into `out_begin` and `out` (the same layout): counted
+// first, then placed in position order.
+template <typename From>
+void ReverseEdges(const std::vector<int32_t>& begin, const std::vector<int32_t>& values,
+                  const From& from, std::vector<int32_t>& out_begin, std::vector<int32_t>& out) {
+  const size_t n = begin.size() - 1;
+  out_begin.assign(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (!from(i)) continue;
+    for (int32_t k = begin[i]; k < begin[i + 1]; ++k) ++out_begin[values[k] + 1];
+  }
+  for (size_t i = 0; i < n; ++i) out_begin[i + 1] += out_begin[i];
+  out.resize(out_begin[n]);
+  std::vector<int32_t> next(out_begin.begin(), out_begin.end() - 1);
+  for (size_t i = 0; i < n; ++i) {
+    if (!from(i)) continue;
+    for (int32_t k = begin[i]; k < begin[i + 1]; ++k)
+      out[next[values[k]]++] = static_cast<int32_t>(i);
+  }
+}
+
+}  // namespace
+
 void Planner::AddUsers() {
-  const size_t n = order_.size();
   // Every non-free op is a user of each of its sources, as often as it reads
   // it (NonFreeUsers lists a user once per path through free ops, as
-  // NonFreeSources does the sources); counted first, then placed in order.
-  user_begin_.assign(n + 1, 0);
-  for (size_t i = 0; i < n; ++i) {
-    if (free_[i] != 0) continue;
-    for (int32_t j : sources_at(i)) ++user_begin_[j + 1];
-  }
-  for (size_t i = 0; i < n; ++i) user_begin_[i + 1] += user_begin_[i];
-  users_.resize(user_begin_[n]);
-  std::vector<int32_t> next(user_begin_.begin(), user_begin_.end() - 1);
-  for (size_t i = 0; i < n; ++i) {
-    if (free_[i] != 0) continue;
-    for (int32_t j : sources_at(i)) users_[next[j]++] = static_cast<int32_t>(i);
-  }
-  // The readers: the operand edges reversed, the same way.
-  reader_begin_.assign(n + 1, 0);
-  for (int32_t j : operands_) ++reader_begin_[j + 1];
-  for (size_t i = 0; i < n; ++i) reader_begin_[i + 1] += reader_begin_[i];
-  readers_.resize(reader_begin_[n]);
-  next.assign(reader_begin_.begin(), reader_begin_.end() - 1);
-  for (size_t i = 0; i < n; ++i) {
-    for (int32_t j : operands_at(i)) readers_[next[j]++] = static_cast<int32_t>(i);
-  }
-  visited_at_.assign(n, 0);
+  // NonFreeSources does the sources); the readers are the operand edges
+  // reversed.
+  ReverseEdges(
+      source_begin_, sources_, [&](size_t i) { return free_[i] == 0; }, user_begin_, users_);
+  ReverseEdges(
+      operand_begin_, operands_, [](size_t) { return true; }, reader_begin_, readers_);
+  visited_at_.assign(order_.size(), 0);
 }
 
 bool Planner::IsFree(const Instruction* inst) const {

@@ -101,16 +101,14 @@ std::vector<std::unique_ptr<Instruction>> Computation::ReleaseInstructions(
     by_name_ = NameIndex();
     names_indexed_ = false;
   }
-  // An operand released before `inst` (parent_ reset) keeps it as a user:
-  // given in this computation's order, operands released in this call come
-  // first.
+  // `inst`, its parent_ reset: an operand released before it (parent_ reset
+  // too) keeps it as a user. Given in this computation's order, operands
+  // released in this call come first.
   auto release = [&](Instruction* inst) {
-    assert(inst->parent_ == this);
     for (Instruction* op : inst->operands_) {
       if (op->parent_ == this) std::erase(op->users_, inst);
     }
     if (names_indexed_) by_name_.Erase(inst->name());
-    inst->parent_ = nullptr;
   };
   std::vector<std::unique_ptr<Instruction>> released;
   released.reserve(insts.size());
@@ -127,7 +125,10 @@ std::vector<std::unique_ptr<Instruction>> Computation::ReleaseInstructions(
     if (next + 4 < insts.size()) {
       for (Instruction* op : insts[next + 4]->operands_) __builtin_prefetch(op->users_.data());
     }
-    release(insts[next++]);
+    Instruction* inst = insts[next++];
+    assert(inst->parent_ == this);
+    inst->parent_ = nullptr;
+    release(inst);
     released.push_back(std::move(p));
     return true;
   });
@@ -141,11 +142,7 @@ std::vector<std::unique_ptr<Instruction>> Computation::ReleaseInstructions(
       assert(insts[i]->parent_ == this);
       insts[i]->parent_ = nullptr;
     }
-    for (size_t i = next; i < insts.size(); ++i) {
-      Instruction* inst = insts[i];
-      inst->parent_ = this;
-      release(inst);
-    }
+    for (size_t i = next; i < insts.size(); ++i) release(insts[i]);
     // The instructions released in order above dropped the edges from
     // operands released only now, out of order: they are restored.
     for (size_t i = 0; i < next; ++i) {
