@@ -9,9 +9,14 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "compiler/support/status.h"
 #include "compiler/support/text.h"
+
+namespace gptc::program {
+struct Artifact;
+}  // namespace gptc::program
 
 namespace gptc::tools {
 
@@ -22,6 +27,11 @@ namespace gptc::tools {
 int CompileCommand(int argc, char** argv);
 // gptc inspect FILE.gptx [--manifest|--ir|--ptx|--plan|--params]
 int InspectCommand(int argc, char** argv);
+// gptc inspect --kernel-stats: a table of each kernel whose name contains
+// `filter` (all when empty): static PTX statements by class, per mma,
+// registers, spills, shared memory and blocks per multiprocessor
+// (kernel_stats.cc).
+StatusOr<std::string> KernelStatsTable(const program::Artifact& a, std::string_view filter);
 // gptc models: the configs with their parameter counts.
 int ModelsCommand(int argc, char** argv);
 // gptc export-hf CKPT_DIR OUT_DIR: a checkpoint as a Hugging Face GPT-2 model.

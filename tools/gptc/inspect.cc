@@ -40,9 +40,8 @@ StatusOr<std::string> Summary(const program::Artifact& a) {
   std::string s;
   s += fmt::format("artifact: format {}, gptc {}, target {}, {}\n", a.format_version,
                    m.gptc_version, m.target, Completeness(m));
-  s += fmt::format("model: {} ({} layers, {} heads, width {}, vocab {} padded to {})\n",
-                   model.name, model.layers, model.heads, model.width, model.vocab,
-                   model.padded_vocab);
+  s += fmt::format("model: {} ({} layers, {} heads, width {}, vocab {} padded to {})\n", model.name,
+                   model.layers, model.heads, model.width, model.vocab, model.padded_vocab);
   // As the manifest spells them (its codec's keys, sorted).
   const nlohmann::json flags_json = program::ToJson(m.flags);
   std::string flags;
@@ -98,19 +97,34 @@ StatusOr<std::string> Summary(const program::Artifact& a) {
 }  // namespace
 
 int InspectCommand(int argc, char** argv) {
-  Flags flags("gptc inspect", "FILE.gptx [--manifest|--ir|--ptx|--plan|--params]",
+  Flags flags("gptc inspect",
+              "FILE.gptx [--manifest|--ir|--ptx|--plan|--params]\n"
+              "FILE.gptx --kernel-stats [--kernels SUBSTRING]",
               "Summarizes an artifact (model, flags, parameters, entries, kernels, arena), or "
-              "prints the sections asked for verbatim, in the order below.");
+              "prints the sections asked for verbatim, in the order below, or a table of the "
+              "kernels' static PTX statements by class (Note [counting PTX] in "
+              "compiler/support/ptx_stats.h).");
   flags.Bool("manifest", "the manifest (JSON)")
       .Bool("ir", "the optimized IR of every entry")
       .Bool("ptx", "the kernels' PTX")
       .Bool("plan", "the thunk plans (JSON)")
-      .Bool("params", "the parameter specs and init rules (JSON)");
+      .Bool("params", "the parameter specs and init rules (JSON)")
+      .Bool("kernel-stats",
+            "per kernel: PTX statements by class and per mma (whole kernel, then each innermost "
+            "mma loop), ptxas registers and spills, shared memory, H100 blocks per SM")
+      .Value("kernels", "SUBSTRING", "with --kernel-stats: only kernels whose name contains it");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (flags.positional().size() != 1) return Fail(2, Error("inspect takes one FILE.gptx"));
   StatusOr<program::Artifact> a = program::ReadArtifact(flags.positional()[0]);
   if (!a.ok()) return Fail(1, a.status());
+  if (flags.Has("kernel-stats")) {
+    StatusOr<std::string> table = KernelStatsTable(*a, flags.Get("kernels", ""));
+    if (!table.ok()) return Fail(1, table.status().WithPrefix(flags.positional()[0]));
+    std::fputs(table->c_str(), stdout);
+    return 0;
+  }
+  if (flags.Has("kernels")) return Fail(2, Error("--kernels goes with --kernel-stats"));
   // Every section asked for, in this order (--ir --plan prints both).
   bool printed = false;
   for (const char* section : {"manifest", "ir", "ptx", "plan", "params"}) {
