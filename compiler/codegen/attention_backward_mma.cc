@@ -1,23 +1,27 @@
 // Note [tensor-core attention backward]: the flash backward of Note [flash
 // attention backward] (attention_backward_emitter.cc) on mma.sync tiles, with
-// the same split: dq in a kernel of its own (no atomics), dk and dv in one.
-// A block of 4 warps owns 64 rows, 16 a warp, kept as A fragments (Note [mma
-// fragments] in attention_mma.h) for the whole kernel, and walks the other
-// side's rows 64 at a time through shared memory (rounded to bf16 there; q,
-// k, v, do are bf16 already, so that is exact):
+// the same split: dq in a kernel of its own (no atomics: the result is the
+// same bits run after run), dk and dv in one. A block of 4 warps owns 64
+// rows, 16 a warp, kept as A fragments (Note [mma fragments] in
+// attention_mma.h) for the whole kernel, and walks the other side's rows 64
+// at a time through shared memory (q, k, v, do are bf16 already, so the
+// tiles hold them exactly), with c = scale log2(e) (Note [exp2 softmax]):
 //   dq kernel, query rows t, key tiles k, v (causal: up to the diagonal):
-//     s = q k^T, dp = do v^T, p = exp(scale s - lse_t),
-//     ds = scale p (dp - delta_t),   dq += ds~ k
+//     s = q k^T, dp = do v^T, p = 2^(c s - log2(e) lse_t),
+//     ds = p (scale dp - scale delta_t),   dq += ds~ k
 //   dk + dv kernel, key rows j, query tiles q, do (causal: from the diagonal):
-//     s^T = k q^T, p^T = exp(scale s^T - lse),  dv += p~^T do
-//     dp^T = v do^T, ds^T = scale p^T (dp^T - delta),  dk += ds~^T q
+//     s^T = k q^T, p^T = 2^(c s^T - log2(e) lse),  dv += p~^T do
+//     dp^T = v do^T, ds^T = p^T (scale dp^T - scale delta),  dk += ds~^T q
 // (x~: x rounded to bf16 as an A fragment, which is where the decomposition
-// rounds p and ds). lse and delta are per query: a row's in the dq kernel, a
-// column's (each lane's 16 columns) in the dk + dv kernel. Scores of keys
-// past the causal limit, keys past S and queries past T give p = 0, so the
-// zero rows of a last partial tile add nothing; own rows past the end are
-// computed on clamped indices and not stored.
-#include <limits>
+// rounds p and ds). lse and delta are per query: a row's in the dq kernel,
+// loaded once; a column's in the dk + dv kernel, staged in shared memory a
+// block ahead (Note [staged row statistics]). Only blocks crossing the
+// diagonal or a length are masked (Note [diagonal masks]); there keys past
+// the causal limit, keys past S and queries past T give p = 0. Own rows past
+// the end are computed on clamped indices and not stored. Both kernels take
+// their tiles longest first (Note [longest-first tiles]) and, where the
+// other side's operands allow, fill the tiles by cp.async a block ahead
+// (Note [pipelined tile fill]).
 #include <optional>
 #include <utility>
 #include <vector>
@@ -26,17 +30,115 @@
 #include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 namespace gptc::codegen {
 
 using mlir::Value;
 namespace arith = mlir::arith;
+namespace LLVM = mlir::LLVM;
 
 namespace {
 
-constexpr int64_t kColumnTiles = kTileRows / 8;  // n-tiles of a 64-row block
+// Note [staged row statistics]: the dk + dv kernel's block of 64 query
+// columns needs each column's -log2(e) lse and -scale delta. A lane reads 16
+// columns of each a block, the same ones as the 7 other lanes of its column
+// group and the 3 other warps: loading them from global memory was 32 scalar
+// loads a thread a block, waited on in the middle of the block. Instead the
+// block's first 64 threads each load one column's lse and delta for the next
+// block when a block starts, scale them, and store them at its end into the
+// other stage of a [2][2][64] f32 array; the barrier that opens the next
+// block publishes them, and each lane reads its 16 columns as 8-byte pairs.
+class StagedStats {
+ public:
+  StagedStats(WarpRowKernel& kernel, mlir::gpu::GPUModuleOp gpu_module, const std::string& name)
+      : kernel_(kernel), m_(kernel) {
+    mlir::OpBuilder& b = kernel.b();
+    const mlir::Location loc = kernel.loc();
+    LLVM::GlobalOp global;
+    {
+      mlir::OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(gpu_module.getBody());
+      auto type = LLVM::LLVMArrayType::get(b.getF32Type(), 2 * 2 * kTileRows);
+      global = b.create<LLVM::GlobalOp>(loc, type, /*isConstant=*/false, LLVM::Linkage::Internal,
+                                        name, mlir::Attribute(), /*alignment=*/16,
+                                        /*addrSpace=*/3);
+    }
+    base_ = b.create<LLVM::AddressOfOp>(loc, global);
+  }
+
+  static constexpr int64_t kBytes = 2 * 2 * kTileRows * 4;
+
+  // Loads column block * 64 + tid of lse and delta (clamped below len) in
+  // threads below 64 and when `when` holds; zeros elsewhere.
+  StatusOr<std::pair<Value, Value>> Load(const AttentionBackward& a, Value bi, Value h, Value tid,
+                                         Value block, Value when) {
+    mlir::OpBuilder& b = kernel_.b();
+    const mlir::Location loc = kernel_.loc();
+    Value active = m_.Less(tid, m_.C(kTileRows));
+    if (when) active = m_.And(active, when);
+    auto branch = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{b.getF32Type(), b.getF32Type()},
+                                            active, true);
+    {
+      mlir::OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(branch.thenBlock());
+      FusedEmitter::Cache saved = kernel_.emitter().SaveCache();
+      const Value t = m_.Min(m_.Add(m_.Mul(block, kTileRows), tid), a.tq - 1);
+      ASSIGN_OR_RETURN(Value lse, kernel_.LoadF32(*a.lse, {bi, h, t}));
+      ASSIGN_OR_RETURN(Value delta, kernel_.LoadF32(*a.delta, {bi, h, t}));
+      kernel_.emitter().RestoreCache(std::move(saved));
+      b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{lse, delta});
+      b.setInsertionPointToStart(branch.elseBlock());
+      b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{m_.F32(0), m_.F32(0)});
+    }
+    return std::make_pair(branch.getResult(0), branch.getResult(1));
+  }
+
+  // Threads below 64 store -log2(e) lse and -scale delta of their column
+  // into stage block % 2.
+  void Store(Value tid, Value block, std::pair<Value, Value> stats, double scale) {
+    mlir::OpBuilder& b = kernel_.b();
+    const mlir::Location loc = kernel_.loc();
+    mlir::OpBuilder::InsertionGuard guard(b);
+    auto branch = b.create<mlir::scf::IfOp>(loc, m_.Less(tid, m_.C(kTileRows)), false);
+    b.setInsertionPoint(branch.thenBlock()->getTerminator());
+    const Value at = m_.Add(m_.Mul(m_.Rem(block, 2), 2 * kTileRows), tid);
+    b.create<LLVM::StoreOp>(loc, m_.FMul(stats.first, m_.F32(-kLog2E)), Element(at));
+    b.create<LLVM::StoreOp>(loc, m_.FMul(stats.second, m_.F32(-scale)),
+                            Element(m_.Add(at, m_.C(kTileRows))));
+  }
+
+  // Stage block % 2's values of columns col and col + 1 (col even): the
+  // -log2(e) lse pair, then the -scale delta pair.
+  std::array<Value, 4> Read(Value block, Value col) {
+    mlir::OpBuilder& b = kernel_.b();
+    const mlir::Location loc = kernel_.loc();
+    const Value at = m_.Add(m_.Mul(m_.Rem(block, 2), 2 * kTileRows), col);
+    std::array<Value, 4> out;
+    auto pair_type = mlir::VectorType::get({2}, b.getF32Type());
+    for (int64_t which = 0; which < 2; ++which) {
+      const Value pair = b.create<LLVM::LoadOp>(
+          loc, pair_type, Element(m_.Add(at, m_.C(which * kTileRows))), /*alignment=*/8);
+      for (int64_t e = 0; e < 2; ++e) {
+        out[2 * which + e] = b.create<LLVM::ExtractElementOp>(
+            loc, pair, b.create<arith::ConstantOp>(loc, b.getI32IntegerAttr(e)));
+      }
+    }
+    return out;
+  }
+
+ private:
+  Value Element(Value at) {
+    mlir::OpBuilder& b = kernel_.b();
+    return b.create<LLVM::GEPOp>(kernel_.loc(), base_.getType(), b.getF32Type(), base_,
+                                 mlir::ValueRange{at});
+  }
+
+  WarpRowKernel& kernel_;
+  const TileMath m_;
+  Value base_;  // !llvm.ptr<3>
+};
 
 // Builds Note [tensor-core attention backward] in a WarpRowKernel: the own
 // rows' fragments, the loop over the other side's blocks, then the
@@ -53,7 +155,8 @@ class TensorCoreBackwardBuilder {
         need_ds_(a.grads[0] != nullptr || a.grads[1] != nullptr),
         d_tiles_(a.dim / 8),
         own_len_(by_query_ ? a.tq : a.tk),
-        other_len_(by_query_ ? a.tk : a.tq) {
+        other_len_(by_query_ ? a.tk : a.tq),
+        c_(a.scale * kLog2E) {
     // Accumulators: dq, or dk and/or dv (by wrt), d_tiles fragments each.
     for (int wrt = 0; wrt < 3; ++wrt) {
       if (a.grads[wrt] != nullptr) wrts_.push_back(wrt);
@@ -66,25 +169,27 @@ class TensorCoreBackwardBuilder {
     const int64_t dim = a_.dim;
     const int64_t other_blocks = (other_len_ + kTileRows - 1) / kTileRows;
     FusedEmitter::Cache saved = emitter.SaveCache();
-    const WarpRowKernel::Row row = kernel_.BeginRow(WarpRowKernel::kWarp);  // a warp each
+    // Causal: the dq kernel's last query tile is its longest, the dk + dv
+    // kernel's first key tile.
+    const auto order = !a_.causal  ? WarpRowKernel::TileOrder::kHeadMajor
+                       : by_query_ ? WarpRowKernel::TileOrder::kLastTileFirst
+                                   : WarpRowKernel::TileOrder::kFirstTileFirst;
+    const WarpRowKernel::TileRow row =
+        kernel_.BeginTileRow(order, TileGroupHeads(a_.batch * a_.heads, 2 * 2 * other_len_ * dim));
     bi_ = row.b;
     h_ = row.h;
-    const Value own_block = m_.Div(row.r, 4), warp = m_.Rem(row.r, 4);
-    lanes_ = LanesOf(kernel_, row.lane, warp);
-    const Value row_lo =
-        m_.Add(m_.Add(m_.Mul(own_block, kTileRows), m_.Mul(warp, 16)), lanes_.group);
-    rows_[0] = row_lo;
-    rows_[1] = m_.Add(row_lo, m_.C(8));
+    lanes_ = LanesOf(kernel_, row.lane, row.warp);
+    own0_ = m_.Mul(row.tile, kTileRows);
+    rows_[0] = m_.Add(m_.Add(own0_, m_.Mul(row.warp, 16)), lanes_.group);
+    rows_[1] = m_.Add(rows_[0], m_.C(8));
     const Value clamped[2] = {m_.Min(rows_[0], own_len_ - 1), m_.Min(rows_[1], own_len_ - 1)};
     // Own rows: q and do (dq), or k and v (dk, dv); the other side's tiles.
     const ir::Instruction* own_a = by_query_ ? a_.q : a_.k;
     const ir::Instruction* own_b = by_query_ ? a_.d_out : a_.v;
-    // Note [pipelined tile fill] in the dq kernel, which has the registers to
-    // spare at two blocks a multiprocessor; the dk + dv kernel has none.
     const ir::Instruction* other_a = by_query_ ? a_.k : a_.q;
     const ir::Instruction* other_b = by_query_ ? a_.v : a_.d_out;
-    pipelined_ = by_query_ && CanPipelineTiles({other_a, other_b}, other_len_, dim);
-    const int64_t stages = pipelined_ ? 2 : 1;
+    const bool pipelined = CanPipelineTiles({other_a, other_b}, other_len_, dim);
+    const int64_t stages = pipelined ? 2 : 1;
     tile_a_.emplace(b_, gpu_module, name + (by_query_ ? "_k" : "_q"), kTileRows, dim, stages);
     tile_b_.emplace(b_, gpu_module, name + (by_query_ ? "_v" : "_do"), kTileRows, dim, stages);
     tiles_ = {{other_a, &*tile_a_}, {other_b, &*tile_b_}};
@@ -93,17 +198,26 @@ class TensorCoreBackwardBuilder {
     ASSIGN_OR_RETURN(
         frags_b_, LoadRowFragments(kernel_, *own_b, bi_, h_, clamped[0], clamped[1], dim, lanes_));
     for (int64_t half = 0; by_query_ && half < 2; ++half) {
-      ASSIGN_OR_RETURN(row_lse_[half], kernel_.LoadF32(*a_.lse, {bi_, h_, clamped[half]}));
-      ASSIGN_OR_RETURN(row_delta_[half], kernel_.LoadF32(*a_.delta, {bi_, h_, clamped[half]}));
+      ASSIGN_OR_RETURN(Value lse, kernel_.LoadF32(*a_.lse, {bi_, h_, clamped[half]}));
+      ASSIGN_OR_RETURN(Value delta, kernel_.LoadF32(*a_.delta, {bi_, h_, clamped[half]}));
+      row_nl_[half] = m_.FMul(lse, m_.F32(-kLog2E));
+      row_nsd_[half] = m_.FMul(delta, m_.F32(-a_.scale));
     }
 
     std::vector<Value> inits(wrts_.size() * 4 * d_tiles_, m_.F32(0));
     // Causal: the dq kernel stops at the diagonal tile, the dk + dv kernel
     // starts there (T = S).
-    const Value begin = a_.causal && !by_query_ ? own_block : m_.C(0);
-    end_ = a_.causal && by_query_ ? m_.Add(own_block, m_.C(1)) : m_.C(other_blocks);
-    if (pipelined_) {
-      IssueTileCopies(kernel_, lanes_, bi_, h_, begin, other_len_, dim, tiles_);
+    const Value begin = a_.causal && !by_query_ ? row.tile : m_.C(0);
+    end_ = a_.causal && by_query_ ? m_.Min(m_.Add(row.tile, m_.C(1)), other_blocks)
+                                  : m_.C(other_blocks);
+    if (!by_query_) {
+      stats_.emplace(kernel_, gpu_module, name + "_stats");
+      ASSIGN_OR_RETURN(auto first, stats_->Load(a_, bi_, h_, lanes_.tid, begin, Value()));
+      stats_->Store(lanes_.tid, begin, first, a_.scale);
+    }
+    if (pipelined) {
+      pipeline_.emplace(kernel_, lanes_, bi_, h_, other_len_, dim, tiles_);
+      pipeline_->Issue(begin);
     }
     mlir::OpBuilder::InsertPoint after_loop = b_.saveInsertionPoint();
     auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b_, loc_, begin, end_, m_.C(1), inits));
@@ -116,84 +230,116 @@ class TensorCoreBackwardBuilder {
     b_.setInsertionPointAfter(loop);
     StoreRows(loop);
     emitter.RestoreCache(std::move(saved));
-    return tile_a_->bytes() + tile_b_->bytes();
+    return tile_a_->bytes() + tile_b_->bytes() + (stats_ ? StagedStats::kBytes : 0);
   }
 
  private:
+  // The block's p~ and ds~ as A fragments (either may be empty).
+  struct Probabilities {
+    std::vector<Fragment> p, ds;
+  };
+
   // The other side's block `other`: its tiles, p and ds of the block's
   // scores, and the accumulators' products with the tiles.
   Status EmitOtherBlock(mlir::scf::ForOp loop) {
     const Value other = loop.getInductionVar();
     auto args = loop.getRegionIterArgs();
-    // A lane's elements e and e + 2 of an n-tile share their column (Note
-    // [mma fragments]): its index and, by key rows, its query's lse and delta
-    // are computed once for both, and loaded before the tiles are filled so
-    // that their latency hides behind the fill's.
-    Value cols[kColumnTiles][2], col_lse[kColumnTiles][2], col_delta[kColumnTiles][2];
-    for (int64_t nt = 0; nt < kColumnTiles; ++nt) {
-      for (int64_t e2 = 0; e2 < 2; ++e2) {
-        const Value col = m_.Add(m_.Add(m_.Mul(other, kTileRows), lanes_.q2), m_.C(8 * nt + e2));
-        cols[nt][e2] = col;
-        if (by_query_) continue;
-        ASSIGN_OR_RETURN(col_lse[nt][e2],
-                         kernel_.LoadF32(*a_.lse, {bi_, h_, m_.Min(col, a_.tq - 1)}));
-        if (need_ds_) {
-          ASSIGN_OR_RETURN(col_delta[nt][e2],
-                           kernel_.LoadF32(*a_.delta, {bi_, h_, m_.Min(col, a_.tq - 1)}));
-        }
-      }
+    const Value next = m_.Add(other, m_.C(1));
+    std::pair<Value, Value> next_stats;
+    if (stats_) {  // Note [staged row statistics]: the next block's, in flight during this one
+      ASSIGN_OR_RETURN(next_stats,
+                       stats_->Load(a_, bi_, h_, lanes_.tid, next, m_.Less(next, end_)));
     }
     SharedTile now_a = *tile_a_, now_b = *tile_b_;
-    if (pipelined_) {
-      std::vector<SharedTile> now =
-          AwaitTileCopies(kernel_, lanes_, bi_, h_, other, end_, other_len_, a_.dim, tiles_);
+    if (pipeline_) {
+      std::vector<SharedTile> now = pipeline_->Await(other, end_);
       now_a = now[0];
       now_b = now[1];
     } else {
       RETURN_IF_ERROR(FillTiles(kernel_, lanes_, bi_, h_, other, other_len_, a_.dim, tiles_));
     }
     // s (or s^T) = own_a tile_a^T; dp (or dp^T) = own_b tile_b^T.
-    std::vector<Fragment> p = TimesTileTransposed(kernel_, frags_a_, now_a, lanes_);
-    std::vector<Fragment> ds;
-    if (need_ds_) ds = TimesTileTransposed(kernel_, frags_b_, now_b, lanes_);
-    for (int64_t nt = 0; nt < kColumnTiles; ++nt) {
-      for (int64_t e2 = 0; e2 < 2; ++e2) {
-        for (int64_t half = 0; half < 2; ++half) {
-          const Value lse = by_query_ ? row_lse_[half] : col_lse[nt][e2];
-          const Value delta = by_query_ ? row_delta_[half] : col_delta[nt][e2];
-          ProbabilityAndDs(cols[nt][e2], half, lse, delta, p[nt][2 * half + e2],
-                           need_ds_ ? &ds[nt][2 * half + e2] : nullptr);
-        }
-      }
+    const std::vector<Fragment> s = TimesTileTransposed(kernel_, frags_a_, now_a, lanes_);
+    std::vector<Fragment> dp;
+    if (need_ds_) dp = TimesTileTransposed(kernel_, frags_b_, now_b, lanes_);
+    // By key rows: each column's -log2(e) lse and -scale delta.
+    std::vector<std::array<Value, 4>> col_stats;
+    for (int64_t nt = 0; stats_ && nt < kColumnTiles; ++nt) {
+      col_stats.push_back(stats_->Read(other, m_.Add(lanes_.q2, m_.C(8 * nt))));
     }
+    const Value other0 = m_.Mul(other, kTileRows);
+    const Value needs_mask = by_query_ ? BlockNeedsMask(m_, own0_, other0, a_.causal, 0, a_.tk)
+                                       : BlockNeedsMask(m_, other0, own0_, a_.causal, a_.tq, 0);
+    const Probabilities x = Probability(s, dp, col_stats, other0, needs_mask);
     // dq += ds~ k;  dk += ds~^T q;  dv += p~^T do.
-    std::vector<Value> next;
+    std::vector<Value> result;
     for (size_t i = 0; i < wrts_.size(); ++i) {
       std::vector<Fragment> acc(d_tiles_);
       for (int64_t dt = 0; dt < d_tiles_; ++dt) {
         for (int64_t e = 0; e < 4; ++e) acc[dt][e] = args[(i * d_tiles_ + dt) * 4 + e];
       }
-      AccumulateTimesTile(kernel_, wrts_[i] == 2 ? p : ds, wrts_[i] == 2 ? now_b : now_a, lanes_,
-                          acc);
-      for (const Fragment& f : acc) next.insert(next.end(), f.begin(), f.end());
+      AccumulateTimesTile(kernel_, wrts_[i] == 2 ? x.p : x.ds, wrts_[i] == 2 ? now_b : now_a,
+                          lanes_, acc);
+      for (const Fragment& f : acc) result.insert(result.end(), f.begin(), f.end());
     }
-    b_.create<mlir::scf::YieldOp>(loc_, next);
+    if (stats_) stats_->Store(lanes_.tid, next, next_stats, a_.scale);
+    b_.create<mlir::scf::YieldOp>(loc_, result);
     return Status::Ok();
   }
 
-  // Score `s` of own row `half` and other row `col` becomes p = exp(scale s
-  // - lse) (0 where the key is not visible), and dp at `ds` (when given)
-  // becomes ds = scale p (dp - delta).
-  void ProbabilityAndDs(Value col, int64_t half, Value lse, Value delta, Value& s, Value* ds) {
-    const Value query = by_query_ ? rows_[half] : col;
-    const Value key = by_query_ ? col : rows_[half];
-    Value visible = m_.Less(col, m_.C(other_len_));
-    if (a_.causal)
-      visible = b_.create<arith::AndIOp>(loc_, visible, m_.Less(key, m_.Add(query, m_.C(1))));
-    Value prob = b_.create<mlir::math::ExpOp>(loc_, m_.FSub(m_.FMul(s, m_.F32(a_.scale)), lse));
-    prob = b_.create<arith::SelectOp>(loc_, visible, prob, m_.F32(0));
-    s = prob;
-    if (ds != nullptr) *ds = m_.FMul(m_.FMul(prob, m_.FSub(*ds, delta)), m_.F32(a_.scale));
+  // p = 2^(c s - log2(e) lse), and ds = p (scale dp - scale delta), packed
+  // as A fragments: p when dv is computed, ds when dq or dk is. When
+  // `needs_mask` holds, p of keys invisible to their query is 0 (Note
+  // [diagonal masks]: a uniform branch of selects between the exponentials
+  // and ds, the same code either side of it).
+  Probabilities Probability(std::vector<Fragment> s, std::vector<Fragment> dp,
+                            const std::vector<std::array<Value, 4>>& col_stats, Value other0,
+                            Value needs_mask) {
+    for (int64_t nt = 0; nt < kColumnTiles; ++nt) {
+      for (int64_t e = 0; e < 4; ++e) {
+        const Value nl = by_query_ ? row_nl_[e / 2] : col_stats[nt][e % 2];
+        s[nt][e] = m_.Exp2(m_.Fma(s[nt][e], m_.F32(c_), nl));
+      }
+    }
+    if (needs_mask) s = Masked(needs_mask, std::move(s), other0);
+    for (int64_t nt = 0; need_ds_ && nt < kColumnTiles; ++nt) {
+      for (int64_t e = 0; e < 4; ++e) {
+        const Value nsd = by_query_ ? row_nsd_[e / 2] : col_stats[nt][2 + e % 2];
+        dp[nt][e] = m_.FMul(s[nt][e], m_.Fma(dp[nt][e], m_.F32(a_.scale), nsd));
+      }
+    }
+    Probabilities x;
+    if (wrts_.back() == 2) x.p = PackA(b_, loc_, s);
+    if (need_ds_) x.ds = PackA(b_, loc_, dp);
+    return x;
+  }
+
+  // `p` with the probabilities of keys invisible to their query set to 0
+  // when `needs_mask`, as it is otherwise.
+  std::vector<Fragment> Masked(Value needs_mask, std::vector<Fragment> p, Value other0) {
+    auto branch = b_.create<mlir::scf::IfOp>(
+        loc_, std::vector<mlir::Type>(4 * kColumnTiles, b_.getF32Type()), needs_mask, true);
+    {
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointToStart(branch.thenBlock());
+      std::vector<Value> masked;
+      for (int64_t nt = 0; nt < kColumnTiles; ++nt) {
+        for (int64_t e = 0; e < 4; ++e) {
+          const Value col = m_.Add(m_.Add(other0, lanes_.q2), m_.C(8 * nt + e % 2));
+          const Value row = rows_[e / 2];
+          const Value visible = by_query_ ? KeyVisible(m_, row, col, a_.causal, 0, a_.tk)
+                                          : KeyVisible(m_, col, row, a_.causal, a_.tq, 0);
+          masked.push_back(visible ? m_.Select(visible, p[nt][e], m_.F32(0)) : p[nt][e]);
+        }
+      }
+      b_.create<mlir::scf::YieldOp>(loc_, masked);
+      b_.setInsertionPointToStart(branch.elseBlock());
+      std::vector<Value> same;
+      for (const Fragment& f : p) same.insert(same.end(), f.begin(), f.end());
+      b_.create<mlir::scf::YieldOp>(loc_, same);
+    }
+    for (int64_t i = 0; i < 4 * kColumnTiles; ++i) p[i / 4][i % 4] = branch.getResult(i);
+    return p;
   }
 
   // The own rows in bounds store their gradients through the output chains.
@@ -208,13 +354,19 @@ class TensorCoreBackwardBuilder {
         const ir::Instruction* root = a_.grads[wrts_[i]];
         for (size_t out = 0; out < a_.outputs.size(); ++out) {
           if (a_.roots[a_.chains[out].root] != root) continue;
+          const Value ptr = kernel_.entry()->getArgument(a_.first_output + out);
+          const std::optional<PairStore> pair = PairStoreOf(*root, a_.chains[out]);
           for (int64_t dt = 0; dt < d_tiles_; ++dt) {
+            const int64_t at = (i * d_tiles_ + dt) * 4 + 2 * half;
+            if (pair) {
+              StorePair(b_, loc_, *pair, loop.getResult(at), loop.getResult(at + 1),
+                        {bi_, h_, rows_[half], m_.Add(lanes_.q2, m_.C(8 * dt))}, ptr);
+              continue;
+            }
             for (int64_t e = 0; e < 2; ++e) {
-              StoreThroughChain(
-                  emitter, b_, loc_, loop.getResult((i * d_tiles_ + dt) * 4 + 2 * half + e), *root,
-                  a_.chains[out], {bi_, h_, rows_[half], m_.Add(lanes_.q2, m_.C(8 * dt + e))},
-                  kernel_.entry()->getArgument(a_.first_output + out),
-                  a_.outputs[out]->shape().dtype());
+              StoreThroughChain(emitter, b_, loc_, loop.getResult(at + e), *root, a_.chains[out],
+                                {bi_, h_, rows_[half], m_.Add(lanes_.q2, m_.C(8 * dt + e))}, ptr,
+                                a_.outputs[out]->shape().dtype());
             }
           }
         }
@@ -233,13 +385,15 @@ class TensorCoreBackwardBuilder {
   const bool need_ds_;
   const int64_t d_tiles_;
   const int64_t own_len_, other_len_;
+  const double c_;
   std::vector<int> wrts_;
-  bool pipelined_ = false;
+  std::optional<TilePipeline> pipeline_;
+  std::optional<StagedStats> stats_;
   std::optional<SharedTile> tile_a_, tile_b_;
   std::vector<std::pair<const ir::Instruction*, SharedTile*>> tiles_;
-  Value bi_, h_, end_;
-  Value rows_[2];                    // the lane's own rows (lo, lo + 8), unclamped
-  Value row_lse_[2], row_delta_[2];  // by query rows
+  Value bi_, h_, own0_, end_;
+  Value rows_[2];                 // the lane's own rows (lo, lo + 8), unclamped
+  Value row_nl_[2], row_nsd_[2];  // by query rows: -log2(e) lse and -scale delta
   WarpLanes lanes_;
   std::vector<Fragment> frags_a_, frags_b_;
 };

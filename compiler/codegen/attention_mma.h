@@ -33,6 +33,7 @@
 #define GPTC_COMPILER_CODEGEN_ATTENTION_MMA_H_
 
 #include <array>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,11 +68,18 @@ class SharedTile {
   // Stage `stage` (an integer value below `stages`): the same tile shape,
   // its own rows.
   SharedTile Stage(mlir::OpBuilder& b, mlir::Location loc, mlir::Value stage) const;
+  // The tile seen from element `elements` (an integer value) on: a lane's
+  // part of an ldmatrix address added once, so that the addresses below
+  // differ from it by constants (the immediate offsets of ld/ldmatrix).
+  SharedTile Offset(mlir::OpBuilder& b, mlir::Location loc, mlir::Value elements) const;
+  // The address of element [row][col] (constants, from the offset).
+  mlir::Value AddressAt(mlir::OpBuilder& b, mlir::Location loc, int64_t row, int64_t col) const;
   // The address of element [row][col] (integer values of one type).
-  mlir::Value Address(mlir::OpBuilder& b, mlir::Location loc, mlir::Value row, mlir::Value col);
+  mlir::Value Address(mlir::OpBuilder& b, mlir::Location loc, mlir::Value row,
+                      mlir::Value col) const;
   // Stores f32 `value` rounded to bf16 at [row][col].
   void Store(mlir::OpBuilder& b, mlir::Location loc, mlir::Value row, mlir::Value col,
-             mlir::Value value);
+             mlir::Value value) const;
 
  private:
   int64_t rows_, cols_, stages_;
@@ -90,6 +98,14 @@ Fragment Mma(mlir::OpBuilder& b, mlir::Location loc, const Fragment& a, mlir::Va
 
 // Rows of a tile, and of the rows a block of 4 warps owns (16 a warp).
 inline constexpr int64_t kTileRows = 64;
+inline constexpr int64_t kColumnTiles = kTileRows / 8;  // n-tiles of a 64-row block
+
+// Note [exp2 softmax]: exp(scale * s - m) is computed as ex2(fma(s, scale *
+// log2(e), -m * log2(e))): one FMA and one ex2.approx.ftz per score, where
+// libdevice's accurate expf of a separately scaled score took a multiply, a
+// subtraction and about ten instructions. The approximation's relative
+// error (2^-22) is far below the bf16 rounding of p that follows.
+inline constexpr double kLog2E = 1.4426950408889634;
 
 // Shorthands for the unsigned index arithmetic and the f32 math of the
 // tensor-core kernels, built at the kernel's insertion point.
@@ -99,16 +115,32 @@ class TileMath {
   mlir::Value C(int64_t v) const { return kernel_.C(v); }
   mlir::Value F32(double v) const { return kernel_.F32(v); }
   mlir::Value Add(mlir::Value x, mlir::Value y) const;
+  mlir::Value Sub(mlir::Value x, mlir::Value y) const;
   mlir::Value Mul(mlir::Value x, int64_t y) const;
   mlir::Value Div(mlir::Value x, int64_t y) const;
   mlir::Value Rem(mlir::Value x, int64_t y) const;
   mlir::Value Min(mlir::Value x, int64_t y) const;
+  mlir::Value Min(mlir::Value x, mlir::Value y) const;
   mlir::Value Less(mlir::Value x, mlir::Value y) const;
+  mlir::Value And(mlir::Value x, mlir::Value y) const;
+  mlir::Value Or(mlir::Value x, mlir::Value y) const;
+  mlir::Value Select(mlir::Value c, mlir::Value x, mlir::Value y) const;
   mlir::Value FAdd(mlir::Value x, mlir::Value y) const;
   mlir::Value FSub(mlir::Value x, mlir::Value y) const;
   mlir::Value FMul(mlir::Value x, mlir::Value y) const;
   mlir::Value FMax(mlir::Value x, mlir::Value y) const;
-  mlir::Value Exp(mlir::Value x) const;
+  mlir::Value FEq(mlir::Value x, mlir::Value y) const;
+  // x * y + z rounded once (fma.rn.f32).
+  mlir::Value Fma(mlir::Value x, mlir::Value y, mlir::Value z) const;
+  // 2^x and log2 x (ex2.approx.ftz.f32, lg2.approx.ftz.f32: Note [exp2 softmax]).
+  mlir::Value Exp2(mlir::Value x) const;
+  mlir::Value Log2(mlir::Value x) const;
+  // The sum or maximum of `values`, as a balanced tree (short dependency chains).
+  mlir::Value Sum(std::vector<mlir::Value> values) const;
+  mlir::Value Max(std::vector<mlir::Value> values) const;
+  // `v` combined over the 4 lanes of a fragment row (shuffles xor 1, 2).
+  mlir::Value RowMax(mlir::Value v) const;
+  mlir::Value RowSum(mlir::Value v) const;
 
  private:
   WarpRowKernel& kernel_;
@@ -124,9 +156,24 @@ struct WarpLanes {
 };
 WarpLanes LanesOf(WarpRowKernel& kernel, mlir::Value lane, mlir::Value warp);
 
-// The A fragments (dim / 16 of them) of 16 rows of `op` ([B, H, len, dim],
-// read through the fusion's chains): row_lo is this lane's row (group), row_hi
-// the one 8 below it, both already clamped into the operand.
+// Note [strided operands]: the bf16 parameter whose elements an attention
+// operand ([B, H, len, dim]) reads, with d contiguous: element (b, h, t, d)
+// at offset + b * batch_pitch + h * head_pitch + t * row_pitch + d. The
+// operand itself, or a transpose of the [B, len, H, dim] (or [B, len, H*dim])
+// parameter with the heads interleaved in its rows (do out of the dx gemm),
+// possibly widened (the forward's q, k, v: Note [rounded attention operands]
+// in passes/fusion_planner.h): the kernels read its rows 16 bytes at a time
+// (tiles) or 4 (fragments), with no chain and no rounding.
+struct VectorSource {
+  const ir::Instruction* param = nullptr;
+  int64_t batch_pitch = 0, head_pitch = 0, row_pitch = 0, offset = 0;
+};
+std::optional<VectorSource> VectorSourceOf(const ir::Instruction& op, int64_t len, int64_t dim);
+
+// The A fragments (dim / 16 of them) of 16 rows of `op` ([B, H, len, dim]):
+// row_lo is this lane's row (group), row_hi the one 8 below it, both already
+// clamped into the operand. 4-byte loads of a VectorSource, else each element
+// through the fusion's chains.
 StatusOr<std::vector<Fragment>> LoadRowFragments(WarpRowKernel& kernel, const ir::Instruction& op,
                                                  mlir::Value bi, mlir::Value h, mlir::Value row_lo,
                                                  mlir::Value row_hi, int64_t dim,
@@ -138,44 +185,85 @@ Status FillTiles(WarpRowKernel& kernel, const WarpLanes& lanes, mlir::Value bi, 
                  mlir::Value block, int64_t len, int64_t dim,
                  const std::vector<std::pair<const ir::Instruction*, SharedTile*>>& tiles);
 
-// Note [pipelined tile fill]: when every operand of a tile loop is a bf16
-// parameter whose rows a tile copies 16 bytes at a time (Note [vector tile
-// fill]) and the rows come in whole tiles, the copies go out as cp.async
-// (global to shared, no registers): the block issues block kb + 1's copies
-// into the other stage of two-stage tiles right after the barrier that opens
-// block kb, and computes on block kb while they travel. One barrier a block
-// then does both jobs: every warp is done with the stage the next copies
-// overwrite, and every thread's copies of this block have landed (each
-// thread waits for its own with cp.async.wait_group 0 before it). On an H100
-// this took the gpt2-124m forward from 223 to 210 us a call, at 151
-// registers (three blocks a multiprocessor instead of four).
+// Note [pipelined tile fill]: when every operand of a tile loop is a
+// VectorSource (Note [strided operands]) and the rows come in whole tiles,
+// the copies go out as cp.async (global to shared, no registers): the block
+// issues block kb + 1's copies into the other stage of two-stage tiles right
+// after the barrier that opens block kb, and computes on block kb while
+// they travel. One barrier a block then does both jobs: every warp is done
+// with the stage the next copies overwrite, and every thread's copies of
+// this block have landed (each thread waits for its own with
+// cp.async.wait_group 0 before it). A thread's pieces and their addresses
+// are computed once, before the loop: a block moves each global address by
+// a constant multiple of the block index. On an H100 the pipelined forward
+// took 210 us a call where the synchronous fill took 223.
 bool CanPipelineTiles(const std::vector<const ir::Instruction*>& ops, int64_t len, int64_t dim);
 
-// Issues this thread's cp.async copies of rows block * 64 .. + 63 of each op
-// into stage block % 2 of its two-stage tile, and commits them as one group
-// (also when `when`, if given, is false and nothing is copied: the groups
-// stay one a block). The loop's first block, before the loop.
-void IssueTileCopies(WarpRowKernel& kernel, const WarpLanes& lanes, mlir::Value bi, mlir::Value h,
-                     mlir::Value block, int64_t len, int64_t dim,
-                     const std::vector<std::pair<const ir::Instruction*, SharedTile*>>& tiles,
-                     mlir::Value when = {});
+class TilePipeline {
+ public:
+  // Before the loop (CanPipelineTiles of the tiles' ops): this thread's
+  // 16-byte pieces of each tile, their shared offsets and the global
+  // addresses of block 0.
+  TilePipeline(WarpRowKernel& kernel, const WarpLanes& lanes, mlir::Value bi, mlir::Value h,
+               int64_t len, int64_t dim,
+               const std::vector<std::pair<const ir::Instruction*, SharedTile*>>& tiles);
+  // Issues this thread's copies of block `block` into stage block % 2 and
+  // commits them as one group (also when `when`, if given, is false and
+  // nothing is copied: the groups stay one a block). The loop's first block,
+  // before the loop.
+  void Issue(mlir::Value block, mlir::Value when = {});
+  // Opens block `block` of the loop: waits for this thread's copies of it,
+  // the block's barrier, then issues block + 1's (when below `end`).
+  // Returns the stage holding block `block` of each tile, in order.
+  std::vector<SharedTile> Await(mlir::Value block, mlir::Value end);
 
-// Opens block `block` of the loop: waits for this thread's copies of it,
-// the block's barrier, then issues block + 1's (when below `end`). Returns
-// the stage holding block `block` of each tile, in order.
-std::vector<SharedTile> AwaitTileCopies(
-    WarpRowKernel& kernel, const WarpLanes& lanes, mlir::Value bi, mlir::Value h,
-    mlir::Value block, mlir::Value end, int64_t len, int64_t dim,
-    const std::vector<std::pair<const ir::Instruction*, SharedTile*>>& tiles);
+ private:
+  struct Piece {
+    size_t tile;
+    mlir::Value shared;   // element offset in the stage
+    mlir::Value global;   // !llvm.ptr<1> of block 0
+    int64_t block_pitch;  // elements between blocks
+  };
+  WarpRowKernel& kernel_;
+  std::vector<SharedTile*> tiles_;
+  std::vector<Piece> pieces_;
+};
 
 // a (16 x dim, A fragments) times tile^T (dim x 64): 8 f32 fragments (16 x 8).
 std::vector<Fragment> TimesTileTransposed(WarpRowKernel& kernel, const std::vector<Fragment>& a,
-                                          SharedTile& tile, const WarpLanes& lanes);
+                                          const SharedTile& tile, const WarpLanes& lanes);
 
-// acc (16 x dim, dim / 8 f32 fragments) += x (16 x 64: 8 f32 fragments,
-// rounded to bf16 as A fragments) times tile (64 x dim).
-void AccumulateTimesTile(WarpRowKernel& kernel, const std::vector<Fragment>& x, SharedTile& tile,
-                         const WarpLanes& lanes, std::vector<Fragment>& acc);
+// The f32 results of n-tiles 2 kk and 2 kk + 1 (16 x 16 columns), rounded to
+// bf16 and packed as the A fragment of columns 16 kk .. + 15 (Note [mma
+// fragments]): 8 fragments in, 4 out.
+std::vector<Fragment> PackA(mlir::OpBuilder& b, mlir::Location loc, const std::vector<Fragment>& x);
+
+// acc (16 x dim, dim / 8 f32 fragments) += a (16 x 64: 4 packed A
+// fragments, PackA) times tile (64 x dim).
+void AccumulateTimesTile(WarpRowKernel& kernel, const std::vector<Fragment>& a,
+                         const SharedTile& tile, const WarpLanes& lanes,
+                         std::vector<Fragment>& acc);
+
+// Note [diagonal masks]: a 64 x 64 block of scores needs its mask (causal:
+// key > query; keys past their length; queries past theirs in the
+// backward) only where the block crosses the diagonal or a length. The
+// kernels test that once a block, a uniform branch, and the other blocks
+// run the softmax without comparisons or selects: at T = 1024 that is 15
+// of every 16 blocks of a row of tiles.
+//
+// Whether the block of query rows [q0, q0 + 64) and key rows [k0, k0 + 64)
+// (index values) needs a mask: causal and k0 + 63 > q0, or a key row past
+// tk, or a query row past tq (a length of 0, or a multiple of 64, is never
+// passed: a kernel's own rows past their length are not stored and need no
+// mask). A null value: no block of the kernel does.
+mlir::Value BlockNeedsMask(const TileMath& m, mlir::Value q0, mlir::Value k0, bool causal,
+                           int64_t tq, int64_t tk);
+// Whether key `key` is visible to query `query` in a masked block: at most
+// query when causal, below tk, and query below tq (lengths as above; the
+// dk + dv kernel's zero query rows past T would otherwise count). A null
+// value: every key is.
+mlir::Value KeyVisible(const TileMath& m, mlir::Value query, mlir::Value key, bool causal,
+                       int64_t tq, int64_t tk);
 
 struct TensorCoreForward {
   int64_t shared_bytes = 0;  // static shared memory of the kernel

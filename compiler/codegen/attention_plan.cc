@@ -120,6 +120,27 @@ StatusOr<std::vector<OutputChain>> FindOutputChains(
   return chains;
 }
 
+// Note [longest-first tiles]: in a causal forward or dq kernel, the block
+// of query tile t walks t + 1 key blocks; in the dk + dv kernel, key tile t
+// walks tiles - t query blocks. Blocks start in the order of their index, so
+// taken head by head with short tiles first, the grid's last wave is of long
+// tiles and the multiprocessors idle while a few finish (FlashAttention-3
+// schedules longest first for this). The blocks go longest first instead,
+// across a group of heads at a time: every head's longest tile, then every
+// head's next, ...; the group is as many heads as keep their k and v in L2
+// (an 8 MiB budget of the H100's 50 MB: a wave of 400 blocks spans ~12 tile
+// levels of 32 heads at T = 1024, D = 64), and it divides batch * heads so
+// that the decoding is by constants.
+int64_t TileGroupHeads(int64_t batch_heads, int64_t kv_bytes_per_head) {
+  constexpr int64_t kL2Budget = 8 << 20;
+  const int64_t most = std::max<int64_t>(1, kL2Budget / std::max<int64_t>(1, kv_bytes_per_head));
+  int64_t best = 1;
+  for (int64_t g = 1; g <= std::min(most, batch_heads); ++g) {
+    if (batch_heads % g == 0) best = g;
+  }
+  return best;
+}
+
 bool UseTensorCoreForward(const AttentionForward& a, ir::DType matmul_dtype) {
   return matmul_dtype == ir::DType::kBF16 && a.dim % 16 == 0 && a.dim <= 128;
 }

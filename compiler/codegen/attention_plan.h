@@ -89,6 +89,11 @@ bool UseTensorCoreBackward(const AttentionBackward& a);
 // an error names the fusion and what does not fit.
 StatusOr<AttentionBackward> PlanAttentionBackward(const ir::Instruction& fusion);
 
+// Note [longest-first tiles] (attention_plan.cc): the heads a group of a
+// causal kernel's tile order walks together: the most, dividing batch *
+// heads, whose k and v (`kv_bytes_per_head`) fit in an L2 budget.
+int64_t TileGroupHeads(int64_t batch_heads, int64_t kv_bytes_per_head);
+
 }  // namespace gptc::codegen
 
 #endif  // GPTC_COMPILER_CODEGEN_ATTENTION_PLAN_H_

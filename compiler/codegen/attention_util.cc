@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <limits>
 
+#include "compiler/codegen/attention_mma.h"  // PackBf16
 #include "compiler/codegen/emitter_util.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 namespace gptc::codegen {
@@ -85,6 +87,39 @@ WarpRowKernel::Row WarpRowKernel::BeginRow(int64_t dim, mlir::OpBuilder::InsertP
   return row;
 }
 
+WarpRowKernel::TileRow WarpRowKernel::BeginTileRow(TileOrder order, int64_t group_heads) {
+  namespace arith = mlir::arith;
+  auto to_index = [&](mlir::Value v) {
+    return b_.create<arith::IndexCastOp>(loc_, index_type_, v).getResult();
+  };
+  auto div = [&](mlir::Value x, int64_t y) { return b_.create<arith::DivUIOp>(loc_, x, C(y)); };
+  auto rem = [&](mlir::Value x, int64_t y) { return b_.create<arith::RemUIOp>(loc_, x, C(y)); };
+  mlir::Value tid = to_index(b_.create<mlir::gpu::ThreadIdOp>(loc_, mlir::gpu::Dimension::x));
+  mlir::Value bid = to_index(b_.create<mlir::gpu::BlockIdOp>(loc_, mlir::gpu::Dimension::x));
+  const int64_t tiles = len_ / kWarpsPerBlock;
+  TileRow row;
+  row.thread = b_.create<arith::AddIOp>(loc_, b_.create<arith::MulIOp>(loc_, bid, C(kBlock)), tid);
+  row.lane = rem(tid, kWarp);
+  row.warp = div(tid, kWarp);
+  mlir::Value bh;
+  if (order == TileOrder::kHeadMajor) {
+    row.tile = rem(bid, tiles);
+    bh = div(bid, tiles);
+  } else {
+    // bid = (group * tiles + level) * group_heads + head in the group.
+    const mlir::Value level = rem(div(bid, group_heads), tiles);
+    bh = b_.create<arith::AddIOp>(
+        loc_, b_.create<arith::MulIOp>(loc_, div(bid, group_heads * tiles), C(group_heads)),
+        rem(bid, group_heads));
+    row.tile = order == TileOrder::kFirstTileFirst
+                   ? level
+                   : b_.create<arith::SubIOp>(loc_, C(tiles - 1), level).getResult();
+  }
+  row.h = rem(bh, heads_);
+  row.b = div(bh, heads_);
+  return row;
+}
+
 void StoreThroughChain(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location loc,
                        mlir::Value value, const ir::Instruction& root, const OutputChain& chain,
                        std::vector<mlir::Value> multi, mlir::Value ptr, ir::DType out_dtype) {
@@ -116,6 +151,64 @@ void StoreThroughChain(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location
     shape = &x->shape();
   }
   StoreElement(b, loc, value, ptr, emitter.Linear(index, *shape), out_dtype);
+}
+
+std::optional<PairStore> PairStoreOf(const ir::Instruction& root, const OutputChain& chain) {
+  if (root.shape().dtype() != ir::DType::kF32) return std::nullopt;
+  int64_t converts = 0;
+  for (const ir::Instruction* x : chain.chain) {
+    if (x->opcode() != ir::Opcode::kConvert) continue;
+    if (++converts > 1 || x->shape().dtype() != ir::DType::kBF16 || x != chain.chain.back()) {
+      return std::nullopt;
+    }
+  }
+  std::optional<AffineLayout> layout = LayoutOfResult(root, chain.chain);
+  if (!layout || layout->strides.empty() || layout->strides.back() != 1 ||
+      layout->offset % 2 != 0) {
+    return std::nullopt;
+  }
+  for (int64_t stride : layout->strides) {
+    if (stride % 2 != 0 && stride != 1) return std::nullopt;
+  }
+  if (root.shape().dims().back() % 2 != 0) return std::nullopt;
+  return PairStore{*std::move(layout), converts == 1};
+}
+
+void StorePair(mlir::OpBuilder& b, mlir::Location loc, const PairStore& pair, mlir::Value lo,
+               mlir::Value hi, const std::vector<mlir::Value>& multi, mlir::Value ptr) {
+  namespace arith = mlir::arith;
+  namespace LLVM = mlir::LLVM;
+  mlir::Type index_type = multi.front().getType();
+  auto c = [&](int64_t v) {
+    return b.create<arith::ConstantOp>(loc, b.getIntegerAttr(index_type, v)).getResult();
+  };
+  mlir::Value at = c(pair.layout.offset);
+  for (size_t i = 0; i < multi.size(); ++i) {
+    if (pair.layout.strides[i] == 0) continue;
+    at = b.create<arith::AddIOp>(
+        loc, at,
+        pair.layout.strides[i] == 1
+            ? multi[i]
+            : b.create<arith::MulIOp>(loc, multi[i], c(pair.layout.strides[i])).getResult());
+  }
+  mlir::Value value;
+  int64_t bytes = 0;
+  if (pair.bf16) {
+    value = PackBf16(b, loc, lo, hi);
+    bytes = 4;
+  } else {
+    auto type = mlir::VectorType::get({2}, b.getF32Type());
+    value = b.create<LLVM::UndefOp>(loc, type);
+    for (int64_t i = 0; i < 2; ++i) {
+      value = b.create<LLVM::InsertElementOp>(
+          loc, value, i == 0 ? lo : hi, b.create<arith::ConstantOp>(loc, b.getI32IntegerAttr(i)));
+    }
+    bytes = 8;
+  }
+  const mlir::Type element = pair.bf16 ? mlir::Type(b.getI16Type()) : mlir::Type(b.getF32Type());
+  mlir::Value address = b.create<LLVM::GEPOp>(loc, ptr.getType(), element, ptr,
+                                              mlir::ValueRange{at}, /*inbounds=*/true);
+  b.create<LLVM::StoreOp>(loc, value, address, bytes);
 }
 
 mlir::Value RoundThrough(mlir::OpBuilder& b, mlir::Location loc, mlir::Value x, ir::DType dtype) {

@@ -4,9 +4,11 @@
 #ifndef GPTC_COMPILER_CODEGEN_ATTENTION_UTIL_H_
 #define GPTC_COMPILER_CODEGEN_ATTENTION_UTIL_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "compiler/codegen/affine_layout.h"
 #include "compiler/codegen/attention_plan.h"
 #include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"
@@ -46,6 +48,21 @@ class WarpRowKernel : public FusedKernelBuilder {
   // the same branch); `after_rows` gets the insertion point after that if.
   Row BeginRow(int64_t dim, mlir::OpBuilder::InsertPoint* after_rows = nullptr);
 
+  // Note [longest-first tiles]: the order in which a tensor-core kernel's
+  // blocks take the (b, h, tile) of its [B, H, tiles] space of 64-row tiles.
+  enum class TileOrder {
+    kHeadMajor,      // head by head, tiles ascending
+    kLastTileFirst,  // in groups of heads, the last tile of every head first
+    kFirstTileFirst  // in groups of heads, the first tile of every head first
+  };
+  struct TileRow {
+    mlir::Value thread;  // bid * block + tid
+    mlir::Value lane, warp, b, h, tile;
+  };
+  // The block's tile (one per block of kWarpsPerBlock warps; the kernel's
+  // `len` must be kWarpsPerBlock * tiles) and this thread's warp and lane.
+  TileRow BeginTileRow(TileOrder order, int64_t group_heads);
+
   mlir::OpBuilder& b() { return b_; }
   mlir::Location loc() const { return loc_; }
   mlir::Block* entry() const { return entry_; }
@@ -65,6 +82,25 @@ class WarpRowKernel : public FusedKernelBuilder {
 void StoreThroughChain(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location loc,
                        mlir::Value value, const ir::Instruction& root, const OutputChain& chain,
                        std::vector<mlir::Value> multi, mlir::Value ptr, ir::DType out_dtype);
+
+// Note [paired stores]: a lane's accumulator fragments hold neighbouring
+// elements d, d + 1 (d even) of a row. Where the output chain stores the row
+// contiguously (an AffineLayout with d of stride 1 and every other stride
+// and the offset even, so that pairs stay aligned) the pair goes out as one
+// 8-byte f32 store or one 4-byte bf16 store (cvt.rn.bf16x2), its offset an
+// affine sum instead of the chain's index arithmetic per element. The pair
+// form of `chain`, or nullopt: chains of transposes and reshapes ending in
+// at most one f32 -> bf16 convert, from an f32 root.
+struct PairStore {
+  AffineLayout layout;
+  bool bf16 = false;  // else f32
+};
+std::optional<PairStore> PairStoreOf(const ir::Instruction& root, const OutputChain& chain);
+
+// Stores f32 `lo`, `hi`: the elements [multi] and [multi] + 1 in the last
+// dim of the root of `pair`, into output `ptr`.
+void StorePair(mlir::OpBuilder& b, mlir::Location loc, const PairStore& pair, mlir::Value lo,
+               mlir::Value hi, const std::vector<mlir::Value>& multi, mlir::Value ptr);
 
 // f32 `x` rounded to `dtype` and widened back to f32: how the attention
 // kernels feed a matmul operand of that dtype (Note [bf16 attention]). x

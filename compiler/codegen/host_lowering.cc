@@ -198,7 +198,8 @@ void HostRewriter::MarkInternal(llvm::Instruction* inst) {
 // and results; llvm.nvvm.round.f is cvt.rni (to nearest even, not away from
 // zero); saturate clamps to [0, 1] with NaN -> 0; directed rounding
 // (.rm/.rp/.rz) calls EmuRuntime::math, which switches the host's rounding
-// mode. mma.m16n8k16 (bf16 or f16 into f32) and ldmatrix.m8n8 call
+// mode; ff2bf16x2.rn packs two rounded halves (the first operand in the
+// upper one). mma.m16n8k16 (bf16 or f16 into f32) and ldmatrix.m8n8 call
 // EmuRuntime::mma and ldmatrix, warp-collective like shfl.sync (Note
 // [emulated warp matrix operations] in runtime/emu/warp_matrix.h); every
 // other mma shape or type is refused. Inline asm is matched by its exact
@@ -359,6 +360,12 @@ StatusOr<Value*> HostRewriter::EmulateMath(llvm::CallInst& call, const std::stri
     return done(unary(llvm::Intrinsic::exp2));
   }
   if (op == "lg2.approx.f" || op == "lg2.approx.d") return done(unary(llvm::Intrinsic::log2));
+  if (op == "ff2bf16x2.rn") {  // cvt.rn.bf16x2.f32 d, a, b: a in the upper half, element 1
+    Type* bf16 = b.getBFloatTy();
+    Value* pair = llvm::PoisonValue::get(t);
+    pair = b.CreateInsertElement(pair, b.CreateFPTrunc(arg(1), bf16), uint64_t{0});
+    return done(b.CreateInsertElement(pair, b.CreateFPTrunc(arg(0), bf16), uint64_t{1}));
+  }
   if (op == "sin.approx.f") return done(unary(llvm::Intrinsic::sin));
   if (op == "cos.approx.f") return done(unary(llvm::Intrinsic::cos));
   if (op == "round.f" || op == "round.d") return done(unary(llvm::Intrinsic::roundeven));

@@ -212,6 +212,17 @@ TEST(AttentionPlanTest, PlansTheForwardAndBothBackwardFusions) {
   }
 }
 
+// Note [longest-first tiles]: the heads a group walks together divide
+// batch * heads and keep their k and v within 8 MiB.
+TEST(AttentionPlanTest, TileGroupsDivideTheHeadsAndFitTheL2Budget) {
+  constexpr int64_t kHead124m = 2 * 2 * 1024 * 64;    // k and v of one gpt2-124m head, bf16
+  EXPECT_EQ(TileGroupHeads(16 * 12, kHead124m), 32);  // batch 16: 192 heads, 256 KiB each
+  EXPECT_EQ(TileGroupHeads(12, kHead124m), 12);       // batch 1: all of them
+  EXPECT_EQ(TileGroupHeads(5 * 7, kHead124m), 7);     // 32 fit; 7 divides 35
+  EXPECT_EQ(TileGroupHeads(7 * 11, 1 << 20), 7);      // 8 fit; 7 is the largest divisor
+  EXPECT_EQ(TileGroupHeads(6, 64 << 20), 1);          // not even one fits: one at a time
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionKernelTest,
     testing::Values(Case{1, 2, 64, 64, 16, true},          // one whole tile
