@@ -134,6 +134,21 @@ std::vector<PtxCounts> MmaLoops(const std::vector<Statement>& statements) {
     size_t& end = loops[it->second];
     end = std::max(end, i + 1);
   }
+  // Ranges that overlap without nesting are one loop with two branches
+  // back (a uniform branch inside its body): their union.
+  for (bool merged = true; merged;) {
+    merged = false;
+    for (auto a = loops.begin(); a != loops.end() && !merged; ++a) {
+      for (auto b = std::next(a); b != loops.end(); ++b) {
+        if (b->first < a->second && b->second > a->second) {
+          a->second = b->second;
+          loops.erase(b);
+          merged = true;
+          break;
+        }
+      }
+    }
+  }
   auto has_mma = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       if (statements[i].cls == PtxClass::kMma) return true;

@@ -9,8 +9,9 @@
 // body, less directives (`.reg`, `.shared`, ...), labels and comments; a
 // guarded statement (`@%p bra ...`) counts as its instruction. An mma's
 // operand lists span several lines and count once. A loop is the range from
-// a label to the last branch back to it; the loops reported are the
-// innermost ones that hold an mma.
+// a label to the last branch back to it (two such ranges that overlap
+// without nesting are one loop: a branch inside the body); the loops
+// reported are the innermost ones that hold an mma.
 #ifndef GPTC_COMPILER_SUPPORT_PTX_STATS_H_
 #define GPTC_COMPILER_SUPPORT_PTX_STATS_H_
 

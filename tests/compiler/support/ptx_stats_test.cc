@@ -131,6 +131,32 @@ $L__copy:
   EXPECT_EQ(kernels[0].mma_loops[0].total(), 2);
 }
 
+TEST(PtxStatsTest, OverlappingBackBranchesAreOneLoop) {
+  // The body branches on a uniform flag; each side branches back to a
+  // different label of the same loop.
+  const std::string ptx = R"(.visible .entry k()
+{
+	mov.u32 %r1, 0;
+$L__a:
+	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1,%f2,%f3,%f4}, {%r1,%r2,%r3,%r4}, {%r5,%r6}, {%f1,%f2,%f3,%f4};
+	@%p1 bra $L__masked;
+$L__b:
+	add.f32 %f5, %f5, %f1;
+	@%p2 bra $L__a;
+	bra.uni $L__done;
+$L__masked:
+	selp.f32 %f1, %f1, 0f00000000, %p3;
+	bra.uni $L__b;
+$L__done:
+	ret;
+})";
+  const std::vector<PtxKernelStats> kernels = AnalyzePtx(ptx);
+  ASSERT_EQ(kernels.size(), 1u);
+  ASSERT_EQ(kernels[0].mma_loops.size(), 1u);
+  EXPECT_EQ(kernels[0].mma_loops[0].total(), 7);  // mma to the masked side's branch back
+  EXPECT_EQ(kernels[0].mma_loops[0].of(PtxClass::kMma), 1);
+}
+
 TEST(PtxStatsTest, BlocksPerSmFollowRegistersSharedMemoryAndThreads) {
   EXPECT_EQ(BlocksPerSm(128, 254, 0), 2);  // 256 x 32 x 4 = 32K registers a block
   EXPECT_EQ(BlocksPerSm(128, 151, 0), 3);  // rounded to 152
