@@ -122,13 +122,14 @@ inline constexpr int64_t kMaxKernelsPerLayer = 25;
 // o where the output projection's gemms leave them (Note [delta in the stored
 // layout] in autodiff_attention.cc) and both flash kernels read do through
 // its transpose (Note [per-kernel operand chains] in fusion_planner.h). The
-// forward's q, k and v copies are three loop kernels (Note [rounded attention
-// operands]), and the packed [B, T, 3C] gradient of the qkv projection one
-// (Note [attention backward] in fusion_rules.cc): 24. Fewer kernels is not
-// the aim: on an H100 (docs/PERFORMANCE.md) the three copies take 1.1 ms a
-// step and saved the forward kernel 1.5, and the packing kernel took 1.9 ms
-// a step less than the dq kernel's epilogue that replaced it for a while.
-inline constexpr int64_t kBf16KernelsPerLayer = 24;
+// qkv projection's gemm writes q, k and v in bf16 with its bias, and the
+// attention kernels read them out of it (Note [bf16 attention projection] in
+// mixed_precision.h: no copies); the packed [B, T, 3C] gradient of the qkv
+// projection is one loop kernel (Note [attention backward] in
+// fusion_rules.cc): 21. Fewer kernels is not the aim: on an H100
+// (docs/PERFORMANCE.md) the packing kernel took 1.9 ms a step less than the
+// dq kernel's epilogue that replaced it for a while.
+inline constexpr int64_t kBf16KernelsPerLayer = 21;
 
 }  // namespace gptc::passes
 

@@ -243,7 +243,9 @@ class Planner {
 // The rule phases, in the order Fusion::Run applies them (fusion_rules.cc).
 // Note [rounded attention operands]: a bf16 attention (grad_dtype) rounds
 // q, k and v to bf16 before its matmuls, and the backward keeps exactly those
-// rounded copies ([B, H, T, D], written for the flash backward kernels). The
+// rounded copies ([B, H, T, D], written for the flash backward kernels) where
+// they are not slices of a bf16 projection already (Note [bf16 attention
+// projection] in mixed_precision.h, which leaves nothing to copy). The
 // forward op then reads them too, widened (the same values: rounding a bf16
 // to bf16 changes nothing), instead of computing q, k, v out of the f32
 // projection. A loop kernel writes the copies, and the forward kernel fills
@@ -258,10 +260,13 @@ class Planner {
 bool ReadRoundedAttentionOperands(ir::Computation& entry,
                                   std::span<ir::Instruction* const> attention_ops);
 
-// Note [per-kernel operand chains]: gives the dq attention-grad op its own
-// copy of each layout/convert chain over an operand no wider than its own
-// element (do out of the dx gemm, delta's transpose), so that it and the
-// dk + dv kernel each take one instead of a kernel writing the shared copy.
+// Note [per-kernel operand chains]: gives each kernel of the attention
+// backward (dq; dk with dv) its own copy of each layout/convert chain over an
+// operand no wider than its own element (do out of the dx gemm, delta's
+// transpose, q, k, v sliced out of the bf16 projection: Note [bf16 attention
+// projection] in mixed_precision.h) that something else reads too, so that
+// each kernel reads the source itself instead of a kernel writing the
+// shared copy; the forward keeps the original.
 // Rewrites `entry` before planning; returns whether it cloned anything.
 bool SplitAttentionOperandChains(ir::Computation& entry,
                                  std::span<ir::Instruction* const> attention_ops);

@@ -162,8 +162,8 @@ void FuseGradNorm(Planner& p) {
   }
   p.MakeConvex(s);
   if (s.empty()) return;
-  const Instruction* hero = *std::min_element(
-      s.begin(), s.end(), [&](auto* x, auto* y) { return p.pos(x) < p.pos(y); });
+  const Instruction* hero =
+      *std::min_element(s.begin(), s.end(), [&](auto* x, auto* y) { return p.pos(x) < p.pos(y); });
   int g = p.NewGroup(FusionKind::kReduction, hero, s);
   p.groups()[g].name = "optimizer.grad_norm";
   p.groups()[g].metadata = "optimizer.grad_norm";
@@ -179,8 +179,8 @@ void FuseParameterConverts(Planner& p) {
     }
   }
   if (s.size() < 2) return;
-  const Instruction* hero = *std::min_element(
-      s.begin(), s.end(), [&](auto* x, auto* y) { return p.pos(x) < p.pos(y); });
+  const Instruction* hero =
+      *std::min_element(s.begin(), s.end(), [&](auto* x, auto* y) { return p.pos(x) < p.pos(y); });
   int g = p.NewGroup(FusionKind::kLoop, hero, s);
   p.groups()[g].name = "parameters.bf16";
   p.groups()[g].metadata = "parameters.bf16";
@@ -248,6 +248,12 @@ void FuseCrossEntropy(Planner& p) {
 namespace {
 
 // Whether `x` is a bias add: x = add(y, broadcast(b)) along the last dim.
+// A convert to fewer bytes an element (the rounding of an f32 to bf16).
+bool IsNarrowing(const Instruction* convert) {
+  return ir::DTypeBytes(convert->shape().dtype()) <
+         ir::DTypeBytes(convert->operand(0)->shape().dtype());
+}
+
 bool IsBiasAdd(const Instruction* x) {
   if (x->opcode() != Opcode::kAdd) return false;
   int64_t rank = x->shape().rank();
@@ -273,8 +279,10 @@ void AddQkvProducers(const Planner& p, InstSet& s) {
     }
     for (const Instruction* x : sources) {
       Opcode o = x->opcode();
+      // Not a rounding convert: a gemm writes the bf16 projection with its
+      // bias (Note [bf16 attention projection] in mixed_precision.h).
       bool layout = o == Opcode::kSlice || o == Opcode::kReshape || o == Opcode::kTranspose ||
-                    o == Opcode::kConvert || IsBiasAdd(x);
+                    (o == Opcode::kConvert && !IsNarrowing(x)) || IsBiasAdd(x);
       if (s.contains(x) || !layout || !p.Claimable(x) || !AllUsesIn(p, x, s)) continue;
       s.insert(x);
       changed = true;
@@ -290,9 +298,10 @@ void AddQkvProducers(const Planner& p, InstSet& s) {
 // attention-grad ops with wrt=k and wrt=v of the same operands share one
 // kernel (one key block per block: s, p, dp recomputed once for both) and
 // wrt=q gets one of its own (one query block per block); delta is a row
-// reduction of the reduction rule. Operand chains (the converts to bf16, the
-// layout of do) join a backward kernel when nothing else reads them (the dq
-// kernel gets its own copy of shared ones: Note [per-kernel operand chains]);
+// reduction of the reduction rule. Operand chains (the slices of the bf16
+// projection, the layout of do) join a backward kernel when nothing else
+// reads them (each backward kernel gets its own copy of shared ones: Note
+// [per-kernel operand chains]);
 // outputs leave through transposes, reshapes and converts, as the forward's.
 // The packed [B, T, 3C] gradient of the qkv projection is a loop kernel of
 // its own: written by the dq kernel as an epilogue (copying dk's and dv's
@@ -315,11 +324,15 @@ void FuseAttention(Planner& p) {
         lses.push_back(u);
       }
     }
-    // q, k, v read straight out of the packed projection.
+    // q, k, v read straight out of the packed projection (widened from its
+    // bf16 copy: Note [bf16 attention projection] in mixed_precision.h).
     for (const Instruction* op : a->operands()) {
       for (const Instruction* x = op;; x = x->operand(0)) {
         Opcode o = x->opcode();
-        if (o != Opcode::kTranspose && o != Opcode::kReshape && o != Opcode::kSlice) break;
+        if (o != Opcode::kTranspose && o != Opcode::kReshape && o != Opcode::kSlice &&
+            (o != Opcode::kConvert || IsNarrowing(x))) {
+          break;
+        }
         if (!p.Claimable(x) || !p.TryAdd(g, x)) break;
       }
     }
@@ -420,28 +433,50 @@ bool ReadRoundedAttentionOperands(ir::Computation& entry,
 
 bool SplitAttentionOperandChains(ir::Computation& entry,
                                  std::span<Instruction* const> attention_ops) {
-  std::vector<Instruction*> dqs;
+  // The backward's kernels: dq alone, dk and dv of the same operands together.
+  std::vector<std::vector<Instruction*>> kernels;
   for (Instruction* inst : attention_ops) {
-    if (inst->opcode() == Opcode::kAttentionGrad && inst->attrs().index == 0) dqs.push_back(inst);
+    if (inst->opcode() != Opcode::kAttentionGrad) continue;
+    auto same = std::find_if(kernels.begin(), kernels.end(), [&](const auto& k) {
+      return (k[0]->attrs().index == 0) == (inst->attrs().index == 0) &&
+             k[0]->operands() == inst->operands();
+    });
+    if (same == kernels.end()) {
+      kernels.push_back({inst});
+    } else {
+      same->push_back(inst);
+    }
   }
   bool changed = false;
-  for (Instruction* dq : dqs) {
-    for (int64_t i = 0; i < dq->operand_count(); ++i) {
+  for (const std::vector<Instruction*>& ops : kernels) {
+    Instruction* first = ops[0];
+    auto is_op = [&](const Instruction* u) {
+      return std::find(ops.begin(), ops.end(), u) != ops.end();
+    };
+    for (int64_t i = 0; i < first->operand_count(); ++i) {
+      // Down to the narrowest value: a rounding convert is where the chain
+      // starts (the bf16 projection, not the f32 sum it rounds).
       std::vector<Instruction*> chain;  // operand first
-      Instruction* x = dq->operand(i);
+      Instruction* x = first->operand(i);
       for (; x->opcode() == Opcode::kTranspose || x->opcode() == Opcode::kReshape ||
-             x->opcode() == Opcode::kConvert;
+             x->opcode() == Opcode::kSlice || (x->opcode() == Opcode::kConvert && !IsNarrowing(x));
            x = x->operand(0)) {
         chain.push_back(x);
       }
-      // A wider source (q, k, v from the f32 projection) would be read, and
-      // kept for the backward, instead of the 16-bit copies the forward writes.
+      // A wider source (an f32 projection the forward rounds) would be read,
+      // and kept for the backward, instead of the 16-bit values it reads now.
       if (chain.empty() ||
-          ir::DTypeBytes(x->shape().dtype()) > ir::DTypeBytes(dq->operand(i)->shape().dtype())) {
+          ir::DTypeBytes(x->shape().dtype()) > ir::DTypeBytes(first->operand(i)->shape().dtype())) {
         continue;
       }
+      // Shared: some op of the chain has a reader besides the next one down
+      // the chain (or, for the operand itself, this kernel's ops).
       bool shared = false;
-      for (const Instruction* c : chain) shared |= c->users().size() > 1 || c->users()[0] != dq;
+      for (size_t c = 0; c < chain.size(); ++c) {
+        for (const Instruction* u : chain[c]->users()) {
+          shared |= c == 0 ? !is_op(u) : u != chain[c - 1];
+        }
+      }
       if (!shared) continue;
       Instruction* below = x;
       for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
@@ -450,9 +485,19 @@ bool SplitAttentionOperandChains(ir::Computation& entry,
             std::make_unique<Instruction>(entry.UniqueName(c.name()), c.opcode(), c.shape(),
                                           std::vector<Instruction*>{below}, c.attrs());
         clone->set_metadata(c.metadata());
-        below = entry.InsertInstructionBefore(std::move(clone), dq);
+        below = entry.InsertInstructionBefore(std::move(clone), first);
       }
-      dq->ReplaceOperandWith(i, below);
+      const Instruction* operand = first->operand(i);
+      for (Instruction* op : ops) {
+        for (int64_t k = 0; k < op->operand_count(); ++k) {
+          if (op->operand(k) == operand) op->ReplaceOperandWith(k, below);
+        }
+      }
+      // The last kernel to take a copy leaves the original to no one.
+      for (Instruction* c : chain) {
+        if (!c->users().empty() || entry.root() == c) break;
+        entry.RemoveInstruction(c);
+      }
       changed = true;
     }
   }
@@ -487,7 +532,10 @@ void FuseAttentionGrads(Planner& p) {
       for (const Instruction* op : m->operands()) {
         for (const Instruction* x = op;; x = x->operand(0)) {
           Opcode o = x->opcode();
-          if (o != Opcode::kTranspose && o != Opcode::kReshape && o != Opcode::kConvert) break;
+          if (o != Opcode::kTranspose && o != Opcode::kReshape && o != Opcode::kConvert &&
+              o != Opcode::kSlice) {
+            break;
+          }
           if (!p.Claimable(x) || !AllUsesIn(p, x, p.groups()[g].members) || !p.TryAdd(g, x)) {
             break;
           }

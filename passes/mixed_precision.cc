@@ -61,14 +61,12 @@ Status StoreLogitsInBf16(ir::Builder& b, Instruction* dot) {
   ir::Computation* entry = dot->parent();
   b.set_insertion_point(dot);
   b.set_metadata(dot->metadata());
-  ASSIGN_OR_RETURN(Instruction * narrow,
-                   b.Build(Opcode::kDot, {dot->operand(0), dot->operand(1)}, dot->attrs(),
-                           dot->shape().WithDType(DType::kBF16), nullptr,
-                           fmt::format("{}.bf16", dot->name())));
+  ASSIGN_OR_RETURN(Instruction * narrow, b.Build(Opcode::kDot, {dot->operand(0), dot->operand(1)},
+                                                 dot->attrs(), dot->shape().WithDType(DType::kBF16),
+                                                 nullptr, fmt::format("{}.bf16", dot->name())));
   std::string name = dot->name();
-  ASSIGN_OR_RETURN(Instruction * widen,
-                   b.Build(Opcode::kConvert, {narrow}, {}, dot->shape(), nullptr,
-                           fmt::format("{}.f32", name)));
+  ASSIGN_OR_RETURN(Instruction * widen, b.Build(Opcode::kConvert, {narrow}, {}, dot->shape(),
+                                                nullptr, fmt::format("{}.f32", name)));
   dot->ReplaceAllUsesWith(widen);
   entry->RemoveInstruction(dot);
   return Status::Ok();
@@ -134,6 +132,109 @@ StatusOr<bool> StoreGeluInputInBf16(ir::Builder& b, Instruction* dot,
   return true;
 }
 
+// The layout ops (slices, reshapes, transposes) over `y` and, at their ends,
+// the q, k, v operands of bf16 attention ops they feed; false when a use of
+// `y` or of one of them is anything else.
+bool FeedsOnlyBf16AttentionOperands(const Instruction* y, std::vector<Instruction*>& layout) {
+  if (y->users().empty() || y->parent()->root() == y) return false;
+  for (Instruction* u : y->users()) {
+    const Opcode o = u->opcode();
+    if (o == Opcode::kSlice || o == Opcode::kReshape || o == Opcode::kTranspose) {
+      if (std::find(layout.begin(), layout.end(), u) != layout.end()) continue;
+      layout.push_back(u);
+      if (!FeedsOnlyBf16AttentionOperands(u, layout)) return false;
+      continue;
+    }
+    if ((o != Opcode::kAttention && o != Opcode::kAttentionLse) ||
+        u->attrs().grad_dtype != DType::kBF16 || y->shape().rank() != 4) {
+      return false;
+    }
+    for (int64_t i = 0; i < u->operand_count(); ++i) {
+      if (u->operand(i) == y && i > 2) return false;
+    }
+  }
+  return true;
+}
+
+// Note [bf16 attention projection] (mixed_precision.h): for
+//   %y = f32 add(%dot, broadcast(%b))     %dot an f32 dot, %b rank 1 along the last dim
+// read only through slices, reshapes and transposes as q, k, v of bf16
+// attention ops, the bias and %y get bf16 copies, and the layout ops read %y
+// in bf16, widened where the attention takes them:
+//   %b.bf16 = convert(%b); %b.f32 = convert(%b.bf16)
+//   %y = add(%dot, broadcast(%b.f32))
+//   %y.bf16 = convert(%y)
+//   %q = f32 convert(transpose(reshape(slice(%y.bf16))))   (the chain in bf16)
+StatusOr<bool> StoreAttentionProjectionInBf16(ir::Builder& b, Instruction* dot) {
+  if (dot->users().size() != 1) return false;
+  Instruction* y = dot->users()[0];
+  if (y->opcode() != Opcode::kAdd || y->shape().dtype() != DType::kF32) return false;
+  const int64_t bias_side = y->operand(0) == dot ? 1 : 0;
+  Instruction* broadcast = y->operand(bias_side);
+  const int64_t rank = y->shape().rank();
+  if (broadcast->opcode() != Opcode::kBroadcast || broadcast->operand(0)->shape().rank() != 1 ||
+      broadcast->attrs().dimensions != std::vector<int64_t>{rank - 1} ||
+      broadcast->operand(0)->shape().dtype() != DType::kF32 || y->shape().dims().back() % 8 != 0) {
+    return false;
+  }
+  // Users before users of theirs: each op's bf16 copy is built after its
+  // operand's.
+  std::vector<Instruction*> layout;
+  if (!FeedsOnlyBf16AttentionOperands(y, layout) || layout.empty()) return false;
+  Instruction* bias = broadcast->operand(0);
+  b.set_metadata(y->metadata());
+  b.set_insertion_point(broadcast);
+  ASSIGN_OR_RETURN(Instruction * bias_bf16,
+                   b.Build(Opcode::kConvert, {bias}, {}, bias->shape().WithDType(DType::kBF16),
+                           nullptr, fmt::format("{}.bf16", bias->name())));
+  ASSIGN_OR_RETURN(Instruction * bias_f32, b.Build(Opcode::kConvert, {bias_bf16}, {}, bias->shape(),
+                                                   nullptr, fmt::format("{}.f32", bias->name())));
+  ASSIGN_OR_RETURN(Instruction * widened,
+                   b.Build(Opcode::kBroadcast, {bias_f32}, broadcast->attrs(), broadcast->shape()));
+  y->ReplaceOperandWith(bias_side, widened);
+  if (broadcast->users().empty()) dot->parent()->RemoveInstruction(broadcast);
+  ir::Computation* entry = dot->parent();
+  const auto& insts = entry->instructions();
+  for (size_t i = 0; i + 1 < insts.size(); ++i) {
+    if (insts[i].get() == y) b.set_insertion_point(insts[i + 1].get());  // right after %y
+  }
+  ASSIGN_OR_RETURN(Instruction * y_bf16,
+                   b.Build(Opcode::kConvert, {y}, {}, y->shape().WithDType(DType::kBF16), nullptr,
+                           fmt::format("{}.bf16", y->name())));
+  // Each layout op in bf16 over its operand's bf16 copy; the attention ops
+  // read the widened end of each chain.
+  std::unordered_map<const Instruction*, Instruction*> narrow = {{y, y_bf16}};
+  const std::vector<Instruction*>& order = layout;
+  for (Instruction* x : order) {
+    b.set_insertion_point(x);
+    b.set_metadata(x->metadata());
+    ASSIGN_OR_RETURN(narrow[x], b.Build(x->opcode(), {narrow.at(x->operand(0))}, x->attrs(),
+                                        x->shape().WithDType(DType::kBF16), nullptr,
+                                        fmt::format("{}.bf16", x->name())));
+  }
+  for (Instruction* x : order) {
+    std::vector<Instruction*> readers;
+    for (Instruction* u : x->users()) {
+      if (u->opcode() == Opcode::kAttention || u->opcode() == Opcode::kAttentionLse) {
+        readers.push_back(u);
+      }
+    }
+    if (readers.empty()) continue;
+    b.set_insertion_point(readers.front());
+    ASSIGN_OR_RETURN(Instruction * wide, b.Build(Opcode::kConvert, {narrow.at(x)}, {}, x->shape(),
+                                                 nullptr, fmt::format("{}.f32", x->name())));
+    for (Instruction* u : readers) {
+      for (int64_t i = 0; i < u->operand_count(); ++i) {
+        if (u->operand(i) == x) u->ReplaceOperandWith(i, wide);
+      }
+    }
+  }
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if ((*it)->users().empty()) entry->RemoveInstruction(*it);
+  }
+  return true;
+}
+
 }  // namespace
 
 StatusOr<bool> MixedPrecision::Run(ir::Module& module) {
@@ -163,12 +264,14 @@ StatusOr<bool> MixedPrecision::Run(ir::Module& module) {
   if (dots.empty()) return changed;
 
   // Note [bf16 GELU epilogue]: before the dots' operands are converted, while
-  // the GELU's users are still the dots themselves.
+  // the GELU's users are still the dots themselves. Note [bf16 attention
+  // projection]: after the attention ops have their grad_dtype.
   ir::Builder b(entry);
   const std::unordered_set<const Instruction*> dot_set(dots.begin(), dots.end());
   for (Instruction* dot : dots) {
     ASSIGN_OR_RETURN(bool stored, StoreGeluInputInBf16(b, dot, dot_set));
-    changed |= stored;
+    ASSIGN_OR_RETURN(bool projected, StoreAttentionProjectionInBf16(b, dot));
+    changed |= stored || projected;
   }
 
   // f32 value -> its bf16 copy, built before the first dot that needs it

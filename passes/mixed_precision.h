@@ -17,10 +17,12 @@
 //   - dot results: f32 accumulation; bias adds, residual stream and GELU run
 //     in f32 on them;
 //   - layer-norm statistics (mean / variance reductions), softmax and the
-//     attention logits: the attention composite keeps f32 q/k/v (its
+//     attention logits: the attention composite takes f32 q/k/v (its
 //     decomposition is traced per dtype, and the fused kernel computes
-//     logits and softmax in f32 anyway), and dots inside called computations
-//     are left alone. Its BACKWARD's matmuls do go bf16 (below);
+//     logits and softmax in f32 anyway; widened from the bf16 projection
+//     where Note [bf16 attention projection] applies), and dots inside
+//     called computations are left alone. Its BACKWARD's matmuls do go bf16
+//     (below);
 //   - the softmax-cross-entropy and the loss: the CE math is f32, but the
 //     logits it reads are STORED in bf16: a dot whose only uses are the
 //     logits of softmax-cross-entropy ops (the lm_head) produces bf16, and a
@@ -50,6 +52,26 @@
 // in their plans). It is done here rather than in fusion because it decides
 // what is rounded, which the IR must show before autodiff and every pass
 // after it: fusion only groups what the IR already computes.
+//
+// Note [bf16 attention projection]: a bf16 attention rounds its q, k, v to
+// bf16 (Note [bf16 attention] in autodiff_attention.h), so where they are
+// slices of one projection %y = add(%dot, broadcast(%b)) that nothing else
+// reads (GPT-2's c_attn: [B, T, 3C] -> slice -> reshape -> transpose), %y is
+// rounded once where its gemm writes it, with its bias rounded to bf16 as
+// cuBLASLt's bias epilogue takes it (a bias of D's type, as PyTorch's
+// autocast rounds a linear's bias too):
+//   %b.bf16 = convert(%b); %b.f32 = convert(%b.bf16)
+//   %y = add(%dot, broadcast(%b.f32))          the gemm, its bias epilogue
+//   %y.bf16 = convert(%y)                      and its bf16 D
+//   %q = f32 convert(transpose(reshape(slice(%y.bf16))))   (the chain in bf16)
+// The attention kernels then read q, k, v straight out of the bf16
+// projection (Note [strided operands] in compiler/codegen/attention_mma.h):
+// no copy kernels, and the gemm writes half the bytes. The backward keeps
+// %y.bf16 (autodiff's bf16 copies of q, k, v simplify to its slices), and,
+// through the widening converts, dq, dk and dv leave their kernels in bf16,
+// the dtype the projection's backward dots take anyway. Nothing happens when
+// anything else reads %y or a slice of it, or the last dim is not a multiple
+// of 8.
 //
 // Note [bf16 attention backward]: an f32 attention gets grad_dtype=bf16.
 // Autodiff's attention rule then gives its five backward matmuls (S = q k^T,

@@ -1,5 +1,6 @@
 #include "passes/mixed_precision.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "compiler/eval/evaluator.h"
+#include "compiler/ir/builder.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
 #include "models/config.h"
@@ -298,6 +300,72 @@ TEST(MixedPrecisionTest, Gpt2TinyLossMatchesF32AndGradientsStayF32) {
   for (const ir::Shape& element : root.tuple_elements()) {
     EXPECT_EQ(element.dtype(), DType::kF32) << element.ToString();
   }
+}
+
+// Note [bf16 attention projection]: each layer's qkv projection is rounded
+// to bf16 where its gemm writes it (bias rounded too), and q, k, v are
+// slices of that bf16 value, widened only where the attention takes them.
+TEST(MixedPrecisionTest, AttentionProjectionIsStoredInBf16) {
+  frontend::TracedModule traced = TraceTiny();
+  MixedPrecision pass = Pass(PrecisionPolicy::kBF16);
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(pass, *traced.module, after, /*trials=*/1, /*rel_tol=*/2e-2));
+  const ir::Computation* entry = after->entry();
+  for (int layer = 0; layer < 2; ++layer) {
+    SCOPED_TRACE(layer);
+    const std::string prefix = fmt::format("h.{}.attn.c_attn.", layer);
+    const ir::Instruction* y = entry->FindInstruction(prefix + "add");
+    const ir::Instruction* y_bf16 = entry->FindInstruction(prefix + "add.bf16");
+    ASSERT_NE(y, nullptr);
+    ASSERT_NE(y_bf16, nullptr) << ir::PrintModule(*after);
+    EXPECT_EQ(y_bf16->shape().dtype(), DType::kBF16);
+    EXPECT_EQ(y_bf16->operand(0), y);
+    EXPECT_EQ(y->users(), std::vector<ir::Instruction*>{const_cast<ir::Instruction*>(y_bf16)});
+    // %y = add(%dot, broadcast(convert<f32>(convert<bf16>(%bias)))).
+    const ir::Instruction* bias = y->operand(1)->operand(0);
+    EXPECT_EQ(bias->name(), prefix + "bias.f32");
+    EXPECT_EQ(bias->operand(0)->shape().dtype(), DType::kBF16);
+    // Every slice of the projection is bf16, and the attention reads each
+    // of q, k, v as the widening of a bf16 transpose.
+    for (const ir::Instruction* u : y_bf16->users()) {
+      EXPECT_EQ(u->opcode(), Opcode::kSlice);
+      EXPECT_EQ(u->shape().dtype(), DType::kBF16);
+    }
+  }
+  int attentions = 0;
+  for (const auto& inst : entry->instructions()) {
+    if (inst->opcode() != Opcode::kAttention) continue;
+    ++attentions;
+    for (const ir::Instruction* op : inst->operands()) {
+      EXPECT_EQ(op->opcode(), Opcode::kConvert) << op->name();
+      EXPECT_EQ(op->shape().dtype(), DType::kF32);
+      EXPECT_EQ(op->operand(0)->opcode(), Opcode::kTranspose);
+      EXPECT_EQ(op->operand(0)->shape().dtype(), DType::kBF16);
+    }
+  }
+  EXPECT_EQ(attentions, 2);
+  EXPECT_FALSE(pass.Run(*after).value());  // idempotent
+}
+
+// Something besides the attention reads the projection: it stays f32.
+TEST(MixedPrecisionTest, AttentionProjectionStaysF32WhenSomethingElseReadsIt) {
+  frontend::TracedModule traced = TraceTiny();
+  ir::Computation* entry = traced.module->entry();
+  ir::Instruction* y = entry->FindInstruction("h.0.attn.c_attn.add");
+  ASSERT_NE(y, nullptr);
+  ir::Builder b(entry);
+  ir::Attrs sum;
+  sum.dimensions = {0, 1, 2};
+  sum.reduce_kind = ir::ReduceKind::kSum;
+  StatusOr<ir::Instruction*> extra = b.Build(Opcode::kReduce, {y}, sum, {});
+  ASSERT_TRUE(extra.ok()) << extra.status().message();
+  StatusOr<ir::Instruction*> root = b.Build(Opcode::kAdd, {entry->root(), *extra}, {}, {});
+  ASSERT_TRUE(root.ok()) << root.status().message();
+  entry->set_root(*root);
+  MixedPrecision pass = Pass(PrecisionPolicy::kBF16);
+  ASSERT_TRUE(pass.Run(*traced.module).value());
+  EXPECT_EQ(traced.module->entry()->FindInstruction("h.0.attn.c_attn.add.bf16"), nullptr);
+  EXPECT_NE(traced.module->entry()->FindInstruction("h.1.attn.c_attn.add.bf16"), nullptr);
 }
 
 // Trains gpt2-tiny (narrowed) for 20 AdamW steps in both precisions on the CPU

@@ -27,13 +27,14 @@ namespace {
 // Kernels per layer: kBf16KernelsPerLayer (bf16) or kMaxKernelsPerLayer
 // (f32) without remat; with remat the kernels its recomputations add, among
 // them the separate dgamma column sums of the recomputed layer norms, for
-// dots c_fc's bias and GELU after the kept dot, and for block the recomputed
-// forward's q, k, v copies. gpt2-124m has exactly 24, 28 (dots) and 31
-// (block) with bf16 and 25 without remat with f32, at batch 16, seq 1024.
+// dots c_fc's bias and GELU and c_attn's bias and rounding after the kept
+// dots (in the forward and again in the backward), and for block the
+// recomputed forward. gpt2-124m has exactly 21 with bf16 and 25 without
+// remat with f32, at batch 16, seq 1024.
 int64_t KernelBudget(PrecisionPolicy precision, RematPolicy policy) {
   const bool bf16 = precision == PrecisionPolicy::kBF16;
   if (policy == RematPolicy::kNone) return bf16 ? kBf16KernelsPerLayer : kMaxKernelsPerLayer;
-  return bf16 ? kBf16KernelsPerLayer + 7 : kMaxKernelsPerLayer + 5;
+  return bf16 ? kBf16KernelsPerLayer + 8 : kMaxKernelsPerLayer + 5;
 }
 
 using ir::DType;
@@ -49,8 +50,7 @@ models::GptConfig TinyConfig() {
 }
 
 StatusOr<TrainProgram> Build(PrecisionPolicy precision, RematPolicy remat, bool optimize) {
-  StatusOr<frontend::TracedModule> traced =
-      models::TraceGpt2Forward(TinyConfig(), kBatch, kSeq);
+  StatusOr<frontend::TracedModule> traced = models::TraceGpt2Forward(TinyConfig(), kBatch, kSeq);
   if (!traced.ok()) return traced.status();
   TrainStepOptions options;
   options.precision.policy = precision;

@@ -94,9 +94,9 @@ TEST(ArtifactTest, TinyPlanGolden) {
   EXPECT_EQ(gemms, 27);
   // Every fusion of the train step has a kernel or a gemm.
   EXPECT_TRUE(a->manifest.complete) << a->manifest.counts.unsupported.size();
-  // c_attn, c_proj and mlp.c_proj of each layer: in the train step the
-  // attention reads the bf16 q, k, v copies (Note [rounded attention
-  // operands] in passes/fusion_planner.h), so c_attn's gemm adds its bias.
+  // c_attn, c_proj and mlp.c_proj of each layer: c_attn's gemm writes the
+  // bf16 projection with its bf16 bias, which the attention kernels read
+  // (Note [bf16 attention projection] in passes/mixed_precision.h).
   EXPECT_EQ(epilogues["CUBLASLT_EPILOGUE_BIAS"], 6);
   // c_fc with its GELU (writing the pre-activation), and the gradient of
   // c_proj's input with the GELU's derivative (reading it): Note [GELU
@@ -105,7 +105,7 @@ TEST(ArtifactTest, TinyPlanGolden) {
   EXPECT_EQ(epilogues["CUBLASLT_EPILOGUE_DGELU"], 2);
   // Weight gradients dW = x^T dy with the bias gradient of dy (cuBLASLt's A).
   EXPECT_EQ(epilogues["CUBLASLT_EPILOGUE_BGRADA"], 8);
-  // The first gemm: h.0.attn.c_attn, x[32,64] . W[64,192] + bias.
+  // The first gemm: h.0.attn.c_attn, x[32,64] . W[64,192] + bias, in bf16.
   for (const auto& t : thunks) {
     if (t["kind"] != "gemm") continue;
     const auto& d = t["descriptor"];
@@ -115,7 +115,7 @@ TEST(ArtifactTest, TinyPlanGolden) {
     EXPECT_EQ(d["k"], 64);
     EXPECT_EQ(d["transa"], "CUBLAS_OP_N");
     EXPECT_EQ(d["a"]["dtype"], "CUDA_R_16BF");
-    EXPECT_EQ(d["d"]["dtype"], "CUDA_R_32F");
+    EXPECT_EQ(d["d"]["dtype"], "CUDA_R_16BF");
     EXPECT_EQ(d["epilogue"], "CUBLASLT_EPILOGUE_BIAS");
     EXPECT_EQ(d["workspace_bytes"], 32 << 20);
     break;
@@ -182,7 +182,8 @@ TEST(ArtifactTest, ContainerRoundTripAndOrder) {
   EXPECT_EQ(*a->Find("ir"), "module m");
   EXPECT_EQ(program::EncodeArtifact({{"plan", "{}"}, {"ir", ""}}).status().message(),
             "artifact section 'ir' is out of order");
-  bytes = program::EncodeArtifact({{"manifest", "{}"}, {"ir", ""}, {"plan", "{}"}, {"params", "{}"}});
+  bytes =
+      program::EncodeArtifact({{"manifest", "{}"}, {"ir", ""}, {"plan", "{}"}, {"params", "{}"}});
   ASSERT_TRUE(bytes.ok());
   EXPECT_EQ(Message(*bytes), "x.gptx: missing section 'ptx'");
   // The manifest is decoded with the container, by its codec.

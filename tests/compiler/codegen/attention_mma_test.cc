@@ -16,8 +16,10 @@
 
 #include "compiler/codegen/attention_plan.h"
 #include "passes/autodiff.h"
+#include "passes/dce.h"
 #include "passes/fusion.h"
 #include "passes/mixed_precision.h"
+#include "passes/simplify.h"
 #include "tests/compiler/codegen/codegen_test_util.h"
 #include "tests/compiler/codegen/emu_kernel_runner.h"
 
@@ -32,11 +34,16 @@ struct Case {
   // (Note [delta in the stored layout]); the backward kernels read do through
   // the transpose (Note [vector tile fill]).
   bool projected = false;
+  // q, k, v sliced out of a [B, T, 3 H D] projection x w + b, which the
+  // kernels read in bf16 with the bias added by its gemm (Note [bf16
+  // attention projection] in passes/mixed_precision.h).
+  bool packed = false;
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << fmt::format("B{} H{} T{} S{} D{}{}{}", c.batch, c.heads, c.t, c.s, c.dim,
-                     c.causal ? " causal" : "", c.projected ? " projected" : "");
+  *os << fmt::format("B{} H{} T{} S{} D{}{}{}{}", c.batch, c.heads, c.t, c.s, c.dim,
+                     c.causal ? " causal" : "", c.projected ? " projected" : "",
+                     c.packed ? " packed" : "");
 }
 
 // The loss of attention output %y: sum(y * w), or, projected, sum((y in
@@ -80,6 +87,31 @@ std::string ForwardModule(const Case& c) {
                                                   c.t, c.s, c.batch, c.heads, scores)
                                     : fmt::format("\n  %masked = {} copy(%ss)", scores);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.dim));
+  // The operands: parameters, or slices of the packed projection (T = S).
+  const int64_t width = c.heads * c.dim;
+  const std::string operands =
+      !c.packed ? fmt::format(R"(
+  %q = {0} parameter(0)
+  %k = {1} parameter(1)
+  %v = {1} parameter(2))",
+                              q, kv)
+                : fmt::format(R"(
+  %x = f32[{0},{1},{2}] parameter(0)
+  %wqkv = f32[{2},{3}] parameter(1)
+  %bqkv = f32[{3}] parameter(2)
+  %xw = f32[{0},{1},{3}] dot(%x, %wqkv), lhs_contracting={{2}}, rhs_contracting={{0}}
+  %bb = f32[{0},{1},{3}] broadcast(%bqkv), dimensions={{2}}
+  %qkv = f32[{0},{1},{3}] add(%xw, %bb)
+  %qs = f32[{0},{1},{2}] slice(%qkv), slice={{[0:{0}],[0:{1}],[0:{2}]}}
+  %ks = f32[{0},{1},{2}] slice(%qkv), slice={{[0:{0}],[0:{1}],[{2}:{4}]}}
+  %vs = f32[{0},{1},{2}] slice(%qkv), slice={{[0:{0}],[0:{1}],[{4}:{3}]}}
+  %qr = f32[{0},{1},{5},{6}] reshape(%qs)
+  %kr = f32[{0},{1},{5},{6}] reshape(%ks)
+  %vr = f32[{0},{1},{5},{6}] reshape(%vs)
+  %q = {7} transpose(%qr), dimensions={{0,2,1,3}}
+  %k = {7} transpose(%kr), dimensions={{0,2,1,3}}
+  %v = {7} transpose(%vr), dimensions={{0,2,1,3}})",
+                              c.batch, c.t, width, 3 * width, 2 * width, c.heads, c.dim, q);
   return fmt::format(R"(module attention_test
 %attention {{
   %q = {0} parameter(0)
@@ -98,14 +130,12 @@ std::string ForwardModule(const Case& c) {
   %pr = {2} div(%e, %seb)
   ROOT %o = {0} dot(%pr, %v), lhs_batch={{0,1}}, rhs_batch={{0,1}}, lhs_contracting={{3}}, rhs_contracting={{2}}
 }}
-ENTRY %main {{
-  %q = {0} parameter(0)
-  %k = {1} parameter(1)
-  %v = {1} parameter(2)
+ENTRY %main {{{8}
   %y = {0} attention(%q, %k, %v), causal={6}, scale={5}, calls=%attention{7}
 }}
 )",
-                     q, kv, scores, rows, mask, static_cast<float>(scale), c.causal, Loss(c));
+                     q, kv, scores, rows, mask, static_cast<float>(scale), c.causal, Loss(c),
+                     operands);
 }
 
 // The forward module through mixed precision (bf16), autodiff and fusion.
@@ -115,6 +145,8 @@ std::unique_ptr<ir::Module> TrainStep(const Case& c) {
   std::vector<std::unique_ptr<pass::Pass>> pipeline;
   pipeline.push_back(std::make_unique<passes::MixedPrecision>());  // bf16 by default
   pipeline.push_back(std::make_unique<passes::Autodiff>());
+  pipeline.push_back(std::make_unique<passes::Simplify>());
+  pipeline.push_back(std::make_unique<passes::Dce>());
   pipeline.push_back(std::make_unique<passes::Fusion>());
   for (const auto& p : pipeline) {
     StatusOr<bool> ran = p->Run(*module);
@@ -144,6 +176,17 @@ TEST_P(AttentionKernelTest, EveryAttentionKernelMatchesTheEvaluator) {
   ASSERT_NE(module, nullptr);
   const std::vector<std::string> fusions = AttentionFusions(*module);
   ASSERT_EQ(fusions.size(), 3u) << "forward + lse, dk + dv, dq";
+  if (c.packed) {
+    // Every attention kernel reads the bf16 projection itself, no copy of it.
+    for (const std::string& name : fusions) {
+      const ir::Instruction* f = module->entry()->FindInstruction(name);
+      const bool reads = std::any_of(f->operands().begin(), f->operands().end(), [&](auto* op) {
+        return op->shape().ToString() ==
+               fmt::format("bf16[{},{},{}]", c.batch, c.t, 3 * c.heads * c.dim);
+      });
+      EXPECT_TRUE(reads) << name;
+    }
+  }
   EmuKernelRunner runner(*module);
   // A kernel is the tensor-core one exactly when the head dim is a multiple
   // of 16 up to 128 (forward) or 64 (the backward's two).
@@ -236,11 +279,17 @@ INSTANTIATE_TEST_SUITE_P(
                     // Note [pipelined tile fill]: whole tiles of the bf16
                     // copies, copied with cp.async into two stages.
                     Case{1, 2, 192, 192, 64, true, true},  // three key blocks
-                    Case{1, 1, 128, 192, 32, false}),      // keys != queries, no mask
+                    Case{1, 1, 128, 192, 32, false},       // keys != queries, no mask
+                    // Note [bf16 attention projection]: q, k, v read out of
+                    // the bf16 [B, T, 3C] projection (cp.async from offsets
+                    // C and 2C of its rows), and one partial tile.
+                    Case{2, 2, 128, 128, 32, true, true, true},
+                    Case{1, 2, 100, 100, 64, true, true, true}),
     [](const testing::TestParamInfo<Case>& info) {
       const Case& c = info.param;
-      return fmt::format("b{}h{}t{}s{}d{}{}{}", c.batch, c.heads, c.t, c.s, c.dim,
-                         c.causal ? "causal" : "", c.projected ? "projected" : "");
+      return fmt::format("b{}h{}t{}s{}d{}{}{}{}", c.batch, c.heads, c.t, c.s, c.dim,
+                         c.causal ? "causal" : "", c.projected ? "projected" : "",
+                         c.packed ? "packed" : "");
     });
 
 }  // namespace
