@@ -5,16 +5,19 @@
 // flash backward's dk + dv and dq kernels. Shapes cover T not a multiple of
 // the 64-row tile, T = 1, keys != queries, and head dims 16 to 128.
 #include <fmt/format.h>
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <memory>
 #include <ostream>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include "compiler/codegen/attention_plan.h"
+#include "compiler/codegen/lowering.h"
 #include "passes/autodiff.h"
 #include "passes/dce.h"
 #include "passes/fusion.h"
@@ -255,6 +258,73 @@ TEST(AttentionPlanTest, PlansTheForwardAndBothBackwardFusions) {
   }
 }
 
+// Seeded defects in the new paths of the tensor-core kernels, each written
+// into a kernel's emitted MLIR and lowered again for the emulated device:
+// the comparison with the evaluator or the emulator's own checks must fail.
+//   - "no diagonal mask" (Note [diagonal masks]): the branch that masks the
+//     blocks crossing the diagonal never taken;
+//   - "a missing barrier" (Note [pipelined tile fill], Note [staged row
+//     statistics]): the block's first barrier gone, so the next block's
+//     copies overwrite a stage that other warps still read.
+struct Defect {
+  const char* what;
+  std::string (*mutate)(const std::string& mlir);
+  const char* finding;  // in one of the failures it causes
+};
+
+std::string NoDiagonalMask(const std::string& mlir) {
+  // The masking branch yields the block's 32 (masked) scores or probabilities.
+  static const std::regex kBranch(R"((\n\s*)(%[\w:]+ = scf\.if )(%\w+)( -> \((?:f32, ){31}f32\)))");
+  return std::regex_replace(mlir, kBranch, "$1%seeded = arith.constant false$1$2%seeded$4",
+                            std::regex_constants::format_first_only);
+}
+
+std::string MissingBarrier(const std::string& mlir) {
+  static const std::regex kBarrier(R"(\n\s*gpu\.barrier)");
+  return std::regex_replace(mlir, kBarrier, "", std::regex_constants::format_first_only);
+}
+
+TEST(AttentionDefectTest, SeededDefectsAreCaught) {
+  const Case c{1, 2, 192, 192, 64, true, true, true};  // three key blocks, pipelined
+  std::unique_ptr<ir::Module> module = TrainStep(c);
+  ASSERT_NE(module, nullptr);
+  const std::vector<std::string> fusions = AttentionFusions(*module);
+  ASSERT_EQ(fusions.size(), 3u);
+  for (const Defect& defect : {Defect{"no diagonal mask", NoDiagonalMask, "evaluator"},
+                               Defect{"a missing barrier", MissingBarrier, "race"}}) {
+    for (const std::string& fusion : fusions) {
+      SCOPED_TRACE(fmt::format("{} in {}", defect.what, fusion));
+      bool seeded = false;
+      EmuKernelRunner runner(*module, [&](CompiledKernel& k) {
+        if (k.spec.fusion != fusion || k.code_of >= 0) return;
+        const std::string mutated = defect.mutate(k.mlir);
+        ASSERT_NE(mutated, k.mlir) << "nothing to seed the defect in";
+        CodegenOptions options;
+        options.emit_host = true;
+        options.host_symbol_prefix = "gptc_emu_test_";
+        StatusOr<LoweredKernel> lowered = LowerMlirText(mutated, k.spec.name, options);
+        ASSERT_TRUE(lowered.ok()) << lowered.status().message();
+        k.host = lowered->host;
+        seeded = true;
+      });
+      ASSERT_TRUE(seeded);
+      ::testing::TestPartResultArray failures;
+      {
+        ::testing::ScopedFakeTestPartResultReporter reporter(
+            ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &failures);
+        runner.ExpectMatchesEvaluator(fusion, 1e-2);
+      }
+      bool found = false;
+      for (int i = 0; i < failures.size(); ++i) {
+        found |= failures.GetTestPartResult(i).message() != nullptr &&
+                 std::string(failures.GetTestPartResult(i).message()).find(defect.finding) !=
+                     std::string::npos;
+      }
+      EXPECT_TRUE(found) << failures.size() << " failures, none naming '" << defect.finding << "'";
+    }
+  }
+}
+
 // Note [longest-first tiles]: the heads a group walks together divide
 // batch * heads and keep their k and v within 8 MiB.
 TEST(AttentionPlanTest, TileGroupsDivideTheHeadsAndFitTheL2Budget) {
@@ -284,7 +354,9 @@ INSTANTIATE_TEST_SUITE_P(
                     // the bf16 [B, T, 3C] projection (cp.async from offsets
                     // C and 2C of its rows), and one partial tile.
                     Case{2, 2, 128, 128, 32, true, true, true},
-                    Case{1, 2, 100, 100, 64, true, true, true}),
+                    Case{1, 2, 100, 100, 64, true, true, true},
+                    // One gpt2-124m layer at batch 1 (about 9 s).
+                    Case{1, 12, 1024, 1024, 64, true, true, true}),
     [](const testing::TestParamInfo<Case>& info) {
       const Case& c = info.param;
       return fmt::format("b{}h{}t{}s{}d{}{}{}{}", c.batch, c.heads, c.t, c.s, c.dim,

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -131,16 +132,25 @@ inline std::vector<double> DecodeFromDevice(const ir::Shape& shape,
 // the emulator once.
 class EmuKernelRunner {
  public:
-  explicit EmuKernelRunner(const ir::Module& module) : module_(module) {
+  // Called on every compiled kernel (with its MLIR kept) before the library
+  // is linked: a seeded defect replaces a kernel's host code.
+  using Rewrite = std::function<void(CompiledKernel&)>;
+
+  explicit EmuKernelRunner(const ir::Module& module, const Rewrite& rewrite = {})
+      : module_(module) {
     CodegenOptions options;
     options.emit_host = true;
     options.host_symbol_prefix = "gptc_emu_test_";
+    options.keep_mlir = rewrite != nullptr;
     StatusOr<CompiledKernels> kernels = CompileFusions(module, options);
     if (!kernels.ok()) {
       ADD_FAILURE() << kernels.status().message();
       return;
     }
     kernels_ = std::move(kernels).value();
+    if (rewrite) {
+      for (CompiledKernel& k : kernels_.kernels) rewrite(k);
+    }
     std::vector<std::string> objects;
     for (const CompiledKernel& k : kernels_.kernels) {
       if (k.host) objects.push_back(k.host->object);
