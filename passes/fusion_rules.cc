@@ -302,12 +302,12 @@ void AddQkvProducers(const Planner& p, InstSet& s) {
 // projection, the layout of do) join a backward kernel when nothing else
 // reads them (each backward kernel gets its own copy of shared ones: Note
 // [per-kernel operand chains]);
-// outputs leave through transposes, reshapes and converts, as the forward's.
-// The packed [B, T, 3C] gradient of the qkv projection is a loop kernel of
-// its own: written by the dq kernel as an epilogue (copying dk's and dv's
-// elements of its rows), it made dq 0.29 ms slower a call on an H100, where
-// the packing kernel takes 0.13 ms at DRAM speed. No [B, H, T, S] tensor is
-// stored anywhere in the step.
+// outputs leave through transposes, reshapes and converts, as the forward's,
+// and the two kernels write the packed [B, T, 3C] gradient of the qkv
+// projection themselves (Note [packed attention gradient]; as an epilogue of
+// the dq kernel copying dk's and dv's elements, it once made dq 0.29 ms
+// slower a call on an H100). No [B, H, T, S] tensor is stored anywhere in
+// the step.
 void FuseAttention(Planner& p) {
   for (const Instruction* a : p.WithOpcode(Opcode::kAttention)) {
     if (!p.Claimable(a)) continue;
@@ -504,6 +504,62 @@ bool SplitAttentionOperandChains(ir::Computation& entry,
   return changed;
 }
 
+// Note [packed attention gradient]: the gradient of the qkv projection is
+// the concatenation of dq, dk and dv in [B, T, 3C] (autodiff's slice rule:
+// zero pads summed). A loop kernel packing the three cost a read and a write
+// of the whole gradient (144 MiB a layer at gpt2-124m b16, f32 then); when
+// the pads' operands are the outputs of a dq kernel and a dk + dv kernel
+// (and nothing else reads them), the two groups, the pads and the adds
+// become one fusion, which codegen runs as two kernels writing their pieces
+// of the packed result: dk + dv, then dq (Note [multi-kernel instructions]
+// in compiler/codegen/kernel_spec.h).
+void PackAttentionGradients(Planner& p) {
+  for (const Instruction* dq : p.WithOpcode(Opcode::kAttentionGrad)) {
+    const int g = p.group_of(dq);
+    if (dq->attrs().index != 0 || g < 0) continue;
+    // The end of dq's output chain in its group, the pad over it, and the
+    // packed sum above that.
+    const Instruction* end = dq;
+    for (const Instruction* u = SingleUser(p, end); u != nullptr && p.group_of(u) == g;
+         u = SingleUser(p, u)) {
+      end = u;
+    }
+    const Instruction* packed = SingleUser(p, end);
+    if (packed == nullptr || packed->opcode() != Opcode::kPad) continue;
+    for (const Instruction* u = SingleUser(p, packed); u != nullptr && u->opcode() == Opcode::kAdd;
+         u = SingleUser(p, u)) {
+      packed = u;
+    }
+    std::vector<const Instruction*> adds;
+    const std::vector<const Instruction*> pads = ir::ZeroPadTiles(packed, &adds);
+    if (pads.empty()) continue;
+    // Every pad over the single-use output of one of two attention groups:
+    // dq's and a dk + dv one.
+    int other = -1;
+    bool fits = true;
+    InstSet all = p.groups()[g].members;
+    for (const Instruction* pad : pads) {
+      const Instruction* x = pad->operand(0);
+      const int h = p.group_of(x);
+      fits = fits && h >= 0 && p.groups()[h].kind == FusionKind::kAttention &&
+             SingleUser(p, x) == pad && p.Claimable(pad) && (h == g || other < 0 || h == other);
+      if (!fits) break;
+      if (h != g) other = h;
+      all.insert(pad);
+    }
+    for (const Instruction* add : adds) fits = fits && p.Claimable(add);
+    if (!fits || other < 0) continue;
+    all.insert(p.groups()[other].members.begin(), p.groups()[other].members.end());
+    all.insert(adds.begin(), adds.end());
+    if (p.CreatesCycle(all)) continue;
+    if (!p.TryMerge(g, other)) continue;
+    std::vector<const Instruction*> joining(pads.begin(), pads.end());
+    joining.insert(joining.end(), adds.begin(), adds.end());
+    p.SortByPosition(joining);
+    for (const Instruction* x : joining) p.TryAdd(g, x);
+  }
+}
+
 void FuseAttentionGrads(Planner& p) {
   // An attention-lse that no attention of the same q, k took in (IR that
   // asks only for the statistics): a kernel of its own, the forward's loop
@@ -552,6 +608,7 @@ void FuseAttentionGrads(Planner& p) {
       }
     }
   }
+  PackAttentionGradients(p);
 }
 
 namespace {

@@ -90,7 +90,13 @@ std::optional<AffineLayout> LayoutOfResult(const ir::Instruction& root,
   if (root.shape().is_tuple()) return std::nullopt;
   Runs runs = RootRuns(root.shape());
   const ir::Instruction* last = &root;
-  for (const ir::Instruction* x : chain) {
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const ir::Instruction* x = chain[i];
+    if (x->opcode() == ir::Opcode::kPad) {
+      // Only at the end: the value is a box of the padded buffer at its low edge.
+      if (i + 1 != chain.size()) return std::nullopt;
+      return Layout(runs, root.shape(), last->shape(), x, x->attrs().pad_low);
+    }
     if (!IsLayoutOp(x->opcode()) || x->shape().is_tuple()) return std::nullopt;
     if (x->opcode() == ir::Opcode::kTranspose) runs = Permuted(runs, x->attrs().dimensions);
     if (x->opcode() == ir::Opcode::kReshape && !Regroup(runs, root.shape(), x->shape().dims())) {

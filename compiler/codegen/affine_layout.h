@@ -34,7 +34,8 @@ struct AffineLayout {
 };
 
 // `root` stored as the last of `chain` (root's users, first applied first:
-// transposes, reshapes, converts, copies; an OutputChain's).
+// transposes, reshapes, converts, copies, and at the end at most one pad, a
+// box of the padded buffer: an OutputChain's or a packed output's piece).
 std::optional<AffineLayout> LayoutOfResult(const ir::Instruction& root,
                                            const std::vector<const ir::Instruction*>& chain);
 

@@ -164,11 +164,13 @@ class CudaCoreBackward {
           b_.setInsertionPoint(if_in.thenBlock()->getTerminator());
         }
         for (size_t out = 0; out < a_.outputs.size(); ++out) {
-          if (a_.roots[a_.chains[out].root] != root) continue;
-          StoreThroughChain(kernel_.emitter(), b_, loc_, loop.getResult(acc * per_lane_ + i), *root,
-                            a_.chains[out], {row_.b, row_.h, row_.r, row_.d[i]},
-                            kernel_.entry()->getArgument(a_.first_output + out),
-                            a_.outputs[out]->shape().dtype());
+          for (const OutputChain* store : StoresOf(a_.chains[out])) {
+            if (store->root < 0 || a_.roots[store->root] != root) continue;
+            StoreThroughChain(kernel_.emitter(), b_, loc_, loop.getResult(acc * per_lane_ + i),
+                              *root, *store, {row_.b, row_.h, row_.r, row_.d[i]},
+                              kernel_.entry()->getArgument(a_.first_output + out),
+                              a_.outputs[out]->shape().dtype());
+          }
         }
         b_.restoreInsertionPoint(after_store);
       }
@@ -188,11 +190,17 @@ class CudaCoreBackward {
 
 class AttentionBackwardEmitter : public KernelEmitter {
  public:
+  explicit AttentionBackwardEmitter(bool keys) : keys_(keys) {}
   std::string_view Name() const override { return "attention-backward"; }
 
   StatusOr<KernelSpec> Emit(const ir::Instruction& fusion, const std::string& name,
                             mlir::gpu::GPUModuleOp gpu_module) const override {
-    ASSIGN_OR_RETURN(const AttentionBackward backward, PlanAttentionBackward(fusion));
+    // Note [packed attention gradient]: a fusion of dq and dk, dv is two
+    // kernels, dk + dv (keys_) then dq.
+    const BackwardPart part = keys_                          ? BackwardPart::kKeys
+                              : HasBothBackwardParts(fusion) ? BackwardPart::kQueries
+                                                             : BackwardPart::kAll;
+    ASSIGN_OR_RETURN(const AttentionBackward backward, PlanAttentionBackward(fusion, part));
     ASSIGN_OR_RETURN(const ir::Computation* fused, FusedComputation(fusion));
     const int64_t own_len = backward.by_query() ? backward.tq : backward.tk;
     const int64_t num_params =
@@ -212,12 +220,15 @@ class AttentionBackwardEmitter : public KernelEmitter {
     spec.static_shared_bytes = shared_bytes;
     return spec;
   }
+
+ private:
+  bool keys_;
 };
 
 }  // namespace
 
-std::unique_ptr<KernelEmitter> MakeAttentionBackwardEmitter() {
-  return std::make_unique<AttentionBackwardEmitter>();
+std::unique_ptr<KernelEmitter> MakeAttentionBackwardEmitter(bool keys) {
+  return std::make_unique<AttentionBackwardEmitter>(keys);
 }
 
 }  // namespace gptc::codegen

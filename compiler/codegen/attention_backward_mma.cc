@@ -353,20 +353,22 @@ class TensorCoreBackwardBuilder {
       for (size_t i = 0; i < wrts_.size(); ++i) {
         const ir::Instruction* root = a_.grads[wrts_[i]];
         for (size_t out = 0; out < a_.outputs.size(); ++out) {
-          if (a_.roots[a_.chains[out].root] != root) continue;
           const Value ptr = kernel_.entry()->getArgument(a_.first_output + out);
-          const std::optional<PairStore> pair = PairStoreOf(*root, a_.chains[out]);
-          for (int64_t dt = 0; dt < d_tiles_; ++dt) {
-            const int64_t at = (i * d_tiles_ + dt) * 4 + 2 * half;
-            if (pair) {
-              StorePair(b_, loc_, *pair, loop.getResult(at), loop.getResult(at + 1),
-                        {bi_, h_, rows_[half], m_.Add(lanes_.q2, m_.C(8 * dt))}, ptr);
-              continue;
-            }
-            for (int64_t e = 0; e < 2; ++e) {
-              StoreThroughChain(emitter, b_, loc_, loop.getResult(at + e), *root, a_.chains[out],
-                                {bi_, h_, rows_[half], m_.Add(lanes_.q2, m_.C(8 * dt + e))}, ptr,
-                                a_.outputs[out]->shape().dtype());
+          for (const OutputChain* store : StoresOf(a_.chains[out])) {
+            if (store->root < 0 || a_.roots[store->root] != root) continue;
+            const std::optional<PairStore> pair = PairStoreOf(*root, *store);
+            for (int64_t dt = 0; dt < d_tiles_; ++dt) {
+              const int64_t at = (i * d_tiles_ + dt) * 4 + 2 * half;
+              if (pair) {
+                StorePair(b_, loc_, *pair, loop.getResult(at), loop.getResult(at + 1),
+                          {bi_, h_, rows_[half], m_.Add(lanes_.q2, m_.C(8 * dt))}, ptr);
+                continue;
+              }
+              for (int64_t e = 0; e < 2; ++e) {
+                StoreThroughChain(emitter, b_, loc_, loop.getResult(at + e), *root, *store,
+                                  {bi_, h_, rows_[half], m_.Add(lanes_.q2, m_.C(8 * dt + e))}, ptr,
+                                  a_.outputs[out]->shape().dtype());
+              }
             }
           }
         }

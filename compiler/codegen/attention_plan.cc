@@ -64,14 +64,18 @@ Status CheckForwardShapes(const ir::Instruction& fusion, const ir::Instruction& 
   return Status::Ok();
 }
 
-// The attention-grad ops of `fused` by wrt, sharing their operands; dq
-// alone, or dk and dv. Returns the last one.
+// The attention-grad ops of `fused` that `part` computes, by wrt, sharing
+// their operands; dq alone, or dk and dv. Returns the last one.
 StatusOr<const ir::Instruction*> FindGradOps(const ir::Instruction& fusion,
-                                             const ir::Computation& fused, AttentionBackward& a) {
+                                             const ir::Computation& fused, BackwardPart part,
+                                             AttentionBackward& a) {
   const ir::Instruction* any = nullptr;
   for (const auto& inst : fused.instructions()) {
     if (inst->opcode() != ir::Opcode::kAttentionGrad) continue;
     const int64_t wrt = inst->attrs().index;
+    if ((part == BackwardPart::kQueries && wrt != 0) || (part == BackwardPart::kKeys && wrt == 0)) {
+      continue;
+    }
     if (a.grads[wrt] != nullptr || (any != nullptr && inst->operands() != any->operands())) {
       return Error(
           "%{}: {}: attention-grad ops of one fusion must differ in wrt and share "
@@ -82,40 +86,71 @@ StatusOr<const ir::Instruction*> FindGradOps(const ir::Instruction& fusion,
   }
   if (any == nullptr) return Error("%{}: no attention-grad op", fusion.name());
   if (a.by_query() && (a.grads[1] != nullptr || a.grads[2] != nullptr)) {
-    return Error("%{}: dq runs by query rows, dk and dv by key rows: not in one fusion",
-                 fusion.name());
+    return Error(
+        "%{}: dq runs by query rows, dk and dv by key rows: a fusion of both takes a kernel for "
+        "each part",
+        fusion.name());
   }
   return any;
 }
 
+// The root `x` comes from (its index in `roots`) and the layout ops from
+// that root to `x` (first applied first); root -1 when `x` depends on none.
+StatusOr<OutputChain> ChainTo(const ir::Instruction& fusion, const ir::Instruction* x,
+                              const std::vector<const ir::Instruction*>& roots) {
+  OutputChain c;
+  for (size_t r = 0; r < roots.size() && c.root < 0; ++r) {
+    std::map<const ir::Instruction*, bool> memo;
+    if (ir::DependsOnAny(x, {roots[r]}, memo)) c.root = static_cast<int>(r);
+  }
+  if (c.root < 0) return c;
+  const ir::Instruction* root = roots[c.root];
+  for (const ir::Instruction* y = x; y != root; y = y->operand(0)) {
+    ir::Opcode o = y->opcode();
+    if (o != ir::Opcode::kTranspose && o != ir::Opcode::kReshape && o != ir::Opcode::kConvert &&
+        o != ir::Opcode::kCopy) {
+      return Error(
+          "%{}: output {} is computed from {} by {}: only transpose, reshape, "
+          "convert and copy may follow it",
+          fusion.name(), Describe(*x), Describe(*root), ir::OpcodeName(o));
+    }
+    c.chain.push_back(y);
+  }
+  std::reverse(c.chain.begin(), c.chain.end());
+  return c;
+}
+
 }  // namespace
+
+std::vector<const OutputChain*> StoresOf(const OutputChain& c) {
+  std::vector<const OutputChain*> stores;
+  if (c.pieces.empty()) stores.push_back(&c);
+  for (const OutputChain& piece : c.pieces) stores.push_back(&piece);
+  return stores;
+}
 
 StatusOr<std::vector<OutputChain>> FindOutputChains(
     const ir::Instruction& fusion, const std::vector<const ir::Instruction*>& outputs,
     const std::vector<const ir::Instruction*>& roots) {
   std::vector<OutputChain> chains;
   for (const ir::Instruction* out : outputs) {
-    OutputChain c;
-    for (size_t r = 0; r < roots.size() && c.root < 0; ++r) {
-      std::map<const ir::Instruction*, bool> memo;
-      if (ir::DependsOnAny(out, {roots[r]}, memo)) c.root = static_cast<int>(r);
+    const std::vector<const ir::Instruction*> pads = ir::ZeroPadTiles(out);
+    if (pads.empty()) {
+      ASSIGN_OR_RETURN(OutputChain c, ChainTo(fusion, out, roots));
+      chains.push_back(std::move(c));
+      continue;
     }
-    if (c.root >= 0) {
-      const ir::Instruction* root = roots[c.root];
-      for (const ir::Instruction* x = out; x != root; x = x->operand(0)) {
-        ir::Opcode o = x->opcode();
-        if (o != ir::Opcode::kTranspose && o != ir::Opcode::kReshape && o != ir::Opcode::kConvert &&
-            o != ir::Opcode::kCopy) {
-          return Error(
-              "%{}: output {} is computed from {} by {}: only transpose, reshape, "
-              "convert and copy may follow it",
-              fusion.name(), Describe(*out), Describe(*root), ir::OpcodeName(o));
-        }
-        c.chain.push_back(x);
+    OutputChain packed;
+    for (const ir::Instruction* pad : pads) {
+      ASSIGN_OR_RETURN(OutputChain piece, ChainTo(fusion, pad->operand(0), roots));
+      if (piece.root < 0) {
+        return Error("%{}: output {}: its piece {} comes from no attention op", fusion.name(),
+                     Describe(*out), Describe(*pad));
       }
-      std::reverse(c.chain.begin(), c.chain.end());
+      piece.chain.push_back(pad);
+      packed.pieces.push_back(std::move(piece));
     }
-    chains.push_back(std::move(c));
+    chains.push_back(std::move(packed));
   }
   return chains;
 }
@@ -161,6 +196,12 @@ StatusOr<AttentionForward> PlanAttentionForward(const ir::Instruction& fusion) {
   if (a.attn != nullptr) a.roots.push_back(a.attn);
   if (a.lse != nullptr) a.roots.push_back(a.lse);
   ASSIGN_OR_RETURN(a.chains, FindOutputChains(fusion, a.outputs, a.roots));
+  for (size_t out = 0; out < a.outputs.size(); ++out) {
+    if (!a.chains[out].pieces.empty()) {
+      return Error("%{}: output {} packs several results: only the backward's can", fusion.name(),
+                   Describe(*a.outputs[out]));
+    }
+  }
   a.first_output = static_cast<int64_t>(fused->parameters().size());
   // Note [bf16 attention]: the ops' grad_dtype rounds their matmul operands.
   a.matmul = scores->attrs().grad_dtype;
@@ -176,10 +217,21 @@ bool UseTensorCoreBackward(const AttentionBackward& a) {
   return a.q->shape().dtype() == ir::DType::kBF16 && a.dim % 16 == 0 && a.dim <= 64;
 }
 
-StatusOr<AttentionBackward> PlanAttentionBackward(const ir::Instruction& fusion) {
+bool HasBothBackwardParts(const ir::Instruction& fusion) {
+  bool query = false, key = false;
+  if (fusion.called_computation() == nullptr) return false;
+  for (const auto& inst : fusion.called_computation()->instructions()) {
+    if (inst->opcode() != ir::Opcode::kAttentionGrad) continue;
+    (inst->attrs().index == 0 ? query : key) = true;
+  }
+  return query && key;
+}
+
+StatusOr<AttentionBackward> PlanAttentionBackward(const ir::Instruction& fusion,
+                                                  BackwardPart part) {
   ASSIGN_OR_RETURN(const ir::Computation* fused, FusedComputation(fusion));
   AttentionBackward a;
-  ASSIGN_OR_RETURN(const ir::Instruction* any, FindGradOps(fusion, *fused, a));
+  ASSIGN_OR_RETURN(const ir::Instruction* any, FindGradOps(fusion, *fused, part, a));
   a.q = any->operand(0);
   a.k = any->operand(1);
   a.v = any->operand(2);
@@ -199,12 +251,14 @@ StatusOr<AttentionBackward> PlanAttentionBackward(const ir::Instruction& fusion)
   a.causal = any->attrs().causal;
   a.scale = any->attrs().scale;
   a.outputs = FusionOutputs(*fused);
-  for (const ir::Instruction* g : a.grads) {
-    if (g != nullptr) a.roots.push_back(g);
+  // Every attention-grad op of the fusion is a root, the other part's too:
+  // the kernel stores what comes from its own.
+  for (const auto& inst : fused->instructions()) {
+    if (inst->opcode() == ir::Opcode::kAttentionGrad) a.roots.push_back(inst.get());
   }
   ASSIGN_OR_RETURN(a.chains, FindOutputChains(fusion, a.outputs, a.roots));
   for (size_t out = 0; out < a.outputs.size(); ++out) {
-    if (a.chains[out].root < 0) {
+    if (a.chains[out].root < 0 && a.chains[out].pieces.empty()) {
       return Error("%{}: output {} does not come from an attention-grad op", fusion.name(),
                    Describe(*a.outputs[out]));
     }

@@ -22,14 +22,23 @@ namespace gptc::codegen {
 // How one fusion output is computed from the kernel's results: `root` is the
 // index in `roots` of the op it comes from through `chain` (transposes,
 // reshapes, converts, copies; first applied first), or -1 when it depends on
-// none of them (an independent output, e.g. a bf16 copy of an operand).
+// none of them (an independent output, e.g. a bf16 copy of an operand) or
+// is packed from several.
 struct OutputChain {
   int root = -1;
   std::vector<const ir::Instruction*> chain;
+  // Note [packed attention gradient]: an output that is a sum of zero pads
+  // tiling it, each over a chain from one root, is written piece by piece:
+  // the pieces' chains end at their pads (and `root` is -1).
+  std::vector<OutputChain> pieces;
 };
 
+// The stores that write output chain `c`: itself, or its pieces.
+std::vector<const OutputChain*> StoresOf(const OutputChain& c);
+
 // One OutputChain per output; fails naming an output computed from a root
-// by anything but the layout ops above.
+// by anything but the layout ops above, or a sum of zero pads that overlap
+// or leave a gap.
 StatusOr<std::vector<OutputChain>> FindOutputChains(
     const ir::Instruction& fusion, const std::vector<const ir::Instruction*>& outputs,
     const std::vector<const ir::Instruction*>& roots);
@@ -61,6 +70,11 @@ bool UseTensorCoreForward(const AttentionForward& a, ir::DType matmul_dtype);
 // and what does not fit.
 StatusOr<AttentionForward> PlanAttentionForward(const ir::Instruction& fusion);
 
+// Which attention-grad ops of a backward fusion one of its kernels computes:
+// all of them (dq alone, or dk with dv), or, of a fusion holding the three
+// (Note [packed attention gradient]), dq or dk with dv.
+enum class BackwardPart { kAll, kQueries, kKeys };
+
 // The operands of a backward attention fusion (attention-grad ops sharing
 // their operands; Note [flash attention backward] in
 // attention_backward_emitter.cc).
@@ -85,9 +99,16 @@ struct AttentionBackward {
 // register tiles would spill).
 bool UseTensorCoreBackward(const AttentionBackward& a);
 
-// The backward of kind=attention fusion `fusion` holding attention-grad ops;
-// an error names the fusion and what does not fit.
-StatusOr<AttentionBackward> PlanAttentionBackward(const ir::Instruction& fusion);
+// Part `part` of the backward of kind=attention fusion `fusion` holding
+// attention-grad ops; an error names the fusion and what does not fit. The
+// outputs are all of the fusion's: the kernel stores those (and the pieces
+// of packed ones) whose root is one of its grads.
+StatusOr<AttentionBackward> PlanAttentionBackward(const ir::Instruction& fusion,
+                                                  BackwardPart part = BackwardPart::kAll);
+
+// Whether an attention backward fusion holds dq and dk or dv: two kernels,
+// dk + dv then dq (Note [packed attention gradient]).
+bool HasBothBackwardParts(const ir::Instruction& fusion);
 
 // Note [longest-first tiles] (attention_plan.cc): the heads a group of a
 // causal kernel's tile order walks together: the most, dividing batch *

@@ -145,6 +145,17 @@ void StoreThroughChain(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location
       case ir::Opcode::kConvert:
         value = ConvertValue(b, loc, value, x->operand(0)->shape().dtype(), x->shape().dtype());
         break;
+      case ir::Opcode::kPad: {  // the piece of a packed output: its box at the low edge
+        std::vector<mlir::Value> in = emitter.Multi(index, *shape);
+        for (size_t d = 0; d < in.size(); ++d) {
+          if (x->attrs().pad_low[d] == 0) continue;
+          in[d] = b.create<mlir::arith::AddIOp>(loc, in[d],
+                                                emitter.IndexConstant(x->attrs().pad_low[d]));
+        }
+        index = ElementIndex{};
+        index.multi = std::move(in);
+        break;
+      }
       default:  // copy
         break;
     }
@@ -155,12 +166,11 @@ void StoreThroughChain(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location
 
 std::optional<PairStore> PairStoreOf(const ir::Instruction& root, const OutputChain& chain) {
   if (root.shape().dtype() != ir::DType::kF32) return std::nullopt;
+  // Layout ops move values unchanged: the one rounding may come anywhere.
   int64_t converts = 0;
   for (const ir::Instruction* x : chain.chain) {
     if (x->opcode() != ir::Opcode::kConvert) continue;
-    if (++converts > 1 || x->shape().dtype() != ir::DType::kBF16 || x != chain.chain.back()) {
-      return std::nullopt;
-    }
+    if (++converts > 1 || x->shape().dtype() != ir::DType::kBF16) return std::nullopt;
   }
   std::optional<AffineLayout> layout = LayoutOfResult(root, chain.chain);
   if (!layout || layout->strides.empty() || layout->strides.back() != 1 ||

@@ -89,8 +89,9 @@ void StoreThroughChain(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location
 // and the offset even, so that pairs stay aligned) the pair goes out as one
 // 8-byte f32 store or one 4-byte bf16 store (cvt.rn.bf16x2), its offset an
 // affine sum instead of the chain's index arithmetic per element. The pair
-// form of `chain`, or nullopt: chains of transposes and reshapes ending in
-// at most one f32 -> bf16 convert, from an f32 root.
+// form of `chain`, or nullopt: chains of transposes and reshapes with at
+// most one f32 -> bf16 convert, from an f32 root (and at most one pad at the
+// end: a packed output's piece).
 struct PairStore {
   AffineLayout layout;
   bool bf16 = false;  // else f32

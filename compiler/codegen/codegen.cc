@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "compiler/codegen/attention_plan.h"  // HasBothBackwardParts
 #include "compiler/codegen/gemm_fallback.h"
 #include "compiler/codegen/lowering.h"
 #include "compiler/ir/patterns.h"
@@ -120,7 +121,8 @@ StatusOr<EmitterKind> ChooseEmitter(const ir::Instruction& inst) {
             (row_input == nullptr || row_input->dims() == in.dims());
       row_input = &in;
       bool prefix = !dims.empty();
-      for (size_t i = 0; i < dims.size(); ++i) prefix = prefix && dims[i] == static_cast<int64_t>(i);
+      for (size_t i = 0; i < dims.size(); ++i)
+        prefix = prefix && dims[i] == static_cast<int64_t>(i);
       column = column && prefix;
     }
     if (any && row) return EmitterKind::kRowReduction;
@@ -274,7 +276,10 @@ namespace {
 // PTX), so that the costliest distinct kernels start first and the shortest
 // fill the end: on 2 cores the compile is as long as its last thread.
 int64_t CompileCost(const ir::Instruction& inst, EmitterKind emitter) {
-  if (emitter == EmitterKind::kAttention || emitter == EmitterKind::kAttentionBackward) return 300;
+  if (emitter == EmitterKind::kAttention || emitter == EmitterKind::kAttentionBackward ||
+      emitter == EmitterKind::kAttentionBackwardKeys) {
+    return 300;
+  }
   const ir::Computation* fused = inst.called_computation();
   return fused == nullptr ? 1 : fused->instruction_count();
 }
@@ -342,6 +347,11 @@ Status ListKernels(
       std::string init = name + "_init";
       names.insert(init);
       add(out, *inst, EmitterKind::kScatterAddInit, init);
+    }
+    if (*emitter == EmitterKind::kAttentionBackward && HasBothBackwardParts(*inst)) {
+      std::string keys = name + "_keys";  // Note [packed attention gradient]
+      names.insert(keys);
+      add(out, *inst, EmitterKind::kAttentionBackwardKeys, keys);
     }
     if (*emitter == EmitterKind::kMixedReductionColumns) {  // Note [multi-kernel instructions]
       std::string rows = name + "_rows";
@@ -464,9 +474,8 @@ StatusOr<std::vector<CompiledKernels>> CompileFusions(const std::vector<CodegenM
       }
     }
   };
-  int64_t threads = options.threads > 0
-                        ? options.threads
-                        : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  int64_t threads = options.threads > 0 ? options.threads
+                                        : std::max<int64_t>(1, std::thread::hardware_concurrency());
   threads = std::min<int64_t>(threads, static_cast<int64_t>(unique.size()));
   std::vector<std::thread> pool;
   for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);

@@ -116,6 +116,10 @@ enum class EmitterKind {
   kScatterAdd,
   kAttention,
   kAttentionBackward,
+  // Note [packed attention gradient] (passes/fusion_rules.cc): the first
+  // kernel of a backward fusion holding dq, dk and dv: dk + dv (then
+  // kAttentionBackward computes dq).
+  kAttentionBackwardKeys,
   // Note [mixed row and column reductions]: the two kernels of a fusion
   // mixing row and column reductions.
   kMixedReductionRows,     // the first: the row reduction writing the row-part outputs

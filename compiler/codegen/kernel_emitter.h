@@ -49,7 +49,9 @@ std::unique_ptr<KernelEmitter> MakeGatherEmitter();  // gather_emitter.cc: also 
 std::unique_ptr<KernelEmitter> MakeScatterAddInitEmitter();
 std::unique_ptr<KernelEmitter> MakeScatterAddEmitter();
 std::unique_ptr<KernelEmitter> MakeAttentionEmitter();  // attention_emitter.cc: forward (+ lse)
-std::unique_ptr<KernelEmitter> MakeAttentionBackwardEmitter();  // attention_backward_emitter.cc
+// attention_backward_emitter.cc: dq or dk + dv (`keys`: the dk + dv kernel
+// of a fusion of both, Note [packed attention gradient]).
+std::unique_ptr<KernelEmitter> MakeAttentionBackwardEmitter(bool keys = false);
 
 // The emitter of `kind` (codegen.h: ChooseEmitter picks it).
 std::unique_ptr<KernelEmitter> MakeEmitter(EmitterKind kind);

@@ -185,6 +185,8 @@ std::unique_ptr<KernelEmitter> MakeEmitter(EmitterKind kind) {
       return MakeAttentionEmitter();
     case EmitterKind::kAttentionBackward:
       return MakeAttentionBackwardEmitter();
+    case EmitterKind::kAttentionBackwardKeys:
+      return MakeAttentionBackwardEmitter(/*keys=*/true);
     case EmitterKind::kMixedReductionRows:
       return MakeMixedReductionRowsEmitter();
     case EmitterKind::kMixedReductionColumns:

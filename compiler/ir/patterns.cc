@@ -40,4 +40,43 @@ bool DependsOnAny(const Instruction* inst, const std::set<const Instruction*>& t
   return result;
 }
 
+std::vector<const Instruction*> ZeroPadTiles(const Instruction* out,
+                                             std::vector<const Instruction*>* adds) {
+  std::vector<const Instruction*> pads, stack = {out};
+  while (!stack.empty()) {
+    const Instruction* x = stack.back();
+    stack.pop_back();
+    if (x->opcode() == Opcode::kAdd) {
+      if (adds != nullptr) adds->push_back(x);
+      stack.push_back(x->operand(0));
+      stack.push_back(x->operand(1));
+      continue;
+    }
+    const Instruction* value = x->opcode() == Opcode::kPad ? x->operand(1) : nullptr;
+    if (value == nullptr || value->opcode() != Opcode::kConstant ||
+        value->attrs().literal.size() != 1 || value->attrs().literal[0] != 0) {
+      return {};
+    }
+    pads.push_back(x);
+  }
+  if (pads.size() < 2) return {};
+  // Disjoint: every two boxes are apart in some dim; covering: their
+  // volumes add up to the output's.
+  int64_t volume = 0;
+  for (size_t i = 0; i < pads.size(); ++i) {
+    volume += pads[i]->operand(0)->shape().num_elements();
+    for (size_t j = 0; j < i; ++j) {
+      bool apart = false;
+      for (int64_t d = 0; d < out->shape().rank() && !apart; ++d) {
+        const int64_t lo_i = pads[i]->attrs().pad_low[d], lo_j = pads[j]->attrs().pad_low[d];
+        apart = lo_i + pads[i]->operand(0)->shape().dim(d) <= lo_j ||
+                lo_j + pads[j]->operand(0)->shape().dim(d) <= lo_i;
+      }
+      if (!apart) return {};
+    }
+  }
+  if (volume != out->shape().num_elements()) return {};
+  return pads;
+}
+
 }  // namespace gptc::ir

@@ -22,6 +22,13 @@ using CompositeBindings = std::map<const Instruction*, const Instruction*>;
 // their decompositions.
 void BindComposites(const Computation& c, CompositeBindings& bindings);
 
+// Note [packed attention gradient] (passes/fusion_rules.cc): `out` as a sum
+// of pads of zero whose boxes tile it (pairwise disjoint, covering every
+// element), i.e. a concatenation: its pads, or nothing when it is not one.
+// `adds` (when given) receives the adds of the sum.
+std::vector<const Instruction*> ZeroPadTiles(const Instruction* out,
+                                             std::vector<const Instruction*>* adds = nullptr);
+
 // Whether `inst` depends, transitively, on one of `targets`: through its
 // operands, through `bindings` (a decomposition parameter depends on the
 // operand it stands for) and, for an inlined composite, through its

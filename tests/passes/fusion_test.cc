@@ -475,6 +475,33 @@ TEST(FusionTest, AttentionKernelsReadTheBf16Projection) {
   EXPECT_FALSE(fusion.Run(*after).value());
 }
 
+// Note [packed attention gradient]: dq, dk and dv are one fusion (two
+// kernels) whose result is the packed [B, T, 3C] gradient of the qkv
+// projection, which both of its backward gemms read; no loop kernel packs it.
+TEST(FusionTest, AttentionBackwardWritesThePackedGradient) {
+  std::unique_ptr<ir::Module> module = TinyTrainStep();
+  ASSERT_NE(module, nullptr);
+  Fusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 1, 1e-5));
+  const ir::Instruction* backward = FusionOf(*after, "grad.h.0.attn.attention.13");
+  ASSERT_NE(backward, nullptr);
+  EXPECT_EQ(backward, FusionOf(*after, "grad.h.0.attn.attention.14"));
+  EXPECT_EQ(backward, FusionOf(*after, "grad.h.0.attn.attention.15"));
+  EXPECT_EQ(backward->attrs().fusion_kind, ir::FusionKind::kAttention);
+  EXPECT_EQ(backward->shape().ToString(), "bf16[1,8,96]") << ir::PrintModule(*after);
+  int64_t pads = 0;
+  for (const auto& x : backward->called_computation()->instructions()) {
+    pads += x->opcode() == ir::Opcode::kPad;
+  }
+  EXPECT_EQ(pads, 3);
+  ASSERT_FALSE(backward->users().empty());
+  for (const ir::Instruction* u : backward->users()) {
+    EXPECT_EQ(u->attrs().fusion_kind, ir::FusionKind::kGemm) << u->name();
+  }
+  EXPECT_FALSE(fusion.Run(*after).value());
+}
+
 TEST(FusionTest, CausalMaskIsRecomputedInEachKernel) {
   // compare(iota, iota) is as free as the iotas: each user computes it.
   auto module = ParseOrDie(R"(module m
@@ -603,8 +630,8 @@ ENTRY %main {
 
 // The gpt2-tiny train step (narrowed for the evaluator) fused: same values,
 // attention forward and cross-entropy as dedicated kernels, the attention
-// backward as two flash kernels (Note [attention backward]), at most kMaxKernelsPerLayer
-// kernels per layer.
+// backward as one fusion of two flash kernels (Note [attention backward]), at most
+// kMaxKernelsPerLayer kernels per layer.
 TEST(FusionTest, Gpt2TinyTrainStep) {
   StatusOr<models::GptConfig> config = models::FindGptConfig("gpt2-tiny");
   ASSERT_TRUE(config.ok());
@@ -622,8 +649,9 @@ TEST(FusionTest, Gpt2TinyTrainStep) {
   Fusion fusion;
   std::unique_ptr<ir::Module> after;
   EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 1, 1e-4));
-  // The forward, and the flash backward's dk + dv and dq kernels.
-  EXPECT_EQ(Count(*after, "attention"), 3 * config->layers);
+  // The forward, and the flash backward's dk + dv and dq kernels, one
+  // fusion writing the packed gradient (Note [packed attention gradient]).
+  EXPECT_EQ(Count(*after, "attention"), 2 * config->layers);
   EXPECT_EQ(Count(*after, "cross_entropy"), 1);
   EXPECT_EQ(Count(*after, "optimizer"), 1);
   auto per_layer = KernelsPerLayer(*after);

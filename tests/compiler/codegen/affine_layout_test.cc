@@ -89,6 +89,30 @@ ENTRY %main {
   }
 }
 
+// A packed output's piece: dq of [B, H, T, D] written at columns C..2C of
+// the [B, T, 3C] gradient through its transpose, reshape and pad.
+TEST(AffineLayoutTest, ResultThroughAPadIsABoxOfThePaddedBuffer) {
+  std::unique_ptr<ir::Module> m = Parse(R"(module t
+ENTRY %main {
+  %g = f32[2,3,5,4] parameter(0)
+  %t = f32[2,5,3,4] transpose(%g), dimensions={0,2,1,3}
+  %r = f32[2,5,12] reshape(%t)
+  %zero = f32[] constant(0)
+  %p = f32[2,5,36] pad(%r, %zero), low={0,0,12}, high={0,0,12}
+  ROOT %q = f32[10,36] reshape(%p)
+}
+)");
+  ASSERT_NE(m, nullptr);
+  const std::optional<AffineLayout> l =
+      LayoutOfResult(Find(*m, "g"), {&Find(*m, "t"), &Find(*m, "r"), &Find(*m, "p")});
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->buffer, &Find(*m, "p"));
+  EXPECT_EQ(l->strides, (std::vector<int64_t>{180, 4, 36, 1}));
+  EXPECT_EQ(l->offset, 12);
+  // Only at the end of the chain.
+  EXPECT_FALSE(LayoutOfResult(Find(*m, "r"), {&Find(*m, "p"), &Find(*m, "q")}).has_value());
+}
+
 // Dims of size 1 take no part (stride 0); a reshape that splits a dim, an
 // op that computes, and a slice not over a parameter give no layout.
 TEST(AffineLayoutTest, UnitDimsAndWhatHasNoLayout) {
