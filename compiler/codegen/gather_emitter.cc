@@ -11,10 +11,8 @@
 //
 // Scatter-add is two kernels (Note [multi-kernel instructions] in
 // kernel_spec.h): NAME_init copies operand 0 into the result, then NAME adds
-// each update element with `atom.global.add.f32`. The atomics make the sum
-// order, hence the low bits of rows whose token repeats, vary between runs;
-// a deterministic variant needs the indices sorted (a segmented reduction),
-// left for later. Only f32 results are supported.
+// the updates, each row's in the order of the indices (Note [deterministic
+// scatter-add] in scatter_add_emitter.cc). Only f32 results are supported.
 #include <algorithm>
 #include <limits>
 
@@ -93,8 +91,8 @@ Value OpenGridLoop(mlir::OpBuilder& b, mlir::IntegerType index_type, const GridL
 Value VectorLoad(mlir::OpBuilder& b, Value ptr, Value index, ir::DType dtype, int64_t width) {
   mlir::Location loc = b.getUnknownLoc();
   mlir::Type storage = StorageType(b.getContext(), dtype);
-  Value addr = b.create<mlir::LLVM::GEPOp>(loc, ptr.getType(), storage, ptr,
-                                           mlir::ValueRange{index}, true);
+  Value addr =
+      b.create<mlir::LLVM::GEPOp>(loc, ptr.getType(), storage, ptr, mlir::ValueRange{index}, true);
   mlir::Type type = width == 1 ? storage : mlir::VectorType::get({width}, storage);
   return b.create<mlir::LLVM::LoadOp>(loc, type, addr, width * StorageBytes(dtype));
 }
@@ -103,8 +101,8 @@ void VectorStore(mlir::OpBuilder& b, Value value, Value ptr, Value index, ir::DT
                  int64_t width) {
   mlir::Location loc = b.getUnknownLoc();
   mlir::Type storage = StorageType(b.getContext(), dtype);
-  Value addr = b.create<mlir::LLVM::GEPOp>(loc, ptr.getType(), storage, ptr,
-                                           mlir::ValueRange{index}, true);
+  Value addr =
+      b.create<mlir::LLVM::GEPOp>(loc, ptr.getType(), storage, ptr, mlir::ValueRange{index}, true);
   b.create<mlir::LLVM::StoreOp>(loc, value, addr, width * StorageBytes(dtype));
 }
 
@@ -173,11 +171,12 @@ class GatherEmitter : public KernelEmitter {
     mlir::IntegerType index_type = Wide(table.num_elements() + n) ? b.getI64Type() : b.getI32Type();
     mlir::Location loc = b.getUnknownLoc();
     Value i = OpenGridLoop(b, index_type, loop, n / width);
-    Value e = width == 1 ? i
-                         : b.create<arith::MulIOp>(
-                                loc, i,
-                                b.create<arith::ConstantOp>(loc, b.getIntegerAttr(index_type, width)))
-                               .getResult();
+    Value e =
+        width == 1
+            ? i
+            : b.create<arith::MulIOp>(
+                   loc, i, b.create<arith::ConstantOp>(loc, b.getIntegerAttr(index_type, width)))
+                  .getResult();
     Value src = SourceOffset(b, index_type, g, entry->getArgument(1), indices.dtype(), e);
     Value v = VectorLoad(b, entry->getArgument(0), src, dtype, width);
     VectorStore(b, v, entry->getArgument(2), e, dtype, width);
@@ -203,51 +202,15 @@ class ScatterAddInitEmitter : public KernelEmitter {
     mlir::IntegerType index_type = Wide(n) ? b.getI64Type() : b.getI32Type();
     mlir::Location loc = b.getUnknownLoc();
     Value i = OpenGridLoop(b, index_type, loop, n / width);
-    Value e = width == 1 ? i
-                         : b.create<arith::MulIOp>(
-                                loc, i,
-                                b.create<arith::ConstantOp>(loc, b.getIntegerAttr(index_type, width)))
-                               .getResult();
+    Value e =
+        width == 1
+            ? i
+            : b.create<arith::MulIOp>(
+                   loc, i, b.create<arith::ConstantOp>(loc, b.getIntegerAttr(index_type, width)))
+                  .getResult();
     Value v = VectorLoad(b, entry->getArgument(0), e, dtype, width);
     VectorStore(b, v, entry->getArgument(3), e, dtype, width);
     return MakeSpec(inst, name, loop, width);
-  }
-};
-
-// NAME: result[p, idx[i], q] += updates[p, i, q] with f32 atomics.
-class ScatterAddEmitter : public KernelEmitter {
- public:
-  std::string_view Name() const override { return "scatter_add"; }
-
-  StatusOr<KernelSpec> Emit(const ir::Instruction& inst, const std::string& name,
-                            mlir::gpu::GPUModuleOp gpu_module) const override {
-    if (inst.opcode() != ir::Opcode::kScatterAdd) {
-      return Error("%{}: not a scatter-add", inst.name());
-    }
-    const ir::Shape& operand = inst.operand(0)->shape();
-    const ir::Shape& indices = inst.operand(1)->shape();
-    if (operand.dtype() != ir::DType::kF32) {
-      return Error("%{}: scatter-add of {} is not supported (f32 atomics only)", inst.name(),
-                   operand.ToString());
-    }
-    GatherGeometry g = Geometry(operand, indices, inst.attrs().index);
-    const int64_t n = inst.operand(2)->shape().num_elements();
-    GridLoop loop = LoopGeometry(n);
-    mlir::OpBuilder b(gpu_module.getContext());
-    mlir::gpu::GPUFuncOp func = CreateKernel(b, gpu_module, name, 4, loop.block, 0);
-    mlir::Block* entry = &func.getBody().front();
-    mlir::IntegerType index_type =
-        Wide(operand.num_elements() + n) ? b.getI64Type() : b.getI32Type();
-    mlir::Location loc = b.getUnknownLoc();
-    Value e = OpenGridLoop(b, index_type, loop, n);
-    Value dst = SourceOffset(b, index_type, g, entry->getArgument(1), indices.dtype(), e);
-    Value update = LoadElement(b, loc, entry->getArgument(2), e, ir::DType::kF32);
-    Value result = entry->getArgument(3);
-    Value addr = b.create<mlir::LLVM::GEPOp>(loc, result.getType(), b.getF32Type(), result,
-                                             mlir::ValueRange{dst}, true);
-    b.create<mlir::LLVM::AtomicRMWOp>(loc, mlir::LLVM::AtomicBinOp::fadd, addr, update,
-                                      mlir::LLVM::AtomicOrdering::monotonic);
-    return MakeSpec(inst, name, loop, 1);
   }
 };
 
@@ -256,9 +219,6 @@ class ScatterAddEmitter : public KernelEmitter {
 std::unique_ptr<KernelEmitter> MakeGatherEmitter() { return std::make_unique<GatherEmitter>(); }
 std::unique_ptr<KernelEmitter> MakeScatterAddInitEmitter() {
   return std::make_unique<ScatterAddInitEmitter>();
-}
-std::unique_ptr<KernelEmitter> MakeScatterAddEmitter() {
-  return std::make_unique<ScatterAddEmitter>();
 }
 
 }  // namespace gptc::codegen

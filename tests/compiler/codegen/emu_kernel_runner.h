@@ -104,8 +104,14 @@ inline std::string EncodeForDevice(const ir::Shape& shape, const std::vector<dou
     } else if (shape.dtype() == ir::DType::kBF16) {
       const uint16_t h = F32ToBF16Bits(static_cast<float>(values[i]));
       std::memcpy(to, &h, 2);
+    } else if (shape.dtype() == ir::DType::kS32) {  // indices
+      const int32_t v = static_cast<int32_t>(values[i]);
+      std::memcpy(to, &v, 4);
+    } else if (shape.dtype() == ir::DType::kU16) {
+      const uint16_t v = static_cast<uint16_t>(values[i]);
+      std::memcpy(to, &v, 2);
     } else {
-      ADD_FAILURE() << "EncodeForDevice: " << shape.ToString() << " is not f32 or bf16";
+      ADD_FAILURE() << "EncodeForDevice: " << shape.ToString() << " is not f32, bf16, s32 or u16";
     }
   }
   return out;
