@@ -32,6 +32,10 @@ int InspectCommand(int argc, char** argv);
 // registers, spills, shared memory and blocks per multiprocessor
 // (kernel_stats.cc).
 StatusOr<std::string> KernelStatsTable(const program::Artifact& a, std::string_view filter);
+// gptc inspect --cubins DIR: writes DIR/ENTRY.KERNEL.cubin for each kernel
+// whose name contains `filter` (all when empty); returns how many.
+StatusOr<int64_t> WriteCubins(const program::Artifact& a, std::string_view filter,
+                              const std::string& dir);
 // gptc models: the configs with their parameter counts.
 int ModelsCommand(int argc, char** argv);
 // gptc export-hf CKPT_DIR OUT_DIR: a checkpoint as a Hugging Face GPT-2 model.

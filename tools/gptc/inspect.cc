@@ -99,7 +99,8 @@ StatusOr<std::string> Summary(const program::Artifact& a) {
 int InspectCommand(int argc, char** argv) {
   Flags flags("gptc inspect",
               "FILE.gptx [--manifest|--ir|--ptx|--plan|--params]\n"
-              "FILE.gptx --kernel-stats [--kernels SUBSTRING]",
+              "FILE.gptx --kernel-stats [--kernels SUBSTRING]\n"
+              "FILE.gptx --cubins DIR [--kernels SUBSTRING]",
               "Summarizes an artifact (model, flags, parameters, entries, kernels, arena), or "
               "prints the sections asked for verbatim, in the order below, or a table of the "
               "kernels' static PTX statements by class (Note [counting PTX] in "
@@ -112,7 +113,10 @@ int InspectCommand(int argc, char** argv) {
       .Bool("kernel-stats",
             "per kernel: PTX statements by class and per mma (whole kernel, then each innermost "
             "mma loop), ptxas registers and spills, shared memory, H100 blocks per SM")
-      .Value("kernels", "SUBSTRING", "with --kernel-stats: only kernels whose name contains it");
+      .Value("cubins", "DIR",
+             "write each kernel's ptxas object to DIR/ENTRY.KERNEL.cubin (for cuobjdump -sass)")
+      .Value("kernels", "SUBSTRING",
+             "with --kernel-stats or --cubins: only kernels whose name contains it");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (flags.positional().size() != 1) return Fail(2, Error("inspect takes one FILE.gptx"));
@@ -124,7 +128,16 @@ int InspectCommand(int argc, char** argv) {
     std::fputs(table->c_str(), stdout);
     return 0;
   }
-  if (flags.Has("kernels")) return Fail(2, Error("--kernels goes with --kernel-stats"));
+  if (flags.Has("cubins")) {
+    StatusOr<int64_t> written = WriteCubins(*a, flags.Get("kernels", ""), flags.Get("cubins"));
+    if (!written.ok()) return Fail(1, written.status().WithPrefix(flags.positional()[0]));
+    std::printf("%lld cubins in %s\n", static_cast<long long>(*written),
+                flags.Get("cubins").c_str());
+    return 0;
+  }
+  if (flags.Has("kernels")) {
+    return Fail(2, Error("--kernels goes with --kernel-stats or --cubins"));
+  }
   // Every section asked for, in this order (--ir --plan prints both).
   bool printed = false;
   for (const char* section : {"manifest", "ir", "ptx", "plan", "params"}) {

@@ -1,12 +1,15 @@
 // gptc inspect --kernel-stats: each kernel's static PTX statements by class
 // (Note [counting PTX] in compiler/support/ptx_stats.h), per mma for the
 // tensor-core kernels, with ptxas's registers and spills, the static shared
-// memory and the blocks an H100 multiprocessor holds at that.
+// memory and the blocks an H100 multiprocessor holds at that; and --cubins:
+// the kernels' ptxas objects as files, for cuobjdump -sass on a GPU machine.
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <string>
 
 #include "compiler/program/container.h"
+#include "compiler/support/file.h"
 #include "compiler/program/manifest.h"
 #include "compiler/program/plan.h"
 #include "compiler/support/ptx_stats.h"
@@ -96,6 +99,31 @@ StatusOr<std::string> KernelStatsTable(const program::Artifact& a, std::string_v
   }
   if (shown == 0) return Error("no kernel name contains '{}'", filter);
   return s;
+}
+
+StatusOr<int64_t> WriteCubins(const program::Artifact& a, std::string_view filter,
+                              const std::string& dir) {
+  const std::string* cubins = a.Find("cubin");
+  if (cubins == nullptr) {
+    return Error("the artifact has no cubin section (ptxas was not found when it was compiled)");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Error("--cubins {}: {}", dir, ec.message());
+  int64_t written = 0;
+  for (const program::KernelRecord& k : a.manifest.kernels) {
+    if (!k.cubin || (!filter.empty() && k.name.find(filter) == std::string::npos)) continue;
+    const auto [offset, size] = *k.cubin;
+    if (offset < 0 || size < 0 || static_cast<size_t>(offset + size) > cubins->size()) {
+      return Error("kernel {} of entry {}: its cubin lies outside the cubin section", k.name,
+                   k.entry);
+    }
+    const std::string path = fmt::format("{}/{}.{}.cubin", dir, k.entry, k.name);
+    RETURN_IF_ERROR(WriteFileAtomically(path, std::string_view(*cubins).substr(offset, size)));
+    ++written;
+  }
+  if (written == 0) return Error("no kernel name contains '{}' (or none has a cubin)", filter);
+  return written;
 }
 
 }  // namespace gptc::tools
