@@ -162,8 +162,8 @@ void FuseGradNorm(Planner& p) {
   }
   p.MakeConvex(s);
   if (s.empty()) return;
-  const Instruction* hero =
-      *std::min_element(s.begin(), s.end(), [&](auto* x, auto* y) { return p.pos(x) < p.pos(y); });
+  const Instruction* hero = *std::min_element(
+      s.begin(), s.end(), [&](auto* x, auto* y) { return p.pos(x) < p.pos(y); });
   int g = p.NewGroup(FusionKind::kReduction, hero, s);
   p.groups()[g].name = "optimizer.grad_norm";
   p.groups()[g].metadata = "optimizer.grad_norm";
@@ -179,8 +179,8 @@ void FuseParameterConverts(Planner& p) {
     }
   }
   if (s.size() < 2) return;
-  const Instruction* hero =
-      *std::min_element(s.begin(), s.end(), [&](auto* x, auto* y) { return p.pos(x) < p.pos(y); });
+  const Instruction* hero = *std::min_element(
+      s.begin(), s.end(), [&](auto* x, auto* y) { return p.pos(x) < p.pos(y); });
   int g = p.NewGroup(FusionKind::kLoop, hero, s);
   p.groups()[g].name = "parameters.bf16";
   p.groups()[g].metadata = "parameters.bf16";

@@ -61,12 +61,14 @@ Status StoreLogitsInBf16(ir::Builder& b, Instruction* dot) {
   ir::Computation* entry = dot->parent();
   b.set_insertion_point(dot);
   b.set_metadata(dot->metadata());
-  ASSIGN_OR_RETURN(Instruction * narrow, b.Build(Opcode::kDot, {dot->operand(0), dot->operand(1)},
-                                                 dot->attrs(), dot->shape().WithDType(DType::kBF16),
-                                                 nullptr, fmt::format("{}.bf16", dot->name())));
+  ASSIGN_OR_RETURN(Instruction * narrow,
+                   b.Build(Opcode::kDot, {dot->operand(0), dot->operand(1)}, dot->attrs(),
+                           dot->shape().WithDType(DType::kBF16), nullptr,
+                           fmt::format("{}.bf16", dot->name())));
   std::string name = dot->name();
-  ASSIGN_OR_RETURN(Instruction * widen, b.Build(Opcode::kConvert, {narrow}, {}, dot->shape(),
-                                                nullptr, fmt::format("{}.f32", name)));
+  ASSIGN_OR_RETURN(Instruction * widen,
+                   b.Build(Opcode::kConvert, {narrow}, {}, dot->shape(), nullptr,
+                           fmt::format("{}.f32", name)));
   dot->ReplaceAllUsesWith(widen);
   entry->RemoveInstruction(dot);
   return Status::Ok();

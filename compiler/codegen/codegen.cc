@@ -121,8 +121,7 @@ StatusOr<EmitterKind> ChooseEmitter(const ir::Instruction& inst) {
             (row_input == nullptr || row_input->dims() == in.dims());
       row_input = &in;
       bool prefix = !dims.empty();
-      for (size_t i = 0; i < dims.size(); ++i)
-        prefix = prefix && dims[i] == static_cast<int64_t>(i);
+      for (size_t i = 0; i < dims.size(); ++i) prefix = prefix && dims[i] == static_cast<int64_t>(i);
       column = column && prefix;
     }
     if (any && row) return EmitterKind::kRowReduction;
@@ -474,8 +473,9 @@ StatusOr<std::vector<CompiledKernels>> CompileFusions(const std::vector<CodegenM
       }
     }
   };
-  int64_t threads = options.threads > 0 ? options.threads
-                                        : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  int64_t threads = options.threads > 0
+                        ? options.threads
+                        : std::max<int64_t>(1, std::thread::hardware_concurrency());
   threads = std::min<int64_t>(threads, static_cast<int64_t>(unique.size()));
   std::vector<std::thread> pool;
   for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);

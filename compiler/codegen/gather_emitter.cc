@@ -91,8 +91,8 @@ Value OpenGridLoop(mlir::OpBuilder& b, mlir::IntegerType index_type, const GridL
 Value VectorLoad(mlir::OpBuilder& b, Value ptr, Value index, ir::DType dtype, int64_t width) {
   mlir::Location loc = b.getUnknownLoc();
   mlir::Type storage = StorageType(b.getContext(), dtype);
-  Value addr =
-      b.create<mlir::LLVM::GEPOp>(loc, ptr.getType(), storage, ptr, mlir::ValueRange{index}, true);
+  Value addr = b.create<mlir::LLVM::GEPOp>(loc, ptr.getType(), storage, ptr,
+                                           mlir::ValueRange{index}, true);
   mlir::Type type = width == 1 ? storage : mlir::VectorType::get({width}, storage);
   return b.create<mlir::LLVM::LoadOp>(loc, type, addr, width * StorageBytes(dtype));
 }
@@ -101,8 +101,8 @@ void VectorStore(mlir::OpBuilder& b, Value value, Value ptr, Value index, ir::DT
                  int64_t width) {
   mlir::Location loc = b.getUnknownLoc();
   mlir::Type storage = StorageType(b.getContext(), dtype);
-  Value addr =
-      b.create<mlir::LLVM::GEPOp>(loc, ptr.getType(), storage, ptr, mlir::ValueRange{index}, true);
+  Value addr = b.create<mlir::LLVM::GEPOp>(loc, ptr.getType(), storage, ptr,
+                                           mlir::ValueRange{index}, true);
   b.create<mlir::LLVM::StoreOp>(loc, value, addr, width * StorageBytes(dtype));
 }
 
@@ -171,12 +171,11 @@ class GatherEmitter : public KernelEmitter {
     mlir::IntegerType index_type = Wide(table.num_elements() + n) ? b.getI64Type() : b.getI32Type();
     mlir::Location loc = b.getUnknownLoc();
     Value i = OpenGridLoop(b, index_type, loop, n / width);
-    Value e =
-        width == 1
-            ? i
-            : b.create<arith::MulIOp>(
-                   loc, i, b.create<arith::ConstantOp>(loc, b.getIntegerAttr(index_type, width)))
-                  .getResult();
+    Value e = width == 1 ? i
+                         : b.create<arith::MulIOp>(
+                                loc, i,
+                                b.create<arith::ConstantOp>(loc, b.getIntegerAttr(index_type, width)))
+                               .getResult();
     Value src = SourceOffset(b, index_type, g, entry->getArgument(1), indices.dtype(), e);
     Value v = VectorLoad(b, entry->getArgument(0), src, dtype, width);
     VectorStore(b, v, entry->getArgument(2), e, dtype, width);
@@ -202,12 +201,11 @@ class ScatterAddInitEmitter : public KernelEmitter {
     mlir::IntegerType index_type = Wide(n) ? b.getI64Type() : b.getI32Type();
     mlir::Location loc = b.getUnknownLoc();
     Value i = OpenGridLoop(b, index_type, loop, n / width);
-    Value e =
-        width == 1
-            ? i
-            : b.create<arith::MulIOp>(
-                   loc, i, b.create<arith::ConstantOp>(loc, b.getIntegerAttr(index_type, width)))
-                  .getResult();
+    Value e = width == 1 ? i
+                         : b.create<arith::MulIOp>(
+                                loc, i,
+                                b.create<arith::ConstantOp>(loc, b.getIntegerAttr(index_type, width)))
+                               .getResult();
     Value v = VectorLoad(b, entry->getArgument(0), e, dtype, width);
     VectorStore(b, v, entry->getArgument(3), e, dtype, width);
     return MakeSpec(inst, name, loop, width);

@@ -50,7 +50,8 @@ models::GptConfig TinyConfig() {
 }
 
 StatusOr<TrainProgram> Build(PrecisionPolicy precision, RematPolicy remat, bool optimize) {
-  StatusOr<frontend::TracedModule> traced = models::TraceGpt2Forward(TinyConfig(), kBatch, kSeq);
+  StatusOr<frontend::TracedModule> traced =
+      models::TraceGpt2Forward(TinyConfig(), kBatch, kSeq);
   if (!traced.ok()) return traced.status();
   TrainStepOptions options;
   options.precision.policy = precision;

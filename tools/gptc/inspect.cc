@@ -40,8 +40,9 @@ StatusOr<std::string> Summary(const program::Artifact& a) {
   std::string s;
   s += fmt::format("artifact: format {}, gptc {}, target {}, {}\n", a.format_version,
                    m.gptc_version, m.target, Completeness(m));
-  s += fmt::format("model: {} ({} layers, {} heads, width {}, vocab {} padded to {})\n", model.name,
-                   model.layers, model.heads, model.width, model.vocab, model.padded_vocab);
+  s += fmt::format("model: {} ({} layers, {} heads, width {}, vocab {} padded to {})\n",
+                   model.name, model.layers, model.heads, model.width, model.vocab,
+                   model.padded_vocab);
   // As the manifest spells them (its codec's keys, sorted).
   const nlohmann::json flags_json = program::ToJson(m.flags);
   std::string flags;

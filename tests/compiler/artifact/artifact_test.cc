@@ -182,8 +182,7 @@ TEST(ArtifactTest, ContainerRoundTripAndOrder) {
   EXPECT_EQ(*a->Find("ir"), "module m");
   EXPECT_EQ(program::EncodeArtifact({{"plan", "{}"}, {"ir", ""}}).status().message(),
             "artifact section 'ir' is out of order");
-  bytes =
-      program::EncodeArtifact({{"manifest", "{}"}, {"ir", ""}, {"plan", "{}"}, {"params", "{}"}});
+  bytes = program::EncodeArtifact({{"manifest", "{}"}, {"ir", ""}, {"plan", "{}"}, {"params", "{}"}});
   ASSERT_TRUE(bytes.ok());
   EXPECT_EQ(Message(*bytes), "x.gptx: missing section 'ptx'");
   // The manifest is decoded with the container, by its codec.
