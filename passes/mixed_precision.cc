@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -74,6 +75,50 @@ Status StoreLogitsInBf16(ir::Builder& b, Instruction* dot) {
   return Status::Ok();
 }
 
+// `dot`'s single user %y = f32 add(%dot, broadcast(%b)) with %b an f32
+// vector along the last dim, which is a multiple of 8 (cuBLASLt's leading
+// dimensions), or nothing.
+struct BiasAdd {
+  Instruction* add = nullptr;
+  int64_t bias_side = 0;  // the operand that is the broadcast
+  Instruction* broadcast = nullptr;
+};
+std::optional<BiasAdd> MatchBiasAdd(Instruction* dot) {
+  if (dot->users().size() != 1) return std::nullopt;
+  BiasAdd m;
+  m.add = dot->users()[0];
+  if (m.add->opcode() != Opcode::kAdd || m.add->shape().dtype() != DType::kF32) return std::nullopt;
+  m.bias_side = m.add->operand(0) == dot ? 1 : 0;
+  m.broadcast = m.add->operand(m.bias_side);
+  const int64_t rank = m.add->shape().rank();
+  if (m.broadcast->opcode() != Opcode::kBroadcast ||
+      m.broadcast->operand(0)->shape().rank() != 1 ||
+      m.broadcast->attrs().dimensions != std::vector<int64_t>{rank - 1} ||
+      m.broadcast->operand(0)->shape().dtype() != DType::kF32 ||
+      m.add->shape().dims().back() % 8 != 0) {
+    return std::nullopt;
+  }
+  return m;
+}
+
+// %y = add(%dot, broadcast(%b)) => add(%dot, broadcast(convert<f32>(convert<bf16>(%b)))):
+// the bias of D's type that cuBLASLt's bias epilogues take.
+Status RoundBiasToBf16(ir::Builder& b, const BiasAdd& m) {
+  Instruction* bias = m.broadcast->operand(0);
+  b.set_metadata(m.add->metadata());
+  b.set_insertion_point(m.broadcast);
+  ASSIGN_OR_RETURN(Instruction * bias_bf16,
+                   b.Build(Opcode::kConvert, {bias}, {}, bias->shape().WithDType(DType::kBF16),
+                           nullptr, fmt::format("{}.bf16", bias->name())));
+  ASSIGN_OR_RETURN(Instruction * bias_f32, b.Build(Opcode::kConvert, {bias_bf16}, {}, bias->shape(),
+                                                   nullptr, fmt::format("{}.f32", bias->name())));
+  ASSIGN_OR_RETURN(Instruction * widened, b.Build(Opcode::kBroadcast, {bias_f32},
+                                                  m.broadcast->attrs(), m.broadcast->shape()));
+  m.add->ReplaceOperandWith(m.bias_side, widened);
+  if (m.broadcast->users().empty()) m.add->parent()->RemoveInstruction(m.broadcast);
+  return Status::Ok();
+}
+
 // Note [bf16 GELU epilogue] (mixed_precision.h): for
 //   %pre = f32 add(%fc, broadcast(%b))    %fc an f32 dot, %b rank 1 along the last dim
 //   %act = GELU(%pre)                     used by dots alone (stored in bf16 anyway)
@@ -87,18 +132,9 @@ Status StoreLogitsInBf16(ir::Builder& b, Instruction* dot) {
 // a multiple of 8 (cuBLASLt's aux leading dimension).
 StatusOr<bool> StoreGeluInputInBf16(ir::Builder& b, Instruction* dot,
                                     const std::unordered_set<const Instruction*>& dots) {
-  if (dot->users().size() != 1) return false;
-  Instruction* pre = dot->users()[0];
-  if (pre->opcode() != Opcode::kAdd || pre->shape().dtype() != DType::kF32) return false;
-  const int64_t bias_side = pre->operand(0) == dot ? 1 : 0;
-  Instruction* broadcast = pre->operand(bias_side);
-  const int64_t rank = pre->shape().rank();
-  if (broadcast->opcode() != Opcode::kBroadcast || broadcast->operand(0)->shape().rank() != 1 ||
-      broadcast->attrs().dimensions != std::vector<int64_t>{rank - 1} ||
-      broadcast->operand(0)->shape().dtype() != DType::kF32 ||
-      pre->shape().dims().back() % 8 != 0) {
-    return false;
-  }
+  const std::optional<BiasAdd> bias_add = MatchBiasAdd(dot);
+  if (!bias_add) return false;
+  Instruction* pre = bias_add->add;
   std::optional<GeluRegion> gelu = MatchGelu(pre);
   if (!gelu || gelu->erf || gelu->sink->users().empty()) return false;
   for (const Instruction* u : pre->users()) {
@@ -107,18 +143,7 @@ StatusOr<bool> StoreGeluInputInBf16(ir::Builder& b, Instruction* dot,
   for (const Instruction* u : gelu->sink->users()) {
     if (!dots.contains(u)) return false;
   }
-  Instruction* bias = broadcast->operand(0);
-  b.set_metadata(pre->metadata());
-  b.set_insertion_point(broadcast);
-  ASSIGN_OR_RETURN(Instruction * bias_bf16,
-                   b.Build(Opcode::kConvert, {bias}, {}, bias->shape().WithDType(DType::kBF16),
-                           nullptr, fmt::format("{}.bf16", bias->name())));
-  ASSIGN_OR_RETURN(Instruction * bias_f32, b.Build(Opcode::kConvert, {bias_bf16}, {}, bias->shape(),
-                                                   nullptr, fmt::format("{}.f32", bias->name())));
-  ASSIGN_OR_RETURN(Instruction * widened,
-                   b.Build(Opcode::kBroadcast, {bias_f32}, broadcast->attrs(), broadcast->shape()));
-  pre->ReplaceOperandWith(bias_side, widened);
-  if (broadcast->users().empty()) dot->parent()->RemoveInstruction(broadcast);
+  RETURN_IF_ERROR(RoundBiasToBf16(b, *bias_add));
   b.set_insertion_point(const_cast<Instruction*>(gelu->ops.front()));
   ASSIGN_OR_RETURN(Instruction * pre_bf16,
                    b.Build(Opcode::kConvert, {pre}, {}, pre->shape().WithDType(DType::kBF16),
@@ -168,33 +193,14 @@ bool FeedsOnlyBf16AttentionOperands(const Instruction* y, std::vector<Instructio
 //   %y.bf16 = convert(%y)
 //   %q = f32 convert(transpose(reshape(slice(%y.bf16))))   (the chain in bf16)
 StatusOr<bool> StoreAttentionProjectionInBf16(ir::Builder& b, Instruction* dot) {
-  if (dot->users().size() != 1) return false;
-  Instruction* y = dot->users()[0];
-  if (y->opcode() != Opcode::kAdd || y->shape().dtype() != DType::kF32) return false;
-  const int64_t bias_side = y->operand(0) == dot ? 1 : 0;
-  Instruction* broadcast = y->operand(bias_side);
-  const int64_t rank = y->shape().rank();
-  if (broadcast->opcode() != Opcode::kBroadcast || broadcast->operand(0)->shape().rank() != 1 ||
-      broadcast->attrs().dimensions != std::vector<int64_t>{rank - 1} ||
-      broadcast->operand(0)->shape().dtype() != DType::kF32 || y->shape().dims().back() % 8 != 0) {
-    return false;
-  }
+  const std::optional<BiasAdd> bias_add = MatchBiasAdd(dot);
+  if (!bias_add) return false;
+  Instruction* y = bias_add->add;
   // Users before users of theirs: each op's bf16 copy is built after its
   // operand's.
   std::vector<Instruction*> layout;
   if (!FeedsOnlyBf16AttentionOperands(y, layout) || layout.empty()) return false;
-  Instruction* bias = broadcast->operand(0);
-  b.set_metadata(y->metadata());
-  b.set_insertion_point(broadcast);
-  ASSIGN_OR_RETURN(Instruction * bias_bf16,
-                   b.Build(Opcode::kConvert, {bias}, {}, bias->shape().WithDType(DType::kBF16),
-                           nullptr, fmt::format("{}.bf16", bias->name())));
-  ASSIGN_OR_RETURN(Instruction * bias_f32, b.Build(Opcode::kConvert, {bias_bf16}, {}, bias->shape(),
-                                                   nullptr, fmt::format("{}.f32", bias->name())));
-  ASSIGN_OR_RETURN(Instruction * widened,
-                   b.Build(Opcode::kBroadcast, {bias_f32}, broadcast->attrs(), broadcast->shape()));
-  y->ReplaceOperandWith(bias_side, widened);
-  if (broadcast->users().empty()) dot->parent()->RemoveInstruction(broadcast);
+  RETURN_IF_ERROR(RoundBiasToBf16(b, *bias_add));
   ir::Computation* entry = dot->parent();
   const auto& insts = entry->instructions();
   for (size_t i = 0; i + 1 < insts.size(); ++i) {

@@ -317,29 +317,15 @@ class TensorCoreBackwardBuilder {
   // `p` with the probabilities of keys invisible to their query set to 0
   // when `needs_mask`, as it is otherwise.
   std::vector<Fragment> Masked(Value needs_mask, std::vector<Fragment> p, Value other0) {
-    auto branch = b_.create<mlir::scf::IfOp>(
-        loc_, std::vector<mlir::Type>(4 * kColumnTiles, b_.getF32Type()), needs_mask, true);
-    {
-      mlir::OpBuilder::InsertionGuard guard(b_);
-      b_.setInsertionPointToStart(branch.thenBlock());
-      std::vector<Value> masked;
-      for (int64_t nt = 0; nt < kColumnTiles; ++nt) {
-        for (int64_t e = 0; e < 4; ++e) {
+    return MaskInBranch(
+        kernel_, needs_mask, std::move(p),
+        [&](int64_t nt, int64_t e) {
           const Value col = m_.Add(m_.Add(other0, lanes_.q2), m_.C(8 * nt + e % 2));
           const Value row = rows_[e / 2];
-          const Value visible = by_query_ ? KeyVisible(m_, row, col, a_.causal, 0, a_.tk)
-                                          : KeyVisible(m_, col, row, a_.causal, a_.tq, 0);
-          masked.push_back(visible ? m_.Select(visible, p[nt][e], m_.F32(0)) : p[nt][e]);
-        }
-      }
-      b_.create<mlir::scf::YieldOp>(loc_, masked);
-      b_.setInsertionPointToStart(branch.elseBlock());
-      std::vector<Value> same;
-      for (const Fragment& f : p) same.insert(same.end(), f.begin(), f.end());
-      b_.create<mlir::scf::YieldOp>(loc_, same);
-    }
-    for (int64_t i = 0; i < 4 * kColumnTiles; ++i) p[i / 4][i % 4] = branch.getResult(i);
-    return p;
+          return by_query_ ? KeyVisible(m_, row, col, a_.causal, 0, a_.tk)
+                           : KeyVisible(m_, col, row, a_.causal, a_.tq, 0);
+        },
+        m_.F32(0));
   }
 
   // The own rows in bounds store their gradients through the output chains.

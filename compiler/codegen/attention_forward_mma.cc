@@ -150,27 +150,13 @@ class TensorCoreForwardBuilder {
   // `s` with the scores of keys invisible to their query (Note [diagonal
   // masks]) set to -inf when `needs_mask`, as it is otherwise.
   std::vector<Fragment> Masked(Value needs_mask, std::vector<Fragment> s, Value k0) {
-    auto branch = b_.create<mlir::scf::IfOp>(
-        loc_, std::vector<mlir::Type>(4 * kColumnTiles, b_.getF32Type()), needs_mask, true);
-    {
-      mlir::OpBuilder::InsertionGuard guard(b_);
-      b_.setInsertionPointToStart(branch.thenBlock());
-      std::vector<Value> masked;
-      for (int64_t nt = 0; nt < kColumnTiles; ++nt) {
-        for (int64_t e = 0; e < 4; ++e) {
+    return MaskInBranch(
+        kernel_, needs_mask, std::move(s),
+        [&](int64_t nt, int64_t e) {
           const Value key = m_.Add(m_.Add(k0, lanes_.q2), m_.C(8 * nt + e % 2));
-          const Value visible = KeyVisible(m_, e < 2 ? row_lo_ : row_hi_, key, a_.causal, 0, a_.tk);
-          masked.push_back(m_.Select(visible, s[nt][e], m_.F32(-kInf)));
-        }
-      }
-      b_.create<mlir::scf::YieldOp>(loc_, masked);
-      b_.setInsertionPointToStart(branch.elseBlock());
-      std::vector<Value> same;
-      for (const Fragment& f : s) same.insert(same.end(), f.begin(), f.end());
-      b_.create<mlir::scf::YieldOp>(loc_, same);
-    }
-    for (int64_t i = 0; i < 4 * kColumnTiles; ++i) s[i / 4][i % 4] = branch.getResult(i);
-    return s;
+          return KeyVisible(m_, e < 2 ? row_lo_ : row_hi_, key, a_.causal, 0, a_.tk);
+        },
+        m_.F32(-kInf));
   }
 
   // The online softmax of Note [tensor-core attention forward] over raw

@@ -174,25 +174,27 @@ Value TileMath::Log2(Value x) const {
                                      "llvm.nvvm.lg2.approx.ftz.f", mlir::ValueRange{x})
       .getResult(0);
 }
-Value TileMath::Sum(std::vector<Value> values) const {
+namespace {
+
+// `values` combined pairwise, level by level: a balanced tree.
+template <typename Combine>
+Value Tree(std::vector<Value> values, Combine combine) {
   while (values.size() > 1) {
     std::vector<Value> next;
-    for (size_t i = 0; i + 1 < values.size(); i += 2)
-      next.push_back(FAdd(values[i], values[i + 1]));
+    for (size_t i = 0; i + 1 < values.size(); i += 2) next.push_back(combine(values[i], values[i + 1]));
     if (values.size() % 2 == 1) next.push_back(values.back());
     values = std::move(next);
   }
   return values.front();
 }
+
+}  // namespace
+
+Value TileMath::Sum(std::vector<Value> values) const {
+  return Tree(std::move(values), [&](Value x, Value y) { return FAdd(x, y); });
+}
 Value TileMath::Max(std::vector<Value> values) const {
-  while (values.size() > 1) {
-    std::vector<Value> next;
-    for (size_t i = 0; i + 1 < values.size(); i += 2)
-      next.push_back(FMax(values[i], values[i + 1]));
-    if (values.size() % 2 == 1) next.push_back(values.back());
-    values = std::move(next);
-  }
-  return values.front();
+  return Tree(std::move(values), [&](Value x, Value y) { return FMax(x, y); });
 }
 
 namespace {
@@ -546,6 +548,35 @@ Value BlockNeedsMask(const TileMath& m, Value q0, Value k0, bool causal, int64_t
   if (tk % kTileRows != 0) either(m.Less(m.C(tk), m.Add(k0, m.C(kTileRows))));
   if (tq % kTileRows != 0) either(m.Less(m.C(tq), m.Add(q0, m.C(kTileRows))));
   return needs;
+}
+
+std::vector<Fragment> MaskInBranch(WarpRowKernel& kernel, Value needs_mask,
+                                   std::vector<Fragment> x,
+                                   const std::function<Value(int64_t nt, int64_t e)>& visible,
+                                   Value fill) {
+  mlir::OpBuilder& b = kernel.b();
+  const mlir::Location loc = kernel.loc();
+  auto branch = b.create<mlir::scf::IfOp>(
+      loc, std::vector<mlir::Type>(4 * kColumnTiles, b.getF32Type()), needs_mask, true);
+  {
+    mlir::OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(branch.thenBlock());
+    std::vector<Value> masked;
+    for (int64_t nt = 0; nt < kColumnTiles; ++nt) {
+      for (int64_t e = 0; e < 4; ++e) {
+        const Value shown = visible(nt, e);
+        masked.push_back(shown ? b.create<arith::SelectOp>(loc, shown, x[nt][e], fill).getResult()
+                               : x[nt][e]);
+      }
+    }
+    b.create<mlir::scf::YieldOp>(loc, masked);
+    b.setInsertionPointToStart(branch.elseBlock());
+    std::vector<Value> same;
+    for (const Fragment& f : x) same.insert(same.end(), f.begin(), f.end());
+    b.create<mlir::scf::YieldOp>(loc, same);
+  }
+  for (int64_t i = 0; i < 4 * kColumnTiles; ++i) x[i / 4][i % 4] = branch.getResult(i);
+  return x;
 }
 
 Value KeyVisible(const TileMath& m, Value query, Value key, bool causal, int64_t tq, int64_t tk) {

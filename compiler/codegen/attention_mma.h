@@ -33,6 +33,7 @@
 #define GPTC_COMPILER_CODEGEN_ATTENTION_MMA_H_
 
 #include <array>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -258,6 +259,15 @@ void AccumulateTimesTile(WarpRowKernel& kernel, const std::vector<Fragment>& a,
 // mask). A null value: no block of the kernel does.
 mlir::Value BlockNeedsMask(const TileMath& m, mlir::Value q0, mlir::Value k0, bool causal,
                            int64_t tq, int64_t tk);
+// `x` (a block's 8 f32 fragments) with each element (n-tile nt, element e)
+// whose `visible(nt, e)` is false set to `fill`, when `needs_mask` holds: a
+// uniform branch of selects (the fragments as they are otherwise); a null
+// `visible` value: the element is always visible.
+std::vector<Fragment> MaskInBranch(WarpRowKernel& kernel, mlir::Value needs_mask,
+                                   std::vector<Fragment> x,
+                                   const std::function<mlir::Value(int64_t nt, int64_t e)>& visible,
+                                   mlir::Value fill);
+
 // Whether key `key` is visible to query `query` in a masked block: at most
 // query when causal, below tk, and query below tq (lengths as above; the
 // dk + dv kernel's zero query rows past T would otherwise count). A null
