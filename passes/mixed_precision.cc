@@ -91,8 +91,7 @@ std::optional<BiasAdd> MatchBiasAdd(Instruction* dot) {
   m.bias_side = m.add->operand(0) == dot ? 1 : 0;
   m.broadcast = m.add->operand(m.bias_side);
   const int64_t rank = m.add->shape().rank();
-  if (m.broadcast->opcode() != Opcode::kBroadcast ||
-      m.broadcast->operand(0)->shape().rank() != 1 ||
+  if (m.broadcast->opcode() != Opcode::kBroadcast || m.broadcast->operand(0)->shape().rank() != 1 ||
       m.broadcast->attrs().dimensions != std::vector<int64_t>{rank - 1} ||
       m.broadcast->operand(0)->shape().dtype() != DType::kF32 ||
       m.add->shape().dims().back() % 8 != 0) {

@@ -181,7 +181,8 @@ template <typename Combine>
 Value Tree(std::vector<Value> values, Combine combine) {
   while (values.size() > 1) {
     std::vector<Value> next;
-    for (size_t i = 0; i + 1 < values.size(); i += 2) next.push_back(combine(values[i], values[i + 1]));
+    for (size_t i = 0; i + 1 < values.size(); i += 2)
+      next.push_back(combine(values[i], values[i + 1]));
     if (values.size() % 2 == 1) next.push_back(values.back());
     values = std::move(next);
   }
@@ -550,8 +551,7 @@ Value BlockNeedsMask(const TileMath& m, Value q0, Value k0, bool causal, int64_t
   return needs;
 }
 
-std::vector<Fragment> MaskInBranch(WarpRowKernel& kernel, Value needs_mask,
-                                   std::vector<Fragment> x,
+std::vector<Fragment> MaskInBranch(WarpRowKernel& kernel, Value needs_mask, std::vector<Fragment> x,
                                    const std::function<Value(int64_t nt, int64_t e)>& visible,
                                    Value fill) {
   mlir::OpBuilder& b = kernel.b();

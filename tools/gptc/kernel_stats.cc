@@ -9,9 +9,9 @@
 #include <string>
 
 #include "compiler/program/container.h"
-#include "compiler/support/file.h"
 #include "compiler/program/manifest.h"
 #include "compiler/program/plan.h"
+#include "compiler/support/file.h"
 #include "compiler/support/ptx_stats.h"
 #include "compiler/support/text.h"
 #include "tools/gptc/commands.h"
