@@ -98,6 +98,19 @@ cp -r ck/step_000001 cut
 head -c 200 ck/step_000001/optim.safetensors > cut/optim.safetensors
 expect ckpt-truncated 1 'optim\.safetensors' "$gptrun" t.gptx "${train[@]}" --resume cut --steps 2
 
+# Note [divergence]: a huge learning rate makes the loss NaN; the run stops
+# naming the step, and the only checkpoint is from before it.
+expect diverged 1 '^gptrun: (step [0-9]+: the loss is .* the run diverged|checkpoint of step [0-9]+: parameter .* non-finite)' \
+  "$gptrun" t.gptx --device cpu "${train[@]}" --lr 1e30 --steps 6 --ckpt-dir nan-ck --ckpt-every 1 \
+  --ckpt-keep 0
+cases=$((cases + 1))
+if [[ $(ls nan-ck) != step_000001 ]]; then
+  echo "FAILED diverged-checkpoints: nan-ck holds $(ls nan-ck | tr '\n' ' '), want step_000001 alone" >&2
+  failures=$((failures + 1))
+else
+  echo "ok diverged-checkpoints: step_000001 alone"
+fi
+
 # Data parallelism: a rank killed mid-run ends the other with one line.
 port=$((20000 + RANDOM % 20000))
 dp=(env WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port GPTC_DIST_TIMEOUT=60)

@@ -3,7 +3,9 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -397,6 +399,16 @@ class TrainRun {
     StatusOr<rt::CheckpointData> data =
         rt::CaptureTrainer(*trainer_, program().params, train_->state(), model());
     if (!data.ok()) return data.status().WithPrefix("checkpoint");
+    // Note [divergence]: a non-finite parameter never reaches a checkpoint,
+    // where it would rotate out the good ones.
+    for (size_t i = 0; i < data->params.size(); ++i) {
+      const std::vector<float>& v = data->values[i];
+      if (std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); })) continue;
+      return Error(
+          "checkpoint of step {}: parameter {} holds a non-finite value: the run diverged "
+          "(not written; the checkpoints before it are kept)",
+          step, data->params[i].name);
+    }
     const std::optional<double> val_loss =
         last_val_.first == step ? std::optional<double>(last_val_.second) : std::nullopt;
     RETURN_IF_ERROR(SaveStepCheckpoint(o_.ckpt_dir, step, std::move(data).value(), val_loss));
@@ -477,6 +489,14 @@ class TrainRun {
       train_s_ += dt;
       ++timed_steps_;
       Report(step, *r, lr, dt);
+      // Note [divergence]: a non-finite loss or gradient norm (the norm is
+      // the all-reduced one, the same on every rank) ends the run before
+      // anything is written of it.
+      if (!std::isfinite(r->loss) || !std::isfinite(r->grad_norm)) {
+        return Abort(1, Error("step {}: the loss is {} and the gradient norm {}: the run "
+                              "diverged (no checkpoint written after it; try a lower --lr)",
+                              step, r->loss, r->grad_norm));
+      }
 
       const bool last = step == o_.steps;
       if (!dist_->leader()) continue;  // the others wait at the next step's all-reduces

@@ -59,6 +59,13 @@ struct TrainSummary {
 // Dense bf16 peak of a known card ("NVIDIA H100 80GB HBM3" -> 989), or 0.
 double KnownPeakTflops(std::string_view device_name);
 
+// Note [divergence]: a step whose loss or gradient norm is not finite ends
+// the run with exit code 1 and one line naming the step, before a
+// validation, sample or checkpoint of it; a checkpoint with a non-finite
+// parameter is never written either. So the checkpoints a diverged run
+// leaves are all from before it, and --ckpt-keep never rotates them out for
+// NaNs.
+//
 // Trains; prints the log (unless options.quiet) and returns the exit code:
 // 0, 1 for a failure, 2 for a bad request (the error is one line on stderr,
 // and in summary->error). Fills `summary` when it is not null.
