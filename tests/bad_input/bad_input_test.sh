@@ -98,6 +98,11 @@ cp -r ck/step_000001 cut
 head -c 200 ck/step_000001/optim.safetensors > cut/optim.safetensors
 expect ckpt-truncated 1 'optim\.safetensors' "$gptrun" t.gptx "${train[@]}" --resume cut --steps 2
 
+expect resume-latest-no-dir 2 '^gptrun: --resume latest needs --ckpt-dir' \
+  "$gptrun" t.gptx "${train[@]}" --resume latest
+expect resume-auto-no-dir 2 '^gptrun: --resume auto needs --ckpt-dir' \
+  "$gptrun" t.gptx "${train[@]}" --resume auto
+
 # Note [divergence]: a huge learning rate makes the loss NaN; the run stops
 # naming the step, and the only checkpoint is from before it.
 expect diverged 1 '^gptrun: (step [0-9]+: the loss is .* the run diverged|checkpoint of step [0-9]+: parameter .* non-finite)' \

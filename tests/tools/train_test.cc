@@ -104,6 +104,30 @@ TEST_F(TrainTest, ValidationLandsInTheSummary) {
   EXPECT_TRUE(std::isfinite(summary.val_losses[1].second));
 }
 
+// --resume auto in a job that is stopped and started again: the first start
+// finds no checkpoint and starts at step 1, every restart continues from the
+// newest one, and the losses are those of one uninterrupted run.
+TEST_F(TrainTest, ResumeAutoServesTheFirstStartAndEveryRestart) {
+  tools::TrainOptions whole = Options();
+  tools::TrainSummary one_run;
+  ASSERT_EQ(tools::Train(whole, &one_run), 0) << one_run.error;
+  ASSERT_EQ(one_run.losses.size(), 6u);
+
+  tools::TrainOptions o = Options();
+  o.ckpt_dir = (*dir_ / "auto").string();
+  o.ckpt_every = 1;
+  o.resume = "auto";
+  std::vector<double> losses;
+  for (int64_t stop : {2, 3, 5, 6}) {  // each start runs to `stop`, then the job is restarted
+    o.steps = stop;
+    tools::TrainSummary part;
+    ASSERT_EQ(tools::Train(o, &part), 0) << part.error;
+    EXPECT_EQ(part.first_step, static_cast<int64_t>(losses.size()) + 1);
+    losses.insert(losses.end(), part.losses.begin(), part.losses.end());
+  }
+  EXPECT_EQ(losses, one_run.losses);
+}
+
 TEST_F(TrainTest, FailuresReturnGptrunsExitCodesAndTheError) {
   tools::TrainOptions o = Options();
   o.artifact = (*dir_ / "missing.gptx").string();

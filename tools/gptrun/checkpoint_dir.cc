@@ -52,6 +52,14 @@ StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
   return dirs.back().second.string();
 }
 
+StatusOr<std::optional<std::string>> LatestCheckpointIfAny(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return std::optional<std::string>();
+  ASSIGN_OR_RETURN(auto dirs, StepDirs(dir));
+  if (dirs.empty()) return std::optional<std::string>();
+  return std::optional<std::string>(dirs.back().second.string());
+}
+
 Status SaveStepCheckpoint(const std::string& dir, int64_t step, rt::CheckpointData data,
                           std::optional<double> val_loss) {
   const fs::path final_path = fs::path(dir) / StepDirName(step);

@@ -21,6 +21,10 @@ std::string StepDirName(int64_t step);
 // The highest step_NNNNNN directory in `dir`.
 StatusOr<std::string> LatestCheckpoint(const std::string& dir);
 
+// The same for --resume auto: nothing when `dir` does not exist yet or
+// holds no checkpoint (the run starts fresh).
+StatusOr<std::optional<std::string>> LatestCheckpointIfAny(const std::string& dir);
+
 // Writes DIR/step_NNNNNN via DIR/step_NNNNNN.tmp renamed into place. With a
 // `val_loss` (a validation at this step), the checkpoint records it, so that
 // PruneCheckpoints can keep the best one.

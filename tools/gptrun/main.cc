@@ -107,8 +107,9 @@ Flags DeclareFlags() {
              "keep the newest N checkpoints and the one with the lowest validation loss, "
              "removing older ones; 0 keeps all",
              str(d.ckpt_keep))
-      .Value("resume", "DIR|latest",
-             "continue bit-identically from a checkpoint (latest: the newest in --ckpt-dir)")
+      .Value("resume", "DIR|latest|auto",
+             "continue bit-identically from a checkpoint (latest: the newest in --ckpt-dir; "
+             "auto: that, or start fresh when --ckpt-dir has none yet)")
       .Value("log", "FILE.jsonl", "one JSON line per step, validation, sample and checkpoint");
   return flags;
 }
@@ -194,6 +195,9 @@ int Main(int argc, char** argv) {
                       o.lr_min, o.lr));
   }
   if (o.warmup > o.steps) o.warmup = o.steps;
+  if ((o.resume == "latest" || o.resume == "auto") && o.ckpt_dir.empty()) {
+    return Fail(kExitUsage, Error("--resume {} needs --ckpt-dir", o.resume));
+  }
   if (!o.resume.empty() && o.bench)
     return Fail(kExitUsage, Error("--resume does not apply to --bench"));
   if (o.profile && o.device == "cpu")

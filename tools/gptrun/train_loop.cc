@@ -339,6 +339,15 @@ class TrainRun {
       StatusOr<std::string> latest = LatestCheckpoint(o_.ckpt_dir);
       if (!latest.ok()) return Abort(1, latest.status());
       dir = *latest;
+    } else if (dir == "auto") {  // one job script for the first start and every restart
+      StatusOr<std::optional<std::string>> latest = LatestCheckpointIfAny(o_.ckpt_dir);
+      if (!latest.ok()) return Abort(1, latest.status());
+      if (!*latest) {
+        console_.Line(fmt::format("--resume auto: no checkpoint in {} yet: starting at step 1",
+                                  o_.ckpt_dir));
+        return 0;
+      }
+      dir = **latest;
     }
     StatusOr<rt::CheckpointData> ckpt = rt::LoadCheckpoint(dir, program().params);
     if (!ckpt.ok()) return Abort(1, ckpt.status().WithPrefix("--resume"));
