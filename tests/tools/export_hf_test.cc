@@ -98,6 +98,30 @@ TEST_F(ExportHfTest, ExportsTheCheckpoint) {
   EXPECT_EQ(config["eos_token_id"], 50256);
 }
 
+// The checkpoint itself, or a non-empty directory without --force, is never
+// written into: a checkpoint's config.json and model.safetensors have the
+// names the HF files take.
+TEST_F(ExportHfTest, RefusesTheCheckpointAndNonEmptyDirectories) {
+  const fs::path ckpt = *dir_ / "ckpt" / "step_000001";
+  const std::string model_before = ReadAll(ckpt / "model.safetensors");
+  Result r = Export(ckpt.string() + " " + ckpt.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(LineCount(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("is the checkpoint"), std::string::npos) << r.err;
+  EXPECT_EQ(ReadAll(ckpt / "model.safetensors"), model_before);
+  const fs::path full = *dir_ / "full";
+  fs::create_directories(full);
+  std::ofstream(full / "notes.txt") << "mine";
+  r = Export(ckpt.string() + " " + full.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "gptc: export-hf: OUT_DIR " + full.string() +
+                       " is not empty (--force writes into it)\n");
+  r = Export("--force " + ckpt.string() + " " + full.string());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(full / "model.safetensors"));
+  EXPECT_EQ(ReadAll(full / "notes.txt"), "mine");
+}
+
 TEST_F(ExportHfTest, Errors) {
   // Usage: exit 2, naming --help.
   for (const std::string args : {"", "one", "a b c", "--bogus a b"}) {

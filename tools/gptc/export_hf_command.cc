@@ -1,6 +1,7 @@
 // gptc export-hf CKPT_DIR OUT_DIR: a training checkpoint as a Hugging Face
 // GPT-2 model directory (runtime/hf_export.h has the mapping).
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 
 #include "runtime/hf_export.h"
@@ -15,7 +16,11 @@ int ExportHfCommand(int argc, char** argv) {
               "Face transformers GPT-2 model: OUT_DIR/config.json (GPT2Config) and "
               "OUT_DIR/model.safetensors (GPT2LMHeadModel's weights, f32, the token table cut to "
               "the real vocabulary), for GPT2LMHeadModel.from_pretrained(OUT_DIR). OUT_DIR is "
-              "created; files of the same names in it are replaced.");
+              "created; it must not be the checkpoint itself, and a non-empty OUT_DIR is "
+              "refused unless --force (its config.json and model.safetensors are then "
+              "replaced).");
+  flags.Bool("force", "write into a non-empty OUT_DIR, replacing its config.json and "
+                      "model.safetensors");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(kExitUsage, s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (flags.positional().size() != 2) {
@@ -23,6 +28,20 @@ int ExportHfCommand(int argc, char** argv) {
   }
   const std::string& ckpt = flags.positional()[0];
   const std::string& out = flags.positional()[1];
+  // The checkpoint's own config.json and model.safetensors have the names
+  // the HF files take: writing there would leave it unresumable.
+  std::error_code ec;
+  if (std::filesystem::exists(out, ec) && std::filesystem::exists(ckpt, ec) &&
+      std::filesystem::equivalent(ckpt, out, ec)) {
+    return Fail(kExitUsage, Error("export-hf: OUT_DIR {} is the checkpoint {} itself: its "
+                                  "config.json and model.safetensors would be replaced",
+                                  out, ckpt));
+  }
+  if (std::filesystem::is_directory(out, ec) && !std::filesystem::is_empty(out, ec) &&
+      !flags.Has("force")) {
+    return Fail(kExitUsage,
+                Error("export-hf: OUT_DIR {} is not empty (--force writes into it)", out));
+  }
   StatusOr<rt::HfExportSummary> done = rt::ExportHuggingFace(ckpt, out);
   if (!done.ok()) return Fail(kExitFailure, done.status());
   const program::ModelConfig& m = done->model;
