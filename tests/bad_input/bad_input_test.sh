@@ -103,6 +103,20 @@ expect resume-latest-no-dir 2 '^gptrun: --resume latest needs --ckpt-dir' \
 expect resume-auto-no-dir 2 '^gptrun: --resume auto needs --ckpt-dir' \
   "$gptrun" t.gptx "${train[@]}" --resume auto
 
+# Note [checked stdout]: output lost to a full disk is an error, not exit 0.
+if [[ -w /dev/full ]]; then
+  expect log-full 1 '^gptrun: --log /dev/full: No space left on device' \
+    "$gptrun" t.gptx --device cpu "${train[@]}" --steps 2 --log /dev/full
+  expect stdout-full-gptrun 1 '^gptrun: (step 1: writing standard output failed|writing standard output: )' \
+    sh -c 'exec "$0" t.gptx --device cpu --train "tok/train_*.bin" --steps 2 > /dev/full' "$gptrun"
+  expect stdout-full-opt 1 '^gptc-opt: writing standard output: No space left on device' \
+    sh -c 'exec "$0" --list-passes > /dev/full' "$opt"
+  expect stdout-full-gptc 1 '^gptc: writing standard output: No space left on device' \
+    sh -c 'exec "$0" models > /dev/full' "$gptc"
+  expect stdout-full-inspect 1 '^gptc: writing standard output: No space left on device' \
+    sh -c 'exec "$0" inspect t.gptx > /dev/full' "$gptc"
+fi
+
 # Note [divergence]: a huge learning rate makes the loss NaN; the run stops
 # naming the step, and the only checkpoint is from before it.
 expect diverged 1 '^gptrun: (step [0-9]+: the loss is .* the run diverged|checkpoint of step [0-9]+: parameter .* non-finite)' \

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "gptc_version.h"
 
@@ -227,6 +229,17 @@ StatusOr<double> Flags::GetDouble(const std::string& name, double fallback) cons
 int FailWith(const std::string& program, int code, const Status& status) {
   std::fprintf(stderr, "%s: %s\n", program.c_str(), status.message().c_str());
   return code;
+}
+
+int ExitWithStdoutChecked(const std::string& program, int code) {
+  errno = 0;
+  // A failed run has said why in its one line already.
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return code;
+  if (code != 0) return code;
+  const int error = errno;
+  std::fprintf(stderr, "%s: writing standard output: %s\n", program.c_str(),
+               error != 0 ? std::strerror(error) : "write error");
+  return kExitFailure;
 }
 
 }  // namespace gptc::tools

@@ -85,6 +85,13 @@ class Flags {
 // Prints `PROGRAM: MESSAGE` on stderr and returns `code`.
 int FailWith(const std::string& program, int code, const Status& status);
 
+// Note [checked stdout]: what a tool printed is flushed and checked before
+// it exits, so that output lost to a full disk or a closed pipe (stdout to
+// /dev/full) is an error, not exit code 0: returns `code`, or, when the
+// writes failed and `code` is 0, 1 with one line `PROGRAM: writing standard
+// output: REASON`.
+int ExitWithStdoutChecked(const std::string& program, int code);
+
 }  // namespace gptc::tools
 
 #endif  // GPTC_TOOLS_COMMON_FLAGS_H_

@@ -196,5 +196,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpt-tokenize: %s\n", status.message().c_str());
     return status.message().starts_with("usage:") ? kExitUsage : gptc::tools::kExitFailure;
   }
-  return 0;
+  return gptc::tools::ExitWithStdoutChecked("gpt-tokenize", 0);
 }

@@ -154,4 +154,6 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace gptc
 
-int main(int argc, char** argv) { return gptc::Main(argc, argv); }
+int main(int argc, char** argv) {
+  return gptc::tools::ExitWithStdoutChecked("gptc-opt", gptc::Main(argc, argv));
+}

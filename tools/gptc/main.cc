@@ -151,4 +151,6 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace gptc
 
-int main(int argc, char** argv) { return gptc::Main(argc, argv); }
+int main(int argc, char** argv) {
+  return gptc::tools::ExitWithStdoutChecked("gptc", gptc::Main(argc, argv));
+}

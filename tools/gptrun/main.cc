@@ -229,4 +229,6 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace gptc::tools
 
-int main(int argc, char** argv) { return gptc::tools::Main(argc, argv); }
+int main(int argc, char** argv) {
+  return gptc::tools::ExitWithStdoutChecked("gptrun", gptc::tools::Main(argc, argv));
+}

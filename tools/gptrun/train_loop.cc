@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -81,30 +83,42 @@ class Console {
 };
 
 // One JSON object a line; no-op without a path.
+// The --log file. A line that could not be written (a full disk) is kept as
+// the log's error, which the loop turns into the run's: a log is never left
+// cut mid-line while the run reports success (Note [checked stdout] in
+// tools/common/flags.h is the same for what gptrun prints).
 class JsonLog {
  public:
   static StatusOr<JsonLog> Open(const std::string& path) {
     JsonLog log;
     if (path.empty()) return log;
+    log.path_ = path;
     log.file_ = std::fopen(path.c_str(), "a");
     if (log.file_ == nullptr) return Error("--log {}: cannot open for writing", path);
     return log;
   }
   JsonLog() = default;
-  JsonLog(JsonLog&& o) noexcept : file_(o.file_) { o.file_ = nullptr; }
+  JsonLog(JsonLog&& o) noexcept : file_(o.file_), path_(std::move(o.path_)) { o.file_ = nullptr; }
   JsonLog& operator=(JsonLog&&) = delete;
   ~JsonLog() {
     if (file_ != nullptr) std::fclose(file_);
   }
   void Write(const json& event) {
-    if (file_ == nullptr) return;
+    if (file_ == nullptr || !status_.ok()) return;
     std::string line = event.dump() + "\n";
-    std::fwrite(line.data(), 1, line.size(), file_);
-    std::fflush(file_);
+    errno = 0;
+    if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() ||
+        std::fflush(file_) != 0) {
+      status_ = Error("--log {}: {}", path_, errno != 0 ? std::strerror(errno) : "write error");
+    }
   }
+  // The first write that failed, if any.
+  const Status& status() const { return status_; }
 
  private:
   std::FILE* file_ = nullptr;
+  std::string path_;
+  Status status_;
 };
 
 // A checkpoint with config.json (older ones have none: layers 0) must be
@@ -179,6 +193,7 @@ class TrainRun {
     if (std::string report = ProfileReport(*trainer_, o_.profile); !report.empty()) {
       console_.Line(report);
     }
+    if (!log_->status().ok()) return Abort(1, log_->status());
     return Finish();
   }
 
@@ -498,6 +513,11 @@ class TrainRun {
       train_s_ += dt;
       ++timed_steps_;
       Report(step, *r, lr, dt);
+      if (!log_->status().ok()) return Abort(1, log_->status());
+      if (std::ferror(stdout)) {  // Note [checked stdout]: stop now, not after the whole run
+        return Abort(1, Error("step {}: writing standard output failed ({})", step,
+                              errno != 0 ? std::strerror(errno) : "write error"));
+      }
       // Note [divergence]: a non-finite loss or gradient norm (the norm is
       // the all-reduced one, the same on every rank) ends the run before
       // anything is written of it.
