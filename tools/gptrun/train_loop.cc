@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -83,6 +85,44 @@ class Console {
 };
 
 // One JSON object a line; no-op without a path.
+// Note [stop signals]: SIGINT (Ctrl-C) and SIGTERM (what Slurm and
+// Kubernetes send before they kill a preempted job) do not kill a run: the
+// handler only records the signal, the loop finishes the step it is in,
+// writes a checkpoint when --ckpt-dir is set, and the run ends with one line
+// and exit code 128 + the signal (130, 143), so a requeued job continues with
+// --resume latest (or auto) exactly where it stopped. A second signal kills
+// at once, as the default action would have.
+std::atomic<int> stop_signal{0};
+
+extern "C" void RecordStopSignal(int signal) {
+  if (stop_signal.exchange(signal) != 0) {
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
+  }
+}
+
+// Installs RecordStopSignal for SIGINT and SIGTERM while it lives.
+class StopSignals {
+ public:
+  StopSignals() {
+    stop_signal = 0;
+    struct sigaction action = {};
+    action.sa_handler = RecordStopSignal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ = {}, old_term_ = {};
+};
+
 // The --log file. A line that could not be written (a full disk) is kept as
 // the log's error, which the loop turns into the run's: a log is never left
 // cut mid-line while the run reports success (Note [checked stdout] in
@@ -467,6 +507,21 @@ class TrainRun {
     log_->Write(event);
   }
 
+  // Note [stop signals]: after step `step`, its checkpoint (unless the loop
+  // wrote it already), one line, exit 128 + signal.
+  int StopOnSignal(int signal, int64_t step, bool checkpointed) {
+    const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
+    std::string kept = " (no --ckpt-dir: nothing kept)";
+    if (!o_.ckpt_dir.empty() && !o_.bench) {
+      if (!checkpointed) {
+        if (Status s = Checkpoint(step); !s.ok()) return Abort(1, s.WithPrefix(name));
+      }
+      kept = fmt::format("; checkpoint {}: --resume latest continues",
+                         (fs::path(o_.ckpt_dir) / StepDirName(step)).string());
+    }
+    return Abort(128 + signal, Error("stopped by {} after step {}{}", name, step, kept));
+  }
+
   int Loop() {
     const rt::LrSchedule schedule{.max_lr = o_.lr,
                                   .min_lr = o_.cosine ? o_.lr_min : o_.lr,
@@ -528,16 +583,25 @@ class TrainRun {
       }
 
       const bool last = step == o_.steps;
-      if (!dist_->leader()) continue;  // the others wait at the next step's all-reduces
+      if (!dist_->leader()) {  // the others wait at the next step's all-reduces
+        if (const int signal = stop_signal.load(); signal != 0 && !last) {
+          return StopOnSignal(signal, step, /*checkpointed=*/true);
+        }
+        continue;
+      }
       if (validate_ && ((o_.val_every > 0 && step % o_.val_every == 0) || last)) {
         if (Status s = Validate(step); !s.ok()) return Abort(1, s.WithPrefix("validation"));
       }
       if (sample_every_ > 0 && (step % sample_every_ == 0)) {
         if (Status s = Sample(step); !s.ok()) return Abort(1, s.WithPrefix("sample"));
       }
-      if (!o_.ckpt_dir.empty() && !o_.bench &&
-          ((o_.ckpt_every > 0 && step % o_.ckpt_every == 0) || last)) {
+      const bool checkpointed = !o_.ckpt_dir.empty() && !o_.bench &&
+                                ((o_.ckpt_every > 0 && step % o_.ckpt_every == 0) || last);
+      if (checkpointed) {
         if (Status s = Checkpoint(step); !s.ok()) return Abort(1, s);
+      }
+      if (const int signal = stop_signal.load(); signal != 0 && !last) {
+        return StopOnSignal(signal, step, checkpointed);
       }
       const double per_step = Seconds(run_start) / static_cast<double>(step - start_ + 1);
       console_.Bar(step, o_.steps, per_step * static_cast<double>(o_.steps - step));
@@ -571,6 +635,7 @@ class TrainRun {
 
 int Train(const TrainOptions& options, TrainSummary* summary) {
   if (summary != nullptr) *summary = TrainSummary{};
+  StopSignals signals;  // Note [stop signals]
   return TrainRun(options, summary).Run();
 }
 
