@@ -30,6 +30,7 @@
 #include <optional>
 #include <string>
 
+#include "compiler/program/container.h"
 #include "compiler/support/file.h"
 #include "models/config.h"
 #include "tools/common/flags.h"
@@ -274,7 +275,16 @@ int CompileCommand(int argc, char** argv) {
       !options.dump_dir.empty() || options.print_fusion_report || options.print_memory_report;
   if (cache && !reports) {
     if (std::optional<CompileCache::Entry> hit = cache->Lookup(key)) {
-      StatusOr<std::string> bytes = output.empty() ? std::string() : ReadFile(hit->path);
+      StatusOr<std::string> bytes = ReadFile(hit->path);
+      // Note [compile cache]: a damaged entry (a flipped byte, a file cut
+      // short) is compiled again, never handed out.
+      if (bytes.ok()) {
+        if (StatusOr<program::Artifact> a = program::DecodeArtifact(*bytes, hit->path); !a.ok()) {
+          std::fprintf(stderr, "gptc: warning: damaged compile cache entry: %s; compiling again\n",
+                       std::string(a.status().message()).c_str());
+          bytes = a.status();
+        }
+      }
       if (bytes.ok() && !output.empty()) {
         if (Status s = WriteFileAtomically(output, *bytes); !s.ok()) return Fail(1, s);
       }
