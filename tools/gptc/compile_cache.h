@@ -10,7 +10,9 @@
 // the cache; reports (--fusion-report, --memory-report, --dump-dir) need the
 // compile itself, so they skip the lookup (and still store). The cache keeps
 // the kMaxEntries most recently used artifacts. A cache that cannot be
-// written is a warning, never a failed compile; an entry that does not decode
+// written, or no cache directory, is a warning, never a failed compile (with
+// --cached the artifact then goes to -o or the temp directory, named on the
+// last line `cache: none PATH`); an entry that does not decode
 // (the container's checksum: a flipped byte, a file cut short) is a warning
 // and a compile that replaces it, never a damaged artifact handed out.
 #ifndef GPTC_TOOLS_GPTC_COMPILE_CACHE_H_

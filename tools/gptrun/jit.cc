@@ -110,10 +110,10 @@ StatusOr<std::string> CompileThroughCache(const JitOptions& o, bool& usage) {
   for (const std::string& line : lines) {
     if (line.starts_with("gptc: warning")) std::fprintf(stderr, "%s\n", line.c_str());
   }
-  // The last line: "cache: reused|stored PATH".
+  // The last line: "cache: reused|stored|none PATH" (none: gptc warned why).
   const std::string last = lines.empty() ? "" : lines.back();
   std::string how, path;
-  for (const char* verb : {"reused", "stored"}) {
+  for (const char* verb : {"reused", "stored", "none"}) {
     const std::string prefix = fmt::format("cache: {} ", verb);
     if (last.starts_with(prefix)) {
       how = verb;
