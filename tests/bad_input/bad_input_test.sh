@@ -63,6 +63,22 @@ expect gptrun-lr 2 '^gptrun: --lr must be a finite number' "$gptrun" t.gptx "${t
 expect gptrun-cosine 2 '^gptrun: --lr-min .* is above --lr' \
   "$gptrun" t.gptx "${train[@]}" --cosine --lr 0.001 --lr-min 1
 
+# Note [flag rules]: flags that mean nothing without another, or contradict it.
+expect rule-ckpt-every 2 '^gptrun: --ckpt-every applies with --ckpt-dir$' \
+  "$gptrun" t.gptx "${train[@]}" --ckpt-every 2
+expect rule-val-every 2 '^gptrun: --val-every applies with --val$' \
+  "$gptrun" t.gptx "${train[@]}" --val-every 2
+expect rule-lr-min 2 '^gptrun: --lr-min applies with --cosine$' \
+  "$gptrun" t.gptx "${train[@]}" --lr-min 1e-5
+expect rule-gpu-cpu 2 '^gptrun: --gpu does not apply to --device cpu$' \
+  "$gptrun" t.gptx "${train[@]}" --device cpu --gpu 1
+expect rule-emu-checks 2 '^gptrun: --emu-checks applies with --device emu$' \
+  "$gptrun" t.gptx "${train[@]}" --emu-checks off
+expect rule-no-codegen-emu 2 '^gptc: --no-codegen and --emu contradict$' \
+  "$gptc" compile --model gpt2-tiny --no-codegen --emu -o x.gptx
+expect rule-logits 2 '^gptc: --logits and --no-logits contradict$' \
+  "$gptc" compile --model gpt2-tiny --logits --no-logits -o x.ir
+
 # gptrun: artifacts.
 expect artifact-missing 1 'nope\.gptx' "$gptrun" nope.gptx "${train[@]}"
 head -c 100 t.gptx > cut.gptx

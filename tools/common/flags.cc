@@ -121,8 +121,35 @@ Status Flags::Parse(int argc, char** argv, int first) {
       values_[name] = *value;
     }
   }
+  if (error.ok()) error = CheckRules();
   // --help next to a mistake still helps.
   return help_ || version_ ? Status::Ok() : error;
+}
+
+Flags& Flags::Requires(std::string other, std::string value) {
+  rules_.push_back({specs_.back().name, std::move(other), std::move(value), false});
+  return *this;
+}
+
+Flags& Flags::Conflicts(std::string other, std::string value) {
+  rules_.push_back({specs_.back().name, std::move(other), std::move(value), true});
+  return *this;
+}
+
+Status Flags::CheckRules() const {
+  for (const Rule& r : rules_) {
+    if (!Has(r.flag)) continue;
+    const auto other = values_.find(r.other);
+    const bool present =
+        other != values_.end() && (r.value.empty() || other->second == r.value);
+    const std::string spelled = r.value.empty() ? "--" + r.other : "--" + r.other + " " + r.value;
+    if (r.conflict && present) {
+      return r.value.empty() ? Error("--{} and --{} contradict", r.flag, r.other)
+                             : Error("--{} does not apply to {}", r.flag, spelled);
+    }
+    if (!r.conflict && !present) return Error("--{} applies with {}", r.flag, spelled);
+  }
+  return Status::Ok();
 }
 
 std::optional<int> Flags::HandleHelpAndVersion() const {

@@ -44,6 +44,16 @@ class Flags {
   Flags& Bool(std::string name, std::string help = "");
   // Gives the flag declared last a one-letter spelling: `-o FILE`, `-oFILE`.
   Flags& Short(char letter);
+  // Note [flag rules]: a flag that only means something next to another
+  // (or never next to it) says so in its declaration, and Parse refuses the
+  // combinations with a usage error naming both, instead of each tool
+  // ignoring some and refusing others case by case.
+  // The flag declared last applies only with `other` (with `value`, when
+  // given): "--ckpt-every applies with --ckpt-dir".
+  Flags& Requires(std::string other, std::string value = "");
+  // The flag declared last cannot be given with `other` (with `value`, when
+  // given): "--no-codegen and --emu contradict".
+  Flags& Conflicts(std::string other, std::string value = "");
   // A heading between groups of flags in --help.
   Flags& Section(std::string title);
 
@@ -74,9 +84,15 @@ class Flags {
     std::string metavar, help, default_value;
   };
   const Spec* Find(const std::string& name) const;
+  struct Rule {
+    std::string flag, other, value;
+    bool conflict = false;
+  };
+  Status CheckRules() const;
 
   std::string program_, synopsis_, about_;
   std::vector<Spec> specs_;
+  std::vector<Rule> rules_;
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
   bool help_ = false, version_ = false;

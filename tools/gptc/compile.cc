@@ -94,8 +94,10 @@ Flags DeclareCompileFlags() {
             "add the kernels compiled for this host, for gptrun --device emu "
             "(docs/EMULATOR.md)")
       .Bool("no-codegen", "an artifact without kernels, that only gptrun --device cpu runs")
+      .Conflicts("emu")
       .Bool("no-logits", "an artifact without the sampling (logits) and validation (eval) entries")
       .Bool("logits", "IR text: add the logits and eval entries")
+      .Conflicts("no-logits")
       .Bool("forward-only", "IR text: write the traced forward module only")
       .Bool("no-optimize", "IR text: skip the simplify/cse/remat/fusion/schedule stages")
       .Bool("no-cache", "compile even if the compile cache has the artifact, and do not store it")

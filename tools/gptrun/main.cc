@@ -61,8 +61,11 @@ Flags DeclareFlags() {
       .Value("gpu", "N",
              "GPU: the device index (default: 0; the ranks of a --dp artifact take the GPU of "
              "their local rank)")
+      .Conflicts("device", "cpu")
+      .Conflicts("device", "emu")
       .Value("emu-checks", "on|off",
              "emu: the memory and race checks; off runs several times faster", "on")
+      .Requires("device", "emu")
       .Bool("no-graph", "GPU: launch every thunk every step (no CUDA graph replay)")
       .Bool("profile",
             "GPU/emu: time every thunk (no graph) and print the top thunks, kernel and gemm "
@@ -76,6 +79,7 @@ Flags DeclareFlags() {
       .Value("warmup", "W", "steps of linear warmup to --lr", str(d.warmup))
       .Bool("cosine", "decay from --lr to --lr-min by a cosine after the warmup (else constant)")
       .Value("lr-min", "LR", "the cosine schedule's floor", str(d.lr_min))
+      .Requires("cosine")
       .Value("grad-accum", "K",
              "checks the artifact's gradient accumulation (default: the "
              "artifact's)")
@@ -90,7 +94,9 @@ Flags DeclareFlags() {
              "validation loss every N steps and after the last; 0 for only "
              "after the last",
              str(d.val_every))
+      .Requires("val")
       .Value("val-steps", "N", "batches per validation", str(d.val_steps))
+      .Requires("val")
       .Value("sample-every", "N", "a text sample every N steps; 0 for none", str(d.sample_every))
       .Value("sample-len", "N", "tokens per sample", str(d.sample_len))
       .Value("top-k", "K", "sample from the K likeliest tokens; 1 for greedy", str(d.top_k))
@@ -103,10 +109,12 @@ Flags DeclareFlags() {
              "created and checked for writing before step 1)")
       .Value("ckpt-every", "N", "steps between checkpoints; 0 for only at the end",
              str(d.ckpt_every))
+      .Requires("ckpt-dir")
       .Value("ckpt-keep", "N",
              "keep the newest N checkpoints and the one with the lowest validation loss, "
              "removing older ones; 0 keeps all",
              str(d.ckpt_keep))
+      .Requires("ckpt-dir")
       .Value("resume", "DIR|latest|auto",
              "continue bit-identically from a checkpoint (latest: the newest in --ckpt-dir; "
              "auto: that, or start fresh when --ckpt-dir has none yet)")
@@ -138,9 +146,6 @@ int Main(int argc, char** argv) {
   const std::string checks = flags.Get("emu-checks");
   if (checks != "on" && checks != "off") {
     return Fail(kExitUsage, Error("--emu-checks must be on or off, got '{}'", checks));
-  }
-  if (flags.Has("emu-checks") && o.device != "emu") {
-    return Fail(kExitUsage, Error("--emu-checks applies to --device emu"));
   }
   o.emu_checks = checks == "on";
   o.no_graph = flags.Has("no-graph");

@@ -1,0 +1,55 @@
+// Note [flag rules] (tools/common/flags.h): flags that apply only with
+// another, or contradict it, are refused by Parse with one line naming both.
+#include "tools/common/flags.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace gptc::tools {
+namespace {
+
+Flags Declared() {
+  Flags flags("tool");
+  flags.Value("device", "D")
+      .Value("gpu", "N")
+      .Conflicts("device", "cpu")
+      .Value("dir", "DIR")
+      .Value("every", "N")
+      .Requires("dir")
+      .Bool("fast")
+      .Requires("device", "emu")
+      .Bool("a")
+      .Bool("b")
+      .Conflicts("a");
+  return flags;
+}
+
+// The error of parsing `args`, or "" when they parse.
+std::string Parse(std::vector<std::string> args) {
+  Flags flags = Declared();
+  std::vector<char*> argv = {const_cast<char*>("tool")};
+  for (std::string& a : args) argv.push_back(a.data());
+  Status s = flags.Parse(static_cast<int>(argv.size()), argv.data(), 1);
+  return s.ok() ? "" : std::string(s.message());
+}
+
+TEST(FlagsTest, RulesRefuseFlagsThatMeanNothingThereOrContradict) {
+  EXPECT_EQ(Parse({"--every", "2", "--dir", "d"}), "");
+  EXPECT_EQ(Parse({"--every", "2"}), "--every applies with --dir");
+  EXPECT_EQ(Parse({"--fast", "--device", "emu"}), "");
+  EXPECT_EQ(Parse({"--fast", "--device", "gpu"}), "--fast applies with --device emu");
+  EXPECT_EQ(Parse({"--fast"}), "--fast applies with --device emu");
+  EXPECT_EQ(Parse({"--gpu", "1", "--device", "gpu"}), "");
+  EXPECT_EQ(Parse({"--gpu", "1"}), "");
+  EXPECT_EQ(Parse({"--gpu", "1", "--device", "cpu"}), "--gpu does not apply to --device cpu");
+  EXPECT_EQ(Parse({"--a"}), "");
+  EXPECT_EQ(Parse({"--a", "--b"}), "--b and --a contradict");
+  // A flag error comes first; --help next to a rule's breach still helps.
+  EXPECT_EQ(Parse({"--every", "2", "--bogus"}), "unknown flag --bogus (see tool --help)");
+  EXPECT_EQ(Parse({"--every", "2", "--help"}), "");
+}
+
+}  // namespace
+}  // namespace gptc::tools
