@@ -98,6 +98,7 @@ StatusOr<std::vector<eval::Literal>> CpuTrainer::Run(const program::TrainEntry& 
   }
   eval::EvalOptions options;
   options.collective = collective_;
+  options.workspace = workspace_.get();
   StatusOr<eval::Literal> result = eval::Evaluate(*entry.module, args, options);
   if (!result.ok()) {
     for (size_t i = 0; i < sig.inputs.size(); ++i) {
@@ -114,7 +115,11 @@ StatusOr<std::vector<eval::Literal>> CpuTrainer::Run(const program::TrainEntry& 
   for (size_t i = 0; i < sig.inputs.size(); ++i) {
     if (eval::Literal* state = StateFor(sig.inputs[i])) *state = std::move(args[i]);
   }
-  for (auto [out, in] : sig.donations) *StateFor(sig.inputs[in]) = std::move(outputs[out]);
+  for (auto [out, in] : sig.donations) {
+    eval::Literal* state = StateFor(sig.inputs[in]);
+    workspace_->Recycle(std::move(*state));  // the next step's outputs go there
+    *state = std::move(outputs[out]);
+  }
   return outputs;
 }
 

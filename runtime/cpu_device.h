@@ -14,13 +14,15 @@
 #define GPTC_RUNTIME_CPU_DEVICE_H_
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "compiler/eval/collective.h"
+#include "compiler/eval/evaluator.h"
 #include "compiler/eval/literal.h"
-#include "compiler/support/status.h"
 #include "compiler/program/program.h"
+#include "compiler/support/status.h"
 #include "runtime/trainer.h"
 
 namespace gptc::rt {
@@ -77,6 +79,8 @@ class CpuTrainer : public Trainer {
   std::vector<eval::Literal> params_, adam_m_, adam_v_, grad_acc_;
   int64_t steps_done_ = 0;
   eval::Collective* collective_ = nullptr;
+  // Note [evaluation workspace]: buffers and literals reused step after step.
+  std::unique_ptr<eval::Workspace> workspace_ = std::make_unique<eval::Workspace>();
 };
 
 }  // namespace gptc::rt

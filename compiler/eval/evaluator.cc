@@ -215,7 +215,7 @@ StatusOr<Literal> EvaluateComputation(const ir::Computation& computation,
     values.push_back(std::move(value).value());
   }
   ASSIGN_OR_RETURN(ValuePtr result, internal::RunComputation(ctx, computation, values));
-  return internal::ToLiteral(*result);
+  return internal::ToLiteral(*result, options.workspace);
 }
 
 StatusOr<Literal> Evaluate(const ir::Module& module, std::span<const Literal> args,

@@ -11,7 +11,11 @@
 #ifndef GPTC_COMPILER_EVAL_EVALUATOR_H_
 #define GPTC_COMPILER_EVAL_EVALUATOR_H_
 
+#include <cstddef>
+#include <map>
+#include <memory>
 #include <span>
+#include <vector>
 
 #include "compiler/eval/collective.h"
 #include "compiler/eval/literal.h"
@@ -21,6 +25,38 @@
 namespace gptc::eval {
 
 enum class Precision { kF32, kF64 };
+
+namespace internal {
+class BufferPool;
+}
+
+// Note [evaluation workspace]: one evaluation allocates a buffer per value;
+// at GPT-2 sizes those are megabytes, and touching fresh pages costs more
+// than the elementwise op that fills them. A caller that evaluates again and
+// again (the CPU trainer, step after step) keeps a Workspace: the buffers of
+// dropped values stay in its pool for the next call, and result literals are
+// built in the storage of literals it hands back with Recycle (the state a
+// step replaced), so after the first call a step touches no fresh memory.
+class Workspace {
+ public:
+  Workspace();
+  ~Workspace();
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+
+  // Keeps `literal`'s storage (arrays and tuple elements) for a later result.
+  void Recycle(Literal literal);
+  // A vector of `size` values, recycled when one of that size was kept
+  // (contents unspecified), else new.
+  std::vector<double> TakeValues(size_t size);
+
+  const std::shared_ptr<internal::BufferPool>& pool() const { return pool_; }
+
+ private:
+  std::shared_ptr<internal::BufferPool> pool_;
+  std::map<size_t, std::vector<std::vector<double>>> recycled_;
+  size_t recycled_bytes_ = 0;
+};
 
 // Note [collectives]: an all-reduce combines its operand across the
 // data-parallel ranks. With `collective` set, the evaluator is one rank: each
@@ -33,6 +69,7 @@ struct EvalOptions {
   bool round_16bit = true;
   int64_t world_size = 1;  // ignored when `collective` is set
   Collective* collective = nullptr;  // not owned
+  Workspace* workspace = nullptr;    // not owned; null: a fresh one per call
 };
 
 // Evaluates the entry computation of `module` on `args` (one per parameter, in

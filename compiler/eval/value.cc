@@ -105,19 +105,49 @@ StatusOr<ValuePtr> FromLiteral(const Context& ctx, const Literal& literal) {
   return ValuePtr(std::move(value));
 }
 
-Literal ToLiteral(const Value& value) {
+Literal ToLiteral(const Value& value, Workspace* workspace) {
   Literal literal;
   literal.shape = value.shape;
   if (value.shape.is_tuple()) {
-    for (const ValuePtr& element : value.elements) literal.elements.push_back(ToLiteral(*element));
+    for (const ValuePtr& element : value.elements) {
+      literal.elements.push_back(ToLiteral(*element, workspace));
+    }
     return literal;
   }
+  const size_t size = static_cast<size_t>(value.size);
+  literal.values = workspace != nullptr ? workspace->TakeValues(size) : std::vector<double>(size);
   WithStorage(value.float_storage, [&](auto tag) {
     using T = decltype(tag);
-    const T* data = value.get<T>();
-    literal.values.assign(data, data + value.size);
+    std::copy_n(value.get<T>(), size, literal.values.begin());
   });
   return literal;
 }
 
 }  // namespace gptc::eval::internal
+
+namespace gptc::eval {
+
+Workspace::Workspace() : pool_(std::make_shared<internal::BufferPool>()) {}
+Workspace::~Workspace() = default;
+
+void Workspace::Recycle(Literal literal) {
+  // The same bound as the pool: a workspace never holds more than a few
+  // steps' worth of state.
+  constexpr size_t kMaxRecycledBytes = size_t{1} << 30;
+  for (Literal& element : literal.elements) Recycle(std::move(element));
+  const size_t bytes = literal.values.size() * sizeof(double);
+  if (bytes == 0 || recycled_bytes_ + bytes > kMaxRecycledBytes) return;
+  recycled_bytes_ += bytes;
+  recycled_[literal.values.size()].push_back(std::move(literal.values));
+}
+
+std::vector<double> Workspace::TakeValues(size_t size) {
+  auto it = recycled_.find(size);
+  if (it == recycled_.end() || it->second.empty()) return std::vector<double>(size);
+  std::vector<double> values = std::move(it->second.back());
+  it->second.pop_back();
+  recycled_bytes_ -= size * sizeof(double);
+  return values;
+}
+
+}  // namespace gptc::eval

@@ -55,7 +55,8 @@ struct Value {
 // VMs). Buffers of dropped values are therefore kept here, keyed by byte
 // size, and handed to the next value of the same size; a transformer step
 // reuses the same few sizes over and over. The pool lives for one top-level
-// evaluation and holds at most kMaxPooledBytes (1 GiB).
+// evaluation (or a caller's Workspace, Note [evaluation workspace]) and
+// holds at most kMaxPooledBytes (1 GiB).
 class BufferPool {
  public:
   BufferPool() = default;
@@ -79,7 +80,8 @@ class BufferPool {
 // Options plus what follows from them.
 struct Context {
   EvalOptions options;
-  std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>();
+  std::shared_ptr<BufferPool> pool =
+      options.workspace != nullptr ? options.workspace->pool() : std::make_shared<BufferPool>();
 
   // See Note [storage].
   bool FloatStorage(ir::DType dtype) const {
@@ -103,7 +105,8 @@ std::shared_ptr<Value> ShareArray(const ir::Shape& shape, const Value& source);
 void RoundToDType(const Context& ctx, Value& value);
 
 StatusOr<ValuePtr> FromLiteral(const Context& ctx, const Literal& literal);
-Literal ToLiteral(const Value& value);
+// With a workspace, arrays are built in its recycled storage.
+Literal ToLiteral(const Value& value, Workspace* workspace = nullptr);
 
 // Kernels: `inst` supplies the attributes and result shape. Those that can
 // fail return an error without the instruction name; the caller adds it.
