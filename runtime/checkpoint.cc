@@ -53,7 +53,19 @@ std::map<std::string, std::string> Metadata(const CheckpointData& data, int64_t 
   meta["gptc.data.sequence"] = std::to_string(data.data.sequence);
   meta["gptc.vocab"] = std::to_string(data.model.vocab);
   meta["gptc.wte_rows"] = std::to_string(wte_rows);
+  if (!data.run_id.empty()) meta["gptc.run_id"] = data.run_id;
+  if (data.data_source.known()) {
+    meta["gptc.data.train"] = data.data_source.train;
+    meta["gptc.data.shards"] = data.data_source.shards;
+    meta["gptc.data.seq"] = std::to_string(data.data_source.seq);
+    meta["gptc.data.seed"] = data.data_source.seed;
+  }
   return meta;
+}
+
+std::string MetaString(const SafeTensors& file, const std::string& key) {
+  auto it = file.metadata.find(key);
+  return it == file.metadata.end() ? "" : it->second;
 }
 
 StatusOr<int64_t> MetaInt(const SafeTensors& file, const std::string& path,
@@ -162,6 +174,24 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointData& data) {
   return WriteSafeTensors(dir + "/" + kModelFile, model);
 }
 
+DataSource MakeDataSource(const std::string& pattern, const std::vector<std::string>& shards,
+                          int64_t seq, uint64_t seed) {
+  // FNV-1a over the file names (not the directories: a dataset moved to
+  // another disk is the same data).
+  uint64_t hash = 1469598103934665603ull;
+  for (const std::string& path : shards) {
+    const size_t slash = path.rfind('/');
+    for (char c : std::string_view(path).substr(slash == std::string::npos ? 0 : slash + 1)) {
+      hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    }
+    hash = (hash ^ 0xff) * 1099511628211ull;
+  }
+  return DataSource{.train = pattern,
+                    .shards = fmt::format("{}:{:016x}", shards.size(), hash),
+                    .seq = seq,
+                    .seed = std::to_string(seed)};
+}
+
 StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
                                         const std::vector<program::ParamSpec>& params) {
   const std::string model_path = dir + "/" + kModelFile;
@@ -183,6 +213,13 @@ StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
   ASSIGN_OR_RETURN(data.data.shard, MetaInt(model, model_path, "gptc.data.shard"));
   ASSIGN_OR_RETURN(data.data.sequence, MetaInt(model, model_path, "gptc.data.sequence"));
   ASSIGN_OR_RETURN(data.model.vocab, MetaInt(model, model_path, "gptc.vocab"));
+  data.run_id = MetaString(model, "gptc.run_id");
+  data.data_source.shards = MetaString(model, "gptc.data.shards");
+  if (data.data_source.known()) {
+    data.data_source.train = MetaString(model, "gptc.data.train");
+    data.data_source.seed = MetaString(model, "gptc.data.seed");
+    ASSIGN_OR_RETURN(data.data_source.seq, MetaInt(model, model_path, "gptc.data.seq"));
+  }
   for (const auto& [k, v] : model.metadata) {
     if (!k.starts_with("gptc.") && k != "format") data.extra_metadata[k] = v;
   }

@@ -8,7 +8,11 @@
 //
 // Both files carry the same __metadata__: "format": "pt", "gptc.step" (optimizer
 // steps done), the data loader's position "gptc.data.epoch", "gptc.data.shard",
-// "gptc.data.sequence", and "gptc.vocab" / "gptc.wte_rows".
+// "gptc.data.sequence", and "gptc.vocab" / "gptc.wte_rows"; then, when known,
+// the run that wrote it, "gptc.run_id" (Note [checkpoint ownership] in
+// tools/gptrun/checkpoint_dir.h), and what its data loader read,
+// "gptc.data.train", "gptc.data.shards", "gptc.data.seq", "gptc.data.seed"
+// (Note [data source]).
 //
 // Note [padded wte]: our token table has padded_vocab rows (50304 for GPT-2)
 // where Hugging Face's has 50257. The checkpoint stores the padded table as it
@@ -48,10 +52,31 @@
 
 namespace gptc::rt {
 
+// Note [data source]: the loader's position (DataLoader::State) means
+// something only for the same shards, sequence length and seed: with another
+// of these, resuming would silently repeat some data and skip other. So a
+// checkpoint records them, and gptrun refuses to resume with others unless
+// told to start the data over (--reset-data). Checkpoints from before it
+// record none (empty, 0), and nothing is compared.
+struct DataSource {
+  std::string train;   // the --train pattern as given (for messages)
+  std::string shards;  // "N:HASH": the shard count and a hash of their file names, in order
+  int64_t seq = 0;     // tokens per sequence
+  std::string seed;    // the data order's seed, in decimal
+  bool known() const { return !shards.empty(); }
+  bool operator==(const DataSource&) const = default;
+};
+
+// The DataSource of `shards` (the loader's paths) read with `seq` and `seed`.
+DataSource MakeDataSource(const std::string& pattern, const std::vector<std::string>& shards,
+                          int64_t seq, uint64_t seed);
+
 // Everything a checkpoint holds, independent of the device that trains.
 struct CheckpointData {
   int64_t step = 0;
   DataLoader::State data;
+  DataSource data_source;
+  std::string run_id;          // empty in checkpoints from before run ids
   program::ModelConfig model;  // config.json; model.vocab: the real rows of wte.weight (Note [padded wte])
   std::vector<program::ParamSpec> params;
   std::vector<std::vector<float>> values, adam_m, adam_v;  // parallel to params

@@ -240,7 +240,9 @@ TEST_F(GptrunEarlyFailureTest, CkptDirIsCreatedWithItsParents) {
   const Result r = Gptrun("--ckpt-dir " + ckpt.string());
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(fs::exists(ckpt / "step_000002" / "model.safetensors"));
-  EXPECT_EQ(std::distance(fs::directory_iterator(ckpt), fs::directory_iterator()), 1)
+  // Beside the checkpoint only the lock file (Note [checkpoint ownership]).
+  EXPECT_TRUE(fs::exists(ckpt / ".gptrun.lock"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(ckpt), fs::directory_iterator()), 2)
       << "the probe file is left behind";
 }
 

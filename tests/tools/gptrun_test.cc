@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -125,7 +126,7 @@ TEST_F(GptrunTest, CheckpointHousekeeping) {
   ASSERT_GE(best_step, 1);
   char best[32];
   std::snprintf(best, sizeof(best), "step_%06lld", static_cast<long long>(best_step));
-  std::set<std::string> want = {"step_000004", "step_000005", best};
+  std::set<std::string> want = {".gptrun.lock", "step_000004", "step_000005", best};
   std::set<std::string> have;
   for (const auto& e : fs::directory_iterator(ckpt)) have.insert(e.path().filename().string());
   EXPECT_EQ(have, want);
@@ -243,6 +244,51 @@ TEST_F(GptrunTest, SigtermCheckpointsTheStepAndResumeContinuesExactly) {
   const std::vector<std::string> want = losses(ReadAll(*dir_ / "sig_full.jsonl"));
   ASSERT_EQ(want.size(), 8u);
   EXPECT_EQ(losses(ReadAll(*dir_ / "sig_half.jsonl")), want);
+}
+
+// One job script with --resume auto, killed (SIGKILL: no checkpoint of its
+// own, perhaps mid-save) and started again five times, then run to the end:
+// every logged loss, the steps done again after a kill included, is the
+// uninterrupted run's at that step (Note [checkpoint ownership]: each restart
+// continues its own run's checkpoints, and the killed run's lock is gone).
+TEST_F(GptrunTest, ResumeAutoSurvivesFiveKills) {
+  Result full = Gptrun("--steps 12 --log " + (*dir_ / "kill_full.jsonl").string());
+  ASSERT_EQ(full.code, 0) << full.out << full.err;
+  const std::string log = (*dir_ / "kill.jsonl").string();
+  const std::string job = std::string(GPTRUN_BIN) + " " + (*dir_ / "tiny.gptx").string() +
+                          " --device cpu --train \"" + (*dir_ / "train_*.bin").string() +
+                          "\" --lr 2e-3 --warmup 2 --seed 7 --steps 12 --ckpt-every 1 --ckpt-dir " +
+                          (*dir_ / "ckpt_kill").string() + " --resume auto --log " + log;
+  const std::string steps = "$(cat " + log + " 2>/dev/null | grep -c step)";
+  Result r = Run("bash -c 'for k in 1 2 3 4 5; do n=" + steps + "; " + job +
+                 " > /dev/null 2>&1 & pid=$!; for i in $(seq 1000); do kill -0 $pid 2>/dev/null "
+                 "|| break; [ " +
+                 steps +
+                 " -gt $n ] && break; sleep 0.01; done; kill -KILL $pid; "
+                 "wait $pid; done; " +
+                 job + "; echo rc=$?'");
+  ASSERT_NE(r.out.find("rc=0"), std::string::npos) << r.out << r.err;
+  auto losses = [](const std::string& jsonl) {
+    std::vector<std::pair<int64_t, std::string>> found;
+    const std::regex step(R"re("step":(\d+))re"), loss(R"re("loss":([^,}]+))re");
+    for (const std::string& l : Lines(jsonl)) {
+      std::smatch s, m;
+      if (l.find(R"("event":"step")") != std::string::npos && std::regex_search(l, s, step) &&
+          std::regex_search(l, m, loss)) {
+        found.emplace_back(std::stoll(s[1]), m[1]);
+      }
+    }
+    return found;
+  };
+  std::map<int64_t, std::string> want;
+  for (const auto& [s, loss] : losses(ReadAll(*dir_ / "kill_full.jsonl"))) want[s] = loss;
+  ASSERT_EQ(want.size(), 12u);
+  std::set<int64_t> seen;
+  for (const auto& [s, loss] : losses(ReadAll(log))) {
+    EXPECT_EQ(loss, want[s]) << "step " << s;
+    seen.insert(s);
+  }
+  EXPECT_EQ(seen.size(), 12u) << ReadAll(log);
 }
 
 // No cache directory (no HOME) or one that cannot be written: gptrun

@@ -8,11 +8,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "runtime/data_loader.h"
+#include "runtime/safetensors.h"
 #include "tests/testing/command.h"
 #include "tools/gptrun/train_loop.h"
 
@@ -126,6 +129,97 @@ TEST_F(TrainTest, ResumeAutoServesTheFirstStartAndEveryRestart) {
     losses.insert(losses.end(), part.losses.begin(), part.losses.end());
   }
   EXPECT_EQ(losses, one_run.losses);
+}
+
+// Note [checkpoint ownership]: a fresh run refuses a directory holding
+// another run's checkpoints (--overwrite removes them), a resumed run keeps
+// its checkpoint's run, and --resume latest refuses a directory mixing runs.
+TEST_F(TrainTest, ACheckpointDirHoldsOneRun) {
+  tools::TrainOptions first = Options();
+  first.ckpt_dir = (*dir_ / "owned").string();
+  first.steps = 2;
+  tools::TrainSummary summary;
+  ASSERT_EQ(tools::Train(first, &summary), 0) << summary.error;
+
+  tools::TrainOptions fresh = first;
+  EXPECT_EQ(tools::Train(fresh, &summary), 1);
+  EXPECT_EQ(summary.error, "--ckpt-dir " + first.ckpt_dir +
+                               " holds another run's checkpoints (step_000002): --resume latest "
+                               "continues that run, --overwrite removes them, or choose another "
+                               "--ckpt-dir");
+  tools::TrainOptions resumed = first;
+  resumed.steps = 3;
+  resumed.resume = "latest";
+  ASSERT_EQ(tools::Train(resumed, &summary), 0) << summary.error;
+  EXPECT_EQ(summary.first_step, 3);
+
+  // Another run's checkpoint copied in: latest is ambiguous.
+  tools::TrainOptions other = Options();
+  other.ckpt_dir = (*dir_ / "other").string();
+  other.steps = 4;
+  ASSERT_EQ(tools::Train(other, &summary), 0) << summary.error;
+  fs::copy(*dir_ / "other" / "step_000004", *dir_ / "owned" / "step_000004",
+           fs::copy_options::recursive);
+  resumed.steps = 5;
+  EXPECT_EQ(tools::Train(resumed, &summary), 1);
+  EXPECT_NE(summary.error.find("holds the checkpoints of 2 runs"), std::string::npos)
+      << summary.error;
+
+  fresh.overwrite = true;
+  ASSERT_EQ(tools::Train(fresh, &summary), 0) << summary.error;
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(first.ckpt_dir)) {
+    names.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(names, (std::set<std::string>{".gptrun.lock", "step_000002"}));
+}
+
+// Note [data source]: the data loader's position is refused with other data,
+// seed or sequence length, unless --reset-data starts the data over; the
+// checkpoints after it record the new source.
+TEST_F(TrainTest, ResumingWithOtherDataNeedsResetData) {
+  tools::TrainOptions o = Options();
+  o.ckpt_dir = (*dir_ / "data_source").string();
+  o.steps = 2;
+  tools::TrainSummary summary;
+  ASSERT_EQ(tools::Train(o, &summary), 0) << summary.error;
+  const std::string ckpt = o.ckpt_dir + "/step_000002";
+
+  tools::TrainOptions seed = o;
+  seed.resume = ckpt;
+  seed.steps = 4;
+  seed.seed = 8;
+  EXPECT_EQ(tools::Train(seed, &summary), 2);
+  EXPECT_EQ(summary.error, "--resume " + ckpt +
+                               ": this run has --seed 8 where it had 7: the data order would "
+                               "change (some data repeated, some skipped); --reset-data starts "
+                               "the data over");
+  fs::create_directories(*dir_ / "two");
+  fs::copy(*dir_ / "train_000.bin", *dir_ / "two" / "train_000.bin");
+  fs::copy(*dir_ / "train_000.bin", *dir_ / "two" / "train_001.bin");
+  tools::TrainOptions shards = seed;
+  shards.seed = 7;
+  shards.train = (*dir_ / "two" / "train_*.bin").string();
+  EXPECT_EQ(tools::Train(shards, &summary), 2);
+  EXPECT_NE(summary.error.find("this run has --train '" + shards.train +
+                               "' (2 shards) where it "
+                               "read '" +
+                               o.train + "' (1 shards)"),
+            std::string::npos)
+      << summary.error;
+
+  seed.reset_data = true;
+  ASSERT_EQ(tools::Train(seed, &summary), 0) << summary.error;
+  EXPECT_EQ(summary.first_step, 3);
+  StatusOr<std::map<std::string, std::string>> meta =
+      rt::ReadSafeTensorsMetadata(o.ckpt_dir + "/step_000004/model.safetensors");
+  ASSERT_TRUE(meta.ok()) << meta.status().message();
+  EXPECT_EQ((*meta)["gptc.data.seed"], "8");
+  tools::TrainOptions after = o;  // seed 8 is now the run's: no --reset-data
+  after.seed = 8;
+  after.steps = 5;
+  after.resume = "latest";
+  EXPECT_EQ(tools::Train(after, &summary), 0) << summary.error;
 }
 
 TEST_F(TrainTest, FailuresReturnGptrunsExitCodesAndTheError) {

@@ -1,9 +1,19 @@
 #include "tools/gptrun/checkpoint_dir.h"
 
+#include <fcntl.h>
+#include <fmt/ranges.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <climits>
+#include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <random>
 #include <system_error>
 
 #include "runtime/safetensors.h"
@@ -14,6 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kValLossKey[] = "gptc.val_loss";
+constexpr char kRunIdKey[] = "gptc.run_id";
+constexpr char kLockFile[] = ".gptrun.lock";
 
 // The step of a "step_NNNNNN" name (with `suffix` after it), or -1.
 int64_t StepOf(const std::string& name, std::string_view suffix = "") {
@@ -45,11 +57,104 @@ StatusOr<std::vector<std::pair<int64_t, fs::path>>> StepDirs(const std::string& 
 
 std::string StepDirName(int64_t step) { return fmt::format("step_{:06d}", step); }
 
+StatusOr<CheckpointDirLock> CheckpointDirLock::Acquire(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Error("--ckpt-dir {}: {}", dir, ec.message());
+  const std::string path = (fs::path(dir) / kLockFile).string();
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Error("--ckpt-dir {}: cannot create {}: {}", dir, path, std::strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char holder[256] = {};
+    const ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+    std::string who(holder, n > 0 ? static_cast<size_t>(n) : 0);
+    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+    close(fd);
+    if (err != EWOULDBLOCK) {
+      return Error("--ckpt-dir {}: cannot lock {}: {}", dir, path, std::strerror(err));
+    }
+    return Error(
+        "--ckpt-dir {} is in use by another gptrun ({}; lock {}): wait for it to end, or "
+        "choose another --ckpt-dir",
+        dir, who.empty() ? "starting" : who, path);
+  }
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "?");
+  const std::string who = fmt::format("pid {} on {}\n", getpid(), host);
+  // Only for the message of a refused run: a failed write loses nothing.
+  if (ftruncate(fd, 0) == 0) {
+    [[maybe_unused]] const ssize_t written = pwrite(fd, who.data(), who.size(), 0);
+  }
+  return CheckpointDirLock(fd);
+}
+
+CheckpointDirLock::~CheckpointDirLock() {
+  if (fd_ >= 0) close(fd_);  // releases the lock; the file stays (Note [checkpoint ownership])
+}
+
+Status CheckCheckpointDirLength(const std::string& dir) {
+  // The deepest name a save writes: a step beyond six digits, the temporary
+  // directory, and WriteFileAtomically's temporary file in it.
+  constexpr std::string_view kDeepest = "/step_00000000.tmp/.model.safetensors.tmp.4294967295";
+  if (dir.size() + kDeepest.size() < PATH_MAX) return Status::Ok();
+  return Error(
+      "--ckpt-dir {}...: a path of {} characters is too long for its checkpoints' files, which "
+      "add up to {} more (the system's limit is {})",
+      dir.substr(0, 40), dir.size(), kDeepest.size(), PATH_MAX);
+}
+
+std::string NewRunId() {
+  std::random_device device;
+  const uint64_t id = (static_cast<uint64_t>(device()) << 32) ^ device();
+  return fmt::format("{:016x}", id);
+}
+
+StatusOr<std::vector<StepCheckpoint>> ListCheckpoints(const std::string& dir) {
+  ASSIGN_OR_RETURN(auto dirs, StepDirs(dir));
+  std::vector<StepCheckpoint> out;
+  for (const auto& [step, path] : dirs) {
+    StepCheckpoint c{.step = step, .path = path.string()};
+    StatusOr<std::map<std::string, std::string>> meta =
+        rt::ReadSafeTensorsMetadata((path / "model.safetensors").string());
+    if (meta.ok()) {
+      if (auto it = meta->find(kRunIdKey); it != meta->end()) c.run_id = it->second;
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+StatusOr<std::vector<std::string>> RemoveCheckpoints(const std::vector<StepCheckpoint>& foreign) {
+  std::vector<std::string> removed;
+  for (const StepCheckpoint& c : foreign) {
+    std::error_code ec;
+    fs::remove_all(c.path, ec);
+    if (ec) return Error("{}: cannot remove: {}", c.path, ec.message());
+    removed.push_back(fs::path(c.path).filename().string());
+  }
+  return removed;
+}
+
 StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
   if (dir.empty()) return Error("--resume latest needs --ckpt-dir");
-  ASSIGN_OR_RETURN(auto dirs, StepDirs(dir));
-  if (dirs.empty()) return Error("--resume latest: no step_NNNNNN checkpoint in {}", dir);
-  return dirs.back().second.string();
+  ASSIGN_OR_RETURN(std::vector<StepCheckpoint> all, ListCheckpoints(dir));
+  if (all.empty()) return Error("--resume latest: no step_NNNNNN checkpoint in {}", dir);
+  std::map<std::string, std::vector<std::string>> runs;
+  for (const StepCheckpoint& c : all) {
+    if (!c.run_id.empty()) runs[c.run_id].push_back(StepDirName(c.step));
+  }
+  if (runs.size() > 1) {
+    std::vector<std::string> parts;
+    for (const auto& [id, names] : runs) {
+      parts.push_back(fmt::format("run {}: {}", id, fmt::join(names, " ")));
+    }
+    return Error(
+        "--resume latest: {} holds the checkpoints of {} runs ({}): name the one to continue "
+        "with --resume DIR/step_NNNNNN",
+        dir, runs.size(), fmt::join(parts, "; "));
+  }
+  return all.back().path;
 }
 
 StatusOr<std::optional<std::string>> LatestCheckpointIfAny(const std::string& dir) {

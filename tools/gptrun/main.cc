@@ -118,6 +118,14 @@ Flags DeclareFlags() {
       .Value("resume", "DIR|latest|auto",
              "continue bit-identically from a checkpoint (latest: the newest in --ckpt-dir; "
              "auto: that, or start fresh when --ckpt-dir has none yet)")
+      .Bool("reset-data",
+            "with --resume: start the training data over from its first batch (needed to resume "
+            "with another --train, --seed or sequence length)")
+      .Requires("resume")
+      .Bool("overwrite",
+            "remove the checkpoints of another run from --ckpt-dir (a run refuses a directory "
+            "holding them)")
+      .Requires("ckpt-dir")
       .Value("log", "FILE.jsonl", "one JSON line per step, validation, sample and checkpoint");
   return flags;
 }
@@ -155,6 +163,8 @@ int Main(int argc, char** argv) {
   o.val = flags.Get("val");
   o.ckpt_dir = flags.Get("ckpt-dir");
   o.resume = flags.Get("resume");
+  o.reset_data = flags.Has("reset-data");
+  o.overwrite = flags.Has("overwrite");
   o.log_path = flags.Get("log");
   o.cosine = flags.Has("cosine");
   o.bench = flags.Has("bench");

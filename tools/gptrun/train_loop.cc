@@ -211,8 +211,9 @@ class TrainRun {
 
   int Run() {
     summary_->first_step = start_;
-    for (int (TrainRun::*phase)() : {&TrainRun::Load, &TrainRun::Join, &TrainRun::OpenData,
-                                     &TrainRun::StartTrainer, &TrainRun::Resume}) {
+    for (int (TrainRun::*phase)() :
+         {&TrainRun::Load, &TrainRun::Join, &TrainRun::OpenData, &TrainRun::StartTrainer,
+          &TrainRun::Resume, &TrainRun::ClaimCheckpointDir}) {
       if (int code = (this->*phase)(); code != 0) return code;
     }
     if (start_ > o_.steps) {
@@ -291,15 +292,23 @@ class TrainRun {
     return 0;
   }
 
+  // Rank 0 writes the checkpoints.
+  bool WritesCheckpoints() const { return !o_.ckpt_dir.empty() && !o_.bench && dist_->leader(); }
+
   // The checkpoint directory, the data, the log.
   int OpenData() {
-    const bool writes_checkpoints = !o_.ckpt_dir.empty() && !o_.bench && dist_->leader();
-    // Rank 0 writes the checkpoints: refuse a directory where they cannot go
-    // now, not at the first checkpoint (by default after the last step).
+    const bool writes_checkpoints = WritesCheckpoints();
+    // Refuse a directory where checkpoints cannot go now, not at the first
+    // checkpoint (by default after the last step), and one another run is
+    // writing (Note [checkpoint ownership]).
     if (writes_checkpoints) {
+      if (Status s = CheckCheckpointDirLength(o_.ckpt_dir); !s.ok()) return Abort(1, s);
       if (Status s = CheckWritableDirectory(o_.ckpt_dir); !s.ok()) {
         return Abort(1, Error("--ckpt-dir {}", s.message()));
       }
+      StatusOr<CheckpointDirLock> lock = CheckpointDirLock::Acquire(o_.ckpt_dir);
+      if (!lock.ok()) return Abort(1, lock.status());
+      lock_.emplace(std::move(lock).value());
     }
     if (!o_.bench) {
       if (o_.train.empty()) return Abort(2, Error("--train GLOB is required (or --bench)"));
@@ -313,6 +322,7 @@ class TrainRun {
            .vocab = m.vocab});
       if (!t.ok()) return Abort(1, t.status().WithPrefix("--train"));
       train_.emplace(std::move(t).value());
+      data_source_ = rt::MakeDataSource(o_.train, train_->shards(), f.seq, o_.seed);
       if (!o_.val.empty()) {
         StatusOr<rt::DataLoader> v = rt::DataLoader::Open({.pattern = o_.val,
                                                            .batch = f.batch,
@@ -391,6 +401,7 @@ class TrainRun {
 
   // --resume: the trainer's and the data's state from a checkpoint.
   int Resume() {
+    run_id_ = NewRunId();  // a resumed run keeps its checkpoint's (Note [checkpoint ownership])
     if (o_.resume.empty()) return 0;
     std::string dir = o_.resume;
     if (dir == "latest") {
@@ -417,12 +428,70 @@ class TrainRun {
     if (Status s = rt::RestoreTrainer(*ckpt, trainer_.get()); !s.ok()) {
       return Abort(1, s.WithPrefix("--resume " + dir));
     }
+    if (!ckpt->run_id.empty()) run_id_ = ckpt->run_id;
+    resumed_ = true;
     if (train_) {
-      if (Status s = train_->Restore(ckpt->data); !s.ok()) return Abort(1, s.WithPrefix(dir));
+      if (int code = RestoreData(dir, *ckpt); code != 0) return code;
     }
     start_ = ckpt->step + 1;
     summary_->first_step = start_;
     console_.Line(fmt::format("resumed from {} at step {}", dir, ckpt->step));
+    return 0;
+  }
+
+  // Note [data source]: the loader continues where the checkpoint's stopped
+  // only when it reads the same data the same way.
+  int RestoreData(const std::string& dir, const rt::CheckpointData& ckpt) {
+    const rt::DataSource& was = ckpt.data_source;
+    if (o_.reset_data) {
+      console_.Line("--reset-data: the training data starts over from its first batch");
+      return 0;
+    }
+    if (was.known() && was != data_source_) {
+      std::vector<std::string> changes;
+      if (was.shards != data_source_.shards) {
+        changes.push_back(fmt::format("--train '{}' ({} shards) where it read '{}' ({} shards)",
+                                      data_source_.train, train_->shards().size(), was.train,
+                                      was.shards.substr(0, was.shards.find(':'))));
+      }
+      if (was.seq != data_source_.seq) {
+        changes.push_back(fmt::format("seq {} where it had {}", data_source_.seq, was.seq));
+      }
+      if (was.seed != data_source_.seed) {
+        changes.push_back(fmt::format("--seed {} where it had {}", data_source_.seed, was.seed));
+      }
+      return Abort(2, Error("--resume {}: this run has {}: the data order would change (some "
+                            "data repeated, some skipped); --reset-data starts the data over",
+                            dir, fmt::join(changes, ", ")));
+    }
+    if (Status s = train_->Restore(ckpt.data); !s.ok()) return Abort(1, s.WithPrefix(dir));
+    return 0;
+  }
+
+  // Note [checkpoint ownership]: the step directories in --ckpt-dir must be
+  // this run's, or none.
+  int ClaimCheckpointDir() {
+    if (!WritesCheckpoints()) return 0;
+    StatusOr<std::vector<StepCheckpoint>> all = ListCheckpoints(o_.ckpt_dir);
+    if (!all.ok()) return Abort(1, all.status());
+    std::vector<StepCheckpoint> foreign;
+    for (const StepCheckpoint& c : *all) {
+      // A checkpoint from before run ids belongs to the run that resumes it.
+      if (!resumed_ || (!c.run_id.empty() && c.run_id != run_id_)) foreign.push_back(c);
+    }
+    if (foreign.empty()) return 0;
+    std::vector<std::string> names;
+    for (const StepCheckpoint& c : foreign) names.push_back(StepDirName(c.step));
+    if (!o_.overwrite) {
+      return Abort(1, Error("--ckpt-dir {} holds another run's checkpoints ({}): --resume latest "
+                            "continues that run, --overwrite removes them, or choose another "
+                            "--ckpt-dir",
+                            o_.ckpt_dir, fmt::join(names, " ")));
+    }
+    StatusOr<std::vector<std::string>> removed = RemoveCheckpoints(foreign);
+    if (!removed.ok()) return Abort(1, removed.status());
+    console_.Line(fmt::format("--overwrite: removed another run's checkpoints from {}: {}",
+                              o_.ckpt_dir, fmt::join(*removed, " ")));
     return 0;
   }
 
@@ -466,6 +535,8 @@ class TrainRun {
     StatusOr<rt::CheckpointData> data =
         rt::CaptureTrainer(*trainer_, program().params, train_->state(), model());
     if (!data.ok()) return data.status().WithPrefix("checkpoint");
+    data->run_id = run_id_;
+    data->data_source = data_source_;
     // Note [divergence]: a non-finite parameter never reaches a checkpoint,
     // where it would rotate out the good ones.
     for (size_t i = 0; i < data->params.size(); ++i) {
@@ -622,6 +693,10 @@ class TrainRun {
   const program::TrainEntry* logits_ = nullptr;
   const program::TrainEntry* eval_ = nullptr;
   std::optional<rt::DataLoader> train_, val_;
+  std::optional<CheckpointDirLock> lock_;  // held for the run (Note [checkpoint ownership])
+  std::string run_id_;
+  bool resumed_ = false;
+  rt::DataSource data_source_;
   std::optional<JsonLog> log_;
   Console console_;
   std::unique_ptr<rt::Trainer> trainer_;

@@ -36,7 +36,11 @@ struct TrainOptions {
   std::string ckpt_dir;
   int64_t ckpt_every = 0;  // 0: only after the last step (with --ckpt-dir)
   int64_t ckpt_keep = 3;   // the newest kept, and the best; 0: all (Note [checkpoint housekeeping])
-  std::string resume;      // a checkpoint dir, or "latest" (in ckpt_dir)
+  std::string resume;      // a checkpoint dir, or "latest" or "auto" (in ckpt_dir)
+  bool overwrite =
+      false;  // remove another run's checkpoints from ckpt_dir (Note [checkpoint ownership])
+  bool reset_data =
+      false;  // resume: the data starts over, even from another source (Note [data source])
   std::string log_path;    // JSON lines
   double peak_tflops = 0;  // 0: the device's known peak (KnownPeakTflops), else MFU -
   bool bench = false;      // synthetic batches, no val/sample/ckpt
