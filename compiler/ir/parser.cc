@@ -430,17 +430,31 @@ class Parser {
 
   Status ParseConstantValues(const Shape& shape, std::vector<double>& values) {
     DType dtype = shape.is_tuple() ? DType::kF32 : shape.dtype();
+    // A decimal means the dtype's nearest value; one beyond the dtype's range
+    // has none (it would silently become infinity).
+    auto parse_value = [&]() -> Status {
+      SkipSpace();
+      const size_t start = pos_;
+      ASSIGN_OR_RETURN(double v, ParseNumber());
+      const double rounded = RoundToDType(dtype, v);
+      const std::string_view text = text_.substr(start, pos_ - start);
+      if (std::isinf(rounded) && text.find("inf") == std::string_view::npos) {
+        return ErrorAt(start, fmt::format("constant value {} is beyond the range of {} (write "
+                                          "{}inf for infinity)",
+                                          text, DTypeName(dtype), rounded < 0 ? "-" : ""));
+      }
+      values.push_back(rounded);
+      return Status::Ok();
+    };
     if (Consume('{')) {
       if (!Consume('}')) {
         do {
-          ASSIGN_OR_RETURN(double v, ParseNumber());
-          values.push_back(RoundToDType(dtype, v));
+          RETURN_IF_ERROR(parse_value());
         } while (Consume(','));
         RETURN_IF_ERROR(Expect('}', "after constant values"));
       }
     } else {
-      ASSIGN_OR_RETURN(double v, ParseNumber());
-      values.push_back(RoundToDType(dtype, v));
+      RETURN_IF_ERROR(parse_value());
     }
     return Expect(')', "after constant");
   }

@@ -9,12 +9,36 @@
 #include "compiler/ir/verifier.h"
 
 namespace gptc::pass {
+namespace {
+
+// "0007.after-dce.ir" (or its ".tmp"): a dump DumpWriter numbered.
+bool IsNumberedDump(const std::string& name) {
+  if (name.size() < 8 || name[4] != '.') return false;
+  for (int i = 0; i < 4; ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+  }
+  return name.ends_with(".ir") || name.ends_with(".ir.tmp");
+}
+
+}  // namespace
 
 Status DumpWriter::Dump(const ir::Module& module, std::string_view label) {
   if (dir_.empty()) return Status::Ok();
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) return Error("--dump-dir {}: {}", dir_, ec.message());
+  if (!cleared_) {
+    cleared_ = true;
+    std::vector<std::filesystem::path> stale;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+      if (IsNumberedDump(entry.path().filename().string())) stale.push_back(entry.path());
+    }
+    if (ec) return Error("--dump-dir {}: {}", dir_, ec.message());
+    for (const std::filesystem::path& path : stale) {
+      std::filesystem::remove(path, ec);
+      if (ec) return Error("{}: cannot remove an earlier dump: {}", path.string(), ec.message());
+    }
+  }
   std::string path = fmt::format("{}/{:04}.{}.ir", dir_, next_++, label);
   std::string tmp = path + ".tmp";
   {

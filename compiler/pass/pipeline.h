@@ -34,6 +34,9 @@ struct PipelineOptions {
 };
 
 // Numbers dump files in order and writes them atomically (temp file + rename).
+// Its first dump removes the numbered dumps (NNNN.*.ir) an earlier run left in
+// the directory, which would otherwise mix with this run's; one run shares
+// one writer.
 class DumpWriter {
  public:
   explicit DumpWriter(std::string dir, int next_index = 0)
@@ -45,6 +48,7 @@ class DumpWriter {
  private:
   std::string dir_;
   int next_;
+  bool cleared_ = false;
 };
 
 class Pipeline : public Pass {

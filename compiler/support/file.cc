@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -90,7 +91,13 @@ Status CheckWritableDirectory(std::string_view dir) {
 
 Status WriteFileAtomically(std::string_view path, std::string_view contents) {
   RETURN_IF_ERROR(CheckOutputTarget(path));
-  std::string tmp = fmt::format("{}.tmp.{}", path, getpid());
+  // A hidden name beside it, cut short so that a name near NAME_MAX still has
+  // a temporary one.
+  const size_t slash = path.rfind('/');
+  const std::string_view dir = slash == std::string_view::npos ? "" : path.substr(0, slash + 1);
+  const std::string_view name = path.substr(dir.size());
+  const std::string tmp = fmt::format("{}.{}.tmp.{}", dir,
+                                      name.substr(0, std::min<size_t>(name.size(), 200)), getpid());
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Error("{}: {}", path, std::strerror(errno));
   size_t written = 0;

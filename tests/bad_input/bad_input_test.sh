@@ -50,6 +50,13 @@ printf 'module m\n\nENTRY %%e {\n  %%x = f32[2] bogus(\n}\n' > broken.ir
 expect ir-syntax 1 '^gptc-opt: .*broken\.ir:[0-9]+:[0-9]+: ' "$opt" --pass=dce broken.ir
 expect opt-flag 2 '^gptc-opt: unknown flag --bogus' "$opt" --bogus broken.ir
 expect opt-pass 2 '^gptc-opt: --pass: ' "$opt" --pass=nope broken.ir
+printf 'module m\nENTRY %%e {\n  ROOT %%c = f32[2] constant({1e40, 0.1})\n}\n' > big.ir
+expect f32-beyond-range 1 'big\.ir:3:30: constant value 1e40 is beyond the range of f32' \
+  "$gptc" verify big.ir
+"$gptc" compile --model gpt2-tiny --layers 1 --batch 1 --seq 8 --logits -o tiny.ir > /dev/null ||
+  exit 1
+expect eval-module 2 '^gptc: --module nosuch: tiny\.ir holds no such module \(it has gpt2-tiny, gpt2-tiny\.logits, gpt2-tiny\.eval\)$' \
+  "$gptc" eval tiny.ir --module nosuch
 
 # gpt-tokenize.
 : > empty.txt
@@ -121,6 +128,62 @@ expect resume-latest-no-dir 2 '^gptrun: --resume latest needs --ckpt-dir' \
   "$gptrun" t.gptx "${train[@]}" --resume latest
 expect resume-auto-no-dir 2 '^gptrun: --resume auto needs --ckpt-dir' \
   "$gptrun" t.gptx "${train[@]}" --resume auto
+
+# Note [checkpoint ownership]: one run at a time in a --ckpt-dir, and one
+# run's checkpoints in it.
+expect ckpt-foreign 1 "^gptrun: --ckpt-dir ck holds another run's checkpoints \\(step_000001\\): --resume latest continues that run, --overwrite removes them" \
+  "$gptrun" t.gptx --device cpu "${train[@]}" --steps 1 --ckpt-dir ck
+expect overwrite-no-dir 2 '^gptrun: --overwrite applies with --ckpt-dir$' \
+  "$gptrun" t.gptx "${train[@]}" --overwrite
+mkdir held
+flock held/.gptrun.lock sleep 60 &
+holder=$!
+until ! flock -n held/.gptrun.lock true; do sleep 0.05; done
+expect ckpt-locked 1 '^gptrun: --ckpt-dir held is in use by another gptrun \(.*lock held/\.gptrun\.lock\)' \
+  "$gptrun" t.gptx --device cpu "${train[@]}" --steps 1 --ckpt-dir held
+kill $holder
+wait $holder 2>/dev/null
+expect ckpt-dir-too-long 1 '^gptrun: --ckpt-dir .*: a path of [0-9]+ characters is too long' \
+  "$gptrun" t.gptx --device cpu "${train[@]}" --steps 1 \
+  --ckpt-dir "$(printf 'd%.0s/' $(seq 2040))ck"
+# Two runs started at once on one fresh directory, 20 times: one trains and
+# keeps its checkpoint, the other is refused (the lock, or the first run's
+# checkpoints when it came later); never a mix of the two.
+cases=$((cases + 1))
+race_failures=0
+for i in $(seq 20); do
+  rm -rf race
+  "$gptrun" t.gptx --device cpu "${train[@]}" --steps 1 --ckpt-dir race > race-a.out 2> race-a.err &
+  a=$!
+  "$gptrun" t.gptx --device cpu "${train[@]}" --steps 1 --ckpt-dir race --seed 1 > race-b.out \
+    2> race-b.err &
+  b=$!
+  wait $a; rc_a=$?
+  wait $b; rc_b=$?
+  refused=race-b.err winner_seed=0
+  ((rc_a != 0)) && refused=race-a.err winner_seed=1
+  if [[ $((rc_a + rc_b)) != 1 || $(ls race) != step_000001 || $(wc -l < $refused) != 1 ]] ||
+    ! grep -Eq "^gptrun: --ckpt-dir race (is in use by another gptrun|holds another run's checkpoints)" $refused; then
+    echo "FAILED concurrent-writers (try $i): exit codes $rc_a and $rc_b, race holds $(ls race | tr '\n' ' ')" >&2
+    cat race-a.err race-b.err >&2
+    race_failures=$((race_failures + 1))
+    break
+  fi
+done
+if ((race_failures == 0)) && "$gptrun" t.gptx --device cpu "${train[@]}" --steps 2 --ckpt-dir race \
+  --resume latest --seed $winner_seed > race-resume.out 2>&1; then
+  echo "ok concurrent-writers: 20 tries, one run trained and the other refused; its checkpoint resumes"
+else
+  ((race_failures == 0)) && { echo "FAILED concurrent-writers: the winner's checkpoint does not resume" >&2; cat race-resume.out >&2; }
+  failures=$((failures + 1))
+fi
+
+# Note [data source]: resuming with another seed (or shards, or seq) would
+# change the data order.
+expect resume-other-seed 2 '^gptrun: --resume ck/step_000001: this run has --seed 7 where it had 0: the data order would change .*--reset-data starts the data over$' \
+  "$gptrun" t.gptx --device cpu "${train[@]}" --steps 2 --resume ck/step_000001 --seed 7
+expect reset-data-no-resume 2 '^gptrun: --reset-data applies with --resume$' \
+  "$gptrun" t.gptx "${train[@]}" --reset-data
 
 # Note [checked stdout]: output lost to a full disk is an error, not exit 0.
 if [[ -w /dev/full ]]; then

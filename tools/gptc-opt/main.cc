@@ -17,6 +17,7 @@
 
 #include "compiler/ir/parser.h"
 #include "compiler/ir/printer.h"
+#include "compiler/ir/verifier.h"
 #include "compiler/pass/pipeline.h"
 #include "compiler/support/file.h"
 #include "passes/registry.h"
@@ -120,17 +121,25 @@ int Main(int argc, char** argv) {
   }
   int exit_code = 0;
   bool first = true;
+  // One numbering for every case's dumps.
+  auto dumps = std::make_shared<pass::DumpWriter>(options.dump_dir);
   for (const Case& c : SplitCases(*text, flags.Has("split-input-file"))) {
     if (!first) std::printf("// -----\n");
     first = false;
-    StatusOr<std::unique_ptr<ir::Module>> module = ir::ParseAndVerifyModule(c.text, path);
-    Status status = module.status();
-    if (status.ok()) {
+    // A case may hold several modules (gptc compile writes the train step
+    // and its other entries one after another): each runs the passes.
+    StatusOr<std::vector<std::unique_ptr<ir::Module>>> modules = ir::ParseModules(c.text, path);
+    Status status = modules.status();
+    for (size_t i = 0; status.ok() && i < modules->size(); ++i) {
+      ir::Module& module = *(*modules)[i];
+      status = ir::VerifyModule(module);
+      if (!status.ok()) break;
       pass::Pipeline pipeline("gptc-opt", options);
+      pipeline.set_dump_writer(dumps);
       for (const auto& [name, pass_options] : pass_specs) {
         pipeline.AddPass(registry.Create(name, pass_options).value());
       }
-      StatusOr<bool> changed = pipeline.Run(**module);
+      StatusOr<bool> changed = pipeline.Run(module);
       status = changed.status();
       if (options.timings) {
         for (const auto& [name, seconds] : *options.timings) {
@@ -146,7 +155,7 @@ int Main(int argc, char** argv) {
       exit_code = 1;
       continue;
     }
-    std::fputs(ir::PrintModule(**module).c_str(), stdout);
+    for (const auto& module : *modules) std::fputs(ir::PrintModule(*module).c_str(), stdout);
   }
   return exit_code;
 }

@@ -204,6 +204,8 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
     // The validation entry runs the very forward the train step is built from.
     std::unique_ptr<ir::Module> forward =
         options.forward_entries ? traced.module->Clone() : nullptr;
+    // Each module of an IR file has its own name (gptc eval --module picks one).
+    if (forward) forward->set_name(config.name + ".eval");
     ASSIGN_OR_RETURN(program,
                      passes::BuildTrainProgram(std::move(traced.module), traced.params, train));
     if (options.forward_entries) {

@@ -12,6 +12,7 @@
 //   gptc COMMAND --help              the command's flags with their defaults
 //
 // Usage errors exit 2, failures of the input exit 1; every error is one line.
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -44,9 +45,25 @@ constexpr char kUsage[] =
 
 using tools::Fail;
 
-StatusOr<std::unique_ptr<ir::Module>> LoadModule(const std::string& path) {
+// The module of `path` named `name`, or its first; a file may hold several
+// (gptc compile writes the train step and its other entries one after
+// another). A name it lacks is a usage error (exit 2).
+StatusOr<std::unique_ptr<ir::Module>> LoadModule(const std::string& path, const std::string& name,
+                                                 int* exit_code) {
+  *exit_code = 1;
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  return ir::ParseAndVerifyModule(text, path);
+  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<ir::Module>> modules, ir::ParseModules(text, path));
+  std::vector<std::string> names;
+  for (auto& module : modules) {
+    if (name.empty() || module->name() == name) {
+      RETURN_IF_ERROR(ir::VerifyModule(*module));
+      return std::move(module);
+    }
+    names.push_back(module->name());
+  }
+  *exit_code = 2;
+  return Error("--module {}: {} holds no such module (it has {})", name, path,
+               fmt::join(names, ", "));
 }
 
 int Verify(int argc, char** argv) {
@@ -75,7 +92,10 @@ int Eval(int argc, char** argv) {
                      "inputs and prints a checksum of each input and of the output.");
   flags.Value("seed", "N", "the random inputs' seed", "0")
       .Value("arithmetic", "f32|f64",
-             "the evaluator's arithmetic (f64: a reference for f32 results)", "f32");
+             "the evaluator's arithmetic (f64: a reference for f32 results)", "f32")
+      .Value("module", "NAME",
+             "of a file with several modules (gptc compile's train step and its other entries), "
+             "the one to evaluate (default: the first)");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (flags.positional().size() != 1) return Fail(2, Error("eval takes one FILE.ir"));
@@ -88,8 +108,10 @@ int Eval(int argc, char** argv) {
   } else if (arithmetic != "f32") {
     return Fail(2, Error("--arithmetic must be f32 or f64, got '{}'", arithmetic));
   }
-  StatusOr<std::unique_ptr<ir::Module>> module = LoadModule(flags.positional()[0]);
-  if (!module.ok()) return Fail(1, module.status());
+  int load_failure = 1;
+  StatusOr<std::unique_ptr<ir::Module>> module =
+      LoadModule(flags.positional()[0], flags.Get("module"), &load_failure);
+  if (!module.ok()) return Fail(load_failure, module.status());
   // The evaluator holds every value of the entry as doubles: refuse at once
   // what this machine cannot hold, instead of dying in the allocator.
   double bytes = 0, largest = 0;

@@ -346,23 +346,40 @@ TEST(RoundTripTest, ParserRoundsFloatLiteralsToTheirDType) {
   // the dtype and prints as that value.
   std::unique_ptr<Module> module = ParseVerified(R"(module m
 ENTRY %main {
-  %a = bf16[3] constant({1.001, 3.14159, 1e39})
-  %b = f16[3] constant({65519, 65520, 1e-8})
-  %c = f32[2] constant({0.1000000000000000055511151231257827, 1e39})
+  %a = bf16[3] constant({1.001, 3.14159, 3.3895e38})
+  %b = f16[3] constant({65519, -65519, 1e-8})
+  %c = f32[2] constant({0.1000000000000000055511151231257827, 3.4028235e38})
   ROOT %t = (bf16[3], f16[3], f32[2]) tuple(%a, %b, %c)
 }
 )");
   ASSERT_NE(module, nullptr);
   EXPECT_EQ(PrintInstruction(Find(*module, "main", "a")),
-            "%a = bf16[3] constant({1, 3.140625, inf})");
-  EXPECT_EQ(PrintInstruction(Find(*module, "main", "b")), "%b = f16[3] constant({65504, inf, 0})");
-  EXPECT_EQ(PrintInstruction(Find(*module, "main", "c")), "%c = f32[2] constant({0.1, inf})");
+            "%a = bf16[3] constant({1, 3.140625, 3.3895314e+38})");
+  EXPECT_EQ(PrintInstruction(Find(*module, "main", "b")),
+            "%b = f16[3] constant({65504, -65504, 0})");
+  EXPECT_EQ(PrintInstruction(Find(*module, "main", "c")),
+            "%c = f32[2] constant({0.1, 3.4028235e+38})");
   ExpectStablePrint(*module);
 }
 
+TEST(RoundTripTest, DecimalsBeyondTheDTypeAreRefused) {
+  // The nearest value of a finite decimal beyond the range would be
+  // infinity: the text means something else, so it is an error naming the
+  // value (infinity is written inf).
+  for (const char* text : {"bf16[1] constant({1e39})", "f16[1] constant({65520})",
+                           "f32[1] constant({-1e39})", "f32[1] constant({1e400})"}) {
+    const std::string ir = std::string("module m\nENTRY %main {\n  ROOT %c = ") + text + "\n}\n";
+    StatusOr<std::unique_ptr<Module>> module = ParseModule(ir, "t.ir");
+    ASSERT_FALSE(module.ok()) << text;
+    EXPECT_NE(module.status().message().find("is beyond the range of"), std::string::npos)
+        << module.status().message();
+  }
+}
+
 TEST(RoundTripTest, OutOfRangeDecimalsSaturateWithTheirSign) {
-  // Decimals beyond the range of a double are infinities or zeros of their sign, never a
-  // silent 0 in place of an infinity.
+  // Decimals below the range of a double are zeros of their sign, and an
+  // attribute beyond it the infinity of its sign, never a silent 0 in place
+  // of an infinity (a constant beyond the range is refused, above).
   std::unique_ptr<Module> module = ParseVerified(R"(module m
 %d {
   %q = f32[1,1,2,4] parameter(0)
@@ -371,7 +388,7 @@ TEST(RoundTripTest, OutOfRangeDecimalsSaturateWithTheirSign) {
   ROOT %o = f32[1,1,2,4] copy(%v)
 }
 ENTRY %main {
-  %c = f32[4] constant({1e400, -1e400, 1e-400, -1e-400})
+  %c = f32[4] constant({inf, -inf, 1e-400, -1e-400})
   %q = f32[1,1,2,4] parameter(0)
   ROOT %a = f32[1,1,2,4] attention(%q, %q, %q), causal=false, scale=-1e999, calls=%d
 }
