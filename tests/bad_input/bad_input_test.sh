@@ -185,6 +185,15 @@ expect resume-other-seed 2 '^gptrun: --resume ck/step_000001: this run has --see
 expect reset-data-no-resume 2 '^gptrun: --reset-data applies with --resume$' \
   "$gptrun" t.gptx "${train[@]}" --reset-data
 
+# gptrun generate.
+expect generate-no-resume 2 '^gptrun: generate needs --resume CKPT_DIR' \
+  "$gptrun" generate t.gptx --prompt hi
+expect generate-long-prompt 2 '^gptrun: the prompt is 9 tokens; with the <\|endoftext\|> before it that is more than the 8' \
+  "$gptrun" generate t.gptx --device cpu --resume ck/step_000001 --tokenizer "$tokenizer" \
+  --prompt 'a a a a a a a a a'
+expect generate-temperature 2 '^gptrun: --temperature must be a finite number >= 0' \
+  "$gptrun" generate t.gptx --resume ck/step_000001 --temperature -1
+
 # Note [checked stdout]: output lost to a full disk is an error, not exit 0.
 if [[ -w /dev/full ]]; then
   expect log-full 1 '^gptrun: --log /dev/full: No space left on device' \

@@ -93,6 +93,19 @@ CheckpointDirLock::~CheckpointDirLock() {
   if (fd_ >= 0) close(fd_);  // releases the lock; the file stays (Note [checkpoint ownership])
 }
 
+Status CheckCheckpointModel(const program::ModelConfig& ckpt,
+                            const program::ModelConfig& artifact) {
+  if (ckpt.layers == 0) return Status::Ok();
+  auto describe = [](const program::ModelConfig& c) {
+    return fmt::format("{} (layers {}, heads {}, width {}, positions {}, vocab {} padded to {})",
+                       c.name, c.layers, c.heads, c.width, c.positions, c.vocab, c.padded_vocab);
+  };
+  program::ModelConfig a = artifact, b = ckpt;
+  a.name = b.name = "";
+  if (a == b) return Status::Ok();
+  return Error("the checkpoint is of {}, the artifact of {}", describe(ckpt), describe(artifact));
+}
+
 Status CheckCheckpointDirLength(const std::string& dir) {
   // The deepest name a save writes: a step beyond six digits, the temporary
   // directory, and WriteFileAtomically's temporary file in it.

@@ -45,6 +45,11 @@ class CheckpointDirLock {
   int fd_ = -1;
 };
 
+// Note [checkpoint config]: a checkpoint with config.json must be of the
+// artifact's model (a different head count has the same tensor shapes);
+// older checkpoints have none (layers 0) and pass.
+Status CheckCheckpointModel(const program::ModelConfig& ckpt, const program::ModelConfig& artifact);
+
 // Refuses a `dir` too long for the files a checkpoint writes in it (the path
 // limit would otherwise fail the first checkpoint, after the training).
 Status CheckCheckpointDirLength(const std::string& dir);

@@ -15,6 +15,8 @@
 // `--device emu` runs the GPU runtime on the emulated device (docs/EMULATOR.md:
 // the artifact's kernels compiled for this host by gptc compile --emu, with
 // memory and race checks unless --emu-checks off).
+// `gptrun generate FILE.gptx --resume CKPT --prompt TEXT` generates text from a
+// checkpoint (tools/gptrun/generate.h).
 // `gptrun --model NAME --batch N --seq T ...` compiles the model first, as a
 // JIT would, through gptc's compile cache (tools/gptrun/jit.h).
 #include <algorithm>
@@ -22,6 +24,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 
 #include "compiler/support/status.h"
@@ -32,12 +35,16 @@
 #include "tools/gptrun/train_loop.h"
 
 namespace gptc::tools {
+
+int GenerateMain(int argc, char** argv);  // tools/gptrun/generate_command.cc
+
 namespace {
 
 constexpr char kAbout[] =
     "Trains with a compiled artifact (gptc compile -o FILE.gptx), or with --model NAME compiles "
     "one first through gptc's compile cache. The batch, sequence length, grad-accum and AdamW "
-    "settings are the artifact's; --grad-accum only checks it (with --model: compiles it).";
+    "settings are the artifact's; --grad-accum only checks it (with --model: compiles it). `gptrun "
+    "generate --help`: text from a checkpoint.";
 
 int Fail(int code, const Status& status) { return FailWith("gptrun", code, status); }
 
@@ -131,6 +138,7 @@ Flags DeclareFlags() {
 }
 
 int Main(int argc, char** argv) {
+  if (argc >= 2 && std::string_view(argv[1]) == "generate") return GenerateMain(argc, argv);
   Flags flags = DeclareFlags();
   if (Status s = flags.Parse(argc, argv, 1); !s.ok()) return Fail(kExitUsage, s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;

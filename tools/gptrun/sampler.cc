@@ -53,7 +53,8 @@ StatusOr<std::vector<int32_t>> SampleTokens(rt::Trainer& trainer, const program:
   ASSIGN_OR_RETURN(auto shape, LogitsShape(logits));
   const auto [seq, padded] = shape;
   const int64_t vocab = std::min(options.vocab, padded);
-  std::vector<int32_t> context = {rt::kEndOfText};
+  std::vector<int32_t> context = options.prompt;
+  if (context.empty()) context.push_back(rt::kEndOfText);
   std::vector<int32_t> generated;
   std::vector<int32_t> ids(vocab);
   for (int64_t i = 0; i < options.length; ++i) {
@@ -66,7 +67,10 @@ StatusOr<std::vector<int32_t>> SampleTokens(rt::Trainer& trainer, const program:
                      WindowLogits(trainer, logits, std::move(window), last * padded, padded));
     const double* row = values.data();
     std::iota(ids.begin(), ids.end(), 0);
-    const int64_t k = std::clamp<int64_t>(options.top_k, 1, vocab);
+    const int64_t k =
+        options.temperature == 0
+            ? 1
+            : std::clamp<int64_t>(options.top_k == 0 ? vocab : options.top_k, 1, vocab);
     std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
       return row[a] > row[b] || (row[a] == row[b] && a < b);
     });
@@ -74,15 +78,20 @@ StatusOr<std::vector<int32_t>> SampleTokens(rt::Trainer& trainer, const program:
     if (k > 1) {
       std::vector<double> p(k);
       double sum = 0;
-      for (int64_t j = 0; j < k; ++j) sum += p[j] = std::exp(row[ids[j]] - row[ids[0]]);
+      const double inv_t = 1.0 / options.temperature;
+      for (int64_t j = 0; j < k; ++j) {
+        sum += p[j] = std::exp((row[ids[j]] - row[ids[0]]) * inv_t);
+      }
       double u = Uniform(options.seed, options.salt, static_cast<uint64_t>(i)) * sum;
       for (int64_t j = 0; j < k; ++j) {
         next = ids[j];
         if ((u -= p[j]) < 0) break;
       }
     }
+    if (options.stop_at_end_of_text && next == rt::kEndOfText) break;
     generated.push_back(next);
     context.push_back(next);
+    if (options.on_token) options.on_token(next);
   }
   return generated;
 }

@@ -11,24 +11,29 @@
 #define GPTC_TOOLS_GPTRUN_SAMPLER_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
-#include "compiler/support/status.h"
-#include "compiler/program/program.h"
-#include "runtime/trainer.h"
 #include "compiler/program/model_config.h"
+#include "compiler/program/program.h"
+#include "compiler/support/status.h"
+#include "runtime/trainer.h"
 
 namespace gptc::tools {
 
 struct SampleOptions {
   int64_t length = 64;  // tokens to generate
-  int64_t top_k = 40;   // 0 or 1: greedy
+  int64_t top_k = 40;   // 1: greedy; 0: the whole vocabulary
+  double temperature = 1.0;  // divides the logits; 0: greedy
   uint64_t seed = 0;    // with `salt`, decides every draw
   uint64_t salt = 0;    // the step, so that each sample differs
   int64_t vocab = program::kGpt2Vocab;
+  std::vector<int32_t> prompt;       // the context before the first token; empty: <|endoftext|>
+  bool stop_at_end_of_text = false;  // end (without it) at a generated <|endoftext|>
+  std::function<void(int32_t)> on_token;  // called with each token as it is drawn
 };
 
-// Generates options.length tokens after <|endoftext|>.
+// Generates up to options.length tokens after the prompt.
 StatusOr<std::vector<int32_t>> SampleTokens(rt::Trainer& trainer,
                                             const program::TrainEntry& logits,
                                             const SampleOptions& options);

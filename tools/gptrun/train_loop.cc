@@ -161,20 +161,6 @@ class JsonLog {
   Status status_;
 };
 
-// A checkpoint with config.json (older ones have none: layers 0) must be
-// of the artifact's model.
-Status CheckSameModel(const program::ModelConfig& ckpt, const program::ModelConfig& artifact) {
-  if (ckpt.layers == 0) return Status::Ok();
-  auto describe = [](const program::ModelConfig& c) {
-    return fmt::format("{} (layers {}, heads {}, width {}, positions {}, vocab {} padded to {})",
-                       c.name, c.layers, c.heads, c.width, c.positions, c.vocab, c.padded_vocab);
-  };
-  program::ModelConfig a = artifact, b = ckpt;
-  a.name = b.name = "";
-  if (a == b) return Status::Ok();
-  return Error("the checkpoint is of {}, the artifact of {}", describe(ckpt), describe(artifact));
-}
-
 // FLOPs of one token's forward + backward: 6 * (matmul parameters) for the
 // matmuls plus 12 * layers * seq * width for attention (as llm.c).
 double FlopsPerToken(const rt::LoadedProgram& p) {
@@ -422,7 +408,7 @@ class TrainRun {
     if (!ckpt.ok()) return Abort(1, ckpt.status().WithPrefix("--resume"));
     // Note [checkpoint config]: a different head count (or context) has the
     // same tensor shapes, so the shapes alone would resume it silently.
-    if (Status s = CheckSameModel(ckpt->model, model()); !s.ok()) {
+    if (Status s = CheckCheckpointModel(ckpt->model, model()); !s.ok()) {
       return Abort(1, s.WithPrefix("--resume " + dir));
     }
     if (Status s = rt::RestoreTrainer(*ckpt, trainer_.get()); !s.ok()) {

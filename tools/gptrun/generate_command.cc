@@ -1,0 +1,104 @@
+// gptrun generate's flags (tools/gptrun/generate.h does the work).
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "compiler/support/file.h"
+#include "tools/common/data_files.h"
+#include "tools/common/flags.h"
+#include "tools/gptrun/generate.h"
+
+namespace gptc::tools {
+
+int GenerateMain(int argc, char** argv) {
+  const GenerateOptions d;
+  auto str = [](auto v) { return fmt::format("{}", v); };
+  Flags flags("gptrun generate", "FILE.gptx --resume CKPT_DIR --prompt TEXT [flags]",
+              "Generates text from a checkpoint (a step_NNNNNN directory, of gptrun or of gptc "
+              "import-hf) with the artifact's logits entry, on any device. The prompt starts a "
+              "document (<|endoftext|> before it) and must fit the artifact's sequence length. "
+              "The text goes to standard output as it is drawn, notes to standard error.");
+  flags.Value("resume", "CKPT_DIR", "the checkpoint whose parameters generate")
+      .Value("prompt", "TEXT", "the text to continue (default: none, a new document)")
+      .Value("prompt-file", "FILE", "the text to continue, from a file")
+      .Conflicts("prompt")
+      .Value("max-tokens", "N", "tokens to generate at most", str(d.max_tokens))
+      .Value("temperature", "T", "divides the logits before drawing; 0 is greedy",
+             str(d.temperature))
+      .Value("top-k", "K", "draw from the K likeliest tokens; 0 for all", str(d.top_k))
+      .Value("seed", "S", "the draws' seed (the same seed, the same text)", str(d.seed))
+      .Bool("no-stop", "go on past a generated <|endoftext|> (default: stop there)")
+      .Value("tokenizer", "DIR",
+             "the GPT-2 encoder files (default: found in $GPTC_DATA, the install prefix or the "
+             "source tree)")
+      .Value("device", "cpu|gpu|emu", "as for training (default: the GPU when there is one)")
+      .Value("gpu", "N", "GPU: the device index")
+      .Conflicts("device", "cpu")
+      .Conflicts("device", "emu")
+      .Value("emu-checks", "on|off", "emu: the memory and race checks", "on")
+      .Requires("device", "emu");
+  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return FailWith("gptrun", kExitUsage, s);
+  if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
+  auto usage = [](const Status& s) { return FailWith("gptrun", kExitUsage, s); };
+  if (flags.positional().size() != 1) {
+    return usage(Error("generate takes one FILE.gptx (see gptrun generate --help)"));
+  }
+  if (!flags.Has("resume")) {
+    return usage(Error("generate needs --resume CKPT_DIR: the parameters to generate with"));
+  }
+  GenerateOptions o;
+  o.artifact = flags.positional()[0];
+  o.checkpoint = flags.Get("resume");
+  o.device = flags.Get("device");
+  if (flags.Has("device") && o.device != "cpu" && o.device != "gpu" && o.device != "emu") {
+    return usage(Error("--device must be cpu, gpu or emu, got '{}'", o.device));
+  }
+  const std::string checks = flags.Get("emu-checks");
+  if (checks != "on" && checks != "off") {
+    return usage(Error("--emu-checks must be on or off, got '{}'", checks));
+  }
+  o.emu_checks = checks == "on";
+  o.stop_at_end_of_text = !flags.Has("no-stop");
+  if (flags.Has("prompt-file")) {
+    StatusOr<std::string> text = ReadFile(flags.Get("prompt-file"));
+    if (!text.ok())
+      return FailWith("gptrun", kExitFailure, text.status().WithPrefix("--prompt-file"));
+    o.prompt = std::move(text).value();
+  } else {
+    o.prompt = flags.Get("prompt");
+  }
+  if (flags.Has("tokenizer")) {
+    o.tokenizer_dir = flags.Get("tokenizer");
+  } else if (StatusOr<std::string> found = FindTokenizerDir(); found.ok()) {
+    o.tokenizer_dir = *found;
+  } else {
+    return FailWith("gptrun", kExitFailure,
+                    found.status().WithPrefix("generate needs the tokenizer"));
+  }
+  int64_t seed = 0, gpu = -1;
+  for (auto [name, field, min] :
+       {std::tuple{"max-tokens", &o.max_tokens, int64_t{1}},
+        std::tuple{"top-k", &o.top_k, int64_t{0}}, std::tuple{"seed", &seed, int64_t{0}},
+        std::tuple{"gpu", &gpu, int64_t{0}}}) {
+    StatusOr<int64_t> v = flags.GetInt(name, *field);
+    if (!v.ok()) return usage(v.status());
+    if (flags.Has(name) && *v < min)
+      return usage(Error("--{} must be >= {}, got {}", name, min, *v));
+    *field = *v;
+  }
+  o.seed = static_cast<uint64_t>(seed);
+  o.gpu = static_cast<int>(gpu);
+  StatusOr<double> t = flags.GetDouble("temperature", o.temperature);
+  if (!t.ok()) return usage(t.status());
+  if (!std::isfinite(*t) || *t < 0) {
+    return usage(Error("--temperature must be a finite number >= 0, got {}", *t));
+  }
+  o.temperature = *t;
+  GenerateResult result;
+  const int code = Generate(o, &result);
+  if (code != 0) return FailWith("gptrun", code, Error("{}", result.error));
+  return 0;
+}
+
+}  // namespace gptc::tools
