@@ -72,6 +72,7 @@ StatusOr<std::vector<eval::Literal>> CpuTrainer::Run(const program::TrainEntry& 
                                                      const MicroBatch* batch, double step,
                                                      double lr) {
   const program::EntrySignature& sig = entry.signature;
+  if (!lost_.ok()) return lost_;
   // Move the state into the argument list (no copies) and back afterwards.
   std::vector<eval::Literal> args(sig.inputs.size());
   for (size_t i = 0; i < sig.inputs.size(); ++i) {
@@ -99,10 +100,20 @@ StatusOr<std::vector<eval::Literal>> CpuTrainer::Run(const program::TrainEntry& 
   eval::EvalOptions options;
   options.collective = collective_;
   options.workspace = workspace_.get();
-  StatusOr<eval::Literal> result = eval::Evaluate(*entry.module, args, options);
+  // The donated state is given up once converted: its storage holds the
+  // results (the state replacing it).
+  std::vector<bool> recycle(args.size(), false);
+  for (auto [out, in] : sig.donations) recycle[in] = true;
+  StatusOr<eval::Literal> result =
+      sig.donations.empty() ? eval::Evaluate(*entry.module, args, options)
+                            : eval::EvaluateRecycling(*entry.module, args, recycle, options);
   if (!result.ok()) {
     for (size_t i = 0; i < sig.inputs.size(); ++i) {
       if (eval::Literal* state = StateFor(sig.inputs[i])) *state = std::move(args[i]);
+    }
+    if (!sig.donations.empty()) {
+      lost_ = Error("the CPU trainer's state was given up to a step that failed ({}: {})",
+                    entry.name, result.status().message());
     }
     return result.status().WithPrefix(entry.name);
   }
@@ -115,11 +126,7 @@ StatusOr<std::vector<eval::Literal>> CpuTrainer::Run(const program::TrainEntry& 
   for (size_t i = 0; i < sig.inputs.size(); ++i) {
     if (eval::Literal* state = StateFor(sig.inputs[i])) *state = std::move(args[i]);
   }
-  for (auto [out, in] : sig.donations) {
-    eval::Literal* state = StateFor(sig.inputs[in]);
-    workspace_->Recycle(std::move(*state));  // the next step's outputs go there
-    *state = std::move(outputs[out]);
-  }
+  for (auto [out, in] : sig.donations) *StateFor(sig.inputs[in]) = std::move(outputs[out]);
   return outputs;
 }
 

@@ -81,6 +81,9 @@ class CpuTrainer : public Trainer {
   eval::Collective* collective_ = nullptr;
   // Note [evaluation workspace]: buffers and literals reused step after step.
   std::unique_ptr<eval::Workspace> workspace_ = std::make_unique<eval::Workspace>();
+  // A step gives its state up to the workspace (eval::EvaluateRecycling):
+  // after one that failed, the state is gone and this says why.
+  Status lost_;
 };
 
 }  // namespace gptc::rt

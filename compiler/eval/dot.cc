@@ -7,6 +7,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 
 #include "compiler/eval/value.h"
@@ -71,6 +72,20 @@ GemmOperand Layout(const Context& ctx, const Value& x, const std::vector<int64_t
   return {copy.get(), copy, false};
 }
 
+// OpenBLAS's worker threads wait for work spinning on sched_yield: after
+// each threaded gemm they burn the other cores in system time (three times
+// the kernel's own on gpt2-tiny, for a sixth less wall time). Gemms under
+// kThreadedMacs multiply-adds (all of gpt2-tiny's) run on the calling thread
+// alone; the vocabulary projections of the real GPT-2 sizes still split.
+constexpr int64_t kThreadedMacs = int64_t{1} << 32;
+
+void UseThreadsFor(int64_t macs) {
+  static const int all = openblas_get_num_threads();
+  static std::atomic<int> current{all};
+  const int want = macs >= kThreadedMacs ? all : 1;
+  if (current.exchange(want) != want) openblas_set_num_threads(want);
+}
+
 void Gemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
           float* c) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
@@ -114,6 +129,7 @@ StatusOr<std::shared_ptr<Value>> EvalDot(const Context& ctx, const ir::Instructi
       std::fill_n(c, out->size, T(0));
       return;
     }
+    UseThreadsFor(batch * m * n * k);
     for (int64_t i = 0; i < batch; ++i) {
       Gemm(a.transposed, b.transposed, static_cast<int>(m), static_cast<int>(n),
            static_cast<int>(k), a.value->get<T>() + i * m * k, std::max(lda, 1),

@@ -2,6 +2,7 @@
 
 #include <unordered_map>
 
+#include "compiler/eval/chunked_fusion.h"
 #include "compiler/eval/value.h"
 
 namespace gptc::eval {
@@ -117,6 +118,11 @@ StatusOr<ValuePtr> EvalInstruction(const Context& ctx, const ir::Instruction& in
       const ir::Computation* called = inst.called_computation();
       if (called == nullptr)
         return Error("{} has no called computation", ir::OpcodeName(inst.opcode()));
+      std::optional<StatusOr<ValuePtr>> by_rows = EvalFusionByRows(
+          ctx, inst, ops, [&ctx](const ir::Computation& c, std::span<const ValuePtr> args) {
+            return RunComputation(ctx, c, args);
+          });
+      if (by_rows) return std::move(*by_rows);
       return RunComputation(ctx, *called, ops);
     }
     case Opcode::kTuple: {
@@ -182,8 +188,13 @@ StatusOr<ValuePtr> RunComputation(const Context& ctx, const ir::Computation& com
       return Error("%{}: {} has more than {} elements, too large for the reference evaluator",
                    inst.name(), inst.shape().ToString(), kMaxElements);
     }
+    // An operand at its last use is moved, not copied: a kernel that finds
+    // itself the only holder may write its result there (Note [chunked
+    // fusions]).
     operands.clear();
-    for (int64_t s : operand_slots[i]) operands.push_back(values[s]);
+    for (int64_t s : operand_slots[i]) {
+      operands.push_back(uses[s] == 1 ? std::move(values[s]) : values[s]);
+    }
     StatusOr<ValuePtr> result = EvalInstruction(ctx, inst, operands);
     if (!result.ok()) return result.status().WithPrefix("%" + inst.name());
     values[i] = std::move(result).value();
@@ -198,8 +209,13 @@ StatusOr<ValuePtr> RunComputation(const Context& ctx, const ir::Computation& com
 }  // namespace
 }  // namespace internal
 
-StatusOr<Literal> EvaluateComputation(const ir::Computation& computation,
-                                      std::span<const Literal> args, const EvalOptions& options) {
+namespace {
+
+// Converts `args`, handing each one `recycle` marks to the workspace once
+// converted, and runs `computation`.
+StatusOr<Literal> Run(const ir::Computation& computation, std::span<const Literal> args,
+                      std::span<Literal> recyclable, const std::vector<bool>& recycle,
+                      const EvalOptions& options) {
   using internal::ValuePtr;
   internal::Context ctx{options};
   RETURN_IF_ERROR(internal::CheckArguments(
@@ -213,9 +229,29 @@ StatusOr<Literal> EvaluateComputation(const ir::Computation& computation,
       return value.status().WithPrefix(fmt::format("parameter {} (%{})", i, params[i]->name()));
     }
     values.push_back(std::move(value).value());
+    if (i < recycle.size() && recycle[i]) options.workspace->Recycle(std::move(recyclable[i]));
   }
   ASSIGN_OR_RETURN(ValuePtr result, internal::RunComputation(ctx, computation, values));
   return internal::ToLiteral(*result, options.workspace);
+}
+
+}  // namespace
+
+StatusOr<Literal> EvaluateComputation(const ir::Computation& computation,
+                                      std::span<const Literal> args, const EvalOptions& options) {
+  return Run(computation, args, {}, {}, options);
+}
+
+StatusOr<Literal> EvaluateRecycling(const ir::Module& module, std::span<Literal> args,
+                                    const std::vector<bool>& recycle, const EvalOptions& options) {
+  if (module.entry() == nullptr) return Error("module {} has no entry computation", module.name());
+  if (options.workspace == nullptr) return Error("EvaluateRecycling needs a workspace");
+  std::span<const Literal> in(args.data(), args.size());
+  StatusOr<Literal> result = Run(*module.entry(), in, args, recycle, options);
+  for (size_t i = 0; i < args.size() && i < recycle.size(); ++i) {
+    if (recycle[i]) args[i] = Literal{};  // given up, also when a step failed before reaching it
+  }
+  return result;
 }
 
 StatusOr<Literal> Evaluate(const ir::Module& module, std::span<const Literal> args,

@@ -70,6 +70,11 @@ struct EvalOptions {
   int64_t world_size = 1;  // ignored when `collective` is set
   Collective* collective = nullptr;  // not owned
   Workspace* workspace = nullptr;    // not owned; null: a fresh one per call
+  // A fusion whose largest value has more elements runs a slice of its rows
+  // at a time when its body allows (Note [chunked fusions] in
+  // chunked_fusion.h), slices of about this many; 0: never. 2^18: 2 MiB
+  // arrays of doubles, which stay in cache.
+  int64_t chunk_elements = int64_t{1} << 18;
 };
 
 // Evaluates the entry computation of `module` on `args` (one per parameter, in
@@ -81,6 +86,14 @@ StatusOr<Literal> Evaluate(const ir::Module& module, std::span<const Literal> ar
 StatusOr<Literal> EvaluateComputation(const ir::Computation& computation,
                                       std::span<const Literal> args,
                                       const EvalOptions& options = {});
+
+// Evaluate for a caller that gives up the arguments marked in `recycle` (the
+// CPU trainer's state, which the results replace): once converted for the
+// evaluation, their storage goes to options.workspace (required), in which
+// the results are built, so the old and the new state are never both held
+// as literals. Those arguments are left empty, also when evaluation fails.
+StatusOr<Literal> EvaluateRecycling(const ir::Module& module, std::span<Literal> args,
+                                    const std::vector<bool>& recycle, const EvalOptions& options);
 
 }  // namespace gptc::eval
 

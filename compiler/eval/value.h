@@ -56,7 +56,11 @@ struct Value {
 // size, and handed to the next value of the same size; a transformer step
 // reuses the same few sizes over and over. The pool lives for one top-level
 // evaluation (or a caller's Workspace, Note [evaluation workspace]) and
-// holds at most kMaxPooledBytes (1 GiB).
+// holds at most kMaxPooledBytes (1 GiB). Nor does it let the buffers it
+// holds and those handed out together exceed twice the most ever handed out
+// at once: a new buffer first evicts kept ones (the largest first), so the
+// resident memory stays near that of the largest live set while the sizes
+// that recur still find their buffers.
 class BufferPool {
  public:
   BufferPool() = default;
@@ -68,13 +72,22 @@ class BufferPool {
   // when the last reference drops.
   static std::shared_ptr<void> Allocate(const std::shared_ptr<BufferPool>& pool, size_t bytes);
 
+  size_t pooled_bytes() const { return pooled_bytes_; }
+  size_t live_bytes() const { return live_bytes_; }
+  size_t high_water() const { return high_water_; }
+
  private:
   static constexpr size_t kMinPooledBytes = size_t{1} << 16;
   static constexpr size_t kMaxPooledBytes = size_t{1} << 30;
   void Release(void* buffer, size_t bytes);
+  // Unmaps kept buffers, the largest first, until a new buffer of `bytes`
+  // fits under the high-water mark.
+  void EvictFor(size_t bytes);
 
   std::unordered_map<size_t, std::vector<void*>> free_;
   size_t pooled_bytes_ = 0;
+  size_t live_bytes_ = 0;  // pooled sizes handed out and not yet back
+  size_t high_water_ = 0;  // the most live_bytes_ has been
 };
 
 // Options plus what follows from them.

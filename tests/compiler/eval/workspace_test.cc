@@ -2,9 +2,11 @@
 // results as fresh evaluations, and reuses the storage handed back.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <vector>
 
 #include "compiler/eval/evaluator.h"
+#include "compiler/eval/value.h"
 #include "tests/compiler/eval/eval_test_util.h"
 
 namespace gptc::eval {
@@ -69,6 +71,54 @@ TEST(WorkspaceTest, RecycledStorageIsReusedBySize) {
   std::vector<double> taken = workspace.TakeValues(1000);
   EXPECT_EQ(taken.data(), storage);
   EXPECT_NE(workspace.TakeValues(1000).data(), storage);  // handed out once only
+}
+
+// The CPU trainer's step: the state given up once converted, the results
+// built in its storage, equal to an evaluation that keeps its arguments.
+TEST(WorkspaceTest, EvaluateRecyclingBuildsTheResultsInTheArgumentsStorage) {
+  StepGraph s;
+  s.g.main->set_root(s.root);
+  Workspace workspace;
+  EvalOptions options;
+  options.workspace = &workspace;
+  const Literal input = s.Input(0.5);
+  StatusOr<Literal> want = Evaluate(s.g.module, std::vector<Literal>{input}, options);
+  ASSERT_TRUE(want.ok());
+  std::vector<Literal> args = {input};
+  const double* storage = args[0].values.data();
+  StatusOr<Literal> got = EvaluateRecycling(s.g.module, args, {true}, options);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_TRUE(args[0].values.empty());
+  ASSERT_EQ(got->elements.size(), 2u);
+  EXPECT_EQ(got->elements[0].values, want->elements[0].values);
+  EXPECT_EQ(got->elements[1].values, want->elements[1].values);
+  EXPECT_EQ(got->elements[0].values.data(), storage);  // the argument's vector, reused
+}
+
+// Note [buffer pool]: a new size evicts kept buffers rather than let the
+// held and handed-out buffers pass twice the most handed out at once.
+TEST(WorkspaceTest, ThePoolStaysWithinTwiceItsLargestLiveSet) {
+  auto pool = std::make_shared<internal::BufferPool>();
+  constexpr size_t kMiB = size_t{1} << 20;
+  {
+    auto a = internal::BufferPool::Allocate(pool, 8 * kMiB);
+    auto b = internal::BufferPool::Allocate(pool, 8 * kMiB);
+  }
+  EXPECT_EQ(pool->high_water(), 16 * kMiB);
+  EXPECT_EQ(pool->pooled_bytes(), 16 * kMiB);
+  {
+    auto same = internal::BufferPool::Allocate(pool, 8 * kMiB);  // a kept one
+    EXPECT_EQ(pool->pooled_bytes(), 8 * kMiB);
+  }
+  {
+    // c fits beside the 16 kept (28 of 32); d would make 40: one kept 8 goes.
+    auto c = internal::BufferPool::Allocate(pool, 12 * kMiB);
+    auto d = internal::BufferPool::Allocate(pool, 12 * kMiB);
+    EXPECT_EQ(pool->live_bytes(), 24 * kMiB);
+    EXPECT_LE(pool->live_bytes() + pool->pooled_bytes(), 2 * pool->high_water());
+    EXPECT_EQ(pool->pooled_bytes(), 8 * kMiB);
+  }
+  EXPECT_EQ(pool->live_bytes(), 0u);
 }
 
 }  // namespace
