@@ -2,7 +2,8 @@
 // the same seed draws the same text, greedy decoding is the CPU device's
 // argmax chain (each next token the likeliest real token at the last
 // position of the window, Note [sampling window]), the emulated device draws
-// the same tokens, and a prompt beyond the window is one line, exit 2.
+// the same tokens, a checkpoint through export-hf and import-hf draws the
+// same text, and a prompt beyond the window is one line, exit 2.
 #include "tools/gptrun/generate.h"
 
 #include <gtest/gtest.h>
@@ -163,6 +164,29 @@ TEST_F(GenerateTest, TheEmulatedDeviceDrawsTheSameTokens) {
   ASSERT_EQ(tools::Generate(o, &emu), 0) << emu.error;
   EXPECT_EQ(emu.device, "emu");
   EXPECT_EQ(emu.tokens, cpu.tokens);
+}
+
+// gptc export-hf then gptc import-hf: the same parameters (the padding rows
+// of wte aside, which no generated token reads), the same text.
+TEST_F(GenerateTest, AnImportedCheckpointGeneratesTheSameText) {
+  tools::GenerateOptions o = Options();
+  const std::string hf = (*dir_ / "hf").string(), imported = (*dir_ / "imported").string();
+  testing::CommandResult r =
+      testing::RunCommand(std::string(GPTC_BIN) + " export-hf " + o.checkpoint + " " + hf + " && " +
+                              GPTC_BIN + " import-hf " + hf + " " + imported,
+                          *dir_);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  for (double temperature : {0.0, 1.0}) {
+    o.temperature = temperature;
+    o.seed = 11;
+    o.checkpoint = (*dir_ / "ckpt" / "step_000030").string();
+    tools::GenerateResult original, back;
+    ASSERT_EQ(tools::Generate(o, &original), 0) << original.error;
+    o.checkpoint = imported;
+    ASSERT_EQ(tools::Generate(o, &back), 0) << back.error;
+    EXPECT_EQ(back.tokens, original.tokens) << "temperature " << temperature;
+    EXPECT_FALSE(back.tokens.empty());
+  }
 }
 
 TEST_F(GenerateTest, TheCommandStreamsTheTextAndRefusesALongPrompt) {

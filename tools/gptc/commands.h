@@ -40,6 +40,8 @@ StatusOr<int64_t> WriteCubins(const program::Artifact& a, std::string_view filte
 int ModelsCommand(int argc, char** argv);
 // gptc export-hf CKPT_DIR OUT_DIR: a checkpoint as a Hugging Face GPT-2 model.
 int ExportHfCommand(int argc, char** argv);
+// gptc import-hf HF_DIR CKPT_DIR: a Hugging Face GPT-2 model as a checkpoint.
+int ImportHfCommand(int argc, char** argv);
 
 // Prints `gptc: MESSAGE` on stderr and returns `code`.
 int Fail(int code, const Status& status);

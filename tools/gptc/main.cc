@@ -9,6 +9,7 @@
 //   gptc eval FILE.ir [--seed N] [--arithmetic f32|f64]
 //                                    evaluates on random inputs, prints checksums
 //   gptc export-hf CKPT_DIR OUT_DIR  writes a checkpoint as a Hugging Face GPT-2 model
+//   gptc import-hf HF_DIR CKPT_DIR   writes a Hugging Face GPT-2 model as a checkpoint
 //   gptc COMMAND --help              the command's flags with their defaults
 //
 // Usage errors exit 2, failures of the input exit 1; every error is one line.
@@ -40,6 +41,8 @@ constexpr char kUsage[] =
     "  eval FILE.ir       evaluate the entry computation on random inputs\n"
     "  export-hf CKPT_DIR OUT_DIR\n"
     "                     write a gptrun checkpoint as a Hugging Face GPT-2 model\n"
+    "  import-hf HF_DIR CKPT_DIR\n"
+    "                     write a Hugging Face GPT-2 model as a gptrun checkpoint (step 0)\n"
     "  --version          print the version\n"
     "Exit status: 0 on success, 1 when the work fails, 2 for a usage error.\n";
 
@@ -167,6 +170,7 @@ int Main(int argc, char** argv) {
   if (command == "verify") return Verify(argc, argv);
   if (command == "eval") return Eval(argc, argv);
   if (command == "export-hf") return tools::ExportHfCommand(argc, argv);
+  if (command == "import-hf") return tools::ImportHfCommand(argc, argv);
   return Fail(2, Error("unknown command '{}' (try gptc --help)", command));
 }
 

@@ -1,0 +1,232 @@
+#include "runtime/hf_import.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "compiler/ir/shape.h"
+#include "compiler/support/file.h"
+#include "compiler/support/float_bits.h"
+#include "runtime/checkpoint.h"
+
+namespace gptc::rt {
+namespace {
+
+constexpr char kPrefix[] = "transformer.";  // GPT2LMHeadModel's GPT2Model
+constexpr char kLmHead[] = "lm_head.weight";
+constexpr char kWte[] = "wte.weight";
+
+// config.json's `key`, a positive integer.
+StatusOr<int64_t> PositiveInt(const nlohmann::json& j, const std::string& key,
+                              const std::string& path) {
+  auto it = j.find(key);
+  if (it == j.end()) return Error("{}: no '{}'", path, key);
+  if (!it->is_number_integer() || it->get<int64_t>() < 1) {
+    return Error("{}: '{}' is {}, not a positive integer", path, key, it->dump());
+  }
+  return it->get<int64_t>();
+}
+
+// The f32 values of `t`, widened from F16 or BF16 (exactly: each of their
+// values is an f32 value), refusing other dtypes and non-finite values.
+StatusOr<std::vector<float>> F32Of(const SafeTensor& t, const std::string& path) {
+  std::vector<float> v;
+  if (t.dtype == "F32") {
+    v = F32Values(t);
+  } else if (t.dtype == "F16" || t.dtype == "BF16") {
+    v.resize(t.data.size() / 2);
+    for (size_t i = 0; i < v.size(); ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, t.data.data() + 2 * i, 2);
+      v[i] = t.dtype == "F16" ? F16BitsToF32(bits) : BF16BitsToF32(bits);
+    }
+  } else {
+    return Error("{}: tensor '{}' is {}, not F32, F16 or BF16", path, t.name, t.dtype);
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) {
+      return Error("{}: tensor '{}' holds {} at element {}", path, t.name, v[i], i);
+    }
+  }
+  return v;
+}
+
+// Our name of an HF tensor: GPT2LMHeadModel's without its "transformer.".
+std::string OurName(const std::string& hf_name) {
+  return hf_name.starts_with(kPrefix) ? hf_name.substr(std::strlen(kPrefix)) : hf_name;
+}
+
+}  // namespace
+
+StatusOr<program::ModelConfig> ReadHfConfig(const std::string& hf_dir) {
+  struct stat st;
+  if (stat(hf_dir.c_str(), &st) != 0) return Error("{}: {}", hf_dir, std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) {
+    return Error(
+        "{}: not a directory (a Hugging Face model is a directory holding config.json "
+        "and model.safetensors)",
+        hf_dir);
+  }
+  const std::string path = hf_dir + "/config.json";
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return Error("{}: not a JSON object", path);
+  // Without model_type the file is read as GPT-2's, as GPT2LMHeadModel reads
+  // it; another model type has other tensors and other arithmetic.
+  if (auto it = j.find("model_type"); it != j.end() && *it != "gpt2") {
+    return Error("{}: 'model_type' is {}, not \"gpt2\"", path, it->dump());
+  }
+  program::ModelConfig model;
+  ASSIGN_OR_RETURN(model.layers, PositiveInt(j, "n_layer", path));
+  ASSIGN_OR_RETURN(model.heads, PositiveInt(j, "n_head", path));
+  ASSIGN_OR_RETURN(model.width, PositiveInt(j, "n_embd", path));
+  // Older configs also have n_ctx, the attention mask's size; n_positions,
+  // the rows of wpe, is the one read when both are there.
+  const char* positions =
+      j.contains("n_positions") || !j.contains("n_ctx") ? "n_positions" : "n_ctx";
+  ASSIGN_OR_RETURN(model.positions, PositiveInt(j, positions, path));
+  ASSIGN_OR_RETURN(model.vocab, PositiveInt(j, "vocab_size", path));
+  model.padded_vocab = model.vocab;
+  if (model.width % model.heads != 0) {
+    return Error("{}: 'n_head' {} does not divide 'n_embd' {}", path, model.heads, model.width);
+  }
+  // GPT2Config's n_inner is the MLP's width, null for 4 * n_embd, which ours
+  // always is (models/gpt2.cc).
+  if (auto it = j.find("n_inner"); it != j.end() && !it->is_null() && *it != 4 * model.width) {
+    return Error("{}: 'n_inner' is {}, not null or 4 * 'n_embd' ({}), the only MLP width gptc has",
+                 path, it->dump(), 4 * model.width);
+  }
+  return model;
+}
+
+StatusOr<std::vector<std::vector<float>>> HfParamValues(
+    const SafeTensors& hf, const program::ModelConfig& model,
+    const std::vector<program::ParamSpec>& params, const std::string& path) {
+  std::set<std::string> wanted, buffers;
+  for (const program::ParamSpec& p : params) wanted.insert(p.name);
+  for (int64_t l = 0; l < model.layers; ++l) {
+    buffers.insert(fmt::format("h.{}.attn.bias", l));
+    buffers.insert(fmt::format("h.{}.attn.masked_bias", l));
+  }
+  // Each parameter's tensor, by our name; a missing one is named as the file
+  // names the others, so that the name it gives is the one to look for.
+  std::map<std::string, const SafeTensor*> found;
+  const SafeTensor* lm_head = nullptr;
+  bool prefixed = false;
+  for (const SafeTensor& t : hf.tensors) {
+    if (t.name == kLmHead) {
+      lm_head = &t;
+      continue;
+    }
+    const std::string ours = OurName(t.name);
+    prefixed |= ours != t.name;
+    if (buffers.contains(ours)) continue;
+    if (!wanted.contains(ours)) {
+      return Error("{}: tensor '{}' is not a parameter of config.json's GPT-2 ('n_layer' {})", path,
+                   t.name, model.layers);
+    }
+    if (!found.emplace(ours, &t).second) {
+      return Error("{}: tensor '{}' is there both as '{}' and as '{}{}'", path, ours, ours, kPrefix,
+                   ours);
+    }
+  }
+
+  std::vector<std::vector<float>> values;
+  for (const program::ParamSpec& p : params) {
+    auto it = found.find(p.name);
+    if (it == found.end()) {
+      return Error("{}: no tensor '{}{}', which config.json's GPT-2 has", path,
+                   prefixed ? kPrefix : "", p.name);
+    }
+    const SafeTensor& t = *it->second;
+    std::vector<int64_t> shape = p.shape.dims();
+    if (p.name == kWte) shape[0] = model.vocab;  // the real rows only (Note [padded wte])
+    if (t.shape != shape) {
+      return Error("{}: tensor '{}' is {}{}, config.json's GPT-2 needs {}", path, t.name, t.dtype,
+                   ir::DimsToString(t.shape), ir::DimsToString(shape));
+    }
+    ASSIGN_OR_RETURN(std::vector<float> v, F32Of(t, path));
+    v.resize(p.shape.num_elements(), 0.0f);  // wte's padding rows
+    values.push_back(std::move(v));
+  }
+
+  // The logits reuse wte: an lm_head that differs would be dropped unseen.
+  if (lm_head != nullptr) {
+    size_t w = 0;
+    while (w < params.size() && params[w].name != kWte) ++w;
+    if (w == params.size()) {
+      return Error(
+          "{}: tensor '{}' is not a parameter of the model, which has no '{}' to tie it to", path,
+          kLmHead, kWte);
+    }
+    const SafeTensor& wte = *found.find(kWte)->second;  // there: every parameter is
+    if (lm_head->shape != wte.shape) {
+      return Error(
+          "{}: tensor '{}' is {}{} where '{}' is {}: gptc ties the logits to the token table", path,
+          kLmHead, lm_head->dtype, ir::DimsToString(lm_head->shape), wte.name,
+          ir::DimsToString(wte.shape));
+    }
+    ASSIGN_OR_RETURN(std::vector<float> head, F32Of(*lm_head, path));
+    const std::vector<float>& table = values[w];
+    for (size_t i = 0; i < head.size(); ++i) {
+      if (std::memcmp(&head[i], &table[i], sizeof(float)) != 0) {
+        const int64_t width = wte.shape[1];
+        return Error(
+            "{}: tensor '{}' differs from '{}' at [{}, {}] ({} vs {}): gptc ties the "
+            "logits to the token table, so an untied head cannot be imported",
+            path, kLmHead, wte.name, static_cast<int64_t>(i) / width,
+            static_cast<int64_t>(i) % width, head[i], table[i]);
+      }
+    }
+  }
+  return values;
+}
+
+StatusOr<HfImportSummary> ImportHuggingFace(const std::string& hf_dir,
+                                            const program::ModelConfig& model,
+                                            const std::vector<program::ParamSpec>& params,
+                                            const std::string& ckpt_dir) {
+  CheckpointData data;
+  data.model = model;
+  data.params = params;
+  data.extra_metadata[kImportedFromKey] = hf_dir;
+  {
+    // Scoped so that the file (the model's size) is freed before SaveCheckpoint copies it.
+    const std::string path = hf_dir + "/model.safetensors";
+    const std::string index = hf_dir + "/model.safetensors.index.json";
+    if (access(path.c_str(), F_OK) != 0 && access(index.c_str(), F_OK) == 0) {
+      return Error(
+          "{}: sharded weights are not supported (save_pretrained(DIR, "
+          "max_shard_size=\"20GB\") writes one model.safetensors)",
+          index);
+    }
+    ASSIGN_OR_RETURN(SafeTensors hf, ReadSafeTensors(path));
+    ASSIGN_OR_RETURN(data.values, HfParamValues(hf, model, params, path));
+  }
+  HfImportSummary summary{.model = model, .tensors = static_cast<int64_t>(params.size())};
+  for (const std::vector<float>& v : data.values) {
+    summary.values += static_cast<int64_t>(v.size());
+    data.adam_m.emplace_back(v.size(), 0.0f);
+    data.adam_v.emplace_back(v.size(), 0.0f);
+  }
+
+  // Only now, with everything read and checked, does CKPT_DIR come to exist.
+  struct stat st;
+  if (stat(ckpt_dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    return Error("{}: exists and is not a directory", ckpt_dir);
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(ckpt_dir, ec);
+  if (ec) return Error("{}: {}", ckpt_dir, ec.message());
+  RETURN_IF_ERROR(SaveCheckpoint(ckpt_dir, data));
+  return summary;
+}
+
+}  // namespace gptc::rt
