@@ -194,6 +194,40 @@ expect generate-long-prompt 2 '^gptrun: the prompt is 9 tokens; with the <\|endo
 expect generate-temperature 2 '^gptrun: --temperature must be a finite number >= 0' \
   "$gptrun" generate t.gptx --resume ck/step_000001 --temperature -1
 
+# gptc export-hf into the checkpoint itself would leave it unresumable.
+expect export-into-checkpoint 2 '^gptc: export-hf: OUT_DIR ck/step_000001 is the checkpoint ck/step_000001 itself' \
+  "$gptc" export-hf ck/step_000001 ck/step_000001
+
+# A damaged compile cache entry: one warning, compiled again, exit 0.
+XDG_CACHE_HOME="$PWD/cache" "$gptc" compile --model gpt2-tiny --layers 1 --batch 1 --seq 8 \
+  --no-codegen -o cached.gptx > /dev/null || exit 1
+entry=$(ls cache/gptc/*.gptx | head -1)
+printf '\x5a' | dd of="$entry" bs=1 seek=300 conv=notrunc status=none
+expect cache-damaged 0 '^gptc: warning: damaged compile cache entry: .*; compiling again$' \
+  env XDG_CACHE_HOME="$PWD/cache" "$gptc" compile --model gpt2-tiny --layers 1 --batch 1 --seq 8 \
+  --no-codegen -o recompiled.gptx
+
+# Note [stop signals]: SIGTERM mid-run checkpoints the step and exits 143
+# with one line.
+cases=$((cases + 1))
+"$gptrun" t.gptx --device cpu "${train[@]}" --steps 100000 --ckpt-dir sig-ck > sig.out 2> sig.err &
+pid=$!
+for _ in $(seq 600); do
+  grep -q '^step 2/' sig.out 2>/dev/null && break
+  sleep 0.05
+done
+kill -TERM $pid
+wait $pid
+rc=$?
+if [[ $rc != 143 || $(wc -l < sig.err) != 1 ]] ||
+  ! grep -Eq '^gptrun: stopped by SIGTERM after step [0-9]+; checkpoint sig-ck/step_[0-9]+: --resume latest continues$' sig.err; then
+  echo "FAILED sigterm: exit $rc (want 143), stderr:" >&2
+  cat sig.err >&2
+  failures=$((failures + 1))
+else
+  echo "ok sigterm: $(cat sig.err)"
+fi
+
 # Note [checked stdout]: output lost to a full disk is an error, not exit 0.
 if [[ -w /dev/full ]]; then
   expect log-full 1 '^gptrun: --log /dev/full: No space left on device' \
