@@ -128,7 +128,10 @@ class Generation {
     if (!tokens.ok()) return Fail(1, tokens.status().WithPrefix("generate"));
     result_->tokens = std::move(tokens).value();
     result_->text = tokenizer_->Decode(result_->tokens);
-    if (o_.stream) std::fputc('\n', stdout);
+    if (o_.stream) {
+      std::fputc('\n', stdout);
+      std::fflush(stdout);  // the text before the note on stderr, also into one file
+    }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const bool ended = static_cast<int64_t>(result_->tokens.size()) < o_.max_tokens;
