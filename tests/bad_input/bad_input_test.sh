@@ -247,6 +247,8 @@ fi
 expect diverged 1 '^gptrun: (step [0-9]+: the loss is .* the run diverged|checkpoint of step [0-9]+: parameter .* non-finite)' \
   "$gptrun" t.gptx --device cpu "${train[@]}" --lr 1e30 --steps 6 --ckpt-dir nan-ck --ckpt-every 1 \
   --ckpt-keep 0
+expect diverged-after-skips 1 '^gptrun: step [0-9]+: the loss is .* the run diverged .*2 steps skipped already, --skip-nonfinite 2\)$' \
+  "$gptrun" t.gptx --device cpu "${train[@]}" --lr 1e30 --steps 8 --skip-nonfinite 2
 cases=$((cases + 1))
 if [[ $(ls nan-ck) != step_000001 ]]; then
   echo "FAILED diverged-checkpoints: nan-ck holds $(ls nan-ck | tr '\n' ' '), want step_000001 alone" >&2

@@ -222,6 +222,44 @@ TEST_F(TrainTest, ResumingWithOtherDataNeedsResetData) {
   EXPECT_EQ(tools::Train(after, &summary), 0) << summary.error;
 }
 
+// Note [divergence]: --skip-nonfinite undoes a bad step (here one made bad
+// by fault injection): its checkpoint holds the previous step's parameters
+// and moments under its own step count, and the run goes on; one bad step
+// more than allowed ends the run naming it.
+TEST_F(TrainTest, SkipNonfiniteUndoesABadStep) {
+  tools::TrainOptions o = Options();
+  o.ckpt_dir = (*dir_ / "skips").string();
+  o.ckpt_every = 1;
+  o.ckpt_keep = 0;
+  o.steps = 5;
+  o.skip_nonfinite = 1;
+  o.fault_nonfinite_steps = {3};
+  tools::TrainSummary summary;
+  ASSERT_EQ(tools::Train(o, &summary), 0) << summary.error;
+  ASSERT_EQ(summary.losses.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(std::isnan(summary.losses[i]), i == 2) << i;
+  for (const char* file : {"model.safetensors", "optim.safetensors"}) {
+    StatusOr<rt::SafeTensors> two = rt::ReadSafeTensors(o.ckpt_dir + "/step_000002/" + file);
+    StatusOr<rt::SafeTensors> three = rt::ReadSafeTensors(o.ckpt_dir + "/step_000003/" + file);
+    ASSERT_TRUE(two.ok() && three.ok()) << file;
+    EXPECT_EQ(three->metadata["gptc.step"], "3");
+    ASSERT_EQ(two->tensors.size(), three->tensors.size());
+    for (size_t t = 0; t < two->tensors.size(); ++t) {
+      EXPECT_EQ(two->tensors[t].data, three->tensors[t].data)
+          << file << " " << two->tensors[t].name;
+    }
+  }
+
+  tools::TrainOptions twice = Options();
+  twice.steps = 5;
+  twice.skip_nonfinite = 1;
+  twice.fault_nonfinite_steps = {2, 4};
+  EXPECT_EQ(tools::Train(twice, &summary), 1);
+  EXPECT_NE(summary.error.find("step 4: the loss is nan"), std::string::npos) << summary.error;
+  EXPECT_NE(summary.error.find("1 steps skipped already, --skip-nonfinite 1"), std::string::npos)
+      << summary.error;
+}
+
 TEST_F(TrainTest, FailuresReturnGptrunsExitCodesAndTheError) {
   tools::TrainOptions o = Options();
   o.artifact = (*dir_ / "missing.gptx").string();

@@ -91,6 +91,10 @@ Flags DeclareFlags() {
              "checks the artifact's gradient accumulation (default: the "
              "artifact's)")
       .Value("seed", "S", "the data order and sampling seed", str(d.seed))
+      .Value("skip-nonfinite", "N",
+             "undo up to N steps whose loss or gradient norm is not finite instead of ending the "
+             "run (the state is copied through the host before each step)",
+             str(d.skip_nonfinite))
       .Bool("bench", "time steps on synthetic batches (no data, validation or checkpoints)")
       .Value("peak-tflops", "T",
              "the device's dense bf16 peak, for MFU (default: known for H100/H200/A100 from the "
@@ -193,6 +197,7 @@ int Main(int argc, char** argv) {
         std::tuple{"top-k", &o.top_k, int64_t{1}},
         std::tuple{"ckpt-every", &o.ckpt_every, int64_t{0}},
         std::tuple{"ckpt-keep", &o.ckpt_keep, int64_t{0}},
+        std::tuple{"skip-nonfinite", &o.skip_nonfinite, int64_t{0}},
         std::tuple{"cpu-max-params", &o.cpu_max_params, int64_t{1}},
         std::tuple{"gpu", &gpu, int64_t{0}}}) {
     StatusOr<int64_t> v = flags.GetInt(name, *field);

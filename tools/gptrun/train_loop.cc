@@ -5,13 +5,14 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -610,6 +611,12 @@ class TrainRun {
         }
       }
       const double lr = schedule.At(step);
+      std::optional<rt::TrainerState> before;  // Note [divergence]: what a skipped step undoes
+      if (skipped_ < o_.skip_nonfinite) {
+        StatusOr<rt::TrainerState> state = trainer_->ExportState();
+        if (!state.ok()) return Abort(1, state.status().WithPrefix(fmt::format("step {}", step)));
+        before.emplace(std::move(state).value());
+      }
       auto t0 = Clock::now();
       dist_->BeginStep(step);
       StatusOr<rt::StepResult> r = trainer_->Step(micro, lr);
@@ -621,6 +628,10 @@ class TrainRun {
         return Abort(1, r.status().message().starts_with(prefix + ":")
                             ? r.status()
                             : r.status().WithPrefix(prefix));
+      }
+      if (std::find(o_.fault_nonfinite_steps.begin(), o_.fault_nonfinite_steps.end(), step) !=
+          o_.fault_nonfinite_steps.end()) {
+        r->loss = std::numeric_limits<double>::quiet_NaN();
       }
       if (step == start_) first_loss_ = r->loss;
       last_loss_ = r->loss;
@@ -636,10 +647,25 @@ class TrainRun {
       // Note [divergence]: a non-finite loss or gradient norm (the norm is
       // the all-reduced one, the same on every rank) ends the run before
       // anything is written of it.
-      if (!std::isfinite(r->loss) || !std::isfinite(r->grad_norm)) {
+      if ((!std::isfinite(r->loss) || !std::isfinite(r->grad_norm)) && before) {
+        ++skipped_;
+        before->steps_done = step;  // done, without its update
+        if (Status s = trainer_->ImportState(*before); !s.ok()) {
+          return Abort(1, s.WithPrefix(fmt::format("step {}: undoing it", step)));
+        }
+        console_.Line(
+            fmt::format("step {}: the loss is {} and the gradient norm {}: skipped, "
+                        "its update undone ({} of --skip-nonfinite {})",
+                        step, r->loss, r->grad_norm, skipped_, o_.skip_nonfinite));
+        log_->Write(json{{"event", "skip"}, {"step", step}, {"skipped", skipped_}});
+      } else if (!std::isfinite(r->loss) || !std::isfinite(r->grad_norm)) {
         return Abort(1, Error("step {}: the loss is {} and the gradient norm {}: the run "
-                              "diverged (no checkpoint written after it; try a lower --lr)",
-                              step, r->loss, r->grad_norm));
+                              "diverged (no checkpoint written after it; {})",
+                              step, r->loss, r->grad_norm,
+                              o_.skip_nonfinite > 0
+                                  ? fmt::format("{} steps skipped already, --skip-nonfinite {}",
+                                                skipped_, o_.skip_nonfinite)
+                                  : "try a lower --lr, or --skip-nonfinite N"));
       }
 
       const bool last = step == o_.steps;
@@ -693,6 +719,7 @@ class TrainRun {
   std::pair<int64_t, double> last_val_{-1, 0.0};  // (step, loss) of the latest validation
   double train_s_ = 0, first_loss_ = 0, last_loss_ = 0;
   int64_t timed_steps_ = 0;
+  int64_t skipped_ = 0;  // steps undone for a non-finite loss or norm (Note [divergence])
 };
 
 }  // namespace

@@ -48,6 +48,8 @@ struct TrainOptions {
   bool tokenizer_given = false;  // --tokenizer: a missing one is an error, not a note
   int64_t cpu_max_params = 50'000'000;
   bool quiet = false;  // nothing on stdout (errors still go to stderr)
+  int64_t skip_nonfinite = 0;  // Note [divergence]: non-finite steps undone before the run ends
+  std::vector<int64_t> fault_nonfinite_steps;  // tests only: these steps report a NaN loss
 };
 
 // What a Train call did, for callers that check it in-process (tests).
@@ -69,7 +71,11 @@ double KnownPeakTflops(std::string_view device_name);
 // validation, sample or checkpoint of it; a checkpoint with a non-finite
 // parameter is never written either. So the checkpoints a diverged run
 // leaves are all from before it, and --ckpt-keep never rotates them out for
-// NaNs.
+// NaNs. With --skip-nonfinite N, as large-scale trainers do, up to N such
+// steps are undone instead: the trainer's state is copied (through the host)
+// before each step and put back after a bad one, which counts as done
+// without an update (its batch is spent, the step count goes on), with a
+// line and a "skip" log event; the N+1st ends the run.
 //
 // Trains; prints the log (unless options.quiet) and returns the exit code:
 // 0, 1 for a failure, 2 for a bad request (the error is one line on stderr,
