@@ -164,6 +164,12 @@ TEST_F(TrainTest, ACheckpointDirHoldsOneRun) {
   EXPECT_EQ(tools::Train(resumed, &summary), 1);
   EXPECT_NE(summary.error.find("holds the checkpoints of 2 runs"), std::string::npos)
       << summary.error;
+  resumed.resume = "auto";
+  EXPECT_EQ(tools::Train(resumed, &summary), 1);
+  EXPECT_NE(
+      summary.error.find("--resume auto: " + first.ckpt_dir + " holds the checkpoints of 2 runs"),
+      std::string::npos)
+      << summary.error;
 
   fresh.overwrite = true;
   ASSERT_EQ(tools::Train(fresh, &summary), 0) << summary.error;

@@ -149,10 +149,11 @@ StatusOr<std::vector<std::string>> RemoveCheckpoints(const std::vector<StepCheck
   return removed;
 }
 
-StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
-  if (dir.empty()) return Error("--resume latest needs --ckpt-dir");
-  ASSIGN_OR_RETURN(std::vector<StepCheckpoint> all, ListCheckpoints(dir));
-  if (all.empty()) return Error("--resume latest: no step_NNNNNN checkpoint in {}", dir);
+namespace {
+
+// The newest of `all` (not empty), unless they are of several runs.
+StatusOr<std::string> Newest(const std::vector<StepCheckpoint>& all, const std::string& dir,
+                             std::string_view flag) {
   std::map<std::string, std::vector<std::string>> runs;
   for (const StepCheckpoint& c : all) {
     if (!c.run_id.empty()) runs[c.run_id].push_back(StepDirName(c.step));
@@ -163,19 +164,29 @@ StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
       parts.push_back(fmt::format("run {}: {}", id, fmt::join(names, " ")));
     }
     return Error(
-        "--resume latest: {} holds the checkpoints of {} runs ({}): name the one to continue "
-        "with --resume DIR/step_NNNNNN",
-        dir, runs.size(), fmt::join(parts, "; "));
+        "{}: {} holds the checkpoints of {} runs ({}): name the one to continue with --resume "
+        "DIR/step_NNNNNN",
+        flag, dir, runs.size(), fmt::join(parts, "; "));
   }
   return all.back().path;
+}
+
+}  // namespace
+
+StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
+  if (dir.empty()) return Error("--resume latest needs --ckpt-dir");
+  ASSIGN_OR_RETURN(std::vector<StepCheckpoint> all, ListCheckpoints(dir));
+  if (all.empty()) return Error("--resume latest: no step_NNNNNN checkpoint in {}", dir);
+  return Newest(all, dir, "--resume latest");
 }
 
 StatusOr<std::optional<std::string>> LatestCheckpointIfAny(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) return std::optional<std::string>();
-  ASSIGN_OR_RETURN(auto dirs, StepDirs(dir));
-  if (dirs.empty()) return std::optional<std::string>();
-  return std::optional<std::string>(dirs.back().second.string());
+  ASSIGN_OR_RETURN(std::vector<StepCheckpoint> all, ListCheckpoints(dir));
+  if (all.empty()) return std::optional<std::string>();
+  ASSIGN_OR_RETURN(std::string newest, Newest(all, dir, "--resume auto"));
+  return std::optional<std::string>(std::move(newest));
 }
 
 Status SaveStepCheckpoint(const std::string& dir, int64_t step, rt::CheckpointData data,

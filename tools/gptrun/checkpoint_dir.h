@@ -73,7 +73,8 @@ StatusOr<std::vector<std::string>> RemoveCheckpoints(const std::vector<StepCheck
 StatusOr<std::string> LatestCheckpoint(const std::string& dir);
 
 // The same for --resume auto: nothing when `dir` does not exist yet or
-// holds no checkpoint (the run starts fresh).
+// holds no checkpoint (the run starts fresh); several runs' checkpoints are
+// refused as for latest.
 StatusOr<std::optional<std::string>> LatestCheckpointIfAny(const std::string& dir);
 
 // Writes DIR/step_NNNNNN via DIR/step_NNNNNN.tmp renamed into place. With a
