@@ -42,6 +42,12 @@ int ModelsCommand(int argc, char** argv);
 int ExportHfCommand(int argc, char** argv);
 // gptc import-hf HF_DIR CKPT_DIR: a Hugging Face GPT-2 model as a checkpoint.
 int ImportHfCommand(int argc, char** argv);
+// export-hf and import-hf write a config.json and a model.safetensors, the
+// names of the files they read: refuses an output directory `out` (named
+// `out_name` in the message) that is the input `in` itself (`in_what`: "the
+// checkpoint", "HF_DIR"), and a non-empty one unless `force`.
+Status CheckHfOutputDir(std::string_view command, const std::string& in, std::string_view in_what,
+                        const std::string& out, std::string_view out_name, bool force);
 
 // Prints `gptc: MESSAGE` on stderr and returns `code`.
 int Fail(int code, const Status& status);

@@ -30,17 +30,10 @@ int ExportHfCommand(int argc, char** argv) {
   const std::string& out = flags.positional()[1];
   // The checkpoint's own config.json and model.safetensors have the names
   // the HF files take: writing there would leave it unresumable.
-  std::error_code ec;
-  if (std::filesystem::exists(out, ec) && std::filesystem::exists(ckpt, ec) &&
-      std::filesystem::equivalent(ckpt, out, ec)) {
-    return Fail(kExitUsage, Error("export-hf: OUT_DIR {} is the checkpoint {} itself: its "
-                                  "config.json and model.safetensors would be replaced",
-                                  out, ckpt));
-  }
-  if (std::filesystem::is_directory(out, ec) && !std::filesystem::is_empty(out, ec) &&
-      !flags.Has("force")) {
-    return Fail(kExitUsage,
-                Error("export-hf: OUT_DIR {} is not empty (--force writes into it)", out));
+  if (Status s =
+          CheckHfOutputDir("export-hf", ckpt, "the checkpoint", out, "OUT_DIR", flags.Has("force"));
+      !s.ok()) {
+    return Fail(kExitUsage, s);
   }
   StatusOr<rt::HfExportSummary> done = rt::ExportHuggingFace(ckpt, out);
   if (!done.ok()) return Fail(kExitFailure, done.status());
@@ -53,6 +46,22 @@ int ExportHfCommand(int argc, char** argv) {
       static_cast<long long>(m.width), static_cast<long long>(m.vocab), out.c_str(),
       static_cast<long long>(done->tensors), WithThousands(done->values).c_str());
   return 0;
+}
+
+Status CheckHfOutputDir(std::string_view command, const std::string& in, std::string_view in_what,
+                        const std::string& out, std::string_view out_name, bool force) {
+  std::error_code ec;
+  if (std::filesystem::exists(out, ec) && std::filesystem::exists(in, ec) &&
+      std::filesystem::equivalent(in, out, ec)) {
+    return Error(
+        "{}: {} {} is {} {} itself: its config.json and model.safetensors would be "
+        "replaced",
+        command, out_name, out, in_what, in);
+  }
+  if (std::filesystem::is_directory(out, ec) && !std::filesystem::is_empty(out, ec) && !force) {
+    return Error("{}: {} {} is not empty (--force writes into it)", command, out_name, out);
+  }
+  return Status::Ok();
 }
 
 }  // namespace gptc::tools

@@ -2,7 +2,6 @@
 // gptrun checkpoint at step 0 (runtime/hf_import.h has the mapping), the
 // inverse of gptc export-hf.
 #include <cstdio>
-#include <filesystem>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -78,17 +77,9 @@ int ImportHfCommand(int argc, char** argv) {
   const std::string& ckpt = flags.positional()[1];
   // The checkpoint's config.json and model.safetensors have the names of the
   // HF files: writing there would replace the model being read.
-  std::error_code ec;
-  if (std::filesystem::exists(ckpt, ec) && std::filesystem::exists(hf, ec) &&
-      std::filesystem::equivalent(hf, ckpt, ec)) {
-    return Fail(kExitUsage, Error("import-hf: CKPT_DIR {} is HF_DIR {} itself: its config.json "
-                                  "and model.safetensors would be replaced",
-                                  ckpt, hf));
-  }
-  if (std::filesystem::is_directory(ckpt, ec) && !std::filesystem::is_empty(ckpt, ec) &&
-      !flags.Has("force")) {
-    return Fail(kExitUsage,
-                Error("import-hf: CKPT_DIR {} is not empty (--force writes into it)", ckpt));
+  if (Status s = CheckHfOutputDir("import-hf", hf, "HF_DIR", ckpt, "CKPT_DIR", flags.Has("force"));
+      !s.ok()) {
+    return Fail(kExitUsage, s);
   }
   StatusOr<program::ModelConfig> sizes = rt::ReadHfConfig(hf);
   if (!sizes.ok()) return Fail(kExitFailure, sizes.status());
