@@ -87,15 +87,15 @@ class Generation {
     tokenizer_.emplace(std::move(tok).value());
     result_->context = {rt::kEndOfText};
     tokenizer_->EncodeTo(o_.prompt, &result_->context);
-    const program::EntrySignature& sig = logits_->signature;
-    const int64_t in = sig.FindInput(program::SlotRole::kTokens);
-    window_ = in < 0 || sig.inputs[in].shape.rank() != 2 ? 0 : sig.inputs[in].shape.dims()[1];
+    StatusOr<std::pair<int64_t, int64_t>> shape = LogitsShape(*logits_);
+    if (!shape.ok()) return Fail(1, shape.status().WithPrefix(o_.artifact));
+    const int64_t window = shape->first;
     const int64_t n = static_cast<int64_t>(result_->context.size());
-    if (n > window_) {
+    if (n > window) {
       return Fail(2, Error("the prompt is {} tokens; with the <|endoftext|> before it that is more "
                            "than the {} the artifact's logits entry reads (gptc compile --seq; "
                            "the model's context is {})",
-                           n - 1, window_, loaded_->model.positions));
+                           n - 1, window, loaded_->model.positions));
     }
     std::fprintf(stderr,
                  "gptrun generate: %s at step %lld on %s | prompt %lld tokens | up to %lld new, "
@@ -148,7 +148,7 @@ class Generation {
   std::optional<Distributed> dist_;
   std::unique_ptr<rt::Trainer> trainer_;
   std::optional<rt::Tokenizer> tokenizer_;
-  int64_t step_ = 0, window_ = 0;
+  int64_t step_ = 0;
 };
 
 }  // namespace

@@ -9,9 +9,6 @@
 
 namespace gptc::tools {
 
-namespace {
-
-// The logits slot's (T, padded vocab) after checking the entry's signature.
 StatusOr<std::pair<int64_t, int64_t>> LogitsShape(const program::TrainEntry& logits) {
   const program::EntrySignature& sig = logits.signature;
   int64_t in = sig.FindInput(program::SlotRole::kTokens);
@@ -26,6 +23,8 @@ StatusOr<std::pair<int64_t, int64_t>> LogitsShape(const program::TrainEntry& log
   }
   return std::pair{tokens.dims()[1], shape.dims()[2]};
 }
+
+namespace {
 
 // Logits [first, first + count) of one window of T tokens, whose logits are
 // values[t * padded + v]: the whole [T, padded] for validation, one row for a

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "compiler/program/model_config.h"
@@ -32,6 +33,10 @@ struct SampleOptions {
   bool stop_at_end_of_text = false;  // end (without it) at a generated <|endoftext|>
   std::function<void(int32_t)> on_token;  // called with each token as it is drawn
 };
+
+// The logits entry's window T and padded vocabulary, after checking that it
+// takes [1,T] tokens and gives [1,T,V] logits.
+StatusOr<std::pair<int64_t, int64_t>> LogitsShape(const program::TrainEntry& logits);
 
 // Generates up to options.length tokens after the prompt.
 StatusOr<std::vector<int32_t>> SampleTokens(rt::Trainer& trainer,
