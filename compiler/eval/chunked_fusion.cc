@@ -59,6 +59,11 @@ class RowSlicer {
   Kind kind(const ir::Instruction* inst) const { return kind_.at(inst); }
   // How many leading dims the rows are.
   int64_t prefix() const { return static_cast<int64_t>(lead_.size()); }
+  // Whether `shape` starts with the rows' dims.
+  bool HasRows(const ir::Shape& shape) const {
+    return !shape.is_tuple() && shape.rank() >= prefix() &&
+           std::equal(lead_.begin(), lead_.end(), shape.dims().begin());
+  }
   // The top body's constants with rows (a per-row scale), which its slices
   // take as extra parameters after its own, in this order.
   const std::vector<const ir::Instruction*>& row_constants() const { return row_constants_; }
@@ -98,10 +103,6 @@ class RowSlicer {
   }
 
  private:
-  bool HasRows(const ir::Shape& shape) const {
-    return !shape.is_tuple() && shape.rank() >= prefix() &&
-           std::equal(lead_.begin(), lead_.end(), shape.dims().begin());
-  }
   // dims[k] == k for the leading dims: they stay where they are, in order.
   bool KeepsLead(const std::vector<int64_t>& dims) const {
     if (static_cast<int64_t>(dims.size()) < prefix()) return false;
@@ -258,20 +259,15 @@ std::optional<StatusOr<ValuePtr>> EvalFusionByRows(const Context& ctx,
   std::vector<Kind> param_kinds;
   int64_t rows = 1;
   for (int64_t prefix = 1; prefix <= first.rank(); ++prefix) {
-    std::vector<int64_t> lead(first.dims().begin(), first.dims().begin() + prefix);
-    const int64_t n = rows * lead.back();
+    RowSlicer candidate({first.dims().begin(), first.dims().begin() + prefix});
     std::vector<Kind> kinds;
     for (const ir::Instruction* p : params) {
-      const bool with_rows = p != nullptr && !p->shape().is_tuple() &&
-                             p->shape().rank() >= prefix &&
-                             std::equal(lead.begin(), lead.end(), p->shape().dims().begin());
-      kinds.push_back(with_rows ? Kind::kRows : Kind::kWhole);
+      kinds.push_back(p != nullptr && candidate.HasRows(p->shape()) ? Kind::kRows : Kind::kWhole);
     }
-    RowSlicer candidate(lead);
     if (!candidate.Classify(*body, kinds)) break;
     slicer.emplace(std::move(candidate));
     param_kinds = std::move(kinds);
-    rows = n;
+    rows *= first.dims()[prefix - 1];
     if (largest / rows <= limit) break;
   }
   if (!slicer || rows < 2) return std::nullopt;
