@@ -73,10 +73,11 @@ GemmOperand Layout(const Context& ctx, const Value& x, const std::vector<int64_t
 }
 
 // OpenBLAS's worker threads wait for work spinning on sched_yield: after
-// each threaded gemm they burn the other cores in system time (three times
-// the kernel's own on gpt2-tiny, for a sixth less wall time). Gemms under
-// kThreadedMacs multiply-adds (all of gpt2-tiny's) run on the calling thread
-// alone; the vocabulary projections of the real GPT-2 sizes still split.
+// each threaded gemm they burn the other cores in system time, more than the
+// threads save on a small model (docs/PERFORMANCE.md, "The CPU device").
+// Gemms under kThreadedMacs multiply-adds (all of gpt2-tiny's) run on the
+// calling thread alone; the vocabulary projections of the real GPT-2 sizes
+// still split.
 constexpr int64_t kThreadedMacs = int64_t{1} << 32;
 
 void UseThreadsFor(int64_t macs) {

@@ -37,6 +37,28 @@ std::vector<std::string> Lines(const std::string& text, const std::string& prefi
   return out;
 }
 
+// (step, loss) of every step event of a --log file, the loss as printed
+// (full precision), so that runs compare loss for loss.
+std::vector<std::pair<int64_t, std::string>> StepLosses(const std::string& jsonl) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  const std::regex step(R"re("step":(\d+))re"), loss(R"re("loss":([^,}]+))re");
+  for (const std::string& l : Lines(jsonl)) {
+    std::smatch s, m;
+    if (l.find(R"("event":"step")") != std::string::npos && std::regex_search(l, s, step) &&
+        std::regex_search(l, m, loss)) {
+      found.emplace_back(std::stoll(s[1]), m[1]);
+    }
+  }
+  return found;
+}
+
+// The losses alone, in the log's order.
+std::vector<std::string> Losses(const std::string& jsonl) {
+  std::vector<std::string> out;
+  for (auto& [step, loss] : StepLosses(jsonl)) out.push_back(std::move(loss));
+  return out;
+}
+
 class GptrunTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -183,20 +205,9 @@ TEST_F(GptrunTest, ResumeIsBitIdentical) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(Lines(full.out, "val loss ").back().substr(0, 20),
             Lines(second.out, "val loss ").back().substr(0, 20));
-  auto losses = [](const std::string& jsonl) {
-    std::vector<std::string> out;
-    const std::regex loss(R"re("loss":([^,}]+))re");
-    for (const std::string& l : Lines(jsonl)) {
-      std::smatch m;
-      if (l.find(R"("event":"step")") != std::string::npos && std::regex_search(l, m, loss)) {
-        out.push_back(m[1]);
-      }
-    }
-    return out;
-  };
-  std::vector<std::string> full_losses = losses(ReadAll(*dir_ / "full.jsonl"));
+  std::vector<std::string> full_losses = Losses(ReadAll(*dir_ / "full.jsonl"));
   EXPECT_EQ(full_losses.size(), 6u);
-  EXPECT_EQ(full_losses, losses(ReadAll(*dir_ / "half.jsonl")));
+  EXPECT_EQ(full_losses, Losses(ReadAll(*dir_ / "half.jsonl")));
 }
 
 // Note [stop signals]: SIGTERM in the middle of a run finishes the step,
@@ -230,20 +241,9 @@ TEST_F(GptrunTest, SigtermCheckpointsTheStepAndResumeContinuesExactly) {
   Result resumed = Gptrun("--steps 8 --ckpt-dir " + ckpt + " --resume latest --log " +
                           (*dir_ / "sig_half.jsonl").string());
   ASSERT_EQ(resumed.code, 0) << resumed.out << resumed.err;
-  auto losses = [](const std::string& jsonl) {
-    std::vector<std::string> found;
-    const std::regex loss(R"re("loss":([^,}]+))re");
-    for (const std::string& l : Lines(jsonl)) {
-      std::smatch lm;
-      if (l.find(R"("event":"step")") != std::string::npos && std::regex_search(l, lm, loss)) {
-        found.push_back(lm[1]);
-      }
-    }
-    return found;
-  };
-  const std::vector<std::string> want = losses(ReadAll(*dir_ / "sig_full.jsonl"));
+  const std::vector<std::string> want = Losses(ReadAll(*dir_ / "sig_full.jsonl"));
   ASSERT_EQ(want.size(), 8u);
-  EXPECT_EQ(losses(ReadAll(*dir_ / "sig_half.jsonl")), want);
+  EXPECT_EQ(Losses(ReadAll(*dir_ / "sig_half.jsonl")), want);
 }
 
 // One job script with --resume auto, killed (SIGKILL: no checkpoint of its
@@ -268,23 +268,11 @@ TEST_F(GptrunTest, ResumeAutoSurvivesFiveKills) {
                  "wait $pid; done; " +
                  job + "; echo rc=$?'");
   ASSERT_NE(r.out.find("rc=0"), std::string::npos) << r.out << r.err;
-  auto losses = [](const std::string& jsonl) {
-    std::vector<std::pair<int64_t, std::string>> found;
-    const std::regex step(R"re("step":(\d+))re"), loss(R"re("loss":([^,}]+))re");
-    for (const std::string& l : Lines(jsonl)) {
-      std::smatch s, m;
-      if (l.find(R"("event":"step")") != std::string::npos && std::regex_search(l, s, step) &&
-          std::regex_search(l, m, loss)) {
-        found.emplace_back(std::stoll(s[1]), m[1]);
-      }
-    }
-    return found;
-  };
   std::map<int64_t, std::string> want;
-  for (const auto& [s, loss] : losses(ReadAll(*dir_ / "kill_full.jsonl"))) want[s] = loss;
+  for (const auto& [s, loss] : StepLosses(ReadAll(*dir_ / "kill_full.jsonl"))) want[s] = loss;
   ASSERT_EQ(want.size(), 12u);
   std::set<int64_t> seen;
-  for (const auto& [s, loss] : losses(ReadAll(log))) {
+  for (const auto& [s, loss] : StepLosses(ReadAll(log))) {
     EXPECT_EQ(loss, want[s]) << "step " << s;
     seen.insert(s);
   }

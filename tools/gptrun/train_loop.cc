@@ -85,7 +85,6 @@ class Console {
   bool shown_ = false;
 };
 
-// One JSON object a line; no-op without a path.
 // Note [stop signals]: SIGINT (Ctrl-C) and SIGTERM (what Slurm and
 // Kubernetes send before they kill a preempted job) do not kill a run: the
 // handler only records the signal, the loop finishes the step it is in,
@@ -124,7 +123,8 @@ class StopSignals {
   struct sigaction old_int_ = {}, old_term_ = {};
 };
 
-// The --log file. A line that could not be written (a full disk) is kept as
+// The --log file: one JSON object a line; no-op without a path. A line that
+// could not be written (a full disk) is kept as
 // the log's error, which the loop turns into the run's: a log is never left
 // cut mid-line while the run reports success (Note [checked stdout] in
 // tools/common/flags.h is the same for what gptrun prints).
@@ -645,9 +645,20 @@ class TrainRun {
                               errno != 0 ? std::strerror(errno) : "write error"));
       }
       // Note [divergence]: a non-finite loss or gradient norm (the norm is
-      // the all-reduced one, the same on every rank) ends the run before
-      // anything is written of it.
-      if ((!std::isfinite(r->loss) || !std::isfinite(r->grad_norm)) && before) {
+      // the all-reduced one, the same on every rank) is undone while
+      // --skip-nonfinite allows, else ends the run before anything is
+      // written of it.
+      const bool finite = std::isfinite(r->loss) && std::isfinite(r->grad_norm);
+      if (!finite && !before) {
+        return Abort(1, Error("step {}: the loss is {} and the gradient norm {}: the run "
+                              "diverged (no checkpoint written after it; {})",
+                              step, r->loss, r->grad_norm,
+                              o_.skip_nonfinite > 0
+                                  ? fmt::format("{} steps skipped already, --skip-nonfinite {}",
+                                                skipped_, o_.skip_nonfinite)
+                                  : "try a lower --lr, or --skip-nonfinite N"));
+      }
+      if (!finite) {
         ++skipped_;
         before->steps_done = step;  // done, without its update
         if (Status s = trainer_->ImportState(*before); !s.ok()) {
@@ -658,14 +669,6 @@ class TrainRun {
                         "its update undone ({} of --skip-nonfinite {})",
                         step, r->loss, r->grad_norm, skipped_, o_.skip_nonfinite));
         log_->Write(json{{"event", "skip"}, {"step", step}, {"skipped", skipped_}});
-      } else if (!std::isfinite(r->loss) || !std::isfinite(r->grad_norm)) {
-        return Abort(1, Error("step {}: the loss is {} and the gradient norm {}: the run "
-                              "diverged (no checkpoint written after it; {})",
-                              step, r->loss, r->grad_norm,
-                              o_.skip_nonfinite > 0
-                                  ? fmt::format("{} steps skipped already, --skip-nonfinite {}",
-                                                skipped_, o_.skip_nonfinite)
-                                  : "try a lower --lr, or --skip-nonfinite N"));
       }
 
       const bool last = step == o_.steps;
