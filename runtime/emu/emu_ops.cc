@@ -2,6 +2,7 @@
 // memsets, gemms, all-reduces) and its driver API. Every operation runs on
 // the calling thread when its stream reaches it (Note [emulated streams]).
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "compiler/support/float_bits.h"
@@ -126,6 +127,9 @@ cudaError_t KernelOp(Stream& s, const Function& f, Dim3 grid, Dim3 block, uint32
                 .ordered = k.ordered,
                 .checks = mc.checks(),
                 .global = checker.get()};
+  // Note [emulated time]
+  const double threads = static_cast<double>(grid.count()) * static_cast<double>(block.count());
+  s.now_us += 2.0 + 2.0 * std::floor(threads / (132.0 * 2048.0));
   const Clock::time_point t0 = Clock::now();
   Status run = d.runner->Run(launch);
   d.stats.kernel_seconds += Since(t0);
@@ -356,6 +360,7 @@ cudaError_t GemmOp(Stream& s, const MatmulWork& work) {
       }
     }
   }
+  s.now_us += work.stand_in_us;  // Note [emulated time]
   const Clock::time_point t0 = Clock::now();
   work.run();
   d.stats.gemm_seconds += Since(t0);
@@ -448,6 +453,7 @@ cudaError_t AllReduceOp(Stream& s, rt::Communicator* host, const void* in, void*
   auto result = std::make_shared<std::string>(FromFloats(values, dtype));
   mc.BeginFlight(static_cast<const char*>(in), static_cast<const char*>(out), bytes, who);
   std::memset(out, 0xff, bytes);
+  s.now_us += 10.0 + static_cast<double>(bytes) / 1e5;  // Note [emulated time]
   ++d.stats.all_reduces;
   d.landings.push_back(Landing{s.id, s.clock, [out, result, event, ctx] {
                                  std::memcpy(out, result->data(), result->size());
@@ -508,6 +514,7 @@ cudaError_t CopyOp(Stream& s, void* dst, const void* src, size_t bytes, std::str
     if (!st.ok()) return Finding(ctx, who, st);
   }
   std::memmove(dst, src, bytes);
+  s.now_us += 1.0 + static_cast<double>(bytes) / 2e6;  // Note [emulated time]
   ++d.stats.copies;
   if (mc.checks() && to_device) {
     (void)mc.Write(to, bytes, event, pos, who);
@@ -528,6 +535,7 @@ cudaError_t SetOp(Stream& s, void* dst, int value, size_t bytes, std::string wha
     }
   }
   std::memset(dst, value, bytes);
+  s.now_us += 1.0 + static_cast<double>(bytes) / 2e6;  // Note [emulated time]
   if (mc.checks()) {
     (void)mc.Write(to, bytes, event, pos, what);
     mc.HostProduced(to, bytes, event, /*any_buffer=*/false);

@@ -24,11 +24,24 @@ namespace gptc::rt::emu {
 
 struct Graph;
 
+// Note [emulated time]
+// Events measure a stand-in device clock, not the host's: each stream's
+// clock advances, as its operations run, by what the operation would take
+// on an H100-like device in a deliberately simple model — a kernel 2 us
+// plus 2 us for each full wave of 132 x 2048 threads, a copy or memset
+// 1 us plus its bytes at 2 TB/s, an all-reduce 10 us plus its bytes at
+// 100 GB/s, a gemm by its algorithm (Note [emulated gemm algorithms] in
+// lt_api.cc) — and a stream waiting for an event moves up to the event's
+// time. So cudaEventElapsedTime, and everything built on it (gemm
+// autotuning, --profile), is deterministic on the emulator: tests can
+// assert what a tuning chooses. The figures are stand-ins for testing the
+// runtime's decisions, not estimates of a GPU's speed.
 struct Stream {
   int id = 0;            // 0: the legacy default stream
   bool blocking = true;  // synchronizes with the legacy stream
   bool destroyed = false;
   uint64_t clock = 0;           // operations run so far
+  double now_us = 0;            // Note [emulated time]
   std::vector<uint64_t> known;  // Note [stream order]: known[id] == clock
   Graph* capture = nullptr;     // the graph it is captured into
   ThunkContext pending;         // the thunk whose operation comes next
@@ -42,7 +55,7 @@ struct Event {
   std::vector<uint64_t> known;
   bool recorded = false;
   bool timing = true;
-  std::chrono::steady_clock::time_point time;
+  double time_us = 0;  // the stream's clock when it was recorded (Note [emulated time])
   // Recorded during a capture: the graph and the op's index in it.
   Graph* captured = nullptr;
   Stream* stream = nullptr;

@@ -51,7 +51,13 @@ class EmuTrainer : public Trainer {
 
   // The GPU trainer's load line, and what the emulator did so far.
   std::string LoadSummary() const;
-  std::string ProfileReport(int top_n = 25) const { return trainer_->ProfileReport(top_n); }
+  // The GPU trainer's, its times the emulator's stand-ins.
+  std::string ProfileReport(int top_n = 25) const {
+    return "emulated device: the times below are stand-ins (Note [emulated time] in "
+           "runtime/emu/emu_state.h), not a GPU's\n" +
+           trainer_->ProfileReport(top_n);
+  }
+  std::string ProfileJson() const { return trainer_->ProfileJson(); }
   EmuStats stats() const { return device_->stats(); }
 
  private:

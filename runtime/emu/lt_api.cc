@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string_view>
 
 namespace gptc::rt::emu {
@@ -11,8 +13,54 @@ namespace gptc::rt::emu {
 namespace {
 
 // The heuristic's mark in the algorithms it returns (cublasLtMatmulAlgo_t
-// data[0]), so that cublasLtMatmul refuses one it did not choose.
+// data[0]), so that cublasLtMatmul refuses one it did not choose; data[1]
+// is the algorithm's index in kAlgorithms.
 constexpr uint64_t kAlgoMark = 0x6770746365'6d7531;  // "gptcemu1"
+
+// Note [emulated gemm algorithms]
+// The heuristic offers a few algorithms, as cuBLASLt does, so that the
+// runtime's autotuning (runtime/gpu/autotune.h) has a choice to make. They
+// compute the same result; they differ only in the stand-in time the
+// emulated device's clock advances by (Note [emulated time] in
+// emu_state.h): output tiles of tile_m x tile_n, one tile per SM at a time
+// on 132 SMs, each at `efficiency` of an SM's share of 989 TFLOP/s, plus a
+// launch. So the fastest depends on the shape (wave quantization), as on
+// a GPU. $GPTC_EMU_SLOW_EPILOGUES (a comma list of epilogue names) makes
+// matmuls with those epilogues 4x slower, so that the gemm without its
+// epilogue plus the fallback kernel wins the tuning (Note [epilogue
+// fallback] in runtime/gpu/executor.h).
+struct Algorithm {
+  uint64_t tile_m, tile_n;
+  double efficiency;
+};
+constexpr Algorithm kAlgorithms[] = {
+    {128, 128, 0.70}, {128, 256, 0.80}, {64, 128, 0.55}, {256, 128, 0.78}};
+constexpr int kAlgorithmCount = static_cast<int>(std::size(kAlgorithms));
+
+// Whether `list` (a comma list, or null) names `name`.
+bool Lists(const char* list, const std::string& name) {
+  if (list == nullptr) return false;
+  for (std::string_view rest = list; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    if (rest.substr(0, comma) == name) return true;
+    rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
+  }
+  return false;
+}
+
+double StandInMicros(const MatmulSpec& s, const MatrixShape& a, const MatrixShape& d,
+                     uint64_t algorithm) {
+  const Algorithm& al = kAlgorithms[algorithm];
+  const uint64_t k = s.transa == CUBLAS_OP_N ? a.cols : a.rows;
+  const uint64_t tiles = (d.rows + al.tile_m - 1) / al.tile_m *
+                         ((d.cols + al.tile_n - 1) / al.tile_n) *
+                         static_cast<uint64_t>(std::max(d.batch_count, 1));
+  const uint64_t waves = (tiles + 131) / 132;
+  const double sm_flops_per_us = 989e6 / 132 * al.efficiency;
+  double us = 3.0 + static_cast<double>(waves) * 2.0 * al.tile_m * al.tile_n * k / sm_flops_per_us;
+  if (Lists(std::getenv("GPTC_EMU_SLOW_EPILOGUES"), EpilogueName(s.epilogue))) us *= 4;
+  return us;
+}
 
 struct Desc {
   MatmulSpec spec;
@@ -231,22 +279,21 @@ cublasStatus_t MatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t des
   // A GPU whose cuBLASLt has no algorithm for an epilogue, on demand: the
   // runtime's fallback (Note [epilogue fallback]) is tested this way.
   const std::string epilogue = EpilogueName(reinterpret_cast<Desc*>(desc)->spec.epilogue);
-  if (const char* refused = std::getenv("GPTC_EMU_REFUSE_EPILOGUES"); refused != nullptr) {
-    for (std::string_view rest = refused; !rest.empty();) {
-      const size_t comma = rest.find(',');
-      if (rest.substr(0, comma) == epilogue) {
-        return Refuse(CUBLAS_STATUS_NOT_SUPPORTED,
-                      epilogue + ": no algorithm ($GPTC_EMU_REFUSE_EPILOGUES)");
-      }
-      rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
-    }
+  if (Lists(std::getenv("GPTC_EMU_REFUSE_EPILOGUES"), epilogue)) {
+    return Refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  epilogue + ": no algorithm ($GPTC_EMU_REFUSE_EPILOGUES)");
   }
-  results[0] = cublasLtMatmulHeuristicResult_t{};
-  results[0].algo.data[0] = kAlgoMark;
-  results[0].workspaceSize = 0;
-  results[0].state = CUBLAS_STATUS_SUCCESS;
-  results[0].wavesCount = 1.0f;
-  *count = 1;
+  // Note [emulated gemm algorithms]: in kAlgorithms' order, which is not
+  // the fastest first.
+  *count = std::min(requested, kAlgorithmCount);
+  for (int i = 0; i < *count; ++i) {
+    results[i] = cublasLtMatmulHeuristicResult_t{};
+    results[i].algo.data[0] = kAlgoMark;
+    results[i].algo.data[1] = static_cast<uint64_t>(i);
+    results[i].workspaceSize = 0;
+    results[i].state = CUBLAS_STATUS_SUCCESS;
+    results[i].wavesCount = 1.0f;
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -265,7 +312,8 @@ cublasStatus_t Matmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* a
                       cublasLtMatrixLayout_t ddesc, const cublasLtMatmulAlgo_t* algo, void*, size_t,
                       cudaStream_t stream) {
   last_refusal.clear();
-  if (algo == nullptr || algo->data[0] != kAlgoMark) {
+  if (algo == nullptr || algo->data[0] != kAlgoMark ||
+      algo->data[1] >= static_cast<uint64_t>(kAlgorithmCount)) {
     return Refuse(CUBLAS_STATUS_INVALID_VALUE, "the algorithm is not one the heuristic returned");
   }
   const Desc& dd = *reinterpret_cast<Desc*>(desc);
@@ -284,6 +332,7 @@ cublasStatus_t Matmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* a
   work.reads = ReadRanges(spec, sa, sb, sc, sd, A, B, C, b);
   work.writes = WriteRanges(spec, sa, sb, sd, D);
   work.summary = Summary(spec, sa, sb, sd);
+  work.stand_in_us = StandInMicros(spec, sa, sd, algo->data[1]);
   work.run = [=] { RunMatmul(spec, sa, sb, sc, sd, a, b, A, B, C, D); };
   if (!Executor()) {
     work.run();

@@ -25,6 +25,9 @@ struct MatmulWork {
   std::vector<ByteRange> reads, writes;
   std::function<void()> run;
   std::string summary;  // "m=64 n=128 k=64 batch=1 A CUDA_R_16BF N ... epilogue BIAS"
+  // What the emulated device's clock advances by (Note [emulated gemm
+  // algorithms] in lt_api.cc).
+  double stand_in_us = 0;
 };
 // Runs (or enqueues on `stream`) a matmul; what cublasLtMatmul returns.
 using MatmulExecutor = std::function<cublasStatus_t(cudaStream_t stream, MatmulWork work)>;

@@ -63,8 +63,10 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
     ASSIGN_OR_RETURN(Call call, e->Translate(t));
     e->calls_.push_back(std::move(call));
   }
+  // Note [autotune paths]: on the arena as it is (zeros), before any input.
+  if (resources.autotuner != nullptr) RETURN_IF_ERROR(e->TuneGemms());
   // Note [epilogue fallback]: a fallback kernel runs only for a gemm that
-  // had to drop its epilogue.
+  // runs without its epilogue.
   for (size_t i = 0; i < e->calls_.size(); ++i) {
     const auto* k = std::get_if<KernelThunk>(&e->plan_.thunks[i].body);
     if (k != nullptr && k->fallback && !e->fallback_of_.contains(i)) e->calls_[i] = NoOp{};
@@ -177,49 +179,24 @@ StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
       }
       ASSIGN_OR_RETURN(std::unique_ptr<GemmRunner> runner,
                        GemmRunner::Prepare(*resources_.lt, g.config, p, t.Describe()));
-      Status selected = runner->SelectAlgorithm(resources_.lt_handle, g.config);
+      // Tuning chooses the algorithm later (TuneGemms).
+      const bool tuned = resources_.autotuner != nullptr;
+      Status selected = tuned ? runner->Candidates(resources_.lt_handle, g.config, 1).status()
+                              : runner->SelectAlgorithm(resources_.lt_handle, g.config);
       if (selected.ok()) return Call(std::move(runner));
       // Note [epilogue fallback]: the gemm without its epilogue, and the
       // kernel next to it (its fallback) does the epilogue's work.
-      const size_t i = static_cast<size_t>(t.index);
-      auto fallback_at = [&](size_t j) {
-        const auto* k =
-            j < plan_.thunks.size() ? std::get_if<KernelThunk>(&plan_.thunks[j].body) : nullptr;
-        return k != nullptr && k->fallback && plan_.thunks[j].instruction() == t.instruction();
-      };
-      // DGELU_BGRAD has neither: its bias gradient is of the epilogue's result.
-      const bool writes_bias = program::WritesBias(g.config.epilogue);
-      const bool bgrad =
-          writes_bias && !program::ReadsAux(g.config.epilogue) && i > 0 && fallback_at(i - 1);
-      const bool forward = !writes_bias && g.fallback_d && fallback_at(i + 1);
-      if (!runner->refused() || !(bgrad || forward)) return selected;
-      GemmConfig plain = g.config;
-      plain.epilogue = program::GemmEpilogue::kDefault;
-      plain.bias_dtype.reset();
-      plain.aux_ld = 0;
-      p.bias = p.aux = nullptr;
-      if (forward) {
-        // The dot's result alone, in f32, into scratch: the kernel after the
-        // gemm computes the whole epilogue (bias, GELU, aux, residual, the
-        // GELU backward from aux) from it.
-        for (GemmLayout* l : {&plain.c, &plain.d}) {
-          l->dtype = program::GemmDType::kF32;
-          l->ld = l->rows;
-          l->batch_stride = l->rows * l->cols;
-        }
-        plain.beta = 0;
-        p.c = p.d = At(*g.fallback_d);
-      }
-      ASSIGN_OR_RETURN(runner,
-                       GemmRunner::Create(*resources_.lt, resources_.lt_handle, plain, p,
-                                          t.Describe() + " (plain, the epilogue's fallback)"));
-      const size_t kernel = bgrad ? i - 1 : i + 1;
-      fallback_of_.insert(kernel);
+      const std::optional<size_t> kernel = FallbackKernel(static_cast<size_t>(t.index));
+      if (!runner->refused() || !kernel) return selected;
+      ASSIGN_OR_RETURN(runner, PreparePlain(t));
+      if (!tuned) RETURN_IF_ERROR(runner->SelectAlgorithm(resources_.lt_handle, runner->config()));
+      fallback_of_.insert(*kernel);
       warnings_.push_back(fmt::format(
           "{}: cuBLASLt has no algorithm for {} here [{}]; it runs without the epilogue, and "
           "kernel {} {}",
           t.Describe(), program::GemmEpilogueName(g.config.epilogue), g.config.Summary(),
-          plan_.thunks[kernel].name, bgrad ? "computes the bias gradient" : "applies it"));
+          plan_.thunks[*kernel].name,
+          *kernel < static_cast<size_t>(t.index) ? "computes the bias gradient" : "applies it"));
       return Call(std::move(runner));
     }
     case ThunkKind::kCopy: {
@@ -252,6 +229,102 @@ StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
   return Error("{}: cannot be executed", t.Describe());
 }
 
+std::optional<size_t> EntryExecutor::FallbackKernel(size_t i) const {
+  const Thunk& t = plan_.thunks[i];
+  const auto& g = std::get<GemmThunk>(t.body);
+  auto fallback_at = [&](size_t j) {
+    const auto* k =
+        j < plan_.thunks.size() ? std::get_if<KernelThunk>(&plan_.thunks[j].body) : nullptr;
+    return k != nullptr && k->fallback && plan_.thunks[j].instruction() == t.instruction();
+  };
+  // DGELU_BGRAD has neither: its bias gradient is of the epilogue's result.
+  const bool writes_bias = program::WritesBias(g.config.epilogue);
+  if (writes_bias && !program::ReadsAux(g.config.epilogue) && i > 0 && fallback_at(i - 1)) {
+    return i - 1;
+  }
+  if (!writes_bias && g.fallback_d && fallback_at(i + 1)) return i + 1;
+  return std::nullopt;
+}
+
+StatusOr<std::unique_ptr<GemmRunner>> EntryExecutor::PreparePlain(const Thunk& t) {
+  const auto& g = std::get<GemmThunk>(t.body);
+  GemmConfig plain = g.config;
+  plain.epilogue = program::GemmEpilogue::kDefault;
+  plain.bias_dtype.reset();
+  plain.aux_ld = 0;
+  GemmPointers p{.a = At(g.a),
+                 .b = At(g.b),
+                 .c = At(g.c),
+                 .d = At(g.d),
+                 .workspace = resources_.workspace,
+                 .workspace_bytes = resources_.workspace_bytes};
+  if (!program::WritesBias(g.config.epilogue)) {
+    // The dot's result alone, in f32, into scratch: the kernel after the
+    // gemm computes the whole epilogue (bias, GELU, aux, residual, the
+    // GELU backward from aux) from it.
+    for (GemmLayout* l : {&plain.c, &plain.d}) {
+      l->dtype = program::GemmDType::kF32;
+      l->ld = l->rows;
+      l->batch_stride = l->rows * l->cols;
+    }
+    plain.beta = 0;
+    p.c = p.d = At(*g.fallback_d);
+  }
+  return GemmRunner::Prepare(*resources_.lt, plain, p,
+                             t.Describe() + " (plain, the epilogue's fallback)");
+}
+
+Status EntryExecutor::LaunchKernel(const KernelCall& k, const Thunk& t, cudaStream_t stream) {
+  CUresult r = resources_.cu->LaunchKernel(k.function, k.grid[0], k.grid[1], k.grid[2], k.block[0],
+                                           k.block[1], k.block[2], k.dynamic_smem, stream,
+                                           const_cast<void**>(k.params.data()), nullptr);
+  if (r == CUDA_SUCCESS) return Status::Ok();
+  return Error("{}: cuLaunchKernel(grid {}x{}x{}, block {}x{}x{}, {} bytes dynamic smem): {}",
+               t.Describe(), k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
+               k.dynamic_smem, resources_.cu->ErrorText(r));
+}
+
+Status EntryExecutor::TuneGemms() {
+  GemmAutotuner& tuner = *resources_.autotuner;
+  for (size_t i = 0; i < calls_.size(); ++i) {
+    auto* runner = std::get_if<std::unique_ptr<GemmRunner>>(&calls_[i]);
+    if (runner == nullptr) continue;
+    const Thunk& t = plan_.thunks[i];
+    const auto& g = std::get<GemmThunk>(t.body);
+    const std::optional<size_t> kernel = FallbackKernel(i);
+    const bool dropped = kernel && fallback_of_.contains(*kernel);  // cuBLASLt refused
+    std::unique_ptr<GemmRunner> plain;
+    if (dropped) {
+      plain = std::move(*runner);
+    } else if (kernel) {
+      ASSIGN_OR_RETURN(plain, PreparePlain(t));
+    }
+    GemmCandidates c{
+        .key = TuningKey(g.config, kernel.has_value()),
+        .thunk = plan_.name + "/" + t.name,
+        .flops = 2.0 * static_cast<double>(g.config.m) * static_cast<double>(g.config.n) *
+                 static_cast<double>(g.config.k) * static_cast<double>(g.config.batch_count),
+        .epilogue = dropped ? nullptr : runner->get(),
+        .epilogue_config = &g.config,
+        .plain = plain.get(),
+        .plain_config = plain ? &plain->config() : nullptr,
+    };
+    if (kernel) {
+      const auto& k = std::get<KernelCall>(calls_[*kernel]);
+      const Thunk& kt = plan_.thunks[*kernel];
+      c.kernel = [this, &k, &kt](cudaStream_t s) { return LaunchKernel(k, kt, s); };
+    }
+    ASSIGN_OR_RETURN(TunedPath path, tuner.Tune(c, resources_.lt_handle, resources_.stream));
+    if (path == TunedPath::kFallback) {
+      calls_[i] = std::move(plain);
+      fallback_of_.insert(*kernel);
+    } else if (kernel) {
+      fallback_of_.erase(*kernel);
+    }
+  }
+  return Status::Ok();
+}
+
 EntryExecutor::~EntryExecutor() {
   if (observer_ != nullptr) observer_->EntryDestroyed(plan_);
   DestroyGraph();
@@ -273,17 +346,7 @@ Status EntryExecutor::RunThunk(size_t i, cudaStream_t stream) {
   if (i >= calls_.size()) return Error("entry {}: no thunk {}", plan_.name, i);
   RETURN_IF_ERROR(Observe(i, stream));
   Call& call = calls_[i];
-  if (auto* k = std::get_if<KernelCall>(&call)) {
-    CUresult r = resources_.cu->LaunchKernel(k->function, k->grid[0], k->grid[1], k->grid[2],
-                                             k->block[0], k->block[1], k->block[2], k->dynamic_smem,
-                                             stream, k->params.data(), nullptr);
-    if (r != CUDA_SUCCESS) {
-      return Error("{}: cuLaunchKernel(grid {}x{}x{}, block {}x{}x{}, {} bytes dynamic smem): {}",
-                   plan_.thunks[i].Describe(), k->grid[0], k->grid[1], k->grid[2], k->block[0],
-                   k->block[1], k->block[2], k->dynamic_smem, resources_.cu->ErrorText(r));
-    }
-    return Status::Ok();
-  }
+  if (auto* k = std::get_if<KernelCall>(&call)) return LaunchKernel(*k, plan_.thunks[i], stream);
   if (auto* g = std::get_if<std::unique_ptr<GemmRunner>>(&call)) return (*g)->Run(stream);
   if (auto* m = std::get_if<MemcpyCall>(&call)) {
     return CudaCheck(Cuda().MemcpyAsync(m->dst, m->src, m->bytes, cudaMemcpyDeviceToDevice, stream),
@@ -381,7 +444,7 @@ StatusOr<std::vector<ThunkTime>> EntryExecutor::Profile(cudaStream_t stream) {
     RETURN_IF_ERROR(CudaCheck(Cuda().EventElapsedTime(&ms, events_[i], events_[i + 1]),
                               plan_.thunks[i].Describe() + ": cudaEventElapsedTime"));
     const Thunk& t = plan_.thunks[i];
-    times.push_back({std::string(ThunkKindName(t.kind())), t.name, t.meta, ms});
+    times.push_back({std::string(ThunkKindName(t.kind())), t.name, t.meta, ms, plan_.name});
   }
   return times;
 }

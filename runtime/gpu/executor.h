@@ -27,11 +27,13 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "runtime/gpu/autotune.h"
 #include "runtime/gpu/backend.h"
 #include "runtime/gpu/communicator.h"
 #include "runtime/gpu/cublaslt_api.h"
@@ -55,6 +57,9 @@ struct ExecutorResources {
   Communicator* communicator = nullptr;  // null: world size 1
   void* workspace = nullptr;             // cuBLASLt's, shared (one stream)
   size_t workspace_bytes = 0;
+  // Chooses each gemm's algorithm, and whether it runs with its epilogue
+  // (Note [autotune paths]); null: the heuristic's first answer.
+  GemmAutotuner* autotuner = nullptr;
 };
 
 struct ExecutorOptions {
@@ -103,7 +108,8 @@ class EntryExecutor {
   // DGELU) a kernel computing the epilogue from the dot's result in scratch.
   // When cuBLASLt's heuristic finds no algorithm for the epilogue on this
   // GPU, the gemm runs without it and that kernel runs too (it shows in
-  // --profile as a thunk of its own); otherwise the kernel is skipped.
+  // --profile as a thunk of its own); so it does when autotuning finds the
+  // pair faster (Note [autotune paths]); otherwise the kernel is skipped.
   // One line per gemm that fell back, for the caller to print.
   const std::vector<std::string>& warnings() const { return warnings_; }
 
@@ -136,6 +142,13 @@ class EntryExecutor {
   EntryExecutor(const ExecutorResources& resources, EntryPlan plan, char* arena)
       : resources_(resources), plan_(std::move(plan)), arena_(arena) {}
   StatusOr<Call> Translate(const Thunk& thunk);
+  // Note [epilogue fallback]: the fallback kernel of gemm thunk `i`, if any.
+  std::optional<size_t> FallbackKernel(size_t i) const;
+  // Gemm thunk `t` without its epilogue (no algorithm chosen yet).
+  StatusOr<std::unique_ptr<GemmRunner>> PreparePlain(const Thunk& t);
+  Status LaunchKernel(const KernelCall& k, const Thunk& t, cudaStream_t stream);
+  // Note [autotune paths]: each gemm's algorithm and path, from the autotuner.
+  Status TuneGemms();
   Status PrepareBuckets();
   // Tells the backend's observer (Note [CUDA backends]) that thunk `i` follows on `stream`.
   Status Observe(size_t i, cudaStream_t stream);

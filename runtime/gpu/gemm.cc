@@ -1,5 +1,6 @@
 #include "runtime/gpu/gemm.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace gptc::rt::gpu {
@@ -25,6 +26,7 @@ StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Prepare(const CublasLtApi& lt,
                                                           std::string what) {
   std::unique_ptr<GemmRunner> g(new GemmRunner(lt, std::move(what)));
   g->pointers_ = pointers;
+  g->config_ = config;
   g->alpha_ = static_cast<float>(config.alpha);
   g->beta_ = static_cast<float>(config.beta);
   if (config.scale_type != program::GemmDType::kF32) {
@@ -93,18 +95,21 @@ StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Prepare(const CublasLtApi& lt,
   return g;
 }
 
-Status GemmRunner::SelectAlgorithm(cublasLtHandle_t handle, const GemmConfig& config) {
-  handle_ = handle;
+StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> GemmRunner::Candidates(
+    cublasLtHandle_t handle, const GemmConfig& config, int max) {
+  refused_ = false;
   cublasLtMatmulPreference_t pref = nullptr;
   RETURN_IF_ERROR(Check(lt_.MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"));
   const uint64_t workspace = pointers_.workspace_bytes;
   Status s = Check(lt_.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                     &workspace, sizeof(workspace)),
                    "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(max, 1)));
   int found = 0;
   if (s.ok()) {
     const cublasStatus_t h =
-        lt_.MatmulAlgoGetHeuristic(handle, desc_, a_, b_, c_, d_, pref, 1, &heuristic_, &found);
+        lt_.MatmulAlgoGetHeuristic(handle, desc_, a_, b_, c_, d_, pref,
+                                   static_cast<int>(results.size()), results.data(), &found);
     // No algorithm: none found, or NOT_SUPPORTED (cuBLASLt's answer then).
     refused_ = found == 0 && (h == CUBLAS_STATUS_SUCCESS || h == CUBLAS_STATUS_NOT_SUPPORTED);
     s = Check(h, "cublasLtMatmulAlgoGetHeuristic");
@@ -115,8 +120,22 @@ Status GemmRunner::SelectAlgorithm(cublasLtHandle_t handle, const GemmConfig& co
     return Error("{}: cuBLASLt has no algorithm for {} with a {} byte workspace", what_,
                  config.Summary(), workspace);
   }
-  has_algorithm_ = true;
+  results.resize(static_cast<size_t>(found));
+  return results;
+}
+
+Status GemmRunner::SelectAlgorithm(cublasLtHandle_t handle, const GemmConfig& config) {
+  ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> first,
+                   Candidates(handle, config, 1));
+  UseAlgorithm(handle, first[0]);
   return Status::Ok();
+}
+
+void GemmRunner::UseAlgorithm(cublasLtHandle_t handle,
+                              const cublasLtMatmulHeuristicResult_t& choice) {
+  handle_ = handle;
+  heuristic_ = choice;
+  has_algorithm_ = true;
 }
 
 GemmRunner::~GemmRunner() {

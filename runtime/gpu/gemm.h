@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/gpu/cublaslt_api.h"
 #include "runtime/gpu/plan_reader.h"
@@ -47,6 +48,15 @@ class GemmRunner {
                                                        std::string what);
   // Asks the heuristic for the best algorithm within the workspace.
   Status SelectAlgorithm(cublasLtHandle_t handle, const GemmConfig& config);
+  // The heuristic's answers within the workspace, its best first, at most
+  // `max` (autotuning times them: runtime/gpu/autotune.h). An error when
+  // there is none; refused() then says whether cuBLASLt has no algorithm.
+  StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> Candidates(cublasLtHandle_t handle,
+                                                                    const GemmConfig& config,
+                                                                    int max);
+  // Runs with `choice`, one of Candidates' answers, from now on.
+  void UseAlgorithm(cublasLtHandle_t handle, const cublasLtMatmulHeuristicResult_t& choice);
+  const cublasLtMatmulHeuristicResult_t& algorithm() const { return heuristic_; }
   ~GemmRunner();
   GemmRunner(const GemmRunner&) = delete;
   GemmRunner& operator=(const GemmRunner&) = delete;
@@ -55,6 +65,7 @@ class GemmRunner {
   Status Run(cudaStream_t stream) const;
 
   const std::string& what() const { return what_; }
+  const GemmConfig& config() const { return config_; }
   // After SelectAlgorithm failed: whether the heuristic found no algorithm
   // (or said the combination is not supported), as opposed to another error.
   bool refused() const { return refused_; }
@@ -70,6 +81,7 @@ class GemmRunner {
   bool refused_ = false;
   std::string what_;
   GemmPointers pointers_;
+  GemmConfig config_;
   float alpha_ = 1, beta_ = 0;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, c_ = nullptr, d_ = nullptr;

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <ranges>
 #include <span>
 
 #include "compiler/support/text.h"
+#include "runtime/gpu/autotune.h"
 #include "runtime/gpu/backend.h"
 #include "runtime/gpu/cublaslt_api.h"
 #include "runtime/gpu/cuda_api.h"
@@ -105,6 +107,7 @@ struct GpuTrainer::Impl {
   int64_t steps_done = 0;
   int64_t params_version = 0;
   ProfileTable first_profile, profile;
+  std::unique_ptr<GemmAutotuner> autotuner;  // null: --autotune off
 
   ~Impl() {
     if (stream != nullptr) Cuda().StreamSynchronize(stream);
@@ -118,6 +121,8 @@ struct GpuTrainer::Impl {
   }
 
   Status Load(const program::Artifact& artifact, uint64_t seed);
+  // Note [autotune paths]; its cache's warnings go to stderr.
+  std::unique_ptr<GemmAutotuner> MakeAutotuner() const;
   Status CheckSignature(const program::TrainEntry& entry, const EntryPlan& plan);
   Status FindSlots();
   // Runs one entry in the mode the options ask for: profiled, checked, as the
@@ -252,6 +257,7 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
   }
   ASSIGN_OR_RETURN(modules, KernelModules::Load(*cu, artifact, Where(), device));
 
+  if (options.autotune.mode != AutotuneMode::kOff) autotuner = MakeAutotuner();
   ExecutorResources resources{.cu = cu,
                               .stream = stream,
                               .lt = lt,
@@ -259,7 +265,8 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
                               .modules = modules.get(),
                               .communicator = options.communicator,
                               .workspace = workspace.ptr,
-                              .workspace_bytes = static_cast<size_t>(workspace_bytes)};
+                              .workspace_bytes = static_cast<size_t>(workspace_bytes),
+                              .autotuner = autotuner.get()};
   for (size_t i = 0; i < entries.size(); ++i) {
     EntryState& e = entries[i];
     const int64_t bytes = std::max<int64_t>(ordered[i].arena_size, 256);
@@ -281,6 +288,11 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
     for (const std::string& w : e.executor->warnings()) fmt::print(stderr, "warning: {}\n", w);
   }
 
+  if (autotuner != nullptr) {
+    std::vector<std::string> warnings;
+    autotuner->Finish(warnings);
+    for (const std::string& w : warnings) fmt::print(stderr, "warning: {}\n", w);
+  }
   RETURN_IF_ERROR(FindSlots());
 
   // The initial state: the same counter-based values as the CPU device.
@@ -292,6 +304,20 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
     state.adam_v.emplace_back(spec.shape.num_elements(), 0.0f);
   }
   return UploadState(state);
+}
+
+std::unique_ptr<GemmAutotuner> GpuTrainer::Impl::MakeAutotuner() const {
+  AutotuneOptions tuning = options.autotune;
+  // Note [emulated time]: the emulator's timings are stand-ins that repeats
+  // would not change.
+  if (!UsingRealCuda()) tuning.warmup = 0, tuning.reps = 1;
+  std::vector<std::string> warnings;
+  auto tuner = std::make_unique<GemmAutotuner>(
+      tuning,
+      fmt::format("{} | driver {} | cuBLASLt {}", device.name, device.driver_version, lt->version),
+      warnings);
+  for (const std::string& w : warnings) fmt::print(stderr, "warning: {}\n", w);
+  return tuner;
 }
 
 Status GpuTrainer::Impl::FindSlots() {
@@ -647,7 +673,44 @@ std::string GpuTrainer::DeviceName() const { return impl_->device.name; }
 
 std::string GpuTrainer::ProfileReport(int top_n) const {
   const Impl& m = *impl_;
-  return (m.profile.runs() > 0 ? m.profile : m.first_profile).Format(top_n);
+  std::string out = (m.profile.runs() > 0 ? m.profile : m.first_profile).Format(top_n);
+  if (m.autotuner != nullptr) out += "\n" + m.autotuner->Table();
+  return out;
+}
+
+std::string GpuTrainer::ProfileJson() const {
+  const Impl& m = *impl_;
+  const ProfileTable& p = m.profile.runs() > 0 ? m.profile : m.first_profile;
+  const double runs = static_cast<double>(std::max<int64_t>(p.runs(), 1));
+  nlohmann::json rows = nlohmann::json::array();
+  for (const ProfileTable::Row& r : p.rows()) {
+    rows.push_back({{"entry", r.entry},
+                    {"kind", r.kind},
+                    {"name", r.name},
+                    {"meta", r.meta},
+                    {"ms_per_step", r.ms / runs},
+                    {"calls_per_step", static_cast<double>(r.calls) / runs}});
+  }
+  nlohmann::json tuning = nlohmann::json::array();
+  if (m.autotuner != nullptr) {
+    for (const GemmChoice& c : m.autotuner->choices()) {
+      tuning.push_back({{"key", c.key},
+                        {"thunks", c.thunks},
+                        {"path", c.path},
+                        {"algorithm", c.algorithm},
+                        {"candidates", c.candidates},
+                        {"us", c.us},
+                        {"first_us", c.first_us},
+                        {"tflops", c.us > 0 ? c.flops / c.us / 1e6 : 0.0},
+                        {"from_cache", c.from_cache}});
+    }
+  }
+  const nlohmann::json out = {{"format", "gptc-profile-1"},
+                              {"artifact", m.artifact_path},
+                              {"steps", p.runs()},
+                              {"rows", rows},
+                              {"gemm_tuning", tuning}};
+  return out.dump(1) + "\n";
 }
 
 std::string GpuTrainer::LoadSummary() const {
@@ -661,9 +724,10 @@ std::string GpuTrainer::LoadSummary() const {
   }
   return fmt::format(
       "loaded: arenas {} + cuBLASLt workspace {}; {} kernels ({} cubin, {} PTX "
-      "JIT); {} gemms (cuBLASLt {} from {}); {}",
+      "JIT); {} gemms (cuBLASLt {} from {}){}; {}",
       arenas, FormatBytes(m.workspace_bytes), m.modules->cubins_loaded() + m.modules->ptx_jitted(),
       m.modules->cubins_loaded(), m.modules->ptx_jitted(), gemms, m.lt->version, m.lt->path,
+      m.autotuner != nullptr ? "; " + m.autotuner->Summary() : "",
       m.options.profile           ? "profiling every thunk (no graph)"
       : m.options.sync_each_thunk ? "synchronizing after every thunk (no graph)"
       : m.options.use_graph       ? "CUDA graph after the first step"

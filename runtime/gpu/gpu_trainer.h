@@ -32,6 +32,7 @@
 #include <string_view>
 
 #include "compiler/program/container.h"
+#include "runtime/gpu/autotune_options.h"
 #include "runtime/gpu/communicator.h"
 #include "runtime/gpu/device.h"
 #include "runtime/trainer.h"
@@ -52,6 +53,8 @@ struct GpuOptions {
   Communicator* communicator = nullptr;
   // Device memory left free for the CUDA context, cuBLASLt and the kernels.
   int64_t reserve_bytes = int64_t{512} << 20;
+  // Each gemm's algorithm (Note [autotune paths] in autotune.h).
+  AutotuneOptions autotune;
 };
 
 class GpuTrainer : public Trainer {
@@ -84,6 +87,11 @@ class GpuTrainer : public Trainer {
   std::string ProfileReport(int top_n = 25) const;
   // A one-line summary of the load: arenas, kernels (cubin/JIT), gemms.
   std::string LoadSummary() const;
+  // The profile (ProfileReport's figures) as JSON for tools: {"format":
+  // "gptc-profile-1", "steps", "rows": [{"entry", "kind", "name", "meta",
+  // "ms_per_step", "calls_per_step"}], "gemm_tuning": [{"key", "thunks",
+  // "path", "algorithm", "candidates", "us", "tflops", "from_cache"}]}.
+  std::string ProfileJson() const;
 
   struct Impl;
 

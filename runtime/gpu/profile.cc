@@ -10,7 +10,7 @@ namespace gptc::rt::gpu {
 void ProfileTable::AddRun(std::span<const ThunkTime> times) {
   for (const ThunkTime& t : times) {
     auto [it, inserted] = index_.try_emplace({t.kind, t.name}, rows_.size());
-    if (inserted) rows_.push_back({t.kind, t.name, t.meta});
+    if (inserted) rows_.push_back({t.kind, t.name, t.meta, t.entry});
     Row& row = rows_[it->second];
     if (!inserted && !t.meta.empty() && row.meta.find(t.meta) == std::string::npos &&
         row.meta.size() < 60) {

@@ -18,6 +18,7 @@ struct ThunkTime {
   std::string name;  // kernel: the PTX entry; others: the instruction
   std::string meta;
   double ms = 0;
+  std::string entry;  // the plan's entry ("train_step")
 };
 
 class ProfileTable {
@@ -35,12 +36,15 @@ class ProfileTable {
   // kind, name and meta. "no profiled steps" when empty.
   std::string Format(int top_n = 25) const;
 
- private:
   struct Row {
     std::string kind, name, meta;
-    double ms = 0;
+    std::string entry;  // the first entry it was seen in
+    double ms = 0;      // over all runs
     int64_t calls = 0;
   };
+  const std::vector<Row>& rows() const { return rows_; }
+
+ private:
   std::vector<Row> rows_;
   std::map<std::pair<std::string, std::string>, size_t> index_;  // (kind, name) -> row
   std::map<std::string, std::pair<double, int64_t>> by_kind_;    // ms, calls

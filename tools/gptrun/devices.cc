@@ -3,6 +3,7 @@
 #include "runtime/cpu_device.h"
 #if GPTC_HAVE_GPU
 #include "runtime/emu/emu_trainer.h"
+#include "runtime/gpu/autotune_cache.h"
 #include "runtime/gpu/gpu_trainer.h"
 #endif
 
@@ -33,6 +34,19 @@ ChosenDevice ChooseDevice(const TrainOptions& o, const rt::LoadedProgram& loaded
 #endif
 }
 
+#if GPTC_HAVE_GPU
+namespace {
+
+rt::gpu::AutotuneOptions AutotuneOptionsOf(const TrainOptions& o) {
+  rt::gpu::AutotuneOptions a;
+  a.mode = rt::gpu::ParseAutotuneMode(o.autotune).value_or(rt::gpu::AutotuneMode::kOn);
+  a.cache_path = rt::gpu::DefaultAutotuneCachePath();
+  return a;
+}
+
+}  // namespace
+#endif
+
 StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, const TrainOptions& o,
                                                    const program::Artifact& artifact,
                                                    const program::TrainProgram* program,
@@ -47,8 +61,10 @@ StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, co
   if (device == "emu") {
     rt::emu::EmuTrainerOptions e;
     e.emu.checks = o.emu_checks;
-    e.gpu = rt::gpu::GpuOptions{
-        .use_graph = !o.no_graph, .profile = o.profile, .sync_each_thunk = o.debug_sync};
+    e.gpu = rt::gpu::GpuOptions{.use_graph = !o.no_graph,
+                                .profile = o.profile,
+                                .sync_each_thunk = o.debug_sync,
+                                .autotune = AutotuneOptionsOf(o)};
     e.host_communicator = dist.comm.get();
     ASSIGN_OR_RETURN(std::unique_ptr<rt::emu::EmuTrainer> t,
                      rt::emu::EmuTrainer::Create(artifact, o.artifact, program, o.seed, e));
@@ -58,7 +74,8 @@ StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, co
                         .use_graph = !o.no_graph,
                         .profile = o.profile,
                         .sync_each_thunk = o.debug_sync,
-                        .communicator = dist.gpu_comm.get()};
+                        .communicator = dist.gpu_comm.get(),
+                        .autotune = AutotuneOptionsOf(o)};
   ASSIGN_OR_RETURN(std::unique_ptr<rt::gpu::GpuTrainer> t,
                    rt::gpu::GpuTrainer::Create(artifact, o.artifact, program, o.seed, g));
   return std::unique_ptr<rt::Trainer>(std::move(t));
@@ -73,6 +90,14 @@ std::string LoadSummary(rt::Trainer& trainer) {
 #if GPTC_HAVE_GPU
   if (auto* g = dynamic_cast<rt::gpu::GpuTrainer*>(&trainer)) return g->LoadSummary();
   if (auto* e = dynamic_cast<rt::emu::EmuTrainer*>(&trainer)) return e->LoadSummary();
+#endif
+  return "";
+}
+
+std::string ProfileJson(rt::Trainer& trainer) {
+#if GPTC_HAVE_GPU
+  if (auto* g = dynamic_cast<rt::gpu::GpuTrainer*>(&trainer)) return g->ProfileJson();
+  if (auto* e = dynamic_cast<rt::emu::EmuTrainer*>(&trainer)) return e->ProfileJson();
 #endif
   return "";
 }

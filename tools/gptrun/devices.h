@@ -43,6 +43,8 @@ std::string LoadSummary(rt::Trainer& trainer);
 // After the run: the --profile table of a GPU or emulated trainer (when
 // `profiled`), and what the emulated device did; empty for the CPU.
 std::string ProfileReport(rt::Trainer& trainer, bool profiled);
+// The profile as JSON (gpu::GpuTrainer::ProfileJson); empty for the CPU.
+std::string ProfileJson(rt::Trainer& trainer);
 
 }  // namespace gptc::tools
 

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "compiler/support/file.h"
 #include "compiler/support/status.h"
 #include "tools/common/data_files.h"
 #include "tools/common/flags.h"
@@ -77,6 +78,14 @@ Flags DeclareFlags() {
       .Bool("profile",
             "GPU/emu: time every thunk (no graph) and print the top thunks, kernel and gemm "
             "totals after the last step")
+      .Value("profile-json", "FILE",
+             "with --profile: also write the profile, and each gemm's tuning, there as JSON")
+      .Requires("profile")
+      .Value("autotune", "off|cached|on",
+             "GPU/emu: time cuBLASLt's candidate algorithms for every distinct gemm at load and "
+             "keep the fastest (on), only take earlier choices from the cache (cached), or take "
+             "the heuristic's first (off); the cache is $XDG_CACHE_HOME/gptc/autotune.json",
+             "on")
       .Bool("debug-sync", "GPU: synchronize after every thunk so a fault names its thunk")
       .Value("cpu-max-params", "N", "cpu: refuse models larger than this", str(d.cpu_max_params));
   flags.Section("training")
@@ -141,6 +150,17 @@ Flags DeclareFlags() {
   return flags;
 }
 
+// --autotune and --profile-json into `o`.
+Status ReadTuningFlags(const Flags& flags, TrainOptions& o) {
+  o.profile_json = flags.Get("profile-json");
+  o.autotune = flags.Get("autotune");
+  if (o.autotune != "off" && o.autotune != "cached" && o.autotune != "on") {
+    return Error("--autotune must be off, cached or on, got '{}'", o.autotune);
+  }
+  if (o.profile_json.empty()) return Status::Ok();
+  return CheckOutputTarget(o.profile_json).WithPrefix("--profile-json");
+}
+
 int Main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "generate") return GenerateMain(argc, argv);
   Flags flags = DeclareFlags();
@@ -170,6 +190,7 @@ int Main(int argc, char** argv) {
   o.emu_checks = checks == "on";
   o.no_graph = flags.Has("no-graph");
   o.profile = flags.Has("profile");
+  if (Status s = ReadTuningFlags(flags, o); !s.ok()) return Fail(kExitUsage, s);
   o.debug_sync = flags.Has("debug-sync");
   o.train = flags.Get("train");
   o.val = flags.Get("val");

@@ -221,6 +221,10 @@ class TrainRun {
     if (std::string report = ProfileReport(*trainer_, o_.profile); !report.empty()) {
       console_.Line(report);
     }
+    if (!o_.profile_json.empty()) {
+      Status written = WriteFileAtomically(o_.profile_json, ProfileJson(*trainer_));
+      if (!written.ok()) return Abort(1, written.WithPrefix("--profile-json"));
+    }
     if (!log_->status().ok()) return Abort(1, log_->status());
     return Finish();
   }

@@ -22,6 +22,9 @@ struct TrainOptions {
   int gpu = -1;            // which GPU (-1: GPU 0, or the local rank's with --dp)
   bool no_graph = false;   // GPU: run every step eagerly (no CUDA graph)
   bool profile = false;    // GPU: time every thunk; print the table at the end
+  std::string profile_json;  // --profile: also write the profile there as JSON
+  std::string autotune =
+      "on";                // GPU: off|cached|on (Note [autotune paths] in runtime/gpu/autotune.h)
   bool debug_sync = false; // GPU: synchronize after every thunk (errors name the thunk)
   bool emu_checks = true;  // emu: memory and race checks
   std::string train, val;  // glob patterns of token shards
