@@ -1,6 +1,7 @@
 #include "passes/registry.h"
 
 #include "passes/autodiff.h"
+#include "passes/bf16_bias_gradients.h"
 #include "passes/cse.h"
 #include "passes/data_parallel.h"
 #include "passes/dce.h"
@@ -40,6 +41,10 @@ const pass::PassRegistry& AllPasses() {
                 [] { return std::make_unique<Schedule>(); });
     r->Register("mixed-precision", "bf16 dot operands with f32 accumulation (run before autodiff)",
                 [] { return std::make_unique<MixedPrecision>(); });
+    r->Register("bf16-bias-gradients",
+                "bias gradients summed from the bf16 copy the weight gradient's dot reads (run "
+                "after autodiff)",
+                [] { return std::make_unique<Bf16BiasGradients>(); });
     r->Register("remat", "policy dots: keep dot outputs, recompute the rest in the backward",
                 [] { return std::make_unique<Remat>(RematOptions{.policy = RematPolicy::kDots}); });
     return r;

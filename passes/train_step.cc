@@ -1,6 +1,7 @@
 #include "passes/train_step.h"
 
 #include "passes/autodiff.h"
+#include "passes/bf16_bias_gradients.h"
 #include "passes/cse.h"
 #include "passes/data_parallel.h"
 #include "passes/dce.h"
@@ -128,6 +129,7 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
   // out divided at no cost (Note [scale first] in passes/data_parallel.h).
   gradients.AddPass<Autodiff>(
       AutodiffOptions{.loss_scale = 1.0 / static_cast<double>(options.world_size)});
+  if (options.precision.policy != PrecisionPolicy::kF32) gradients.AddPass<Bf16BiasGradients>();
   gradients.AddPass<Dce>();
   RETURN_IF_ERROR(gradients.Run(*forward).status());
 
