@@ -591,9 +591,11 @@ Status HostRewriter::ExpandBF16() {
 
 Status HostRewriter::InstrumentAccesses(int64_t& sites) {
   const llvm::DataLayout& dl = m_.getDataLayout();
-  auto* access_type = llvm::FunctionType::get(
-      llvm::Type::getVoidTy(ctx_),
-      {llvm::PointerType::get(ctx_, 0), Type::getInt32Ty(ctx_), Type::getInt32Ty(ctx_)}, false);
+  auto* access_type =
+      llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_),
+                              {llvm::PointerType::get(ctx_, 0), Type::getInt32Ty(ctx_),
+                               Type::getInt32Ty(ctx_), Type::getInt32Ty(ctx_)},
+                              false);
   sites = 0;
   for (llvm::Function& f : m_) {
     if (f.isDeclaration()) continue;
@@ -655,7 +657,8 @@ Status HostRewriter::InstrumentAccesses(int64_t& sites) {
                            ? s.pointer
                            : b.CreateAddrSpaceCast(s.pointer, b.getPtrTy());
       CallRuntime(b, kAccessField, access_type,
-                  {generic, b.getInt32(static_cast<uint32_t>(s.bytes)), b.getInt32(s.kind)});
+                  {generic, b.getInt32(static_cast<uint32_t>(s.bytes)), b.getInt32(s.kind),
+                   b.getInt32(static_cast<uint32_t>(sites))});
       ++sites;
     }
   }

@@ -19,6 +19,7 @@
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/Transforms/IPO/Internalize.h"
 #include "llvm/Transforms/Utils/Cloning.h"
+#include "llvm/Transforms/Vectorize/LoadStoreVectorizer.h"
 #include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
@@ -145,8 +146,17 @@ StatusOr<std::string> CompileLlvmModule(llvm::Module& module, const std::string&
       builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
   passes.run(module, mam);
   if (host != nullptr) {
-    // Note [host kernels]: the module as the NVPTX backend receives it.
+    // Note [host kernels]: the module as the NVPTX backend receives it,
+    // with the neighbouring loads and stores merged as that backend's IR
+    // passes merge them first (with its cost model), so that the emulator
+    // sees the PTX's memory instructions (Note [emulated memory counters]
+    // in runtime/emu/grid_runner.h).
     std::unique_ptr<llvm::Module> copy = llvm::CloneModule(module);
+    llvm::FunctionPassManager merge;
+    merge.addPass(llvm::LoadStoreVectorizerPass());
+    for (llvm::Function& f : *copy) {
+      if (!f.isDeclaration()) merge.run(f, fam);
+    }
     ASSIGN_OR_RETURN(*host,
                      CompileForHost(*copy, kernel_name, options.host_symbol_prefix + kernel_name));
   }

@@ -27,8 +27,8 @@
 
 namespace gptc::program::emu {
 
-// 2: EmuRuntime::mma and ldmatrix (issue 17).
-inline constexpr uint32_t kKernelAbiVersion = 2;
+// 2: EmuRuntime::mma and ldmatrix (issue 17). 3: `access` names its site.
+inline constexpr uint32_t kKernelAbiVersion = 3;
 
 inline constexpr char kRuntimeSymbol[] = "gptc_emu_runtime";
 inline constexpr char kChecksSymbol[] = "gptc_emu_checks";
@@ -121,8 +121,11 @@ struct EmuRuntime {
   // shfl.sync.MODE.b32 d, value, b, c, member_mask; returns d (the 32 bits).
   uint32_t (*shuffle)(uint32_t mode, uint32_t member_mask, uint32_t value, uint32_t b, uint32_t c,
                       uint32_t site);
-  // Before every instrumented load, store or atomic of `bytes` at `address`.
-  void (*access)(const void* address, uint32_t bytes, uint32_t kind);
+  // Before every instrumented load, store or atomic of `bytes` at `address`;
+  // `site` numbers the kernel's instrumented accesses, so that the lanes of
+  // a warp executing one instruction can be told apart from another's
+  // (Note [emulated memory counters] in runtime/emu/grid_runner.h).
+  void (*access)(const void* address, uint32_t bytes, uint32_t kind, uint32_t site);
   // The block's shared memory: the kernel's static variables at the offsets
   // the host lowering chose, then the dynamic shared memory.
   void* (*shared_memory)();

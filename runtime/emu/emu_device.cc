@@ -530,11 +530,52 @@ std::string EmuStats::Summary() const {
       launches, blocks, kernel_seconds, gemms, gemm_seconds, copies, all_reduces);
 }
 
+std::string EmuStats::CountersTable() const {
+  if (kernels.empty()) return "";
+  std::vector<std::pair<std::string, const KernelCounters*>> rows;
+  for (const auto& [name, k] : kernels) rows.emplace_back(name, &k);
+  auto moved = [](const KernelCounters& k) {
+    return 32 * (k.memory.global_load_sectors + k.memory.global_store_sectors);
+  };
+  std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) {
+    return moved(*a.second) > moved(*b.second) ||
+           (moved(*a.second) == moved(*b.second) && a.first < b.first);
+  });
+  auto ratio = [](uint64_t a, uint64_t b) {
+    return b == 0 ? std::string("-") : fmt::format("{:.1f}", static_cast<double>(a) / b);
+  };
+  std::string out = fmt::format(
+      "memory counters (Note [emulated memory counters]; per launch, sectors of 32 bytes, "
+      "shared wavefronts of 128):\n{:>7} {:>9} {:>7} {:>9} {:>7} {:>10} {:>10} {:>6} {:>8} "
+      "{:>7} {:>8} {:>7}  {}\n",
+      "launches", "ld req", "sec/req", "st req", "sec/req", "moved MiB", "args MiB", "args%",
+      "smem ld", "wave/rq", "smem st", "wave/rq", "kernel");
+  for (const auto& [name, k] : rows) {
+    const MemoryCounters& m = k->memory;
+    const double n = static_cast<double>(std::max<int64_t>(k->launches, 1));
+    const uint64_t bytes = moved(*k);
+    out += fmt::format(
+        "{:>7} {:>9.0f} {:>7} {:>9.0f} {:>7} {:>10.2f} {:>10.2f} {:>6} {:>8.0f} {:>7} {:>8.0f} "
+        "{:>7}  {}\n",
+        k->launches, m.global_load_requests / n,
+        ratio(m.global_load_sectors, m.global_load_requests), m.global_store_requests / n,
+        ratio(m.global_store_sectors, m.global_store_requests), bytes / n / (1 << 20),
+        k->argument_bytes / n / (1 << 20),
+        bytes == 0 ? std::string("-")
+                   : fmt::format("{:.0f}", 100.0 * static_cast<double>(k->argument_bytes) / bytes),
+        m.shared_load_requests / n, ratio(m.shared_load_wavefronts, m.shared_load_requests),
+        m.shared_store_requests / n, ratio(m.shared_store_wavefronts, m.shared_store_requests),
+        name);
+  }
+  out.pop_back();
+  return out;
+}
+
 StatusOr<std::unique_ptr<EmuDevice>> EmuDevice::Create(const program::Artifact& artifact,
                                                        std::string_view path,
                                                        const EmuOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<KernelLibrary> library, KernelLibrary::Load(artifact, path));
-  library->SetChecks(options.checks);
+  library->SetChecks(options.checks || options.counters);
   auto state = std::make_unique<State>();
   state->options = options;
   state->target = artifact.manifest.target;
@@ -609,7 +650,7 @@ EmuDevice::~EmuDevice() {
 
 Status EmuDevice::AddArtifact(const program::Artifact& artifact, std::string_view path) {
   ASSIGN_OR_RETURN(std::unique_ptr<KernelLibrary> library, KernelLibrary::Load(artifact, path));
-  library->SetChecks(state_->options.checks);
+  library->SetChecks(state_->options.checks || state_->options.counters);
   state_->libraries.push_back(std::move(library));
   return Status::Ok();
 }

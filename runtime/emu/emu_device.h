@@ -23,13 +23,15 @@
 #define GPTC_RUNTIME_EMU_EMU_DEVICE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
 
-#include "compiler/support/status.h"
 #include "compiler/program/container.h"
+#include "compiler/support/status.h"
 #include "runtime/communicator.h"
+#include "runtime/emu/grid_runner.h"
 #include "runtime/gpu/communicator.h"
 
 namespace gptc::rt::emu {
@@ -40,13 +42,28 @@ struct EmuOptions {
   bool checks = true;
   // Host threads running a grid's blocks (0: one per hardware thread).
   int workers = 0;
+  // Note [emulated memory counters] in grid_runner.h for every kernel (the
+  // instrumented accesses run even with the checks off).
+  bool counters = false;
+};
+
+// One kernel's counters over its launches (EmuOptions::counters).
+struct KernelCounters {
+  int64_t launches = 0;
+  // The sizes of its arguments' buffers (Note [kernel ABI]): what it must
+  // move at least when it reads each operand and writes each result once.
+  int64_t argument_bytes = 0;
+  MemoryCounters memory;
 };
 
 // What the device did, for the log and benchmarks.
 struct EmuStats {
   int64_t launches = 0, blocks = 0, gemms = 0, copies = 0, all_reduces = 0;
   double kernel_seconds = 0, gemm_seconds = 0;
+  std::map<std::string, KernelCounters> kernels;  // by kernel name, with counters on
   std::string Summary() const;  // "412 kernels (1.93 s), 110 gemms (0.41 s), ..."
+  // The counters, one row per kernel, the most sectors first (empty without).
+  std::string CountersTable() const;
 };
 
 class EmuDevice {

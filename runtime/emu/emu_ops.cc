@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "compiler/support/float_bits.h"
 #include "runtime/emu/emu_state.h"
@@ -127,6 +128,12 @@ cudaError_t KernelOp(Stream& s, const Function& f, Dim3 grid, Dim3 block, uint32
                 .ordered = k.ordered,
                 .checks = mc.checks(),
                 .global = checker.get()};
+  // Note [emulated memory counters]
+  // A launch outside the plan (the gemm autotuning's fallback kernels) is not the step's.
+  KernelCounters* counters =
+      d.options.counters && ctx.plan != nullptr ? &d.stats.kernels[k.name] : nullptr;
+  MemoryCounters launch_counters;
+  if (counters != nullptr) launch.counters = &launch_counters;
   // Note [emulated time]
   const double threads = static_cast<double>(grid.count()) * static_cast<double>(block.count());
   s.now_us += 2.0 + 2.0 * std::floor(threads / (132.0 * 2048.0));
@@ -136,6 +143,17 @@ cudaError_t KernelOp(Stream& s, const Function& f, Dim3 grid, Dim3 block, uint32
   ++d.stats.launches;
   d.stats.blocks += static_cast<int64_t>(grid.count());
   if (!run.ok()) return Finding(ctx, "kernel " + k.name, run);
+  if (counters != nullptr) {
+    ++counters->launches;
+    counters->memory.Add(launch_counters);
+    if (const gpu::Thunk* t = ctx.get(); t != nullptr) {
+      // An in-place result is its operand's slice again: counted once.
+      std::set<std::pair<int64_t, int64_t>> slices;
+      for (const gpu::ArenaSlice& slice : std::get<gpu::KernelThunk>(t->body).args) {
+        if (slices.emplace(slice.offset, slice.size).second) counters->argument_bytes += slice.size;
+      }
+    }
+  }
   return FinishThunk(ctx);
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/emu/emu_trainer.h"
 
+#include <nlohmann/json.hpp>
+
 namespace gptc::rt::emu {
 
 StatusOr<std::unique_ptr<EmuTrainer>> EmuTrainer::Create(const program::Artifact& artifact,
@@ -23,5 +25,38 @@ StatusOr<std::unique_ptr<EmuTrainer>> EmuTrainer::Create(const program::Artifact
 EmuTrainer::~EmuTrainer() = default;
 
 std::string EmuTrainer::LoadSummary() const { return trainer_->LoadSummary(); }
+
+std::string EmuTrainer::ProfileReport(int top_n) const {
+  std::string out =
+      "emulated device: the times below are stand-ins (Note [emulated time] in "
+      "runtime/emu/emu_state.h), not a GPU's\n" +
+      trainer_->ProfileReport(top_n);
+  if (std::string counters = stats().CountersTable(); !counters.empty()) out += "\n" + counters;
+  return out;
+}
+
+std::string EmuTrainer::ProfileJson() const {
+  nlohmann::json j = nlohmann::json::parse(trainer_->ProfileJson(), nullptr, false);
+  if (j.is_discarded()) return trainer_->ProfileJson();
+  nlohmann::json counters = nlohmann::json::array();
+  for (const auto& [name, k] : stats().kernels) {
+    const MemoryCounters& m = k.memory;
+    counters.push_back({{"kernel", name},
+                        {"launches", k.launches},
+                        {"argument_bytes", k.argument_bytes},
+                        {"global_load_requests", m.global_load_requests},
+                        {"global_load_sectors", m.global_load_sectors},
+                        {"global_load_bytes", m.global_load_bytes},
+                        {"global_store_requests", m.global_store_requests},
+                        {"global_store_sectors", m.global_store_sectors},
+                        {"global_store_bytes", m.global_store_bytes},
+                        {"shared_load_requests", m.shared_load_requests},
+                        {"shared_load_wavefronts", m.shared_load_wavefronts},
+                        {"shared_store_requests", m.shared_store_requests},
+                        {"shared_store_wavefronts", m.shared_store_wavefronts}});
+  }
+  j["counters"] = std::move(counters);
+  return j.dump(1) + "\n";
+}
 
 }  // namespace gptc::rt::emu

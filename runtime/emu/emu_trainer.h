@@ -51,13 +51,11 @@ class EmuTrainer : public Trainer {
 
   // The GPU trainer's load line, and what the emulator did so far.
   std::string LoadSummary() const;
-  // The GPU trainer's, its times the emulator's stand-ins.
-  std::string ProfileReport(int top_n = 25) const {
-    return "emulated device: the times below are stand-ins (Note [emulated time] in "
-           "runtime/emu/emu_state.h), not a GPU's\n" +
-           trainer_->ProfileReport(top_n);
-  }
-  std::string ProfileJson() const { return trainer_->ProfileJson(); }
+  // The GPU trainer's, its times the emulator's stand-ins, then the memory
+  // counters of every kernel (EmuOptions::counters).
+  std::string ProfileReport(int top_n = 25) const;
+  // The GPU trainer's, with "counters": one object per kernel.
+  std::string ProfileJson() const;
   EmuStats stats() const { return device_->stats(); }
 
  private:

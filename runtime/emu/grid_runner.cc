@@ -1,7 +1,10 @@
 #include "runtime/emu/grid_runner.h"
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstring>
+#include <span>
+#include <tuple>
 
 #include "runtime/emu/emu_math.h"
 #include "runtime/emu/fiber.h"
@@ -16,6 +19,8 @@ namespace {
 constexpr uint32_t kWarp = kWarpLanes;
 constexpr size_t kFiberStackBytes = 256 << 10;
 constexpr uint32_t kMaxThreads = 1024;
+// Note [emulated memory counters]: ldmatrix sites, apart from access sites.
+constexpr uint32_t kLdmatrixSiteBit = 0x80000000u;
 
 enum class ThreadState : uint8_t {
   kRunnable,
@@ -25,6 +30,13 @@ enum class ThreadState : uint8_t {
   kLdmatrix,
   kDone,
   kAborted
+};
+
+// One access of a block, for Note [emulated memory counters].
+struct AccessRecord {
+  uint32_t warp, site, execution, kind;
+  uintptr_t address;
+  uint32_t bytes;
 };
 
 struct EmuThread {
@@ -40,6 +52,10 @@ struct EmuThread {
   const void* in = nullptr;
   void* out = nullptr;
   Fiber fiber;
+  // Note [emulated memory counters]: how often it executed each access site
+  // and each ldmatrix site, and its accesses in the block, in order.
+  std::vector<uint32_t> executions, ldmatrix_executions;
+  std::vector<AccessRecord> records;
 };
 
 // A cell of kSharedCellBytes of shared memory (Note [emulated races]): the
@@ -71,6 +87,7 @@ struct GridRunner::BlockContext {
   bool fibers = false;
   FiberContext scheduler;
   std::jmp_buf escape;  // loop mode: where a failed check ends the thread
+  MemoryCounters counters;  // Note [emulated memory counters]: this worker's, over the launch
 };
 
 namespace {
@@ -213,10 +230,31 @@ void SharedAccess(GridRunner::BlockContext& c, const void* address, uint32_t byt
   }
 }
 
-void Access(const void* address, uint32_t bytes, uint32_t kind) {
+// Note [emulated memory counters]: the access, for the count at the block's end.
+void Record(GridRunner::BlockContext& c, const void* address, uint32_t bytes, uint32_t kind,
+            uint32_t site) {
+  EmuThread& t = *c.current;
+  std::vector<uint32_t>& executions =
+      site & kLdmatrixSiteBit ? t.ldmatrix_executions : t.executions;
+  const uint32_t index = site & ~kLdmatrixSiteBit;
+  if (executions.size() <= index) executions.resize(index + 1, 0);
+  t.records.push_back(AccessRecord{.warp = t.warp,
+                                   .site = site,
+                                   .execution = executions[index]++,
+                                   .kind = kind,
+                                   .address = reinterpret_cast<uintptr_t>(address),
+                                   .bytes = bytes});
+}
+
+void Access(const void* address, uint32_t bytes, uint32_t kind, uint32_t site) {
   GridRunner::BlockContext& c = *tls_context;
   const uint32_t space = kind & abi::kSpaceMask;
-  if (space == abi::kSharedSpace || (space == abi::kGenericSpace && InShared(c, address))) {
+  const bool shared =
+      space == abi::kSharedSpace || (space == abi::kGenericSpace && InShared(c, address));
+  if (c.launch->counters != nullptr) {
+    Record(c, address, bytes, (kind & abi::kAccessMask) | (shared ? abi::kSharedSpace : 0), site);
+  }
+  if (shared) {
     SharedAccess(c, address, bytes, kind);
     return;
   }
@@ -262,6 +300,9 @@ void Ldmatrix(uint32_t op, const void* row, uint32_t* out, uint32_t site) {
       Defect(c, fmt::format("{} #{}: lane {}'s row address, shared offset {}, is not 16-byte "
                             "aligned",
                             LdmatrixName(op), site, t.lane, offset));
+    }
+    if (c.launch->counters != nullptr) {
+      Record(c, row, 16, abi::kLoad | abi::kSharedSpace, kLdmatrixSiteBit | site);
     }
     SharedAccess(c, row, 16, abi::kLoad | abi::kSharedSpace);
   }
@@ -651,6 +692,140 @@ void RunFiberBlock(GridRunner::BlockContext& c) {
 
 }  // namespace
 
+namespace {
+
+// Note [emulated memory counters]: the distinct 32-byte sectors of the
+// lanes' accesses, or the wavefronts of a shared-memory instruction.
+uint64_t Sectors(std::span<const AccessRecord> lanes) {
+  thread_local std::vector<uintptr_t> sectors;
+  sectors.clear();
+  for (const AccessRecord& r : lanes) {
+    for (uintptr_t s = r.address / 32; s <= (r.address + r.bytes - 1) / 32; ++s) {
+      sectors.push_back(s);
+    }
+  }
+  std::sort(sectors.begin(), sectors.end());
+  return static_cast<uint64_t>(std::unique(sectors.begin(), sectors.end()) - sectors.begin());
+}
+
+uint64_t Wavefronts(std::span<const AccessRecord> lanes) {
+  thread_local std::vector<uintptr_t> words;
+  words.clear();
+  for (const AccessRecord& r : lanes) {
+    for (uintptr_t w = r.address / 4; w <= (r.address + r.bytes - 1) / 4; ++w) words.push_back(w);
+  }
+  std::sort(words.begin(), words.end());
+  words.erase(std::unique(words.begin(), words.end()), words.end());
+  uint64_t per_bank[32] = {};
+  uint64_t most = 0;
+  for (uintptr_t w : words) most = std::max(most, ++per_bank[w % 32]);
+  return std::max<uint64_t>(most, (words.size() * 4 + 127) / 128);
+}
+
+// One warp-level instruction: its lanes' accesses.
+void CountInstruction(std::span<const AccessRecord> lanes, MemoryCounters& counters) {
+  const bool store = (lanes[0].kind & abi::kStore) != 0;
+  if ((lanes[0].kind & abi::kSpaceMask) == abi::kSharedSpace) {
+    (store ? counters.shared_store_requests : counters.shared_load_requests) += 1;
+    (store ? counters.shared_store_wavefronts : counters.shared_load_wavefronts) +=
+        Wavefronts(lanes);
+    return;
+  }
+  uint64_t bytes = 0;
+  for (const AccessRecord& r : lanes) bytes += r.bytes;
+  (store ? counters.global_store_requests : counters.global_load_requests) += 1;
+  (store ? counters.global_store_sectors : counters.global_load_sectors) += Sectors(lanes);
+  (store ? counters.global_store_bytes : counters.global_load_bytes) += bytes;
+}
+
+bool SameInstruction(const AccessRecord& a, const AccessRecord& b) {
+  return a.site == b.site && a.execution == b.execution &&
+         (a.kind & (abi::kSpaceMask | abi::kStore)) == (b.kind & (abi::kSpaceMask | abi::kStore));
+}
+
+// The order that puts one instruction's accesses together.
+uint64_t InstructionKey(const AccessRecord& r) {
+  return uint64_t{r.site} << 34 | uint64_t{(r.kind & abi::kSpaceMask) != 0} << 33 |
+         uint64_t{(r.kind & abi::kStore) != 0} << 32 | r.execution;
+}
+
+// Note [emulated memory counters] for one warp, whose lanes' records are
+// then cleared. While the lanes made the same accesses in the same order
+// (no divergence yet) they pair up by position; the rest is sorted by
+// instruction.
+void CountWarp(std::span<EmuThread> lanes, MemoryCounters& counters) {
+  thread_local std::vector<AccessRecord> group;
+  size_t shortest = lanes[0].records.size();
+  for (const EmuThread& t : lanes) shortest = std::min(shortest, t.records.size());
+  size_t common = 0;
+  for (; common < shortest; ++common) {
+    const AccessRecord& first = lanes[0].records[common];
+    bool same = true;
+    for (const EmuThread& t : lanes) same = same && SameInstruction(t.records[common], first);
+    if (!same) break;
+  }
+  for (size_t i = 0; i < common; ++i) {
+    group.clear();
+    for (const EmuThread& t : lanes) group.push_back(t.records[i]);
+    CountInstruction(group, counters);
+  }
+  group.clear();
+  for (const EmuThread& t : lanes) {
+    group.insert(group.end(), t.records.begin() + static_cast<std::ptrdiff_t>(common),
+                 t.records.end());
+  }
+  if (!group.empty()) {
+    // Grouped by instruction in linear time: an open-addressing table of
+    // keys gives each record its instruction's number, then a counting sort.
+    thread_local std::vector<uint64_t> keys;
+    thread_local std::vector<uint32_t> ids, offsets, of;
+    thread_local std::vector<AccessRecord> sorted;
+    size_t size = 64;
+    while (size < 2 * group.size()) size *= 2;
+    keys.assign(size, ~uint64_t{0});
+    ids.assign(size, 0);
+    offsets.assign(1, 0);
+    of.resize(group.size());
+    for (size_t i = 0; i < group.size(); ++i) {
+      const uint64_t k = InstructionKey(group[i]);
+      size_t h = (k * 0x9e3779b97f4a7c15ull) >> 20 & (size - 1);
+      while (keys[h] != k && keys[h] != ~uint64_t{0}) h = (h + 1) & (size - 1);
+      if (keys[h] != k) {
+        keys[h] = k;
+        ids[h] = static_cast<uint32_t>(offsets.size() - 1);
+        offsets.push_back(0);
+      }
+      of[i] = ids[h];
+      ++offsets[ids[h] + 1];
+    }
+    for (size_t g = 1; g < offsets.size(); ++g) offsets[g] += offsets[g - 1];
+    sorted.resize(group.size());
+    std::vector<uint32_t> next(offsets.begin(), offsets.end() - 1);
+    for (size_t i = 0; i < group.size(); ++i) sorted[next[of[i]]++] = group[i];
+    for (size_t g = 0; g + 1 < offsets.size(); ++g) {
+      CountInstruction(
+          std::span<const AccessRecord>(sorted.data() + offsets[g], offsets[g + 1] - offsets[g]),
+          counters);
+    }
+  }
+  for (EmuThread& t : lanes) t.records.clear();
+}
+
+}  // namespace
+
+void MemoryCounters::Add(const MemoryCounters& o) {
+  global_load_requests += o.global_load_requests;
+  global_load_sectors += o.global_load_sectors;
+  global_load_bytes += o.global_load_bytes;
+  global_store_requests += o.global_store_requests;
+  global_store_sectors += o.global_store_sectors;
+  global_store_bytes += o.global_store_bytes;
+  shared_load_requests += o.shared_load_requests;
+  shared_load_wavefronts += o.shared_load_wavefronts;
+  shared_store_requests += o.shared_store_requests;
+  shared_store_wavefronts += o.shared_store_wavefronts;
+}
+
 void GridRunner::RunBlocks(BlockContext& c) {
   const Launch& l = *launch_;
   tls_context = &c;
@@ -677,7 +852,17 @@ void GridRunner::RunBlocks(BlockContext& c) {
                                static_cast<uint32_t>(b / (uint64_t{l.grid.x} * l.grid.y))};
     for (uint32_t i = 0; i < threads; ++i) {
       EmuThread& t = c.threads[i];
+      // The counters' per-site tallies keep their storage from block to block.
+      std::vector<uint32_t> executions = std::move(t.executions);
+      std::vector<uint32_t> ldmatrix_executions = std::move(t.ldmatrix_executions);
+      std::vector<AccessRecord> records = std::move(t.records);
       t = EmuThread{};
+      t.executions = std::move(executions);
+      t.ldmatrix_executions = std::move(ldmatrix_executions);
+      t.records = std::move(records);
+      t.records.clear();
+      std::fill(t.executions.begin(), t.executions.end(), 0);
+      std::fill(t.ldmatrix_executions.begin(), t.ldmatrix_executions.end(), 0);
       t.id.block = b;
       t.id.thread = i;
       std::memcpy(t.id.ctaid, ctaid, sizeof(ctaid));
@@ -694,6 +879,13 @@ void GridRunner::RunBlocks(BlockContext& c) {
         if (!RunLoopThread(c, t) || findings_->any()) break;
       }
     }
+    if (l.counters != nullptr) {
+      for (size_t w = 0; w < c.threads.size(); w += kWarp) {
+        CountWarp(std::span<EmuThread>(c.threads.data() + w,
+                                       std::min<size_t>(kWarp, c.threads.size() - w)),
+                  c.counters);
+      }
+    }
   }
   tls_context = nullptr;
 }
@@ -704,6 +896,7 @@ Status GridRunner::Run(const Launch& launch) {
                  launch.grid.y, launch.grid.z, launch.block.x, launch.block.y, launch.block.z);
   }
   Findings findings;
+  for (auto& c : contexts_) c->counters = MemoryCounters{};
   {
     std::lock_guard<std::mutex> lock(mu_);
     launch_ = &launch;
@@ -721,6 +914,9 @@ Status GridRunner::Run(const Launch& launch) {
     findings_ = nullptr;
   }
   if (findings.any()) return Error("kernel {}: {}", launch.kernel, findings.first());
+  if (launch.counters != nullptr) {
+    for (const auto& c : contexts_) launch.counters->Add(c->counters);
+  }
   return Status::Ok();
 }
 

@@ -89,6 +89,34 @@ class GlobalAccessChecker {
                       Findings& findings) = 0;
 };
 
+// Note [emulated memory counters]
+// What ncu's memory tables would say of a launch, from the accesses the
+// emulator executes (gptrun --device emu --profile). Each instrumented access
+// names its site (emu_abi.h); the k-th execution of a site by each lane of a
+// warp is one warp-level instruction, as on a GPU whose warp runs the site in
+// lockstep (divergent branches, where lanes execute a site different numbers
+// of times, pair lanes by count: an approximation). For each such
+// instruction:
+//   global (and generic non-shared) memory: one request, and the distinct
+//     32-byte sectors its lanes touch (a coalesced 4-byte access by 32 lanes:
+//     4 sectors; a stride of 128 bytes: 32);
+//   shared memory: one request, and its wavefronts: the most distinct 4-byte
+//     words any of the 32 banks must serve, at least the distinct bytes / 128
+//     (one wavefront serves 128 bytes; the same word read by several lanes is
+//     a broadcast, no conflict); ldmatrix's rows count as one 16-byte access
+//     per lane.
+// Accesses come from the LLVM IR the NVPTX backend receives, before its own
+// load/store vectorizer: a pair of neighbouring scalar loads it would merge
+// counts as two requests here.
+struct MemoryCounters {
+  uint64_t global_load_requests = 0, global_load_sectors = 0, global_load_bytes = 0;
+  uint64_t global_store_requests = 0, global_store_sectors = 0, global_store_bytes = 0;
+  uint64_t shared_load_requests = 0, shared_load_wavefronts = 0;
+  uint64_t shared_store_requests = 0, shared_store_wavefronts = 0;
+  void Add(const MemoryCounters& o);
+  bool operator==(const MemoryCounters&) const = default;
+};
+
 struct Launch {
   std::string kernel;  // for messages
   KernelFunction function = nullptr;
@@ -107,6 +135,9 @@ struct Launch {
   bool ordered = false;
   bool checks = false;
   GlobalAccessChecker* global = nullptr;  // with checks; null: no global checks
+  // Note [emulated memory counters]: added to when not null (the kernel
+  // library's checks flag must be set for accesses to be seen).
+  MemoryCounters* counters = nullptr;
 };
 
 class GridRunner {

@@ -190,6 +190,28 @@ TEST_F(GptrunAutotuneTest, CachedTimesNothing) {
   EXPECT_FALSE(fs::exists(*dir_ / "empty" / "gptc" / "autotune.json"));
 }
 
+// Note [emulated memory counters]: --profile on the emulated device counts
+// every kernel's requests, sectors and wavefronts, in the table and the JSON.
+TEST_F(GptrunAutotuneTest, ProfileOnTheEmulatorCountsMemoryAccesses) {
+  CommandResult r = Run("counters", "--autotune off", "counters");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("memory counters (Note [emulated memory counters]"), std::string::npos)
+      << r.out;
+  const json p = Profile("counters");
+  ASSERT_TRUE(p.contains("counters")) << p.dump(1);
+  size_t kernel_rows = 0;
+  for (const json& row : p["rows"]) kernel_rows += row["kind"] == "kernel";
+  EXPECT_GT(p["counters"].size(), 0u);
+  EXPECT_LE(p["counters"].size(), kernel_rows);
+  for (const json& k : p["counters"]) {
+    EXPECT_GT(k["launches"].get<int64_t>(), 0) << k.dump();
+    // A request touches at least one sector and at most one per byte.
+    const uint64_t requests = k["global_load_requests"], sectors = k["global_load_sectors"];
+    EXPECT_GE(sectors, requests) << k.dump();
+    EXPECT_LE(sectors, k["global_load_bytes"].get<uint64_t>()) << k.dump();
+  }
+}
+
 TEST_F(GptrunAutotuneTest, BadFlags) {
   CommandResult r = Run("x", "--autotune maybe", "bad");
   EXPECT_EQ(r.code, 2);

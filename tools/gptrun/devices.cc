@@ -61,6 +61,7 @@ StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, co
   if (device == "emu") {
     rt::emu::EmuTrainerOptions e;
     e.emu.checks = o.emu_checks;
+    e.emu.counters = o.profile;  // Note [emulated memory counters]
     e.gpu = rt::gpu::GpuOptions{.use_graph = !o.no_graph,
                                 .profile = o.profile,
                                 .sync_each_thunk = o.debug_sync,

@@ -126,6 +126,33 @@ TEST(HostLoweringTest, ABlockReductionRunsOnTheEmulator) {
   }
 }
 
+// Note [emulated memory counters]: each instrumented access passes its site,
+// so the emulator pairs the lanes of a warp. The block sum's global load is
+// coalesced (4 warps a block, 4 sectors each), its shared accesses touch
+// consecutive words (one wavefront each), and thread 0 alone stores.
+TEST(HostLoweringTest, TheBlockSumsAccessesAreCounted) {
+  StatusOr<HostLibrary> lib = Build(kBlockSum, "block_sum");
+  ASSERT_TRUE(lib.ok()) << lib.status().message();
+  // Sector-aligned, as a device allocation is.
+  alignas(256) static float in[128 * 3];
+  std::fill(std::begin(in), std::end(in), 1.0f);
+  std::vector<float> out(3, 0);
+  rt::emu::GridRunner runner(2);
+  rt::emu::MemoryCounters counters;
+  rt::emu::Launch launch = LaunchOf(*lib, {Ptr(in), Ptr(out.data())}, 3, 128, false);
+  launch.counters = &counters;
+  Status run = runner.Run(launch);
+  ASSERT_TRUE(run.ok()) << run.message();
+  EXPECT_EQ(out[2], 128.0f);
+  EXPECT_EQ(counters.global_load_requests, 3u * 4);
+  EXPECT_EQ(counters.global_load_sectors, 3u * 4 * 4);
+  EXPECT_EQ(counters.global_store_requests, 3u);
+  EXPECT_EQ(counters.global_store_sectors, 3u);
+  EXPECT_GT(counters.shared_load_requests, 0u);
+  EXPECT_EQ(counters.shared_load_wavefronts, counters.shared_load_requests);
+  EXPECT_EQ(counters.shared_store_wavefronts, counters.shared_store_requests);
+}
+
 // The seeded defect "a missing barrier": the same kernel without the
 // barrier between the reduction's steps.
 TEST(HostLoweringTest, AMissingBarrierIsReportedAsARace) {

@@ -29,10 +29,10 @@ uint32_t Ntid() { return Rt().special_register(abi::kNtidX); }
 float* SharedF() { return static_cast<float*>(Rt().shared_memory()); }
 // The checks a host kernel makes before an access (emu_abi.h).
 void Load(const void* p, uint32_t space = abi::kSharedSpace) {
-  Rt().access(p, 4, abi::kLoad | space);
+  Rt().access(p, 4, abi::kLoad | space, 0);
 }
 void Store(const void* p, uint32_t space = abi::kSharedSpace) {
-  Rt().access(p, 4, abi::kStore | space);
+  Rt().access(p, 4, abi::kStore | space, 1);
 }
 
 float ShuffleF(uint32_t mode, float v, uint32_t b, uint32_t c, uint32_t mask = 0xffffffff) {
@@ -319,7 +319,7 @@ TEST(GridRunnerTest, SharedMemoryOutOfBoundsIsStoppedBeforeTheAccess) {
 // one word, which is no race (Note [emulated races]).
 void StoreHalves(const uint64_t*) {
   auto* s = static_cast<uint16_t*>(Rt().shared_memory());
-  Rt().access(&s[Tid()], 2, abi::kStore | abi::kSharedSpace);
+  Rt().access(&s[Tid()], 2, abi::kStore | abi::kSharedSpace, 0);
   s[Tid()] = 1;
 }
 

@@ -124,7 +124,7 @@ void LdmatrixOfShared(const uint64_t* args) {
   const uint32_t t = Tid(), m = t / 8, r = t % 8;
   for (uint32_t c = 0; c < 8; ++c) {
     uint16_t* p = &s[(m * 8 + r) * kRowStride + c];
-    Rt().access(p, 2, abi::kStore | abi::kSharedSpace);
+    Rt().access(p, 2, abi::kStore | abi::kSharedSpace, 0);
     *p = Value(m, r, c);
   }
   Rt().barrier(0);
@@ -260,7 +260,7 @@ template <uint32_t kOffset, bool kUnwritten = false>
 void LdmatrixAt(const uint64_t*) {
   auto* s = static_cast<char*>(Rt().shared_memory());
   if (!kUnwritten) {
-    Rt().access(s + 16 * Tid(), 16, abi::kStore | abi::kSharedSpace);
+    Rt().access(s + 16 * Tid(), 16, abi::kStore | abi::kSharedSpace, 0);
     std::memset(s + 16 * Tid(), 0, 16);
     Rt().barrier(0);
   }
