@@ -2,7 +2,8 @@
 """Every distinct gemm of a compiled step: our time a call next to torch.matmul's.
 
   gemm-table.py --plan PLAN.json --profile PROFILE.json [--entry train_step]
-                [--dry-run] [--json OUT] [--limit-ms 17.5] [--max-ratio 1.15]
+                [--dry-run] [--no-layouts] [--json OUT] [--limit-ms 17.5]
+                [--max-ratio 1.15] [--min-ms 20] [--reps 50]
 
 PLAN.json is `gptc inspect ARTIFACT.gptx --plan`; PROFILE.json is
 `gptrun ARTIFACT --device gpu --bench --steps N --profile --profile-json FILE`
@@ -32,6 +33,33 @@ more back-to-back calls on the same inputs (so warm in L2 where they fit).
 Torch accumulates in f32 as our descriptors do (no reduced-precision
 reductions; TF32 only where a descriptor asks for it).
 
+Operand layouts: each group's problem (m, n, k, batch, the types of A, B and
+D) is also timed through the same plain torch.matmul with the other three
+operand transpositions, and the "best ops (*own) us" column gives the fastest
+of the four, named by the transa/transb its descriptor would have ("TN":
+transa T, transb N; "*" when it is the group's own), with "own/best" the
+group's torch us over that best. It tells whether storing an operand the other
+way round (the bf16 weight copy, written every step anyway, costs nothing to
+transpose) would make that gemm faster on this card. The mapping, from Note
+[row-major on cuBLASLt] (compiler/artifact/gemm_plan.h): the row-major product
+torch.matmul(lhs, rhs) = out [n, m] is cuBLASLt's column-major D (m x n) with
+cuBLASLt's B the lhs and its A the rhs, so
+  transb N: lhs is B's memory as stored, a contiguous [n, k]
+  transb T: lhs is the transposed view .T of a contiguous [k, n]
+  transa N: rhs is A's memory as stored, a contiguous [k, m]
+  transa T: rhs is the transposed view .T of a contiguous [m, k]
+i.e. torch's x @ W.T (nn.Linear) is "TN", x @ W is "NN", x.T @ y is "NT"
+(torch's CUDA mm makes the same swap for its row-major result, so its cuBLAS
+call should see these very transa/transb). An operand kept as stored keeps
+the descriptor's layout (ld, batch stride); one flipped is packed (ld = its
+rows). D, its type and the epilogue-free call stay the group's, with the same
+out_dtype fallback. The group's own entry is its "torch us" (three more
+timings a group, under the same --min-ms and --reps: about 2 s more for
+gpt2-124m b16's 15 groups). A line before the verdict lists the groups
+another layout would make more than 5% faster:
+  layouts: 2 of 15 groups would gain >5% from another operand layout: ...
+It leaves the verdict alone. --no-layouts skips these timings.
+
 --dry-run imports no torch and leaves torch's columns '-': the grouping, the
 join and the totals can be checked anywhere (tests/scripts/gemm_table_test.sh).
 --json OUT writes the table (format gptc-gemm-table-1) for docs/PERFORMANCE.md.
@@ -42,8 +70,12 @@ import json
 import math
 import re
 import sys
+import time
 
 DTYPES = {"CUDA_R_16BF": "bf16", "CUDA_R_16F": "f16", "CUDA_R_32F": "f32"}
+# transa, transb: "TN" is transa T, transb N (Group.label's order).
+LAYOUTS = ("NN", "NT", "TN", "TT")
+LAYOUT_GAIN = 1.05  # own / best above this: listed on the layouts line
 
 
 class InputError(Exception):
@@ -112,6 +144,32 @@ def row_major_operands(desc, where="gemm"):
     return lhs, rhs, out
 
 
+def ops_of(desc):
+    """The descriptor's transa, transb as "TN"."""
+    return desc["transa"][-1] + desc["transb"][-1]
+
+
+def layout_variant(desc, ops):
+    """The same problem with transa, transb = ops: an operand whose transpose
+    changes is stored the other way round, packed (ld its rows, batch stride
+    rows x cols); the other operand, C, D and the rest stay as they are."""
+    if ops not in LAYOUTS:
+        raise ValueError(f"layout {ops!r} is none of {', '.join(LAYOUTS)}")
+    m, n, k = desc["m"], desc["n"], desc["k"]
+    d = dict(desc)
+    for matrix, trans, op, (rows, cols) in (("a", "transa", ops[0], (m, k)),
+                                            ("b", "transb", ops[1], (k, n))):
+        if desc[trans][-1] == op:
+            continue
+        if op == "T":
+            rows, cols = cols, rows
+        layout = dict(desc[matrix], rows=rows, cols=cols, ld=rows)
+        if desc["batch_count"] > 1:
+            layout["batch_stride"] = rows * cols
+        d[trans], d[matrix] = "CUBLAS_OP_" + op, layout
+    return d
+
+
 def group_key(desc):
     """Descriptors that differ only in their notes (which name instructions) are one gemm."""
     return json.dumps({k: v for k, v in desc.items() if k != "notes"}, sort_keys=True)
@@ -132,6 +190,20 @@ class Group:
     fused_us: float = None
     fused_why: str = ""
     torch_error: str = ""
+    layout_us: dict = None  # LAYOUTS -> torch us of the plain product, own included
+    layout_error: str = ""
+
+    def best_layout(self):
+        """(ops, us) of the fastest layout, or None when not swept."""
+        if not self.layout_us or not self.torch_us:
+            return None
+        ops = min(LAYOUTS, key=lambda o: (self.layout_us[o], o != ops_of(self.desc)))
+        return ops, self.layout_us[ops]
+
+    def layout_ratio(self):
+        """This layout's torch us over the best layout's."""
+        best = self.best_layout()
+        return self.torch_us / best[1] if best else None
 
     @property
     def flop(self):
@@ -267,16 +339,10 @@ class TorchTimer:
         end.synchronize()
         return start.elapsed_time(end) * 1000 / reps
 
-    def time_group(self, g):
-        torch = self.torch
-        d = g.desc
-        lhs_v, rhs_v, out_v = row_major_operands(d)
-        if lhs_v.dtype != rhs_v.dtype:
-            g.torch_out = f"- ({lhs_v.dtype} x {rhs_v.dtype})"
-            return
-        # Our descriptors accumulate in f32 (TF32 inputs only under FAST_TF32):
-        # torch may not reduce in bf16 or f16 where we do not.
-        matmul = torch.backends.cuda.matmul
+    def precision(self, d):
+        """Our descriptors accumulate in f32 (TF32 inputs only under
+        FAST_TF32): torch may not reduce in bf16 or f16 where we do not."""
+        matmul = self.torch.backends.cuda.matmul
         matmul.allow_tf32 = d["compute_type"] == "CUBLAS_COMPUTE_32F_FAST_TF32"
         for flag in ("allow_bf16_reduced_precision_reduction",
                      "allow_fp16_reduced_precision_reduction"):
@@ -284,27 +350,40 @@ class TorchTimer:
                 setattr(matmul, flag, False)
             except (AssertionError, AttributeError):  # a torch without the choice
                 pass
+
+    def plain(self, lhs_v, lhs, rhs, out_v, out=None):
+        """(call, "torch out") of the plain lhs @ rhs, written as D's type where
+        this torch can; out, D's view as a tensor, is made when None."""
+        torch = self.torch
+        if out_v.dtype == lhs_v.dtype:
+            out = self.tensor(out_v) if out is None else out
+            if out.is_contiguous():
+                return (lambda: torch.matmul(lhs, rhs, out=out)), out_v.dtype
+            return (lambda: torch.matmul(lhs, rhs)), out_v.dtype
+        out_dtype = self.dtypes[out_v.dtype]
+        mm = torch.mm if lhs_v.batch == 1 else torch.bmm
+        call = lambda: mm(lhs, rhs, out_dtype=out_dtype)
+        try:
+            if call().dtype != out_dtype:
+                raise TypeError("out_dtype ignored")
+        except (TypeError, RuntimeError):
+            # This torch cannot write another type than it reads: its own
+            # type, which the column says.
+            return (lambda: torch.matmul(lhs, rhs)), f"{lhs_v.dtype} (D {out_v.dtype})"
+        return call, out_v.dtype
+
+    def time_group(self, g):
+        d = g.desc
+        lhs_v, rhs_v, out_v = row_major_operands(d)
+        if lhs_v.dtype != rhs_v.dtype:
+            g.torch_out = f"- ({lhs_v.dtype} x {rhs_v.dtype})"
+            return
+        self.precision(d)
         lhs, rhs = self.tensor(lhs_v), self.tensor(rhs_v)
         out_dtype = self.dtypes[out_v.dtype]
-        two_d = lhs_v.batch == 1
-        mm = torch.mm if two_d else torch.bmm
-        if out_v.dtype == lhs_v.dtype:
-            out = self.tensor(out_v)
-            plain = ((lambda: torch.matmul(lhs, rhs, out=out)) if out.is_contiguous()
-                     else (lambda: torch.matmul(lhs, rhs)))
-            g.torch_out = out_v.dtype
-        else:
-            plain, g.torch_out = lambda: mm(lhs, rhs, out_dtype=out_dtype), out_v.dtype
-            try:
-                if plain().dtype != out_dtype:
-                    raise TypeError("out_dtype ignored")
-            except (TypeError, RuntimeError):
-                # This torch cannot write another type than it reads: its
-                # own type, which the column says.
-                plain = lambda: torch.matmul(lhs, rhs)
-                g.torch_out = f"{lhs_v.dtype} (D {out_v.dtype})"
+        plain, g.torch_out = self.plain(lhs_v, lhs, rhs, out_v)
         g.torch_us = self.time_us(plain)
-        fused = self.fused(g, lhs, rhs, out_v, out_dtype) if two_d else None
+        fused = self.fused(g, lhs, rhs, out_v, out_dtype) if lhs_v.batch == 1 else None
         if fused is not None:
             try:
                 fused[1]()
@@ -312,6 +391,33 @@ class TorchTimer:
                 g.fused_op = fused[0]
             except Exception as e:  # optional: any refusal leaves the column '-'
                 g.fused_why = (str(e).splitlines() or [type(e).__name__])[0][:200]
+
+    def time_layouts(self, g):
+        """The group's plain product with the other three transa/transb (after
+        time_group: its own is g.torch_us)."""
+        if not g.torch_us:
+            return
+        d = g.desc
+        own = ops_of(d)
+        self.precision(d)
+        tensors = {}  # a view's tensor, made once: each operand has two views
+
+        def tensor(v):
+            if v not in tensors:
+                tensors[v] = self.tensor(v)
+            return tensors[v]
+
+        us = {own: g.torch_us}
+        out = None
+        for ops in LAYOUTS:
+            if ops == own:
+                continue
+            lhs_v, rhs_v, out_v = row_major_operands(layout_variant(d, ops))
+            if out is None and out_v.dtype == lhs_v.dtype:
+                out = self.tensor(out_v)  # D as the group's: one for all
+            call, _ = self.plain(lhs_v, tensor(lhs_v), tensor(rhs_v), out_v, out)
+            us[ops] = self.time_us(call)
+        g.layout_us = {ops: us[ops] for ops in LAYOUTS}
 
     def fused(self, g, lhs, rhs, out_v, out_dtype):
         """(name, call) of torch's nearest fused op for the epilogue, or None."""
@@ -390,6 +496,42 @@ def summarize(groups, fallback_ms, args):
             "gemms": sum(len(g.thunks) for g in groups), "groups": len(groups), "line": line}
 
 
+def layouts_timed(args):
+    return not (args.dry_run or args.no_layouts)
+
+
+def layout_summary(groups, args):
+    """The line before the verdict: the groups another operand layout would
+    make more than LAYOUT_GAIN faster. The verdict does not read it."""
+    if not layouts_timed(args):
+        why = "--dry-run" if args.dry_run else "--no-layouts"
+        return {"swept": 0, "gains": None, "line": f"layouts: not timed ({why})"}
+    swept = [g for g in groups if g.best_layout()]
+    gains = sorted((g for g in swept if g.layout_ratio() > LAYOUT_GAIN),
+                   key=lambda g: -g.layout_ratio())
+    rows = [{"label": g.label(), "where": g.where(), "own": ops_of(g.desc),
+             "best": g.best_layout()[0], "ratio": g.layout_ratio()} for g in gains]
+    unswept = len(groups) - len(swept)
+    line = (f"layouts: {len(gains)} of {len(groups)} groups would gain "
+            f">{(LAYOUT_GAIN - 1) * 100:.0f}% from another operand layout")
+    if unswept:
+        line += f" ({unswept} not swept)"
+    if gains:
+        line += ": " + ", ".join(
+            f"{g.label().split()[0]} {r['own']}->{r['best']} +{(r['ratio'] - 1) * 100:.0f}%"
+            for g, r in zip(gains, rows))
+    return {"swept": len(swept), "gain_threshold": LAYOUT_GAIN, "gains": rows, "line": line}
+
+
+def layout_text(g):
+    """("TN 41.2", "1.07") for the table; "*" marks the group's own layout."""
+    best = g.best_layout()
+    if not best:
+        return "-", "-"
+    mark = "*" if best[0] == ops_of(g.desc) else ""
+    return f"{best[0]}{mark} {best[1]:.1f}", f"{g.layout_ratio():.2f}"
+
+
 def tuning_text(g):
     if not g.tuning:
         return "-", None
@@ -402,7 +544,8 @@ def tuning_text(g):
 def table(groups):
     head = ["calls", "gemm (cuBLASLt m x n x k, ops, epilogue)", "types",
             "torch.matmul (row-major)", "ours us", "TF/s", "torch us", "TF/s", "ratio",
-            "fused us", "torch out", "tuned us", "path #algo", "where"]
+            "fused us", "best ops (*own) us", "own/best", "torch out", "tuned us", "path #algo",
+            "where"]
     lines = []
     for g in groups:
         lhs, rhs, _ = row_major_operands(g.desc)
@@ -410,12 +553,13 @@ def table(groups):
         path, tuned = tuning_text(g)
         fused = f"{g.fused_op} {g.fused_us:.1f}" if g.fused_us else "-"
         calls = str(len(g.thunks)) + (f" ({g.missing} unprofiled)" if g.missing else "")
+        best, own_best = layout_text(g)
         lines.append([calls, g.label(), g.types(), f"{lhs.text()} @ {rhs.text()}",
                       fmt(g.ours_us, ".1f"), fmt_tflops(g, g.ours_us), fmt(g.torch_us, ".1f"),
-                      fmt_tflops(g, g.torch_us), fmt(ratio, ".2f"), fused, g.torch_out,
-                      fmt(tuned, ".1f"), path, g.where()])
+                      fmt_tflops(g, g.torch_us), fmt(ratio, ".2f"), fused, best, own_best,
+                      g.torch_out, fmt(tuned, ".1f"), path, g.where()])
     widths = [max(len(r[i]) for r in [head] + lines) for i in range(len(head))]
-    numeric = {0, 4, 5, 6, 7, 8, 11}
+    numeric = {0, 4, 5, 6, 7, 8, 10, 11, 13}
     out = []
     for r in [head] + lines:
         out.append("  ".join((c.rjust(w) if i in numeric else c.ljust(w))
@@ -423,7 +567,7 @@ def table(groups):
     return "\n".join(out)
 
 
-def to_json(groups, summary, args, profile, timer):
+def to_json(groups, summary, layouts, args, profile, timer):
     rows = []
     for g in groups:
         lhs, rhs, out = row_major_operands(g.desc)
@@ -437,14 +581,20 @@ def to_json(groups, summary, args, profile, timer):
             "torch_error": g.torch_error or None,
             "ratio": g.ours_us / g.torch_us if g.ours_us and g.torch_us else None,
             "fused_op": g.fused_op if g.fused_us else None, "fused_us": g.fused_us,
-            "fused_error": g.fused_why or None, "tuned_us": tuned, "path": path,
+            "fused_error": g.fused_why or None,
+            "own_layout": ops_of(g.desc), "layouts_us": g.layout_us,
+            "best_layout": g.best_layout()[0] if g.best_layout() else None,
+            "best_layout_us": g.best_layout()[1] if g.best_layout() else None,
+            "layout_ratio": g.layout_ratio(), "layout_error": g.layout_error or None,
+            "tuned_us": tuned, "path": path,
             "descriptor": {k: v for k, v in g.desc.items() if k != "notes"}})
     return {"format": "gptc-gemm-table-1", "plan": args.plan, "profile": args.profile,
             "artifact": profile.get("artifact"), "entry": args.entry, "steps": profile.get("steps"),
             "device": timer.device if timer else None,
             "torch": timer.torch.__version__ if timer else None,
             "limit_ms": args.limit_ms, "max_ratio": args.max_ratio, "groups": rows,
-            "totals": {k: v for k, v in summary.items() if k != "line"}, "verdict": summary["line"]}
+            "totals": {k: v for k, v in summary.items() if k != "line"}, "layouts": layouts,
+            "verdict": summary["line"]}
 
 
 def main(argv=None):
@@ -453,6 +603,8 @@ def main(argv=None):
     p.add_argument("--profile", required=True, help="gptrun ... --profile --profile-json FILE")
     p.add_argument("--entry", default="train_step")
     p.add_argument("--dry-run", action="store_true", help="no torch: our times alone")
+    p.add_argument("--no-layouts", action="store_true",
+                   help="time no other operand layouts (NN, NT, TN, TT) than each group's own")
     p.add_argument("--json", metavar="OUT", help="also write the table as JSON")
     p.add_argument("--limit-ms", type=float, default=17.5,
                    help="our gemms' ms a step at most (default 17.5: gpt2-124m, batch 16)")
@@ -473,13 +625,28 @@ def main(argv=None):
         print(f"gemm-table: {e}", file=sys.stderr)
         return 2
     groups.sort(key=lambda g: (-g.ours_ms, g.label()))
+    started, layout_s = time.perf_counter(), 0.0
     for g in groups if timer else []:
         try:
             timer.time_group(g)
         except Exception as e:  # one group's failure (out of memory, say) leaves its row '-'
             g.torch_error = (str(e).splitlines() or [type(e).__name__])[0][:200]
             print(f"gemm-table: warning: torch on {g.label()}: {g.torch_error}", file=sys.stderr)
+            continue
+        if args.no_layouts:
+            continue
+        layout_start = time.perf_counter()
+        try:
+            timer.time_layouts(g)
+        except Exception as e:  # the sweep is optional: its columns stay '-'
+            g.layout_us = None
+            g.layout_error = (str(e).splitlines() or [type(e).__name__])[0][:200]
+            print(f"gemm-table: warning: layouts of {g.label()}: {g.layout_error}",
+                  file=sys.stderr)
+        layout_s += time.perf_counter() - layout_start
+    torch_s = time.perf_counter() - started if timer else None
     summary = summarize(groups, fallback_ms, args)
+    layouts = dict(layout_summary(groups, args), seconds=layout_s if layouts_timed(args) else None)
     print(f"{args.entry} of {profile.get('artifact', args.profile)}: {summary['gemms']} gemms in "
           f"{summary['groups']} distinct descriptors; profile of {profile.get('steps')} steps"
           + (f"; torch {timer.torch.__version__} on {timer.device}" if timer else ""))
@@ -490,8 +657,10 @@ def main(argv=None):
           f"{fallback_ms:.3f} ms")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(to_json(groups, summary, args, profile, timer), f, indent=1)
+            json.dump(dict(to_json(groups, summary, layouts, args, profile, timer),
+                           torch_seconds=torch_s), f, indent=1)
             f.write("\n")
+    print(layouts["line"])
     print(summary["line"])
     return 0 if summary["pass"] else 1
 
