@@ -1,6 +1,10 @@
 // gpt2-124m — the real widths, heads and vocabulary, at batch 1, seq 128 —
 // one full train step on the emulated device against the CPU device: the
-// loss, the gradient norm and every parameter after the update. About three
+// loss, the gradient norm and every parameter after the update; twice on the
+// emulated device, the second with every gemm epilogue slow
+// ($GPTC_EMU_SLOW_EPILOGUES), so that the autotuning (Note [autotune paths]
+// in runtime/gpu/autotune.h) runs each such gemm without its epilogue and
+// the artifact's fallback kernel does the epilogue's work. About five
 // minutes and 14 GB on the 2-core machine, so it carries the `slow` label:
 // `scripts/test --slow` runs it, the default run leaves it out.
 #include <gtest/gtest.h>
@@ -38,6 +42,10 @@ nlohmann::json FirstStep(const fs::path& log) {
   return nullptr;
 }
 
+// The first step of `run` (an emulated run's log and checkpoint in `dir`)
+// against the CPU device's.
+void ExpectFollowsCpu(const std::filesystem::path& dir, const std::string& run);
+
 TEST(Emu124mTest, OneStepFollowsTheCpuDevice) {
   const fs::path dir =
       fs::path(::testing::TempDir()) / ("emu_124m_test_" + std::to_string(getpid()));
@@ -51,17 +59,33 @@ TEST(Emu124mTest, OneStepFollowsTheCpuDevice) {
                               " compile --model gpt2-124m --batch 1 --seq 128 --emu -o " +
                               (dir / "m.gptx").string() + " > /dev/null";
   ASSERT_EQ(std::system(compile.c_str()), 0) << compile;
-  for (const std::string device : {"emu", "cpu"}) {
+  const std::string slow =
+      "GPTC_EMU_SLOW_EPILOGUES=CUBLASLT_EPILOGUE_BIAS,CUBLASLT_EPILOGUE_GELU_AUX_BIAS,"
+      "CUBLASLT_EPILOGUE_DGELU,CUBLASLT_EPILOGUE_BGRADA,CUBLASLT_EPILOGUE_BGRADB ";
+  for (const std::string run : {"emu", "fallback", "cpu"}) {
+    const std::string device = run == "cpu" ? "cpu" : "emu";
     const std::string cmd =
-        std::string(GPTRUN_BIN) + " " + (dir / "m.gptx").string() + " --device " + device +
+        (run == "fallback" ? slow : "") + "XDG_CACHE_HOME=" + (dir / ("cache-" + run)).string() +
+        " " + std::string(GPTRUN_BIN) + " " + (dir / "m.gptx").string() + " --device " + device +
         (device == "cpu" ? " --cpu-max-params 200000000" : "") + " --train '" +
         (dir / "train_*.bin").string() + "' --steps 1 --lr " + std::to_string(kLr) +
-        " --seed 3 --log " + (dir / (device + ".jsonl")).string() + " --ckpt-dir " +
-        (dir / device).string() + " > " + (dir / (device + ".txt")).string() + " 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << ReadAll(dir / (device + ".txt"));
-    std::printf("%s", ReadAll(dir / (device + ".txt")).c_str());
+        " --seed 3 --log " + (dir / (run + ".jsonl")).string() + " --ckpt-dir " +
+        (dir / run).string() + " > " + (dir / (run + ".txt")).string() + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << ReadAll(dir / (run + ".txt"));
+    std::printf("%s", ReadAll(dir / (run + ".txt")).c_str());
   }
-  const nlohmann::json emu = FirstStep(dir / "emu.jsonl");
+  // Every gemm with an epilogue took the plain gemm and its kernel.
+  EXPECT_EQ(ReadAll(dir / "fallback.txt").find(" 0 of them the gemm without its epilogue"),
+            std::string::npos);
+  for (const std::string run : {"emu", "fallback"}) {
+    SCOPED_TRACE(run);
+    ExpectFollowsCpu(dir, run);
+  }
+  fs::remove_all(dir);
+}
+
+void ExpectFollowsCpu(const fs::path& dir, const std::string& run) {
+  const nlohmann::json emu = FirstStep(dir / (run + ".jsonl"));
   const nlohmann::json cpu = FirstStep(dir / "cpu.jsonl");
   ASSERT_TRUE(emu.is_object() && cpu.is_object());
   const double loss_emu = emu["loss"], loss_cpu = cpu["loss"];
@@ -85,7 +109,7 @@ TEST(Emu124mTest, OneStepFollowsTheCpuDevice) {
     return out;
   };
   const auto want = params("cpu");
-  const auto got = params("emu");
+  const auto got = params(run);
   ASSERT_FALSE(want.empty());
   ASSERT_EQ(got.size(), want.size());
   for (const auto& [name, w] : want) {
@@ -106,7 +130,6 @@ TEST(Emu124mTest, OneStepFollowsTheCpuDevice) {
     EXPECT_LE(far, static_cast<int64_t>(0.01 * static_cast<double>(g.size())) + 1)
         << name << ": worst " << worst;
   }
-  fs::remove_all(dir);
 }
 
 }  // namespace
