@@ -530,6 +530,19 @@ std::string EmuStats::Summary() const {
       launches, blocks, kernel_seconds, gemms, gemm_seconds, copies, all_reduces);
 }
 
+int64_t KernelCounters::BlocksPerSm() const {
+  // An H100 multiprocessor: 2048 threads, 64K registers allocated per warp
+  // in units of 256, 228 KiB of shared memory (1 KiB reserved a block), 32
+  // blocks.
+  if (threads <= 0) return 0;
+  const int64_t warps = (threads + 31) / 32;
+  int64_t blocks = std::min<int64_t>(32, 2048 / (warps * 32));
+  if (registers > 0) {
+    blocks = std::min(blocks, 65536 / (warps * ((registers * 32 + 255) / 256 * 256)));
+  }
+  return std::min(blocks, (228 << 10) / (shared_bytes + (1 << 10)));
+}
+
 std::string EmuStats::CountersTable() const {
   if (kernels.empty()) return "";
   std::vector<std::pair<std::string, const KernelCounters*>> rows;
@@ -547,16 +560,16 @@ std::string EmuStats::CountersTable() const {
   std::string out = fmt::format(
       "memory counters (Note [emulated memory counters]; per launch, sectors of 32 bytes, "
       "shared wavefronts of 128):\n{:>7} {:>9} {:>7} {:>9} {:>7} {:>10} {:>10} {:>6} {:>8} "
-      "{:>7} {:>8} {:>7}  {}\n",
+      "{:>7} {:>8} {:>7} {:>4} {:>6} {:>7} {:>5}  {}\n",
       "launches", "ld req", "sec/req", "st req", "sec/req", "moved MiB", "args MiB", "args%",
-      "smem ld", "wave/rq", "smem st", "wave/rq", "kernel");
+      "smem ld", "wave/rq", "smem st", "wave/rq", "regs", "thr/bk", "smem/bk", "bk/SM", "kernel");
   for (const auto& [name, k] : rows) {
     const MemoryCounters& m = k->memory;
     const double n = static_cast<double>(std::max<int64_t>(k->launches, 1));
     const uint64_t bytes = moved(*k);
     out += fmt::format(
         "{:>7} {:>9.0f} {:>7} {:>9.0f} {:>7} {:>10.2f} {:>10.2f} {:>6} {:>8.0f} {:>7} {:>8.0f} "
-        "{:>7}  {}\n",
+        "{:>7} {:>4} {:>6} {:>7} {:>5}  {}\n",
         k->launches, m.global_load_requests / n,
         ratio(m.global_load_sectors, m.global_load_requests), m.global_store_requests / n,
         ratio(m.global_store_sectors, m.global_store_requests), bytes / n / (1 << 20),
@@ -565,7 +578,8 @@ std::string EmuStats::CountersTable() const {
                    : fmt::format("{:.0f}", 100.0 * static_cast<double>(k->argument_bytes) / bytes),
         m.shared_load_requests / n, ratio(m.shared_load_wavefronts, m.shared_load_requests),
         m.shared_store_requests / n, ratio(m.shared_store_wavefronts, m.shared_store_requests),
-        name);
+        k->registers > 0 ? std::to_string(k->registers) : "?", k->threads, k->shared_bytes,
+        k->BlocksPerSm(), name);
   }
   out.pop_back();
   return out;

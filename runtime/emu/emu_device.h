@@ -54,6 +54,11 @@ struct KernelCounters {
   // move at least when it reads each operand and writes each result once.
   int64_t argument_bytes = 0;
   MemoryCounters memory;
+  // Its launch shape, from ptxas and the plan: registers a thread (0:
+  // unknown), threads and shared bytes a block, and the resident blocks of
+  // an H100 multiprocessor they allow (Occupancy).
+  int64_t registers = 0, threads = 0, shared_bytes = 0;
+  int64_t BlocksPerSm() const;
 };
 
 // What the device did, for the log and benchmarks.

@@ -146,6 +146,9 @@ cudaError_t KernelOp(Stream& s, const Function& f, Dim3 grid, Dim3 block, uint32
   if (counters != nullptr) {
     ++counters->launches;
     counters->memory.Add(launch_counters);
+    counters->registers = k.registers;
+    counters->threads = static_cast<int64_t>(block.count());
+    counters->shared_bytes = k.static_smem + smem;
     if (const gpu::Thunk* t = ctx.get(); t != nullptr) {
       // An in-place result is its operand's slice again: counted once.
       std::set<std::pair<int64_t, int64_t>> slices;

@@ -53,7 +53,11 @@ std::string EmuTrainer::ProfileJson() const {
                         {"shared_load_requests", m.shared_load_requests},
                         {"shared_load_wavefronts", m.shared_load_wavefronts},
                         {"shared_store_requests", m.shared_store_requests},
-                        {"shared_store_wavefronts", m.shared_store_wavefronts}});
+                        {"shared_store_wavefronts", m.shared_store_wavefronts},
+                        {"registers", k.registers},
+                        {"threads_per_block", k.threads},
+                        {"shared_bytes_per_block", k.shared_bytes},
+                        {"blocks_per_sm", k.BlocksPerSm()}});
   }
   j["counters"] = std::move(counters);
   return j.dump(1) + "\n";

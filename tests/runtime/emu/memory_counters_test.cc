@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "compiler/program/emu_abi.h"
+#include "runtime/emu/emu_device.h"
 #include "runtime/emu/grid_runner.h"
 
 namespace gptc::rt::emu {
@@ -134,6 +135,19 @@ TEST(MemoryCountersTest, DivergentLanesPairByExecution) {
   EXPECT_EQ(m.global_load_requests, 2u * 2);
   EXPECT_EQ(m.global_load_sectors, 2u * 8);
   EXPECT_EQ(m.global_load_bytes, 2u * (32 + 16) * 4);
+}
+
+TEST(MemoryCountersTest, OccupancyFollowsThreadsRegistersAndSharedMemory) {
+  auto blocks = [](int64_t threads, int64_t registers, int64_t shared) {
+    return KernelCounters{.registers = registers, .threads = threads, .shared_bytes = shared}
+        .BlocksPerSm();
+  };
+  EXPECT_EQ(blocks(256, 32, 0), 8);         // 2048 threads
+  EXPECT_EQ(blocks(32, 16, 0), 32);         // the 32-block limit
+  EXPECT_EQ(blocks(128, 255, 0), 2);        // 8192 registers a warp
+  EXPECT_EQ(blocks(128, 0, 100 << 10), 2);  // 101 KiB a block of 228
+  EXPECT_EQ(blocks(64, 168, 48 << 10), 4);  // shared memory first
+  EXPECT_EQ(blocks(0, 0, 0), 0);
 }
 
 }  // namespace
