@@ -306,6 +306,7 @@ class RowReductionBuilder : public FusedKernelBuilder {
                                      plan_.elem_slots, index, index.linear));
       }
     } else if (!plan_.elem_outputs.empty()) {
+      RETURN_IF_ERROR(PreloadRowParameters());
       mlir::OpBuilder::InsertPoint after_loop = b_.saveInsertionPoint();
       auto loop = mlir::cast<mlir::scf::ForOp>(
           CreateFor(b_, loc_, lane_, C(plan_.n), C(plan_.threads_per_row), {}));
@@ -326,6 +327,22 @@ class RowReductionBuilder : public FusedKernelBuilder {
     RETURN_IF_ERROR(EmitAndStore(emitter_, b_, loc_, entry_, fusion_, plan_.row_outputs,
                                  plan_.row_slots, row_index_, row_));
     emitter_.RestoreCache(std::move(saved));
+    return Status::Ok();
+  }
+
+  // Parameters shaped like a row (the cross-entropy's target, a row's
+  // statistics) read once before the output loop, into the emitter's cache:
+  // in the loop, LLVM must assume the stores may alias them and reloads them
+  // at every element (the emulator's memory counters showed the
+  // cross-entropy's target read once a column).
+  Status PreloadRowParameters() {
+    for (const ir::Instruction* p : fusion_.called_computation()->parameters()) {
+      if (p->shape().dims() != plan_.row_dims) continue;
+      RETURN_IF_ERROR(emitter_.Emit(*p, row_index_).status());
+      ElementIndex multi;
+      multi.multi = row_index_.multi;
+      RETURN_IF_ERROR(emitter_.Emit(*p, multi).status());
+    }
     return Status::Ok();
   }
 
