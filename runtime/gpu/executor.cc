@@ -63,7 +63,7 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
     ASSIGN_OR_RETURN(Call call, e->Translate(t));
     e->calls_.push_back(std::move(call));
   }
-  // Note [autotune paths]: on the arena as it is (zeros), before any input.
+  // Note [autotune paths]: on the arena as the trainer filled it, before any input.
   if (resources.autotuner != nullptr) RETURN_IF_ERROR(e->TuneGemms());
   // Note [epilogue fallback]: a fallback kernel runs only for a gemm that
   // runs without its epilogue.
