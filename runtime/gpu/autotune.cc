@@ -140,8 +140,13 @@ StatusOr<TunedPath> GemmAutotuner::Time(const GemmCandidates& g, cublasLtHandle_
   std::vector<std::string> skipped;
   auto try_path = [&](TunedPath path, GemmRunner* runner, const GemmConfig& config,
                       double extra_us) -> Status {
-    ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> answers,
-                     runner->Candidates(handle, config, options_.max_candidates));
+    StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> offered =
+        runner->Candidates(handle, config, options_.max_candidates);
+    if (!offered.ok()) {  // no algorithm on this path: the other may have one
+      skipped.push_back(std::string(offered.status().message()));
+      return Status::Ok();
+    }
+    const std::vector<cublasLtMatmulHeuristicResult_t>& answers = *offered;
     for (size_t i = 0; i < answers.size(); ++i) {
       runner->UseAlgorithm(handle, answers[i]);
       std::string refused;
