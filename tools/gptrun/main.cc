@@ -77,7 +77,8 @@ Flags DeclareFlags() {
       .Bool("no-graph", "GPU: launch every thunk every step (no CUDA graph replay)")
       .Bool("profile",
             "GPU/emu: time every thunk (no graph) and print the top thunks, kernel and gemm "
-            "totals after the last step")
+            "totals and each gemm's tuning after the last step; emu: with stand-in times and "
+            "every kernel's memory counters (docs/EMULATOR.md)")
       .Value("profile-json", "FILE",
              "with --profile: also write the profile, and each gemm's tuning, there as JSON")
       .Requires("profile")
