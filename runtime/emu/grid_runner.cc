@@ -743,10 +743,11 @@ bool SameInstruction(const AccessRecord& a, const AccessRecord& b) {
          (a.kind & (abi::kSpaceMask | abi::kStore)) == (b.kind & (abi::kSpaceMask | abi::kStore));
 }
 
-// The order that puts one instruction's accesses together.
-uint64_t InstructionKey(const AccessRecord& r) {
-  return uint64_t{r.site} << 34 | uint64_t{(r.kind & abi::kSpaceMask) != 0} << 33 |
-         uint64_t{(r.kind & abi::kStore) != 0} << 32 | r.execution;
+// A hash of what SameInstruction compares.
+uint64_t InstructionHash(const AccessRecord& r) {
+  const uint64_t kind = r.kind & (abi::kSpaceMask | abi::kStore);
+  return ((uint64_t{r.site} * 0x9e3779b97f4a7c15ull) ^ (uint64_t{r.execution} << 8) ^ kind) *
+         0xbf58476d1ce4e5b9ull;
 }
 
 // Note [emulated memory counters] for one warp, whose lanes' records are
@@ -776,22 +777,24 @@ void CountWarp(std::span<EmuThread> lanes, MemoryCounters& counters) {
   }
   if (!group.empty()) {
     // Grouped by instruction in linear time: an open-addressing table of
-    // keys gives each record its instruction's number, then a counting sort.
-    thread_local std::vector<uint64_t> keys;
-    thread_local std::vector<uint32_t> ids, offsets, of;
+    // each instruction's first record gives every record its instruction's
+    // number, then a counting sort.
+    constexpr uint32_t kEmpty = ~uint32_t{0};
+    thread_local std::vector<uint32_t> first, ids, offsets, of;
     thread_local std::vector<AccessRecord> sorted;
     size_t size = 64;
     while (size < 2 * group.size()) size *= 2;
-    keys.assign(size, ~uint64_t{0});
+    first.assign(size, kEmpty);
     ids.assign(size, 0);
     offsets.assign(1, 0);
     of.resize(group.size());
     for (size_t i = 0; i < group.size(); ++i) {
-      const uint64_t k = InstructionKey(group[i]);
-      size_t h = (k * 0x9e3779b97f4a7c15ull) >> 20 & (size - 1);
-      while (keys[h] != k && keys[h] != ~uint64_t{0}) h = (h + 1) & (size - 1);
-      if (keys[h] != k) {
-        keys[h] = k;
+      size_t h = InstructionHash(group[i]) >> 20 & (size - 1);
+      while (first[h] != kEmpty && !SameInstruction(group[first[h]], group[i])) {
+        h = (h + 1) & (size - 1);
+      }
+      if (first[h] == kEmpty) {
+        first[h] = static_cast<uint32_t>(i);
         ids[h] = static_cast<uint32_t>(offsets.size() - 1);
         offsets.push_back(0);
       }

@@ -51,6 +51,19 @@ void Divergent(const uint64_t* args) {
   }
 }
 
+// Lane 0 first loads alone (its lanes diverge from the start), then every
+// lane loads a word and the warp an ldmatrix.x1, both site 0: two
+// instructions the counting must keep apart.
+void LoadThenLdmatrix(const uint64_t*) {
+  char* s = Shared();
+  Rt().access(s + 16 * Tid(), 16, abi::kStore | abi::kSharedSpace, 1);
+  Rt().barrier(0);
+  if (Tid() == 0) Rt().access(s, 4, abi::kLoad | abi::kSharedSpace, 5);
+  Rt().access(s + 4 * Tid(), 4, abi::kLoad | abi::kSharedSpace, 0);
+  uint32_t reg;
+  Rt().ldmatrix(1, s + 16 * (Tid() % 8), &reg, 0);
+}
+
 MemoryCounters Count(KernelFunction f, uint32_t threads, std::vector<uint64_t> args, bool sync,
                      uint32_t shared = 0) {
   GridRunner runner(1);
@@ -135,6 +148,14 @@ TEST(MemoryCountersTest, DivergentLanesPairByExecution) {
   EXPECT_EQ(m.global_load_requests, 2u * 2);
   EXPECT_EQ(m.global_load_sectors, 2u * 8);
   EXPECT_EQ(m.global_load_bytes, 2u * (32 + 16) * 4);
+}
+
+TEST(MemoryCountersTest, AnLdmatrixIsNotTheAccessOfTheSameSiteNumber) {
+  const MemoryCounters m = Count(&LoadThenLdmatrix, 32, {}, true, 32 * 16);
+  // Per block: lane 0's load, the lanes' word loads, the ldmatrix (8 rows
+  // of 16 bytes: one wavefront).
+  EXPECT_EQ(m.shared_load_requests, 2u * 3);
+  EXPECT_EQ(m.shared_load_wavefronts, 2u * 3);
 }
 
 TEST(MemoryCountersTest, OccupancyFollowsThreadsRegistersAndSharedMemory) {
