@@ -17,16 +17,16 @@ std::string AlgorithmHex(const cublasLtMatmulHeuristicResult_t& r) {
   return out;
 }
 
-std::string_view PathName(TunedPath p) {
-  return p == TunedPath::kFallback ? "fallback" : "epilogue";
-}
-
 std::string LayoutKey(const program::GemmLayout& l) {
   return fmt::format("{} {}x{} ld {} stride {}", program::GemmDTypeName(l.dtype), l.rows, l.cols,
                      l.ld, l.batch_stride);
 }
 
 }  // namespace
+
+std::string_view TunedPathName(TunedPath path) {
+  return path == TunedPath::kFallback ? "fallback" : "epilogue";
+}
 
 std::optional<AutotuneMode> ParseAutotuneMode(std::string_view text) {
   if (text == "off") return AutotuneMode::kOff;
@@ -107,17 +107,17 @@ bool GemmAutotuner::ApplyCached(const GemmCandidates& g, cublasLtHandle_t handle
                                 GemmChoice& choice) {
   const CachedGemm* cached = cache_.Find(g.key);
   if (cached == nullptr) return false;
-  const bool fallback = cached->path == "fallback";
-  GemmRunner* runner = fallback ? g.plain : g.epilogue;
-  const GemmConfig* config = fallback ? g.plain_config : g.epilogue_config;
+  const TunedPath path = cached->path == TunedPathName(TunedPath::kFallback) ? TunedPath::kFallback
+                                                                             : TunedPath::kEpilogue;
+  GemmRunner* runner = path == TunedPath::kFallback ? g.plain : g.epilogue;
   if (runner == nullptr) return false;  // that path is not offered here
   StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> answers =
-      runner->Candidates(handle, *config, options_.max_candidates);
+      runner->Candidates(handle, options_.max_candidates);
   if (!answers.ok()) return false;
   for (size_t i = 0; i < answers->size(); ++i) {
     if (AlgorithmHex((*answers)[i]) != cached->algorithm) continue;
     runner->UseAlgorithm(handle, (*answers)[i]);
-    choice.path = cached->path;
+    choice.path = path;
     choice.algorithm = static_cast<int>(i);
     choice.candidates = cached->candidates;
     choice.us = cached->us;
@@ -138,10 +138,9 @@ StatusOr<TunedPath> GemmAutotuner::Time(const GemmCandidates& g, cublasLtHandle_
   };
   std::optional<Best> best;
   std::vector<std::string> skipped;
-  auto try_path = [&](TunedPath path, GemmRunner* runner, const GemmConfig& config,
-                      double extra_us) -> Status {
+  auto try_path = [&](TunedPath path, GemmRunner* runner, double extra_us) -> Status {
     StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> offered =
-        runner->Candidates(handle, config, options_.max_candidates);
+        runner->Candidates(handle, options_.max_candidates);
     if (!offered.ok()) {  // no algorithm on this path: the other may have one
       skipped.push_back(std::string(offered.status().message()));
       return Status::Ok();
@@ -165,24 +164,23 @@ StatusOr<TunedPath> GemmAutotuner::Time(const GemmCandidates& g, cublasLtHandle_
     return Status::Ok();
   };
   if (g.epilogue != nullptr) {
-    RETURN_IF_ERROR(try_path(TunedPath::kEpilogue, g.epilogue, *g.epilogue_config, 0));
+    RETURN_IF_ERROR(try_path(TunedPath::kEpilogue, g.epilogue, 0));
   }
   if (g.plain != nullptr) {
     std::string failed;
     ASSIGN_OR_RETURN(std::optional<double> kernel_us, TimeUs(g.kernel, stream, &failed));
     if (!kernel_us) return Error("{}: autotune: the fallback kernel: {}", g.thunk, failed);
-    RETURN_IF_ERROR(try_path(TunedPath::kFallback, g.plain, *g.plain_config, *kernel_us));
+    RETURN_IF_ERROR(try_path(TunedPath::kFallback, g.plain, *kernel_us));
   }
   if (!best) {
     return Error("{}: autotune: no candidate ran ({})", g.thunk,
                  skipped.empty() ? "none offered" : skipped.front());
   }
   (best->path == TunedPath::kFallback ? g.plain : g.epilogue)->UseAlgorithm(handle, best->result);
-  choice.path = PathName(best->path);
   choice.algorithm = best->index;
   choice.us = best->us;
   choice.result = best->result;
-  cache_.Put(g.key, CachedGemm{.path = choice.path,
+  cache_.Put(g.key, CachedGemm{.path = std::string(TunedPathName(best->path)),
                                .algorithm = AlgorithmHex(best->result),
                                .us = best->us,
                                .candidates = choice.candidates});
@@ -197,34 +195,29 @@ StatusOr<TunedPath> GemmAutotuner::Tune(const GemmCandidates& g, cublasLtHandle_
   if (auto it = by_key_.find(g.key); it != by_key_.end()) {
     GemmChoice& c = choices_[it->second];
     c.thunks.push_back(g.thunk);
-    const bool fallback = c.path == "fallback";
-    (fallback ? g.plain : g.epilogue)->UseAlgorithm(handle, c.result);
-    return fallback ? TunedPath::kFallback : TunedPath::kEpilogue;
+    (c.path == TunedPath::kFallback ? g.plain : g.epilogue)->UseAlgorithm(handle, c.result);
+    return c.path;
   }
   GemmChoice c{.key = g.key, .flops = g.flops, .thunks = {g.thunk}};
-  TunedPath path = TunedPath::kEpilogue;
   if (options_.mode != AutotuneMode::kOff && ApplyCached(g, handle, c)) {
     ++cached_;
-    path = c.path == "fallback" ? TunedPath::kFallback : TunedPath::kEpilogue;
   } else if (options_.mode == AutotuneMode::kOn) {
     const auto t0 = std::chrono::steady_clock::now();
-    ASSIGN_OR_RETURN(path, Time(g, handle, stream, c));
+    ASSIGN_OR_RETURN(c.path, Time(g, handle, stream, c));
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++timed_;
   } else {
     // The heuristic's first answer, with the epilogue where cuBLASLt has one.
-    path = g.epilogue != nullptr ? TunedPath::kEpilogue : TunedPath::kFallback;
-    GemmRunner* runner = path == TunedPath::kFallback ? g.plain : g.epilogue;
-    const GemmConfig* config = path == TunedPath::kFallback ? g.plain_config : g.epilogue_config;
+    c.path = g.epilogue != nullptr ? TunedPath::kEpilogue : TunedPath::kFallback;
+    GemmRunner* runner = c.path == TunedPath::kFallback ? g.plain : g.epilogue;
     ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> first,
-                     runner->Candidates(handle, *config, 1));
+                     runner->Candidates(handle, 1));
     runner->UseAlgorithm(handle, first[0]);
-    c.path = PathName(path);
     c.result = first[0];
   }
   by_key_[g.key] = choices_.size();
   choices_.push_back(std::move(c));
-  return path;
+  return choices_.back().path;
 }
 
 void GemmAutotuner::Finish(std::vector<std::string>& warnings) {
@@ -236,13 +229,11 @@ void GemmAutotuner::Finish(std::vector<std::string>& warnings) {
 }
 
 std::string GemmAutotuner::Summary() const {
-  int reordered = 0, fallback = 0;
+  int reordered = 0, fallback = 0, candidates = 0;
   for (const GemmChoice& c : choices_) {
-    if (c.path == "fallback") ++fallback;
-    if (c.algorithm != 0 || c.path == "fallback") ++reordered;
-  }
-  int candidates = 0;
-  for (const GemmChoice& c : choices_) {
+    const bool plain = c.path == TunedPath::kFallback;
+    fallback += plain;
+    reordered += c.algorithm != 0 || plain;
     if (!c.from_cache) candidates += c.candidates;
   }
   const std::string cache = cache_.path().empty() ? "no cache" : "cache " + cache_.path();
@@ -264,7 +255,7 @@ std::string GemmAutotuner::Table() const {
     const std::string tflops = c.us > 0 ? fmt::format("{:.1f}", c.flops / c.us / 1e6) : "-";
     const std::string first = c.first_us > 0 ? fmt::format("{:.1f}", c.first_us) : "-";
     const std::string choice =
-        fmt::format("{} #{}{}", c.path, c.algorithm, c.from_cache ? " (cache)" : "");
+        fmt::format("{} #{}{}", TunedPathName(c.path), c.algorithm, c.from_cache ? " (cache)" : "");
     out += fmt::format("{:>9}  {:>8}  {:>9}  {:<16}  {:>5}  {}{}\n", us, tflops, first, choice,
                        c.thunks.size(), c.thunks.front(),
                        c.thunks.size() > 1 ? fmt::format(" (+{})", c.thunks.size() - 1) : "");

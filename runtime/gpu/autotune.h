@@ -52,19 +52,18 @@ struct GemmCandidates {
   double flops = 0;   // 2 m n k batch
   // The gemm with its epilogue; null when cuBLASLt has no algorithm for it.
   GemmRunner* epilogue = nullptr;
-  const GemmConfig* epilogue_config = nullptr;
   // The plain gemm and its fallback kernel; null without a fallback.
   GemmRunner* plain = nullptr;
-  const GemmConfig* plain_config = nullptr;
   std::function<Status(cudaStream_t)> kernel;
 };
 
 enum class TunedPath { kEpilogue, kFallback };
+std::string_view TunedPathName(TunedPath path);  // "epilogue", "fallback"
 
 // One descriptor's decision, for the load summary and --profile.
 struct GemmChoice {
   std::string key;
-  std::string path;     // "epilogue", "fallback", or "heuristic" (not timed)
+  TunedPath path = TunedPath::kEpilogue;
   int algorithm = 0;    // the index among that path's heuristic answers
   int candidates = 0;   // how many were timed, both paths
   double us = 0;        // per call (the plain gemm and the kernel, for "fallback"); 0 untimed

@@ -181,15 +181,15 @@ StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
                        GemmRunner::Prepare(*resources_.lt, g.config, p, t.Describe()));
       // Tuning chooses the algorithm later (TuneGemms).
       const bool tuned = resources_.autotuner != nullptr;
-      Status selected = tuned ? runner->Candidates(resources_.lt_handle, g.config, 1).status()
-                              : runner->SelectAlgorithm(resources_.lt_handle, g.config);
+      Status selected = tuned ? runner->Candidates(resources_.lt_handle, 1).status()
+                              : runner->SelectAlgorithm(resources_.lt_handle);
       if (selected.ok()) return Call(std::move(runner));
       // Note [epilogue fallback]: the gemm without its epilogue, and the
       // kernel next to it (its fallback) does the epilogue's work.
       const std::optional<size_t> kernel = FallbackKernel(static_cast<size_t>(t.index));
       if (!runner->refused() || !kernel) return selected;
       ASSIGN_OR_RETURN(runner, PreparePlain(t));
-      if (!tuned) RETURN_IF_ERROR(runner->SelectAlgorithm(resources_.lt_handle, runner->config()));
+      if (!tuned) RETURN_IF_ERROR(runner->SelectAlgorithm(resources_.lt_handle));
       fallback_of_.insert(*kernel);
       warnings_.push_back(fmt::format(
           "{}: cuBLASLt has no algorithm for {} here [{}]; it runs without the epilogue, and "
@@ -305,9 +305,7 @@ Status EntryExecutor::TuneGemms() {
         .flops = 2.0 * static_cast<double>(g.config.m) * static_cast<double>(g.config.n) *
                  static_cast<double>(g.config.k) * static_cast<double>(g.config.batch_count),
         .epilogue = dropped ? nullptr : runner->get(),
-        .epilogue_config = &g.config,
         .plain = plain.get(),
-        .plain_config = plain ? &plain->config() : nullptr,
     };
     if (kernel) {
       const auto& k = std::get<KernelCall>(calls_[*kernel]);

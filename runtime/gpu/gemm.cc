@@ -16,7 +16,7 @@ StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const CublasLtApi& lt,
                                                          const GemmPointers& pointers,
                                                          std::string what) {
   ASSIGN_OR_RETURN(std::unique_ptr<GemmRunner> g, Prepare(lt, config, pointers, std::move(what)));
-  RETURN_IF_ERROR(g->SelectAlgorithm(handle, config));
+  RETURN_IF_ERROR(g->SelectAlgorithm(handle));
   return g;
 }
 
@@ -96,7 +96,7 @@ StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Prepare(const CublasLtApi& lt,
 }
 
 StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> GemmRunner::Candidates(
-    cublasLtHandle_t handle, const GemmConfig& config, int max) {
+    cublasLtHandle_t handle, int max) {
   refused_ = false;
   cublasLtMatmulPreference_t pref = nullptr;
   RETURN_IF_ERROR(Check(lt_.MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"));
@@ -115,18 +115,17 @@ StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> GemmRunner::Candidates(
     s = Check(h, "cublasLtMatmulAlgoGetHeuristic");
   }
   lt_.MatmulPreferenceDestroy(pref);
-  if (!s.ok()) return Status::Error(fmt::format("{} [{}]", s.message(), config.Summary()));
+  if (!s.ok()) return Status::Error(fmt::format("{} [{}]", s.message(), config_.Summary()));
   if (found == 0) {
     return Error("{}: cuBLASLt has no algorithm for {} with a {} byte workspace", what_,
-                 config.Summary(), workspace);
+                 config_.Summary(), workspace);
   }
   results.resize(static_cast<size_t>(found));
   return results;
 }
 
-Status GemmRunner::SelectAlgorithm(cublasLtHandle_t handle, const GemmConfig& config) {
-  ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> first,
-                   Candidates(handle, config, 1));
+Status GemmRunner::SelectAlgorithm(cublasLtHandle_t handle) {
+  ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> first, Candidates(handle, 1));
   UseAlgorithm(handle, first[0]);
   return Status::Ok();
 }

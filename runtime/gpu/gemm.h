@@ -47,12 +47,11 @@ class GemmRunner {
                                                        const GemmPointers& pointers,
                                                        std::string what);
   // Asks the heuristic for the best algorithm within the workspace.
-  Status SelectAlgorithm(cublasLtHandle_t handle, const GemmConfig& config);
+  Status SelectAlgorithm(cublasLtHandle_t handle);
   // The heuristic's answers within the workspace, its best first, at most
   // `max` (autotuning times them: runtime/gpu/autotune.h). An error when
   // there is none; refused() then says whether cuBLASLt has no algorithm.
   StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> Candidates(cublasLtHandle_t handle,
-                                                                    const GemmConfig& config,
                                                                     int max);
   // Runs with `choice`, one of Candidates' answers, from now on.
   void UseAlgorithm(cublasLtHandle_t handle, const cublasLtMatmulHeuristicResult_t& choice);

@@ -712,7 +712,7 @@ std::string GpuTrainer::ProfileJson() const {
     for (const GemmChoice& c : m.autotuner->choices()) {
       tuning.push_back({{"key", c.key},
                         {"thunks", c.thunks},
-                        {"path", c.path},
+                        {"path", TunedPathName(c.path)},
                         {"algorithm", c.algorithm},
                         {"candidates", c.candidates},
                         {"us", c.us},
