@@ -28,25 +28,6 @@ std::string_view TunedPathName(TunedPath path) {
   return path == TunedPath::kFallback ? "fallback" : "epilogue";
 }
 
-std::optional<AutotuneMode> ParseAutotuneMode(std::string_view text) {
-  if (text == "off") return AutotuneMode::kOff;
-  if (text == "cached") return AutotuneMode::kCached;
-  if (text == "on") return AutotuneMode::kOn;
-  return std::nullopt;
-}
-
-std::string_view AutotuneModeName(AutotuneMode mode) {
-  switch (mode) {
-    case AutotuneMode::kOff:
-      return "off";
-    case AutotuneMode::kCached:
-      return "cached";
-    case AutotuneMode::kOn:
-      return "on";
-  }
-  return "?";
-}
-
 std::string TuningKey(const GemmConfig& config, bool has_fallback) {
   // Summary has the problem, A, B and D but not C or the batch strides.
   return fmt::format("{} | C {} | batch strides {} {} {} | {} | aux ld {} | workspace {}{}",

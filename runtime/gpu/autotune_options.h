@@ -14,8 +14,24 @@ enum class AutotuneMode {
   kCached,  // the cache's choice where it has one, else the heuristic's first
   kOn,      // the cache's choice, else tune (and add to the cache)
 };
-std::optional<AutotuneMode> ParseAutotuneMode(std::string_view text);  // off|cached|on
-std::string_view AutotuneModeName(AutotuneMode mode);
+// off|cached|on (gptrun --autotune).
+inline std::optional<AutotuneMode> ParseAutotuneMode(std::string_view text) {
+  if (text == "off") return AutotuneMode::kOff;
+  if (text == "cached") return AutotuneMode::kCached;
+  if (text == "on") return AutotuneMode::kOn;
+  return std::nullopt;
+}
+inline std::string_view AutotuneModeName(AutotuneMode mode) {
+  switch (mode) {
+    case AutotuneMode::kOff:
+      return "off";
+    case AutotuneMode::kCached:
+      return "cached";
+    case AutotuneMode::kOn:
+      return "on";
+  }
+  return "?";
+}
 
 struct AutotuneOptions {
   // Off unless asked for (gptrun asks, --autotune on being its default):

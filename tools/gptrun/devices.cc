@@ -39,7 +39,7 @@ namespace {
 
 rt::gpu::AutotuneOptions AutotuneOptionsOf(const TrainOptions& o) {
   rt::gpu::AutotuneOptions a;
-  a.mode = rt::gpu::ParseAutotuneMode(o.autotune).value_or(rt::gpu::AutotuneMode::kOn);
+  a.mode = o.autotune;
   a.cache_path = rt::gpu::DefaultAutotuneCachePath();
   return a;
 }

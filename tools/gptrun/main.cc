@@ -29,6 +29,7 @@
 
 #include "compiler/support/file.h"
 #include "compiler/support/status.h"
+#include "runtime/gpu/autotune_options.h"
 #include "tools/common/data_files.h"
 #include "tools/common/flags.h"
 #include "tools/gptrun/devices.h"
@@ -154,10 +155,10 @@ Flags DeclareFlags() {
 // --autotune and --profile-json into `o`.
 Status ReadTuningFlags(const Flags& flags, TrainOptions& o) {
   o.profile_json = flags.Get("profile-json");
-  o.autotune = flags.Get("autotune");
-  if (o.autotune != "off" && o.autotune != "cached" && o.autotune != "on") {
-    return Error("--autotune must be off, cached or on, got '{}'", o.autotune);
-  }
+  const std::string autotune = flags.Get("autotune");
+  const std::optional<rt::gpu::AutotuneMode> mode = rt::gpu::ParseAutotuneMode(autotune);
+  if (!mode) return Error("--autotune must be off, cached or on, got '{}'", autotune);
+  o.autotune = *mode;
   if (o.profile_json.empty()) return Status::Ok();
   return CheckOutputTarget(o.profile_json).WithPrefix("--profile-json");
 }

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/gpu/autotune_options.h"
+
 namespace gptc::tools {
 
 struct TrainOptions {
@@ -23,8 +25,8 @@ struct TrainOptions {
   bool no_graph = false;   // GPU: run every step eagerly (no CUDA graph)
   bool profile = false;    // GPU: time every thunk; print the table at the end
   std::string profile_json;  // --profile: also write the profile there as JSON
-  std::string autotune =
-      "on";                // GPU: off|cached|on (Note [autotune paths] in runtime/gpu/autotune.h)
+  // GPU: how gemms choose their algorithm (Note [autotune paths] in runtime/gpu/autotune.h).
+  rt::gpu::AutotuneMode autotune = rt::gpu::AutotuneMode::kOn;
   bool debug_sync = false; // GPU: synchronize after every thunk (errors name the thunk)
   bool emu_checks = true;  // emu: memory and race checks
   std::string train, val;  // glob patterns of token shards
