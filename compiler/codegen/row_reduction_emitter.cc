@@ -336,12 +336,12 @@ class RowReductionBuilder : public FusedKernelBuilder {
   // at every element (the emulator's memory counters showed the
   // cross-entropy's target read once a column).
   Status PreloadRowParameters() {
+    // Keyed as the loop reaches them: through a broadcast, whose operand
+    // index is the row's multi-index alone.
+    ElementIndex row;
+    row.multi = row_index_.multi;
     for (const ir::Instruction* p : fusion_.called_computation()->parameters()) {
-      if (p->shape().dims() != plan_.row_dims) continue;
-      RETURN_IF_ERROR(emitter_.Emit(*p, row_index_).status());
-      ElementIndex multi;
-      multi.multi = row_index_.multi;
-      RETURN_IF_ERROR(emitter_.Emit(*p, multi).status());
+      if (p->shape().dims() == plan_.row_dims) RETURN_IF_ERROR(emitter_.Emit(*p, row).status());
     }
     return Status::Ok();
   }
