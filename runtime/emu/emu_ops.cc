@@ -22,6 +22,9 @@ double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Note [emulated time]: a copy's or memset's stand-in duration.
+double CopyMicros(size_t bytes) { return 1.0 + static_cast<double>(bytes) / 2e6; }
+
 // The write event of an operation: its thunk's instruction's, or a new one.
 uint32_t EventFor(Stream& s, const ThunkContext& ctx, const std::string& what) {
   MemoryChecker& mc = *D().checker;
@@ -535,7 +538,7 @@ cudaError_t CopyOp(Stream& s, void* dst, const void* src, size_t bytes, std::str
     if (!st.ok()) return Finding(ctx, who, st);
   }
   std::memmove(dst, src, bytes);
-  s.now_us += 1.0 + static_cast<double>(bytes) / 2e6;  // Note [emulated time]
+  s.now_us += CopyMicros(bytes);
   ++d.stats.copies;
   if (mc.checks() && to_device) {
     (void)mc.Write(to, bytes, event, pos, who);
@@ -556,7 +559,7 @@ cudaError_t SetOp(Stream& s, void* dst, int value, size_t bytes, std::string wha
     }
   }
   std::memset(dst, value, bytes);
-  s.now_us += 1.0 + static_cast<double>(bytes) / 2e6;  // Note [emulated time]
+  s.now_us += CopyMicros(bytes);
   if (mc.checks()) {
     (void)mc.Write(to, bytes, event, pos, what);
     mc.HostProduced(to, bytes, event, /*any_buffer=*/false);
