@@ -19,12 +19,11 @@
 //   %dy.bf16.f32 = f32[B,T,N] convert(%dy.bf16)
 //   %db = f32[N] reduce(%dy.bf16.f32), dimensions={0,1}, kind=sum
 //   %dw = ...
-// so the gemm fusion's operands are bf16 only (at gpt2-124m batch 16 the
-// attention projection's weight gradient read 48 MiB of f32 dY more than
-// its bf16 operands, and was priced memory-bound). A reduce is rewritten
-// when it is a rank-1 sum of an f32 value over exactly the dims a dot
-// contracts of that value's bf16 convert. Runs after autodiff, under the
-// bf16 policy (passes/train_step.cc).
+// so the gemm fusion's operands are bf16 only: reading the f32 dY as well
+// made a small weight-gradient gemm memory-bound (docs/PERFORMANCE.md has
+// the figures). A reduce is rewritten when it is a rank-1 sum of an f32
+// value over exactly the dims a dot contracts of that value's bf16 convert.
+// Runs after autodiff, under the bf16 policy (passes/train_step.cc).
 #ifndef GPTC_PASSES_BF16_BIAS_GRADIENTS_H_
 #define GPTC_PASSES_BF16_BIAS_GRADIENTS_H_
 

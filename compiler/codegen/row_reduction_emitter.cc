@@ -332,9 +332,8 @@ class RowReductionBuilder : public FusedKernelBuilder {
 
   // Parameters shaped like a row (the cross-entropy's target, a row's
   // statistics) read once before the output loop, into the emitter's cache:
-  // in the loop, LLVM must assume the stores may alias them and reloads them
-  // at every element (the emulator's memory counters showed the
-  // cross-entropy's target read once a column).
+  // in the loop, LLVM must assume the stores may alias them and would reload
+  // them at every element.
   Status PreloadRowParameters() {
     // Keyed as the loop reaches them: through a broadcast, whose operand
     // index is the row's multi-index alone.

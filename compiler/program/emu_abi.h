@@ -27,7 +27,7 @@
 
 namespace gptc::program::emu {
 
-// 2: EmuRuntime::mma and ldmatrix (issue 17). 3: `access` names its site.
+// 2: EmuRuntime::mma and ldmatrix. 3: `access` names its site.
 inline constexpr uint32_t kKernelAbiVersion = 3;
 
 inline constexpr char kRuntimeSymbol[] = "gptc_emu_runtime";
