@@ -5,6 +5,7 @@
 #include <mutex>
 #include <optional>
 
+#include "compiler/codegen/instruction_mix.h"
 #include "compiler/program/emu_abi.h"
 #include "llvm/Analysis/ValueTracking.h"
 #include "llvm/AsmParser/Parser.h"
@@ -50,6 +51,7 @@ enum RuntimeField : unsigned {
   kMathField,
   kMmaField,
   kLdmatrixField,
+  kBlockField,
 };
 
 void InitializeHost() {
@@ -92,8 +94,8 @@ StatusOr<std::string> EmitObject(llvm::Module& module, llvm::TargetMachine& mach
 
 llvm::StructType* RuntimeType(llvm::LLVMContext& ctx) {
   Type* ptr = llvm::PointerType::get(ctx, 0);
-  return llvm::StructType::get(ctx,
-                               {Type::getInt32Ty(ctx), ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr});
+  return llvm::StructType::get(
+      ctx, {Type::getInt32Ty(ctx), ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr});
 }
 
 // Round-to-nearest-even f32 -> bf16 of `x` (a float or a vector of floats),
@@ -159,6 +161,7 @@ class HostRewriter {
   Status PlaceSharedMemory(int64_t& bytes);
   Status ExpandBF16();
   Status InstrumentAccesses(int64_t& sites);
+  void CountInstructions();
   void StripTargetAttributes();
   void AddWrapper(const std::string& symbol);
   // Errors are prefixed with the kernel by EmitAndLower.
@@ -665,6 +668,53 @@ Status HostRewriter::InstrumentAccesses(int64_t& sites) {
   return Status::Ok();
 }
 
+// Note [emulated instruction counters] in runtime/emu/grid_runner.h: every
+// block of the device code, before anything is rewritten for the host,
+// reports its mix as it starts (while the checks flag is set). The mixes are
+// one constant table of the module.
+void HostRewriter::CountInstructions() {
+  std::vector<llvm::BasicBlock*> blocks;
+  std::vector<llvm::Constant*> rows;
+  auto* row_type = llvm::ArrayType::get(Type::getInt32Ty(ctx_), emu::kNumInstructionClasses);
+  for (llvm::Function& f : m_) {
+    for (llvm::BasicBlock& block : f) {
+      const InstructionMix mix = BlockMix(block);
+      std::vector<llvm::Constant*> counts;
+      for (uint32_t n : mix) counts.push_back(llvm::ConstantInt::get(Type::getInt32Ty(ctx_), n));
+      rows.push_back(llvm::ConstantArray::get(row_type, counts));
+      blocks.push_back(&block);
+    }
+  }
+  if (blocks.empty()) return;
+  auto* table_type = llvm::ArrayType::get(row_type, rows.size());
+  auto* table = new llvm::GlobalVariable(m_, table_type, /*isConstant=*/true,
+                                         llvm::GlobalValue::PrivateLinkage,
+                                         llvm::ConstantArray::get(table_type, rows), "emu.mix");
+  auto* block_type = llvm::FunctionType::get(
+      Type::getVoidTy(ctx_), {Type::getInt32Ty(ctx_), llvm::PointerType::get(ctx_, 0)}, false);
+  std::map<llvm::Function*, Value*> flags;
+  for (size_t site = 0; site < blocks.size(); ++site) {
+    llvm::BasicBlock* block = blocks[site];
+    llvm::Function* f = block->getParent();
+    Value*& flag = flags[f];
+    if (flag == nullptr) {
+      IRBuilder<> entry(&*f->getEntryBlock().getFirstInsertionPt());
+      llvm::LoadInst* checks = entry.CreateLoad(entry.getInt8Ty(), checks_, "emu.checks");
+      MarkInternal(checks);
+      flag = entry.CreateICmpNE(checks, entry.getInt8(0));
+    }
+    // In the entry block, after the flag is read.
+    llvm::Instruction* at = &*block->getFirstInsertionPt();
+    if (auto* cmp = llvm::dyn_cast<llvm::Instruction>(flag); cmp->getParent() == block) {
+      at = cmp->getNextNode();
+    }
+    llvm::Instruction* then = llvm::SplitBlockAndInsertIfThen(flag, at, false);
+    IRBuilder<> b(then);
+    Value* row = b.CreateConstInBoundsGEP2_64(table_type, table, 0, site);
+    CallRuntime(b, kBlockField, block_type, {b.getInt32(static_cast<uint32_t>(site)), row});
+  }
+}
+
 void HostRewriter::StripTargetAttributes() {
   for (llvm::Function& f : m_) {
     f.removeFnAttr("target-cpu");
@@ -732,6 +782,7 @@ Status HostRewriter::Run(const std::string& symbol, HostKernel& out) {
       new llvm::GlobalVariable(m_, Type::getInt8Ty(ctx_), false, llvm::GlobalValue::ExternalLinkage,
                                nullptr, emu::kChecksSymbol);
   StripTargetAttributes();
+  CountInstructions();
   RETURN_IF_ERROR(ReplaceIntrinsics());
   RETURN_IF_ERROR(PlaceSharedMemory(out.shared_bytes));
   RETURN_IF_ERROR(ExpandBF16());

@@ -27,8 +27,9 @@
 
 namespace gptc::program::emu {
 
-// 2: EmuRuntime::mma and ldmatrix. 3: `access` names its site.
-inline constexpr uint32_t kKernelAbiVersion = 3;
+// 2: EmuRuntime::mma and ldmatrix. 3: `access` names its site. 4:
+// EmuRuntime::block.
+inline constexpr uint32_t kKernelAbiVersion = 4;
 
 inline constexpr char kRuntimeSymbol[] = "gptc_emu_runtime";
 inline constexpr char kChecksSymbol[] = "gptc_emu_checks";
@@ -111,6 +112,20 @@ inline constexpr uint32_t kMmaFragmentRegs = kMmaARegs + kMmaBRegs + kMmaCRegs;
 inline constexpr uint32_t kLdmatrixTrans = 0x10;
 inline constexpr uint32_t kLdmatrixCountMask = 0xf;
 
+// The classes of EmuRuntime::block's instruction mix (Note [emulated
+// instruction counters] in runtime/emu/grid_runner.h).
+enum InstructionClass : uint32_t {
+  kGlobalMemoryClass = 0,  // loads, stores and atomics of global or generic memory
+  kSharedMemoryClass,      // of shared memory, and ldmatrix
+  kMmaClass,
+  kFloatClass,    // floating-point arithmetic, comparisons and conversions
+  kIntegerClass,  // integer and bit arithmetic, address arithmetic, special registers
+  kControlClass,  // branches and returns
+  kBarrierClass,
+  kShuffleClass,
+  kNumInstructionClasses,
+};
+
 // Every function is called on the emulated thread (a fiber of its block, or
 // the block's loop when the kernel has no barrier and no shuffle).
 struct EmuRuntime {
@@ -138,6 +153,10 @@ struct EmuRuntime {
   // memory); waits for all 32 lanes at `site`, then writes the lane's one
   // b32 register per matrix to `out`.
   void (*ldmatrix)(uint32_t op, const void* row, uint32_t* out, uint32_t site);
+  // A basic block of the device code starts, while the checks flag is set:
+  // `site` numbers the kernel's blocks, `mix` (kNumInstructionClasses
+  // counts, constant) says what it executes.
+  void (*block)(uint32_t site, const uint32_t* mix);
 };
 
 }  // namespace gptc::program::emu

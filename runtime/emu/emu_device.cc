@@ -3,11 +3,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <tuple>
 
 #include "runtime/emu/emu_state.h"
+#include "runtime/emu/kernel_estimate.h"
 
 namespace gptc::rt::emu {
 
@@ -548,7 +552,7 @@ std::string EmuStats::CountersTable() const {
   std::vector<std::pair<std::string, const KernelCounters*>> rows;
   for (const auto& [name, k] : kernels) rows.emplace_back(name, &k);
   auto moved = [](const KernelCounters& k) {
-    return 32 * (k.memory.global_load_sectors + k.memory.global_store_sectors);
+    return 32 * (k.counts.global_load_sectors + k.counts.global_store_sectors);
   };
   std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) {
     return moved(*a.second) > moved(*b.second) ||
@@ -564,7 +568,7 @@ std::string EmuStats::CountersTable() const {
       "launches", "ld req", "sec/req", "st req", "sec/req", "moved MiB", "args MiB", "args%",
       "smem ld", "wave/rq", "smem st", "wave/rq", "regs", "thr/bk", "smem/bk", "bk/SM", "kernel");
   for (const auto& [name, k] : rows) {
-    const MemoryCounters& m = k->memory;
+    const LaunchCounters& m = k->counts;
     const double n = static_cast<double>(std::max<int64_t>(k->launches, 1));
     const uint64_t bytes = moved(*k);
     out += fmt::format(
@@ -580,6 +584,44 @@ std::string EmuStats::CountersTable() const {
         m.shared_store_requests / n, ratio(m.shared_store_wavefronts, m.shared_store_requests),
         k->registers > 0 ? std::to_string(k->registers) : "?", k->threads, k->shared_bytes,
         k->BlocksPerSm(), name);
+  }
+  out.pop_back();
+  return out;
+}
+
+std::string EmuStats::EstimateTable() const {
+  if (kernels.empty()) return "";
+  std::vector<std::tuple<double, std::string, const KernelCounters*, KernelEstimate>> rows;
+  for (const auto& [name, k] : kernels) {
+    const KernelEstimate e = EstimateH100(k);
+    rows.emplace_back(-e.us * static_cast<double>(k.launches), name, &k, e);
+  }
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    return std::tie(std::get<0>(a), std::get<1>(a)) < std::tie(std::get<0>(b), std::get<1>(b));
+  });
+  std::string out = fmt::format(
+      "instructions and H100 estimate (Note [emulated instruction counters], Note [H100 time "
+      "estimate]; per launch, warp instructions, the mix in % of them):\n{:>7} {:>10}",
+      "launches", "warp inst");
+  for (uint32_t c = 0; c < program::emu::kNumInstructionClasses; ++c) {
+    out += fmt::format(" {:>5.5}", InstructionClassName(c));
+  }
+  out += fmt::format(" {:>8} {:>9} {:>9} {:>9} {:>8} {:>6}  {}\n", "B/inst", "roof us", "est us",
+                     "est/roof", "bound", "bk/SM", "kernel");
+  for (const auto& [order, name, k, e] : rows) {
+    const LaunchCounters& c = k->counts;
+    const double n = static_cast<double>(std::max<int64_t>(k->launches, 1));
+    const double total = static_cast<double>(c.Instructions());
+    out += fmt::format("{:>7} {:>10.0f}", k->launches, total / n);
+    for (uint32_t i = 0; i < program::emu::kNumInstructionClasses; ++i) {
+      out += fmt::format(" {:>5.1f}", total == 0 ? 0.0 : 100.0 * c.instructions[i] / total);
+    }
+    const double bytes = 32.0 * static_cast<double>(c.global_load_sectors + c.global_store_sectors);
+    out += fmt::format(
+        " {:>8.1f} {:>9.2f} {:>9.2f} {:>9} {:>8} {:>6}  {}\n", total == 0 ? 0.0 : bytes / total,
+        e.roofline_us, e.us,
+        e.roofline_us < 0.1 ? std::string("-") : fmt::format("{:.2f}", e.us / e.roofline_us),
+        e.bound, k->BlocksPerSm(), name);
   }
   out.pop_back();
   return out;

@@ -50,10 +50,12 @@ struct EmuOptions {
 // One kernel's counters over its launches (EmuOptions::counters).
 struct KernelCounters {
   int64_t launches = 0;
-  // The sizes of its arguments' buffers (Note [kernel ABI]): what it must
-  // move at least when it reads each operand and writes each result once.
+  int64_t blocks = 0;  // over its launches
+  // The sizes of its arguments' buffers (Note [kernel ABI]), each operand
+  // once and each result once: what it must move at least when it reads
+  // every operand and writes every result whole (a gather reads less).
   int64_t argument_bytes = 0;
-  MemoryCounters memory;
+  LaunchCounters counts;
   // Its launch shape, from ptxas and the plan: registers a thread (0:
   // unknown), threads and shared bytes a block, and the resident blocks of
   // an H100 multiprocessor they allow (Occupancy).
@@ -69,6 +71,9 @@ struct EmuStats {
   std::string Summary() const;  // "412 kernels (1.93 s), 110 gemms (0.41 s), ..."
   // The counters, one row per kernel, the most sectors first (empty without).
   std::string CountersTable() const;
+  // Each kernel's instruction mix and Note [H100 time estimate] beside its
+  // memory roofline, the longest estimate first (empty without counters).
+  std::string EstimateTable() const;
 };
 
 class EmuDevice {

@@ -135,7 +135,7 @@ cudaError_t KernelOp(Stream& s, const Function& f, Dim3 grid, Dim3 block, uint32
   // A launch outside the plan (the gemm autotuning's fallback kernels) is not the step's.
   KernelCounters* counters =
       d.options.counters && ctx.plan != nullptr ? &d.stats.kernels[k.name] : nullptr;
-  MemoryCounters launch_counters;
+  LaunchCounters launch_counters;
   if (counters != nullptr) launch.counters = &launch_counters;
   // Note [emulated time]
   const double threads = static_cast<double>(grid.count()) * static_cast<double>(block.count());
@@ -148,15 +148,21 @@ cudaError_t KernelOp(Stream& s, const Function& f, Dim3 grid, Dim3 block, uint32
   if (!run.ok()) return Finding(ctx, "kernel " + k.name, run);
   if (counters != nullptr) {
     ++counters->launches;
-    counters->memory.Add(launch_counters);
+    counters->blocks += static_cast<int64_t>(grid.count());
+    counters->counts.Add(launch_counters);
     counters->registers = k.registers;
     counters->threads = static_cast<int64_t>(block.count());
     counters->shared_bytes = k.static_smem + smem;
     if (const gpu::Thunk* t = ctx.get(); t != nullptr) {
-      // An in-place result is its operand's slice again: counted once.
-      std::set<std::pair<int64_t, int64_t>> slices;
-      for (const gpu::ArenaSlice& slice : std::get<gpu::KernelThunk>(t->body).args) {
-        if (slices.emplace(slice.offset, slice.size).second) counters->argument_bytes += slice.size;
+      // Each operand read once and each result written once: an in-place
+      // result is its operand's slice again, read and then written.
+      const auto& kernel = std::get<gpu::KernelThunk>(t->body);
+      std::set<std::pair<int64_t, int64_t>> read, written;
+      for (size_t i = 0; i < kernel.args.size(); ++i) {
+        const gpu::ArenaSlice& slice = kernel.args[i];
+        const bool operand = kernel.operands < 0 || static_cast<int64_t>(i) < kernel.operands;
+        auto& seen = operand ? read : written;
+        if (seen.emplace(slice.offset, slice.size).second) counters->argument_bytes += slice.size;
       }
     }
   }

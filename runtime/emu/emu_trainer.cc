@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/emu/kernel_estimate.h"
+
 namespace gptc::rt::emu {
 
 StatusOr<std::unique_ptr<EmuTrainer>> EmuTrainer::Create(const program::Artifact& artifact,
@@ -31,7 +33,10 @@ std::string EmuTrainer::ProfileReport(int top_n) const {
       "emulated device: the times below are stand-ins (Note [emulated time] in "
       "runtime/emu/emu_state.h), not a GPU's\n" +
       trainer_->ProfileReport(top_n);
-  if (std::string counters = stats().CountersTable(); !counters.empty()) out += "\n" + counters;
+  const EmuStats s = stats();
+  if (std::string counters = s.CountersTable(); !counters.empty()) {
+    out += "\n" + counters + "\n" + s.EstimateTable();
+  }
   return out;
 }
 
@@ -40,7 +45,7 @@ std::string EmuTrainer::ProfileJson() const {
   if (j.is_discarded()) return trainer_->ProfileJson();
   nlohmann::json counters = nlohmann::json::array();
   for (const auto& [name, k] : stats().kernels) {
-    const MemoryCounters& m = k.memory;
+    const LaunchCounters& m = k.counts;
     counters.push_back({{"kernel", name},
                         {"launches", k.launches},
                         {"argument_bytes", k.argument_bytes},
@@ -58,6 +63,17 @@ std::string EmuTrainer::ProfileJson() const {
                         {"threads_per_block", k.threads},
                         {"shared_bytes_per_block", k.shared_bytes},
                         {"blocks_per_sm", k.BlocksPerSm()}});
+    nlohmann::json& row = counters.back();
+    row["blocks"] = k.blocks;
+    nlohmann::json mix = nlohmann::json::object();
+    for (uint32_t c = 0; c < program::emu::kNumInstructionClasses; ++c) {
+      mix[std::string(InstructionClassName(c))] = m.instructions[c];
+    }
+    row["warp_instructions"] = std::move(mix);
+    const KernelEstimate e = EstimateH100(k);
+    row["h100_estimate_us"] = e.us;
+    row["h100_estimate_bound"] = e.bound;
+    row["roofline_us"] = e.roofline_us;
   }
   j["counters"] = std::move(counters);
   return j.dump(1) + "\n";

@@ -56,6 +56,8 @@ struct EmuThread {
   // and each ldmatrix site, and its accesses in the block, in order.
   std::vector<uint32_t> executions, ldmatrix_executions;
   std::vector<AccessRecord> records;
+  // Note [emulated instruction counters]: how often it started each block.
+  std::vector<uint32_t> block_starts;
 };
 
 // A cell of kSharedCellBytes of shared memory (Note [emulated races]): the
@@ -87,7 +89,10 @@ struct GridRunner::BlockContext {
   bool fibers = false;
   FiberContext scheduler;
   std::jmp_buf escape;  // loop mode: where a failed check ends the thread
-  MemoryCounters counters;  // Note [emulated memory counters]: this worker's, over the launch
+  LaunchCounters counters;  // Note [emulated memory counters]: this worker's, over the launch
+  // Note [emulated instruction counters]: each block site's mix (the
+  // kernel's constant), as its first start reported it.
+  std::vector<const uint32_t*> block_mix;
 };
 
 namespace {
@@ -313,6 +318,17 @@ void Ldmatrix(uint32_t op, const void* row, uint32_t* out, uint32_t site) {
 
 void* SharedMemory() { return tls_context->shared.data(); }
 
+// Note [emulated instruction counters]
+void Block(uint32_t site, const uint32_t* mix) {
+  GridRunner::BlockContext& c = *tls_context;
+  if (c.launch->counters == nullptr) return;
+  std::vector<uint32_t>& starts = c.current->block_starts;
+  if (starts.size() <= site) starts.resize(site + 1, 0);
+  ++starts[site];
+  if (c.block_mix.size() <= site) c.block_mix.resize(site + 1, nullptr);
+  c.block_mix[site] = mix;
+}
+
 const abi::EmuRuntime kTable = {
     .abi_version = abi::kKernelAbiVersion,
     .special_register = &SpecialRegister,
@@ -323,6 +339,7 @@ const abi::EmuRuntime kTable = {
     .math = &DirectedMath,
     .mma = &Mma,
     .ldmatrix = &Ldmatrix,
+    .block = &Block,
 };
 
 // The source lane of shfl.sync for `lane` (PTX ISA, shfl.sync): out of range
@@ -723,7 +740,7 @@ uint64_t Wavefronts(std::span<const AccessRecord> lanes) {
 }
 
 // One warp-level instruction: its lanes' accesses.
-void CountInstruction(std::span<const AccessRecord> lanes, MemoryCounters& counters) {
+void CountInstruction(std::span<const AccessRecord> lanes, LaunchCounters& counters) {
   const bool store = (lanes[0].kind & abi::kStore) != 0;
   if ((lanes[0].kind & abi::kSpaceMask) == abi::kSharedSpace) {
     (store ? counters.shared_store_requests : counters.shared_load_requests) += 1;
@@ -754,7 +771,7 @@ uint64_t InstructionHash(const AccessRecord& r) {
 // then cleared. While the lanes made the same accesses in the same order
 // (no divergence yet) they pair up by position; the rest is sorted by
 // instruction.
-void CountWarp(std::span<EmuThread> lanes, MemoryCounters& counters) {
+void CountWarp(std::span<EmuThread> lanes, LaunchCounters& counters) {
   thread_local std::vector<AccessRecord> group;
   size_t shortest = lanes[0].records.size();
   for (const EmuThread& t : lanes) shortest = std::min(shortest, t.records.size());
@@ -814,9 +831,28 @@ void CountWarp(std::span<EmuThread> lanes, MemoryCounters& counters) {
   for (EmuThread& t : lanes) t.records.clear();
 }
 
+// Note [emulated instruction counters] for one warp, whose lanes' block
+// starts are then cleared.
+void CountWarpInstructions(std::span<EmuThread> lanes, std::span<const uint32_t* const> mix,
+                           LaunchCounters& counters) {
+  size_t sites = 0;
+  for (const EmuThread& t : lanes) sites = std::max(sites, t.block_starts.size());
+  for (size_t s = 0; s < sites; ++s) {
+    uint64_t most = 0;
+    for (const EmuThread& t : lanes) {
+      if (s < t.block_starts.size()) most = std::max<uint64_t>(most, t.block_starts[s]);
+    }
+    if (most == 0 || s >= mix.size() || mix[s] == nullptr) continue;
+    for (uint32_t k = 0; k < abi::kNumInstructionClasses; ++k) {
+      counters.instructions[k] += most * mix[s][k];
+    }
+  }
+  for (EmuThread& t : lanes) std::fill(t.block_starts.begin(), t.block_starts.end(), 0);
+}
+
 }  // namespace
 
-void MemoryCounters::Add(const MemoryCounters& o) {
+void LaunchCounters::Add(const LaunchCounters& o) {
   global_load_requests += o.global_load_requests;
   global_load_sectors += o.global_load_sectors;
   global_load_bytes += o.global_load_bytes;
@@ -827,6 +863,13 @@ void MemoryCounters::Add(const MemoryCounters& o) {
   shared_load_wavefronts += o.shared_load_wavefronts;
   shared_store_requests += o.shared_store_requests;
   shared_store_wavefronts += o.shared_store_wavefronts;
+  for (size_t k = 0; k < instructions.size(); ++k) instructions[k] += o.instructions[k];
+}
+
+uint64_t LaunchCounters::Instructions() const {
+  uint64_t n = 0;
+  for (uint64_t k : instructions) n += k;
+  return n;
 }
 
 void GridRunner::RunBlocks(BlockContext& c) {
@@ -859,7 +902,9 @@ void GridRunner::RunBlocks(BlockContext& c) {
       std::vector<uint32_t> executions = std::move(t.executions);
       std::vector<uint32_t> ldmatrix_executions = std::move(t.ldmatrix_executions);
       std::vector<AccessRecord> records = std::move(t.records);
+      std::vector<uint32_t> block_starts = std::move(t.block_starts);
       t = EmuThread{};
+      t.block_starts = std::move(block_starts);
       t.executions = std::move(executions);
       t.ldmatrix_executions = std::move(ldmatrix_executions);
       t.records = std::move(records);
@@ -884,9 +929,10 @@ void GridRunner::RunBlocks(BlockContext& c) {
     }
     if (l.counters != nullptr) {
       for (size_t w = 0; w < c.threads.size(); w += kWarp) {
-        CountWarp(std::span<EmuThread>(c.threads.data() + w,
-                                       std::min<size_t>(kWarp, c.threads.size() - w)),
-                  c.counters);
+        const std::span<EmuThread> warp(c.threads.data() + w,
+                                        std::min<size_t>(kWarp, c.threads.size() - w));
+        CountWarp(warp, c.counters);
+        CountWarpInstructions(warp, c.block_mix, c.counters);
       }
     }
   }
@@ -899,7 +945,10 @@ Status GridRunner::Run(const Launch& launch) {
                  launch.grid.y, launch.grid.z, launch.block.x, launch.block.y, launch.block.z);
   }
   Findings findings;
-  for (auto& c : contexts_) c->counters = MemoryCounters{};
+  for (auto& c : contexts_) {
+    c->counters = LaunchCounters{};
+    c->block_mix.clear();
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     launch_ = &launch;

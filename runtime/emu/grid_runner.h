@@ -31,6 +31,7 @@
 #ifndef GPTC_RUNTIME_EMU_GRID_RUNNER_H_
 #define GPTC_RUNTIME_EMU_GRID_RUNNER_H_
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -105,16 +106,31 @@ class GlobalAccessChecker {
 //     (one wavefront serves 128 bytes; the same word read by several lanes is
 //     a broadcast, no conflict); ldmatrix's rows count as one 16-byte access
 //     per lane.
-// Accesses come from the LLVM IR the NVPTX backend receives, before its own
-// load/store vectorizer: a pair of neighbouring scalar loads it would merge
-// counts as two requests here.
-struct MemoryCounters {
+// Accesses come from the LLVM IR the NVPTX backend receives, after the
+// load/store vectorizer it runs (Note [host kernels]).
+//
+// Note [emulated instruction counters]
+// The instructions a warp executes, by class (emu_abi.h's InstructionClass),
+// from the same device LLVM IR: the host lowering counts each basic block's
+// instructions by class (ClassOf in compiler/codegen/host_lowering.cc: one
+// per LLVM instruction that selects a machine instruction, a vector one per
+// element unless it is a memory access; phis, casts between pointer and
+// integer, vector element moves and constant-index address arithmetic count
+// nothing) and the block reports itself as it starts (EmuRuntime::block). A
+// warp executes a block as often as the lane that executed it most, so
+// divergent lanes cost the warp both sides. These are LLVM instructions,
+// not SASS: ptxas adds address arithmetic and removes moves, so read the
+// counts as a mix and a ratio between kernels, not as ncu's figures.
+struct LaunchCounters {
   uint64_t global_load_requests = 0, global_load_sectors = 0, global_load_bytes = 0;
   uint64_t global_store_requests = 0, global_store_sectors = 0, global_store_bytes = 0;
   uint64_t shared_load_requests = 0, shared_load_wavefronts = 0;
   uint64_t shared_store_requests = 0, shared_store_wavefronts = 0;
-  void Add(const MemoryCounters& o);
-  bool operator==(const MemoryCounters&) const = default;
+  // Warp-level instructions by class (Note [emulated instruction counters]).
+  std::array<uint64_t, program::emu::kNumInstructionClasses> instructions{};
+  uint64_t Instructions() const;  // all classes
+  void Add(const LaunchCounters& o);
+  bool operator==(const LaunchCounters&) const = default;
 };
 
 struct Launch {
@@ -137,7 +153,7 @@ struct Launch {
   GlobalAccessChecker* global = nullptr;  // with checks; null: no global checks
   // Note [emulated memory counters]: added to when not null (the kernel
   // library's checks flag must be set for accesses to be seen).
-  MemoryCounters* counters = nullptr;
+  LaunchCounters* counters = nullptr;
 };
 
 class GridRunner {

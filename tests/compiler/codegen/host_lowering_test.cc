@@ -138,7 +138,7 @@ TEST(HostLoweringTest, TheBlockSumsAccessesAreCounted) {
   std::fill(std::begin(in), std::end(in), 1.0f);
   std::vector<float> out(3, 0);
   rt::emu::GridRunner runner(2);
-  rt::emu::MemoryCounters counters;
+  rt::emu::LaunchCounters counters;
   rt::emu::Launch launch = LaunchOf(*lib, {Ptr(in), Ptr(out.data())}, 3, 128, false);
   launch.counters = &counters;
   Status run = runner.Run(launch);
@@ -151,6 +151,48 @@ TEST(HostLoweringTest, TheBlockSumsAccessesAreCounted) {
   EXPECT_GT(counters.shared_load_requests, 0u);
   EXPECT_EQ(counters.shared_load_wavefronts, counters.shared_load_requests);
   EXPECT_EQ(counters.shared_store_wavefronts, counters.shared_store_requests);
+}
+
+// Note [emulated instruction counters]: the block sum's instructions by
+// class, counted by hand from kBlockSum per warp of the 4 a block, 3 blocks.
+// The loop runs 7 times (strides 64 to 1) in every warp; its `add` block
+// runs where any lane of the warp is below the stride: warp 0 at all 7
+// strides, warp 1 at stride 64 only, 8 times a block; `write` in warp 0.
+//   entry (4 a block): 8 integer (two special registers, mul, add, two zext,
+//     two variable-index geps), a global load, a shared store, a barrier, a
+//     branch;
+//   loop (28): an icmp and a branch (the phi counts nothing);
+//   add (8): add, zext and gep, two shared loads, an fadd, a shared store, a
+//     branch;
+//   cont (28): a barrier, lshr, icmp, a branch;
+//   exit (4): icmp, a branch; write (1): a shared load, zext, gep, a global
+//   store, a branch; end (4): ret.
+TEST(HostLoweringTest, TheBlockSumsInstructionsAreCountedExactly) {
+  StatusOr<HostLibrary> lib = Build(kBlockSum, "block_sum");
+  ASSERT_TRUE(lib.ok()) << lib.status().message();
+  alignas(256) static float in[128 * 3];
+  std::fill(std::begin(in), std::end(in), 1.0f);
+  std::vector<float> out(3, 0);
+  rt::emu::GridRunner runner(2);
+  rt::emu::LaunchCounters counters;
+  rt::emu::Launch launch = LaunchOf(*lib, {Ptr(in), Ptr(out.data())}, 3, 128, false);
+  launch.counters = &counters;
+  Status run = runner.Run(launch);
+  ASSERT_TRUE(run.ok()) << run.message();
+  EXPECT_EQ(out[1], 128.0f);
+  namespace abi = program::emu;
+  const auto& n = counters.instructions;
+  EXPECT_EQ(n[abi::kIntegerClass], 3u * (8 * 4 + 28 + 3 * 8 + 2 * 28 + 4 + 2));
+  EXPECT_EQ(n[abi::kGlobalMemoryClass], 3u * (4 + 1));
+  EXPECT_EQ(n[abi::kSharedMemoryClass], 3u * (4 + 3 * 8 + 1));
+  EXPECT_EQ(n[abi::kFloatClass], 3u * 8);
+  EXPECT_EQ(n[abi::kControlClass], 3u * (4 + 28 + 8 + 28 + 4 + 1 + 4));
+  EXPECT_EQ(n[abi::kBarrierClass], 3u * (4 + 28));
+  EXPECT_EQ(n[abi::kMmaClass], 0u);
+  EXPECT_EQ(n[abi::kShuffleClass], 0u);
+  // Without counters the blocks report nothing.
+  rt::emu::Launch plain = LaunchOf(*lib, {Ptr(in), Ptr(out.data())}, 3, 128, false);
+  ASSERT_TRUE(runner.Run(plain).ok());
 }
 
 // The seeded defect "a missing barrier": the same kernel without the
@@ -316,6 +358,30 @@ TEST(HostLoweringTest, MmaAndLdmatrixRunAsWarpCollectives) {
       EXPECT_EQ(d[i * 8 + j], sum) << i << "," << j;
     }
   }
+}
+
+// One warp of kWarpMath: five shuffles; 12 float instructions (uitofp, six
+// fadds, ex2, fma.rm, round, fdiv, fptrunc); the special register, a zext
+// and two geps; two global stores; a ret.
+TEST(HostLoweringTest, TheWarpMathsInstructionsAreCountedExactly) {
+  StatusOr<HostLibrary> lib = Build(kWarpMath, "warp_math");
+  ASSERT_TRUE(lib.ok()) << lib.status().message();
+  std::vector<float> out(32, 0);
+  std::vector<uint16_t> bf(32, 0);
+  rt::emu::GridRunner runner(1);
+  rt::emu::LaunchCounters counters;
+  rt::emu::Launch launch = LaunchOf(*lib, {Ptr(out.data()), Ptr(bf.data())}, 1, 32, false);
+  launch.counters = &counters;
+  Status run = runner.Run(launch);
+  ASSERT_TRUE(run.ok()) << run.message();
+  namespace abi = program::emu;
+  const auto& n = counters.instructions;
+  EXPECT_EQ(n[abi::kShuffleClass], 5u);
+  EXPECT_EQ(n[abi::kFloatClass], 12u);
+  EXPECT_EQ(n[abi::kIntegerClass], 4u);
+  EXPECT_EQ(n[abi::kGlobalMemoryClass], 2u);
+  EXPECT_EQ(n[abi::kControlClass], 1u);
+  EXPECT_EQ(counters.Instructions(), 24u);
 }
 
 // The seeded defect "a divergent mma": lanes 16-31 leave before it.

@@ -64,10 +64,10 @@ void LoadThenLdmatrix(const uint64_t*) {
   Rt().ldmatrix(1, s + 16 * (Tid() % 8), &reg, 0);
 }
 
-MemoryCounters Count(KernelFunction f, uint32_t threads, std::vector<uint64_t> args, bool sync,
+LaunchCounters Count(KernelFunction f, uint32_t threads, std::vector<uint64_t> args, bool sync,
                      uint32_t shared = 0) {
   GridRunner runner(1);
-  MemoryCounters counters;
+  LaunchCounters counters;
   Launch l{.kernel = "counted",
            .function = f,
            .args = std::move(args),
@@ -94,9 +94,9 @@ struct Buffer {
   std::vector<float> storage;
 };
 
-TEST(MemoryCountersTest, ACoalescedF32CopyIsFourSectorsARequest) {
+TEST(LaunchCountersTest, ACoalescedF32CopyIsFourSectorsARequest) {
   Buffer buffer(64 * 32 + 64);
-  const MemoryCounters m = Count(&GlobalCopy, 64, {Ptr(buffer.data()), 1, 4}, false);
+  const LaunchCounters m = Count(&GlobalCopy, 64, {Ptr(buffer.data()), 1, 4}, false);
   // Two blocks of two warps: four loads and four stores of 128 bytes.
   EXPECT_EQ(m.global_load_requests, 4u);
   EXPECT_EQ(m.global_load_sectors, 16u);
@@ -105,60 +105,60 @@ TEST(MemoryCountersTest, ACoalescedF32CopyIsFourSectorsARequest) {
   EXPECT_EQ(m.global_store_sectors, 16u);
 }
 
-TEST(MemoryCountersTest, AStrideOf32FloatsIsASectorALane) {
+TEST(LaunchCountersTest, AStrideOf32FloatsIsASectorALane) {
   Buffer buffer(64 * 32 + 64);
-  const MemoryCounters m = Count(&GlobalCopy, 64, {Ptr(buffer.data()), 32, 4}, false);
+  const LaunchCounters m = Count(&GlobalCopy, 64, {Ptr(buffer.data()), 32, 4}, false);
   EXPECT_EQ(m.global_load_requests, 4u);
   EXPECT_EQ(m.global_load_sectors, 4u * 32);
 }
 
-TEST(MemoryCountersTest, SixteenByteAccessesAreSixteenSectorsARequest) {
+TEST(LaunchCountersTest, SixteenByteAccessesAreSixteenSectorsARequest) {
   Buffer buffer(64 * 4 + 64);
-  const MemoryCounters m = Count(&GlobalCopy, 64, {Ptr(buffer.data()), 4, 16}, false);
+  const LaunchCounters m = Count(&GlobalCopy, 64, {Ptr(buffer.data()), 4, 16}, false);
   EXPECT_EQ(m.global_load_requests, 4u);
   EXPECT_EQ(m.global_load_sectors, 4u * 16);
 }
 
-TEST(MemoryCountersTest, SharedBankConflicts) {
+TEST(LaunchCountersTest, SharedBankConflicts) {
   // Consecutive words: one wavefront. Every other word: two lanes a bank.
   // A stride of 32 words: all 32 lanes on bank 0.
   for (auto [stride, wavefronts] : {std::pair{1u, 1u}, std::pair{2u, 2u}, std::pair{32u, 32u}}) {
-    const MemoryCounters m = Count(&SharedStrided, 32, {0, stride, 4}, true, 32 * 32 * 4);
+    const LaunchCounters m = Count(&SharedStrided, 32, {0, stride, 4}, true, 32 * 32 * 4);
     EXPECT_EQ(m.shared_load_requests, 2u) << "stride " << stride;
     EXPECT_EQ(m.shared_load_wavefronts, 2u * wavefronts) << "stride " << stride;
     EXPECT_EQ(m.shared_store_wavefronts, 2u * wavefronts) << "stride " << stride;
   }
   // 16 bytes a lane, consecutive: 512 bytes, four wavefronts, no conflict.
-  const MemoryCounters v4 = Count(&SharedStrided, 32, {0, 4, 16}, true, 32 * 16);
+  const LaunchCounters v4 = Count(&SharedStrided, 32, {0, 4, 16}, true, 32 * 16);
   EXPECT_EQ(v4.shared_load_wavefronts, 2u * 4);
 }
 
-TEST(MemoryCountersTest, ABroadcastIsNoConflict) {
-  const MemoryCounters m = Count(&SharedBroadcast, 32, {}, true, 128);
+TEST(LaunchCountersTest, ABroadcastIsNoConflict) {
+  const LaunchCounters m = Count(&SharedBroadcast, 32, {}, true, 128);
   EXPECT_EQ(m.shared_load_requests, 2u);
   EXPECT_EQ(m.shared_load_wavefronts, 2u);
   EXPECT_EQ(m.shared_store_requests, 2u);  // lane 0 alone
 }
 
-TEST(MemoryCountersTest, DivergentLanesPairByExecution) {
+TEST(LaunchCountersTest, DivergentLanesPairByExecution) {
   // The first execution: all 32 lanes, 4 sectors; the second: the 16 odd
   // lanes, still 4 sectors (every other float of the same 128 bytes).
   Buffer buffer(32);
-  const MemoryCounters m = Count(&Divergent, 32, {Ptr(buffer.data())}, false);
+  const LaunchCounters m = Count(&Divergent, 32, {Ptr(buffer.data())}, false);
   EXPECT_EQ(m.global_load_requests, 2u * 2);
   EXPECT_EQ(m.global_load_sectors, 2u * 8);
   EXPECT_EQ(m.global_load_bytes, 2u * (32 + 16) * 4);
 }
 
-TEST(MemoryCountersTest, AnLdmatrixIsNotTheAccessOfTheSameSiteNumber) {
-  const MemoryCounters m = Count(&LoadThenLdmatrix, 32, {}, true, 32 * 16);
+TEST(LaunchCountersTest, AnLdmatrixIsNotTheAccessOfTheSameSiteNumber) {
+  const LaunchCounters m = Count(&LoadThenLdmatrix, 32, {}, true, 32 * 16);
   // Per block: lane 0's load, the lanes' word loads, the ldmatrix (8 rows
   // of 16 bytes: one wavefront).
   EXPECT_EQ(m.shared_load_requests, 2u * 3);
   EXPECT_EQ(m.shared_load_wavefronts, 2u * 3);
 }
 
-TEST(MemoryCountersTest, OccupancyFollowsThreadsRegistersAndSharedMemory) {
+TEST(LaunchCountersTest, OccupancyFollowsThreadsRegistersAndSharedMemory) {
   auto blocks = [](int64_t threads, int64_t registers, int64_t shared) {
     return KernelCounters{.registers = registers, .threads = threads, .shared_bytes = shared}
         .BlocksPerSm();
