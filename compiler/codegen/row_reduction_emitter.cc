@@ -3,8 +3,9 @@
 // softmax cross-entropy with its gradient (the composite is inlined; rows of
 // 50304 logits take a block of 512 threads each). PlanRowReduction
 // (row_reduction_plan.h, with the Notes: [row reduction], [unrolled warp
-// rows], [duplicate reduces], [row cache]) decides the kernel; this file
-// builds it.
+// rows], [row vectors], [duplicate reduces], [row cache]) decides the
+// kernel; this file builds it.
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <vector>
@@ -56,10 +57,10 @@ class RowReductionBuilder : public FusedKernelBuilder {
   Status Build() {
     EmitRowPosition();
     if (!plan_.cached.empty()) EmitRowCache();
-    // Note [unrolled warp rows]: the element indices of a lane's columns,
-    // shared by every pass, when the row is emitted without a loop.
-    for (int64_t u = 0; u < plan_.unrolled_columns; ++u) {
-      unrolled_.push_back(ElementAt(b_.create<arith::AddIOp>(loc_, lane_, C(kWarp * u))));
+    // Note [unrolled warp rows]: the lane's chunks, shared by every pass,
+    // when the row is emitted without a loop.
+    for (int64_t u = 0; u < plan_.unrolled_columns / plan_.width; ++u) {
+      BeginChunk(ChunkColumn(b_.create<arith::AddIOp>(loc_, lane_, C(kWarp * u))));
     }
     if (plan_.shared_floats > 0) shared_ = func_.getWorkgroupAttributions()[0];
     for (const Batch& batch : plan_.batches) RETURN_IF_ERROR(EmitBatch(batch));
@@ -69,15 +70,99 @@ class RowReductionBuilder : public FusedKernelBuilder {
  private:
   Value C(int64_t v) { return emitter_.IndexConstant(v); }
 
-  // Parameter `p` at `index`: from the row cache where the current column
-  // loop reads its own column, else from the kernel argument.
+  // Note [row vectors]: `width` consecutive columns of the row from
+  // `first`, with each element's index, and the vectors loaded for them.
+  struct Chunk {
+    Value column;  // the first
+    std::vector<ElementIndex> elements;
+    // Loaded parameters read at the chunk's elements, and those read at its
+    // columns through a broadcast (a layer norm's gamma, the position
+    // embedding), by the parameter and the index's other components.
+    std::map<const ir::Instruction*, Value> vectors;
+    std::map<std::vector<const void*>, Value> column_vectors;
+  };
+
+  // Parameter `p` at `index`: at an element of a current chunk, from its
+  // vector (or with width 1, the row cache or the kernel argument); else
+  // from the kernel argument.
   StatusOr<Value> ReadParameter(const ir::Instruction& p, const ElementIndex& index) {
     const Value linear = emitter_.Linear(index, p.shape());
-    if (auto it = cache_ptr_.find(&p);
-        it != cache_ptr_.end() && cached_linear_ && linear == cached_linear_) {
-      return LoadElement(b_, loc_, it->second, cached_column_, p.shape().dtype());
+    for (Chunk& chunk : chunks_) {
+      for (size_t k = 0; k < chunk.elements.size(); ++k) {
+        if (chunk.elements[k].linear == linear) return ReadChunk(chunk, k, p);
+      }
+    }
+    const ir::Shape& shape = p.shape();
+    if (plan_.width > 1 && shape.rank() > 0 && shape.dims().back() == plan_.n &&
+        index.multi.size() == static_cast<size_t>(shape.rank())) {
+      for (Chunk& chunk : chunks_) {
+        for (size_t k = 0; k < chunk.elements.size(); ++k) {
+          if (chunk.elements[k].multi.back() == index.multi.back()) {
+            return ReadColumns(chunk, k, p, index);
+          }
+        }
+      }
     }
     return LoadElement(b_, loc_, entry_->getArgument(p.attrs().index), linear, p.shape().dtype());
+  }
+
+  StatusOr<Value> ReadChunk(Chunk& chunk, size_t k, const ir::Instruction& p) {
+    const ir::DType dtype = p.shape().dtype();
+    const auto cached = cache_ptr_.find(&p);
+    const bool row_param = p.shape().num_elements() == plan_.rows * plan_.n;
+    if (plan_.width == 1 || !row_param) {
+      if (cached != cache_ptr_.end()) {
+        return LoadElement(b_, loc_, cached->second, chunk.elements[k].multi.back(), dtype);
+      }
+      return LoadElement(b_, loc_, entry_->getArgument(p.attrs().index), chunk.elements[k].linear,
+                         dtype);
+    }
+    Value& vector = chunk.vectors[&p];
+    if (!vector) {
+      // At the chunk's start, so that every element (and a later pass over
+      // unrolled columns) sees it.
+      mlir::OpBuilder::InsertionGuard guard(b_);
+      b_.setInsertionPointAfterValue(chunk.elements[0].linear);
+      const bool from_cache = cached != cache_ptr_.end();
+      vector = LoadVector(from_cache ? cached->second : entry_->getArgument(p.attrs().index),
+                          from_cache ? chunk.column : chunk.elements[0].linear, p);
+    }
+    return Extract(vector, k, dtype);
+  }
+
+  // `p` at `index`, whose last component is column k of `chunk`: a vector
+  // of the chunk's columns, loaded at its first use (the emitted code has
+  // no branches, so later elements and passes see it).
+  Value ReadColumns(Chunk& chunk, size_t k, const ir::Instruction& p, const ElementIndex& index) {
+    std::vector<const void*> key{&p};
+    for (size_t d = 0; d + 1 < index.multi.size(); ++d) {
+      key.push_back(index.multi[d].getAsOpaquePointer());
+    }
+    Value& vector = chunk.column_vectors[key];
+    if (!vector) {
+      ElementIndex first;
+      first.multi = index.multi;
+      first.multi.back() = chunk.column;
+      vector =
+          LoadVector(entry_->getArgument(p.attrs().index), emitter_.Linear(first, p.shape()), p);
+    }
+    return Extract(vector, k, p.shape().dtype());
+  }
+
+  // `width` elements of `p` from `base` + `at` (16-byte aligned at most:
+  // row cache offsets are).
+  Value LoadVector(Value base, Value at, const ir::Instruction& p) {
+    const ir::DType dtype = p.shape().dtype();
+    const mlir::Type storage = StorageType(b_.getContext(), dtype);
+    const Value address = b_.create<LLVM::GEPOp>(loc_, base.getType(), storage, base,
+                                                 mlir::ValueRange{at}, /*inbounds=*/true);
+    return b_.create<LLVM::LoadOp>(loc_, mlir::VectorType::get({plan_.width}, storage), address,
+                                   std::min<int64_t>(16, plan_.width * StorageBytes(dtype)));
+  }
+
+  Value Extract(Value vector, size_t k, ir::DType dtype) {
+    const Value lane = b_.create<arith::ConstantOp>(loc_, b_.getI32IntegerAttr(k));
+    return FromStorage(b_, loc_, b_.create<LLVM::ExtractElementOp>(loc_, vector, lane), dtype);
   }
 
   // Reduce `r`'s result for the thread's row (a duplicate reads its twin's).
@@ -118,16 +203,59 @@ class RowReductionBuilder : public FusedKernelBuilder {
     row_start_ = b_.create<arith::MulIOp>(loc_, row_, C(plan_.n));
   }
 
-  // The index of column `j` of the row; ReadParameter reads it from the row
-  // cache.
-  ElementIndex ElementAt(Value j) {
-    ElementIndex index;
-    index.linear = b_.create<arith::AddIOp>(loc_, row_start_, j);
-    index.multi = row_index_.multi;
-    index.multi.push_back(j);
-    cached_linear_ = index.linear;
-    cached_column_ = j;
-    return index;
+  // The first column of the thread's chunk number `i` (Note [row vectors]).
+  Value ChunkColumn(Value i) {
+    if (plan_.width == 1) return i;
+    return b_.create<arith::MulIOp>(loc_, i, C(plan_.width));
+  }
+
+  // Starts the chunk of columns from `first`; ReadParameter reads its
+  // elements from it until it is dropped.
+  Chunk& BeginChunk(Value first) {
+    Chunk chunk{.column = first};
+    const Value linear = b_.create<arith::AddIOp>(loc_, row_start_, first);
+    for (int64_t k = 0; k < plan_.width; ++k) {
+      ElementIndex index;
+      index.linear = k == 0 ? linear : b_.create<arith::AddIOp>(loc_, linear, C(k)).getResult();
+      index.multi = row_index_.multi;
+      index.multi.push_back(k == 0 ? first : b_.create<arith::AddIOp>(loc_, first, C(k)));
+      chunk.elements.push_back(std::move(index));
+    }
+    chunks_.push_back(std::move(chunk));
+    return chunks_.back();
+  }
+
+  // The output stores of one chunk: each output's elements, then one
+  // vector store (Note [row vectors]).
+  Status StoreChunk(const Chunk& chunk) {
+    for (size_t o = 0; o < plan_.elem_outputs.size(); ++o) {
+      const ir::Instruction& output = *plan_.elem_outputs[o];
+      const ir::DType dtype = output.shape().dtype();
+      std::vector<Value> lanes;
+      for (const ElementIndex& index : chunk.elements) {
+        StatusOr<Value> v = emitter_.Emit(output, index);
+        if (!v.ok()) return v.status().WithPrefix("%" + fusion_.name());
+        lanes.push_back(*v);
+      }
+      const Value ptr = entry_->getArgument(plan_.elem_slots[o]);
+      const Value at = chunk.elements[0].linear;
+      if (lanes.size() == 1) {
+        StoreElement(b_, loc_, lanes[0], ptr, at, dtype);
+        continue;
+      }
+      const mlir::Type storage = StorageType(b_.getContext(), dtype);
+      Value vector = b_.create<LLVM::UndefOp>(loc_, mlir::VectorType::get({plan_.width}, storage));
+      for (size_t k = 0; k < lanes.size(); ++k) {
+        const Value lane = b_.create<arith::ConstantOp>(loc_, b_.getI32IntegerAttr(k));
+        vector = b_.create<LLVM::InsertElementOp>(loc_, vector,
+                                                  ToStorage(b_, loc_, lanes[k], dtype), lane);
+      }
+      const Value address = b_.create<LLVM::GEPOp>(loc_, ptr.getType(), storage, ptr,
+                                                   mlir::ValueRange{at}, /*inbounds=*/true);
+      b_.create<LLVM::StoreOp>(loc_, vector, address,
+                               std::min<int64_t>(16, plan_.width * StorageBytes(dtype)));
+    }
+    return Status::Ok();
   }
 
   // Note [row cache]: one extern [0 x i8] in shared memory (the launch's
@@ -234,16 +362,24 @@ class RowReductionBuilder : public FusedKernelBuilder {
       inits.push_back(ScalarConstant(b_, loc_, ir::DType::kF32, identity));
     }
     std::vector<Value> accs = inits;
-    if (!unrolled_.empty()) {
-      for (const ElementIndex& index : unrolled_) RETURN_IF_ERROR(Accumulate(batch, index, accs));
+    if (plan_.unrolled_columns > 0) {
+      for (const Chunk& chunk : chunks_) {
+        for (const ElementIndex& index : chunk.elements) {
+          RETURN_IF_ERROR(Accumulate(batch, index, accs));
+        }
+      }
       return accs;
     }
     mlir::OpBuilder::InsertPoint after_loop = b_.saveInsertionPoint();
     auto loop = mlir::cast<mlir::scf::ForOp>(
-        CreateFor(b_, loc_, lane_, C(plan_.n), C(plan_.threads_per_row), inits));
+        CreateFor(b_, loc_, lane_, C(plan_.n / plan_.width), C(plan_.threads_per_row), inits));
     FusedEmitter::Cache saved = emitter_.SaveCache();
     std::vector<Value> next(loop.getRegionIterArgs().begin(), loop.getRegionIterArgs().end());
-    RETURN_IF_ERROR(Accumulate(batch, ElementAt(loop.getInductionVar()), next));
+    const Chunk& chunk = BeginChunk(ChunkColumn(loop.getInductionVar()));
+    for (const ElementIndex& index : chunk.elements) {
+      RETURN_IF_ERROR(Accumulate(batch, index, next));
+    }
+    chunks_.pop_back();
     b_.create<mlir::scf::YieldOp>(loc_, next);
     emitter_.RestoreCache(std::move(saved));
     b_.restoreInsertionPoint(after_loop);
@@ -300,20 +436,17 @@ class RowReductionBuilder : public FusedKernelBuilder {
   // Outputs shaped like the input in a last pass over the row (or at the
   // unrolled columns), outputs shaped like a row by lane 0.
   Status EmitOutputs() {
-    if (!plan_.elem_outputs.empty() && !unrolled_.empty()) {
-      for (const ElementIndex& index : unrolled_) {
-        RETURN_IF_ERROR(EmitAndStore(emitter_, b_, loc_, entry_, fusion_, plan_.elem_outputs,
-                                     plan_.elem_slots, index, index.linear));
-      }
+    if (!plan_.elem_outputs.empty() && plan_.unrolled_columns > 0) {
+      for (const Chunk& chunk : chunks_) RETURN_IF_ERROR(StoreChunk(chunk));
     } else if (!plan_.elem_outputs.empty()) {
       RETURN_IF_ERROR(PreloadRowParameters());
       mlir::OpBuilder::InsertPoint after_loop = b_.saveInsertionPoint();
       auto loop = mlir::cast<mlir::scf::ForOp>(
-          CreateFor(b_, loc_, lane_, C(plan_.n), C(plan_.threads_per_row), {}));
+          CreateFor(b_, loc_, lane_, C(plan_.n / plan_.width), C(plan_.threads_per_row), {}));
       FusedEmitter::Cache saved = emitter_.SaveCache();
-      ElementIndex index = ElementAt(loop.getInductionVar());
-      RETURN_IF_ERROR(EmitAndStore(emitter_, b_, loc_, entry_, fusion_, plan_.elem_outputs,
-                                   plan_.elem_slots, index, index.linear));
+      const Status stored = StoreChunk(BeginChunk(ChunkColumn(loop.getInductionVar())));
+      chunks_.pop_back();
+      RETURN_IF_ERROR(stored);
       emitter_.RestoreCache(std::move(saved));
       b_.restoreInsertionPoint(after_loop);
       b_.setInsertionPointAfter(loop);
@@ -353,8 +486,9 @@ class RowReductionBuilder : public FusedKernelBuilder {
   ElementIndex row_index_;
   Value shared_;                                       // the warps' partials (block rows)
   std::map<const ir::Instruction*, Value> cache_ptr_;  // addrspace(3) pointer per cached param
-  Value cached_linear_, cached_column_;                // the element of the current column loop
-  std::vector<ElementIndex> unrolled_;                 // Note [unrolled warp rows]
+  // Note [row vectors]: the current loop's chunk, or the lane's unrolled
+  // chunks (Note [unrolled warp rows]).
+  std::vector<Chunk> chunks_;
   std::map<const ir::Instruction*, Value> results_;    // reduce -> its row's value
 };
 
@@ -375,6 +509,13 @@ class RowReductionEmitter : public KernelEmitter {
     KernelSpec spec = MakeKernelSpec(fusion, name, fusion.attrs().fusion_kind, plan.grid,
                                      plan.block, plan.shared_floats);
     spec.dynamic_shared_bytes = plan.cache_bytes;
+    for (KernelParam& p : spec.params) {
+      // Note [row vectors]: rows (and a row's columns) move as vectors of
+      // `width` elements.
+      if (p.shape.rank() > 0 && p.shape.dims().back() == plan.n) {
+        p.min_alignment = std::min<int64_t>(16, p.min_alignment * plan.width);
+      }
+    }
     return spec;
   }
 

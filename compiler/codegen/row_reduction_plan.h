@@ -37,6 +37,20 @@
 // over each row to three reduces in two (plus the output loop): max, then
 // the sum of exps with the target's logit.
 //
+// Note [row vectors]: a thread handles its columns in chunks of `width`
+// consecutive ones (16 bytes of the narrowest row-shaped parameter or
+// output, at most 8, dividing the row; 1 when none does), so that each
+// parameter read at the chunk's elements is one vector load (from global
+// memory or the row cache; two 16-byte ones for f32 beside bf16) and each
+// output one vector store, as the loop emitter's Note [loop vectorisation]
+// does. Not 16 bytes of the widest: the NVPTX backend scalarizes an 8-byte
+// vector of bf16 into two 4-byte loads. Chunk c of a row covers columns
+// [c * width, c * width + width), and a thread takes chunks lane,
+// lane + threads_per_row, ... (unrolled warp rows: the lane's chunks
+// lane + 32 u). Element loads of 2 or 4 bytes a lane made 2-4 sectors a
+// request; the layer-norm rows and the cross-entropy's passes were issue-
+// and request-bound on them.
+//
 // Note [row cache]: a block-per-row kernel that reads its row in several
 // passes (the cross-entropy's reduces and its gradient) first copies each
 // row-shaped parameter's row into dynamic shared memory, and every pass reads
@@ -92,6 +106,8 @@ struct RowReductionPlan {
   // Note [unrolled warp rows]: the columns of a lane when the row is
   // emitted without a loop (n / 32), else 0.
   int64_t unrolled_columns = 0;
+  // Note [row vectors]: consecutive columns a thread handles together.
+  int64_t width = 1;
 };
 
 // Plans the row-reduction kernel of `fusion`, or with `mixed` the row part of

@@ -107,7 +107,9 @@ class GlobalAccessChecker {
 //     a broadcast, no conflict); ldmatrix's rows count as one 16-byte access
 //     per lane.
 // Accesses come from the LLVM IR the NVPTX backend receives, after the
-// load/store vectorizer it runs (Note [host kernels]).
+// load/store vectorizer it runs (Note [host kernels]): a 32-byte vector
+// access, which instruction selection splits into two 16-byte ones, is one
+// request of up to 32 sectors here.
 //
 // Note [emulated instruction counters]
 // The instructions a warp executes, by class (emu_abi.h's InstructionClass),

@@ -104,8 +104,12 @@ TEST(MixedReductionTest, LayerNormBackwardIsRowsThenColumns) {
   // Each kernel stores only its own results: rows to params 9, 10 (f32 and
   // bf16 dx); columns to params 7, 8. The row kernel has no shared memory.
   EXPECT_EQ(rows.static_shared_bytes, 0);
-  EXPECT_NE(kernels.kernels[0].ptx.find("st.global.b16"), std::string::npos);  // bf16 dx
+  // Each lane's two columns (Note [unrolled warp rows]) as one vector
+  // (Note [row vectors]): the f32 dx as a v2.f32, the bf16 dx as a b32.
+  EXPECT_NE(kernels.kernels[0].ptx.find("st.global.v2.f32"), std::string::npos);
+  EXPECT_NE(kernels.kernels[0].ptx.find("st.global.b32"), std::string::npos);
   EXPECT_EQ(kernels.kernels[1].ptx.find("st.global.b16"), std::string::npos);
+  EXPECT_EQ(kernels.kernels[1].ptx.find("st.global.b32"), std::string::npos);
 }
 
 TEST(MixedReductionTest, ColumnOutputOfARowReductionIsSkippedNamingIt) {

@@ -169,6 +169,23 @@ TEST(RowReductionPlanTest, WarpRowsDropDuplicateReducesAndUnroll) {
   EXPECT_EQ(plan->row_slots, (std::vector<int64_t>{3, 4}));
 }
 
+// Note [row vectors]: 16 bytes of the widest row element, halved until it
+// divides the row and a lane's unrolled columns.
+TEST(RowReductionPlanTest, RowVectorWidths) {
+  auto module = Parse(kRowModule);
+  ASSERT_NE(module, nullptr);
+  auto width = [&](const char* fusion) -> int64_t {
+    StatusOr<RowReductionPlan> plan =
+        PlanRowReduction(*module->entry()->FindInstruction(fusion), /*mixed=*/false);
+    EXPECT_TRUE(plan.ok()) << plan.status().message();
+    return plan.ok() ? plan->width : -1;
+  };
+  EXPECT_EQ(width("sm"), 8);  // bf16 x: 8 a vector; 5000 = 625 x 8
+  EXPECT_EQ(width("wd"), 1);  // rows of 30001
+  EXPECT_EQ(width("wr"), 4);  // f32 only: 4 of the 24 unrolled columns a lane
+  EXPECT_EQ(width("du"), 2);  // 2 unrolled columns a lane
+}
+
 TEST(RowReductionEmitterTest, MultiPassBlockRowsAreKeptInSharedMemory) {
   auto module = Parse(kRowModule);
   ASSERT_NE(module, nullptr);
@@ -183,8 +200,14 @@ TEST(RowReductionEmitterTest, MultiPassBlockRowsAreKeptInSharedMemory) {
   EXPECT_EQ(sm.spec.dynamic_shared_bytes, 5000 * 2 + 5000 * 4);
   EXPECT_NE(sm.ptx.find(".extern .shared"), std::string::npos);
 
-  // Rows of whole 16-byte vectors are copied a vector a thread.
+  // Rows of whole 16-byte vectors are copied a vector a thread, and the
+  // passes read them from shared memory 8 elements at a time (Note [row
+  // vectors]): x's bf16 as 16 bytes, w as two v4.f32; no scalar reads.
   EXPECT_NE(sm.ptx.find("ld.global.v4"), std::string::npos);
+  EXPECT_NE(sm.ptx.find("ld.shared.v4.f32"), std::string::npos);
+  EXPECT_NE(sm.ptx.find("ld.shared.v4.b32"), std::string::npos);
+  EXPECT_EQ(sm.ptx.find("ld.shared.b16"), std::string::npos);
+  EXPECT_EQ(sm.ptx.find("ld.shared.f32"), std::string::npos) << sm.ptx;
   EXPECT_NE(sm.ptx.find("bar.sync"), std::string::npos);
 
   // a's 120,004 bytes exceed the cache (two blocks must fit a
