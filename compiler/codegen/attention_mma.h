@@ -105,8 +105,8 @@ inline constexpr int64_t kColumnTiles = kTileRows / 8;  // n-tiles of a 64-row b
 // log2(e), -m * log2(e))): one FMA and one ex2.approx.ftz per score, where
 // libdevice's accurate expf of a separately scaled score took a multiply, a
 // subtraction and about ten instructions. The approximation's relative
-// error (2^-22) is far below the bf16 rounding of p that follows.
-inline constexpr double kLog2E = 1.4426950408889634;
+// error (2^-22) is far below the bf16 rounding of p that follows. (kLog2E:
+// fused_emitter.h.)
 
 // Shorthands for the unsigned index arithmetic and the f32 math of the
 // tensor-core kernels, built at the kernel's insertion point.

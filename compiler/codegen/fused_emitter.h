@@ -26,6 +26,9 @@
 
 namespace gptc::codegen {
 
+// log2(e): exp(x) = 2^(x log2(e)) (Note [fast exp] in fused_emitter.cc).
+inline constexpr double kLog2E = 1.4426950408889634;
+
 // The index of one element: its row-major linear index, its per-dimension
 // index, or both (each is computed from the other on demand).
 struct ElementIndex {
