@@ -149,20 +149,37 @@ class RowReductionBuilder : public FusedKernelBuilder {
     return Extract(vector, k, p.shape().dtype());
   }
 
-  // `width` elements of `p` from `base` + `at` (16-byte aligned at most:
-  // row cache offsets are).
+  // `width` elements of `p` from `base` + `at`. Four 16-bit elements load
+  // as two 32-bit words (Extract splits them): the NVPTX backend selects two
+  // scalar b32 loads for an 8-byte vector of bf16 (a 16-byte one is one
+  // ld.v4.b32), but one ld.v2.u32 for two words.
   Value LoadVector(Value base, Value at, const ir::Instruction& p) {
     const ir::DType dtype = p.shape().dtype();
+    const int64_t bytes = StorageBytes(dtype);
     const mlir::Type storage = StorageType(b_.getContext(), dtype);
     const Value address = b_.create<LLVM::GEPOp>(loc_, base.getType(), storage, base,
                                                  mlir::ValueRange{at}, /*inbounds=*/true);
-    return b_.create<LLVM::LoadOp>(loc_, mlir::VectorType::get({plan_.width}, storage), address,
-                                   std::min<int64_t>(16, plan_.width * StorageBytes(dtype)));
+    const mlir::Type type = Paired(dtype)
+                                ? mlir::VectorType::get({plan_.width / 2}, b_.getI32Type())
+                                : mlir::VectorType::get({plan_.width}, storage);
+    return b_.create<LLVM::LoadOp>(loc_, type, address, plan_.width * bytes);
   }
 
+  bool Paired(ir::DType dtype) const { return StorageBytes(dtype) == 2 && plan_.width == 4; }
+
   Value Extract(Value vector, size_t k, ir::DType dtype) {
-    const Value lane = b_.create<arith::ConstantOp>(loc_, b_.getI32IntegerAttr(k));
-    return FromStorage(b_, loc_, b_.create<LLVM::ExtractElementOp>(loc_, vector, lane), dtype);
+    if (!Paired(dtype)) {
+      const Value lane = b_.create<arith::ConstantOp>(loc_, b_.getI32IntegerAttr(k));
+      return FromStorage(b_, loc_, b_.create<LLVM::ExtractElementOp>(loc_, vector, lane), dtype);
+    }
+    const Value lane = b_.create<arith::ConstantOp>(loc_, b_.getI32IntegerAttr(k / 2));
+    Value word = b_.create<LLVM::ExtractElementOp>(loc_, vector, lane);
+    if (k % 2 == 1) {
+      word = b_.create<arith::ShRUIOp>(
+          loc_, word, b_.create<arith::ConstantOp>(loc_, b_.getI32IntegerAttr(16)));
+    }
+    const Value half = b_.create<arith::TruncIOp>(loc_, b_.getI16Type(), word);
+    return b_.create<arith::BitcastOp>(loc_, StorageType(b_.getContext(), dtype), half);
   }
 
   // Reduce `r`'s result for the thread's row (a duplicate reads its twin's).

@@ -186,18 +186,19 @@ void PlanRowCache(const ir::Computation& fused, bool mixed, RowReductionPlan& pl
   }
 }
 
-// Note [row vectors]: 16 bytes of the narrowest element read or written a
+// Note [row vectors]: 16 bytes of the widest element read or written a
 // row at a time, halved until it divides the row (and a lane's unrolled
 // columns).
 int64_t RowVectorWidth(const RowReductionPlan& plan) {
-  int64_t narrowest = 16;
+  int64_t widest = 0;
   for (const ir::Instruction* p : plan.row_params) {
-    narrowest = std::min(narrowest, StorageBytes(p->shape().dtype()));
+    widest = std::max(widest, StorageBytes(p->shape().dtype()));
   }
   for (const ir::Instruction* o : plan.elem_outputs) {
-    narrowest = std::min(narrowest, StorageBytes(o->shape().dtype()));
+    widest = std::max(widest, StorageBytes(o->shape().dtype()));
   }
-  int64_t width = std::min<int64_t>(8, 16 / narrowest);
+  if (widest == 0) return 1;
+  int64_t width = std::min<int64_t>(8, 16 / widest);
   const int64_t per_lane = plan.unrolled_columns > 0 ? plan.unrolled_columns : plan.n;
   while (width > 1 && (plan.n % width != 0 || per_lane % width != 0)) width /= 2;
   return width;

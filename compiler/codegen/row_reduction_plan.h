@@ -38,13 +38,14 @@
 // the sum of exps with the target's logit.
 //
 // Note [row vectors]: a thread handles its columns in chunks of `width`
-// consecutive ones (16 bytes of the narrowest row-shaped parameter or
-// output, at most 8, dividing the row; 1 when none does), so that each
-// parameter read at the chunk's elements is one vector load (from global
-// memory or the row cache; two 16-byte ones for f32 beside bf16) and each
-// output one vector store, as the loop emitter's Note [loop vectorisation]
-// does. Not 16 bytes of the widest: the NVPTX backend scalarizes an 8-byte
-// vector of bf16 into two 4-byte loads. Chunk c of a row covers columns
+// consecutive ones (16 bytes of the widest row-shaped parameter or output,
+// at most 8, dividing the row; 1 when none does), so that each parameter
+// read at the chunk's elements is one vector load of at most 16 bytes (from
+// global memory or the row cache; bf16 as 32-bit words) and each output one
+// vector store, as the loop emitter's Note [loop vectorisation] does. Not
+// 16 bytes of the narrowest: 32 bytes a lane of an f32 beside bf16 become
+// two 16-byte instructions whose lanes are 32 bytes apart, each touching
+// twice the sectors it uses. Chunk c of a row covers columns
 // [c * width, c * width + width), and a thread takes chunks lane,
 // lane + threads_per_row, ... (unrolled warp rows: the lane's chunks
 // lane + 32 u). Element loads of 2 or 4 bytes a lane made 2-4 sectors a
