@@ -63,20 +63,14 @@ std::optional<emu::InstructionClass> CallClass(const llvm::CallInst& call) {
 std::pair<emu::InstructionClass, uint32_t> ClassOf(const llvm::Instruction& inst) {
   using llvm::Instruction;
   constexpr std::pair<emu::InstructionClass, uint32_t> kNothing{emu::kIntegerClass, 0};
-  if (const auto* load = llvm::dyn_cast<llvm::LoadInst>(&inst)) {
-    std::optional<emu::InstructionClass> c = AccessClass(load->getPointerOperand());
-    return c ? std::pair{*c, 1u} : kNothing;
-  }
-  if (const auto* store = llvm::dyn_cast<llvm::StoreInst>(&inst)) {
-    std::optional<emu::InstructionClass> c = AccessClass(store->getPointerOperand());
-    return c ? std::pair{*c, 1u} : kNothing;
-  }
+  const llvm::Value* pointer = llvm::getLoadStorePointerOperand(&inst);
   if (const auto* rmw = llvm::dyn_cast<llvm::AtomicRMWInst>(&inst)) {
-    std::optional<emu::InstructionClass> c = AccessClass(rmw->getPointerOperand());
-    return c ? std::pair{*c, 1u} : kNothing;
+    pointer = rmw->getPointerOperand();
+  } else if (const auto* cas = llvm::dyn_cast<llvm::AtomicCmpXchgInst>(&inst)) {
+    pointer = cas->getPointerOperand();
   }
-  if (const auto* cas = llvm::dyn_cast<llvm::AtomicCmpXchgInst>(&inst)) {
-    std::optional<emu::InstructionClass> c = AccessClass(cas->getPointerOperand());
+  if (pointer != nullptr) {
+    std::optional<emu::InstructionClass> c = AccessClass(pointer);
     return c ? std::pair{*c, 1u} : kNothing;
   }
   if (const auto* call = llvm::dyn_cast<llvm::CallInst>(&inst)) {
