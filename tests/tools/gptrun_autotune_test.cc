@@ -197,6 +197,9 @@ TEST_F(GptrunAutotuneTest, ProfileOnTheEmulatorCountsMemoryAccesses) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("memory counters (Note [emulated memory counters]"), std::string::npos)
       << r.out;
+  EXPECT_NE(r.out.find("instructions and H100 estimate (Note [emulated instruction counters]"),
+            std::string::npos)
+      << r.out;
   const json p = Profile("counters");
   ASSERT_TRUE(p.contains("counters")) << p.dump(1);
   size_t kernel_rows = 0;
@@ -209,6 +212,20 @@ TEST_F(GptrunAutotuneTest, ProfileOnTheEmulatorCountsMemoryAccesses) {
     const uint64_t requests = k["global_load_requests"], sectors = k["global_load_sectors"];
     EXPECT_GE(sectors, requests) << k.dump();
     EXPECT_LE(sectors, k["global_load_bytes"].get<uint64_t>()) << k.dump();
+    // Note [emulated instruction counters]: every kernel executes some, its
+    // global accesses among them; Note [H100 time estimate]: at least the
+    // launch, and a bound that decided it.
+    const json& mix = k["warp_instructions"];
+    uint64_t instructions = 0;
+    for (const auto& [name, n] : mix.items()) instructions += n.get<uint64_t>();
+    EXPECT_EQ(mix.size(), 8u) << k.dump();
+    EXPECT_GT(instructions, 0u) << k.dump();
+    EXPECT_GE(mix["gmem"].get<uint64_t>(), 1u) << k.dump();
+    EXPECT_GE(k["h100_estimate_us"].get<double>(), 2.0) << k.dump();
+    EXPECT_TRUE(k["h100_estimate_bound"] == "memory" || k["h100_estimate_bound"] == "issue" ||
+                k["h100_estimate_bound"] == "shared")
+        << k.dump();
+    EXPECT_GE(k["roofline_us"].get<double>(), 0.0) << k.dump();
   }
 }
 
