@@ -5,6 +5,7 @@
 #include "passes/cse.h"
 #include "passes/data_parallel.h"
 #include "passes/dce.h"
+#include "passes/distribute_row_sums.h"
 #include "passes/fusion.h"
 #include "passes/mixed_precision.h"
 #include "passes/optimizer.h"
@@ -45,6 +46,9 @@ const pass::PassRegistry& AllPasses() {
                 "bias gradients summed from the bf16 copy the weight gradient's dot reads (run "
                 "after autodiff)",
                 [] { return std::make_unique<Bf16BiasGradients>(); });
+    r->Register("distribute-row-sums",
+                "split a row sum that reads another row sum's broadcast (run after autodiff)",
+                [] { return std::make_unique<DistributeRowSums>(); });
     r->Register("remat", "policy dots: keep dot outputs, recompute the rest in the backward",
                 [] { return std::make_unique<Remat>(RematOptions{.policy = RematPolicy::kDots}); });
     return r;

@@ -5,6 +5,7 @@
 #include "passes/cse.h"
 #include "passes/data_parallel.h"
 #include "passes/dce.h"
+#include "passes/distribute_row_sums.h"
 #include "passes/fusion.h"
 #include "passes/schedule.h"
 #include "passes/simplify.h"
@@ -130,6 +131,7 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
   gradients.AddPass<Autodiff>(
       AutodiffOptions{.loss_scale = 1.0 / static_cast<double>(options.world_size)});
   if (options.precision.policy != PrecisionPolicy::kF32) gradients.AddPass<Bf16BiasGradients>();
+  gradients.AddPass<DistributeRowSums>();
   gradients.AddPass<Dce>();
   RETURN_IF_ERROR(gradients.Run(*forward).status());
 
