@@ -279,6 +279,25 @@ void StoreElement(mlir::OpBuilder& b, mlir::Location loc, Value value, Value ptr
   b.create<mlir::LLVM::StoreOp>(loc, ToStorage(b, loc, value, dtype), addr, StorageBytes(dtype));
 }
 
+void StoreElements(mlir::OpBuilder& b, mlir::Location loc, const std::vector<Value>& lanes,
+                   Value ptr, Value index, DType dtype) {
+  if (lanes.size() == 1) {
+    StoreElement(b, loc, lanes[0], ptr, index, dtype);
+    return;
+  }
+  const int64_t width = static_cast<int64_t>(lanes.size());
+  mlir::Type storage = StorageType(b.getContext(), dtype);
+  Value vec = b.create<mlir::LLVM::UndefOp>(loc, mlir::VectorType::get({width}, storage));
+  for (int64_t lane = 0; lane < width; ++lane) {
+    Value pos = b.create<mlir::arith::ConstantOp>(loc, b.getI32IntegerAttr(lane));
+    vec =
+        b.create<mlir::LLVM::InsertElementOp>(loc, vec, ToStorage(b, loc, lanes[lane], dtype), pos);
+  }
+  Value addr = b.create<mlir::LLVM::GEPOp>(loc, ptr.getType(), storage, ptr,
+                                           mlir::ValueRange{index}, /*inbounds=*/true);
+  b.create<mlir::LLVM::StoreOp>(loc, vec, addr, std::min<int64_t>(16, width * StorageBytes(dtype)));
+}
+
 Value ScalarConstant(mlir::OpBuilder& b, mlir::Location loc, DType dtype, double value) {
   mlir::Type type = ElementType(b.getContext(), dtype);
   mlir::TypedAttr attr;

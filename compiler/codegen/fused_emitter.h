@@ -114,6 +114,10 @@ mlir::Value LoadElement(mlir::OpBuilder& b, mlir::Location loc, mlir::Value ptr,
                         ir::DType dtype);
 void StoreElement(mlir::OpBuilder& b, mlir::Location loc, mlir::Value value, mlir::Value ptr,
                   mlir::Value index, ir::DType dtype);
+// Elements index, index + 1, ... of the buffer as one vector store of
+// `lanes` (aligned to the vector, at most 16 bytes); one lane: StoreElement.
+void StoreElements(mlir::OpBuilder& b, mlir::Location loc, const std::vector<mlir::Value>& lanes,
+                   mlir::Value ptr, mlir::Value index, ir::DType dtype);
 // Emits outputs[o] at `index` and stores it at element `at` of kernel
 // argument slots[o] of the kernel `body`, for every o; errors are prefixed with the fusion's name.
 Status EmitAndStore(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location loc,

@@ -222,23 +222,7 @@ class LoopEmitter : public KernelEmitter {
         if (!v.ok()) return v.status().WithPrefix("%" + fusion.name());
         lanes.push_back(*v);
       }
-      ir::DType dtype = member.outputs[o]->shape().dtype();
-      Value ptr = outputs[o];
-      if (width == 1) {
-        StoreElement(b, loc, lanes[0], ptr, base, dtype);
-        continue;
-      }
-      mlir::Type storage = StorageType(b.getContext(), dtype);
-      mlir::Type vec_type = mlir::VectorType::get({width}, storage);
-      Value vec = b.create<mlir::LLVM::UndefOp>(loc, vec_type);
-      for (int64_t lane = 0; lane < width; ++lane) {
-        Value pos = b.create<mlir::arith::ConstantOp>(loc, b.getI32IntegerAttr(lane));
-        vec = b.create<mlir::LLVM::InsertElementOp>(loc, vec,
-                                                    ToStorage(b, loc, lanes[lane], dtype), pos);
-      }
-      Value addr = b.create<mlir::LLVM::GEPOp>(loc, ptr.getType(), storage, ptr,
-                                               mlir::ValueRange{base}, true);
-      b.create<mlir::LLVM::StoreOp>(loc, vec, addr, width * StorageBytes(dtype));
+      StoreElements(b, loc, lanes, outputs[o], base, member.outputs[o]->shape().dtype());
     }
     return Status::Ok();
   }

@@ -247,30 +247,14 @@ class RowReductionBuilder : public FusedKernelBuilder {
   Status StoreChunk(const Chunk& chunk) {
     for (size_t o = 0; o < plan_.elem_outputs.size(); ++o) {
       const ir::Instruction& output = *plan_.elem_outputs[o];
-      const ir::DType dtype = output.shape().dtype();
       std::vector<Value> lanes;
       for (const ElementIndex& index : chunk.elements) {
         StatusOr<Value> v = emitter_.Emit(output, index);
         if (!v.ok()) return v.status().WithPrefix("%" + fusion_.name());
         lanes.push_back(*v);
       }
-      const Value ptr = entry_->getArgument(plan_.elem_slots[o]);
-      const Value at = chunk.elements[0].linear;
-      if (lanes.size() == 1) {
-        StoreElement(b_, loc_, lanes[0], ptr, at, dtype);
-        continue;
-      }
-      const mlir::Type storage = StorageType(b_.getContext(), dtype);
-      Value vector = b_.create<LLVM::UndefOp>(loc_, mlir::VectorType::get({plan_.width}, storage));
-      for (size_t k = 0; k < lanes.size(); ++k) {
-        const Value lane = b_.create<arith::ConstantOp>(loc_, b_.getI32IntegerAttr(k));
-        vector = b_.create<LLVM::InsertElementOp>(loc_, vector,
-                                                  ToStorage(b_, loc_, lanes[k], dtype), lane);
-      }
-      const Value address = b_.create<LLVM::GEPOp>(loc_, ptr.getType(), storage, ptr,
-                                                   mlir::ValueRange{at}, /*inbounds=*/true);
-      b_.create<LLVM::StoreOp>(loc_, vector, address,
-                               std::min<int64_t>(16, plan_.width * StorageBytes(dtype)));
+      StoreElements(b_, loc_, lanes, entry_->getArgument(plan_.elem_slots[o]),
+                    chunk.elements[0].linear, output.shape().dtype());
     }
     return Status::Ok();
   }
