@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "compiler/ir/builder.h"
+#include "compiler/ir/patterns.h"
 
 namespace gptc::passes {
 
@@ -34,7 +35,7 @@ std::vector<int64_t> KeptDims(const Instruction& reduce) {
 }
 
 // x when `b` broadcasts an f32 x of the reduce's shape along its dims.
-Instruction* RowFactor(Instruction* b, const Instruction& reduce) {
+Instruction* RowFactor(const Instruction* b, const Instruction& reduce) {
   if (b->opcode() != Opcode::kBroadcast) return nullptr;
   Instruction* x = b->operand(0);
   if (x->shape() != reduce.shape() || b->attrs().dimensions != KeptDims(reduce)) return nullptr;
@@ -70,26 +71,14 @@ void Expand(Instruction* e, double sign, const Instruction& reduce, int depth,
   terms.push_back({sign, e, nullptr});
 }
 
-// Whether `x` is a scalar constant, or a broadcast of one, equal to `value`.
-bool IsConstant(const Instruction* x, double value) {
-  if (x->opcode() == Opcode::kBroadcast) x = x->operand(0);
-  return x->opcode() == Opcode::kConstant && x->shape().num_elements() == 1 &&
-         x->attrs().literal.size() == 1 && x->attrs().literal[0] == value;
-}
-
 // Whether `e` is x − mean(x) over the reduce's dims: x minus the broadcast
 // of Σx / n (layer norm's centered input), whose sum is zero. Summed, it
 // is rounding noise of the cancellation, which no kernel should be asked
 // to reproduce.
 bool IsCentered(const Instruction* e, const Instruction& reduce) {
   if (e->opcode() != Opcode::kSub) return false;
-  const Instruction* b = e->operand(1);
-  if (b->opcode() != Opcode::kBroadcast || b->operand(0)->shape() != reduce.shape() ||
-      b->attrs().dimensions != KeptDims(reduce)) {
-    return false;
-  }
-  const Instruction* mean = b->operand(0);
-  if (mean->opcode() != Opcode::kDiv) return false;
+  const Instruction* mean = RowFactor(e->operand(1), reduce);
+  if (mean == nullptr || mean->opcode() != Opcode::kDiv) return false;
   const Instruction* sum = mean->operand(0);
   if (sum->opcode() != Opcode::kReduce || sum->attrs().reduce_kind != ir::ReduceKind::kSum ||
       sum->operand(0) != e->operand(0) || sum->attrs().dimensions != reduce.attrs().dimensions) {
@@ -97,7 +86,7 @@ bool IsCentered(const Instruction* e, const Instruction& reduce) {
   }
   double n = 1;
   for (int64_t d : reduce.attrs().dimensions) n *= static_cast<double>(e->shape().dim(d));
-  return IsConstant(mean->operand(1), n);
+  return ir::IsSplat(mean->operand(1), n);
 }
 
 // Whether `x` is computed from a reduce (a bounded walk up its operands).

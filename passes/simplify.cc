@@ -7,6 +7,7 @@
 
 #include "compiler/eval/evaluator.h"
 #include "compiler/ir/builder.h"
+#include "compiler/ir/patterns.h"
 #include "compiler/ir/shape_inference.h"
 #include "passes/dce.h"
 
@@ -16,6 +17,7 @@ namespace {
 
 using ir::DType;
 using ir::Instruction;
+using ir::IsSplat;
 using ir::Opcode;
 
 // A rule looks at one instruction and returns the value that replaces it, or
@@ -34,16 +36,6 @@ constexpr Instruction* kNoMatch = nullptr;
 
 // ---------------------------------------------------------------------------
 // Matchers.
-
-// Every element of `inst` is `v`: a constant, or a broadcast of one (the
-// "broadcast of a scalar" the frontend and autodiff emit for literals).
-bool IsSplat(const Instruction* inst, double v) {
-  while (inst->opcode() == Opcode::kBroadcast) inst = inst->operand(0);
-  if (inst->opcode() != Opcode::kConstant) return false;
-  const std::vector<double>& values = inst->attrs().literal;
-  return !values.empty() &&
-         std::all_of(values.begin(), values.end(), [v](double x) { return x == v; });
-}
 
 bool IsIdentityPermutation(std::span<const int64_t> dims) {
   for (size_t i = 0; i < dims.size(); ++i) {

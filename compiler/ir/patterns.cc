@@ -1,6 +1,16 @@
 #include "compiler/ir/patterns.h"
 
+#include <algorithm>
+
 namespace gptc::ir {
+
+bool IsSplat(const Instruction* inst, double v) {
+  while (inst->opcode() == Opcode::kBroadcast) inst = inst->operand(0);
+  if (inst->opcode() != Opcode::kConstant) return false;
+  const std::vector<double>& values = inst->attrs().literal;
+  return !values.empty() &&
+         std::all_of(values.begin(), values.end(), [v](double x) { return x == v; });
+}
 
 bool IsRowReduce(const Instruction& inst) {
   if (inst.opcode() != Opcode::kReduce) return false;

@@ -15,6 +15,10 @@ namespace gptc::ir {
 // A reduce over the last dim alone of an input of rank >= 2.
 bool IsRowReduce(const Instruction& inst);
 
+// Every element of `inst` is `v`: a constant, or a broadcast of one (the
+// "broadcast of a scalar" the frontend and autodiff emit for literals).
+bool IsSplat(const Instruction* inst, double v);
+
 // Decomposition parameters -> the operands of the composite that calls the
 // decomposition (softmax-cross-entropy, which the emitters inline).
 using CompositeBindings = std::map<const Instruction*, const Instruction*>;
