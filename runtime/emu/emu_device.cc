@@ -551,9 +551,7 @@ std::string EmuStats::CountersTable() const {
   if (kernels.empty()) return "";
   std::vector<std::pair<std::string, const KernelCounters*>> rows;
   for (const auto& [name, k] : kernels) rows.emplace_back(name, &k);
-  auto moved = [](const KernelCounters& k) {
-    return 32 * (k.counts.global_load_sectors + k.counts.global_store_sectors);
-  };
+  auto moved = [](const KernelCounters& k) { return k.counts.SectorBytes(); };
   std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) {
     return moved(*a.second) > moved(*b.second) ||
            (moved(*a.second) == moved(*b.second) && a.first < b.first);
@@ -616,7 +614,7 @@ std::string EmuStats::EstimateTable() const {
     for (uint32_t i = 0; i < program::emu::kNumInstructionClasses; ++i) {
       out += fmt::format(" {:>5.1f}", total == 0 ? 0.0 : 100.0 * c.instructions[i] / total);
     }
-    const double bytes = 32.0 * static_cast<double>(c.global_load_sectors + c.global_store_sectors);
+    const double bytes = static_cast<double>(c.SectorBytes());
     out += fmt::format(
         " {:>8.1f} {:>9.2f} {:>9.2f} {:>9} {:>8} {:>6}  {}\n", total == 0 ? 0.0 : bytes / total,
         e.roofline_us, e.us,

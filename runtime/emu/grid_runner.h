@@ -131,6 +131,8 @@ struct LaunchCounters {
   // Warp-level instructions by class (Note [emulated instruction counters]).
   std::array<uint64_t, program::emu::kNumInstructionClasses> instructions{};
   uint64_t Instructions() const;  // all classes
+  // The bytes of the global sectors loaded and stored.
+  uint64_t SectorBytes() const { return 32 * (global_load_sectors + global_store_sectors); }
   void Add(const LaunchCounters& o);
   bool operator==(const LaunchCounters&) const = default;
 };

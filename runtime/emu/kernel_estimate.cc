@@ -10,8 +10,7 @@ KernelEstimate EstimateH100(const KernelCounters& k) {
   if (k.launches <= 0) return e;
   const double n = static_cast<double>(k.launches);
   const LaunchCounters& c = k.counts;
-  const double sectors = 32.0 * static_cast<double>(c.global_load_sectors + c.global_store_sectors);
-  const double moved = sectors / n;
+  const double moved = static_cast<double>(c.SectorBytes()) / n;
   const double compulsory = std::min(moved, static_cast<double>(k.argument_bytes) / n);
   const double blocks = static_cast<double>(k.blocks) / n;
   // The share of the machine the grid fills.
