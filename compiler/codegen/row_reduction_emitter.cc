@@ -103,6 +103,10 @@ class RowReductionBuilder : public FusedKernelBuilder {
         }
       }
     }
+    // A column parameter's linear index is its column (Note [column cache]).
+    if (auto cached = column_ptr_.find(&p); cached != column_ptr_.end()) {
+      return LoadElement(b_, loc_, cached->second, linear, p.shape().dtype());
+    }
     return LoadElement(b_, loc_, entry_->getArgument(p.attrs().index), linear, p.shape().dtype());
   }
 
@@ -139,7 +143,9 @@ class RowReductionBuilder : public FusedKernelBuilder {
       key.push_back(index.multi[d].getAsOpaquePointer());
     }
     Value& vector = chunk.column_vectors[key];
-    if (!vector) {
+    if (auto cached = column_ptr_.find(&p); !vector && cached != column_ptr_.end()) {
+      vector = LoadVector(cached->second, chunk.column, p);
+    } else if (!vector) {
       ElementIndex first;
       first.multi = index.multi;
       first.multi.back() = chunk.column;
@@ -203,11 +209,18 @@ class RowReductionBuilder : public FusedKernelBuilder {
     lane_ = plan_.threads_per_row == plan_.block
                 ? tid
                 : b_.create<arith::RemUIOp>(loc_, tid, C(plan_.threads_per_row)).getResult();
-    row_ = bid;
+    if (!plan_.column_cached.empty()) EmitColumnCache(tid);
+    Value group = bid;
+    if (plan_.grid < plan_.row_groups) {  // Note [column cache]: the block's groups
+      group = mlir::cast<mlir::scf::ForOp>(
+                  CreateFor(b_, loc_, bid, C(plan_.row_groups), C(plan_.grid), {}))
+                  .getInductionVar();
+    }
+    row_ = group;
     if (plan_.rows_per_block > 1) {
       Value in_block = b_.create<arith::DivUIOp>(loc_, tid, C(plan_.threads_per_row));
       row_ = b_.create<arith::AddIOp>(
-          loc_, b_.create<arith::MulIOp>(loc_, bid, C(plan_.rows_per_block)), in_block);
+          loc_, b_.create<arith::MulIOp>(loc_, group, C(plan_.rows_per_block)), in_block);
       if (plan_.rows % plan_.rows_per_block !=
           0) {  // whole warps drop out: no barrier in warp mode
         Value live = b_.create<arith::CmpIOp>(loc_, arith::CmpIPredicate::ult, row_, C(plan_.rows));
@@ -265,25 +278,60 @@ class RowReductionBuilder : public FusedKernelBuilder {
   // reads columns another thread copied. Element copies need none: each
   // thread copies the columns it later reads.
   void EmitRowCache() {
-    LLVM::GlobalOp global;
-    {
-      mlir::OpBuilder::InsertionGuard guard(b_);
-      b_.setInsertionPointToStart(gpu_module_.getBody());
-      global = b_.create<LLVM::GlobalOp>(loc_, LLVM::LLVMArrayType::get(b_.getI8Type(), 0),
-                                         /*isConstant=*/false, LLVM::Linkage::External,
-                                         name_ + "_row", mlir::Attribute(), /*alignment=*/16,
-                                         /*addrSpace=*/3);
-    }
-    const Value base = b_.create<LLVM::AddressOfOp>(loc_, global);
-    for (const auto& [p, offset] : plan_.cached) {
-      cache_ptr_[p] = b_.create<LLVM::GEPOp>(
-          loc_, base.getType(), b_.getI8Type(), base,
-          mlir::ValueRange{b_.create<arith::ConstantOp>(loc_, b_.getI32IntegerAttr(offset))},
-          /*inbounds=*/true);
-    }
+    for (const auto& [p, offset] : plan_.cached) cache_ptr_[p] = DynamicShared(offset);
     if (!plan_.cached_by_element.empty()) CopyRowByElements();
     for (const ir::Instruction* p : plan_.cached_by_vector) CopyRowByVectors(*p);
     if (!plan_.cached_by_vector.empty()) b_.create<mlir::gpu::BarrierOp>(loc_);
+  }
+
+  // A pointer `offset` bytes into the extern [0 x i8] in shared memory that
+  // is the launch's dynamic bytes (Notes [row cache], [column cache]).
+  Value DynamicShared(int64_t offset) {
+    if (!dynamic_shared_) {
+      LLVM::GlobalOp global;
+      {
+        mlir::OpBuilder::InsertionGuard guard(b_);
+        b_.setInsertionPointToStart(gpu_module_.getBody());
+        global = b_.create<LLVM::GlobalOp>(loc_, LLVM::LLVMArrayType::get(b_.getI8Type(), 0),
+                                           /*isConstant=*/false, LLVM::Linkage::External,
+                                           name_ + "_row", mlir::Attribute(), /*alignment=*/16,
+                                           /*addrSpace=*/3);
+      }
+      dynamic_shared_ = b_.create<LLVM::AddressOfOp>(loc_, global);
+    }
+    return b_.create<LLVM::GEPOp>(
+        loc_, dynamic_shared_.getType(), b_.getI8Type(), dynamic_shared_,
+        mlir::ValueRange{b_.create<arith::ConstantOp>(loc_, b_.getI32IntegerAttr(offset))},
+        /*inbounds=*/true);
+  }
+
+  // Note [column cache]: the block's threads copy each column parameter
+  // into shared memory, 16 bytes a thread where its row is whole vectors
+  // (else an element), then wait for each other: a warp reads the columns
+  // other warps copied.
+  void EmitColumnCache(Value tid) {
+    for (const auto& [p, offset] : plan_.column_cached) {
+      const Value to = column_ptr_[p] = DynamicShared(offset);
+      const int64_t bytes = StorageBytes(p->shape().dtype());
+      const int64_t width = (plan_.n * bytes) % 16 == 0 ? 16 / bytes : 1;
+      const mlir::Type lane_type = b_.getIntegerType(8 * bytes);
+      const mlir::Type type =
+          width == 1 ? lane_type : mlir::Type(mlir::VectorType::get({width}, lane_type));
+      mlir::OpBuilder::InsertPoint after_copy = b_.saveInsertionPoint();
+      auto copy = mlir::cast<mlir::scf::ForOp>(
+          CreateFor(b_, loc_, tid, C(plan_.n / width), C(plan_.block), {}));
+      const Value first = b_.create<arith::MulIOp>(loc_, copy.getInductionVar(), C(width));
+      const Value global = entry_->getArgument(p->attrs().index);
+      const Value from = b_.create<LLVM::GEPOp>(loc_, global.getType(), lane_type, global,
+                                                mlir::ValueRange{first}, true);
+      const Value at =
+          b_.create<LLVM::GEPOp>(loc_, to.getType(), lane_type, to, mlir::ValueRange{first}, true);
+      b_.create<LLVM::StoreOp>(loc_, b_.create<LLVM::LoadOp>(loc_, type, from, width * bytes), at,
+                               width * bytes);
+      b_.restoreInsertionPoint(after_copy);
+      b_.setInsertionPointAfter(copy);
+    }
+    b_.create<mlir::gpu::BarrierOp>(loc_);
   }
 
   // One loop over the row's columns copying every element-wise cached
@@ -438,6 +486,7 @@ class RowReductionBuilder : public FusedKernelBuilder {
   // unrolled columns), outputs shaped like a row by lane 0.
   Status EmitOutputs() {
     if (!plan_.elem_outputs.empty() && plan_.unrolled_columns > 0) {
+      LoadUnreadRows();
       for (const Chunk& chunk : chunks_) RETURN_IF_ERROR(StoreChunk(chunk));
     } else if (!plan_.elem_outputs.empty()) {
       RETURN_IF_ERROR(PreloadRowParameters());
@@ -464,6 +513,23 @@ class RowReductionBuilder : public FusedKernelBuilder {
     return Status::Ok();
   }
 
+  // Note [unrolled warp rows]: the row parameters no pass read (only the
+  // outputs do), for every chunk, here: after the passes, so that they hold
+  // no registers there, and before the first store, so that their loads are
+  // in flight together (loads stay below stores that may alias them). One
+  // the outputs do not read either is left to LLVM to drop.
+  void LoadUnreadRows() {
+    if (plan_.width == 1) return;
+    for (Chunk& chunk : chunks_) {
+      for (const ir::Instruction* p : plan_.row_params) {
+        Value& vector = chunk.vectors[p];
+        if (!vector) {
+          vector = LoadVector(entry_->getArgument(p->attrs().index), chunk.elements[0].linear, *p);
+        }
+      }
+    }
+  }
+
   // Parameters shaped like a row (the cross-entropy's target, a row's
   // statistics) read once before the output loop, into the emitter's cache:
   // in the loop, LLVM must assume the stores may alias them and would reload
@@ -487,6 +553,8 @@ class RowReductionBuilder : public FusedKernelBuilder {
   ElementIndex row_index_;
   Value shared_;                                       // the warps' partials (block rows)
   std::map<const ir::Instruction*, Value> cache_ptr_;  // addrspace(3) pointer per cached param
+  std::map<const ir::Instruction*, Value> column_ptr_;  // Note [column cache]: the same
+  Value dynamic_shared_;                                // the launch's dynamic shared bytes
   // Note [row vectors]: the current loop's chunk, or the lane's unrolled
   // chunks (Note [unrolled warp rows]).
   std::vector<Chunk> chunks_;
@@ -515,6 +583,11 @@ class RowReductionEmitter : public KernelEmitter {
       // `width` elements.
       if (p.shape.rank() > 0 && p.shape.dims().back() == plan.n) {
         p.min_alignment = std::min<int64_t>(16, p.min_alignment * plan.width);
+      }
+    }
+    for (const auto& [p, offset] : plan.column_cached) {  // copied by 16-byte vectors
+      if (plan.n * StorageBytes(p->shape().dtype()) % 16 == 0) {
+        spec.params[p->attrs().index].min_alignment = 16;
       }
     }
     return spec;

@@ -20,6 +20,11 @@ constexpr int64_t kMaxRowCacheBytes = 112 * 1024;
 // Note [unrolled warp rows]: at most this many row elements a lane (over all
 // row-shaped parameters) are held in registers.
 constexpr int64_t kMaxUnrolledElements = 48;
+// Note [column cache]: at most this much of a block's shared memory holds
+// column parameters, and at most this many blocks (eight for each of an
+// H100's 132 multiprocessors) stride over the row groups.
+constexpr int64_t kMaxColumnCacheBytes = 24 * 1024;
+constexpr int64_t kColumnCacheGrid = 8 * 132;
 
 using SameMemo = std::map<std::pair<const ir::Instruction*, const ir::Instruction*>, bool>;
 
@@ -153,7 +158,8 @@ void PlanGeometry(RowReductionPlan& plan) {
   plan.threads_per_row = n <= 1024 ? kWarp : (n <= 4096 ? 256 : 512);
   plan.rows_per_block = plan.threads_per_row == kWarp ? std::min(kWarpRowsPerBlock, rows) : 1;
   plan.block = plan.threads_per_row * plan.rows_per_block;
-  plan.grid = (rows + plan.rows_per_block - 1) / plan.rows_per_block;
+  plan.row_groups = (rows + plan.rows_per_block - 1) / plan.rows_per_block;
+  plan.grid = plan.row_groups;
   plan.warps_per_row = plan.threads_per_row / kWarp;
   plan.shared_floats =
       plan.warps_per_row > 1 ? static_cast<int64_t>(max_batch) * plan.warps_per_row : 0;
@@ -184,6 +190,43 @@ void PlanRowCache(const ir::Computation& fused, bool mixed, RowReductionPlan& pl
     const bool whole_vectors = (plan.n * StorageBytes(p->shape().dtype())) % 16 == 0;
     (whole_vectors ? plan.cached_by_vector : plan.cached_by_element).push_back(p);
   }
+}
+
+// Note [column cache]: the parameters of one row's elements that a block
+// of several warp rows keeps in shared memory, and the capped grid.
+void PlanColumnCache(const ir::Computation& fused, RowReductionPlan& plan) {
+  if (plan.threads_per_row != kWarp || plan.rows_per_block < 2) return;
+  int64_t bytes = plan.cache_bytes;
+  for (const ir::Instruction* p : fused.parameters()) {
+    const ir::Shape& s = p->shape();
+    if (s.is_tuple() || s.rank() == 0 || s.dims().back() != plan.n || s.num_elements() != plan.n) {
+      continue;
+    }
+    const int64_t size = (plan.n * StorageBytes(s.dtype()) + 15) / 16 * 16;
+    if (bytes + size - plan.cache_bytes > kMaxColumnCacheBytes) continue;
+    plan.column_cached[p] = bytes;
+    bytes += size;
+  }
+  if (plan.column_cached.empty()) return;
+  plan.cache_bytes = bytes;
+  plan.grid = std::min(plan.row_groups, kColumnCacheGrid);
+}
+
+// Note [unrolled warp rows]: the row parameters a pass over the row reads,
+// which the unrolled row holds in registers from that pass to the stores;
+// those only the outputs read are loaded where the outputs are stored.
+int64_t ReducedRowParameters(const RowReductionPlan& plan) {
+  int64_t count = 0;
+  for (const ir::Instruction* p : plan.row_params) {
+    std::map<const ir::Instruction*, bool> memo;
+    for (const ir::Instruction* r : plan.reduces) {
+      if (ir::DependsOnAny(r->operand(0), {p}, memo, &plan.bindings)) {
+        ++count;
+        break;
+      }
+    }
+  }
+  return count;
 }
 
 // Note [row vectors]: 16 bytes of the widest element read or written a
@@ -225,8 +268,9 @@ StatusOr<RowReductionPlan> PlanRowReduction(const ir::Instruction& fusion, bool 
   BatchReduces(plan);
   PlanGeometry(plan);
   PlanRowCache(*fused, mixed, plan);
+  PlanColumnCache(*fused, plan);
   if (plan.threads_per_row == kWarp && plan.n % kWarp == 0 &&
-      static_cast<int64_t>(plan.row_params.size()) * (plan.n / kWarp) <= kMaxUnrolledElements) {
+      ReducedRowParameters(plan) * (plan.n / kWarp) <= kMaxUnrolledElements) {
     plan.unrolled_columns = plan.n / kWarp;
   }
   plan.width = RowVectorWidth(plan);

@@ -17,15 +17,18 @@
 //
 // Note [unrolled warp rows]: a warp row of N = 32 k columns is emitted as
 // straight-line code over the lane's k columns instead of a loop, with the
-// same element indices in every pass and in the output stores, when its
-// row-shaped parameters hold at most 48 elements a lane (layer norm forward:
-// one, 24 a lane). The fused emitter's cache then keeps each loaded element
-// in a register from the first pass on: the row is read once, its loads all
-// in flight together (the loop reloaded it from L1/L2 each pass, and reloaded
-// the row's statistics at every store, which may alias them). On the H100
-// this took the forward layer norm from 85 to 71 us; the backward's rows
-// kernel (four row-shaped parameters, 96 a lane, 108 registers) went from 127
-// to 140 us, so it keeps the loop.
+// same element indices in every pass and in the output stores, when the
+// row-shaped parameters its reduces read hold at most 48 elements a lane
+// (layer norm forward: the input, 24 a lane; backward: the output gradient
+// and the centred input, 48). The fused emitter's cache then keeps each
+// element a pass loaded in a register from that pass on: the row is read
+// once, its loads all in flight together (the loop reloaded it from L1/L2
+// each pass, and reloaded the row's statistics at every store, which may
+// alias them). Parameters only the outputs read (the backward's residual
+// gradient) are loaded where the outputs are stored, so that they hold no
+// registers during the passes: counting them made the backward's rows kernel
+// 96 elements a lane and 108 registers, slower than the loop on the H100
+// (docs/PERFORMANCE.md).
 //
 // Note [duplicate reduces]: a fusion can hold the same reduction twice: the
 // softmax cross-entropy's loss reduces the logits' max and sum of exps
@@ -58,6 +61,19 @@
 // it there. Without it the first GPU run's cross-entropy over 16 x 1024 rows
 // of 50304 bf16 logits took 3.2 ms, 3.3x its roofline: four blocks of 100 KB
 // rows a multiprocessor outgrow the 50 MB L2, so every pass went to DRAM.
+//
+// Note [column cache]: a warp-row kernel reads its column parameters (those
+// of one row's n elements, read through a broadcast at the row's columns: a
+// layer norm's gain and bias) at the same columns in every row. Read from
+// global memory by each warp, they moved as many sectors as a row of their
+// own: the forward layer norm's ln_2 moved 13.5 MiB of sectors a launch for
+// 7.5 MiB of compulsory bytes (one 124m-shaped layer at batch 1), 6 of them
+// gain and bias. Each block instead copies them once into dynamic shared
+// memory (16-byte vectors where the row allows, then a barrier), its warps
+// read their chunks there, and the grid is capped at kColumnCacheGrid blocks
+// that stride over the groups of rows_per_block rows, so that one copy
+// serves several groups when the rows are many (at batch 16 the copies are
+// 1,056 x 6 KiB beside 120 MiB of rows).
 #ifndef GPTC_COMPILER_CODEGEN_ROW_REDUCTION_PLAN_H_
 #define GPTC_COMPILER_CODEGEN_ROW_REDUCTION_PLAN_H_
 
@@ -104,6 +120,11 @@ struct RowReductionPlan {
   std::map<const ir::Instruction*, int64_t> cached;
   int64_t cache_bytes = 0;
   std::vector<const ir::Instruction*> cached_by_vector, cached_by_element;
+  // Note [column cache]: the column parameters and their byte offsets in
+  // dynamic shared memory (after the row cache), and the row groups the
+  // grid strides over (grid < row_groups: each block takes several).
+  std::map<const ir::Instruction*, int64_t> column_cached;
+  int64_t row_groups = 0;
   // Note [unrolled warp rows]: the columns of a lane when the row is
   // emitted without a loop (n / 32), else 0.
   int64_t unrolled_columns = 0;

@@ -86,6 +86,42 @@ constexpr std::string_view kRowModule = R"(module row_test
   ROOT %t = (f32[8,64], f32[8], f32[8]) tuple(%p, %m, %mb)
 }
 
+%col_rows {
+  %x = f32[8457,64] parameter(0)
+  %g = bf16[64] parameter(1)
+  %b = f32[64] parameter(2)
+  %s = f32[8457] reduce(%x), dimensions={1}, kind=sum
+  %sb = f32[8457,64] broadcast(%s), dimensions={0}
+  %d = f32[8457,64] sub(%x, %sb)
+  %gf = f32[64] convert(%g)
+  %gb = f32[8457,64] broadcast(%gf), dimensions={1}
+  %bb = f32[8457,64] broadcast(%b), dimensions={1}
+  %m = f32[8457,64] mul(%d, %gb)
+  ROOT %y = f32[8457,64] add(%m, %bb)
+}
+
+%col_odd {
+  %x = f32[24,33] parameter(0)
+  %g = f32[33] parameter(1)
+  %gb = f32[24,33] broadcast(%g), dimensions={1}
+  %m = f32[24,33] mul(%x, %gb)
+  %s = f32[24] reduce(%m), dimensions={1}, kind=max
+  %sb = f32[24,33] broadcast(%s), dimensions={0}
+  ROOT %y = f32[24,33] sub(%m, %sb)
+}
+
+%late_rows {
+  %x = f32[16,768] parameter(0)
+  %y = bf16[16,768] parameter(1)
+  %z = f32[16,768] parameter(2)
+  %yf = f32[16,768] convert(%y)
+  %xy = f32[16,768] mul(%x, %yf)
+  %s = f32[16] reduce(%xy), dimensions={1}, kind=sum
+  %sb = f32[16,768] broadcast(%s), dimensions={0}
+  %d = f32[16,768] mul(%x, %sb)
+  ROOT %o = f32[16,768] add(%d, %z)
+}
+
 ENTRY %main {
   %x = bf16[4,5000] parameter(0)
   %w = f32[4,5000] parameter(1)
@@ -96,12 +132,23 @@ ENTRY %main {
   %v = f32[16,768] parameter(6)
   %dx = bf16[8,64] parameter(7)
   %dy = bf16[8,64] parameter(8)
+  %cx = f32[8457,64] parameter(9)
+  %cg = bf16[64] parameter(10)
+  %cb = f32[64] parameter(11)
+  %ox = f32[24,33] parameter(12)
+  %og = f32[33] parameter(13)
+  %lx = f32[16,768] parameter(14)
+  %ly = bf16[16,768] parameter(15)
+  %lz = f32[16,768] parameter(16)
   %sm = (bf16[4,5000], f32[4], f32[4]) fusion(%x, %w, %bias), kind=reduction, calls=%softmax
   %wd = f32[2,30001] fusion(%a, %b), kind=reduction, calls=%wide
   %op = f32[3] fusion(%o), kind=reduction, calls=%one_pass
   %wr = f32[16,768] fusion(%v), kind=reduction, calls=%warp_rows
   %du = (f32[8,64], f32[8], f32[8]) fusion(%dx, %dy), kind=reduction, calls=%dups
-  ROOT %t = ((bf16[4,5000], f32[4], f32[4]), f32[2,30001], f32[3], f32[16,768], (f32[8,64], f32[8], f32[8])) tuple(%sm, %wd, %op, %wr, %du)
+  %cr = f32[8457,64] fusion(%cx, %cg, %cb), kind=reduction, calls=%col_rows
+  %co = f32[24,33] fusion(%ox, %og), kind=reduction, calls=%col_odd
+  %lr = f32[16,768] fusion(%lx, %ly, %lz), kind=reduction, calls=%late_rows
+  ROOT %t = ((bf16[4,5000], f32[4], f32[4]), f32[2,30001], f32[3], f32[16,768], (f32[8,64], f32[8], f32[8]), f32[8457,64], f32[24,33], f32[16,768]) tuple(%sm, %wd, %op, %wr, %du, %cr, %co, %lr)
 }
 )";
 
@@ -186,11 +233,52 @@ TEST(RowReductionPlanTest, RowVectorWidths) {
   EXPECT_EQ(width("du"), 2);  // 2 unrolled columns a lane
 }
 
+// Note [column cache]: warp rows keep the parameters of one row's elements
+// (g, b) in shared memory, after each other, and 1,058 groups of 8 rows
+// share 1,056 blocks; col_odd's 24 rows are 3 groups and 3 blocks.
+TEST(RowReductionPlanTest, ColumnParametersAreCachedAndTheGridCapped) {
+  auto module = Parse(kRowModule);
+  ASSERT_NE(module, nullptr);
+  StatusOr<RowReductionPlan> plan =
+      PlanRowReduction(*module->entry()->FindInstruction("cr"), /*mixed=*/false);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const ir::Computation& fused = *module->FindComputation("col_rows");
+  EXPECT_EQ(plan->column_cached.at(fused.FindInstruction("g")), 0);
+  EXPECT_EQ(plan->column_cached.at(fused.FindInstruction("b")), 64 * 2);
+  EXPECT_EQ(plan->cache_bytes, 64 * 2 + 64 * 4);
+  EXPECT_TRUE(plan->cached.empty());
+  EXPECT_EQ(plan->rows_per_block, 8);
+  EXPECT_EQ(plan->row_groups, 1058);
+  EXPECT_EQ(plan->grid, 1056);
+
+  StatusOr<RowReductionPlan> odd =
+      PlanRowReduction(*module->entry()->FindInstruction("co"), /*mixed=*/false);
+  ASSERT_TRUE(odd.ok()) << odd.status().message();
+  // 33 f32 are 132 bytes, padded to 144; 3 groups, 3 blocks.
+  EXPECT_EQ(odd->cache_bytes, 144);
+  EXPECT_EQ(odd->grid, 3);
+  EXPECT_EQ(odd->width, 1);
+  EXPECT_EQ(odd->unrolled_columns, 0);
+}
+
+// Note [unrolled warp rows]: x and y are read by the row's pass (48 elements
+// a lane); z, only added at the stores, does not count.
+TEST(RowReductionPlanTest, ParametersOnlyTheOutputsReadDoNotStopUnrolling) {
+  auto module = Parse(kRowModule);
+  ASSERT_NE(module, nullptr);
+  StatusOr<RowReductionPlan> plan =
+      PlanRowReduction(*module->entry()->FindInstruction("lr"), /*mixed=*/false);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->row_params.size(), 3u);
+  EXPECT_EQ(plan->unrolled_columns, 24);
+  EXPECT_TRUE(plan->column_cached.empty());
+}
+
 TEST(RowReductionEmitterTest, MultiPassBlockRowsAreKeptInSharedMemory) {
   auto module = Parse(kRowModule);
   ASSERT_NE(module, nullptr);
   CompiledKernels kernels = CompileAll(*module);
-  ASSERT_EQ(kernels.kernels.size(), 5u);
+  ASSERT_EQ(kernels.kernels.size(), 8u);
   EXPECT_TRUE(kernels.skipped.empty());
 
   // x (bf16) and w (f32) are row-shaped and read in three passes plus the
@@ -222,6 +310,24 @@ TEST(RowReductionEmitterTest, MultiPassBlockRowsAreKeptInSharedMemory) {
   EXPECT_EQ(kernels.kernels[3].spec.dynamic_shared_bytes, 0);
   EXPECT_EQ(kernels.kernels[3].ptx.find(".extern .shared"), std::string::npos);
   EXPECT_EQ(kernels.kernels[3].ptx.find("bra"), std::string::npos);
+
+  // Note [column cache]: g and b copied by 16-byte vectors, read back from
+  // shared memory (g's two bf16 of a lane as one 32-bit word); the launch
+  // is capped.
+  const CompiledKernel& cr = kernels.kernels[5];
+  EXPECT_EQ(cr.spec.dynamic_shared_bytes, 64 * 2 + 64 * 4);
+  EXPECT_EQ(cr.spec.grid.x, 1056);
+  EXPECT_NE(cr.ptx.find("st.shared.v4"), std::string::npos);
+  EXPECT_NE(cr.ptx.find("ld.shared.v2.f32"), std::string::npos);
+  EXPECT_NE(cr.ptx.find("ld.shared.b32"), std::string::npos);
+  // g's row of 132 bytes is copied an element (a 32-bit word) at a time.
+  EXPECT_EQ(kernels.kernels[6].spec.dynamic_shared_bytes, 144);
+  EXPECT_NE(kernels.kernels[6].ptx.find("st.shared.u32"), std::string::npos);
+  EXPECT_EQ(kernels.kernels[6].ptx.find("st.shared.v4"), std::string::npos);
+  // z is loaded after the shuffles, beside the stores: no loop either.
+  const std::string& lr = kernels.kernels[7].ptx;
+  EXPECT_EQ(lr.find("bra"), std::string::npos);
+  EXPECT_GT(lr.find("ld.global.v4.f32", lr.rfind("shfl.sync")), lr.rfind("shfl.sync"));
 }
 
 // Note [duplicate reduces]: mb and sb compute what ma and sa do (through
@@ -231,7 +337,7 @@ TEST(RowReductionEmitterTest, DuplicateReducesAreEmittedOnce) {
   auto module = Parse(kRowModule);
   ASSERT_NE(module, nullptr);
   CompiledKernels kernels = CompileAll(*module);
-  ASSERT_EQ(kernels.kernels.size(), 5u);
+  ASSERT_EQ(kernels.kernels.size(), 8u);
   const std::string& ptx = kernels.kernels[4].ptx;
   int64_t shuffles = 0;
   for (size_t at = ptx.find("shfl.sync"); at != std::string::npos;
@@ -246,7 +352,9 @@ TEST(RowReductionEmitterTest, CachedRowsMatchTheEvaluator) {
   auto module = Parse(kRowModule);
   ASSERT_NE(module, nullptr);
   EmuKernelRunner runner(*module);
-  for (const char* name : {"sm", "wd", "op", "wr", "du"}) runner.ExpectMatchesEvaluator(name);
+  for (const char* name : {"sm", "wd", "op", "wr", "du", "cr", "co", "lr"}) {
+    runner.ExpectMatchesEvaluator(name);
+  }
 }
 
 }  // namespace
