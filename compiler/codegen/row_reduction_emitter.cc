@@ -310,8 +310,12 @@ class RowReductionBuilder : public FusedKernelBuilder {
   // (else an element), then wait for each other: a warp reads the columns
   // other warps copied.
   void EmitColumnCache(Value tid) {
-    for (const auto& [p, offset] : plan_.column_cached) {
-      const Value to = column_ptr_[p] = DynamicShared(offset);
+    // In parameter order: the map's order is the pointers', which would make
+    // the kernel's text differ from compile to compile.
+    for (const ir::Instruction* p : fusion_.called_computation()->parameters()) {
+      const auto cached = plan_.column_cached.find(p);
+      if (cached == plan_.column_cached.end()) continue;
+      const Value to = column_ptr_[p] = DynamicShared(cached->second);
       const int64_t bytes = StorageBytes(p->shape().dtype());
       const int64_t width = (plan_.n * bytes) % 16 == 0 ? 16 / bytes : 1;
       const mlir::Type lane_type = b_.getIntegerType(8 * bytes);
