@@ -113,6 +113,23 @@ const Rule kRules[] = {
        if (IsSplat(i.operand(0), 0)) return i.operand(1);
        return kNoMatch;
      }},
+    // x + scatter-add(0, i, u) => scatter-add(x, i, u), either side (Note
+    // [scatter into the addend] in simplify.h)
+    {Opcode::kAdd,
+     [](Instruction& i, ir::Builder& b) -> Match {
+       for (int64_t side = 0; side < 2; ++side) {
+         Instruction* scatter = i.operand(side);
+         Instruction* x = i.operand(1 - side);
+         if (scatter->opcode() != Opcode::kScatterAdd || scatter == x ||
+             scatter->users().size() != 1 || !IsSplat(scatter->operand(0), 0) ||
+             x->shape() != scatter->shape()) {
+           continue;
+         }
+         return Make(i, b, Opcode::kScatterAdd, {x, scatter->operand(1), scatter->operand(2)},
+                     scatter->attrs(), i.shape());
+       }
+       return kNoMatch;
+     }},
     // x - 0 => x
     {Opcode::kSub,
      [](Instruction& i, ir::Builder&) -> Match {

@@ -11,13 +11,23 @@
 // broadcasts of scalar constants), neg(neg(x)), convert/reshape/transpose/
 // broadcast/slice/reduce/concatenate that do nothing, reshape and transpose
 // and broadcast chains, select with equal branches or a constant predicate,
-// and constant folding of ops over constants whose result has at most
+// an add of a scatter-add into zeros (Note [scatter into the addend]), and
+// constant folding of ops over constants whose result has at most
 // kMaxFoldElements elements (computed by the reference evaluator in f32 mode,
 // so folding gives the values the unfolded graph gives).
 //
 // Note [float identities]: x + 0 => x is exact up to the sign of zero
 // (-0 + 0 is +0), as in XLA. x * 0 => 0 is applied to integers only: for
 // floats, inf * 0 and nan * 0 are nan, so it is not an identity.
+//
+// Note [scatter into the addend]: x + scatter-add(0, i, u), where the add is
+// the scatter-add's only user, becomes scatter-add(x, i, u) (as ByteIR's
+// hlo-fold does): u's rows are added to x's instead of to zeros. The one
+// rule here that is not exact: x + (u1 + u2) becomes (x + u1) + u2, a
+// reassociation in the same index order, as deterministic as before. The
+// tied embedding's gradient is the lm head's gradient plus the tokens'
+// gradients scattered into zeros: gpt2-124m's step wrote a 150 MiB table of
+// zeros, copied it, scattered into the copy, and read both tables to add them.
 //
 // Parameters are never removed (they are the signature), nor all-reduce.
 // Before: runs on any verified module; best after autodiff (which leaves

@@ -359,6 +359,55 @@ ENTRY %main {
   EXPECT_EQ(m->entry()->FindInstruction("dead"), nullptr);
 }
 
+// Note [scatter into the addend]: the rows of u land on x's (either side of
+// the add); the zeros and the add go. Random x, u and indices (0..15, so
+// repeated) compare before and after, to rounding: the adds reassociate.
+TEST(SimplifyTest, AddOfAScatterIntoZerosScattersIntoTheAddend) {
+  for (const char* add : {"add(%x, %s)", "add(%s, %x)"}) {
+    auto module = ParseOrDie(std::string(R"(module m
+ENTRY %main {
+  %x = f32[16,128] parameter(0)
+  %i = s32[40] parameter(1)
+  %u = f32[40,128] parameter(2)
+  %z = f32[] constant(0)
+  %zb = f32[16,128] broadcast(%z), dimensions={}
+  %s = f32[16,128] scatter-add(%zb, %i, %u), axis=0
+  ROOT %r = f32[16,128] )") + add +
+                             "\n}\n");
+    ASSERT_NE(module, nullptr);
+    Simplify simplify;
+    std::unique_ptr<ir::Module> m;
+    EXPECT_TRUE(RunPassAndCompare(simplify, *module, m, /*trials=*/3, /*rel_tol=*/1e-6));
+    const ir::Instruction* root = Root(*m);
+    EXPECT_EQ(root->opcode(), ir::Opcode::kScatterAdd) << ir::PrintModule(*m);
+    EXPECT_EQ(root->operand(0)->name(), "x");
+    EXPECT_EQ(root->operand(1)->name(), "i");
+    EXPECT_EQ(root->operand(2)->name(), "u");
+    EXPECT_EQ(root->attrs().index, 0);  // the axis
+    EXPECT_EQ(m->entry()->instruction_count(), 4) << ir::PrintModule(*m);
+  }
+}
+
+// Not into zeros, or read by another user too: the scatter-adds stay.
+TEST(SimplifyTest, ScatterAddsIntoOtherOperandsOrWithOtherUsersStay) {
+  Simplified(R"(module m
+ENTRY %main {
+  %x = f32[16,128] parameter(0)
+  %i = s32[40] parameter(1)
+  %u = f32[40,128] parameter(2)
+  %y = f32[16,128] parameter(3)
+  %z = f32[] constant(0)
+  %zb = f32[16,128] broadcast(%z), dimensions={}
+  %s = f32[16,128] scatter-add(%zb, %i, %u), axis=0
+  %a = f32[16,128] add(%x, %s)
+  %t = f32[16,128] scatter-add(%y, %i, %u), axis=0
+  %c = f32[16,128] add(%x, %t)
+  ROOT %r = (f32[16,128], f32[16,128], f32[16,128]) tuple(%a, %s, %c)
+}
+)",
+             /*changed=*/false);
+}
+
 TEST(SimplifyTest, LeavesSimpleModuleAlone) {
   // Nothing to rewrite: a real convert, a real transpose, float x * 0,
   // add of a non-zero broadcast, an unused parameter, an all-reduce.
