@@ -8,7 +8,10 @@
 // order the blocks ran). A block owns kRows rows of the table and up to
 // kColumns of their columns, so no other block touches what it adds to:
 //   1. it scans the indices in rounds of kThreads * kPerThread, each thread a
-//      contiguous run of kPerThread; the matches (indices into its rows)
+//      contiguous run of kPerThread (one vector load when the indices are
+//      whole runs: the warp's loads are then consecutive, each sector read
+//      once; as scalar loads a lane's sector was read kPerThread times, and
+//      the index scan moved 8x its bytes); the matches (indices into its rows)
 //      get their places in index order from a block-wide prefix sum of the
 //      threads' counts (shuffles within a warp, the warp totals in shared
 //      memory), and go to a list in shared memory;
@@ -40,7 +43,7 @@ constexpr int64_t kThreads = 256;
 constexpr int64_t kWarps = kThreads / 32;
 constexpr int64_t kRows = 32;
 constexpr int64_t kColumns = 768;
-constexpr int64_t kPerThread = 8;
+constexpr int64_t kPerThread = 4;
 constexpr int64_t kRound = kThreads * kPerThread;
 
 // The geometry: the table as [P, V, Q] around the scattered axis, N indices.
@@ -52,6 +55,9 @@ struct ScatterGeometry {
   // the rows' flags, in that order (bytes from the start).
   int64_t list_at = 0, totals_at = 0, touched_at = 0, bytes = 0;
 };
+
+// The bytes of a thread's run of indices, loaded as one vector.
+int64_t IndexRunBytes(ir::DType dtype) { return kPerThread * StorageBytes(dtype); }
 
 ScatterGeometry GeometryOf(const ir::Instruction& inst) {
   const ir::Shape& table = inst.operand(0)->shape();
@@ -126,6 +132,7 @@ class ScatterAddBuilder {
     spec.block = {kThreads, 1, 1};
     spec.dynamic_shared_bytes = g_.bytes;
     spec.params = KernelParams(inst_, 1);
+    if (g_.n % kPerThread == 0) spec.params[1].min_alignment = IndexRunBytes(index_dtype_);
     return spec;
   }
 
@@ -188,11 +195,11 @@ class ScatterAddBuilder {
     Value first = Add(base, Mul(tid_, kPerThread));
     std::vector<Value> index(kPerThread), row(kPerThread), match(kPerThread);
     Value count = b_.create<arith::ConstantOp>(loc_, b_.getI32IntegerAttr(0));
+    const std::vector<Value> loaded = LoadIndices(first);
     for (int64_t k = 0; k < kPerThread; ++k) {
       index[k] = Add(first, C(k));
       Value in = Less(index[k], C(g_.n));
-      Value idx = LoadElement(b_, loc_, entry_->getArgument(1),
-                              b_.create<arith::MinUIOp>(loc_, index[k], C(g_.n - 1)), index_dtype_);
+      Value idx = loaded[k];
       // The row, clamped into the table as the gather clamps it.
       if (index_dtype_ == ir::DType::kU16) {
         idx = b_.create<arith::ExtUIOp>(loc_, index_type_, idx);
@@ -253,6 +260,34 @@ class ScatterAddBuilder {
     b_.create<mlir::gpu::BarrierOp>(loc_);
     AddMatches(base, FromI32(total));
     b_.create<mlir::gpu::BarrierOp>(loc_);  // the list and totals are rewritten next round
+  }
+
+  // Indices first .. first + kPerThread - 1, clamped into the N: one vector
+  // when N is whole runs (the last round's runs past N load the last run),
+  // else an element at a time.
+  std::vector<Value> LoadIndices(Value first) {
+    std::vector<Value> loaded;
+    const Value indices = entry_->getArgument(1);
+    if (g_.n % kPerThread != 0) {
+      for (int64_t k = 0; k < kPerThread; ++k) {
+        loaded.push_back(LoadElement(b_, loc_, indices,
+                                     b_.create<arith::MinUIOp>(loc_, Add(first, C(k)), C(g_.n - 1)),
+                                     index_dtype_));
+      }
+      return loaded;
+    }
+    const mlir::Type storage = StorageType(b_.getContext(), index_dtype_);
+    const Value at = b_.create<LLVM::GEPOp>(
+        loc_, indices.getType(), storage, indices,
+        mlir::ValueRange{b_.create<arith::MinUIOp>(loc_, first, C(g_.n - kPerThread))},
+        /*inbounds=*/true);
+    const Value vector = b_.create<LLVM::LoadOp>(loc_, mlir::VectorType::get({kPerThread}, storage),
+                                                 at, IndexRunBytes(index_dtype_));
+    for (int64_t k = 0; k < kPerThread; ++k) {
+      loaded.push_back(b_.create<LLVM::ExtractElementOp>(
+          loc_, vector, b_.create<arith::ConstantOp>(loc_, b_.getI32IntegerAttr(k))));
+    }
+    return loaded;
   }
 
   // For each match of the list in order, this thread's columns of its

@@ -66,6 +66,9 @@ TEST(GatherEmitterTest, EmbeddingLookupAndGradientAssemble) {
   EXPECT_EQ(add.spec.params.size(), 4u);
   EXPECT_NE(init.ptx.find("ld.global.v4.f32"), std::string::npos);
   EXPECT_EQ(add.ptx.find("atom."), std::string::npos) << add.ptx;  // no atomics
+  // 256 indices: a thread's run of four is one 16-byte load.
+  EXPECT_NE(add.ptx.find("ld.global.v4.u32"), std::string::npos) << add.ptx;
+  EXPECT_EQ(add.spec.params[1].min_alignment, 16);
   EXPECT_EQ(add.spec.block.x, 256);
   EXPECT_EQ(add.spec.grid.x, 50304 / 32);  // 32 rows of 768 columns a block
   EXPECT_GT(add.spec.dynamic_shared_bytes, 32 * 768 * 4);
@@ -74,45 +77,49 @@ TEST(GatherEmitterTest, EmbeddingLookupAndGradientAssemble) {
 // Note [deterministic scatter-add] on the emulated device against the
 // evaluator: repeated rows (one index in every fourth position), s32 and u16
 // indices, leading dims (P = 2), a last row block and a last column block
-// that are partial (V = 70 rows, Q = 800 columns); and the same bits twice.
+// that are partial (V = 70 rows, Q = 800 columns); 150 indices loaded an
+// element at a time, 1,200 (two rounds, the second partial) a vector of a
+// thread's run; and the same bits twice.
 TEST(GatherEmitterTest, ScatterAddMatchesTheEvaluatorAndRepeatsItsBits) {
   for (const char* index_dtype : {"s32", "u16"}) {
-    SCOPED_TRACE(index_dtype);
-    auto module = Parse(fmt::format(R"(module scatter
+    for (int n : {50, 400}) {
+      SCOPED_TRACE(fmt::format("{} x {}", index_dtype, 3 * n));
+      auto module = Parse(fmt::format(R"(module scatter
 ENTRY %main {{
   %x = f32[2,70,800] parameter(0)
-  %i = {}[3,50] parameter(1)
-  %u = f32[2,3,50,800] parameter(2)
+  %i = {0}[3,{1}] parameter(1)
+  %u = f32[2,3,{1},800] parameter(2)
   ROOT %s = f32[2,70,800] scatter-add(%x, %i, %u), axis=1
 }}
 )",
-                                    index_dtype));
-    ASSERT_NE(module, nullptr);
-    std::mt19937_64 rng(3);
-    std::vector<eval::Literal> args = {
-        eval::Literal::Random(module->entry()->parameters()[0]->shape(), rng),
-        eval::Literal::Zeros(module->entry()->parameters()[1]->shape()),
-        eval::Literal::Random(module->entry()->parameters()[2]->shape(), rng)};
-    for (size_t n = 0; n < args[1].values.size(); ++n) {
-      args[1].values[n] = n % 4 == 0 ? 69 : static_cast<double>((n * 37) % 70);
-    }
-    StatusOr<eval::Literal> want = eval::Evaluate(*module, args);
-    ASSERT_TRUE(want.ok()) << want.status().message();
-    EmuKernelRunner runner(*module);
-    std::vector<eval::Literal> got = runner.Run("s", args);
-    ASSERT_EQ(got.size(), 1u);
-    int failures = 0;
-    for (size_t e = 0; e < got[0].values.size(); ++e) {
-      if (std::abs(got[0].values[e] - want->values[e]) > 1e-5 * (1 + std::abs(want->values[e])) &&
-          ++failures <= 5) {
-        ADD_FAILURE() << "element " << e << ": emulator " << got[0].values[e] << ", evaluator "
-                      << want->values[e];
+                                      index_dtype, n));
+      ASSERT_NE(module, nullptr);
+      std::mt19937_64 rng(3);
+      std::vector<eval::Literal> args = {
+          eval::Literal::Random(module->entry()->parameters()[0]->shape(), rng),
+          eval::Literal::Zeros(module->entry()->parameters()[1]->shape()),
+          eval::Literal::Random(module->entry()->parameters()[2]->shape(), rng)};
+      for (size_t n = 0; n < args[1].values.size(); ++n) {
+        args[1].values[n] = n % 4 == 0 ? 69 : static_cast<double>((n * 37) % 70);
       }
+      StatusOr<eval::Literal> want = eval::Evaluate(*module, args);
+      ASSERT_TRUE(want.ok()) << want.status().message();
+      EmuKernelRunner runner(*module);
+      std::vector<eval::Literal> got = runner.Run("s", args);
+      ASSERT_EQ(got.size(), 1u);
+      int failures = 0;
+      for (size_t e = 0; e < got[0].values.size(); ++e) {
+        if (std::abs(got[0].values[e] - want->values[e]) > 1e-5 * (1 + std::abs(want->values[e])) &&
+            ++failures <= 5) {
+          ADD_FAILURE() << "element " << e << ": emulator " << got[0].values[e] << ", evaluator "
+                        << want->values[e];
+        }
+      }
+      EXPECT_EQ(failures, 0);
+      std::vector<eval::Literal> again = runner.Run("s", args);
+      ASSERT_EQ(again.size(), 1u);
+      EXPECT_EQ(again[0].values, got[0].values);
     }
-    EXPECT_EQ(failures, 0);
-    std::vector<eval::Literal> again = runner.Run("s", args);
-    ASSERT_EQ(again.size(), 1u);
-    EXPECT_EQ(again[0].values, got[0].values);
   }
 }
 
