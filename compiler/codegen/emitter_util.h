@@ -39,6 +39,12 @@ mlir::gpu::GPUFuncOp CreateKernel(mlir::OpBuilder& b, mlir::gpu::GPUModuleOp gpu
                                   const std::string& name, int64_t num_params, int64_t block,
                                   int64_t workgroup_floats);
 
+// The address (an `!llvm.ptr<3>`, built at b's insertion point) of the
+// launch's dynamic shared memory: an extern [0 x i8] named `symbol`, 16-byte
+// aligned, declared in `gpu_module`.
+mlir::Value DynamicSharedBase(mlir::OpBuilder& b, mlir::gpu::GPUModuleOp gpu_module,
+                              const std::string& symbol);
+
 // What every kernel builder starts from: kernel `name` added to `gpu_module`
 // by CreateKernel, a builder at the start of its body, and a FusedEmitter of
 // 64-bit indices when `wide` (else 32) that reads parameters and reduces

@@ -740,6 +740,20 @@ std::vector<KernelParam> KernelParams(const ir::Instruction& fusion, int64_t ali
   return params;
 }
 
+mlir::Value DynamicSharedBase(mlir::OpBuilder& b, mlir::gpu::GPUModuleOp gpu_module,
+                              const std::string& symbol) {
+  mlir::LLVM::GlobalOp global;
+  {
+    mlir::OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(gpu_module.getBody());
+    global = b.create<mlir::LLVM::GlobalOp>(
+        b.getUnknownLoc(), mlir::LLVM::LLVMArrayType::get(b.getI8Type(), 0),
+        /*isConstant=*/false, mlir::LLVM::Linkage::External, symbol, mlir::Attribute(),
+        /*alignment=*/16, /*addrSpace=*/3);
+  }
+  return b.create<mlir::LLVM::AddressOfOp>(b.getUnknownLoc(), global);
+}
+
 mlir::gpu::GPUFuncOp CreateKernel(mlir::OpBuilder& b, mlir::gpu::GPUModuleOp gpu_module,
                                   const std::string& name, int64_t num_params, int64_t block,
                                   int64_t workgroup_floats) {

@@ -287,18 +287,7 @@ class RowReductionBuilder : public FusedKernelBuilder {
   // A pointer `offset` bytes into the extern [0 x i8] in shared memory that
   // is the launch's dynamic bytes (Notes [row cache], [column cache]).
   Value DynamicShared(int64_t offset) {
-    if (!dynamic_shared_) {
-      LLVM::GlobalOp global;
-      {
-        mlir::OpBuilder::InsertionGuard guard(b_);
-        b_.setInsertionPointToStart(gpu_module_.getBody());
-        global = b_.create<LLVM::GlobalOp>(loc_, LLVM::LLVMArrayType::get(b_.getI8Type(), 0),
-                                           /*isConstant=*/false, LLVM::Linkage::External,
-                                           name_ + "_row", mlir::Attribute(), /*alignment=*/16,
-                                           /*addrSpace=*/3);
-      }
-      dynamic_shared_ = b_.create<LLVM::AddressOfOp>(loc_, global);
-    }
+    if (!dynamic_shared_) dynamic_shared_ = DynamicSharedBase(b_, gpu_module_, name_ + "_row");
     return b_.create<LLVM::GEPOp>(
         loc_, dynamic_shared_.getType(), b_.getI8Type(), dynamic_shared_,
         mlir::ValueRange{b_.create<arith::ConstantOp>(loc_, b_.getI32IntegerAttr(offset))},

@@ -95,16 +95,7 @@ class ScatterAddBuilder {
     const int64_t largest =
         std::max(inst.operand(0)->shape().num_elements(), inst.operand(2)->shape().num_elements());
     index_type_ = largest >= (int64_t{1} << 31) - kRound ? b_.getI64Type() : b_.getI32Type();
-    LLVM::GlobalOp global;
-    {
-      mlir::OpBuilder::InsertionGuard guard(b_);
-      b_.setInsertionPointToStart(gpu_module.getBody());
-      global = b_.create<LLVM::GlobalOp>(loc_, LLVM::LLVMArrayType::get(b_.getI8Type(), 0),
-                                         /*isConstant=*/false, LLVM::Linkage::External,
-                                         name + "_shared", mlir::Attribute(), /*alignment=*/16,
-                                         /*addrSpace=*/3);
-    }
-    shared_ = b_.create<LLVM::AddressOfOp>(loc_, global);
+    shared_ = DynamicSharedBase(b_, gpu_module, name + "_shared");
   }
 
   KernelSpec Emit(const std::string& name) {
