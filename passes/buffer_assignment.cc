@@ -124,6 +124,8 @@ bool AllRowReductions(const ir::Computation& c) {
 // leaf `output` over the buffer of its operand `operand`, which it reads for
 // the last time.
 bool MayOverwriteOperand(const Instruction& producer, int64_t operand, const Shape& output) {
+  if (producer.opcode() == Opcode::kScatterAdd)
+    return operand == 0;  // its result is operand 0's shape
   if (producer.opcode() != Opcode::kFusion || producer.called_computation() == nullptr) {
     return false;
   }
@@ -337,7 +339,9 @@ void ShareDyingOperands(const ir::Computation& entry, const LogicalBuffers& lb,
   auto temporary = [&](int64_t b) { return all[b].parameter < 0 && all[b].outputs.empty(); };
   for (const auto& owned : entry.instructions()) {
     const Instruction* producer = owned.get();
-    if (producer->opcode() != Opcode::kFusion) continue;
+    if (producer->opcode() != Opcode::kFusion && producer->opcode() != Opcode::kScatterAdd) {
+      continue;
+    }
     const int64_t t = time.at(producer);
     // The buffer (after earlier sharing) each operand reads, and how many read it.
     std::vector<int64_t> reads;

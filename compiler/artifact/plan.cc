@@ -254,8 +254,20 @@ Status EntryPlanBuilder::AddKernels(const Instruction& inst,
   std::string kind = inst.opcode() == Opcode::kFusion
                          ? std::string(ir::FusionKindName(inst.attrs().fusion_kind))
                          : std::string(ir::OpcodeName(inst.opcode()));
+  // Note [multi-kernel instructions]: a result over operand 0 (Note
+  // [in-place temporaries]) needs no copy of it.
+  bool in_place = false;
   for (const codegen::CompiledKernel* kernel : kernels) {
+    if (kernel->spec.copies_operand) {
+      ASSIGN_OR_RETURN(const ArenaSlice from, SliceOf(inst.operand(0)));
+      ASSIGN_OR_RETURN(const ArenaSlice to, SliceOf(&inst));
+      in_place = from.offset == to.offset;
+    }
+  }
+  for (const codegen::CompiledKernel* kernel : kernels) {
+    if (in_place && kernel->spec.copies_operand) continue;
     ASSIGN_OR_RETURN(Thunk t, KernelThunk(inst, *kernel, kind));
+    std::get<program::KernelThunk>(t.body).updates_operand = in_place;
     ++stats_.kernels_by_kind[kind];
     Push(std::move(t));
   }

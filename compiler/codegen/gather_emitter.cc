@@ -208,7 +208,9 @@ class ScatterAddInitEmitter : public KernelEmitter {
                                .getResult();
     Value v = VectorLoad(b, entry->getArgument(0), e, dtype, width);
     VectorStore(b, v, entry->getArgument(3), e, dtype, width);
-    return MakeSpec(inst, name, loop, width);
+    KernelSpec spec = MakeSpec(inst, name, loop, width);
+    spec.copies_operand = true;
+    return spec;
   }
 };
 

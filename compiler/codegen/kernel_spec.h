@@ -11,7 +11,9 @@
 // Note [multi-kernel instructions]: an instruction may compile to several
 // kernels, all with the same `fusion` and ABI, to be launched in the order
 // CompileFusions lists them. A scatter-add: NAME_init copies operand 0 into
-// the result, then NAME adds the updates (gather_emitter.cc). A reduction
+// the result, then NAME adds the updates (gather_emitter.cc); NAME_init
+// (`copies_operand`) is not launched when the result is written over operand
+// 0 (Note [in-place temporaries] in passes/buffer_assignment.h). A reduction
 // fusion mixing row and column reductions (layer-norm backward): NAME_rows
 // writes the row-part results, then NAME the column-part ones (Note [mixed
 // row and column reductions] in codegen.h); each writes only its results.
@@ -71,6 +73,10 @@ struct KernelSpec {
   // and results.
   enum class GemmFallback : uint8_t { kNone, kBiasGradient, kEpilogue };
   GemmFallback gemm_fallback = GemmFallback::kNone;
+  // Note [multi-kernel instructions]: the kernel only copies operand 0 to the
+  // result (a scatter-add's NAME_init); the plan leaves it out when they are
+  // one buffer.
+  bool copies_operand = false;
 };
 
 }  // namespace gptc::codegen

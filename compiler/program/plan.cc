@@ -96,6 +96,7 @@ void BodyToJson(const KernelThunk& k, json& j) {
   j["args"] = std::move(args);
   j["operands"] = k.operands;
   if (k.fallback) j["fallback"] = true;
+  if (k.updates_operand) j["updates_operand"] = true;
 }
 
 void BodyToJson(const GemmThunk& g, json& j) {
@@ -146,6 +147,7 @@ StatusOr<KernelThunk> KernelFromJson(const json& j, std::string_view where) {
   ASSIGN_OR_RETURN(k.dynamic_smem, JsonField<int64_t>(j, "dynamic_smem", where));
   ASSIGN_OR_RETURN(k.operands, JsonField<int64_t>(j, "operands", where));
   ASSIGN_OR_RETURN(k.fallback, JsonFieldOr<bool>(j, "fallback", where, false));
+  ASSIGN_OR_RETURN(k.updates_operand, JsonFieldOr<bool>(j, "updates_operand", where, false));
   if (!j.contains("args") || !j["args"].is_array()) return Error("{} has no 'args' array", where);
   for (size_t i = 0; i < j["args"].size(); ++i) {
     ASSIGN_OR_RETURN(ArenaSlice s,

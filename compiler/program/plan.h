@@ -127,6 +127,11 @@ struct KernelThunk {
   // without its epilogue: the bias gradient (right before the gemm) or the
   // epilogue itself (right after it).
   bool fallback = false;
+  // Note [in-place temporaries] (passes/buffer_assignment.h): the result is
+  // operand 0's buffer and the kernel adds to it (a scatter-add whose copy
+  // kernel the plan left out): the bytes it does not write keep the
+  // operand's values, which are the result's.
+  bool updates_operand = false;
   bool operator==(const KernelThunk&) const = default;
 };
 

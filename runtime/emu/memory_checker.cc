@@ -192,6 +192,17 @@ std::string MemoryChecker::DescribeMismatch(const char* p, size_t n, uint32_t ev
                      std::min<size_t>((end - first) * 4, n), DescribeEvent(found));
 }
 
+void MemoryChecker::Restamp(const char* p, size_t n, uint32_t from, uint32_t to) {
+  Allocation* a = Find(p, n);
+  if (a == nullptr || a->stamps == nullptr) return;
+  const size_t first = static_cast<size_t>(p - a->base) / 4, last = Words(p - a->base + n);
+  for (size_t w = first; w < last; ++w) {
+    if (a->stamps[w].load(std::memory_order_relaxed) == from) {
+      a->stamps[w].store(to, std::memory_order_relaxed);
+    }
+  }
+}
+
 Status MemoryChecker::CheckRead(const char* p, size_t n, const StreamPosition& pos,
                                 const std::string& who) {
   if (!checks_ || n == 0) return Status::Ok();
@@ -351,10 +362,16 @@ Status MemoryChecker::FinishInstruction(const ThunkContext& ctx) {
       if (std::find(results.begin(), results.end(), s) == results.end()) results.push_back(s);
     }
   }
+  const auto* kernel = std::get_if<gpu::KernelThunk>(&ctx.get()->body);
   for (const gpu::ArenaSlice& s : results) {
     // Scratch (in no buffer) passes values between the instruction's own
     // kernels: not a result to complete.
     if (s.buffer < 0 && IsScratch(*entry->plan, s)) continue;
+    // An update in place: what the kernel left of the operand is its result.
+    if (kernel != nullptr && kernel->updates_operand && s.buffer >= 0 &&
+        static_cast<size_t>(s.buffer) < entry->expected.size()) {
+      Restamp(entry->arena + s.offset, s.size, entry->expected[s.buffer], ctx.event);
+    }
     if (checks_) {
       std::string mismatch = DescribeMismatch(entry->arena + s.offset, s.size, ctx.event);
       if (!mismatch.empty()) {

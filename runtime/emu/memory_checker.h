@@ -168,6 +168,8 @@ class MemoryChecker {
   // The words of [p, p + n) whose stamps differ from `event`: the first run
   // of them, for messages.
   std::string DescribeMismatch(const char* p, size_t n, uint32_t event);
+  // The words of [p, p + n) stamped `from` become stamped `to`.
+  void Restamp(const char* p, size_t n, uint32_t from, uint32_t to);
 
   bool checks_;
   mutable std::mutex mu_;

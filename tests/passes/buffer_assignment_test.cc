@@ -490,5 +490,30 @@ ENTRY %main {
   EXPECT_NE(SliceOf(ba, *m, "g"), SliceOf(ba, *m, "f"));
 }
 
+// Note [in-place temporaries]: a scatter-add adds into its table's buffer
+// when the table dies there; not when the table is read later, nor into its
+// updates.
+TEST(BufferAssignmentTest, ScatterAddsUpdateTablesTheyReadLast) {
+  auto m = ParseOrDie(R"(module scatter
+ENTRY %main {
+  %p = f32[64,16] parameter(0)
+  %i = s32[8] parameter(1)
+  %u = f32[8,16] parameter(2)
+  %t = f32[64,16] neg(%p)
+  %s = f32[64,16] scatter-add(%t, %i, %u), axis=0
+  %o = f32[64,16] exp(%s)
+  %t2 = f32[64,16] exp(%p)
+  %s2 = f32[64,16] scatter-add(%t2, %i, %u), axis=0
+  %k = f32[64,16] add(%s2, %t2)
+  ROOT %r = (f32[64,16], f32[64,16]) tuple(%o, %k)
+}
+)");
+  ASSERT_NE(m, nullptr);
+  BufferAssignment ba = AssignOrDie(*m);
+  ExpectValid(ba);
+  EXPECT_EQ(SliceOf(ba, *m, "s"), SliceOf(ba, *m, "t")) << ba.ToString();
+  EXPECT_NE(SliceOf(ba, *m, "s2"), SliceOf(ba, *m, "t2")) << ba.ToString();
+}
+
 }  // namespace
 }  // namespace gptc::passes

@@ -120,6 +120,20 @@ TEST(ArtifactTest, TinyPlanGolden) {
     EXPECT_EQ(d["workspace_bytes"], 32 << 20);
     break;
   }
+  // The embedding gradient scatters into the lm head's gradient in place
+  // (Note [scatter into the addend], Note [in-place temporaries]): one
+  // kernel, no copy of the table before it.
+  int updates = 0;
+  for (const auto& t : thunks) {
+    if (!t.value("updates_operand", false)) continue;
+    ++updates;
+    EXPECT_EQ(t["fusion_kind"], "scatter-add") << t;
+    EXPECT_EQ(t["args"][0], t["args"][3]) << t;
+    int same = 0;
+    for (const auto& u : thunks) same += u.value("fusion", "") == t["fusion"];
+    EXPECT_EQ(same, 1) << t;
+  }
+  EXPECT_EQ(updates, 1);
   // Instructions without an emitter are honest "unsupported" thunks.
   EXPECT_EQ(a->manifest.complete, a->manifest.counts.unsupported.empty());
   // Every slice lies inside the arena.
