@@ -257,12 +257,11 @@ Status EntryPlanBuilder::AddKernels(const Instruction& inst,
   // Note [multi-kernel instructions]: a result over operand 0 (Note
   // [in-place temporaries]) needs no copy of it.
   bool in_place = false;
-  for (const codegen::CompiledKernel* kernel : kernels) {
-    if (kernel->spec.copies_operand) {
-      ASSIGN_OR_RETURN(const ArenaSlice from, SliceOf(inst.operand(0)));
-      ASSIGN_OR_RETURN(const ArenaSlice to, SliceOf(&inst));
-      in_place = from.offset == to.offset;
-    }
+  if (std::any_of(kernels.begin(), kernels.end(),
+                  [](const codegen::CompiledKernel* k) { return k->spec.copies_operand; })) {
+    ASSIGN_OR_RETURN(const ArenaSlice from, SliceOf(inst.operand(0)));
+    ASSIGN_OR_RETURN(const ArenaSlice to, SliceOf(&inst));
+    in_place = from.offset == to.offset;
   }
   for (const codegen::CompiledKernel* kernel : kernels) {
     if (in_place && kernel->spec.copies_operand) continue;

@@ -31,6 +31,13 @@ constexpr int64_t kWarp = 32;
 
 using Batch = std::vector<const ir::Instruction*>;
 
+// Note [column cache]: the elements of column parameter `p` a thread copies
+// at once: a 16-byte vector where its row is whole vectors, else one.
+int64_t ColumnCopyWidth(const RowReductionPlan& plan, const ir::Instruction& p) {
+  const int64_t bytes = StorageBytes(p.shape().dtype());
+  return (plan.n * bytes) % 16 == 0 ? 16 / bytes : 1;
+}
+
 // Builds the kernel of one RowReductionPlan into `gpu_module`: the thread's
 // row, the row cache, a pass over the row for each batch of reduces, then
 // the outputs.
@@ -143,9 +150,10 @@ class RowReductionBuilder : public FusedKernelBuilder {
       key.push_back(index.multi[d].getAsOpaquePointer());
     }
     Value& vector = chunk.column_vectors[key];
-    if (auto cached = column_ptr_.find(&p); !vector && cached != column_ptr_.end()) {
-      vector = LoadVector(cached->second, chunk.column, p);
-    } else if (!vector) {
+    if (vector) return Extract(vector, k, p.shape().dtype());
+    if (auto cached = column_ptr_.find(&p); cached != column_ptr_.end()) {
+      vector = LoadVector(cached->second, chunk.column, p);  // Note [column cache]
+    } else {
       ElementIndex first;
       first.multi = index.multi;
       first.multi.back() = chunk.column;
@@ -305,24 +313,7 @@ class RowReductionBuilder : public FusedKernelBuilder {
       const auto cached = plan_.column_cached.find(p);
       if (cached == plan_.column_cached.end()) continue;
       const Value to = column_ptr_[p] = DynamicShared(cached->second);
-      const int64_t bytes = StorageBytes(p->shape().dtype());
-      const int64_t width = (plan_.n * bytes) % 16 == 0 ? 16 / bytes : 1;
-      const mlir::Type lane_type = b_.getIntegerType(8 * bytes);
-      const mlir::Type type =
-          width == 1 ? lane_type : mlir::Type(mlir::VectorType::get({width}, lane_type));
-      mlir::OpBuilder::InsertPoint after_copy = b_.saveInsertionPoint();
-      auto copy = mlir::cast<mlir::scf::ForOp>(
-          CreateFor(b_, loc_, tid, C(plan_.n / width), C(plan_.block), {}));
-      const Value first = b_.create<arith::MulIOp>(loc_, copy.getInductionVar(), C(width));
-      const Value global = entry_->getArgument(p->attrs().index);
-      const Value from = b_.create<LLVM::GEPOp>(loc_, global.getType(), lane_type, global,
-                                                mlir::ValueRange{first}, true);
-      const Value at =
-          b_.create<LLVM::GEPOp>(loc_, to.getType(), lane_type, to, mlir::ValueRange{first}, true);
-      b_.create<LLVM::StoreOp>(loc_, b_.create<LLVM::LoadOp>(loc_, type, from, width * bytes), at,
-                               width * bytes);
-      b_.restoreInsertionPoint(after_copy);
-      b_.setInsertionPointAfter(copy);
+      CopyToShared(*p, Value(), to, tid, plan_.block, ColumnCopyWidth(plan_, *p));
     }
     b_.create<mlir::gpu::BarrierOp>(loc_);
   }
@@ -348,23 +339,32 @@ class RowReductionBuilder : public FusedKernelBuilder {
   // A loop copying `p`'s row a 16-byte vector (16 / its element size
   // elements) a thread.
   void CopyRowByVectors(const ir::Instruction& p) {
+    CopyToShared(p, row_start_, cache_ptr_.at(&p), lane_, plan_.threads_per_row,
+                 16 / StorageBytes(p.shape().dtype()));
+  }
+
+  // A loop copying `p`'s n elements from its argument (from element `start`
+  // on, when given) to shared memory `to`, `width` elements (one load and
+  // one store) a thread: threads `thread`, `thread + threads`, ...
+  void CopyToShared(const ir::Instruction& p, Value start, Value to, Value thread, int64_t threads,
+                    int64_t width) {
     const int64_t bytes = StorageBytes(p.shape().dtype());
-    const int64_t width = 16 / bytes;
-    mlir::Type lane_type = b_.getIntegerType(8 * bytes);
-    auto vector_type = mlir::VectorType::get({width}, lane_type);
+    const mlir::Type lane_type = b_.getIntegerType(8 * bytes);
+    const mlir::Type type =
+        width == 1 ? lane_type : mlir::Type(mlir::VectorType::get({width}, lane_type));
     mlir::OpBuilder::InsertPoint after_copy = b_.saveInsertionPoint();
     auto copy = mlir::cast<mlir::scf::ForOp>(
-        CreateFor(b_, loc_, lane_, C(plan_.n / width), C(plan_.threads_per_row), {}));
+        CreateFor(b_, loc_, thread, C(plan_.n / width), C(threads), {}));
     const Value first = b_.create<arith::MulIOp>(loc_, copy.getInductionVar(), C(width));
     const Value global = entry_->getArgument(p.attrs().index);
     const Value from = b_.create<LLVM::GEPOp>(
         loc_, global.getType(), lane_type, global,
-        mlir::ValueRange{b_.create<arith::AddIOp>(loc_, row_start_, first)}, true);
-    const Value cache = cache_ptr_.at(&p);
-    const Value to = b_.create<LLVM::GEPOp>(loc_, cache.getType(), lane_type, cache,
-                                            mlir::ValueRange{first}, true);
-    const Value v = b_.create<LLVM::LoadOp>(loc_, vector_type, from, /*alignment=*/16);
-    b_.create<LLVM::StoreOp>(loc_, v, to, /*alignment=*/16);
+        mlir::ValueRange{start ? b_.create<arith::AddIOp>(loc_, start, first).getResult() : first},
+        true);
+    const Value at =
+        b_.create<LLVM::GEPOp>(loc_, to.getType(), lane_type, to, mlir::ValueRange{first}, true);
+    b_.create<LLVM::StoreOp>(loc_, b_.create<LLVM::LoadOp>(loc_, type, from, width * bytes), at,
+                             width * bytes);
     b_.restoreInsertionPoint(after_copy);
     b_.setInsertionPointAfter(copy);
   }
@@ -579,9 +579,7 @@ class RowReductionEmitter : public KernelEmitter {
       }
     }
     for (const auto& [p, offset] : plan.column_cached) {  // copied by 16-byte vectors
-      if (plan.n * StorageBytes(p->shape().dtype()) % 16 == 0) {
-        spec.params[p->attrs().index].min_alignment = 16;
-      }
+      if (ColumnCopyWidth(plan, *p) > 1) spec.params[p->attrs().index].min_alignment = 16;
     }
     return spec;
   }

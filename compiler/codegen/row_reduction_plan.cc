@@ -17,8 +17,8 @@ constexpr int64_t kWarpRowsPerBlock = 8;
 // Note [row cache]: at most this much of a row in shared memory, so that two
 // blocks of it fit on a multiprocessor (228 KiB).
 constexpr int64_t kMaxRowCacheBytes = 112 * 1024;
-// Note [unrolled warp rows]: at most this many row elements a lane (over all
-// row-shaped parameters) are held in registers.
+// Note [unrolled warp rows]: at most this many row elements a lane (over the
+// row-shaped parameters the passes read) are held in registers.
 constexpr int64_t kMaxUnrolledElements = 48;
 // Note [column cache]: at most this much of a block's shared memory holds
 // column parameters, and at most this many blocks (eight for each of an
