@@ -32,6 +32,29 @@ std::optional<emu::InstructionClass> AccessClass(const llvm::Value* pointer) {
   return emu::kGlobalMemoryClass;
 }
 
+// Note [IEEE division sequences]: an f32 division or square root that must
+// round correctly (no `arcp`/`afn` flag: div.rn.f32, sqrt.rn.f32 in PTX) is
+// not one machine instruction: ptxas expands it to a reciprocal (or
+// reciprocal square root) estimate on the special-function unit, Newton
+// refinements as fused multiply-adds, a range check and its branch to a slow
+// path for denormal and huge operands; eight instructions on the fast path
+// (cuobjdump -sass of a kernel shows them). Counted as one, the
+// cross-entropy kernel, which divided every logit by its row's sum, counted
+// a sixth fewer instructions than it issues. The slow path is not counted:
+// the step's operands do not take it.
+constexpr uint32_t kIeeeSequence = 8;
+
+// Whether `inst` is one of those sequences.
+bool IsIeeeSequence(const llvm::Instruction& inst) {
+  if (!inst.getType()->getScalarType()->isFloatTy()) return false;
+  if (inst.getOpcode() == llvm::Instruction::FDiv) {
+    return !inst.hasAllowReciprocal() && !inst.hasApproxFunc();
+  }
+  const auto* call = llvm::dyn_cast<llvm::IntrinsicInst>(&inst);
+  return call != nullptr && call->getIntrinsicID() == llvm::Intrinsic::sqrt &&
+         !inst.hasApproxFunc();
+}
+
 // The class of a call, by its callee: NVVM intrinsics by their family, the
 // generic LLVM intrinsics by their type; bookkeeping intrinsics count nothing.
 std::optional<emu::InstructionClass> CallClass(const llvm::CallInst& call) {
@@ -73,6 +96,7 @@ std::pair<emu::InstructionClass, uint32_t> ClassOf(const llvm::Instruction& inst
     std::optional<emu::InstructionClass> c = AccessClass(pointer);
     return c ? std::pair{*c, 1u} : kNothing;
   }
+  if (IsIeeeSequence(inst)) return {emu::kFloatClass, kIeeeSequence * Lanes(inst.getType())};
   if (const auto* call = llvm::dyn_cast<llvm::CallInst>(&inst)) {
     std::optional<emu::InstructionClass> c = CallClass(*call);
     return c ? std::pair{*c, 1u} : kNothing;

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -353,9 +354,10 @@ TEST(HostLoweringTest, MmaAndLdmatrixRunAsWarpCollectives) {
   }
 }
 
-// One warp of kWarpMath: five shuffles; 12 float instructions (uitofp, six
-// fadds, ex2, fma.rm, round, fdiv, fptrunc); the special register, a zext
-// and two geps; two global stores; a ret.
+// One warp of kWarpMath: five shuffles; 19 float instructions (uitofp, six
+// fadds, ex2, fma.rm, round, fptrunc, and the fdiv's eight: Note [IEEE
+// division sequences]); the special register, a zext and two geps; two global
+// stores; a ret.
 TEST(HostLoweringTest, TheWarpMathsInstructionsAreCountedExactly) {
   StatusOr<HostLibrary> lib = Build(kWarpMath, "warp_math");
   ASSERT_TRUE(lib.ok()) << lib.status().message();
@@ -370,11 +372,44 @@ TEST(HostLoweringTest, TheWarpMathsInstructionsAreCountedExactly) {
   namespace abi = program::emu;
   const auto& n = counters.instructions;
   EXPECT_EQ(n[abi::kShuffleClass], 5u);
-  EXPECT_EQ(n[abi::kFloatClass], 12u);
+  EXPECT_EQ(n[abi::kFloatClass], 19u);
   EXPECT_EQ(n[abi::kIntegerClass], 4u);
   EXPECT_EQ(n[abi::kGlobalMemoryClass], 2u);
   EXPECT_EQ(n[abi::kControlClass], 1u);
-  EXPECT_EQ(counters.Instructions(), 24u);
+  EXPECT_EQ(counters.Instructions(), 31u);
+}
+
+// Note [IEEE division sequences]: a correctly rounded f32 division and
+// square root are eight instructions each; a division that may use the
+// reciprocal (arcp) is one.
+constexpr char kDivisions[] = R"(
+target triple = "nvptx64-nvidia-cuda"
+declare float @llvm.sqrt.f32(float)
+define void @divisions(ptr addrspace(1) %out) {
+entry:
+  %x = load float, ptr addrspace(1) %out
+  %ieee = fdiv float %x, 3.0
+  %fast = fdiv arcp float %ieee, %x
+  %root = call float @llvm.sqrt.f32(float %fast)
+  store float %root, ptr addrspace(1) %out
+  ret void
+}
+)";
+
+TEST(HostLoweringTest, CorrectlyRoundedDivisionsCountTheirSequence) {
+  StatusOr<HostLibrary> lib = Build(kDivisions, "divisions");
+  ASSERT_TRUE(lib.ok()) << lib.status().message();
+  float x = 6;
+  rt::emu::GridRunner runner(1);
+  rt::emu::LaunchCounters counters;
+  rt::emu::Launch launch = LaunchOf(*lib, {Ptr(&x)}, 1, 1, false);
+  launch.counters = &counters;
+  Status run = runner.Run(launch);
+  ASSERT_TRUE(run.ok()) << run.message();
+  EXPECT_FLOAT_EQ(x, std::sqrt(2.0f / 6.0f));
+  namespace abi = program::emu;
+  EXPECT_EQ(counters.instructions[abi::kFloatClass], 8u + 1u + 8u);
+  EXPECT_EQ(counters.instructions[abi::kGlobalMemoryClass], 2u);
 }
 
 // The seeded defect "a divergent mma": lanes 16-31 leave before it.
