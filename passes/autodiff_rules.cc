@@ -522,6 +522,7 @@ Grads ScatterAddRule(RuleContext& c, const Instruction& y, Instruction* dy,
 
 // y = softmax_cross_entropy(logits, targets) per row =>
 //   dlogits = (softmax(logits masked to num_classes) - onehot(targets)) * dy
+//           = exp(x - max) * (dy / sum) - onehot(targets) * dy
 // The one-hot is the predicate compare(iota, broadcast(targets)) inside the
 // same elementwise expression; padded classes get probability 0, hence zero gradient.
 Grads SoftmaxCrossEntropyRule(RuleContext& c, const Instruction& y, Instruction* dy,
@@ -544,11 +545,15 @@ Grads SoftmaxCrossEntropyRule(RuleContext& c, const Instruction& y, Instruction*
   Instruction* max = c.g.Reduce(x, {last}, ir::ReduceKind::kMax, DType::kF32);  // (...)
   Instruction* e = c.g.Unary(Opcode::kExp, c.g.Sub(x, c.g.Broadcast(max, xs.dims(), rows)));
   Instruction* sum = c.g.Reduce(e, {last}, ir::ReduceKind::kSum, DType::kF32);  // (...)
-  Instruction* probs = c.g.Div(e, c.g.Broadcast(sum, xs.dims(), rows));
+  // softmax * dy = e * (dy / sum): one division a row, not one a class (an
+  // f32 division is a sequence of eight instructions: Note [IEEE division
+  // sequences] in compiler/codegen/instruction_mix.cc).
+  Instruction* dy32 = c.g.Convert(dy, DType::kF32);
+  Instruction* scaled = c.g.Mul(e, c.g.Broadcast(c.g.Div(dy32, sum), xs.dims(), rows));
   Instruction* is_target =
       c.g.Compare(classes, c.g.Broadcast(targets, xs.dims(), rows), CompareDirection::kEq);
-  Instruction* diff = c.g.Select(is_target, c.g.Sub(probs, c.g.Full(xs, 1.0)), probs);
-  Instruction* dx = c.g.Mul(diff, c.g.Broadcast(c.g.Convert(dy, DType::kF32), xs.dims(), rows));
+  Instruction* dx =
+      c.g.Select(is_target, c.g.Sub(scaled, c.g.Broadcast(dy32, xs.dims(), rows)), scaled);
   return std::vector<Instruction*>{c.g.Convert(dx, logits->shape().dtype()), nullptr};
 }
 
