@@ -459,14 +459,22 @@ std::optional<std::vector<Value>> FusedEmitter::ReshapeGroups(const std::vector<
   return result;
 }
 
-StatusOr<Value> FusedEmitter::Emit(const ir::Instruction& inst, const ElementIndex& index) {
+std::vector<const void*> FusedEmitter::CacheKey(const ElementIndex& index) {
   std::vector<const void*> key;
   if (index.linear) {
     key.push_back(index.linear.getAsOpaquePointer());
   } else {
     for (Value v : index.multi) key.push_back(v.getAsOpaquePointer());
   }
-  auto cache_key = std::make_pair(&inst, std::move(key));
+  return key;
+}
+
+void FusedEmitter::Assume(const ir::Instruction& inst, const ElementIndex& index, Value value) {
+  cache_[std::make_pair(&inst, CacheKey(index))] = value;
+}
+
+StatusOr<Value> FusedEmitter::Emit(const ir::Instruction& inst, const ElementIndex& index) {
+  auto cache_key = std::make_pair(&inst, CacheKey(index));
   if (auto it = cache_.find(cache_key); it != cache_.end()) return it->second;
   ASSIGN_OR_RETURN(Value v, EmitUncached(inst, index));
   cache_[std::move(cache_key)] = v;

@@ -61,6 +61,10 @@ class FusedEmitter {
   // The value of `inst` at `index`; memoised per (instruction, index).
   StatusOr<mlir::Value> Emit(const ir::Instruction& inst, const ElementIndex& index);
 
+  // Takes `value` as `inst`'s at `index` from here on (a fact the caller
+  // knows, such as a compare that holds over a loop's range).
+  void Assume(const ir::Instruction& inst, const ElementIndex& index, mlir::Value value);
+
   // Values emitted inside a nested region must not be reused outside it:
   // save the cache before emitting into the region and restore it after.
   Cache SaveCache() const { return cache_; }
@@ -73,6 +77,7 @@ class FusedEmitter {
 
  private:
   StatusOr<mlir::Value> EmitUncached(const ir::Instruction& inst, const ElementIndex& index);
+  static std::vector<const void*> CacheKey(const ElementIndex& index);
   // The operand multi-index of a reshape from `out` to `in` at `multi`, dim
   // group by dim group (Note [reshape index groups]); nullopt if the shapes
   // do not split into groups.

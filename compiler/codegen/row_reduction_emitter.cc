@@ -3,9 +3,11 @@
 // softmax cross-entropy with its gradient (the composite is inlined; rows of
 // 50304 logits take a block of 512 threads each). PlanRowReduction
 // (row_reduction_plan.h, with the Notes: [row reduction], [unrolled warp
-// rows], [row vectors], [duplicate reduces], [row cache]) decides the
-// kernel; this file builds it.
+// rows], [row vectors], [duplicate reduces], [row cache], [column cache],
+// [one-hot reduces], [bounded columns]) decides the kernel; this file
+// builds it.
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <vector>
@@ -370,8 +372,27 @@ class RowReductionBuilder : public FusedKernelBuilder {
   }
 
   // One pass over the row: every thread ends with the batch's row results.
+  // Note [one-hot reduces] take no part in the pass: their partials are the
+  // picked element in the thread that owns it and 0 elsewhere.
   Status EmitBatch(const Batch& batch) {
-    ASSIGN_OR_RETURN(std::vector<Value> accs, AccumulateRow(batch));
+    Batch summed;
+    for (const ir::Instruction* r : batch) {
+      if (!plan_.one_hot.contains(r)) summed.push_back(r);
+    }
+    std::vector<Value> sums;
+    if (!summed.empty()) {
+      ASSIGN_OR_RETURN(sums, AccumulateRow(summed));
+    }
+    std::vector<Value> accs;
+    size_t next_sum = 0;
+    for (const ir::Instruction* r : batch) {
+      if (auto pick = plan_.one_hot.find(r); pick != plan_.one_hot.end()) {
+        ASSIGN_OR_RETURN(Value partial, OneHotPartial(pick->second));
+        accs.push_back(partial);
+      } else {
+        accs.push_back(sums[next_sum++]);
+      }
+    }
     CombineLanes(batch, accs);
     if (plan_.warps_per_row > 1) CombineWarps(batch, accs);
     for (size_t k = 0; k < batch.size(); ++k) {
@@ -379,6 +400,42 @@ class RowReductionBuilder : public FusedKernelBuilder {
           ConvertValue(b_, loc_, accs[k], ir::DType::kF32, batch[k]->shape().dtype());
     }
     return Status::Ok();
+  }
+
+  // Note [one-hot reduces]: the thread's partial of a one-hot sum: the
+  // picked element (in f32) when the thread owns its column (its chunk is
+  // the thread's), else 0. Only the owner reads it, before it stores there:
+  // an output may take the parameter's buffer (Note [in-place temporaries]).
+  StatusOr<Value> OneHotPartial(const RowReductionPlan::OneHot& pick) {
+    ElementIndex row;
+    row.multi = row_index_.multi;
+    StatusOr<Value> at = emitter_.Emit(*pick.column, row);
+    if (!at.ok()) return at.status().WithPrefix("%" + fusion_.name());
+    Value column = *at;
+    if (index_type_.getWidth() == 64) column = b_.create<arith::ExtSIOp>(loc_, index_type_, column);
+    const Value inside =
+        b_.create<arith::CmpIOp>(loc_, arith::CmpIPredicate::ult, column, C(plan_.n));
+    const Value chunk = b_.create<arith::DivUIOp>(loc_, column, C(plan_.width));
+    const Value owner = b_.create<arith::RemUIOp>(loc_, chunk, C(plan_.threads_per_row));
+    const Value mine = b_.create<arith::AndIOp>(
+        loc_, inside, b_.create<arith::CmpIOp>(loc_, arith::CmpIPredicate::eq, owner, lane_));
+    auto if_mine = b_.create<mlir::scf::IfOp>(loc_, mlir::TypeRange{b_.getF32Type()}, mine,
+                                              /*withElseRegion=*/true);
+    mlir::OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(if_mine.thenBlock());
+    FusedEmitter::Cache saved = emitter_.SaveCache();
+    ElementIndex element;
+    element.linear = b_.create<arith::AddIOp>(loc_, row_start_, column);
+    element.multi = row_index_.multi;
+    element.multi.push_back(column);
+    StatusOr<Value> v = emitter_.Emit(*pick.value, element);
+    if (!v.ok()) return v.status().WithPrefix("%" + fusion_.name());
+    b_.create<mlir::scf::YieldOp>(
+        loc_, ConvertValue(b_, loc_, *v, pick.value->shape().dtype(), ir::DType::kF32));
+    emitter_.RestoreCache(std::move(saved));
+    b_.setInsertionPointToStart(if_mine.elseBlock());
+    b_.create<mlir::scf::YieldOp>(loc_, ScalarConstant(b_, loc_, ir::DType::kF32, 0.0));
+    return if_mine.getResult(0);
   }
 
   // accs_k = accs_k (+) x_k at `index`.
@@ -412,22 +469,65 @@ class RowReductionBuilder : public FusedKernelBuilder {
       }
       return accs;
     }
+    return ForEachChunk(inits, [&](const Chunk& chunk, std::vector<Value>& next) -> Status {
+      for (const ElementIndex& index : chunk.elements) {
+        RETURN_IF_ERROR(Accumulate(batch, index, next));
+      }
+      return Status::Ok();
+    });
+  }
+
+  // Emits one chunk's work, updating the values a loop carries.
+  using ChunkBody = std::function<Status(const Chunk&, std::vector<Value>&)>;
+
+  // Loops over the thread's chunks of the row running `body`, the carried
+  // values starting at `values`; their final values. Note [bounded
+  // columns]: one loop over the chunks below the column limit, where the
+  // bounded compares are true, then one over the rest.
+  StatusOr<std::vector<Value>> ForEachChunk(std::vector<Value> values, const ChunkBody& body) {
+    const int64_t chunks = plan_.n / plan_.width;
+    const int64_t below = plan_.bounded.empty() ? chunks : plan_.column_limit / plan_.width;
+    const int64_t step = plan_.threads_per_row;
+    if (below > 0) {
+      ASSIGN_OR_RETURN(values, ChunkLoop(lane_, below, !plan_.bounded.empty(), values, body));
+    }
+    if (below < chunks) {
+      Value first = lane_;  // the thread's first chunk from `below` on
+      if (below > 0) {
+        const Value rounds = b_.create<arith::DivUIOp>(
+            loc_, b_.create<arith::SubIOp>(loc_, C(below + step - 1), lane_), C(step));
+        first =
+            b_.create<arith::AddIOp>(loc_, lane_, b_.create<arith::MulIOp>(loc_, rounds, C(step)));
+      }
+      ASSIGN_OR_RETURN(values, ChunkLoop(first, chunks, /*bounded=*/false, values, body));
+    }
+    return values;
+  }
+
+  // One loop of ForEachChunk: chunks from `from` to `to`, a row's threads
+  // apart; with `bounded`, the bounded compares are true at its elements.
+  StatusOr<std::vector<Value>> ChunkLoop(Value from, int64_t to, bool bounded,
+                                         const std::vector<Value>& inits, const ChunkBody& body) {
     mlir::OpBuilder::InsertPoint after_loop = b_.saveInsertionPoint();
     auto loop = mlir::cast<mlir::scf::ForOp>(
-        CreateFor(b_, loc_, lane_, C(plan_.n / plan_.width), C(plan_.threads_per_row), inits));
+        CreateFor(b_, loc_, from, C(to), C(plan_.threads_per_row), inits));
     FusedEmitter::Cache saved = emitter_.SaveCache();
     std::vector<Value> next(loop.getRegionIterArgs().begin(), loop.getRegionIterArgs().end());
     const Chunk& chunk = BeginChunk(ChunkColumn(loop.getInductionVar()));
-    for (const ElementIndex& index : chunk.elements) {
-      RETURN_IF_ERROR(Accumulate(batch, index, next));
+    if (bounded) {
+      const Value holds = b_.create<arith::ConstantOp>(loc_, b_.getBoolAttr(true));
+      for (const ElementIndex& index : chunk.elements) {
+        for (const ir::Instruction* c : plan_.bounded) emitter_.Assume(*c, index, holds);
+      }
     }
+    const Status status = body(chunk, next);
     chunks_.pop_back();
-    b_.create<mlir::scf::YieldOp>(loc_, next);
+    RETURN_IF_ERROR(status);
+    if (!inits.empty()) b_.create<mlir::scf::YieldOp>(loc_, next);
     emitter_.RestoreCache(std::move(saved));
     b_.restoreInsertionPoint(after_loop);
     b_.setInsertionPointAfter(loop);
-    accs.assign(loop.getResults().begin(), loop.getResults().end());
-    return accs;
+    return std::vector<Value>(loop.getResults().begin(), loop.getResults().end());
   }
 
   // The warp's totals in every lane (butterfly shuffles).
@@ -483,16 +583,9 @@ class RowReductionBuilder : public FusedKernelBuilder {
       for (const Chunk& chunk : chunks_) RETURN_IF_ERROR(StoreChunk(chunk));
     } else if (!plan_.elem_outputs.empty()) {
       RETURN_IF_ERROR(PreloadRowParameters());
-      mlir::OpBuilder::InsertPoint after_loop = b_.saveInsertionPoint();
-      auto loop = mlir::cast<mlir::scf::ForOp>(
-          CreateFor(b_, loc_, lane_, C(plan_.n / plan_.width), C(plan_.threads_per_row), {}));
-      FusedEmitter::Cache saved = emitter_.SaveCache();
-      const Status stored = StoreChunk(BeginChunk(ChunkColumn(loop.getInductionVar())));
-      chunks_.pop_back();
-      RETURN_IF_ERROR(stored);
-      emitter_.RestoreCache(std::move(saved));
-      b_.restoreInsertionPoint(after_loop);
-      b_.setInsertionPointAfter(loop);
+      RETURN_IF_ERROR(ForEachChunk({}, [&](const Chunk& chunk, std::vector<Value>&) {
+                        return StoreChunk(chunk);
+                      }).status());
     }
     if (plan_.row_outputs.empty()) return Status::Ok();
     Value first = b_.create<arith::CmpIOp>(loc_, arith::CmpIPredicate::eq, lane_, C(0));

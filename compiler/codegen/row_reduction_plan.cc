@@ -1,7 +1,10 @@
 #include "compiler/codegen/row_reduction_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <numeric>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -150,6 +153,40 @@ void BatchReduces(RowReductionPlan& plan) {
   }
 }
 
+// Note [one-hot reduces]: `r`'s picked value and column when it sums
+// select(compare(iota along the row, broadcast of a row value) EQ, v, 0).
+std::optional<RowReductionPlan::OneHot> MatchOneHot(const ir::Instruction& r) {
+  const ir::Instruction* select = r.operand(0);
+  if (r.attrs().reduce_kind != ir::ReduceKind::kSum || select->opcode() != ir::Opcode::kSelect ||
+      !ir::IsSplat(select->operand(2), 0.0)) {
+    return std::nullopt;
+  }
+  const ir::Instruction* eq = select->operand(0);
+  if (eq->opcode() != ir::Opcode::kCompare || eq->attrs().direction != ir::CompareDirection::kEq) {
+    return std::nullopt;
+  }
+  const int64_t last = select->shape().rank() - 1;
+  std::vector<int64_t> rows(last);
+  std::iota(rows.begin(), rows.end(), 0);
+  for (int64_t side = 0; side < 2; ++side) {
+    const ir::Instruction* iota = eq->operand(side);
+    const ir::Instruction* column = eq->operand(1 - side);
+    if (iota->opcode() == ir::Opcode::kIota && iota->attrs().index == last &&
+        column->opcode() == ir::Opcode::kBroadcast && column->attrs().dimensions == rows &&
+        ir::IsInteger(column->shape().dtype())) {
+      return RowReductionPlan::OneHot{select->operand(1), column->operand(0)};
+    }
+  }
+  return std::nullopt;
+}
+
+// The reduces of `batch` a pass over the row accumulates (Note [one-hot
+// reduces] only combine the threads' partials).
+size_t Accumulated(const RowReductionPlan& plan, const std::vector<const ir::Instruction*>& batch) {
+  return std::count_if(batch.begin(), batch.end(),
+                       [&](const ir::Instruction* r) { return !plan.one_hot.contains(r); });
+}
+
 // Threads, blocks and shared memory (Note [row reduction]).
 void PlanGeometry(RowReductionPlan& plan) {
   size_t max_batch = 0;
@@ -174,7 +211,8 @@ void PlanRowCache(const ir::Computation& fused, bool mixed, RowReductionPlan& pl
       plan.row_params.push_back(p);
     }
   }
-  const size_t passes = plan.batches.size() + (plan.elem_outputs.empty() ? 0 : 1);
+  size_t passes = plan.elem_outputs.empty() ? 0 : 1;
+  for (const auto& batch : plan.batches) passes += Accumulated(plan, batch) > 0 ? 1 : 0;
   if (plan.threads_per_row > kWarp && !mixed && passes > 1) {
     for (const ir::Instruction* p : plan.row_params) {
       const int64_t bytes = (plan.n * StorageBytes(p->shape().dtype()) + 15) / 16 * 16;
@@ -220,7 +258,7 @@ int64_t ReducedRowParameters(const RowReductionPlan& plan) {
   for (const ir::Instruction* p : plan.row_params) {
     std::map<const ir::Instruction*, bool> memo;
     for (const ir::Instruction* r : plan.reduces) {
-      if (ir::DependsOnAny(r->operand(0), {p}, memo, &plan.bindings)) {
+      if (!plan.one_hot.contains(r) && ir::DependsOnAny(r->operand(0), {p}, memo, &plan.bindings)) {
         ++count;
         break;
       }
@@ -247,6 +285,56 @@ int64_t RowVectorWidth(const RowReductionPlan& plan) {
   return width;
 }
 
+// The value of every element of `inst` when it is a constant or a broadcast
+// of one holding a single value.
+std::optional<double> SplatValue(const ir::Instruction* inst) {
+  while (inst->opcode() == ir::Opcode::kBroadcast) inst = inst->operand(0);
+  if (inst->opcode() != ir::Opcode::kConstant || inst->attrs().literal.empty()) return std::nullopt;
+  const double v = inst->attrs().literal.front();
+  return ir::IsSplat(inst, v) ? std::optional<double>(v) : std::nullopt;
+}
+
+// Note [bounded columns]: the first column at which compare `c` (over the
+// row's input dims) may be false, when it compares an iota along the row with
+// a constant and holds below that column.
+std::optional<int64_t> ColumnBound(const ir::Instruction& c, const RowReductionPlan& plan) {
+  if (c.opcode() != ir::Opcode::kCompare || c.shape().dims() != plan.input_dims) {
+    return std::nullopt;
+  }
+  const int64_t last = static_cast<int64_t>(plan.input_dims.size()) - 1;
+  for (int64_t side = 0; side < 2; ++side) {
+    const ir::Instruction* iota = c.operand(side);
+    const std::optional<double> k = SplatValue(c.operand(1 - side));
+    if (iota->opcode() != ir::Opcode::kIota || iota->attrs().index != last || !k ||
+        *k != std::floor(*k)) {
+      continue;
+    }
+    // iota < k (or k > iota): below k; iota <= k (k >= iota): below k + 1.
+    const ir::CompareDirection lt =
+        side == 0 ? ir::CompareDirection::kLt : ir::CompareDirection::kGt;
+    const ir::CompareDirection le =
+        side == 0 ? ir::CompareDirection::kLe : ir::CompareDirection::kGe;
+    const double bound = c.attrs().direction == lt ? *k : c.attrs().direction == le ? *k + 1 : -1;
+    if (bound < 0) return std::nullopt;
+    return static_cast<int64_t>(std::min<double>(bound, static_cast<double>(plan.n)));
+  }
+  return std::nullopt;
+}
+
+// Note [bounded columns]: the row's bounded compares (in `fused` and the
+// composites' decompositions) and the least of their limits.
+void PlanBoundedColumns(const ir::Computation& fused, RowReductionPlan& plan) {
+  for (const auto& inst : fused.instructions()) {
+    if (inst->opcode() == ir::Opcode::kSoftmaxCrossEntropy && inst->called_computation()) {
+      PlanBoundedColumns(*inst->called_computation(), plan);
+    }
+    if (std::optional<int64_t> bound = ColumnBound(*inst, plan)) {
+      plan.bounded.push_back(inst.get());
+      plan.column_limit = std::min(plan.column_limit, *bound);
+    }
+  }
+}
+
 }  // namespace
 
 StatusOr<RowReductionPlan> PlanRowReduction(const ir::Instruction& fusion, bool mixed) {
@@ -266,6 +354,9 @@ StatusOr<RowReductionPlan> PlanRowReduction(const ir::Instruction& fusion, bool 
   plan.rows = ir::Shape(ir::DType::kF32, plan.row_dims).num_elements();
   RETURN_IF_ERROR(SortOutputs(fusion, *fused, skip_output, plan));
   BatchReduces(plan);
+  for (const ir::Instruction* r : plan.reduces) {
+    if (std::optional<RowReductionPlan::OneHot> pick = MatchOneHot(*r)) plan.one_hot[r] = *pick;
+  }
   PlanGeometry(plan);
   PlanRowCache(*fused, mixed, plan);
   PlanColumnCache(*fused, plan);
@@ -274,6 +365,8 @@ StatusOr<RowReductionPlan> PlanRowReduction(const ir::Instruction& fusion, bool 
     plan.unrolled_columns = plan.n / kWarp;
   }
   plan.width = RowVectorWidth(plan);
+  plan.column_limit = plan.n;
+  if (plan.unrolled_columns == 0) PlanBoundedColumns(*fused, plan);
   return plan;
 }
 

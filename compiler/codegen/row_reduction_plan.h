@@ -74,6 +74,29 @@
 // that stride over the groups of rows_per_block rows, so that one copy
 // serves several groups when the rows are many (at batch 16 the copies are
 // 1,056 x 6 KiB beside 120 MiB of rows).
+//
+// Note [one-hot reduces]: the softmax cross-entropy's loss takes the
+// target's logit as a row sum of select(class == target, logit, 0): a
+// compare, a select and an add at every element of the sum pass, for one
+// element a row. A row sum of select(compare(iota, broadcast(t)) EQ, v, 0),
+// the iota along the row and t a row value, is v at column t (0 when t is
+// not a column of the row): exactly, the other terms being zeros (only a
+// zero's sign may differ). It takes no part in its batch's pass: the thread
+// whose chunk holds column t reads that element, every other thread takes
+// 0, and the threads' partials are combined as the batch's sums are. Only
+// the owner reads it because an output may overwrite the parameter in place
+// (Note [in-place temporaries] in passes/buffer_assignment.h), each thread
+// its own columns after it has read them.
+//
+// Note [bounded columns]: the cross-entropy masks the vocabulary's padding
+// (classes 50257 to 50303 of 50304) with select(iota < 50257, logit, -inf)
+// in each of its passes: the column's index, a compare and a select at every
+// element, for 47 columns a row. Compares of an iota along the row with a
+// constant that hold for every column below a limit (iota < K, iota <= K,
+// and mirrored) are the row's bounded compares; each pass runs one loop over
+// the thread's chunks that lie below the limit, where the emitter takes them
+// as true, then one over the rest. A thread visits the same chunks in the
+// same order, so its sums are the same bits.
 #ifndef GPTC_COMPILER_CODEGEN_ROW_REDUCTION_PLAN_H_
 #define GPTC_COMPILER_CODEGEN_ROW_REDUCTION_PLAN_H_
 
@@ -104,6 +127,13 @@ struct RowReductionPlan {
   std::vector<int64_t> elem_slots, row_slots;
   // Batches of mutually independent reduces, in order.
   std::vector<std::vector<const ir::Instruction*>> batches;
+  // Note [one-hot reduces]: each such reduce (in its batch) with the value
+  // it picks and the row value that is the column.
+  struct OneHot {
+    const ir::Instruction* value;
+    const ir::Instruction* column;
+  };
+  std::map<const ir::Instruction*, OneHot> one_hot;
   // Geometry (Note [row reduction]).
   int64_t threads_per_row = 0;
   int64_t rows_per_block = 1;
@@ -130,6 +160,10 @@ struct RowReductionPlan {
   int64_t unrolled_columns = 0;
   // Note [row vectors]: consecutive columns a thread handles together.
   int64_t width = 1;
+  // Note [bounded columns]: the compares true at every column below
+  // column_limit (n when there are none).
+  std::vector<const ir::Instruction*> bounded;
+  int64_t column_limit = 0;
 };
 
 // Plans the row-reduction kernel of `fusion`, or with `mixed` the row part of

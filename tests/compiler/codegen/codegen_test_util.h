@@ -1,6 +1,7 @@
 // Shared by the codegen tests: parse IR text, compile every kernel and check
 // the invariants every kernel must meet (PTX entry and launch bounds, sm_90
-// limits, ptxas assembly without spills when ptxas is installed).
+// limits, ptxas assembly without spills when ptxas is installed), name a
+// plan's instructions.
 #ifndef GPTC_TESTS_COMPILER_CODEGEN_CODEGEN_TEST_UTIL_H_
 #define GPTC_TESTS_COMPILER_CODEGEN_CODEGEN_TEST_UTIL_H_
 
@@ -12,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "compiler/codegen/codegen.h"
 #include "compiler/ir/parser.h"
@@ -69,6 +71,12 @@ inline CompiledKernels CompileAll(const ir::Module& module, const CodegenOptions
   return std::move(kernels).value();
 }
 
+// The names of `insts`, for comparing a plan's lists with expectations.
+inline std::vector<std::string> Names(const std::vector<const ir::Instruction*>& insts) {
+  std::vector<std::string> names;
+  for (const ir::Instruction* inst : insts) names.push_back(inst->name());
+  return names;
+}
 
 }  // namespace gptc::codegen
 

@@ -285,6 +285,14 @@ class EmuKernelRunner {
     for (const ir::Instruction* op : inst->operands()) {
       operands.push_back(eval::Literal::Random(op->shape(), rng));
     }
+    ExpectMatchesEvaluatorOn(name, operands, rtol);
+  }
+
+  // The same on the given operands.
+  void ExpectMatchesEvaluatorOn(const std::string& name, const std::vector<eval::Literal>& operands,
+                                double rtol = 1e-5) {
+    const ir::Instruction* inst = module_.entry()->FindInstruction(name);
+    ASSERT_NE(inst, nullptr) << name;
     StatusOr<eval::Literal> expected =
         eval::EvaluateComputation(*inst->called_computation(), operands);
     ASSERT_TRUE(expected.ok()) << expected.status().message();

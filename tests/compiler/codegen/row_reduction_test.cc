@@ -152,12 +152,6 @@ ENTRY %main {
 }
 )";
 
-std::vector<std::string> Names(const std::vector<const ir::Instruction*>& insts) {
-  std::vector<std::string> names;
-  for (const ir::Instruction* inst : insts) names.push_back(inst->name());
-  return names;
-}
-
 // The plan of a block row: s needs m and t needs s (three passes); x and w
 // are rows of whole 16-byte vectors, kept in shared memory; bias is not a row.
 TEST(RowReductionPlanTest, BlockRowsBatchDependentReducesAndCacheTheirRows) {
