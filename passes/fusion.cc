@@ -882,47 +882,4 @@ StatusOr<bool> Fusion::Run(ir::Module& module) {
   return Materializer(module, planner).Run();
 }
 
-bool IsKernel(const ir::Instruction& inst) {
-  switch (inst.opcode()) {
-    case ir::Opcode::kParameter:
-    case ir::Opcode::kConstant:
-    case ir::Opcode::kTuple:
-    case ir::Opcode::kGetTupleElement:
-    case ir::Opcode::kReshape:  // a view of its operand (Note [aliases] in buffer_assignment.h)
-      return false;
-    default:
-      return true;
-  }
-}
-
-std::map<std::string, int64_t> CountKernels(const ir::Module& module) {
-  std::map<std::string, int64_t> counts;
-  for (const auto& inst : module.entry()->instructions()) {
-    if (!IsKernel(*inst)) continue;
-    if (inst->opcode() == ir::Opcode::kFusion) {
-      ++counts[std::string(ir::FusionKindName(inst->attrs().fusion_kind))];
-    } else {
-      ++counts[std::string(ir::OpcodeName(inst->opcode()))];
-    }
-  }
-  return counts;
-}
-
-std::map<int64_t, int64_t> KernelsPerLayer(const ir::Module& module) {
-  std::map<int64_t, int64_t> per_layer;
-  for (const auto& inst : module.entry()->instructions()) {
-    if (!IsKernel(*inst)) continue;
-    std::string_view meta = inst->metadata();
-    if (meta.starts_with("remat.")) meta.remove_prefix(6);
-    if (meta.starts_with("grad.")) meta.remove_prefix(5);
-    if (!meta.starts_with("h.")) continue;
-    meta.remove_prefix(2);
-    size_t digits = 0;
-    while (digits < meta.size() && meta[digits] >= '0' && meta[digits] <= '9') ++digits;
-    if (digits == 0 || (digits < meta.size() && meta[digits] != '.')) continue;
-    ++per_layer[std::stoll(std::string(meta.substr(0, digits)))];
-  }
-  return per_layer;
-}
-
 }  // namespace gptc::passes

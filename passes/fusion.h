@@ -95,18 +95,6 @@ class Fusion : public pass::Pass {
   StatusOr<bool> Run(ir::Module& module) override;
 };
 
-// Whether an entry instruction launches a kernel: fusions and unfused compute
-// ops (gather, scatter-add, all-reduce, a stray dot); not parameters,
-// constants, tuples and get-tuple-elements.
-bool IsKernel(const ir::Instruction& inst);
-
-// Kernels of the entry computation by kind: fusion kinds by FusionKindName
-// ("loop", "gemm", ...), unfused kernels by opcode name ("scatter-add").
-std::map<std::string, int64_t> CountKernels(const ir::Module& module);
-
-// Kernels per transformer layer: metadata `h.N` / `h.N.*` / `grad.h.N` /
-// `grad.h.N.*` counts for layer N. Layers with no kernel are absent.
-std::map<int64_t, int64_t> KernelsPerLayer(const ir::Module& module);
 
 // The most kernels (gemms included) one GPT-2 layer's forward + backward may
 // take without remat (remat adds its recomputations); tests hold the fusion

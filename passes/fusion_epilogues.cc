@@ -7,8 +7,8 @@
 #include <set>
 #include <vector>
 
+#include "compiler/analysis/gelu_epilogue.h"
 #include "passes/fusion_planner.h"
-#include "passes/gelu_epilogue.h"
 
 namespace gptc::passes::fusion_internal {
 
@@ -67,7 +67,7 @@ std::vector<const Instruction*> MatchGeluOf(const Planner& p, const Instruction*
   for (const Instruction* m : order) sinks += UsedOnlyBy(p, m, e) ? 0 : 1;
   if (sinks != 1) return {};
   p.SortByPosition(order);
-  if (UsedOnlyBy(p, order.back(), e) || !ComputesGelu(order.back(), x)) return {};
+  if (UsedOnlyBy(p, order.back(), e) || !analysis::ComputesGelu(order.back(), x)) return {};
   return order;
 }
 
@@ -168,7 +168,7 @@ std::vector<const Instruction*> MatchGeluGradEpilogue(const Planner& p, const In
   for (const Instruction* m : ops) {
     if (!from_dy.contains(m) && !UsedOnlyBy(p, m, members)) return {};
   }
-  if (!ComputesGeluGrad(sink, dy, *frontier.begin())) return {};
+  if (!analysis::ComputesGeluGrad(sink, dy, *frontier.begin())) return {};
   p.SortByPosition(ops);
   std::erase(ops, sink);
   ops.push_back(sink);

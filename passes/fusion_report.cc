@@ -7,6 +7,7 @@
 #include <map>
 #include <unordered_set>
 
+#include "compiler/analysis/kernel_count.h"
 #include "compiler/support/text.h"
 #include "passes/fusion.h"
 
@@ -100,7 +101,7 @@ std::optional<GpuSpec> FindGpuSpec(std::string_view name) {
 std::vector<KernelRow> AnalyzeKernels(const ir::Module& module, const GpuSpec& gpu) {
   std::vector<KernelRow> rows;
   for (const auto& inst : module.entry()->instructions()) {
-    if (!IsKernel(*inst)) continue;
+    if (!analysis::IsKernel(*inst)) continue;
     KernelRow row;
     row.name = inst->name();
     std::map<std::string, int64_t> sources;
@@ -199,9 +200,11 @@ std::string RenderFusionReport(const ir::Module& module, const GpuSpec& gpu) {
                      FormatBytes(total.bytes_read), FormatBytes(total.bytes_written),
                      FormatFlops(total.flops), total.time_us);
   out += "kernels by kind:";
-  for (const auto& [kind, n] : CountKernels(module)) out += fmt::format(" {}={}", kind, n);
+  for (const auto& [kind, n] : analysis::CountKernels(module))
+    out += fmt::format(" {}={}", kind, n);
   out += "\nkernels per layer (forward + backward):";
-  for (const auto& [layer, n] : KernelsPerLayer(module)) out += fmt::format(" h.{}={}", layer, n);
+  for (const auto& [layer, n] : analysis::KernelsPerLayer(module))
+    out += fmt::format(" h.{}={}", layer, n);
   out += "\n";
   return out;
 }

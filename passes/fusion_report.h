@@ -46,7 +46,7 @@ struct KernelRow {
   std::string source;  // most common metadata inside the kernel
 };
 
-// One row per kernel of the entry computation (see IsKernel in fusion.h).
+// One row per kernel of the entry computation (see IsKernel in compiler/analysis/kernel_count.h).
 std::vector<KernelRow> AnalyzeKernels(const ir::Module& module, const GpuSpec& gpu);
 
 // The report text: rows, a totals row, kernels per kind and per layer.

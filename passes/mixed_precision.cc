@@ -9,9 +9,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "compiler/analysis/gelu_epilogue.h"
 #include "compiler/ir/builder.h"
 #include "passes/autodiff_attention.h"
-#include "passes/gelu_epilogue.h"
 
 namespace gptc::passes {
 
@@ -134,7 +134,7 @@ StatusOr<bool> StoreGeluInputInBf16(ir::Builder& b, Instruction* dot,
   const std::optional<BiasAdd> bias_add = MatchBiasAdd(dot);
   if (!bias_add) return false;
   Instruction* pre = bias_add->add;
-  std::optional<GeluRegion> gelu = MatchGelu(pre);
+  std::optional<analysis::GeluRegion> gelu = analysis::MatchGelu(pre);
   if (!gelu || gelu->erf || gelu->sink->users().empty()) return false;
   for (const Instruction* u : pre->users()) {
     if (std::find(gelu->ops.begin(), gelu->ops.end(), u) == gelu->ops.end()) return false;

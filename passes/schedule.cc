@@ -5,13 +5,14 @@
 #include <set>
 #include <unordered_map>
 
-#include "passes/buffer_assignment.h"
+#include "compiler/analysis/buffer_assignment.h"
 
 namespace gptc::passes {
 
 namespace {
 int64_t Aligned(int64_t bytes) {
-  return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+  return (bytes + analysis::kBufferAlignment - 1) / analysis::kBufferAlignment *
+         analysis::kBufferAlignment;
 }
 
 // What must run before each instruction: its operands, and for an all-reduce
@@ -50,7 +51,7 @@ std::vector<ir::Instruction*> Instructions(
 }  // namespace
 
 std::vector<ir::Instruction*> MemoryGreedyOrder(const ir::Computation& computation) {
-  const LogicalBuffers lb = ComputeLogicalBuffers(computation);
+  const analysis::LogicalBuffers lb = analysis::ComputeLogicalBuffers(computation);
   const int64_t n = computation.instruction_count();
   std::unordered_map<const ir::Instruction*, int64_t> position;
   const std::vector<ir::Instruction*> original = Instructions(computation, position);
@@ -191,9 +192,9 @@ std::vector<ir::Instruction*> DepthFirstOrder(const ir::Computation& computation
 
 int64_t PeakLiveBytesOf(const ir::Computation& computation,
                         const std::vector<ir::Instruction*>& order) {
-  const LogicalBuffers lb = ComputeLogicalBuffers(computation);
+  const analysis::LogicalBuffers lb = analysis::ComputeLogicalBuffers(computation);
   std::vector<const ir::Instruction*> const_order(order.begin(), order.end());
-  return PeakLiveBytes(lb, ComputeLiveRanges(computation, lb, const_order));
+  return analysis::PeakLiveBytes(lb, analysis::ComputeLiveRanges(computation, lb, const_order));
 }
 
 StatusOr<bool> Schedule::Run(ir::Module& module) {

@@ -62,15 +62,6 @@ std::string DescribeSignature(const EntrySignature& signature) {
   return out;
 }
 
-BufferAssignmentOptions DonationOptions(const EntrySignature& signature) {
-  BufferAssignmentOptions options;
-  for (auto [output, input] : signature.donations) {
-    options.donated_parameters.insert(input);
-    options.output_to_parameter[output] = input;
-  }
-  return options;
-}
-
 namespace {
 
 StatusOr<TrainEntry> RunOptimizer(std::string name, std::unique_ptr<ir::Module> module,

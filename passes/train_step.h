@@ -20,10 +20,10 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/analysis/buffer_assignment.h"
 #include "compiler/ir/module.h"
 #include "compiler/pass/pipeline.h"
 #include "compiler/program/program.h"
-#include "passes/buffer_assignment.h"
 #include "passes/mixed_precision.h"
 #include "passes/optimizer.h"
 #include "passes/remat.h"
@@ -89,10 +89,6 @@ Status CheckSignature(const ir::Module& module, const EntrySignature& sig);
 // One line per slot ("in 3 adam_m[0] %adam_m.wte.weight f32[50304,64]"), for
 // dumps and `gptc compile` output.
 std::string DescribeSignature(const EntrySignature& signature);
-
-// Buffer assignment options that make each donation of the entry (new params,
-// moments, accumulators) an in-place output of its input.
-BufferAssignmentOptions DonationOptions(const EntrySignature& signature);
 
 }  // namespace gptc::passes
 

@@ -5,8 +5,8 @@
 #include <tuple>
 #include <utility>
 
+#include "compiler/analysis/gelu_epilogue.h"
 #include "compiler/ir/computation.h"
-#include "passes/gelu_epilogue.h"
 
 namespace gptc::artifact {
 
@@ -297,7 +297,7 @@ Status MatchBias(const std::string& name, EpilogueChain& e, GemmPlan& plan) {
 Status MatchGelu(const std::string& name, const std::vector<const Instruction*>& outputs,
                  EpilogueChain& e, GemmPlan& plan) {
   const Instruction* cur = e.result;
-  if (std::optional<passes::GeluRegion> g = passes::MatchGelu(cur)) {
+  if (std::optional<analysis::GeluRegion> g = analysis::MatchGelu(cur)) {
     if (g->erf) return Error("%{}: erf GELU has no cuBLASLt epilogue (tanh only)", name);
     e.gelu = true;
     if (OutputIndex(outputs, cur) >= 0) e.aux = cur;
@@ -313,7 +313,7 @@ Status MatchGelu(const std::string& name, const std::vector<const Instruction*>&
   }
   if (e.bias != nullptr) return Status::Ok();
   auto is_parameter = [](const Instruction* x) { return x->opcode() == Opcode::kParameter; };
-  if (std::optional<passes::GeluRegion> g = passes::MatchGeluGrad(cur, is_parameter)) {
+  if (std::optional<analysis::GeluRegion> g = analysis::MatchGeluGrad(cur, is_parameter)) {
     e.dgelu_x = g->x;
     e.result = SkipConverts(g->sink, plan);
   }

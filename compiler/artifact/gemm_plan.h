@@ -21,7 +21,7 @@
 // gradient of the rhs (reduced over K) is BGRADA, of the lhs BGRADB. The
 // GELU's aux (the pre-activation, written by GELU_AUX, read by DGELU) has
 // D's shape, so its column-major ld is D's, m (Note [GELU epilogues] in
-// passes/gelu_epilogue.h).
+// compiler/analysis/gelu_epilogue.h).
 //
 // Layouts that need a copy (batch dims not leading, contracting or free dims
 // not contiguous, a transpose that does not swap whole blocks) are refused

@@ -6,8 +6,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "compiler/analysis/kernel_count.h"
 #include "compiler/ir/computation.h"
-#include "passes/fusion.h"
 
 namespace gptc::artifact {
 
@@ -73,9 +73,9 @@ std::vector<program::AllReduceBucket> Buckets(
 // Note [plan buffers]: every buffer of the entry's arena, so that the
 // emulator can tell two values apart that share memory at different times
 // (runtime/emu/: a thunk must read what its operand's producer wrote).
-std::vector<program::PlanBuffer> PlanBuffers(const passes::BufferAssignment& ba) {
+std::vector<program::PlanBuffer> PlanBuffers(const analysis::BufferAssignment& ba) {
   std::vector<program::PlanBuffer> buffers;
-  for (const passes::BufferAssignment::Buffer& b : ba.buffers()) {
+  for (const analysis::BufferAssignment::Buffer& b : ba.buffers()) {
     std::string name = b.defining != nullptr ? b.defining->name() : "?";
     if (b.leaf > 0) name += fmt::format("{{{}}}", b.leaf);
     buffers.push_back({.id = b.id,
@@ -95,7 +95,7 @@ bool IsGemm(const Instruction& inst) {
 // donation copies, the signature's slots and the buffers.
 class EntryPlanBuilder {
  public:
-  EntryPlanBuilder(const program::TrainEntry& entry, const passes::BufferAssignment& ba,
+  EntryPlanBuilder(const program::TrainEntry& entry, const analysis::BufferAssignment& ba,
                    const codegen::CompiledKernels& kernels, PlanStats& stats)
       : entry_(entry), ba_(ba), stats_(stats), c_(*entry.module->entry()) {
     // An instruction may need several kernels, launched in the order codegen
@@ -137,8 +137,8 @@ class EntryPlanBuilder {
   // The slice of leaf `leaf` of `inst`, with the id of its buffer (Note [plan
   // buffers]).
   StatusOr<ArenaSlice> SliceOf(const Instruction* inst, int64_t leaf = 0) const {
-    ASSIGN_OR_RETURN(passes::Slice s, ba_.GetSlice(inst, leaf));
-    const passes::BufferAssignment::Buffer* b = ba_.GetBuffer(inst, leaf);
+    ASSIGN_OR_RETURN(analysis::Slice s, ba_.GetSlice(inst, leaf));
+    const analysis::BufferAssignment::Buffer* b = ba_.GetBuffer(inst, leaf);
     return ArenaSlice{.offset = s.offset, .size = s.size, .buffer = b != nullptr ? b->id : -1};
   }
 
@@ -181,7 +181,7 @@ class EntryPlanBuilder {
   Status AddSlots();
 
   const program::TrainEntry& entry_;
-  const passes::BufferAssignment& ba_;
+  const analysis::BufferAssignment& ba_;
   PlanStats& stats_;
   const ir::Computation& c_;
   std::unordered_map<std::string, std::vector<const codegen::CompiledKernel*>> by_fusion_;
@@ -194,7 +194,7 @@ class EntryPlanBuilder {
 };
 
 Status EntryPlanBuilder::AddInstruction(const Instruction& inst) {
-  if (!passes::IsKernel(inst) && inst.opcode() != Opcode::kConstant &&
+  if (!analysis::IsKernel(inst) && inst.opcode() != Opcode::kConstant &&
       inst.opcode() != Opcode::kCopy) {
     return Status::Ok();  // parameters, tuples, get-tuple-elements, reshapes: no work
   }
@@ -369,7 +369,7 @@ StatusOr<Thunk> EntryPlanBuilder::ConstantThunk(const Instruction& inst) const {
 // the step.
 Status EntryPlanBuilder::AddDonationCopies() {
   std::vector<ir::Instruction*> params = c_.parameters();
-  for (const passes::BufferAssignment::DonationCopy& copy : ba_.copies()) {
+  for (const analysis::BufferAssignment::DonationCopy& copy : ba_.copies()) {
     program::CopyThunk c{.reason = copy.reason};
     ASSIGN_OR_RETURN(c.src, SliceOf(RootElement(copy.output)));
     ASSIGN_OR_RETURN(c.dst, SliceOf(params[copy.parameter]));
@@ -399,7 +399,7 @@ Status EntryPlanBuilder::AddSlots() {
 }  // namespace
 
 StatusOr<program::EntryPlan> BuildEntryPlan(const program::TrainEntry& entry,
-                                            const passes::BufferAssignment& ba,
+                                            const analysis::BufferAssignment& ba,
                                             const codegen::CompiledKernels& kernels,
                                             PlanStats& stats) {
   return EntryPlanBuilder(entry, ba, kernels, stats).Build();

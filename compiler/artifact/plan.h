@@ -18,12 +18,12 @@
 #include <map>
 #include <string>
 
+#include "compiler/analysis/buffer_assignment.h"
 #include "compiler/artifact/gemm_plan.h"
 #include "compiler/codegen/codegen.h"
 #include "compiler/program/manifest.h"
 #include "compiler/program/plan.h"
-#include "passes/buffer_assignment.h"
-#include "passes/train_step.h"
+#include "compiler/program/program.h"
 
 namespace gptc::artifact {
 
@@ -40,7 +40,7 @@ namespace gptc::artifact {
 // PyTorch DDP) and while no member's result is needed before the next
 // all-reduce is issued. Buffer assignment keeps every member's buffers
 // reserved until its result's last reader (Note [in-place all-reduce] in
-// passes/buffer_assignment.h), so running a bucket late and concurrently
+// compiler/analysis/buffer_assignment.h), so running a bucket late and concurrently
 // with later kernels is safe.
 inline constexpr int64_t kAllReduceBucketBytes = int64_t{25} << 20;  // 25 MiB
 
@@ -50,7 +50,7 @@ using PlanStats = program::ArtifactCounts;
 // The plan of `entry` (its module fused and scheduled; `assignment` computed
 // on it; `kernels` from codegen::CompileFusions on it). Adds to `stats`.
 StatusOr<program::EntryPlan> BuildEntryPlan(const program::TrainEntry& entry,
-                                            const passes::BufferAssignment& assignment,
+                                            const analysis::BufferAssignment& assignment,
                                             const codegen::CompiledKernels& kernels,
                                             PlanStats& stats);
 

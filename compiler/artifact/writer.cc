@@ -124,15 +124,15 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
     }
     ir_text += ir::PrintModule(*entry.module);
     watch.Lap();
-    std::optional<passes::BufferAssignment> assigned;
+    std::optional<analysis::BufferAssignment> assigned;
     if (options.assignments == nullptr) {
-      ASSIGN_OR_RETURN(assigned, passes::AssignBuffers(*entry.module,
-                                                       passes::DonationOptions(entry.signature)));
+      ASSIGN_OR_RETURN(assigned, analysis::AssignBuffers(
+                                     *entry.module, analysis::DonationOptions(entry.signature)));
     } else if (options.assignments->size() != program.entries.size()) {
       return Error("{} buffer assignments for {} entries", options.assignments->size(),
                    program.entries.size());
     }
-    const passes::BufferAssignment& ba = assigned ? *assigned : (*options.assignments)[e];
+    const analysis::BufferAssignment& ba = assigned ? *assigned : (*options.assignments)[e];
     t_buffers += watch.Lap();
     ASSIGN_OR_RETURN(program::EntryPlan entry_plan, BuildEntryPlan(entry, ba, kernels, out.stats));
     t_plan += watch.Lap();

@@ -13,10 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/analysis/buffer_assignment.h"
 #include "compiler/artifact/plan.h"
 #include "compiler/codegen/codegen.h"
 #include "compiler/program/manifest.h"
-#include "passes/train_step.h"
+#include "compiler/program/program.h"
 
 namespace gptc::artifact {
 
@@ -32,7 +33,7 @@ struct ArtifactOptions {
   bool compile_kernels = true;
   // Each entry's buffer assignment, when the caller has made them already
   // (gptc compile's reports): used as they are, not recomputed. Null: made here.
-  const std::vector<passes::BufferAssignment>* assignments = nullptr;
+  const std::vector<analysis::BufferAssignment>* assignments = nullptr;
   // Called as codegen goes: (kernels compiled, distinct kernels of all entries).
   std::function<void(int64_t, int64_t)> progress;
 };

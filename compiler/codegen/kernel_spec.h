@@ -13,7 +13,7 @@
 // CompileFusions lists them. A scatter-add: NAME_init copies operand 0 into
 // the result, then NAME adds the updates (gather_emitter.cc); NAME_init
 // (`copies_operand`) is not launched when the result is written over operand
-// 0 (Note [in-place temporaries] in passes/buffer_assignment.h). A reduction
+// 0 (Note [in-place temporaries] in compiler/analysis/buffer_assignment.h). A reduction
 // fusion mixing row and column reductions (layer-norm backward): NAME_rows
 // writes the row-part results, then NAME the column-part ones (Note [mixed
 // row and column reductions] in codegen.h); each writes only its results.

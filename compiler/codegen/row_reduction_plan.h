@@ -85,7 +85,7 @@
 // whose chunk holds column t reads that element, every other thread takes
 // 0, and the threads' partials are combined as the batch's sums are. Only
 // the owner reads it because an output may overwrite the parameter in place
-// (Note [in-place temporaries] in passes/buffer_assignment.h), each thread
+// (Note [in-place temporaries] in compiler/analysis/buffer_assignment.h), each thread
 // its own columns after it has read them.
 //
 // Note [bounded columns]: the cross-entropy masks the vocabulary's padding

@@ -127,7 +127,7 @@ struct KernelThunk {
   // without its epilogue: the bias gradient (right before the gemm) or the
   // epilogue itself (right after it).
   bool fallback = false;
-  // Note [in-place temporaries] (passes/buffer_assignment.h): the result is
+  // Note [in-place temporaries] (compiler/analysis/buffer_assignment.h): the result is
   // operand 0's buffer and the kernel adds to it (a scatter-add whose copy
   // kernel the plan left out): the bytes it does not write keep the
   // operand's values, which are the result's.
@@ -155,7 +155,7 @@ struct CopyThunk {
 };
 
 // A small constant written into `dst` at its place in the schedule every run
-// (Note [liveness] in passes/buffer_assignment.h: constants are ordinary
+// (Note [liveness] in compiler/analysis/buffer_assignment.h: constants are ordinary
 // values whose slices are reused once they are dead).
 struct ConstantThunk {
   ir::DType dtype = ir::DType::kF32;

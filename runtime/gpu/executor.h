@@ -177,7 +177,7 @@ class EntryExecutor {
   // before Run returns, so comm_stream_ joins back to the compute stream and
   // the whole run stays capturable into one CUDA graph. The buffers an
   // all-reduce touches stay reserved until `wait_before` (Note [in-place
-  // all-reduce] in passes/buffer_assignment.h).
+  // all-reduce] in compiler/analysis/buffer_assignment.h).
   cudaStream_t comm_stream_ = nullptr;      // null: no buckets
   std::vector<cudaEvent_t> ready_, done_;   // per bucket
   std::vector<int64_t> issues_bucket_;      // per thunk: the bucket issued after it, or -1

@@ -5,12 +5,13 @@
 #include <algorithm>
 #include <random>
 
+#include "compiler/analysis/buffer_assignment.h"
+#include "compiler/analysis/kernel_count.h"
 #include "compiler/eval/evaluator.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
 #include "models/gpt2.h"
 #include "passes/autodiff.h"
-#include "passes/buffer_assignment.h"
 #include "passes/dce.h"
 #include "passes/fusion.h"
 #include "passes/train_step.h"
@@ -233,7 +234,7 @@ TEST(DataParallelTest, Gpt2TinyAllReducesFollowTheirGradients) {
   for (const Instruction* ar : ars) {
     // The backward kernel behind the all-reduce's operand.
     const Instruction* producer = ar->operand(0);
-    while (is_dp(producer) || !IsKernel(*producer)) {
+    while (is_dp(producer) || !analysis::IsKernel(*producer)) {
       if (producer->operand_count() == 0) break;
       producer = producer->operand(0);
     }
@@ -241,7 +242,7 @@ TEST(DataParallelTest, Gpt2TinyAllReducesFollowTheirGradients) {
     ASSERT_LT(from, to) << ar->name();
     for (int64_t i = from + 1; i < to; ++i) {
       const Instruction* between = step.instructions()[i].get();
-      EXPECT_TRUE(!IsKernel(*between) || is_dp(between))
+      EXPECT_TRUE(!analysis::IsKernel(*between) || is_dp(between))
           << ar->name() << " waits for " << between->name() << " after its gradient's "
           << producer->name();
     }
@@ -255,8 +256,8 @@ TEST(DataParallelTest, Gpt2TinyAllReducesFollowTheirGradients) {
   EXPECT_GE(early, static_cast<int64_t>(ars.size()) - 2);
 
   // Note [in-place all-reduce]: every gradient is reduced in its own buffer.
-  StatusOr<BufferAssignment> ba =
-      AssignBuffers(*program->entries[0].module, DonationOptions(program->entries[0].signature));
+  StatusOr<analysis::BufferAssignment> ba = analysis::AssignBuffers(
+      *program->entries[0].module, analysis::DonationOptions(program->entries[0].signature));
   ASSERT_TRUE(ba.ok()) << ba.status().message();
   for (const Instruction* ar : ars) {
     EXPECT_EQ(*ba->GetSlice(ar), *ba->GetSlice(ar->operand(0))) << ar->name();

@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "compiler/analysis/kernel_count.h"
 #include "models/config.h"
 #include "models/gpt2.h"
 #include "passes/fusion_report.h"
@@ -20,7 +21,7 @@ using ::gptc::testing::RunPassAndCompare;
 
 // The fusion instructions of the entry, by kind.
 int64_t Count(const ir::Module& m, const std::string& kind) {
-  auto counts = CountKernels(m);
+  auto counts = analysis::CountKernels(m);
   return counts.contains(kind) ? counts.at(kind) : 0;
 }
 
@@ -52,7 +53,7 @@ ENTRY %main {
   std::unique_ptr<ir::Module> after;
   EXPECT_TRUE(RunPassAndCompare(fusion, *module, after));
   EXPECT_EQ(Count(*after, "loop"), 1);
-  EXPECT_EQ(CountKernels(*after).size(), 1u);
+  EXPECT_EQ(analysis::CountKernels(*after).size(), 1u);
 }
 
 TEST(FusionTest, GemmAbsorbsBiasAndGeluButNotAResidualAfterIt) {
@@ -120,7 +121,7 @@ ENTRY %main {
   std::unique_ptr<ir::Module> after;
   EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
   EXPECT_EQ(Count(*after, "reduction"), 1);
-  EXPECT_EQ(CountKernels(*after).size(), 1u) << ir::PrintModule(*after);
+  EXPECT_EQ(analysis::CountKernels(*after).size(), 1u) << ir::PrintModule(*after);
   const ir::Instruction* f = FusionOf(*after, "vs");
   ASSERT_NE(f, nullptr);
   EXPECT_TRUE(f->shape().is_tuple());  // multi-output: %out and %r
@@ -141,7 +142,7 @@ ENTRY %main {
   std::unique_ptr<ir::Module> after;
   EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
   EXPECT_EQ(Count(*after, "reduction"), 1);
-  EXPECT_EQ(CountKernels(*after).size(), 1u);
+  EXPECT_EQ(analysis::CountKernels(*after).size(), 1u);
 }
 
 TEST(FusionTest, BiasGradientJoinsTheWeightGradientGemm) {
@@ -158,7 +159,7 @@ ENTRY %main {
   std::unique_ptr<ir::Module> after;
   EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
   EXPECT_EQ(Count(*after, "gemm"), 1);
-  EXPECT_EQ(CountKernels(*after).size(), 1u);
+  EXPECT_EQ(analysis::CountKernels(*after).size(), 1u);
 }
 
 TEST(FusionTest, BiasGradientSeesThroughTheOperandConvert) {
@@ -202,7 +203,7 @@ ENTRY %main {
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f, FusionOf(*after, "w2.bf16"));
   EXPECT_EQ(f->metadata(), "parameters.bf16");  // counted for no layer
-  EXPECT_EQ(KernelsPerLayer(*after).at(0), 2);
+  EXPECT_EQ(analysis::KernelsPerLayer(*after).at(0), 2);
 }
 
 // A layer norm's backward from %dy, %xh (f32[2,4,8]) and %g (f32[8]): dx rows
@@ -233,7 +234,7 @@ ENTRY %main {
   std::unique_ptr<ir::Module> after;
   EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
   EXPECT_EQ(Count(*after, "reduction"), 1);
-  EXPECT_EQ(CountKernels(*after).size(), 1u);
+  EXPECT_EQ(analysis::CountKernels(*after).size(), 1u);
 }
 
 // Note [narrow gemm results]: the f32 widening of a bf16 dx gemm joins the
@@ -255,7 +256,7 @@ ENTRY %main {
   EXPECT_TRUE(RunPassAndCompare(fusion, *module, after, 3, 1e-5));
   EXPECT_EQ(Count(*after, "gemm"), 1);
   EXPECT_EQ(Count(*after, "reduction"), 1);
-  EXPECT_EQ(CountKernels(*after).size(), 2u);
+  EXPECT_EQ(analysis::CountKernels(*after).size(), 2u);
   const ir::Instruction* gemm = FusionOf(*after, "d");
   ASSERT_NE(gemm, nullptr);
   EXPECT_EQ(gemm->shape().dtype(), ir::DType::kBF16);
@@ -308,10 +309,10 @@ ENTRY %main {
   std::unique_ptr<ir::Module> after;
   EXPECT_TRUE(RunPassAndCompare(fusion, *module, after));
   EXPECT_EQ(Count(*after, "loop"), 0);
-  EXPECT_EQ(CountKernels(*after).size(), 2u);  // the gemm and the reduction
+  EXPECT_EQ(analysis::CountKernels(*after).size(), 2u);  // the gemm and the reduction
   const ir::Instruction* r = after->entry()->FindInstruction("r");
   ASSERT_NE(r, nullptr);
-  EXPECT_FALSE(IsKernel(*r));
+  EXPECT_FALSE(analysis::IsKernel(*r));
 }
 
 TEST(FusionTest, GradientSquareSumsAreOneHorizontalReduction) {
@@ -368,7 +369,7 @@ TEST(FusionTest, AttentionOutputConvertAndQkvBiasJoinTheAttentionKernel) {
   }
   EXPECT_EQ(loops, std::vector<std::string>{});
   // ln, gemm, attention, gemm, ln, gemm + bias + GELU, gemm
-  EXPECT_EQ(KernelsPerLayer(*after).at(0), 7);
+  EXPECT_EQ(analysis::KernelsPerLayer(*after).at(0), 7);
 }
 
 // The bf16 train step of a one-layer gpt2-tiny of width 32 (batch 1, seq 8)
@@ -433,7 +434,7 @@ TEST(FusionTest, GeluAndItsBackwardJoinTheGemmsAroundThem) {
   ASSERT_NE(dw, nullptr);
   EXPECT_EQ(dw->attrs().fusion_kind, ir::FusionKind::kGemm);
   EXPECT_EQ(dw->shape().ToString(), "(f32[128], f32[32,128])") << ir::PrintModule(*after);
-  EXPECT_EQ(KernelsPerLayer(*after).at(0), kBf16KernelsPerLayer);
+  EXPECT_EQ(analysis::KernelsPerLayer(*after).at(0), kBf16KernelsPerLayer);
   EXPECT_FALSE(fusion.Run(*after).value());
 }
 
@@ -537,7 +538,7 @@ ENTRY %main {
   // Unfused exps are not kernels; fused, each is one.
   Fusion fusion;
   ASSERT_TRUE(fusion.Run(*module).value());
-  std::map<int64_t, int64_t> per_layer = KernelsPerLayer(*module);
+  std::map<int64_t, int64_t> per_layer = analysis::KernelsPerLayer(*module);
   EXPECT_EQ(per_layer.at(0), 2);
   EXPECT_EQ(per_layer.at(1), 1);
 }
@@ -654,7 +655,7 @@ TEST(FusionTest, Gpt2TinyTrainStep) {
   EXPECT_EQ(Count(*after, "attention"), 2 * config->layers);
   EXPECT_EQ(Count(*after, "cross_entropy"), 1);
   EXPECT_EQ(Count(*after, "optimizer"), 1);
-  auto per_layer = KernelsPerLayer(*after);
+  auto per_layer = analysis::KernelsPerLayer(*after);
   ASSERT_EQ(static_cast<int64_t>(per_layer.size()), config->layers);
   for (auto [layer, kernels] : per_layer) {
     EXPECT_LE(kernels, kMaxKernelsPerLayer) << "layer " << layer;

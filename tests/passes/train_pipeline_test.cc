@@ -12,10 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "compiler/analysis/buffer_assignment.h"
+#include "compiler/analysis/kernel_count.h"
 #include "compiler/eval/evaluator.h"
 #include "models/config.h"
 #include "models/gpt2.h"
-#include "passes/buffer_assignment.h"
 #include "passes/fusion.h"
 #include "passes/train_step.h"
 
@@ -108,7 +109,7 @@ TEST_P(TrainPipelineTest, Bf16StepFitsKernelBudgetAndEvaluatesLikeUnoptimized) {
   const ir::Module& fused = *optimized->Find("train_step")->module;
   const ir::Module& unfused = *plain->Find("train_step")->module;
 
-  std::map<int64_t, int64_t> per_layer = KernelsPerLayer(fused);
+  std::map<int64_t, int64_t> per_layer = analysis::KernelsPerLayer(fused);
   ASSERT_EQ(static_cast<int64_t>(per_layer.size()), TinyConfig().layers);
   for (auto [layer, kernels] : per_layer) {
     EXPECT_LE(kernels, KernelBudget(PrecisionPolicy::kBF16, GetParam())) << "layer " << layer;
@@ -116,10 +117,10 @@ TEST_P(TrainPipelineTest, Bf16StepFitsKernelBudgetAndEvaluatesLikeUnoptimized) {
 
   // No f32 logits or dlogits: [B, T, V] or [B*T, V] buffers are bf16.
   int64_t vocab = models::PadVocab(models::kGpt2Vocab);
-  StatusOr<BufferAssignment> buffers = AssignBuffers(fused);
+  StatusOr<analysis::BufferAssignment> buffers = analysis::AssignBuffers(fused);
   ASSERT_TRUE(buffers.ok()) << buffers.status().message();
   int logits_buffers = 0;
-  for (const BufferAssignment::Buffer& b : buffers->buffers()) {
+  for (const analysis::BufferAssignment::Buffer& b : buffers->buffers()) {
     const std::vector<int64_t>& dims = b.shape.dims();
     bool logits = dims == std::vector<int64_t>{kBatch, kSeq, vocab} ||
                   dims == std::vector<int64_t>{kBatch * kSeq, vocab};
@@ -142,7 +143,7 @@ TEST_P(TrainPipelineTest, Bf16StepFitsKernelBudgetAndEvaluatesLikeUnoptimized) {
 TEST_P(TrainPipelineTest, F32StepFitsKernelBudget) {
   StatusOr<TrainProgram> optimized = Build(PrecisionPolicy::kF32, GetParam(), true);
   ASSERT_TRUE(optimized.ok()) << optimized.status().message();
-  for (auto [layer, kernels] : KernelsPerLayer(*optimized->Find("train_step")->module)) {
+  for (auto [layer, kernels] : analysis::KernelsPerLayer(*optimized->Find("train_step")->module)) {
     EXPECT_LE(kernels, KernelBudget(PrecisionPolicy::kF32, GetParam())) << "layer " << layer;
   }
 }

@@ -425,7 +425,7 @@ TEST_F(GptrunEmuDefectTest, ARefusedEpilogueFallsBackToItsKernel) {
   StatusOr<program::Artifact> a = program::ReadArtifact((*dir_ / "one.gptx").string());
   ASSERT_TRUE(a.ok());
   // Every gemm with an epilogue, in every entry gptrun loads; among them the
-  // GELU and its backward (Note [GELU epilogues] in passes/gelu_epilogue.h).
+  // GELU and its backward (Note [GELU epilogues] in compiler/analysis/gelu_epilogue.h).
   size_t gemms = 0;
   std::set<std::string> epilogues;
   for (const json& entry : a->plan["entries"]) {

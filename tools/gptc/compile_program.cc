@@ -4,13 +4,14 @@
 #include <chrono>
 #include <memory>
 
+#include "compiler/analysis/buffer_assignment.h"
+#include "compiler/analysis/kernel_count.h"
 #include "compiler/ir/printer.h"
 #include "compiler/pass/pipeline.h"
 #include "compiler/program/model_config.h"
 #include "compiler/support/file.h"
 #include "compiler/support/text.h"
 #include "models/gpt2.h"
-#include "passes/buffer_assignment.h"
 #include "passes/fusion.h"
 #ifdef GPTC_HAVE_ARTIFACT_WRITER
 #include "compiler/artifact/writer.h"
@@ -24,11 +25,11 @@ namespace {
 // to `summary`, and each entry's buffer assignment to `assignments` (the
 // artifact reuses them).
 Status WriteReports(const program::TrainProgram& program, const CompileOptions& options,
-                    std::vector<passes::BufferAssignment>& assignments, std::string& summary) {
+                    std::vector<analysis::BufferAssignment>& assignments, std::string& summary) {
   for (const program::TrainEntry& e : program.entries) {
     std::string fusion = passes::RenderFusionReport(*e.module, options.roofline_gpu);
-    ASSIGN_OR_RETURN(passes::BufferAssignment assignment,
-                     passes::AssignBuffers(*e.module, passes::DonationOptions(e.signature)));
+    ASSIGN_OR_RETURN(analysis::BufferAssignment assignment,
+                     analysis::AssignBuffers(*e.module, analysis::DonationOptions(e.signature)));
     const int64_t arena_size = assignment.arena_size();
     std::string memory = assignment.MemoryReport(20, e.name);
     const std::string& dir = options.dump_dir;
@@ -47,9 +48,9 @@ Status WriteReports(const program::TrainProgram& program, const CompileOptions& 
       std::printf("== memory report: %s\n%s", e.name.c_str(), memory.c_str());
     }
     int64_t kernels = 0;
-    for (const auto& [kind, count] : passes::CountKernels(*e.module)) kernels += count;
+    for (const auto& [kind, count] : analysis::CountKernels(*e.module)) kernels += count;
     int64_t max_per_layer = 0;
-    for (const auto& [layer, count] : passes::KernelsPerLayer(*e.module)) {
+    for (const auto& [layer, count] : analysis::KernelsPerLayer(*e.module)) {
       max_per_layer = std::max(max_per_layer, count);
     }
     summary += fmt::format("; {}: {} fusions{}, arena {}", e.name, kernels,
@@ -94,7 +95,7 @@ std::string SlowestKernels(std::vector<artifact::BuiltArtifact::KernelSeconds> k
 
 // The artifact of `program`; appends the kernel counts to the summary.
 Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOptions& options,
-                          const std::vector<passes::BufferAssignment>& assignments,
+                          const std::vector<analysis::BufferAssignment>& assignments,
                           const CompileProgress& progress, CompileResult& result) {
   const models::GptConfig& config = options.config;
   const passes::TrainStepOptions& train = options.train;
@@ -227,7 +228,7 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
   result.pass_seconds = SumPerPass(*pass_timings);
 
   std::string reports;
-  std::vector<passes::BufferAssignment> assignments;
+  std::vector<analysis::BufferAssignment> assignments;
   if (!options.forward_only && train.optimize) {
     show("buffer assignment and reports", true);
     RETURN_IF_ERROR(WriteReports(program, options, assignments, reports));

@@ -100,7 +100,7 @@ TEST(ArtifactTest, TinyPlanGolden) {
   EXPECT_EQ(epilogues["CUBLASLT_EPILOGUE_BIAS"], 6);
   // c_fc with its GELU (writing the pre-activation), and the gradient of
   // c_proj's input with the GELU's derivative (reading it): Note [GELU
-  // epilogues] in passes/gelu_epilogue.h.
+  // epilogues] in compiler/analysis/gelu_epilogue.h.
   EXPECT_EQ(epilogues["CUBLASLT_EPILOGUE_GELU_AUX_BIAS"], 2);
   EXPECT_EQ(epilogues["CUBLASLT_EPILOGUE_DGELU"], 2);
   // Weight gradients dW = x^T dy with the bias gradient of dy (cuBLASLt's A).

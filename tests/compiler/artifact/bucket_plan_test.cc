@@ -2,9 +2,9 @@
 // all_reduce thunks into buckets.
 #include <gtest/gtest.h>
 
+#include "compiler/analysis/buffer_assignment.h"
 #include "compiler/artifact/plan.h"
 #include "compiler/ir/parser.h"
-#include "passes/buffer_assignment.h"
 
 namespace gptc::artifact {
 namespace {
@@ -38,7 +38,7 @@ TEST(BucketPlanTest, BucketsCloseAtTheCapAndBeforeAnEarlyReader) {
   for (const ir::Shape& s : entry.module->entry()->root()->shape().tuple_elements()) {
     entry.signature.outputs.push_back({program::SlotRole::kData, -1, "out", s});
   }
-  StatusOr<passes::BufferAssignment> ba = passes::AssignBuffers(*entry.module);
+  StatusOr<analysis::BufferAssignment> ba = analysis::AssignBuffers(*entry.module);
   ASSERT_TRUE(ba.ok()) << ba.status().message();
   PlanStats stats;
   StatusOr<program::EntryPlan> plan = BuildEntryPlan(entry, *ba, codegen::CompiledKernels{}, stats);

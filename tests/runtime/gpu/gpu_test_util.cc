@@ -73,8 +73,8 @@ StatusOr<Tiny> Load(TinyVariant variant) {
     if (it == plans.end()) return Error("{}: the plan has no entry {}", t.path, entry.name);
     t.plans.push_back(*it);
     ASSIGN_OR_RETURN(
-        passes::BufferAssignment ba,
-        passes::AssignBuffers(*entry.module, passes::DonationOptions(entry.signature)));
+        analysis::BufferAssignment ba,
+        analysis::AssignBuffers(*entry.module, analysis::DonationOptions(entry.signature)));
     t.assignments.push_back(std::move(ba));
   }
   return t;

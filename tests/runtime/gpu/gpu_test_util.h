@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "compiler/analysis/buffer_assignment.h"
 #include "compiler/eval/literal.h"
 #include "compiler/ir/instruction.h"
-#include "passes/buffer_assignment.h"
 #include "compiler/program/container.h"
 #include "runtime/emu/emu_device.h"
 #include "runtime/gpu/backend.h"
@@ -54,7 +54,7 @@ struct Tiny {
   LoadedProgram loaded;
   std::vector<EntryPlan> plans;  // parallel to loaded.program.entries
   // Per entry: the buffer assignment recomputed from the parsed IR.
-  std::vector<passes::BufferAssignment> assignments;
+  std::vector<analysis::BufferAssignment> assignments;
 };
 
 // The artifact, read once; null (with `why`) when it is missing or broken.

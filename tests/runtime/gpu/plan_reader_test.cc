@@ -246,7 +246,7 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
   ASSERT_TRUE(checked.ok()) << checked.message();
   for (size_t e = 0; e < tiny.plans.size(); ++e) {
     const EntryPlan& plan = tiny.plans[e];
-    const passes::BufferAssignment& ba = tiny.assignments[e];
+    const analysis::BufferAssignment& ba = tiny.assignments[e];
     const program::TrainEntry& entry = tiny.loaded.program.entries[e];
     const ir::Computation& c = *entry.module->entry();
     // Buffer assignment's arena, then (Note [split column reductions]) the
@@ -265,7 +265,7 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
     std::vector<ir::Instruction*> params = c.parameters();
     ASSERT_EQ(plan.inputs.size(), params.size());
     for (size_t i = 0; i < params.size(); ++i) {
-      StatusOr<passes::Slice> s = ba.GetSlice(params[i]);
+      StatusOr<analysis::Slice> s = ba.GetSlice(params[i]);
       ASSERT_TRUE(s.ok());
       EXPECT_EQ(plan.inputs[i].slice, (ArenaSlice{s->offset, s->size})) << plan.inputs[i].name;
     }
@@ -276,13 +276,13 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
       ASSERT_NE(inst, nullptr) << t.Describe();
       std::vector<ArenaSlice> operands, results;
       for (int64_t i = 0; i < inst->operand_count(); ++i) {
-        StatusOr<passes::Slice> s = ba.GetSlice(inst->operand(i));
+        StatusOr<analysis::Slice> s = ba.GetSlice(inst->operand(i));
         ASSERT_TRUE(s.ok()) << t.Describe();
         operands.push_back({s->offset, s->size});
       }
-      StatusOr<std::vector<passes::Slice>> rs = ba.GetSlices(inst);
+      StatusOr<std::vector<analysis::Slice>> rs = ba.GetSlices(inst);
       ASSERT_TRUE(rs.ok()) << t.Describe();
-      for (const passes::Slice& s : *rs) results.push_back({s.offset, s.size});
+      for (const analysis::Slice& s : *rs) results.push_back({s.offset, s.size});
       auto is_operand = [&](const ArenaSlice& s) {
         return std::find(operands.begin(), operands.end(), s) != operands.end();
       };

@@ -102,13 +102,13 @@ StatusOr<GroupRun> RunGroup(GpuHarness& gpu, const Tiny& tiny, size_t e, const G
   run.inst = entry.module->entry()->FindInstruction(g.instruction);
   const ir::Instruction* inst = run.inst;
   if (inst == nullptr) return Error("%{} is not in entry {}", g.instruction, entry.name);
-  const passes::BufferAssignment& ba = tiny.assignments[e];
+  const analysis::BufferAssignment& ba = tiny.assignments[e];
   std::mt19937_64 rng(std::hash<std::string>{}(g.instruction) + static_cast<int>(inputs));
   std::map<int64_t, std::vector<double>> by_offset;  // aliased operands share values
   std::vector<eval::Literal>& operands = run.operands;
   for (int64_t i = 0; i < inst->operand_count(); ++i) {
     const ir::Shape& shape = inst->operand(i)->shape();
-    ASSIGN_OR_RETURN(passes::Slice slice, ba.GetSlice(inst->operand(i)));
+    ASSIGN_OR_RETURN(analysis::Slice slice, ba.GetSlice(inst->operand(i)));
     auto it = by_offset.find(slice.offset);
     if (it == by_offset.end()) {
       eval::Literal random = eval::Literal::Random(shape, rng);
@@ -135,7 +135,7 @@ StatusOr<GroupRun> RunGroup(GpuHarness& gpu, const Tiny& tiny, size_t e, const G
     operands.push_back(eval::Literal{.shape = shape, .values = it->second});
   }
   RETURN_IF_ERROR(gpu.Run(e, g.thunks));
-  ASSIGN_OR_RETURN(std::vector<passes::Slice> slices, ba.GetSlices(inst));
+  ASSIGN_OR_RETURN(std::vector<analysis::Slice> slices, ba.GetSlices(inst));
   std::vector<ir::Shape> leaves;
   if (inst->shape().is_tuple()) {
     for (const ir::Shape& leaf : inst->shape().tuple_elements()) leaves.push_back(leaf);

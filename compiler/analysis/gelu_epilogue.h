@@ -31,8 +31,8 @@
 // points against GeluTanh / GeluTanhGrad (ComputesOnSamples), so that a
 // region computing something else (the erf GELU, another activation) is
 // never handed to cuBLASLt.
-#ifndef GPTC_PASSES_GELU_EPILOGUE_H_
-#define GPTC_PASSES_GELU_EPILOGUE_H_
+#ifndef GPTC_COMPILER_ANALYSIS_GELU_EPILOGUE_H_
+#define GPTC_COMPILER_ANALYSIS_GELU_EPILOGUE_H_
 
 #include <functional>
 #include <optional>
@@ -41,7 +41,7 @@
 
 #include "compiler/ir/instruction.h"
 
-namespace gptc::passes {
+namespace gptc::analysis {
 
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) and its derivative.
 double GeluTanh(double x);
@@ -84,6 +84,6 @@ std::optional<GeluRegion> MatchGelu(const ir::Instruction* x);
 std::optional<GeluRegion> MatchGeluGrad(const ir::Instruction* dy,
                                         const std::function<bool(const ir::Instruction*)>& is_x);
 
-}  // namespace gptc::passes
+}  // namespace gptc::analysis
 
-#endif  // GPTC_PASSES_GELU_EPILOGUE_H_
+#endif  // GPTC_COMPILER_ANALYSIS_GELU_EPILOGUE_H_

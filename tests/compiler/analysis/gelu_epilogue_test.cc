@@ -1,6 +1,6 @@
-// GELU matching for the gemm epilogues (passes/gelu_epilogue.h): the
+// GELU matching for the gemm epilogues (compiler/analysis/gelu_epilogue.h): the
 // reference functions, the check on sample points, and the plain-IR matchers.
-#include "passes/gelu_epilogue.h"
+#include "compiler/analysis/gelu_epilogue.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include "compiler/ir/computation.h"
 #include "tests/testing/pass_harness.h"
 
-namespace gptc::passes {
+namespace gptc::analysis {
 namespace {
 
 using ::gptc::testing::ParseOrDie;
@@ -175,4 +175,4 @@ ENTRY %main {
 }
 
 }  // namespace
-}  // namespace gptc::passes
+}  // namespace gptc::analysis

@@ -82,8 +82,8 @@
 // overwrote it, so there is none. The buffer then lives to the output's last
 // reader and may be overwritten again. gpt2-124m's cross-entropy writes the
 // logits' gradient over the logits: 1.5 GiB less at batch 16.
-#ifndef GPTC_PASSES_BUFFER_ASSIGNMENT_H_
-#define GPTC_PASSES_BUFFER_ASSIGNMENT_H_
+#ifndef GPTC_COMPILER_ANALYSIS_BUFFER_ASSIGNMENT_H_
+#define GPTC_COMPILER_ANALYSIS_BUFFER_ASSIGNMENT_H_
 
 #include <cstdint>
 #include <map>
@@ -93,9 +93,10 @@
 #include <vector>
 
 #include "compiler/ir/module.h"
+#include "compiler/program/program.h"
 #include "compiler/support/status.h"
 
-namespace gptc::passes {
+namespace gptc::analysis {
 
 inline constexpr int64_t kBufferAlignment = 256;
 
@@ -221,6 +222,10 @@ class BufferAssignment {
 StatusOr<BufferAssignment> AssignBuffers(const ir::Module& module,
                                          const BufferAssignmentOptions& options = {});
 
-}  // namespace gptc::passes
+// Buffer assignment options that make each donation of an entry (new params,
+// moments, accumulators) an in-place output of its input.
+BufferAssignmentOptions DonationOptions(const program::EntrySignature& signature);
 
-#endif  // GPTC_PASSES_BUFFER_ASSIGNMENT_H_
+}  // namespace gptc::analysis
+
+#endif  // GPTC_COMPILER_ANALYSIS_BUFFER_ASSIGNMENT_H_

@@ -1,4 +1,4 @@
-#include "passes/gelu_epilogue.h"
+#include "compiler/analysis/gelu_epilogue.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include "compiler/ir/computation.h"
 #include "compiler/ir/module.h"
 
-namespace gptc::passes {
+namespace gptc::analysis {
 
 using ir::Instruction;
 using ir::Opcode;
@@ -261,4 +261,4 @@ std::optional<GeluRegion> MatchGeluGrad(const Instruction* dy,
   return r;
 }
 
-}  // namespace gptc::passes
+}  // namespace gptc::analysis

@@ -1,4 +1,4 @@
-#include "passes/buffer_assignment.h"
+#include "compiler/analysis/buffer_assignment.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include "compiler/ir/patterns.h"
 #include "compiler/support/text.h"
 
-namespace gptc::passes {
+namespace gptc::analysis {
 
 namespace {
 
@@ -240,8 +240,8 @@ std::unordered_set<const Instruction*> InPlaceAllReduces(const ir::Computation& 
   std::unordered_map<int64_t, std::unordered_set<const Instruction*>> readers;
   for (const auto& inst : computation.instructions()) {
     const Opcode op = inst->opcode();
-    const bool alias = op == Opcode::kTuple || op == Opcode::kGetTupleElement ||
-                       op == Opcode::kReshape;
+    const bool alias =
+        op == Opcode::kTuple || op == Opcode::kGetTupleElement || op == Opcode::kReshape;
     if (alias && inst.get() != computation.root()) continue;
     for (const Instruction* operand : inst->operands()) {
       for (int64_t b : lb.leaf_buffers.at(operand)) readers[b].insert(inst.get());
@@ -512,8 +512,8 @@ StatusOr<BufferAssignment> AssignBuffers(const ir::Module& module,
     const int64_t out_buffer = root_leaves[output];
     if (out_buffer == param_buffer) continue;  // returned unchanged: already in place
     const Instruction& producer = *all[out_buffer].defining;
-    std::string reason = WhyNotInPlace(all, out_buffer, param_buffer, merged_into, last_read, time,
-                                       order, lb);
+    std::string reason =
+        WhyNotInPlace(all, out_buffer, param_buffer, merged_into, last_read, time, order, lb);
     if (!reason.empty()) {
       result.copies_.push_back({output, p, std::move(reason)});
       copied_params.insert(p);
@@ -650,4 +650,13 @@ std::string BufferAssignment::MemoryReport(int top_n, const std::string& title) 
   return out;
 }
 
-}  // namespace gptc::passes
+BufferAssignmentOptions DonationOptions(const program::EntrySignature& signature) {
+  BufferAssignmentOptions options;
+  for (auto [output, input] : signature.donations) {
+    options.donated_parameters.insert(input);
+    options.output_to_parameter[output] = input;
+  }
+  return options;
+}
+
+}  // namespace gptc::analysis

@@ -1,4 +1,4 @@
-#include "passes/buffer_assignment.h"
+#include "compiler/analysis/buffer_assignment.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include "passes/schedule.h"
 #include "tests/testing/pass_harness.h"
 
-namespace gptc::passes {
+namespace gptc::analysis {
 namespace {
 
 using ::gptc::testing::ParseOrDie;
@@ -140,7 +140,7 @@ TEST(BufferAssignmentTest, RandomModulesNeverOverlapLiveBuffers) {
       ASSERT_TRUE(slices.ok()) << slices.status().message();
     }
     // And again after scheduling, which must not make the peak worse.
-    Schedule schedule;
+    passes::Schedule schedule;
     ASSERT_TRUE(schedule.Run(*module).ok());
     BufferAssignment scheduled = AssignOrDie(*module);
     ExpectValid(scheduled);
@@ -370,9 +370,9 @@ TEST(BufferAssignmentTest, IsDeterministic) {
 }
 
 }  // namespace
-}  // namespace gptc::passes
+}  // namespace gptc::analysis
 
-namespace gptc::passes {
+namespace gptc::analysis {
 namespace {
 
 // Note [in-place all-reduce]: a gradient nothing else reads is reduced in
@@ -516,4 +516,4 @@ ENTRY %main {
 }
 
 }  // namespace
-}  // namespace gptc::passes
+}  // namespace gptc::analysis
