@@ -866,8 +866,8 @@ StatusOr<bool> Fusion::Run(ir::Module& module) {
   using namespace fusion_internal;  // NOLINT(build/namespaces): the phases read as a list
   if (module.entry() == nullptr) return Error("fusion: module {} has no entry", module.name());
   const std::vector<Instruction*> attention_ops = AttentionOps(*module.entry());
-  ReadRoundedAttentionOperands(*module.entry(), attention_ops);
-  SplitAttentionOperandChains(*module.entry(), attention_ops);
+  bool changed = ReadRoundedAttentionOperands(*module.entry(), attention_ops);
+  changed |= SplitAttentionOperandChains(*module.entry(), attention_ops);
   Planner planner(module.entry());
   FuseOptimizer(planner);
   FuseGradNorm(planner);
@@ -879,7 +879,8 @@ StatusOr<bool> Fusion::Run(ir::Module& module) {
   FuseReductions(planner);
   FuseConvertsIntoProducers(planner);
   FuseLoops(planner);
-  return Materializer(module, planner).Run();
+  const bool fused = Materializer(module, planner).Run();
+  return fused || changed;
 }
 
 }  // namespace gptc::passes
