@@ -130,17 +130,9 @@ struct SharedScalars {
   Instruction* eps = nullptr;
 };
 
-// Emits the global norm, clipping and AdamW updates; returns the pre-clip
-// norm and fills new params / m / v. The parameter vectors are in step.
-StatusOr<Instruction*> EmitAdamW(Emitter& e, const AdamWOptions& o,
-                                 const std::vector<Instruction*>& params,
-                                 const std::vector<Instruction*>& grads,
-                                 const std::vector<Instruction*>& m,
-                                 const std::vector<Instruction*>& v, Instruction* step,
-                                 Instruction* lr, std::vector<Instruction*>& new_params,
-                                 std::vector<Instruction*>& new_m,
-                                 std::vector<Instruction*>& new_v) {
-  // norm = sqrt(sum_i sum(g_i * g_i))
+// norm = sqrt(sum_i sum(g_i * g_i)), a partial sum for each parameter.
+StatusOr<Instruction*> EmitGradNorm(Emitter& e, const std::vector<Instruction*>& params,
+                                    const std::vector<Instruction*>& grads) {
   Instruction* sumsq = nullptr;
   for (size_t i = 0; i < params.size(); ++i) {
     e.Scope("adamw." + params[i]->name(), "optimizer." + params[i]->name());
@@ -157,8 +149,13 @@ StatusOr<Instruction*> EmitAdamW(Emitter& e, const AdamWOptions& o,
   if (sumsq == nullptr) {
     ASSIGN_OR_RETURN(sumsq, e.Const(0.0, "grad_sumsq"));
   }
-  ASSIGN_OR_RETURN(Instruction * norm, e.Op(Opcode::kSqrt, {sumsq}, "grad_norm"));
+  return e.Op(Opcode::kSqrt, {sumsq}, "grad_norm");
+}
 
+// The scalars every parameter's update reads: the clip scale (with a clip
+// norm), the betas, eps, the bias corrections, the step size and the decay.
+StatusOr<SharedScalars> EmitSharedScalars(Emitter& e, const AdamWOptions& o, Instruction* norm,
+                                          Instruction* step, Instruction* lr) {
   SharedScalars k;
   if (o.clip_norm > 0) {
     // clip_scale = min(1, clip_norm / (norm + 1e-6))
@@ -185,48 +182,71 @@ StatusOr<Instruction*> EmitAdamW(Emitter& e, const AdamWOptions& o,
   ASSIGN_OR_RETURN(Instruction * wd, e.Const(o.weight_decay, "weight_decay"));
   ASSIGN_OR_RETURN(Instruction * lr_wd, e.Op(Opcode::kMul, {lr, wd}, "lr_wd"));
   ASSIGN_OR_RETURN(k.decay_factor, e.Op(Opcode::kSub, {one, lr_wd}, "decay_factor"));
+  return k;
+}
 
+// The new moments and value of parameter `p` from its gradient `g` and
+// moments `m` and `v`, appended to the three lists.
+Status EmitParamUpdate(Emitter& e, const AdamWOptions& o, const SharedScalars& k, Instruction* p,
+                       Instruction* g, Instruction* m, Instruction* v,
+                       std::vector<Instruction*>& new_params, std::vector<Instruction*>& new_m,
+                       std::vector<Instruction*>& new_v) {
+  const Shape& shape = p->shape();
+  e.Scope("adamw." + p->name(), "optimizer." + p->name());
+  if (k.clip_scale != nullptr) {
+    ASSIGN_OR_RETURN(Instruction * s, e.Splat(k.clip_scale, shape, "clip_scale"));
+    ASSIGN_OR_RETURN(g, e.Op(Opcode::kMul, {g, s}, "clipped_grad"));
+  }
+  // m' = beta1 * m + (1 - beta1) * g
+  ASSIGN_OR_RETURN(Instruction * b1, e.Splat(k.beta1, shape, "beta1"));
+  ASSIGN_OR_RETURN(Instruction * c1, e.Splat(k.one_minus_beta1, shape, "one_minus_beta1"));
+  ASSIGN_OR_RETURN(Instruction * m_old, e.Op(Opcode::kMul, {b1, m}, "m_decayed"));
+  ASSIGN_OR_RETURN(Instruction * m_new, e.Op(Opcode::kMul, {c1, g}, "m_grad"));
+  ASSIGN_OR_RETURN(m_new, e.Op(Opcode::kAdd, {m_old, m_new}, "m"));
+  // v' = beta2 * v + (1 - beta2) * g * g
+  ASSIGN_OR_RETURN(Instruction * b2, e.Splat(k.beta2, shape, "beta2"));
+  ASSIGN_OR_RETURN(Instruction * c2, e.Splat(k.one_minus_beta2, shape, "one_minus_beta2"));
+  ASSIGN_OR_RETURN(Instruction * v_old, e.Op(Opcode::kMul, {b2, v}, "v_decayed"));
+  ASSIGN_OR_RETURN(Instruction * gg, e.Op(Opcode::kMul, {g, g}, "grad_sq_clipped"));
+  ASSIGN_OR_RETURN(Instruction * v_new, e.Op(Opcode::kMul, {c2, gg}, "v_grad"));
+  ASSIGN_OR_RETURN(v_new, e.Op(Opcode::kAdd, {v_old, v_new}, "v"));
+  // update = m' / (sqrt(v' / bc2) + eps)
+  ASSIGN_OR_RETURN(Instruction * ibc2, e.Splat(k.inv_bc2, shape, "inv_bias_correction2"));
+  ASSIGN_OR_RETURN(Instruction * v_hat, e.Op(Opcode::kMul, {v_new, ibc2}, "v_hat"));
+  ASSIGN_OR_RETURN(Instruction * root, e.Op(Opcode::kSqrt, {v_hat}, "v_hat_sqrt"));
+  ASSIGN_OR_RETURN(Instruction * eps, e.Splat(k.eps, shape, "eps"));
+  ASSIGN_OR_RETURN(Instruction * denom, e.Op(Opcode::kAdd, {root, eps}, "denom"));
+  ASSIGN_OR_RETURN(Instruction * update, e.Op(Opcode::kDiv, {m_new, denom}, "update"));
+  // p' = p * (1 - lr * wd) - lr / bc1 * update   (no decay below rank 2)
+  Instruction* kept = p;
+  if (DecaysWeight(shape) && o.weight_decay != 0) {
+    ASSIGN_OR_RETURN(Instruction * df, e.Splat(k.decay_factor, shape, "decay_factor"));
+    ASSIGN_OR_RETURN(kept, e.Op(Opcode::kMul, {p, df}, "decayed"));
+  }
+  ASSIGN_OR_RETURN(Instruction * ss, e.Splat(k.step_size, shape, "step_size"));
+  ASSIGN_OR_RETURN(Instruction * delta, e.Op(Opcode::kMul, {ss, update}, "delta"));
+  ASSIGN_OR_RETURN(Instruction * p_new, e.Op(Opcode::kSub, {kept, delta}, "new"));
+  new_params.push_back(p_new);
+  new_m.push_back(m_new);
+  new_v.push_back(v_new);
+  return Status::Ok();
+}
+
+// Emits the global norm, clipping and AdamW updates; returns the pre-clip
+// norm and fills new params / m / v. The parameter vectors are in step.
+StatusOr<Instruction*> EmitAdamW(Emitter& e, const AdamWOptions& o,
+                                 const std::vector<Instruction*>& params,
+                                 const std::vector<Instruction*>& grads,
+                                 const std::vector<Instruction*>& m,
+                                 const std::vector<Instruction*>& v, Instruction* step,
+                                 Instruction* lr, std::vector<Instruction*>& new_params,
+                                 std::vector<Instruction*>& new_m,
+                                 std::vector<Instruction*>& new_v) {
+  ASSIGN_OR_RETURN(Instruction * norm, EmitGradNorm(e, params, grads));
+  ASSIGN_OR_RETURN(const SharedScalars k, EmitSharedScalars(e, o, norm, step, lr));
   for (size_t i = 0; i < params.size(); ++i) {
-    Instruction* p = params[i];
-    const Shape& shape = p->shape();
-    e.Scope("adamw." + p->name(), "optimizer." + p->name());
-    Instruction* g = grads[i];
-    if (k.clip_scale != nullptr) {
-      ASSIGN_OR_RETURN(Instruction * s, e.Splat(k.clip_scale, shape, "clip_scale"));
-      ASSIGN_OR_RETURN(g, e.Op(Opcode::kMul, {g, s}, "clipped_grad"));
-    }
-    // m' = beta1 * m + (1 - beta1) * g
-    ASSIGN_OR_RETURN(Instruction * b1, e.Splat(k.beta1, shape, "beta1"));
-    ASSIGN_OR_RETURN(Instruction * c1, e.Splat(k.one_minus_beta1, shape, "one_minus_beta1"));
-    ASSIGN_OR_RETURN(Instruction * m_old, e.Op(Opcode::kMul, {b1, m[i]}, "m_decayed"));
-    ASSIGN_OR_RETURN(Instruction * m_new, e.Op(Opcode::kMul, {c1, g}, "m_grad"));
-    ASSIGN_OR_RETURN(m_new, e.Op(Opcode::kAdd, {m_old, m_new}, "m"));
-    // v' = beta2 * v + (1 - beta2) * g * g
-    ASSIGN_OR_RETURN(Instruction * b2, e.Splat(k.beta2, shape, "beta2"));
-    ASSIGN_OR_RETURN(Instruction * c2, e.Splat(k.one_minus_beta2, shape, "one_minus_beta2"));
-    ASSIGN_OR_RETURN(Instruction * v_old, e.Op(Opcode::kMul, {b2, v[i]}, "v_decayed"));
-    ASSIGN_OR_RETURN(Instruction * gg, e.Op(Opcode::kMul, {g, g}, "grad_sq_clipped"));
-    ASSIGN_OR_RETURN(Instruction * v_new, e.Op(Opcode::kMul, {c2, gg}, "v_grad"));
-    ASSIGN_OR_RETURN(v_new, e.Op(Opcode::kAdd, {v_old, v_new}, "v"));
-    // update = m' / (sqrt(v' / bc2) + eps)
-    ASSIGN_OR_RETURN(Instruction * ibc2, e.Splat(k.inv_bc2, shape, "inv_bias_correction2"));
-    ASSIGN_OR_RETURN(Instruction * v_hat, e.Op(Opcode::kMul, {v_new, ibc2}, "v_hat"));
-    ASSIGN_OR_RETURN(Instruction * root, e.Op(Opcode::kSqrt, {v_hat}, "v_hat_sqrt"));
-    ASSIGN_OR_RETURN(Instruction * eps, e.Splat(k.eps, shape, "eps"));
-    ASSIGN_OR_RETURN(Instruction * denom, e.Op(Opcode::kAdd, {root, eps}, "denom"));
-    ASSIGN_OR_RETURN(Instruction * update, e.Op(Opcode::kDiv, {m_new, denom}, "update"));
-    // p' = p * (1 - lr * wd) - lr / bc1 * update   (no decay below rank 2)
-    Instruction* kept = p;
-    if (DecaysWeight(shape) && o.weight_decay != 0) {
-      ASSIGN_OR_RETURN(Instruction * df, e.Splat(k.decay_factor, shape, "decay_factor"));
-      ASSIGN_OR_RETURN(kept, e.Op(Opcode::kMul, {p, df}, "decayed"));
-    }
-    ASSIGN_OR_RETURN(Instruction * ss, e.Splat(k.step_size, shape, "step_size"));
-    ASSIGN_OR_RETURN(Instruction * delta, e.Op(Opcode::kMul, {ss, update}, "delta"));
-    ASSIGN_OR_RETURN(Instruction * p_new, e.Op(Opcode::kSub, {kept, delta}, "new"));
-    new_params.push_back(p_new);
-    new_m.push_back(m_new);
-    new_v.push_back(v_new);
+    RETURN_IF_ERROR(
+        EmitParamUpdate(e, o, k, params[i], grads[i], m[i], v[i], new_params, new_m, new_v));
   }
   return norm;
 }
@@ -349,6 +369,60 @@ class SignatureBuilder {
 
 }  // namespace
 
+namespace {
+
+// The apply entry of gradient accumulation: a fresh entry computation (the
+// forward and backward are not needed to apply) that reads the parameters,
+// the moments, the accumulated gradients, the step and the learning rate,
+// and runs AdamW on the gradients' mean; its signature.
+StatusOr<program::EntrySignature> BuildApplyEntry(ir::Module& module, const AutodiffOutput& in,
+                                                  const OptimizerOptions& options) {
+  const int64_t n = static_cast<int64_t>(in.params.size());
+  std::vector<Instruction*> new_params, new_m, new_v;
+  ir::Computation* apply = module.AddComputation("apply");
+  Emitter e(apply);
+  std::vector<Instruction*> params;
+  for (int64_t i = 0; i < n; ++i) {
+    e.Scope("", in.params[i]->metadata());
+    ASSIGN_OR_RETURN(Instruction * p,
+                     e.NewParameter(i, in.params[i]->shape(), in.params[i]->name()));
+    params.push_back(p);
+  }
+  ASSIGN_OR_RETURN(std::vector<Instruction*> m, AddStateParameters(e, params, "adam_m", n));
+  ASSIGN_OR_RETURN(std::vector<Instruction*> v, AddStateParameters(e, params, "adam_v", 2 * n));
+  ASSIGN_OR_RETURN(std::vector<Instruction*> acc, AddStateParameters(e, params, "grad_acc", 3 * n));
+  ASSIGN_OR_RETURN(auto step_lr, AddStepAndLr(e, 4 * n));
+  // grads = grad_acc / K
+  std::vector<Instruction*> grads;
+  e.Scope("adamw", "optimizer");
+  ASSIGN_OR_RETURN(Instruction * inv_k,
+                   e.Const(1.0 / static_cast<double>(options.grad_accum), "inv_grad_accum"));
+  for (int64_t i = 0; i < n; ++i) {
+    e.Scope("adamw." + params[i]->name(), "optimizer." + params[i]->name());
+    ASSIGN_OR_RETURN(Instruction * s, e.Splat(inv_k, params[i]->shape(), "inv_grad_accum"));
+    ASSIGN_OR_RETURN(Instruction * g, e.Op(Opcode::kMul, {acc[i], s}, "grad"));
+    grads.push_back(g);
+  }
+  ASSIGN_OR_RETURN(Instruction * norm,
+                   EmitAdamW(e, options.adamw, params, grads, m, v, step_lr.first, step_lr.second,
+                             new_params, new_m, new_v));
+  std::vector<Instruction*> elements = {norm};
+  for (auto* list : {&new_params, &new_m, &new_v}) {
+    elements.insert(elements.end(), list->begin(), list->end());
+  }
+  ASSIGN_OR_RETURN(Instruction * root, MakeRoot(e, std::move(elements)));
+  apply->set_root(root);
+  module.set_entry(apply);
+  module.RemoveUnreachableComputations();
+  SignatureBuilder sig;
+  sig.Inputs(params, SlotRole::kParam);
+  sig.Inputs(acc, SlotRole::kGradAcc);
+  sig.AdamW(params, m, v, step_lr);
+  return sig.Build(*apply);
+}
+
+}  // namespace
+
 StatusOr<bool> Optimizer::Run(ir::Module& module) {
   ASSIGN_OR_RETURN(AutodiffOutput in, Inspect(module));
   if (options_.grad_accum < 1) {
@@ -359,48 +433,7 @@ StatusOr<bool> Optimizer::Run(ir::Module& module) {
   std::vector<Instruction*> new_params, new_m, new_v;
 
   if (options_.mode == OptimizerMode::kApply) {
-    // A fresh entry: the forward and backward are not needed to apply.
-    ir::Computation* apply = module.AddComputation("apply");
-    Emitter e(apply);
-    std::vector<Instruction*> params;
-    for (int64_t i = 0; i < n; ++i) {
-      e.Scope("", in.params[i]->metadata());
-      ASSIGN_OR_RETURN(Instruction * p,
-                       e.NewParameter(i, in.params[i]->shape(), in.params[i]->name()));
-      params.push_back(p);
-    }
-    ASSIGN_OR_RETURN(std::vector<Instruction*> m, AddStateParameters(e, params, "adam_m", n));
-    ASSIGN_OR_RETURN(std::vector<Instruction*> v, AddStateParameters(e, params, "adam_v", 2 * n));
-    ASSIGN_OR_RETURN(std::vector<Instruction*> acc,
-                     AddStateParameters(e, params, "grad_acc", 3 * n));
-    ASSIGN_OR_RETURN(auto step_lr, AddStepAndLr(e, 4 * n));
-    // grads = grad_acc / K
-    std::vector<Instruction*> grads;
-    e.Scope("adamw", "optimizer");
-    ASSIGN_OR_RETURN(Instruction * inv_k,
-                     e.Const(1.0 / static_cast<double>(options_.grad_accum), "inv_grad_accum"));
-    for (int64_t i = 0; i < n; ++i) {
-      e.Scope("adamw." + params[i]->name(), "optimizer." + params[i]->name());
-      ASSIGN_OR_RETURN(Instruction * s, e.Splat(inv_k, params[i]->shape(), "inv_grad_accum"));
-      ASSIGN_OR_RETURN(Instruction * g, e.Op(Opcode::kMul, {acc[i], s}, "grad"));
-      grads.push_back(g);
-    }
-    ASSIGN_OR_RETURN(Instruction * norm,
-                     EmitAdamW(e, options_.adamw, params, grads, m, v, step_lr.first,
-                               step_lr.second, new_params, new_m, new_v));
-    std::vector<Instruction*> elements = {norm};
-    for (auto* list : {&new_params, &new_m, &new_v}) {
-      elements.insert(elements.end(), list->begin(), list->end());
-    }
-    ASSIGN_OR_RETURN(Instruction * root, MakeRoot(e, std::move(elements)));
-    apply->set_root(root);
-    module.set_entry(apply);
-    module.RemoveUnreachableComputations();
-    SignatureBuilder sig;
-    sig.Inputs(params, SlotRole::kParam);
-    sig.Inputs(acc, SlotRole::kGradAcc);
-    sig.AdamW(params, m, v, step_lr);
-    signature_ = sig.Build(*apply);
+    ASSIGN_OR_RETURN(signature_, BuildApplyEntry(module, in, options_));
     return true;
   }
 

@@ -48,6 +48,52 @@ std::vector<ir::Instruction*> Instructions(
   }
   return original;
 }
+
+// What MemoryGreedyOrder knows of the buffers: pinned[b], whether buffer b
+// stays live the whole step (parameters and outputs: scheduling never frees
+// them); reads[i], the distinct buffers instruction i reads; remaining[b],
+// the readers of b not yet scheduled; allocates[i], the bytes of the buffers
+// i defines.
+struct BufferUse {
+  std::vector<bool> pinned;
+  std::vector<std::vector<int64_t>> reads;
+  std::vector<int64_t> remaining, allocates;
+};
+
+BufferUse CountBufferUse(const analysis::LogicalBuffers& lb, const ir::Computation& computation,
+                         const std::vector<ir::Instruction*>& original,
+                         const std::unordered_map<const ir::Instruction*, int64_t>& position) {
+  const int64_t n = computation.instruction_count();
+  BufferUse use;
+  std::vector<bool>& pinned = use.pinned;
+  pinned.assign(lb.buffers.size(), false);
+  for (size_t b = 0; b < lb.buffers.size(); ++b) {
+    pinned[b] = lb.buffers[b].defining->opcode() == ir::Opcode::kParameter;
+  }
+  for (int64_t b : lb.leaf_buffers.at(computation.root())) pinned[b] = true;
+  std::vector<std::vector<int64_t>>& reads = use.reads;
+  reads.resize(n);
+  use.remaining.assign(lb.buffers.size(), 0);
+  use.allocates.assign(n, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (const ir::Instruction* op : original[i]->operands()) {
+      for (int64_t b : lb.leaf_buffers.at(op)) reads[i].push_back(b);
+    }
+    std::sort(reads[i].begin(), reads[i].end());
+    reads[i].erase(std::unique(reads[i].begin(), reads[i].end()), reads[i].end());
+    for (int64_t b : reads[i]) ++use.remaining[b];
+  }
+  for (size_t b = 0; b < lb.buffers.size(); ++b) {
+    // Outputs count when they are computed (they stay live from then on);
+    // parameters are live from the start whatever the order.
+    const ir::Instruction* def = lb.buffers[b].defining;
+    if (def->opcode() != ir::Opcode::kParameter) {
+      use.allocates[position.at(def)] += Aligned(lb.buffers[b].bytes);
+    }
+  }
+  return use;
+}
+
 }  // namespace
 
 std::vector<ir::Instruction*> MemoryGreedyOrder(const ir::Computation& computation) {
@@ -56,33 +102,11 @@ std::vector<ir::Instruction*> MemoryGreedyOrder(const ir::Computation& computati
   std::unordered_map<const ir::Instruction*, int64_t> position;
   const std::vector<ir::Instruction*> original = Instructions(computation, position);
 
-  // Parameters and outputs stay live whole step: scheduling never frees them.
-  std::vector<bool> pinned(lb.buffers.size(), false);
-  for (size_t b = 0; b < lb.buffers.size(); ++b) {
-    pinned[b] = lb.buffers[b].defining->opcode() == ir::Opcode::kParameter;
-  }
-  for (int64_t b : lb.leaf_buffers.at(computation.root())) pinned[b] = true;
-
-  // reads[i]: the distinct buffers instruction i reads; remaining[b]: readers
-  // of b not yet scheduled; allocates[i]: the bytes of the buffers i defines.
-  std::vector<std::vector<int64_t>> reads(n);
-  std::vector<int64_t> remaining(lb.buffers.size(), 0), allocates(n, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    for (const ir::Instruction* op : original[i]->operands()) {
-      for (int64_t b : lb.leaf_buffers.at(op)) reads[i].push_back(b);
-    }
-    std::sort(reads[i].begin(), reads[i].end());
-    reads[i].erase(std::unique(reads[i].begin(), reads[i].end()), reads[i].end());
-    for (int64_t b : reads[i]) ++remaining[b];
-  }
-  for (size_t b = 0; b < lb.buffers.size(); ++b) {
-    // Outputs count when they are computed (they stay live from then on);
-    // parameters are live from the start whatever the order.
-    const ir::Instruction* def = lb.buffers[b].defining;
-    if (def->opcode() != ir::Opcode::kParameter) {
-      allocates[position.at(def)] += Aligned(lb.buffers[b].bytes);
-    }
-  }
+  BufferUse use = CountBufferUse(lb, computation, original, position);
+  const std::vector<bool>& pinned = use.pinned;
+  const std::vector<std::vector<int64_t>>& reads = use.reads;
+  std::vector<int64_t>& remaining = use.remaining;
+  const std::vector<int64_t>& allocates = use.allocates;
 
   std::vector<std::vector<int64_t>> preds = Predecessors(original, position);
   std::vector<std::vector<int64_t>> successors(n);

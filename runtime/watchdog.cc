@@ -126,10 +126,10 @@ void Watchdog::Run() {
   }
 }
 
-std::optional<Status> Watchdog::CheckLocked(const std::vector<int>& readable_ranks) {
-  const auto now = Clock::now();
+// Step 1 of CheckLocked: reads a frame from each peer in `readable_ranks`;
+// false when one says the run failed (then failure_ says why).
+bool Watchdog::ReadPeersLocked(const std::vector<int>& readable_ranks) {
   const int64_t rank = options_.rank;
-  // 1. What the peers sent: a done or a release (barrier frames), an abort, or EOF.
   for (int r : readable_ranks) {
     Socket& peer = rendezvous_->peers()[r];
     StatusOr<std::vector<std::byte>> frame =
@@ -145,7 +145,7 @@ std::optional<Status> Watchdog::CheckLocked(const std::vector<int>& readable_ran
                          "this rank was still training",
                          rank),
                    /*found_here=*/true);
-        return failure_;
+        return false;
       }
       continue;
     }
@@ -159,12 +159,20 @@ std::optional<Status> Watchdog::CheckLocked(const std::vector<int>& readable_ran
                        "broke); rank {} noticed",
                        rendezvous_->PeerName(from), rank),
                  /*found_here=*/false);
-      return failure_;
+      return false;
     }
     // An abort frame (its text names the rank that failed) or a broken frame.
     FailLocked(frame.status(), /*found_here=*/false);
-    return failure_;
+    return false;
   }
+  return true;
+}
+
+std::optional<Status> Watchdog::CheckLocked(const std::vector<int>& readable_ranks) {
+  const auto now = Clock::now();
+  const int64_t rank = options_.rank;
+  // 1. What the peers sent: a done or a release (barrier frames), an abort, or EOF.
+  if (!ReadPeersLocked(readable_ranks)) return failure_;
   if (finished_) return std::nullopt;
   // 2. Errors the communicator raised on its own (a peer died mid-collective).
   if (probe_) {
@@ -183,6 +191,14 @@ std::optional<Status> Watchdog::CheckLocked(const std::vector<int>& readable_ran
   }
   // 4. The clean end.
   if (!finishing_) return std::nullopt;
+  return FinishLocked(now);
+}
+
+// Step 4 of CheckLocked, once the run is finishing: another rank tells rank
+// 0 it is done and waits for its release; rank 0 releases every rank once
+// all are done. Either fails when the other side takes past the deadline.
+std::optional<Status> Watchdog::FinishLocked(Clock::time_point now) {
+  const int64_t rank = options_.rank;
   std::vector<Socket>& peers = rendezvous_->peers();
   if (rank != 0) {
     if (!sent_done_) {

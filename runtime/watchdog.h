@@ -92,6 +92,10 @@ class Watchdog {
   // One round: reads what the peers sent, probes, checks the phase and the
   // finish. Returns the failure found, if any. Called with mu_ held.
   std::optional<Status> CheckLocked(const std::vector<int>& readable_ranks);
+  // Its parts: what the peers sent (false: a failure, in failure_), and the
+  // finish handshake. Called with mu_ held.
+  bool ReadPeersLocked(const std::vector<int>& readable_ranks);
+  std::optional<Status> FinishLocked(Clock::time_point now);
   // Tells the peers, marks the watchdog failed. Called with mu_ held.
   void FailLocked(const Status& failure, bool found_here);
 

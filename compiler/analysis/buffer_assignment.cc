@@ -449,6 +449,65 @@ std::string WhyNotInPlace(const std::vector<BufferAssignment::Buffer>& all, int6
 
 }  // namespace
 
+namespace {
+
+// The entry's logical buffers as unmerged buffers: their live ranges, and the
+// entry outputs each holds.
+std::vector<BufferAssignment::Buffer> InitialBuffers(const LogicalBuffers& lb,
+                                                     const std::vector<LiveRange>& ranges,
+                                                     const std::vector<int64_t>& root_leaves) {
+  std::vector<BufferAssignment::Buffer> all(lb.buffers.size());
+  for (size_t b = 0; b < all.size(); ++b) {
+    const LogicalBuffers::Buffer& logical = lb.buffers[b];
+    all[b].defining = logical.defining;
+    all[b].leaf = logical.leaf;
+    all[b].shape = logical.shape;
+    all[b].bytes = logical.bytes;
+    all[b].live = ranges[b];
+    if (logical.defining->opcode() == Opcode::kParameter) {
+      all[b].parameter = logical.defining->attrs().index;
+    }
+  }
+  for (size_t k = 0; k < root_leaves.size(); ++k) {
+    all[root_leaves[k]].outputs.push_back(static_cast<int64_t>(k));
+  }
+  return all;
+}
+
+// Note [donated buffers]: the options name existing, array parameters, each
+// updated by at most one of the `outputs` entry outputs, and only donated
+// ones.
+Status CheckDonations(const BufferAssignmentOptions& options, const ir::Computation& entry,
+                      size_t outputs) {
+  const std::vector<Instruction*> params = entry.parameters();
+  for (int64_t p : options.donated_parameters) {
+    if (p < 0 || p >= static_cast<int64_t>(params.size()) || params[p] == nullptr) {
+      return Error("buffer assignment: donated parameter {} does not exist in %{}", p,
+                   entry.name());
+    }
+  }
+  std::set<int64_t> updated_params;
+  for (auto [output, p] : options.output_to_parameter) {
+    if (output < 0 || output >= static_cast<int64_t>(outputs)) {
+      return Error("buffer assignment: output {} out of range ({} outputs)", output, outputs);
+    }
+    if (!options.donated_parameters.contains(p)) {
+      return Error("buffer assignment: output {} updates parameter {}, which is not donated",
+                   output, p);
+    }
+    if (params[p]->shape().is_tuple()) {
+      return Error("buffer assignment: donated parameter {} (%{}) is a tuple", p,
+                   params[p]->name());
+    }
+    if (!updated_params.insert(p).second) {
+      return Error("buffer assignment: parameter {} is updated by two outputs", p);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<BufferAssignment> AssignBuffers(const ir::Module& module,
                                          const BufferAssignmentOptions& options) {
   const ir::Computation* entry = module.entry();
@@ -466,48 +525,14 @@ StatusOr<BufferAssignment> AssignBuffers(const ir::Module& module,
   const std::vector<int64_t>& root_leaves = lb.leaf_buffers.at(entry->root());
   const std::vector<Instruction*> params = entry->parameters();
 
-  std::vector<BufferAssignment::Buffer> all(lb.buffers.size());
-  for (size_t b = 0; b < all.size(); ++b) {
-    const LogicalBuffers::Buffer& logical = lb.buffers[b];
-    all[b].defining = logical.defining;
-    all[b].leaf = logical.leaf;
-    all[b].shape = logical.shape;
-    all[b].bytes = logical.bytes;
-    all[b].live = ranges[b];
-    if (logical.defining->opcode() == Opcode::kParameter) {
-      all[b].parameter = logical.defining->attrs().index;
-    }
-  }
-  for (size_t k = 0; k < root_leaves.size(); ++k) {
-    all[root_leaves[k]].outputs.push_back(static_cast<int64_t>(k));
-  }
+  std::vector<BufferAssignment::Buffer> all = InitialBuffers(lb, ranges, root_leaves);
 
   // Note [donated buffers]: check the options, then share slices where safe.
-  for (int64_t p : options.donated_parameters) {
-    if (p < 0 || p >= static_cast<int64_t>(params.size()) || params[p] == nullptr) {
-      return Error("buffer assignment: donated parameter {} does not exist in %{}", p,
-                   entry->name());
-    }
-  }
+  RETURN_IF_ERROR(CheckDonations(options, *entry, root_leaves.size()));
   std::vector<int64_t> merged_into(all.size());
   std::iota(merged_into.begin(), merged_into.end(), 0);
-  std::set<int64_t> updated_params, copied_params;
+  std::set<int64_t> copied_params;
   for (auto [output, p] : options.output_to_parameter) {
-    if (output < 0 || output >= static_cast<int64_t>(root_leaves.size())) {
-      return Error("buffer assignment: output {} out of range ({} outputs)", output,
-                   root_leaves.size());
-    }
-    if (!options.donated_parameters.contains(p)) {
-      return Error("buffer assignment: output {} updates parameter {}, which is not donated",
-                   output, p);
-    }
-    if (params[p]->shape().is_tuple()) {
-      return Error("buffer assignment: donated parameter {} (%{}) is a tuple", p,
-                   params[p]->name());
-    }
-    if (!updated_params.insert(p).second) {
-      return Error("buffer assignment: parameter {} is updated by two outputs", p);
-    }
     const int64_t param_buffer = lb.leaf_buffers.at(params[p])[0];
     const int64_t out_buffer = root_leaves[output];
     if (out_buffer == param_buffer) continue;  // returned unchanged: already in place

@@ -418,39 +418,15 @@ StatusOr<CompiledKernels> CompileFusions(const ir::Module& module, const Codegen
   return std::move(kernels[0]);
 }
 
-StatusOr<std::vector<CompiledKernels>> CompileFusions(const std::vector<CodegenModule>& modules,
-                                                      const CodegenOptions& options) {
-  RETURN_IF_ERROR(CheckTarget(options.target));
-  // The distinct kernels of all modules. Within a module, equal keys share
-  // one kernel (Note [kernel deduplication]); across modules a kernel's code
-  // is compiled once when its key and its name agree (the validation entry
-  // repeats the train step's forward kernels), and each module keeps a copy.
-  std::vector<KernelJob> unique;
-  std::map<std::string, size_t> by_named_key;
-  std::vector<ModuleJobs> per_module(modules.size());
-  for (size_t m = 0; m < modules.size(); ++m) {
-    std::map<std::string, size_t> by_key;
-    auto add = [&](ModuleJobs& out, const ir::Instruction& inst, EmitterKind emitter,
-                   std::string name) {
-      std::string key = options.deduplicate ? KernelKey(inst, emitter) : name;
-      auto it = by_key.find(key);
-      if (it == by_key.end()) {
-        auto [named, inserted] = by_named_key.try_emplace(key + "\n" + name, unique.size());
-        if (inserted) {
-          unique.push_back({&inst, emitter, name});
-          unique.back().module = m;
-        }
-        it = by_key.emplace(std::move(key), named->second).first;
-      }
-      out.jobs.push_back({&inst, emitter, std::move(name)});
-      out.code.push_back(it->second);
-    };
-    RETURN_IF_ERROR(ListKernels(*modules[m].module, per_module[m], add));
-  }
+namespace {
 
-  // The distinct kernels, costliest first (Note [compile order]), on
-  // `threads` threads (each kernel has its own MLIR and LLVM contexts, see
-  // lowering.h).
+// Compiles the distinct kernels `unique`, costliest first (Note [compile
+// order]), on options.threads threads (each kernel has its own MLIR and
+// LLVM contexts, see lowering.h); each one's code or error, in `unique`'s
+// order.
+std::vector<std::optional<StatusOr<CompiledKernel>>> CompileInParallel(
+    const std::vector<KernelJob>& unique, const std::vector<CodegenModule>& modules,
+    const CodegenOptions& options) {
   std::vector<size_t> order(unique.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -481,6 +457,43 @@ StatusOr<std::vector<CompiledKernels>> CompileFusions(const std::vector<CodegenM
   for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
   for (std::thread& t : pool) t.join();
+  return compiled;
+}
+
+}  // namespace
+
+StatusOr<std::vector<CompiledKernels>> CompileFusions(const std::vector<CodegenModule>& modules,
+                                                      const CodegenOptions& options) {
+  RETURN_IF_ERROR(CheckTarget(options.target));
+  // The distinct kernels of all modules. Within a module, equal keys share
+  // one kernel (Note [kernel deduplication]); across modules a kernel's code
+  // is compiled once when its key and its name agree (the validation entry
+  // repeats the train step's forward kernels), and each module keeps a copy.
+  std::vector<KernelJob> unique;
+  std::map<std::string, size_t> by_named_key;
+  std::vector<ModuleJobs> per_module(modules.size());
+  for (size_t m = 0; m < modules.size(); ++m) {
+    std::map<std::string, size_t> by_key;
+    auto add = [&](ModuleJobs& out, const ir::Instruction& inst, EmitterKind emitter,
+                   std::string name) {
+      std::string key = options.deduplicate ? KernelKey(inst, emitter) : name;
+      auto it = by_key.find(key);
+      if (it == by_key.end()) {
+        auto [named, inserted] = by_named_key.try_emplace(key + "\n" + name, unique.size());
+        if (inserted) {
+          unique.push_back({&inst, emitter, name});
+          unique.back().module = m;
+        }
+        it = by_key.emplace(std::move(key), named->second).first;
+      }
+      out.jobs.push_back({&inst, emitter, std::move(name)});
+      out.code.push_back(it->second);
+    };
+    RETURN_IF_ERROR(ListKernels(*modules[m].module, per_module[m], add));
+  }
+
+  std::vector<std::optional<StatusOr<CompiledKernel>>> compiled =
+      CompileInParallel(unique, modules, options);
   // The first failure in launch order, whatever order the kernels compiled in.
   for (const ModuleJobs& m : per_module) {
     for (size_t c : m.code) {

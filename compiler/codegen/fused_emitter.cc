@@ -549,18 +549,9 @@ StatusOr<Value> FusedEmitter::EmitUncached(const ir::Instruction& inst, const El
     }
     case Opcode::kReshape:
       return EmitReshape(inst, index);
-    case Opcode::kBroadcast: {
-      std::vector<Value> multi = Multi(index, shape), operand_multi;
-      for (int64_t d : attrs.dimensions) operand_multi.push_back(multi[d]);
-      return EmitOperand(inst, 0, std::move(operand_multi));
-    }
-    case Opcode::kTranspose: {
-      std::vector<Value> multi = Multi(index, shape);
-      std::vector<Value> operand_multi(multi.size());
-      for (size_t i = 0; i < attrs.dimensions.size(); ++i)
-        operand_multi[attrs.dimensions[i]] = multi[i];
-      return EmitOperand(inst, 0, std::move(operand_multi));
-    }
+    case Opcode::kBroadcast:
+    case Opcode::kTranspose:
+      return EmitPermuted(inst, index);
     case Opcode::kSlice:
       return EmitSlice(inst, index);
     case Opcode::kPad:
@@ -572,6 +563,18 @@ StatusOr<Value> FusedEmitter::EmitUncached(const ir::Instruction& inst, const El
   }
   return Error("{}: opcode {} is not supported in a {} fusion", Describe(inst), ir::OpcodeName(op),
                what_);
+}
+
+StatusOr<Value> FusedEmitter::EmitPermuted(const ir::Instruction& inst, const ElementIndex& index) {
+  const std::vector<int64_t>& dims = inst.attrs().dimensions;
+  std::vector<Value> multi = Multi(index, inst.shape()), operand_multi;
+  if (inst.opcode() == Opcode::kBroadcast) {
+    for (int64_t d : dims) operand_multi.push_back(multi[d]);
+  } else {
+    operand_multi.resize(multi.size());
+    for (size_t i = 0; i < dims.size(); ++i) operand_multi[dims[i]] = multi[i];
+  }
+  return EmitOperand(inst, 0, std::move(operand_multi));
 }
 
 StatusOr<Value> FusedEmitter::EmitConstant(const ir::Instruction& inst) {
@@ -676,33 +679,9 @@ StatusOr<Value> FusedEmitter::EmitConcatenate(const ir::Instruction& inst,
   return result;
 }
 
-// --- emitter_util.h (kept in this translation unit: each MLIR-including file
-// costs ~30 s to compile) ---
-
-std::vector<const ir::Instruction*> FusionOutputs(const ir::Computation& fused) {
-  const ir::Instruction* root = fused.root();
-  if (root->opcode() != Opcode::kTuple) return {root};
-  return std::vector<const ir::Instruction*>(root->operands().begin(), root->operands().end());
-}
-
-StatusOr<const ir::Computation*> FusedComputation(const ir::Instruction& fusion) {
-  if (fusion.opcode() != Opcode::kFusion || fusion.called_computation() == nullptr) {
-    return Error("%{}: not a fusion instruction", fusion.name());
-  }
-  const ir::Computation* fused = fusion.called_computation();
-  std::vector<ir::Instruction*> params = fused->parameters();
-  if (static_cast<int64_t>(params.size()) != fusion.operand_count()) {
-    return Error("%{}: fused computation %{} has {} parameters for {} operands", fusion.name(),
-                 fused->name(), params.size(), fusion.operand_count());
-  }
-  for (ir::Instruction* p : params) {
-    if (p == nullptr || p->shape().is_tuple()) {
-      return Error("%{}: fused computation %{} has a missing or tuple-shaped parameter",
-                   fusion.name(), fused->name());
-    }
-  }
-  return fused;
-}
+// --- emitter_util.h's MLIR helpers (kept in this translation unit: each
+// MLIR-including file costs ~30 s to compile; the rest is in
+// emitter_util.cc) ---
 
 Status EmitAndStore(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location loc,
                     mlir::Block* body, const ir::Instruction& fusion,
@@ -714,38 +693,6 @@ Status EmitAndStore(FusedEmitter& emitter, mlir::OpBuilder& b, mlir::Location lo
     StoreElement(b, loc, *v, body->getArgument(slots[o]), at, outputs[o]->shape().dtype());
   }
   return Status::Ok();
-}
-
-KernelSpec MakeKernelSpec(const ir::Instruction& fusion, const std::string& name,
-                          ir::FusionKind kind, int64_t grid, int64_t block,
-                          int64_t shared_floats) {
-  KernelSpec spec;
-  spec.name = name;
-  spec.fusion = fusion.name();
-  spec.kind = kind;
-  spec.grid = {grid, 1, 1};
-  spec.block = {block, 1, 1};
-  spec.static_shared_bytes = shared_floats * 4;
-  spec.params = KernelParams(fusion, 1);
-  for (KernelParam& p : spec.params) p.min_alignment = StorageBytes(p.shape.dtype());
-  return spec;
-}
-
-std::vector<KernelParam> KernelParams(const ir::Instruction& fusion, int64_t alignment) {
-  std::vector<KernelParam> params;
-  for (int64_t i = 0; i < fusion.operand_count(); ++i) {
-    params.push_back({KernelParam::Role::kOperand, i, fusion.operand(i)->shape(), alignment});
-  }
-  const ir::Shape& result = fusion.shape();
-  if (result.is_tuple()) {
-    for (size_t i = 0; i < result.tuple_elements().size(); ++i) {
-      params.push_back({KernelParam::Role::kResult, static_cast<int64_t>(i),
-                        result.tuple_elements()[i], alignment});
-    }
-  } else {
-    params.push_back({KernelParam::Role::kResult, 0, result, alignment});
-  }
-  return params;
 }
 
 mlir::Value DynamicSharedBase(mlir::OpBuilder& b, mlir::gpu::GPUModuleOp gpu_module,

@@ -89,6 +89,8 @@ class FusedEmitter {
   // constant, and the ops that map the index to their operands' (Note
   // [reshape index groups]; a pad or concatenate selects among them).
   StatusOr<mlir::Value> EmitConstant(const ir::Instruction& inst);
+  // A broadcast or transpose: its operand at the mapped index.
+  StatusOr<mlir::Value> EmitPermuted(const ir::Instruction& inst, const ElementIndex& index);
   StatusOr<mlir::Value> EmitReshape(const ir::Instruction& inst, const ElementIndex& index);
   StatusOr<mlir::Value> EmitSlice(const ir::Instruction& inst, const ElementIndex& index);
   StatusOr<mlir::Value> EmitPad(const ir::Instruction& inst, const ElementIndex& index);

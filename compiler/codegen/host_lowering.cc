@@ -5,6 +5,7 @@
 #include <mutex>
 #include <optional>
 
+#include "compiler/codegen/host_math.h"
 #include "compiler/codegen/instruction_mix.h"
 #include "compiler/program/emu_abi.h"
 #include "llvm/Analysis/ValueTracking.h"
@@ -121,17 +122,6 @@ Value* ExtendBF16(IRBuilder<>& b, Value* x, Type* to) {
   Value* bits = b.CreateShl(b.CreateZExt(b.CreateBitCast(x, i16), i32), 16);
   Value* f32 = b.CreateBitCast(bits, x->getType()->getWithNewType(b.getFloatTy()));
   return to->getScalarType()->isFloatTy() ? f32 : b.CreateFPExt(f32, to);
-}
-
-// Flush a subnormal f32 (or f64) to a zero of its sign, as PTX's .ftz.
-Value* FlushSubnormal(IRBuilder<>& b, Value* x) {
-  Type* t = x->getType();
-  const double smallest = t->isFloatTy() ? 1.17549435e-38 : 2.2250738585072014e-308;
-  Value* tiny = b.CreateFCmpOLT(b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x),
-                                llvm::ConstantFP::get(t, smallest));
-  Value* zero =
-      b.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, llvm::ConstantFP::get(t, 0.0), x);
-  return b.CreateSelect(tiny, zero, x);
 }
 
 class HostRewriter {
@@ -312,13 +302,13 @@ StatusOr<Value*> HostRewriter::EmulateShuffle(llvm::CallInst& call, const std::s
   return type_name == "f32" ? b.CreateBitCast(out, b.getFloatTy()) : out;
 }
 
-// The arithmetic intrinsics of Note [emulated intrinsics], by name.
+// The arithmetic intrinsics of Note [emulated intrinsics], by name: those
+// LLVM computes as the GPU does (host_math.h), and the directed roundings
+// through the emulator's runtime.
 StatusOr<Value*> HostRewriter::EmulateMath(llvm::CallInst& call, const std::string& name) {
   IRBuilder<> b(&call);
   auto arg = [&](unsigned i) { return call.getArgOperand(i); };
-  auto unary = [&](llvm::Intrinsic::ID id) { return b.CreateUnaryIntrinsic(id, arg(0)); };
   auto ftz = [&](Value* v) { return FlushSubnormal(b, v); };
-  Type* t = call.getType();
   auto directed = [&](emu::MathOp op, unsigned args) -> Value* {
     auto* type = llvm::FunctionType::get(
         b.getFloatTy(), {b.getInt32Ty(), b.getFloatTy(), b.getFloatTy(), b.getFloatTy()}, false);
@@ -340,65 +330,8 @@ StatusOr<Value*> HostRewriter::EmulateMath(llvm::CallInst& call, const std::stri
       if (arg(i)->getType()->isFloatingPointTy()) call.setArgOperand(i, ftz(arg(i)));
     }
   }
-  const bool f32 = t->isFloatTy();
-  if (op == "fabs.f" || op == "fabs.d") return done(unary(llvm::Intrinsic::fabs));
-  if (op == "fma.rn.f" || op == "fma.rn.d") {
-    return done(b.CreateIntrinsic(llvm::Intrinsic::fma, {t}, {arg(0), arg(1), arg(2)}));
-  }
-  if (op == "add.rn.f" || op == "add.rn.d") return done(b.CreateFAdd(arg(0), arg(1)));
-  if (op == "mul.rn.f" || op == "mul.rn.d") return done(b.CreateFMul(arg(0), arg(1)));
-  if (op == "div.rn.f" || op == "div.rn.d" || op == "div.approx.f" || op == "div.full") {
-    return done(b.CreateFDiv(arg(0), arg(1)));
-  }
-  if (op == "rcp.rn.f" || op == "rcp.rn.d" || op == "rcp.approx.d" || op == "rcp.approx.f") {
-    return done(b.CreateFDiv(llvm::ConstantFP::get(t, 1.0), arg(0)));
-  }
-  if (op == "sqrt.rn.f" || op == "sqrt.rn.d" || op == "sqrt.approx.f" || op == "sqrt.f") {
-    return done(unary(llvm::Intrinsic::sqrt));
-  }
-  if (op == "rsqrt.approx.f" || op == "rsqrt.approx.d") {
-    return done(b.CreateFDiv(llvm::ConstantFP::get(t, 1.0), unary(llvm::Intrinsic::sqrt)));
-  }
-  if (op == "ex2.approx.f" || op == "ex2.approx.d" || op == "ex2.approx.f32") {
-    return done(unary(llvm::Intrinsic::exp2));
-  }
-  if (op == "lg2.approx.f" || op == "lg2.approx.d") return done(unary(llvm::Intrinsic::log2));
-  if (op == "ff2bf16x2.rn") {  // cvt.rn.bf16x2.f32 d, a, b: a in the upper half, element 1
-    Type* bf16 = b.getBFloatTy();
-    Value* pair = llvm::PoisonValue::get(t);
-    pair = b.CreateInsertElement(pair, b.CreateFPTrunc(arg(1), bf16), uint64_t{0});
-    return done(b.CreateInsertElement(pair, b.CreateFPTrunc(arg(0), bf16), uint64_t{1}));
-  }
-  if (op == "sin.approx.f") return done(unary(llvm::Intrinsic::sin));
-  if (op == "cos.approx.f") return done(unary(llvm::Intrinsic::cos));
-  if (op == "round.f" || op == "round.d") return done(unary(llvm::Intrinsic::roundeven));
-  if (op == "trunc.f" || op == "trunc.d") return done(unary(llvm::Intrinsic::trunc));
-  if (op == "floor.f" || op == "floor.d") return done(unary(llvm::Intrinsic::floor));
-  if (op == "ceil.f" || op == "ceil.d") return done(unary(llvm::Intrinsic::ceil));
-  if (op == "saturate.f" || op == "saturate.d") {
-    Value *one = llvm::ConstantFP::get(t, 1.0), *zero = llvm::ConstantFP::get(t, 0.0);
-    Value* below_one = b.CreateSelect(b.CreateFCmpOLT(arg(0), one), arg(0), one);
-    return done(b.CreateSelect(b.CreateFCmpOGT(arg(0), zero), below_one, zero));
-  }
-  if (op == "fmin.f" || op == "fmin.d")
-    return done(b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, arg(0), arg(1)));
-  if (op == "fmax.f" || op == "fmax.d")
-    return done(b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, arg(0), arg(1)));
-  if (op == "fmin.nan.f")
-    return done(b.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, arg(0), arg(1)));
-  if (op == "fmax.nan.f")
-    return done(b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, arg(0), arg(1)));
-  if (op == "d2i.lo" || op == "d2i.hi") {
-    Value* bits = b.CreateBitCast(arg(0), b.getInt64Ty());
-    if (op == "d2i.hi") bits = b.CreateLShr(bits, 32);
-    return done(b.CreateTrunc(bits, b.getInt32Ty()));
-  }
-  if (op == "lohi.i2d") {
-    Value* lo = b.CreateZExt(arg(0), b.getInt64Ty());
-    Value* hi = b.CreateShl(b.CreateZExt(arg(1), b.getInt64Ty()), 32);
-    return done(b.CreateBitCast(b.CreateOr(lo, hi), b.getDoubleTy()));
-  }
-  if (f32) {
+  if (Value* v = EmulateNearestMath(b, call, op)) return done(v);
+  if (call.getType()->isFloatTy()) {
     static const std::map<std::string, std::pair<emu::MathOp, unsigned>> kDirected = {
         {"fma.rm.f", {emu::kFmaRm, 3}},   {"fma.rp.f", {emu::kFmaRp, 3}},
         {"fma.rz.f", {emu::kFmaRz, 3}},   {"add.rm.f", {emu::kAddRm, 2}},

@@ -65,19 +65,7 @@ class LoopEmitter : public KernelEmitter {
       ir::DType dtype = p.shape().dtype();
       const int64_t width = group->width;
       if (width > 1 && index.identity && p.shape().num_elements() == group->n) {
-        Value& vec = vectors[&p];
-        if (!vec) {
-          // Loaded at its first use (Note [loop register pressure]); the
-          // iteration's body is one block, so later lanes and outputs see it.
-          mlir::Type storage = StorageType(b.getContext(), dtype);
-          mlir::Type vec_type = mlir::VectorType::get({width}, storage);
-          Value addr = b.create<mlir::LLVM::GEPOp>(loc, ptr.getType(), storage, ptr,
-                                                   mlir::ValueRange{base}, true);
-          vec = b.create<mlir::LLVM::LoadOp>(loc, vec_type, addr, width * StorageBytes(dtype));
-        }
-        Value lane = b.create<mlir::arith::ConstantOp>(loc, b.getI32IntegerAttr(index.lane));
-        Value x = b.create<mlir::LLVM::ExtractElementOp>(loc, vec, lane);
-        return FromStorage(b, loc, x, dtype);
+        return VectorLane(b, loc, ptr, base, dtype, width, index.lane, vectors[&p]);
       }
       return LoadElement(b, loc, ptr, index.linear, dtype);
     };
@@ -118,6 +106,32 @@ class LoopEmitter : public KernelEmitter {
       }
     }
 
+    return LoopKernelSpec(fusion, name, plan);
+  }
+
+ private:
+  // Lane `lane` of the `width` elements of a parameter from element `base`
+  // of `ptr`, loaded into `vec` at its first use (Note [loop register
+  // pressure]; the iteration's body is one block, so later lanes and outputs
+  // see it).
+  static Value VectorLane(mlir::OpBuilder& b, mlir::Location loc, Value ptr, Value base,
+                          ir::DType dtype, int64_t width, int lane, Value& vec) {
+    if (!vec) {
+      mlir::Type storage = StorageType(b.getContext(), dtype);
+      mlir::Type vec_type = mlir::VectorType::get({width}, storage);
+      Value addr = b.create<mlir::LLVM::GEPOp>(loc, ptr.getType(), storage, ptr,
+                                               mlir::ValueRange{base}, true);
+      vec = b.create<mlir::LLVM::LoadOp>(loc, vec_type, addr, width * StorageBytes(dtype));
+    }
+    Value at = b.create<mlir::arith::ConstantOp>(loc, b.getI32IntegerAttr(lane));
+    Value x = b.create<mlir::LLVM::ExtractElementOp>(loc, vec, at);
+    return FromStorage(b, loc, x, dtype);
+  }
+
+  // The kernel's spec: each buffer aligned to the widest vector any group
+  // moves it with.
+  static KernelSpec LoopKernelSpec(const ir::Instruction& fusion, const std::string& name,
+                                   const LoopPlan& plan) {
     KernelSpec spec;
     spec.name = name;
     spec.fusion = fusion.name();
@@ -126,7 +140,6 @@ class LoopEmitter : public KernelEmitter {
     spec.block = {plan.block, 1, 1};
     spec.params = KernelParams(fusion, 1);
     for (KernelParam& p : spec.params) {
-      // The widest vector any group moves this buffer with.
       int64_t width = 1;
       for (const LoopGroup& g : plan.groups) {
         if (p.shape.num_elements() == g.n) width = std::max(width, g.width);
@@ -136,7 +149,6 @@ class LoopEmitter : public KernelEmitter {
     return spec;
   }
 
- private:
   // Note [member classes]: the block's member m = class_bid /
   // blocks_per_member; fills `buffers` (the first member's parameters -> m's
   // buffers) and `outputs` (m's output buffers) with select chains over m,

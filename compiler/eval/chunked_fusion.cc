@@ -233,6 +233,37 @@ std::shared_ptr<Value> InPlace(const Context& ctx, const ir::Shape& shape,
   return nullptr;
 }
 
+// How EvalFusionByRows slices a fusion's rows: the slicer of its leading
+// dims, each parameter's kind, and the rows.
+struct RowSplit {
+  RowSlicer slicer;
+  std::vector<Kind> kinds;
+  int64_t rows = 1;
+};
+
+// The fewest leading dims of `first` whose rows are at most `limit`
+// elements of the largest value (`largest` elements), or as many as the body
+// allows; none when that leaves fewer than two rows.
+std::optional<RowSplit> SplitRows(const ir::Computation& body,
+                                  const std::vector<ir::Instruction*>& params,
+                                  const ir::Shape& first, int64_t largest, int64_t limit) {
+  std::optional<RowSplit> split;
+  int64_t rows = 1;
+  for (int64_t prefix = 1; prefix <= first.rank(); ++prefix) {
+    RowSlicer candidate({first.dims().begin(), first.dims().begin() + prefix});
+    std::vector<Kind> kinds;
+    for (const ir::Instruction* p : params) {
+      kinds.push_back(p != nullptr && candidate.HasRows(p->shape()) ? Kind::kRows : Kind::kWhole);
+    }
+    if (!candidate.Classify(body, kinds)) break;
+    rows *= first.dims()[prefix - 1];
+    split.emplace(RowSplit{std::move(candidate), std::move(kinds), rows});
+    if (largest / rows <= limit) break;
+  }
+  if (!split || split->rows < 2) return std::nullopt;
+  return split;
+}
+
 }  // namespace
 
 std::optional<StatusOr<ValuePtr>> EvalFusionByRows(const Context& ctx,
@@ -253,24 +284,11 @@ std::optional<StatusOr<ValuePtr>> EvalFusionByRows(const Context& ctx,
   if (largest <= limit) return std::nullopt;
   std::vector<ir::Instruction*> params = body->parameters();
   if (params.size() != args.size()) return std::nullopt;
-  // The fewest leading dims whose rows are at most `limit` elements of the
-  // largest value, or as many as the body allows.
-  std::optional<RowSlicer> slicer;
-  std::vector<Kind> param_kinds;
-  int64_t rows = 1;
-  for (int64_t prefix = 1; prefix <= first.rank(); ++prefix) {
-    RowSlicer candidate({first.dims().begin(), first.dims().begin() + prefix});
-    std::vector<Kind> kinds;
-    for (const ir::Instruction* p : params) {
-      kinds.push_back(p != nullptr && candidate.HasRows(p->shape()) ? Kind::kRows : Kind::kWhole);
-    }
-    if (!candidate.Classify(*body, kinds)) break;
-    slicer.emplace(std::move(candidate));
-    param_kinds = std::move(kinds);
-    rows *= first.dims()[prefix - 1];
-    if (largest / rows <= limit) break;
-  }
-  if (!slicer || rows < 2) return std::nullopt;
+  std::optional<RowSplit> split = SplitRows(*body, params, first, largest, limit);
+  if (!split) return std::nullopt;
+  RowSlicer* slicer = &split->slicer;
+  const std::vector<Kind>& param_kinds = split->kinds;
+  const int64_t rows = split->rows;
   const int64_t prefix = slicer->prefix();
   const int64_t last = first.dims()[prefix - 1];  // a slice stays within one of its runs
   const int64_t per_slice =

@@ -38,6 +38,28 @@ Status CheckArguments(const ir::Computation& computation, size_t count, ShapeOf 
 // of memory long before the evaluator would finish.
 constexpr int64_t kMaxElements = int64_t{1} << 32;
 
+// A value an evaluation rule that can fail produced, as a ValuePtr.
+StatusOr<ValuePtr> Shared(StatusOr<std::shared_ptr<Value>> value) {
+  if (!value.ok()) return value.status();
+  return ValuePtr(std::move(value).value());
+}
+
+// A fusion or a composite: by its decomposition (or body), a chunk of rows
+// at a time where EvalFusionByRows can.
+StatusOr<ValuePtr> EvalCalled(const Context& ctx, const ir::Instruction& inst,
+                              std::span<const ValuePtr> ops) {
+  const ir::Computation* called = inst.called_computation();
+  if (called == nullptr) {
+    return Error("{} has no called computation", ir::OpcodeName(inst.opcode()));
+  }
+  std::optional<StatusOr<ValuePtr>> by_rows = EvalFusionByRows(
+      ctx, inst, ops, [&ctx](const ir::Computation& c, std::span<const ValuePtr> args) {
+        return RunComputation(ctx, c, args);
+      });
+  if (by_rows) return std::move(*by_rows);
+  return RunComputation(ctx, *called, ops);
+}
+
 // Evaluates one non-parameter instruction on its operand values.
 StatusOr<ValuePtr> EvalInstruction(const Context& ctx, const ir::Instruction& inst,
                                    std::span<const ValuePtr> ops) {
@@ -93,38 +115,21 @@ StatusOr<ValuePtr> EvalInstruction(const Context& ctx, const ir::Instruction& in
       return ValuePtr(EvalBinary(ctx, inst, x(0), x(1)));
     case Opcode::kReduce:
       return ValuePtr(EvalReduce(ctx, inst, x(0)));
-    case Opcode::kDot: {
-      ASSIGN_OR_RETURN(std::shared_ptr<Value> out, EvalDot(ctx, inst, x(0), x(1)));
-      return ValuePtr(std::move(out));
-    }
-    case Opcode::kGather: {
-      ASSIGN_OR_RETURN(std::shared_ptr<Value> out, EvalGather(ctx, inst, x(0), x(1)));
-      return ValuePtr(std::move(out));
-    }
-    case Opcode::kScatterAdd: {
-      ASSIGN_OR_RETURN(std::shared_ptr<Value> out, EvalScatterAdd(ctx, inst, x(0), x(1), x(2)));
-      return ValuePtr(std::move(out));
-    }
-    case Opcode::kAllReduce: {
-      ASSIGN_OR_RETURN(std::shared_ptr<Value> out, EvalAllReduce(ctx, inst, x(0)));
-      return ValuePtr(std::move(out));
-    }
+    case Opcode::kDot:
+      return Shared(EvalDot(ctx, inst, x(0), x(1)));
+    case Opcode::kGather:
+      return Shared(EvalGather(ctx, inst, x(0), x(1)));
+    case Opcode::kScatterAdd:
+      return Shared(EvalScatterAdd(ctx, inst, x(0), x(1), x(2)));
+    case Opcode::kAllReduce:
+      return Shared(EvalAllReduce(ctx, inst, x(0)));
     case Opcode::kFusion:
     case Opcode::kAttention:
     case Opcode::kAttentionLse:
     case Opcode::kAttentionGrad:
-    case Opcode::kSoftmaxCrossEntropy: {
+    case Opcode::kSoftmaxCrossEntropy:
       // Composites are defined by their decomposition, fusions by their body.
-      const ir::Computation* called = inst.called_computation();
-      if (called == nullptr)
-        return Error("{} has no called computation", ir::OpcodeName(inst.opcode()));
-      std::optional<StatusOr<ValuePtr>> by_rows = EvalFusionByRows(
-          ctx, inst, ops, [&ctx](const ir::Computation& c, std::span<const ValuePtr> args) {
-            return RunComputation(ctx, c, args);
-          });
-      if (by_rows) return std::move(*by_rows);
-      return RunComputation(ctx, *called, ops);
-    }
+      return EvalCalled(ctx, inst, ops);
     case Opcode::kTuple: {
       auto out = std::make_shared<Value>();
       out->shape = inst.shape();

@@ -98,8 +98,8 @@ StatusOr<Shape> InferDot(const Shape& lhs, const Shape& rhs, const DotDimensions
 }
 
 StatusOr<Shape> InferSlice(const Shape& in, const SliceSpec& s) {
-  if (static_cast<int64_t>(s.starts.size()) != in.rank() ||
-      s.limits.size() != s.starts.size() || s.strides.size() != s.starts.size()) {
+  if (static_cast<int64_t>(s.starts.size()) != in.rank() || s.limits.size() != s.starts.size() ||
+      s.strides.size() != s.starts.size()) {
     return Error("slice needs {} [start:limit:stride] ranges for {}", in.rank(), in.ToString());
   }
   std::vector<int64_t> dims;
@@ -143,7 +143,8 @@ StatusOr<Shape> InferElementwise(Opcode opcode, std::span<const Shape> ops) {
   }
   if (opcode == Opcode::kSelect) {
     const Shape &p = ops[0], &t = ops[1], &f = ops[2];
-    if (p.dtype() != DType::kPred) return Error("select predicate must be pred, got {}", p.ToString());
+    if (p.dtype() != DType::kPred)
+      return Error("select predicate must be pred, got {}", p.ToString());
     if (t != f) return Error("select branches differ: {} vs {}", t.ToString(), f.ToString());
     if (p.dims() != t.dims()) {
       return Error("select predicate {} does not match branches {}", p.ToString(), t.ToString());
@@ -188,20 +189,246 @@ Status CheckLiteralValues(DType dtype, std::span<const double> values) {
         ok = std::isnan(v) || static_cast<double>(RoundToF16(static_cast<float>(v))) == v;
         break;
     }
-    if (!ok) return Error("constant value {} at index {} is not exact in {}", v, i, DTypeName(dtype));
+    if (!ok)
+      return Error("constant value {} at index {} is not exact in {}", v, i, DTypeName(dtype));
   }
   return Status::Ok();
 }
 
-StatusOr<Shape> InferShape(Opcode opcode, std::span<const Shape> ops, const Attrs& attrs,
-                           const Computation* called, const Shape& declared) {
+namespace {
+
+// The shape rules of InferShape that take more than a few lines, one per
+// opcode; each names what does not fit, as InferShape documents.
+StatusOr<Shape> InferBroadcast(std::span<const Shape> ops, const Attrs& attrs,
+                               const Shape& declared) {
+  const Shape& in = ops[0];
+  if (static_cast<int64_t>(attrs.dimensions.size()) != in.rank()) {
+    return Error("broadcast dimensions {} must have one entry per operand dim ({})",
+                 Dims(attrs.dimensions), in.rank());
+  }
+  RETURN_IF_ERROR(CheckDimensionList("broadcast dimension", attrs.dimensions, declared.rank()));
+  for (int64_t i = 0; i < in.rank(); ++i) {
+    if (in.dim(i) != declared.dim(attrs.dimensions[i])) {
+      return Error("broadcast operand dim {} (size {}) maps to result dim {} of size {}", i,
+                   in.dim(i), attrs.dimensions[i], declared.dim(attrs.dimensions[i]));
+    }
+  }
+  return Shape(in.dtype(), declared.dims());
+}
+
+StatusOr<Shape> InferTranspose(std::span<const Shape> ops, const Attrs& attrs) {
+  const Shape& in = ops[0];
+  if (static_cast<int64_t>(attrs.dimensions.size()) != in.rank()) {
+    return Error("transpose dimensions {} is not a permutation of rank {}", Dims(attrs.dimensions),
+                 in.rank());
+  }
+  RETURN_IF_ERROR(CheckDimensionList("transpose dimension", attrs.dimensions, in.rank()));
+  std::vector<int64_t> dims;
+  for (int64_t d : attrs.dimensions) dims.push_back(in.dim(d));
+  return Shape(in.dtype(), dims);
+}
+
+StatusOr<Shape> InferPad(std::span<const Shape> ops, const Attrs& attrs) {
+  const Shape &in = ops[0], &value = ops[1];
+  if (!value.is_scalar() || value.dtype() != in.dtype()) {
+    return Error("pad value must be a {} scalar, got {}", DTypeName(in.dtype()), value.ToString());
+  }
+  if (static_cast<int64_t>(attrs.pad_low.size()) != in.rank() ||
+      attrs.pad_high.size() != attrs.pad_low.size()) {
+    return Error("pad needs low and high padding for each of {} dims", in.rank());
+  }
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < in.rank(); ++d) {
+    if (attrs.pad_low[d] < 0 || attrs.pad_high[d] < 0) {
+      return Error("pad of dim {} is negative", d);
+    }
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    if (attrs.pad_low[d] > kMax - in.dim(d) ||
+        attrs.pad_high[d] > kMax - in.dim(d) - attrs.pad_low[d]) {
+      return Error("pad of dim {} overflows", d);
+    }
+    dims.push_back(in.dim(d) + attrs.pad_low[d] + attrs.pad_high[d]);
+  }
+  return Shape(in.dtype(), dims);
+}
+
+StatusOr<Shape> InferConcatenate(std::span<const Shape> ops, const Attrs& attrs) {
+  if (ops.empty()) return Error("concatenate needs at least one operand");
+  if (attrs.dimensions.size() != 1) return Error("concatenate needs one dimension");
+  int64_t axis = attrs.dimensions[0];
+  const Shape& first = ops[0];
+  if (axis < 0 || axis >= first.rank()) {
+    return Error("concatenate dimension {} out of range for {}", axis, first.ToString());
+  }
+  std::vector<int64_t> dims = first.dims();
+  for (size_t i = 1; i < ops.size(); ++i) {
+    const Shape& s = ops[i];
+    bool same = s.dtype() == first.dtype() && s.rank() == first.rank();
+    for (int64_t d = 0; same && d < s.rank(); ++d) same = d == axis || s.dim(d) == first.dim(d);
+    if (!same) {
+      return Error("concatenate operand {} {} does not match {} outside dim {}", i, s.ToString(),
+                   first.ToString(), axis);
+    }
+    dims[axis] += s.dim(axis);
+  }
+  return Shape(first.dtype(), dims);
+}
+
+StatusOr<Shape> InferReduce(std::span<const Shape> ops, const Attrs& attrs, const Shape& declared) {
+  const Shape& in = ops[0];
+  if (in.dtype() == DType::kPred) return Error("reduce of pred is undefined");
+  RETURN_IF_ERROR(CheckDimensionList("reduce dimension", attrs.dimensions, in.rank()));
+  DType out = declared.dtype();
+  if (out != in.dtype() && !(IsFloat(in.dtype()) && out == DType::kF32)) {
+    if (!IsFloat(in.dtype())) {
+      return Error("reduce of {} can only produce {}, not {}", DTypeName(in.dtype()),
+                   DTypeName(in.dtype()), DTypeName(out));
+    }
+    return Error("reduce of {} can produce {} or f32, not {}", DTypeName(in.dtype()),
+                 DTypeName(in.dtype()), DTypeName(out));
+  }
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < in.rank(); ++d) {
+    if (std::find(attrs.dimensions.begin(), attrs.dimensions.end(), d) == attrs.dimensions.end()) {
+      dims.push_back(in.dim(d));
+    }
+  }
+  return Shape(out, dims);
+}
+
+StatusOr<Shape> InferScatterAdd(std::span<const Shape> ops, const Attrs& attrs) {
+  ASSIGN_OR_RETURN(Shape updates, InferGather(ops[0], ops[1], attrs.index));
+  if (updates != ops[2]) {
+    return Error("scatter-add updates {} must be {} for these indices", ops[2].ToString(),
+                 updates.ToString());
+  }
+  if (!IsFloat(ops[0].dtype())) return Error("scatter-add needs a float operand");
+  return ops[0];
+}
+
+StatusOr<Shape> InferAttention(std::span<const Shape> ops, const Attrs& attrs,
+                               const Computation* called) {
+  const Shape &q = ops[0], &k = ops[1], &v = ops[2];
+  for (const Shape* s : {&q, &k, &v}) {
+    RETURN_IF_ERROR(CheckArray(*s, "attention operand"));
+    if (s->rank() != 4 || !IsFloat(s->dtype()) || s->dtype() != q.dtype()) {
+      return Error(
+          "attention takes q, k, v as float [batch,heads,seq,head_dim] of one "
+          "dtype, got {}",
+          s->ToString());
+    }
+  }
+  if (k.dims() != v.dims() || q.dim(0) != k.dim(0) || q.dim(1) != k.dim(1) ||
+      q.dim(3) != k.dim(3)) {
+    return Error("attention q {} does not match k {} and v {}", q.ToString(), k.ToString(),
+                 v.ToString());
+  }
+  if (attrs.causal && q.dim(2) != k.dim(2)) {
+    return Error("causal attention needs equal query and key lengths");
+  }
+  if (attrs.grad_dtype && !IsFloat(*attrs.grad_dtype)) {
+    return Error("attention grad_dtype must be a float dtype, got {}",
+                 DTypeName(*attrs.grad_dtype));
+  }
+  ASSIGN_OR_RETURN(Shape result, CheckCalled(ops, called));
+  if (result != q) {
+    return Error("attention decomposition returns {}, expected {}", result.ToString(),
+                 q.ToString());
+  }
+  return result;
+}
+
+// Note [flash attention ops] (passes/autodiff_attention.h).
+StatusOr<Shape> InferAttentionLseOrGrad(Opcode opcode, std::span<const Shape> ops,
+                                        const Attrs& attrs, const Computation* called,
+                                        const Shape& declared) {
+  const bool grad = opcode == Opcode::kAttentionGrad;
+  const std::string_view op = OpcodeName(opcode);
+  const Shape &q = ops[0], &k = ops[1];
+  const int64_t n = grad ? 4 : 2;
+  for (int64_t i = 0; i < n; ++i) {
+    const Shape& s = ops[i == 3 ? 3 : i];
+    RETURN_IF_ERROR(CheckArray(s, "attention operand"));
+    if (s.rank() != 4 || !IsFloat(s.dtype()) || s.dtype() != q.dtype()) {
+      return Error("{} takes q, k{} as float [batch,heads,seq,head_dim] of one dtype, got {}", op,
+                   grad ? ", v, do" : "", s.ToString());
+    }
+  }
+  if (q.dim(0) != k.dim(0) || q.dim(1) != k.dim(1) || q.dim(3) != k.dim(3) ||
+      (grad && (ops[2].dims() != k.dims() || ops[3].dims() != q.dims()))) {
+    return Error("{} q {} does not match k {}{}", op, q.ToString(), k.ToString(),
+                 grad ? fmt::format(", v {} and do {}", ops[2].ToString(), ops[3].ToString()) : "");
+  }
+  if (attrs.causal && q.dim(2) != k.dim(2)) {
+    return Error("causal {} needs equal query and key lengths", op);
+  }
+  Shape rows(DType::kF32, {q.dim(0), q.dim(1), q.dim(2)});
+  if (grad) {
+    for (int64_t i : {4, 5}) {
+      if (ops[i] != rows) {
+        return Error("attention-grad {} must be {}, got {}", i == 4 ? "lse" : "delta",
+                     rows.ToString(), ops[i].ToString());
+      }
+    }
+    if (attrs.index < 0 || attrs.index > 2) {
+      return Error("attention-grad wrt must be q, k or v");
+    }
+  }
+  Shape result =
+      !grad ? rows : (attrs.index == 0 ? q : ops[attrs.index]).WithDType(declared.dtype());
+  if (!IsFloat(result.dtype())) return Error("{} result must be float", op);
+  ASSIGN_OR_RETURN(Shape decomposed, CheckCalled(ops, called));
+  if (decomposed != result) {
+    return Error("{} decomposition returns {}, expected {}", op, decomposed.ToString(),
+                 result.ToString());
+  }
+  return result;
+}
+
+StatusOr<Shape> InferSoftmaxCrossEntropy(std::span<const Shape> ops, const Attrs& attrs,
+                                         const Computation* called) {
+  const Shape &logits = ops[0], &targets = ops[1];
+  RETURN_IF_ERROR(CheckArray(logits, "logits"));
+  RETURN_IF_ERROR(CheckArray(targets, "targets"));
+  if (!IsFloat(logits.dtype()) || logits.rank() < 1) {
+    return Error("logits must be float [..., classes], got {}", logits.ToString());
+  }
+  std::vector<int64_t> rows(logits.dims().begin(), logits.dims().end() - 1);
+  if (targets.dtype() != DType::kS32 || targets.dims() != rows) {
+    return Error("targets must be s32{} for logits {}, got {}", Dims(rows), logits.ToString(),
+                 targets.ToString());
+  }
+  int64_t classes = logits.dim(logits.rank() - 1);
+  if (attrs.num_classes < 0 || attrs.num_classes > classes) {
+    return Error("num_classes {} out of range for {} classes", attrs.num_classes, classes);
+  }
+  ASSIGN_OR_RETURN(Shape result, CheckCalled(ops, called));
+  Shape expected(DType::kF32, rows);
+  if (result != expected) {
+    return Error("softmax-cross-entropy decomposition returns {}, expected {}", result.ToString(),
+                 expected.ToString());
+  }
+  return result;
+}
+
+StatusOr<Shape> InferGetTupleElement(std::span<const Shape> ops, const Attrs& attrs) {
+  const Shape& t = ops[0];
+  if (!t.is_tuple()) return Error("get-tuple-element of non-tuple {}", t.ToString());
+  if (attrs.index < 0 || attrs.index >= static_cast<int64_t>(t.tuple_elements().size())) {
+    return Error("tuple index {} out of range for {}", attrs.index, t.ToString());
+  }
+  return t.tuple_elements()[attrs.index];
+}
+
+// The operand count and kinds and the declared result's, before the rules.
+Status CheckOperands(Opcode opcode, std::span<const Shape> ops, const Shape& declared) {
   int arity = OpcodeArity(opcode);
   if (arity >= 0 && static_cast<int>(ops.size()) != arity) {
     return Error("{} takes {} operand{}, got {}", OpcodeName(opcode), arity, arity == 1 ? "" : "s",
                  ops.size());
   }
-  bool takes_tuples = opcode == Opcode::kTuple || opcode == Opcode::kGetTupleElement ||
-                      CallsComputation(opcode);
+  bool takes_tuples =
+      opcode == Opcode::kTuple || opcode == Opcode::kGetTupleElement || CallsComputation(opcode);
   if (!takes_tuples) {
     for (size_t i = 0; i < ops.size(); ++i) {
       RETURN_IF_ERROR(CheckArray(ops[i], fmt::format("operand {}", i)));
@@ -214,12 +441,11 @@ StatusOr<Shape> InferShape(Opcode opcode, std::span<const Shape> ops, const Attr
   for (int64_t d : declared.is_tuple() ? std::vector<int64_t>{} : declared.dims()) {
     if (d < 0) return Error("negative dimension in {}", declared.ToString());
   }
+  return Status::Ok();
+}
 
-  if (IsElementwise(opcode)) {
-    if (opcode == Opcode::kConvert) return ops[0].WithDType(declared.dtype());
-    return InferElementwise(opcode, ops);
-  }
-
+// Parameters, constants and iotas: the declared shape, checked.
+StatusOr<Shape> InferLeaf(Opcode opcode, const Attrs& attrs, const Shape& declared) {
   switch (opcode) {
     case Opcode::kParameter:
       if (attrs.index < 0) return Error("parameter number {} is negative", attrs.index);
@@ -231,240 +457,69 @@ StatusOr<Shape> InferShape(Opcode opcode, std::span<const Shape> ops, const Attr
       }
       RETURN_IF_ERROR(CheckLiteralValues(declared.dtype(), attrs.literal));
       return declared;
-    case Opcode::kIota:
+    default:  // iota
       if (declared.dtype() == DType::kPred) return Error("iota of pred is undefined");
       if (attrs.index < 0 || attrs.index >= declared.rank()) {
         return Error("iota_dimension {} out of range for {}", attrs.index, declared.ToString());
       }
       return declared;
-    case Opcode::kBroadcast: {
-      const Shape& in = ops[0];
-      if (static_cast<int64_t>(attrs.dimensions.size()) != in.rank()) {
-        return Error("broadcast dimensions {} must have one entry per operand dim ({})",
-                     Dims(attrs.dimensions), in.rank());
-      }
-      RETURN_IF_ERROR(CheckDimensionList("broadcast dimension", attrs.dimensions, declared.rank()));
-      for (int64_t i = 0; i < in.rank(); ++i) {
-        if (in.dim(i) != declared.dim(attrs.dimensions[i])) {
-          return Error("broadcast operand dim {} (size {}) maps to result dim {} of size {}", i,
-                       in.dim(i), attrs.dimensions[i], declared.dim(attrs.dimensions[i]));
-        }
-      }
-      return Shape(in.dtype(), declared.dims());
-    }
+  }
+}
+
+}  // namespace
+
+StatusOr<Shape> InferShape(Opcode opcode, std::span<const Shape> ops, const Attrs& attrs,
+                           const Computation* called, const Shape& declared) {
+  RETURN_IF_ERROR(CheckOperands(opcode, ops, declared));
+  if (IsElementwise(opcode)) {
+    if (opcode == Opcode::kConvert) return ops[0].WithDType(declared.dtype());
+    return InferElementwise(opcode, ops);
+  }
+  switch (opcode) {
+    case Opcode::kParameter:
+    case Opcode::kConstant:
+    case Opcode::kIota:
+      return InferLeaf(opcode, attrs, declared);
+    case Opcode::kBroadcast:
+      return InferBroadcast(ops, attrs, declared);
     case Opcode::kReshape:
       if (ops[0].num_elements() != declared.num_elements()) {
         return Error("reshape of {} to {} changes the element count", ops[0].ToString(),
                      declared.ToString());
       }
       return Shape(ops[0].dtype(), declared.dims());
-    case Opcode::kTranspose: {
-      const Shape& in = ops[0];
-      if (static_cast<int64_t>(attrs.dimensions.size()) != in.rank()) {
-        return Error("transpose dimensions {} is not a permutation of rank {}",
-                     Dims(attrs.dimensions), in.rank());
-      }
-      RETURN_IF_ERROR(CheckDimensionList("transpose dimension", attrs.dimensions, in.rank()));
-      std::vector<int64_t> dims;
-      for (int64_t d : attrs.dimensions) dims.push_back(in.dim(d));
-      return Shape(in.dtype(), dims);
-    }
+    case Opcode::kTranspose:
+      return InferTranspose(ops, attrs);
     case Opcode::kSlice:
       return InferSlice(ops[0], attrs.slice);
-    case Opcode::kPad: {
-      const Shape &in = ops[0], &value = ops[1];
-      if (!value.is_scalar() || value.dtype() != in.dtype()) {
-        return Error("pad value must be a {} scalar, got {}", DTypeName(in.dtype()),
-                     value.ToString());
-      }
-      if (static_cast<int64_t>(attrs.pad_low.size()) != in.rank() ||
-          attrs.pad_high.size() != attrs.pad_low.size()) {
-        return Error("pad needs low and high padding for each of {} dims", in.rank());
-      }
-      std::vector<int64_t> dims;
-      for (int64_t d = 0; d < in.rank(); ++d) {
-        if (attrs.pad_low[d] < 0 || attrs.pad_high[d] < 0) {
-          return Error("pad of dim {} is negative", d);
-        }
-        constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-        if (attrs.pad_low[d] > kMax - in.dim(d) ||
-            attrs.pad_high[d] > kMax - in.dim(d) - attrs.pad_low[d]) {
-          return Error("pad of dim {} overflows", d);
-        }
-        dims.push_back(in.dim(d) + attrs.pad_low[d] + attrs.pad_high[d]);
-      }
-      return Shape(in.dtype(), dims);
-    }
-    case Opcode::kConcatenate: {
-      if (ops.empty()) return Error("concatenate needs at least one operand");
-      if (attrs.dimensions.size() != 1) return Error("concatenate needs one dimension");
-      int64_t axis = attrs.dimensions[0];
-      const Shape& first = ops[0];
-      if (axis < 0 || axis >= first.rank()) {
-        return Error("concatenate dimension {} out of range for {}", axis, first.ToString());
-      }
-      std::vector<int64_t> dims = first.dims();
-      for (size_t i = 1; i < ops.size(); ++i) {
-        const Shape& s = ops[i];
-        bool same = s.dtype() == first.dtype() && s.rank() == first.rank();
-        for (int64_t d = 0; same && d < s.rank(); ++d) same = d == axis || s.dim(d) == first.dim(d);
-        if (!same) {
-          return Error("concatenate operand {} {} does not match {} outside dim {}", i,
-                       s.ToString(), first.ToString(), axis);
-        }
-        dims[axis] += s.dim(axis);
-      }
-      return Shape(first.dtype(), dims);
-    }
-    case Opcode::kReduce: {
-      const Shape& in = ops[0];
-      if (in.dtype() == DType::kPred) return Error("reduce of pred is undefined");
-      RETURN_IF_ERROR(CheckDimensionList("reduce dimension", attrs.dimensions, in.rank()));
-      DType out = declared.dtype();
-      if (out != in.dtype() && !(IsFloat(in.dtype()) && out == DType::kF32)) {
-        if (!IsFloat(in.dtype())) {
-          return Error("reduce of {} can only produce {}, not {}", DTypeName(in.dtype()),
-                       DTypeName(in.dtype()), DTypeName(out));
-        }
-        return Error("reduce of {} can produce {} or f32, not {}", DTypeName(in.dtype()),
-                     DTypeName(in.dtype()), DTypeName(out));
-      }
-      std::vector<int64_t> dims;
-      for (int64_t d = 0; d < in.rank(); ++d) {
-        if (std::find(attrs.dimensions.begin(), attrs.dimensions.end(), d) ==
-            attrs.dimensions.end()) {
-          dims.push_back(in.dim(d));
-        }
-      }
-      return Shape(out, dims);
-    }
+    case Opcode::kPad:
+      return InferPad(ops, attrs);
+    case Opcode::kConcatenate:
+      return InferConcatenate(ops, attrs);
+    case Opcode::kReduce:
+      return InferReduce(ops, attrs, declared);
     case Opcode::kDot:
       return InferDot(ops[0], ops[1], attrs.dot, declared.dtype());
     case Opcode::kGather:
       return InferGather(ops[0], ops[1], attrs.index);
-    case Opcode::kScatterAdd: {
-      ASSIGN_OR_RETURN(Shape updates, InferGather(ops[0], ops[1], attrs.index));
-      if (updates != ops[2]) {
-        return Error("scatter-add updates {} must be {} for these indices", ops[2].ToString(),
-                     updates.ToString());
-      }
-      if (!IsFloat(ops[0].dtype())) return Error("scatter-add needs a float operand");
-      return ops[0];
-    }
+    case Opcode::kScatterAdd:
+      return InferScatterAdd(ops, attrs);
     case Opcode::kAllReduce:
       if (!IsFloat(ops[0].dtype())) return Error("all-reduce needs a float operand");
       return ops[0];
     case Opcode::kFusion:
       return CheckCalled(ops, called);
-    case Opcode::kAttention: {
-      const Shape &q = ops[0], &k = ops[1], &v = ops[2];
-      for (const Shape* s : {&q, &k, &v}) {
-        RETURN_IF_ERROR(CheckArray(*s, "attention operand"));
-        if (s->rank() != 4 || !IsFloat(s->dtype()) || s->dtype() != q.dtype()) {
-          return Error("attention takes q, k, v as float [batch,heads,seq,head_dim] of one "
-                       "dtype, got {}",
-                       s->ToString());
-        }
-      }
-      if (k.dims() != v.dims() || q.dim(0) != k.dim(0) || q.dim(1) != k.dim(1) ||
-          q.dim(3) != k.dim(3)) {
-        return Error("attention q {} does not match k {} and v {}", q.ToString(), k.ToString(),
-                     v.ToString());
-      }
-      if (attrs.causal && q.dim(2) != k.dim(2)) {
-        return Error("causal attention needs equal query and key lengths");
-      }
-      if (attrs.grad_dtype && !IsFloat(*attrs.grad_dtype)) {
-        return Error("attention grad_dtype must be a float dtype, got {}",
-                     DTypeName(*attrs.grad_dtype));
-      }
-      ASSIGN_OR_RETURN(Shape result, CheckCalled(ops, called));
-      if (result != q) {
-        return Error("attention decomposition returns {}, expected {}", result.ToString(),
-                     q.ToString());
-      }
-      return result;
-    }
+    case Opcode::kAttention:
+      return InferAttention(ops, attrs, called);
     case Opcode::kAttentionLse:
-    case Opcode::kAttentionGrad: {
-      // Note [flash attention ops] (passes/autodiff_attention.h).
-      const bool grad = opcode == Opcode::kAttentionGrad;
-      const std::string_view op = OpcodeName(opcode);
-      const Shape &q = ops[0], &k = ops[1];
-      const int64_t n = grad ? 4 : 2;
-      for (int64_t i = 0; i < n; ++i) {
-        const Shape& s = ops[i == 3 ? 3 : i];
-        RETURN_IF_ERROR(CheckArray(s, "attention operand"));
-        if (s.rank() != 4 || !IsFloat(s.dtype()) || s.dtype() != q.dtype()) {
-          return Error("{} takes q, k{} as float [batch,heads,seq,head_dim] of one dtype, got {}",
-                       op, grad ? ", v, do" : "", s.ToString());
-        }
-      }
-      if (q.dim(0) != k.dim(0) || q.dim(1) != k.dim(1) || q.dim(3) != k.dim(3) ||
-          (grad && (ops[2].dims() != k.dims() || ops[3].dims() != q.dims()))) {
-        return Error(
-            "{} q {} does not match k {}{}", op, q.ToString(), k.ToString(),
-            grad ? fmt::format(", v {} and do {}", ops[2].ToString(), ops[3].ToString()) : "");
-      }
-      if (attrs.causal && q.dim(2) != k.dim(2)) {
-        return Error("causal {} needs equal query and key lengths", op);
-      }
-      Shape rows(DType::kF32, {q.dim(0), q.dim(1), q.dim(2)});
-      if (grad) {
-        for (int64_t i : {4, 5}) {
-          if (ops[i] != rows) {
-            return Error("attention-grad {} must be {}, got {}", i == 4 ? "lse" : "delta",
-                         rows.ToString(), ops[i].ToString());
-          }
-        }
-        if (attrs.index < 0 || attrs.index > 2) {
-          return Error("attention-grad wrt must be q, k or v");
-        }
-      }
-      Shape result =
-          !grad ? rows : (attrs.index == 0 ? q : ops[attrs.index]).WithDType(declared.dtype());
-      if (!IsFloat(result.dtype())) return Error("{} result must be float", op);
-      ASSIGN_OR_RETURN(Shape decomposed, CheckCalled(ops, called));
-      if (decomposed != result) {
-        return Error("{} decomposition returns {}, expected {}", op, decomposed.ToString(),
-                     result.ToString());
-      }
-      return result;
-    }
-    case Opcode::kSoftmaxCrossEntropy: {
-      const Shape &logits = ops[0], &targets = ops[1];
-      RETURN_IF_ERROR(CheckArray(logits, "logits"));
-      RETURN_IF_ERROR(CheckArray(targets, "targets"));
-      if (!IsFloat(logits.dtype()) || logits.rank() < 1) {
-        return Error("logits must be float [..., classes], got {}", logits.ToString());
-      }
-      std::vector<int64_t> rows(logits.dims().begin(), logits.dims().end() - 1);
-      if (targets.dtype() != DType::kS32 || targets.dims() != rows) {
-        return Error("targets must be s32{} for logits {}, got {}", Dims(rows), logits.ToString(),
-                     targets.ToString());
-      }
-      int64_t classes = logits.dim(logits.rank() - 1);
-      if (attrs.num_classes < 0 || attrs.num_classes > classes) {
-        return Error("num_classes {} out of range for {} classes", attrs.num_classes, classes);
-      }
-      ASSIGN_OR_RETURN(Shape result, CheckCalled(ops, called));
-      Shape expected(DType::kF32, rows);
-      if (result != expected) {
-        return Error("softmax-cross-entropy decomposition returns {}, expected {}",
-                     result.ToString(), expected.ToString());
-      }
-      return result;
-    }
+    case Opcode::kAttentionGrad:
+      return InferAttentionLseOrGrad(opcode, ops, attrs, called, declared);
+    case Opcode::kSoftmaxCrossEntropy:
+      return InferSoftmaxCrossEntropy(ops, attrs, called);
     case Opcode::kTuple:
       return Shape::Tuple(std::vector<Shape>(ops.begin(), ops.end()));
-    case Opcode::kGetTupleElement: {
-      const Shape& t = ops[0];
-      if (!t.is_tuple()) return Error("get-tuple-element of non-tuple {}", t.ToString());
-      if (attrs.index < 0 || attrs.index >= static_cast<int64_t>(t.tuple_elements().size())) {
-        return Error("tuple index {} out of range for {}", attrs.index, t.ToString());
-      }
-      return t.tuple_elements()[attrs.index];
-    }
+    case Opcode::kGetTupleElement:
+      return InferGetTupleElement(ops, attrs);
     default:
       return Error("no shape rule for {}", OpcodeName(opcode));
   }

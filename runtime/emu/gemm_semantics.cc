@@ -170,21 +170,12 @@ std::string EpilogueName(uint32_t e) {
   }
 }
 
-Verdict CheckMatmul(const MatmulSpec& s, const MatrixShape& a, const MatrixShape& b,
-                    const MatrixShape& c, const MatrixShape& d) {
-  if (!s.unmodeled.empty()) {
-    return Refuse(CUBLAS_STATUS_NOT_SUPPORTED, s.unmodeled + " is not modelled by the emulator");
-  }
-  if (s.compute_type != CUBLAS_COMPUTE_32F) {
-    return Refuse(
-        CUBLAS_STATUS_NOT_SUPPORTED,
-        fmt::format("compute type {} (the emulator models CUBLAS_COMPUTE_32F)", s.compute_type));
-  }
-  if (s.scale_type != CUDA_R_32F || s.pointer_mode != CUBLASLT_POINTER_MODE_HOST) {
-    return Refuse(CUBLAS_STATUS_NOT_SUPPORTED,
-                  fmt::format("scale type {} / pointer mode {} (host f32 alpha and beta only)",
-                              DataTypeName(s.scale_type), s.pointer_mode));
-  }
+namespace {
+
+// The four matrices' layouts: column-major floats, not empty, ld at least
+// the rows, D's batch count.
+Verdict CheckLayouts(const MatrixShape& a, const MatrixShape& b, const MatrixShape& c,
+                     const MatrixShape& d) {
   const char* names[] = {"A", "B", "C", "D"};
   const MatrixShape* all[] = {&a, &b, &c, &d};
   for (int i = 0; i < 4; ++i) {
@@ -212,31 +203,12 @@ Verdict CheckMatmul(const MatmulSpec& s, const MatrixShape& a, const MatrixShape
           fmt::format("{}: batch count {}, D's is {}", names[i], x.batch_count, d.batch_count));
     }
   }
-  if (s.transa != CUBLAS_OP_N && s.transa != CUBLAS_OP_T) {
-    return Refuse(CUBLAS_STATUS_NOT_SUPPORTED, fmt::format("TRANSA {}", s.transa));
-  }
-  if (s.transb != CUBLAS_OP_N && s.transb != CUBLAS_OP_T) {
-    return Refuse(CUBLAS_STATUS_NOT_SUPPORTED, fmt::format("TRANSB {}", s.transb));
-  }
-  const uint64_t m = d.rows, n = d.cols, k = OpCols(a, s.transa);
-  if (OpRows(a, s.transa) != m || OpRows(b, s.transb) != k || OpCols(b, s.transb) != n ||
-      c.rows != m || c.cols != n) {
-    return Refuse(CUBLAS_STATUS_INVALID_VALUE,
-                  fmt::format("shapes: op(A) {}x{}, op(B) {}x{}, C {}x{}, D {}x{}",
-                              OpRows(a, s.transa), OpCols(a, s.transa), OpRows(b, s.transb),
-                              OpCols(b, s.transb), c.rows, c.cols, m, n));
-  }
-  if (a.dtype != b.dtype) {
-    return Refuse(CUBLAS_STATUS_NOT_SUPPORTED,
-                  fmt::format("A {} with B {} (one input type)", DataTypeName(a.dtype),
-                              DataTypeName(b.dtype)));
-  }
-  if (c.dtype != d.dtype || (d.dtype != a.dtype && d.dtype != CUDA_R_32F)) {
-    return Refuse(CUBLAS_STATUS_NOT_SUPPORTED,
-                  fmt::format("inputs {} with C {} and D {} (C and D of one type, the inputs' or "
-                              "CUDA_R_32F)",
-                              DataTypeName(a.dtype), DataTypeName(c.dtype), DataTypeName(d.dtype)));
-  }
+  return Verdict{};
+}
+
+// The epilogue's operands (bias, aux) for D of m x n.
+Verdict CheckEpilogue(const MatmulSpec& s, const MatrixShape& c, const MatrixShape& d, uint64_t m,
+                      uint64_t n) {
   const uint32_t e = s.epilogue;
   const std::string ename = EpilogueName(e);
   if (!IsKnownEpilogue(e)) return Refuse(CUBLAS_STATUS_NOT_SUPPORTED, ename + " is not modelled");
@@ -285,6 +257,52 @@ Verdict CheckMatmul(const MatmulSpec& s, const MatrixShape& a, const MatrixShape
     }
   }
   return Verdict{};
+}
+
+}  // namespace
+
+Verdict CheckMatmul(const MatmulSpec& s, const MatrixShape& a, const MatrixShape& b,
+                    const MatrixShape& c, const MatrixShape& d) {
+  if (!s.unmodeled.empty()) {
+    return Refuse(CUBLAS_STATUS_NOT_SUPPORTED, s.unmodeled + " is not modelled by the emulator");
+  }
+  if (s.compute_type != CUBLAS_COMPUTE_32F) {
+    return Refuse(
+        CUBLAS_STATUS_NOT_SUPPORTED,
+        fmt::format("compute type {} (the emulator models CUBLAS_COMPUTE_32F)", s.compute_type));
+  }
+  if (s.scale_type != CUDA_R_32F || s.pointer_mode != CUBLASLT_POINTER_MODE_HOST) {
+    return Refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  fmt::format("scale type {} / pointer mode {} (host f32 alpha and beta only)",
+                              DataTypeName(s.scale_type), s.pointer_mode));
+  }
+  if (Verdict layouts = CheckLayouts(a, b, c, d); !layouts.ok()) return layouts;
+  if (s.transa != CUBLAS_OP_N && s.transa != CUBLAS_OP_T) {
+    return Refuse(CUBLAS_STATUS_NOT_SUPPORTED, fmt::format("TRANSA {}", s.transa));
+  }
+  if (s.transb != CUBLAS_OP_N && s.transb != CUBLAS_OP_T) {
+    return Refuse(CUBLAS_STATUS_NOT_SUPPORTED, fmt::format("TRANSB {}", s.transb));
+  }
+  const uint64_t m = d.rows, n = d.cols, k = OpCols(a, s.transa);
+  if (OpRows(a, s.transa) != m || OpRows(b, s.transb) != k || OpCols(b, s.transb) != n ||
+      c.rows != m || c.cols != n) {
+    return Refuse(CUBLAS_STATUS_INVALID_VALUE,
+                  fmt::format("shapes: op(A) {}x{}, op(B) {}x{}, C {}x{}, D {}x{}",
+                              OpRows(a, s.transa), OpCols(a, s.transa), OpRows(b, s.transb),
+                              OpCols(b, s.transb), c.rows, c.cols, m, n));
+  }
+  if (a.dtype != b.dtype) {
+    return Refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  fmt::format("A {} with B {} (one input type)", DataTypeName(a.dtype),
+                              DataTypeName(b.dtype)));
+  }
+  if (c.dtype != d.dtype || (d.dtype != a.dtype && d.dtype != CUDA_R_32F)) {
+    return Refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  fmt::format("inputs {} with C {} and D {} (C and D of one type, the inputs' or "
+                              "CUDA_R_32F)",
+                              DataTypeName(a.dtype), DataTypeName(c.dtype), DataTypeName(d.dtype)));
+  }
+  return CheckEpilogue(s, c, d, m, n);
 }
 
 Verdict CheckScalars(const MatmulSpec& s, float alpha) {

@@ -136,69 +136,75 @@ Status EntryExecutor::IssueBucket(size_t b, cudaStream_t stream) {
   return CudaCheck(Cuda().EventRecord(done_[b], comm_stream_), what + ": cudaEventRecord");
 }
 
+StatusOr<EntryExecutor::Call> EntryExecutor::TranslateKernel(const Thunk& t) {
+  const auto& k = std::get<KernelThunk>(t.body);
+  KernelCall call;
+  StatusOr<CUfunction> f = resources_.modules->Find(plan_.name, t.name);
+  if (!f.ok()) return f.status().WithPrefix(t.Describe());
+  call.function = *f;
+  const int64_t params = resources_.modules->ParamCount(plan_.name, t.name);
+  if (params >= 0 && params != static_cast<int64_t>(k.args.size())) {
+    return Error("{}: the plan passes {} pointers, the PTX entry takes {} parameters", t.Describe(),
+                 k.args.size(), params);
+  }
+  for (int i = 0; i < 3; ++i) {
+    call.grid[i] = static_cast<unsigned>(k.grid[i]);
+    call.block[i] = static_cast<unsigned>(k.block[i]);
+  }
+  call.dynamic_smem = static_cast<unsigned>(k.dynamic_smem);
+  RETURN_IF_ERROR(resources_.modules->PrepareLaunch(
+      call.function, k.block[0] * k.block[1] * k.block[2], k.dynamic_smem, t.Describe()));
+  for (const ArenaSlice& s : k.args) {
+    call.args.push_back(reinterpret_cast<CUdeviceptr>(At(s)));
+  }
+  // `args` is complete: its elements no longer move (a moved vector keeps its buffer).
+  for (CUdeviceptr& a : call.args) call.params.push_back(&a);
+  return Call(std::move(call));
+}
+
+StatusOr<EntryExecutor::Call> EntryExecutor::TranslateGemm(const Thunk& t) {
+  const auto& g = std::get<GemmThunk>(t.body);
+  GemmPointers p{.a = At(g.a),
+                 .b = At(g.b),
+                 .c = At(g.c),
+                 .d = At(g.d),
+                 .bias = g.bias ? At(*g.bias) : nullptr,
+                 .aux = g.aux ? At(*g.aux) : nullptr,
+                 .workspace = resources_.workspace,
+                 .workspace_bytes = resources_.workspace_bytes};
+  if (g.config.workspace_bytes > static_cast<int64_t>(resources_.workspace_bytes)) {
+    return Error("{}: wants a {} byte workspace, the runtime has {}", t.Describe(),
+                 g.config.workspace_bytes, resources_.workspace_bytes);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<GemmRunner> runner,
+                   GemmRunner::Prepare(*resources_.lt, g.config, p, t.Describe()));
+  // Tuning chooses the algorithm later (TuneGemms).
+  const bool tuned = resources_.autotuner != nullptr;
+  Status selected = tuned ? runner->Candidates(resources_.lt_handle, 1).status()
+                          : runner->SelectAlgorithm(resources_.lt_handle);
+  if (selected.ok()) return Call(std::move(runner));
+  // Note [epilogue fallback]: the gemm without its epilogue, and the
+  // kernel next to it (its fallback) does the epilogue's work.
+  const std::optional<size_t> kernel = FallbackKernel(static_cast<size_t>(t.index));
+  if (!runner->refused() || !kernel) return selected;
+  ASSIGN_OR_RETURN(runner, PreparePlain(t));
+  if (!tuned) RETURN_IF_ERROR(runner->SelectAlgorithm(resources_.lt_handle));
+  fallback_of_.insert(*kernel);
+  warnings_.push_back(fmt::format(
+      "{}: cuBLASLt has no algorithm for {} here [{}]; it runs without the epilogue, and "
+      "kernel {} {}",
+      t.Describe(), program::GemmEpilogueName(g.config.epilogue), g.config.Summary(),
+      plan_.thunks[*kernel].name,
+      *kernel < static_cast<size_t>(t.index) ? "computes the bias gradient" : "applies it"));
+  return Call(std::move(runner));
+}
+
 StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
   switch (t.kind()) {
-    case ThunkKind::kKernel: {
-      const auto& k = std::get<KernelThunk>(t.body);
-      KernelCall call;
-      StatusOr<CUfunction> f = resources_.modules->Find(plan_.name, t.name);
-      if (!f.ok()) return f.status().WithPrefix(t.Describe());
-      call.function = *f;
-      const int64_t params = resources_.modules->ParamCount(plan_.name, t.name);
-      if (params >= 0 && params != static_cast<int64_t>(k.args.size())) {
-        return Error("{}: the plan passes {} pointers, the PTX entry takes {} parameters",
-                     t.Describe(), k.args.size(), params);
-      }
-      for (int i = 0; i < 3; ++i) {
-        call.grid[i] = static_cast<unsigned>(k.grid[i]);
-        call.block[i] = static_cast<unsigned>(k.block[i]);
-      }
-      call.dynamic_smem = static_cast<unsigned>(k.dynamic_smem);
-      RETURN_IF_ERROR(resources_.modules->PrepareLaunch(
-          call.function, k.block[0] * k.block[1] * k.block[2], k.dynamic_smem, t.Describe()));
-      for (const ArenaSlice& s : k.args) {
-        call.args.push_back(reinterpret_cast<CUdeviceptr>(At(s)));
-      }
-      // `args` is complete: its elements no longer move (a moved vector keeps its buffer).
-      for (CUdeviceptr& a : call.args) call.params.push_back(&a);
-      return Call(std::move(call));
-    }
-    case ThunkKind::kGemm: {
-      const auto& g = std::get<GemmThunk>(t.body);
-      GemmPointers p{.a = At(g.a),
-                     .b = At(g.b),
-                     .c = At(g.c),
-                     .d = At(g.d),
-                     .bias = g.bias ? At(*g.bias) : nullptr,
-                     .aux = g.aux ? At(*g.aux) : nullptr,
-                     .workspace = resources_.workspace,
-                     .workspace_bytes = resources_.workspace_bytes};
-      if (g.config.workspace_bytes > static_cast<int64_t>(resources_.workspace_bytes)) {
-        return Error("{}: wants a {} byte workspace, the runtime has {}", t.Describe(),
-                     g.config.workspace_bytes, resources_.workspace_bytes);
-      }
-      ASSIGN_OR_RETURN(std::unique_ptr<GemmRunner> runner,
-                       GemmRunner::Prepare(*resources_.lt, g.config, p, t.Describe()));
-      // Tuning chooses the algorithm later (TuneGemms).
-      const bool tuned = resources_.autotuner != nullptr;
-      Status selected = tuned ? runner->Candidates(resources_.lt_handle, 1).status()
-                              : runner->SelectAlgorithm(resources_.lt_handle);
-      if (selected.ok()) return Call(std::move(runner));
-      // Note [epilogue fallback]: the gemm without its epilogue, and the
-      // kernel next to it (its fallback) does the epilogue's work.
-      const std::optional<size_t> kernel = FallbackKernel(static_cast<size_t>(t.index));
-      if (!runner->refused() || !kernel) return selected;
-      ASSIGN_OR_RETURN(runner, PreparePlain(t));
-      if (!tuned) RETURN_IF_ERROR(runner->SelectAlgorithm(resources_.lt_handle));
-      fallback_of_.insert(*kernel);
-      warnings_.push_back(fmt::format(
-          "{}: cuBLASLt has no algorithm for {} here [{}]; it runs without the epilogue, and "
-          "kernel {} {}",
-          t.Describe(), program::GemmEpilogueName(g.config.epilogue), g.config.Summary(),
-          plan_.thunks[*kernel].name,
-          *kernel < static_cast<size_t>(t.index) ? "computes the bias gradient" : "applies it"));
-      return Call(std::move(runner));
-    }
+    case ThunkKind::kKernel:
+      return TranslateKernel(t);
+    case ThunkKind::kGemm:
+      return TranslateGemm(t);
     case ThunkKind::kCopy: {
       const auto& c = std::get<CopyThunk>(t.body);
       if (c.src == c.dst || c.bytes == 0) return Call(NoOp{});

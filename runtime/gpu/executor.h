@@ -142,6 +142,10 @@ class EntryExecutor {
   EntryExecutor(const ExecutorResources& resources, EntryPlan plan, char* arena)
       : resources_(resources), plan_(std::move(plan)), arena_(arena) {}
   StatusOr<Call> Translate(const Thunk& thunk);
+  // Its kernel and gemm cases: the kernel's function and launch; the gemm's
+  // runner, or (Note [epilogue fallback]) the plain gemm beside its kernel.
+  StatusOr<Call> TranslateKernel(const Thunk& t);
+  StatusOr<Call> TranslateGemm(const Thunk& t);
   // Note [epilogue fallback]: the fallback kernel of gemm thunk `i`, if any.
   std::optional<size_t> FallbackKernel(size_t i) const;
   // Gemm thunk `t` without its epilogue (no algorithm chosen yet).

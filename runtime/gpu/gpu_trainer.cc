@@ -135,6 +135,10 @@ struct GpuTrainer::Impl {
   Status UploadState(const TrainerState& state);
   Status WaitFor(cudaEvent_t event, std::string_view what);
   Status CopyParamsInto(EntryState& e);
+  // Checks step `number`'s micro-batches and copies them, the step number
+  // and the learning rate `rate` into the staging buffer (once the previous
+  // step's uploads from it are done).
+  Status Stage(std::span<const MicroBatch> micro_batches, int64_t number, double rate);
   // Feeds tokens (and targets) and runs an entry that updates no state; its
   // outputs are then in the returned executor's arena.
   StatusOr<EntryExecutor*> RunForEvaluate(const program::TrainEntry& entry, const MicroBatch& batch);
@@ -457,31 +461,8 @@ StatusOr<StepResult> GpuTrainer::Step(std::span<const MicroBatch> micro_batches,
   Impl& m = *impl_;
   const int64_t step = m.steps_done + 1;
   const int64_t k = m.program->grad_accum;
-  if (static_cast<int64_t>(micro_batches.size()) != k) {
-    return Error("step {}: {} micro-batches given, grad_accum is {}", step, micro_batches.size(),
-                 k);
-  }
-  for (const MicroBatch& batch : micro_batches) {
-    for (auto [input, ids] :
-         {std::pair{&m.tokens[0], &batch.tokens}, std::pair{&m.targets[0], &batch.targets}}) {
-      const ir::Shape& shape = input->slot->shape;
-      if (static_cast<int64_t>(ids->size()) != shape.num_elements()) {
-        return Error("step {}: input %{}: {} values given, {} needs {}", step, input->slot->name,
-                     ids->size(), shape.ToString(), shape.num_elements());
-      }
-    }
-  }
-  // The staging buffer is reused: the previous step's copies must be done.
-  if (m.upload_pending) RETURN_IF_ERROR(m.WaitFor(m.uploaded, fmt::format("step {}", step)));
+  RETURN_IF_ERROR(m.Stage(micro_batches, step, lr));
   char* staging = m.staging.data();
-  for (int64_t i = 0; i < k; ++i) {
-    const MicroBatch& batch = micro_batches[i];
-    std::memcpy(staging + m.tokens[i].offset, batch.tokens.data(), batch.tokens.size() * 4);
-    std::memcpy(staging + m.targets[i].offset, batch.targets.data(), batch.targets.size() * 4);
-  }
-  const float step_value = static_cast<float>(step), lr_value = static_cast<float>(lr);
-  std::memcpy(staging + m.step.offset, &step_value, 4);
-  std::memcpy(staging + m.lr.offset, &lr_value, 4);
   auto upload = [&](EntryState& e, const StagedInput& in) {
     return CudaCheck(
         Cuda().MemcpyAsync(e.executor->At(in.slot->slice), staging + in.offset,
@@ -544,6 +525,37 @@ StatusOr<StepResult> GpuTrainer::Step(std::span<const MicroBatch> micro_batches,
   StepResult r{.loss = 0, .grad_norm = values[k]};
   for (int64_t i = 0; i < k; ++i) r.loss += values[i] / static_cast<double>(k);
   return r;
+}
+
+Status GpuTrainer::Impl::Stage(std::span<const MicroBatch> micro_batches, int64_t number,
+                               double rate) {
+  const int64_t k = program->grad_accum;
+  if (static_cast<int64_t>(micro_batches.size()) != k) {
+    return Error("step {}: {} micro-batches given, grad_accum is {}", number, micro_batches.size(),
+                 k);
+  }
+  for (const MicroBatch& batch : micro_batches) {
+    for (auto [input, ids] :
+         {std::pair{&tokens[0], &batch.tokens}, std::pair{&targets[0], &batch.targets}}) {
+      const ir::Shape& shape = input->slot->shape;
+      if (static_cast<int64_t>(ids->size()) != shape.num_elements()) {
+        return Error("step {}: input %{}: {} values given, {} needs {}", number, input->slot->name,
+                     ids->size(), shape.ToString(), shape.num_elements());
+      }
+    }
+  }
+  // The staging buffer is reused: the previous step's copies must be done.
+  if (upload_pending) RETURN_IF_ERROR(WaitFor(uploaded, fmt::format("step {}", number)));
+  char* at = staging.data();
+  for (int64_t i = 0; i < k; ++i) {
+    const MicroBatch& batch = micro_batches[i];
+    std::memcpy(at + tokens[i].offset, batch.tokens.data(), batch.tokens.size() * 4);
+    std::memcpy(at + targets[i].offset, batch.targets.data(), batch.targets.size() * 4);
+  }
+  const float step_value = static_cast<float>(number), lr_value = static_cast<float>(rate);
+  std::memcpy(at + step.offset, &step_value, 4);
+  std::memcpy(at + lr.offset, &lr_value, 4);
+  return Status::Ok();
 }
 
 Status GpuTrainer::Impl::CopyParamsInto(EntryState& e) {
