@@ -177,12 +177,6 @@ std::vector<const Instruction*> MatchGeluGradEpilogue(const Planner& p, const In
 
 namespace {
 
-// The single user of `inst`, or nullptr.
-const Instruction* SingleUser(const Planner& p, const Instruction* inst) {
-  if (inst->users().size() != 1 || p.computation()->root() == inst) return nullptr;
-  return inst->users().front();
-}
-
 // The converts after bias gradient `r` in gemm group `g` when they lead back
 // to r's dtype: autodiff's bf16 round trip of the gradient of a bf16 bias
 // copy (Note [bf16 GELU epilogue] in mixed_precision.h), whose rounding

@@ -1,5 +1,6 @@
-// Internals of the fusion pass (passes/fusion.h): the grouping state shared by
-// the rule phases (fusion_rules.cc) and the materialization (fusion.cc).
+// Internals of the fusion pass (passes/fusion.h): the grouping state
+// (fusion_planner.cc) shared by the rule phases (fusion_rules.cc,
+// fusion_attention_rules.cc) and the materialization (fusion.cc).
 #ifndef GPTC_PASSES_FUSION_PLANNER_H_
 #define GPTC_PASSES_FUSION_PLANNER_H_
 
@@ -240,7 +241,15 @@ class Planner {
   int64_t epoch_ = 0;
 };
 
-// The rule phases, in the order Fusion::Run applies them (fusion_rules.cc).
+// Whether every use of `inst` is by a member of `s`, looking through free
+// ops (and not when it is the root).
+bool AllUsesIn(const Planner& p, const ir::Instruction* inst, const InstSet& s);
+
+// The single user of `inst`, or nullptr (also for the root).
+const ir::Instruction* SingleUser(const Planner& p, const ir::Instruction* inst);
+
+// The rule phases, in the order Fusion::Run applies them (fusion_rules.cc;
+// the attention ones in fusion_attention_rules.cc).
 // Note [rounded attention operands]: a bf16 attention (grad_dtype) rounds
 // q, k and v to bf16 before its matmuls, and the backward keeps exactly those
 // rounded copies ([B, H, T, D], written for the flash backward kernels) where
