@@ -35,18 +35,8 @@ bool IsFree(const Instruction& inst) {
 
 bool IsLoopOp(const Instruction& inst) {
   if (inst.shape().is_tuple()) return false;
-  switch (inst.opcode()) {
-    case Opcode::kReshape:
-    case Opcode::kTranspose:
-    case Opcode::kSlice:
-    case Opcode::kPad:
-    case Opcode::kConcatenate:
-    case Opcode::kBroadcast:
-    case Opcode::kIota:
-      return true;
-    default:
-      return ir::IsElementwise(inst.opcode());
-  }
+  const Opcode op = inst.opcode();
+  return ir::IsLayout(op) || op == Opcode::kIota || ir::IsElementwise(op);
 }
 
 Planner::Planner(ir::Computation* computation) : computation_(computation) {

@@ -499,7 +499,7 @@ StatusOr<Value> FusedEmitter::EmitUncached(const ir::Instruction& inst, const El
                  ir::OpcodeName(inst.opcode()), what_);
   }
   Opcode op = inst.opcode();
-  if (ir::IsUnaryElementwise(op) && op != Opcode::kConvert && op != Opcode::kCopy) {
+  if (ir::IsUnaryMath(op)) {
     ASSIGN_OR_RETURN(Value x, Emit(*inst.operand(0), index));
     return EmitUnary(b_, loc, inst, x);
   }

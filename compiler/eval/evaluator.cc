@@ -64,6 +64,8 @@ StatusOr<ValuePtr> EvalCalled(const Context& ctx, const ir::Instruction& inst,
 StatusOr<ValuePtr> EvalInstruction(const Context& ctx, const ir::Instruction& inst,
                                    std::span<const ValuePtr> ops) {
   auto x = [&](int i) -> const Value& { return *ops[i]; };
+  if (ir::IsUnaryMath(inst.opcode())) return ValuePtr(EvalUnary(ctx, inst, x(0)));
+  if (ir::IsBinaryElementwise(inst.opcode())) return ValuePtr(EvalBinary(ctx, inst, x(0), x(1)));
   switch (inst.opcode()) {
     case Opcode::kParameter:
       return Error("parameter outside its computation's argument list");
@@ -96,23 +98,6 @@ StatusOr<ValuePtr> EvalInstruction(const Context& ctx, const ir::Instruction& in
       return ValuePtr(EvalSelect(ctx, inst, x(0), x(1), x(2)));
     case Opcode::kCompare:
       return ValuePtr(EvalCompare(ctx, inst, x(0), x(1)));
-    case Opcode::kNeg:
-    case Opcode::kExp:
-    case Opcode::kLog:
-    case Opcode::kTanh:
-    case Opcode::kSqrt:
-    case Opcode::kRsqrt:
-    case Opcode::kErf:
-    case Opcode::kAbs:
-      return ValuePtr(EvalUnary(ctx, inst, x(0)));
-    case Opcode::kAdd:
-    case Opcode::kSub:
-    case Opcode::kMul:
-    case Opcode::kDiv:
-    case Opcode::kMax:
-    case Opcode::kMin:
-    case Opcode::kPow:
-      return ValuePtr(EvalBinary(ctx, inst, x(0), x(1)));
     case Opcode::kReduce:
       return ValuePtr(EvalReduce(ctx, inst, x(0)));
     case Opcode::kDot:
@@ -138,6 +123,8 @@ StatusOr<ValuePtr> EvalInstruction(const Context& ctx, const ir::Instruction& in
     }
     case Opcode::kGetTupleElement:
       return x(0).elements[inst.attrs().index];
+    default:  // the unary and binary math above
+      break;
   }
   return Error("no evaluation rule for {}", ir::OpcodeName(inst.opcode()));
 }

@@ -8,9 +8,10 @@ namespace {
 struct OpcodeInfo {
   std::string_view name;
   int arity;
+  OpcodeCategory category;
 };
 constexpr std::array<OpcodeInfo, kNumOpcodes> kOpcodeInfo = {{
-#define GPTC_OPCODE_INFO(e, name, arity) {name, arity},
+#define GPTC_OPCODE_INFO(e, name, arity, category) {name, arity, OpcodeCategory::category},
     GPTC_OPCODES(GPTC_OPCODE_INFO)
 #undef GPTC_OPCODE_INFO
 }};
@@ -43,49 +44,26 @@ std::optional<Opcode> ParseOpcode(std::string_view name) {
 
 int OpcodeArity(Opcode opcode) { return kOpcodeInfo[static_cast<int>(opcode)].arity; }
 
+OpcodeCategory CategoryOf(Opcode opcode) { return kOpcodeInfo[static_cast<int>(opcode)].category; }
+
+bool IsUnaryMath(Opcode opcode) { return CategoryOf(opcode) == OpcodeCategory::kUnaryMath; }
+
 bool IsUnaryElementwise(Opcode opcode) {
-  switch (opcode) {
-    case Opcode::kConvert:
-    case Opcode::kCopy:
-    case Opcode::kNeg:
-    case Opcode::kExp:
-    case Opcode::kLog:
-    case Opcode::kTanh:
-    case Opcode::kSqrt:
-    case Opcode::kRsqrt:
-    case Opcode::kErf:
-    case Opcode::kAbs:
-      return true;
-    default:
-      return false;
-  }
+  return IsUnaryMath(opcode) || CategoryOf(opcode) == OpcodeCategory::kConversion;
 }
 
 bool IsBinaryElementwise(Opcode opcode) {
-  switch (opcode) {
-    case Opcode::kAdd:
-    case Opcode::kSub:
-    case Opcode::kMul:
-    case Opcode::kDiv:
-    case Opcode::kMax:
-    case Opcode::kMin:
-    case Opcode::kPow:
-      return true;
-    default:
-      return false;
-  }
+  return CategoryOf(opcode) == OpcodeCategory::kBinaryMath;
 }
 
 bool IsElementwise(Opcode opcode) {
   return IsUnaryElementwise(opcode) || IsBinaryElementwise(opcode) ||
-         opcode == Opcode::kSelect || opcode == Opcode::kCompare;
+         CategoryOf(opcode) == OpcodeCategory::kSelection;
 }
 
-bool CallsComputation(Opcode opcode) {
-  return opcode == Opcode::kFusion || opcode == Opcode::kAttention ||
-         opcode == Opcode::kAttentionLse || opcode == Opcode::kAttentionGrad ||
-         opcode == Opcode::kSoftmaxCrossEntropy;
-}
+bool IsLayout(Opcode opcode) { return CategoryOf(opcode) == OpcodeCategory::kLayout; }
+
+bool CallsComputation(Opcode opcode) { return CategoryOf(opcode) == OpcodeCategory::kCalls; }
 
 std::string_view CompareDirectionName(CompareDirection d) {
   return kCompareNames[static_cast<int>(d)];
