@@ -285,15 +285,6 @@ int64_t RowVectorWidth(const RowReductionPlan& plan) {
   return width;
 }
 
-// The value of every element of `inst` when it is a constant or a broadcast
-// of one holding a single value.
-std::optional<double> SplatValue(const ir::Instruction* inst) {
-  while (inst->opcode() == ir::Opcode::kBroadcast) inst = inst->operand(0);
-  if (inst->opcode() != ir::Opcode::kConstant || inst->attrs().literal.empty()) return std::nullopt;
-  const double v = inst->attrs().literal.front();
-  return ir::IsSplat(inst, v) ? std::optional<double>(v) : std::nullopt;
-}
-
 // Note [bounded columns]: the first column at which compare `c` (over the
 // row's input dims) may be false, when it compares an iota along the row with
 // a constant and holds below that column.
@@ -304,7 +295,7 @@ std::optional<int64_t> ColumnBound(const ir::Instruction& c, const RowReductionP
   const int64_t last = static_cast<int64_t>(plan.input_dims.size()) - 1;
   for (int64_t side = 0; side < 2; ++side) {
     const ir::Instruction* iota = c.operand(side);
-    const std::optional<double> k = SplatValue(c.operand(1 - side));
+    const std::optional<double> k = ir::SplatValue(c.operand(1 - side));
     if (iota->opcode() != ir::Opcode::kIota || iota->attrs().index != last || !k ||
         *k != std::floor(*k)) {
       continue;

@@ -4,12 +4,17 @@
 
 namespace gptc::ir {
 
-bool IsSplat(const Instruction* inst, double v) {
+bool IsSplat(const Instruction* inst, double v) { return SplatValue(inst) == v; }
+
+std::optional<double> SplatValue(const Instruction* inst) {
   while (inst->opcode() == Opcode::kBroadcast) inst = inst->operand(0);
-  if (inst->opcode() != Opcode::kConstant) return false;
+  if (inst->opcode() != Opcode::kConstant) return std::nullopt;
   const std::vector<double>& values = inst->attrs().literal;
-  return !values.empty() &&
-         std::all_of(values.begin(), values.end(), [v](double x) { return x == v; });
+  if (values.empty() ||
+      !std::all_of(values.begin(), values.end(), [&](double x) { return x == values[0]; })) {
+    return std::nullopt;
+  }
+  return values[0];
 }
 
 bool IsRowReduce(const Instruction& inst) {

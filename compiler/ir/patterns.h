@@ -4,6 +4,7 @@
 #define GPTC_COMPILER_IR_PATTERNS_H_
 
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -18,6 +19,8 @@ bool IsRowReduce(const Instruction& inst);
 // Every element of `inst` is `v`: a constant, or a broadcast of one (the
 // "broadcast of a scalar" the frontend and autodiff emit for literals).
 bool IsSplat(const Instruction* inst, double v);
+// The value of every element of `inst` when it is such a splat.
+std::optional<double> SplatValue(const Instruction* inst);
 
 // Decomposition parameters -> the operands of the composite that calls the
 // decomposition (softmax-cross-entropy, which the emitters inline).

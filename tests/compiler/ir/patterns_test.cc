@@ -55,5 +55,34 @@ TEST(PatternsTest, ZeroPadTilesFindConcatenationsOnly) {
   EXPECT_TRUE(ZeroPadTiles(e.FindInstruction("pa")).empty());       // one pad is no sum
 }
 
+// Splats: a constant of one value, directly or through broadcasts; a
+// constant of several values, a parameter or an add of splats is none.
+TEST(PatternsTest, SplatsAreConstantsOfOneValueThroughBroadcasts) {
+  StatusOr<std::unique_ptr<Module>> m = ParseModule(R"(module splats
+ENTRY %main {
+  %p = f32[2] parameter(0)
+  %two = f32[] constant(2)
+  %b = f32[3] broadcast(%two), dimensions={}
+  %bb = f32[2,3] broadcast(%b), dimensions={1}
+  %same = f32[2] constant({-0, 0})
+  %mixed = f32[2] constant({1, 2})
+  %sum = f32[] add(%two, %two)
+  ROOT %out = (f32[2], f32[2,3], f32[2], f32[2], f32[]) tuple(%p, %bb, %same, %mixed, %sum)
+}
+)");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const Computation& e = *(*m)->entry();
+  EXPECT_EQ(SplatValue(e.FindInstruction("two")), 2.0);
+  EXPECT_EQ(SplatValue(e.FindInstruction("bb")), 2.0);
+  EXPECT_TRUE(IsSplat(e.FindInstruction("bb"), 2.0));
+  EXPECT_FALSE(IsSplat(e.FindInstruction("bb"), 3.0));
+  EXPECT_EQ(SplatValue(e.FindInstruction("same")), 0.0);  // -0 and 0 compare equal
+  EXPECT_TRUE(IsSplat(e.FindInstruction("same"), 0.0));
+  for (const char* name : {"p", "mixed", "sum"}) {
+    EXPECT_FALSE(SplatValue(e.FindInstruction(name)).has_value()) << name;
+    EXPECT_FALSE(IsSplat(e.FindInstruction(name), 2.0)) << name;
+  }
+}
+
 }  // namespace
 }  // namespace gptc::ir
