@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/analysis/gemm_epilogue.h"
 #include "passes/fusion_planner.h"
 
 namespace gptc::passes {
@@ -391,6 +392,24 @@ class Materializer {
   std::unordered_set<std::string> taken_;
 };
 
+// Note [gemm epilogue records] (compiler/analysis/gemm_epilogue.h): each
+// gemm fusion's record, made here once for every later stage to read.
+Status DescribeGemms(ir::Computation& entry) {
+  for (const auto& inst : entry.instructions()) {
+    if (inst->opcode() != Opcode::kFusion || inst->attrs().fusion_kind != ir::FusionKind::kGemm ||
+        inst->attrs().gemm_epilogue) {
+      continue;
+    }
+    StatusOr<ir::GemmEpilogue> e = analysis::DescribeGemmEpilogue(*inst);
+    if (!e.ok()) {
+      return Error("fusion: the gemm rule built an epilogue cuBLASLt has no form for: {}",
+                   e.status().message());
+    }
+    inst->mutable_attrs().gemm_epilogue = *e;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 }  // namespace fusion_internal
 
@@ -412,6 +431,7 @@ StatusOr<bool> Fusion::Run(ir::Module& module) {
   FuseConvertsIntoProducers(planner);
   FuseLoops(planner);
   const bool fused = Materializer(module, planner).Run();
+  RETURN_IF_ERROR(DescribeGemms(*module.entry()));
   return fused || changed;
 }
 

@@ -44,7 +44,9 @@
 //     the dot's result and the recomputed GELU intermediates, down to an
 //     aux of D's dtype left outside (cuBLASLt's DGELU; Note [GELU
 //     epilogues] in gelu_epilogue.h). GELU regions are checked on sample
-//     points.
+//     points. Each gemm fusion then carries its epilogue record, which every
+//     later stage reads (Note [gemm epilogue records] in
+//     compiler/analysis/gemm_epilogue.h).
 //  5. reduction: each remaining reduce is a fusion root. Row reductions (over
 //     the last dim) grow over the row-local region around them: elementwise
 //     ops of the input shape or the row shape, and further row reductions of

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compiler/analysis/gelu_epilogue.h"
+#include "compiler/ir/patterns.h"
 #include "passes/fusion_planner.h"
 
 namespace gptc::passes::fusion_internal {
@@ -20,11 +21,6 @@ using ir::Opcode;
 // cuBLASLt's aux leading dimension is D's row count (the row-major last dim)
 // and must be a multiple of 8 (cublasLt.h, EPILOGUE_AUX_LD).
 bool AuxLdOk(const Instruction* x) { return x->shape().dims().back() % 8 == 0; }
-
-bool IsWidening(const Instruction* x) {
-  return x->opcode() == Opcode::kConvert &&
-         ir::DTypeBytes(x->shape().dtype()) > ir::DTypeBytes(x->operand(0)->shape().dtype());
-}
 
 // Whether every use of `x` is by a member of `s` (looking through free ops).
 bool UsedOnlyBy(const Planner& p, const Instruction* x, const InstSet& s) {
@@ -82,7 +78,7 @@ std::vector<const Instruction*> MatchGeluEpilogue(const Planner& p, const Instru
     std::vector<const Instruction*> users;
     p.NonFreeUsers(x, users);
     for (const Instruction* w : users) {
-      if (!IsWidening(w) || !p.Claimable(w)) continue;
+      if (!ir::IsWideningConvert(w) || !p.Claimable(w)) continue;
       gelu = MatchGeluOf(p, w);
       if (gelu.empty()) continue;
       gelu.insert(gelu.begin(), w);
@@ -209,7 +205,7 @@ void FuseBiasGradients(Planner& p, int g, const Instruction* d) {
     std::vector<const Instruction*> summed = {operand};
     if (operand->opcode() == Opcode::kConvert) summed.push_back(operand->operand(0));
     for (const Instruction* w : operand->users()) {
-      if (IsWidening(w) && p.Claimable(w)) summed.push_back(w);
+      if (ir::IsWideningConvert(w) && p.Claimable(w)) summed.push_back(w);
     }
     std::vector<const Instruction*> candidates;
     for (const Instruction* x : summed) {
@@ -224,7 +220,7 @@ void FuseBiasGradients(Planner& p, int g, const Instruction* d) {
       std::sort(reduced.begin(), reduced.end());
       if (reduced != contracting) continue;
       const Instruction* w = r->operand(0);
-      if (w != operand && IsWidening(w) && w->operand(0) == operand) {
+      if (w != operand && ir::IsWideningConvert(w) && w->operand(0) == operand) {
         // The widening is only the sum's: it joins the gemm with it.
         InstSet s = p.groups()[g].members;
         s.insert({w, r});

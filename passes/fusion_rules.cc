@@ -88,11 +88,6 @@ const Instruction* AbsorbConverts(Planner& p, int g, const Instruction* cur) {
   return cur;
 }
 
-bool IsWidening(const Instruction* x) {
-  return x->opcode() == Opcode::kConvert &&
-         ir::DTypeBytes(x->shape().dtype()) > ir::DTypeBytes(x->operand(0)->shape().dtype());
-}
-
 // The other operand of a binary `user` of `value`.
 const Instruction* OtherOperand(const Instruction* user, const Instruction* value) {
   return user->operand(0) == value ? user->operand(1) : user->operand(0);
@@ -300,8 +295,8 @@ void FuseGemms(Planner& p) {
           // A bias widened from D's type is widened by cuBLASLt: the convert
           // joins the gemm (Note [bf16 GELU epilogue] in mixed_precision.h).
           const Instruction* bias = b->operand(0);
-          if (IsWidening(bias) && p.Claimable(bias) && AllUsesIn(p, bias, p.groups()[g].members) &&
-              p.TryAdd(g, bias)) {
+          if (ir::IsWideningConvert(bias) && p.Claimable(bias) &&
+              AllUsesIn(p, bias, p.groups()[g].members) && p.TryAdd(g, bias)) {
             bias = bias->operand(0);
           }
           bias_dtype = bias->shape().dtype();
@@ -342,7 +337,7 @@ void FuseGemms(Planner& p) {
         p.Claimable(u) && p.TryAdd(g, u)) {
       AbsorbConverts(p, g, u);
     }
-    if (IsWidening(cur) && cur->operand(0) == d && WidenedByConsumers(p, cur)) {
+    if (ir::IsWideningConvert(cur) && cur->operand(0) == d && WidenedByConsumers(p, cur)) {
       InstSet members = p.groups()[g].members;
       members.erase(cur);
       p.ShrinkTo(g, members);

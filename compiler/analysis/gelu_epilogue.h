@@ -1,6 +1,6 @@
 // The tanh GELU and its derivative as cuBLASLt's GELU epilogues compute them,
 // and the matching of their IR forms, shared by mixed precision, fusion and
-// the gemm plan (compiler/artifact/gemm_plan.cc).
+// the gemm epilogue records (gemm_epilogue.h).
 //
 // Note [GELU epilogues]
 // cuBLASLt computes GPT-2's MLP activation and its gradient inside the gemms
@@ -21,7 +21,9 @@
 //    and the GELU into the c_fc gemm, and the GELU backward (the recomputed
 //    intermediates and their products with the gradient) into the gemm that
 //    produces the gradient (passes/fusion.h rule 4);
-//  - the gemm plan recognises both and reads or writes aux in D's layout.
+//  - the fusion pass records both in the gemms' epilogue records (Note [gemm
+//    epilogue records] in gemm_epilogue.h), and the gemm plan reads or
+//    writes aux in D's layout.
 // The bias gradient stays in the weight-gradient gemm of c_fc (BGRADA): it
 // sums the bf16 gradient DGELU writes, which that gemm reads anyway; DGELU_BGRAD
 // would save nothing and has no fallback kernel (Note [epilogue fallback

@@ -5,7 +5,7 @@
 #include <tuple>
 #include <utility>
 
-#include "compiler/analysis/gelu_epilogue.h"
+#include "compiler/analysis/gemm_epilogue.h"
 #include "compiler/ir/computation.h"
 
 namespace gptc::artifact {
@@ -19,6 +19,23 @@ int64_t Product(const std::vector<int64_t>& dims, int64_t begin, int64_t end) {
   int64_t p = 1;
   for (int64_t i = begin; i < end; ++i) p *= dims[i];
   return p;
+}
+
+const ir::Shape& OutputShape(const Instruction& fusion, int64_t i) {
+  const ir::Shape& s = fusion.shape();
+  return s.is_tuple() ? s.tuple_elements()[i] : s;
+}
+
+// Output `i` of a fusion, and its parameter `i`, in the fused computation.
+const Instruction* Output(const Instruction& fusion, int64_t i) {
+  const Instruction* root = fusion.called_computation()->root();
+  return root->opcode() == Opcode::kTuple ? root->operand(i) : root;
+}
+const Instruction* Parameter(const Instruction& fusion, int64_t i) {
+  for (const Instruction* p : fusion.called_computation()->parameters()) {
+    if (p->attrs().index == i) return p;
+  }
+  return nullptr;
 }
 
 // One dot operand as memory: `batch` matrices of `free` x `contracting`
@@ -107,83 +124,6 @@ Status ResolveThroughLayout(const std::string& name, const Instruction* x, Opera
   return Status::Ok();
 }
 
-const Instruction* SingleUser(const Instruction* x) {
-  return x->users().size() == 1 ? x->users()[0] : nullptr;
-}
-
-// Skips converts after `x`; notes a narrowing that cuBLASLt does not repeat.
-const Instruction* SkipConverts(const Instruction* x, GemmPlan& plan) {
-  for (const Instruction* u = SingleUser(x); u != nullptr && u->opcode() == Opcode::kConvert;
-       u = SingleUser(x)) {
-    if (ir::DTypeBytes(x->shape().dtype()) < ir::DTypeBytes(u->shape().dtype())) {
-      std::string note = fmt::format("{} rounding of %{} is skipped (cuBLASLt keeps f32)",
-                                     ir::DTypeName(x->shape().dtype()), x->name());
-      plan.notes.push_back(std::move(note));
-    }
-    x = u;
-  }
-  return x;
-}
-
-// The fusion parameter `x` reads through converts, or null.
-const Instruction* ParameterThroughConverts(const Instruction* x) {
-  while (x->opcode() == Opcode::kConvert) x = x->operand(0);
-  return x->opcode() == Opcode::kParameter ? x : nullptr;
-}
-
-// The root values of the fused computation: the root or its tuple elements.
-std::vector<const Instruction*> Outputs(const ir::Computation& c) {
-  const Instruction* root = c.root();
-  if (root->opcode() != Opcode::kTuple) return {root};
-  return {root->operands().begin(), root->operands().end()};
-}
-
-int64_t OutputIndex(const std::vector<const Instruction*>& outputs, const Instruction* x) {
-  auto it = std::find(outputs.begin(), outputs.end(), x);
-  return it == outputs.end() ? -1 : it - outputs.begin();
-}
-
-// Whether `narrow` is a convert of `wide`, looking into one producing
-// fusion: convert(wide); or element i of a multi-output fusion whose root
-// element i is convert(parameter j) with operand j == wide, or convert(root
-// element k) with wide == element k of the same fusion.
-bool IsConvertOf(const Instruction* narrow, const Instruction* wide) {
-  if (narrow->opcode() == Opcode::kConvert) return narrow->operand(0) == wide;
-  int64_t element = 0;
-  const Instruction* f = narrow;
-  if (f->opcode() == Opcode::kGetTupleElement) {
-    element = f->attrs().index;
-    f = f->operand(0);
-  }
-  if (f->opcode() != Opcode::kFusion) return false;
-  const Instruction* root = f->called_computation()->root();
-  const Instruction* e = root->opcode() == Opcode::kTuple ? root->operand(element) : root;
-  if (e->opcode() != Opcode::kConvert) return false;
-  const Instruction* src = e->operand(0);
-  if (src->opcode() == Opcode::kParameter) return f->operand(src->attrs().index) == wide;
-  if (root->opcode() != Opcode::kTuple || wide->opcode() != Opcode::kGetTupleElement ||
-      wide->operand(0) != f) {
-    return false;
-  }
-  return root->operand(wide->attrs().index) == src;
-}
-
-// The dot operand (a_operand or b_operand of `plan`) of `fusion` that is a
-// narrower convert of fusion operand `reduced`, or -1: the bias gradient of
-// the f32 gradient can then be taken from its bf16 copy the gemm reads.
-int64_t ConvertedOperand(const Instruction& fusion, int64_t reduced, GemmPlan& plan) {
-  for (int64_t o : {plan.a_operand, plan.b_operand}) {
-    if (IsConvertOf(fusion.operand(o), fusion.operand(reduced))) {
-      plan.notes.push_back(fmt::format("bias gradient summed from %{} (the {} copy of %{})",
-                                       fusion.operand(o)->name(),
-                                       ir::DTypeName(fusion.operand(o)->shape().dtype()),
-                                       fusion.operand(reduced)->name()));
-      return o;
-    }
-  }
-  return -1;
-}
-
 // Fills the cuBLASLt problem from the row-major D[batch, M, N] = lhs . rhs
 // per Note [row-major on cuBLASLt].
 Status FillProblem(const std::string& name, const OperandView& lhs, const OperandView& rhs,
@@ -265,160 +205,42 @@ StatusOr<FusedDot> FindFusedDot(const Instruction& fusion) {
   return f;
 }
 
-// What follows the dot inside the fusion, as cuBLASLt epilogue parts.
-struct EpilogueChain {
-  const Instruction* result = nullptr;    // D: the last value of the chain
-  const Instruction* bias = nullptr;      // the fusion parameter added as bias
-  const Instruction* aux = nullptr;       // GELU_AUX: the pre-activation output
-  const Instruction* residual = nullptr;  // added through C (beta = 1)
-  const Instruction* dgelu_x = nullptr;   // DGELU: the pre-activation parameter
-  bool gelu = false;
-  bool transposed = false;  // a 2-D transpose of the dot: lhs and rhs swap
-};
-
-// bias: add(cur, broadcast(parameter)) along the last dim.
-Status MatchBias(const std::string& name, EpilogueChain& e, GemmPlan& plan) {
-  const Instruction* u = SingleUser(e.result);
-  if (u == nullptr || u->opcode() != Opcode::kAdd) return Status::Ok();
-  const Instruction* b = u->operand(0) == e.result ? u->operand(1) : u->operand(0);
-  if (b->opcode() != Opcode::kBroadcast || b->operand(0)->shape().rank() != 1 ||
-      b->attrs().dimensions != std::vector<int64_t>{e.result->shape().rank() - 1}) {
-    return Status::Ok();
-  }
-  e.bias = ParameterThroughConverts(b->operand(0));
-  if (e.bias == nullptr) return Error("%{}: bias is not a fusion operand", name);
-  e.result = SkipConverts(u, plan);
-  return Status::Ok();
-}
-
-// Note [GELU epilogues]: the GELU, of `result` or of its widened copy (then
-// `result` is the bf16 pre-activation the backward keeps: the aux), or,
-// after the bare dot, the GELU backward reading the aux.
-Status MatchGelu(const std::string& name, const std::vector<const Instruction*>& outputs,
-                 EpilogueChain& e, GemmPlan& plan) {
-  const Instruction* cur = e.result;
-  if (std::optional<analysis::GeluRegion> g = analysis::MatchGelu(cur)) {
-    if (g->erf) return Error("%{}: erf GELU has no cuBLASLt epilogue (tanh only)", name);
-    e.gelu = true;
-    if (OutputIndex(outputs, cur) >= 0) e.aux = cur;
-    const Instruction* first = g->ops.front();
-    if (first->opcode() == Opcode::kConvert && first->operand(0) == cur &&
-        ir::DTypeBytes(cur->shape().dtype()) < ir::DTypeBytes(first->shape().dtype())) {
-      plan.notes.push_back(fmt::format(
-          "{} rounding of %{} before the GELU is skipped (cuBLASLt applies it to the f32 value)",
-          ir::DTypeName(cur->shape().dtype()), cur->name()));
-    }
-    e.result = SkipConverts(g->sink, plan);
-    return Status::Ok();
-  }
-  if (e.bias != nullptr) return Status::Ok();
-  auto is_parameter = [](const Instruction* x) { return x->opcode() == Opcode::kParameter; };
-  if (std::optional<analysis::GeluRegion> g = analysis::MatchGeluGrad(cur, is_parameter)) {
-    e.dgelu_x = g->x;
-    e.result = SkipConverts(g->sink, plan);
-  }
-  return Status::Ok();
-}
-
-// Epilogue: converts, bias, converts, GELU, converts, residual, converts, or
-// a 2-D transpose of the dot (the order fusion absorbs them in).
-StatusOr<EpilogueChain> MatchEpilogue(const std::string& name, FusedDot& f,
-                                      const std::vector<const Instruction*>& outputs,
-                                      GemmPlan& plan) {
-  EpilogueChain e;
-  e.result = SkipConverts(f.dot, plan);
-  RETURN_IF_ERROR(MatchBias(name, e, plan));
-  RETURN_IF_ERROR(MatchGelu(name, outputs, e, plan));
-  if (const Instruction* u = SingleUser(e.result); u != nullptr && u->opcode() == Opcode::kAdd) {
-    const Instruction* r = u->operand(0) == e.result ? u->operand(1) : u->operand(0);
-    if (r->shape() == e.result->shape() && r->opcode() == Opcode::kParameter) {
-      if (e.gelu || e.dgelu_x) {
-        return Error("%{}: residual after GELU has no cuBLASLt epilogue", name);
-      }
-      e.residual = r;
-      e.result = SkipConverts(u, plan);
-    }
-  }
-  if (e.result == f.dot && f.dot->shape().rank() == 2) {
-    if (const Instruction* u = SingleUser(e.result);
-        u != nullptr && u->opcode() == Opcode::kTranspose) {
-      e.transposed = true;
-      std::swap(f.lhs, f.rhs);
-      e.result = SkipConverts(u, plan);  // a widening convert after it is cuBLASLt's D type
-    }
-  }
-  return e;
-}
-
-// The fusion's outputs besides D: the GELU pre-activation (aux) and the bias
-// gradient (a column sum, maybe rounded through a narrower type after it:
-// cuBLASLt writes the sum unrounded). Returns the fusion operand the bias
-// gradient sums, or -1.
-StatusOr<int64_t> MatchExtraOutputs(const std::string& name,
-                                    const std::vector<const Instruction*>& outputs,
-                                    const EpilogueChain& e, GemmPlan& plan) {
-  int64_t bgrad_operand = -1;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    const Instruction* o = outputs[i];
-    if (static_cast<int64_t>(i) == plan.d_output) continue;
-    if (o == e.aux) {
-      plan.aux_output = static_cast<int64_t>(i);
-      continue;
-    }
-    const Instruction* r = o;
-    while (r->opcode() == Opcode::kConvert) r = r->operand(0);
-    const Instruction* p = nullptr;
-    if (r->opcode() == Opcode::kReduce && r->attrs().reduce_kind == ir::ReduceKind::kSum &&
-        r->shape().rank() == 1 && r->shape().dtype() == o->shape().dtype() &&
-        plan.bias_grad_output < 0) {
-      p = ParameterThroughConverts(r->operand(0));
-    }
-    if (p == nullptr) {
-      return Error("%{}: output {} (%{}) is not a cuBLASLt epilogue output", name, i, o->name());
-    }
-    plan.bias_grad_output = static_cast<int64_t>(i);
-    bgrad_operand = p->attrs().index;
-    plan.bias_dtype = program::GemmDTypeOf(o->shape().dtype());
-    for (const Instruction* c = o; c != r; c = c->operand(0)) {
-      if (ir::DTypeBytes(c->operand(0)->shape().dtype()) > ir::DTypeBytes(c->shape().dtype())) {
-        plan.notes.push_back(fmt::format("{} rounding of the bias gradient %{} is skipped",
-                                         ir::DTypeName(c->shape().dtype()), c->name()));
-      }
-    }
-  }
-  return bgrad_operand;
-}
-
-// The bias, residual and aux buffers, checked against what cuBLASLt takes.
-Status PlaceEpilogueBuffers(const std::string& name, const EpilogueChain& e, GemmPlan& plan) {
-  const Instruction* d = e.result;
-  if (e.transposed && (e.bias || e.residual || e.gelu || e.dgelu_x)) {
+// The bias, residual and aux buffers of `e`, checked against what cuBLASLt
+// takes.
+Status PlaceEpilogueBuffers(const Instruction& fusion, const ir::GemmEpilogue& e, GemmPlan& plan) {
+  const std::string& name = fusion.name();
+  const ir::Shape& d = OutputShape(fusion, e.d);
+  const bool gelu = e.activation != ir::GemmActivation::kNone;
+  if (e.transposed && (e.bias >= 0 || e.residual >= 0 || gelu)) {
     return Error("%{}: transposed result with an epilogue", name);
   }
-  if (e.bias != nullptr) {
+  if (e.bias >= 0) {
     // cuBLASLt's bias has D's type (cublasLt.h, BIAS_DATA_TYPE); fusion
     // keeps other biases out of the gemm (Note [bias of D's type]).
-    if (e.bias->shape().dtype() != d->shape().dtype()) {
+    const ir::DType bias = fusion.operand(e.bias)->shape().dtype();
+    if (bias != d.dtype()) {
       return Error("%{}: a {} bias with a {} result (cuBLASLt's bias has the result's type)", name,
-                   ir::DTypeName(e.bias->shape().dtype()), ir::DTypeName(d->shape().dtype()));
+                   ir::DTypeName(bias), ir::DTypeName(d.dtype()));
     }
-    plan.bias_operand = e.bias->attrs().index;
-    plan.bias_dtype = program::GemmDTypeOf(e.bias->shape().dtype());
+    plan.bias_operand = e.bias;
+    plan.bias_dtype = program::GemmDTypeOf(bias);
   }
-  if (e.residual != nullptr) {
-    if (e.residual->shape().dtype() != d->shape().dtype()) {
+  if (e.residual >= 0) {
+    const ir::DType residual = fusion.operand(e.residual)->shape().dtype();
+    if (residual != d.dtype()) {
       return Error("%{}: residual {} and result {} differ in dtype (cuBLASLt needs C = D)", name,
-                   ir::DTypeName(e.residual->shape().dtype()), ir::DTypeName(d->shape().dtype()));
+                   ir::DTypeName(residual), ir::DTypeName(d.dtype()));
     }
-    plan.c_operand = e.residual->attrs().index;
+    plan.c_operand = e.residual;
     plan.beta = 1.0;
   }
-  if (e.dgelu_x != nullptr) plan.aux_operand = e.dgelu_x->attrs().index;
-  const Instruction* aux = e.dgelu_x != nullptr ? e.dgelu_x : e.aux;
-  if (plan.aux_output < 0 && plan.aux_operand < 0) return Status::Ok();
-  if (aux->shape().dtype() != d->shape().dtype() || aux->shape().dims() != d->shape().dims()) {
+  plan.aux_operand = e.aux_in;
+  plan.aux_output = e.aux_out;
+  if (e.aux_in < 0 && e.aux_out < 0) return Status::Ok();
+  const Instruction* aux = e.aux_in >= 0 ? Parameter(fusion, e.aux_in) : Output(fusion, e.aux_out);
+  if (aux->shape().dtype() != d.dtype() || aux->shape().dims() != d.dims()) {
     return Error("%{}: GELU aux %{} is {}, the result {} (cuBLASLt's aux is laid out as D)", name,
-                 aux->name(), aux->shape().ToString(), d->shape().ToString());
+                 aux->name(), aux->shape().ToString(), d.ToString());
   }
   // cublasLt.h, EPILOGUE_AUX_LD: "divisible by 8 and no less than the
   // number of rows in the output matrix".
@@ -432,49 +254,48 @@ Status PlaceEpilogueBuffers(const std::string& name, const EpilogueChain& e, Gem
   return Status::Ok();
 }
 
-// The epilogue the matched chain and outputs amount to.
-StatusOr<program::GemmEpilogue> ChooseEpilogue(const Instruction& fusion, const EpilogueChain& e,
-                                               int64_t bgrad_operand, GemmPlan& plan) {
+// The cuBLASLt epilogue of record `e`.
+StatusOr<program::GemmEpilogue> ChooseEpilogue(const Instruction& fusion, const ir::GemmEpilogue& e,
+                                               GemmPlan& plan) {
   using program::GemmEpilogue;
   const std::string& name = fusion.name();
-  if (plan.bias_grad_output >= 0) {
-    if (e.bias || e.gelu || e.residual || e.dgelu_x) {
+  const bool bias = e.bias >= 0;
+  if (e.bias_grad_out >= 0) {
+    if (bias || e.residual >= 0 || e.activation != ir::GemmActivation::kNone) {
       return Error("%{}: bias gradient combined with another epilogue", name);
     }
     if (plan.batch_count != 1) return Error("%{}: batched bias gradient", name);
-    int64_t reduced = bgrad_operand;
-    if (reduced != plan.a_operand && reduced != plan.b_operand) {
-      reduced = ConvertedOperand(fusion, bgrad_operand, plan);
-    }
-    if (reduced == plan.a_operand) return GemmEpilogue::kBGradA;
-    if (reduced == plan.b_operand) return GemmEpilogue::kBGradB;
+    plan.bias_grad_output = e.bias_grad_out;
+    plan.bias_dtype = program::GemmDTypeOf(OutputShape(fusion, e.bias_grad_out).dtype());
+    if (e.bias_grad_of == plan.a_operand) return GemmEpilogue::kBGradA;
+    if (e.bias_grad_of == plan.b_operand) return GemmEpilogue::kBGradB;
     return Error("%{}: bias gradient of operand {} that the dot does not read", name,
-                 bgrad_operand);
+                 e.bias_grad_of);
   }
-  if (e.dgelu_x != nullptr) return GemmEpilogue::kDGelu;
-  if (e.gelu) {
-    if (plan.aux_output >= 0) return e.bias ? GemmEpilogue::kGeluAuxBias : GemmEpilogue::kGeluAux;
-    return e.bias ? GemmEpilogue::kGeluBias : GemmEpilogue::kGelu;
+  switch (e.activation) {
+    case ir::GemmActivation::kGeluGrad:
+      return GemmEpilogue::kDGelu;
+    case ir::GemmActivation::kGelu:
+      if (e.aux_out >= 0) return bias ? GemmEpilogue::kGeluAuxBias : GemmEpilogue::kGeluAux;
+      return bias ? GemmEpilogue::kGeluBias : GemmEpilogue::kGelu;
+    case ir::GemmActivation::kNone:
+      break;
   }
-  return e.bias ? GemmEpilogue::kBias : GemmEpilogue::kDefault;
+  return bias ? GemmEpilogue::kBias : GemmEpilogue::kDefault;
 }
 
 StatusOr<GemmPlan> PlanFusion(const Instruction& fusion) {
   const std::string& name = fusion.name();
+  const std::optional<ir::GemmEpilogue>& e = fusion.attrs().gemm_epilogue;
+  if (!e) return Error("%{}: gemm fusion without its epilogue record", name);
   ASSIGN_OR_RETURN(FusedDot f, FindFusedDot(fusion));
-  const std::vector<const Instruction*> outputs = Outputs(*fusion.called_computation());
+  if (e->transposed) std::swap(f.lhs, f.rhs);
   GemmPlan plan;
-  ASSIGN_OR_RETURN(EpilogueChain e, MatchEpilogue(name, f, outputs, plan));
-  plan.d_output = OutputIndex(outputs, e.result);
-  if (plan.d_output < 0) {
-    const Instruction* at = SingleUser(e.result) ? SingleUser(e.result) : e.result;
-    return Error("%{}: %{} ({}) is not a cuBLASLt epilogue", name, at->name(),
-                 ir::OpcodeName(at->opcode()));
-  }
-  RETURN_IF_ERROR(FillProblem(name, f.lhs, f.rhs, e.result->shape().dtype(), plan));
-  ASSIGN_OR_RETURN(int64_t bgrad_operand, MatchExtraOutputs(name, outputs, e, plan));
-  RETURN_IF_ERROR(PlaceEpilogueBuffers(name, e, plan));
-  ASSIGN_OR_RETURN(plan.epilogue, ChooseEpilogue(fusion, e, bgrad_operand, plan));
+  plan.d_output = e->d;
+  RETURN_IF_ERROR(FillProblem(name, f.lhs, f.rhs, OutputShape(fusion, e->d).dtype(), plan));
+  RETURN_IF_ERROR(PlaceEpilogueBuffers(fusion, *e, plan));
+  ASSIGN_OR_RETURN(plan.epilogue, ChooseEpilogue(fusion, *e, plan));
+  plan.notes = analysis::SkippedRoundings(fusion, *e);
   return plan;
 }
 

@@ -1,7 +1,9 @@
 // Dots -> cuBLASLt matmul descriptors (see docs/ARTIFACT.md, "GEMMs").
 //
 // A kind=gemm fusion (passes/fusion.h rule 4) or a stray unfused dot becomes
-// one cublasLtMatmul call. Everything the runtime needs to build the
+// one cublasLtMatmul call. The fusion's epilogue record (Note [gemm epilogue
+// records] in compiler/analysis/gemm_epilogue.h) says what follows the dot;
+// here it becomes cuBLASLt's epilogue and buffers. Everything the runtime needs to build the
 // descriptors is here, in program::GemmConfig (compiler/program/plan.h:
 // cuBLASLt's enums without a CUDA header); the algorithm is chosen at run
 // time (heuristic, then autotuned).
@@ -59,7 +61,8 @@ struct GemmPlan : program::GemmConfig {
 };
 
 // The descriptor of a kind=gemm fusion or an unfused dot. Errors say why the
-// layout or epilogue has no cuBLASLt equivalent, naming the instruction.
+// layout or the recorded epilogue has no cuBLASLt equivalent, naming the
+// instruction.
 StatusOr<GemmPlan> PlanGemm(const ir::Instruction& inst);
 
 }  // namespace gptc::artifact

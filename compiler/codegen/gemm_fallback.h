@@ -35,13 +35,14 @@ struct GemmFallbackFusion {
   int64_t gemm_output = -1;   // the gemm fusion's result the kernel's result 0 stands for
 };
 
-// The bias-gradient fallback of gemm fusion `gemm`, or nullopt when it has no
-// bias-gradient output (a rank-1 sum of one of its operands, through converts).
+// The bias-gradient fallback of gemm fusion `gemm`, or nullopt when its
+// epilogue record (Note [gemm epilogue records]) has no bias-gradient output.
 StatusOr<std::optional<GemmFallbackFusion>> BiasGradientFallback(const ir::Instruction& gemm);
 
 // The epilogue fallback of gemm fusion `gemm` (bias, GELU, aux, residual,
-// GELU backward after the dot), or nullopt when the dot's result reaches the
-// outputs through converts and transposes alone: the gemm fusion's
+// GELU backward after the dot), or nullopt when its epilogue record has none
+// of them (the dot's result reaches D through converts and a transpose
+// alone): the gemm fusion's
 // computation with the dot replaced by one more parameter (f32, converted to
 // the dot's dtype), as a loop fusion whose operands are the gemm's and then
 // the dot's f32 result (`gemm_operand` = the gemm's operand count: the plain

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/ir/gemm_epilogue.h"
 #include "compiler/ir/opcode.h"
 #include "compiler/ir/shape.h"
 
@@ -50,6 +51,8 @@ struct Attrs {
   CompareDirection direction = CompareDirection::kEq;
   ReduceKind reduce_kind = ReduceKind::kSum;  // reduce, all-reduce
   FusionKind fusion_kind = FusionKind::kLoop;
+  // fusion, kind=gemm: what follows the dot (set by the fusion pass).
+  std::optional<GemmEpilogue> gemm_epilogue;
   // constant: the values in row-major order. Every dtype's values are exact
   // in a double (f32, bf16, f16, s32, u16, pred as 0/1).
   std::vector<double> literal;

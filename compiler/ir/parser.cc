@@ -35,8 +35,9 @@ std::vector<std::string_view> AllowedAttrs(Opcode opcode) {
     case Opcode::kReduce:
       return {"dimensions", "kind"};
     case Opcode::kAllReduce:
-    case Opcode::kFusion:
       return {"kind"};
+    case Opcode::kFusion:
+      return {"kind", "epilogue"};
     case Opcode::kSlice:
       return {"slice"};
     case Opcode::kPad:
@@ -459,6 +460,51 @@ class Parser {
     return Expect(')', "after constant");
   }
 
+  // `{d=0, bias=2, activation=gelu, transposed=true}` (ir/gemm_epilogue.h).
+  StatusOr<GemmEpilogue> ParseGemmEpilogue() {
+    RETURN_IF_ERROR(Expect('{', "to open an epilogue record"));
+    GemmEpilogue e;
+    std::unordered_set<std::string> seen;
+    while (!Consume('}')) {
+      if (!seen.empty()) RETURN_IF_ERROR(Expect(',', "between epilogue fields"));
+      SkipSpace();
+      const size_t key_pos = pos_;
+      std::string key = ReadNameChars();
+      if (key.empty()) return ErrorHere("expected an epilogue field or '}'");
+      if (!seen.insert(key).second) {
+        return ErrorAt(key_pos, fmt::format("epilogue field '{}' given twice", key));
+      }
+      RETURN_IF_ERROR(Expect('=', fmt::format("after epilogue field '{}'", key)));
+      SkipSpace();
+      const size_t value_pos = pos_;
+      int64_t* number = key == "d"               ? &e.d
+                        : key == "bias"          ? &e.bias
+                        : key == "residual"      ? &e.residual
+                        : key == "aux_out"       ? &e.aux_out
+                        : key == "aux_in"        ? &e.aux_in
+                        : key == "bias_grad_out" ? &e.bias_grad_out
+                        : key == "bias_grad_of"  ? &e.bias_grad_of
+                                                 : nullptr;
+      if (number != nullptr) {
+        ASSIGN_OR_RETURN(*number, ParseInt(fmt::format("for epilogue field '{}'", key)));
+      } else if (key == "activation") {
+        std::string word = ReadNameChars();
+        std::optional<GemmActivation> a = ParseGemmActivation(word);
+        if (!a) return ErrorAt(value_pos, fmt::format("unknown gemm activation '{}'", word));
+        e.activation = *a;
+      } else if (key == "transposed") {
+        if (ConsumeWord("true")) {
+          e.transposed = true;
+        } else if (!ConsumeWord("false")) {
+          return ErrorAt(value_pos, "expected true or false for transposed");
+        }
+      } else {
+        return ErrorAt(key_pos, fmt::format("unknown epilogue field '{}'", key));
+      }
+    }
+    return e;
+  }
+
   Status ParseAttributes(Opcode opcode, Attrs& attrs, std::string& metadata,
                          Computation*& called) {
     std::vector<std::string_view> allowed = AllowedAttrs(opcode);
@@ -518,6 +564,8 @@ class Parser {
         if (!kind) return ErrorAt(value_pos, fmt::format("unknown reduce kind '{}'", word));
         attrs.reduce_kind = *kind;
       }
+    } else if (key == "epilogue") {
+      ASSIGN_OR_RETURN(attrs.gemm_epilogue, ParseGemmEpilogue());
     } else if (key == "direction") {
       std::string word = ReadNameChars();
       std::optional<CompareDirection> d = ParseCompareDirection(word);

@@ -4,6 +4,15 @@
 
 namespace gptc::ir {
 
+bool IsWideningConvert(const Instruction* inst) {
+  return inst->opcode() == Opcode::kConvert &&
+         DTypeBytes(inst->shape().dtype()) > DTypeBytes(inst->operand(0)->shape().dtype());
+}
+
+const Instruction* SoleUser(const Instruction* inst) {
+  return inst->users().size() == 1 ? inst->users()[0] : nullptr;
+}
+
 bool IsSplat(const Instruction* inst, double v) { return SplatValue(inst) == v; }
 
 std::optional<double> SplatValue(const Instruction* inst) {

@@ -13,6 +13,13 @@
 
 namespace gptc::ir {
 
+// A convert to a wider type than its operand's (bf16 -> f32): exact.
+bool IsWideningConvert(const Instruction* inst);
+
+// The one user of `inst`, or null when it has none or several (a fusion
+// rule's view through free ops is the planner's own, fusion_planner.h).
+const Instruction* SoleUser(const Instruction* inst);
+
 // A reduce over the last dim alone of an input of rank >= 2.
 bool IsRowReduce(const Instruction& inst);
 

@@ -93,6 +93,7 @@ std::vector<std::string> FormatAttrs(const Instruction& inst) {
       break;
     case Opcode::kFusion:
       out.push_back(fmt::format("kind={}", FusionKindName(a.fusion_kind)));
+      if (a.gemm_epilogue) out.push_back("epilogue=" + GemmEpilogueToString(*a.gemm_epilogue));
       break;
     case Opcode::kAttention:
       out.push_back(fmt::format("causal={}", a.causal));

@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "compiler/ir/gemm_epilogue.h"
 #include "compiler/ir/shape_inference.h"
 
 namespace gptc::ir {
@@ -81,6 +82,7 @@ class Verifier {
         }
       }
       RETURN_IF_ERROR(VerifyCalled(inst, c));
+      if (Status s = CheckGemmEpilogue(inst); !s.ok()) return At(inst, s);
       // Copied into shapes kept from instruction to instruction: a fresh
       // vector of copies allocated per operand, and that was most of the
       // verifier's time on gpt2-1558m (its heap after the fusion pass made

@@ -332,7 +332,7 @@ TEST(CompileFusionsTest, SkipsKindsWithoutEmitter) {
 ENTRY %main {
   %a = f32[4,8] parameter(0)
   %b = f32[8,4] parameter(1)
-  ROOT %f = f32[4,4] fusion(%a, %b), kind=gemm, calls=%fused
+  ROOT %f = f32[4,4] fusion(%a, %b), kind=gemm, epilogue={d=0}, calls=%fused
 }
 )");
   ASSERT_NE(module, nullptr);

@@ -69,6 +69,18 @@ constexpr std::string_view kEveryOpcode = R"(module everything
   ROOT %sum = f32[2,3] add(%p0, %p1)
 }
 
+%fused.gemm {
+  %a = f32[2,3] parameter(0)
+  %w = f32[2,3] parameter(1)
+  %b = f32[3] parameter(2)
+  %d = f32[3,3] dot(%a, %w), lhs_contracting={0}, rhs_contracting={0}
+  %bb = f32[3,3] broadcast(%b), dimensions={1}
+  %pre = f32[3,3] add(%d, %bb)
+  %act = f32[3,3] tanh(%pre)
+  %db = f32[3] reduce(%w), dimensions={0}, kind=sum
+  ROOT %o = (f32[3,3], f32[3,3], f32[3]) tuple(%act, %pre, %db)
+}
+
 %attention.decomposition {
   %q = f32[1,2,4,8] parameter(0)
   %k = f32[1,2,4,8] parameter(1)
@@ -171,7 +183,8 @@ ENTRY %main {
   %arm = f32[2,3] all-reduce(%x), kind=max
   %f.loop = f32[2,3] fusion(%x, %y), kind=loop, calls=%fused.add
   %f.red = f32[2,3] fusion(%x, %y), kind=reduction, calls=%fused.add
-  %f.gemm = f32[2,3] fusion(%x, %y), kind=gemm, calls=%fused.add
+  %f.gemm = f32[2,3] fusion(%x, %y), kind=gemm, epilogue={d=0, residual=1, activation=gelu_grad, aux_in=0, transposed=true}, calls=%fused.add
+  %f.gelu = (f32[3,3], f32[3,3], f32[3]) fusion(%x, %y, %rh), kind=gemm, epilogue={d=0, bias=2, activation=gelu, aux_out=1, bias_grad_out=2, bias_grad_of=1}, calls=%fused.gemm
   %f.att = f32[2,3] fusion(%x, %y), kind=attention, calls=%fused.add
   %f.ce = f32[2,3] fusion(%x, %y), kind=cross_entropy, calls=%fused.add, meta="h.11.loss"
   %f.opt = f32[2,3] fusion(%x, %y), kind=optimizer, calls=%fused.add
@@ -243,6 +256,19 @@ TEST(RoundTripTest, ParsedAttributesHoldTheirValues) {
   EXPECT_EQ(Find(m, "main", "rmax").attrs().reduce_kind, ReduceKind::kMax);
   EXPECT_EQ(Find(m, "main", "rh").shape(), Shape(DType::kF32, {3}));
   EXPECT_EQ(Find(m, "main", "f.opt").attrs().fusion_kind, FusionKind::kOptimizer);
+  EXPECT_FALSE(Find(m, "main", "f.opt").attrs().gemm_epilogue.has_value());
+  EXPECT_EQ(Find(m, "main", "f.gelu").attrs().gemm_epilogue,
+            (GemmEpilogue{.d = 0,
+                          .bias = 2,
+                          .activation = GemmActivation::kGelu,
+                          .aux_out = 1,
+                          .bias_grad_out = 2,
+                          .bias_grad_of = 1}));
+  EXPECT_EQ(Find(m, "main", "f.gemm").attrs().gemm_epilogue,
+            (GemmEpilogue{.residual = 1,
+                          .activation = GemmActivation::kGeluGrad,
+                          .aux_in = 0,
+                          .transposed = true}));
   EXPECT_EQ(Find(m, "main", "f.ce").metadata(), "h.11.loss");
   EXPECT_EQ(Find(m, "main", "x").metadata(), "x in");
 
@@ -561,7 +587,9 @@ std::unique_ptr<Module> BuildEverything() {
   for (FusionKind kind :
        {FusionKind::kLoop, FusionKind::kReduction, FusionKind::kGemm, FusionKind::kAttention,
         FusionKind::kCrossEntropy, FusionKind::kOptimizer}) {
-    fusions.push_back(ok(b.Fusion({ar, x}, fused, kind)));
+    Instruction* f = ok(b.Fusion({ar, x}, fused, kind));
+    if (kind == FusionKind::kGemm) f->mutable_attrs().gemm_epilogue = GemmEpilogue{.residual = 1};
+    fusions.push_back(f);
   }
   b.set_metadata("h.1.attn");
   Instruction* at = ok(b.Attention(qp, qp, qp, true, 0.25, attn));

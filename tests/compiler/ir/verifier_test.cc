@@ -266,6 +266,50 @@ TEST(VerifierTest, FusionCallsComputationOfOtherParameters) {
                     "fu", "needs a called computation (calls=%name)");
 }
 
+// A gemm fusion of one dot, [4,8] x [8,2] + a bias, and its entry with the
+// fusion's attributes `attrs` (an `epilogue={...}` or none).
+std::string GemmModule(std::string_view attrs, std::string_view kind = "gemm") {
+  return fmt::format(
+      "module m\n\n%f {{\n"
+      "  %a = f32[4,8] parameter(0)\n"
+      "  %w = f32[8,2] parameter(1)\n"
+      "  %b = f32[2] parameter(2)\n"
+      "  %d = f32[4,2] dot(%a, %w), lhs_contracting={{1}}, rhs_contracting={{0}}\n"
+      "  %bb = f32[4,2] broadcast(%b), dimensions={{1}}\n"
+      "  ROOT %r = f32[4,2] add(%d, %bb)\n}}\n\n"
+      "ENTRY %main {{\n"
+      "  %x = f32[4,8] parameter(0)\n"
+      "  %y = f32[8,2] parameter(1)\n"
+      "  %z = f32[2] parameter(2)\n"
+      "  ROOT %fu = f32[4,2] fusion(%x, %y, %z), kind={}{}, calls=%f\n}}\n",
+      kind, attrs);
+}
+
+TEST(VerifierTest, GemmEpilogueRecordFitsTheFusion) {
+  StatusOr<std::unique_ptr<Module>> ok =
+      ParseAndVerifyModule(GemmModule(", epilogue={d=0, bias=2}"), kFile);
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  ExpectVerifyError(GemmModule(""), "fu", "kind=gemm fusion without its epilogue record");
+  ExpectVerifyError(GemmModule(", epilogue={d=0}", "loop"), "fu",
+                    "only a kind=gemm fusion has an epilogue record");
+  ExpectVerifyError(GemmModule(", epilogue={d=1}"), "fu",
+                    "epilogue d=1 is not one of the 1 outputs");
+  ExpectVerifyError(GemmModule(", epilogue={d=0, bias=3}"), "fu",
+                    "epilogue bias=3 is not an operand");
+  ExpectVerifyError(GemmModule(", epilogue={d=0, bias=0}"), "fu",
+                    "epilogue bias %x is f32[4,8], not a vector of D's last dim (f32[4,2])");
+  ExpectVerifyError(GemmModule(", epilogue={d=0, residual=2}"), "fu",
+                    "epilogue residual %z is f32[2], D is f32[4,2]");
+  ExpectVerifyError(GemmModule(", epilogue={d=0, aux_out=0, activation=gelu}"), "fu",
+                    "epilogue names 2 outputs of the fusion's 1");
+  ExpectVerifyError(GemmModule(", epilogue={d=0, activation=gelu_grad}"), "fu",
+                    "the GELU backward and only it reads an aux operand");
+  ExpectVerifyError(GemmModule(", epilogue={d=0, activation=gelu_grad, aux_in=2}"), "fu",
+                    "epilogue aux_in=2 is not an operand of D's dims");
+  ExpectVerifyError(GemmModule(", epilogue={d=0, bias_grad_of=1}"), "fu",
+                    "bias_grad_out and bias_grad_of go together");
+}
+
 TEST(VerifierTest, CallsTheEntryOrItself) {
   ExpectVerifyError(
       "module m\n\nENTRY %main {\n"
@@ -625,6 +669,20 @@ TEST(ParserErrorTest, UnknownOrRepeatedAttribute) {
   ExpectParseError(Entry("  %x = f32[2] parameter(0)\n"
                          "  ROOT %y = f32[2] neg(%x),\n"),
                    "}\n", "expected an attribute name after ','");
+}
+
+TEST(ParserErrorTest, BadGemmEpilogue) {
+  ExpectParseError(GemmModule(", epilogue={d=0, relu=1}"), "relu", "unknown epilogue field 'relu'");
+  ExpectParseError(GemmModule(", epilogue={d=0, d=1}"), "d=1", "epilogue field 'd' given twice");
+  ExpectParseError(GemmModule(", epilogue={d=0, activation=relu}"), "relu}",
+                   "unknown gemm activation 'relu'");
+  ExpectParseError(GemmModule(", epilogue={d=x}"), "x}",
+                   "expected an integer for epilogue field 'd'");
+  ExpectParseError(GemmModule(", epilogue={d=0, transposed=yes}"), "yes",
+                   "expected true or false for transposed");
+  ExpectParseError(GemmModule(", epilogue={d=0 bias=2}"), "bias=2",
+                   "expected ',' between epilogue fields");
+  ExpectParseError(GemmModule(", epilogue=d=0"), "d=0", "expected '{' to open an epilogue record");
 }
 
 TEST(ParserErrorTest, BadDTypeAndShape) {

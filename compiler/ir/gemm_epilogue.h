@@ -1,0 +1,56 @@
+// GemmEpilogue: what a kind=gemm fusion computes after its dot, as the fusion
+// pass decided it (Note [gemm epilogue records] in
+// compiler/analysis/gemm_epilogue.h).
+//
+// The record names the fusion's own operands and outputs (the root, or its
+// tuple elements) by number, so that the later stages (the cuBLASLt plan,
+// the fallback kernels) read the decision instead of matching the fused
+// computation again. In the text format it follows the fusion's kind:
+//   %f = (bf16[8,64], bf16[8,64]) fusion(%x, %w, %b), kind=gemm,
+//        epilogue={d=1, bias=2, activation=gelu, aux_out=0}, calls=%fused.fc
+#ifndef GPTC_COMPILER_IR_GEMM_EPILOGUE_H_
+#define GPTC_COMPILER_IR_GEMM_EPILOGUE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "compiler/support/status.h"
+
+namespace gptc::ir {
+
+class Instruction;
+
+enum class GemmActivation : uint8_t {
+  kNone,
+  kGelu,      // the tanh GELU of the result (after the bias)
+  kGeluGrad,  // the GELU's backward: the result times GELU'(aux_in)
+};
+std::string_view GemmActivationName(GemmActivation a);  // "none", "gelu", "gelu_grad"
+std::optional<GemmActivation> ParseGemmActivation(std::string_view s);
+
+struct GemmEpilogue {
+  int64_t d = 0;          // output: the result D
+  int64_t bias = -1;      // operand: a vector added along D's last dim
+  int64_t residual = -1;  // operand: a tensor of D's shape added to it
+  GemmActivation activation = GemmActivation::kNone;
+  int64_t aux_out = -1;        // gelu: the output holding the pre-activation
+  int64_t aux_in = -1;         // gelu_grad: the operand holding it
+  int64_t bias_grad_out = -1;  // output: the column sum of ...
+  int64_t bias_grad_of = -1;   // ... this operand, one of the two the dot reads
+  bool transposed = false;     // D is the 2-D transpose of the dot's result
+  bool operator==(const GemmEpilogue&) const = default;
+};
+
+// `{d=0, bias=2, ...}`: the fields that differ from their defaults, d always.
+std::string GemmEpilogueToString(const GemmEpilogue& e);
+
+// Whether `fusion`'s record fits it: numbers in range, the bias a vector of
+// D's last dim, residual and aux of D's dims, the bias gradient a vector,
+// fields that go together. The fused computation is not matched again.
+Status CheckGemmEpilogue(const Instruction& fusion);
+
+}  // namespace gptc::ir
+
+#endif  // GPTC_COMPILER_IR_GEMM_EPILOGUE_H_
