@@ -26,8 +26,8 @@
 //    writes aux in D's layout.
 // The bias gradient stays in the weight-gradient gemm of c_fc (BGRADA): it
 // sums the bf16 gradient DGELU writes, which that gemm reads anyway; DGELU_BGRAD
-// would save nothing and has no fallback kernel (Note [epilogue fallback
-// kernels]).
+// would save nothing and has no fallback kernel (Note [epilogue fallback]
+// in compiler/program/plan.h).
 // Structure does not prove that a region computes GELU: the matchers take
 // any elementwise region of the right form and then evaluate it on sample
 // points against GeluTanh / GeluTanhGrad (ComputesOnSamples), so that a

@@ -12,7 +12,7 @@
 // record and matches nothing again: the cuBLASLt plan maps it to an
 // epilogue and its buffers (compiler/artifact/gemm_plan.h), and the
 // fallback kernels take the bias-gradient output and the epilogue from it
-// (Note [epilogue fallback kernels] in compiler/codegen/gemm_fallback.h).
+// (Note [epilogue fallback] in compiler/program/plan.h).
 // A group the rule built that this description cannot express is an error
 // of the fusion pass, naming the fusion: before the records, such a gemm
 // became an unsupported thunk of the plan without a word.

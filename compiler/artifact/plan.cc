@@ -273,10 +273,11 @@ Status EntryPlanBuilder::AddKernels(const Instruction& inst,
   return Status::Ok();
 }
 
-// A gemm and its fallback kernels (Note [epilogue fallback kernels]): run
-// only when the runtime has to drop the gemm's epilogue: the bias gradient
-// before the gemm, the forward epilogue after it (reading the plain gemm's
-// result in scratch).
+// A gemm and its fallback kernel (Note [epilogue fallback] in
+// compiler/program/plan.h), which the gemm thunk names: run only when the
+// runtime has to drop the gemm's epilogue: the bias gradient before the
+// gemm, the forward epilogue after it (reading the plain gemm's result in
+// scratch).
 Status EntryPlanBuilder::AddGemm(const Instruction& inst) {
   StatusOr<GemmPlan> plan = PlanGemm(inst);
   if (!plan.ok()) {
@@ -287,31 +288,31 @@ Status EntryPlanBuilder::AddGemm(const Instruction& inst) {
   const bool bgrad = plan->epilogue == program::GemmEpilogue::kBGradA ||
                      plan->epilogue == program::GemmEpilogue::kBGradB;
   const bool forward = !bgrad && plan->epilogue != program::GemmEpilogue::kDefault;
-  std::vector<Thunk> after;
+  std::optional<Thunk> fallback;
   std::optional<ArenaSlice> fallback_d;
   if (auto it = by_fusion_.find(inst.name()); it != by_fusion_.end() && (bgrad || forward)) {
     for (const codegen::CompiledKernel* kernel : it->second) {
       const Fallback f = kernel->spec.gemm_fallback;
       if (f == Fallback::kNone || (f == Fallback::kBiasGradient) != bgrad) continue;
-      ASSIGN_OR_RETURN(Thunk k, KernelThunk(inst, *kernel, bgrad ? "reduction" : "loop"));
-      std::get<program::KernelThunk>(k.body).fallback = true;
+      if (fallback) return Error("%{}: two fallback kernels for one gemm", inst.name());
+      ASSIGN_OR_RETURN(fallback, KernelThunk(inst, *kernel, bgrad ? "reduction" : "loop"));
+      std::get<program::KernelThunk>(fallback->body).fallback = true;
       ++stats_.kernels_by_kind["gemm fallback"];
-      if (bgrad) {
-        Push(std::move(k));
-        continue;
-      }
       for (const codegen::KernelParam& p : kernel->spec.params) {
         // Where the plain gemm puts the dot's f32 result.
-        if (p.role == codegen::KernelParam::Role::kScratch) fallback_d = Scratch(p);
+        if (!bgrad && p.role == codegen::KernelParam::Role::kScratch) fallback_d = Scratch(p);
       }
-      after.push_back(std::move(k));
     }
   }
   ASSIGN_OR_RETURN(Thunk t, GemmThunk(inst, *plan));
-  std::get<program::GemmThunk>(t.body).fallback_d = fallback_d;
+  auto& g = std::get<program::GemmThunk>(t.body);
+  g.fallback_d = fallback_d;
+  const int64_t at = static_cast<int64_t>(plan_.thunks.size());
+  if (fallback) g.fallback_kernel = bgrad ? at : at + 1;
   ++stats_.gemm_epilogues[std::string(program::GemmEpilogueName(plan->epilogue))];
+  if (fallback && bgrad) Push(std::move(*fallback));
   Push(std::move(t));
-  for (Thunk& k : after) Push(std::move(k));
+  if (fallback && !bgrad) Push(std::move(*fallback));
   return Status::Ok();
 }
 

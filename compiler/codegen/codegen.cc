@@ -251,7 +251,7 @@ struct KernelJob {
   const ir::Instruction* inst;
   EmitterKind emitter;
   std::string name;
-  // Note [epilogue fallback kernels]: the gemm fusion it stands in for, with
+  // Note [epilogue fallback]: the gemm fusion it stands in for, with
   // the gemm's operand and result its own operand 0 and result 0 stand for.
   const ir::Instruction* fallback_for = nullptr;
   KernelSpec::GemmFallback fallback = KernelSpec::GemmFallback::kNone;
@@ -393,7 +393,7 @@ void AssembleKernels(ModuleJobs& m, size_t index,
     }
     const KernelJob& job = m.jobs[j];
     kernel.spec.fusion = job.inst->name();
-    if (job.fallback_for != nullptr) {  // Note [epilogue fallback kernels]
+    if (job.fallback_for != nullptr) {  // Note [epilogue fallback]
       kernel.spec.fusion = job.fallback_for->name();
       kernel.spec.gemm_fallback = job.fallback;
       for (KernelParam& p : kernel.spec.params) {

@@ -53,8 +53,8 @@
 // kernel's only by summation order). A mixed row/column fusion (Note [mixed
 // row and column reductions] in codegen.h) splits its column part alike:
 // NAME_rows, NAME_partials, NAME; the partials kernel writes only scratch.
-// A gemm's bias-gradient fallback kernel (Note [epilogue fallback kernels]
-// in gemm_fallback.h) stays whole: the runtime runs one kernel in place of
+// A gemm's bias-gradient fallback kernel (Note [epilogue fallback]
+// in compiler/program/plan.h) stays whole: the runtime runs one kernel in place of
 // the epilogue.
 // When it pays (measured in Note [when a column reduction splits] in
 // column_reduction_plan.cc): when the whole kernel would have at most 66

@@ -1,22 +1,18 @@
-// Note [epilogue fallback kernels]: cuBLASLt documents its epilogues but not
-// which layouts each one's kernels cover, so a gemm whose epilogue the
-// heuristic refuses on the GPU at hand must still run. For the bias-gradient
-// epilogues (BGRADA, BGRADB: a column sum of a gemm operand) the compiler
-// carries a kernel that computes the same sum: the gemm fusion's reduce alone,
-// as a reduction fusion of its own compiled by the column-reduction emitter
-// (with its host code for the emulator). The plan puts it just before the
-// gemm, as a thunk of the same instruction marked `fallback`; the runtime
-// launches it only when it has to run the gemm without the epilogue
-// (runtime/gpu/executor.h, Note [epilogue fallback]).
-// For the other epilogues (BIAS, GELU, GELU_AUX and their combinations, and
-// DGELU, which reads the GELU's aux as one more operand) the carried kernel
-// is the rest of the gemm fusion after the dot, as a loop fusion reading the
-// dot's result from scratch (Note [split full reductions] has the scratch):
-// the runtime then runs the plain gemm into scratch, in f32, and that kernel
-// after it, computing exactly what the IR says (a bf16 dot result is rounded
-// by the kernel). A bias gradient summed in f32 and then rounded to bf16 and
-// back (the gradient of a bf16 bias copy) is summed without the round trip,
-// as cuBLASLt sums it.
+// The kernels a gemm's plan carries for a GPU whose cuBLASLt refuses the
+// epilogue (Note [epilogue fallback] in compiler/program/plan.h), built
+// from the gemm fusion's epilogue record (Note [gemm epilogue records]).
+// For a bias gradient (BGRADA, BGRADB: a column sum of a gemm operand) the
+// kernel is the gemm fusion's reduce alone, as a reduction fusion of its own
+// compiled by the column-reduction emitter (with its host code for the
+// emulator). For the other epilogues (BIAS, GELU, GELU_AUX and their
+// combinations, and DGELU, which reads the GELU's aux as one more operand)
+// it is the rest of the gemm fusion after the dot, as a loop fusion reading
+// the dot's result from scratch (Note [split full reductions] has the
+// scratch): the runtime then runs the plain gemm into scratch, in f32, and
+// that kernel after it, computing exactly what the IR says (a bf16 dot
+// result is rounded by the kernel). A bias gradient summed in f32 and then
+// rounded to bf16 and back (the gradient of a bf16 bias copy) is summed
+// without the round trip, as cuBLASLt sums it.
 #ifndef GPTC_COMPILER_CODEGEN_GEMM_FALLBACK_H_
 #define GPTC_COMPILER_CODEGEN_GEMM_FALLBACK_H_
 

@@ -66,7 +66,7 @@ struct KernelSpec {
   int64_t static_shared_bytes = 0;   // declared in the kernel
   int64_t dynamic_shared_bytes = 0;  // to pass at launch
   std::vector<KernelParam> params;   // see Note [kernel ABI]
-  // Note [epilogue fallback kernels] (gemm_fallback.h): a kernel of gemm
+  // Note [epilogue fallback] (compiler/program/plan.h): a kernel of gemm
   // fusion `fusion`, launched only when its epilogue is refused: the bias
   // gradient (before the gemm), or the epilogue applied to the plain gemm's
   // result in scratch (after it). Params index that gemm fusion's operands

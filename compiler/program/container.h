@@ -25,9 +25,12 @@ namespace gptc::program {
 inline constexpr char kArtifactMagic[4] = {'G', 'P', 'T', 'X'};
 // 2: the entry signatures are written once, in the plan (not also in the
 // manifest's "entries"); grad_accum once, in the manifest's "flags"; no
-// params[].offsets (the plan's input slots give them). Readers accept
-// exactly this version.
-inline constexpr uint32_t kArtifactFormatVersion = 2;
+// params[].offsets (the plan's input slots give them). 3: a gemm thunk
+// names its fallback kernel (`fallback_kernel`, Note [epilogue fallback] in
+// plan.h) instead of the runtime finding it next to the gemm; the IR text
+// carries the gemm fusions' epilogue records. Readers accept exactly this
+// version.
+inline constexpr uint32_t kArtifactFormatVersion = 3;
 // Every section a file may hold, in file order.
 inline constexpr std::string_view kSectionOrder[] = {"manifest", "ir",     "ptx", "cubin",
                                                      "plan",     "params", "emu"};

@@ -109,6 +109,7 @@ void BodyToJson(const GemmThunk& g, json& j) {
                         std::pair{"fallback_d", &g.fallback_d}}) {
     if (*s) j[key] = ToJson(**s);
   }
+  if (g.fallback_kernel) j["fallback_kernel"] = *g.fallback_kernel;
 }
 
 void BodyToJson(const CopyThunk& c, json& j) {
@@ -167,6 +168,9 @@ StatusOr<GemmThunk> GemmFromJson(const json& j, std::string_view where) {
   ASSIGN_OR_RETURN(g.bias, OptionalSlice(j, "bias", where));
   ASSIGN_OR_RETURN(g.aux, OptionalSlice(j, "aux", where));
   ASSIGN_OR_RETURN(g.fallback_d, OptionalSlice(j, "fallback_d", where));
+  if (j.contains("fallback_kernel")) {
+    ASSIGN_OR_RETURN(g.fallback_kernel, JsonField<int64_t>(j, "fallback_kernel", where));
+  }
   return g;
 }
 
@@ -215,6 +219,25 @@ StatusOr<UnsupportedThunk> UnsupportedFromJson(const json& j, std::string_view w
 }
 
 }  // namespace
+
+GemmThunk PlainGemm(const GemmThunk& g) {
+  GemmThunk plain = g;
+  plain.config.epilogue = GemmEpilogue::kDefault;
+  plain.config.bias_dtype.reset();
+  plain.config.aux_ld = 0;
+  plain.bias.reset();
+  plain.aux.reset();
+  if (!WritesBias(g.config.epilogue) && g.fallback_d) {
+    for (GemmLayout* l : {&plain.config.c, &plain.config.d}) {
+      l->dtype = GemmDType::kF32;
+      l->ld = l->rows;
+      l->batch_stride = l->rows * l->cols;
+    }
+    plain.config.beta = 0;
+    plain.c = plain.d = *g.fallback_d;
+  }
+  return plain;
+}
 
 // --- enums ------------------------------------------------------------------------
 

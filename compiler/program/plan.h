@@ -135,16 +135,44 @@ struct KernelThunk {
   bool operator==(const KernelThunk&) const = default;
 };
 
+// Note [epilogue fallback]
+// cuBLASLt documents its epilogues but not which layouts each one's kernels
+// cover, so a gemm whose epilogue the heuristic refuses on the GPU at hand
+// must still run. The artifact carries, for each gemm with an epilogue, a
+// kernel doing the epilogue's work (compiler/codegen/gemm_fallback.h builds
+// it from the gemm fusion's epilogue record), and the gemm thunk names it
+// (`fallback_kernel`, a kernel thunk of the same instruction marked
+// `fallback`; the plan reader checks both ways):
+//  - bias gradient (BGRADA, BGRADB): the column sum of the operand, as a
+//    reduction kernel, placed before the gemm;
+//  - the others (BIAS, GELU, GELU_AUX and their combinations, with any
+//    residual, and DGELU, reading the aux as one more operand): the rest of
+//    the gemm fusion after the dot, as a loop kernel placed after the gemm,
+//    reading the dot's f32 result from `fallback_d` (scratch, in no buffer).
+// The runtime (runtime/gpu/executor.h) runs PlainGemm and that kernel when
+// cuBLASLt refuses the epilogue, or when autotuning finds the pair faster
+// (Note [autotune paths]); otherwise the kernel is skipped. The emulated
+// cuBLASLt refuses epilogues on demand ($GPTC_EMU_REFUSE_EPILOGUES) and
+// checks the plain gemm's accesses against PlainGemm's slices.
 struct GemmThunk {
   GemmConfig config;
   ArenaSlice a, b, c, d;
   std::optional<ArenaSlice> bias;  // read (BIAS epilogues) or written (BGRAD)
   std::optional<ArenaSlice> aux;   // the pre-activation: GELU_AUX writes it, DGELU reads it
-  // Where the plain gemm writes the dot's f32 result when the epilogue is
-  // refused (scratch, in no buffer).
+  // Note [epilogue fallback]: the thunk (of this entry, of the same
+  // instruction, marked `fallback`) that does the epilogue's work when the
+  // gemm runs without it; before the gemm for a bias gradient, after it for
+  // the other epilogues, which then read the dot's f32 result from
+  // `fallback_d` (scratch, in no buffer).
+  std::optional<int64_t> fallback_kernel;
   std::optional<ArenaSlice> fallback_d;
   bool operator==(const GemmThunk&) const = default;
 };
+
+// Note [epilogue fallback]: gemm `g` without its epilogue, as the runtime
+// runs it beside its fallback kernel: no bias or aux; for a forward
+// epilogue, the dot's result alone, in f32, into `fallback_d` (C and D).
+GemmThunk PlainGemm(const GemmThunk& g);
 
 // A donation buffer assignment could not do in place, or a copy instruction.
 struct CopyThunk {

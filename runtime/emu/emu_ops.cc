@@ -353,17 +353,20 @@ cudaError_t GemmOp(Stream& s, const MatmulWork& work) {
   if (mc.checks()) {
     const auto* g = ctx.plan != nullptr ? &std::get<gpu::GemmThunk>(ctx.get()->body) : nullptr;
     const char* arena = g != nullptr ? mc.ArenaOf(ctx.plan) : nullptr;
+    const std::optional<gpu::GemmThunk> plain =
+        g != nullptr && g->fallback_d ? std::optional(program::PlainGemm(*g)) : std::nullopt;
     std::vector<std::string> checked;
     for (const auto* ranges : {&work.reads, &work.writes}) {
       const bool read = ranges == &work.reads;
       for (const ByteRange& r : *ranges) {
         const char* p = static_cast<const char*>(r.begin);
         const gpu::ArenaSlice* slice = arena != nullptr ? GemmSlice(*g, r.what) : nullptr;
-        // Note [epilogue fallback]: the plain gemm's C and D are the scratch.
-        if (slice != nullptr && g->fallback_d &&
-            (std::string_view(r.what) == "C" || std::string_view(r.what) == "D")) {
-          const char* lo = arena + g->fallback_d->offset;
-          if (p >= lo && p + r.bytes <= lo + g->fallback_d->size) slice = &*g->fallback_d;
+        // Note [epilogue fallback]: the plain gemm's C and D may be the scratch.
+        if (const gpu::ArenaSlice* scratch =
+                slice != nullptr && plain ? GemmSlice(*plain, r.what) : nullptr;
+            scratch != nullptr) {
+          const char* lo = arena + scratch->offset;
+          if (p >= lo && p + r.bytes <= lo + scratch->size) slice = scratch;
         }
         if (slice != nullptr) {
           const char* lo = arena + slice->offset;

@@ -8,7 +8,7 @@
 // A gemm with a fused epilogue can run two ways: cuBLASLt computes the
 // epilogue ("epilogue"), or the gemm runs without it and the artifact's
 // fallback kernel computes it ("fallback": Note [epilogue fallback] in
-// executor.h). Some epilogues run far from their roofline in cuBLASLt
+// compiler/program/plan.h). Some epilogues run far from their roofline in cuBLASLt
 // (docs/PERFORMANCE.md), so both are candidates: every heuristic answer of
 // the gemm with its epilogue, and every answer of the plain gemm plus the
 // kernel's time. Each candidate runs `warmup` times, then `reps` times

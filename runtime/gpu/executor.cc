@@ -236,47 +236,20 @@ StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
 }
 
 std::optional<size_t> EntryExecutor::FallbackKernel(size_t i) const {
-  const Thunk& t = plan_.thunks[i];
-  const auto& g = std::get<GemmThunk>(t.body);
-  auto fallback_at = [&](size_t j) {
-    const auto* k =
-        j < plan_.thunks.size() ? std::get_if<KernelThunk>(&plan_.thunks[j].body) : nullptr;
-    return k != nullptr && k->fallback && plan_.thunks[j].instruction() == t.instruction();
-  };
-  // DGELU_BGRAD has neither: its bias gradient is of the epilogue's result.
-  const bool writes_bias = program::WritesBias(g.config.epilogue);
-  if (writes_bias && !program::ReadsAux(g.config.epilogue) && i > 0 && fallback_at(i - 1)) {
-    return i - 1;
-  }
-  if (!writes_bias && g.fallback_d && fallback_at(i + 1)) return i + 1;
-  return std::nullopt;
+  const auto& g = std::get<GemmThunk>(plan_.thunks[i].body);
+  if (!g.fallback_kernel) return std::nullopt;
+  return static_cast<size_t>(*g.fallback_kernel);
 }
 
 StatusOr<std::unique_ptr<GemmRunner>> EntryExecutor::PreparePlain(const Thunk& t) {
-  const auto& g = std::get<GemmThunk>(t.body);
-  GemmConfig plain = g.config;
-  plain.epilogue = program::GemmEpilogue::kDefault;
-  plain.bias_dtype.reset();
-  plain.aux_ld = 0;
-  GemmPointers p{.a = At(g.a),
-                 .b = At(g.b),
-                 .c = At(g.c),
-                 .d = At(g.d),
+  const GemmThunk plain = program::PlainGemm(std::get<GemmThunk>(t.body));
+  GemmPointers p{.a = At(plain.a),
+                 .b = At(plain.b),
+                 .c = At(plain.c),
+                 .d = At(plain.d),
                  .workspace = resources_.workspace,
                  .workspace_bytes = resources_.workspace_bytes};
-  if (!program::WritesBias(g.config.epilogue)) {
-    // The dot's result alone, in f32, into scratch: the kernel after the
-    // gemm computes the whole epilogue (bias, GELU, aux, residual, the
-    // GELU backward from aux) from it.
-    for (GemmLayout* l : {&plain.c, &plain.d}) {
-      l->dtype = program::GemmDType::kF32;
-      l->ld = l->rows;
-      l->batch_stride = l->rows * l->cols;
-    }
-    plain.beta = 0;
-    p.c = p.d = At(*g.fallback_d);
-  }
-  return GemmRunner::Prepare(*resources_.lt, plain, p,
+  return GemmRunner::Prepare(*resources_.lt, plain.config, p,
                              t.Describe() + " (plain, the epilogue's fallback)");
 }
 

@@ -102,15 +102,13 @@ class EntryExecutor {
   // thunk (in plan order).
   StatusOr<std::vector<ThunkTime>> Profile(cudaStream_t stream);
 
-  // Note [epilogue fallback]: the artifact carries, before each gemm with a
-  // bias-gradient epilogue (BGRADA/BGRADB), a kernel computing the same bias
-  // gradient, and after each gemm with another epilogue (BIAS, GELU*,
-  // DGELU) a kernel computing the epilogue from the dot's result in scratch.
-  // When cuBLASLt's heuristic finds no algorithm for the epilogue on this
-  // GPU, the gemm runs without it and that kernel runs too (it shows in
-  // --profile as a thunk of its own); so it does when autotuning finds the
-  // pair faster (Note [autotune paths]); otherwise the kernel is skipped.
-  // One line per gemm that fell back, for the caller to print.
+  // Note [epilogue fallback] (compiler/program/plan.h): when cuBLASLt's
+  // heuristic finds no algorithm for a gemm's epilogue on this GPU, the gemm
+  // runs without it (program::PlainGemm) and the fallback kernel its thunk
+  // names runs too (it shows in --profile as a thunk of its own); so they
+  // do when autotuning finds the pair faster (Note [autotune paths]);
+  // otherwise the kernel is skipped. One line per gemm that fell back, for
+  // the caller to print.
   const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
@@ -146,7 +144,7 @@ class EntryExecutor {
   // runner, or (Note [epilogue fallback]) the plain gemm beside its kernel.
   StatusOr<Call> TranslateKernel(const Thunk& t);
   StatusOr<Call> TranslateGemm(const Thunk& t);
-  // Note [epilogue fallback]: the fallback kernel of gemm thunk `i`, if any.
+  // Note [epilogue fallback]: the fallback kernel gemm thunk `i` names, if any.
   std::optional<size_t> FallbackKernel(size_t i) const;
   // Gemm thunk `t` without its epilogue (no algorithm chosen yet).
   StatusOr<std::unique_ptr<GemmRunner>> PreparePlain(const Thunk& t);

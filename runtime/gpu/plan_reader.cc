@@ -131,18 +131,47 @@ Status CheckSlot(const PlanSlot& s, std::string_view where, int64_t arena_size) 
   return Status::Ok();
 }
 
-// Note [epilogue fallback kernels]: a fallback kernel stands next to its gemm.
+// Note [epilogue fallback] (compiler/program/plan.h): each gemm names its
+// fallback kernel, a kernel thunk of the same instruction marked `fallback`
+// (after the gemm when it reads the plain gemm's result in `fallback_d`),
+// and every kernel so marked is named by one gemm.
 Status CheckFallbacks(const EntryPlan& p, std::string_view where) {
+  std::vector<int> named(p.thunks.size(), 0);
+  for (size_t i = 0; i < p.thunks.size(); ++i) {
+    const auto* g = std::get_if<GemmThunk>(&p.thunks[i].body);
+    if (g == nullptr || !g->fallback_kernel) continue;
+    const int64_t f = *g->fallback_kernel;
+    const KernelThunk* k = f >= 0 && f < static_cast<int64_t>(p.thunks.size())
+                               ? std::get_if<KernelThunk>(&p.thunks[f].body)
+                               : nullptr;
+    if (k == nullptr || !k->fallback || p.thunks[f].instruction() != p.thunks[i].instruction()) {
+      return Error(
+          "{}: thunk {} ({}) names thunk {} as its fallback kernel, which is not a "
+          "fallback kernel of {}",
+          where, i, p.thunks[i].name, f, p.thunks[i].instruction());
+    }
+    const program::GemmEpilogue e = g->config.epilogue;
+    if (program::WritesBias(e) && program::ReadsAux(e)) {
+      return Error("{}: thunk {} ({}): {} has no fallback kernel", where, i, p.thunks[i].name,
+                   program::GemmEpilogueName(e));
+    }
+    if (!program::WritesBias(e) && !g->fallback_d) {
+      return Error(
+          "{}: thunk {} ({}): its fallback kernel reads the plain gemm's result, but "
+          "the gemm has no fallback_d",
+          where, i, p.thunks[i].name);
+    }
+    if (g->fallback_d && f < static_cast<int64_t>(i)) {
+      return Error("{}: thunk {} ({}): its fallback kernel {} reads fallback_d before the gemm",
+                   where, i, p.thunks[i].name, f);
+    }
+    ++named[f];
+  }
   for (size_t i = 0; i < p.thunks.size(); ++i) {
     const auto* k = std::get_if<KernelThunk>(&p.thunks[i].body);
-    if (k == nullptr || !k->fallback) continue;
-    auto gemm_at = [&](size_t j) {
-      return j < p.thunks.size() && p.thunks[j].kind() == ThunkKind::kGemm &&
-             p.thunks[j].instruction() == p.thunks[i].instruction();
-    };
-    if (!gemm_at(i + 1) && !(i > 0 && gemm_at(i - 1))) {
-      return Error("{}: thunk {} ({}) is a gemm's fallback kernel, but no gemm of {} is next to it",
-                   where, i, p.thunks[i].name, p.thunks[i].instruction());
+    if (k != nullptr && k->fallback && named[i] != 1) {
+      return Error("{}: thunk {} ({}) is a fallback kernel named by {} gemms, not one", where, i,
+                   p.thunks[i].name, named[i]);
     }
   }
   return Status::Ok();

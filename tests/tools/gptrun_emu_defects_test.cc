@@ -226,6 +226,12 @@ TEST_F(GptrunEmuDefectTest, AReadOfAnUnwrittenSlotNamesTheBuffer) {
     const size_t i = SingleKernelThunks(entry).front();
     removed = entry["thunks"][i]["fusion"];
     entry["thunks"].erase(i);
+    // The gemms name their fallback kernels by index (Note [epilogue fallback]).
+    for (json& t : entry["thunks"]) {
+      if (t.contains("fallback_kernel") && t["fallback_kernel"].get<size_t>() > i) {
+        t["fallback_kernel"] = t["fallback_kernel"].get<size_t>() - 1;
+      }
+    }
   });
   std::string out;
   const int rc = Run("unwritten.gptx", &out);
@@ -354,7 +360,7 @@ TEST_F(GptrunEmuDefectTest, AGradientReadBeforeItsBucketsWaitIsCaught) {
                  "before its bucket's wait"});
 }
 
-// Note [epilogue fallback] (runtime/gpu/executor.h): a GPU whose cuBLASLt has
+// Note [epilogue fallback] (compiler/program/plan.h): a GPU whose cuBLASLt has
 // no algorithm for a bias-gradient epilogue must still train. The emulated
 // cuBLASLt refuses the epilogues named in $GPTC_EMU_REFUSE_EPILOGUES.
 
@@ -378,17 +384,11 @@ TEST_F(GptrunEmuDefectTest, EveryBiasGradientGemmCarriesItsFallbackKernel) {
     if (entry["name"] != "train_step") continue;
     const std::vector<size_t> gemms = BiasGradientGemms(entry);
     ASSERT_FALSE(gemms.empty());
-    size_t fallbacks = 0;  // before their gemm: the bias gradients
-    for (size_t i = 0; i + 1 < entry["thunks"].size(); ++i) {
-      const json& t = entry["thunks"][i];
-      const json& next = entry["thunks"][i + 1];
-      fallbacks +=
-          t.value("fallback", false) && next["kind"] == "gemm" && next["name"] == t["fusion"];
-    }
-    EXPECT_EQ(fallbacks, gemms.size());
     for (size_t i : gemms) {
-      ASSERT_GT(i, 0u);
-      const json& k = entry["thunks"][i - 1];
+      // Note [epilogue fallback]: the gemm names its kernel.
+      const json& g = entry["thunks"][i];
+      ASSERT_TRUE(g.contains("fallback_kernel")) << g.dump();
+      const json& k = entry["thunks"][g["fallback_kernel"].get<size_t>()];
       EXPECT_EQ(k["kind"], "kernel");
       EXPECT_TRUE(k.value("fallback", false)) << k.dump();
       EXPECT_EQ(k["fusion"], entry["thunks"][i]["name"]);
@@ -455,15 +455,13 @@ TEST_F(GptrunEmuDefectTest, ARefusedEpilogueFallsBackToItsKernel) {
   }
 }
 
-TEST_F(GptrunEmuDefectTest, AFallbackKernelWithoutItsGemmIsRefused) {
+TEST_F(GptrunEmuDefectTest, AFallbackKernelNoGemmNamesIsRefused) {
   std::string kernel;
   Mutate("one", "lost.gptx", [&](json& entry) {
-    for (size_t i = 0; i + 1 < entry["thunks"].size(); ++i) {
-      json& t = entry["thunks"][i];
-      const json& next = entry["thunks"][i + 1];
-      if (t.value("fallback", false) && next["kind"] == "gemm" && next["name"] == t["fusion"]) {
-        kernel = t["name"];
-        entry["thunks"].erase(i + 1);  // its gemm
+    for (json& t : entry["thunks"]) {
+      if (t["kind"] == "gemm" && t.contains("fallback_kernel")) {
+        kernel = entry["thunks"][t["fallback_kernel"].get<size_t>()]["name"];
+        t.erase("fallback_kernel");
         return;
       }
     }
@@ -471,9 +469,28 @@ TEST_F(GptrunEmuDefectTest, AFallbackKernelWithoutItsGemmIsRefused) {
   ASSERT_FALSE(kernel.empty());
   std::string out;
   const int rc = Run("lost.gptx", &out);
+  ExpectOneLine(rc, out, {"thunk \\d+ \\(" + kernel + "\\) is a fallback kernel named by 0 gemms"});
+}
+
+TEST_F(GptrunEmuDefectTest, AGemmNamingAnotherKernelIsRefused) {
+  std::string gemm;
+  Mutate("one", "wrong.gptx", [&](json& entry) {
+    for (size_t i = 0; i < entry["thunks"].size(); ++i) {
+      json& t = entry["thunks"][i];
+      if (t["kind"] == "gemm" && t.contains("fallback_kernel") && i > 0 &&
+          !entry["thunks"][i - 1].value("fallback", false)) {
+        gemm = t["name"];
+        t["fallback_kernel"] = i - 1;  // the thunk before it, no fallback
+        return;
+      }
+    }
+  });
+  ASSERT_FALSE(gemm.empty());
+  std::string out;
+  const int rc = Run("wrong.gptx", &out);
   ExpectOneLine(rc, out,
-                {"thunk \\d+ \\(" + kernel +
-                 "\\) is a gemm's fallback kernel, but no gemm of .* is next to it"});
+                {"thunk \\d+ \\(" + gemm +
+                 "\\) names thunk \\d+ as its fallback kernel, which is not a fallback kernel of"});
 }
 
 }  // namespace

@@ -26,6 +26,13 @@ StatusOr<BuiltArtifact> CompileTiny() {
   ao.model = {.name = config.name, .layers = config.layers};
   ao.flags = {.batch = 2, .seq = 16};
   ao.codegen.run_ptxas = false;  // keep the test independent of the CUDA toolkit
+  std::vector<analysis::BufferAssignment> assignments;
+  for (const program::TrainEntry& e : program.entries) {
+    ASSIGN_OR_RETURN(analysis::BufferAssignment a,
+                     analysis::AssignBuffers(*e.module, analysis::DonationOptions(e.signature)));
+    assignments.push_back(std::move(a));
+  }
+  ao.assignments = &assignments;
   return BuildArtifact(program, ao);
 }
 
@@ -45,7 +52,7 @@ const BuiltArtifact& Tiny() {
 TEST(ArtifactTest, RoundTrip) {
   StatusOr<program::Artifact> a = program::DecodeArtifact(Tiny().bytes, "t.gptx");
   ASSERT_TRUE(a.ok()) << a.status().message();
-  EXPECT_EQ(a->format_version, 2u);
+  EXPECT_EQ(a->format_version, 3u);
   // Format 2: the signatures are the plan's (no manifest entries), grad_accum
   // is in the flags only, and the params carry no offsets.
   const nlohmann::json manifest = nlohmann::json::parse(*a->Find("manifest"));
@@ -173,13 +180,13 @@ TEST(ArtifactTest, RejectsBadFiles) {
   EXPECT_EQ(Message(magic), "x.gptx: not a gptx artifact (bad magic)");
   EXPECT_EQ(Message("hello"), "x.gptx: not a gptx artifact (bad magic)");
   std::string newer = good;
-  newer[4] = 3;
+  newer[4] = 4;
   EXPECT_EQ(Message(newer),
-            "x.gptx: format version 3; this build of gptc reads version 2 (update gptc)");
+            "x.gptx: format version 4; this build of gptc reads version 3 (update gptc)");
   std::string older = good;
-  older[4] = 1;
+  older[4] = 2;
   EXPECT_EQ(Message(older),
-            "x.gptx: format version 1; this build of gptc reads version 2 (recompile it with gptc "
+            "x.gptx: format version 2; this build of gptc reads version 3 (recompile it with gptc "
             "compile)");
   EXPECT_EQ(Message(good, {.expected_target = "sm_80"}),
             "x.gptx: compiled for sm_90a, this device is sm_80");

@@ -63,7 +63,7 @@ void CheckTrainStep(const std::string& model, int64_t batch, int64_t seq,
       mixed_split = 0, fallbacks = 0, epilogues = 0;
   for (size_t i = 0; i < kernels.kernels.size(); ++i) {
     const KernelSpec& spec = kernels.kernels[i].spec;
-    // Note [epilogue fallback kernels]: a gemm's bias gradient, for a GPU
+    // Note [epilogue fallback]: a gemm's bias gradient, for a GPU
     // whose cuBLASLt refuses the epilogue; the gemm itself stays skipped.
     // (Its code may be another column sum's: Note [kernel deduplication].)
     if (spec.gemm_fallback == KernelSpec::GemmFallback::kBiasGradient) {

@@ -15,7 +15,7 @@ using nlohmann::json;
 
 Manifest Full() {
   Manifest m{
-      .format_version = 2,
+      .format_version = 3,
       .gptc_version = "0.1.0",
       .target = "sm_90a",
       .complete = true,
