@@ -106,8 +106,13 @@ StatusOr<std::vector<codegen::CompiledKernels>> CompileKernels(
 StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
                                       const ArtifactOptions& options) {
   RETURN_IF_ERROR(codegen::CheckTarget(options.codegen.target));
+  if (options.assignments == nullptr || options.assignments->size() != program.entries.size()) {
+    return Error("{} buffer assignments for {} entries",
+                 options.assignments != nullptr ? options.assignments->size() : 0,
+                 program.entries.size());
+  }
   BuiltArtifact out;
-  double t_codegen = 0, t_buffers = 0, t_plan = 0;
+  double t_codegen = 0, t_plan = 0;
   Stopwatch watch;
   std::string ir_text;
   KernelSections sections;
@@ -123,17 +128,8 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
         out.kernel_seconds.push_back({k.spec.name, k.lower_seconds, k.ptxas_seconds});
     }
     ir_text += ir::PrintModule(*entry.module);
+    const analysis::BufferAssignment& ba = (*options.assignments)[e];
     watch.Lap();
-    std::optional<analysis::BufferAssignment> assigned;
-    if (options.assignments == nullptr) {
-      ASSIGN_OR_RETURN(assigned, analysis::AssignBuffers(
-                                     *entry.module, analysis::DonationOptions(entry.signature)));
-    } else if (options.assignments->size() != program.entries.size()) {
-      return Error("{} buffer assignments for {} entries", options.assignments->size(),
-                   program.entries.size());
-    }
-    const analysis::BufferAssignment& ba = assigned ? *assigned : (*options.assignments)[e];
-    t_buffers += watch.Lap();
     ASSIGN_OR_RETURN(program::EntryPlan entry_plan, BuildEntryPlan(entry, ba, kernels, out.stats));
     t_plan += watch.Lap();
     sections.Add(entry.name, kernels);
@@ -175,8 +171,7 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
   if (!emu_library.empty()) container.emplace_back("emu", std::move(emu_library));
   ASSIGN_OR_RETURN(out.bytes, program::EncodeArtifact(container));
   double t_encode = watch.Lap();
-  out.timings = {{"codegen", t_codegen}, {"buffers", t_buffers}, {"plan", t_plan},
-                 {"encode", t_encode}};
+  out.timings = {{"codegen", t_codegen}, {"plan", t_plan}, {"encode", t_encode}};
   return out;
 }
 

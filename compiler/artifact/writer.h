@@ -31,8 +31,9 @@ struct ArtifactOptions {
   // an `unsupported` thunk and the artifact is incomplete; the CPU device
   // (which evaluates the `ir` section) still runs it.
   bool compile_kernels = true;
-  // Each entry's buffer assignment, when the caller has made them already
-  // (gptc compile's reports): used as they are, not recomputed. Null: made here.
+  // Each entry's buffer assignment (analysis::AssignBuffers), in entry
+  // order, made once by the compile driver (tools/gptc/compile_program.h),
+  // whose reports read them too. Required.
   const std::vector<analysis::BufferAssignment>* assignments = nullptr;
   // Called as codegen goes: (kernels compiled, distinct kernels of all entries).
   std::function<void(int64_t, int64_t)> progress;

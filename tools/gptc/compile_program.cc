@@ -20,16 +20,29 @@
 namespace gptc::tools {
 namespace {
 
-// Fusion and memory reports of every entry; written to the dump dir and
-// printed when asked. Appends "; ENTRY: N fusions (K per layer), arena X"
-// to `summary`, and each entry's buffer assignment to `assignments` (the
-// artifact reuses them).
-Status WriteReports(const program::TrainProgram& program, const CompileOptions& options,
-                    std::vector<analysis::BufferAssignment>& assignments, std::string& summary) {
+// Each entry's buffer assignment: the one call of the compile line, which
+// the reports and the artifact both read.
+StatusOr<std::vector<analysis::BufferAssignment>> AssignEntryBuffers(
+    const program::TrainProgram& program) {
+  std::vector<analysis::BufferAssignment> out;
   for (const program::TrainEntry& e : program.entries) {
-    std::string fusion = passes::RenderFusionReport(*e.module, options.roofline_gpu);
     ASSIGN_OR_RETURN(analysis::BufferAssignment assignment,
                      analysis::AssignBuffers(*e.module, analysis::DonationOptions(e.signature)));
+    out.push_back(std::move(assignment));
+  }
+  return out;
+}
+
+// Fusion and memory reports of every entry; written to the dump dir and
+// printed when asked. Appends "; ENTRY: N fusions (K per layer), arena X"
+// to `summary`.
+Status WriteReports(const program::TrainProgram& program, const CompileOptions& options,
+                    const std::vector<analysis::BufferAssignment>& assignments,
+                    std::string& summary) {
+  for (size_t i = 0; i < program.entries.size(); ++i) {
+    const program::TrainEntry& e = program.entries[i];
+    const analysis::BufferAssignment& assignment = assignments[i];
+    std::string fusion = passes::RenderFusionReport(*e.module, options.roofline_gpu);
     const int64_t arena_size = assignment.arena_size();
     std::string memory = assignment.MemoryReport(20, e.name);
     const std::string& dir = options.dump_dir;
@@ -56,7 +69,6 @@ Status WriteReports(const program::TrainProgram& program, const CompileOptions& 
     summary += fmt::format("; {}: {} fusions{}, arena {}", e.name, kernels,
                            max_per_layer > 0 ? fmt::format(" ({} per layer)", max_per_layer) : "",
                            FormatBytes(arena_size));
-    assignments.push_back(std::move(assignment));
   }
   return Status::Ok();
 }
@@ -103,7 +115,7 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
   ao.codegen.target = options.target;
   ao.compile_kernels = options.codegen;
   ao.codegen.emit_host = options.emu;
-  if (!assignments.empty()) ao.assignments = &assignments;
+  ao.assignments = &assignments;
   ao.model = {.name = config.name,
               .layers = config.layers,
               .heads = config.heads,
@@ -129,7 +141,7 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
   result.slowest_kernels = SlowestKernels(built.kernel_seconds, 3);
   int64_t unsupported = 0;
   for (const auto& [what, n] : built.stats.unsupported) unsupported += n;
-  // Note [epilogue fallback kernels]: the fallbacks launch only where
+  // Note [epilogue fallback]: the fallbacks launch only where
   // cuBLASLt refuses an epilogue, so they are counted apart.
   int64_t launches = 0, fallbacks = 0;
   for (const auto& [kind, n] : built.stats.kernels_by_kind) {
@@ -229,9 +241,10 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
 
   std::string reports;
   std::vector<analysis::BufferAssignment> assignments;
-  if (!options.forward_only && train.optimize) {
+  if (!options.forward_only && (train.optimize || options.artifact)) {
     show("buffer assignment and reports", true);
-    RETURN_IF_ERROR(WriteReports(program, options, assignments, reports));
+    ASSIGN_OR_RETURN(assignments, AssignEntryBuffers(program));
+    if (train.optimize) RETURN_IF_ERROR(WriteReports(program, options, assignments, reports));
     lap("reports");
   }
 
