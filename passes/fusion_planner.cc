@@ -106,7 +106,7 @@ Planner::Planner(ir::Computation* computation) : computation_(computation) {
 // graph through free ops (Neighbors), and reading each step's operand or
 // user list, and then the pass index of every instruction on it, missed the
 // caches at nearly every step on 40k-instruction graphs (their IR outgrows
-// the last-level cache; issue 14). The planner's graph does not change while
+// the last-level cache). The planner's graph does not change while
 // it plans, so it is stored once, flat, by position: the walks read 4 bytes
 // per step from arrays that stay in cache. A free op's entries are the
 // non-free sources it stands for (only broadcasts of a non-free value have
@@ -265,8 +265,7 @@ void Planner::SetBounds(int g) {
 // and comes to the newcomers: a walk from the newcomers alone, forward and
 // backward. The whole
 // set's walk starts from every member, and growing a group of n one member
-// at a time was quadratic (issue 14: 10.6 s for a chain of 10k ops, 451 s
-// for 40k, most of it in TryAdd copying and walking the group).
+// at a time was quadratic (docs/PERFORMANCE.md, "Compile time").
 bool Planner::JoinCreatesCycle(int g, std::span<const int32_t> joining, int joining_group) const {
   const Group& group = groups_[g];
   // Membership through group_of_, a flat lookup, not the groups' hash sets:
@@ -357,8 +356,8 @@ bool Planner::TryMerge(int a, int b) {
 // or a group whose first member is after it, cannot lead back, and neither
 // can it lie between `s` and `s` (MakeConvex). Backward, the mirror image.
 // Without the bound every check walked the rest of the graph: the fusion
-// pass was quadratic in the graph's size (issue 14: 18.6 s for a chain of
-// 10k instructions).
+// pass was quadratic in the graph's size (docs/PERFORMANCE.md, "Compile
+// time").
 bool Planner::Reach(const InstSet& s, bool backward, InstSet* reached) const {
   ++work_;
   work_ += static_cast<int64_t>(s.size());  // every member's neighbours start the walk

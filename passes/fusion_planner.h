@@ -49,8 +49,8 @@ struct Group {
 };
 
 // How many instructions ahead the fusion pass's sweeps over the whole entry
-// prefetch (PrefetchInstruction). On 40k-instruction graphs (issue 14's
-// benchmark) the IR outgrows the last-level cache and every sweep over it
+// prefetch (PrefetchInstruction). On 40k-instruction graphs
+// (scripts/bench-fusion) the IR outgrows the last-level cache and every sweep over it
 // waited on memory at each instruction; at 10k it fits, and the prefetches
 // cost next to nothing.
 inline constexpr size_t kPrefetchAhead = 8;

@@ -101,7 +101,7 @@ class Computation {
   // UniqueName) and kept from then on; dropped when most instructions leave
   // (ReleaseInstructions). The fusion pass fills computations of tens of
   // thousands of instructions that no one looks up by name: indexing them
-  // as they came wrote a table of megabytes at random (issue 14).
+  // as they came wrote a table of megabytes at random.
   NameIndex by_name_;
   bool names_indexed_ = false;
   std::unordered_map<std::string, int64_t> next_suffix_;

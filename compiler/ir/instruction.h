@@ -110,7 +110,7 @@ class Instruction {
   // that set it knows what it means (others may have left theirs), so a
   // reader checks it against its own table (see fusion_internal::Planner).
   // On 40k-instruction graphs a hash table of pointers outgrew the L2 cache,
-  // and its lookups were a sixth of the fusion pass (issue 14).
+  // and its lookups were a sixth of the fusion pass.
   int32_t pass_index() const { return pass_index_; }
   void set_pass_index(int32_t i) { pass_index_ = i; }
   // fusion: the fused computation; attention / softmax-cross-entropy: the decomposition.
@@ -137,7 +137,7 @@ class Instruction {
 
   // The fields every graph walk reads come first, together (64 bytes): on
   // 40k-instruction graphs each sweep of the fusion pass missed the caches
-  // at every instruction, once per cache line it read (issue 14).
+  // at every instruction, once per cache line it read.
   int32_t pass_index_ = -1;
   Opcode opcode_;
   std::vector<Instruction*> operands_;
@@ -148,7 +148,7 @@ class Instruction {
   // Null for the default attributes, most instructions' (elementwise ops):
   // an Attrs is 312 bytes of mostly empty vectors, and held inline it made
   // an instruction 520 bytes; graphs of 40k+ instructions spilled the caches
-  // (issue 14, the fusion benchmark).
+  // (scripts/bench-fusion).
   std::unique_ptr<Attrs> attrs_;
   std::string name_;
   Computation* called_ = nullptr;

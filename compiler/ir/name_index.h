@@ -23,7 +23,7 @@ namespace gptc::ir {
 // of the name per instruction: the fusion pass moves tens of thousands of
 // instructions between computations, and those allocations and their frees
 // of cold memory were about a seventh of it on 40k-instruction graphs
-// (issue 14).
+// (docs/PERFORMANCE.md, "Compile time").
 class NameIndex {
  public:
   Instruction* Find(std::string_view name) const {

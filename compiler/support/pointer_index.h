@@ -16,7 +16,7 @@ namespace gptc {
 // this number touch two cache lines per lookup, where a node-based
 // std::unordered_map touches a bucket, a node and its allocation: on graphs
 // of 40k+ instructions that difference was most of the fusion pass's
-// superlinear growth (issue 14).
+// superlinear growth.
 class PointerIndex {
  public:
   PointerIndex() = default;

@@ -199,7 +199,7 @@ Status ParseOutput(const Flags& flags, CompileOptions& o, std::string& output) {
   output = flags.Get("output", cached ? "" : o.config.name + ".ir");
   if (!output.empty()) {
     // Before any work: a device, FIFO or directory is refused now, not after
-    // the compile (issue 16, defect 2).
+    // the compile.
     RETURN_IF_ERROR(CheckOutputTarget(output));
   }
   o.artifact = cached || output.ends_with(".gptx");
