@@ -7,6 +7,7 @@
 
 #include "compiler/analysis/gemm_epilogue.h"
 #include "compiler/ir/computation.h"
+#include "compiler/ir/patterns.h"
 
 namespace gptc::artifact {
 
@@ -21,16 +22,7 @@ int64_t Product(const std::vector<int64_t>& dims, int64_t begin, int64_t end) {
   return p;
 }
 
-const ir::Shape& OutputShape(const Instruction& fusion, int64_t i) {
-  const ir::Shape& s = fusion.shape();
-  return s.is_tuple() ? s.tuple_elements()[i] : s;
-}
-
-// Output `i` of a fusion, and its parameter `i`, in the fused computation.
-const Instruction* Output(const Instruction& fusion, int64_t i) {
-  const Instruction* root = fusion.called_computation()->root();
-  return root->opcode() == Opcode::kTuple ? root->operand(i) : root;
-}
+// Parameter `i` of a fusion's computation.
 const Instruction* Parameter(const Instruction& fusion, int64_t i) {
   for (const Instruction* p : fusion.called_computation()->parameters()) {
     if (p->attrs().index == i) return p;
@@ -209,7 +201,7 @@ StatusOr<FusedDot> FindFusedDot(const Instruction& fusion) {
 // takes.
 Status PlaceEpilogueBuffers(const Instruction& fusion, const ir::GemmEpilogue& e, GemmPlan& plan) {
   const std::string& name = fusion.name();
-  const ir::Shape& d = OutputShape(fusion, e.d);
+  const ir::Shape& d = ir::FusionOutputShape(fusion, e.d);
   const bool gelu = e.activation != ir::GemmActivation::kNone;
   if (e.transposed && (e.bias >= 0 || e.residual >= 0 || gelu)) {
     return Error("%{}: transposed result with an epilogue", name);
@@ -237,7 +229,8 @@ Status PlaceEpilogueBuffers(const Instruction& fusion, const ir::GemmEpilogue& e
   plan.aux_operand = e.aux_in;
   plan.aux_output = e.aux_out;
   if (e.aux_in < 0 && e.aux_out < 0) return Status::Ok();
-  const Instruction* aux = e.aux_in >= 0 ? Parameter(fusion, e.aux_in) : Output(fusion, e.aux_out);
+  const Instruction* aux =
+      e.aux_in >= 0 ? Parameter(fusion, e.aux_in) : ir::FusionOutput(fusion, e.aux_out);
   if (aux->shape().dtype() != d.dtype() || aux->shape().dims() != d.dims()) {
     return Error("%{}: GELU aux %{} is {}, the result {} (cuBLASLt's aux is laid out as D)", name,
                  aux->name(), aux->shape().ToString(), d.ToString());
@@ -266,7 +259,7 @@ StatusOr<program::GemmEpilogue> ChooseEpilogue(const Instruction& fusion, const 
     }
     if (plan.batch_count != 1) return Error("%{}: batched bias gradient", name);
     plan.bias_grad_output = e.bias_grad_out;
-    plan.bias_dtype = program::GemmDTypeOf(OutputShape(fusion, e.bias_grad_out).dtype());
+    plan.bias_dtype = program::GemmDTypeOf(ir::FusionOutputShape(fusion, e.bias_grad_out).dtype());
     if (e.bias_grad_of == plan.a_operand) return GemmEpilogue::kBGradA;
     if (e.bias_grad_of == plan.b_operand) return GemmEpilogue::kBGradB;
     return Error("%{}: bias gradient of operand {} that the dot does not read", name,
@@ -292,7 +285,8 @@ StatusOr<GemmPlan> PlanFusion(const Instruction& fusion) {
   if (e->transposed) std::swap(f.lhs, f.rhs);
   GemmPlan plan;
   plan.d_output = e->d;
-  RETURN_IF_ERROR(FillProblem(name, f.lhs, f.rhs, OutputShape(fusion, e->d).dtype(), plan));
+  RETURN_IF_ERROR(
+      FillProblem(name, f.lhs, f.rhs, ir::FusionOutputShape(fusion, e->d).dtype(), plan));
   RETURN_IF_ERROR(PlaceEpilogueBuffers(fusion, *e, plan));
   ASSIGN_OR_RETURN(plan.epilogue, ChooseEpilogue(fusion, *e, plan));
   plan.notes = analysis::SkippedRoundings(fusion, *e);

@@ -8,6 +8,7 @@
 
 #include "compiler/ir/computation.h"
 #include "compiler/ir/parser.h"
+#include "compiler/ir/patterns.h"
 #include "compiler/ir/printer.h"
 
 namespace gptc::codegen {
@@ -19,9 +20,8 @@ StatusOr<std::optional<GemmFallbackFusion>> BiasGradientFallback(const Instructi
   const ir::Computation* c = gemm.called_computation();
   const std::optional<ir::GemmEpilogue>& e = gemm.attrs().gemm_epilogue;
   if (c == nullptr || !e || e->bias_grad_out < 0) return std::optional<GemmFallbackFusion>();
-  const Instruction* root = c->root();
   const int64_t i = e->bias_grad_out;
-  const Instruction* output = root->opcode() == Opcode::kTuple ? root->operand(i) : root;
+  const Instruction* output = ir::FusionOutput(gemm, i);
   // The sum, or a round trip of it through a narrower type (the gradient
   // of a bf16 bias copy), which the kernel skips as cuBLASLt does.
   const Instruction* r = output;

@@ -5,17 +5,13 @@
 #include <vector>
 
 #include "compiler/ir/instruction.h"
+#include "compiler/ir/patterns.h"
 
 namespace gptc::ir {
 
 namespace {
 
 constexpr std::string_view kActivationNames[] = {"none", "gelu", "gelu_grad"};
-
-const Shape& OutputShape(const Instruction& fusion, int64_t i) {
-  const Shape& s = fusion.shape();
-  return s.is_tuple() ? s.tuple_elements()[i] : s;
-}
 
 }  // namespace
 
@@ -64,7 +60,7 @@ Status CheckGemmEpilogue(const Instruction& fusion) {
   auto output_ok = [&](int64_t i) { return i >= 0 && i < outputs; };
   auto operand_ok = [&](int64_t i) { return i >= 0 && i < operands; };
   if (!output_ok(e.d)) return Error("epilogue d={} is not one of the {} outputs", e.d, outputs);
-  const Shape& d = OutputShape(fusion, e.d);
+  const Shape& d = FusionOutputShape(fusion, e.d);
   const int64_t extra = (e.aux_out >= 0 ? 1 : 0) + (e.bias_grad_out >= 0 ? 1 : 0);
   if (outputs != 1 + extra) {
     return Error("epilogue names {} outputs of the fusion's {}", 1 + extra, outputs);
@@ -87,7 +83,7 @@ Status CheckGemmEpilogue(const Instruction& fusion) {
   const bool gelu = e.activation == GemmActivation::kGelu;
   const bool gelu_grad = e.activation == GemmActivation::kGeluGrad;
   if (e.aux_out >= 0 && (!gelu || !output_ok(e.aux_out) || e.aux_out == e.d ||
-                         OutputShape(fusion, e.aux_out).dims() != d.dims())) {
+                         FusionOutputShape(fusion, e.aux_out).dims() != d.dims())) {
     return Error("epilogue aux_out={} is not a GELU's pre-activation output of D's dims",
                  e.aux_out);
   }
@@ -104,7 +100,7 @@ Status CheckGemmEpilogue(const Instruction& fusion) {
   }
   if (e.bias_grad_out >= 0) {
     if (!output_ok(e.bias_grad_out) || e.bias_grad_out == e.d || e.bias_grad_out == e.aux_out ||
-        OutputShape(fusion, e.bias_grad_out).rank() != 1) {
+        FusionOutputShape(fusion, e.bias_grad_out).rank() != 1) {
       return Error("epilogue bias_grad_out={} is not a vector output of its own", e.bias_grad_out);
     }
     if (!operand_ok(e.bias_grad_of)) {

@@ -13,6 +13,16 @@ const Instruction* SoleUser(const Instruction* inst) {
   return inst->users().size() == 1 ? inst->users()[0] : nullptr;
 }
 
+const Shape& FusionOutputShape(const Instruction& fusion, int64_t i) {
+  const Shape& s = fusion.shape();
+  return s.is_tuple() ? s.tuple_elements()[i] : s;
+}
+
+const Instruction* FusionOutput(const Instruction& fusion, int64_t i) {
+  const Instruction* root = fusion.called_computation()->root();
+  return root->opcode() == Opcode::kTuple ? root->operand(i) : root;
+}
+
 bool IsSplat(const Instruction* inst, double v) { return SplatValue(inst) == v; }
 
 std::optional<double> SplatValue(const Instruction* inst) {

@@ -20,6 +20,12 @@ bool IsWideningConvert(const Instruction* inst);
 // rule's view through free ops is the planner's own, fusion_planner.h).
 const Instruction* SoleUser(const Instruction* inst);
 
+// Output `i` of a fusion (a tuple-shaped one has several): its shape, and
+// the value of the fused computation that holds it (the root or the root
+// tuple's element `i`).
+const Shape& FusionOutputShape(const Instruction& fusion, int64_t i);
+const Instruction* FusionOutput(const Instruction& fusion, int64_t i);
+
 // A reduce over the last dim alone of an input of rank >= 2.
 bool IsRowReduce(const Instruction& inst);
 
