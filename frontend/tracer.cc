@@ -17,7 +17,8 @@ struct Tracer::Frame {
       : computation(c),
         builder(c),
         label(std::move(fallback_label)),
-        scopes(std::move(initial_scopes)) {
+        scopes(std::move(initial_scopes)),
+        layers(scopes.size(), -1) {
     UpdatePath();
   }
 
@@ -25,7 +26,8 @@ struct Tracer::Frame {
   ir::Builder builder;
   std::string label;  // metadata when no scope is open
   std::vector<std::string> scopes;
-  std::string path;  // scopes joined by '.'
+  std::vector<int32_t> layers;  // per scope: the layer it opens, or -1
+  std::string path;             // scopes joined by '.'
   // Entry only: the first instruction that is not a parameter, and the first
   // data input; parameters are inserted before them (Note [entry signature]).
   ir::Instruction* first_compute = nullptr;
@@ -38,6 +40,9 @@ struct Tracer::Frame {
       path += s;
     }
     builder.set_metadata(path.empty() ? label : path);
+    int32_t layer = -1;
+    for (int32_t l : layers) layer = l >= 0 ? l : layer;
+    builder.set_role({ir::Phase::kForward, layer});
     builder.set_name_prefix(path);
   }
 };
@@ -62,13 +67,23 @@ Tracer::ScopeGuard::~ScopeGuard() {
 }
 
 Tracer::ScopeGuard Tracer::Scope(std::string_view name) {
-  PushScope(name);
+  PushScope(name, -1);
   return ScopeGuard(this);
 }
 
-void Tracer::PushScope(std::string_view name) {
+Tracer::ScopeGuard Tracer::LayerScope(std::string_view name, int64_t layer) {
+  if (layer < 0 || layer > ir::kMaxLayer) {
+    Fail(Error("layer {} of scope '{}' is outside [0, {}]", layer, name, ir::kMaxLayer));
+    layer = -1;
+  }
+  PushScope(name, static_cast<int32_t>(layer));
+  return ScopeGuard(this);
+}
+
+void Tracer::PushScope(std::string_view name, int32_t layer) {
   Frame& f = *frames_.back();
   f.scopes.emplace_back(name);
+  f.layers.push_back(layer);
   f.UpdatePath();
 }
 
@@ -76,6 +91,7 @@ void Tracer::PopScope() {
   Frame& f = *frames_.back();
   assert(!f.scopes.empty() && "scope guards must nest");
   f.scopes.pop_back();
+  f.layers.pop_back();
   f.UpdatePath();
 }
 
@@ -152,7 +168,7 @@ Tensor Tracer::Parameter(std::string_view name, std::vector<int64_t> dims, InitR
   return t;
 }
 
-Tensor Tracer::Input(std::string_view name, const ir::Shape& shape) {
+Tensor Tracer::Input(std::string_view name, const ir::Shape& shape, program::SlotRole role) {
   if (failed()) return Tensor(this, nullptr);
   if (frames_.size() != 1) {
     Fail(Error("input {} declared inside a decomposition", name));
@@ -169,7 +185,7 @@ Tensor Tracer::Input(std::string_view name, const ir::Shape& shape) {
   Tensor t = DeclareParameter(name, shape, placeholder, entry.first_compute);
   if (!t.valid()) return t;
   if (entry.first_input == nullptr) entry.first_input = t.instruction();
-  inputs_.push_back({std::string(name), shape});
+  inputs_.push_back({std::string(name), shape, role});
   input_instructions_.push_back(t.instruction());
   return t;
 }

@@ -1,7 +1,7 @@
 // Tracer: records a model written as ordinary C++ into an IR module.
 //
 //   Tracer tracer("gpt2-tiny");
-//   Tensor tokens = tracer.Input("tokens", Shape(DType::kS32, {B, T}));
+//   Tensor tokens = tracer.Input("tokens", Shape(DType::kS32, {B, T}), SlotRole::kTokens);
 //   {
 //     auto scope = tracer.Scope("wte");
 //     Tensor wte = tracer.Parameter("weight", {V, C}, InitRule::Normal(0.02));
@@ -34,14 +34,14 @@
 
 #include "compiler/ir/builder.h"
 #include "compiler/ir/module.h"
+#include "compiler/program/program.h"
 #include "compiler/support/status.h"
-#include "compiler/program/param.h"
 #include "frontend/tensor.h"
 
 namespace gptc::frontend {
 
 // The parameter and input specs of a traced module are the program
-// contract's (compiler/program/param.h).
+// contract's (compiler/program/).
 using program::InitRule;
 using program::InputSpec;
 using program::ParamSpec;
@@ -81,14 +81,21 @@ class Tracer {
   // Enters a named scope; instructions built inside carry "outer.name" as metadata
   // and parameters declared inside are named "outer.name.PARAM".
   ScopeGuard Scope(std::string_view name);
+  // A scope holding transformer block `layer`: its instructions carry the
+  // layer in their role (compiler/ir/role.h), which remat and the reports
+  // read; the name is for people only.
+  ScopeGuard LayerScope(std::string_view name, int64_t layer);
   // The dotted path of the current scopes ("h.3.attn"; "" at top level).
   const std::string& scope_path() const;
 
   // Declares a model parameter named `<scope path>.<name>` (e.g. "h.0.ln_1.weight").
   Tensor Parameter(std::string_view name, std::vector<int64_t> dims, InitRule init,
                    ir::DType dtype = ir::DType::kF32);
-  // Declares a data input (numbered after all parameters, see Note [entry signature]).
-  Tensor Input(std::string_view name, const ir::Shape& shape);
+  // Declares a data input (numbered after all parameters, see Note [entry
+  // signature]) holding `role` (tokens, targets or other data): the train
+  // step's signature takes the role from here, never from the name.
+  Tensor Input(std::string_view name, const ir::Shape& shape,
+               program::SlotRole role = program::SlotRole::kData);
 
   // Makes `root` the result and returns the verified module, or the first
   // error. Values the root does not depend on are dropped (parameters stay:
@@ -128,7 +135,7 @@ class Tracer {
  private:
   struct Frame;
 
-  void PushScope(std::string_view name);
+  void PushScope(std::string_view name, int32_t layer);
   void PopScope();
   void FailBuild(const Status& status, std::string_view what);
   Tensor Register(ir::Instruction* inst);

@@ -66,7 +66,7 @@ Tensor Gpt2Logits(Tracer& tracer, const GptConfig& config, const Tensor& tokens)
   const InitRule residual_init =
       InitRule::Normal(kInitStd / std::sqrt(2.0 * static_cast<double>(config.layers)));
   for (int64_t l = 0; l < config.layers; ++l) {
-    auto scope = tracer.Scope(fmt::format("h.{}", l));
+    auto scope = tracer.LayerScope(fmt::format("h.{}", l), l);
     x = x + AttentionBlock(tracer, config, frontend::LayerNorm(tracer, "ln_1", x), residual_init);
     x = x + MlpBlock(tracer, config, frontend::LayerNorm(tracer, "ln_2", x), residual_init);
   }
@@ -90,8 +90,8 @@ StatusOr<frontend::TracedModule> TraceGpt2Forward(const GptConfig& config, int64
   Tensor tokens, targets;
   {
     auto scope = tracer.Scope("inputs");
-    tokens = tracer.Input("tokens", token_shape);
-    targets = tracer.Input("targets", token_shape);
+    tokens = tracer.Input("tokens", token_shape, program::SlotRole::kTokens);
+    targets = tracer.Input("targets", token_shape, program::SlotRole::kTargets);
   }
   return tracer.Finish(Gpt2Loss(tracer, config, tokens, targets));
 }
@@ -103,7 +103,8 @@ StatusOr<frontend::TracedModule> TraceGpt2Logits(const GptConfig& config, int64_
   Tensor tokens;
   {
     auto scope = tracer.Scope("inputs");
-    tokens = tracer.Input("tokens", ir::Shape(ir::DType::kS32, {batch, seq}));
+    tokens = tracer.Input("tokens", ir::Shape(ir::DType::kS32, {batch, seq}),
+                          program::SlotRole::kTokens);
   }
   return tracer.Finish(Gpt2Logits(tracer, config, tokens));
 }

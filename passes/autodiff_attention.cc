@@ -214,9 +214,12 @@ StatusOr<std::vector<Instruction*>> AttentionRule(RuleContext& c, const Instruct
   if (operands != q->shape().dtype()) lse_attrs.grad_dtype = operands;
   Instruction* lse = c.g.Build(Opcode::kAttentionLse, {q, k}, lse_attrs, Shape::Scalar(DType::kF32),
                                lse_decomposition);
-  // Forward state, as o is: remat's phases (by metadata) then keep it or
-  // recompute it with the forward, and fusion puts it in the forward's kernel.
-  if (lse != nullptr && !y.metadata().empty()) lse->set_metadata(y.metadata());
+  // Forward state, as o is: remat (by its role) then keeps it or recomputes
+  // it with the forward, and fusion puts it in the forward's kernel.
+  if (lse != nullptr) {
+    lse->set_metadata(y.metadata());
+    lse->set_role(y.role());
+  }
   Instruction* delta = nullptr;
   Instruction* d_out = nullptr;
   // Note [delta in the stored layout]: when do and o both come out of

@@ -26,6 +26,7 @@ using ir::Shape;
 void GradBuilder::SetScope(const Instruction& forward) {
   name_ = "grad." + forward.name();
   builder_.set_metadata(forward.metadata().empty() ? "" : "grad." + forward.metadata());
+  builder_.set_role({ir::Phase::kGradient, forward.role().layer});
 }
 
 void GradBuilder::Fail(Status status) {

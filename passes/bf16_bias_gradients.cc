@@ -58,7 +58,7 @@ StatusOr<bool> RewriteComputation(ir::Computation& computation) {
   std::unordered_map<const Instruction*, Instruction*> hoist;  // widening -> copy
   for (auto [r, copy] : sums) {
     b.set_insertion_point(r);
-    b.set_metadata(r->metadata());
+    b.set_origin(*r);
     ASSIGN_OR_RETURN(Instruction * wide,
                      b.Build(Opcode::kConvert, {copy}, {}, copy->shape().WithDType(DType::kF32),
                              nullptr, fmt::format("{}.f32", copy->name())));

@@ -58,6 +58,10 @@ StatusOr<Instruction*> EmitMean(ir::Computation& c, const Reduced& x, int64_t wo
   ir::Builder b(&c);
   b.set_insertion_point(at);
   b.set_metadata("data_parallel." + x.name);
+  // The mean of a gradient is in the gradient phase (of the loss, the
+  // forward's), counted in no layer: the reports' kernels per layer are the
+  // model's own.
+  b.set_role({x.value->role().phase, -1});
   const std::string prefix = kDataParallelPrefix + x.name;
   const Shape& shape = x.value->shape();
   ir::Attrs sum;
@@ -140,25 +144,33 @@ StatusOr<bool> ReduceAutodiffOutput(ir::Computation& entry, const DataParallelOp
   return true;
 }
 
-// kApply: the apply entry's `grad_acc.NAME` inputs.
+// kApply: the apply entry's accumulated gradients, its parameters of the
+// gradient phase (`grad_acc.NAME`).
 StatusOr<bool> ReduceAccumulators(ir::Computation& entry, const DataParallelOptions& o) {
   std::vector<Instruction*> accumulators;
   for (Instruction* p : entry.parameters()) {
-    if (p != nullptr && p->name().starts_with("grad_acc.")) accumulators.push_back(p);
+    if (p != nullptr && p->role().phase == ir::Phase::kGradient) accumulators.push_back(p);
   }
   if (accumulators.empty()) {
     return Error(
-        "data-parallel (mode apply): entry %{} has no grad_acc.* parameters (run it "
-        "on the optimizer's apply entry)",
+        "data-parallel (mode apply): entry %{} has no gradient-phase parameters (the "
+        "accumulated gradients; run it on the optimizer's apply entry)",
         entry.name());
   }
   // All inputs are ready at the start: the all-reduces go first, in parameter order.
   Instruction* at = InsertionPointAfter(entry, accumulators.back());
   for (Instruction* acc : accumulators) {
     std::vector<Instruction*> users = acc->users();
+    // Named after the parameter, for people: `grad_acc.NAME` -> `dp.NAME.mean`.
+    constexpr std::string_view kAccPrefix = "grad_acc.";
+    const std::string& name = acc->name();
     ASSIGN_OR_RETURN(
         Instruction * mean,
-        EmitMean(entry, {acc, acc->name().substr(sizeof("grad_acc.") - 1), o.gradients_prescaled},
+        EmitMean(entry,
+                 {acc,
+                  name.substr(
+                      name.compare(0, kAccPrefix.size(), kAccPrefix) == 0 ? kAccPrefix.size() : 0),
+                  o.gradients_prescaled},
                  o.world_size, at));
     for (Instruction* user : users) {
       for (int64_t i = 0; i < user->operand_count(); ++i) {

@@ -124,7 +124,7 @@ StatusOr<bool> Distribute(ir::Computation& computation, Instruction* reduce) {
   }
   ir::Builder b(&computation);
   b.set_insertion_point(reduce);
-  b.set_metadata(reduce->metadata());
+  b.set_origin(*reduce);
   b.set_name_prefix(reduce->name());
   const std::vector<int64_t> row = reduce->shape().dims();
   Instruction* total = nullptr;

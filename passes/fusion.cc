@@ -297,6 +297,7 @@ class Materializer {
         auto c = std::make_unique<Instruction>(inst->name(), inst->opcode(), inst->shape(),
                                                std::move(operands), inst->attrs());
         c->set_metadata(inst->metadata());
+        c->set_role(inst->role());
         c->set_called_computation(inst->called_computation());
         raw = fused->AddInstruction(std::move(c));
       }
@@ -339,6 +340,7 @@ class Materializer {
         entry_->UniqueName((group.name.empty() ? group.hero->name() : group.name) + ".fusion"),
         Opcode::kFusion, called->root()->shape(), std::move(operands), attrs);
     fusion->set_metadata(group.metadata.empty() ? group.hero->metadata() : group.metadata);
+    fusion->set_role(group.role.value_or(group.hero->role()));
     fusion->set_called_computation(called);
     Instruction* f = entry_->AddInstruction(std::move(fusion));
     std::vector<Instruction*> created = {f};
@@ -353,6 +355,7 @@ class Materializer {
                                                Opcode::kGetTupleElement, outputs[i]->shape(),
                                                std::vector<Instruction*>{f}, gte_attrs);
       gte->set_metadata(outputs[i]->metadata());
+      gte->set_role(outputs[i]->role());
       Instruction* raw = entry_->AddInstruction(std::move(gte));
       replacement_[p_.pos(outputs[i])] = raw;
       created.push_back(raw);

@@ -199,6 +199,7 @@ bool ReadRoundedAttentionOperands(ir::Computation& entry,
                                                      Opcode::kConvert, x->shape(),
                                                      std::vector<Instruction*>{r}, attrs);
         convert->set_metadata(op->metadata());
+        convert->set_role(op->role());
         wide = entry.InsertInstructionBefore(std::move(convert), op);
       }
       op->ReplaceOperandWith(i, wide);
@@ -261,6 +262,7 @@ bool SplitAttentionOperandChains(ir::Computation& entry,
             std::make_unique<Instruction>(entry.UniqueName(c.name()), c.opcode(), c.shape(),
                                           std::vector<Instruction*>{below}, c.attrs());
         clone->set_metadata(c.metadata());
+        clone->set_role(c.role());
         below = entry.InsertInstructionBefore(std::move(clone), first);
       }
       const Instruction* operand = first->operand(i);

@@ -69,9 +69,9 @@ Planner::Planner(ir::Computation* computation) : computation_(computation) {
     Opcode op = inst->opcode();
     opcode_[i] = op;
     by_opcode_[static_cast<size_t>(op)].push_back(inst.get());
-    const std::string& metadata = inst->metadata();
-    if (metadata.starts_with("optimizer.")) optimizer_ops_.push_back(inst.get());
-    remat_[i] = metadata.starts_with("remat");
+    const ir::Phase phase = inst->role().phase;
+    if (phase == ir::Phase::kUpdate) optimizer_ops_.push_back(inst.get());
+    remat_[i] = phase == ir::Phase::kRemat;
     const bool tuple = inst->shape().is_tuple();
     if (!tuple) {
       const std::vector<int64_t>& dims = inst->shape().dims();

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -39,10 +40,11 @@ struct Group {
   // The first and last position of a member in the planner's order
   // (Note [reach within bounds]).
   int64_t first = 0, last = 0;
-  // Overrides of the hero's name and metadata for horizontal groups that
-  // belong to no layer (`parameters.bf16`, `optimizer.grad_norm`).
+  // Overrides of the hero's name, metadata and role for horizontal groups
+  // that belong to no layer (`parameters.bf16`, `optimizer.grad_norm`).
   std::string name;
   std::string metadata;
+  std::optional<ir::Role> role;
   // Known to lie on no cycle since the planner's epoch of this value (Note
   // [one member at a time]); -1: not known.
   int64_t convex_at = -1;

@@ -26,9 +26,19 @@ bool AllOperandsIn(const Planner& p, const Instruction* inst, const InstSet& s) 
   return std::all_of(sources.begin(), sources.end(), [&](auto* x) { return s.contains(x); });
 }
 
-// Grows `s` with claimable producers carrying `meta` whose uses all lie in `s`
-// (masks, layout changes feeding only the region).
-void AddOwnedProducers(const Planner& p, InstSet& s, const std::string& meta) {
+// Whether `x` is a claimable row-local backward op of `role` (the
+// cross-entropy's backward is elementwise ops, broadcasts and row
+// reductions; a dot ends it).
+bool IsRowwiseGradient(const Planner& p, const Instruction* x, const ir::Role& role) {
+  const Opcode o = x->opcode();
+  return x->role() == role && p.Claimable(x) &&
+         (ir::IsElementwise(o) || o == Opcode::kBroadcast || o == Opcode::kReduce ||
+          o == Opcode::kIota || o == Opcode::kConstant);
+}
+
+// Grows `s` with the row-local backward ops of `role` whose uses all lie in
+// `s` (masks, the loss gradient feeding only the region).
+void AddOwnedProducers(const Planner& p, InstSet& s, const ir::Role& role) {
   for (bool changed = true; changed;) {
     changed = false;
     std::vector<const Instruction*> sources;
@@ -36,7 +46,7 @@ void AddOwnedProducers(const Planner& p, InstSet& s, const std::string& meta) {
       for (const Instruction* op : m->operands()) p.NonFreeSources(op, sources);
     }
     for (const Instruction* x : sources) {
-      if (s.contains(x) || !p.Claimable(x) || x->metadata() != meta) continue;
+      if (s.contains(x) || !IsRowwiseGradient(p, x, role)) continue;
       if (!AllUsesIn(p, x, s)) continue;
       s.insert(x);
       changed = true;
@@ -44,27 +54,46 @@ void AddOwnedProducers(const Planner& p, InstSet& s, const std::string& meta) {
   }
 }
 
-// Claimable instructions carrying `meta` reachable from `from` (forward via
-// users, or backward via operands), passing through free ops.
-InstSet ReachWithMeta(const Planner& p, const std::vector<const Instruction*>& from,
-                      const std::string& meta, bool backward) {
+// The row-local backward ops of `role` reachable from `from` through their
+// users, passing through free ops.
+InstSet ReachGradient(const Planner& p, const std::vector<const Instruction*>& from,
+                      const ir::Role& role) {
   InstSet out;
   std::vector<const Instruction*> stack(from.begin(), from.end());
   while (!stack.empty()) {
     const Instruction* x = stack.back();
     stack.pop_back();
     std::vector<const Instruction*> next;
-    if (backward) {
-      for (const Instruction* op : x->operands()) p.NonFreeSources(op, next);
-    } else {
-      p.NonFreeUsers(x, next);
-    }
+    p.NonFreeUsers(x, next);
     for (const Instruction* n : next) {
-      if (n->metadata() != meta || !p.Claimable(n) || !out.insert(n).second) continue;
+      if (!IsRowwiseGradient(p, n, role) || !out.insert(n).second) continue;
       stack.push_back(n);
     }
   }
   return out;
+}
+
+// Whether `c` is remat's copy of `x`: a remat op computing what `x`
+// computes (its opcode, attributes and shape, each operand x's own or its
+// copy). Only the copies' chain is walked, back to the values remat kept.
+bool IsRematCopy(const Instruction* c, const Instruction* x) {
+  if (c->role().phase != ir::Phase::kRemat || c->opcode() != x->opcode() ||
+      c->shape() != x->shape() || c->operand_count() != x->operand_count() ||
+      c->attrs() != x->attrs() || c->called_computation() != x->called_computation()) {
+    return false;
+  }
+  for (int64_t i = 0; i < x->operand_count(); ++i) {
+    if (c->operand(i) != x->operand(i) && !IsRematCopy(c->operand(i), x->operand(i))) return false;
+  }
+  return true;
+}
+
+// Remat's copy of `x`, or nullptr.
+const Instruction* RematCopy(const Planner& p, const Instruction* x) {
+  for (const Instruction* c : p.WithOpcode(x->opcode())) {
+    if (IsRematCopy(c, x)) return c;
+  }
+  return nullptr;
 }
 
 bool IsLastTwoTranspose(const Instruction* t) {
@@ -129,13 +158,13 @@ void FuseGradNorm(Planner& p) {
   // multi-output reduction computes them all, with the norm and clip scale.
   InstSet s;
   for (const Instruction* r : p.WithOpcode(Opcode::kReduce)) {
-    if (!p.Claimable(r) || !r->metadata().starts_with("optimizer.")) {
+    if (!p.Claimable(r) || r->role().phase != ir::Phase::kUpdate) {
       continue;
     }
     s.insert(r);
     for (const Instruction* op : r->operands()) {
       if (p.Claimable(op) && ir::IsElementwise(op->opcode()) &&
-          op->metadata().starts_with("optimizer.") && AllUsesIn(p, op, {r})) {
+          op->role().phase == ir::Phase::kUpdate && AllUsesIn(p, op, {r})) {
         s.insert(op);
       }
     }
@@ -162,6 +191,7 @@ void FuseGradNorm(Planner& p) {
   int g = p.NewGroup(FusionKind::kReduction, hero, s);
   p.groups()[g].name = "optimizer.grad_norm";
   p.groups()[g].metadata = "optimizer.grad_norm";
+  p.groups()[g].role = ir::Role{ir::Phase::kOptimizer};
 }
 
 void FuseParameterConverts(Planner& p) {
@@ -179,6 +209,7 @@ void FuseParameterConverts(Planner& p) {
   int g = p.NewGroup(FusionKind::kLoop, hero, s);
   p.groups()[g].name = "parameters.bf16";
   p.groups()[g].metadata = "parameters.bf16";
+  p.groups()[g].role = ir::Role{ir::Phase::kParamCast};
 }
 
 void FuseConvertsIntoProducers(Planner& p) {
@@ -202,16 +233,12 @@ void FuseConvertsIntoProducers(Planner& p) {
 void FuseCrossEntropy(Planner& p) {
   for (const Instruction* ce : p.WithOpcode(Opcode::kSoftmaxCrossEntropy)) {
     if (!p.Claimable(ce)) continue;
-    // dlogits: the backward ops of this op's scope computed from its logits.
-    std::string meta = "grad." + ce->metadata();
-    // The logits, and their clone when remat recomputes them for the
-    // backward (passes/remat.h names it `remat.NAME`).
+    // dlogits: the row-local backward ops computed from its logits.
+    const ir::Role role{ir::Phase::kGradient, ce->role().layer};
+    // The logits, and their copy when remat recomputes them for the backward.
     std::vector<const Instruction*> logits = {ce->operand(0)};
-    if (const Instruction* clone =
-            p.computation()->FindInstruction("remat." + ce->operand(0)->name())) {
-      logits.push_back(clone);
-    }
-    InstSet s = ReachWithMeta(p, logits, meta, /*backward=*/false);
+    if (const Instruction* clone = RematCopy(p, ce->operand(0))) logits.push_back(clone);
+    InstSet s = ReachGradient(p, logits, role);
     s.insert(ce);
     // bf16 logits are widened in the kernel (Note [bf16 logits] in
     // mixed_precision.cc): the f32 [B, T, V] copy is never stored.
@@ -222,7 +249,7 @@ void FuseCrossEntropy(Planner& p) {
         s.insert(x);
       }
     }
-    AddOwnedProducers(p, s, meta);
+    AddOwnedProducers(p, s, role);
     // dlogits leave the kernel in the dtype the backward dots read.
     for (bool grew = true; grew;) {
       grew = false;
@@ -257,7 +284,7 @@ bool WidenedByConsumers(const Planner& p, const Instruction* convert) {
   p.NonFreeUsers(convert, users);
   return !users.empty() && std::all_of(users.begin(), users.end(), [&](const Instruction* u) {
     const Opcode o = u->opcode();
-    return p.group_of(u) < 0 && !u->metadata().starts_with("optimizer") &&
+    return p.group_of(u) < 0 && !u->role().optimizer() &&
            (ir::IsElementwise(o) || o == Opcode::kReduce || o == Opcode::kReshape ||
             o == Opcode::kTranspose);
   });
@@ -347,11 +374,9 @@ void FuseGemms(Planner& p) {
 
 namespace {
 
-// Whether `inst` is one of the forward's own ops: not the backward's
-// (`grad.*`), nor a recomputation remat made for it (`remat.*`).
-bool IsForwardOp(const Instruction* inst) {
-  return !inst->metadata().starts_with("grad") && !inst->metadata().starts_with("remat");
-}
+// Whether `inst` is one of the forward's own ops: not the backward's, nor a
+// recomputation remat made for it.
+bool IsForwardOp(const Instruction* inst) { return !inst->role().backward(); }
 
 // Grows a row-reduction group over the row-local region: elementwise ops of
 // the input or row shape, and other row reductions of the same input shape.

@@ -61,7 +61,7 @@ Status StoreLogitsInBf16(ir::Builder& b, Instruction* dot) {
   if (!FeedsOnlyCrossEntropy(dot)) return Status::Ok();
   ir::Computation* entry = dot->parent();
   b.set_insertion_point(dot);
-  b.set_metadata(dot->metadata());
+  b.set_origin(*dot);
   ASSIGN_OR_RETURN(Instruction * narrow,
                    b.Build(Opcode::kDot, {dot->operand(0), dot->operand(1)}, dot->attrs(),
                            dot->shape().WithDType(DType::kBF16), nullptr,
@@ -100,15 +100,24 @@ std::optional<BiasAdd> MatchBiasAdd(Instruction* dot) {
   return m;
 }
 
+// The role of `x`'s narrowing for `user`: a parameter's is its parameter
+// cast, anything else is part of `user`'s computation.
+ir::Role CastRole(const Instruction* x, const Instruction& user) {
+  if (x->opcode() != Opcode::kParameter) return user.role();
+  return {ir::Phase::kParamCast, user.role().layer};
+}
+
 // %y = add(%dot, broadcast(%b)) => add(%dot, broadcast(convert<f32>(convert<bf16>(%b)))):
 // the bias of D's type that cuBLASLt's bias epilogues take.
 Status RoundBiasToBf16(ir::Builder& b, const BiasAdd& m) {
   Instruction* bias = m.broadcast->operand(0);
-  b.set_metadata(m.add->metadata());
+  b.set_origin(*m.add);
   b.set_insertion_point(m.broadcast);
+  b.set_role(CastRole(bias, *m.add));
   ASSIGN_OR_RETURN(Instruction * bias_bf16,
                    b.Build(Opcode::kConvert, {bias}, {}, bias->shape().WithDType(DType::kBF16),
                            nullptr, fmt::format("{}.bf16", bias->name())));
+  b.set_role(m.add->role());
   ASSIGN_OR_RETURN(Instruction * bias_f32, b.Build(Opcode::kConvert, {bias_bf16}, {}, bias->shape(),
                                                    nullptr, fmt::format("{}.f32", bias->name())));
   ASSIGN_OR_RETURN(Instruction * widened, b.Build(Opcode::kBroadcast, {bias_f32},
@@ -214,7 +223,7 @@ StatusOr<bool> StoreAttentionProjectionInBf16(ir::Builder& b, Instruction* dot) 
   const std::vector<Instruction*>& order = layout;
   for (Instruction* x : order) {
     b.set_insertion_point(x);
-    b.set_metadata(x->metadata());
+    b.set_origin(*x);
     ASSIGN_OR_RETURN(narrow[x], b.Build(x->opcode(), {narrow.at(x->operand(0))}, x->attrs(),
                                         x->shape().WithDType(DType::kBF16), nullptr,
                                         fmt::format("{}.bf16", x->name())));
@@ -290,7 +299,8 @@ StatusOr<bool> MixedPrecision::Run(ir::Module& module) {
       Instruction*& converted = bf16_of[x];
       if (converted == nullptr) {
         b.set_insertion_point(dot);
-        b.set_metadata(dot->metadata());
+        b.set_origin(*dot);
+        b.set_role(CastRole(x, *dot));
         ASSIGN_OR_RETURN(converted,
                          b.Build(Opcode::kConvert, {x}, {}, x->shape().WithDType(DType::kBF16),
                                  nullptr, fmt::format("{}.bf16", x->name())));

@@ -73,15 +73,21 @@ StatusOr<AutodiffOutput> Inspect(const ir::Module& module) {
   return out;
 }
 
+// The role of parameter `p`'s own optimizer work, and of the work all
+// parameters share.
+ir::Role UpdateRole(const Instruction* p) { return {ir::Phase::kUpdate, p->role().layer}; }
+constexpr ir::Role kSharedRole{ir::Phase::kOptimizer};
+
 // Builds named f32 instructions with one metadata; a thin layer over Builder
 // so each update line below reads like its formula.
 class Emitter {
  public:
   explicit Emitter(ir::Computation* computation) : b_(computation) {}
   ir::Builder& builder() { return b_; }
-  void Scope(std::string prefix, std::string metadata) {
+  void Scope(std::string prefix, std::string metadata, ir::Role role) {
     prefix_ = std::move(prefix);
     b_.set_metadata(std::move(metadata));
+    b_.set_role(role);
   }
   StatusOr<Instruction*> Op(Opcode opcode, std::vector<Instruction*> operands,
                             std::string_view suffix) {
@@ -135,17 +141,17 @@ StatusOr<Instruction*> EmitGradNorm(Emitter& e, const std::vector<Instruction*>&
                                     const std::vector<Instruction*>& grads) {
   Instruction* sumsq = nullptr;
   for (size_t i = 0; i < params.size(); ++i) {
-    e.Scope("adamw." + params[i]->name(), "optimizer." + params[i]->name());
+    e.Scope("adamw." + params[i]->name(), "optimizer." + params[i]->name(), UpdateRole(params[i]));
     ASSIGN_OR_RETURN(Instruction * g2, e.Op(Opcode::kMul, {grads[i], grads[i]}, "grad_sq"));
     ASSIGN_OR_RETURN(Instruction * s, e.SumAll(g2, "grad_sumsq"));
     if (sumsq == nullptr) {
       sumsq = s;
     } else {
-      e.Scope("adamw", "optimizer");
+      e.Scope("adamw", "optimizer", kSharedRole);
       ASSIGN_OR_RETURN(sumsq, e.Op(Opcode::kAdd, {sumsq, s}, "grad_sumsq"));
     }
   }
-  e.Scope("adamw", "optimizer");
+  e.Scope("adamw", "optimizer", kSharedRole);
   if (sumsq == nullptr) {
     ASSIGN_OR_RETURN(sumsq, e.Const(0.0, "grad_sumsq"));
   }
@@ -192,7 +198,7 @@ Status EmitParamUpdate(Emitter& e, const AdamWOptions& o, const SharedScalars& k
                        std::vector<Instruction*>& new_params, std::vector<Instruction*>& new_m,
                        std::vector<Instruction*>& new_v) {
   const Shape& shape = p->shape();
-  e.Scope("adamw." + p->name(), "optimizer." + p->name());
+  e.Scope("adamw." + p->name(), "optimizer." + p->name(), UpdateRole(p));
   if (k.clip_scale != nullptr) {
     ASSIGN_OR_RETURN(Instruction * s, e.Splat(k.clip_scale, shape, "clip_scale"));
     ASSIGN_OR_RETURN(g, e.Op(Opcode::kMul, {g, s}, "clipped_grad"));
@@ -260,13 +266,16 @@ void SortParametersFirst(ir::Computation* c) {
   c->ReorderInstructions(order);
 }
 
-// Appends one new parameter per trainable parameter: `PREFIX.NAME`, numbered from `first`.
+// Appends one new parameter per trainable parameter: `PREFIX.NAME`, numbered
+// from `first`; the accumulated gradients (grad_acc) are in the gradient
+// phase, the moments in the parameter's update.
 StatusOr<std::vector<Instruction*>> AddStateParameters(Emitter& e,
                                                        const std::vector<Instruction*>& params,
-                                                       std::string_view prefix, int64_t first) {
+                                                       std::string_view prefix, int64_t first,
+                                                       ir::Phase phase = ir::Phase::kUpdate) {
   std::vector<Instruction*> out;
   for (size_t i = 0; i < params.size(); ++i) {
-    e.Scope("", "optimizer." + params[i]->name());
+    e.Scope("", "optimizer." + params[i]->name(), {phase, params[i]->role().layer});
     ASSIGN_OR_RETURN(Instruction * x,
                      e.NewParameter(first + static_cast<int64_t>(i), params[i]->shape(),
                                     fmt::format("{}.{}", prefix, params[i]->name())));
@@ -276,7 +285,7 @@ StatusOr<std::vector<Instruction*>> AddStateParameters(Emitter& e,
 }
 
 StatusOr<std::pair<Instruction*, Instruction*>> AddStepAndLr(Emitter& e, int64_t first) {
-  e.Scope("", "optimizer");
+  e.Scope("", "optimizer", kSharedRole);
   ASSIGN_OR_RETURN(Instruction * step, e.NewParameter(first, Shape::Scalar(DType::kF32), "step"));
   ASSIGN_OR_RETURN(Instruction * lr, e.NewParameter(first + 1, Shape::Scalar(DType::kF32), "lr"));
   return std::pair{step, lr};
@@ -289,7 +298,7 @@ void Renumber(const std::vector<Instruction*>& params, int64_t first) {
 }
 
 StatusOr<Instruction*> MakeRoot(Emitter& e, std::vector<Instruction*> elements) {
-  e.Scope("", "optimizer");
+  e.Scope("", "optimizer", kSharedRole);
   return e.builder().Tuple(std::move(elements));
 }
 
@@ -336,10 +345,6 @@ class SignatureBuilder {
       Slot slot{SlotRole::kData, -1, p->name(), p->shape()};
       if (auto it = roles_.find(p); it != roles_.end()) {
         std::tie(slot.role, slot.index) = it->second;
-      } else if (p->name() == "tokens") {
-        slot.role = SlotRole::kTokens;
-      } else if (p->name() == "targets") {
-        slot.role = SlotRole::kTargets;
       }
       input_of[p] = static_cast<int64_t>(sig.inputs.size());
       sig.inputs.push_back(std::move(slot));
@@ -383,22 +388,23 @@ StatusOr<program::EntrySignature> BuildApplyEntry(ir::Module& module, const Auto
   Emitter e(apply);
   std::vector<Instruction*> params;
   for (int64_t i = 0; i < n; ++i) {
-    e.Scope("", in.params[i]->metadata());
+    e.Scope("", in.params[i]->metadata(), in.params[i]->role());
     ASSIGN_OR_RETURN(Instruction * p,
                      e.NewParameter(i, in.params[i]->shape(), in.params[i]->name()));
     params.push_back(p);
   }
   ASSIGN_OR_RETURN(std::vector<Instruction*> m, AddStateParameters(e, params, "adam_m", n));
   ASSIGN_OR_RETURN(std::vector<Instruction*> v, AddStateParameters(e, params, "adam_v", 2 * n));
-  ASSIGN_OR_RETURN(std::vector<Instruction*> acc, AddStateParameters(e, params, "grad_acc", 3 * n));
+  ASSIGN_OR_RETURN(std::vector<Instruction*> acc,
+                   AddStateParameters(e, params, "grad_acc", 3 * n, ir::Phase::kGradient));
   ASSIGN_OR_RETURN(auto step_lr, AddStepAndLr(e, 4 * n));
   // grads = grad_acc / K
   std::vector<Instruction*> grads;
-  e.Scope("adamw", "optimizer");
+  e.Scope("adamw", "optimizer", kSharedRole);
   ASSIGN_OR_RETURN(Instruction * inv_k,
                    e.Const(1.0 / static_cast<double>(options.grad_accum), "inv_grad_accum"));
   for (int64_t i = 0; i < n; ++i) {
-    e.Scope("adamw." + params[i]->name(), "optimizer." + params[i]->name());
+    e.Scope("adamw." + params[i]->name(), "optimizer." + params[i]->name(), UpdateRole(params[i]));
     ASSIGN_OR_RETURN(Instruction * s, e.Splat(inv_k, params[i]->shape(), "inv_grad_accum"));
     ASSIGN_OR_RETURN(Instruction * g, e.Op(Opcode::kMul, {acc[i], s}, "grad"));
     grads.push_back(g);
@@ -430,6 +436,10 @@ StatusOr<bool> Optimizer::Run(ir::Module& module) {
   }
   const int64_t n = static_cast<int64_t>(in.params.size());
   const int64_t d = static_cast<int64_t>(in.data.size());
+  if (!options_.data_roles.empty() && static_cast<int64_t>(options_.data_roles.size()) != d) {
+    return Error("optimizer: {} data roles given for the {} data inputs of entry %{}",
+                 options_.data_roles.size(), d, module.entry()->name());
+  }
   std::vector<Instruction*> new_params, new_m, new_v;
 
   if (options_.mode == OptimizerMode::kApply) {
@@ -443,16 +453,18 @@ StatusOr<bool> Optimizer::Run(ir::Module& module) {
   std::vector<Instruction*> root_elements = {in.loss};
   SignatureBuilder sig;
   sig.Inputs(in.params, SlotRole::kParam);
+  for (size_t i = 0; i < options_.data_roles.size(); ++i)
+    sig.Input(in.data[i], options_.data_roles[i]);
   sig.Output(SlotRole::kLoss);
   if (options_.mode == OptimizerMode::kAccumulate) {
     Renumber(in.data, 2 * n);
     ASSIGN_OR_RETURN(std::vector<Instruction*> acc,
-                     AddStateParameters(e, in.params, "grad_acc", n));
+                     AddStateParameters(e, in.params, "grad_acc", n, ir::Phase::kGradient));
     sig.Inputs(acc, SlotRole::kGradAcc);
     sig.Outputs(SlotRole::kGradAcc, acc);
     for (int64_t i = 0; i < n; ++i) {
       const std::string& name = in.params[i]->name();
-      e.Scope("accumulate." + name, "optimizer." + name);
+      e.Scope("accumulate." + name, "optimizer." + name, UpdateRole(in.params[i]));
       ASSIGN_OR_RETURN(Instruction * sum, e.Op(Opcode::kAdd, {acc[i], in.grads[i]}, ""));
       root_elements.push_back(sum);
     }

@@ -57,6 +57,10 @@ struct OptimizerOptions {
   AdamWOptions adamw;
   OptimizerMode mode = OptimizerMode::kStep;
   int64_t grad_accum = 1;  // kApply divides the accumulated gradients by this
+  // The roles of the entry's data inputs (its non-float parameters), in
+  // parameter order, as the frontend declared them (InputSpec); empty: all
+  // kData.
+  std::vector<program::SlotRole> data_roles;
 };
 
 // Whether weight decay applies to a parameter of this shape: rank >= 2

@@ -79,22 +79,12 @@ namespace {
 
 enum class Phase { kForward, kBackward, kOptimizer };
 
-bool StartsWith(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
-
-// Which part of the train step built `inst`, read from its metadata (see the
-// header): autodiff tags `grad.*`, this pass `remat.*`, the optimizer
-// `optimizer*`. A value without metadata goes by its name, which autodiff
-// and this pass prefix the same way (`%grad.h`, `%remat.t`).
+// Which part of the train step built `inst`, by its role (see the header):
+// the parameter casts and values without a phase count as forward.
 Phase PhaseOf(const Instruction& inst) {
-  const std::string& meta = inst.metadata();
-  std::string_view tag = meta.empty() ? std::string_view(inst.name()) : std::string_view(meta);
-  if (meta.empty() && !StartsWith(tag, "grad.") && !StartsWith(tag, "remat.")) {
-    return Phase::kForward;
-  }
-  if (StartsWith(tag, "grad") || StartsWith(tag, "remat")) return Phase::kBackward;
-  if (StartsWith(tag, "optimizer")) return Phase::kOptimizer;
+  const ir::Role role = inst.role();
+  if (role.backward()) return Phase::kBackward;
+  if (role.optimizer()) return Phase::kOptimizer;
   return Phase::kForward;
 }
 
@@ -103,13 +93,24 @@ bool IsBackwardUser(const Instruction& user) {
   return PhaseOf(user) == Phase::kBackward && user.parent()->root() != &user;
 }
 
-// "h.11" -> true: the scope of a whole transformer block.
-bool IsBlockScope(std::string_view meta) {
-  if (!StartsWith(meta, "h.") || meta.size() == 2) return false;
-  for (char c : meta.substr(2)) {
-    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+// The block boundaries: the forward data values crossing a layer boundary
+// (a block's input, read by its first ops, and its output, read by the next
+// block or the head). Constants, iotas and their broadcasts are not data
+// (CSE shares them between layers); parameters are kept anyway.
+void AddBlockBoundaries(const ir::Computation& entry,
+                        std::unordered_set<const Instruction*>& kept) {
+  std::unordered_set<const Instruction*> data;
+  for (const auto& inst : entry.instructions()) {
+    if (PhaseOf(*inst) != Phase::kForward) continue;
+    bool reads_data = inst->opcode() == Opcode::kParameter;
+    const int32_t layer = inst->role().layer;
+    for (const Instruction* op : inst->operands()) {
+      if (!data.contains(op)) continue;
+      reads_data = true;
+      if (op->role().layer != layer && op->opcode() != Opcode::kParameter) kept.insert(op);
+    }
+    if (reads_data) data.insert(inst.get());
   }
-  return true;
 }
 
 // Note [cheap recomputation]: a saved elementwise value whose elementwise
@@ -242,7 +243,6 @@ std::unordered_set<const Instruction*> KeptValues(const ir::Computation& entry,
   // Values the root or the optimizer read are outputs or update inputs, and
   // parameters and data are inputs: all live anyway.
   for (Instruction* op : entry.root()->operands()) kept.insert(op);
-  std::map<std::string, std::vector<const Instruction*>, std::less<>> block_adds;
   // dots and block recompute every elementwise value anyway.
   const std::unordered_set<const Instruction*> cheap =
       policy == RematPolicy::kNone ? CheaplyRecomputed(entry)
@@ -261,17 +261,9 @@ std::unordered_set<const Instruction*> KeptValues(const ir::Computation& entry,
               opcode == Opcode::kAttentionLse || opcode == Opcode::kSoftmaxCrossEntropy;
     }
     if (keep) kept.insert(inst.get());
-    if (opcode == Opcode::kAdd && IsBlockScope(inst->metadata())) {
-      block_adds[inst->metadata()].push_back(inst.get());
-    }
   }
   if (policy == RematPolicy::kDots || policy == RematPolicy::kBlock) {
-    // Pre-LN blocks are x + attn(ln_1(x)) then + mlp(ln_2(.)): the first
-    // residual add's first operand is the block input, the last add its output.
-    for (const auto& [scope, adds] : block_adds) {
-      kept.insert(adds.front()->operand(0));
-      kept.insert(adds.back());
-    }
+    AddBlockBoundaries(entry, kept);
   }
   return kept;
 }
@@ -290,6 +282,7 @@ bool ApplyPolicy(ir::Computation& entry, const std::unordered_set<const Instruct
     auto clone = std::make_unique<Instruction>(entry.UniqueName("remat." + v->name()), v->opcode(),
                                                v->shape(), std::move(operands), v->attrs());
     clone->set_metadata(v->metadata().empty() ? "remat" : "remat." + v->metadata());
+    clone->set_role({ir::Phase::kRemat, v->role().layer});
     clone->set_called_computation(v->called_computation());
     Instruction* added = entry.InsertInstructionBefore(std::move(clone), before);
     clone_of[v] = added;

@@ -2,15 +2,14 @@
 // recomputes.
 //
 // Input: a train step, i.e. the output of autodiff (+ dce, optionally +
-// optimizer). Forward values are the entry's instructions whose metadata
-// starts with neither `grad` (autodiff), `optimizer` nor `remat` (this pass);
-// a forward value is *saved* when a backward instruction (metadata `grad...`)
-// uses it, so it stays live from the forward into the backward. Each policy
-// names the forward values it may keep (parameters and data inputs always;
-// values the root or the optimizer read are always kept too); every other
-// saved value is recomputed: its producer chain, up to kept values, is cloned
-// right before the first backward instruction that needs it, and the backward
-// uses the clone. Clones are named `remat.NAME` with metadata `remat.META`:
+// optimizer). Forward values are the entry's instructions whose role
+// (compiler/ir/role.h) is forward, a parameter cast or none; a forward value
+// is *saved* when a backward instruction (phase gradient or remat) uses it, so it stays live from
+// the forward into the backward. Each policy names the forward values it may keep (parameters and
+// data inputs always; values the root or the optimizer read are always kept too); every other saved
+// value is recomputed: its producer chain, up to kept values, is cloned right before the first
+// backward instruction that needs it, and the backward uses the clone. Clones have phase remat and
+// the layer of their original; they are named `remat.NAME` with metadata `remat.META`, for people:
 //   %a = f32[8] exp(%x)                          %a = f32[8] exp(%x)
 //   %y = f32[8] dot(%a, %w), ...                 %y = f32[8] dot(%a, %w), ...
 //   ...                                   =>     ...
@@ -24,10 +23,10 @@
 //           adds, converts, reshapes). Keeping the block boundaries matters:
 //           without them the residual stream would be recomputed from the
 //           embeddings at the start of the backward and held throughout.
-//   kBlock  keep only the transformer block boundaries: the input of each
-//           block `h.N` (the first operand of its first residual add) and its
-//           output (its last residual add, metadata `h.N`); everything inside
-//           a block, and the head after the last block, is recomputed;
+//   kBlock  keep only the transformer block boundaries: the data values
+//           that cross from one layer (the role's) to another, i.e. each
+//           block's input and output (the residual stream); everything
+//           inside a block, and the head after the last block, is recomputed;
 //   kAuto   the first of none, dots, block whose saved activations
 //           (SavedActivationBytes) fit `budget_bytes`; an error naming the
 //           smallest achievable size when even block does not fit.

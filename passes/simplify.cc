@@ -274,7 +274,7 @@ const Rule kRules[] = {
 Match Rewrite(Instruction& inst) {
   ir::Builder b(inst.parent());
   b.set_insertion_point(&inst);
-  b.set_metadata(inst.metadata());
+  b.set_origin(inst);
   for (const Rule& rule : kRules) {
     if (rule.opcode.has_value() && *rule.opcode != inst.opcode()) continue;
     ASSIGN_OR_RETURN(Instruction * replacement, rule.rewrite(inst, b));

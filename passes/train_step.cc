@@ -64,10 +64,12 @@ std::string DescribeSignature(const EntrySignature& signature) {
 
 namespace {
 
-StatusOr<TrainEntry> RunOptimizer(std::string name, std::unique_ptr<ir::Module> module,
+// `data_roles`: the entry's data inputs' (none for apply).
+StatusOr<TrainEntry> RunOptimizer(EntryRole role, std::unique_ptr<ir::Module> module,
                                   OptimizerMode mode, int64_t num_params,
+                                  std::vector<SlotRole> data_roles,
                                   const TrainStepOptions& options) {
-  pass::Pipeline pipeline(name, options.pipeline);
+  pass::Pipeline pipeline(std::string(program::EntryRoleName(role)), options.pipeline);
   if (options.dumps != nullptr) pipeline.set_dump_writer(options.dumps);
   // Autodiff ran with loss_scale 1/world: the gradients come divided already.
   const DataParallelOptions dp{
@@ -76,8 +78,11 @@ StatusOr<TrainEntry> RunOptimizer(std::string name, std::unique_ptr<ir::Module> 
   // reads them; apply's gradients are inputs the optimizer creates, so there
   // the pass runs after it.
   if (options.world_size > 1 && mode != OptimizerMode::kApply) pipeline.AddPass<DataParallel>(dp);
-  const Optimizer& optimizer = pipeline.AddPass<Optimizer>(
-      OptimizerOptions{.adamw = options.adamw, .mode = mode, .grad_accum = options.grad_accum});
+  const Optimizer& optimizer =
+      pipeline.AddPass<Optimizer>(OptimizerOptions{.adamw = options.adamw,
+                                                   .mode = mode,
+                                                   .grad_accum = options.grad_accum,
+                                                   .data_roles = std::move(data_roles)});
   if (options.world_size > 1 && mode == OptimizerMode::kApply) pipeline.AddPass<DataParallel>(dp);
   pipeline.AddPass<Dce>();
   if (options.optimize) {
@@ -93,13 +98,14 @@ StatusOr<TrainEntry> RunOptimizer(std::string name, std::unique_ptr<ir::Module> 
   RETURN_IF_ERROR(pipeline.Run(*module).status());
   // Note [optimizer signature]: the optimizer's, still true of the final module.
   RETURN_IF_ERROR(CheckSignature(*module, optimizer.signature()));
-  return TrainEntry{std::move(name), std::move(module), optimizer.signature()};
+  return TrainEntry{role, std::move(module), optimizer.signature()};
 }
 
 }  // namespace
 
 StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
                                          std::vector<program::ParamSpec> params,
+                                         const std::vector<program::InputSpec>& inputs,
                                          const TrainStepOptions& options) {
   if (options.grad_accum < 1) return Error("--grad-accum must be >= 1, got {}", options.grad_accum);
   if (options.world_size < 1) return Error("--dp must be >= 1, got {}", options.world_size);
@@ -111,6 +117,21 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
       return Error("train step: parameter {} ({}) is not entry parameter {} of module {}", i,
                    params[i].name, i, forward->name());
     }
+  }
+  const int64_t d = static_cast<int64_t>(inputs.size());
+  if (static_cast<int64_t>(entry_params.size()) != n + d) {
+    return Error(
+        "train step: module {} has {} entry parameters, expected {} parameters and {} "
+        "inputs",
+        forward->name(), entry_params.size(), n, d);
+  }
+  std::vector<SlotRole> data_roles;
+  for (int64_t i = 0; i < d; ++i) {
+    if (entry_params[n + i]->shape() != inputs[i].shape) {
+      return Error("train step: input {} ({}) is not entry parameter {} of module {}", i,
+                   inputs[i].name, n + i, forward->name());
+    }
+    data_roles.push_back(inputs[i].role);
   }
   pass::Pipeline gradients("gradients", options.pipeline);
   if (options.dumps != nullptr) gradients.set_dump_writer(options.dumps);
@@ -132,8 +153,8 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
   program.world_size = options.world_size;
   program.adamw = options.adamw;
   if (options.grad_accum == 1) {
-    ASSIGN_OR_RETURN(TrainEntry step, RunOptimizer("train_step", std::move(forward),
-                                                   OptimizerMode::kStep, n, options));
+    ASSIGN_OR_RETURN(TrainEntry step, RunOptimizer(EntryRole::kTrainStep, std::move(forward),
+                                                   OptimizerMode::kStep, n, data_roles, options));
     program.entries.push_back(std::move(step));
     return program;
   }
@@ -141,10 +162,11 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
   const std::string model = forward->name();
   forward->set_name(model + ".accumulate");
   apply->set_name(model + ".apply");
-  ASSIGN_OR_RETURN(TrainEntry acc, RunOptimizer("accumulate", std::move(forward),
-                                                OptimizerMode::kAccumulate, n, options));
-  ASSIGN_OR_RETURN(TrainEntry app,
-                   RunOptimizer("apply", std::move(apply), OptimizerMode::kApply, n, options));
+  ASSIGN_OR_RETURN(TrainEntry acc,
+                   RunOptimizer(EntryRole::kAccumulate, std::move(forward),
+                                OptimizerMode::kAccumulate, n, data_roles, options));
+  ASSIGN_OR_RETURN(TrainEntry app, RunOptimizer(EntryRole::kApply, std::move(apply),
+                                                OptimizerMode::kApply, n, {}, options));
   program.entries.push_back(std::move(acc));
   program.entries.push_back(std::move(app));
   return program;
@@ -210,7 +232,8 @@ ir::Shape SingleOutput(const ir::Module& module) {
 
 Status AddLogitsEntry(TrainProgram& program, std::unique_ptr<ir::Module> logits,
                       const TrainStepOptions& options) {
-  if (program.Find("logits") != nullptr) return Error("train program already has a logits entry");
+  if (program.Find(EntryRole::kLogits) != nullptr)
+    return Error("train program already has a logits entry");
   RETURN_IF_ERROR(CheckForwardParams(program, *logits, 1).WithPrefix("logits module"));
   const ir::Instruction* token_input = logits->entry()->parameters().back();
   const ir::Shape tokens = token_input->shape();
@@ -227,13 +250,14 @@ Status AddLogitsEntry(TrainProgram& program, std::unique_ptr<ir::Module> logits,
                  logits->entry()->root()->shape().ToString(), tokens.dims()[1]);
   }
   sig.outputs.push_back({SlotRole::kLogits, -1, "logits", out});
-  program.entries.push_back(TrainEntry{"logits", std::move(logits), std::move(sig)});
+  program.entries.push_back(TrainEntry{EntryRole::kLogits, std::move(logits), std::move(sig)});
   return Status::Ok();
 }
 
 Status AddEvalEntry(TrainProgram& program, std::unique_ptr<ir::Module> forward,
                     const TrainStepOptions& options) {
-  if (program.Find("eval") != nullptr) return Error("train program already has an eval entry");
+  if (program.Find(EntryRole::kEval) != nullptr)
+    return Error("train program already has an eval entry");
   RETURN_IF_ERROR(CheckForwardParams(program, *forward, 2).WithPrefix("eval module"));
   std::vector<ir::Instruction*> inputs = forward->entry()->parameters();
   const ir::Instruction* tokens = inputs[inputs.size() - 2];
@@ -255,7 +279,7 @@ Status AddEvalEntry(TrainProgram& program, std::unique_ptr<ir::Module> forward,
                  forward->entry()->root()->shape().ToString());
   }
   sig.outputs.push_back({SlotRole::kLoss, -1, "loss", loss});
-  program.entries.push_back(TrainEntry{"eval", std::move(forward), std::move(sig)});
+  program.entries.push_back(TrainEntry{EntryRole::kEval, std::move(forward), std::move(sig)});
   return Status::Ok();
 }
 

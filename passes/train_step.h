@@ -31,7 +31,9 @@
 namespace gptc::passes {
 
 // The program's types live in the contract library (compiler/program/).
+using program::EntryRole;
 using program::EntrySignature;
+using program::InputSpec;
 using program::ParseSlotRole;
 using program::Slot;
 using program::SlotRole;
@@ -56,10 +58,12 @@ struct TrainStepOptions {
   std::shared_ptr<pass::DumpWriter> dumps;  // may be null: no dumps
 };
 
-// Builds the train step from the traced forward module whose first
-// params.size() parameters are `params` (frontend Note [entry signature]).
+// Builds the train step from the traced forward module whose parameters
+// are `params` then `inputs` (frontend Note [entry signature]); the inputs'
+// roles (tokens, targets) become the signature's.
 StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
                                          std::vector<program::ParamSpec> params,
+                                         const std::vector<program::InputSpec>& inputs,
                                          const TrainStepOptions& options);
 
 // Adds the sampling entry `logits` to `program` from a traced module

@@ -93,8 +93,8 @@ StatusOr<std::vector<eval::Literal>> CpuTrainer::Run(const program::TrainEntry& 
       case SlotRole::kStep: args[i] = ScalarLiteral(step); break;
       case SlotRole::kLr: args[i] = ScalarLiteral(lr); break;
       default:
-        return Error("{}: input {} (%{}) has role {} that the CPU trainer cannot feed", entry.name,
-                     i, slot.name, program::SlotRoleName(slot.role));
+        return Error("{}: input {} (%{}) has role {} that the CPU trainer cannot feed",
+                     entry.name(), i, slot.name, program::SlotRoleName(slot.role));
     }
   }
   eval::EvalOptions options;
@@ -113,9 +113,9 @@ StatusOr<std::vector<eval::Literal>> CpuTrainer::Run(const program::TrainEntry& 
     }
     if (!sig.donations.empty()) {
       lost_ = Error("the CPU trainer's state was given up to a step that failed ({}: {})",
-                    entry.name, result.status().message());
+                    entry.name(), result.status().message());
     }
-    return result.status().WithPrefix(entry.name);
+    return result.status().WithPrefix(entry.name());
   }
   std::vector<eval::Literal> outputs;
   if (result->shape.is_tuple()) {
@@ -133,7 +133,7 @@ StatusOr<std::vector<eval::Literal>> CpuTrainer::Run(const program::TrainEntry& 
 StatusOr<std::vector<eval::Literal>> CpuTrainer::Evaluate(const program::TrainEntry& entry,
                                                           const MicroBatch& batch) {
   if (!entry.signature.donations.empty()) {
-    return Error("{}: the entry updates state; run it with Step", entry.name);
+    return Error("{}: the entry updates state; run it with Step", entry.name());
   }
   return Run(entry, &batch, static_cast<double>(steps_done_), 0.0);
 }
@@ -152,8 +152,8 @@ StatusOr<StepResult> CpuTrainer::Step(std::span<const MicroBatch> micro_batches,
     r.loss = out[entry.signature.FindOutput(SlotRole::kLoss)].values[0];
     r.grad_norm = out[entry.signature.FindOutput(SlotRole::kGradNorm)].values[0];
   } else {
-    const program::TrainEntry* acc = program_->Find("accumulate");
-    const program::TrainEntry* apply = program_->Find("apply");
+    const program::TrainEntry* acc = program_->Find(program::EntryRole::kAccumulate);
+    const program::TrainEntry* apply = program_->Find(program::EntryRole::kApply);
     if (acc == nullptr || apply == nullptr) return Error("train program lacks accumulate/apply");
     for (eval::Literal& g : grad_acc_) std::fill(g.values.begin(), g.values.end(), 0.0);
     for (const MicroBatch& mb : micro_batches) {

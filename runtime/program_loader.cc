@@ -71,8 +71,7 @@ StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
   }
   for (size_t e = 0; e < plan.entries.size(); ++e) {
     const program::EntryPlan& entry = plan.entries[e];
-    const std::string& name = entry.name;
-    const std::string at = "entry " + name;
+    const std::string at = fmt::format("entry {}", entry.name());
     std::unique_ptr<ir::Module>& module = (*modules)[e];
     auto [in_shapes, out_shapes] = EntryShapes(*module);
     program::EntrySignature sig;
@@ -98,16 +97,18 @@ StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
                      s.name, program::SlotRoleName(s.role), s.index);
       }
     }
-    program.entries.push_back({name, std::move(module), std::move(sig)});
+    program.entries.push_back({entry.role, std::move(module), std::move(sig)});
   }
-  const bool single = program.Find("train_step") != nullptr;
-  const bool split = program.Find("accumulate") != nullptr && program.Find("apply") != nullptr;
+  using program::EntryRole;
+  const bool single = program.Find(EntryRole::kTrainStep) != nullptr;
+  const bool split =
+      program.Find(EntryRole::kAccumulate) != nullptr && program.Find(EntryRole::kApply) != nullptr;
   if (program.grad_accum == 1 ? !single : !split) {
     return Error("grad_accum {} needs entries {}", program.grad_accum,
                  program.grad_accum == 1 ? "train_step" : "accumulate and apply");
   }
-  if (program.grad_accum == 1 && program.entries[0].name != "train_step") {
-    return Error("the first entry is {}, expected train_step", program.entries[0].name);
+  if (program.grad_accum == 1 && program.entries[0].role != EntryRole::kTrainStep) {
+    return Error("the first entry is {}, expected train_step", program.entries[0].name());
   }
   return out;
 }

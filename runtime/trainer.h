@@ -44,11 +44,11 @@ struct TrainerState {
 inline Status CheckSliceRange(const program::TrainEntry& entry, int64_t output, int64_t first,
                               int64_t count) {
   if (output < 0 || output >= static_cast<int64_t>(entry.signature.outputs.size())) {
-    return Error("{}: no output {}", entry.name, output);
+    return Error("{}: no output {}", entry.name(), output);
   }
   const int64_t n = entry.signature.outputs[output].shape.num_elements();
   if (first < 0 || count < 0 || first + count > n) {
-    return Error("{}: elements [{}, {}) of output {} ({} elements)", entry.name, first,
+    return Error("{}: elements [{}, {}) of output {} ({} elements)", entry.name(), first,
                  first + count, output, n);
   }
   return Status::Ok();

@@ -34,15 +34,9 @@ std::map<int64_t, int64_t> KernelsPerLayer(const ir::Module& module) {
   std::map<int64_t, int64_t> per_layer;
   for (const auto& inst : module.entry()->instructions()) {
     if (!IsKernel(*inst)) continue;
-    std::string_view meta = inst->metadata();
-    if (meta.starts_with("remat.")) meta.remove_prefix(6);
-    if (meta.starts_with("grad.")) meta.remove_prefix(5);
-    if (!meta.starts_with("h.")) continue;
-    meta.remove_prefix(2);
-    size_t digits = 0;
-    while (digits < meta.size() && meta[digits] >= '0' && meta[digits] <= '9') ++digits;
-    if (digits == 0 || (digits < meta.size() && meta[digits] != '.')) continue;
-    ++per_layer[std::stoll(std::string(meta.substr(0, digits)))];
+    const ir::Role role = inst->role();
+    if (role.layer < 0 || role.optimizer()) continue;  // the optimizer's are per parameter
+    ++per_layer[role.layer];
   }
   return per_layer;
 }

@@ -116,7 +116,7 @@ class EntryPlanBuilder {
         }
       }
     }
-    plan_.name = entry.name;
+    plan_.role = entry.role;
     plan_.arena_size = scratch_bytes > 0 ? scratch_offset_ + scratch_bytes : ba.arena_size();
   }
 

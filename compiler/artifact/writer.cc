@@ -94,7 +94,7 @@ StatusOr<std::vector<codegen::CompiledKernels>> CompileKernels(
   std::vector<codegen::CodegenModule> modules;
   for (const program::TrainEntry& entry : program.entries) {
     modules.push_back({entry.module.get(),
-                       fmt::format("{}{}__", program::emu::kKernelSymbolPrefix, entry.name)});
+                       fmt::format("{}{}__", program::emu::kKernelSymbolPrefix, entry.name())});
   }
   codegen::CodegenOptions codegen = options.codegen;
   codegen.progress = options.progress;
@@ -132,7 +132,7 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
     watch.Lap();
     ASSIGN_OR_RETURN(program::EntryPlan entry_plan, BuildEntryPlan(entry, ba, kernels, out.stats));
     t_plan += watch.Lap();
-    sections.Add(entry.name, kernels);
+    sections.Add(std::string(entry.name()), kernels);
     plan.entries.push_back(std::move(entry_plan));
   }
   int64_t unsupported = 0;

@@ -215,7 +215,7 @@ std::string CanonicalComputation(const ir::Computation& c) {
 
 std::string CanonicalInstruction(const ir::Instruction& inst,
                                  const std::map<const ir::Instruction*, int64_t>& numbers) {
-  std::string line = ir::PrintInstruction(inst);
+  std::string line = ir::PrintInstruction(inst, /*origin=*/false);
   // "%name = " prefix.
   line.erase(0, inst.name().size() + 4);
   if (inst.opcode() != ir::Opcode::kParameter && inst.opcode() != ir::Opcode::kConstant) {
@@ -232,9 +232,6 @@ std::string CanonicalInstruction(const ir::Instruction& inst,
     if (line.compare(open, 1, "(") == 0 && line.compare(open + 1, names.size(), names) == 0) {
       line.replace(open + 1, names.size(), fmt::format("{}", fmt::join(ids, ", ")));
     }
-  }
-  if (!inst.metadata().empty()) {
-    if (size_t at = line.find(", meta=\""); at != std::string::npos) line.erase(at);
   }
   if (const ir::Computation* called = inst.called_computation()) {
     std::string calls = ", calls=%" + called->name();

@@ -26,6 +26,7 @@ StatusOr<Instruction*> Builder::Build(Opcode opcode, std::vector<Instruction*> o
   auto inst = std::make_unique<Instruction>(unique, opcode, std::move(shape).value(),
                                             std::move(operands), std::move(attrs));
   inst->set_metadata(metadata_);
+  inst->set_role(role_);
   inst->set_called_computation(called);
   return computation_->InsertInstructionBefore(std::move(inst), insert_before_);
 }

@@ -23,6 +23,14 @@ class Builder {
   // Metadata given to every instruction built from now on (the model scope).
   void set_metadata(std::string metadata) { metadata_ = std::move(metadata); }
   const std::string& metadata() const { return metadata_; }
+  // Role given to every instruction built from now on (compiler/ir/role.h).
+  void set_role(Role role) { role_ = role; }
+  Role role() const { return role_; }
+  // Both of `x`'s: for the instructions a pass builds to replace or rewrite `x`.
+  void set_origin(const Instruction& x) {
+    metadata_ = x.metadata();
+    role_ = x.role();
+  }
   // Default names become `PREFIX.opcode` (made unique), so dumps read
   // `%h.3.attn.c_attn.dot` rather than `%dot.37`. Empty: the bare opcode.
   void set_name_prefix(std::string prefix) { name_prefix_ = std::move(prefix); }
@@ -75,6 +83,7 @@ class Builder {
   Computation* computation_;
   Instruction* insert_before_ = nullptr;
   std::string metadata_;
+  Role role_;
   std::string name_prefix_;
 };
 

@@ -15,6 +15,7 @@
 
 #include "compiler/ir/gemm_epilogue.h"
 #include "compiler/ir/opcode.h"
+#include "compiler/ir/role.h"
 #include "compiler/ir/shape.h"
 
 namespace gptc::ir {
@@ -89,6 +90,13 @@ class Instruction {
   // Where this value came from in the model, e.g. "h.3.attn.qkv".
   const std::string& metadata() const { return metadata_; }
   void set_metadata(std::string metadata) { metadata_ = std::move(metadata); }
+  // Which part of the train step and which layer this value belongs to: what
+  // passes decide by (compiler/ir/role.h).
+  Role role() const { return Role{phase_, layer_}; }
+  void set_role(Role role) {
+    phase_ = role.phase;
+    layer_ = static_cast<int16_t>(role.layer);
+  }
 
   const std::vector<Instruction*>& operands() const { return operands_; }
   Instruction* operand(int64_t i) const { return operands_[i]; }
@@ -140,6 +148,8 @@ class Instruction {
   // at every instruction, once per cache line it read.
   int32_t pass_index_ = -1;
   Opcode opcode_;
+  Phase phase_ = Phase::kNone;  // the role, split to fill the padding before operands_
+  int16_t layer_ = -1;
   std::vector<Instruction*> operands_;
   std::vector<Instruction*> users_;
   Computation* parent_ = nullptr;

@@ -73,6 +73,7 @@ std::unique_ptr<Module> Module::Clone() const {
       auto ni = std::make_unique<Instruction>(inst->name(), inst->opcode(), inst->shape(),
                                               std::move(operands), inst->attrs());
       ni->set_metadata(inst->metadata());
+      ni->set_role(inst->role());
       ni->set_location(inst->line(), inst->column());
       if (inst->called_computation() != nullptr) {
         ni->set_called_computation(computation_map.at(inst->called_computation()));

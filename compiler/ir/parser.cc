@@ -415,12 +415,13 @@ class Parser {
       } while (Consume(','));
       RETURN_IF_ERROR(Expect(')', "after operands"));
     }
-    std::string metadata;
+    Origin origin;
     Computation* called = nullptr;
-    RETURN_IF_ERROR(ParseAttributes(*opcode, attrs, metadata, called));
+    RETURN_IF_ERROR(ParseAttributes(*opcode, attrs, origin, called));
     auto inst = std::make_unique<Instruction>(name, *opcode, std::move(shape),
                                               std::move(operands), std::move(attrs));
-    inst->set_metadata(std::move(metadata));
+    inst->set_metadata(std::move(origin.metadata));
+    inst->set_role(origin.role);
     inst->set_called_computation(called);
     auto [line, col] = LineColumn(name_pos);
     inst->set_location(line, col);
@@ -505,11 +506,16 @@ class Parser {
     return e;
   }
 
-  Status ParseAttributes(Opcode opcode, Attrs& attrs, std::string& metadata,
-                         Computation*& called) {
+  // The attributes every opcode takes: where the value came from.
+  struct Origin {
+    std::string metadata;
+    Role role;
+  };
+
+  Status ParseAttributes(Opcode opcode, Attrs& attrs, Origin& origin, Computation*& called) {
     std::vector<std::string_view> allowed = AllowedAttrs(opcode);
     if (CallsComputation(opcode)) allowed.push_back("calls");
-    allowed.push_back("meta");
+    allowed.insert(allowed.end(), {"phase", "layer", "meta"});
     std::unordered_set<std::string> seen;
     while (Consume(',')) {
       SkipSpace();
@@ -524,13 +530,17 @@ class Parser {
         return ErrorAt(key_pos, fmt::format("attribute '{}' given twice", key));
       }
       RETURN_IF_ERROR(Expect('=', fmt::format("after attribute '{}'", key)));
-      RETURN_IF_ERROR(ParseAttributeValue(opcode, key, attrs, metadata, called));
+      if (key == "phase" || key == "layer" || key == "meta") {
+        RETURN_IF_ERROR(ParseOriginValue(key, origin));
+      } else {
+        RETURN_IF_ERROR(ParseAttributeValue(opcode, key, attrs, called));
+      }
     }
     return Status::Ok();
   }
 
   Status ParseAttributeValue(Opcode opcode, std::string_view key, Attrs& attrs,
-                             std::string& metadata, Computation*& called) {
+                             Computation*& called) {
     SkipSpace();
     size_t value_pos = pos_;
     if (key == "iota_dimension" || key == "axis" || key == "index") {
@@ -602,8 +612,31 @@ class Parser {
                                               "its callers)",
                                               name));
       }
-    } else if (key == "meta") {
-      ASSIGN_OR_RETURN(metadata, ParseString());
+    }
+    return Status::Ok();
+  }
+
+  Status ParseOriginValue(std::string_view key, Origin& origin) {
+    SkipSpace();
+    size_t value_pos = pos_;
+    if (key == "meta") {
+      ASSIGN_OR_RETURN(origin.metadata, ParseString());
+    } else if (key == "phase") {
+      std::string word = ReadNameChars();
+      std::optional<Phase> phase = ParsePhase(word);
+      if (!phase) {
+        return ErrorAt(value_pos, fmt::format("unknown phase '{}' (forward, param_cast, remat, "
+                                              "gradient, update or optimizer)",
+                                              word));
+      }
+      origin.role.phase = *phase;
+    } else if (key == "layer") {
+      ASSIGN_OR_RETURN(int64_t layer, ParseInt("for layer"));
+      if (layer < 0 || layer > kMaxLayer) {
+        return ErrorAt(value_pos,
+                       fmt::format("layer must be in [0, {}], got {}", kMaxLayer, layer));
+      }
+      origin.role.layer = static_cast<int32_t>(layer);
     }
     return Status::Ok();
   }

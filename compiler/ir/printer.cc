@@ -47,7 +47,7 @@ std::string FormatDouble(double v) {
 }
 
 // The attributes of `inst` as `key=value` strings, in a fixed order per opcode.
-std::vector<std::string> FormatAttrs(const Instruction& inst) {
+std::vector<std::string> FormatAttrs(const Instruction& inst, bool origin) {
   const Attrs& a = inst.attrs();
   std::vector<std::string> out;
   switch (inst.opcode()) {
@@ -118,6 +118,10 @@ std::vector<std::string> FormatAttrs(const Instruction& inst) {
   if (inst.called_computation() != nullptr) {
     out.push_back("calls=%" + inst.called_computation()->name());
   }
+  if (!origin) return out;
+  const Role role = inst.role();
+  if (role.phase != Phase::kNone) out.push_back(fmt::format("phase={}", PhaseName(role.phase)));
+  if (role.layer >= 0) out.push_back(fmt::format("layer={}", role.layer));
   if (!inst.metadata().empty()) out.push_back("meta=" + Quote(inst.metadata()));
   return out;
 }
@@ -147,7 +151,7 @@ std::string FormatLiteralValue(DType dtype, double value) {
   return std::string(buf, end);
 }
 
-std::string PrintInstruction(const Instruction& inst) {
+std::string PrintInstruction(const Instruction& inst, bool origin) {
   std::string operands;
   if (inst.opcode() == Opcode::kParameter) {
     operands = fmt::format("{}", inst.attrs().index);
@@ -160,7 +164,7 @@ std::string PrintInstruction(const Instruction& inst) {
   }
   std::string line = fmt::format("%{} = {} {}({})", inst.name(), inst.shape().ToString(),
                                  OpcodeName(inst.opcode()), operands);
-  for (const std::string& attr : FormatAttrs(inst)) line += ", " + attr;
+  for (const std::string& attr : FormatAttrs(inst, origin)) line += ", " + attr;
   return line;
 }
 

@@ -13,7 +13,9 @@ std::string PrintModule(const Module& module);
 std::string PrintComputation(const Computation& computation, bool is_entry = false);
 // One line, without indentation or newline:
 //   %h3_qkv = bf16[16,1024,2304] dot(%a, %b), lhs_contracting={2}, rhs_contracting={0}, meta="h.3"
-std::string PrintInstruction(const Instruction& inst);
+// Without `origin`, the role and metadata are left out: what the value
+// computes, not where it came from (the kernel cache's keys).
+std::string PrintInstruction(const Instruction& inst, bool origin = true);
 // Shortest text that parses back to exactly `value` in `dtype`.
 std::string FormatLiteralValue(DType dtype, double value);
 

@@ -83,6 +83,7 @@ class Verifier {
       }
       RETURN_IF_ERROR(VerifyCalled(inst, c));
       if (Status s = CheckGemmEpilogue(inst); !s.ok()) return At(inst, s);
+      RETURN_IF_ERROR(CheckRole(inst));
       // Copied into shapes kept from instruction to instruction: a fresh
       // vector of copies allocated per operand, and that was most of the
       // verifier's time on gpt2-1558m (its heap after the fusion pass made
@@ -114,6 +115,31 @@ class Verifier {
       }
     }
     return Status::Ok();
+  }
+
+  // Note [roles]: values flow forward -> remat -> gradient -> optimizer. A
+  // fusion mixes phases (the cross-entropy's forward and backward in one
+  // kernel), so edges into and out of fusions and their tuple elements are
+  // not checked.
+  Status CheckRole(const Instruction& inst) const {
+    const Role role = inst.role();
+    if (role.phase == Phase::kNone && role.layer >= 0) {
+      return At(inst, Error("has layer={} but no phase", role.layer));
+    }
+    const std::optional<int> rank = PhaseRank(role.phase);
+    if (!rank || IsFusionValue(inst)) return Status::Ok();
+    for (const Instruction* op : inst.operands()) {
+      const std::optional<int> op_rank = PhaseRank(op->role().phase);
+      if (op_rank && *op_rank > *rank && !IsFusionValue(*op)) {
+        return At(inst, Error("a {} value reads %{}, a {} value", PhaseName(role.phase), op->name(),
+                              PhaseName(op->role().phase)));
+      }
+    }
+    return Status::Ok();
+  }
+
+  static bool IsFusionValue(const Instruction& inst) {
+    return inst.opcode() == Opcode::kFusion || inst.opcode() == Opcode::kGetTupleElement;
   }
 
   Status VerifyCalled(const Instruction& inst, const Computation& caller) const {

@@ -36,12 +36,6 @@ struct ParamSpec {
   bool operator==(const ParamSpec&) const = default;
 };
 
-// A data input of the traced computation ("tokens", "targets").
-struct InputSpec {
-  std::string name;
-  ir::Shape shape;
-};
-
 // The artifact's params section (docs/ARTIFACT.md), written by the compiler
 // and read by the program loader and gptc inspect: {"params": [{"name",
 // "shape", "dtype": "f32", "init": {"kind": "normal"|"zeros"|"ones", "std"}}]}.

@@ -561,7 +561,7 @@ json ToJson(const EntryPlan& e) {
   for (const Thunk& t : e.thunks) thunks.push_back(ToJson(t));
   for (const AllReduceBucket& b : e.buckets) buckets.push_back(ToJson(b));
   for (const PlanBuffer& b : e.buffers) buffers.push_back(ToJson(b));
-  return json{{"name", e.name},
+  return json{{"name", e.name()},
               {"arena_size", e.arena_size},
               {"inputs", std::move(inputs)},
               {"outputs", std::move(outputs)},
@@ -573,8 +573,14 @@ json ToJson(const EntryPlan& e) {
 
 StatusOr<EntryPlan> EntryPlanFromJson(const json& j, std::string_view where_unnamed) {
   EntryPlan e;
-  ASSIGN_OR_RETURN(e.name, JsonField<std::string>(j, "name", where_unnamed));
-  const std::string where = fmt::format("plan entry {}", e.name);
+  ASSIGN_OR_RETURN(std::string name, JsonField<std::string>(j, "name", where_unnamed));
+  std::optional<EntryRole> role = ParseEntryRole(name);
+  if (!role) {
+    return Error("{}: unknown entry '{}' (train_step, accumulate, apply, logits or eval)",
+                 where_unnamed, name);
+  }
+  e.role = *role;
+  const std::string where = fmt::format("plan entry {}", name);
   ASSIGN_OR_RETURN(e.arena_size, JsonField<int64_t>(j, "arena_size", where));
   ASSIGN_OR_RETURN(e.inputs, ArrayField<PlanSlot>(j, "inputs", where, PlanSlotFromJson));
   ASSIGN_OR_RETURN(e.outputs, ArrayField<PlanSlot>(j, "outputs", where, PlanSlotFromJson));

@@ -263,7 +263,7 @@ struct PlanSlot : Slot {
 
 // One entry's plan: its signature with slices, thunks, buckets and buffers.
 struct EntryPlan {
-  std::string name;  // "train_step", "accumulate", "apply", "logits"
+  EntryRole role = EntryRole::kTrainStep;
   int64_t arena_size = 0;
   std::vector<PlanSlot> inputs;                        // in entry-parameter order
   std::vector<PlanSlot> outputs;                       // root tuple elements in order
@@ -273,6 +273,7 @@ struct EntryPlan {
   std::vector<PlanBuffer> buffers;  // by id
   bool operator==(const EntryPlan&) const = default;
 
+  std::string_view name() const { return EntryRoleName(role); }
   // The signature: the slots without their slices, and the donations.
   EntrySignature Signature() const;
   // The buffer with id `id`, or null.

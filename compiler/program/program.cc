@@ -48,9 +48,33 @@ int64_t EntrySignature::FindOutput(SlotRole role, int64_t index) const {
   return FindSlot(outputs, role, index);
 }
 
-const TrainEntry* TrainProgram::Find(std::string_view name) const {
+std::string_view EntryRoleName(EntryRole role) {
+  switch (role) {
+    case EntryRole::kTrainStep:
+      return "train_step";
+    case EntryRole::kAccumulate:
+      return "accumulate";
+    case EntryRole::kApply:
+      return "apply";
+    case EntryRole::kLogits:
+      return "logits";
+    case EntryRole::kEval:
+      return "eval";
+  }
+  return "?";
+}
+
+std::optional<EntryRole> ParseEntryRole(std::string_view name) {
+  for (EntryRole role : {EntryRole::kTrainStep, EntryRole::kAccumulate, EntryRole::kApply,
+                         EntryRole::kLogits, EntryRole::kEval}) {
+    if (EntryRoleName(role) == name) return role;
+  }
+  return std::nullopt;
+}
+
+const TrainEntry* TrainProgram::Find(EntryRole role) const {
   for (const TrainEntry& e : entries) {
-    if (e.name == name) return &e;
+    if (e.role == role) return &e;
   }
   return nullptr;
 }

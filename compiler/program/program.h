@@ -47,6 +47,14 @@ std::string_view SlotRoleName(SlotRole role);  // "param", "adam_m", ...
 // The role named `name` (SlotRoleName's inverse), or nullopt.
 std::optional<SlotRole> ParseSlotRole(std::string_view name);
 
+// A data input of the traced computation and what it holds (the model
+// declares it: Tracer::Input).
+struct InputSpec {
+  std::string name;
+  ir::Shape shape;
+  SlotRole role = SlotRole::kData;  // kTokens, kTargets or kData
+};
+
 struct Slot {
   SlotRole role;
   int64_t index = -1;  // parameter index for per-parameter roles, else -1
@@ -66,10 +74,25 @@ struct EntrySignature {
   int64_t FindOutput(SlotRole role, int64_t index = -1) const;
 };
 
+// What an entry does: the devices pick their entries by it, never by name.
+enum class EntryRole : uint8_t {
+  kTrainStep,   // forward, backward and optimizer in one (grad_accum 1)
+  kAccumulate,  // forward and backward, adding into the accumulated gradients
+  kApply,       // the optimizer on the accumulated gradients
+  kLogits,      // the forward's logits, for sampling
+  kEval,        // the forward's loss, for validation
+};
+// "train_step", "accumulate", "apply", "logits", "eval": the entry's name in
+// the artifact, the reports and the kernels' symbols.
+std::string_view EntryRoleName(EntryRole role);
+std::optional<EntryRole> ParseEntryRole(std::string_view name);
+
 struct TrainEntry {
-  std::string name;  // "train_step", "accumulate" or "apply"
+  EntryRole role;
   std::unique_ptr<ir::Module> module;
   EntrySignature signature;
+
+  std::string_view name() const { return EntryRoleName(role); }
 };
 
 struct TrainProgram {
@@ -82,7 +105,7 @@ struct TrainProgram {
   // train_step; or accumulate, apply; then optionally `logits` (sampling).
   std::vector<TrainEntry> entries;
 
-  const TrainEntry* Find(std::string_view name) const;
+  const TrainEntry* Find(EntryRole role) const;
 };
 
 }  // namespace gptc::program

@@ -509,7 +509,7 @@ cudaError_t Fail(cudaError_t code, std::string message, bool sticky) {
 
 std::string Describe(const ThunkContext& ctx) {
   if (ctx.plan == nullptr) return "";
-  return fmt::format("entry {} {}", ctx.plan->name, ctx.get()->Describe());
+  return fmt::format("entry {} {}", ctx.plan->name(), ctx.get()->Describe());
 }
 
 cudaError_t Finding(const ThunkContext& ctx, const std::string& what, const Status& status) {

@@ -127,7 +127,7 @@ std::string MemoryChecker::Where(const void* p) {
 void MemoryChecker::AddEntry(const gpu::EntryPlan& plan, const char* arena) {
   std::lock_guard<std::mutex> lock(mu_);
   if (Allocation* a = Find(arena, 1); a != nullptr && a->base == arena) {
-    a->what = "arena of " + plan.name;
+    a->what = fmt::format("arena of {}", plan.name());
   }
   entries_.push_back(Entry{&plan, arena, std::vector<uint32_t>(plan.buffers.size(), 0)});
 }
@@ -161,7 +161,7 @@ std::string MemoryChecker::DescribeEvent(uint32_t event) const {
   if (event == 0 || event >= events_.size()) return "nothing (never written)";
   const WriteEvent& e = events_[event];
   if (e.plan != nullptr) {
-    return fmt::format("entry {} {}", e.plan->name, e.plan->thunks[e.thunk].Describe());
+    return fmt::format("entry {} {}", e.plan->name(), e.plan->thunks[e.thunk].Describe());
   }
   return e.what;
 }
@@ -300,7 +300,7 @@ Status MemoryChecker::CheckOperand(const ThunkContext& ctx, const gpu::ArenaSlic
   if (entry == nullptr) return Status::Ok();
   const gpu::Thunk& thunk = *ctx.get();
   const char* p = entry->arena + slice.offset;
-  const std::string who = fmt::format("entry {} {}", ctx.plan->name, thunk.Describe());
+  const std::string who = fmt::format("entry {} {}", ctx.plan->name(), thunk.Describe());
   const std::string name = BufferName(*ctx.plan, slice);
   for (const Flight& f : flights_) {
     if (Overlaps(p, slice.size, f.out, f.bytes)) {
@@ -378,7 +378,7 @@ Status MemoryChecker::FinishInstruction(const ThunkContext& ctx) {
         return Error(
             "entry {} {}: its result {} is incomplete: {} (not this instruction: is its "
             "grid too small?)",
-            ctx.plan->name, ctx.get()->Describe(), BufferName(*ctx.plan, s), mismatch);
+            ctx.plan->name(), ctx.get()->Describe(), BufferName(*ctx.plan, s), mismatch);
       }
     }
     if (s.buffer >= 0 && static_cast<size_t>(s.buffer) < entry->expected.size()) {

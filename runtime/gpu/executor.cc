@@ -25,7 +25,7 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
     return Error(
         "entry {} is incomplete ({} thunk{} without a kernel; the artifact says "
         "complete:false): {}",
-        plan.name, unsupported.size(), unsupported.size() == 1 ? "" : "s",
+        plan.name(), unsupported.size(), unsupported.size() == 1 ? "" : "s",
         fmt::join(unsupported, "; "));
   }
   std::unique_ptr<EntryExecutor> e(new EntryExecutor(resources, std::move(plan), arena));
@@ -40,7 +40,7 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
   if (pool_bytes > 0) {
     RETURN_IF_ERROR(CudaCheck(
         Cuda().Malloc(&e->constant_pool_, pool_bytes),
-        fmt::format("entry {}: cudaMalloc({} bytes of constants)", e->plan_.name, pool_bytes)));
+        fmt::format("entry {}: cudaMalloc({} bytes of constants)", e->plan_.name(), pool_bytes)));
   }
   int64_t pool_offset = 0;
   size_t constant = 0;
@@ -98,7 +98,7 @@ Status EntryExecutor::PrepareBuckets() {
     waits_[bucket.wait_before].push_back(b);
     for (int64_t m : bucket.members) in_bucket_[m] = true;
   }
-  const std::string what = fmt::format("entry {}: all-reduce buckets", plan_.name);
+  const std::string what = fmt::format("entry {}: all-reduce buckets", plan_.name());
   RETURN_IF_ERROR(CudaCheck(Cuda().StreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking),
                             what + ": cudaStreamCreateWithFlags"));
   for (auto* events : {&ready_, &done_}) {
@@ -115,7 +115,7 @@ Status EntryExecutor::PrepareBuckets() {
 Status EntryExecutor::IssueBucket(size_t b, cudaStream_t stream) {
   const AllReduceBucket& bucket = plan_.buckets[b];
   const std::string what = fmt::format("entry {}: all-reduce bucket {} ({} members, {} bytes)",
-                                       plan_.name, b, bucket.members.size(), bucket.bytes);
+                                       plan_.name(), b, bucket.members.size(), bucket.bytes);
   RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(ready_[b], stream), what + ": cudaEventRecord"));
   RETURN_IF_ERROR(CudaCheck(Cuda().StreamWaitEvent(comm_stream_, ready_[b], 0),
                             what + ": cudaStreamWaitEvent"));
@@ -139,10 +139,10 @@ Status EntryExecutor::IssueBucket(size_t b, cudaStream_t stream) {
 StatusOr<EntryExecutor::Call> EntryExecutor::TranslateKernel(const Thunk& t) {
   const auto& k = std::get<KernelThunk>(t.body);
   KernelCall call;
-  StatusOr<CUfunction> f = resources_.modules->Find(plan_.name, t.name);
+  StatusOr<CUfunction> f = resources_.modules->Find(plan_.name(), t.name);
   if (!f.ok()) return f.status().WithPrefix(t.Describe());
   call.function = *f;
-  const int64_t params = resources_.modules->ParamCount(plan_.name, t.name);
+  const int64_t params = resources_.modules->ParamCount(plan_.name(), t.name);
   if (params >= 0 && params != static_cast<int64_t>(k.args.size())) {
     return Error("{}: the plan passes {} pointers, the PTX entry takes {} parameters", t.Describe(),
                  k.args.size(), params);
@@ -280,7 +280,7 @@ Status EntryExecutor::TuneGemms() {
     }
     GemmCandidates c{
         .key = TuningKey(g.config, kernel.has_value()),
-        .thunk = plan_.name + "/" + t.name,
+        .thunk = fmt::format("{}/{}", plan_.name(), t.name),
         .flops = 2.0 * static_cast<double>(g.config.m) * static_cast<double>(g.config.n) *
                  static_cast<double>(g.config.k) * static_cast<double>(g.config.batch_count),
         .epilogue = dropped ? nullptr : runner->get(),
@@ -320,7 +320,7 @@ void EntryExecutor::DestroyGraph() {
 }
 
 Status EntryExecutor::RunThunk(size_t i, cudaStream_t stream) {
-  if (i >= calls_.size()) return Error("entry {}: no thunk {}", plan_.name, i);
+  if (i >= calls_.size()) return Error("entry {}: no thunk {}", plan_.name(), i);
   RETURN_IF_ERROR(Observe(i, stream));
   Call& call = calls_[i];
   if (auto* k = std::get_if<KernelCall>(&call)) return LaunchKernel(*k, plan_.thunks[i], stream);
@@ -351,7 +351,7 @@ Status EntryExecutor::Run(cudaStream_t stream) {
     for (size_t b : waits_[i]) {
       RETURN_IF_ERROR(CudaCheck(
           Cuda().StreamWaitEvent(stream, done_[b], 0),
-          fmt::format("entry {}: all-reduce bucket {}: cudaStreamWaitEvent", plan_.name, b)));
+          fmt::format("entry {}: all-reduce bucket {}: cudaStreamWaitEvent", plan_.name(), b)));
     }
     return Status::Ok();
   };
@@ -374,7 +374,7 @@ Status EntryExecutor::RunChecked(cudaStream_t stream) {
 
 Status EntryExecutor::Capture(cudaStream_t stream) {
   DestroyGraph();
-  const std::string what = fmt::format("entry {}: CUDA graph capture", plan_.name);
+  const std::string what = fmt::format("entry {}: CUDA graph capture", plan_.name());
   RETURN_IF_ERROR(CudaCheck(Cuda().StreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
                             what + ": cudaStreamBeginCapture"));
   Status run = Run(stream);
@@ -396,9 +396,9 @@ Status EntryExecutor::Capture(cudaStream_t stream) {
 }
 
 Status EntryExecutor::Launch(cudaStream_t stream) {
-  if (graph_exec_ == nullptr) return Error("entry {}: no captured graph to launch", plan_.name);
+  if (graph_exec_ == nullptr) return Error("entry {}: no captured graph to launch", plan_.name());
   return CudaCheck(Cuda().GraphLaunch(graph_exec_, stream),
-                   fmt::format("entry {}: cudaGraphLaunch", plan_.name));
+                   fmt::format("entry {}: cudaGraphLaunch", plan_.name()));
 }
 
 StatusOr<std::vector<ThunkTime>> EntryExecutor::Profile(cudaStream_t stream) {
@@ -414,14 +414,15 @@ StatusOr<std::vector<ThunkTime>> EntryExecutor::Profile(cudaStream_t stream) {
   RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(events_[calls_.size()], stream), "cudaEventRecord"));
   RETURN_IF_ERROR(
       CudaCheck(Cuda().EventSynchronize(events_[calls_.size()]),
-                fmt::format("entry {}: cudaEventSynchronize (profiled run)", plan_.name)));
+                fmt::format("entry {}: cudaEventSynchronize (profiled run)", plan_.name())));
   std::vector<ThunkTime> times;
   for (size_t i = 0; i < calls_.size(); ++i) {
     float ms = 0;
     RETURN_IF_ERROR(CudaCheck(Cuda().EventElapsedTime(&ms, events_[i], events_[i + 1]),
                               plan_.thunks[i].Describe() + ": cudaEventElapsedTime"));
     const Thunk& t = plan_.thunks[i];
-    times.push_back({std::string(ThunkKindName(t.kind())), t.name, t.meta, ms, plan_.name});
+    times.push_back(
+        {std::string(ThunkKindName(t.kind())), t.name, t.meta, ms, std::string(plan_.name())});
   }
   return times;
 }

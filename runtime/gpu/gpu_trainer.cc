@@ -22,6 +22,7 @@
 
 namespace gptc::rt::gpu {
 
+using program::EntryRole;
 using program::SlotRole;
 
 namespace {
@@ -180,19 +181,19 @@ Status GpuTrainer::Impl::CheckSignature(const program::TrainEntry& entry, const 
   const program::EntrySignature& sig = entry.signature;
   if (plan.inputs.size() != sig.inputs.size() || plan.outputs.size() != sig.outputs.size()) {
     return Error("{}: plan entry {} has {} inputs / {} outputs, the program {} / {}", Where(),
-                 plan.name, plan.inputs.size(), plan.outputs.size(), sig.inputs.size(),
+                 plan.name(), plan.inputs.size(), plan.outputs.size(), sig.inputs.size(),
                  sig.outputs.size());
   }
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     const PlanSlot& s = plan.inputs[i];
     if (s.shape != sig.inputs[i].shape || s.role != sig.inputs[i].role) {
       return Error("{}: plan entry {} input {} (%{}) is {} {}, the program's is {} {}", Where(),
-                   plan.name, i, s.name, program::SlotRoleName(s.role), s.shape.ToString(),
+                   plan.name(), i, s.name, program::SlotRoleName(s.role), s.shape.ToString(),
                    program::SlotRoleName(sig.inputs[i].role), sig.inputs[i].shape.ToString());
     }
     if (!Feedable(s.role)) {
       return Error("{}: entry {} input {} (%{}) has role {}, which the GPU trainer cannot feed",
-                   Where(), plan.name, i, s.name, program::SlotRoleName(s.role));
+                   Where(), plan.name(), i, s.name, program::SlotRoleName(s.role));
     }
   }
   return Status::Ok();
@@ -211,16 +212,16 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
   std::vector<EntryPlan> ordered;
   for (const program::TrainEntry& entry : program->entries) {
     auto it = std::find_if(plans.begin(), plans.end(),
-                           [&](const EntryPlan& p) { return p.name == entry.name; });
-    if (it == plans.end()) return Error("{}: the plan has no entry {}", Where(), entry.name);
+                           [&](const EntryPlan& p) { return p.role == entry.role; });
+    if (it == plans.end()) return Error("{}: the plan has no entry {}", Where(), entry.name());
     entries.push_back(EntryState{.entry = &entry});
     ordered.push_back(std::move(*it));
   }
   const bool accumulates = program->grad_accum > 1;
   for (EntryState& e : entries) {
-    const std::string& name = e.entry->name;
-    if (name == (accumulates ? "apply" : "train_step")) state_entry = &e;
-    if (name == (accumulates ? "accumulate" : "train_step")) micro_entry = &e;
+    const EntryRole role = e.entry->role;
+    if (role == (accumulates ? EntryRole::kApply : EntryRole::kTrainStep)) state_entry = &e;
+    if (role == (accumulates ? EntryRole::kAccumulate : EntryRole::kTrainStep)) micro_entry = &e;
   }
   if (state_entry == nullptr || micro_entry == nullptr) {
     return Error(
@@ -241,7 +242,8 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
     }
   }
   std::vector<MemoryNeed> needs;
-  for (const EntryPlan& p : ordered) needs.push_back({"arena of " + p.name, p.arena_size});
+  for (const EntryPlan& p : ordered)
+    needs.push_back({fmt::format("arena of {}", p.name()), p.arena_size});
   needs.push_back({"cuBLASLt workspace", workspace_bytes});
   RETURN_IF_ERROR(CheckMemoryFits(needs, options.reserve_bytes, device, Where()));
 
@@ -294,7 +296,7 @@ Status GpuTrainer::Impl::CreateExecutors(std::vector<EntryPlan>& ordered) {
     const int64_t bytes = std::max<int64_t>(ordered[i].arena_size, 256);
     RETURN_IF_ERROR(CudaCheck(Cuda().Malloc(&e.arena.ptr, bytes),
                               fmt::format("{}: cudaMalloc({}, arena of entry {})", Where(),
-                                          FormatBytes(bytes), e.entry->name)));
+                                          FormatBytes(bytes), e.entry->name())));
     // Zeros: nothing reads memory it did not write, but zeros keep runs
     // reproducible. On the work stream, as every later upload: the legacy
     // default stream would race them (the stream is non-blocking). The
@@ -347,7 +349,8 @@ Status GpuTrainer::Impl::FindSlots() {
   auto stage = [&](const EntryPlan& plan, SlotRole role, StagedInput& input) -> Status {
     input.slot = plan.FindInput(role);
     if (input.slot == nullptr) {
-      return Error("{}: entry {} has no {} input", Where(), plan.name, program::SlotRoleName(role));
+      return Error("{}: entry {} has no {} input", Where(), plan.name(),
+                   program::SlotRoleName(role));
     }
     input.offset = staged;
     staged += (input.slot->slice.size + 255) / 256 * 256;
@@ -366,7 +369,8 @@ Status GpuTrainer::Impl::FindSlots() {
   loss = mp.FindOutput(SlotRole::kLoss);
   grad_norm = sp.FindOutput(SlotRole::kGradNorm);
   if (loss == nullptr || grad_norm == nullptr) {
-    return Error("{}: entries {}/{} lack a loss or grad_norm output", Where(), mp.name, sp.name);
+    return Error("{}: entries {}/{} lack a loss or grad_norm output", Where(), mp.name(),
+                 sp.name());
   }
   for (const PlanSlot* s : {loss, grad_norm, step.slot, lr.slot}) {
     if (s->shape != ir::Shape::Scalar(ir::DType::kF32)) {
@@ -566,13 +570,13 @@ Status GpuTrainer::Impl::CopyParamsInto(EntryState& e) {
     const PlanSlot* src = from.FindInput(SlotRole::kParam, slot.index);
     if (src == nullptr || src->shape != slot.shape) {
       return Error("entry {}: input %{} (param {}) has no matching train_step parameter",
-                   e.entry->name, slot.name, slot.index);
+                   e.entry->name(), slot.name, slot.index);
     }
     RETURN_IF_ERROR(CudaCheck(
         Cuda().MemcpyAsync(e.executor->At(slot.slice), state_entry->executor->At(src->slice),
                            slot.shape.num_elements() * ir::DTypeBytes(slot.shape.dtype()),
                            cudaMemcpyDeviceToDevice, stream),
-        fmt::format("entry {}: cudaMemcpyAsync(%{} from train_step)", e.entry->name, slot.name)));
+        fmt::format("entry {}: cudaMemcpyAsync(%{} from train_step)", e.entry->name(), slot.name)));
   }
   e.params_version = params_version;
   return Status::Ok();
@@ -581,33 +585,33 @@ Status GpuTrainer::Impl::CopyParamsInto(EntryState& e) {
 StatusOr<EntryExecutor*> GpuTrainer::Impl::RunForEvaluate(const program::TrainEntry& entry,
                                                           const MicroBatch& batch) {
   if (!entry.signature.donations.empty()) {
-    return Error("{}: the entry updates state; run it with Step", entry.name);
+    return Error("{}: the entry updates state; run it with Step", entry.name());
   }
   EntryState* e = nullptr;
   for (EntryState& s : entries) {
-    if (s.entry->name == entry.name) e = &s;
+    if (s.entry->name() == entry.name()) e = &s;
   }
-  if (e == nullptr) return Error("{}: not an entry of this trainer's program", entry.name);
+  if (e == nullptr) return Error("{}: not an entry of this trainer's program", entry.name());
   EntryExecutor& ex = *e->executor;
   RETURN_IF_ERROR(CopyParamsInto(*e));
   for (const PlanSlot& slot : ex.plan().inputs) {
     if (slot.role == SlotRole::kParam) continue;
     if (slot.role != SlotRole::kTokens && slot.role != SlotRole::kTargets) {
-      return Error("{}: input %{} has role {}, which Evaluate cannot feed", entry.name, slot.name,
+      return Error("{}: input %{} has role {}, which Evaluate cannot feed", entry.name(), slot.name,
                    program::SlotRoleName(slot.role));
     }
     const std::vector<int32_t>& ids = slot.role == SlotRole::kTokens ? batch.tokens : batch.targets;
     if (static_cast<int64_t>(ids.size()) != slot.shape.num_elements()) {
-      return Error("{}: input %{}: {} values given, {} needs {}", entry.name, slot.name, ids.size(),
-                   slot.shape.ToString(), slot.shape.num_elements());
+      return Error("{}: input %{}: {} values given, {} needs {}", entry.name(), slot.name,
+                   ids.size(), slot.shape.ToString(), slot.shape.num_elements());
     }
     RETURN_IF_ERROR(
         CudaCheck(Cuda().MemcpyAsync(ex.At(slot.slice), ids.data(), ids.size() * 4,
                                      cudaMemcpyHostToDevice, stream),
-                  fmt::format("{}: cudaMemcpyAsync(%{} to the device)", entry.name, slot.name)));
+                  fmt::format("{}: cudaMemcpyAsync(%{} to the device)", entry.name(), slot.name)));
   }
   Status run = options.sync_each_thunk ? ex.RunChecked(stream) : ex.Run(stream);
-  if (!run.ok()) return run.WithPrefix(entry.name);
+  if (!run.ok()) return run.WithPrefix(entry.name());
   return &ex;
 }
 
@@ -642,7 +646,7 @@ StatusOr<std::vector<eval::Literal>> GpuTrainer::Evaluate(const program::TrainEn
   for (size_t i = 0; i < outputs.size(); ++i) {
     all.push_back({static_cast<int64_t>(i), 0, outputs[i].shape.num_elements()});
   }
-  ASSIGN_OR_RETURN(std::vector<std::vector<double>> values, m.ReadOutputs(*ex, entry.name, all));
+  ASSIGN_OR_RETURN(std::vector<std::vector<double>> values, m.ReadOutputs(*ex, entry.name(), all));
   std::vector<eval::Literal> out;
   for (size_t i = 0; i < outputs.size(); ++i) {
     out.push_back(eval::Literal{.shape = outputs[i].shape, .values = std::move(values[i])});
@@ -658,7 +662,7 @@ StatusOr<std::vector<double>> GpuTrainer::EvaluateSlice(const program::TrainEntr
   ASSIGN_OR_RETURN(EntryExecutor * ex, m.RunForEvaluate(entry, batch));
   const Impl::OutputRange range{output, first, count};
   ASSIGN_OR_RETURN(std::vector<std::vector<double>> values,
-                   m.ReadOutputs(*ex, entry.name, {&range, 1}));
+                   m.ReadOutputs(*ex, entry.name(), {&range, 1}));
   return std::move(values[0]);
 }
 
@@ -746,7 +750,7 @@ std::string GpuTrainer::LoadSummary() const {
   std::string arenas;
   int64_t gemms = 0;
   for (const EntryState& e : m.entries) {
-    arenas += fmt::format("{}{} {}", arenas.empty() ? "" : ", ", e.entry->name,
+    arenas += fmt::format("{}{} {}", arenas.empty() ? "" : ", ", e.entry->name(),
                           FormatBytes(e.executor->plan().arena_size));
     gemms += e.executor->plan().CountByKind()[static_cast<int>(ThunkKind::kGemm)];
   }

@@ -326,7 +326,7 @@ std::string ConstantBytes(const ConstantThunk& c) {
 }
 
 Status CheckEntryPlan(const EntryPlan& p) {
-  const std::string where = "plan entry " + p.name;
+  const std::string where = fmt::format("plan entry {}", p.name());
   if (p.arena_size < 0) return Error("{}: arena_size {} < 0", where, p.arena_size);
   for (auto [key, slots] : {std::pair{"inputs", &p.inputs}, std::pair{"outputs", &p.outputs}}) {
     for (size_t i = 0; i < slots->size(); ++i) {

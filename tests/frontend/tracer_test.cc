@@ -13,6 +13,39 @@ namespace {
 using ir::DType;
 using ir::Shape;
 
+// The layer is typed (the role), not read back from the scope's name: a
+// block scope named anything carries it, inner scopes inherit it, and
+// scopes without one (and the inputs) are forward of no layer.
+TEST(TracerTest, LayerScopesGiveTheRoleItsLayer) {
+  Tracer tracer("m");
+  Tensor x = tracer.Input("x", Shape(DType::kF32, {2, 4}), program::SlotRole::kTokens);
+  EXPECT_EQ(x.instruction()->role(), (ir::Role{ir::Phase::kForward, -1}));
+  Tensor y = x, z;
+  {
+    auto block = tracer.LayerScope("block_seven", 7);
+    auto mlp = tracer.Scope("mlp");
+    y = Linear(tracer, "fc", x, 4, InitRule::Normal(0.02));
+    EXPECT_EQ(y.instruction()->metadata(), "block_seven.mlp.fc");
+    EXPECT_EQ(y.instruction()->role(), (ir::Role{ir::Phase::kForward, 7}));
+    {
+      auto inner = tracer.LayerScope("h.2", 2);  // the innermost layer wins
+      z = y + y;
+      EXPECT_EQ(z.instruction()->role().layer, 2);
+    }
+  }
+  Tensor out = z + x;
+  EXPECT_EQ(out.instruction()->role(), (ir::Role{ir::Phase::kForward, -1}));
+  StatusOr<TracedModule> traced = tracer.Finish(out);
+  ASSERT_TRUE(traced.ok()) << traced.status().message();
+  ASSERT_EQ(traced->inputs.size(), 1u);
+  EXPECT_EQ(traced->inputs[0].role, program::SlotRole::kTokens);
+  EXPECT_EQ(traced->module->entry()->parameters()[0]->role().layer, 7);  // fc.weight
+
+  Tracer bad("m");
+  { auto scope = bad.LayerScope("h", -1); }
+  EXPECT_EQ(bad.error().message(), "layer -1 of scope 'h' is outside [0, 32767]");
+}
+
 TEST(TracerTest, ScopesBecomeMetadataAndParameterNames) {
   Tracer tracer("m");
   Tensor x = tracer.Input("x", Shape(DType::kF32, {2, 4}));

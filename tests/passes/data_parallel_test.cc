@@ -176,8 +176,8 @@ TEST(DataParallelTest, ErrorsNameTheProblem) {
   r = DataParallel({.world_size = 2, .mode = OptimizerMode::kApply}).Run(*step);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
-            "data-parallel (mode apply): entry %main has no grad_acc.* parameters (run it on "
-            "the optimizer's apply entry)");
+            "data-parallel (mode apply): entry %main has no gradient-phase parameters (the "
+            "accumulated gradients; run it on the optimizer's apply entry)");
 
   r = DataParallel({.world_size = 0}).Run(*step);
   ASSERT_FALSE(r.ok());
@@ -212,7 +212,8 @@ StatusOr<TrainProgram> TinyProgram(int64_t world, int64_t accum) {
   options.grad_accum = accum;
   options.optimize = true;
   options.precision.policy = PrecisionPolicy::kBF16;
-  return BuildTrainProgram(std::move(traced.module), std::move(traced.params), options);
+  return BuildTrainProgram(std::move(traced.module), std::move(traced.params), traced.inputs,
+                           options);
 }
 
 // Each all-reduce's gradient is made by a backward kernel; between that
@@ -267,8 +268,8 @@ TEST(DataParallelTest, Gpt2TinyAllReducesFollowTheirGradients) {
 TEST(DataParallelTest, GradAccumulationCommunicatesInApplyOnly) {
   StatusOr<TrainProgram> program = TinyProgram(2, 2);
   ASSERT_TRUE(program.ok()) << program.status().message();
-  const TrainEntry* accumulate = program->Find("accumulate");
-  const TrainEntry* apply = program->Find("apply");
+  const TrainEntry* accumulate = program->Find(program::EntryRole::kAccumulate);
+  const TrainEntry* apply = program->Find(program::EntryRole::kApply);
   ASSERT_NE(accumulate, nullptr);
   ASSERT_NE(apply, nullptr);
   std::vector<const Instruction*> acc_ars = AllReduces(*accumulate->module->entry());

@@ -32,8 +32,8 @@ TEST(FusionReportTest, RowsBytesFlopsAndRoofline) {
 ENTRY %main {
   %x = f32[64,128] parameter(0)
   %w = f32[128,32] parameter(1)
-  %f = f32[64,32] fusion(%x, %w), kind=gemm, epilogue={d=0}, calls=%fused.d, meta="h.0.mlp"
-  ROOT %g = f32[64,32] fusion(%f), kind=loop, calls=%fused.e, meta="h.0.act"
+  %f = f32[64,32] fusion(%x, %w), kind=gemm, epilogue={d=0}, calls=%fused.d, phase=forward, layer=0, meta="h.0.mlp"
+  ROOT %g = f32[64,32] fusion(%f), kind=loop, calls=%fused.e, phase=forward, layer=0, meta="h.0.act"
 }
 )");
   ASSERT_NE(module, nullptr);

@@ -188,10 +188,10 @@ ENTRY %main {
   %x = bf16[4,8] parameter(0)
   %w1 = f32[8,8] parameter(1)
   %w2 = f32[8,8] parameter(2)
-  %w1.bf16 = bf16[8,8] convert(%w1), meta="h.0.fc1"
-  %h = bf16[4,8] dot(%x, %w1.bf16), lhs_contracting={1}, rhs_contracting={0}, meta="h.0.fc1"
-  %w2.bf16 = bf16[8,8] convert(%w2), meta="h.0.fc2"
-  ROOT %y = bf16[4,8] dot(%h, %w2.bf16), lhs_contracting={1}, rhs_contracting={0}, meta="h.0.fc2"
+  %w1.bf16 = bf16[8,8] convert(%w1), phase=param_cast, layer=0, meta="h.0.fc1"
+  %h = bf16[4,8] dot(%x, %w1.bf16), lhs_contracting={1}, rhs_contracting={0}, phase=forward, layer=0, meta="h.0.fc1"
+  %w2.bf16 = bf16[8,8] convert(%w2), phase=param_cast, layer=0, meta="h.0.fc2"
+  ROOT %y = bf16[4,8] dot(%h, %w2.bf16), lhs_contracting={1}, rhs_contracting={0}, phase=forward, layer=0, meta="h.0.fc2"
 }
 )");
   Fusion fusion;
@@ -202,7 +202,8 @@ ENTRY %main {
   const ir::Instruction* f = FusionOf(*after, "w1.bf16");
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f, FusionOf(*after, "w2.bf16"));
-  EXPECT_EQ(f->metadata(), "parameters.bf16");  // counted for no layer
+  EXPECT_EQ(f->metadata(), "parameters.bf16");
+  EXPECT_EQ(f->role(), (ir::Role{ir::Phase::kParamCast}));  // counted for no layer
   EXPECT_EQ(analysis::KernelsPerLayer(*after).at(0), 2);
 }
 
@@ -277,9 +278,9 @@ ENTRY %main {
   %d = f32[2,4,8] sub(%x, %sb), meta="ln"
   %y = f32[2,4,8] mul(%d, %d), meta="ln"
   %dy = f32[2,4,8] dot(%y, %w), lhs_contracting={2}, rhs_contracting={0}, meta="fc"
-  %r = f32[2,4,8] mul(%d, %sb), meta="remat.ln"
-  %p = f32[2,4,8] mul(%r, %dy), meta="grad.ln"
-  %g = f32[2,4] reduce(%p), dimensions={2}, kind=sum, meta="grad.ln"
+  %r = f32[2,4,8] mul(%d, %sb), phase=remat, meta="remat.ln"
+  %p = f32[2,4,8] mul(%r, %dy), phase=gradient, meta="grad.ln"
+  %g = f32[2,4] reduce(%p), dimensions={2}, kind=sum, phase=gradient, meta="grad.ln"
   ROOT %t = (f32[2,4,8], f32[2,4]) tuple(%y, %g)
 }
 )");
@@ -320,14 +321,14 @@ TEST(FusionTest, GradientSquareSumsAreOneHorizontalReduction) {
 ENTRY %main {
   %g1 = f32[4,8] parameter(0)
   %g2 = f32[8] parameter(1)
-  %sq1 = f32[4,8] mul(%g1, %g1), meta="optimizer.a"
-  %s1 = f32[] reduce(%sq1), dimensions={0,1}, kind=sum, meta="optimizer.a"
-  %sq2 = f32[8] mul(%g2, %g2), meta="optimizer.b"
-  %s2 = f32[] reduce(%sq2), dimensions={0}, kind=sum, meta="optimizer.b"
-  %n = f32[] add(%s1, %s2), meta="grad_norm"
-  %r = f32[] sqrt(%n), meta="optimizer.b"
+  %sq1 = f32[4,8] mul(%g1, %g1), phase=update, meta="optimizer.a"
+  %s1 = f32[] reduce(%sq1), dimensions={0,1}, kind=sum, phase=update, meta="optimizer.a"
+  %sq2 = f32[8] mul(%g2, %g2), phase=update, meta="optimizer.b"
+  %s2 = f32[] reduce(%sq2), dimensions={0}, kind=sum, phase=update, meta="optimizer.b"
+  %n = f32[] add(%s1, %s2), phase=optimizer, meta="grad_norm"
+  %r = f32[] sqrt(%n), phase=update, meta="optimizer.b"
   %rb = f32[8] broadcast(%r), dimensions={}
-  ROOT %u = f32[8] mul(%g2, %rb), meta="optimizer.b"
+  ROOT %u = f32[8] mul(%g2, %rb), phase=update, meta="optimizer.b"
 }
 )");
   // The optimizer fusion cannot hold the square sums (a value of other
@@ -529,9 +530,9 @@ TEST(FusionTest, KernelsPerLayerCountsRematClones) {
   auto module = ParseOrDie(R"(module m
 ENTRY %main {
   %x = f32[4] parameter(0)
-  %a = f32[4] exp(%x), meta="h.0.a"
-  %b = f32[4] exp(%x), meta="remat.h.0.a"
-  %c = f32[4] exp(%x), meta="grad.h.1.a"
+  %a = f32[4] exp(%x), phase=forward, layer=0, meta="h.0.a"
+  %b = f32[4] exp(%x), phase=remat, layer=0, meta="remat.h.0.a"
+  %c = f32[4] exp(%x), phase=gradient, layer=1, meta="grad.h.1.a"
   ROOT %t = (f32[4], f32[4], f32[4]) tuple(%a, %b, %c)
 }
 )");
@@ -576,17 +577,17 @@ ENTRY %main {
   %w2 = f32[8] parameter(2)
   %g2 = f32[8] parameter(3)
   %lr = f32[] parameter(4)
-  %sq = f32[4,4] mul(%g1, %g1), meta="optimizer"
-  %n = f32[] reduce(%sq), dimensions={0,1}, kind=sum, meta="optimizer"
-  %s = f32[] sqrt(%n), meta="optimizer"
-  %lr1 = f32[4,4] broadcast(%lr), dimensions={}, meta="optimizer.w1"
-  %u1 = f32[4,4] mul(%g1, %lr1), meta="optimizer.w1"
-  %sb = f32[4,4] broadcast(%s), dimensions={}, meta="optimizer.w1"
-  %u1s = f32[4,4] div(%u1, %sb), meta="optimizer.w1"
-  %nw1 = f32[4,4] sub(%w1, %u1s), meta="optimizer.w1"
-  %lr2 = f32[8] broadcast(%lr), dimensions={}, meta="optimizer.w2"
-  %u2 = f32[8] mul(%g2, %lr2), meta="optimizer.w2"
-  %nw2 = f32[8] sub(%w2, %u2), meta="optimizer.w2"
+  %sq = f32[4,4] mul(%g1, %g1), phase=optimizer, meta="optimizer"
+  %n = f32[] reduce(%sq), dimensions={0,1}, kind=sum, phase=optimizer, meta="optimizer"
+  %s = f32[] sqrt(%n), phase=optimizer, meta="optimizer"
+  %lr1 = f32[4,4] broadcast(%lr), dimensions={}, phase=update, meta="optimizer.w1"
+  %u1 = f32[4,4] mul(%g1, %lr1), phase=update, meta="optimizer.w1"
+  %sb = f32[4,4] broadcast(%s), dimensions={}, phase=update, meta="optimizer.w1"
+  %u1s = f32[4,4] div(%u1, %sb), phase=update, meta="optimizer.w1"
+  %nw1 = f32[4,4] sub(%w1, %u1s), phase=update, meta="optimizer.w1"
+  %lr2 = f32[8] broadcast(%lr), dimensions={}, phase=update, meta="optimizer.w2"
+  %u2 = f32[8] mul(%g2, %lr2), phase=update, meta="optimizer.w2"
+  %nw2 = f32[8] sub(%w2, %u2), phase=update, meta="optimizer.w2"
   ROOT %t = (f32[4,4], f32[8]) tuple(%nw1, %nw2)
 }
 )");

@@ -377,8 +377,8 @@ TEST(MixedPrecisionTest, Gpt2TinyTrainingCurvesAgree) {
     frontend::TracedModule traced = TraceTiny();
     MixedPrecision pass = Pass(policy);
     ASSERT_TRUE(pass.Run(*traced.module).ok());
-    StatusOr<TrainProgram> program =
-        BuildTrainProgram(std::move(traced.module), traced.params, TrainStepOptions{});
+    StatusOr<TrainProgram> program = BuildTrainProgram(std::move(traced.module), traced.params,
+                                                       traced.inputs, TrainStepOptions{});
     ASSERT_TRUE(program.ok()) << program.status().message();
     rt::CpuTrainer trainer(&*program, /*seed=*/1);
     std::vector<double> losses;

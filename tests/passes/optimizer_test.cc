@@ -199,7 +199,8 @@ StatusOr<TrainProgram> Program(int64_t batch, int64_t seq, int64_t accum) {
   // tiny eps Adam blows that noise up to +-lr, differently for the two
   // summation orders. A larger eps keeps the update a smooth function of g.
   options.adamw.eps = 1e-3;
-  return BuildTrainProgram(std::move(traced.module), std::move(traced.params), options);
+  return BuildTrainProgram(std::move(traced.module), std::move(traced.params), traced.inputs,
+                           options);
 }
 
 TEST(OptimizerTest, GradAccumulationMatchesOneBigBatch) {
@@ -210,14 +211,14 @@ TEST(OptimizerTest, GradAccumulationMatchesOneBigBatch) {
   ASSERT_TRUE(acc.ok()) << acc.status().message();
   ASSERT_EQ(acc->entries.size(), 2u);
   const TrainEntry& step = full->entries[0];
-  const TrainEntry* accumulate = acc->Find("accumulate");
-  const TrainEntry* apply = acc->Find("apply");
+  const TrainEntry* accumulate = acc->Find(program::EntryRole::kAccumulate);
+  const TrainEntry* apply = acc->Find(program::EntryRole::kApply);
   ASSERT_NE(accumulate, nullptr);
   ASSERT_NE(apply, nullptr);
   EXPECT_EQ(accumulate->module->name(), "gpt2-small-test.accumulate");
   for (const TrainEntry* e : {&step, accumulate, apply}) {
     Status s = ir::VerifyModule(*e->module);
-    EXPECT_TRUE(s.ok()) << e->name << ": " << s.message();
+    EXPECT_TRUE(s.ok()) << e->name() << ": " << s.message();
   }
 
   const int64_t n = static_cast<int64_t>(full->params.size());

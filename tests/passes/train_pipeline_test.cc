@@ -15,6 +15,7 @@
 #include "compiler/analysis/buffer_assignment.h"
 #include "compiler/analysis/kernel_count.h"
 #include "compiler/eval/evaluator.h"
+#include "compiler/ir/printer.h"
 #include "models/config.h"
 #include "models/gpt2.h"
 #include "passes/fusion.h"
@@ -58,7 +59,7 @@ StatusOr<TrainProgram> Build(PrecisionPolicy precision, RematPolicy remat, bool 
   options.precision.policy = precision;
   options.optimize = optimize;
   options.remat.policy = remat;
-  return BuildTrainProgram(std::move(traced->module), traced->params, options);
+  return BuildTrainProgram(std::move(traced->module), traced->params, traced->inputs, options);
 }
 
 // Arguments for the train_step entry: weights and optimizer state normal(0,
@@ -106,8 +107,8 @@ TEST_P(TrainPipelineTest, Bf16StepFitsKernelBudgetAndEvaluatesLikeUnoptimized) {
   ASSERT_TRUE(optimized.ok()) << optimized.status().message();
   StatusOr<TrainProgram> plain = Build(PrecisionPolicy::kBF16, GetParam(), false);
   ASSERT_TRUE(plain.ok()) << plain.status().message();
-  const ir::Module& fused = *optimized->Find("train_step")->module;
-  const ir::Module& unfused = *plain->Find("train_step")->module;
+  const ir::Module& fused = *optimized->Find(program::EntryRole::kTrainStep)->module;
+  const ir::Module& unfused = *plain->Find(program::EntryRole::kTrainStep)->module;
 
   std::map<int64_t, int64_t> per_layer = analysis::KernelsPerLayer(fused);
   ASSERT_EQ(static_cast<int64_t>(per_layer.size()), TinyConfig().layers);
@@ -143,9 +144,45 @@ TEST_P(TrainPipelineTest, Bf16StepFitsKernelBudgetAndEvaluatesLikeUnoptimized) {
 TEST_P(TrainPipelineTest, F32StepFitsKernelBudget) {
   StatusOr<TrainProgram> optimized = Build(PrecisionPolicy::kF32, GetParam(), true);
   ASSERT_TRUE(optimized.ok()) << optimized.status().message();
-  for (auto [layer, kernels] : analysis::KernelsPerLayer(*optimized->Find("train_step")->module)) {
+  for (auto [layer, kernels] :
+       analysis::KernelsPerLayer(*optimized->Find(program::EntryRole::kTrainStep)->module)) {
     EXPECT_LE(kernels, KernelBudget(PrecisionPolicy::kF32, GetParam())) << "layer " << layer;
   }
+}
+
+// Note [roles]: the passes decide by the typed role, so a forward whose
+// metadata is all blanked compiles to the same step (metadata aside): what
+// is recomputed and what is fused do not depend on the scopes' names.
+TEST_P(TrainPipelineTest, MetadataIsForPeopleOnly) {
+  auto compile = [&](bool blank) -> StatusOr<std::string> {
+    StatusOr<frontend::TracedModule> traced = models::TraceGpt2Forward(TinyConfig(), kBatch, kSeq);
+    if (!traced.ok()) return traced.status();
+    if (blank) {
+      for (const auto& c : traced->module->computations()) {
+        for (const auto& inst : c->instructions()) inst->set_metadata("");
+      }
+    }
+    TrainStepOptions options;
+    options.optimize = true;
+    options.remat.policy = GetParam();
+    ASSIGN_OR_RETURN(
+        TrainProgram program,
+        BuildTrainProgram(std::move(traced->module), traced->params, traced->inputs, options));
+    std::string text = ir::PrintModule(*program.entries[0].module);
+    std::string out;
+    for (size_t at = 0; at < text.size();) {  // every `, meta="..."` dropped
+      size_t meta = text.find(", meta=\"", at);
+      if (meta == std::string::npos) meta = text.size();
+      out.append(text, at, meta - at);
+      at = meta < text.size() ? text.find('"', meta + 8) + 1 : meta;
+    }
+    return out;
+  };
+  StatusOr<std::string> named = compile(false), blank = compile(true);
+  ASSERT_TRUE(named.ok()) << named.status().message();
+  ASSERT_TRUE(blank.ok()) << blank.status().message();
+  EXPECT_NE(named->find("fusion("), std::string::npos);
+  EXPECT_TRUE(*named == *blank) << "the blank-metadata step differs";
 }
 
 INSTANTIATE_TEST_SUITE_P(Remat, TrainPipelineTest,

@@ -39,7 +39,7 @@ StatusOr<program::TrainProgram> Compile() {
   EXPECT_EQ(config.positions, Model().positions);
   ASSIGN_OR_RETURN(frontend::TracedModule traced, models::TraceGpt2Forward(config, kBatch, kSeq));
   return passes::BuildTrainProgram(std::move(traced.module), std::move(traced.params),
-                                   passes::TrainStepOptions{});
+                                   traced.inputs, passes::TrainStepOptions{});
 }
 
 class CheckpointTest : public ::testing::Test {

@@ -16,7 +16,8 @@ StatusOr<program::TrainProgram> Compile(int64_t batch, int64_t seq, int64_t accu
   ASSIGN_OR_RETURN(frontend::TracedModule traced, models::TraceGpt2Forward(config, batch, seq));
   passes::TrainStepOptions options;
   options.grad_accum = accum;
-  return passes::BuildTrainProgram(std::move(traced.module), std::move(traced.params), options);
+  return passes::BuildTrainProgram(std::move(traced.module), std::move(traced.params),
+                                   traced.inputs, options);
 }
 
 void TrainAndExpectLossHalves(int64_t accum, int64_t steps) {
@@ -67,13 +68,13 @@ TEST(CpuTrainTest, EvalEntryGivesTheStepsLoss) {
   StatusOr<frontend::TracedModule> traced = models::TraceGpt2Forward(config, kBatch, kSeq);
   ASSERT_TRUE(traced.ok()) << traced.status().message();
   StatusOr<program::TrainProgram> program =
-      passes::BuildTrainProgram(std::move(traced->module), traced->params, options);
+      passes::BuildTrainProgram(std::move(traced->module), traced->params, traced->inputs, options);
   ASSERT_TRUE(program.ok()) << program.status().message();
   StatusOr<frontend::TracedModule> forward = models::TraceGpt2Forward(config, kBatch, kSeq);
   ASSERT_TRUE(forward.ok());
   Status added = passes::AddEvalEntry(*program, std::move(forward->module), options);
   ASSERT_TRUE(added.ok()) << added.message();
-  const program::TrainEntry* eval = program->Find("eval");
+  const program::TrainEntry* eval = program->Find(program::EntryRole::kEval);
   ASSERT_NE(eval, nullptr);
   EXPECT_TRUE(eval->signature.donations.empty());
   ASSERT_EQ(eval->signature.outputs.size(), 1u);

@@ -36,7 +36,8 @@ StatusOr<program::TrainProgram> Compile(int64_t rows, int64_t accum, int64_t wor
   // everything else. A larger eps keeps the update a smooth function of the
   // gradient (as in OptimizerTest.GradAccumulationMatchesOneBigBatch).
   options.adamw.eps = 1e-3;
-  return passes::BuildTrainProgram(std::move(traced.module), std::move(traced.params), options);
+  return passes::BuildTrainProgram(std::move(traced.module), std::move(traced.params),
+                                   traced.inputs, options);
 }
 
 // The global batch of micro-step `index`: the same whatever the world size.

@@ -23,7 +23,7 @@ program::Artifact MakeArtifact(const program::TrainProgram& program, const model
   for (const program::TrainEntry& e : program.entries) {
     ir += ir::PrintModule(*e.module);
     program::EntryPlan& p = plan.entries.emplace_back();
-    p.name = e.name;
+    p.role = e.role;
     for (const program::Slot& s : e.signature.inputs) p.inputs.push_back({s});
     for (const program::Slot& s : e.signature.outputs) p.outputs.push_back({s});
     p.donations = e.signature.donations;
@@ -53,8 +53,8 @@ class ProgramLoaderTest : public ::testing::Test {
     StatusOr<frontend::TracedModule> traced = models::TraceGpt2Forward(config_, 2, 8);
     ASSERT_TRUE(traced.ok()) << traced.status().message();
     passes::TrainStepOptions options;
-    StatusOr<program::TrainProgram> p =
-        passes::BuildTrainProgram(std::move(traced->module), traced->params, options);
+    StatusOr<program::TrainProgram> p = passes::BuildTrainProgram(
+        std::move(traced->module), traced->params, traced->inputs, options);
     ASSERT_TRUE(p.ok()) << p.status().message();
     StatusOr<frontend::TracedModule> logits = models::TraceGpt2Logits(config_, 1, 8);
     ASSERT_TRUE(logits.ok()) << logits.status().message();
@@ -75,7 +75,7 @@ TEST_F(ProgramLoaderTest, LoadedProgramTrainsLikeTheOriginal) {
   EXPECT_EQ(loaded->model.layers, 1);
   EXPECT_FALSE(loaded->complete);
   ASSERT_EQ(loaded->program.entries.size(), 2u);
-  EXPECT_EQ(loaded->program.entries[1].name, "logits");
+  EXPECT_EQ(loaded->program.entries[1].role, program::EntryRole::kLogits);
   CpuTrainer original(&program_, 3), reloaded(&loaded->program, 3);
   for (int64_t s = 0; s < 2; ++s) {
     MicroBatch mb = PatternBatch(2, 8, config_.vocab, s);
@@ -87,23 +87,26 @@ TEST_F(ProgramLoaderTest, LoadedProgramTrainsLikeTheOriginal) {
   }
   MicroBatch one = PatternBatch(1, 8, config_.vocab, 0);
   StatusOr<std::vector<eval::Literal>> logits =
-      reloaded.Evaluate(*loaded->program.Find("logits"), one);
+      reloaded.Evaluate(*loaded->program.Find(program::EntryRole::kLogits), one);
   ASSERT_TRUE(logits.ok()) << logits.status().message();
   EXPECT_EQ(logits->at(0).shape.ToString(), fmt::format("f32[1,8,{}]", config_.padded_vocab));
 
   // One row, as the sampler reads it; and slices outside the output.
   const int64_t v = config_.padded_vocab;
   StatusOr<std::vector<double>> row =
-      reloaded.EvaluateSlice(*loaded->program.Find("logits"), one, 0, 5 * v, v);
+      reloaded.EvaluateSlice(*loaded->program.Find(program::EntryRole::kLogits), one, 0, 5 * v, v);
   ASSERT_TRUE(row.ok()) << row.status().message();
   EXPECT_EQ(*row, std::vector<double>(logits->at(0).values.begin() + 5 * v,
                                       logits->at(0).values.begin() + 6 * v));
-  EXPECT_EQ(reloaded.EvaluateSlice(*loaded->program.Find("logits"), one, 0, 7 * v, v + 1)
-                .status()
-                .message(),
-            fmt::format("logits: elements [{}, {}) of output 0 ({} elements)", 7 * v, 8 * v + 1,
-                        8 * v));
-  EXPECT_FALSE(reloaded.EvaluateSlice(*loaded->program.Find("logits"), one, 1, 0, 1).ok());
+  EXPECT_EQ(
+      reloaded
+          .EvaluateSlice(*loaded->program.Find(program::EntryRole::kLogits), one, 0, 7 * v, v + 1)
+          .status()
+          .message(),
+      fmt::format("logits: elements [{}, {}) of output 0 ({} elements)", 7 * v, 8 * v + 1, 8 * v));
+  EXPECT_FALSE(
+      reloaded.EvaluateSlice(*loaded->program.Find(program::EntryRole::kLogits), one, 1, 0, 1)
+          .ok());
 }
 
 TEST_F(ProgramLoaderTest, InconsistentArtifactsAreErrors) {

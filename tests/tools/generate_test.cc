@@ -127,7 +127,7 @@ TEST_F(GenerateTest, GreedyIsTheCpuArgmaxChain) {
   StatusOr<rt::CheckpointData> ckpt = rt::LoadCheckpoint(o.checkpoint, loaded->program.params);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
   ASSERT_TRUE(rt::RestoreTrainer(*ckpt, trainer->get()).ok());
-  const program::TrainEntry* logits = loaded->program.Find("logits");
+  const program::TrainEntry* logits = loaded->program.Find(program::EntryRole::kLogits);
   ASSERT_NE(logits, nullptr);
   const int64_t out = logits->signature.FindOutput(program::SlotRole::kLogits);
   const ir::Shape& shape = logits->signature.outputs[out].shape;

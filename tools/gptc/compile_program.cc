@@ -44,21 +44,21 @@ Status WriteReports(const program::TrainProgram& program, const CompileOptions& 
     const analysis::BufferAssignment& assignment = assignments[i];
     std::string fusion = passes::RenderFusionReport(*e.module, options.roofline_gpu);
     const int64_t arena_size = assignment.arena_size();
-    std::string memory = assignment.MemoryReport(20, e.name);
+    std::string memory = assignment.MemoryReport(20, std::string(e.name()));
     const std::string& dir = options.dump_dir;
     if (!dir.empty()) {
       RETURN_IF_ERROR(
-          WriteFileAtomically(fmt::format("{}/{}.fusion-report.txt", dir, e.name), fusion));
+          WriteFileAtomically(fmt::format("{}/{}.fusion-report.txt", dir, e.name()), fusion));
       RETURN_IF_ERROR(
-          WriteFileAtomically(fmt::format("{}/{}.memory-report.txt", dir, e.name), memory));
-      RETURN_IF_ERROR(WriteFileAtomically(fmt::format("{}/{}.buffer-assignment.txt", dir, e.name),
+          WriteFileAtomically(fmt::format("{}/{}.memory-report.txt", dir, e.name()), memory));
+      RETURN_IF_ERROR(WriteFileAtomically(fmt::format("{}/{}.buffer-assignment.txt", dir, e.name()),
                                           assignment.ToString()));
     }
     if (options.print_fusion_report) {
-      std::printf("== fusion report: %s\n%s", e.name.c_str(), fusion.c_str());
+      std::printf("== fusion report: %s\n%s", std::string(e.name()).c_str(), fusion.c_str());
     }
     if (options.print_memory_report) {
-      std::printf("== memory report: %s\n%s", e.name.c_str(), memory.c_str());
+      std::printf("== memory report: %s\n%s", std::string(e.name()).c_str(), memory.c_str());
     }
     int64_t kernels = 0;
     for (const auto& [kind, count] : analysis::CountKernels(*e.module)) kernels += count;
@@ -66,7 +66,7 @@ Status WriteReports(const program::TrainProgram& program, const CompileOptions& 
     for (const auto& [layer, count] : analysis::KernelsPerLayer(*e.module)) {
       max_per_layer = std::max(max_per_layer, count);
     }
-    summary += fmt::format("; {}: {} fusions{}, arena {}", e.name, kernels,
+    summary += fmt::format("; {}: {} fusions{}, arena {}", e.name(), kernels,
                            max_per_layer > 0 ? fmt::format(" ({} per layer)", max_per_layer) : "",
                            FormatBytes(arena_size));
   }
@@ -219,8 +219,8 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
         options.forward_entries ? traced.module->Clone() : nullptr;
     // Each module of an IR file has its own name (gptc eval --module picks one).
     if (forward) forward->set_name(config.name + ".eval");
-    ASSIGN_OR_RETURN(program,
-                     passes::BuildTrainProgram(std::move(traced.module), traced.params, train));
+    ASSIGN_OR_RETURN(program, passes::BuildTrainProgram(std::move(traced.module), traced.params,
+                                                        traced.inputs, train));
     if (options.forward_entries) {
       // The sampling entry (batch 1, the train step's seq): gptrun's samples.
       ASSIGN_OR_RETURN(frontend::TracedModule logits,
@@ -232,8 +232,8 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
     }
     for (const program::TrainEntry& e : program.entries) {
       modules.push_back(e.module.get());
-      entries += fmt::format("{}{} ({} inputs -> {} outputs)", entries.empty() ? "" : ", ", e.name,
-                             e.signature.inputs.size(), e.signature.outputs.size());
+      entries += fmt::format("{}{} ({} inputs -> {} outputs)", entries.empty() ? "" : ", ",
+                             e.name(), e.signature.inputs.size(), e.signature.outputs.size());
     }
     lap("passes");
   }

@@ -76,7 +76,7 @@ StatusOr<std::string> Summary(const program::Artifact& a) {
   // The entries, their signatures and buckets: the plan, through its codec.
   ASSIGN_OR_RETURN(program::Plan plan, program::PlanFromJson(a.plan));
   for (const program::EntryPlan& e : plan.entries) {
-    s += fmt::format("entry {}: {} inputs -> {} outputs, {} donations, arena {}\n", e.name,
+    s += fmt::format("entry {}: {} inputs -> {} outputs, {} donations, arena {}\n", e.name(),
                      e.inputs.size(), e.outputs.size(), e.donations.size(),
                      FormatBytes(e.arena_size));
   }
@@ -89,7 +89,7 @@ StatusOr<std::string> Summary(const program::Artifact& a) {
       largest = std::max(largest, b.bytes);
       members += static_cast<int64_t>(b.members.size());
     }
-    s += fmt::format("entry {}: {} all-reduces in {} buckets, {} (largest {})\n", e.name, members,
+    s += fmt::format("entry {}: {} all-reduces in {} buckets, {} (largest {})\n", e.name(), members,
                      e.buckets.size(), FormatBytes(bytes), FormatBytes(largest));
   }
   return s;

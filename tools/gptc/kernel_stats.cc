@@ -32,7 +32,7 @@ std::map<std::pair<std::string, std::string>, KernelLaunches> LaunchesByKernel(
     for (const program::Thunk& t : e.thunks) {
       const auto* k = std::get_if<program::KernelThunk>(&t.body);
       if (k == nullptr) continue;
-      KernelLaunches& l = out[{e.name, t.name}];
+      KernelLaunches& l = out[{std::string(e.name()), t.name}];
       l.kind = k->fusion_kind;
       l.launches += k->fallback ? 0 : 1;
       l.threads = k->block[0] * k->block[1] * k->block[2];

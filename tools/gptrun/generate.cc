@@ -46,7 +46,7 @@ class Generation {
                            "without --dp)",
                            o_.artifact, loaded_->program.world_size));
     }
-    logits_ = loaded_->program.Find("logits");
+    logits_ = loaded_->program.Find(program::EntryRole::kLogits);
     if (logits_ == nullptr) {
       return Fail(2, Error("{} has no logits entry (compiled with --no-logits): nothing to "
                            "generate with",

@@ -13,12 +13,13 @@ StatusOr<std::pair<int64_t, int64_t>> LogitsShape(const program::TrainEntry& log
   const program::EntrySignature& sig = logits.signature;
   int64_t in = sig.FindInput(program::SlotRole::kTokens);
   int64_t out = sig.FindOutput(program::SlotRole::kLogits);
-  if (in < 0 || out < 0) return Error("entry {} has no tokens input or logits output", logits.name);
+  if (in < 0 || out < 0)
+    return Error("entry {} has no tokens input or logits output", logits.name());
   const ir::Shape& tokens = sig.inputs[in].shape;
   const ir::Shape& shape = sig.outputs[out].shape;
   if (tokens.rank() != 2 || tokens.dims()[0] != 1 || shape.rank() != 3 ||
       shape.dims()[1] != tokens.dims()[1]) {
-    return Error("entry {}: tokens {} and logits {} are not [1,T] and [1,T,V]", logits.name,
+    return Error("entry {}: tokens {} and logits {} are not [1,T] and [1,T,V]", logits.name(),
                  tokens.ToString(), shape.ToString());
   }
   return std::pair{tokens.dims()[1], shape.dims()[2]};
@@ -125,7 +126,7 @@ StatusOr<double> EvalLoss(rt::Trainer& trainer, const program::TrainEntry& eval,
                           const rt::MicroBatch& batch) {
   ASSIGN_OR_RETURN(std::vector<eval::Literal> out, trainer.Evaluate(eval, batch));
   if (out.size() != 1 || out[0].values.size() != 1) {
-    return Error("entry {}: expected one scalar loss output", eval.name);
+    return Error("entry {}: expected one scalar loss output", eval.name());
   }
   return out[0].values[0];
 }

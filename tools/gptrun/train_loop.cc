@@ -269,9 +269,9 @@ class TrainRun {
                            "gptc compile --grad-accum {})",
                            o_.grad_accum, o_.artifact, program().grad_accum, o_.grad_accum));
     }
-    logits_ = program().Find("logits");
+    logits_ = program().Find(program::EntryRole::kLogits);
     // Artifacts from before the eval entry validate through logits, row by row.
-    eval_ = program().Find("eval");
+    eval_ = program().Find(program::EntryRole::kEval);
     return 0;
   }
 

@@ -20,8 +20,9 @@ StatusOr<BuiltArtifact> CompileTiny() {
   passes::TrainStepOptions options;
   options.optimize = true;
   options.precision.policy = passes::PrecisionPolicy::kBF16;
-  ASSIGN_OR_RETURN(program::TrainProgram program,
-                   passes::BuildTrainProgram(std::move(traced.module), traced.params, options));
+  ASSIGN_OR_RETURN(
+      program::TrainProgram program,
+      passes::BuildTrainProgram(std::move(traced.module), traced.params, traced.inputs, options));
   ArtifactOptions ao;
   ao.model = {.name = config.name, .layers = config.layers};
   ao.flags = {.batch = 2, .seq = 16};

@@ -31,7 +31,7 @@ ENTRY %main {
 TEST(BucketPlanTest, BucketsCloseAtTheCapAndBeforeAnEarlyReader) {
   StatusOr<std::unique_ptr<ir::Module>> module = ir::ParseAndVerifyModule(kModule, "<test>");
   ASSERT_TRUE(module.ok()) << module.status().message();
-  program::TrainEntry entry{"train_step", std::move(module).value(), {}};
+  program::TrainEntry entry{program::EntryRole::kTrainStep, std::move(module).value(), {}};
   for (const ir::Instruction* p : entry.module->entry()->parameters()) {
     entry.signature.inputs.push_back({program::SlotRole::kData, -1, p->name(), p->shape()});
   }

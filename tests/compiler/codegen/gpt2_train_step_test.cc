@@ -32,10 +32,10 @@ void CheckTrainStep(const std::string& model, int64_t batch, int64_t seq,
   options.optimize = true;
   options.precision.policy = passes::PrecisionPolicy::kBF16;
   options.remat.policy = remat;
-  auto program =
-      passes::BuildTrainProgram(std::move(traced->module), std::move(traced->params), options);
+  auto program = passes::BuildTrainProgram(std::move(traced->module), std::move(traced->params),
+                                           traced->inputs, options);
   ASSERT_TRUE(program.ok()) << program.status().message();
-  const program::TrainEntry* step = program->Find("train_step");
+  const program::TrainEntry* step = program->Find(program::EntryRole::kTrainStep);
   ASSERT_NE(step, nullptr);
 
   auto start = std::chrono::steady_clock::now();

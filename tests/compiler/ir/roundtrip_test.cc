@@ -176,18 +176,18 @@ ENTRY %main {
   %dot = f32[2,2] dot(%x, %y), lhs_contracting={1}, rhs_contracting={1}
   %doth = f32[2,2] dot(%h, %hv), lhs_contracting={1}, rhs_contracting={1}
   %outer = f32[2,3,2,3] dot(%x, %y), lhs_contracting={}, rhs_contracting={}
-  %g = f32[5,3] gather(%table, %ids), axis=0
-  %g1 = f32[10,5] gather(%table, %ids), axis=1
-  %sa = f32[10,3] scatter-add(%table, %ids, %g), axis=0
-  %ar = f32[2,3] all-reduce(%x), kind=sum
-  %arm = f32[2,3] all-reduce(%x), kind=max
+  %g = f32[5,3] gather(%table, %ids), axis=0, phase=forward, layer=0
+  %g1 = f32[10,5] gather(%table, %ids), axis=1, phase=param_cast, layer=1
+  %sa = f32[10,3] scatter-add(%table, %ids, %g), axis=0, phase=remat, layer=2, meta="remat.h.2"
+  %ar = f32[2,3] all-reduce(%x), kind=sum, phase=gradient
+  %arm = f32[2,3] all-reduce(%x), kind=max, phase=optimizer
   %f.loop = f32[2,3] fusion(%x, %y), kind=loop, calls=%fused.add
   %f.red = f32[2,3] fusion(%x, %y), kind=reduction, calls=%fused.add
   %f.gemm = f32[2,3] fusion(%x, %y), kind=gemm, epilogue={d=0, residual=1, activation=gelu_grad, aux_in=0, transposed=true}, calls=%fused.add
   %f.gelu = (f32[3,3], f32[3,3], f32[3]) fusion(%x, %y, %rh), kind=gemm, epilogue={d=0, bias=2, activation=gelu, aux_out=1, bias_grad_out=2, bias_grad_of=1}, calls=%fused.gemm
   %f.att = f32[2,3] fusion(%x, %y), kind=attention, calls=%fused.add
   %f.ce = f32[2,3] fusion(%x, %y), kind=cross_entropy, calls=%fused.add, meta="h.11.loss"
-  %f.opt = f32[2,3] fusion(%x, %y), kind=optimizer, calls=%fused.add
+  %f.opt = f32[2,3] fusion(%x, %y), kind=optimizer, calls=%fused.add, phase=update, layer=32767
   %att = f32[1,2,4,8] attention(%q, %q, %q), causal=true, scale=0.125, calls=%attention.decomposition
   %att2 = f32[1,2,4,8] attention(%q, %q, %q), causal=false, scale=0.35355339059327373, calls=%attention.decomposition
   %att3 = f32[1,2,4,8] attention(%q, %q, %q), causal=true, scale=0.125, grad_dtype=bf16, calls=%attention.decomposition

@@ -285,6 +285,55 @@ std::string GemmModule(std::string_view attrs, std::string_view kind = "gemm") {
       kind, attrs);
 }
 
+// Note [roles]: values flow forward -> remat -> gradient -> optimizer; a
+// fusion may mix phases, so its edges are not checked.
+TEST(VerifierTest, RolesFollowTheTrainStepsFlow) {
+  StatusOr<std::unique_ptr<Module>> ok = ParseAndVerifyModule(
+      Entry("  %x = f32[2] parameter(0), phase=forward, layer=0\n"
+            "  %w = f32[2] convert(%x), phase=param_cast, layer=0\n"
+            "  %r = f32[2] exp(%w), phase=remat, layer=0\n"
+            "  %g = f32[2] mul(%r, %x), phase=gradient, layer=0\n"
+            "  %u = f32[2] sub(%x, %g), phase=update, layer=0\n"
+            "  %n = f32[] reduce(%u), dimensions={0}, kind=sum, phase=optimizer\n"
+            "  %plain = f32[2] neg(%g)\n"
+            "  ROOT %t = (f32[2], f32[], f32[2]) tuple(%u, %n, %plain)\n"),
+      kFile);
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  ExpectVerifyError(Entry("  %x = f32[2] parameter(0)\n"
+                          "  %g = f32[2] neg(%x), phase=gradient\n"
+                          "  ROOT %y = f32[2] add(%x, %g), phase=forward\n"),
+                    "y", "a forward value reads %g, a gradient value");
+  ExpectVerifyError(Entry("  %x = f32[2] parameter(0)\n"
+                          "  %u = f32[2] neg(%x), phase=update\n"
+                          "  ROOT %r = f32[2] exp(%u), phase=remat\n"),
+                    "r", "a remat value reads %u, a update value");
+  ExpectVerifyError(Entry("  ROOT %x = f32[2] parameter(0), layer=3\n"), "x",
+                    "has layer=3 but no phase");
+}
+
+TEST(VerifierTest, AFusionMayMixPhases) {
+  StatusOr<std::unique_ptr<Module>> ok = ParseAndVerifyModule(R"(module m
+
+%fused {
+  %p0 = f32[2] parameter(0)
+  %l = f32[2] exp(%p0), phase=forward
+  %d = f32[2] neg(%l), phase=gradient
+  ROOT %t = (f32[2], f32[2]) tuple(%l, %d)
+}
+
+ENTRY %main {
+  %x = f32[2] parameter(0), phase=forward
+  %f = (f32[2], f32[2]) fusion(%x), kind=loop, calls=%fused, phase=forward
+  %l = f32[2] get-tuple-element(%f), index=0, phase=forward
+  %d = f32[2] get-tuple-element(%f), index=1, phase=gradient
+  %y = f32[2] add(%l, %x), phase=forward
+  ROOT %t = (f32[2], f32[2]) tuple(%y, %d), phase=optimizer
+}
+)",
+                                                              kFile);
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+}
+
 TEST(VerifierTest, GemmEpilogueRecordFitsTheFusion) {
   StatusOr<std::unique_ptr<Module>> ok =
       ParseAndVerifyModule(GemmModule(", epilogue={d=0, bias=2}"), kFile);
@@ -683,6 +732,21 @@ TEST(ParserErrorTest, BadGemmEpilogue) {
   ExpectParseError(GemmModule(", epilogue={d=0 bias=2}"), "bias=2",
                    "expected ',' between epilogue fields");
   ExpectParseError(GemmModule(", epilogue=d=0"), "d=0", "expected '{' to open an epilogue record");
+}
+
+TEST(ParserErrorTest, BadRole) {
+  ExpectParseError(Entry("  ROOT %x = f32[2] parameter(0), phase=backward\n"), "backward",
+                   "unknown phase 'backward' (forward, param_cast, remat, gradient, update or "
+                   "optimizer)");
+  ExpectParseError(Entry("  ROOT %x = f32[2] parameter(0), phase=none\n"), "none",
+                   "unknown phase 'none' (forward, param_cast, remat, gradient, update or "
+                   "optimizer)");
+  ExpectParseError(Entry("  ROOT %x = f32[2] parameter(0), phase=forward, layer=-1\n"), "-1",
+                   "layer must be in [0, 32767], got -1");
+  ExpectParseError(Entry("  ROOT %x = f32[2] parameter(0), phase=forward, layer=40000\n"), "40000",
+                   "layer must be in [0, 32767], got 40000");
+  ExpectParseError(Entry("  ROOT %x = f32[2] parameter(0), phase=forward, phase=gradient\n"),
+                   "phase=gradient", "attribute 'phase' given twice");
 }
 
 TEST(ParserErrorTest, BadDTypeAndShape) {

@@ -32,7 +32,7 @@ GemmConfig Config() {
 // One thunk of every kind, two buckets' worth of all-reduces, slots and buffers.
 EntryPlan Entry() {
   EntryPlan e;
-  e.name = "train_step";
+  e.role = EntryRole::kTrainStep;
   e.arena_size = 1 << 20;
   PlanSlot param;
   static_cast<Slot&>(param) = {SlotRole::kParam, 0, "wte", ir::Shape(ir::DType::kF32, {4, 8})};
@@ -145,6 +145,12 @@ TEST(PlanCodecTest, ErrorsNameTheField) {
   bad_kind["entries"][0]["thunks"][5]["kind"] = "memset";
   EXPECT_EQ(PlanFromJson(bad_kind).status().message(),
             "plan entry train_step thunk 5.kind: 'memset' is not a value this reader knows");
+
+  json bad_entry = j;
+  bad_entry["entries"][0]["name"] = "warmup";
+  EXPECT_EQ(PlanFromJson(bad_entry).status().message(),
+            "section 'plan' entries[0]: unknown entry 'warmup' (train_step, accumulate, apply, "
+            "logits or eval)");
 
   EXPECT_EQ(PlanFromJson(json::object()).status().message(),
             "section 'plan' has no 'entries' array");

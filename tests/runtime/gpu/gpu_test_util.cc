@@ -69,8 +69,8 @@ StatusOr<Tiny> Load(TinyVariant variant) {
   ASSIGN_OR_RETURN(std::vector<EntryPlan> plans, ReadPlan(t.artifact.plan));
   for (const program::TrainEntry& entry : t.loaded.program.entries) {
     auto it = std::find_if(plans.begin(), plans.end(),
-                           [&](const EntryPlan& p) { return p.name == entry.name; });
-    if (it == plans.end()) return Error("{}: the plan has no entry {}", t.path, entry.name);
+                           [&](const EntryPlan& p) { return p.name() == entry.name(); });
+    if (it == plans.end()) return Error("{}: the plan has no entry {}", t.path, entry.name());
     t.plans.push_back(*it);
     ASSIGN_OR_RETURN(
         analysis::BufferAssignment ba,
@@ -235,7 +235,7 @@ StatusOr<std::unique_ptr<GpuHarness>> GpuHarness::Create(const Tiny& tiny) {
   for (const EntryPlan& plan : tiny.plans) {
     void* arena = nullptr;
     RETURN_IF_ERROR(CudaCheck(Cuda().Malloc(&arena, std::max<int64_t>(plan.arena_size, 256)),
-                              "cudaMalloc(arena of " + plan.name + ")"));
+                              fmt::format("cudaMalloc(arena of {})", plan.name())));
     h->arenas_.push_back(arena);
     RETURN_IF_ERROR(CudaCheck(Cuda().MemsetAsync(arena, 0, plan.arena_size, h->stream_),
                               "cudaMemsetAsync(arena)"));

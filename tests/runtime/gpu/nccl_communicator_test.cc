@@ -199,12 +199,8 @@ json BucketEntry() {
                     {"bytes", 16}});
   json buckets = json::array(
       {{{"id", 0}, {"members", {2, 3}}, {"issue_after", 3}, {"wait_before", 4}, {"bytes", 24}}});
-  return {{"name", "e"},
-          {"arena_size", 1024},
-          {"inputs", json::array()},
-          {"outputs", json::array()},
-          {"thunks", thunks},
-          {"buckets", buckets}};
+  return {{"name", "train_step"},     {"arena_size", 1024}, {"inputs", json::array()},
+          {"outputs", json::array()}, {"thunks", thunks},   {"buckets", buckets}};
 }
 
 TEST(BucketPlanTest, ReadsBucketsAndRejectsInconsistentOnes) {
@@ -219,7 +215,7 @@ TEST(BucketPlanTest, ReadsBucketsAndRejectsInconsistentOnes) {
   p = ReadEntryPlan(bad);
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().message(),
-            "plan entry e bucket 0: members [2,3], issue_after 2, wait_before 4 are "
+            "plan entry train_step bucket 0: members [2,3], issue_after 2, wait_before 4 are "
             "inconsistent (5 thunks)");
   bad = BucketEntry();
   bad["buckets"][0]["members"] = {1, 3};
@@ -227,13 +223,13 @@ TEST(BucketPlanTest, ReadsBucketsAndRejectsInconsistentOnes) {
   p = ReadEntryPlan(bad);
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().message(),
-            "plan entry e bucket 0: member 1 is not an all_reduce thunk of this bucket");
+            "plan entry train_step bucket 0: member 1 is not an all_reduce thunk of this bucket");
   bad = BucketEntry();
   bad["buckets"] = json::array();
   p = ReadEntryPlan(bad);
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().message(),
-            "plan entry e: thunk 2 (all_reduce %ar0) names bucket 0, the entry has 0");
+            "plan entry train_step: thunk 2 (all_reduce %ar0) names bucket 0, the entry has 0");
 }
 
 struct DeviceBuffer {

@@ -110,12 +110,9 @@ TEST(GemmConfigTest, ErrorsNameTheField) {
 }
 
 json Entry(json thunk) {
-  return {{"name", "e"},
-          {"arena_size", 4096},
-          {"inputs", json::array()},
-          {"outputs", json::array()},
-          {"donations", json::array()},
-          {"thunks", json::array({std::move(thunk)})}};
+  return {{"name", "train_step"},       {"arena_size", 4096},
+          {"inputs", json::array()},    {"outputs", json::array()},
+          {"donations", json::array()}, {"thunks", json::array({std::move(thunk)})}};
 }
 
 TEST(PlanReaderTest, ConstantsCopiesAndAllReduces) {
@@ -154,13 +151,14 @@ TEST(PlanReaderTest, ErrorsNameTheThunk) {
                                                {"dst", {{"offset", 0}, {"size", 512}}},
                                                {"bytes", 512}}));
   ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.status().message(),
-            "plan entry e: thunk 0 (copy %x): slice [4000, +512) is outside the arena of 4096 "
-            "bytes");
+  EXPECT_EQ(
+      p.status().message(),
+      "plan entry train_step: thunk 0 (copy %x): slice [4000, +512) is outside the arena of 4096 "
+      "bytes");
   p = ReadEntryPlan(Entry({{"kind", "memset"}, {"name", "x"}}));
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().message(),
-            "plan entry e thunk 0.kind: 'memset' is not a value this reader knows");
+            "plan entry train_step thunk 0.kind: 'memset' is not a value this reader knows");
   p = ReadEntryPlan(Entry({{"kind", "constant"},
                            {"name", "c"},
                            {"dtype", "f32"},
@@ -168,7 +166,7 @@ TEST(PlanReaderTest, ErrorsNameTheThunk) {
                            {"dst", {{"offset", 0}, {"size", 8}}}}));
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().message(),
-            "plan entry e: thunk 0 (constant %c): 3 values for a slice of 2 f32 elements");
+            "plan entry train_step: thunk 0 (constant %c): 3 values for a slice of 2 f32 elements");
 }
 
 const testing::Tiny& TinyOrSkip() {
@@ -193,8 +191,8 @@ TEST(PlanReaderTest, GradAccumPlanHasWhatTheTrainerFeeds) {
   const EntryPlan* accumulate = nullptr;
   const EntryPlan* apply = nullptr;
   for (const EntryPlan& p : tiny->plans) {
-    if (p.name == "accumulate") accumulate = &p;
-    if (p.name == "apply") apply = &p;
+    if (p.role == program::EntryRole::kAccumulate) accumulate = &p;
+    if (p.role == program::EntryRole::kApply) apply = &p;
   }
   ASSERT_NE(accumulate, nullptr);
   ASSERT_NE(apply, nullptr);
@@ -262,7 +260,7 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
     }
     EXPECT_EQ(plan.arena_size,
               scratch > 0 ? (ba.arena_size() + 255) / 256 * 256 + scratch : ba.arena_size())
-        << plan.name;
+        << plan.name();
     std::vector<ir::Instruction*> params = c.parameters();
     ASSERT_EQ(plan.inputs.size(), params.size());
     for (size_t i = 0; i < params.size(); ++i) {
@@ -325,7 +323,7 @@ TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
           EXPECT_EQ(k.args, abi) << t.Describe();
         }
         auto image = std::find_if(images.begin(), images.end(), [&](const KernelRecord& k) {
-          return k.entry == plan.name && k.name == t.name;
+          return k.entry == plan.name() && k.name == t.name;
         });
         ASSERT_NE(image, images.end()) << t.Describe() << " is not in the kernel index";
         EXPECT_EQ(CountPtxParams(std::string_view(ptx).substr(image->ptx_offset, image->ptx_size),

@@ -101,7 +101,7 @@ StatusOr<GroupRun> RunGroup(GpuHarness& gpu, const Tiny& tiny, size_t e, const G
   GroupRun run;
   run.inst = entry.module->entry()->FindInstruction(g.instruction);
   const ir::Instruction* inst = run.inst;
-  if (inst == nullptr) return Error("%{} is not in entry {}", g.instruction, entry.name);
+  if (inst == nullptr) return Error("%{} is not in entry {}", g.instruction, entry.name());
   const analysis::BufferAssignment& ba = tiny.assignments[e];
   std::mt19937_64 rng(std::hash<std::string>{}(g.instruction) + static_cast<int>(inputs));
   std::map<int64_t, std::vector<double>> by_offset;  // aliased operands share values
@@ -196,7 +196,7 @@ void CheckEntry(TestBackend backend, std::string_view entry_name, ThunkKind kind
   StatusOr<std::unique_ptr<GpuHarness>> gpu = GpuHarness::Create(*tiny);
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   size_t e = 0;
-  while (e < tiny->plans.size() && tiny->plans[e].name != entry_name) ++e;
+  while (e < tiny->plans.size() && tiny->plans[e].name() != entry_name) ++e;
   if (e == tiny->plans.size()) GTEST_SKIP() << tiny->path << " has no entry " << entry_name;
   std::vector<Group> groups = Groups(tiny->plans[e], kind);
   ASSERT_FALSE(groups.empty());
@@ -259,7 +259,7 @@ TEST(GpuVsEmulatorTest, EveryThunkAgrees) {
         for (const Group& g : Groups(tiny->plans[e], kind)) {
           StatusOr<GroupRun> run = RunGroup(**harness, *tiny, e, g, Inputs::kNormal);
           ASSERT_TRUE(run.ok()) << TestBackendName(backend) << ": " << run.status().message();
-          out[fmt::format("{} {} {}", tiny->plans[e].name, ThunkKindName(kind), g.instruction)] =
+          out[fmt::format("{} {} {}", tiny->plans[e].name(), ThunkKindName(kind), g.instruction)] =
               std::move(run).value();
         }
       }

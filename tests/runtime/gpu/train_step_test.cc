@@ -64,10 +64,10 @@ TEST_P(GpuEntryTest, LogitsMatchCpu) {
   ASSERT_NE(tiny, nullptr);
   GPTC_OPEN_TEST_DEVICE(device, {tiny});
   const program::TrainProgram& program = tiny->loaded.program;
-  const program::TrainEntry* logits = program.Find("logits");
+  const program::TrainEntry* logits = program.Find(program::EntryRole::kLogits);
   if (logits == nullptr) GTEST_SKIP() << tiny->path << " has no logits entry";
   size_t e = 0;
-  while (tiny->plans[e].name != "logits") ++e;
+  while (tiny->plans[e].role != program::EntryRole::kLogits) ++e;
   for (const Thunk& t : tiny->plans[e].thunks) {
     ASSERT_NE(t.kind(), ThunkKind::kUnsupported) << t.Describe();
   }
@@ -205,7 +205,7 @@ TEST_P(GpuEntryTest, EvalLossMatchesCpu) {
   ASSERT_NE(tiny, nullptr);
   GPTC_SKIP_IF_INCOMPLETE(*tiny);
   GPTC_OPEN_TEST_DEVICE(device, {tiny});
-  const program::TrainEntry* eval = tiny->loaded.program.Find("eval");
+  const program::TrainEntry* eval = tiny->loaded.program.Find(program::EntryRole::kEval);
   if (eval == nullptr) GTEST_SKIP() << tiny->path << " has no eval entry";
   StatusOr<std::unique_ptr<GpuTrainer>> gpu = MakeGpuTrainer(*tiny, /*graph=*/true);
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
