@@ -1,7 +1,5 @@
 #include "compiler/analysis/kernel_count.h"
 
-#include <string_view>
-
 namespace gptc::analysis {
 
 bool IsKernel(const ir::Instruction& inst) {

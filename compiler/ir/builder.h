@@ -25,7 +25,6 @@ class Builder {
   const std::string& metadata() const { return metadata_; }
   // Role given to every instruction built from now on (compiler/ir/role.h).
   void set_role(Role role) { role_ = role; }
-  Role role() const { return role_; }
   // Both of `x`'s: for the instructions a pass builds to replace or rewrite `x`.
   void set_origin(const Instruction& x) {
     metadata_ = x.metadata();

@@ -2,7 +2,7 @@
 // transformer layer, as typed facts the passes decide by.
 //
 // The frontend sets the forward phase and the layer of a block's scope
-// (Tracer::Scope with a layer), autodiff the gradient phase, remat its
+// (Tracer::LayerScope), autodiff the gradient phase, remat its
 // clones', the optimizer the update and optimizer phases, mixed precision
 // the parameter casts'. Passes read the role, never the metadata string or
 // an instruction's name, which are for people (Note [roles]). In the text
@@ -60,7 +60,6 @@ struct Role {
   Phase phase = Phase::kNone;
   int32_t layer = -1;  // the transformer block, -1: none (embeddings, head, optimizer scalars)
 
-  bool forward() const { return phase == Phase::kNone || phase == Phase::kForward; }
   bool backward() const { return phase == Phase::kGradient || phase == Phase::kRemat; }
   bool optimizer() const { return phase == Phase::kUpdate || phase == Phase::kOptimizer; }
   bool operator==(const Role&) const = default;
