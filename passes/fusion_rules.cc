@@ -8,7 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/analysis/gemm_activations.h"
 #include "compiler/ir/patterns.h"
+#include "compiler/program/plan.h"
 #include "passes/fusion_planner.h"
 
 namespace gptc::passes::fusion_internal {
@@ -290,6 +292,39 @@ bool WidenedByConsumers(const Planner& p, const Instruction* convert) {
   });
 }
 
+// Note [GELU epilogues]: the GELU (with the pre-activation as aux), or,
+// after a bare dot, the GELU backward reading that aux; or a one-op
+// activation (Note [gemm activations]) where cuBLASLt has an epilogue for it
+// after this bias: none keeps its input as aux, so the activation must be
+// the pre-activation's only user. Returns D's value so far; `absorbed` says
+// whether an activation joined group `g`.
+const Instruction* AbsorbActivation(Planner& p, int g, const Instruction* cur, bool after_bias,
+                                    bool& absorbed) {
+  std::vector<const Instruction*> gelu = MatchGeluEpilogue(p, cur, p.groups()[g].members);
+  if (gelu.empty() && !after_bias) gelu = MatchGeluGradEpilogue(p, cur);
+  if (!gelu.empty()) {
+    InstSet s = p.groups()[g].members;
+    s.insert(gelu.begin(), gelu.end());
+    if (!p.CreatesCycle(s)) {
+      for (const Instruction* x : gelu) p.TryAdd(g, x);
+      absorbed = true;
+      return AbsorbConverts(p, g, gelu.back());
+    }
+    return cur;
+  }
+  const Instruction* a = SingleUser(p, cur);
+  if (a == nullptr || !p.Claimable(a)) return cur;
+  const std::optional<ir::GemmActivation> kind = analysis::MatchOneOpActivation(*a, cur);
+  const program::EpilogueBias bias =
+      after_bias ? program::EpilogueBias::kRead : program::EpilogueBias::kNone;
+  if (!kind || !program::FindGemmEpilogue(*kind, bias, program::EpilogueAux::kNone) ||
+      !p.TryAdd(g, a)) {
+    return cur;
+  }
+  absorbed = true;
+  return AbsorbConverts(p, g, a);
+}
+
 }  // namespace
 
 void FuseGemms(Planner& p) {
@@ -331,20 +366,8 @@ void FuseGemms(Planner& p) {
         }
       }
     }
-    // Note [GELU epilogues]: the GELU (with the pre-activation as aux), or,
-    // after a bare dot, the GELU backward reading that aux.
-    std::vector<const Instruction*> gelu = MatchGeluEpilogue(p, cur, p.groups()[g].members);
-    if (gelu.empty() && !before_bias) gelu = MatchGeluGradEpilogue(p, cur);
     bool activation = false;
-    if (!gelu.empty()) {
-      InstSet s = p.groups()[g].members;
-      s.insert(gelu.begin(), gelu.end());
-      if (!p.CreatesCycle(s)) {
-        for (const Instruction* x : gelu) p.TryAdd(g, x);
-        cur = AbsorbConverts(p, g, gelu.back());
-        activation = true;
-      }
-    }
+    cur = AbsorbActivation(p, g, cur, before_bias.has_value(), activation);
     // A residual, not after an activation (cuBLASLt adds C before it).
     u = SingleUser(p, cur);
     if (!activation && u != nullptr && u->opcode() == Opcode::kAdd && p.Claimable(u) &&

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "compiler/analysis/gelu_epilogue.h"
+#include "compiler/analysis/gemm_activations.h"
 #include "compiler/ir/computation.h"
 #include "compiler/ir/patterns.h"
 
@@ -76,7 +77,7 @@ struct Chain {
   const Instruction* aux = nullptr;       // GELU: the pre-activation, an output
   const Instruction* residual = nullptr;  // added whole
   const Instruction* dgelu_x = nullptr;   // GELU backward: the pre-activation parameter
-  bool gelu = false;
+  ir::GemmActivation activation = ir::GemmActivation::kNone;
   bool transposed = false;
 };
 
@@ -97,20 +98,29 @@ Status MatchBias(const std::string& name, Chain& e) {
 
 // Note [GELU epilogues]: the GELU, of `result` or of its widened copy (then
 // `result` is the bf16 pre-activation the backward keeps: the aux), or,
-// after the bare dot, the GELU backward reading the aux.
+// after the bare dot, the GELU backward reading the aux; or a one-op
+// activation (Note [gemm activations]).
 Status MatchActivation(const std::string& name, const std::vector<const Instruction*>& outputs,
                        Chain& e) {
   const Instruction* cur = e.result;
   if (std::optional<GeluRegion> g = MatchGelu(cur)) {
     if (g->erf) return Error("%{}: erf GELU has no cuBLASLt epilogue (tanh only)", name);
-    e.gelu = true;
+    e.activation = ir::GemmActivation::kGelu;
     if (OutputIndex(outputs, cur) >= 0) e.aux = cur;
     e.result = SkipConverts(g->sink);
     return Status::Ok();
   }
+  if (const Instruction* u = ir::SoleUser(cur); u != nullptr) {
+    if (std::optional<ir::GemmActivation> a = MatchOneOpActivation(*u, cur)) {
+      e.activation = *a;
+      e.result = SkipConverts(u);
+      return Status::Ok();
+    }
+  }
   if (e.bias != nullptr) return Status::Ok();
   auto is_parameter = [](const Instruction* x) { return x->opcode() == Opcode::kParameter; };
   if (std::optional<GeluRegion> g = MatchGeluGrad(cur, is_parameter)) {
+    e.activation = ir::GemmActivation::kGeluGrad;
     e.dgelu_x = g->x;
     e.result = SkipConverts(g->sink);
   }
@@ -128,8 +138,9 @@ StatusOr<Chain> MatchChain(const std::string& name, const Instruction* dot,
   if (const Instruction* u = ir::SoleUser(e.result); u != nullptr && u->opcode() == Opcode::kAdd) {
     const Instruction* r = u->operand(0) == e.result ? u->operand(1) : u->operand(0);
     if (r->shape() == e.result->shape() && r->opcode() == Opcode::kParameter) {
-      if (e.gelu || e.dgelu_x) {
-        return Error("%{}: residual after GELU has no cuBLASLt epilogue", name);
+      if (e.activation != ir::GemmActivation::kNone) {
+        return Error("%{}: residual after the {} has no cuBLASLt epilogue", name,
+                     ir::GemmActivationName(e.activation));
       }
       e.residual = r;
       e.result = SkipConverts(u);
@@ -201,11 +212,8 @@ StatusOr<ir::GemmEpilogue> DescribeGemmEpilogue(const Instruction& fusion) {
   }
   if (chain.bias != nullptr) e.bias = chain.bias->attrs().index;
   if (chain.residual != nullptr) e.residual = chain.residual->attrs().index;
-  if (chain.gelu) e.activation = ir::GemmActivation::kGelu;
-  if (chain.dgelu_x != nullptr) {
-    e.activation = ir::GemmActivation::kGeluGrad;
-    e.aux_in = chain.dgelu_x->attrs().index;
-  }
+  e.activation = chain.activation;
+  if (chain.dgelu_x != nullptr) e.aux_in = chain.dgelu_x->attrs().index;
   e.transposed = chain.transposed;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Instruction* o = outputs[i];

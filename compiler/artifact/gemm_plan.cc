@@ -247,34 +247,37 @@ Status PlaceEpilogueBuffers(const Instruction& fusion, const ir::GemmEpilogue& e
   return Status::Ok();
 }
 
-// The cuBLASLt epilogue of record `e`.
+// The cuBLASLt epilogue of record `e` (Note [gemm epilogue table]).
 StatusOr<program::GemmEpilogue> ChooseEpilogue(const Instruction& fusion, const ir::GemmEpilogue& e,
                                                GemmPlan& plan) {
-  using program::GemmEpilogue;
+  using program::EpilogueAux;
+  using program::EpilogueBias;
   const std::string& name = fusion.name();
-  const bool bias = e.bias >= 0;
+  EpilogueBias bias = e.bias >= 0 ? EpilogueBias::kRead : EpilogueBias::kNone;
   if (e.bias_grad_out >= 0) {
-    if (bias || e.residual >= 0 || e.activation != ir::GemmActivation::kNone) {
+    if (e.bias >= 0 || e.residual >= 0 || e.activation != ir::GemmActivation::kNone) {
       return Error("%{}: bias gradient combined with another epilogue", name);
     }
     if (plan.batch_count != 1) return Error("%{}: batched bias gradient", name);
     plan.bias_grad_output = e.bias_grad_out;
     plan.bias_dtype = program::GemmDTypeOf(ir::FusionOutputShape(fusion, e.bias_grad_out).dtype());
-    if (e.bias_grad_of == plan.a_operand) return GemmEpilogue::kBGradA;
-    if (e.bias_grad_of == plan.b_operand) return GemmEpilogue::kBGradB;
-    return Error("%{}: bias gradient of operand {} that the dot does not read", name,
-                 e.bias_grad_of);
+    if (e.bias_grad_of == plan.a_operand) {
+      bias = EpilogueBias::kGradientOfA;
+    } else if (e.bias_grad_of == plan.b_operand) {
+      bias = EpilogueBias::kGradientOfB;
+    } else {
+      return Error("%{}: bias gradient of operand {} that the dot does not read", name,
+                   e.bias_grad_of);
+    }
   }
-  switch (e.activation) {
-    case ir::GemmActivation::kGeluGrad:
-      return GemmEpilogue::kDGelu;
-    case ir::GemmActivation::kGelu:
-      if (e.aux_out >= 0) return bias ? GemmEpilogue::kGeluAuxBias : GemmEpilogue::kGeluAux;
-      return bias ? GemmEpilogue::kGeluBias : GemmEpilogue::kGelu;
-    case ir::GemmActivation::kNone:
-      break;
+  const EpilogueAux aux = e.aux_out >= 0  ? EpilogueAux::kWrite
+                          : e.aux_in >= 0 ? EpilogueAux::kRead
+                                          : EpilogueAux::kNone;
+  std::optional<program::GemmEpilogue> found = program::FindGemmEpilogue(e.activation, bias, aux);
+  if (!found) {
+    return Error("%{}: cuBLASLt has no epilogue for {}", name, ir::GemmEpilogueToString(e));
   }
-  return bias ? GemmEpilogue::kBias : GemmEpilogue::kDefault;
+  return *found;
 }
 
 StatusOr<GemmPlan> PlanFusion(const Instruction& fusion) {

@@ -285,8 +285,9 @@ Status EntryPlanBuilder::AddGemm(const Instruction& inst) {
     return Status::Ok();
   }
   using Fallback = codegen::KernelSpec::GemmFallback;
-  const bool bgrad = plan->epilogue == program::GemmEpilogue::kBGradA ||
-                     plan->epilogue == program::GemmEpilogue::kBGradB;
+  const program::EpilogueBias bias = program::GemmEpilogueInfoOf(plan->epilogue).bias;
+  const bool bgrad =
+      bias == program::EpilogueBias::kGradientOfA || bias == program::EpilogueBias::kGradientOfB;
   const bool forward = !bgrad && plan->epilogue != program::GemmEpilogue::kDefault;
   std::optional<Thunk> fallback;
   std::optional<ArenaSlice> fallback_d;

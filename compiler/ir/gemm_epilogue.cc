@@ -11,17 +11,29 @@ namespace gptc::ir {
 
 namespace {
 
-constexpr std::string_view kActivationNames[] = {"none", "gelu", "gelu_grad"};
+struct ActivationInfo {
+  std::string_view name;
+  ActivationAux aux;
+};
+constexpr ActivationInfo kActivations[] = {
+#define GPTC_GEMM_ACTIVATION_INFO(e, name, aux) {name, ActivationAux::aux},
+    GPTC_GEMM_ACTIVATIONS(GPTC_GEMM_ACTIVATION_INFO)
+#undef GPTC_GEMM_ACTIVATION_INFO
+};
 
 }  // namespace
 
 std::string_view GemmActivationName(GemmActivation a) {
-  return kActivationNames[static_cast<int>(a)];
+  return kActivations[static_cast<size_t>(a)].name;
+}
+
+ActivationAux GemmActivationAux(GemmActivation a) {
+  return kActivations[static_cast<size_t>(a)].aux;
 }
 
 std::optional<GemmActivation> ParseGemmActivation(std::string_view s) {
-  for (int i = 0; i < 3; ++i) {
-    if (kActivationNames[i] == s) return static_cast<GemmActivation>(i);
+  for (size_t i = 0; i < std::size(kActivations); ++i) {
+    if (kActivations[i].name == s) return static_cast<GemmActivation>(i);
   }
   return std::nullopt;
 }
@@ -80,18 +92,20 @@ Status CheckGemmEpilogue(const Instruction& fusion) {
                    fusion.operand(e.residual)->shape().ToString(), d.ToString());
     }
   }
-  const bool gelu = e.activation == GemmActivation::kGelu;
-  const bool gelu_grad = e.activation == GemmActivation::kGeluGrad;
-  if (e.aux_out >= 0 && (!gelu || !output_ok(e.aux_out) || e.aux_out == e.d ||
-                         FusionOutputShape(fusion, e.aux_out).dims() != d.dims())) {
-    return Error("epilogue aux_out={} is not a GELU's pre-activation output of D's dims",
+  const ActivationAux aux = GemmActivationAux(e.activation);
+  if (e.aux_out >= 0 &&
+      (aux != ActivationAux::kMayWrite || !output_ok(e.aux_out) || e.aux_out == e.d ||
+       FusionOutputShape(fusion, e.aux_out).dims() != d.dims())) {
+    return Error("epilogue aux_out={} is not the pre-activation output, of D's dims, of an "
+                 "activation that keeps it",
                  e.aux_out);
   }
-  if (gelu_grad != (e.aux_in >= 0)) {
-    return Error("epilogue aux_in={}: the GELU backward and only it reads an aux operand",
+  const bool reads_aux = aux == ActivationAux::kReads;
+  if (reads_aux != (e.aux_in >= 0)) {
+    return Error("epilogue aux_in={}: an activation's backward and only it reads an aux operand",
                  e.aux_in);
   }
-  if (gelu_grad &&
+  if (reads_aux &&
       (!operand_ok(e.aux_in) || fusion.operand(e.aux_in)->shape().dims() != d.dims())) {
     return Error("epilogue aux_in={} is not an operand of D's dims", e.aux_in);
   }

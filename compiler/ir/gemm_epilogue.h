@@ -22,13 +22,29 @@ namespace gptc::ir {
 
 class Instruction;
 
+// How an activation uses a matrix of D's dims beside D: not at all; it may
+// write its input, the pre-activation, for the backward (aux_out); it is a
+// backward and reads that pre-activation (aux_in).
+enum class ActivationAux : uint8_t { kNone, kMayWrite, kReads };
+
+// The activations a gemm epilogue applies (after the bias, before any
+// residual): X(enumerator, text name, aux). gelu: the tanh GELU; gelu_grad:
+// the result times GELU'(aux_in). Which cuBLASLt
+// epilogue runs each is the plan's table (Note [gemm epilogue table] in
+// compiler/program/plan.h).
+#define GPTC_GEMM_ACTIVATIONS(X) \
+  X(kNone, "none", kNone)        \
+  X(kGelu, "gelu", kMayWrite)    \
+  X(kGeluGrad, "gelu_grad", kReads)
+
 enum class GemmActivation : uint8_t {
-  kNone,
-  kGelu,      // the tanh GELU of the result (after the bias)
-  kGeluGrad,  // the GELU's backward: the result times GELU'(aux_in)
+#define GPTC_GEMM_ACTIVATION_ENUM(e, name, aux) e,
+  GPTC_GEMM_ACTIVATIONS(GPTC_GEMM_ACTIVATION_ENUM)
+#undef GPTC_GEMM_ACTIVATION_ENUM
 };
 std::string_view GemmActivationName(GemmActivation a);  // "none", "gelu", "gelu_grad"
 std::optional<GemmActivation> ParseGemmActivation(std::string_view s);
+ActivationAux GemmActivationAux(GemmActivation a);
 
 struct GemmEpilogue {
   int64_t d = 0;          // output: the result D

@@ -26,16 +26,18 @@ constexpr EnumName<GemmCompute> kComputes[] = {
     {GemmCompute::k32FFastTF32, "CUBLAS_COMPUTE_32F_FAST_TF32"}};
 constexpr EnumName<GemmOp> kOps[] = {{GemmOp::kN, "CUBLAS_OP_N"}, {GemmOp::kT, "CUBLAS_OP_T"}};
 constexpr EnumName<GemmEpilogue> kEpilogues[] = {
-    {GemmEpilogue::kDefault, "CUBLASLT_EPILOGUE_DEFAULT"},
-    {GemmEpilogue::kBias, "CUBLASLT_EPILOGUE_BIAS"},
-    {GemmEpilogue::kGelu, "CUBLASLT_EPILOGUE_GELU"},
-    {GemmEpilogue::kGeluBias, "CUBLASLT_EPILOGUE_GELU_BIAS"},
-    {GemmEpilogue::kGeluAux, "CUBLASLT_EPILOGUE_GELU_AUX"},
-    {GemmEpilogue::kGeluAuxBias, "CUBLASLT_EPILOGUE_GELU_AUX_BIAS"},
-    {GemmEpilogue::kDGelu, "CUBLASLT_EPILOGUE_DGELU"},
-    {GemmEpilogue::kDGeluBGrad, "CUBLASLT_EPILOGUE_DGELU_BGRAD"},
-    {GemmEpilogue::kBGradA, "CUBLASLT_EPILOGUE_BGRADA"},
-    {GemmEpilogue::kBGradB, "CUBLASLT_EPILOGUE_BGRADB"}};
+#define GPTC_GEMM_EPILOGUE_NAME(e, name, value, activation, bias, aux) \
+  {GemmEpilogue::e, "CUBLASLT_EPILOGUE_" #name},
+    GPTC_GEMM_EPILOGUES(GPTC_GEMM_EPILOGUE_NAME)
+#undef GPTC_GEMM_EPILOGUE_NAME
+};
+constexpr GemmEpilogueInfo kEpilogueInfos[] = {
+#define GPTC_GEMM_EPILOGUE_INFO(e, name, value, activation, bias, aux)                          \
+  {GemmEpilogue::e,         "CUBLASLT_EPILOGUE_" #name, value, ir::GemmActivation::activation, \
+   EpilogueBias::bias, EpilogueAux::aux},
+    GPTC_GEMM_EPILOGUES(GPTC_GEMM_EPILOGUE_INFO)
+#undef GPTC_GEMM_EPILOGUE_INFO
+};
 constexpr EnumName<ThunkKind> kThunkKindNames[] = {{ThunkKind::kKernel, "kernel"},
                                                    {ThunkKind::kGemm, "gemm"},
                                                    {ThunkKind::kCopy, "copy"},
@@ -262,19 +264,27 @@ std::optional<GemmDType> GemmDTypeOf(ir::DType dtype) {
   }
 }
 
-bool ReadsBias(GemmEpilogue e) {
-  return e == GemmEpilogue::kBias || e == GemmEpilogue::kGeluBias ||
-         e == GemmEpilogue::kGeluAuxBias;
+const GemmEpilogueInfo& GemmEpilogueInfoOf(GemmEpilogue e) {
+  return kEpilogueInfos[static_cast<size_t>(e)];
 }
+
+std::optional<GemmEpilogue> FindGemmEpilogue(ir::GemmActivation activation, EpilogueBias bias,
+                                             EpilogueAux aux) {
+  for (const GemmEpilogueInfo& info : kEpilogueInfos) {
+    if (info.activation == activation && info.bias == bias && info.aux == aux) {
+      return info.epilogue;
+    }
+  }
+  return std::nullopt;
+}
+
+bool ReadsBias(GemmEpilogue e) { return GemmEpilogueInfoOf(e).bias == EpilogueBias::kRead; }
 bool WritesBias(GemmEpilogue e) {
-  return e == GemmEpilogue::kBGradA || e == GemmEpilogue::kBGradB || e == GemmEpilogue::kDGeluBGrad;
+  const EpilogueBias b = GemmEpilogueInfoOf(e).bias;
+  return b != EpilogueBias::kNone && b != EpilogueBias::kRead;
 }
-bool WritesAux(GemmEpilogue e) {
-  return e == GemmEpilogue::kGeluAux || e == GemmEpilogue::kGeluAuxBias;
-}
-bool ReadsAux(GemmEpilogue e) {
-  return e == GemmEpilogue::kDGelu || e == GemmEpilogue::kDGeluBGrad;
-}
+bool WritesAux(GemmEpilogue e) { return GemmEpilogueInfoOf(e).aux == EpilogueAux::kWrite; }
+bool ReadsAux(GemmEpilogue e) { return GemmEpilogueInfoOf(e).aux == EpilogueAux::kRead; }
 
 std::string GemmConfig::Summary() const {
   auto layout = [](const GemmLayout& l, std::optional<GemmOp> op) {

@@ -24,6 +24,7 @@
 #include <variant>
 #include <vector>
 
+#include "compiler/ir/gemm_epilogue.h"
 #include "compiler/ir/opcode.h"
 #include "compiler/ir/shape.h"
 #include "compiler/program/program.h"
@@ -48,18 +49,61 @@ struct ArenaSlice {
 enum class GemmDType { kBF16, kF16, kF32 };     // CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F
 enum class GemmCompute { k32F, k32FFastTF32 };  // CUBLAS_COMPUTE_32F[_FAST_TF32]
 enum class GemmOp { kN, kT };                   // CUBLAS_OP_N, CUBLAS_OP_T
-enum class GemmEpilogue {                       // CUBLASLT_EPILOGUE_...
-  kDefault,
-  kBias,
-  kGelu,
-  kGeluBias,
-  kGeluAux,
-  kGeluAuxBias,
-  kDGelu,
-  kDGeluBGrad,
-  kBGradA,
-  kBGradB,
+
+// Note [gemm epilogue table]
+// Every cuBLASLt epilogue the plan may name is one row of this table: its
+// cuBLASLt name (CUBLASLT_EPILOGUE_ + the second column) and value (the
+// runtime checks the value against cublasLt.h at compile time), the
+// activation it applies (an ir::GemmActivation), what it does with the bias
+// vector and the aux matrix. The enum, the names the plan is written with,
+// the runtime's cublasLtEpilogue_t and the epilogue a gemm fusion's record
+// maps to (FindGemmEpilogue) are all read from here, so an epilogue cuBLASLt
+// offers joins gptc as one row (and the fusion rule that produces its
+// record: Note [gemm activations] in compiler/analysis/gemm_activations.h).
+//   X(enumerator, NAME, value, activation, bias, aux)
+#define GPTC_GEMM_EPILOGUES(X)                                          \
+  X(kDefault, DEFAULT, 1, kNone, kNone, kNone)                          \
+  X(kBias, BIAS, 4, kNone, kRead, kNone)                                \
+  X(kGelu, GELU, 32, kGelu, kNone, kNone)                               \
+  X(kGeluBias, GELU_BIAS, 36, kGelu, kRead, kNone)                      \
+  X(kGeluAux, GELU_AUX, 160, kGelu, kNone, kWrite)                      \
+  X(kGeluAuxBias, GELU_AUX_BIAS, 164, kGelu, kRead, kWrite)             \
+  X(kDGelu, DGELU, 192, kGeluGrad, kNone, kRead)                        \
+  X(kDGeluBGrad, DGELU_BGRAD, 208, kGeluGrad, kGradientOfD, kRead)      \
+  X(kBGradA, BGRADA, 256, kNone, kGradientOfA, kNone)                   \
+  X(kBGradB, BGRADB, 512, kNone, kGradientOfB, kNone)
+
+enum class GemmEpilogue {  // CUBLASLT_EPILOGUE_...
+#define GPTC_GEMM_EPILOGUE_ENUM(e, name, value, activation, bias, aux) e,
+  GPTC_GEMM_EPILOGUES(GPTC_GEMM_EPILOGUE_ENUM)
+#undef GPTC_GEMM_EPILOGUE_ENUM
 };
+inline constexpr int kNumGemmEpilogues = 0
+#define GPTC_GEMM_EPILOGUE_COUNT(e, name, value, activation, bias, aux) +1
+    GPTC_GEMM_EPILOGUES(GPTC_GEMM_EPILOGUE_COUNT)
+#undef GPTC_GEMM_EPILOGUE_COUNT
+    ;
+// What an epilogue does with the bias vector: nothing, reads it (added to
+// each row of D), or writes the column sums of A, B or D into it.
+enum class EpilogueBias { kNone, kRead, kGradientOfA, kGradientOfB, kGradientOfD };
+// What it does with the aux matrix (laid out as D): nothing, writes the
+// pre-activation, reads it (an activation's backward).
+enum class EpilogueAux { kNone, kWrite, kRead };
+
+// One row of the table.
+struct GemmEpilogueInfo {
+  GemmEpilogue epilogue;
+  std::string_view name;  // "CUBLASLT_EPILOGUE_GELU_BIAS"
+  int32_t cuda_value;     // cublasLtEpilogue_t
+  ir::GemmActivation activation;
+  EpilogueBias bias;
+  EpilogueAux aux;
+};
+const GemmEpilogueInfo& GemmEpilogueInfoOf(GemmEpilogue e);
+// The epilogue with these properties, or nullopt: cuBLASLt has none.
+std::optional<GemmEpilogue> FindGemmEpilogue(ir::GemmActivation activation, EpilogueBias bias,
+                                             EpilogueAux aux);
+
 std::string_view GemmDTypeName(GemmDType t);  // "CUDA_R_16BF"
 std::string_view GemmComputeName(GemmCompute c);
 std::string_view GemmOpName(GemmOp op);
@@ -68,11 +112,11 @@ int64_t GemmDTypeBytes(GemmDType t);
 // The cuBLASLt type of an IR dtype (bf16, f16, f32), or nullopt.
 std::optional<GemmDType> GemmDTypeOf(ir::DType dtype);
 
-// What an epilogue does with the bias and aux buffers.
-bool ReadsBias(GemmEpilogue e);   // BIAS, GELU_BIAS, GELU_AUX_BIAS
-bool WritesBias(GemmEpilogue e);  // BGRADA, BGRADB, DGELU_BGRAD
-bool WritesAux(GemmEpilogue e);   // GELU_AUX, GELU_AUX_BIAS
-bool ReadsAux(GemmEpilogue e);    // DGELU, DGELU_BGRAD
+// What an epilogue does with the bias and aux buffers (the table's columns).
+bool ReadsBias(GemmEpilogue e);
+bool WritesBias(GemmEpilogue e);
+bool WritesAux(GemmEpilogue e);
+bool ReadsAux(GemmEpilogue e);
 
 // One cublasLtMatrixLayout: a column-major rows x cols matrix.
 struct GemmLayout {

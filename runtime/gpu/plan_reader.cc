@@ -257,31 +257,13 @@ int32_t CudaComputeType(GemmCompute c) {
 
 int32_t CudaOperation(GemmOp op) { return op == GemmOp::kT ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
-int32_t CudaEpilogue(GemmEpilogue e) {
-  switch (e) {
-    case GemmEpilogue::kDefault:
-      return CUBLASLT_EPILOGUE_DEFAULT;
-    case GemmEpilogue::kBias:
-      return CUBLASLT_EPILOGUE_BIAS;
-    case GemmEpilogue::kGelu:
-      return CUBLASLT_EPILOGUE_GELU;
-    case GemmEpilogue::kGeluBias:
-      return CUBLASLT_EPILOGUE_GELU_BIAS;
-    case GemmEpilogue::kGeluAux:
-      return CUBLASLT_EPILOGUE_GELU_AUX;
-    case GemmEpilogue::kGeluAuxBias:
-      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    case GemmEpilogue::kDGelu:
-      return CUBLASLT_EPILOGUE_DGELU;
-    case GemmEpilogue::kDGeluBGrad:
-      return CUBLASLT_EPILOGUE_DGELU_BGRAD;
-    case GemmEpilogue::kBGradA:
-      return CUBLASLT_EPILOGUE_BGRADA;
-    case GemmEpilogue::kBGradB:
-      return CUBLASLT_EPILOGUE_BGRADB;
-  }
-  return -1;
-}
+// Note [gemm epilogue table]: the table's values are cuBLASLt's.
+#define GPTC_GEMM_EPILOGUE_VALUE(e, name, value, activation, bias, aux) \
+  static_assert(CUBLASLT_EPILOGUE_##name == value, "CUBLASLT_EPILOGUE_" #name);
+GPTC_GEMM_EPILOGUES(GPTC_GEMM_EPILOGUE_VALUE)
+#undef GPTC_GEMM_EPILOGUE_VALUE
+
+int32_t CudaEpilogue(GemmEpilogue e) { return program::GemmEpilogueInfoOf(e).cuda_value; }
 
 Status CheckGemmConfig(const GemmConfig& c) {
   constexpr std::string_view where = "descriptor";

@@ -352,7 +352,7 @@ TEST(VerifierTest, GemmEpilogueRecordFitsTheFusion) {
   ExpectVerifyError(GemmModule(", epilogue={d=0, aux_out=0, activation=gelu}"), "fu",
                     "epilogue names 2 outputs of the fusion's 1");
   ExpectVerifyError(GemmModule(", epilogue={d=0, activation=gelu_grad}"), "fu",
-                    "the GELU backward and only it reads an aux operand");
+                    "an activation's backward and only it reads an aux operand");
   ExpectVerifyError(GemmModule(", epilogue={d=0, activation=gelu_grad, aux_in=2}"), "fu",
                     "epilogue aux_in=2 is not an operand of D's dims");
   ExpectVerifyError(GemmModule(", epilogue={d=0, bias_grad_of=1}"), "fu",

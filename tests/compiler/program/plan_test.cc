@@ -113,6 +113,30 @@ TEST(PlanCodecTest, WritesCublasLtNames) {
   EXPECT_EQ(*back, plain);
 }
 
+// Note [gemm epilogue table]: each row's properties find that row and no
+// other, and every name the codec writes reads back as its epilogue.
+TEST(GemmEpilogueTableTest, EachRowIsFoundByItsProperties) {
+  for (int i = 0; i < kNumGemmEpilogues; ++i) {
+    const auto e = static_cast<GemmEpilogue>(i);
+    const GemmEpilogueInfo& info = GemmEpilogueInfoOf(e);
+    EXPECT_EQ(info.epilogue, e);
+    EXPECT_EQ(FindGemmEpilogue(info.activation, info.bias, info.aux), e) << info.name;
+    GemmConfig c = Config();
+    c.epilogue = e;
+    StatusOr<GemmConfig> back = GemmConfigFromJson(ToJson(c), "descriptor");
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(back->epilogue, e) << info.name;
+  }
+  EXPECT_EQ(GemmEpilogueInfoOf(GemmEpilogue::kGeluAuxBias).name,
+            "CUBLASLT_EPILOGUE_GELU_AUX_BIAS");
+  EXPECT_TRUE(ReadsBias(GemmEpilogue::kGeluAuxBias) && WritesAux(GemmEpilogue::kGeluAuxBias));
+  EXPECT_TRUE(WritesBias(GemmEpilogue::kBGradA) && !ReadsBias(GemmEpilogue::kBGradA));
+  EXPECT_TRUE(ReadsAux(GemmEpilogue::kDGelu) && !WritesAux(GemmEpilogue::kDGelu));
+  // A GELU backward that writes its aux: cuBLASLt has no such epilogue.
+  EXPECT_FALSE(FindGemmEpilogue(ir::GemmActivation::kGeluGrad, EpilogueBias::kNone,
+                                EpilogueAux::kWrite));
+}
+
 TEST(PlanCodecTest, ErrorsNameTheField) {
   json j = ToJson(Plan{{Entry()}});
   json missing = j;
