@@ -18,7 +18,19 @@ struct OneOpActivation {
   bool (*matches)(const Instruction& op, const Instruction* x);
 };
 
-constexpr std::array<OneOpActivation, 0> kOneOpActivations = {};
+// max(x, 0), in either order. (cuBLASLt's RELU_AUX keeps a bit mask, not
+// the pre-activation, so ReLU takes no aux.)
+bool IsRelu(const Instruction& op, const Instruction* x) {
+  if (op.opcode() != Opcode::kMax) return false;
+  const Instruction* other = op.operand(0) == x   ? op.operand(1)
+                            : op.operand(1) == x ? op.operand(0)
+                                                 : nullptr;
+  return other != nullptr && other != x && ir::IsSplat(other, 0.0);
+}
+
+constexpr std::array<OneOpActivation, 1> kOneOpActivations = {{
+    {GemmActivation::kRelu, &IsRelu},
+}};
 
 }  // namespace
 

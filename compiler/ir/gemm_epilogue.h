@@ -29,13 +29,14 @@ enum class ActivationAux : uint8_t { kNone, kMayWrite, kReads };
 
 // The activations a gemm epilogue applies (after the bias, before any
 // residual): X(enumerator, text name, aux). gelu: the tanh GELU; gelu_grad:
-// the result times GELU'(aux_in). Which cuBLASLt
+// the result times GELU'(aux_in); relu: max(result, 0). Which cuBLASLt
 // epilogue runs each is the plan's table (Note [gemm epilogue table] in
 // compiler/program/plan.h).
-#define GPTC_GEMM_ACTIVATIONS(X) \
-  X(kNone, "none", kNone)        \
-  X(kGelu, "gelu", kMayWrite)    \
-  X(kGeluGrad, "gelu_grad", kReads)
+#define GPTC_GEMM_ACTIVATIONS(X)    \
+  X(kNone, "none", kNone)           \
+  X(kGelu, "gelu", kMayWrite)       \
+  X(kGeluGrad, "gelu_grad", kReads) \
+  X(kRelu, "relu", kNone)
 
 enum class GemmActivation : uint8_t {
 #define GPTC_GEMM_ACTIVATION_ENUM(e, name, aux) e,

@@ -71,7 +71,9 @@ enum class GemmOp { kN, kT };                   // CUBLAS_OP_N, CUBLAS_OP_T
   X(kDGelu, DGELU, 192, kGeluGrad, kNone, kRead)                        \
   X(kDGeluBGrad, DGELU_BGRAD, 208, kGeluGrad, kGradientOfD, kRead)      \
   X(kBGradA, BGRADA, 256, kNone, kGradientOfA, kNone)                   \
-  X(kBGradB, BGRADB, 512, kNone, kGradientOfB, kNone)
+  X(kBGradB, BGRADB, 512, kNone, kGradientOfB, kNone)                   \
+  X(kRelu, RELU, 2, kRelu, kNone, kNone)                                \
+  X(kReluBias, RELU_BIAS, 6, kRelu, kRead, kNone)
 
 enum class GemmEpilogue {  // CUBLASLT_EPILOGUE_...
 #define GPTC_GEMM_EPILOGUE_ENUM(e, name, value, activation, bias, aux) e,

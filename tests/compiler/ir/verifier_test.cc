@@ -723,8 +723,8 @@ TEST(ParserErrorTest, UnknownOrRepeatedAttribute) {
 TEST(ParserErrorTest, BadGemmEpilogue) {
   ExpectParseError(GemmModule(", epilogue={d=0, relu=1}"), "relu", "unknown epilogue field 'relu'");
   ExpectParseError(GemmModule(", epilogue={d=0, d=1}"), "d=1", "epilogue field 'd' given twice");
-  ExpectParseError(GemmModule(", epilogue={d=0, activation=relu}"), "relu}",
-                   "unknown gemm activation 'relu'");
+  ExpectParseError(GemmModule(", epilogue={d=0, activation=swish}"), "swish}",
+                   "unknown gemm activation 'swish'");
   ExpectParseError(GemmModule(", epilogue={d=x}"), "x}",
                    "expected an integer for epilogue field 'd'");
   ExpectParseError(GemmModule(", epilogue={d=0, transposed=yes}"), "yes",

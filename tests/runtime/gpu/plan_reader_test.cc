@@ -95,9 +95,9 @@ TEST(GemmConfigTest, DgeluReadsAux) {
 
 TEST(GemmConfigTest, ErrorsNameTheField) {
   json d = Descriptor();
-  d["epilogue"] = "CUBLASLT_EPILOGUE_RELU";
+  d["epilogue"] = "CUBLASLT_EPILOGUE_DRELU";
   EXPECT_EQ(program::GemmConfigFromJson(d, "descriptor").status().message(),
-            "descriptor.epilogue: 'CUBLASLT_EPILOGUE_RELU' is not a value this reader knows");
+            "descriptor.epilogue: 'CUBLASLT_EPILOGUE_DRELU' is not a value this reader knows");
   d = Descriptor();
   d["a"]["rows"] = 65;  // op(A) must be m x k: A is k x m with transa T
   d["a"]["ld"] = 65;
