@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -16,7 +17,8 @@ constexpr uint32_t kGelu = CUBLASLT_EPILOGUE_GELU;
 
 bool IsKnownEpilogue(uint32_t e) {
   for (uint32_t k :
-       {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU,
+       {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_RELU,
+        CUBLASLT_EPILOGUE_RELU_BIAS, CUBLASLT_EPILOGUE_GELU,
         CUBLASLT_EPILOGUE_GELU_BIAS, CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
         CUBLASLT_EPILOGUE_DGELU, CUBLASLT_EPILOGUE_DGELU_BGRAD, CUBLASLT_EPILOGUE_BGRADA,
         CUBLASLT_EPILOGUE_BGRADB}) {
@@ -26,8 +28,8 @@ bool IsKnownEpilogue(uint32_t e) {
 }
 
 bool ReadsBias(uint32_t e) {
-  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS ||
-         e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS ||
+         e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
 }
 bool WritesBias(uint32_t e) {
   return e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB ||
@@ -40,6 +42,9 @@ bool ReadsAux(uint32_t e) {
   return e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
 }
 bool AppliesGelu(uint32_t e) { return !ReadsAux(e) && (e & kGelu) != 0; }
+bool AppliesRelu(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_RELU || e == CUBLASLT_EPILOGUE_RELU_BIAS;
+}
 
 int64_t ElementBytes(int32_t dtype) { return dtype == CUDA_R_32F ? 4 : 2; }
 
@@ -149,6 +154,8 @@ std::string EpilogueName(uint32_t e) {
       return "CUBLASLT_EPILOGUE_RELU";
     case CUBLASLT_EPILOGUE_BIAS:
       return "CUBLASLT_EPILOGUE_BIAS";
+    case CUBLASLT_EPILOGUE_RELU_BIAS:
+      return "CUBLASLT_EPILOGUE_RELU_BIAS";
     case CUBLASLT_EPILOGUE_GELU:
       return "CUBLASLT_EPILOGUE_GELU";
     case CUBLASLT_EPILOGUE_GELU_BIAS:
@@ -401,6 +408,7 @@ void RunMatmul(const MatmulSpec& s, const MatrixShape& a, const MatrixShape& b,
         const int64_t aux_at = batch * s.aux_batch_stride + static_cast<int64_t>(j) * s.aux_ld + i;
         if (WritesAux(e)) Store(s.aux, aux_at, aux_type, x);
         if (AppliesGelu(e)) x = Gelu(x);
+        if (AppliesRelu(e)) x = std::max(x, 0.0f);
         if (ReadsAux(e)) x *= GeluGrad(Load(s.aux, aux_at, aux_type));
         if (e == CUBLASLT_EPILOGUE_DGELU_BGRAD) bias_grad[i] += x;
         Store(D, batch * d.batch_stride + static_cast<int64_t>(j) * d.ld + i, d.dtype, x);

@@ -23,7 +23,7 @@
 //     apart: a zero stride would write every batch's to one place);
 //   - in place (C == D) needs C's layout to be D's.
 // Refused as not modelled (CUBLAS_STATUS_NOT_SUPPORTED, never silently
-// mis-emulated): other orders, compute types, epilogues (RELU), fp8, scale
+// mis-emulated): other orders, compute types, epilogues (RELU_AUX, DRELU), fp8, scale
 // pointers, bias gradients of batched matmuls or with alpha != 1 (whether
 // alpha scales them is not documented), aux types other than D's.
 // Not known from documentation and so not enforced: which layouts the bias

@@ -137,6 +137,7 @@ class Matrix {
 struct EpilogueTraits {
   bool adds_bias = false;   // *_BIAS: bias[i] added before the activation
   bool gelu = false;        // GELU*: x := GELU(x)
+  bool relu = false;        // RELU*: x := max(x, 0)
   bool writes_aux = false;  // GELU_AUX*: the GELU input to aux
   bool dgelu = false;       // DGELU*: x := x * GELU'(aux)
   bool bgrad_d = false;     // DGELU_BGRAD: bias[i] = sum_j D[i, j]
@@ -150,6 +151,10 @@ EpilogueTraits Traits(uint32_t e) {
   switch (e) {
     case CUBLASLT_EPILOGUE_BIAS:
       return {.adds_bias = true};
+    case CUBLASLT_EPILOGUE_RELU:
+      return {.relu = true};
+    case CUBLASLT_EPILOGUE_RELU_BIAS:
+      return {.adds_bias = true, .relu = true};
     case CUBLASLT_EPILOGUE_GELU:
       return {.gelu = true};
     case CUBLASLT_EPILOGUE_GELU_BIAS:
@@ -283,6 +288,7 @@ Expected Reference(const Problem& p) {
         const size_t at = (bt * p.n + j) * p.m + i;
         e.aux[at] = x;
         if (t.gelu) x = Gelu(x);
+        if (t.relu) x = std::max(x, 0.0);
         if (t.dgelu) x *= GeluGrad(p.aux.Get(bt, i, j));
         e.d[at] = x;
         if (t.bgrad_d) e.bias[bt * bias_length + i] += x;
@@ -386,10 +392,10 @@ TEST_P(MatmulSweep, MatchesReference) {
 std::vector<SweepCase> SweepCases() {
   std::vector<SweepCase> out;
   for (uint32_t e :
-       {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU,
-        CUBLASLT_EPILOGUE_GELU_BIAS, CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
-        CUBLASLT_EPILOGUE_DGELU, CUBLASLT_EPILOGUE_DGELU_BGRAD, CUBLASLT_EPILOGUE_BGRADA,
-        CUBLASLT_EPILOGUE_BGRADB}) {
+       {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_RELU,
+        CUBLASLT_EPILOGUE_RELU_BIAS, CUBLASLT_EPILOGUE_GELU, CUBLASLT_EPILOGUE_GELU_BIAS,
+        CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU,
+        CUBLASLT_EPILOGUE_DGELU_BGRAD, CUBLASLT_EPILOGUE_BGRADA, CUBLASLT_EPILOGUE_BGRADB}) {
     for (auto [in, out_type] : {std::pair{CUDA_R_32F, CUDA_R_32F},
                                 {CUDA_R_16BF, CUDA_R_16BF},
                                 {CUDA_R_16BF, CUDA_R_32F},
