@@ -1,5 +1,7 @@
 #include "passes/train_step.h"
 
+#include <algorithm>
+
 #include "passes/autodiff.h"
 #include "passes/bf16_bias_gradients.h"
 #include "passes/cse.h"
@@ -174,24 +176,52 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
 
 namespace {
 
-// A forward entry's inputs: the program's parameters (names and shapes), then
-// `data` more inputs, which the caller checks.
-Status CheckForwardParams(const TrainProgram& program, const ir::Module& module, int64_t data) {
-  std::vector<ir::Instruction*> inputs = module.entry()->parameters();
+// A forward entry's data slots: `module`'s entry parameters are the
+// program's parameters (names and shapes), then `inputs` (shapes), whose
+// roles are `roles` in some order. Errors name the module.
+StatusOr<std::vector<Slot>> ForwardDataSlots(const TrainProgram& program, const ir::Module& module,
+                                             const std::vector<program::InputSpec>& inputs,
+                                             std::vector<SlotRole> roles) {
+  std::vector<ir::Instruction*> params = module.entry()->parameters();
   const int64_t n = static_cast<int64_t>(program.params.size());
-  if (static_cast<int64_t>(inputs.size()) != n + data) {
+  const int64_t data = static_cast<int64_t>(inputs.size());
+  if (static_cast<int64_t>(params.size()) != n + data) {
     return Error("{}: {} parameters, expected {} params + {} data inputs", module.name(),
-                 inputs.size(), n, data);
+                 params.size(), n, data);
   }
   for (int64_t i = 0; i < n; ++i) {
-    if (inputs[i]->name() != program.params[i].name ||
-        inputs[i]->shape() != program.params[i].shape) {
+    if (params[i]->name() != program.params[i].name ||
+        params[i]->shape() != program.params[i].shape) {
       return Error("{}: parameter {} is %{} {}, the train step has {} {}", module.name(), i,
-                   inputs[i]->name(), inputs[i]->shape().ToString(), program.params[i].name,
+                   params[i]->name(), params[i]->shape().ToString(), program.params[i].name,
                    program.params[i].shape.ToString());
     }
   }
-  return Status::Ok();
+  std::vector<Slot> slots;
+  for (int64_t i = 0; i < data; ++i) {
+    const ir::Instruction* p = params[n + i];
+    if (p->shape() != inputs[i].shape) {
+      return Error("{}: parameter {} is %{} {}, the input {} is {}", module.name(), n + i,
+                   p->name(), p->shape().ToString(), inputs[i].name,
+                   inputs[i].shape.ToString());
+    }
+    auto it = std::find(roles.begin(), roles.end(), inputs[i].role);
+    if (it == roles.end()) {
+      return Error("{}: input {} is {} data, expected {} inputs", module.name(), inputs[i].name,
+                   program::SlotRoleName(inputs[i].role), data);
+    }
+    roles.erase(it);
+    slots.push_back({inputs[i].role, -1, p->name(), p->shape()});
+  }
+  if (!roles.empty()) {
+    return Error("{}: no {} input", module.name(), program::SlotRoleName(roles.front()));
+  }
+  return slots;
+}
+
+// The slot of role `role` among `slots` (ForwardDataSlots found it).
+const Slot& SlotOf(const std::vector<Slot>& slots, SlotRole role) {
+  return *std::find_if(slots.begin(), slots.end(), [&](const Slot& s) { return s.role == role; });
 }
 
 // The passes of a forward-only entry: no autodiff, optimizer or remat.
@@ -231,18 +261,19 @@ ir::Shape SingleOutput(const ir::Module& module) {
 }  // namespace
 
 Status AddLogitsEntry(TrainProgram& program, std::unique_ptr<ir::Module> logits,
+                      const std::vector<program::InputSpec>& inputs,
                       const TrainStepOptions& options) {
   if (program.Find(EntryRole::kLogits) != nullptr)
     return Error("train program already has a logits entry");
-  RETURN_IF_ERROR(CheckForwardParams(program, *logits, 1).WithPrefix("logits module"));
-  const ir::Instruction* token_input = logits->entry()->parameters().back();
-  const ir::Shape tokens = token_input->shape();
+  StatusOr<std::vector<Slot>> data =
+      ForwardDataSlots(program, *logits, inputs, {SlotRole::kTokens});
+  if (!data.ok()) return data.status().WithPrefix("logits module");
+  const ir::Shape tokens = SlotOf(*data, SlotRole::kTokens).shape;
   if (tokens.dtype() != ir::DType::kS32 || tokens.rank() != 2 || tokens.dims()[0] != 1) {
     return Error("logits module {}: tokens are {}, expected s32[1,T]", logits->name(),
                  tokens.ToString());
   }
-  EntrySignature sig =
-      ForwardSignature(program, {{SlotRole::kTokens, -1, token_input->name(), tokens}});
+  EntrySignature sig = ForwardSignature(program, std::move(*data));
   RETURN_IF_ERROR(OptimizeForward(*logits, "logits", options));
   const ir::Shape out = SingleOutput(*logits);
   if (out.is_tuple() || out.rank() != 3 || out.dims()[1] != tokens.dims()[1]) {
@@ -255,23 +286,20 @@ Status AddLogitsEntry(TrainProgram& program, std::unique_ptr<ir::Module> logits,
 }
 
 Status AddEvalEntry(TrainProgram& program, std::unique_ptr<ir::Module> forward,
+                    const std::vector<program::InputSpec>& inputs,
                     const TrainStepOptions& options) {
   if (program.Find(EntryRole::kEval) != nullptr)
     return Error("train program already has an eval entry");
-  RETURN_IF_ERROR(CheckForwardParams(program, *forward, 2).WithPrefix("eval module"));
-  std::vector<ir::Instruction*> inputs = forward->entry()->parameters();
-  const ir::Instruction* tokens = inputs[inputs.size() - 2];
-  const ir::Instruction* targets = inputs.back();
-  for (const ir::Instruction* in : {tokens, targets}) {
-    if (in->shape().dtype() != ir::DType::kS32 || in->shape().rank() != 2 ||
-        in->shape() != tokens->shape()) {
-      return Error("eval module {}: tokens and targets are {} and {}, expected s32[B,T] both",
-                   forward->name(), tokens->shape().ToString(), targets->shape().ToString());
-    }
+  StatusOr<std::vector<Slot>> data =
+      ForwardDataSlots(program, *forward, inputs, {SlotRole::kTokens, SlotRole::kTargets});
+  if (!data.ok()) return data.status().WithPrefix("eval module");
+  const ir::Shape tokens = SlotOf(*data, SlotRole::kTokens).shape;
+  const ir::Shape targets = SlotOf(*data, SlotRole::kTargets).shape;
+  if (tokens.dtype() != ir::DType::kS32 || tokens.rank() != 2 || targets != tokens) {
+    return Error("eval module {}: tokens and targets are {} and {}, expected s32[B,T] both",
+                 forward->name(), tokens.ToString(), targets.ToString());
   }
-  EntrySignature sig =
-      ForwardSignature(program, {{SlotRole::kTokens, -1, tokens->name(), tokens->shape()},
-                                 {SlotRole::kTargets, -1, targets->name(), targets->shape()}});
+  EntrySignature sig = ForwardSignature(program, std::move(*data));
   RETURN_IF_ERROR(OptimizeForward(*forward, "eval", options));
   const ir::Shape loss = SingleOutput(*forward);
   if (loss != ir::Shape::Scalar(ir::DType::kF32)) {

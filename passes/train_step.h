@@ -68,21 +68,26 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
 
 // Adds the sampling entry `logits` to `program` from a traced module
 // "params..., tokens s32[1, T] -> logits f32[1, T, V]" whose parameters are
-// exactly program.params (names and shapes). Runs mixed precision (as
+// exactly program.params (names and shapes), then `inputs` (the tracer's
+// data inputs; one, of role tokens). Runs mixed precision (as
 // `options.precision`), simplify -> cse -> dce and, when options.optimize,
 // fusion -> schedule. Signature: inputs param[0..P-1], tokens; output logits.
 // The sampler reads the logits at the last real position and masks the padded
 // vocabulary.
 Status AddLogitsEntry(TrainProgram& program, std::unique_ptr<ir::Module> logits,
+                      const std::vector<program::InputSpec>& inputs,
                       const TrainStepOptions& options);
 
 // Adds the validation entry `eval` to `program` from the traced forward
 // "params..., tokens s32[B, T], targets s32[B, T] -> loss f32[]" (what
-// BuildTrainProgram differentiates), with the same passes as the logits
-// entry. Signature: inputs param[0..P-1], tokens, targets; output loss. One
-// run gives the mean loss of a batch on the device, where validating through
-// `logits` would run each row alone and copy its [T, V] logits to the host.
+// BuildTrainProgram differentiates, with its `inputs`: tokens and targets,
+// found by role), with the same passes as the logits entry. Signature:
+// inputs param[0..P-1] and the data inputs in the module's order; output
+// loss. One run gives the mean loss of a batch on the device, where
+// validating through `logits` would run each row alone and copy its [T, V]
+// logits to the host.
 Status AddEvalEntry(TrainProgram& program, std::unique_ptr<ir::Module> forward,
+                    const std::vector<program::InputSpec>& inputs,
                     const TrainStepOptions& options);
 
 // Checks that `module`'s entry has `sig`'s inputs (names and shapes, in

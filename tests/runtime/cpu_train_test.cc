@@ -72,7 +72,7 @@ TEST(CpuTrainTest, EvalEntryGivesTheStepsLoss) {
   ASSERT_TRUE(program.ok()) << program.status().message();
   StatusOr<frontend::TracedModule> forward = models::TraceGpt2Forward(config, kBatch, kSeq);
   ASSERT_TRUE(forward.ok());
-  Status added = passes::AddEvalEntry(*program, std::move(forward->module), options);
+  Status added = passes::AddEvalEntry(*program, std::move(forward->module), forward->inputs, options);
   ASSERT_TRUE(added.ok()) << added.message();
   const program::TrainEntry* eval = program->Find(program::EntryRole::kEval);
   ASSERT_NE(eval, nullptr);
@@ -93,13 +93,13 @@ TEST(CpuTrainTest, EvalEntryGivesTheStepsLoss) {
   // A second eval entry, or a module that is not the train step's forward.
   StatusOr<frontend::TracedModule> again = models::TraceGpt2Forward(config, kBatch, kSeq);
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(passes::AddEvalEntry(*program, std::move(again->module), options).message(),
+  EXPECT_EQ(passes::AddEvalEntry(*program, std::move(again->module), again->inputs, options).message(),
             "train program already has an eval entry");
   program->entries.pop_back();
   StatusOr<frontend::TracedModule> logits = models::TraceGpt2Logits(config, 1, kSeq);
   ASSERT_TRUE(logits.ok());
-  Status wrong = passes::AddEvalEntry(*program, std::move(logits->module), options);
-  EXPECT_NE(wrong.message().find("expected"), std::string::npos) << wrong.message();
+  Status wrong = passes::AddEvalEntry(*program, std::move(logits->module), logits->inputs, options);
+  EXPECT_NE(wrong.message().find("no targets input"), std::string::npos) << wrong.message();
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ class ProgramLoaderTest : public ::testing::Test {
     ASSERT_TRUE(p.ok()) << p.status().message();
     StatusOr<frontend::TracedModule> logits = models::TraceGpt2Logits(config_, 1, 8);
     ASSERT_TRUE(logits.ok()) << logits.status().message();
-    ASSERT_TRUE(passes::AddLogitsEntry(*p, std::move(logits->module), options).ok());
+    ASSERT_TRUE(passes::AddLogitsEntry(*p, std::move(logits->module), logits->inputs, options).ok());
     program_ = std::move(*p);
   }
 

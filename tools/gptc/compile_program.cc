@@ -225,10 +225,11 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
       // The sampling entry (batch 1, the train step's seq): gptrun's samples.
       ASSIGN_OR_RETURN(frontend::TracedModule logits,
                        models::TraceGpt2Logits(config, 1, options.seq));
-      RETURN_IF_ERROR(passes::AddLogitsEntry(program, std::move(logits.module), train)
-                          .WithPrefix("logits entry"));
       RETURN_IF_ERROR(
-          passes::AddEvalEntry(program, std::move(forward), train).WithPrefix("eval entry"));
+          passes::AddLogitsEntry(program, std::move(logits.module), logits.inputs, train)
+              .WithPrefix("logits entry"));
+      RETURN_IF_ERROR(passes::AddEvalEntry(program, std::move(forward), traced.inputs, train)
+                          .WithPrefix("eval entry"));
     }
     for (const program::TrainEntry& e : program.entries) {
       modules.push_back(e.module.get());
