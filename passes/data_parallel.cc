@@ -162,16 +162,11 @@ StatusOr<bool> ReduceAccumulators(ir::Computation& entry, const DataParallelOpti
   for (Instruction* acc : accumulators) {
     std::vector<Instruction*> users = acc->users();
     // Named after the parameter, for people: `grad_acc.NAME` -> `dp.NAME.mean`.
-    constexpr std::string_view kAccPrefix = "grad_acc.";
-    const std::string& name = acc->name();
+    std::string_view name = acc->name();
+    if (name.starts_with("grad_acc.")) name.remove_prefix(sizeof("grad_acc.") - 1);
     ASSIGN_OR_RETURN(
         Instruction * mean,
-        EmitMean(entry,
-                 {acc,
-                  name.substr(
-                      name.compare(0, kAccPrefix.size(), kAccPrefix) == 0 ? kAccPrefix.size() : 0),
-                  o.gradients_prescaled},
-                 o.world_size, at));
+        EmitMean(entry, {acc, std::string(name), o.gradients_prescaled}, o.world_size, at));
     for (Instruction* user : users) {
       for (int64_t i = 0; i < user->operand_count(); ++i) {
         if (user->operand(i) == acc) user->ReplaceOperandWith(i, mean);

@@ -66,6 +66,34 @@ std::string DescribeSignature(const EntrySignature& signature) {
 
 namespace {
 
+// Note [entry signature] (frontend/tracer.h): `module`'s entry parameters
+// are `params` (names and shapes), then `inputs` (shapes). Errors name the
+// module.
+Status CheckEntryInputs(const ir::Module& module, const std::vector<program::ParamSpec>& params,
+                        const std::vector<program::InputSpec>& inputs) {
+  std::vector<ir::Instruction*> entry = module.entry()->parameters();
+  const size_t n = params.size();
+  if (entry.size() != n + inputs.size()) {
+    return Error("{}: {} parameters, expected {} params + {} data inputs", module.name(),
+                 entry.size(), n, inputs.size());
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (entry[i]->name() != params[i].name || entry[i]->shape() != params[i].shape) {
+      return Error("{}: parameter {} is %{} {}, the train step has {} {}", module.name(), i,
+                   entry[i]->name(), entry[i]->shape().ToString(), params[i].name,
+                   params[i].shape.ToString());
+    }
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ir::Instruction* p = entry[n + i];
+    if (p->shape() != inputs[i].shape) {
+      return Error("{}: parameter {} is %{} {}, the input {} is {}", module.name(), n + i,
+                   p->name(), p->shape().ToString(), inputs[i].name, inputs[i].shape.ToString());
+    }
+  }
+  return Status::Ok();
+}
+
 // `data_roles`: the entry's data inputs' (none for apply).
 StatusOr<TrainEntry> RunOptimizer(EntryRole role, std::unique_ptr<ir::Module> module,
                                   OptimizerMode mode, int64_t num_params,
@@ -112,29 +140,9 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
   if (options.grad_accum < 1) return Error("--grad-accum must be >= 1, got {}", options.grad_accum);
   if (options.world_size < 1) return Error("--dp must be >= 1, got {}", options.world_size);
   const int64_t n = static_cast<int64_t>(params.size());
-  std::vector<ir::Instruction*> entry_params = forward->entry()->parameters();
-  for (int64_t i = 0; i < n; ++i) {
-    if (i >= static_cast<int64_t>(entry_params.size()) ||
-        entry_params[i]->name() != params[i].name || entry_params[i]->shape() != params[i].shape) {
-      return Error("train step: parameter {} ({}) is not entry parameter {} of module {}", i,
-                   params[i].name, i, forward->name());
-    }
-  }
-  const int64_t d = static_cast<int64_t>(inputs.size());
-  if (static_cast<int64_t>(entry_params.size()) != n + d) {
-    return Error(
-        "train step: module {} has {} entry parameters, expected {} parameters and {} "
-        "inputs",
-        forward->name(), entry_params.size(), n, d);
-  }
+  RETURN_IF_ERROR(CheckEntryInputs(*forward, params, inputs).WithPrefix("train step"));
   std::vector<SlotRole> data_roles;
-  for (int64_t i = 0; i < d; ++i) {
-    if (entry_params[n + i]->shape() != inputs[i].shape) {
-      return Error("train step: input {} ({}) is not entry parameter {} of module {}", i,
-                   inputs[i].name, n + i, forward->name());
-    }
-    data_roles.push_back(inputs[i].role);
-  }
+  for (const program::InputSpec& input : inputs) data_roles.push_back(input.role);
   pass::Pipeline gradients("gradients", options.pipeline);
   if (options.dumps != nullptr) gradients.set_dump_writer(options.dumps);
   if (options.precision.policy != PrecisionPolicy::kF32) {
@@ -177,41 +185,23 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
 namespace {
 
 // A forward entry's data slots: `module`'s entry parameters are the
-// program's parameters (names and shapes), then `inputs` (shapes), whose
-// roles are `roles` in some order. Errors name the module.
+// program's parameters, then `inputs` (CheckEntryInputs), whose roles are
+// `roles` in some order. Errors name the module.
 StatusOr<std::vector<Slot>> ForwardDataSlots(const TrainProgram& program, const ir::Module& module,
                                              const std::vector<program::InputSpec>& inputs,
                                              std::vector<SlotRole> roles) {
+  RETURN_IF_ERROR(CheckEntryInputs(module, program.params, inputs));
   std::vector<ir::Instruction*> params = module.entry()->parameters();
-  const int64_t n = static_cast<int64_t>(program.params.size());
-  const int64_t data = static_cast<int64_t>(inputs.size());
-  if (static_cast<int64_t>(params.size()) != n + data) {
-    return Error("{}: {} parameters, expected {} params + {} data inputs", module.name(),
-                 params.size(), n, data);
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    if (params[i]->name() != program.params[i].name ||
-        params[i]->shape() != program.params[i].shape) {
-      return Error("{}: parameter {} is %{} {}, the train step has {} {}", module.name(), i,
-                   params[i]->name(), params[i]->shape().ToString(), program.params[i].name,
-                   program.params[i].shape.ToString());
-    }
-  }
+  const size_t n = program.params.size();
   std::vector<Slot> slots;
-  for (int64_t i = 0; i < data; ++i) {
-    const ir::Instruction* p = params[n + i];
-    if (p->shape() != inputs[i].shape) {
-      return Error("{}: parameter {} is %{} {}, the input {} is {}", module.name(), n + i,
-                   p->name(), p->shape().ToString(), inputs[i].name,
-                   inputs[i].shape.ToString());
-    }
+  for (size_t i = 0; i < inputs.size(); ++i) {
     auto it = std::find(roles.begin(), roles.end(), inputs[i].role);
     if (it == roles.end()) {
       return Error("{}: input {} is {} data, expected {} inputs", module.name(), inputs[i].name,
-                   program::SlotRoleName(inputs[i].role), data);
+                   program::SlotRoleName(inputs[i].role), inputs.size());
     }
     roles.erase(it);
-    slots.push_back({inputs[i].role, -1, p->name(), p->shape()});
+    slots.push_back({inputs[i].role, -1, params[n + i]->name(), inputs[i].shape});
   }
   if (!roles.empty()) {
     return Error("{}: no {} input", module.name(), program::SlotRoleName(roles.front()));
@@ -225,9 +215,8 @@ const Slot& SlotOf(const std::vector<Slot>& slots, SlotRole role) {
 }
 
 // The passes of a forward-only entry: no autodiff, optimizer or remat.
-Status OptimizeForward(ir::Module& module, std::string_view name,
-                       const TrainStepOptions& options) {
-  pass::Pipeline pipeline(std::string(name), options.pipeline);
+Status OptimizeForward(ir::Module& module, EntryRole role, const TrainStepOptions& options) {
+  pass::Pipeline pipeline(std::string(program::EntryRoleName(role)), options.pipeline);
   if (options.dumps != nullptr) pipeline.set_dump_writer(options.dumps);
   if (options.precision.policy != PrecisionPolicy::kF32) {
     pipeline.AddPass<MixedPrecision>(options.precision);
@@ -274,7 +263,7 @@ Status AddLogitsEntry(TrainProgram& program, std::unique_ptr<ir::Module> logits,
                  tokens.ToString());
   }
   EntrySignature sig = ForwardSignature(program, std::move(*data));
-  RETURN_IF_ERROR(OptimizeForward(*logits, "logits", options));
+  RETURN_IF_ERROR(OptimizeForward(*logits, EntryRole::kLogits, options));
   const ir::Shape out = SingleOutput(*logits);
   if (out.is_tuple() || out.rank() != 3 || out.dims()[1] != tokens.dims()[1]) {
     return Error("logits module {}: root is {}, expected [1,{},V]", logits->name(),
@@ -300,7 +289,7 @@ Status AddEvalEntry(TrainProgram& program, std::unique_ptr<ir::Module> forward,
                  forward->name(), tokens.ToString(), targets.ToString());
   }
   EntrySignature sig = ForwardSignature(program, std::move(*data));
-  RETURN_IF_ERROR(OptimizeForward(*forward, "eval", options));
+  RETURN_IF_ERROR(OptimizeForward(*forward, EntryRole::kEval, options));
   const ir::Shape loss = SingleOutput(*forward);
   if (loss != ir::Shape::Scalar(ir::DType::kF32)) {
     return Error("eval module {}: root is {}, expected the f32[] loss", forward->name(),

@@ -26,10 +26,10 @@ namespace gptc::ir {
 // remat's copies out of forward kernels, groups each parameter's optimizer
 // work and the gradient norm's sums, and finds the cross-entropy's
 // backward; the reports count kernels per layer; data parallelism finds
-// the accumulated gradients. Each reads the role. When these read metadata
-// prefixes (`grad.`, `remat.`, `optimizer.`), the scope string `h.N` and
-// names (`remat.X`, `grad_acc.X`), renaming a tracer scope silently changed
-// what was recomputed and fused. tests/style/no_string_decisions.sh keeps
+// the accumulated gradients. Each reads the role, not metadata prefixes
+// (`grad.`, `remat.`, `optimizer.`), the scope string `h.N` or names
+// (`remat.X`, `grad_acc.X`): with those, renaming a tracer scope would
+// silently change what is recomputed and fused. tests/style/no_string_decisions.sh keeps
 // such reads out of the sources, and TrainPipelineTest.MetadataIsForPeopleOnly
 // compiles a forward with its metadata blanked to the same step.
 //
