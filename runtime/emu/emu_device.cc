@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -18,10 +17,6 @@ namespace gptc::rt::emu {
 using State = EmuDevice::State;
 
 namespace {
-
-std::atomic<EmuDevice::State*> g_device{nullptr};
-
-EmuDevice::State& D() { return *g_device.load(std::memory_order_acquire); }
 
 // Host memory from /proc/meminfo (kB lines), in bytes; 0 when unknown.
 int64_t MemInfo(const char* key) {
@@ -37,26 +32,26 @@ int64_t MemInfo(const char* key) {
 
 // --- the CUDA runtime API ------------------------------------------------
 
-cudaError_t GetDeviceCount(int* count) {
+cudaError_t GetDeviceCount(State& d, int* count) {
   *count = 1;
   return cudaSuccess;
 }
 
-cudaError_t SetDevice(int device) {
+cudaError_t SetDevice(State& d, int device) {
   if (device != 0)
-    return Fail(cudaErrorInvalidDevice,
+    return Fail(d, cudaErrorInvalidDevice,
                 fmt::format("emulated device {}: there is only device 0", device));
   return cudaSuccess;
 }
 
-cudaError_t GetDeviceProperties(cudaDeviceProp* prop, int device) {
-  if (device != 0) return Fail(cudaErrorInvalidDevice, "there is only device 0");
+cudaError_t GetDeviceProperties(State& d, cudaDeviceProp* prop, int device) {
+  if (device != 0) return Fail(d, cudaErrorInvalidDevice, "there is only device 0");
   *prop = cudaDeviceProp{};
-  const std::string name = fmt::format("gptc emulated {} (x86-64 host)", D().target);
+  const std::string name = fmt::format("gptc emulated {} (x86-64 host)", d.target);
   std::snprintf(prop->name, sizeof(prop->name), "%s", name.c_str());
   prop->major = 9;
   prop->minor = 0;
-  prop->multiProcessorCount = D().runner->workers();
+  prop->multiProcessorCount = d.runner->workers();
   prop->sharedMemPerBlock = 48 << 10;
   prop->sharedMemPerBlockOptin = 227 << 10;
   prop->maxThreadsPerBlock = 1024;
@@ -65,34 +60,32 @@ cudaError_t GetDeviceProperties(cudaDeviceProp* prop, int device) {
   return cudaSuccess;
 }
 
-cudaError_t DriverGetVersion(int* v) {
+cudaError_t DriverGetVersion(State& d, int* v) {
   *v = 13000;
   return cudaSuccess;
 }
 
-cudaError_t RuntimeGetVersion(int* v) {
+cudaError_t RuntimeGetVersion(State& d, int* v) {
   *v = CUDART_VERSION;
   return cudaSuccess;
 }
 
-cudaError_t MemGetInfo(size_t* free, size_t* total) {
+cudaError_t MemGetInfo(State& d, size_t* free, size_t* total) {
   *free = static_cast<size_t>(MemInfo("MemAvailable:"));
   *total = static_cast<size_t>(MemInfo("MemTotal:"));
   return cudaSuccess;
 }
 
-cudaError_t GetLastError() {
-  State& d = D();
+cudaError_t GetLastError(State& d) {
   if (d.sticky != cudaSuccess) return d.sticky;
   cudaError_t e = d.last_error;
   d.last_error = cudaSuccess;
   return e;
 }
 
-const char* GetErrorName(cudaError_t e) { return ::cudaGetErrorName(e); }
+const char* GetErrorName(State& d, cudaError_t e) { return ::cudaGetErrorName(e); }
 
-const char* GetErrorString(cudaError_t e) {
-  State& d = D();
+const char* GetErrorString(State& d, cudaError_t e) {
   if (e != cudaSuccess && e == d.last_error && !d.last_message.empty()) {
     return d.last_message.c_str();
   }
@@ -100,18 +93,16 @@ const char* GetErrorString(cudaError_t e) {
 }
 
 // Everything every stream has done is done (cudaFree and friends).
-void SynchronizeDevice() {
-  State& d = D();
-  for (auto& s : d.streams) Learn(d.host_known, s->known, -1);
+void SynchronizeDevice(State& d) {
+  for (auto& s : d.streams) Learn(d, d.host_known, s->known, -1);
 }
 
-cudaError_t Malloc(void** p, size_t bytes) {
-  State& d = D();
+cudaError_t Malloc(State& d, void** p, size_t bytes) {
   if (d.sticky != cudaSuccess) return d.sticky;
   const size_t size = std::max<size_t>(bytes, 1);
   void* m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) {
-    return Fail(cudaErrorMemoryAllocation,
+    return Fail(d, cudaErrorMemoryAllocation,
                 fmt::format("emulated device: out of host memory for {} bytes", bytes));
   }
   // Device memory starts poisoned: a read of what nothing wrote is NaN (or
@@ -124,13 +115,12 @@ cudaError_t Malloc(void** p, size_t bytes) {
   return cudaSuccess;
 }
 
-cudaError_t Free(void* p) {
-  State& d = D();
-  SynchronizeDevice();
+cudaError_t Free(State& d, void* p) {
+  SynchronizeDevice(d);
   if (p == nullptr) return cudaSuccess;
   auto it = d.device_memory.find(reinterpret_cast<uintptr_t>(p));
   if (it == d.device_memory.end()) {
-    return Fail(cudaErrorInvalidValue, fmt::format("cudaFree({}): not an allocation", p));
+    return Fail(d, cudaErrorInvalidValue, fmt::format("cudaFree({}): not an allocation", p));
   }
   d.checker->RemoveAllocation(static_cast<char*>(p));
   munmap(p, it->second);
@@ -138,30 +128,29 @@ cudaError_t Free(void* p) {
   return cudaSuccess;
 }
 
-cudaError_t HostAlloc(void** p, size_t bytes, unsigned int) {
+cudaError_t HostAlloc(State& d, void** p, size_t bytes, unsigned int) {
   *p = std::malloc(std::max<size_t>(bytes, 1));
-  if (*p == nullptr) return Fail(cudaErrorMemoryAllocation, "out of host memory");
-  D().host_memory[reinterpret_cast<uintptr_t>(*p)] = bytes;
+  if (*p == nullptr) return Fail(d, cudaErrorMemoryAllocation, "out of host memory");
+  d.host_memory[reinterpret_cast<uintptr_t>(*p)] = bytes;
   return cudaSuccess;
 }
 
-cudaError_t FreeHost(void* p) {
-  State& d = D();
-  SynchronizeDevice();
+cudaError_t FreeHost(State& d, void* p) {
+  SynchronizeDevice(d);
   if (d.host_memory.erase(reinterpret_cast<uintptr_t>(p)) == 0) {
-    return Fail(cudaErrorInvalidValue, "cudaFreeHost: not a cudaHostAlloc pointer");
+    return Fail(d, cudaErrorInvalidValue, "cudaFreeHost: not a cudaHostAlloc pointer");
   }
   std::free(p);
   return cudaSuccess;
 }
 
 // Synchronous calls have no place in a stream capture (CUDA invalidates it).
-cudaError_t RefuseDuringCapture(const char* call) {
-  for (auto& s : D().streams) {
+cudaError_t RefuseDuringCapture(State& d, const char* call) {
+  for (auto& s : d.streams) {
     if (s->capture != nullptr) {
       s->capture->invalid = true;
       s->capture->why = call;
-      return Fail(cudaErrorStreamCaptureImplicit,
+      return Fail(d, cudaErrorStreamCaptureImplicit,
                   fmt::format("{} during a stream capture (it synchronizes with the legacy "
                               "stream): the capture is invalidated",
                               call));
@@ -170,42 +159,41 @@ cudaError_t RefuseDuringCapture(const char* call) {
   return cudaSuccess;
 }
 
-cudaError_t Memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  if (cudaError_t e = RefuseDuringCapture("cudaMemcpy"); e != cudaSuccess) return e;
-  State& d = D();
+cudaError_t Memcpy(State& d, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (cudaError_t e = RefuseDuringCapture(d, "cudaMemcpy"); e != cudaSuccess) return e;
   Stream& legacy = *d.streams[0];
   const std::string what = fmt::format("cudaMemcpy of {} bytes (legacy default stream)", bytes);
   cudaError_t e = Execute(legacy, [&](Stream& on) { return CopyOp(on, dst, src, bytes, what); });
   // To the host, the copy is complete on return; from pageable memory to the
   // device, only staged (CUDA's documented synchronous behaviour).
-  if (e == cudaSuccess && kind != cudaMemcpyHostToDevice) Learn(d.host_known, legacy.known, -1);
+  if (e == cudaSuccess && kind != cudaMemcpyHostToDevice) Learn(d, d.host_known, legacy.known, -1);
   return e;
 }
 
-cudaError_t MemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
+cudaError_t MemcpyAsync(State& d, void* dst, const void* src, size_t bytes, cudaMemcpyKind,
                         cudaStream_t stream) {
-  Stream* s = ToStream(stream);
-  if (s == nullptr) return Fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: unknown stream");
+  Stream* s = ToStream(d, stream);
+  if (s == nullptr) return Fail(d, cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: unknown stream");
   const std::string what = fmt::format("cudaMemcpyAsync of {} bytes", bytes);
   return Enqueue(*s, [=](Stream& on) { return CopyOp(on, dst, src, bytes, what); });
 }
 
-cudaError_t Memset(void* dst, int value, size_t bytes) {
-  if (cudaError_t e = RefuseDuringCapture("cudaMemset"); e != cudaSuccess) return e;
+cudaError_t Memset(State& d, void* dst, int value, size_t bytes) {
+  if (cudaError_t e = RefuseDuringCapture(d, "cudaMemset"); e != cudaSuccess) return e;
   const std::string what = fmt::format("cudaMemset of {} bytes (legacy default stream)", bytes);
-  return Execute(*D().streams[0], [&](Stream& on) { return SetOp(on, dst, value, bytes, what); });
+  return Execute(*d.streams[0], [&](Stream& on) { return SetOp(on, dst, value, bytes, what); });
 }
 
-cudaError_t MemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
-  Stream* s = ToStream(stream);
-  if (s == nullptr) return Fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: unknown stream");
+cudaError_t MemsetAsync(State& d, void* dst, int value, size_t bytes, cudaStream_t stream) {
+  Stream* s = ToStream(d, stream);
+  if (s == nullptr) return Fail(d, cudaErrorInvalidResourceHandle, "cudaMemsetAsync: unknown stream");
   const std::string what = fmt::format("cudaMemsetAsync of {} bytes", bytes);
   return Enqueue(*s, [=](Stream& on) { return SetOp(on, dst, value, bytes, what); });
 }
 
-cudaError_t StreamCreateWithFlags(cudaStream_t* out, unsigned int flags) {
-  State& d = D();
+cudaError_t StreamCreateWithFlags(State& d, cudaStream_t* out, unsigned int flags) {
   auto s = std::make_unique<Stream>();
+  s->device = &d;
   s->id = static_cast<int>(d.streams.size());
   s->blocking = (flags & cudaStreamNonBlocking) == 0;
   s->known.assign(d.streams.size() + 1, 0);
@@ -214,50 +202,49 @@ cudaError_t StreamCreateWithFlags(cudaStream_t* out, unsigned int flags) {
   return cudaSuccess;
 }
 
-cudaError_t StreamDestroy(cudaStream_t stream) {
-  Stream* s = ToStream(stream);
+cudaError_t StreamDestroy(State& d, cudaStream_t stream) {
+  Stream* s = ToStream(d, stream);
   if (s == nullptr || s->id == 0)
-    return Fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: unknown stream");
+    return Fail(d, cudaErrorInvalidResourceHandle, "cudaStreamDestroy: unknown stream");
   // Its work still completes; the object stays for graphs that name it.
-  Learn(D().host_known, s->known, -1);
+  Learn(d, d.host_known, s->known, -1);
   s->destroyed = true;
   return cudaSuccess;
 }
 
-cudaError_t StreamSynchronize(cudaStream_t stream) {
-  State& d = D();
-  Stream* s = ToStream(stream);
+cudaError_t StreamSynchronize(State& d, cudaStream_t stream) {
+  Stream* s = ToStream(d, stream);
   if (s == nullptr)
-    return Fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: unknown stream");
+    return Fail(d, cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: unknown stream");
   if (s->capture != nullptr) {
     s->capture->invalid = true;
     s->capture->why = "cudaStreamSynchronize";
-    return Fail(cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize on a capturing stream");
+    return Fail(d, cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize on a capturing stream");
   }
   if (d.sticky != cudaSuccess) return d.sticky;
-  Learn(d.host_known, s->known, -1);
+  Learn(d, d.host_known, s->known, -1);
   return cudaSuccess;
 }
 
-cudaError_t EventCreateWithFlags(cudaEvent_t* out, unsigned int flags) {
+cudaError_t EventCreateWithFlags(State& d, cudaEvent_t* out, unsigned int flags) {
   auto* e = new Event();
   e->timing = (flags & cudaEventDisableTiming) == 0;
   *out = reinterpret_cast<cudaEvent_t>(e);
   return cudaSuccess;
 }
 
-cudaError_t EventCreate(cudaEvent_t* out) { return EventCreateWithFlags(out, cudaEventDefault); }
+cudaError_t EventCreate(State& d, cudaEvent_t* out) { return EventCreateWithFlags(d, out, cudaEventDefault); }
 
-cudaError_t EventDestroy(cudaEvent_t event) {
+cudaError_t EventDestroy(State& d, cudaEvent_t event) {
   delete reinterpret_cast<Event*>(event);
   return cudaSuccess;
 }
 
-cudaError_t EventRecord(cudaEvent_t event, cudaStream_t stream) {
-  Stream* s = ToStream(stream);
+cudaError_t EventRecord(State& d, cudaEvent_t event, cudaStream_t stream) {
+  Stream* s = ToStream(d, stream);
   auto* e = reinterpret_cast<Event*>(event);
   if (s == nullptr || e == nullptr)
-    return Fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown stream or event");
+    return Fail(d, cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown stream or event");
   if (s->capture != nullptr) {
     e->captured = s->capture;
     e->stream = s;
@@ -273,11 +260,11 @@ cudaError_t EventRecord(cudaEvent_t event, cudaStream_t stream) {
   });
 }
 
-cudaError_t StreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
-  Stream* s = ToStream(stream);
+cudaError_t StreamWaitEvent(State& d, cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  Stream* s = ToStream(d, stream);
   auto* e = reinterpret_cast<Event*>(event);
   if (s == nullptr || e == nullptr)
-    return Fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: unknown stream or event");
+    return Fail(d, cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: unknown stream or event");
   if (Graph* g = e->captured; g != nullptr && e->stream->capture == g) {
     if (s->capture == nullptr) s->capture = g;  // a fork joins the capture
     if (s == g->origin && e->stream != s) {
@@ -286,55 +273,53 @@ cudaError_t StreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int
     }
   }
   return Enqueue(*s, [e](Stream& on) {
-    Learn(on.known, e->known, on.id);
+    Learn(*on.device, on.known, e->known, on.id);
     on.now_us = std::max(on.now_us, e->time_us);
     return cudaSuccess;
   });
 }
 
-cudaError_t EventSynchronize(cudaEvent_t event) {
-  State& d = D();
+cudaError_t EventSynchronize(State& d, cudaEvent_t event) {
   auto* e = reinterpret_cast<Event*>(event);
   if (e == nullptr)
-    return Fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: unknown event");
+    return Fail(d, cudaErrorInvalidResourceHandle, "cudaEventSynchronize: unknown event");
   if (e->captured != nullptr && e->stream->capture == e->captured) {
-    return Fail(cudaErrorStreamCaptureUnsupported,
+    return Fail(d, cudaErrorStreamCaptureUnsupported,
                 "cudaEventSynchronize of an event being captured");
   }
   if (d.sticky != cudaSuccess) return d.sticky;
-  Learn(d.host_known, e->known, -1);
+  Learn(d, d.host_known, e->known, -1);
   return cudaSuccess;
 }
 
-cudaError_t EventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+cudaError_t EventElapsedTime(State& d, float* ms, cudaEvent_t start, cudaEvent_t end) {
   auto* a = reinterpret_cast<Event*>(start);
   auto* b = reinterpret_cast<Event*>(end);
   if (a == nullptr || b == nullptr || !a->recorded || !b->recorded || !a->timing || !b->timing) {
-    return Fail(cudaErrorInvalidResourceHandle,
+    return Fail(d, cudaErrorInvalidResourceHandle,
                 "cudaEventElapsedTime: events not recorded with timing");
   }
   *ms = static_cast<float>((b->time_us - a->time_us) / 1000);
   return cudaSuccess;
 }
 
-cudaError_t StreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
-  Stream* s = ToStream(stream);
+cudaError_t StreamBeginCapture(State& d, cudaStream_t stream, cudaStreamCaptureMode) {
+  Stream* s = ToStream(d, stream);
   if (s == nullptr || s->id == 0)
-    return Fail(cudaErrorStreamCaptureUnsupported,
+    return Fail(d, cudaErrorStreamCaptureUnsupported,
                 "cudaStreamBeginCapture: the legacy stream cannot be captured");
   if (s->capture != nullptr)
-    return Fail(cudaErrorIllegalState, "cudaStreamBeginCapture: already capturing");
+    return Fail(d, cudaErrorIllegalState, "cudaStreamBeginCapture: already capturing");
   s->capture = new Graph();
   s->capture->origin = s;
   return cudaSuccess;
 }
 
-cudaError_t StreamEndCapture(cudaStream_t stream, cudaGraph_t* out) {
-  State& d = D();
-  Stream* s = ToStream(stream);
+cudaError_t StreamEndCapture(State& d, cudaStream_t stream, cudaGraph_t* out) {
+  Stream* s = ToStream(d, stream);
   *out = nullptr;
   if (s == nullptr || s->capture == nullptr || s->capture->origin != s) {
-    return Fail(cudaErrorIllegalState, "cudaStreamEndCapture: the stream did not begin a capture");
+    return Fail(d, cudaErrorIllegalState, "cudaStreamEndCapture: the stream did not begin a capture");
   }
   Graph* g = s->capture;
   for (auto& other : d.streams) {
@@ -343,14 +328,14 @@ cudaError_t StreamEndCapture(cudaStream_t stream, cudaGraph_t* out) {
   if (g->invalid) {
     std::string why = g->why;
     delete g;
-    return Fail(cudaErrorStreamCaptureInvalidated, "the capture was invalidated by " + why);
+    return Fail(d, cudaErrorStreamCaptureInvalidated, "the capture was invalidated by " + why);
   }
   for (const auto& [forked, last] : g->last_op) {
     if (forked == s) continue;
     auto back = g->joined_back.find(forked);
     if (back == g->joined_back.end() || back->second < last) {
       delete g;
-      return Fail(cudaErrorStreamCaptureUnjoined,
+      return Fail(d, cudaErrorStreamCaptureUnjoined,
                   fmt::format("cudaStreamEndCapture: stream {} was forked into the capture and "
                               "not joined back (the origin must wait for an event recorded "
                               "after its last work)",
@@ -361,18 +346,18 @@ cudaError_t StreamEndCapture(cudaStream_t stream, cudaGraph_t* out) {
   return cudaSuccess;
 }
 
-cudaError_t GraphInstantiate(cudaGraphExec_t* out, cudaGraph_t graph, unsigned long long) {
+cudaError_t GraphInstantiate(State& d, cudaGraphExec_t* out, cudaGraph_t graph, unsigned long long) {
   auto* g = reinterpret_cast<Graph*>(graph);
-  if (g == nullptr) return Fail(cudaErrorInvalidValue, "cudaGraphInstantiate: no graph");
+  if (g == nullptr) return Fail(d, cudaErrorInvalidValue, "cudaGraphInstantiate: no graph");
   *out = reinterpret_cast<cudaGraphExec_t>(new GraphExec{g->origin, g->ops});
   return cudaSuccess;
 }
 
-cudaError_t GraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+cudaError_t GraphLaunch(State& d, cudaGraphExec_t exec, cudaStream_t stream) {
   auto* x = reinterpret_cast<GraphExec*>(exec);
-  Stream* s = ToStream(stream);
+  Stream* s = ToStream(d, stream);
   if (x == nullptr || s == nullptr)
-    return Fail(cudaErrorInvalidResourceHandle, "cudaGraphLaunch: unknown graph or stream");
+    return Fail(d, cudaErrorInvalidResourceHandle, "cudaGraphLaunch: unknown graph or stream");
   for (const GraphOp& op : x->ops) {
     Stream& on = op.stream == x->origin ? *s : *op.stream;
     if (cudaError_t e = Execute(on, op.run); e != cudaSuccess) return e;
@@ -380,12 +365,12 @@ cudaError_t GraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   return cudaSuccess;
 }
 
-cudaError_t GraphDestroy(cudaGraph_t graph) {
+cudaError_t GraphDestroy(State& d, cudaGraph_t graph) {
   delete reinterpret_cast<Graph*>(graph);
   return cudaSuccess;
 }
 
-cudaError_t GraphExecDestroy(cudaGraphExec_t exec) {
+cudaError_t GraphExecDestroy(State& d, cudaGraphExec_t exec) {
   delete reinterpret_cast<GraphExec*>(exec);
   return cudaSuccess;
 }
@@ -393,23 +378,26 @@ cudaError_t GraphExecDestroy(cudaGraphExec_t exec) {
 // The executor's thunks, for the checks (Note [provenance]).
 class Observer : public gpu::ThunkObserver {
  public:
+  explicit Observer(State& device) : d(device) {}
+
   void EntryCreated(const gpu::EntryPlan& plan, const char* arena) override {
-    D().checker->AddEntry(plan, arena);
+    d.checker->AddEntry(plan, arena);
   }
-  void EntryDestroyed(const gpu::EntryPlan& plan) override { D().checker->RemoveEntry(plan); }
+  void EntryDestroyed(const gpu::EntryPlan& plan) override { d.checker->RemoveEntry(plan); }
   cudaError_t BeforeThunk(const gpu::EntryPlan& plan, int64_t index, cudaStream_t stream,
                           bool runs_work) override {
-    Stream* s = ToStream(stream);
-    if (s == nullptr) return Fail(cudaErrorInvalidResourceHandle, "thunk marker: unknown stream");
+    Stream* s = ToStream(d, stream);
+    if (s == nullptr) return Fail(d, cudaErrorInvalidResourceHandle, "thunk marker: unknown stream");
     const gpu::EntryPlan* p = &plan;
     return Enqueue(*s, [p, index, runs_work](Stream& on) {
+      State& d = *on.device;
       const gpu::Thunk& t = p->thunks[index];
       uint32_t event = 0;
       if (on.last_plan == p && on.last_thunk == index - 1 && index > 0 &&
           p->thunks[index - 1].instruction() == t.instruction()) {
         event = on.last_event;  // a later kernel of the same instruction
       } else {
-        event = D().checker->NewEvent(WriteEvent{on.id, on.clock, p, index, ""});
+        event = d.checker->NewEvent(WriteEvent{on.id, on.clock, p, index, ""});
       }
       on.last_plan = p, on.last_thunk = index, on.last_event = event;
       ThunkContext ctx{p, index, event};
@@ -417,29 +405,30 @@ class Observer : public gpu::ThunkObserver {
         on.pending = ctx;
       } else {
         on.pending = ThunkContext{};
-        D().checker->AliasThunk(ctx);
+        d.checker->AliasThunk(ctx);
         // A skipped epilogue fallback (Note [epilogue fallback]) may end its
         // instruction: the gemm before it wrote the results.
         if (t.kind() == gpu::ThunkKind::kKernel && index > 0 && LastOfInstruction(ctx) &&
             p->thunks[index - 1].instruction() == t.instruction()) {
-          if (Status st = D().checker->FinishInstruction(ctx); !st.ok()) {
-            return Finding(ctx, "", st);
+          if (Status st = d.checker->FinishInstruction(ctx); !st.ok()) {
+            return Finding(d, ctx, "", st);
           }
         }
       }
       return cudaSuccess;
     });
   }
+
+ private:
+  State& d;
 };
 
 }  // namespace
 
-EmuDevice::State* Device() { return g_device.load(std::memory_order_acquire); }
-
-Stream* ToStream(cudaStream_t stream) {
-  if (stream == nullptr) return D().streams[0].get();
+Stream* ToStream(State& d, cudaStream_t stream) {
+  if (stream == nullptr) return d.streams[0].get();
   auto* s = reinterpret_cast<Stream*>(stream);
-  for (const auto& known : D().streams) {
+  for (const auto& known : d.streams) {
     if (known.get() == s) return s->destroyed ? nullptr : s;
   }
   return nullptr;
@@ -453,11 +442,10 @@ ThunkContext TakeThunk(Stream& s) {
   return ctx;
 }
 
-void Learn(std::vector<uint64_t>& to, const std::vector<uint64_t>& from, int owner) {
+void Learn(State& d, std::vector<uint64_t>& to, const std::vector<uint64_t>& from, int owner) {
   if (to.size() < from.size()) to.resize(from.size(), 0);
   for (size_t i = 0; i < from.size(); ++i) to[i] = std::max(to[i], from[i]);
   // Note [in-flight all-reduces]: what another party now waits for lands.
-  State& d = D();
   for (size_t i = 0; i < d.landings.size();) {
     const Landing& l = d.landings[i];
     if (l.stream != owner && static_cast<size_t>(l.stream) < to.size() && to[l.stream] >= l.clock) {
@@ -471,17 +459,17 @@ void Learn(std::vector<uint64_t>& to, const std::vector<uint64_t>& from, int own
 }
 
 cudaError_t Execute(Stream& s, const OpFn& op) {
-  State& d = D();
+  State& d = *s.device;
   if (d.sticky != cudaSuccess) return d.sticky;
   // Note [stream order]: the op comes after all the host has seen end; the
   // legacy stream after every blocking stream's work, and they after its.
-  Learn(s.known, d.host_known, s.id);
+  Learn(d, s.known, d.host_known, s.id);
   if (s.id == 0) {
     for (auto& b : d.streams) {
-      if (b->id != 0 && b->blocking) Learn(s.known, b->known, s.id);
+      if (b->id != 0 && b->blocking) Learn(d, s.known, b->known, s.id);
     }
   } else if (s.blocking) {
-    Learn(s.known, d.streams[0]->known, s.id);
+    Learn(d, s.known, d.streams[0]->known, s.id);
   }
   if (s.known.size() <= static_cast<size_t>(s.id)) s.known.resize(s.id + 1, 0);
   s.known[s.id] = ++s.clock;
@@ -491,7 +479,8 @@ cudaError_t Execute(Stream& s, const OpFn& op) {
 cudaError_t Enqueue(Stream& s, OpFn op) {
   if (Graph* g = s.capture; g != nullptr) {
     if (g->invalid)
-      return Fail(cudaErrorStreamCaptureInvalidated, "the capture was invalidated by " + g->why);
+      return Fail(*s.device, cudaErrorStreamCaptureInvalidated,
+                  "the capture was invalidated by " + g->why);
     g->last_op[&s] = g->ops.size();
     g->ops.push_back(GraphOp{&s, std::move(op)});
     return cudaSuccess;
@@ -499,8 +488,7 @@ cudaError_t Enqueue(Stream& s, OpFn op) {
   return Execute(s, op);
 }
 
-cudaError_t Fail(cudaError_t code, std::string message, bool sticky) {
-  State& d = D();
+cudaError_t Fail(State& d, cudaError_t code, std::string message, bool sticky) {
   d.last_error = code;
   d.last_message = std::move(message);
   if (sticky) d.sticky = code;
@@ -512,14 +500,14 @@ std::string Describe(const ThunkContext& ctx) {
   return fmt::format("entry {} {}", ctx.plan->name(), ctx.get()->Describe());
 }
 
-cudaError_t Finding(const ThunkContext& ctx, const std::string& what, const Status& status) {
+cudaError_t Finding(State& d, const ThunkContext& ctx, const std::string& what, const Status& status) {
   std::string message(status.message());
   if (ctx.plan != nullptr && !message.starts_with("entry "))
     message = Describe(ctx) + ": " + message;
   if (!what.empty() && ctx.plan == nullptr && !message.starts_with(what)) {
     message = what + ": " + message;
   }
-  return Fail(cudaErrorIllegalAddress, "emulator: " + message, /*sticky=*/true);
+  return Fail(d, cudaErrorIllegalAddress, "emulator: " + message, /*sticky=*/true);
 }
 
 bool LastOfInstruction(const ThunkContext& ctx) {
@@ -636,70 +624,72 @@ StatusOr<std::unique_ptr<EmuDevice>> EmuDevice::Create(const program::Artifact& 
   state->libraries.push_back(std::move(library));
   state->runner = std::make_unique<GridRunner>(options.workers);
   state->checker = std::make_unique<MemoryChecker>(options.checks);
+  State* d = state.get();
   auto legacy = std::make_unique<Stream>();
+  legacy->device = d;
   legacy->known.assign(1, 0);
   state->streams.push_back(std::move(legacy));
+  // Note [bound API functions] in runtime/gpu/api_fn.h: each bound to this device.
   state->runtime = gpu::RuntimeApi{
-      .GetDeviceCount = &GetDeviceCount,
-      .SetDevice = &SetDevice,
-      .GetDeviceProperties = &GetDeviceProperties,
-      .DriverGetVersion = &DriverGetVersion,
-      .RuntimeGetVersion = &RuntimeGetVersion,
-      .MemGetInfo = &MemGetInfo,
-      .GetLastError = &GetLastError,
-      .GetErrorName = &GetErrorName,
-      .GetErrorString = &GetErrorString,
-      .Malloc = &Malloc,
-      .Free = &Free,
-      .HostAlloc = &HostAlloc,
-      .FreeHost = &FreeHost,
-      .Memcpy = &Memcpy,
-      .MemcpyAsync = &MemcpyAsync,
-      .Memset = &Memset,
-      .MemsetAsync = &MemsetAsync,
-      .StreamCreateWithFlags = &StreamCreateWithFlags,
-      .StreamDestroy = &StreamDestroy,
-      .StreamSynchronize = &StreamSynchronize,
-      .StreamWaitEvent = &StreamWaitEvent,
-      .StreamBeginCapture = &StreamBeginCapture,
-      .StreamEndCapture = &StreamEndCapture,
-      .EventCreate = &EventCreate,
-      .EventCreateWithFlags = &EventCreateWithFlags,
-      .EventRecord = &EventRecord,
-      .EventSynchronize = &EventSynchronize,
-      .EventElapsedTime = &EventElapsedTime,
-      .EventDestroy = &EventDestroy,
-      .GraphInstantiate = &GraphInstantiate,
-      .GraphLaunch = &GraphLaunch,
-      .GraphDestroy = &GraphDestroy,
-      .GraphExecDestroy = &GraphExecDestroy,
+      .GetDeviceCount = gpu::BindApiFn<&GetDeviceCount>(d),
+      .SetDevice = gpu::BindApiFn<&SetDevice>(d),
+      .GetDeviceProperties = gpu::BindApiFn<&GetDeviceProperties>(d),
+      .DriverGetVersion = gpu::BindApiFn<&DriverGetVersion>(d),
+      .RuntimeGetVersion = gpu::BindApiFn<&RuntimeGetVersion>(d),
+      .MemGetInfo = gpu::BindApiFn<&MemGetInfo>(d),
+      .GetLastError = gpu::BindApiFn<&GetLastError>(d),
+      .GetErrorName = gpu::BindApiFn<&GetErrorName>(d),
+      .GetErrorString = gpu::BindApiFn<&GetErrorString>(d),
+      .Malloc = gpu::BindApiFn<&Malloc>(d),
+      .Free = gpu::BindApiFn<&Free>(d),
+      .HostAlloc = gpu::BindApiFn<&HostAlloc>(d),
+      .FreeHost = gpu::BindApiFn<&FreeHost>(d),
+      .Memcpy = gpu::BindApiFn<&Memcpy>(d),
+      .MemcpyAsync = gpu::BindApiFn<&MemcpyAsync>(d),
+      .Memset = gpu::BindApiFn<&Memset>(d),
+      .MemsetAsync = gpu::BindApiFn<&MemsetAsync>(d),
+      .StreamCreateWithFlags = gpu::BindApiFn<&StreamCreateWithFlags>(d),
+      .StreamDestroy = gpu::BindApiFn<&StreamDestroy>(d),
+      .StreamSynchronize = gpu::BindApiFn<&StreamSynchronize>(d),
+      .StreamWaitEvent = gpu::BindApiFn<&StreamWaitEvent>(d),
+      .StreamBeginCapture = gpu::BindApiFn<&StreamBeginCapture>(d),
+      .StreamEndCapture = gpu::BindApiFn<&StreamEndCapture>(d),
+      .EventCreate = gpu::BindApiFn<&EventCreate>(d),
+      .EventCreateWithFlags = gpu::BindApiFn<&EventCreateWithFlags>(d),
+      .EventRecord = gpu::BindApiFn<&EventRecord>(d),
+      .EventSynchronize = gpu::BindApiFn<&EventSynchronize>(d),
+      .EventElapsedTime = gpu::BindApiFn<&EventElapsedTime>(d),
+      .EventDestroy = gpu::BindApiFn<&EventDestroy>(d),
+      .GraphInstantiate = gpu::BindApiFn<&GraphInstantiate>(d),
+      .GraphLaunch = gpu::BindApiFn<&GraphLaunch>(d),
+      .GraphDestroy = gpu::BindApiFn<&GraphDestroy>(d),
+      .GraphExecDestroy = gpu::BindApiFn<&GraphExecDestroy>(d),
   };
-  state->observer = std::make_unique<Observer>();
-  EmuDevice::State* expected = nullptr;
-  if (!g_device.compare_exchange_strong(expected, state.get())) {
-    return Error("{}: another emulated device is alive in this process", path);
+  state->observer = std::make_unique<Observer>(*d);
+  state->driver = EmuDriverApi(*d);
+  state->cublaslt = EmuCublasLt(*d);
+  state->backend = gpu::Backend{.name = "emulated",
+                                .runtime = &state->runtime,
+                                .driver = [d]() -> StatusOr<const gpu::DriverApi*> { return &d->driver; },
+                                .cublaslt = [d]() -> StatusOr<const gpu::CublasLtApi*> {
+                                  return &d->cublaslt;
+                                },
+                                .observer = state->observer.get(),
+                                .stand_in_clock = true};
+  if (Status st = gpu::InstallBackend(state->backend); !st.ok()) {
+    return Error("{}: {}", path, st.message());
   }
-  state->driver = EmuDriverApi();
-  state->cublaslt = EmuCublasLt();
-  state->backend =
-      gpu::Backend{.name = "emulated",
-                   .runtime = &state->runtime,
-                   .driver = []() -> StatusOr<const gpu::DriverApi*> { return &D().driver; },
-                   .cublaslt = []() -> StatusOr<const gpu::CublasLtApi*> { return &D().cublaslt; },
-                   .observer = state->observer.get()};
-  gpu::SetBackend(&state->backend);
   return std::unique_ptr<EmuDevice>(new EmuDevice(std::move(state)));
 }
 
 EmuDevice::EmuDevice(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 EmuDevice::~EmuDevice() {
-  gpu::SetBackend(nullptr);
+  gpu::UninstallBackend(state_->backend);
   for (Landing& l : state_->landings) l.land();
   state_->landings.clear();
   for (auto& [base, size] : state_->device_memory) munmap(reinterpret_cast<void*>(base), size);
   for (auto& [base, size] : state_->host_memory) std::free(reinterpret_cast<void*>(base));
-  g_device.store(nullptr, std::memory_order_release);
 }
 
 Status EmuDevice::AddArtifact(const program::Artifact& artifact, std::string_view path) {
@@ -720,13 +710,13 @@ const EmuOptions& EmuDevice::options() const { return state_->options; }
 EmuStats EmuDevice::stats() const { return state_->stats; }
 
 std::unique_ptr<gpu::Communicator> EmuDevice::MakeCommunicator(rt::Communicator* host) {
-  return MakeEmuCommunicator(host);
+  return MakeEmuCommunicator(*state_, host);
 }
 
-void MarkHostWritten(const void* p, size_t bytes) {
-  if (State* d = Device(); d != nullptr) {
-    d->checker->AdoptHostWrite(static_cast<const char*>(p), bytes);
-  }
+const gpu::Backend& EmuDevice::backend() const { return state_->backend; }
+
+void EmuDevice::MarkHostWritten(const void* p, size_t bytes) {
+  state_->checker->AdoptHostWrite(static_cast<const char*>(p), bytes);
 }
 
 }  // namespace gptc::rt::emu

@@ -18,7 +18,10 @@
 // memory_checker.h), and all-reduces whose results land only when another
 // stream or the host waits for them (Note [in-flight all-reduces]).
 //
-// One device at a time per process; one host thread drives it.
+// The device's state is its own (Note [bound API functions] in
+// runtime/gpu/api_fn.h: its CUDA functions are bound to it); what is one
+// per process is the installed backend, so one emulated device at a time is
+// installed (Create refuses a second). One host thread drives it.
 #ifndef GPTC_RUNTIME_EMU_EMU_DEVICE_H_
 #define GPTC_RUNTIME_EMU_EMU_DEVICE_H_
 
@@ -33,6 +36,10 @@
 #include "runtime/communicator.h"
 #include "runtime/emu/grid_runner.h"
 #include "runtime/gpu/communicator.h"
+
+namespace gptc::rt::gpu {
+struct Backend;
+}  // namespace gptc::rt::gpu
 
 namespace gptc::rt::emu {
 
@@ -78,9 +85,9 @@ struct EmuStats {
 
 class EmuDevice {
  public:
-  // Loads `artifact`'s emulator library and installs the emulated CUDA until
-  // the device is destroyed. Errors: no emulator library (say how to compile
-  // one), another emulated device alive.
+  // Loads `artifact`'s emulator library and installs the emulated CUDA as the
+  // process's backend until the device is destroyed. Errors: no emulator
+  // library (say how to compile one), another backend installed.
   static StatusOr<std::unique_ptr<EmuDevice>> Create(const program::Artifact& artifact,
                                                      std::string_view path,
                                                      const EmuOptions& options);
@@ -100,17 +107,21 @@ class EmuDevice {
   // communicator: processes over TCP, or threads), which must outlive it.
   std::unique_ptr<gpu::Communicator> MakeCommunicator(rt::Communicator* host);
 
+  // Its CUDA runtime, driver and cuBLASLt, for a trainer or an executor
+  // (gpu::GpuOptions::backend, gpu::ExecutorResources::backend).
+  const gpu::Backend& backend() const;
+
+  // For tests that fill a thunk's operands themselves: device memory
+  // [p, p + bytes) now holds what every buffer at exactly that place expects
+  // (Note [provenance] in memory_checker.h).
+  void MarkHostWritten(const void* p, size_t bytes);
+
   struct State;
 
  private:
   explicit EmuDevice(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
-
-// For tests that fill a thunk's operands themselves: device memory
-// [p, p + bytes) now holds what every buffer at exactly that place expects
-// (Note [provenance] in memory_checker.h). Nothing without an emulated device.
-void MarkHostWritten(const void* p, size_t bytes);
 
 }  // namespace gptc::rt::emu
 

@@ -15,8 +15,7 @@ namespace gptc::rt::emu {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-EmuDevice::State& D() { return *Device(); }
+using State = EmuDevice::State;
 
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -27,7 +26,7 @@ double CopyMicros(size_t bytes) { return 1.0 + static_cast<double>(bytes) / 2e6;
 
 // The write event of an operation: its thunk's instruction's, or a new one.
 uint32_t EventFor(Stream& s, const ThunkContext& ctx, const std::string& what) {
-  MemoryChecker& mc = *D().checker;
+  MemoryChecker& mc = *s.device->checker;
   if (ctx.plan != nullptr) {
     mc.Touch(ctx.event, s.id, s.clock);
     return ctx.event;
@@ -45,10 +44,10 @@ ThunkContext TakeThunkOf(Stream& s, std::initializer_list<gpu::ThunkKind> kinds)
   return ThunkContext{};
 }
 
-cudaError_t FinishThunk(const ThunkContext& ctx) {
+cudaError_t FinishThunk(State& d, const ThunkContext& ctx) {
   if (ctx.plan == nullptr || !LastOfInstruction(ctx)) return cudaSuccess;
-  Status s = D().checker->FinishInstruction(ctx);
-  return s.ok() ? cudaSuccess : Finding(ctx, "", s);
+  Status s = d.checker->FinishInstruction(ctx);
+  return s.ok() ? cudaSuccess : Finding(d, ctx, "", s);
 }
 
 // --- kernels --------------------------------------------------------------
@@ -71,10 +70,10 @@ int64_t DynamicSmemLimit(const Function& f) {
                                  : std::max<int64_t>(0, (48 << 10) - f.kernel->static_smem);
 }
 
-CUresult DriverFail(CUresult code, std::string message) {
+CUresult DriverFail(State& d, CUresult code, std::string message) {
   const cudaError_t as_runtime =
       code == CUDA_ERROR_ILLEGAL_ADDRESS ? cudaErrorIllegalAddress : cudaErrorInvalidValue;
-  Fail(as_runtime, std::move(message));
+  Fail(d, as_runtime, std::move(message));
   return code;
 }
 
@@ -95,7 +94,7 @@ CUresult ToDriver(cudaError_t e) {
 
 cudaError_t KernelOp(Stream& s, const Function& f, Dim3 grid, Dim3 block, uint32_t smem,
                      const std::vector<uint64_t>& args) {
-  EmuDevice::State& d = D();
+  State& d = *s.device;
   MemoryChecker& mc = *d.checker;
   const EmuKernel& k = *f.kernel;
   const ThunkContext ctx = TakeThunkOf(s, {gpu::ThunkKind::kKernel});
@@ -107,7 +106,7 @@ cudaError_t KernelOp(Stream& s, const Function& f, Dim3 grid, Dim3 block, uint32
     for (size_t i = 0; i < plan_kernel.args.size() && arena != nullptr; ++i) {
       const gpu::ArenaSlice& slice = plan_kernel.args[i];
       if (i >= args.size() || args[i] != reinterpret_cast<uint64_t>(arena + slice.offset)) {
-        return Finding(
+        return Finding(d, 
             ctx, "",
             Error("argument {} is not the plan's slice [{}, +{})", i, slice.offset, slice.size));
       }
@@ -116,7 +115,7 @@ cudaError_t KernelOp(Stream& s, const Function& f, Dim3 grid, Dim3 block, uint32
       Status st = operand ? mc.CheckOperand(ctx, slice, fmt::format("operand {}", i).c_str(), pos)
                           : mc.Write(arena + slice.offset, slice.size, event, pos, Describe(ctx),
                                      /*stamp=*/false);
-      if (!st.ok()) return Finding(ctx, "", st);
+      if (!st.ok()) return Finding(d, ctx, "", st);
     }
   }
   std::unique_ptr<GlobalAccessChecker> checker = mc.ForLaunch(ctx, event, args, pos);
@@ -145,7 +144,7 @@ cudaError_t KernelOp(Stream& s, const Function& f, Dim3 grid, Dim3 block, uint32
   d.stats.kernel_seconds += Since(t0);
   ++d.stats.launches;
   d.stats.blocks += static_cast<int64_t>(grid.count());
-  if (!run.ok()) return Finding(ctx, "kernel " + k.name, run);
+  if (!run.ok()) return Finding(d, ctx, "kernel " + k.name, run);
   if (counters != nullptr) {
     ++counters->launches;
     counters->blocks += static_cast<int64_t>(grid.count());
@@ -166,10 +165,10 @@ cudaError_t KernelOp(Stream& s, const Function& f, Dim3 grid, Dim3 block, uint32
       }
     }
   }
-  return FinishThunk(ctx);
+  return FinishThunk(d, ctx);
 }
 
-CUresult CuGetErrorName(CUresult r, const char** out) {
+CUresult CuGetErrorName(State& d, CUresult r, const char** out) {
   static const std::pair<CUresult, const char*> kNames[] = {
       {CUDA_SUCCESS, "CUDA_SUCCESS"},
       {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE"},
@@ -191,8 +190,7 @@ CUresult CuGetErrorName(CUresult r, const char** out) {
   return CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult CuGetErrorString(CUresult r, const char** out) {
-  EmuDevice::State& d = D();
+CUresult CuGetErrorString(State& d, CUresult r, const char** out) {
   if (r != CUDA_SUCCESS && !d.last_message.empty()) {
     *out = d.last_message.c_str();
   } else {
@@ -201,10 +199,10 @@ CUresult CuGetErrorString(CUresult r, const char** out) {
   return CUDA_SUCCESS;
 }
 
-CUresult ModuleLoadDataEx(CUmodule* module, const void* image, unsigned int n,
+CUresult ModuleLoadDataEx(State& d, CUmodule* module, const void* image, unsigned int n,
                           CUjit_option* options, void** values) {
   const EmuKernel* k = nullptr;
-  for (const auto& library : D().libraries) {
+  for (const auto& library : d.libraries) {
     if (k == nullptr) k = library->FindImage(image);
   }
   if (k == nullptr) {
@@ -221,35 +219,35 @@ CUresult ModuleLoadDataEx(CUmodule* module, const void* image, unsigned int n,
       }
       if (size > 0) std::snprintf(static_cast<char*>(values[i]), size, "%s", message.c_str());
     }
-    return DriverFail(CUDA_ERROR_INVALID_IMAGE, message);
+    return DriverFail(d, CUDA_ERROR_INVALID_IMAGE, message);
   }
   auto* m = new Module{Function{k, -1}};
   *module = reinterpret_cast<CUmodule>(m);
   return CUDA_SUCCESS;
 }
 
-CUresult ModuleUnload(CUmodule module) {
+CUresult ModuleUnload(State& d, CUmodule module) {
   delete reinterpret_cast<Module*>(module);
   return CUDA_SUCCESS;
 }
 
-CUresult ModuleGetFunction(CUfunction* f, CUmodule module, const char* name) {
+CUresult ModuleGetFunction(State& d, CUfunction* f, CUmodule module, const char* name) {
   auto* m = reinterpret_cast<Module*>(module);
-  if (m == nullptr) return DriverFail(CUDA_ERROR_INVALID_HANDLE, "cuModuleGetFunction: no module");
+  if (m == nullptr) return DriverFail(d, CUDA_ERROR_INVALID_HANDLE, "cuModuleGetFunction: no module");
   if (m->function.kernel->name != name) {
-    return DriverFail(CUDA_ERROR_NOT_FOUND,
+    return DriverFail(d, CUDA_ERROR_NOT_FOUND,
                       fmt::format("the module holds {}, not {}", m->function.kernel->name, name));
   }
   *f = reinterpret_cast<CUfunction>(&m->function);
   return CUDA_SUCCESS;
 }
 
-CUresult FuncSetAttribute(CUfunction function, CUfunction_attribute attr, int value) {
+CUresult FuncSetAttribute(State& d, CUfunction function, CUfunction_attribute attr, int value) {
   auto* f = reinterpret_cast<Function*>(function);
   if (attr == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
     const int64_t most = (227 << 10) - f->kernel->static_smem;
     if (value < 0 || value > most) {
-      return DriverFail(CUDA_ERROR_INVALID_VALUE,
+      return DriverFail(d, CUDA_ERROR_INVALID_VALUE,
                         fmt::format("kernel {}: MAX_DYNAMIC_SHARED_SIZE_BYTES {}: at most {} with "
                                     "its {} bytes of static shared memory",
                                     f->kernel->name, value, most, f->kernel->static_smem));
@@ -258,12 +256,12 @@ CUresult FuncSetAttribute(CUfunction function, CUfunction_attribute attr, int va
     return CUDA_SUCCESS;
   }
   if (attr == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) return CUDA_SUCCESS;
-  return DriverFail(
+  return DriverFail(d, 
       CUDA_ERROR_INVALID_VALUE,
       fmt::format("cuFuncSetAttribute: attribute {} is not emulated", static_cast<int>(attr)));
 }
 
-CUresult FuncGetAttribute(int* out, CUfunction_attribute attr, CUfunction function) {
+CUresult FuncGetAttribute(State& d, int* out, CUfunction_attribute attr, CUfunction function) {
   auto* f = reinterpret_cast<Function*>(function);
   const EmuKernel& k = *f->kernel;
   switch (attr) {
@@ -284,37 +282,37 @@ CUresult FuncGetAttribute(int* out, CUfunction_attribute attr, CUfunction functi
       *out = 0;
       break;
     default:
-      return DriverFail(
+      return DriverFail(d, 
           CUDA_ERROR_INVALID_VALUE,
           fmt::format("cuFuncGetAttribute: attribute {} is not emulated", static_cast<int>(attr)));
   }
   return CUDA_SUCCESS;
 }
 
-CUresult LaunchKernel(CUfunction function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+CUresult LaunchKernel(State& d, CUfunction function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                       unsigned by, unsigned bz, unsigned smem, CUstream stream, void** params,
                       void** extra) {
   auto* f = reinterpret_cast<Function*>(function);
-  if (f == nullptr) return DriverFail(CUDA_ERROR_INVALID_HANDLE, "cuLaunchKernel: no function");
+  if (f == nullptr) return DriverFail(d, CUDA_ERROR_INVALID_HANDLE, "cuLaunchKernel: no function");
   const EmuKernel& k = *f->kernel;
   if (extra != nullptr) {
-    return DriverFail(CUDA_ERROR_NOT_SUPPORTED,
+    return DriverFail(d, CUDA_ERROR_NOT_SUPPORTED,
                       "cuLaunchKernel: the emulator takes kernelParams, not extra");
   }
   const uint64_t threads = uint64_t{bx} * by * bz;
   if (bx == 0 || by == 0 || bz == 0 || bx > 1024 || by > 1024 || bz > 64 ||
       static_cast<int64_t>(threads) > MaxThreads(k)) {
-    return DriverFail(CUDA_ERROR_INVALID_VALUE,
+    return DriverFail(d, CUDA_ERROR_INVALID_VALUE,
                       fmt::format("kernel {}: block {}x{}x{}: at most {} threads ({} registers a "
                                   "thread)",
                                   k.name, bx, by, bz, MaxThreads(k), k.registers));
   }
   if (gx == 0 || gy == 0 || gz == 0 || gx > 0x7fffffffu || gy > 65535 || gz > 65535) {
-    return DriverFail(CUDA_ERROR_INVALID_VALUE,
+    return DriverFail(d, CUDA_ERROR_INVALID_VALUE,
                       fmt::format("kernel {}: grid {}x{}x{} out of range", k.name, gx, gy, gz));
   }
   if (static_cast<int64_t>(smem) > DynamicSmemLimit(*f)) {
-    return DriverFail(CUDA_ERROR_INVALID_VALUE,
+    return DriverFail(d, CUDA_ERROR_INVALID_VALUE,
                       fmt::format("kernel {}: {} bytes of dynamic shared memory exceed its limit "
                                   "of {} (static {}; cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_"
                                   "BYTES) raises it)",
@@ -322,8 +320,8 @@ CUresult LaunchKernel(CUfunction function, unsigned gx, unsigned gy, unsigned gz
   }
   std::vector<uint64_t> args;
   for (int64_t i = 0; i < k.params; ++i) args.push_back(*static_cast<const uint64_t*>(params[i]));
-  Stream* s = ToStream(reinterpret_cast<cudaStream_t>(stream));
-  if (s == nullptr) return DriverFail(CUDA_ERROR_INVALID_HANDLE, "cuLaunchKernel: unknown stream");
+  Stream* s = ToStream(d, reinterpret_cast<cudaStream_t>(stream));
+  if (s == nullptr) return DriverFail(d, CUDA_ERROR_INVALID_HANDLE, "cuLaunchKernel: unknown stream");
   const Function* fn = f;
   return ToDriver(Enqueue(*s, [=](Stream& on) {
     return KernelOp(on, *fn, Dim3{gx, gy, gz}, Dim3{bx, by, bz}, smem, args);
@@ -344,7 +342,7 @@ const gpu::ArenaSlice* GemmSlice(const gpu::GemmThunk& g, std::string_view what)
 }
 
 cudaError_t GemmOp(Stream& s, const MatmulWork& work) {
-  EmuDevice::State& d = D();
+  State& d = *s.device;
   MemoryChecker& mc = *d.checker;
   const ThunkContext ctx = TakeThunkOf(s, {gpu::ThunkKind::kGemm});
   const uint32_t event = EventFor(s, ctx, "a gemm (outside the plan): " + work.summary);
@@ -371,7 +369,7 @@ cudaError_t GemmOp(Stream& s, const MatmulWork& work) {
         if (slice != nullptr) {
           const char* lo = arena + slice->offset;
           if (p < lo || p + r.bytes > lo + slice->size) {
-            return Finding(ctx, "",
+            return Finding(d, ctx, "",
                            Error("{} {} bytes at +{} of its {} slice [{}, +{}): outside "
                                  "it (a wrong leading dimension or batch stride?)",
                                  read ? "reads" : "writes", r.bytes, p - lo, r.what, slice->offset,
@@ -380,15 +378,15 @@ cudaError_t GemmOp(Stream& s, const MatmulWork& work) {
           if (read && std::find(checked.begin(), checked.end(), r.what) == checked.end()) {
             checked.push_back(r.what);
             Status st = mc.CheckOperand(ctx, *slice, r.what, pos);
-            if (!st.ok()) return Finding(ctx, "", st);
+            if (!st.ok()) return Finding(d, ctx, "", st);
           }
         } else if (read) {
           if (Status st = mc.CheckRead(p, r.bytes, pos, who); !st.ok())
-            return Finding(ctx, who, st);
+            return Finding(d, ctx, who, st);
         }
         if (!read) {
           Status st = mc.Write(p, r.bytes, event, pos, who, /*stamp=*/false);
-          if (!st.ok()) return Finding(ctx, who, st);
+          if (!st.ok()) return Finding(d, ctx, who, st);
         }
       }
     }
@@ -400,15 +398,15 @@ cudaError_t GemmOp(Stream& s, const MatmulWork& work) {
   ++d.stats.gemms;
   for (const ByteRange& r : work.writes) {
     Status st = mc.Write(static_cast<const char*>(r.begin), r.bytes, event, pos, who);
-    if (!st.ok()) return Finding(ctx, who, st);
+    if (!st.ok()) return Finding(d, ctx, who, st);
   }
-  return FinishThunk(ctx);
+  return FinishThunk(d, ctx);
 }
 
-cublasStatus_t GemmExecutor(cudaStream_t stream, MatmulWork work) {
-  Stream* s = ToStream(stream);
+cublasStatus_t GemmExecutor(State& d, cudaStream_t stream, MatmulWork work) {
+  Stream* s = ToStream(d, stream);
   if (s == nullptr) {
-    Fail(cudaErrorInvalidResourceHandle, "cublasLtMatmul: unknown stream");
+    Fail(d, cudaErrorInvalidResourceHandle, "cublasLtMatmul: unknown stream");
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   auto shared = std::make_shared<MatmulWork>(std::move(work));
@@ -417,14 +415,11 @@ cublasStatus_t GemmExecutor(cudaStream_t stream, MatmulWork work) {
 }
 
 // The cuBLASLt API's own words, or the device's finding for a matmul it stopped.
-const char* (*lt_status_string)(cublasStatus_t) = nullptr;
-
-const char* GemmStatusString(cublasStatus_t status) {
-  EmuDevice::State& d = D();
+const char* GemmStatusString(State& d, cublasStatus_t status) {
   if (status == CUBLAS_STATUS_EXECUTION_FAILED && !d.last_message.empty()) {
     return d.last_message.c_str();
   }
-  return lt_status_string(status);
+  return d.lt_status_string(status);
 }
 
 // --- all-reduces ------------------------------------------------------------
@@ -464,7 +459,7 @@ std::string FromFloats(const std::vector<float>& v, ir::DType dtype) {
 
 cudaError_t AllReduceOp(Stream& s, rt::Communicator* host, const void* in, void* out, int64_t count,
                         ir::DType dtype, gpu::ReduceOp op) {
-  EmuDevice::State& d = D();
+  State& d = *s.device;
   MemoryChecker& mc = *d.checker;
   const ThunkContext ctx = TakeThunkOf(s, {gpu::ThunkKind::kAllReduce});
   const uint32_t event = EventFor(s, ctx, "an all-reduce (outside the plan)");
@@ -476,43 +471,44 @@ cudaError_t AllReduceOp(Stream& s, rt::Communicator* host, const void* in, void*
     Status st = a != nullptr ? mc.CheckOperand(ctx, a->in, "in", pos)
                              : mc.CheckRead(static_cast<const char*>(in), bytes, pos, who);
     if (st.ok()) st = mc.Write(static_cast<char*>(out), bytes, event, pos, who, /*stamp=*/false);
-    if (!st.ok()) return Finding(ctx, who, st);
+    if (!st.ok()) return Finding(d, ctx, who, st);
   }
   std::vector<float> values = ToFloats(in, count, dtype);
   Status sent =
       host->AllReduce(op == gpu::ReduceOp::kMax ? ir::ReduceKind::kMax : ir::ReduceKind::kSum,
                       std::span<float>(values));
-  if (!sent.ok()) return Fail(cudaErrorUnknown, fmt::format("{}: {}", who, sent.message()), true);
+  if (!sent.ok()) return Fail(d, cudaErrorUnknown, fmt::format("{}: {}", who, sent.message()), true);
   auto result = std::make_shared<std::string>(FromFloats(values, dtype));
   mc.BeginFlight(static_cast<const char*>(in), static_cast<const char*>(out), bytes, who);
   std::memset(out, 0xff, bytes);
   s.now_us += 10.0 + static_cast<double>(bytes) / 1e5;  // Note [emulated time]
   ++d.stats.all_reduces;
-  d.landings.push_back(Landing{s.id, s.clock, [out, result, event, ctx] {
+  d.landings.push_back(Landing{s.id, s.clock, [&mc, out, result, event, ctx] {
                                  std::memcpy(out, result->data(), result->size());
-                                 D().checker->Land(static_cast<const char*>(out), event, ctx);
+                                 mc.Land(static_cast<const char*>(out), event, ctx);
                                }});
   return cudaSuccess;
 }
 
 class EmuCommunicator : public gpu::Communicator {
  public:
-  explicit EmuCommunicator(rt::Communicator* host) : host_(host) {}
+  EmuCommunicator(State& device, rt::Communicator* host) : d_(device), host_(host) {}
   int world_size() const override { return static_cast<int>(host_->world_size()); }
   int rank() const override { return static_cast<int>(host_->rank()); }
   Status AllReduce(const void* in, void* out, int64_t count, ir::DType dtype, gpu::ReduceOp op,
                    void* stream) override {
-    Stream* s = ToStream(static_cast<cudaStream_t>(stream));
+    Stream* s = ToStream(d_, static_cast<cudaStream_t>(stream));
     if (s == nullptr) return Error("emulated all-reduce: unknown stream");
     rt::Communicator* host = host_;
     cudaError_t e =
         Enqueue(*s, [=](Stream& on) { return AllReduceOp(on, host, in, out, count, dtype, op); });
-    if (e != cudaSuccess) return Error("emulated all-reduce: {}", D().last_message);
+    if (e != cudaSuccess) return Error("emulated all-reduce: {}", d_.last_message);
     return Status::Ok();
   }
   void Abort() override { host_->Abort(Error("an emulated rank aborted")); }
 
  private:
+  State& d_;
   rt::Communicator* host_;
 };
 
@@ -521,7 +517,7 @@ class EmuCommunicator : public gpu::Communicator {
 // --- copies and memsets ---------------------------------------------------------
 
 cudaError_t CopyOp(Stream& s, void* dst, const void* src, size_t bytes, std::string what) {
-  EmuDevice::State& d = D();
+  State& d = *s.device;
   MemoryChecker& mc = *d.checker;
   const ThunkContext ctx = TakeThunkOf(
       s, {gpu::ThunkKind::kCopy, gpu::ThunkKind::kConstant, gpu::ThunkKind::kAllReduce});
@@ -544,7 +540,7 @@ cudaError_t CopyOp(Stream& s, void* dst, const void* src, size_t bytes, std::str
       st = mc.CheckHostRead(from, bytes, pos, who);
     }
     if (st.ok() && to_device) st = mc.Write(to, bytes, event, pos, who, /*stamp=*/false);
-    if (!st.ok()) return Finding(ctx, who, st);
+    if (!st.ok()) return Finding(d, ctx, who, st);
   }
   std::memmove(dst, src, bytes);
   s.now_us += CopyMicros(bytes);
@@ -553,18 +549,18 @@ cudaError_t CopyOp(Stream& s, void* dst, const void* src, size_t bytes, std::str
     (void)mc.Write(to, bytes, event, pos, who);
     if (ctx.plan == nullptr) mc.HostProduced(to, bytes, event, /*any_buffer=*/false);
   }
-  return FinishThunk(ctx);
+  return FinishThunk(d, ctx);
 }
 
 cudaError_t SetOp(Stream& s, void* dst, int value, size_t bytes, std::string what) {
-  EmuDevice::State& d = D();
+  State& d = *s.device;
   MemoryChecker& mc = *d.checker;
   const uint32_t event = EventFor(s, ThunkContext{}, what);
   const StreamPosition pos = Position(s);
   char* to = static_cast<char*>(dst);
   if (mc.checks()) {
     if (Status st = mc.Write(to, bytes, event, pos, what, /*stamp=*/false); !st.ok()) {
-      return Finding(ThunkContext{}, what, st);
+      return Finding(d, ThunkContext{}, what, st);
     }
   }
   std::memset(dst, value, bytes);
@@ -576,28 +572,31 @@ cudaError_t SetOp(Stream& s, void* dst, int value, size_t bytes, std::string wha
   return cudaSuccess;
 }
 
-gpu::DriverApi EmuDriverApi() {
+gpu::DriverApi EmuDriverApi(State& d) {
   gpu::DriverApi api;
-  api.GetErrorName = &CuGetErrorName;
-  api.GetErrorString = &CuGetErrorString;
-  api.ModuleLoadDataEx = &ModuleLoadDataEx;
-  api.ModuleUnload = &ModuleUnload;
-  api.ModuleGetFunction = &ModuleGetFunction;
-  api.FuncSetAttribute = &FuncSetAttribute;
-  api.FuncGetAttribute = &FuncGetAttribute;
-  api.LaunchKernel = &LaunchKernel;
+  api.GetErrorName = gpu::BindApiFn<&CuGetErrorName>(&d);
+  api.GetErrorString = gpu::BindApiFn<&CuGetErrorString>(&d);
+  api.ModuleLoadDataEx = gpu::BindApiFn<&ModuleLoadDataEx>(&d);
+  api.ModuleUnload = gpu::BindApiFn<&ModuleUnload>(&d);
+  api.ModuleGetFunction = gpu::BindApiFn<&ModuleGetFunction>(&d);
+  api.FuncSetAttribute = gpu::BindApiFn<&FuncSetAttribute>(&d);
+  api.FuncGetAttribute = gpu::BindApiFn<&FuncGetAttribute>(&d);
+  api.LaunchKernel = gpu::BindApiFn<&LaunchKernel>(&d);
   return api;
 }
 
-gpu::CublasLtApi EmuCublasLt() {
-  gpu::CublasLtApi api = EmulatedCublasLt(&GemmExecutor);
-  lt_status_string = api.GetStatusString;
-  api.GetStatusString = &GemmStatusString;
+gpu::CublasLtApi EmuCublasLt(State& d) {
+  d.gemm_executor = [&d](cudaStream_t stream, MatmulWork work) {
+    return GemmExecutor(d, stream, std::move(work));
+  };
+  gpu::CublasLtApi api = EmulatedCublasLt(&d.gemm_executor);
+  d.lt_status_string = api.GetStatusString;
+  api.GetStatusString = gpu::BindApiFn<&GemmStatusString>(&d);
   return api;
 }
 
-std::unique_ptr<gpu::Communicator> MakeEmuCommunicator(rt::Communicator* host) {
-  return std::make_unique<EmuCommunicator>(host);
+std::unique_ptr<gpu::Communicator> MakeEmuCommunicator(State& d, rt::Communicator* host) {
+  return std::make_unique<EmuCommunicator>(d, host);
 }
 
 }  // namespace gptc::rt::emu

@@ -17,6 +17,7 @@
 #include "runtime/emu/emu_device.h"
 #include "runtime/emu/grid_runner.h"
 #include "runtime/emu/kernel_library.h"
+#include "runtime/emu/lt_api.h"
 #include "runtime/emu/memory_checker.h"
 #include "runtime/gpu/backend.h"
 
@@ -37,7 +38,8 @@ struct Graph;
 // assert what a tuning chooses. The figures are stand-ins for testing the
 // runtime's decisions, not estimates of a GPU's speed.
 struct Stream {
-  int id = 0;            // 0: the legacy default stream
+  EmuDevice::State* device = nullptr;  // the device it belongs to
+  int id = 0;                          // 0: the legacy default stream
   bool blocking = true;  // synchronizes with the legacy stream
   bool destroyed = false;
   uint64_t clock = 0;           // operations run so far
@@ -115,12 +117,16 @@ struct EmuDevice::State {
   gpu::RuntimeApi runtime;
   gpu::DriverApi driver;
   gpu::CublasLtApi cublaslt;
+  // cublasLtMatmul's work goes to the device's streams through it, and the
+  // emulated library's own status strings stand behind the device's findings.
+  MatmulExecutor gemm_executor;
+  gpu::ApiFn<decltype(::cublasLtGetStatusString)> lt_status_string;
   gpu::Backend backend;
   std::unique_ptr<gpu::ThunkObserver> observer;
 };
 
-// The device alive, or null.
-EmuDevice::State* Device();
+// Every function below takes its device explicitly, or finds it through a
+// stream (Stream::device): nothing in runtime/emu is process-global.
 
 // Runs `op` on `s` now, or records it when `s` is captured.
 cudaError_t Enqueue(Stream& s, OpFn op);
@@ -128,27 +134,30 @@ cudaError_t Enqueue(Stream& s, OpFn op);
 cudaError_t Execute(Stream& s, const OpFn& op);
 // `to` learns `from` (vector clocks); all-reduces another party now waits
 // for land. `owner`: the stream whose clock `to` is, or -1 for the host.
-void Learn(std::vector<uint64_t>& to, const std::vector<uint64_t>& from, int owner);
-Stream* ToStream(cudaStream_t stream);
+void Learn(EmuDevice::State& d, std::vector<uint64_t>& to, const std::vector<uint64_t>& from, int owner);
+// The live stream `stream` names on `d` (null: the legacy one), or null.
+Stream* ToStream(EmuDevice::State& d, cudaStream_t stream);
 StreamPosition Position(Stream& s);
 // The thunk the next operation of `s` belongs to (consumed), or none.
 ThunkContext TakeThunk(Stream& s);
 // Records an error (`message` for GetErrorString); a finding also sticks:
 // every later call returns it, as a GPU's after a faulting kernel.
-cudaError_t Fail(cudaError_t code, std::string message, bool sticky = false);
+cudaError_t Fail(EmuDevice::State& d, cudaError_t code, std::string message,
+                 bool sticky = false);
 // A memory defect of an operation: one line, prefixed with its thunk.
-cudaError_t Finding(const ThunkContext& ctx, const std::string& what, const Status& status);
+cudaError_t Finding(EmuDevice::State& d, const ThunkContext& ctx, const std::string& what, const Status& status);
 // Whether `ctx` is the last thunk of its instruction.
 bool LastOfInstruction(const ThunkContext& ctx);
 // The thunk's description for messages ("entry train_step thunk 12 (...)").
 std::string Describe(const ThunkContext& ctx);
 
 // emu_ops.cc: the driver API and cuBLASLt of the device, and its operations.
-gpu::DriverApi EmuDriverApi();
-gpu::CublasLtApi EmuCublasLt();
+gpu::DriverApi EmuDriverApi(EmuDevice::State& d);
+gpu::CublasLtApi EmuCublasLt(EmuDevice::State& d);
 cudaError_t CopyOp(Stream& s, void* dst, const void* src, size_t bytes, std::string what);
 cudaError_t SetOp(Stream& s, void* dst, int value, size_t bytes, std::string what);
-std::unique_ptr<gpu::Communicator> MakeEmuCommunicator(rt::Communicator* host);
+std::unique_ptr<gpu::Communicator> MakeEmuCommunicator(EmuDevice::State& d,
+                                                       rt::Communicator* host);
 
 }  // namespace gptc::rt::emu
 

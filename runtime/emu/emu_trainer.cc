@@ -14,6 +14,7 @@ StatusOr<std::unique_ptr<EmuTrainer>> EmuTrainer::Create(const program::Artifact
   std::unique_ptr<EmuTrainer> t(new EmuTrainer());
   ASSIGN_OR_RETURN(t->device_, EmuDevice::Create(artifact, path, options.emu));
   gpu::GpuOptions gpu = options.gpu;
+  gpu.backend = &t->device_->backend();
   gpu.device = 0;
   gpu.communicator = nullptr;
   if (options.host_communicator != nullptr && options.host_communicator->world_size() > 1) {

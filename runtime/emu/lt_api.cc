@@ -70,11 +70,6 @@ struct Layout {
   std::string unmodeled;
 };
 
-MatmulExecutor& Executor() {
-  static MatmulExecutor executor;
-  return executor;
-}
-
 thread_local std::string last_refusal;
 
 cublasStatus_t Refuse(cublasStatus_t status, std::string why) {
@@ -306,7 +301,7 @@ std::string Summary(const MatmulSpec& s, const MatrixShape& a, const MatrixShape
                      DataTypeName(d.dtype), EpilogueName(s.epilogue));
 }
 
-cublasStatus_t Matmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
+cublasStatus_t MatmulOn(const MatmulExecutor* executor, cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
                       cublasLtMatrixLayout_t adesc, const void* B, cublasLtMatrixLayout_t bdesc,
                       const void* beta, const void* C, cublasLtMatrixLayout_t cdesc, void* D,
                       cublasLtMatrixLayout_t ddesc, const cublasLtMatmulAlgo_t* algo, void*, size_t,
@@ -334,17 +329,38 @@ cublasStatus_t Matmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* a
   work.summary = Summary(spec, sa, sb, sd);
   work.stand_in_us = StandInMicros(spec, sa, sd, algo->data[1]);
   work.run = [=] { RunMatmul(spec, sa, sb, sc, sd, a, b, A, B, C, D); };
-  if (!Executor()) {
+  if (executor == nullptr) {
     work.run();
     return CUBLAS_STATUS_SUCCESS;
   }
-  return Executor()(stream, std::move(work));
+  return (*executor)(stream, std::move(work));
+}
+
+// Note [bound API functions] in runtime/gpu/api_fn.h: cublasLtMatmul with an executor.
+cublasStatus_t MatmulWith(const MatmulExecutor& executor, cublasLtHandle_t handle,
+                          cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
+                          cublasLtMatrixLayout_t adesc, const void* B,
+                          cublasLtMatrixLayout_t bdesc, const void* beta, const void* C,
+                          cublasLtMatrixLayout_t cdesc, void* D, cublasLtMatrixLayout_t ddesc,
+                          const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
+                          cudaStream_t stream) {
+  return MatmulOn(&executor, handle, desc, alpha, A, adesc, B, bdesc, beta, C, cdesc, D, ddesc,
+                  algo, workspace, workspace_bytes, stream);
+}
+
+cublasStatus_t Matmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha,
+                      const void* A, cublasLtMatrixLayout_t adesc, const void* B,
+                      cublasLtMatrixLayout_t bdesc, const void* beta, const void* C,
+                      cublasLtMatrixLayout_t cdesc, void* D, cublasLtMatrixLayout_t ddesc,
+                      const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
+                      cudaStream_t stream) {
+  return MatmulOn(nullptr, handle, desc, alpha, A, adesc, B, bdesc, beta, C, cdesc, D, ddesc, algo,
+                  workspace, workspace_bytes, stream);
 }
 
 }  // namespace
 
-gpu::CublasLtApi EmulatedCublasLt(MatmulExecutor executor) {
-  Executor() = std::move(executor);
+gpu::CublasLtApi EmulatedCublasLt(const MatmulExecutor* executor) {
   gpu::CublasLtApi api;
   api.path = "emulated cuBLASLt (runtime/emu)";
   api.version = CUBLAS_VERSION;
@@ -363,7 +379,11 @@ gpu::CublasLtApi EmulatedCublasLt(MatmulExecutor executor) {
   api.MatmulPreferenceDestroy = &MatmulPreferenceDestroy;
   api.MatmulPreferenceSetAttribute = &MatmulPreferenceSetAttribute;
   api.MatmulAlgoGetHeuristic = &MatmulAlgoGetHeuristic;
-  api.Matmul = &Matmul;
+  if (executor != nullptr) {
+    api.Matmul = gpu::BindApiFn<&MatmulWith>(executor);
+  } else {
+    api.Matmul = &Matmul;
+  }
   return api;
 }
 

@@ -32,8 +32,9 @@ struct MatmulWork {
 // Runs (or enqueues on `stream`) a matmul; what cublasLtMatmul returns.
 using MatmulExecutor = std::function<cublasStatus_t(cudaStream_t stream, MatmulWork work)>;
 
-// The API; `executor` runs every matmul (null: at once, on the caller).
-gpu::CublasLtApi EmulatedCublasLt(MatmulExecutor executor);
+// The API; `executor` (which outlives the table) runs every matmul; null:
+// at once, on the caller.
+gpu::CublasLtApi EmulatedCublasLt(const MatmulExecutor* executor);
 
 // Why the last call that did not succeed refused (this thread), or empty.
 std::string LastRefusal();

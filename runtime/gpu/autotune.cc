@@ -37,24 +37,25 @@ std::string TuningKey(const GemmConfig& config, bool has_fallback) {
                      config.workspace_bytes, has_fallback ? " | fallback" : "");
 }
 
-GemmAutotuner::GemmAutotuner(AutotuneOptions options, std::string device_key,
-                             std::vector<std::string>& warnings)
-    : options_(std::move(options)),
+GemmAutotuner::GemmAutotuner(const RuntimeApi& cuda, AutotuneOptions options,
+                             std::string device_key, std::vector<std::string>& warnings)
+    : cuda_(cuda),
+      options_(std::move(options)),
       cache_(options_.mode == AutotuneMode::kOff ? "" : options_.cache_path,
              std::move(device_key)) {
   for (std::string& w : cache_.Load()) warnings.push_back(std::move(w));
 }
 
 GemmAutotuner::~GemmAutotuner() {
-  if (start_ != nullptr) Cuda().EventDestroy(start_);
-  if (stop_ != nullptr) Cuda().EventDestroy(stop_);
+  if (start_ != nullptr) cuda_.EventDestroy(start_);
+  if (stop_ != nullptr) cuda_.EventDestroy(stop_);
 }
 
 StatusOr<std::optional<double>> GemmAutotuner::TimeUs(
     const std::function<Status(cudaStream_t)>& run, cudaStream_t stream, std::string* refused) {
   for (cudaEvent_t* e : {&start_, &stop_}) {
     if (*e == nullptr) {
-      RETURN_IF_ERROR(CudaCheck(Cuda().EventCreate(e), "autotune: cudaEventCreate"));
+      RETURN_IF_ERROR(cuda_.Check(cuda_.EventCreate(e), "autotune: cudaEventCreate"));
     }
   }
   // A call that fails enqueues nothing (cuBLASLt checks before it launches).
@@ -66,21 +67,21 @@ StatusOr<std::optional<double>> GemmAutotuner::TimeUs(
   for (int i = 0; i < options_.warmup; ++i) {
     if (!call()) return std::optional<double>();
   }
-  RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(start_, stream), "autotune: cudaEventRecord"));
+  RETURN_IF_ERROR(cuda_.Check(cuda_.EventRecord(start_, stream), "autotune: cudaEventRecord"));
   const int reps = std::max(options_.reps, 1);
   for (int i = 0; i < reps; ++i) {
     if (!call()) {
       // Let the runs enqueued so far finish before the next candidate.
       RETURN_IF_ERROR(
-          CudaCheck(Cuda().StreamSynchronize(stream), "autotune: cudaStreamSynchronize"));
+          cuda_.Check(cuda_.StreamSynchronize(stream), "autotune: cudaStreamSynchronize"));
       return std::optional<double>();
     }
   }
-  RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(stop_, stream), "autotune: cudaEventRecord"));
-  RETURN_IF_ERROR(CudaCheck(Cuda().EventSynchronize(stop_), "autotune: cudaEventSynchronize"));
+  RETURN_IF_ERROR(cuda_.Check(cuda_.EventRecord(stop_, stream), "autotune: cudaEventRecord"));
+  RETURN_IF_ERROR(cuda_.Check(cuda_.EventSynchronize(stop_), "autotune: cudaEventSynchronize"));
   float ms = 0;
   RETURN_IF_ERROR(
-      CudaCheck(Cuda().EventElapsedTime(&ms, start_, stop_), "autotune: cudaEventElapsedTime"));
+      cuda_.Check(cuda_.EventElapsedTime(&ms, start_, stop_), "autotune: cudaEventElapsedTime"));
   return std::optional<double>(1000.0 * ms / reps);
 }
 

@@ -37,6 +37,7 @@
 
 #include "runtime/gpu/autotune_cache.h"
 #include "runtime/gpu/autotune_options.h"
+#include "runtime/gpu/backend.h"
 #include "runtime/gpu/gemm.h"
 
 namespace gptc::rt::gpu {
@@ -78,7 +79,8 @@ class GemmAutotuner {
  public:
   // `device_key` names the GPU, its driver and cuBLASLt (the cache's key).
   // Reads the cache; its warnings go to `warnings`.
-  GemmAutotuner(AutotuneOptions options, std::string device_key,
+  // Its timings run on `cuda` (a backend's runtime, backend.h), which outlives it.
+  GemmAutotuner(const RuntimeApi& cuda, AutotuneOptions options, std::string device_key,
                 std::vector<std::string>& warnings);
   ~GemmAutotuner();
   GemmAutotuner(const GemmAutotuner&) = delete;
@@ -107,6 +109,7 @@ class GemmAutotuner {
   StatusOr<TunedPath> Time(const GemmCandidates& g, cublasLtHandle_t handle, cudaStream_t stream,
                            GemmChoice& choice);
 
+  const RuntimeApi& cuda_;
   AutotuneOptions options_;
   AutotuneCache cache_;
   std::vector<GemmChoice> choices_;

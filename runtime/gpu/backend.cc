@@ -48,8 +48,8 @@ const RuntimeApi& CudaRuntime() {
 const Backend& CudaBackend() {
   static const Backend backend{.name = "cuda",
                                .runtime = &CudaRuntime(),
-                               .driver = &LoadCudaDriverApi,
-                               .cublaslt = &LoadNvidiaCublasLt,
+                               .driver = LoadCudaDriverApi,
+                               .cublaslt = LoadNvidiaCublasLt,
                                .observer = nullptr};
   return backend;
 }
@@ -63,7 +63,19 @@ const Backend& ActiveBackend() {
   return b != nullptr ? *b : CudaBackend();
 }
 
-void SetBackend(const Backend* backend) { active.store(backend, std::memory_order_release); }
+Status InstallBackend(const Backend& backend) {
+  const Backend* expected = nullptr;
+  if (!active.compare_exchange_strong(expected, &backend, std::memory_order_acq_rel)) {
+    return Error("the {} backend is installed already (one device at a time per process)",
+                 expected->name);
+  }
+  return Status::Ok();
+}
+
+void UninstallBackend(const Backend& backend) {
+  const Backend* expected = &backend;
+  active.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);
+}
 
 bool UsingRealCuda() { return &ActiveBackend() == &CudaBackend(); }
 
@@ -71,8 +83,10 @@ StatusOr<const DriverApi*> GetDriverApi() { return ActiveBackend().driver(); }
 
 StatusOr<const CublasLtApi*> GetCublasLt() { return ActiveBackend().cublaslt(); }
 
-std::string CudaErrorText(cudaError_t error) {
-  return fmt::format("{} ({})", Cuda().GetErrorName(error), Cuda().GetErrorString(error));
+std::string RuntimeApi::ErrorText(cudaError_t error) const {
+  return fmt::format("{} ({})", GetErrorName(error), GetErrorString(error));
 }
+
+std::string CudaErrorText(cudaError_t error) { return Cuda().ErrorText(error); }
 
 }  // namespace gptc::rt::gpu

@@ -4,14 +4,19 @@
 // functions on the host.
 //
 // Note [CUDA backends]
-// Every CUDA runtime call of runtime/gpu goes through Cuda(), every driver
-// and cuBLASLt call through GetDriverApi() and GetCublasLt(), so that the
-// very code that drives a GPU (executor, trainer, gemm runner, CUDA graphs,
-// all-reduce buckets) runs unchanged on the emulator, in every CI run. The
-// process has one backend at a time, CUDA by default; runtime/emu installs
-// its own with SetBackend while an emulated device exists. A backend may
-// also watch the plan (ThunkObserver): the emulator's memory checks need to
-// know which thunk each kernel, copy and gemm belongs to.
+// A Backend is a value: tables of the CUDA runtime, driver and cuBLASLt
+// functions (each NVIDIA's, or bound to an emulated device: Note [bound API
+// functions] in api_fn.h). The trainer and the executors receive theirs
+// (GpuOptions::backend, ExecutorResources::backend) and make every CUDA
+// call through it, so that the very code that drives a GPU (executor,
+// trainer, gemm runner and autotuner, CUDA graphs, all-reduce buckets) runs
+// unchanged on the emulator, in every CI run. What is one per process is
+// the installed backend (ActiveBackend, Cuda(): CUDA's unless an emulated
+// device installed its own), as CUDA's current device is: the default of
+// whoever is given none, and of the free functions that report errors
+// (CudaErrorText) and count devices. A backend may also watch the plan
+// (ThunkObserver): the emulator's memory checks need to know which thunk
+// each kernel, copy and gemm belongs to.
 //
 // Internal to runtime/gpu and runtime/emu (CUDA headers).
 #ifndef GPTC_RUNTIME_GPU_BACKEND_H_
@@ -20,9 +25,12 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include "compiler/support/status.h"
+#include "runtime/gpu/api_fn.h"
 #include "runtime/gpu/cublaslt_api.h"
 #include "runtime/gpu/cuda_api.h"
 
@@ -37,39 +45,47 @@ using program::EntryPlan;
 // The CUDA runtime functions runtime/gpu calls, as a table (the signatures of
 // cuda_runtime_api.h).
 struct RuntimeApi {
-  decltype(&::cudaGetDeviceCount) GetDeviceCount = nullptr;
-  decltype(&::cudaSetDevice) SetDevice = nullptr;
-  decltype(&::cudaGetDeviceProperties) GetDeviceProperties = nullptr;
-  decltype(&::cudaDriverGetVersion) DriverGetVersion = nullptr;
-  decltype(&::cudaRuntimeGetVersion) RuntimeGetVersion = nullptr;
-  decltype(&::cudaMemGetInfo) MemGetInfo = nullptr;
-  decltype(&::cudaGetLastError) GetLastError = nullptr;
-  decltype(&::cudaGetErrorName) GetErrorName = nullptr;
-  decltype(&::cudaGetErrorString) GetErrorString = nullptr;
-  decltype(&::cudaMalloc) Malloc = nullptr;
-  decltype(&::cudaFree) Free = nullptr;
-  decltype(&::cudaHostAlloc) HostAlloc = nullptr;
-  decltype(&::cudaFreeHost) FreeHost = nullptr;
-  decltype(&::cudaMemcpy) Memcpy = nullptr;
-  decltype(&::cudaMemcpyAsync) MemcpyAsync = nullptr;
-  decltype(&::cudaMemset) Memset = nullptr;
-  decltype(&::cudaMemsetAsync) MemsetAsync = nullptr;
-  decltype(&::cudaStreamCreateWithFlags) StreamCreateWithFlags = nullptr;
-  decltype(&::cudaStreamDestroy) StreamDestroy = nullptr;
-  decltype(&::cudaStreamSynchronize) StreamSynchronize = nullptr;
-  decltype(&::cudaStreamWaitEvent) StreamWaitEvent = nullptr;
-  decltype(&::cudaStreamBeginCapture) StreamBeginCapture = nullptr;
-  decltype(&::cudaStreamEndCapture) StreamEndCapture = nullptr;
-  decltype(&::cudaEventCreate) EventCreate = nullptr;
-  decltype(&::cudaEventCreateWithFlags) EventCreateWithFlags = nullptr;
-  decltype(&::cudaEventRecord) EventRecord = nullptr;
-  decltype(&::cudaEventSynchronize) EventSynchronize = nullptr;
-  decltype(&::cudaEventElapsedTime) EventElapsedTime = nullptr;
-  decltype(&::cudaEventDestroy) EventDestroy = nullptr;
-  decltype(&::cudaGraphInstantiate) GraphInstantiate = nullptr;
-  decltype(&::cudaGraphLaunch) GraphLaunch = nullptr;
-  decltype(&::cudaGraphDestroy) GraphDestroy = nullptr;
-  decltype(&::cudaGraphExecDestroy) GraphExecDestroy = nullptr;
+  ApiFn<decltype(::cudaGetDeviceCount)> GetDeviceCount;
+  ApiFn<decltype(::cudaSetDevice)> SetDevice;
+  ApiFn<decltype(::cudaGetDeviceProperties)> GetDeviceProperties;
+  ApiFn<decltype(::cudaDriverGetVersion)> DriverGetVersion;
+  ApiFn<decltype(::cudaRuntimeGetVersion)> RuntimeGetVersion;
+  ApiFn<decltype(::cudaMemGetInfo)> MemGetInfo;
+  ApiFn<decltype(::cudaGetLastError)> GetLastError;
+  ApiFn<decltype(::cudaGetErrorName)> GetErrorName;
+  ApiFn<decltype(::cudaGetErrorString)> GetErrorString;
+  ApiFn<decltype(::cudaMalloc)> Malloc;
+  ApiFn<decltype(::cudaFree)> Free;
+  ApiFn<decltype(::cudaHostAlloc)> HostAlloc;
+  ApiFn<decltype(::cudaFreeHost)> FreeHost;
+  ApiFn<decltype(::cudaMemcpy)> Memcpy;
+  ApiFn<decltype(::cudaMemcpyAsync)> MemcpyAsync;
+  ApiFn<decltype(::cudaMemset)> Memset;
+  ApiFn<decltype(::cudaMemsetAsync)> MemsetAsync;
+  ApiFn<decltype(::cudaStreamCreateWithFlags)> StreamCreateWithFlags;
+  ApiFn<decltype(::cudaStreamDestroy)> StreamDestroy;
+  ApiFn<decltype(::cudaStreamSynchronize)> StreamSynchronize;
+  ApiFn<decltype(::cudaStreamWaitEvent)> StreamWaitEvent;
+  ApiFn<decltype(::cudaStreamBeginCapture)> StreamBeginCapture;
+  ApiFn<decltype(::cudaStreamEndCapture)> StreamEndCapture;
+  ApiFn<decltype(::cudaEventCreate)> EventCreate;
+  ApiFn<decltype(::cudaEventCreateWithFlags)> EventCreateWithFlags;
+  ApiFn<decltype(::cudaEventRecord)> EventRecord;
+  ApiFn<decltype(::cudaEventSynchronize)> EventSynchronize;
+  ApiFn<decltype(::cudaEventElapsedTime)> EventElapsedTime;
+  ApiFn<decltype(::cudaEventDestroy)> EventDestroy;
+  ApiFn<decltype(::cudaGraphInstantiate)> GraphInstantiate;
+  ApiFn<decltype(::cudaGraphLaunch)> GraphLaunch;
+  ApiFn<decltype(::cudaGraphDestroy)> GraphDestroy;
+  ApiFn<decltype(::cudaGraphExecDestroy)> GraphExecDestroy;
+
+  // "cudaErrorMemoryAllocation (out of memory)", in this backend's words.
+  std::string ErrorText(cudaError_t error) const;
+  // Ok, or "CALL: cudaError... (text)".
+  Status Check(cudaError_t error, std::string_view call) const {
+    if (error == cudaSuccess) return Status::Ok();
+    return Error("{}: {}", call, ErrorText(error));
+  }
 };
 
 // Told what the executors run (Note [CUDA backends]). Null on a GPU.
@@ -92,15 +108,24 @@ class ThunkObserver {
 struct Backend {
   std::string name;  // "cuda", "emulated"
   const RuntimeApi* runtime = nullptr;
-  StatusOr<const DriverApi*> (*driver)() = nullptr;
-  StatusOr<const CublasLtApi*> (*cublaslt)() = nullptr;
+  // Its driver entry points and cuBLASLt, found on first use (CUDA's after
+  // the runtime is initialized).
+  std::function<StatusOr<const DriverApi*>()> driver;
+  std::function<StatusOr<const CublasLtApi*>()> cublaslt;
   ThunkObserver* observer = nullptr;
+  // Its events time a stand-in clock (the emulator's, Note [emulated time]
+  // in runtime/emu/emu_state.h): a timing needs no warm-up or repeats.
+  bool stand_in_clock = false;
 };
 
-// The process's backend (CUDA unless an emulated device is installed).
+// The process's installed backend: CUDA's unless an emulated device is
+// installed. What a trainer or an executor is not given runs on it.
 const Backend& ActiveBackend();
-// Installs `backend` (which must outlive its use), or CUDA's for null.
-void SetBackend(const Backend* backend);
+// Installs `backend` (which must stay alive until UninstallBackend) in place
+// of CUDA's. Errors: another backend is installed.
+Status InstallBackend(const Backend& backend);
+// Puts CUDA's back, when `backend` is the one installed.
+void UninstallBackend(const Backend& backend);
 // The active backend's CUDA runtime functions.
 inline const RuntimeApi& Cuda() { return *ActiveBackend().runtime; }
 // Whether the active backend is CUDA's (a real GPU, when there is one).

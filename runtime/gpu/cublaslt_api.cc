@@ -15,8 +15,8 @@ constexpr char kLibrary[] = "libcublasLt.so.13";
 }  // namespace
 
 std::string CublasLtApi::StatusText(cublasStatus_t status) const {
-  const char* name = GetStatusName != nullptr ? GetStatusName(status) : nullptr;
-  const char* text = GetStatusString != nullptr ? GetStatusString(status) : nullptr;
+  const char* name = GetStatusName ? GetStatusName(status) : nullptr;
+  const char* text = GetStatusString ? GetStatusString(status) : nullptr;
   return fmt::format(
       "{} ({})", name != nullptr ? name : fmt::format("cublasStatus {}", static_cast<int>(status)),
       text != nullptr ? text : "no description");

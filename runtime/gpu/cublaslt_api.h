@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "compiler/support/status.h"
+#include "runtime/gpu/api_fn.h"
 
 namespace gptc::rt::gpu {
 
@@ -29,22 +30,22 @@ namespace gptc::rt::gpu {
 struct CublasLtApi {
   std::string path;  // the library that was loaded
   size_t version = 0;
-  decltype(&::cublasLtCreate) Create = nullptr;
-  decltype(&::cublasLtDestroy) Destroy = nullptr;
-  decltype(&::cublasLtGetVersion) GetVersion = nullptr;
-  decltype(&::cublasLtGetStatusName) GetStatusName = nullptr;
-  decltype(&::cublasLtGetStatusString) GetStatusString = nullptr;
-  decltype(&::cublasLtMatmulDescCreate) MatmulDescCreate = nullptr;
-  decltype(&::cublasLtMatmulDescDestroy) MatmulDescDestroy = nullptr;
-  decltype(&::cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute = nullptr;
-  decltype(&::cublasLtMatrixLayoutCreate) MatrixLayoutCreate = nullptr;
-  decltype(&::cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy = nullptr;
-  decltype(&::cublasLtMatrixLayoutSetAttribute) MatrixLayoutSetAttribute = nullptr;
-  decltype(&::cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate = nullptr;
-  decltype(&::cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy = nullptr;
-  decltype(&::cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute = nullptr;
-  decltype(&::cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic = nullptr;
-  decltype(&::cublasLtMatmul) Matmul = nullptr;
+  ApiFn<decltype(::cublasLtCreate)> Create;
+  ApiFn<decltype(::cublasLtDestroy)> Destroy;
+  ApiFn<decltype(::cublasLtGetVersion)> GetVersion;
+  ApiFn<decltype(::cublasLtGetStatusName)> GetStatusName;
+  ApiFn<decltype(::cublasLtGetStatusString)> GetStatusString;
+  ApiFn<decltype(::cublasLtMatmulDescCreate)> MatmulDescCreate;
+  ApiFn<decltype(::cublasLtMatmulDescDestroy)> MatmulDescDestroy;
+  ApiFn<decltype(::cublasLtMatmulDescSetAttribute)> MatmulDescSetAttribute;
+  ApiFn<decltype(::cublasLtMatrixLayoutCreate)> MatrixLayoutCreate;
+  ApiFn<decltype(::cublasLtMatrixLayoutDestroy)> MatrixLayoutDestroy;
+  ApiFn<decltype(::cublasLtMatrixLayoutSetAttribute)> MatrixLayoutSetAttribute;
+  ApiFn<decltype(::cublasLtMatmulPreferenceCreate)> MatmulPreferenceCreate;
+  ApiFn<decltype(::cublasLtMatmulPreferenceDestroy)> MatmulPreferenceDestroy;
+  ApiFn<decltype(::cublasLtMatmulPreferenceSetAttribute)> MatmulPreferenceSetAttribute;
+  ApiFn<decltype(::cublasLtMatmulAlgoGetHeuristic)> MatmulAlgoGetHeuristic;
+  ApiFn<decltype(::cublasLtMatmul)> Matmul;
 
   // "CUBLAS_STATUS_NOT_SUPPORTED (the functionality requested is not supported)".
   std::string StatusText(cublasStatus_t status) const;

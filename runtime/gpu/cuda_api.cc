@@ -4,8 +4,8 @@ namespace gptc::rt::gpu {
 
 namespace {
 
-template <typename F>
-Status Resolve(const char* symbol, F* out) {
+template <typename Signature>
+Status Resolve(const char* symbol, ApiFn<Signature>* out) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
   cudaError_t e =
@@ -19,7 +19,7 @@ Status Resolve(const char* symbol, F* out) {
         kDriverAbiVersion % 1000 / 10,
         found == cudaDriverEntryPointVersionNotSufficent ? "driver too old" : "symbol not found");
   }
-  *out = reinterpret_cast<F>(fn);
+  *out = reinterpret_cast<typename ApiFn<Signature>::Plain>(fn);
   return Status::Ok();
 }
 
@@ -41,8 +41,8 @@ StatusOr<DriverApi> Load() {
 std::string DriverApi::ErrorText(CUresult result) const {
   const char* name = nullptr;
   const char* text = nullptr;
-  if (GetErrorName != nullptr) GetErrorName(result, &name);
-  if (GetErrorString != nullptr) GetErrorString(result, &text);
+  if (GetErrorName) GetErrorName(result, &name);
+  if (GetErrorString) GetErrorString(result, &text);
   return fmt::format("{} ({})",
                      name != nullptr ? name : fmt::format("CUresult {}", static_cast<int>(result)),
                      text != nullptr ? text : "no description");

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "compiler/support/status.h"
+#include "runtime/gpu/api_fn.h"
 
 namespace gptc::rt::gpu {
 
@@ -23,14 +24,14 @@ namespace gptc::rt::gpu {
 inline constexpr unsigned kDriverAbiVersion = 12000;
 
 struct DriverApi {
-  decltype(&::cuGetErrorName) GetErrorName = nullptr;
-  decltype(&::cuGetErrorString) GetErrorString = nullptr;
-  decltype(&::cuModuleLoadDataEx) ModuleLoadDataEx = nullptr;
-  decltype(&::cuModuleUnload) ModuleUnload = nullptr;
-  decltype(&::cuModuleGetFunction) ModuleGetFunction = nullptr;
-  decltype(&::cuFuncSetAttribute) FuncSetAttribute = nullptr;
-  decltype(&::cuFuncGetAttribute) FuncGetAttribute = nullptr;
-  decltype(&::cuLaunchKernel) LaunchKernel = nullptr;
+  ApiFn<decltype(::cuGetErrorName)> GetErrorName;
+  ApiFn<decltype(::cuGetErrorString)> GetErrorString;
+  ApiFn<decltype(::cuModuleLoadDataEx)> ModuleLoadDataEx;
+  ApiFn<decltype(::cuModuleUnload)> ModuleUnload;
+  ApiFn<decltype(::cuModuleGetFunction)> ModuleGetFunction;
+  ApiFn<decltype(::cuFuncSetAttribute)> FuncSetAttribute;
+  ApiFn<decltype(::cuFuncGetAttribute)> FuncGetAttribute;
+  ApiFn<decltype(::cuLaunchKernel)> LaunchKernel;
 
   // "CUDA_ERROR_INVALID_PTX (a PTX JIT compilation failed)".
   std::string ErrorText(CUresult result) const;

@@ -69,36 +69,38 @@ Status CheckGpuAvailable() {
   return Status::Ok();
 }
 
-StatusOr<DeviceInfo> OpenDevice(int ordinal) {
+StatusOr<DeviceInfo> OpenDevice(const RuntimeApi& cuda, int ordinal) {
   RETURN_IF_ERROR(CheckGpuAvailable());
   int count = 0;
-  RETURN_IF_ERROR(CudaCheck(Cuda().GetDeviceCount(&count), "cudaGetDeviceCount"));
+  RETURN_IF_ERROR(cuda.Check(cuda.GetDeviceCount(&count), "cudaGetDeviceCount"));
   if (ordinal < 0 || ordinal >= count) {
     return Error("gpu {} does not exist: this machine has {} GPU{}", ordinal, count,
                  count == 1 ? "" : "s");
   }
-  RETURN_IF_ERROR(CudaCheck(Cuda().SetDevice(ordinal), fmt::format("cudaSetDevice({})", ordinal)));
-  // cudaSetDevice creates the primary context since CUDA 12; Cuda().Free(0) makes
+  RETURN_IF_ERROR(cuda.Check(cuda.SetDevice(ordinal), fmt::format("cudaSetDevice({})", ordinal)));
+  // cudaSetDevice creates the primary context since CUDA 12; cudaFree(0) makes
   // sure of it, so that driver-API calls find a current context.
-  RETURN_IF_ERROR(CudaCheck(Cuda().Free(nullptr), "cudaFree(0) (context creation)"));
+  RETURN_IF_ERROR(cuda.Check(cuda.Free(nullptr), "cudaFree(0) (context creation)"));
   DeviceInfo info;
   info.ordinal = ordinal;
   cudaDeviceProp prop{};
-  RETURN_IF_ERROR(CudaCheck(Cuda().GetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"));
+  RETURN_IF_ERROR(cuda.Check(cuda.GetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"));
   info.name = prop.name;
   info.capability = {prop.major, prop.minor};
   info.sm_count = prop.multiProcessorCount;
   info.max_shared_per_block = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
-  RETURN_IF_ERROR(CudaCheck(Cuda().DriverGetVersion(&info.driver_version), "cudaDriverGetVersion"));
+  RETURN_IF_ERROR(cuda.Check(cuda.DriverGetVersion(&info.driver_version), "cudaDriverGetVersion"));
   RETURN_IF_ERROR(
-      CudaCheck(Cuda().RuntimeGetVersion(&info.runtime_version), "cudaRuntimeGetVersion"));
-  RETURN_IF_ERROR(QueryMemory(&info.free_bytes, &info.total_bytes));
+      cuda.Check(cuda.RuntimeGetVersion(&info.runtime_version), "cudaRuntimeGetVersion"));
+  RETURN_IF_ERROR(QueryMemory(cuda, &info.free_bytes, &info.total_bytes));
   return info;
 }
 
-Status QueryMemory(int64_t* free_bytes, int64_t* total_bytes) {
+StatusOr<DeviceInfo> OpenDevice(int ordinal) { return OpenDevice(Cuda(), ordinal); }
+
+Status QueryMemory(const RuntimeApi& cuda, int64_t* free_bytes, int64_t* total_bytes) {
   size_t free = 0, total = 0;
-  RETURN_IF_ERROR(CudaCheck(Cuda().MemGetInfo(&free, &total), "cudaMemGetInfo"));
+  RETURN_IF_ERROR(cuda.Check(cuda.MemGetInfo(&free, &total), "cudaMemGetInfo"));
   *free_bytes = static_cast<int64_t>(free);
   *total_bytes = static_cast<int64_t>(total);
   return Status::Ok();

@@ -34,11 +34,16 @@ int CountDevices();
 // not found (cudaErrorInsufficientDriver ...)"), or Ok when there is one.
 Status CheckGpuAvailable();
 
-// Makes device `ordinal` current (creating its primary context) and queries it.
+struct RuntimeApi;
+
+// Makes device `ordinal` of `cuda` (a backend's runtime, backend.h) current,
+// creating its primary context, and queries it.
+StatusOr<DeviceInfo> OpenDevice(const RuntimeApi& cuda, int ordinal);
+// The same on the installed backend.
 StatusOr<DeviceInfo> OpenDevice(int ordinal);
 
 // Free and total memory of the current device, fresh.
-Status QueryMemory(int64_t* free_bytes, int64_t* total_bytes);
+Status QueryMemory(const RuntimeApi& cuda, int64_t* free_bytes, int64_t* total_bytes);
 
 // One part of the device memory a run needs ("arena of entry train_step").
 struct MemoryNeed {

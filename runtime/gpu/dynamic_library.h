@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/gpu/api_fn.h"
+
 namespace gptc::rt::gpu {
 
 // Where to look for `library` ("libnccl.so.2"), in order: $`env_var` when
@@ -32,6 +34,11 @@ class SymbolBinder {
   void operator()(const char* symbol, F* out) {
     *out = reinterpret_cast<F>(Lookup(symbol));
     if (*out == nullptr && missing_ == nullptr) missing_ = symbol;
+  }
+  template <typename Signature>
+  void operator()(const char* symbol, ApiFn<Signature>* out) {
+    *out = reinterpret_cast<typename ApiFn<Signature>::Plain>(Lookup(symbol));
+    if (!*out && missing_ == nullptr) missing_ = symbol;
   }
   // The first symbol not found, or null.
   const char* missing() const { return missing_; }

@@ -38,8 +38,8 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
     }
   }
   if (pool_bytes > 0) {
-    RETURN_IF_ERROR(CudaCheck(
-        Cuda().Malloc(&e->constant_pool_, pool_bytes),
+    RETURN_IF_ERROR(e->cuda_.Check(
+        e->cuda_.Malloc(&e->constant_pool_, pool_bytes),
         fmt::format("entry {}: cudaMalloc({} bytes of constants)", e->plan_.name(), pool_bytes)));
   }
   int64_t pool_offset = 0;
@@ -51,7 +51,7 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
       // On the executor's stream (the legacy default stream would race a
       // non-blocking one); the bytes live in constant_bytes_ as long as the
       // executor.
-      RETURN_IF_ERROR(CudaCheck(Cuda().MemcpyAsync(dst, bytes.data(), bytes.size(),
+      RETURN_IF_ERROR(e->cuda_.Check(e->cuda_.MemcpyAsync(dst, bytes.data(), bytes.size(),
                                                    cudaMemcpyHostToDevice, resources.stream),
                                 t.Describe() + ": cudaMemcpyAsync (constant upload)"));
       MemcpyCall call{
@@ -73,7 +73,7 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
   }
   RETURN_IF_ERROR(e->PrepareBuckets());
   // Note [CUDA backends]: the emulator's checks follow the plan.
-  e->observer_ = ActiveBackend().observer;
+  e->observer_ = e->backend_.observer;
   if (e->observer_ != nullptr) e->observer_->EntryCreated(e->plan_, e->arena_);
   return e;
 }
@@ -81,7 +81,7 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
 Status EntryExecutor::Observe(size_t i, cudaStream_t stream) {
   if (observer_ == nullptr) return Status::Ok();
   const bool runs_work = !std::holds_alternative<NoOp>(calls_[i]);
-  return CudaCheck(observer_->BeforeThunk(plan_, static_cast<int64_t>(i), stream, runs_work),
+  return cuda_.Check(observer_->BeforeThunk(plan_, static_cast<int64_t>(i), stream, runs_work),
                    plan_.thunks[i].Describe() + ": the emulator's thunk marker");
 }
 
@@ -99,12 +99,12 @@ Status EntryExecutor::PrepareBuckets() {
     for (int64_t m : bucket.members) in_bucket_[m] = true;
   }
   const std::string what = fmt::format("entry {}: all-reduce buckets", plan_.name());
-  RETURN_IF_ERROR(CudaCheck(Cuda().StreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking),
+  RETURN_IF_ERROR(cuda_.Check(cuda_.StreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking),
                             what + ": cudaStreamCreateWithFlags"));
   for (auto* events : {&ready_, &done_}) {
     for (size_t b = 0; b < plan_.buckets.size(); ++b) {
       cudaEvent_t e = nullptr;
-      RETURN_IF_ERROR(CudaCheck(Cuda().EventCreateWithFlags(&e, cudaEventDisableTiming),
+      RETURN_IF_ERROR(cuda_.Check(cuda_.EventCreateWithFlags(&e, cudaEventDisableTiming),
                                 what + ": cudaEventCreateWithFlags"));
       events->push_back(e);
     }
@@ -116,8 +116,8 @@ Status EntryExecutor::IssueBucket(size_t b, cudaStream_t stream) {
   const AllReduceBucket& bucket = plan_.buckets[b];
   const std::string what = fmt::format("entry {}: all-reduce bucket {} ({} members, {} bytes)",
                                        plan_.name(), b, bucket.members.size(), bucket.bytes);
-  RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(ready_[b], stream), what + ": cudaEventRecord"));
-  RETURN_IF_ERROR(CudaCheck(Cuda().StreamWaitEvent(comm_stream_, ready_[b], 0),
+  RETURN_IF_ERROR(cuda_.Check(cuda_.EventRecord(ready_[b], stream), what + ": cudaEventRecord"));
+  RETURN_IF_ERROR(cuda_.Check(cuda_.StreamWaitEvent(comm_stream_, ready_[b], 0),
                             what + ": cudaStreamWaitEvent"));
   Communicator& comm = *resources_.communicator;
   RETURN_IF_ERROR(comm.GroupStart().WithPrefix(what));
@@ -133,7 +133,7 @@ Status EntryExecutor::IssueBucket(size_t b, cudaStream_t stream) {
   Status ended = comm.GroupEnd();  // always close the group
   RETURN_IF_ERROR(issued.WithPrefix(what));
   RETURN_IF_ERROR(ended.WithPrefix(what));
-  return CudaCheck(Cuda().EventRecord(done_[b], comm_stream_), what + ": cudaEventRecord");
+  return cuda_.Check(cuda_.EventRecord(done_[b], comm_stream_), what + ": cudaEventRecord");
 }
 
 StatusOr<EntryExecutor::Call> EntryExecutor::TranslateKernel(const Thunk& t) {
@@ -305,16 +305,16 @@ Status EntryExecutor::TuneGemms() {
 EntryExecutor::~EntryExecutor() {
   if (observer_ != nullptr) observer_->EntryDestroyed(plan_);
   DestroyGraph();
-  for (cudaEvent_t e : ready_) Cuda().EventDestroy(e);
-  for (cudaEvent_t e : done_) Cuda().EventDestroy(e);
-  if (comm_stream_ != nullptr) Cuda().StreamDestroy(comm_stream_);
-  for (cudaEvent_t e : events_) Cuda().EventDestroy(e);
-  if (constant_pool_ != nullptr) Cuda().Free(constant_pool_);
+  for (cudaEvent_t e : ready_) cuda_.EventDestroy(e);
+  for (cudaEvent_t e : done_) cuda_.EventDestroy(e);
+  if (comm_stream_ != nullptr) cuda_.StreamDestroy(comm_stream_);
+  for (cudaEvent_t e : events_) cuda_.EventDestroy(e);
+  if (constant_pool_ != nullptr) cuda_.Free(constant_pool_);
 }
 
 void EntryExecutor::DestroyGraph() {
-  if (graph_exec_ != nullptr) Cuda().GraphExecDestroy(graph_exec_);
-  if (graph_ != nullptr) Cuda().GraphDestroy(graph_);
+  if (graph_exec_ != nullptr) cuda_.GraphExecDestroy(graph_exec_);
+  if (graph_ != nullptr) cuda_.GraphDestroy(graph_);
   graph_exec_ = nullptr;
   graph_ = nullptr;
 }
@@ -326,7 +326,7 @@ Status EntryExecutor::RunThunk(size_t i, cudaStream_t stream) {
   if (auto* k = std::get_if<KernelCall>(&call)) return LaunchKernel(*k, plan_.thunks[i], stream);
   if (auto* g = std::get_if<std::unique_ptr<GemmRunner>>(&call)) return (*g)->Run(stream);
   if (auto* m = std::get_if<MemcpyCall>(&call)) {
-    return CudaCheck(Cuda().MemcpyAsync(m->dst, m->src, m->bytes, cudaMemcpyDeviceToDevice, stream),
+    return cuda_.Check(cuda_.MemcpyAsync(m->dst, m->src, m->bytes, cudaMemcpyDeviceToDevice, stream),
                      fmt::format("{}: cudaMemcpyAsync({} bytes, device to device)",
                                  plan_.thunks[i].Describe(), m->bytes));
   }
@@ -349,8 +349,8 @@ Status EntryExecutor::Run(cudaStream_t stream) {
   // Note [bucketed all-reduce]
   auto wait = [&](size_t i) -> Status {
     for (size_t b : waits_[i]) {
-      RETURN_IF_ERROR(CudaCheck(
-          Cuda().StreamWaitEvent(stream, done_[b], 0),
+      RETURN_IF_ERROR(cuda_.Check(
+          cuda_.StreamWaitEvent(stream, done_[b], 0),
           fmt::format("entry {}: all-reduce bucket {}: cudaStreamWaitEvent", plan_.name(), b)));
     }
     return Status::Ok();
@@ -366,7 +366,7 @@ Status EntryExecutor::Run(cudaStream_t stream) {
 Status EntryExecutor::RunChecked(cudaStream_t stream) {
   for (size_t i = 0; i < calls_.size(); ++i) {
     RETURN_IF_ERROR(RunThunk(i, stream));
-    RETURN_IF_ERROR(CudaCheck(Cuda().StreamSynchronize(stream),
+    RETURN_IF_ERROR(cuda_.Check(cuda_.StreamSynchronize(stream),
                               plan_.thunks[i].Describe() + ": cudaStreamSynchronize after it"));
   }
   return Status::Ok();
@@ -375,19 +375,19 @@ Status EntryExecutor::RunChecked(cudaStream_t stream) {
 Status EntryExecutor::Capture(cudaStream_t stream) {
   DestroyGraph();
   const std::string what = fmt::format("entry {}: CUDA graph capture", plan_.name());
-  RETURN_IF_ERROR(CudaCheck(Cuda().StreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+  RETURN_IF_ERROR(cuda_.Check(cuda_.StreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
                             what + ": cudaStreamBeginCapture"));
   Status run = Run(stream);
   cudaGraph_t graph = nullptr;
-  cudaError_t end = Cuda().StreamEndCapture(stream, &graph);
+  cudaError_t end = cuda_.StreamEndCapture(stream, &graph);
   if (!run.ok()) {
-    if (graph != nullptr) Cuda().GraphDestroy(graph);
+    if (graph != nullptr) cuda_.GraphDestroy(graph);
     return run.WithPrefix(what);
   }
-  RETURN_IF_ERROR(CudaCheck(end, what + ": cudaStreamEndCapture"));
+  RETURN_IF_ERROR(cuda_.Check(end, what + ": cudaStreamEndCapture"));
   graph_ = graph;
   Status s =
-      CudaCheck(Cuda().GraphInstantiate(&graph_exec_, graph_, 0), what + ": cudaGraphInstantiate");
+      cuda_.Check(cuda_.GraphInstantiate(&graph_exec_, graph_, 0), what + ": cudaGraphInstantiate");
   if (!s.ok()) {
     graph_exec_ = nullptr;
     DestroyGraph();
@@ -397,28 +397,28 @@ Status EntryExecutor::Capture(cudaStream_t stream) {
 
 Status EntryExecutor::Launch(cudaStream_t stream) {
   if (graph_exec_ == nullptr) return Error("entry {}: no captured graph to launch", plan_.name());
-  return CudaCheck(Cuda().GraphLaunch(graph_exec_, stream),
+  return cuda_.Check(cuda_.GraphLaunch(graph_exec_, stream),
                    fmt::format("entry {}: cudaGraphLaunch", plan_.name()));
 }
 
 StatusOr<std::vector<ThunkTime>> EntryExecutor::Profile(cudaStream_t stream) {
   while (events_.size() < calls_.size() + 1) {
     cudaEvent_t e = nullptr;
-    RETURN_IF_ERROR(CudaCheck(Cuda().EventCreate(&e), "cudaEventCreate (profiling)"));
+    RETURN_IF_ERROR(cuda_.Check(cuda_.EventCreate(&e), "cudaEventCreate (profiling)"));
     events_.push_back(e);
   }
   for (size_t i = 0; i < calls_.size(); ++i) {
-    RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(events_[i], stream), "cudaEventRecord"));
+    RETURN_IF_ERROR(cuda_.Check(cuda_.EventRecord(events_[i], stream), "cudaEventRecord"));
     RETURN_IF_ERROR(RunThunk(i, stream));
   }
-  RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(events_[calls_.size()], stream), "cudaEventRecord"));
+  RETURN_IF_ERROR(cuda_.Check(cuda_.EventRecord(events_[calls_.size()], stream), "cudaEventRecord"));
   RETURN_IF_ERROR(
-      CudaCheck(Cuda().EventSynchronize(events_[calls_.size()]),
+      cuda_.Check(cuda_.EventSynchronize(events_[calls_.size()]),
                 fmt::format("entry {}: cudaEventSynchronize (profiled run)", plan_.name())));
   std::vector<ThunkTime> times;
   for (size_t i = 0; i < calls_.size(); ++i) {
     float ms = 0;
-    RETURN_IF_ERROR(CudaCheck(Cuda().EventElapsedTime(&ms, events_[i], events_[i + 1]),
+    RETURN_IF_ERROR(cuda_.Check(cuda_.EventElapsedTime(&ms, events_[i], events_[i + 1]),
                               plan_.thunks[i].Describe() + ": cudaEventElapsedTime"));
     const Thunk& t = plan_.thunks[i];
     times.push_back(

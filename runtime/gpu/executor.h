@@ -37,6 +37,7 @@
 #include "runtime/gpu/backend.h"
 #include "runtime/gpu/communicator.h"
 #include "runtime/gpu/cublaslt_api.h"
+#include "runtime/gpu/backend.h"
 #include "runtime/gpu/cuda_api.h"
 #include "runtime/gpu/gemm.h"
 #include "runtime/gpu/kernel_modules.h"
@@ -47,6 +48,8 @@ namespace gptc::rt::gpu {
 
 // What the executors of a device share.
 struct ExecutorResources {
+  // The CUDA it runs on (Note [CUDA backends]); null: the installed one.
+  const Backend* backend = nullptr;
   const DriverApi* cu = nullptr;
   // Where Create uploads the constant pool: the stream the executor will run
   // on (a copy on the legacy default stream would race a non-blocking one).
@@ -138,7 +141,11 @@ class EntryExecutor {
                             NoOp, Refused>;
 
   EntryExecutor(const ExecutorResources& resources, EntryPlan plan, char* arena)
-      : resources_(resources), plan_(std::move(plan)), arena_(arena) {}
+      : resources_(resources),
+        backend_(resources.backend != nullptr ? *resources.backend : ActiveBackend()),
+        cuda_(*backend_.runtime),
+        plan_(std::move(plan)),
+        arena_(arena) {}
   StatusOr<Call> Translate(const Thunk& thunk);
   // Its kernel and gemm cases: the kernel's function and launch; the gemm's
   // runner, or (Note [epilogue fallback]) the plain gemm beside its kernel.
@@ -158,6 +165,8 @@ class EntryExecutor {
   void DestroyGraph();
 
   ExecutorResources resources_;
+  const Backend& backend_;
+  const RuntimeApi& cuda_;  // backend_'s
   EntryPlan plan_;
   char* arena_;
   std::vector<Call> calls_;  // parallel to plan_.thunks

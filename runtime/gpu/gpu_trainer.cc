@@ -30,11 +30,16 @@ namespace {
 // cudaMalloc'd memory, freed with the owner.
 struct DeviceBuffer {
   void* ptr = nullptr;
+  const RuntimeApi* cuda = nullptr;  // the backend it came from
   DeviceBuffer() = default;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(o.ptr) { o.ptr = nullptr; }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(o.ptr), cuda(o.cuda) { o.ptr = nullptr; }
   DeviceBuffer& operator=(DeviceBuffer&&) = delete;
   ~DeviceBuffer() {
-    if (ptr != nullptr) Cuda().Free(ptr);
+    if (ptr != nullptr) cuda->Free(ptr);
+  }
+  cudaError_t Allocate(const RuntimeApi& on, size_t bytes) {
+    cuda = &on;
+    return on.Malloc(&ptr, bytes);
   }
 };
 
@@ -42,11 +47,18 @@ struct DeviceBuffer {
 struct PinnedBuffer {
   void* ptr = nullptr;
   size_t bytes = 0;
+  const RuntimeApi* cuda = nullptr;  // the backend it came from
   PinnedBuffer() = default;
-  PinnedBuffer(PinnedBuffer&& o) noexcept : ptr(o.ptr), bytes(o.bytes) { o.ptr = nullptr; }
+  PinnedBuffer(PinnedBuffer&& o) noexcept : ptr(o.ptr), bytes(o.bytes), cuda(o.cuda) {
+    o.ptr = nullptr;
+  }
   PinnedBuffer& operator=(PinnedBuffer&&) = delete;
   ~PinnedBuffer() {
-    if (ptr != nullptr) Cuda().FreeHost(ptr);
+    if (ptr != nullptr) cuda->FreeHost(ptr);
+  }
+  cudaError_t Allocate(const RuntimeApi& on, size_t size) {
+    cuda = &on, bytes = size;
+    return on.HostAlloc(&ptr, size, cudaHostAllocDefault);
   }
   char* data() const { return static_cast<char*>(ptr); }
 };
@@ -82,6 +94,9 @@ struct GpuTrainer::Impl {
   std::string artifact_path;
   const program::TrainProgram* program = nullptr;
   GpuOptions options;
+  // The CUDA it runs on (Note [CUDA backends]), and its runtime functions.
+  const Backend* backend = nullptr;
+  const RuntimeApi* cuda = nullptr;
   DeviceInfo device;
   const DriverApi* cu = nullptr;
   const CublasLtApi* lt = nullptr;
@@ -111,14 +126,14 @@ struct GpuTrainer::Impl {
   std::unique_ptr<GemmAutotuner> autotuner;  // null: --autotune off
 
   ~Impl() {
-    if (stream != nullptr) Cuda().StreamSynchronize(stream);
+    if (stream != nullptr) cuda->StreamSynchronize(stream);
     entries.clear();  // executors (graphs, constant pools) and arenas
     modules.reset();
     if (lt_handle != nullptr) lt->Destroy(lt_handle);
     for (cudaEvent_t e : {uploaded, done}) {
-      if (e != nullptr) Cuda().EventDestroy(e);
+      if (e != nullptr) cuda->EventDestroy(e);
     }
-    if (stream != nullptr) Cuda().StreamDestroy(stream);
+    if (stream != nullptr) cuda->StreamDestroy(stream);
   }
 
   Status Load(const program::Artifact& artifact, uint64_t seed);
@@ -164,6 +179,8 @@ StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const program::Artifact
   impl->artifact_path = std::string(artifact_path);
   impl->program = program;
   impl->options = options;
+  impl->backend = options.backend != nullptr ? options.backend : &ActiveBackend();
+  impl->cuda = impl->backend->runtime;
   RETURN_IF_ERROR(impl->Load(artifact, seed));
   return std::unique_ptr<GpuTrainer>(new GpuTrainer(std::move(impl)));
 }
@@ -230,7 +247,7 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
         fmt::join(program->entries | std::views::transform(&program::TrainEntry::name), ", "));
   }
 
-  ASSIGN_OR_RETURN(device, OpenDevice(options.device));
+  ASSIGN_OR_RETURN(device, OpenDevice(*cuda, options.device));
   RETURN_IF_ERROR(
       CheckTargetRuns(artifact.manifest.target, device.capability, device.name, Where()));
   for (const EntryPlan& p : ordered) {
@@ -247,20 +264,20 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
   needs.push_back({"cuBLASLt workspace", workspace_bytes});
   RETURN_IF_ERROR(CheckMemoryFits(needs, options.reserve_bytes, device, Where()));
 
-  ASSIGN_OR_RETURN(cu, GetDriverApi());
-  ASSIGN_OR_RETURN(lt, GetCublasLt());
+  ASSIGN_OR_RETURN(cu, backend->driver());
+  ASSIGN_OR_RETURN(lt, backend->cublaslt());
   if (cublasStatus_t s = lt->Create(&lt_handle); s != CUBLAS_STATUS_SUCCESS) {
     lt_handle = nullptr;
     return Error("{}: cublasLtCreate ({}): {}", Where(), lt->path, lt->StatusText(s));
   }
-  RETURN_IF_ERROR(CudaCheck(Cuda().StreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+  RETURN_IF_ERROR(cuda->Check(cuda->StreamCreateWithFlags(&stream, cudaStreamNonBlocking),
                             "cudaStreamCreateWithFlags"));
   for (cudaEvent_t* e : {&uploaded, &done}) {
-    RETURN_IF_ERROR(CudaCheck(Cuda().EventCreateWithFlags(e, cudaEventDisableTiming),
+    RETURN_IF_ERROR(cuda->Check(cuda->EventCreateWithFlags(e, cudaEventDisableTiming),
                               "cudaEventCreateWithFlags"));
   }
   if (workspace_bytes > 0) {
-    RETURN_IF_ERROR(CudaCheck(Cuda().Malloc(&workspace.ptr, workspace_bytes),
+    RETURN_IF_ERROR(cuda->Check(workspace.Allocate(*cuda, workspace_bytes),
                               fmt::format("{}: cudaMalloc({}, cuBLASLt workspace)", Where(),
                                           FormatBytes(workspace_bytes))));
   }
@@ -282,7 +299,8 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
 
 Status GpuTrainer::Impl::CreateExecutors(std::vector<EntryPlan>& ordered) {
   if (options.autotune.mode != AutotuneMode::kOff) autotuner = MakeAutotuner();
-  ExecutorResources resources{.cu = cu,
+  ExecutorResources resources{.backend = backend,
+                              .cu = cu,
                               .stream = stream,
                               .lt = lt,
                               .lt_handle = lt_handle,
@@ -294,7 +312,7 @@ Status GpuTrainer::Impl::CreateExecutors(std::vector<EntryPlan>& ordered) {
   for (size_t i = 0; i < entries.size(); ++i) {
     EntryState& e = entries[i];
     const int64_t bytes = std::max<int64_t>(ordered[i].arena_size, 256);
-    RETURN_IF_ERROR(CudaCheck(Cuda().Malloc(&e.arena.ptr, bytes),
+    RETURN_IF_ERROR(cuda->Check(e.arena.Allocate(*cuda, bytes),
                               fmt::format("{}: cudaMalloc({}, arena of entry {})", Where(),
                                           FormatBytes(bytes), e.entry->name())));
     // Zeros: nothing reads memory it did not write, but zeros keep runs
@@ -305,7 +323,7 @@ Status GpuTrainer::Impl::CreateExecutors(std::vector<EntryPlan>& ordered) {
     // so they would time faster than on the run's values.
     const int fill = autotuner != nullptr ? 0x3c : 0;
     RETURN_IF_ERROR(
-        CudaCheck(Cuda().MemsetAsync(e.arena.ptr, fill, bytes, stream), "cudaMemsetAsync(arena)"));
+        cuda->Check(cuda->MemsetAsync(e.arena.ptr, fill, bytes, stream), "cudaMemsetAsync(arena)"));
     if (&e == state_entry || &e == micro_entry)
       RETURN_IF_ERROR(CheckSignature(*e.entry, ordered[i]));
     StatusOr<std::unique_ptr<EntryExecutor>> ex =
@@ -313,7 +331,7 @@ Status GpuTrainer::Impl::CreateExecutors(std::vector<EntryPlan>& ordered) {
     if (!ex.ok()) return ex.status().WithPrefix(Where());
     e.executor = std::move(ex).value();
     if (fill != 0) {
-      RETURN_IF_ERROR(CudaCheck(Cuda().MemsetAsync(e.arena.ptr, 0, bytes, stream),
+      RETURN_IF_ERROR(cuda->Check(cuda->MemsetAsync(e.arena.ptr, 0, bytes, stream),
                                 "cudaMemsetAsync(arena, after the autotuning)"));
     }
     // Note [epilogue fallback]: the run goes on, slower; say so once per gemm.
@@ -332,10 +350,10 @@ std::unique_ptr<GemmAutotuner> GpuTrainer::Impl::MakeAutotuner() const {
   AutotuneOptions tuning = options.autotune;
   // Note [emulated time]: the emulator's timings are stand-ins that repeats
   // would not change.
-  if (!UsingRealCuda()) tuning.warmup = 0, tuning.reps = 1;
+  if (backend->stand_in_clock) tuning.warmup = 0, tuning.reps = 1;
   std::vector<std::string> warnings;
   auto tuner = std::make_unique<GemmAutotuner>(
-      tuning,
+      *cuda, tuning,
       fmt::format("{} | driver {} | cuBLASLt {}", device.name, device.driver_version, lt->version),
       warnings);
   for (const std::string& w : warnings) fmt::print(stderr, "warning: {}\n", w);
@@ -391,13 +409,10 @@ Status GpuTrainer::Impl::FindSlots() {
       grad_acc.emplace_back(from, to);
     }
   }
-  staging.bytes = staged;
-  RETURN_IF_ERROR(CudaCheck(Cuda().HostAlloc(&staging.ptr, staged, cudaHostAllocDefault),
-                            "cudaHostAlloc(staging)"));
+  RETURN_IF_ERROR(cuda->Check(staging.Allocate(*cuda, staged), "cudaHostAlloc(staging)"));
   // The loss of each micro-batch, then the grad norm.
-  readback.bytes = 4 * (program->grad_accum + 1);
-  return CudaCheck(Cuda().HostAlloc(&readback.ptr, readback.bytes, cudaHostAllocDefault),
-                   "cudaHostAlloc(readback)");
+  return cuda->Check(readback.Allocate(*cuda, 4 * (program->grad_accum + 1)),
+                     "cudaHostAlloc(readback)");
 }
 
 Status GpuTrainer::Impl::UploadState(const TrainerState& state) {
@@ -406,7 +421,7 @@ Status GpuTrainer::Impl::UploadState(const TrainerState& state) {
   if (state.values.size() != n || state.adam_m.size() != n || state.adam_v.size() != n) {
     return Error("trainer state has {} parameters, the program {}", state.values.size(), n);
   }
-  RETURN_IF_ERROR(CudaCheck(Cuda().StreamSynchronize(stream), "cudaStreamSynchronize"));
+  RETURN_IF_ERROR(cuda->Check(cuda->StreamSynchronize(stream), "cudaStreamSynchronize"));
   for (size_t i = 0; i < n; ++i) {
     const program::ParamSpec& spec = program->params[i];
     for (auto [role, values] : {std::pair{SlotRole::kParam, &state.values[i]},
@@ -423,7 +438,7 @@ Status GpuTrainer::Impl::UploadState(const TrainerState& state) {
                      spec.name, values->size(), spec.shape.ToString(), spec.shape.num_elements());
       }
       RETURN_IF_ERROR(
-          CudaCheck(Cuda().MemcpyAsync(state_entry->executor->At(slot->slice), values->data(),
+          cuda->Check(cuda->MemcpyAsync(state_entry->executor->At(slot->slice), values->data(),
                                        bytes, cudaMemcpyHostToDevice, stream),
                     fmt::format("cudaMemcpyAsync({} {} to the device)", program::SlotRoleName(role),
                                 spec.name)));
@@ -431,19 +446,19 @@ Status GpuTrainer::Impl::UploadState(const TrainerState& state) {
   }
   // The sources are pageable host vectors: wait before they go away.
   RETURN_IF_ERROR(
-      CudaCheck(Cuda().StreamSynchronize(stream), "cudaStreamSynchronize (state upload)"));
+      cuda->Check(cuda->StreamSynchronize(stream), "cudaStreamSynchronize (state upload)"));
   steps_done = state.steps_done;
   ++params_version;
   return Status::Ok();
 }
 
 Status GpuTrainer::Impl::WaitFor(cudaEvent_t event, std::string_view what) {
-  cudaError_t e = Cuda().EventSynchronize(event);
+  cudaError_t e = cuda->EventSynchronize(event);
   if (e == cudaSuccess) return Status::Ok();
   return Error(
       "{}: {} (an asynchronous error of an earlier kernel or copy; rerun with "
       "--debug-sync to find the thunk)",
-      what, CudaErrorText(e));
+      what, cuda->ErrorText(e));
 }
 
 Status GpuTrainer::Impl::RunEntry(EntryState& e, std::vector<ThunkTime>& times) {
@@ -468,14 +483,14 @@ StatusOr<StepResult> GpuTrainer::Step(std::span<const MicroBatch> micro_batches,
   RETURN_IF_ERROR(m.Stage(micro_batches, step, lr));
   char* staging = m.staging.data();
   auto upload = [&](EntryState& e, const StagedInput& in) {
-    return CudaCheck(
-        Cuda().MemcpyAsync(e.executor->At(in.slot->slice), staging + in.offset,
+    return m.cuda->Check(
+        m.cuda->MemcpyAsync(e.executor->At(in.slot->slice), staging + in.offset,
                            in.slot->shape.num_elements() * 4, cudaMemcpyHostToDevice, m.stream),
         fmt::format("step {}: cudaMemcpyAsync(%{} to the device)", step, in.slot->name));
   };
   char* readback = m.readback.data();
   auto download = [&](EntryState& e, const PlanSlot* slot, int64_t at) {
-    return CudaCheck(Cuda().MemcpyAsync(readback + 4 * at, e.executor->At(slot->slice), 4,
+    return m.cuda->Check(m.cuda->MemcpyAsync(readback + 4 * at, e.executor->At(slot->slice), 4,
                                         cudaMemcpyDeviceToHost, m.stream),
                      fmt::format("step {}: cudaMemcpyAsync(%{} to the host)", step, slot->name));
   };
@@ -489,8 +504,8 @@ StatusOr<StepResult> GpuTrainer::Step(std::span<const MicroBatch> micro_batches,
   if (m.micro_entry != m.state_entry) {  // Note [entries of a step]
     RETURN_IF_ERROR(m.CopyParamsInto(*m.micro_entry));
     for (const auto& [acc, unused] : m.grad_acc) {
-      RETURN_IF_ERROR(CudaCheck(
-          Cuda().MemsetAsync(m.micro_entry->executor->At(acc->slice), 0,
+      RETURN_IF_ERROR(m.cuda->Check(
+          m.cuda->MemsetAsync(m.micro_entry->executor->At(acc->slice), 0,
                              acc->shape.num_elements() * ir::DTypeBytes(acc->shape.dtype()),
                              m.stream),
           fmt::format("step {}: cudaMemsetAsync(%{})", step, acc->name)));
@@ -502,7 +517,7 @@ StatusOr<StepResult> GpuTrainer::Step(std::span<const MicroBatch> micro_batches,
     RETURN_IF_ERROR(upload(*m.micro_entry, m.tokens[i]));
     RETURN_IF_ERROR(upload(*m.micro_entry, m.targets[i]));
     if (i == k - 1) {
-      RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(m.uploaded, m.stream), "cudaEventRecord"));
+      RETURN_IF_ERROR(m.cuda->Check(m.cuda->EventRecord(m.uploaded, m.stream), "cudaEventRecord"));
       m.upload_pending = true;
     }
     RETURN_IF_ERROR(run(*m.micro_entry));
@@ -510,8 +525,8 @@ StatusOr<StepResult> GpuTrainer::Step(std::span<const MicroBatch> micro_batches,
   }
   if (m.micro_entry != m.state_entry) {
     for (const auto& [from, to] : m.grad_acc) {
-      RETURN_IF_ERROR(CudaCheck(
-          Cuda().MemcpyAsync(m.state_entry->executor->At(to->slice),
+      RETURN_IF_ERROR(m.cuda->Check(
+          m.cuda->MemcpyAsync(m.state_entry->executor->At(to->slice),
                              m.micro_entry->executor->At(from->slice),
                              from->shape.num_elements() * ir::DTypeBytes(from->shape.dtype()),
                              cudaMemcpyDeviceToDevice, m.stream),
@@ -520,7 +535,7 @@ StatusOr<StepResult> GpuTrainer::Step(std::span<const MicroBatch> micro_batches,
     RETURN_IF_ERROR(run(*m.state_entry));
   }
   RETURN_IF_ERROR(download(*m.state_entry, m.grad_norm, k));
-  RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(m.done, m.stream), "cudaEventRecord"));
+  RETURN_IF_ERROR(m.cuda->Check(m.cuda->EventRecord(m.done, m.stream), "cudaEventRecord"));
   if (m.options.profile) (m.steps_done == 0 ? m.first_profile : m.profile).AddRun(times);
   ++m.steps_done;
   RETURN_IF_ERROR(m.WaitFor(m.done, fmt::format("step {}", step)));
@@ -572,8 +587,8 @@ Status GpuTrainer::Impl::CopyParamsInto(EntryState& e) {
       return Error("entry {}: input %{} (param {}) has no matching train_step parameter",
                    e.entry->name(), slot.name, slot.index);
     }
-    RETURN_IF_ERROR(CudaCheck(
-        Cuda().MemcpyAsync(e.executor->At(slot.slice), state_entry->executor->At(src->slice),
+    RETURN_IF_ERROR(cuda->Check(
+        cuda->MemcpyAsync(e.executor->At(slot.slice), state_entry->executor->At(src->slice),
                            slot.shape.num_elements() * ir::DTypeBytes(slot.shape.dtype()),
                            cudaMemcpyDeviceToDevice, stream),
         fmt::format("entry {}: cudaMemcpyAsync(%{} from train_step)", e.entry->name(), slot.name)));
@@ -606,7 +621,7 @@ StatusOr<EntryExecutor*> GpuTrainer::Impl::RunForEvaluate(const program::TrainEn
                    ids.size(), slot.shape.ToString(), slot.shape.num_elements());
     }
     RETURN_IF_ERROR(
-        CudaCheck(Cuda().MemcpyAsync(ex.At(slot.slice), ids.data(), ids.size() * 4,
+        cuda->Check(cuda->MemcpyAsync(ex.At(slot.slice), ids.data(), ids.size() * 4,
                                      cudaMemcpyHostToDevice, stream),
                   fmt::format("{}: cudaMemcpyAsync(%{} to the device)", entry.name(), slot.name)));
   }
@@ -623,12 +638,12 @@ StatusOr<std::vector<std::vector<double>>> GpuTrainer::Impl::ReadOutputs(
     const int64_t element = ir::DTypeBytes(slot.shape.dtype());
     bytes.emplace_back(r.count * element, '\0');
     RETURN_IF_ERROR(
-        CudaCheck(Cuda().MemcpyAsync(bytes.back().data(), ex.At(slot.slice) + r.first * element,
+        cuda->Check(cuda->MemcpyAsync(bytes.back().data(), ex.At(slot.slice) + r.first * element,
                                      bytes.back().size(), cudaMemcpyDeviceToHost, stream),
                   fmt::format("{}: cudaMemcpyAsync(%{} [{}, {}) to the host)", entry, slot.name,
                               r.first, r.first + r.count)));
   }
-  RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(done, stream), "cudaEventRecord"));
+  RETURN_IF_ERROR(cuda->Check(cuda->EventRecord(done, stream), "cudaEventRecord"));
   RETURN_IF_ERROR(WaitFor(done, entry));
   std::vector<std::vector<double>> values;
   for (size_t i = 0; i < ranges.size(); ++i) {
@@ -684,13 +699,13 @@ StatusOr<TrainerState> GpuTrainer::ExportState() {
       }
       to->emplace_back(n);
       RETURN_IF_ERROR(
-          CudaCheck(Cuda().MemcpyAsync(to->back().data(), m.state_entry->executor->At(slot->slice),
+          m.cuda->Check(m.cuda->MemcpyAsync(to->back().data(), m.state_entry->executor->At(slot->slice),
                                        n * 4, cudaMemcpyDeviceToHost, m.stream),
                     fmt::format("cudaMemcpyAsync({} {} to the host)", program::SlotRoleName(role),
                                 m.program->params[i].name)));
     }
   }
-  RETURN_IF_ERROR(CudaCheck(Cuda().EventRecord(m.done, m.stream), "cudaEventRecord"));
+  RETURN_IF_ERROR(m.cuda->Check(m.cuda->EventRecord(m.done, m.stream), "cudaEventRecord"));
   RETURN_IF_ERROR(m.WaitFor(m.done, "state export"));
   return state;
 }

@@ -39,7 +39,13 @@
 
 namespace gptc::rt::gpu {
 
+struct Backend;
+
 struct GpuOptions {
+  // The CUDA it runs on (Note [CUDA backends] in backend.h), which outlives
+  // the trainer; null: the installed one (NVIDIA's unless an emulated device
+  // is installed).
+  const Backend* backend = nullptr;
   int device = 0;
   // Replay the step as a CUDA graph after the first (eager) step.
   bool use_graph = true;

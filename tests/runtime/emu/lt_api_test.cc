@@ -450,16 +450,13 @@ TEST(LtApiTest, MatmulHandsTheWorkToTheExecutor) {
   std::vector<MatmulWork> taken;
   cudaStream_t seen = nullptr;
   cublasStatus_t answer = CUBLAS_STATUS_SUCCESS;
-  // The executor is process-wide: the default again however the test ends.
-  struct Restore {
-    ~Restore() { EmulatedCublasLt(nullptr); }
-  } restore;
-  Raw r;
-  r.lt = EmulatedCublasLt([&](cudaStream_t stream, MatmulWork work) {
+  const MatmulExecutor executor = [&](cudaStream_t stream, MatmulWork work) {
     seen = stream;
     taken.push_back(std::move(work));
     return answer;
-  });
+  };
+  Raw r;
+  r.lt = EmulatedCublasLt(&executor);
   cublasLtMatmulHeuristicResult_t result{};
   int count = 0;
   ASSERT_EQ(r.Heuristic(&result, &count), CUBLAS_STATUS_SUCCESS);

@@ -126,6 +126,14 @@ StatusOr<std::unique_ptr<TestDevice>> TestDevice::Open(TestBackend backend,
 
 TestDevice::~TestDevice() = default;
 
+const Backend& TestDevice::cuda_backend() const {
+  return emu_ != nullptr ? emu_->backend() : ActiveBackend();
+}
+
+void TestDevice::MarkHostWritten(const void* p, size_t bytes) const {
+  if (emu_ != nullptr) emu_->MarkHostWritten(p, bytes);
+}
+
 std::string NoGpuReason() {
   Status s = CheckGpuAvailable();
   return s.ok() ? "a GPU is present" : s.message();
@@ -209,23 +217,26 @@ double DefaultRtol(ir::DType dtype) {
   }
 }
 
-StatusOr<std::unique_ptr<GpuHarness>> GpuHarness::Create(const Tiny& tiny) {
-  std::unique_ptr<GpuHarness> h(new GpuHarness());
-  ASSIGN_OR_RETURN(h->device_, OpenDevice(0));
+StatusOr<std::unique_ptr<GpuHarness>> GpuHarness::Create(const TestDevice& device,
+                                                         const Tiny& tiny) {
+  std::unique_ptr<GpuHarness> h(new GpuHarness(device));
+  const Backend& backend = device.cuda_backend();
+  ASSIGN_OR_RETURN(h->device_, OpenDevice(h->cuda_, 0));
   RETURN_IF_ERROR(CheckTargetRuns(tiny.artifact.manifest.target, h->device_.capability,
                                   h->device_.name, tiny.path));
-  ASSIGN_OR_RETURN(const DriverApi* cu, GetDriverApi());
-  ASSIGN_OR_RETURN(h->lt_, GetCublasLt());
+  ASSIGN_OR_RETURN(const DriverApi* cu, backend.driver());
+  ASSIGN_OR_RETURN(h->lt_, backend.cublaslt());
   if (cublasStatus_t s = h->lt_->Create(&h->lt_handle_); s != CUBLAS_STATUS_SUCCESS) {
     h->lt_handle_ = nullptr;
     return Error("cublasLtCreate: {}", h->lt_->StatusText(s));
   }
-  RETURN_IF_ERROR(CudaCheck(Cuda().StreamCreateWithFlags(&h->stream_, cudaStreamNonBlocking),
+  RETURN_IF_ERROR(h->cuda_.Check(h->cuda_.StreamCreateWithFlags(&h->stream_, cudaStreamNonBlocking),
                             "cudaStreamCreateWithFlags"));
   ASSIGN_OR_RETURN(h->modules_, KernelModules::Load(*cu, tiny.artifact, tiny.path, h->device_));
   constexpr size_t kWorkspace = 32 << 20;
-  RETURN_IF_ERROR(CudaCheck(Cuda().Malloc(&h->workspace_, kWorkspace), "cudaMalloc(workspace)"));
-  ExecutorResources resources{.cu = cu,
+  RETURN_IF_ERROR(h->cuda_.Check(h->cuda_.Malloc(&h->workspace_, kWorkspace), "cudaMalloc(workspace)"));
+  ExecutorResources resources{.backend = &backend,
+                              .cu = cu,
                               .stream = h->stream_,
                               .lt = h->lt_,
                               .lt_handle = h->lt_handle_,
@@ -234,10 +245,10 @@ StatusOr<std::unique_ptr<GpuHarness>> GpuHarness::Create(const Tiny& tiny) {
                               .workspace_bytes = kWorkspace};
   for (const EntryPlan& plan : tiny.plans) {
     void* arena = nullptr;
-    RETURN_IF_ERROR(CudaCheck(Cuda().Malloc(&arena, std::max<int64_t>(plan.arena_size, 256)),
+    RETURN_IF_ERROR(h->cuda_.Check(h->cuda_.Malloc(&arena, std::max<int64_t>(plan.arena_size, 256)),
                               fmt::format("cudaMalloc(arena of {})", plan.name())));
     h->arenas_.push_back(arena);
-    RETURN_IF_ERROR(CudaCheck(Cuda().MemsetAsync(arena, 0, plan.arena_size, h->stream_),
+    RETURN_IF_ERROR(h->cuda_.Check(h->cuda_.MemsetAsync(arena, 0, plan.arena_size, h->stream_),
                               "cudaMemsetAsync(arena)"));
     ASSIGN_OR_RETURN(std::unique_ptr<EntryExecutor> ex,
                      EntryExecutor::Create(resources, plan, static_cast<char*>(arena),
@@ -248,41 +259,41 @@ StatusOr<std::unique_ptr<GpuHarness>> GpuHarness::Create(const Tiny& tiny) {
 }
 
 GpuHarness::~GpuHarness() {
-  if (stream_ != nullptr) Cuda().StreamSynchronize(stream_);
+  if (stream_ != nullptr) cuda_.StreamSynchronize(stream_);
   executors_.clear();
   modules_.reset();
-  for (void* a : arenas_) Cuda().Free(a);
-  if (workspace_ != nullptr) Cuda().Free(workspace_);
+  for (void* a : arenas_) cuda_.Free(a);
+  if (workspace_ != nullptr) cuda_.Free(workspace_);
   if (lt_handle_ != nullptr) lt_->Destroy(lt_handle_);
-  if (stream_ != nullptr) Cuda().StreamDestroy(stream_);
+  if (stream_ != nullptr) cuda_.StreamDestroy(stream_);
 }
 
 Status GpuHarness::Upload(size_t e, const ArenaSlice& slice, const std::string& bytes) {
   if (static_cast<int64_t>(bytes.size()) > slice.size) {
     return Error("upload of {} bytes into a slice of {}", bytes.size(), slice.size);
   }
-  RETURN_IF_ERROR(CudaCheck(Cuda().MemcpyAsync(executors_[e]->At(slice), bytes.data(), bytes.size(),
+  RETURN_IF_ERROR(cuda_.Check(cuda_.MemcpyAsync(executors_[e]->At(slice), bytes.data(), bytes.size(),
                                                cudaMemcpyHostToDevice, stream_),
                             "cudaMemcpyAsync(upload)"));
-  RETURN_IF_ERROR(CudaCheck(Cuda().StreamSynchronize(stream_), "cudaStreamSynchronize(upload)"));
+  RETURN_IF_ERROR(cuda_.Check(cuda_.StreamSynchronize(stream_), "cudaStreamSynchronize(upload)"));
   // The emulated device's checks: these bytes are now the operand's value.
-  emu::MarkHostWritten(executors_[e]->At(slice), bytes.size());
+  test_device_.MarkHostWritten(executors_[e]->At(slice), bytes.size());
   return Status::Ok();
 }
 
 StatusOr<std::string> GpuHarness::Download(size_t e, const ArenaSlice& slice) {
   std::string bytes(slice.size, '\0');
-  RETURN_IF_ERROR(CudaCheck(Cuda().MemcpyAsync(bytes.data(), executors_[e]->At(slice), bytes.size(),
+  RETURN_IF_ERROR(cuda_.Check(cuda_.MemcpyAsync(bytes.data(), executors_[e]->At(slice), bytes.size(),
                                                cudaMemcpyDeviceToHost, stream_),
                             "cudaMemcpyAsync(download)"));
-  RETURN_IF_ERROR(CudaCheck(Cuda().StreamSynchronize(stream_), "cudaStreamSynchronize(download)"));
+  RETURN_IF_ERROR(cuda_.Check(cuda_.StreamSynchronize(stream_), "cudaStreamSynchronize(download)"));
   return bytes;
 }
 
 Status GpuHarness::Run(size_t e, const std::vector<size_t>& indices) {
   for (size_t i : indices) {
     RETURN_IF_ERROR(executors_[e]->RunThunk(i, stream_));
-    RETURN_IF_ERROR(CudaCheck(Cuda().StreamSynchronize(stream_),
+    RETURN_IF_ERROR(cuda_.Check(cuda_.StreamSynchronize(stream_),
                               executors_[e]->plan().thunks[i].Describe() + ": synchronize"));
   }
   return Status::Ok();

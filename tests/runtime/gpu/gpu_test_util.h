@@ -87,6 +87,11 @@ class TestDevice {
                                                     std::string* why);
   ~TestDevice();
   TestBackend backend() const { return backend_; }
+  // Its CUDA (Note [CUDA backends] in runtime/gpu/backend.h).
+  const Backend& cuda_backend() const;
+  // The emulated device's checks: host bytes now fill [p, p + bytes) (a
+  // no-op on a GPU).
+  void MarkHostWritten(const void* p, size_t bytes) const;
 
  private:
   explicit TestDevice(TestBackend backend) : backend_(backend) {}
@@ -129,7 +134,8 @@ double DefaultRtol(ir::DType dtype);
 // for running thunks one at a time.
 class GpuHarness {
  public:
-  static StatusOr<std::unique_ptr<GpuHarness>> Create(const Tiny& tiny);
+  // On `device`, which outlives the harness.
+  static StatusOr<std::unique_ptr<GpuHarness>> Create(const TestDevice& device, const Tiny& tiny);
   ~GpuHarness();
 
   // The executor of entry `e` (unsupported thunks allowed; they fail if run).
@@ -142,7 +148,10 @@ class GpuHarness {
   const DeviceInfo& device() const { return device_; }
 
  private:
-  GpuHarness() = default;
+  explicit GpuHarness(const TestDevice& device)
+      : test_device_(device), cuda_(*device.cuda_backend().runtime) {}
+  const TestDevice& test_device_;
+  const RuntimeApi& cuda_;
   DeviceInfo device_;
   cudaStream_t stream_ = nullptr;
   const CublasLtApi* lt_ = nullptr;

@@ -193,7 +193,7 @@ void CheckEntry(TestBackend backend, std::string_view entry_name, ThunkKind kind
   StatusOr<std::unique_ptr<TestDevice>> device = TestDevice::Open(backend, {tiny}, &why);
   ASSERT_TRUE(device.ok()) << device.status().message();
   if (*device == nullptr) GTEST_SKIP() << why;
-  StatusOr<std::unique_ptr<GpuHarness>> gpu = GpuHarness::Create(*tiny);
+  StatusOr<std::unique_ptr<GpuHarness>> gpu = GpuHarness::Create(**device, *tiny);
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   size_t e = 0;
   while (e < tiny->plans.size() && tiny->plans[e].name() != entry_name) ++e;
@@ -252,7 +252,7 @@ TEST(GpuVsEmulatorTest, EveryThunkAgrees) {
     StatusOr<std::unique_ptr<TestDevice>> device = TestDevice::Open(backend, {tiny}, &why);
     ASSERT_TRUE(device.ok()) << device.status().message();
     ASSERT_NE(*device, nullptr) << why;
-    StatusOr<std::unique_ptr<GpuHarness>> harness = GpuHarness::Create(*tiny);
+    StatusOr<std::unique_ptr<GpuHarness>> harness = GpuHarness::Create(**device, *tiny);
     ASSERT_TRUE(harness.ok()) << harness.status().message();
     for (size_t e = 0; e < tiny->plans.size(); ++e) {
       for (ThunkKind kind : {ThunkKind::kKernel, ThunkKind::kGemm}) {

@@ -53,8 +53,10 @@ std::string Incomplete(const Tiny& tiny) {
     GTEST_SKIP() << (tiny).path << " is incomplete (no kernel yet for: " << missing << ")"; \
   }
 
-StatusOr<std::unique_ptr<GpuTrainer>> MakeGpuTrainer(const Tiny& tiny, bool graph) {
+StatusOr<std::unique_ptr<GpuTrainer>> MakeGpuTrainer(const TestDevice& device, const Tiny& tiny,
+                                                     bool graph) {
   GpuOptions options;
+  options.backend = &device.cuda_backend();
   options.use_graph = graph;
   return GpuTrainer::Create(tiny.artifact, tiny.path, &tiny.loaded.program, kSeed, options);
 }
@@ -71,7 +73,7 @@ TEST_P(GpuEntryTest, LogitsMatchCpu) {
   for (const Thunk& t : tiny->plans[e].thunks) {
     ASSERT_NE(t.kind(), ThunkKind::kUnsupported) << t.Describe();
   }
-  StatusOr<std::unique_ptr<GpuHarness>> gpu = GpuHarness::Create(*tiny);
+  StatusOr<std::unique_ptr<GpuHarness>> gpu = GpuHarness::Create(*device, *tiny);
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   const EntryPlan& plan = tiny->plans[e];
   // The initial parameters, as the trainers make them.
@@ -109,7 +111,7 @@ TEST_P(GpuEntryTest, LogitsMatchCpu) {
   EXPECT_TRUE(c.ok()) << "worst " << c.worst << " at " << c.worst_index;
 
   // The sampler's read: one row, copied alone, equal to the same row of the whole.
-  StatusOr<std::unique_ptr<GpuTrainer>> trainer = MakeGpuTrainer(*tiny, /*graph=*/false);
+  StatusOr<std::unique_ptr<GpuTrainer>> trainer = MakeGpuTrainer(*device, *tiny, /*graph=*/false);
   ASSERT_TRUE(trainer.ok()) << trainer.status().message();
   StatusOr<std::vector<eval::Literal>> whole = (*trainer)->Evaluate(*logits, batch);
   ASSERT_TRUE(whole.ok()) << whole.status().message();
@@ -171,7 +173,7 @@ TEST_P(GpuTrainStepTest, OneStepMatchesCpu) {
   ASSERT_NE(tiny, nullptr);
   GPTC_SKIP_IF_INCOMPLETE(*tiny);
   GPTC_OPEN_TEST_DEVICE(device, {tiny});
-  StatusOr<std::unique_ptr<GpuTrainer>> gpu = MakeGpuTrainer(*tiny, /*graph=*/false);
+  StatusOr<std::unique_ptr<GpuTrainer>> gpu = MakeGpuTrainer(*device, *tiny, /*graph=*/false);
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   CpuTrainer cpu(&tiny->loaded.program, kSeed);
   // Same weights before the step.
@@ -207,7 +209,7 @@ TEST_P(GpuEntryTest, EvalLossMatchesCpu) {
   GPTC_OPEN_TEST_DEVICE(device, {tiny});
   const program::TrainEntry* eval = tiny->loaded.program.Find(program::EntryRole::kEval);
   if (eval == nullptr) GTEST_SKIP() << tiny->path << " has no eval entry";
-  StatusOr<std::unique_ptr<GpuTrainer>> gpu = MakeGpuTrainer(*tiny, /*graph=*/true);
+  StatusOr<std::unique_ptr<GpuTrainer>> gpu = MakeGpuTrainer(*device, *tiny, /*graph=*/true);
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   CpuTrainer cpu(&tiny->loaded.program, kSeed);
   for (int64_t s = 0; s < 2; ++s) {
@@ -230,9 +232,9 @@ TEST_P(GpuTrainStepTest, GraphReplayMatchesEager) {
   ASSERT_NE(tiny, nullptr);
   GPTC_SKIP_IF_INCOMPLETE(*tiny);
   GPTC_OPEN_TEST_DEVICE(device, {tiny});
-  StatusOr<std::unique_ptr<GpuTrainer>> graph = MakeGpuTrainer(*tiny, true);
+  StatusOr<std::unique_ptr<GpuTrainer>> graph = MakeGpuTrainer(*device, *tiny, true);
   ASSERT_TRUE(graph.ok()) << graph.status().message();
-  StatusOr<std::unique_ptr<GpuTrainer>> eager = MakeGpuTrainer(*tiny, false);
+  StatusOr<std::unique_ptr<GpuTrainer>> eager = MakeGpuTrainer(*device, *tiny, false);
   ASSERT_TRUE(eager.ok()) << eager.status().message();
   for (int64_t s = 0; s < 3; ++s) {  // step 1 eager in both; steps 2, 3 replay the graph
     std::vector<MicroBatch> micro = {Batch(*tiny, s)};
@@ -265,13 +267,13 @@ TEST_P(GpuTrainStepTest, StateExportImportContinuesIdentically) {
   ASSERT_NE(tiny, nullptr);
   GPTC_SKIP_IF_INCOMPLETE(*tiny);
   GPTC_OPEN_TEST_DEVICE(device, {tiny});
-  StatusOr<std::unique_ptr<GpuTrainer>> a = MakeGpuTrainer(*tiny, true);
+  StatusOr<std::unique_ptr<GpuTrainer>> a = MakeGpuTrainer(*device, *tiny, true);
   ASSERT_TRUE(a.ok()) << a.status().message();
   std::vector<MicroBatch> first = {Batch(*tiny, 0)}, second = {Batch(*tiny, 1)};
   ASSERT_TRUE((*a)->Step(first, 1e-3).ok());
   StatusOr<TrainerState> state = (*a)->ExportState();
   ASSERT_TRUE(state.ok()) << state.status().message();
-  StatusOr<std::unique_ptr<GpuTrainer>> b = MakeGpuTrainer(*tiny, true);
+  StatusOr<std::unique_ptr<GpuTrainer>> b = MakeGpuTrainer(*device, *tiny, true);
   ASSERT_TRUE(b.ok()) << b.status().message();
   Status imported = (*b)->ImportState(*state);
   ASSERT_TRUE(imported.ok()) << imported.message();
@@ -304,9 +306,9 @@ TEST_P(GpuTrainStepTest, GradAccumTwoMatchesCpuAndOneBigBatch) {
   const int64_t seq = plain->loaded.flags.seq;
   ASSERT_EQ(accumulating->loaded.flags.seq, seq);
   ASSERT_EQ(plain->loaded.flags.batch, 2 * accumulating->loaded.flags.batch);
-  StatusOr<std::unique_ptr<GpuTrainer>> gpu = MakeGpuTrainer(*accumulating, /*graph=*/true);
+  StatusOr<std::unique_ptr<GpuTrainer>> gpu = MakeGpuTrainer(*device, *accumulating, /*graph=*/true);
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
-  StatusOr<std::unique_ptr<GpuTrainer>> big = MakeGpuTrainer(*plain, /*graph=*/true);
+  StatusOr<std::unique_ptr<GpuTrainer>> big = MakeGpuTrainer(*device, *plain, /*graph=*/true);
   ASSERT_TRUE(big.ok()) << big.status().message();
   CpuTrainer cpu(&accumulating->loaded.program, kSeed);
   constexpr double kLr = 1e-3;
