@@ -13,7 +13,14 @@
 #include <vector>
 
 #include "compiler/analysis/gemm_epilogue.h"
+#include "passes/attention_fusion.h"
+#include "passes/attention_operands.h"
+#include "passes/cross_entropy_fusion.h"
 #include "passes/fusion_planner.h"
+#include "passes/gemm_fusion.h"
+#include "passes/horizontal_fusion.h"
+#include "passes/loop_fusion.h"
+#include "passes/reduction_fusion.h"
 
 namespace gptc::passes {
 
@@ -397,7 +404,7 @@ class Materializer {
 
 // Note [gemm epilogue records] (compiler/analysis/gemm_epilogue.h): each
 // gemm fusion's record, made here once for every later stage to read.
-Status DescribeGemms(ir::Computation& entry) {
+Status DescribeGemms(ir::Computation& entry, std::string_view pass) {
   for (const auto& inst : entry.instructions()) {
     if (inst->opcode() != Opcode::kFusion || inst->attrs().fusion_kind != ir::FusionKind::kGemm ||
         inst->attrs().gemm_epilogue) {
@@ -405,7 +412,7 @@ Status DescribeGemms(ir::Computation& entry) {
     }
     StatusOr<ir::GemmEpilogue> e = analysis::DescribeGemmEpilogue(*inst);
     if (!e.ok()) {
-      return Error("fusion: the gemm rule built an epilogue cuBLASLt has no form for: {}",
+      return Error("{}: the gemm rule built an epilogue cuBLASLt has no form for: {}", pass,
                    e.status().message());
     }
     inst->mutable_attrs().gemm_epilogue = *e;
@@ -416,25 +423,30 @@ Status DescribeGemms(ir::Computation& entry) {
 }  // namespace
 }  // namespace fusion_internal
 
-StatusOr<bool> Fusion::Run(ir::Module& module) {
+StatusOr<bool> RunFusionRules(ir::Module& module,
+                              std::span<const fusion_internal::FusionRule> rules,
+                              std::string_view pass) {
   using namespace fusion_internal;  // NOLINT(build/namespaces): the phases read as a list
-  if (module.entry() == nullptr) return Error("fusion: module {} has no entry", module.name());
-  const std::vector<Instruction*> attention_ops = AttentionOps(*module.entry());
-  bool changed = ReadRoundedAttentionOperands(*module.entry(), attention_ops);
-  changed |= SplitAttentionOperandChains(*module.entry(), attention_ops);
+  if (module.entry() == nullptr) return Error("{}: module {} has no entry", pass, module.name());
   Planner planner(module.entry());
-  FuseOptimizer(planner);
-  FuseGradNorm(planner);
-  FuseParameterConverts(planner);
-  FuseCrossEntropy(planner);
-  FuseAttention(planner);
-  FuseAttentionGrads(planner);
-  FuseGemms(planner);
-  FuseReductions(planner);
-  FuseConvertsIntoProducers(planner);
-  FuseLoops(planner);
+  for (FusionRule rule : rules) rule(planner);
   const bool fused = Materializer(module, planner).Run();
-  RETURN_IF_ERROR(DescribeGemms(*module.entry()));
+  RETURN_IF_ERROR(DescribeGemms(*module.entry(), pass));
+  return fused;
+}
+
+StatusOr<bool> Fusion::Run(ir::Module& module) {
+  using namespace fusion_internal;  // NOLINT(build/namespaces): the rules read as a list
+  ASSIGN_OR_RETURN(const bool changed, AttentionOperands().Run(module));
+  static constexpr FusionRule kRules[] = {
+      &FuseOptimizer,   &FuseGradNorm,       &FuseParameterConverts,      // horizontal_fusion.h
+      &FuseCrossEntropy,                                                 // cross_entropy_fusion.h
+      &FuseAttention,   &FuseAttentionGrads,                             // attention_fusion.h
+      &FuseGemms,                                                        // gemm_fusion.h
+      &FuseReductions,                                                   // reduction_fusion.h
+      &FuseConvertsIntoProducers, &FuseLoops,                            // loop_fusion.h
+  };
+  ASSIGN_OR_RETURN(const bool fused, RunFusionRules(module, kRules, Name()));
   return fused || changed;
 }
 

@@ -6,68 +6,31 @@
 // users read them with get-tuple-element):
 //   %a = f32[8] exp(%x)                %f = f32[8] fusion(%x), kind=loop, calls=%fused.0
 //   %b = f32[8] neg(%a)        =>
-// Rules, applied in this order (an instruction joins at most one group):
-//  1. optimizer: every instruction whose metadata starts with `optimizer.`
-//     (the per-parameter AdamW updates) in ONE horizontal fusion, kind=optimizer.
-//  1b. grad norm: the per-parameter square sums the optimizer fusion leaves
-//     out (`optimizer.*` reduces) and their scalar epilogue: ONE horizontal
-//     reduction fusion, metadata `optimizer.grad_norm`.
-//  1c. parameters: every convert of an entry parameter (f32 master weight to
-//     bf16) in ONE horizontal loop fusion, metadata `parameters.bf16`.
-//  2. cross_entropy: each softmax-cross-entropy op together with the backward
-//     ops computing dlogits from the same logits (metadata `grad.<ce scope>`),
-//     one multi-output fusion (loss rows, dlogits): probabilities are never stored.
-//  3. attention: each attention op with the slice/reshape/transpose chains of
-//     its operands and the transpose/reshape of its result (the attention
-//     kernel reads q, k, v out of the packed qkv and writes [B,T,C]), and the
-//     attention-lse of the same q, k. The backward's attention-grad ops make
-//     two flash kernels, dk + dv and dq (Note [attention backward] in
-//     fusion_rules.cc). Before planning, a bf16 attention's operands become
-//     the rounded [B, H, T, D] copies the backward keeps (Note [rounded
-//     attention operands]), which loop kernels write, and the dq op gets its
-//     own copy of operand layout chains it shares with dk + dv (Note
-//     [per-kernel operand chains]).
-//  4. gemm: every other dot is the root of a kind=gemm fusion with what
-//     cuBLASLt can do around it: last-two-dims transposes and reshapes of the
-//     operands, converts of the result (but a bare bf16 dot's f32 widening
-//     that only later loop or reduction kernels read is left to them, so the
-//     gemm writes bf16: Note [narrow gemm results] in fusion_rules.cc), a
-//     bias add (broadcast along the last dim; a widening
-//     convert of the bias joins too), the tanh GELU of the frontend (only
-//     when its intermediates are not used elsewhere; of the widened bf16
-//     pre-activation, which is then an output: cuBLASLt's aux), a residual
-//     add of a same-shaped tensor (not after a GELU), converts, a 2-D
-//     transpose of the result, the bias gradient (a column sum of an operand
-//     over the contracting dims, or of its f32 widening, with a round trip
-//     through bf16 after it: cuBLASLt's BGRADA/BGRADB epilogues), and, after
-//     a bare dot, the GELU backward: the ops computing dy * GELU'(aux) from
-//     the dot's result and the recomputed GELU intermediates, down to an
-//     aux of D's dtype left outside (cuBLASLt's DGELU; Note [GELU
-//     epilogues] in gelu_epilogue.h). GELU regions are checked on sample
-//     points. Each gemm fusion then carries its epilogue record, which every
-//     later stage reads (Note [gemm epilogue records] in
-//     compiler/analysis/gemm_epilogue.h).
-//  5. reduction: each remaining reduce is a fusion root. Row reductions (over
-//     the last dim) grow over the row-local region around them: elementwise
-//     ops of the input shape or the row shape, and further row reductions of
-//     the same input shape (layer norm forward and backward are one kernel
-//     each); a forward row reduction takes no remat clone (`remat.*`: remat
-//     made it for the backward, whose kernel computes it instead of storing
-//     it). Column and full reductions absorb their elementwise producers;
-//     sibling reductions of the same shape and dims that share an input share
-//     one multi-output fusion (dgamma and dbeta).
-//  6. loop: remaining elementwise / layout / select / compare / convert ops
-//     form maximal connected kind=loop groups; a reshape no loop group
-//     takes stays unfused: a view of its operand, no kernel (IsKernel).
-//     Also in the cross_entropy fusion: the widening convert of bf16 logits
-//     (and of their remat clone `remat.NAME`) and the converts of dlogits.
-//     The attention kernels also take the q/k/v bias add and layout chains
-//     (remat clones included) when nothing else reads them, and the forward
-//     one the convert of its output. The bias-gradient column sum may read
-//     the f32 value whose convert the gemm takes. Column sums over all but
-//     the last dim (dgamma, dbeta) join the row reduction (layer-norm
-//     backward) sharing their input. After rule 5, a convert whose producer
-//     is in a non-gemm group joins it.
+// The rules, each a pass of its own with its header (gptc-opt
+// --pass=NAME runs one alone), run by this pass in this order on one
+// planner (passes/fusion_planner.h), and materialized once; an instruction
+// joins at most one group:
+//  0. attention-operands (attention_operands.h): IR rewrites before
+//     planning, so that the attention kernels read the rounded bf16 copies
+//     and each backward kernel its own operand chains;
+//  1. horizontal-fusion (horizontal_fusion.h): the optimizer's updates, the
+//     gradient norm's square sums, the parameters' bf16 converts, one
+//     kernel each;
+//  2. cross-entropy-fusion (cross_entropy_fusion.h): loss and dlogits in
+//     one kernel per softmax-cross-entropy;
+//  3. attention-fusion (attention_fusion.h): the flash kernels, forward and
+//     backward, with their operand and result layout chains;
+//  4. gemm-fusion (gemm_fusion.h): each remaining dot with what cuBLASLt's
+//     epilogues do around it, and its epilogue record;
+//  5. reduction-fusion (reduction_fusion.h): row reductions over their
+//     row-local region (layer norm forward and backward), column and full
+//     reductions with their producers;
+//  6. loop-fusion (loop_fusion.h): converts into their producers' groups,
+//     then maximal connected elementwise and layout groups.
+// Run together, a later rule sees the groups of the earlier ones as taken
+// (not as opaque fusions), so that for instance a convert joins the
+// reduction kernel that produces its operand; run alone, a rule pass fuses
+// what it would with nothing else grouped.
 // Constants, iotas, broadcasts, and elementwise ops of those alone (the
 // causal mask) are never stored: each group that uses one
 // gets its own copy (a broadcast's operand becomes the input). Parameters,
@@ -84,8 +47,10 @@
 #define GPTC_PASSES_FUSION_H_
 
 #include <cstdint>
-#include <map>
-#include <string>
+#include <initializer_list>
+#include <span>
+#include <string_view>
+#include <vector>
 
 #include "compiler/pass/pass.h"
 
@@ -97,16 +62,41 @@ class Fusion : public pass::Pass {
   StatusOr<bool> Run(ir::Module& module) override;
 };
 
+namespace fusion_internal {
+class Planner;
+// One rule (or step of one) over the planner: it makes groups of what is
+// not grouped yet, and may grow the groups it made.
+using FusionRule = void (*)(Planner& planner);
+}  // namespace fusion_internal
+
+// Runs `rules` in order on one planner over `module`'s entry and
+// materializes the groups they made: the fusion instructions, their fused
+// computations, and each gemm fusion's epilogue record. `pass` names the
+// pass in errors.
+StatusOr<bool> RunFusionRules(ir::Module& module,
+                              std::span<const fusion_internal::FusionRule> rules,
+                              std::string_view pass);
+
+// A fusion rule run alone as a pass (the rule passes' base).
+class FusionRulePass : public pass::Pass {
+ public:
+  FusionRulePass(std::string_view name, std::initializer_list<fusion_internal::FusionRule> rules)
+      : name_(name), rules_(rules) {}
+  std::string_view Name() const override { return name_; }
+  StatusOr<bool> Run(ir::Module& module) override {
+    return RunFusionRules(module, rules_, name_);
+  }
+
+ private:
+  std::string_view name_;
+  std::vector<fusion_internal::FusionRule> rules_;
+};
 
 // The most kernels (gemms included) one GPT-2 layer's forward + backward may
 // take without remat (remat adds its recomputations); tests hold the fusion
-// rules to it. It was 27 while the attention backward was 7 kernels around
-// [B, H, T, T] tensors; the flash backward (Note [attention backward] in
-// fusion_rules.cc) made it 25 (the bf16 copy of do, delta, the dk + dv and
-// dq kernels, and the packing into the [B, T, 3C] gradient), and Note [packed
-// attention gradient] 23: the dk + dv and dq kernels are one fusion writing
-// the packed gradient. (An instruction counts once, however many kernels it
-// launches: Note [multi-kernel instructions].)
+// rules to it (how it came down: docs/PERFORMANCE.md, "Kernels per layer").
+// An instruction counts once, however many kernels it launches: Note
+// [multi-kernel instructions].
 inline constexpr int64_t kMaxKernelsPerLayer = 23;
 
 // The same for the bf16 train step (mixed precision, as gptc compiles by
@@ -114,12 +104,12 @@ inline constexpr int64_t kMaxKernelsPerLayer = 23;
 // them (Note [GELU epilogues] in gelu_epilogue.h); delta sums rows of do and
 // o where the output projection's gemms leave them (Note [delta in the stored
 // layout] in autodiff_attention.cc) and both flash kernels read do through
-// its transpose (Note [per-kernel operand chains] in fusion_planner.h). The
-// qkv projection's gemm writes q, k and v in bf16 with its bias, and the
+// its transpose (Note [per-kernel operand chains] in attention_operands.h).
+// The qkv projection's gemm writes q, k and v in bf16 with its bias, and the
 // attention kernels read them out of it (Note [bf16 attention projection] in
 // mixed_precision.h: no copies); the dk + dv and dq kernels write the packed
 // [B, T, 3C] gradient of the qkv projection, one fusion of two kernels (Note
-// [packed attention gradient] in fusion_rules.cc): 19.
+// [packed attention gradient] in attention_fusion.cc).
 inline constexpr int64_t kBf16KernelsPerLayer = 19;
 
 }  // namespace gptc::passes

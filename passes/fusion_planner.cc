@@ -478,4 +478,18 @@ void Planner::NonFreeUsers(const Instruction* inst, std::vector<const Instructio
   }
 }
 
+// Whether every use of `inst` is by a member of `s`, looking through free ops.
+bool AllUsesIn(const Planner& p, const ir::Instruction* inst, const InstSet& s) {
+  std::vector<const ir::Instruction*> users;
+  p.NonFreeUsers(inst, users);
+  if (p.computation()->root() == inst) return false;
+  return std::all_of(users.begin(), users.end(), [&](auto* u) { return s.contains(u); });
+}
+
+// The single user of `inst`, or nullptr.
+const ir::Instruction* SingleUser(const Planner& p, const ir::Instruction* inst) {
+  if (inst->users().size() != 1 || p.computation()->root() == inst) return nullptr;
+  return inst->users().front();
+}
+
 }  // namespace gptc::passes::fusion_internal

@@ -1,6 +1,7 @@
-// Internals of the fusion pass (passes/fusion.h): the grouping state
-// (fusion_planner.cc) shared by the rule phases (fusion_rules.cc,
-// fusion_attention_rules.cc) and the materialization (fusion.cc).
+// The planner library of the fusion passes (passes/fusion.h): the grouping
+// state (fusion_planner.cc) shared by the rules (horizontal_fusion.cc,
+// cross_entropy_fusion.cc, attention_fusion.cc, gemm_fusion.cc,
+// reduction_fusion.cc, loop_fusion.cc) and the materialization (fusion.cc).
 #ifndef GPTC_PASSES_FUSION_PLANNER_H_
 #define GPTC_PASSES_FUSION_PLANNER_H_
 
@@ -249,70 +250,6 @@ bool AllUsesIn(const Planner& p, const ir::Instruction* inst, const InstSet& s);
 
 // The single user of `inst`, or nullptr (also for the root).
 const ir::Instruction* SingleUser(const Planner& p, const ir::Instruction* inst);
-
-// The rule phases, in the order Fusion::Run applies them (fusion_rules.cc;
-// the attention ones in fusion_attention_rules.cc).
-// Note [rounded attention operands]: a bf16 attention (grad_dtype) rounds
-// q, k and v to bf16 before its matmuls, and the backward keeps exactly those
-// rounded copies ([B, H, T, D], written for the flash backward kernels) where
-// they are not slices of a bf16 projection already (Note [bf16 attention
-// projection] in mixed_precision.h, which leaves nothing to copy). The
-// forward op then reads them too, widened (the same values: rounding a bf16
-// to bf16 changes nothing), instead of computing q, k, v out of the f32
-// projection. A loop kernel writes the copies, and the forward kernel fills
-// its k and v tiles 16 bytes a load (Note [vector tile fill] in
-// compiler/codegen/attention_mma.cc): on an H100 the forward spent most of
-// its issue slots on the index arithmetic of the element-by-element fill
-// through the slice, reshape, transpose and bias add, and read the f32 k and
-// v tiles through L2 about 8 times each. Rewrites `entry` before planning
-// (the copies move up before the forward); returns whether it changed it.
-// `attention_ops`: the entry's attention, attention-lse and attention-grad
-// ops, in order (AttentionOps).
-bool ReadRoundedAttentionOperands(ir::Computation& entry,
-                                  std::span<ir::Instruction* const> attention_ops);
-
-// Note [per-kernel operand chains]: gives each kernel of the attention
-// backward (dq; dk with dv) its own copy of each layout/convert chain over an
-// operand no wider than its own element (do out of the dx gemm, delta's
-// transpose, q, k, v sliced out of the bf16 projection: Note [bf16 attention
-// projection] in mixed_precision.h) that something else reads too, so that
-// each kernel reads the source itself instead of a kernel writing the
-// shared copy; the forward keeps the original.
-// Rewrites `entry` before planning; returns whether it cloned anything.
-bool SplitAttentionOperandChains(ir::Computation& entry,
-                                 std::span<ir::Instruction* const> attention_ops);
-
-// The attention, attention-lse and attention-grad ops of `entry`, in order:
-// one pass over the entry for both rewrites above.
-std::vector<ir::Instruction*> AttentionOps(const ir::Computation& entry);
-
-void FuseOptimizer(Planner& p);
-void FuseGradNorm(Planner& p);
-void FuseParameterConverts(Planner& p);
-void FuseCrossEntropy(Planner& p);
-void FuseAttention(Planner& p);
-void FuseAttentionGrads(Planner& p);  // Note [attention backward]
-void FuseGemms(Planner& p);
-void FuseReductions(Planner& p);
-void FuseConvertsIntoProducers(Planner& p);
-void FuseLoops(Planner& p);
-
-// Adds to gemm group `g` the column sums of dot `d`'s operands over their
-// contracting dims, and a round trip through bf16 after them: cuBLASLt's
-// bias-gradient epilogues (BGRADA, BGRADB), in fusion_epilogues.cc.
-void FuseBiasGradients(Planner& p, int g, const ir::Instruction* d);
-
-// The GELU epilogues of FuseGemms (fusion_epilogues.cc, Note [GELU
-// epilogues] in gelu_epilogue.h), in order with the value they end at last;
-// empty when there is none. MatchGeluEpilogue: the tanh GELU of `x` (a value
-// of gemm group `group`), or of its widened copy when `x` is the bf16
-// pre-activation the backward keeps (then the aux output).
-std::vector<const ir::Instruction*> MatchGeluEpilogue(const Planner& p, const ir::Instruction* x,
-                                                      const InstSet& group);
-// dy * GELU'(aux): the ops computed from `dy` and the recomputed GELU
-// intermediates they read, down to the aux, a value of D's dtype left outside.
-std::vector<const ir::Instruction*> MatchGeluGradEpilogue(const Planner& p,
-                                                          const ir::Instruction* dy);
 
 }  // namespace gptc::passes::fusion_internal
 

@@ -6,7 +6,14 @@
 #include "passes/data_parallel.h"
 #include "passes/dce.h"
 #include "passes/distribute_row_sums.h"
+#include "passes/attention_fusion.h"
+#include "passes/attention_operands.h"
+#include "passes/cross_entropy_fusion.h"
 #include "passes/fusion.h"
+#include "passes/gemm_fusion.h"
+#include "passes/horizontal_fusion.h"
+#include "passes/loop_fusion.h"
+#include "passes/reduction_fusion.h"
 #include "passes/mixed_precision.h"
 #include "passes/optimizer.h"
 #include "passes/remat.h"
@@ -32,6 +39,23 @@ const pass::PassRegistry& AllPasses() {
         });
     r->Register("fusion", "group instructions into kernels (loop, reduction, gemm, attention, ...)",
                 [] { return std::make_unique<Fusion>(); });
+    // The fusion pass's steps, each alone (passes/fusion.h lists them in order).
+    r->Register("attention-operands",
+                "attention reads rounded bf16 operand copies; each backward kernel its own chains",
+                [] { return std::make_unique<AttentionOperands>(); });
+    r->Register("horizontal-fusion",
+                "one kernel each for the optimizer, the gradient norm, the parameter casts",
+                [] { return std::make_unique<HorizontalFusion>(); });
+    r->Register("cross-entropy-fusion", "loss and dlogits in one kernel per cross-entropy",
+                [] { return std::make_unique<CrossEntropyFusion>(); });
+    r->Register("attention-fusion", "flash attention kernels with their operand layout chains",
+                [] { return std::make_unique<AttentionFusion>(); });
+    r->Register("gemm-fusion", "each dot with the cuBLASLt epilogue around it",
+                [] { return std::make_unique<GemmFusion>(); });
+    r->Register("reduction-fusion", "reductions with their row-local region or producers",
+                [] { return std::make_unique<ReductionFusion>(); });
+    r->Register("loop-fusion", "converts into their producers, then elementwise/layout groups",
+                [] { return std::make_unique<LoopFusion>(); });
     r->Register("dce", "remove unused instructions and uncalled computations",
                 [] { return std::make_unique<Dce>(); });
     r->Register("simplify", "algebraic identities, constant folding, transpose/reshape chains",

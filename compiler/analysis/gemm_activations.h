@@ -3,7 +3,7 @@
 //
 // Note [gemm activations]
 // An activation in a gemm's epilogue is found twice: by the fusion pass's
-// gemm rule on the unfused entry (passes/fusion_rules.cc), which decides
+// gemm rule on the unfused entry (passes/gemm_fusion.cc), which decides
 // what joins the gemm, and by DescribeGemmEpilogue (gemm_epilogue.h) on the
 // fused computation, which writes that decision as the record. Both ask this
 // table, so they cannot disagree. The tanh GELU and its backward are regions

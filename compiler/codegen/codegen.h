@@ -116,7 +116,7 @@ enum class EmitterKind {
   kScatterAdd,
   kAttention,
   kAttentionBackward,
-  // Note [packed attention gradient] (passes/fusion_rules.cc): the first
+  // Note [packed attention gradient] (passes/attention_fusion.cc): the first
   // kernel of a backward fusion holding dq, dk and dv: dk + dv (then
   // kAttentionBackward computes dq).
   kAttentionBackwardKeys,

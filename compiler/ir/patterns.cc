@@ -9,6 +9,11 @@ bool IsWideningConvert(const Instruction* inst) {
          DTypeBytes(inst->shape().dtype()) > DTypeBytes(inst->operand(0)->shape().dtype());
 }
 
+bool IsNarrowingConvert(const Instruction* inst) {
+  return inst->opcode() == Opcode::kConvert &&
+         DTypeBytes(inst->shape().dtype()) < DTypeBytes(inst->operand(0)->shape().dtype());
+}
+
 const Instruction* SoleUser(const Instruction* inst) {
   return inst->users().size() == 1 ? inst->users()[0] : nullptr;
 }

@@ -15,6 +15,8 @@ namespace gptc::ir {
 
 // A convert to a wider type than its operand's (bf16 -> f32): exact.
 bool IsWideningConvert(const Instruction* inst);
+// A convert to a narrower type than its operand's (f32 -> bf16): a rounding.
+bool IsNarrowingConvert(const Instruction* inst);
 
 // The one user of `inst`, or null when it has none or several (a fusion
 // rule's view through free ops is the planner's own, fusion_planner.h).
@@ -42,7 +44,7 @@ using CompositeBindings = std::map<const Instruction*, const Instruction*>;
 // their decompositions.
 void BindComposites(const Computation& c, CompositeBindings& bindings);
 
-// Note [packed attention gradient] (passes/fusion_rules.cc): `out` as a sum
+// Note [packed attention gradient] (passes/attention_fusion.cc): `out` as a sum
 // of pads of zero whose boxes tile it (pairwise disjoint, covering every
 // element), i.e. a concatenation: its pads, or nothing when it is not one.
 // `adds` (when given) receives the adds of the sum.

@@ -1,4 +1,6 @@
 #include "passes/fusion_planner.h"
+#include "passes/loop_fusion.h"
+#include "passes/reduction_fusion.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

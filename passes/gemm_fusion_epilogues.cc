@@ -1,4 +1,4 @@
-// The epilogues of the fusion pass's gemm rule (passes/fusion.h rule 4) that
+// The epilogues of the gemm fusion rule (passes/gemm_fusion.h) that
 // are more than a chain after the dot: the GELU and its backward (Note [GELU
 // epilogues] in gelu_epilogue.h) and the bias gradients. Found on the
 // planner's view of the entry (free ops are copied into every group, so
@@ -10,6 +10,7 @@
 #include "compiler/analysis/gelu_epilogue.h"
 #include "compiler/ir/patterns.h"
 #include "passes/fusion_planner.h"
+#include "passes/gemm_fusion.h"
 
 namespace gptc::passes::fusion_internal {
 
