@@ -57,9 +57,8 @@ class Materializer {
     std::vector<std::pair<bool, int64_t>> units = TopologicalUnits();
     MarkRootSources();
     // Each live group's members and outputs in entry order, in one pass by
-    // position that reads no instruction (sorting each group's set was the
-    // pass's one n log n step), and all of them in entry order for
-    // ReleaseMembers.
+    // position that reads no instruction (no sort of each group's set), and
+    // all of them in entry order for ReleaseMembers.
     members_.resize(p_.groups().size());
     outputs_.resize(p_.groups().size());
     std::vector<int32_t> leaving;
@@ -129,9 +128,9 @@ class Materializer {
   // among ready units, the one whose last instruction came first goes first.
   // On the way, marks in read_outside_ the members read from outside their
   // group (the fusions' outputs) and collects each group's inputs (its
-  // fusion's parameters): the same walk over operands finds all three,
-  // where a walk over every member's users and another over their operands
-  // missed the caches again at each instruction on 40k-instruction graphs.
+  // fusion's parameters): the same walk over operands finds all three, so
+  // that large graphs, which outgrow the caches, are read once
+  // (docs/PERFORMANCE.md, "Compile time").
   std::vector<std::pair<bool, int64_t>> TopologicalUnits() {
     const auto& order = p_.order();
     int64_t n_groups = static_cast<int64_t>(p_.groups().size());
@@ -166,8 +165,8 @@ class Materializer {
         for (int32_t op : p_.operands_at(i)) MarkReadOutside(op, reader);
       }
     }
-    // Successors in one array by source unit (a vector per unit was most
-    // of this function's time on 40k-instruction graphs).
+    // Successors in one array by source unit, not a vector per unit: one
+    // allocation, read in order.
     std::vector<int64_t> first_succ(n_units + 1, 0), succ(edges.size());
     for (auto [from, to] : edges) ++first_succ[from + 1];
     for (int64_t u = 0; u < n_units; ++u) first_succ[u + 1] += first_succ[u];
@@ -375,8 +374,8 @@ class Materializer {
   ir::Computation* entry_;
   // By planner position: the fusion output now holding each member's value.
   std::vector<Instruction*> replacement_;
-  // BuildFusion's copies of the group being built, by planner position (a
-  // map per group was a tenth of the pass), and the positions it set.
+  // BuildFusion's copies of the group being built, by planner position (no
+  // map per group), and the positions it set.
   std::vector<Instruction*> clone_;
   std::vector<int64_t> cloned_;
   // By planner position: the members taken out of the entry until

@@ -43,6 +43,7 @@ Planner::Planner(ir::Computation* computation) : computation_(computation) {
   // Operands precede users, so one pass in order decides IsSourceless from
   // the operands' answers, and the sources (Note [adjacency by position])
   // from the operands' entries.
+  computation->NumberInstructions();
   size_t n = computation->instructions().size();
   order_.reserve(n);
   free_.assign(n, 0);
@@ -64,7 +65,6 @@ Planner::Planner(ir::Computation* computation) : computation_(computation) {
     if (i + kPrefetchAhead / 2 < n) {
       __builtin_prefetch(insts[i + kPrefetchAhead / 2]->shape().dims().data());
     }
-    inst->set_pass_index(i);
     order_.push_back(inst.get());
     Opcode op = inst->opcode();
     opcode_[i] = op;
@@ -103,10 +103,10 @@ Planner::Planner(ir::Computation* computation) : computation_(computation) {
 }
 
 // Note [adjacency by position]: the cycle checks and the row growth walk the
-// graph through free ops (Neighbors), and reading each step's operand or
-// user list, and then the pass index of every instruction on it, missed the
-// caches at nearly every step on 40k-instruction graphs (their IR outgrows
-// the last-level cache). The planner's graph does not change while
+// graph through free ops (Neighbors); reading each step's operand or user
+// list, and then the position of every instruction on it, would miss the
+// caches at nearly every step on graphs whose IR outgrows the last-level
+// cache (docs/PERFORMANCE.md, "Compile time"). The planner's graph does not change while
 // it plans, so it is stored once, flat, by position: the walks read 4 bytes
 // per step from arrays that stay in cache. A free op's entries are the
 // non-free sources it stands for (only broadcasts of a non-free value have

@@ -52,14 +52,14 @@ struct Group {
 };
 
 // How many instructions ahead the fusion pass's sweeps over the whole entry
-// prefetch (PrefetchInstruction). On 40k-instruction graphs
-// (scripts/bench-fusion) the IR outgrows the last-level cache and every sweep over it
-// waited on memory at each instruction; at 10k it fits, and the prefetches
-// cost next to nothing.
+// prefetch (PrefetchInstruction): on graphs whose IR outgrows the last-level
+// cache (40k instructions in scripts/bench-fusion) a sweep would wait on
+// memory at each instruction; where it fits, the prefetches cost next to
+// nothing.
 inline constexpr size_t kPrefetchAhead = 8;
 
 // The first two cache lines of `inst`: the fields the sweeps read (the
-// operand and user lists, the pass index, the opcode) and the shape.
+// operand and user lists, the position, the opcode) and the shape.
 inline void PrefetchInstruction(const ir::Instruction* inst) {
   __builtin_prefetch(inst);
   __builtin_prefetch(reinterpret_cast<const char*>(inst) + 64);
@@ -80,24 +80,24 @@ class Planner {
     return i;
   }
   // pos(), or -1 for an instruction made after the planner (a fusion). The
-  // planner numbers its instructions with their pass_index(); a number
-  // another pass left is told apart by order_.
+  // planner's positions are the computation's numbers (NumberInstructions),
+  // read in O(1) from the instruction; a stale number (an instruction
+  // elsewhere, or made since) is told apart by order_.
   int32_t find_pos(const ir::Instruction* inst) const {
-    int32_t i = inst->pass_index();
+    int32_t i = inst->position();
     return i >= 0 && static_cast<size_t>(i) < order_.size() && order_[i] == inst ? i : -1;
   }
   // Sorts `v` into entry order, each position read once (a comparator
-  // calling pos() reads two instructions per comparison; when pos() hashed,
-  // the fusion pass's hottest sorts, of whole groups, were a fifth of its
-  // time).
+  // calling pos() reads two instructions per comparison, and the sorts of
+  // whole groups are the pass's hottest).
   void SortByPosition(std::vector<const ir::Instruction*>& v) const;
   // IsFree, memoised for the instructions the planner was built on: the
   // recursive test is quadratic on long broadcast chains (gpt2-124m).
   bool IsFree(const ir::Instruction* inst) const;
   // The instructions of opcode `op`, in entry order: the rules that start
   // from one kind of op (dots, reduces, attention) visit those alone instead
-  // of every instruction (on 40k-instruction graphs each full scan missed
-  // the caches at every instruction).
+  // of every instruction (a full scan of a large graph misses the caches at
+  // every instruction).
   const std::vector<const ir::Instruction*>& WithOpcode(ir::Opcode op) const {
     return by_opcode_[static_cast<size_t>(op)];
   }
@@ -109,7 +109,7 @@ class Planner {
   // The positions of group `g`'s members, in entry order. A group that
   // fills most of its bounds is read off group_at(), reading no
   // instruction; iterating the hash set instead visits the IR in no memory
-  // order (on a 40k-member group, a cache miss at nearly every member).
+  // order (a cache miss at nearly every member of a large group).
   std::vector<int32_t> MemberPositions(int g) const;
   // Note [adjacency by position]: the non-free sources of position i's
   // operands (NonFreeSources of each operand, in operand order), and its
@@ -224,7 +224,7 @@ class Planner {
   std::vector<char> remat_;
   std::vector<int32_t> dims_class_;
   std::map<std::vector<int64_t>, int32_t> dims_classes_;
-  // Indexed by position in order_ (an instruction's pass_index()).
+  // Indexed by position in order_ (an instruction's position()).
   std::vector<char> free_;
   std::vector<int> group_of_;  // -1: in no group
   // sources_at(), operands_at(), readers_at() and users_at(): position i's

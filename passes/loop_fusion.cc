@@ -32,8 +32,8 @@ void FuseConvertsIntoProducers(Planner& p) {
 void FuseLoops(Planner& p) {
   for (size_t i = 0; i < p.order().size(); ++i) {
     // Grouped and free ops are passed over by position, without reading the
-    // instruction: on 40k-instruction graphs most are grouped by now, and
-    // each read missed the caches.
+    // instruction: most are grouped by now, and on a large graph each read
+    // misses the caches.
     if (p.group_at(i) >= 0 || p.free_at(i)) continue;
     const Instruction* x = p.order()[i];
     if (!IsLoopOp(*x) || !p.Claimable(x)) continue;

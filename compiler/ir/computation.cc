@@ -189,6 +189,12 @@ void Computation::ReorderInstructions(const std::vector<Instruction*>& order) {
   instructions_ = std::move(reordered);
 }
 
+void Computation::NumberInstructions() {
+  for (size_t i = 0; i < instructions_.size(); ++i) {
+    instructions_[i]->position_ = static_cast<int32_t>(i);
+  }
+}
+
 std::string Computation::UniqueName(std::string_view base) {
   IndexNames();
   std::string candidate(base);

@@ -85,6 +85,9 @@ class Computation {
   //   %a, %b, %c   --ReorderInstructions({%b, %a, %c})-->   %b, %a, %c
   void ReorderInstructions(const std::vector<Instruction*>& order);
 
+  // Sets each instruction's position() to its index in the order.
+  void NumberInstructions();
+
   // A name not used yet in this computation: `base`, else `base.1`, `base.2`...
   std::string UniqueName(std::string_view base);
 

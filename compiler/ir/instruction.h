@@ -113,14 +113,13 @@ class Instruction {
     line_ = line;
     column_ = column;
   }
-  // A number a pass may give each instruction to index its own tables by,
-  // read back in O(1) without a hash lookup; -1 until set. Only the pass
-  // that set it knows what it means (others may have left theirs), so a
-  // reader checks it against its own table (see fusion_internal::Planner).
-  // On 40k-instruction graphs a hash table of pointers outgrew the L2 cache,
-  // and its lookups were a sixth of the fusion pass.
-  int32_t pass_index() const { return pass_index_; }
-  void set_pass_index(int32_t i) { pass_index_ = i; }
+  // Its index in its computation's order as of the computation's last
+  // NumberInstructions(), or -1 before one: a position found in O(1), for
+  // walks that keep tables by position (as LLVM numbers a block's
+  // instructions). Changing the order does not renumber, so a reader checks
+  // the number against the order it was given (fusion_internal::Planner::
+  // find_pos) or numbers again.
+  int32_t position() const { return position_; }
   // fusion: the fused computation; attention / softmax-cross-entropy: the decomposition.
   Computation* called_computation() const { return called_; }
   void set_called_computation(Computation* c) { called_ = c; }
@@ -146,7 +145,7 @@ class Instruction {
   // The fields every graph walk reads come first, together (64 bytes): on
   // 40k-instruction graphs each sweep of the fusion pass missed the caches
   // at every instruction, once per cache line it read.
-  int32_t pass_index_ = -1;
+  int32_t position_ = -1;
   Opcode opcode_;
   Phase phase_ = Phase::kNone;  // the role, split to fill the padding before operands_
   int16_t layer_ = -1;
