@@ -127,6 +127,8 @@ struct EmuDevice::State {
 
 // Every function below takes its device explicitly, or finds it through a
 // stream (Stream::device): nothing in runtime/emu is process-global.
+// emu_streams.cc: the stream engine, which the runtime API (emu_device.cc)
+// and the operations (emu_ops.cc) build on and which calls neither.
 
 // Runs `op` on `s` now, or records it when `s` is captured.
 cudaError_t Enqueue(Stream& s, OpFn op);
