@@ -133,6 +133,7 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
     ASSIGN_OR_RETURN(program::EntryPlan entry_plan, BuildEntryPlan(entry, ba, kernels, out.stats));
     t_plan += watch.Lap();
     sections.Add(std::string(entry.name()), kernels);
+    out.arena_bytes.push_back(entry_plan.arena_size);
     plan.entries.push_back(std::move(entry_plan));
   }
   int64_t unsupported = 0;

@@ -45,6 +45,11 @@ struct BuiltArtifact {
   int64_t kernels = 0;    // compiled kernels (all entries)
   int64_t cubins = 0;     // kernels assembled by ptxas
   PlanStats stats;
+  // Each entry's arena as its plan holds it, in the program's order: the
+  // buffer assignment's arena and, after it, the scratch of the epilogue
+  // fallbacks (Note [epilogue fallback] in compiler/program/plan.h). The
+  // runtime allocates these; they are the arena figures gptc reports.
+  std::vector<int64_t> arena_bytes;
   // Seconds per stage: "codegen" (emit + ptxas), "buffers", "plan", "encode".
   std::vector<std::pair<std::string, double>> timings;
   // Each compiled kernel's seconds (CompiledKernel::lower_seconds, ptxas_seconds).

@@ -33,12 +33,20 @@ StatusOr<std::vector<analysis::BufferAssignment>> AssignEntryBuffers(
   return out;
 }
 
+// What the summary line says of one entry.
+struct EntryRow {
+  std::string entry;
+  int64_t fusions = 0, max_per_layer = 0;
+  // The buffer assignment's arena; with an artifact, its plan's (the
+  // fallback scratch included), the figure gptrun and gptc inspect show.
+  int64_t arena = 0;
+};
+
 // Fusion and memory reports of every entry; written to the dump dir and
-// printed when asked. Appends "; ENTRY: N fusions (K per layer), arena X"
-// to `summary`.
+// printed when asked. Appends each entry's row to `rows`.
 Status WriteReports(const program::TrainProgram& program, const CompileOptions& options,
                     const std::vector<analysis::BufferAssignment>& assignments,
-                    std::string& summary) {
+                    std::vector<EntryRow>& rows) {
   for (size_t i = 0; i < program.entries.size(); ++i) {
     const program::TrainEntry& e = program.entries[i];
     const analysis::BufferAssignment& assignment = assignments[i];
@@ -66,11 +74,24 @@ Status WriteReports(const program::TrainProgram& program, const CompileOptions& 
     for (const auto& [layer, count] : analysis::KernelsPerLayer(*e.module)) {
       max_per_layer = std::max(max_per_layer, count);
     }
-    summary += fmt::format("; {}: {} fusions{}, arena {}", e.name(), kernels,
-                           max_per_layer > 0 ? fmt::format(" ({} per layer)", max_per_layer) : "",
-                           FormatBytes(arena_size));
+    rows.push_back({.entry = std::string(e.name()),
+                    .fusions = kernels,
+                    .max_per_layer = max_per_layer,
+                    .arena = arena_size});
   }
   return Status::Ok();
+}
+
+// The entries' part of the summary line: "; train_step: 54 fusions (19 per
+// layer), arena 76.58 MiB; ...".
+std::string FormatEntryRows(const std::vector<EntryRow>& rows) {
+  std::string out;
+  for (const EntryRow& r : rows) {
+    out += fmt::format("; {}: {} fusions{}, arena {}", r.entry, r.fusions,
+                       r.max_per_layer > 0 ? fmt::format(" ({} per layer)", r.max_per_layer) : "",
+                       FormatBytes(r.arena));
+  }
+  return out;
 }
 
 // Seconds per pass name, summed over entries and repeated runs (dce).
@@ -108,7 +129,8 @@ std::string SlowestKernels(std::vector<artifact::BuiltArtifact::KernelSeconds> k
 // The artifact of `program`; appends the kernel counts to the summary.
 Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOptions& options,
                           const std::vector<analysis::BufferAssignment>& assignments,
-                          const CompileProgress& progress, CompileResult& result) {
+                          const CompileProgress& progress, std::vector<EntryRow>& rows,
+                          CompileResult& result) {
   const models::GptConfig& config = options.config;
   const passes::TrainStepOptions& train = options.train;
   artifact::ArtifactOptions ao;
@@ -138,6 +160,9 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
   }
   ASSIGN_OR_RETURN(artifact::BuiltArtifact built, artifact::BuildArtifact(program, ao));
   for (const auto& t : built.timings) result.timings.push_back(t);
+  for (size_t i = 0; i < rows.size() && i < built.arena_bytes.size(); ++i) {
+    rows[i].arena = built.arena_bytes[i];
+  }
   result.slowest_kernels = SlowestKernels(built.kernel_seconds, 3);
   int64_t unsupported = 0;
   for (const auto& [what, n] : built.stats.unsupported) unsupported += n;
@@ -240,12 +265,12 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
   }
   result.pass_seconds = SumPerPass(*pass_timings);
 
-  std::string reports;
+  std::vector<EntryRow> rows;
   std::vector<analysis::BufferAssignment> assignments;
   if (!options.forward_only && (train.optimize || options.artifact)) {
     show("buffer assignment and reports", true);
     ASSIGN_OR_RETURN(assignments, AssignEntryBuffers(program));
-    if (train.optimize) RETURN_IF_ERROR(WriteReports(program, options, assignments, reports));
+    if (train.optimize) RETURN_IF_ERROR(WriteReports(program, options, assignments, rows));
     lap("reports");
   }
 
@@ -266,16 +291,21 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
   }
   result.summary = fmt::format(
       "{} ({} layers, {} heads, width {}; batch {}, seq {}{}): {} instructions in {} "
-      "computations, {} parameters ({} values){}{}{}",
+      "computations, {} parameters ({} values){}{}",
       what, config.layers, config.heads, config.width, options.batch, options.seq, accum_note,
       WithThousands(instructions), computations, num_params, WithThousands(param_values),
-      entries.empty() ? "" : ", entries ", entries, reports);
+      entries.empty() ? "" : ", entries ", entries);
 #ifdef GPTC_HAVE_ARTIFACT_WRITER
   if (options.artifact) {
-    RETURN_IF_ERROR(BuildArtifactBytes(program, options, assignments, progress, result));
+    // The artifact's part follows the entries', whose arenas it sets.
+    const std::string head = std::move(result.summary);
+    result.summary.clear();
+    RETURN_IF_ERROR(BuildArtifactBytes(program, options, assignments, progress, rows, result));
+    result.summary = head + FormatEntryRows(rows) + result.summary;
     return result;
   }
 #endif
+  result.summary += FormatEntryRows(rows);
   result.bytes = std::move(text);
   return result;
 }
