@@ -1,5 +1,7 @@
 #include "tools/gptc/compile_program.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -129,8 +131,8 @@ std::string SlowestKernels(std::vector<artifact::BuiltArtifact::KernelSeconds> k
 // The artifact of `program`; appends the kernel counts to the summary.
 Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOptions& options,
                           const std::vector<analysis::BufferAssignment>& assignments,
-                          const CompileProgress& progress, std::vector<EntryRow>& rows,
-                          CompileResult& result) {
+                          const CompileProgress& progress, std::string_view remat,
+                          std::vector<EntryRow>& rows, CompileResult& result) {
   const models::GptConfig& config = options.config;
   const passes::TrainStepOptions& train = options.train;
   artifact::ArtifactOptions ao;
@@ -150,7 +152,7 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
               .grad_accum = train.grad_accum,
               .world_size = train.world_size,
               .precision = options.precision_name,
-              .remat = options.remat_name,
+              .remat = std::string(remat),
               .codegen = ao.compile_kernels,
               .adamw = train.adamw};
   if (progress) {
@@ -234,6 +236,8 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
 
   std::vector<const ir::Module*> modules;
   program::TrainProgram program;
+  // The remat policy as applied (--remat auto: the choice of each entry).
+  std::string remat = options.remat_name;
   std::string entries;
   if (options.forward_only) {
     modules.push_back(traced.module.get());
@@ -244,8 +248,22 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
         options.forward_entries ? traced.module->Clone() : nullptr;
     // Each module of an IR file has its own name (gptc eval --module picks one).
     if (forward) forward->set_name(config.name + ".eval");
+    if (train.remat.policy == passes::RematPolicy::kAuto) {
+      train.remat_chosen =
+          std::make_shared<std::vector<std::pair<program::EntryRole, passes::RematPolicy>>>();
+    }
     ASSIGN_OR_RETURN(program, passes::BuildTrainProgram(std::move(traced.module), traced.params,
                                                         traced.inputs, train));
+    if (train.remat_chosen != nullptr) {
+      // What auto chose, per entry: "auto: train_step block".
+      std::vector<std::string> chosen;
+      for (const auto& [role, policy] : *train.remat_chosen) {
+        chosen.push_back(fmt::format("{} {}", program::EntryRoleName(role),
+                                     passes::RematPolicyName(policy)));
+      }
+      remat = fmt::format("auto: {}", fmt::join(chosen, ", "));
+      train.remat_chosen = nullptr;  // the forward entries run no remat
+    }
     if (options.forward_entries) {
       // The sampling entry (batch 1, the train step's seq): gptrun's samples.
       ASSIGN_OR_RETURN(frontend::TracedModule logits,
@@ -291,16 +309,20 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
   }
   result.summary = fmt::format(
       "{} ({} layers, {} heads, width {}; batch {}, seq {}{}): {} instructions in {} "
-      "computations, {} parameters ({} values){}{}",
+      "computations, {} parameters ({} values){}{}{}",
       what, config.layers, config.heads, config.width, options.batch, options.seq, accum_note,
       WithThousands(instructions), computations, num_params, WithThousands(param_values),
-      entries.empty() ? "" : ", entries ", entries);
+      entries.empty() ? "" : ", entries ", entries,
+      train.remat.policy == passes::RematPolicy::kAuto && !options.forward_only
+          ? fmt::format("; remat {}", remat)
+          : "");
 #ifdef GPTC_HAVE_ARTIFACT_WRITER
   if (options.artifact) {
     // The artifact's part follows the entries', whose arenas it sets.
     const std::string head = std::move(result.summary);
     result.summary.clear();
-    RETURN_IF_ERROR(BuildArtifactBytes(program, options, assignments, progress, rows, result));
+    RETURN_IF_ERROR(
+        BuildArtifactBytes(program, options, assignments, progress, remat, rows, result));
     result.summary = head + FormatEntryRows(rows) + result.summary;
     return result;
   }
