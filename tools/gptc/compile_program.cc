@@ -198,6 +198,30 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
 }
 #endif
 
+// What --remat auto chose, per entry: "auto: train_step block".
+std::string AppliedRemat(const std::vector<std::pair<program::EntryRole, passes::RematPolicy>>& c) {
+  std::vector<std::string> chosen;
+  for (const auto& [role, policy] : c) {
+    chosen.push_back(
+        fmt::format("{} {}", program::EntryRoleName(role), passes::RematPolicyName(policy)));
+  }
+  return fmt::format("auto: {}", fmt::join(chosen, ", "));
+}
+
+// The sampling entry (batch 1, the train step's seq: gptrun's samples) and
+// the validation entry (`forward`, the very forward the train step was
+// built from, with `traced`'s data inputs).
+Status AddForwardEntries(program::TrainProgram& program, const CompileOptions& options,
+                         const passes::TrainStepOptions& train, std::unique_ptr<ir::Module> forward,
+                         const frontend::TracedModule& traced) {
+  ASSIGN_OR_RETURN(frontend::TracedModule logits,
+                   models::TraceGpt2Logits(options.config, 1, options.seq));
+  RETURN_IF_ERROR(passes::AddLogitsEntry(program, std::move(logits.module), logits.inputs, train)
+                      .WithPrefix("logits entry"));
+  return passes::AddEvalEntry(program, std::move(forward), traced.inputs, train)
+      .WithPrefix("eval entry");
+}
+
 }  // namespace
 
 StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
@@ -255,24 +279,11 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
     ASSIGN_OR_RETURN(program, passes::BuildTrainProgram(std::move(traced.module), traced.params,
                                                         traced.inputs, train));
     if (train.remat_chosen != nullptr) {
-      // What auto chose, per entry: "auto: train_step block".
-      std::vector<std::string> chosen;
-      for (const auto& [role, policy] : *train.remat_chosen) {
-        chosen.push_back(fmt::format("{} {}", program::EntryRoleName(role),
-                                     passes::RematPolicyName(policy)));
-      }
-      remat = fmt::format("auto: {}", fmt::join(chosen, ", "));
+      remat = AppliedRemat(*train.remat_chosen);
       train.remat_chosen = nullptr;  // the forward entries run no remat
     }
     if (options.forward_entries) {
-      // The sampling entry (batch 1, the train step's seq): gptrun's samples.
-      ASSIGN_OR_RETURN(frontend::TracedModule logits,
-                       models::TraceGpt2Logits(config, 1, options.seq));
-      RETURN_IF_ERROR(
-          passes::AddLogitsEntry(program, std::move(logits.module), logits.inputs, train)
-              .WithPrefix("logits entry"));
-      RETURN_IF_ERROR(passes::AddEvalEntry(program, std::move(forward), traced.inputs, train)
-                          .WithPrefix("eval entry"));
+      RETURN_IF_ERROR(AddForwardEntries(program, options, train, std::move(forward), traced));
     }
     for (const program::TrainEntry& e : program.entries) {
       modules.push_back(e.module.get());
