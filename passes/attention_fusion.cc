@@ -1,5 +1,7 @@
 // The attention rules of fusion (passes/attention_fusion.h; Notes
 // [attention backward], [packed attention gradient]).
+#include "passes/attention_fusion.h"
+
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "compiler/ir/patterns.h"
-#include "passes/attention_fusion.h"
 #include "passes/fusion_planner.h"
 
 namespace gptc::passes::fusion_internal {
@@ -125,7 +126,6 @@ void FuseAttention(Planner& p) {
   }
 }
 
-
 // Note [packed attention gradient]: the gradient of the qkv projection is
 // the concatenation of dq, dk and dv in [B, T, 3C] (autodiff's slice rule:
 // zero pads summed). A loop kernel packing the three cost a read and a write
@@ -234,4 +234,3 @@ void FuseAttentionGrads(Planner& p) {
 }
 
 }  // namespace gptc::passes::fusion_internal
-

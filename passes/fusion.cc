@@ -438,12 +438,16 @@ StatusOr<bool> Fusion::Run(ir::Module& module) {
   using namespace fusion_internal;  // NOLINT(build/namespaces): the rules read as a list
   ASSIGN_OR_RETURN(const bool changed, AttentionOperands().Run(module));
   static constexpr FusionRule kRules[] = {
-      &FuseOptimizer,   &FuseGradNorm,       &FuseParameterConverts,      // horizontal_fusion.h
-      &FuseCrossEntropy,                                                 // cross_entropy_fusion.h
-      &FuseAttention,   &FuseAttentionGrads,                             // attention_fusion.h
-      &FuseGemms,                                                        // gemm_fusion.h
-      &FuseReductions,                                                   // reduction_fusion.h
-      &FuseConvertsIntoProducers, &FuseLoops,                            // loop_fusion.h
+      &FuseOptimizer,
+      &FuseGradNorm,
+      &FuseParameterConverts,  // horizontal_fusion.h
+      &FuseCrossEntropy,       // cross_entropy_fusion.h
+      &FuseAttention,
+      &FuseAttentionGrads,  // attention_fusion.h
+      &FuseGemms,           // gemm_fusion.h
+      &FuseReductions,      // reduction_fusion.h
+      &FuseConvertsIntoProducers,
+      &FuseLoops,  // loop_fusion.h
   };
   ASSIGN_OR_RETURN(const bool fused, RunFusionRules(module, kRules, Name()));
   return fused || changed;

@@ -83,9 +83,7 @@ class FusionRulePass : public pass::Pass {
   FusionRulePass(std::string_view name, std::initializer_list<fusion_internal::FusionRule> rules)
       : name_(name), rules_(rules) {}
   std::string_view Name() const override { return name_; }
-  StatusOr<bool> Run(ir::Module& module) override {
-    return RunFusionRules(module, rules_, name_);
-  }
+  StatusOr<bool> Run(ir::Module& module) override { return RunFusionRules(module, rules_, name_); }
 
  private:
   std::string_view name_;

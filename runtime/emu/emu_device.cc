@@ -173,7 +173,8 @@ cudaError_t Memcpy(State& d, void* dst, const void* src, size_t bytes, cudaMemcp
 cudaError_t MemcpyAsync(State& d, void* dst, const void* src, size_t bytes, cudaMemcpyKind,
                         cudaStream_t stream) {
   Stream* s = ToStream(d, stream);
-  if (s == nullptr) return Fail(d, cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: unknown stream");
+  if (s == nullptr)
+    return Fail(d, cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: unknown stream");
   const std::string what = fmt::format("cudaMemcpyAsync of {} bytes", bytes);
   return Enqueue(*s, [=](Stream& on) { return CopyOp(on, dst, src, bytes, what); });
 }
@@ -186,7 +187,8 @@ cudaError_t Memset(State& d, void* dst, int value, size_t bytes) {
 
 cudaError_t MemsetAsync(State& d, void* dst, int value, size_t bytes, cudaStream_t stream) {
   Stream* s = ToStream(d, stream);
-  if (s == nullptr) return Fail(d, cudaErrorInvalidResourceHandle, "cudaMemsetAsync: unknown stream");
+  if (s == nullptr)
+    return Fail(d, cudaErrorInvalidResourceHandle, "cudaMemsetAsync: unknown stream");
   const std::string what = fmt::format("cudaMemsetAsync of {} bytes", bytes);
   return Enqueue(*s, [=](Stream& on) { return SetOp(on, dst, value, bytes, what); });
 }
@@ -219,7 +221,8 @@ cudaError_t StreamSynchronize(State& d, cudaStream_t stream) {
   if (s->capture != nullptr) {
     s->capture->invalid = true;
     s->capture->why = "cudaStreamSynchronize";
-    return Fail(d, cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize on a capturing stream");
+    return Fail(d, cudaErrorStreamCaptureUnsupported,
+                "cudaStreamSynchronize on a capturing stream");
   }
   if (d.sticky != cudaSuccess) return d.sticky;
   Learn(d, d.host_known, s->known, -1);
@@ -233,7 +236,9 @@ cudaError_t EventCreateWithFlags(State& d, cudaEvent_t* out, unsigned int flags)
   return cudaSuccess;
 }
 
-cudaError_t EventCreate(State& d, cudaEvent_t* out) { return EventCreateWithFlags(d, out, cudaEventDefault); }
+cudaError_t EventCreate(State& d, cudaEvent_t* out) {
+  return EventCreateWithFlags(d, out, cudaEventDefault);
+}
 
 cudaError_t EventDestroy(State& d, cudaEvent_t event) {
   delete reinterpret_cast<Event*>(event);
@@ -319,7 +324,8 @@ cudaError_t StreamEndCapture(State& d, cudaStream_t stream, cudaGraph_t* out) {
   Stream* s = ToStream(d, stream);
   *out = nullptr;
   if (s == nullptr || s->capture == nullptr || s->capture->origin != s) {
-    return Fail(d, cudaErrorIllegalState, "cudaStreamEndCapture: the stream did not begin a capture");
+    return Fail(d, cudaErrorIllegalState,
+                "cudaStreamEndCapture: the stream did not begin a capture");
   }
   Graph* g = s->capture;
   for (auto& other : d.streams) {
@@ -346,7 +352,8 @@ cudaError_t StreamEndCapture(State& d, cudaStream_t stream, cudaGraph_t* out) {
   return cudaSuccess;
 }
 
-cudaError_t GraphInstantiate(State& d, cudaGraphExec_t* out, cudaGraph_t graph, unsigned long long) {
+cudaError_t GraphInstantiate(State& d, cudaGraphExec_t* out, cudaGraph_t graph,
+                             unsigned long long) {
   auto* g = reinterpret_cast<Graph*>(graph);
   if (g == nullptr) return Fail(d, cudaErrorInvalidValue, "cudaGraphInstantiate: no graph");
   *out = reinterpret_cast<cudaGraphExec_t>(new GraphExec{g->origin, g->ops});
@@ -387,7 +394,8 @@ class Observer : public gpu::ThunkObserver {
   cudaError_t BeforeThunk(const gpu::EntryPlan& plan, int64_t index, cudaStream_t stream,
                           bool runs_work) override {
     Stream* s = ToStream(d, stream);
-    if (s == nullptr) return Fail(d, cudaErrorInvalidResourceHandle, "thunk marker: unknown stream");
+    if (s == nullptr)
+      return Fail(d, cudaErrorInvalidResourceHandle, "thunk marker: unknown stream");
     const gpu::EntryPlan* p = &plan;
     return Enqueue(*s, [p, index, runs_work](Stream& on) {
       State& d = *on.device;
@@ -577,14 +585,13 @@ StatusOr<std::unique_ptr<EmuDevice>> EmuDevice::Create(const program::Artifact& 
   state->observer = std::make_unique<Observer>(*d);
   state->driver = EmuDriverApi(*d);
   state->cublaslt = EmuCublasLt(*d);
-  state->backend = gpu::Backend{.name = "emulated",
-                                .runtime = &state->runtime,
-                                .driver = [d]() -> StatusOr<const gpu::DriverApi*> { return &d->driver; },
-                                .cublaslt = [d]() -> StatusOr<const gpu::CublasLtApi*> {
-                                  return &d->cublaslt;
-                                },
-                                .observer = state->observer.get(),
-                                .stand_in_clock = true};
+  state->backend =
+      gpu::Backend{.name = "emulated",
+                   .runtime = &state->runtime,
+                   .driver = [d]() -> StatusOr<const gpu::DriverApi*> { return &d->driver; },
+                   .cublaslt = [d]() -> StatusOr<const gpu::CublasLtApi*> { return &d->cublaslt; },
+                   .observer = state->observer.get(),
+                   .stand_in_clock = true};
   if (Status st = gpu::InstallBackend(state->backend); !st.ok()) {
     return Error("{}: {}", path, st.message());
   }

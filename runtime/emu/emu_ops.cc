@@ -106,8 +106,8 @@ cudaError_t KernelOp(Stream& s, const Function& f, Dim3 grid, Dim3 block, uint32
     for (size_t i = 0; i < plan_kernel.args.size() && arena != nullptr; ++i) {
       const gpu::ArenaSlice& slice = plan_kernel.args[i];
       if (i >= args.size() || args[i] != reinterpret_cast<uint64_t>(arena + slice.offset)) {
-        return Finding(d, 
-            ctx, "",
+        return Finding(
+            d, ctx, "",
             Error("argument {} is not the plan's slice [{}, +{})", i, slice.offset, slice.size));
       }
       const bool operand =
@@ -233,7 +233,8 @@ CUresult ModuleUnload(State& d, CUmodule module) {
 
 CUresult ModuleGetFunction(State& d, CUfunction* f, CUmodule module, const char* name) {
   auto* m = reinterpret_cast<Module*>(module);
-  if (m == nullptr) return DriverFail(d, CUDA_ERROR_INVALID_HANDLE, "cuModuleGetFunction: no module");
+  if (m == nullptr)
+    return DriverFail(d, CUDA_ERROR_INVALID_HANDLE, "cuModuleGetFunction: no module");
   if (m->function.kernel->name != name) {
     return DriverFail(d, CUDA_ERROR_NOT_FOUND,
                       fmt::format("the module holds {}, not {}", m->function.kernel->name, name));
@@ -256,8 +257,8 @@ CUresult FuncSetAttribute(State& d, CUfunction function, CUfunction_attribute at
     return CUDA_SUCCESS;
   }
   if (attr == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) return CUDA_SUCCESS;
-  return DriverFail(d, 
-      CUDA_ERROR_INVALID_VALUE,
+  return DriverFail(
+      d, CUDA_ERROR_INVALID_VALUE,
       fmt::format("cuFuncSetAttribute: attribute {} is not emulated", static_cast<int>(attr)));
 }
 
@@ -282,16 +283,16 @@ CUresult FuncGetAttribute(State& d, int* out, CUfunction_attribute attr, CUfunct
       *out = 0;
       break;
     default:
-      return DriverFail(d, 
-          CUDA_ERROR_INVALID_VALUE,
+      return DriverFail(
+          d, CUDA_ERROR_INVALID_VALUE,
           fmt::format("cuFuncGetAttribute: attribute {} is not emulated", static_cast<int>(attr)));
   }
   return CUDA_SUCCESS;
 }
 
-CUresult LaunchKernel(State& d, CUfunction function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                      unsigned by, unsigned bz, unsigned smem, CUstream stream, void** params,
-                      void** extra) {
+CUresult LaunchKernel(State& d, CUfunction function, unsigned gx, unsigned gy, unsigned gz,
+                      unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream stream,
+                      void** params, void** extra) {
   auto* f = reinterpret_cast<Function*>(function);
   if (f == nullptr) return DriverFail(d, CUDA_ERROR_INVALID_HANDLE, "cuLaunchKernel: no function");
   const EmuKernel& k = *f->kernel;
@@ -321,7 +322,8 @@ CUresult LaunchKernel(State& d, CUfunction function, unsigned gx, unsigned gy, u
   std::vector<uint64_t> args;
   for (int64_t i = 0; i < k.params; ++i) args.push_back(*static_cast<const uint64_t*>(params[i]));
   Stream* s = ToStream(d, reinterpret_cast<cudaStream_t>(stream));
-  if (s == nullptr) return DriverFail(d, CUDA_ERROR_INVALID_HANDLE, "cuLaunchKernel: unknown stream");
+  if (s == nullptr)
+    return DriverFail(d, CUDA_ERROR_INVALID_HANDLE, "cuLaunchKernel: unknown stream");
   const Function* fn = f;
   return ToDriver(Enqueue(*s, [=](Stream& on) {
     return KernelOp(on, *fn, Dim3{gx, gy, gz}, Dim3{bx, by, bz}, smem, args);
@@ -477,7 +479,8 @@ cudaError_t AllReduceOp(Stream& s, rt::Communicator* host, const void* in, void*
   Status sent =
       host->AllReduce(op == gpu::ReduceOp::kMax ? ir::ReduceKind::kMax : ir::ReduceKind::kSum,
                       std::span<float>(values));
-  if (!sent.ok()) return Fail(d, cudaErrorUnknown, fmt::format("{}: {}", who, sent.message()), true);
+  if (!sent.ok())
+    return Fail(d, cudaErrorUnknown, fmt::format("{}: {}", who, sent.message()), true);
   auto result = std::make_shared<std::string>(FromFloats(values, dtype));
   mc.BeginFlight(static_cast<const char*>(in), static_cast<const char*>(out), bytes, who);
   std::memset(out, 0xff, bytes);

@@ -40,7 +40,7 @@ struct Graph;
 struct Stream {
   EmuDevice::State* device = nullptr;  // the device it belongs to
   int id = 0;                          // 0: the legacy default stream
-  bool blocking = true;  // synchronizes with the legacy stream
+  bool blocking = true;                // synchronizes with the legacy stream
   bool destroyed = false;
   uint64_t clock = 0;           // operations run so far
   double now_us = 0;            // Note [emulated time]
@@ -136,7 +136,8 @@ cudaError_t Enqueue(Stream& s, OpFn op);
 cudaError_t Execute(Stream& s, const OpFn& op);
 // `to` learns `from` (vector clocks); all-reduces another party now waits
 // for land. `owner`: the stream whose clock `to` is, or -1 for the host.
-void Learn(EmuDevice::State& d, std::vector<uint64_t>& to, const std::vector<uint64_t>& from, int owner);
+void Learn(EmuDevice::State& d, std::vector<uint64_t>& to, const std::vector<uint64_t>& from,
+           int owner);
 // The live stream `stream` names on `d` (null: the legacy one), or null.
 Stream* ToStream(EmuDevice::State& d, cudaStream_t stream);
 StreamPosition Position(Stream& s);
@@ -144,10 +145,10 @@ StreamPosition Position(Stream& s);
 ThunkContext TakeThunk(Stream& s);
 // Records an error (`message` for GetErrorString); a finding also sticks:
 // every later call returns it, as a GPU's after a faulting kernel.
-cudaError_t Fail(EmuDevice::State& d, cudaError_t code, std::string message,
-                 bool sticky = false);
+cudaError_t Fail(EmuDevice::State& d, cudaError_t code, std::string message, bool sticky = false);
 // A memory defect of an operation: one line, prefixed with its thunk.
-cudaError_t Finding(EmuDevice::State& d, const ThunkContext& ctx, const std::string& what, const Status& status);
+cudaError_t Finding(EmuDevice::State& d, const ThunkContext& ctx, const std::string& what,
+                    const Status& status);
 // Whether `ctx` is the last thunk of its instruction.
 bool LastOfInstruction(const ThunkContext& ctx);
 // The thunk's description for messages ("entry train_step thunk 12 (...)").
@@ -158,8 +159,7 @@ gpu::DriverApi EmuDriverApi(EmuDevice::State& d);
 gpu::CublasLtApi EmuCublasLt(EmuDevice::State& d);
 cudaError_t CopyOp(Stream& s, void* dst, const void* src, size_t bytes, std::string what);
 cudaError_t SetOp(Stream& s, void* dst, int value, size_t bytes, std::string what);
-std::unique_ptr<gpu::Communicator> MakeEmuCommunicator(EmuDevice::State& d,
-                                                       rt::Communicator* host);
+std::unique_ptr<gpu::Communicator> MakeEmuCommunicator(EmuDevice::State& d, rt::Communicator* host);
 
 }  // namespace gptc::rt::emu
 

@@ -301,11 +301,12 @@ std::string Summary(const MatmulSpec& s, const MatrixShape& a, const MatrixShape
                      DataTypeName(d.dtype), EpilogueName(s.epilogue));
 }
 
-cublasStatus_t MatmulOn(const MatmulExecutor* executor, cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
-                      cublasLtMatrixLayout_t adesc, const void* B, cublasLtMatrixLayout_t bdesc,
-                      const void* beta, const void* C, cublasLtMatrixLayout_t cdesc, void* D,
-                      cublasLtMatrixLayout_t ddesc, const cublasLtMatmulAlgo_t* algo, void*, size_t,
-                      cudaStream_t stream) {
+cublasStatus_t MatmulOn(const MatmulExecutor* executor, cublasLtHandle_t, cublasLtMatmulDesc_t desc,
+                        const void* alpha, const void* A, cublasLtMatrixLayout_t adesc,
+                        const void* B, cublasLtMatrixLayout_t bdesc, const void* beta,
+                        const void* C, cublasLtMatrixLayout_t cdesc, void* D,
+                        cublasLtMatrixLayout_t ddesc, const cublasLtMatmulAlgo_t* algo, void*,
+                        size_t, cudaStream_t stream) {
   last_refusal.clear();
   if (algo == nullptr || algo->data[0] != kAlgoMark ||
       algo->data[1] >= static_cast<uint64_t>(kAlgorithmCount)) {
@@ -339,11 +340,10 @@ cublasStatus_t MatmulOn(const MatmulExecutor* executor, cublasLtHandle_t, cublas
 // Note [bound API functions] in runtime/gpu/api_fn.h: cublasLtMatmul with an executor.
 cublasStatus_t MatmulWith(const MatmulExecutor& executor, cublasLtHandle_t handle,
                           cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
-                          cublasLtMatrixLayout_t adesc, const void* B,
-                          cublasLtMatrixLayout_t bdesc, const void* beta, const void* C,
-                          cublasLtMatrixLayout_t cdesc, void* D, cublasLtMatrixLayout_t ddesc,
-                          const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
-                          cudaStream_t stream) {
+                          cublasLtMatrixLayout_t adesc, const void* B, cublasLtMatrixLayout_t bdesc,
+                          const void* beta, const void* C, cublasLtMatrixLayout_t cdesc, void* D,
+                          cublasLtMatrixLayout_t ddesc, const cublasLtMatmulAlgo_t* algo,
+                          void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   return MatmulOn(&executor, handle, desc, alpha, A, adesc, B, bdesc, beta, C, cdesc, D, ddesc,
                   algo, workspace, workspace_bytes, stream);
 }

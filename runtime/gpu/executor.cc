@@ -52,8 +52,8 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
       // non-blocking one); the bytes live in constant_bytes_ as long as the
       // executor.
       RETURN_IF_ERROR(e->cuda_.Check(e->cuda_.MemcpyAsync(dst, bytes.data(), bytes.size(),
-                                                   cudaMemcpyHostToDevice, resources.stream),
-                                t.Describe() + ": cudaMemcpyAsync (constant upload)"));
+                                                          cudaMemcpyHostToDevice, resources.stream),
+                                     t.Describe() + ": cudaMemcpyAsync (constant upload)"));
       MemcpyCall call{
           .dst = e->At(std::get<ConstantThunk>(t.body).dst), .src = dst, .bytes = bytes.size()};
       e->calls_.push_back(call);
@@ -82,7 +82,7 @@ Status EntryExecutor::Observe(size_t i, cudaStream_t stream) {
   if (observer_ == nullptr) return Status::Ok();
   const bool runs_work = !std::holds_alternative<NoOp>(calls_[i]);
   return cuda_.Check(observer_->BeforeThunk(plan_, static_cast<int64_t>(i), stream, runs_work),
-                   plan_.thunks[i].Describe() + ": the emulator's thunk marker");
+                     plan_.thunks[i].Describe() + ": the emulator's thunk marker");
 }
 
 Status EntryExecutor::PrepareBuckets() {
@@ -100,12 +100,12 @@ Status EntryExecutor::PrepareBuckets() {
   }
   const std::string what = fmt::format("entry {}: all-reduce buckets", plan_.name());
   RETURN_IF_ERROR(cuda_.Check(cuda_.StreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking),
-                            what + ": cudaStreamCreateWithFlags"));
+                              what + ": cudaStreamCreateWithFlags"));
   for (auto* events : {&ready_, &done_}) {
     for (size_t b = 0; b < plan_.buckets.size(); ++b) {
       cudaEvent_t e = nullptr;
       RETURN_IF_ERROR(cuda_.Check(cuda_.EventCreateWithFlags(&e, cudaEventDisableTiming),
-                                what + ": cudaEventCreateWithFlags"));
+                                  what + ": cudaEventCreateWithFlags"));
       events->push_back(e);
     }
   }
@@ -118,7 +118,7 @@ Status EntryExecutor::IssueBucket(size_t b, cudaStream_t stream) {
                                        plan_.name(), b, bucket.members.size(), bucket.bytes);
   RETURN_IF_ERROR(cuda_.Check(cuda_.EventRecord(ready_[b], stream), what + ": cudaEventRecord"));
   RETURN_IF_ERROR(cuda_.Check(cuda_.StreamWaitEvent(comm_stream_, ready_[b], 0),
-                            what + ": cudaStreamWaitEvent"));
+                              what + ": cudaStreamWaitEvent"));
   Communicator& comm = *resources_.communicator;
   RETURN_IF_ERROR(comm.GroupStart().WithPrefix(what));
   Status issued = Status::Ok();
@@ -326,9 +326,10 @@ Status EntryExecutor::RunThunk(size_t i, cudaStream_t stream) {
   if (auto* k = std::get_if<KernelCall>(&call)) return LaunchKernel(*k, plan_.thunks[i], stream);
   if (auto* g = std::get_if<std::unique_ptr<GemmRunner>>(&call)) return (*g)->Run(stream);
   if (auto* m = std::get_if<MemcpyCall>(&call)) {
-    return cuda_.Check(cuda_.MemcpyAsync(m->dst, m->src, m->bytes, cudaMemcpyDeviceToDevice, stream),
-                     fmt::format("{}: cudaMemcpyAsync({} bytes, device to device)",
-                                 plan_.thunks[i].Describe(), m->bytes));
+    return cuda_.Check(
+        cuda_.MemcpyAsync(m->dst, m->src, m->bytes, cudaMemcpyDeviceToDevice, stream),
+        fmt::format("{}: cudaMemcpyAsync({} bytes, device to device)", plan_.thunks[i].Describe(),
+                    m->bytes));
   }
   if (auto* a = std::get_if<AllReduceCall>(&call)) {
     Status s = resources_.communicator->AllReduce(a->in, a->out, a->count, a->dtype, a->op, stream);
@@ -367,7 +368,7 @@ Status EntryExecutor::RunChecked(cudaStream_t stream) {
   for (size_t i = 0; i < calls_.size(); ++i) {
     RETURN_IF_ERROR(RunThunk(i, stream));
     RETURN_IF_ERROR(cuda_.Check(cuda_.StreamSynchronize(stream),
-                              plan_.thunks[i].Describe() + ": cudaStreamSynchronize after it"));
+                                plan_.thunks[i].Describe() + ": cudaStreamSynchronize after it"));
   }
   return Status::Ok();
 }
@@ -376,7 +377,7 @@ Status EntryExecutor::Capture(cudaStream_t stream) {
   DestroyGraph();
   const std::string what = fmt::format("entry {}: CUDA graph capture", plan_.name());
   RETURN_IF_ERROR(cuda_.Check(cuda_.StreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
-                            what + ": cudaStreamBeginCapture"));
+                              what + ": cudaStreamBeginCapture"));
   Status run = Run(stream);
   cudaGraph_t graph = nullptr;
   cudaError_t end = cuda_.StreamEndCapture(stream, &graph);
@@ -398,7 +399,7 @@ Status EntryExecutor::Capture(cudaStream_t stream) {
 Status EntryExecutor::Launch(cudaStream_t stream) {
   if (graph_exec_ == nullptr) return Error("entry {}: no captured graph to launch", plan_.name());
   return cuda_.Check(cuda_.GraphLaunch(graph_exec_, stream),
-                   fmt::format("entry {}: cudaGraphLaunch", plan_.name()));
+                     fmt::format("entry {}: cudaGraphLaunch", plan_.name()));
 }
 
 StatusOr<std::vector<ThunkTime>> EntryExecutor::Profile(cudaStream_t stream) {
@@ -411,15 +412,16 @@ StatusOr<std::vector<ThunkTime>> EntryExecutor::Profile(cudaStream_t stream) {
     RETURN_IF_ERROR(cuda_.Check(cuda_.EventRecord(events_[i], stream), "cudaEventRecord"));
     RETURN_IF_ERROR(RunThunk(i, stream));
   }
-  RETURN_IF_ERROR(cuda_.Check(cuda_.EventRecord(events_[calls_.size()], stream), "cudaEventRecord"));
+  RETURN_IF_ERROR(
+      cuda_.Check(cuda_.EventRecord(events_[calls_.size()], stream), "cudaEventRecord"));
   RETURN_IF_ERROR(
       cuda_.Check(cuda_.EventSynchronize(events_[calls_.size()]),
-                fmt::format("entry {}: cudaEventSynchronize (profiled run)", plan_.name())));
+                  fmt::format("entry {}: cudaEventSynchronize (profiled run)", plan_.name())));
   std::vector<ThunkTime> times;
   for (size_t i = 0; i < calls_.size(); ++i) {
     float ms = 0;
     RETURN_IF_ERROR(cuda_.Check(cuda_.EventElapsedTime(&ms, events_[i], events_[i + 1]),
-                              plan_.thunks[i].Describe() + ": cudaEventElapsedTime"));
+                                plan_.thunks[i].Describe() + ": cudaEventElapsedTime"));
     const Thunk& t = plan_.thunks[i];
     times.push_back(
         {std::string(ThunkKindName(t.kind())), t.name, t.meta, ms, std::string(plan_.name())});

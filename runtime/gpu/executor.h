@@ -37,7 +37,6 @@
 #include "runtime/gpu/backend.h"
 #include "runtime/gpu/communicator.h"
 #include "runtime/gpu/cublaslt_api.h"
-#include "runtime/gpu/backend.h"
 #include "runtime/gpu/cuda_api.h"
 #include "runtime/gpu/gemm.h"
 #include "runtime/gpu/kernel_modules.h"
@@ -169,7 +168,7 @@ class EntryExecutor {
   const RuntimeApi& cuda_;  // backend_'s
   EntryPlan plan_;
   char* arena_;
-  std::vector<Call> calls_;  // parallel to plan_.thunks
+  std::vector<Call> calls_;            // parallel to plan_.thunks
   std::set<size_t> fallback_of_;       // fallback kernels whose gemm dropped its epilogue
   std::vector<std::string> warnings_;  // Note [epilogue fallback]
   ThunkObserver* observer_ = nullptr;

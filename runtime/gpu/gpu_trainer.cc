@@ -271,15 +271,15 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
     return Error("{}: cublasLtCreate ({}): {}", Where(), lt->path, lt->StatusText(s));
   }
   RETURN_IF_ERROR(cuda->Check(cuda->StreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                            "cudaStreamCreateWithFlags"));
+                              "cudaStreamCreateWithFlags"));
   for (cudaEvent_t* e : {&uploaded, &done}) {
     RETURN_IF_ERROR(cuda->Check(cuda->EventCreateWithFlags(e, cudaEventDisableTiming),
-                              "cudaEventCreateWithFlags"));
+                                "cudaEventCreateWithFlags"));
   }
   if (workspace_bytes > 0) {
     RETURN_IF_ERROR(cuda->Check(workspace.Allocate(*cuda, workspace_bytes),
-                              fmt::format("{}: cudaMalloc({}, cuBLASLt workspace)", Where(),
-                                          FormatBytes(workspace_bytes))));
+                                fmt::format("{}: cudaMalloc({}, cuBLASLt workspace)", Where(),
+                                            FormatBytes(workspace_bytes))));
   }
   ASSIGN_OR_RETURN(modules, KernelModules::Load(*cu, artifact, Where(), device));
 
@@ -313,8 +313,8 @@ Status GpuTrainer::Impl::CreateExecutors(std::vector<EntryPlan>& ordered) {
     EntryState& e = entries[i];
     const int64_t bytes = std::max<int64_t>(ordered[i].arena_size, 256);
     RETURN_IF_ERROR(cuda->Check(e.arena.Allocate(*cuda, bytes),
-                              fmt::format("{}: cudaMalloc({}, arena of entry {})", Where(),
-                                          FormatBytes(bytes), e.entry->name())));
+                                fmt::format("{}: cudaMalloc({}, arena of entry {})", Where(),
+                                            FormatBytes(bytes), e.entry->name())));
     // Zeros: nothing reads memory it did not write, but zeros keep runs
     // reproducible. On the work stream, as every later upload: the legacy
     // default stream would race them (the stream is non-blocking). The
@@ -332,7 +332,7 @@ Status GpuTrainer::Impl::CreateExecutors(std::vector<EntryPlan>& ordered) {
     e.executor = std::move(ex).value();
     if (fill != 0) {
       RETURN_IF_ERROR(cuda->Check(cuda->MemsetAsync(e.arena.ptr, 0, bytes, stream),
-                                "cudaMemsetAsync(arena, after the autotuning)"));
+                                  "cudaMemsetAsync(arena, after the autotuning)"));
     }
     // Note [epilogue fallback]: the run goes on, slower; say so once per gemm.
     for (const std::string& w : e.executor->warnings()) fmt::print(stderr, "warning: {}\n", w);
@@ -439,9 +439,9 @@ Status GpuTrainer::Impl::UploadState(const TrainerState& state) {
       }
       RETURN_IF_ERROR(
           cuda->Check(cuda->MemcpyAsync(state_entry->executor->At(slot->slice), values->data(),
-                                       bytes, cudaMemcpyHostToDevice, stream),
-                    fmt::format("cudaMemcpyAsync({} {} to the device)", program::SlotRoleName(role),
-                                spec.name)));
+                                        bytes, cudaMemcpyHostToDevice, stream),
+                      fmt::format("cudaMemcpyAsync({} {} to the device)",
+                                  program::SlotRoleName(role), spec.name)));
     }
   }
   // The sources are pageable host vectors: wait before they go away.
@@ -485,14 +485,15 @@ StatusOr<StepResult> GpuTrainer::Step(std::span<const MicroBatch> micro_batches,
   auto upload = [&](EntryState& e, const StagedInput& in) {
     return m.cuda->Check(
         m.cuda->MemcpyAsync(e.executor->At(in.slot->slice), staging + in.offset,
-                           in.slot->shape.num_elements() * 4, cudaMemcpyHostToDevice, m.stream),
+                            in.slot->shape.num_elements() * 4, cudaMemcpyHostToDevice, m.stream),
         fmt::format("step {}: cudaMemcpyAsync(%{} to the device)", step, in.slot->name));
   };
   char* readback = m.readback.data();
   auto download = [&](EntryState& e, const PlanSlot* slot, int64_t at) {
-    return m.cuda->Check(m.cuda->MemcpyAsync(readback + 4 * at, e.executor->At(slot->slice), 4,
-                                        cudaMemcpyDeviceToHost, m.stream),
-                     fmt::format("step {}: cudaMemcpyAsync(%{} to the host)", step, slot->name));
+    return m.cuda->Check(
+        m.cuda->MemcpyAsync(readback + 4 * at, e.executor->At(slot->slice), 4,
+                            cudaMemcpyDeviceToHost, m.stream),
+        fmt::format("step {}: cudaMemcpyAsync(%{} to the host)", step, slot->name));
   };
   std::vector<ThunkTime> times;
   auto run = [&](EntryState& e) {
@@ -506,8 +507,8 @@ StatusOr<StepResult> GpuTrainer::Step(std::span<const MicroBatch> micro_batches,
     for (const auto& [acc, unused] : m.grad_acc) {
       RETURN_IF_ERROR(m.cuda->Check(
           m.cuda->MemsetAsync(m.micro_entry->executor->At(acc->slice), 0,
-                             acc->shape.num_elements() * ir::DTypeBytes(acc->shape.dtype()),
-                             m.stream),
+                              acc->shape.num_elements() * ir::DTypeBytes(acc->shape.dtype()),
+                              m.stream),
           fmt::format("step {}: cudaMemsetAsync(%{})", step, acc->name)));
     }
   }
@@ -527,9 +528,9 @@ StatusOr<StepResult> GpuTrainer::Step(std::span<const MicroBatch> micro_batches,
     for (const auto& [from, to] : m.grad_acc) {
       RETURN_IF_ERROR(m.cuda->Check(
           m.cuda->MemcpyAsync(m.state_entry->executor->At(to->slice),
-                             m.micro_entry->executor->At(from->slice),
-                             from->shape.num_elements() * ir::DTypeBytes(from->shape.dtype()),
-                             cudaMemcpyDeviceToDevice, m.stream),
+                              m.micro_entry->executor->At(from->slice),
+                              from->shape.num_elements() * ir::DTypeBytes(from->shape.dtype()),
+                              cudaMemcpyDeviceToDevice, m.stream),
           fmt::format("step {}: cudaMemcpyAsync(%{} from accumulate to apply)", step, to->name)));
     }
     RETURN_IF_ERROR(run(*m.state_entry));
@@ -589,8 +590,8 @@ Status GpuTrainer::Impl::CopyParamsInto(EntryState& e) {
     }
     RETURN_IF_ERROR(cuda->Check(
         cuda->MemcpyAsync(e.executor->At(slot.slice), state_entry->executor->At(src->slice),
-                           slot.shape.num_elements() * ir::DTypeBytes(slot.shape.dtype()),
-                           cudaMemcpyDeviceToDevice, stream),
+                          slot.shape.num_elements() * ir::DTypeBytes(slot.shape.dtype()),
+                          cudaMemcpyDeviceToDevice, stream),
         fmt::format("entry {}: cudaMemcpyAsync(%{} from train_step)", e.entry->name(), slot.name)));
   }
   e.params_version = params_version;
@@ -620,10 +621,10 @@ StatusOr<EntryExecutor*> GpuTrainer::Impl::RunForEvaluate(const program::TrainEn
       return Error("{}: input %{}: {} values given, {} needs {}", entry.name(), slot.name,
                    ids.size(), slot.shape.ToString(), slot.shape.num_elements());
     }
-    RETURN_IF_ERROR(
-        cuda->Check(cuda->MemcpyAsync(ex.At(slot.slice), ids.data(), ids.size() * 4,
-                                     cudaMemcpyHostToDevice, stream),
-                  fmt::format("{}: cudaMemcpyAsync(%{} to the device)", entry.name(), slot.name)));
+    RETURN_IF_ERROR(cuda->Check(
+        cuda->MemcpyAsync(ex.At(slot.slice), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice,
+                          stream),
+        fmt::format("{}: cudaMemcpyAsync(%{} to the device)", entry.name(), slot.name)));
   }
   Status run = options.sync_each_thunk ? ex.RunChecked(stream) : ex.Run(stream);
   if (!run.ok()) return run.WithPrefix(entry.name());
@@ -639,9 +640,9 @@ StatusOr<std::vector<std::vector<double>>> GpuTrainer::Impl::ReadOutputs(
     bytes.emplace_back(r.count * element, '\0');
     RETURN_IF_ERROR(
         cuda->Check(cuda->MemcpyAsync(bytes.back().data(), ex.At(slot.slice) + r.first * element,
-                                     bytes.back().size(), cudaMemcpyDeviceToHost, stream),
-                  fmt::format("{}: cudaMemcpyAsync(%{} [{}, {}) to the host)", entry, slot.name,
-                              r.first, r.first + r.count)));
+                                      bytes.back().size(), cudaMemcpyDeviceToHost, stream),
+                    fmt::format("{}: cudaMemcpyAsync(%{} [{}, {}) to the host)", entry, slot.name,
+                                r.first, r.first + r.count)));
   }
   RETURN_IF_ERROR(cuda->Check(cuda->EventRecord(done, stream), "cudaEventRecord"));
   RETURN_IF_ERROR(WaitFor(done, entry));
@@ -698,11 +699,11 @@ StatusOr<TrainerState> GpuTrainer::ExportState() {
         return Error("train_step has no {} input {}", program::SlotRoleName(role), i);
       }
       to->emplace_back(n);
-      RETURN_IF_ERROR(
-          m.cuda->Check(m.cuda->MemcpyAsync(to->back().data(), m.state_entry->executor->At(slot->slice),
-                                       n * 4, cudaMemcpyDeviceToHost, m.stream),
-                    fmt::format("cudaMemcpyAsync({} {} to the host)", program::SlotRoleName(role),
-                                m.program->params[i].name)));
+      RETURN_IF_ERROR(m.cuda->Check(
+          m.cuda->MemcpyAsync(to->back().data(), m.state_entry->executor->At(slot->slice), n * 4,
+                              cudaMemcpyDeviceToHost, m.stream),
+          fmt::format("cudaMemcpyAsync({} {} to the host)", program::SlotRoleName(role),
+                      m.program->params[i].name)));
     }
   }
   RETURN_IF_ERROR(m.cuda->Check(m.cuda->EventRecord(m.done, m.stream), "cudaEventRecord"));

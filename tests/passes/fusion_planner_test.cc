@@ -1,6 +1,4 @@
 #include "passes/fusion_planner.h"
-#include "passes/loop_fusion.h"
-#include "passes/reduction_fusion.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -10,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "passes/loop_fusion.h"
+#include "passes/reduction_fusion.h"
 #include "tests/testing/pass_harness.h"
 
 namespace gptc::passes::fusion_internal {

@@ -231,10 +231,11 @@ StatusOr<std::unique_ptr<GpuHarness>> GpuHarness::Create(const TestDevice& devic
     return Error("cublasLtCreate: {}", h->lt_->StatusText(s));
   }
   RETURN_IF_ERROR(h->cuda_.Check(h->cuda_.StreamCreateWithFlags(&h->stream_, cudaStreamNonBlocking),
-                            "cudaStreamCreateWithFlags"));
+                                 "cudaStreamCreateWithFlags"));
   ASSIGN_OR_RETURN(h->modules_, KernelModules::Load(*cu, tiny.artifact, tiny.path, h->device_));
   constexpr size_t kWorkspace = 32 << 20;
-  RETURN_IF_ERROR(h->cuda_.Check(h->cuda_.Malloc(&h->workspace_, kWorkspace), "cudaMalloc(workspace)"));
+  RETURN_IF_ERROR(
+      h->cuda_.Check(h->cuda_.Malloc(&h->workspace_, kWorkspace), "cudaMalloc(workspace)"));
   ExecutorResources resources{.backend = &backend,
                               .cu = cu,
                               .stream = h->stream_,
@@ -246,10 +247,10 @@ StatusOr<std::unique_ptr<GpuHarness>> GpuHarness::Create(const TestDevice& devic
   for (const EntryPlan& plan : tiny.plans) {
     void* arena = nullptr;
     RETURN_IF_ERROR(h->cuda_.Check(h->cuda_.Malloc(&arena, std::max<int64_t>(plan.arena_size, 256)),
-                              fmt::format("cudaMalloc(arena of {})", plan.name())));
+                                   fmt::format("cudaMalloc(arena of {})", plan.name())));
     h->arenas_.push_back(arena);
     RETURN_IF_ERROR(h->cuda_.Check(h->cuda_.MemsetAsync(arena, 0, plan.arena_size, h->stream_),
-                              "cudaMemsetAsync(arena)"));
+                                   "cudaMemsetAsync(arena)"));
     ASSIGN_OR_RETURN(std::unique_ptr<EntryExecutor> ex,
                      EntryExecutor::Create(resources, plan, static_cast<char*>(arena),
                                            {.allow_unsupported = true}));
@@ -272,9 +273,9 @@ Status GpuHarness::Upload(size_t e, const ArenaSlice& slice, const std::string& 
   if (static_cast<int64_t>(bytes.size()) > slice.size) {
     return Error("upload of {} bytes into a slice of {}", bytes.size(), slice.size);
   }
-  RETURN_IF_ERROR(cuda_.Check(cuda_.MemcpyAsync(executors_[e]->At(slice), bytes.data(), bytes.size(),
-                                               cudaMemcpyHostToDevice, stream_),
-                            "cudaMemcpyAsync(upload)"));
+  RETURN_IF_ERROR(cuda_.Check(cuda_.MemcpyAsync(executors_[e]->At(slice), bytes.data(),
+                                                bytes.size(), cudaMemcpyHostToDevice, stream_),
+                              "cudaMemcpyAsync(upload)"));
   RETURN_IF_ERROR(cuda_.Check(cuda_.StreamSynchronize(stream_), "cudaStreamSynchronize(upload)"));
   // The emulated device's checks: these bytes are now the operand's value.
   test_device_.MarkHostWritten(executors_[e]->At(slice), bytes.size());
@@ -283,9 +284,9 @@ Status GpuHarness::Upload(size_t e, const ArenaSlice& slice, const std::string& 
 
 StatusOr<std::string> GpuHarness::Download(size_t e, const ArenaSlice& slice) {
   std::string bytes(slice.size, '\0');
-  RETURN_IF_ERROR(cuda_.Check(cuda_.MemcpyAsync(bytes.data(), executors_[e]->At(slice), bytes.size(),
-                                               cudaMemcpyDeviceToHost, stream_),
-                            "cudaMemcpyAsync(download)"));
+  RETURN_IF_ERROR(cuda_.Check(cuda_.MemcpyAsync(bytes.data(), executors_[e]->At(slice),
+                                                bytes.size(), cudaMemcpyDeviceToHost, stream_),
+                              "cudaMemcpyAsync(download)"));
   RETURN_IF_ERROR(cuda_.Check(cuda_.StreamSynchronize(stream_), "cudaStreamSynchronize(download)"));
   return bytes;
 }
@@ -294,7 +295,7 @@ Status GpuHarness::Run(size_t e, const std::vector<size_t>& indices) {
   for (size_t i : indices) {
     RETURN_IF_ERROR(executors_[e]->RunThunk(i, stream_));
     RETURN_IF_ERROR(cuda_.Check(cuda_.StreamSynchronize(stream_),
-                              executors_[e]->plan().thunks[i].Describe() + ": synchronize"));
+                                executors_[e]->plan().thunks[i].Describe() + ": synchronize"));
   }
   return Status::Ok();
 }

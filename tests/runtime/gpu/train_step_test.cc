@@ -306,7 +306,8 @@ TEST_P(GpuTrainStepTest, GradAccumTwoMatchesCpuAndOneBigBatch) {
   const int64_t seq = plain->loaded.flags.seq;
   ASSERT_EQ(accumulating->loaded.flags.seq, seq);
   ASSERT_EQ(plain->loaded.flags.batch, 2 * accumulating->loaded.flags.batch);
-  StatusOr<std::unique_ptr<GpuTrainer>> gpu = MakeGpuTrainer(*device, *accumulating, /*graph=*/true);
+  StatusOr<std::unique_ptr<GpuTrainer>> gpu =
+      MakeGpuTrainer(*device, *accumulating, /*graph=*/true);
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   StatusOr<std::unique_ptr<GpuTrainer>> big = MakeGpuTrainer(*device, *plain, /*graph=*/true);
   ASSERT_TRUE(big.ok()) << big.status().message();
