@@ -47,12 +47,6 @@ StatusOr<const DriverApi*> LoadCudaDriverApi();
 // "cudaErrorMemoryAllocation (out of memory)", from the active backend.
 std::string CudaErrorText(cudaError_t error);
 
-// Ok, or "CALL: cudaError... (text)".
-inline Status CudaCheck(cudaError_t error, std::string_view call) {
-  if (error == cudaSuccess) return Status::Ok();
-  return Error("{}: {}", call, CudaErrorText(error));
-}
-
 }  // namespace gptc::rt::gpu
 
 #endif  // GPTC_RUNTIME_GPU_CUDA_API_H_

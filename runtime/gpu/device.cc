@@ -44,33 +44,40 @@ int CountDevices() {
   return n;
 }
 
-Status CheckGpuAvailable() {
+namespace {
+
+// CheckGpuAvailable on `cuda`.
+Status CheckAvailable(const RuntimeApi& cuda) {
   int n = 0;
-  cudaError_t e = Cuda().GetDeviceCount(&n);
+  cudaError_t e = cuda.GetDeviceCount(&n);
   if (e == cudaErrorInsufficientDriver) {
     int driver = 0;
-    Cuda().DriverGetVersion(&driver);
+    cuda.DriverGetVersion(&driver);
     if (driver == 0) {
       return Error(
           "no GPU: no NVIDIA driver on this machine (libcuda.so.1 was not found; "
           "cudaGetDeviceCount: {})",
-          CudaErrorText(e));
+          cuda.ErrorText(e));
     }
     return Error(
         "no GPU: the NVIDIA driver supports CUDA {}, this gptrun needs {} "
         "(cudaGetDeviceCount: {})",
-        Version(driver), Version(CUDART_VERSION), CudaErrorText(e));
+        Version(driver), Version(CUDART_VERSION), cuda.ErrorText(e));
   }
   if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0)) {
     return Error("no GPU: the NVIDIA driver sees no device (cudaGetDeviceCount: {})",
-                 CudaErrorText(e == cudaSuccess ? cudaErrorNoDevice : e));
+                 cuda.ErrorText(e == cudaSuccess ? cudaErrorNoDevice : e));
   }
-  if (e != cudaSuccess) return Error("no GPU: cudaGetDeviceCount: {}", CudaErrorText(e));
+  if (e != cudaSuccess) return Error("no GPU: cudaGetDeviceCount: {}", cuda.ErrorText(e));
   return Status::Ok();
 }
 
+}  // namespace
+
+Status CheckGpuAvailable() { return CheckAvailable(Cuda()); }
+
 StatusOr<DeviceInfo> OpenDevice(const RuntimeApi& cuda, int ordinal) {
-  RETURN_IF_ERROR(CheckGpuAvailable());
+  RETURN_IF_ERROR(CheckAvailable(cuda));
   int count = 0;
   RETURN_IF_ERROR(cuda.Check(cuda.GetDeviceCount(&count), "cudaGetDeviceCount"));
   if (ordinal < 0 || ordinal >= count) {

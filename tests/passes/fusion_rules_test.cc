@@ -10,12 +10,11 @@
 #include <string>
 
 #include "compiler/ir/verifier.h"
-#include "models/config.h"
-#include "models/gpt2.h"
 #include "passes/attention_operands.h"
 #include "passes/fusion.h"
 #include "passes/registry.h"
 #include "tests/testing/pass_harness.h"
+#include "tests/testing/small_models.h"
 
 namespace gptc::passes {
 namespace {
@@ -26,25 +25,8 @@ using ::gptc::testing::RunPassAndCompare;
 // rule finds its ops (attention, cross-entropy, gemms with epilogues, layer
 // norms, the optimizer and the parameter casts).
 std::unique_ptr<ir::Module> TrainStep() {
-  models::GptConfig config = models::FindGptConfig("gpt2-tiny").value();
-  config.width = 32;
-  config.layers = 1;
-  auto traced = models::TraceGpt2Forward(config, 1, 8);
-  if (!traced.ok()) {
-    ADD_FAILURE() << traced.status().message();
-    return nullptr;
-  }
-  std::unique_ptr<ir::Module> module = std::move(traced->module);
-  for (const char* name :
-       {"mixed-precision", "autodiff", "dce", "optimizer", "dce", "simplify", "cse", "dce"}) {
-    auto p = AllPasses().Create(name);
-    const Status status = p.ok() ? (*p)->Run(*module).status() : p.status();
-    if (!status.ok()) {
-      ADD_FAILURE() << name << ": " << status.message();
-      return nullptr;
-    }
-  }
-  return module;
+  return ::gptc::testing::TinyGpt2Step(
+      {"mixed-precision", "autodiff", "dce", "optimizer", "dce", "simplify", "cse", "dce"});
 }
 
 // The fusion instructions of the entry, by kind ("gemm": 3).

@@ -12,6 +12,7 @@
 #include "passes/registry.h"
 #include "passes/remat.h"
 #include "tests/testing/pass_harness.h"
+#include "tests/testing/small_models.h"
 
 namespace gptc::passes {
 namespace {
@@ -377,24 +378,8 @@ TEST(FusionTest, AttentionOutputConvertAndQkvBiasJoinTheAttentionKernel) {
 // as the pipeline hands it to remat and fusion; null (and a failure) when a
 // pass fails.
 std::unique_ptr<ir::Module> TinyTrainStep() {
-  models::GptConfig config = models::FindGptConfig("gpt2-tiny").value();
-  config.width = 32;
-  config.layers = 1;
-  auto traced = models::TraceGpt2Forward(config, 1, 8);
-  if (!traced.ok()) {
-    ADD_FAILURE() << traced.status().message();
-    return nullptr;
-  }
-  std::unique_ptr<ir::Module> module = std::move(traced->module);
-  for (const char* name : {"mixed-precision", "autodiff", "dce", "simplify", "cse", "dce"}) {
-    auto p = AllPasses().Create(name);
-    const Status status = p.ok() ? (*p)->Run(*module).status() : p.status();
-    if (!status.ok()) {
-      ADD_FAILURE() << name << ": " << status.message();
-      return nullptr;
-    }
-  }
-  return module;
+  return ::gptc::testing::TinyGpt2Step(
+      {"mixed-precision", "autodiff", "dce", "simplify", "cse", "dce"});
 }
 
 // Note [GELU epilogues]: in the bf16 train step the GELU runs in c_fc's

@@ -4,11 +4,15 @@
 #ifndef GPTC_TESTS_TESTING_SMALL_MODELS_H_
 #define GPTC_TESTS_TESTING_SMALL_MODELS_H_
 
+#include <initializer_list>
 #include <memory>
 #include <string_view>
 
+#include "models/config.h"
+#include "models/gpt2.h"
 #include "passes/autodiff.h"
 #include "passes/dce.h"
+#include "passes/registry.h"
 #include "tests/testing/pass_harness.h"
 
 namespace gptc::testing {
@@ -36,6 +40,30 @@ inline std::unique_ptr<ir::Module> Differentiated(std::string_view text) {
   std::unique_ptr<ir::Module> module = ParseOrDie(text);
   EXPECT_TRUE(passes::Autodiff().Run(*module).ok());
   EXPECT_TRUE(passes::Dce().Run(*module).ok());
+  return module;
+}
+
+// One layer of gpt2-tiny narrowed to width 32 (batch 1, seq 8), traced and
+// run through `passes` (registry names, in order): the train steps the
+// fusion tests fuse. Null, with the failure recorded, when a pass fails.
+inline std::unique_ptr<ir::Module> TinyGpt2Step(std::initializer_list<const char*> passes) {
+  models::GptConfig config = models::FindGptConfig("gpt2-tiny").value();
+  config.width = 32;
+  config.layers = 1;
+  auto traced = models::TraceGpt2Forward(config, 1, 8);
+  if (!traced.ok()) {
+    ADD_FAILURE() << traced.status().message();
+    return nullptr;
+  }
+  std::unique_ptr<ir::Module> module = std::move(traced->module);
+  for (const char* name : passes) {
+    auto p = passes::AllPasses().Create(name);
+    const Status status = p.ok() ? (*p)->Run(*module).status() : p.status();
+    if (!status.ok()) {
+      ADD_FAILURE() << name << ": " << status.message();
+      return nullptr;
+    }
+  }
   return module;
 }
 

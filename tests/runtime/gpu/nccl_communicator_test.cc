@@ -107,7 +107,7 @@ class FakeCommunicator : public Communicator {
     if (!in_group_) return Error("all-reduce outside a group");
     ++all_reduces;
     if (in == out) return Status::Ok();
-    return CudaCheck(
+    return Cuda().Check(
         Cuda().MemcpyAsync(out, in, count * ir::DTypeBytes(dtype), cudaMemcpyDeviceToDevice,
                            static_cast<cudaStream_t>(stream)),
         "fake all-reduce");
