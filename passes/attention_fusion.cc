@@ -40,23 +40,14 @@ bool IsBiasAdd(const Instruction* x) {
 // attention kernels load q, k, v out of the packed projection and add its
 // bias on the fly (remat clones of these chains included).
 void AddQkvProducers(const Planner& p, InstSet& s) {
-  for (bool changed = true; changed;) {
-    changed = false;
-    std::vector<const Instruction*> sources;
-    for (const Instruction* m : s) {
-      for (const Instruction* op : m->operands()) p.NonFreeSources(op, sources);
-    }
-    for (const Instruction* x : sources) {
-      Opcode o = x->opcode();
-      // Not a rounding convert: a gemm writes the bf16 projection with its
-      // bias (Note [bf16 attention projection] in mixed_precision.h).
-      bool layout = o == Opcode::kSlice || o == Opcode::kReshape || o == Opcode::kTranspose ||
-                    (o == Opcode::kConvert && !ir::IsNarrowingConvert(x)) || IsBiasAdd(x);
-      if (s.contains(x) || !layout || !p.Claimable(x) || !AllUsesIn(p, x, s)) continue;
-      s.insert(x);
-      changed = true;
-    }
-  }
+  AddOwnedSources(p, s, [&](const Instruction* x) {
+    const Opcode o = x->opcode();
+    // Not a rounding convert: a gemm writes the bf16 projection with its
+    // bias (Note [bf16 attention projection] in mixed_precision.h).
+    const bool layout = o == Opcode::kSlice || o == Opcode::kReshape || o == Opcode::kTranspose ||
+                        (o == Opcode::kConvert && !ir::IsNarrowingConvert(x)) || IsBiasAdd(x);
+    return layout && p.Claimable(x);
+  });
 }
 
 }  // namespace

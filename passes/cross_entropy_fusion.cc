@@ -27,19 +27,7 @@ bool IsRowwiseGradient(const Planner& p, const Instruction* x, const ir::Role& r
 // Grows `s` with the row-local backward ops of `role` whose uses all lie in
 // `s` (masks, the loss gradient feeding only the region).
 void AddOwnedProducers(const Planner& p, InstSet& s, const ir::Role& role) {
-  for (bool changed = true; changed;) {
-    changed = false;
-    std::vector<const Instruction*> sources;
-    for (const Instruction* m : s) {
-      for (const Instruction* op : m->operands()) p.NonFreeSources(op, sources);
-    }
-    for (const Instruction* x : sources) {
-      if (s.contains(x) || !IsRowwiseGradient(p, x, role)) continue;
-      if (!AllUsesIn(p, x, s)) continue;
-      s.insert(x);
-      changed = true;
-    }
-  }
+  AddOwnedSources(p, s, [&](const Instruction* x) { return IsRowwiseGradient(p, x, role); });
 }
 
 // The row-local backward ops of `role` reachable from `from` through their

@@ -251,6 +251,26 @@ bool AllUsesIn(const Planner& p, const ir::Instruction* inst, const InstSet& s);
 // The single user of `inst`, or nullptr (also for the root).
 const ir::Instruction* SingleUser(const Planner& p, const ir::Instruction* inst);
 
+// Grows `s`, until nothing joins, with the non-free sources of its members'
+// operands that `accept` takes and that only members of `s` read: the
+// producers a group owns (the attention kernels' q, k, v chains, the
+// cross-entropy backward's masks).
+template <typename Accept>
+void AddOwnedSources(const Planner& p, InstSet& s, const Accept& accept) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::vector<const ir::Instruction*> sources;
+    for (const ir::Instruction* m : s) {
+      for (const ir::Instruction* op : m->operands()) p.NonFreeSources(op, sources);
+    }
+    for (const ir::Instruction* x : sources) {
+      if (s.contains(x) || !accept(x) || !AllUsesIn(p, x, s)) continue;
+      s.insert(x);
+      changed = true;
+    }
+  }
+}
+
 }  // namespace gptc::passes::fusion_internal
 
 #endif  // GPTC_PASSES_FUSION_PLANNER_H_
