@@ -77,7 +77,9 @@ TEST(FusionPlannerTest, MemberPositionsFollowTheEntry) {
     ASSERT_EQ(members.size(), p.groups()[g].members.size()) << "group " << g;
     for (size_t k = 0; k < members.size(); ++k) {
       EXPECT_TRUE(p.groups()[g].members.contains(order[members[k]])) << members[k];
-      if (k > 0) EXPECT_LT(members[k - 1], members[k]);
+      if (k > 0) {
+        EXPECT_LT(members[k - 1], members[k]);
+      }
     }
   }
   EXPECT_EQ(p.MemberPositions(s), (std::vector<int32_t>{40, 60, 90}));
