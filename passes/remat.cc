@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -23,6 +24,8 @@ std::string_view RematPolicyName(RematPolicy policy) {
       return "none";
     case RematPolicy::kDots:
       return "dots";
+    case RematPolicy::kWide:
+      return "wide";
     case RematPolicy::kBlock:
       return "block";
     case RematPolicy::kAuto:
@@ -32,8 +35,8 @@ std::string_view RematPolicyName(RematPolicy policy) {
 }
 
 std::optional<RematPolicy> ParseRematPolicy(std::string_view name) {
-  for (RematPolicy p :
-       {RematPolicy::kNone, RematPolicy::kDots, RematPolicy::kBlock, RematPolicy::kAuto}) {
+  for (RematPolicy p : {RematPolicy::kNone, RematPolicy::kDots, RematPolicy::kWide,
+                        RematPolicy::kBlock, RematPolicy::kAuto}) {
     if (name == RematPolicyName(p)) return p;
   }
   return std::nullopt;
@@ -93,12 +96,35 @@ bool IsBackwardUser(const Instruction& user) {
   return PhaseOf(user) == Phase::kBackward && user.parent()->root() != &user;
 }
 
+// The policy of each forward value: its block's, or for the values outside
+// the blocks the last block's (see the header).
+class PolicyOf {
+ public:
+  PolicyOf(RematPolicy uniform, const std::vector<RematPolicy>& layers)
+      : uniform_(uniform), layers_(layers) {}
+  RematPolicy operator()(const Instruction& inst) const {
+    if (layers_.empty()) return uniform_;
+    const int32_t layer = inst.role().layer;
+    return layer >= 0 && layer < static_cast<int32_t>(layers_.size()) ? layers_[layer]
+                                                                      : layers_.back();
+  }
+  bool Any(RematPolicy p) const {
+    return layers_.empty() ? uniform_ == p
+                           : std::find(layers_.begin(), layers_.end(), p) != layers_.end();
+  }
+
+ private:
+  RematPolicy uniform_;
+  const std::vector<RematPolicy>& layers_;
+};
+
 // The block boundaries: the forward data values crossing a layer boundary
 // (a block's input, read by its first ops, and its output, read by the next
-// block or the head). Constants, iotas and their broadcasts are not data
-// (CSE shares them between layers); parameters are kept anyway.
-void AddBlockBoundaries(const ir::Computation& entry,
-                        std::unordered_set<const Instruction*>& kept) {
+// block or the head), each with a reader in the other layer. Constants, iotas
+// and their broadcasts are not data (CSE shares them between layers);
+// parameters are inputs.
+template <typename Fn>
+void ForEachBoundary(const ir::Computation& entry, Fn&& fn) {
   std::unordered_set<const Instruction*> data;
   for (const auto& inst : entry.instructions()) {
     if (PhaseOf(*inst) != Phase::kForward) continue;
@@ -107,10 +133,33 @@ void AddBlockBoundaries(const ir::Computation& entry,
     for (const Instruction* op : inst->operands()) {
       if (!data.contains(op)) continue;
       reads_data = true;
-      if (op->role().layer != layer && op->opcode() != Opcode::kParameter) kept.insert(op);
+      if (op->role().layer != layer && op->opcode() != Opcode::kParameter) fn(*op, *inst);
     }
     if (reads_data) data.insert(inst.get());
   }
+}
+
+// Keeps the boundaries where the block on either side recomputes.
+void AddBlockBoundaries(const ir::Computation& entry, const PolicyOf& policy_of,
+                        std::unordered_set<const Instruction*>& kept) {
+  ForEachBoundary(entry, [&](const Instruction& op, const Instruction& reader) {
+    if (policy_of(op) != RematPolicy::kNone || policy_of(reader) != RematPolicy::kNone) {
+      kept.insert(&op);
+    }
+  });
+}
+
+// The elements of each layer's widest boundary value (its residual stream),
+// by layer + 1 (the head and embeddings are layer -1).
+std::unordered_map<int32_t, int64_t> ResidualElements(const ir::Computation& entry) {
+  std::unordered_map<int32_t, int64_t> widest;
+  ForEachBoundary(entry, [&](const Instruction& op, const Instruction& reader) {
+    for (int32_t layer : {op.role().layer, reader.role().layer}) {
+      int64_t& w = widest[layer + 1];
+      w = std::max(w, op.shape().num_elements());
+    }
+  });
+  return widest;
 }
 
 // Note [cheap recomputation]: a saved elementwise value whose elementwise
@@ -236,17 +285,21 @@ std::unordered_set<const Instruction*> CheaplyRecomputed(const ir::Computation& 
   return with_cones;
 }
 
-// The forward values a policy lets the backward keep.
+// The forward values a plan lets the backward keep.
 std::unordered_set<const Instruction*> KeptValues(const ir::Computation& entry,
-                                                  RematPolicy policy) {
+                                                  const PolicyOf& policy_of) {
   std::unordered_set<const Instruction*> kept;
   // Values the root or the optimizer read are outputs or update inputs, and
   // parameters and data are inputs: all live anyway.
   for (Instruction* op : entry.root()->operands()) kept.insert(op);
   // dots and block recompute every elementwise value anyway.
   const std::unordered_set<const Instruction*> cheap =
-      policy == RematPolicy::kNone ? CheaplyRecomputed(entry)
-                                   : std::unordered_set<const Instruction*>{};
+      policy_of.Any(RematPolicy::kNone) || policy_of.Any(RematPolicy::kWide)
+          ? CheaplyRecomputed(entry)
+          : std::unordered_set<const Instruction*>{};
+  const std::unordered_map<int32_t, int64_t> residual =
+      policy_of.Any(RematPolicy::kWide) ? ResidualElements(entry)
+                                        : std::unordered_map<int32_t, int64_t>{};
   for (const auto& inst : entry.instructions()) {
     Phase phase = PhaseOf(*inst);
     if (phase == Phase::kOptimizer) {
@@ -254,16 +307,22 @@ std::unordered_set<const Instruction*> KeptValues(const ir::Computation& entry,
     }
     if (phase != Phase::kForward) continue;
     const Opcode opcode = inst->opcode();
+    const RematPolicy policy = policy_of(*inst);
     bool keep = opcode == Opcode::kParameter ||
                 (policy == RematPolicy::kNone && !cheap.contains(inst.get()));
+    if (policy == RematPolicy::kWide && !cheap.contains(inst.get())) {
+      auto it = residual.find(inst->role().layer + 1);
+      keep |= it == residual.end() || inst->shape().num_elements() <= it->second;
+    }
     if (policy == RematPolicy::kDots) {
       keep |= opcode == Opcode::kDot || opcode == Opcode::kAttention ||
               opcode == Opcode::kAttentionLse || opcode == Opcode::kSoftmaxCrossEntropy;
     }
     if (keep) kept.insert(inst.get());
   }
-  if (policy == RematPolicy::kDots || policy == RematPolicy::kBlock) {
-    AddBlockBoundaries(entry, kept);
+  if (policy_of.Any(RematPolicy::kDots) || policy_of.Any(RematPolicy::kWide) ||
+      policy_of.Any(RematPolicy::kBlock)) {
+    AddBlockBoundaries(entry, policy_of, kept);
   }
   return kept;
 }
@@ -314,14 +373,6 @@ bool ApplyPolicy(ir::Computation& entry, const std::unordered_set<const Instruct
   return true;
 }
 
-StatusOr<bool> ApplyPolicy(ir::Module& module, RematPolicy policy) {
-  ir::Computation* entry = module.entry();
-  if (entry == nullptr || entry->root() == nullptr) {
-    return Error("remat: module {} has no entry", module.name());
-  }
-  return ApplyPolicy(*entry, KeptValues(*entry, policy));
-}
-
 }  // namespace
 
 int64_t SavedActivationBytes(const ir::Module& module) {
@@ -340,26 +391,102 @@ int64_t SavedActivationBytes(const ir::Module& module) {
   return bytes;
 }
 
-StatusOr<bool> Remat::Run(ir::Module& module) {
-  if (options_.policy != RematPolicy::kAuto) {
-    chosen_ = options_.policy;
-    return ApplyPolicy(module, options_.policy);
+namespace {
+
+// The number of transformer blocks in `entry`'s forward: one more than the
+// largest layer of its forward values (0 in an entry without a forward, as
+// grad-accum's apply).
+int32_t BlockCount(const ir::Computation& entry) {
+  int32_t count = 0;
+  for (const auto& inst : entry.instructions()) {
+    if (PhaseOf(*inst) == Phase::kForward) count = std::max(count, inst->role().layer + 1);
   }
-  // Cheapest recomputation first: none < dots < block in recomputed FLOPs.
-  int64_t smallest = 0;
-  for (RematPolicy policy : {RematPolicy::kNone, RematPolicy::kDots, RematPolicy::kBlock}) {
-    std::unique_ptr<ir::Module> trial = module.Clone();
-    RETURN_IF_ERROR(ApplyPolicy(*trial, policy).status());
-    smallest = SavedActivationBytes(*trial);
-    if (smallest <= options_.budget_bytes) {
-      chosen_ = policy;
-      return ApplyPolicy(module, policy);
+  return count;
+}
+
+}  // namespace
+
+StatusOr<bool> Remat::Run(ir::Module& module) {
+  ir::Computation* entry = module.entry();
+  if (entry == nullptr || entry->root() == nullptr) {
+    return Error("remat: module {} has no entry", module.name());
+  }
+  if (options_.layers.empty() && options_.policy == RematPolicy::kAuto) {
+    return Error(
+        "policy auto is a plan per block the compile driver chooses "
+        "(gptc compile --remat auto --memory-budget B); this pass needs the plan");
+  }
+  if (!options_.layers.empty()) {
+    const int32_t blocks = BlockCount(*entry);
+    if (blocks == 0) return false;
+    if (static_cast<int32_t>(options_.layers.size()) != blocks) {
+      return Error("the plan '{}' names {} blocks but {} has {}", FormatRematPlan(options_.layers),
+                   options_.layers.size(), module.name(), blocks);
+    }
+    for (RematPolicy p : options_.layers) {
+      if (p == RematPolicy::kAuto) return Error("a plan's blocks cannot be auto");
     }
   }
-  return Error(
-      "remat: saved activations need at least {} ({} bytes, policy block) but the memory "
-      "budget is {} ({} bytes); use a smaller batch or sequence, or a larger --memory-budget",
-      FormatBytes(smallest), smallest, FormatBytes(options_.budget_bytes), options_.budget_bytes);
+  return ApplyPolicy(*entry, KeptValues(*entry, PolicyOf(options_.policy, options_.layers)));
+}
+
+std::string FormatRematPlan(const std::vector<RematPolicy>& layers) {
+  std::string out;
+  for (size_t first = 0; first < layers.size();) {
+    size_t last = first;
+    while (last + 1 < layers.size() && layers[last + 1] == layers[first]) ++last;
+    out +=
+        fmt::format("{}{}:{}", out.empty() ? "" : ",", RematPolicyName(layers[first]),
+                    first == last ? fmt::format("{}", first) : fmt::format("{}-{}", first, last));
+    first = last + 1;
+  }
+  return out;
+}
+
+namespace {
+
+// "12" -> 12; a block index in a plan's text.
+StatusOr<int64_t> ParseBlockIndex(std::string_view text, std::string_view range) {
+  int64_t value = -1;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < 0 ||
+      value > ir::kMaxLayer) {
+    return Error("remat plan: bad block number '{}' in '{}'", text, range);
+  }
+  return value;
+}
+
+}  // namespace
+
+StatusOr<std::vector<RematPolicy>> ParseRematPlan(std::string_view text) {
+  std::vector<RematPolicy> layers;
+  for (size_t start = 0; start <= text.size();) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    const std::string_view range = text.substr(start, comma - start);
+    start = comma + 1;
+    const size_t colon = range.find(':');
+    std::optional<RematPolicy> policy =
+        colon == std::string_view::npos ? std::nullopt : ParseRematPolicy(range.substr(0, colon));
+    if (!policy || *policy == RematPolicy::kAuto) {
+      return Error("remat plan: '{}' is not POLICY:FIRST-LAST with none, dots, wide or block",
+                   range);
+    }
+    std::string_view blocks = range.substr(colon + 1);
+    const size_t dash = blocks.find('-');
+    ASSIGN_OR_RETURN(int64_t first, ParseBlockIndex(blocks.substr(0, dash), range));
+    int64_t last = first;
+    if (dash != std::string_view::npos) {
+      ASSIGN_OR_RETURN(last, ParseBlockIndex(blocks.substr(dash + 1), range));
+    }
+    if (first != static_cast<int64_t>(layers.size()) || last < first) {
+      return Error("remat plan: '{}' must start at block {} and not end before it", range,
+                   layers.size());
+    }
+    layers.resize(last + 1, *policy);
+  }
+  if (layers.empty()) return Error("remat plan: empty");
+  return layers;
 }
 
 }  // namespace gptc::passes

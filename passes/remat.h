@@ -23,20 +23,28 @@
 //           adds, converts, reshapes). Keeping the block boundaries matters:
 //           without them the residual stream would be recomputed from the
 //           embeddings at the start of the backward and held throughout.
+//   kWide   keep what none keeps except the values wider than the block's
+//           residual stream (more elements than the values crossing into or
+//           out of the block): the MLP's hidden activations and the fused
+//           q/k/v projection, recomputed from their one gemm each. Saves most
+//           of what block saves for the cost of two gemms, not a block.
 //   kBlock  keep only the transformer block boundaries: the data values
 //           that cross from one layer (the role's) to another, i.e. each
 //           block's input and output (the residual stream); everything
 //           inside a block, and the head after the last block, is recomputed;
-//   kAuto   the first of none, dots, block whose saved activations
-//           (SavedActivationBytes) fit `budget_bytes`; an error naming the
-//           smallest achievable size when even block does not fit.
+//   kAuto   chosen by the compile driver, not this pass: a plan per block
+//           for a memory budget (passes/remat_planner.h).
+// A plan gives each transformer block its own policy (RematOptions::layers);
+// the values outside the blocks (embeddings, the head) follow the last
+// block's, as under a uniform policy they follow the model's. A block
+// boundary is kept where the block on either side is not under none.
 // Under every policy, a saved elementwise value computed from one other
 // saved value of its shape and no more bytes (the GELU's tanh and x*x from
 // the pre-activation), and perhaps broadcasts of much smaller values (a layer
 // norm's x-hat from x - mean and rstd), is recomputed: the backward reads the
 // one value instead of several (Note [cheap recomputation] in remat.cc).
-// The kept sets nest (block within dots within none), so on transformer
-// train steps the saved bytes fall from none to dots to block.
+// The kept sets nest (block within dots and within wide, both within none),
+// so on transformer train steps the saved bytes fall from none to block.
 // Results are bit-identical: clones compute the same values from the same
 // inputs.
 //
@@ -51,22 +59,31 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "compiler/pass/pass.h"
 #include "compiler/support/text.h"
 
 namespace gptc::passes {
 
-enum class RematPolicy { kNone, kDots, kBlock, kAuto };
-std::string_view RematPolicyName(RematPolicy policy);  // "none", "dots", "block", "auto"
+enum class RematPolicy { kNone, kDots, kWide, kBlock, kAuto };
+std::string_view RematPolicyName(RematPolicy policy);  // "none", "dots", "wide", "block", "auto"
 // The `--remat` spellings above, or nullopt.
 std::optional<RematPolicy> ParseRematPolicy(std::string_view name);
 
 struct RematOptions {
   RematPolicy policy = RematPolicy::kNone;
-  // kAuto only: the most bytes of saved activations allowed.
-  int64_t budget_bytes = 0;
+  // Non-empty: the policy of each transformer block (none, dots, wide, block),
+  // as many as the model has, instead of `policy`.
+  std::vector<RematPolicy> layers;
 };
+
+// A per-block plan as text, one range per run of equal policies from block 0
+// up: "block:0-20,none:21-47" (a single block is "dots:5").
+std::string FormatRematPlan(const std::vector<RematPolicy>& layers);
+// The text above back to a plan: every block from 0 to the last named once,
+// with none, dots, wide or block; errors name the range at fault.
+StatusOr<std::vector<RematPolicy>> ParseRematPlan(std::string_view text);
 
 // "20GiB", "512MiB", "1.5GB", "1000000" (bytes) -> bytes; for --memory-budget.
 StatusOr<int64_t> ParseByteSize(std::string_view text);
@@ -81,12 +98,8 @@ class Remat : public pass::Pass {
   std::string_view Name() const override { return "remat"; }
   StatusOr<bool> Run(ir::Module& module) override;
 
-  // After Run: the policy applied (kAuto resolves to none, dots or block).
-  RematPolicy chosen_policy() const { return chosen_; }
-
  private:
   RematOptions options_;
-  RematPolicy chosen_ = RematPolicy::kNone;
 };
 
 }  // namespace gptc::passes

@@ -115,21 +115,17 @@ StatusOr<TrainEntry> RunOptimizer(EntryRole role, std::unique_ptr<ir::Module> mo
                                                    .data_roles = std::move(data_roles)});
   if (options.world_size > 1 && mode == OptimizerMode::kApply) pipeline.AddPass<DataParallel>(dp);
   pipeline.AddPass<Dce>();
-  const Remat* remat = nullptr;
   if (options.optimize) {
     // Simplify and CSE before remat: CSE after remat would merge the
     // recomputed clones back into the values they replace.
     pipeline.AddPass<Simplify>();
     pipeline.AddPass<Cse>();
     pipeline.AddPass<Dce>();
-    remat = &pipeline.AddPass<Remat>(options.remat);
+    pipeline.AddPass<Remat>(options.remat);
     pipeline.AddPass<Fusion>();
     pipeline.AddPass<Schedule>();
   }
   RETURN_IF_ERROR(pipeline.Run(*module).status());
-  if (remat != nullptr && options.remat_chosen != nullptr) {
-    options.remat_chosen->emplace_back(role, remat->chosen_policy());
-  }
   // Note [optimizer signature]: the optimizer's, still true of the final module.
   RETURN_IF_ERROR(CheckSignature(*module, optimizer.signature()));
   return TrainEntry{role, std::move(module), optimizer.signature()};

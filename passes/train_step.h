@@ -53,10 +53,7 @@ struct TrainStepOptions {
   // After the optimizer: simplify -> cse -> dce -> remat -> fusion -> schedule
   // on every entry. Off, the entries stay unfused (what the CPU tests compare).
   bool optimize = false;
-  RematOptions remat;
-  // When set, each entry's remat policy as applied (--remat auto resolves
-  // per entry), in the order the entries are built.
-  std::shared_ptr<std::vector<std::pair<EntryRole, RematPolicy>>> remat_chosen;
+  RematOptions remat;  // a policy or a per-block plan; auto is the driver's to resolve
   pass::PipelineOptions pipeline;           // verify_each, disabled passes
   std::shared_ptr<pass::DumpWriter> dumps;  // may be null: no dumps
 };

@@ -1,7 +1,8 @@
 // gptrun --device emu against --device cpu on the same artifact, seed and
 // data: the emulated device runs the GPU runtime and the artifact's own
 // kernels and gemm plans (runtime/emu/), the CPU device the reference
-// evaluator on the artifact's IR. For bf16 and f32, every remat policy,
+// evaluator on the artifact's IR. For bf16 and f32, remat dots and a plan per
+// block (block 0 recomputed, block 1 under none),
 // grad-accum 2 and --dp 2 (two processes over TCP): the per-step losses of
 // 10 steps (20 for the default bf16 step; the JSON log's full precision)
 // within 1e-3 relative for bf16 and
@@ -178,7 +179,9 @@ INSTANTIATE_TEST_SUITE_P(
     Variants, GptrunEmuTest,
     ::testing::Values(Variant{"bf16", "--batch 2", 1e-3, 1, 20},
                       Variant{"bf16_remat_dots", "--batch 2 --remat dots", 1e-3},
-                      Variant{"bf16_remat_block", "--batch 2 --remat block", 1e-3},
+                      // block 0 recomputed below a none block: the shape of
+                      // --remat auto's plans (recomputing blocks at the bottom).
+                      Variant{"bf16_remat_block_none", "--batch 2 --remat block:0,none:1", 1e-3},
                       Variant{"f32", "--batch 2 --precision f32", 1e-5},
                       Variant{"bf16_grad_accum_2", "--batch 1 --grad-accum 2", 1e-3},
                       Variant{"bf16_dp_2", "--batch 1 --dp 2", 1e-3, 2},

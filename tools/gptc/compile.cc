@@ -80,11 +80,14 @@ Flags DeclareCompileFlags() {
       .Value("eps", "E", "AdamW epsilon", str(adamw.eps))
       .Value("precision", "bf16|f32", "bf16: mixed precision (f32 master weights); f32: all f32",
              "bf16")
-      .Value("remat", "none|dots|block|auto",
-             "what the backward recomputes instead of keeping (auto: the least that fits "
-             "--memory-budget)",
+      .Value("remat", "none|dots|wide|block|auto|PLAN",
+             "what the backward recomputes instead of keeping; PLAN: a policy per block "
+             "(block:0-3,none:4-11); auto: the plan per block with the least estimated step "
+             "time whose arena fits --memory-budget",
              "none")
-      .Value("memory-budget", "BYTES", "the arena budget of --remat auto, e.g. 40GiB");
+      .Value("memory-budget", "BYTES",
+             "the train step's arena budget of --remat auto, e.g. 40GiB (the whole arena, "
+             "scratch included)");
   flags.Section("output")
       .Value("output", "FILE",
              "FILE.gptx: the artifact; any other name: the IR text (default: MODEL.ir)")
@@ -171,15 +174,24 @@ Status ParseTraining(const Flags& flags, CompileOptions& o) {
   train.precision.policy = *policy;
   o.remat_name = flags.Get("remat");
   std::optional<passes::RematPolicy> remat = passes::ParseRematPolicy(o.remat_name);
+  if (!remat && o.remat_name.find(':') != std::string::npos) {
+    StatusOr<std::vector<passes::RematPolicy>> plan = passes::ParseRematPlan(o.remat_name);
+    if (!plan.ok()) return plan.status().WithPrefix("--remat");
+    train.remat.layers = *plan;
+    remat = passes::RematPolicy::kNone;  // the plan decides
+  }
   if (!remat) {
-    return Error("--remat must be none, dots, block or auto, got '{}'", o.remat_name);
+    return Error(
+        "--remat must be none, dots, wide, block, auto or a plan per block "
+        "(block:0-3,none:4-11), got '{}'",
+        o.remat_name);
   }
   train.remat.policy = *remat;
   if (*remat == passes::RematPolicy::kAuto) {
     if (!flags.Has("memory-budget")) return Error("--remat auto needs --memory-budget");
     StatusOr<int64_t> budget = passes::ParseByteSize(flags.Get("memory-budget"));
     if (!budget.ok()) return budget.status().WithPrefix("--memory-budget");
-    train.remat.budget_bytes = *budget;
+    o.memory_budget = *budget;
   } else if (flags.Has("memory-budget")) {
     return Error("--memory-budget only applies to --remat auto");
   }

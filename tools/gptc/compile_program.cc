@@ -15,6 +15,7 @@
 #include "compiler/support/text.h"
 #include "models/gpt2.h"
 #include "passes/fusion.h"
+#include "tools/gptc/remat_search.h"
 #ifdef GPTC_HAVE_ARTIFACT_WRITER
 #include "compiler/artifact/writer.h"
 #endif
@@ -52,10 +53,17 @@ Status WriteReports(const program::TrainProgram& program, const CompileOptions& 
   for (size_t i = 0; i < program.entries.size(); ++i) {
     const program::TrainEntry& e = program.entries[i];
     const analysis::BufferAssignment& assignment = assignments[i];
-    std::string fusion = passes::RenderFusionReport(*e.module, options.roofline_gpu);
     const int64_t arena_size = assignment.arena_size();
-    std::string memory = assignment.MemoryReport(20, std::string(e.name()));
     const std::string& dir = options.dump_dir;
+    // The reports cost a tenth of a large model's compile: rendered only
+    // when someone reads them.
+    std::string fusion, memory;
+    if (!dir.empty() || options.print_fusion_report) {
+      fusion = passes::RenderFusionReport(*e.module, options.roofline_gpu);
+    }
+    if (!dir.empty() || options.print_memory_report) {
+      memory = assignment.MemoryReport(20, std::string(e.name()));
+    }
     if (!dir.empty()) {
       RETURN_IF_ERROR(
           WriteFileAtomically(fmt::format("{}/{}.fusion-report.txt", dir, e.name()), fusion));
@@ -198,16 +206,19 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
 }
 #endif
 
-// What --remat auto chose, per entry: "auto: train_step block".
-std::string AppliedRemat(const std::vector<std::pair<program::EntryRole, passes::RematPolicy>>& c) {
-  std::vector<std::string> chosen;
-  for (const auto& [role, policy] : c) {
-    chosen.push_back(
-        fmt::format("{} {}", program::EntryRoleName(role), passes::RematPolicyName(policy)));
-  }
-  return fmt::format("auto: {}", fmt::join(chosen, ", "));
-}
+// What --remat auto chose and the train entry's arena must fit (Note
+// [per-block remat plans] in passes/remat_planner.h).
+struct RematAuto {
+  int64_t budget = 0;
+  RematSearch search;
+  // Set when the plan's real arena came out over the budget: by how much.
+  int64_t over = 0;
+};
 
+// The manifest's remat flag and the summary's note for the plan.
+std::string AppliedRemat(const RematAuto& a) {
+  return fmt::format("auto: {}", passes::FormatRematPlan(a.search.chosen.layers));
+}
 // The sampling entry (batch 1, the train step's seq: gptrun's samples) and
 // the validation entry (`forward`, the very forward the train step was
 // built from, with `traced`'s data inputs).
@@ -224,8 +235,11 @@ Status AddForwardEntries(program::TrainProgram& program, const CompileOptions& o
 
 }  // namespace
 
-StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
-                                       const CompileProgress& progress) {
+// The compile of `options` with its remat policy or plan as given; with
+// `remat_auto`, stops early (setting its `over`) once the train entry's arena
+// is known to be over the budget.
+StatusOr<CompileResult> CompileWithPlan(const CompileOptions& options,
+                                        const CompileProgress& progress, RematAuto* remat_auto) {
 #ifndef GPTC_HAVE_ARTIFACT_WRITER
   if (options.artifact) return Error("this gptc was built without codegen: no artifact");
 #endif
@@ -272,16 +286,9 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
         options.forward_entries ? traced.module->Clone() : nullptr;
     // Each module of an IR file has its own name (gptc eval --module picks one).
     if (forward) forward->set_name(config.name + ".eval");
-    if (train.remat.policy == passes::RematPolicy::kAuto) {
-      train.remat_chosen =
-          std::make_shared<std::vector<std::pair<program::EntryRole, passes::RematPolicy>>>();
-    }
     ASSIGN_OR_RETURN(program, passes::BuildTrainProgram(std::move(traced.module), traced.params,
                                                         traced.inputs, train));
-    if (train.remat_chosen != nullptr) {
-      remat = AppliedRemat(*train.remat_chosen);
-      train.remat_chosen = nullptr;  // the forward entries run no remat
-    }
+    if (remat_auto != nullptr) remat = AppliedRemat(*remat_auto);
     if (options.forward_entries) {
       RETURN_IF_ERROR(AddForwardEntries(program, options, train, std::move(forward), traced));
     }
@@ -299,6 +306,10 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
   if (!options.forward_only && (train.optimize || options.artifact)) {
     show("buffer assignment and reports", true);
     ASSIGN_OR_RETURN(assignments, AssignEntryBuffers(program));
+    if (remat_auto != nullptr && assignments.front().arena_size() > remat_auto->budget) {
+      remat_auto->over = assignments.front().arena_size() - remat_auto->budget;
+      return result;
+    }
     if (train.optimize) RETURN_IF_ERROR(WriteReports(program, options, assignments, rows));
     lap("reports");
   }
@@ -324,9 +335,9 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
       what, config.layers, config.heads, config.width, options.batch, options.seq, accum_note,
       WithThousands(instructions), computations, num_params, WithThousands(param_values),
       entries.empty() ? "" : ", entries ", entries,
-      train.remat.policy == passes::RematPolicy::kAuto && !options.forward_only
-          ? fmt::format("; remat {}", remat)
-          : "");
+      remat_auto != nullptr ? fmt::format("; remat {} (est. {:+.3f} ms a step recomputing)", remat,
+                                          remat_auto->search.chosen.recompute_us / 1e3)
+                            : "");
 #ifdef GPTC_HAVE_ARTIFACT_WRITER
   if (options.artifact) {
     // The artifact's part follows the entries', whose arenas it sets.
@@ -334,6 +345,10 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
     result.summary.clear();
     RETURN_IF_ERROR(
         BuildArtifactBytes(program, options, assignments, progress, remat, rows, result));
+    if (remat_auto != nullptr && rows.front().arena > remat_auto->budget) {
+      remat_auto->over = rows.front().arena - remat_auto->budget;
+      return result;
+    }
     result.summary = head + FormatEntryRows(rows) + result.summary;
     return result;
   }
@@ -341,6 +356,48 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
   result.summary += FormatEntryRows(rows);
   result.bytes = std::move(text);
   return result;
+}
+
+StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
+                                       const CompileProgress& progress) {
+  if (options.train.remat.policy != passes::RematPolicy::kAuto || options.forward_only) {
+    return CompileWithPlan(options, progress, nullptr);
+  }
+  // The slice model overestimates mixed plans (Note [per-block remat plans]);
+  // where it underestimates, or the fallbacks' scratch pushes the arena over,
+  // the plan is chosen again for the budget less the excess.
+  RematAuto remat_auto{.budget = options.memory_budget};
+  int64_t target = options.memory_budget;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    if (progress) progress("remat auto: compiling slices of the model under each policy", true);
+    const auto start = std::chrono::steady_clock::now();
+    StatusOr<RematSearch> search = SearchRematPlan(options, target);
+    if (!search.ok() && attempt > 0) {
+      return search.status().WithPrefix(
+          fmt::format("remat auto: the plans' arenas came out over their estimates, so the "
+                      "budget less the excess ({})",
+                      FormatBytes(target)));
+    }
+    RETURN_IF_ERROR(search.status());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    remat_auto.search = std::move(*search);
+    remat_auto.over = 0;
+    if (options.print_memory_report) std::printf("%s", remat_auto.search.comparison.c_str());
+    if (!options.dump_dir.empty()) {
+      RETURN_IF_ERROR(
+          WriteFileAtomically(options.dump_dir + "/remat-plans.txt", remat_auto.search.comparison));
+    }
+    CompileOptions planned = options;
+    planned.train.remat.layers = remat_auto.search.chosen.layers;
+    ASSIGN_OR_RETURN(CompileResult result, CompileWithPlan(planned, progress, &remat_auto));
+    result.timings.insert(result.timings.begin(), {"remat-search", seconds});
+    if (remat_auto.over == 0) return result;
+    target -= remat_auto.over;
+  }
+  return Error("remat auto: the plan {} still needs {} more than the memory budget {}",
+               passes::FormatRematPlan(remat_auto.search.chosen.layers),
+               FormatBytes(remat_auto.over), FormatBytes(options.memory_budget));
 }
 
 std::string CompileInputs(const CompileOptions& o) {
@@ -354,8 +411,8 @@ std::string CompileInputs(const CompileOptions& o) {
       "forward_entries {} forward_only {}",
       c.name, c.layers, c.heads, c.width, c.positions, c.vocab, c.padded_vocab, o.batch, o.seq,
       t.grad_accum, t.world_size, t.adamw.beta1, t.adamw.beta2, t.adamw.eps, t.adamw.weight_decay,
-      t.adamw.clip_norm, o.precision_name, o.remat_name, t.remat.budget_bytes, t.optimize,
-      o.artifact, o.target, o.emu, o.codegen, o.forward_entries, o.forward_only);
+      t.adamw.clip_norm, o.precision_name, o.remat_name, o.memory_budget, t.optimize, o.artifact,
+      o.target, o.emu, o.codegen, o.forward_entries, o.forward_only);
 }
 
 }  // namespace gptc::tools

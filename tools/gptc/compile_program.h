@@ -24,6 +24,9 @@ struct CompileOptions {
   passes::TrainStepOptions train;  // grad_accum, world_size, adamw, precision, remat, optimize
   // What produced train.precision / train.remat, as the manifest records them.
   std::string precision_name = "bf16", remat_name = "none";
+  // --remat auto: the most bytes the train entry's arena may take (the
+  // epilogue fallbacks' scratch included); the plan per block is chosen for it.
+  int64_t memory_budget = 0;
 
   // An artifact (docs/ARTIFACT.md) for `target`, or else the IR text.
   bool artifact = false;

@@ -1,0 +1,76 @@
+#include "tools/gptc/remat_search.h"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "compiler/analysis/buffer_assignment.h"
+#include "models/gpt2.h"
+#include "passes/fusion_report.h"
+#include "passes/train_step.h"
+
+namespace gptc::tools {
+namespace {
+
+// One slice: the model with `blocks` blocks, every block under `policy`; its
+// train entry's (train_step, or accumulate) arena and roofline time.
+StatusOr<passes::RematSlice> CompileSlice(const CompileOptions& options, int blocks,
+                                          passes::RematPolicy policy, bool below_none) {
+  models::GptConfig config = options.config;
+  config.layers = blocks;
+  ASSIGN_OR_RETURN(frontend::TracedModule traced,
+                   models::TraceGpt2Forward(config, options.batch, options.seq));
+  passes::TrainStepOptions train = options.train;
+  train.remat = {.policy = policy};
+  if (below_none) {
+    train.remat.layers.assign(blocks, passes::RematPolicy::kNone);
+    train.remat.layers[0] = policy;
+  }
+  train.optimize = true;
+  train.dumps = nullptr;
+  train.pipeline.timings = nullptr;
+  train.pipeline.on_pass = nullptr;
+  ASSIGN_OR_RETURN(
+      program::TrainProgram program,
+      passes::BuildTrainProgram(std::move(traced.module), traced.params, traced.inputs, train));
+  const program::TrainEntry& entry = program.entries.front();
+  ASSIGN_OR_RETURN(
+      analysis::BufferAssignment assignment,
+      analysis::AssignBuffers(*entry.module, analysis::DonationOptions(entry.signature)));
+  passes::RematSlice slice{.policy = policy,
+                           .blocks = blocks,
+                           .below_none = below_none,
+                           .arena_bytes = assignment.arena_size()};
+  for (const passes::KernelRow& row : passes::AnalyzeKernels(*entry.module, options.roofline_gpu)) {
+    slice.time_us += row.time_us;
+  }
+  return slice;
+}
+
+}  // namespace
+
+StatusOr<RematSearch> SearchRematPlan(const CompileOptions& options, int64_t budget_bytes) {
+  const int blocks = static_cast<int>(options.config.layers);
+  const int shallow = blocks >= 3 ? 2 : 1;
+  std::vector<passes::RematSlice> slices;
+  for (passes::RematPolicy policy : passes::kPlanPolicies) {
+    for (int depth : {shallow, shallow + 1, -1}) {
+      const bool below_none = depth < 0;
+      if (below_none && policy == passes::RematPolicy::kNone) continue;
+      if (below_none) depth = shallow + 1;
+      StatusOr<passes::RematSlice> slice = CompileSlice(options, depth, policy, below_none);
+      if (!slice.ok()) {
+        return slice.status().WithPrefix(
+            fmt::format("remat auto: the {}-block slice with {} under {}", depth,
+                        below_none ? "block 0" : "every block", passes::RematPolicyName(policy)));
+      }
+      slices.push_back(*slice);
+    }
+  }
+  ASSIGN_OR_RETURN(passes::RematCostModel model, passes::RematCostModel::Fit(slices, blocks));
+  ASSIGN_OR_RETURN(passes::EstimatedPlan chosen, passes::ChooseRematPlan(model, budget_bytes));
+  std::string comparison = passes::RenderPlanComparison(model, budget_bytes, chosen);
+  return RematSearch{.chosen = std::move(chosen), .comparison = std::move(comparison)};
+}
+
+}  // namespace gptc::tools

@@ -1,0 +1,34 @@
+// `--remat auto`: the slice compiles that measure each remat policy on this
+// model, batch and sequence, and the per-block plan they choose for a memory
+// budget (Note [per-block remat plans] in passes/remat_planner.h).
+#ifndef GPTC_TOOLS_GPTC_REMAT_SEARCH_H_
+#define GPTC_TOOLS_GPTC_REMAT_SEARCH_H_
+
+#include <cstdint>
+#include <string>
+
+#include "compiler/support/status.h"
+#include "passes/remat_planner.h"
+#include "tools/gptc/compile_program.h"
+
+namespace gptc::tools {
+
+struct RematSearch {
+  passes::EstimatedPlan chosen;
+  // The uniform plans, the greedy one and the chosen one, with their
+  // estimates (passes::RenderPlanComparison).
+  std::string comparison;
+};
+
+// Compiles `options`' model with 2 and 3 blocks (1 and 2 when it has fewer
+// than 3) under none, dots and block, and 3 (2) with block 0 under dots and
+// block below none, through buffer assignment (Note [per-block remat plans]),
+// and chooses
+// the fastest plan whose estimated arena of the train entry is within
+// `budget_bytes`. Errors name the slice that failed, or the smallest arena
+// and the budget.
+StatusOr<RematSearch> SearchRematPlan(const CompileOptions& options, int64_t budget_bytes);
+
+}  // namespace gptc::tools
+
+#endif  // GPTC_TOOLS_GPTC_REMAT_SEARCH_H_
