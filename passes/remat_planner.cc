@@ -33,7 +33,8 @@ EstimatedPlan Estimate(const RematCostModel& model, std::string name,
 
 }  // namespace
 
-StatusOr<RematCostModel> RematCostModel::Fit(const std::vector<RematSlice>& slices, int blocks) {
+StatusOr<RematCostModel> RematCostModel::Fit(const std::vector<RematSlice>& slices, int blocks,
+                                             int64_t fixed_bytes) {
   if (blocks < 1) return Error("remat planner: a model of {} blocks has nothing to plan", blocks);
   // (policy, depth) -> slice; the two depths are the smallest two measured.
   std::map<std::pair<int, int>, const RematSlice*> by_key;
@@ -73,6 +74,10 @@ StatusOr<RematCostModel> RematCostModel::Fit(const std::vector<RematSlice>& slic
   }
   const int none = PolicyIndex(RematPolicy::kNone);
   model.base_bytes_ = intercept[none];
+  const RematSlice& s0 = *by_key[{none, d0}];
+  const RematSlice& s1 = *by_key[{none, d1}];
+  const int64_t other_per_block = (s1.other_bytes - s0.other_bytes) / (d1 - d0);
+  model.other_bytes_ = s0.other_bytes + (blocks - d0) * other_per_block + fixed_bytes;
   model.base_us_ = by_key[{none, d0}]->time_us - d0 * model.costs_[none].layer_us;
   for (int p = 0; p < kNumPlanPolicies; ++p) {
     BlockCost& c = model.costs_[p];
@@ -112,7 +117,7 @@ int64_t RematCostModel::ArenaBytes(const std::vector<RematPolicy>& plan) const {
     transient =
         std::max(transient, none_on_top ? cost(p).transient_below_none : cost(p).transient_bytes);
   }
-  return bytes + transient;
+  return bytes + transient + other_bytes_;
 }
 
 double RematCostModel::TimeUs(const std::vector<RematPolicy>& plan) const {
@@ -152,8 +157,9 @@ StatusOr<EstimatedPlan> ChooseRematPlan(const RematCostModel& model, int64_t bud
   visit(visit, 0, model.blocks());
   if (!best) {
     return Error(
-        "remat auto: no plan fits the memory budget {} ({} bytes): the smallest arena is {} ({} "
-        "bytes, plan {}); use a smaller batch or sequence, or a larger --memory-budget",
+        "remat auto: no plan fits the memory budget {} ({} bytes): all entries' arenas take at "
+        "least {} ({} bytes, plan {}); use a smaller batch or sequence, --no-logits, or a larger "
+        "--memory-budget",
         FormatBytes(budget_bytes), budget_bytes, FormatBytes(smallest), smallest,
         FormatRematPlan(smallest_plan));
   }
@@ -198,9 +204,11 @@ std::string RenderPlanComparison(const RematCostModel& model, int64_t budget_byt
   }
   rows.push_back(GreedyRematPlan(model, budget_bytes));
   rows.push_back(chosen);
-  std::string out = fmt::format("remat plans for a budget of {} (estimates of the slice model):\n",
-                                FormatBytes(budget_bytes));
-  out += fmt::format("  {:<8} {:>11} {:>12} {:>12}  {:<4}  {}\n", "plan", "arena", "est. ms",
+  std::string out = fmt::format(
+      "remat plans for a budget of {} (estimates of the slice model; arenas of all entries, {} "
+      "of them beside the train step's):\n",
+      FormatBytes(budget_bytes), FormatBytes(model.other_bytes()));
+  out += fmt::format("  {:<8} {:>11} {:>12} {:>12}  {:<4}  {}\n", "plan", "arenas", "est. ms",
                      "recompute ms", "fits", "blocks");
   for (const EstimatedPlan& r : rows) {
     out += fmt::format("  {:<8} {:>11} {:>12.3f} {:>12.3f}  {:<4}  {}\n", r.name,

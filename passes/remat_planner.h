@@ -15,15 +15,18 @@
 //   layer_us(p)        = time(3 blocks, p) - time(2 blocks, p)
 // and for a plan of L blocks
 //   arena(plan) = intercept(none) + sum over blocks of layer_bytes(p_l)
-//                 + max over blocks of transient_bytes(p_l)
+//                 + max over blocks of transient_bytes(p_l) + other(L)
 //   time(plan)  = time(2 blocks, none) - 2 layer_us(none) + sum of layer_us(p_l)
-// which is exact for the uniform plans at every depth (the slices' arenas
-// grow linearly in the blocks). A block that recomputes (block, dots) needs
-// its transient only during its own backward, so the plan puts the
-// recomputing blocks at the bottom, where the blocks above have freed their
-// saved values: block, wide, dots, then none from block 0 up. There the
-// transient is mostly hidden: three more slices, the deeper depth with block
-// 0 under block, wide or dots and the rest under none, measure what is left of it
+// where other(L) is the other entries' arenas: grad-accum's apply, fitted to
+// the none slices the same way, and the logits and eval entries, which the
+// driver builds at full depth first (their schedules make them grow faster
+// than linearly in the blocks): the budget bounds every arena gptrun
+// allocates at load. The model is exact for the uniform plans at
+// every depth (the slices' arenas grow linearly in the blocks). A block that recomputes (block,
+// dots) needs its transient only during its own backward, so the plan puts the recomputing blocks
+// at the bottom, where the blocks above have freed their saved values: block, wide, dots, then none
+// from block 0 up. There the transient is mostly hidden: three more slices, the deeper depth with
+// block 0 under block, wide or dots and the rest under none, measure what is left of it
 // (transient_below_none); a plan with a none block on top counts those, one
 // without counts the full transients. The driver checks the chosen plan's
 // real arena against the budget (tools/gptc/compile_program.cc).
@@ -52,8 +55,10 @@ struct RematSlice {
   RematPolicy policy = RematPolicy::kNone;
   int blocks = 0;
   bool below_none = false;
-  int64_t arena_bytes = 0;
-  double time_us = 0;  // the fusion report's total
+  int64_t arena_bytes = 0;  // the entry with the backward (train_step, accumulate)
+  double time_us = 0;       // the fusion report's total
+  // The other entries' arenas (grad-accum's apply), which no plan changes.
+  int64_t other_bytes = 0;
 };
 
 // What one block costs under one policy (Note [per-block remat plans]).
@@ -77,18 +82,23 @@ class RematCostModel {
   // From two slice depths under each policy, and the deeper depth with block
   // 0 under each recomputing policy below none (eleven slices); errors name
   // what is missing.
-  static StatusOr<RematCostModel> Fit(const std::vector<RematSlice>& slices, int blocks);
+  // `fixed_bytes`: arenas beside the slices' entries (the logits and eval
+  // entries').
+  static StatusOr<RematCostModel> Fit(const std::vector<RematSlice>& slices, int blocks,
+                                      int64_t fixed_bytes = 0);
 
   int blocks() const { return blocks_; }
   const BlockCost& cost(RematPolicy policy) const;
   // The plan of `counts[i]` blocks under kPlanPolicies[i], stacked in that order.
   std::vector<RematPolicy> Plan(const std::array<int, kNumPlanPolicies>& counts) const;
+  // All entries' arenas under `plan`.
   int64_t ArenaBytes(const std::vector<RematPolicy>& plan) const;
+  int64_t other_bytes() const { return other_bytes_; }
   double TimeUs(const std::vector<RematPolicy>& plan) const;
 
  private:
   int blocks_ = 0;
-  int64_t base_bytes_ = 0;
+  int64_t base_bytes_ = 0, other_bytes_ = 0;
   double base_us_ = 0;
   std::array<BlockCost, kNumPlanPolicies> costs_{};  // by kPlanPolicies' order
 };

@@ -1,5 +1,7 @@
 #include "runtime/gpu/device.h"
 
+#include <algorithm>
+
 #include "compiler/support/text.h"
 #include "runtime/gpu/backend.h"
 #include "runtime/gpu/cuda_api.h"
@@ -14,19 +16,22 @@ std::string Version(int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10
 
 Status CheckMemoryFits(const std::vector<MemoryNeed>& needs, int64_t reserve_bytes,
                        const DeviceInfo& device, std::string_view artifact) {
-  int64_t total = reserve_bytes;
+  int64_t total = reserve_bytes, arenas = 0;
   std::string parts;
   for (const MemoryNeed& n : needs) {
     total += n.bytes;
+    if (n.arena) arenas += n.bytes;
     parts += fmt::format("{} {}, ", n.what, FormatBytes(n.bytes));
   }
   if (total <= device.free_bytes) return Status::Ok();
+  // What the arenas may take with everything else in place.
+  const int64_t budget = std::max<int64_t>(0, device.free_bytes - (total - arenas));
   return Error(
       "{}: needs {} of device memory ({}{} reserved for CUDA and cuBLASLt), {} has "
-      "{} free of {}: compile with a smaller --batch, or with --remat dots or --remat "
-      "block (gptc compile)",
+      "{} free of {}: compile with --remat auto --memory-budget {}B (or a smaller --batch, "
+      "or --no-logits; gptc compile)",
       artifact, FormatBytes(total), parts, FormatBytes(reserve_bytes), device.name,
-      FormatBytes(device.free_bytes), FormatBytes(device.total_bytes));
+      FormatBytes(device.free_bytes), FormatBytes(device.total_bytes), budget);
 }
 
 std::string DeviceInfo::Describe() const {

@@ -49,11 +49,12 @@ Status QueryMemory(const RuntimeApi& cuda, int64_t* free_bytes, int64_t* total_b
 struct MemoryNeed {
   std::string what;
   int64_t bytes = 0;
+  bool arena = false;  // an entry's arena: what gptc compile --memory-budget bounds
 };
 
 // Ok when `needs` plus `reserve_bytes` fit in the device's free memory; else
-// one line naming the artifact, the sizes, and what to change ("compile with
-// a smaller --batch, or with --remat dots|block").
+// one line naming the artifact, the sizes, and what to change: the
+// --memory-budget for gptc compile --remat auto that leaves room for the rest.
 Status CheckMemoryFits(const std::vector<MemoryNeed>& needs, int64_t reserve_bytes,
                        const DeviceInfo& device, std::string_view artifact);
 

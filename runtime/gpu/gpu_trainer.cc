@@ -260,7 +260,7 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
   }
   std::vector<MemoryNeed> needs;
   for (const EntryPlan& p : ordered)
-    needs.push_back({fmt::format("arena of {}", p.name()), p.arena_size});
+    needs.push_back({fmt::format("arena of {}", p.name()), p.arena_size, true});
   needs.push_back({"cuBLASLt workspace", workspace_bytes});
   RETURN_IF_ERROR(CheckMemoryFits(needs, options.reserve_bytes, device, Where()));
 
@@ -722,7 +722,10 @@ std::string GpuTrainer::DeviceName() const { return impl_->device.name; }
 std::string GpuTrainer::ProfileReport(int top_n) const {
   const Impl& m = *impl_;
   std::string out = (m.profile.runs() > 0 ? m.profile : m.first_profile).Format(top_n);
-  if (m.autotuner != nullptr) out += "\n" + m.autotuner->Table();
+  if (m.autotuner != nullptr) {
+    out += '\n';
+    out += m.autotuner->Table();
+  }
   return out;
 }
 

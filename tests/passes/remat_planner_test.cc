@@ -67,6 +67,24 @@ TEST(RematPlannerTest, TheModelIsExactForUniformPlans) {
             (std::vector<P>{P::kBlock, P::kBlock, P::kWide, P::kDots, P::kNone, P::kNone}));
 }
 
+TEST(RematPlannerTest, TheOtherEntriesArenasCount) {
+  // The logits and eval entries: 200 bytes and 5 a block, whatever the plan.
+  std::vector<RematSlice> slices = Slices(Costs());
+  for (RematSlice& s : slices) {
+    if (s.policy == P::kNone) s.other_bytes = 200 + 5 * s.blocks;
+  }
+  const RematCostModel model = RematCostModel::Fit(slices, 12).value();
+  EXPECT_EQ(model.other_bytes(), 200 + 5 * 12);
+  EXPECT_EQ(model.ArenaBytes(std::vector<P>(12, P::kNone)), 1000 + 12 * 100 + 260);
+  EXPECT_EQ(model.ArenaBytes(std::vector<P>(12, P::kBlock)), 1000 + 12 * 30 + 60 + 260);
+  StatusOr<EstimatedPlan> none_fits = ChooseRematPlan(model, 1000 + 12 * 100 + 260);
+  ASSERT_TRUE(none_fits.ok());
+  EXPECT_EQ(FormatRematPlan(none_fits->layers), "none:0-11");
+  StatusOr<EstimatedPlan> less = ChooseRematPlan(model, 1000 + 12 * 100 + 259);
+  ASSERT_TRUE(less.ok());
+  EXPECT_NE(FormatRematPlan(less->layers), "none:0-11");
+}
+
 TEST(RematPlannerTest, TheFastestPlanThatFitsIsChosen) {
   const int blocks = 6;
   const RematCostModel model = RematCostModel::Fit(Slices(Costs()), blocks).value();

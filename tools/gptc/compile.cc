@@ -86,8 +86,8 @@ Flags DeclareCompileFlags() {
              "time whose arena fits --memory-budget",
              "none")
       .Value("memory-budget", "BYTES",
-             "the train step's arena budget of --remat auto, e.g. 40GiB (the whole arena, "
-             "scratch included)");
+             "--remat auto: what all entries' arenas may take together, e.g. 80GiB (what "
+             "gptrun allocates at load, scratch included)");
   flags.Section("output")
       .Value("output", "FILE",
              "FILE.gptx: the artifact; any other name: the IR text (default: MODEL.ir)")

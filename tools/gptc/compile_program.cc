@@ -210,6 +210,7 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
 // [per-block remat plans] in passes/remat_planner.h).
 struct RematAuto {
   int64_t budget = 0;
+  int64_t target = 0;  // what the plan is chosen for: the budget less earlier excess
   RematSearch search;
   // Set when the plan's real arena came out over the budget: by how much.
   int64_t over = 0;
@@ -219,25 +220,72 @@ struct RematAuto {
 std::string AppliedRemat(const RematAuto& a) {
   return fmt::format("auto: {}", passes::FormatRematPlan(a.search.chosen.layers));
 }
-// The sampling entry (batch 1, the train step's seq: gptrun's samples) and
-// the validation entry (`forward`, the very forward the train step was
-// built from, with `traced`'s data inputs).
-Status AddForwardEntries(program::TrainProgram& program, const CompileOptions& options,
-                         const passes::TrainStepOptions& train, std::unique_ptr<ir::Module> forward,
-                         const frontend::TracedModule& traced) {
-  ASSIGN_OR_RETURN(frontend::TracedModule logits,
-                   models::TraceGpt2Logits(options.config, 1, options.seq));
-  RETURN_IF_ERROR(passes::AddLogitsEntry(program, std::move(logits.module), logits.inputs, train)
-                      .WithPrefix("logits entry"));
-  return passes::AddEvalEntry(program, std::move(forward), traced.inputs, train)
-      .WithPrefix("eval entry");
+// Whether `arenas` bytes exceed `remat_auto`'s budget (when there is one);
+// records by how much.
+bool OverBudget(RematAuto* remat_auto, int64_t arenas) {
+  if (remat_auto == nullptr || arenas <= remat_auto->budget) return false;
+  remat_auto->over = arenas - remat_auto->budget;
+  return true;
 }
 
-}  // namespace
+// The sizes the summary line gives of the compiled modules.
+struct ModuleSizes {
+  int64_t instructions = 0;
+  size_t computations = 0, params = 0;
+  int64_t param_values = 0;
+};
+
+// "compiled gpt2-124m train step (12 layers, ...; batch 16, seq 1024;
+// grad-accum 1): N instructions in M computations, ...", up to the entries'
+// rows; `remat_note` follows the entries.
+std::string SummaryHead(const CompileOptions& options, const ModuleSizes& sizes,
+                        const std::string& entries, const std::string& remat_note) {
+  const models::GptConfig& config = options.config;
+  std::string what = options.forward_only ? fmt::format("traced {}", config.name)
+                                          : fmt::format("compiled {} train step", config.name);
+  std::string accum_note =
+      options.forward_only ? "" : fmt::format("; grad-accum {}", options.train.grad_accum);
+  if (!options.forward_only && options.train.world_size > 1) {
+    accum_note += fmt::format("; dp {} (batch per rank)", options.train.world_size);
+  }
+  return fmt::format(
+      "{} ({} layers, {} heads, width {}; batch {}, seq {}{}): {} instructions in {} "
+      "computations, {} parameters ({} values){}{}{}",
+      what, config.layers, config.heads, config.width, options.batch, options.seq, accum_note,
+      WithThousands(sizes.instructions), sizes.computations, sizes.params,
+      WithThousands(sizes.param_values), entries.empty() ? "" : ", entries ", entries, remat_note);
+}
+
+// --remat auto, with the logits and eval entries built first (`forward`,
+// whose arenas no plan changes): chooses the plan for what is left of the
+// budget and sets it in `train`.
+Status ChooseRematPlan(const CompileOptions& options, const program::TrainProgram& forward,
+                       RematAuto& remat_auto, passes::TrainStepOptions& train) {
+  ASSIGN_OR_RETURN(std::vector<analysis::BufferAssignment> assignments,
+                   AssignEntryBuffers(forward));
+  int64_t forward_bytes = 0;
+  for (const analysis::BufferAssignment& a : assignments) forward_bytes += a.arena_size();
+  StatusOr<RematSearch> search = SearchRematPlan(options, remat_auto.target, forward_bytes);
+  if (!search.ok() && remat_auto.target != remat_auto.budget) {
+    return search.status().WithPrefix(
+        fmt::format("remat auto: the arenas came out over their estimates, so the budget less "
+                    "the excess ({})",
+                    FormatBytes(remat_auto.target)));
+  }
+  RETURN_IF_ERROR(search.status());
+  remat_auto.search = std::move(*search);
+  if (options.print_memory_report) std::printf("%s", remat_auto.search.comparison.c_str());
+  if (!options.dump_dir.empty()) {
+    RETURN_IF_ERROR(
+        WriteFileAtomically(options.dump_dir + "/remat-plans.txt", remat_auto.search.comparison));
+  }
+  train.remat.layers = remat_auto.search.chosen.layers;
+  return Status::Ok();
+}
 
 // The compile of `options` with its remat policy or plan as given; with
-// `remat_auto`, stops early (setting its `over`) once the train entry's arena
-// is known to be over the budget.
+// `remat_auto`, stops early (setting its `over`) once the entries' arenas
+// are known to be over the budget.
 StatusOr<CompileResult> CompileWithPlan(const CompileOptions& options,
                                         const CompileProgress& progress, RematAuto* remat_auto) {
 #ifndef GPTC_HAVE_ARTIFACT_WRITER
@@ -286,12 +334,24 @@ StatusOr<CompileResult> CompileWithPlan(const CompileOptions& options,
         options.forward_entries ? traced.module->Clone() : nullptr;
     // Each module of an IR file has its own name (gptc eval --module picks one).
     if (forward) forward->set_name(config.name + ".eval");
+    // --remat auto: the forward entries first, as the plan is chosen for
+    // what their arenas leave of the budget.
+    program::TrainProgram forward_entries{.params = traced.params};
+    if (remat_auto != nullptr) {
+      show("remat auto: compiling slices of the model under each policy", true);
+      if (forward) {
+        RETURN_IF_ERROR(
+            AddForwardEntries(forward_entries, options, train, std::move(forward), traced));
+      }
+      RETURN_IF_ERROR(ChooseRematPlan(options, forward_entries, *remat_auto, train));
+      remat = AppliedRemat(*remat_auto);
+      lap("remat-search");
+    }
     ASSIGN_OR_RETURN(program, passes::BuildTrainProgram(std::move(traced.module), traced.params,
                                                         traced.inputs, train));
-    if (remat_auto != nullptr) remat = AppliedRemat(*remat_auto);
-    if (options.forward_entries) {
+    for (program::TrainEntry& e : forward_entries.entries) program.entries.push_back(std::move(e));
+    if (forward)
       RETURN_IF_ERROR(AddForwardEntries(program, options, train, std::move(forward), traced));
-    }
     for (const program::TrainEntry& e : program.entries) {
       modules.push_back(e.module.get());
       entries += fmt::format("{}{} ({} inputs -> {} outputs)", entries.empty() ? "" : ", ",
@@ -306,10 +366,9 @@ StatusOr<CompileResult> CompileWithPlan(const CompileOptions& options,
   if (!options.forward_only && (train.optimize || options.artifact)) {
     show("buffer assignment and reports", true);
     ASSIGN_OR_RETURN(assignments, AssignEntryBuffers(program));
-    if (remat_auto != nullptr && assignments.front().arena_size() > remat_auto->budget) {
-      remat_auto->over = assignments.front().arena_size() - remat_auto->budget;
-      return result;
-    }
+    int64_t arenas = 0;
+    for (const analysis::BufferAssignment& a : assignments) arenas += a.arena_size();
+    if (OverBudget(remat_auto, arenas)) return result;
     if (train.optimize) RETURN_IF_ERROR(WriteReports(program, options, assignments, rows));
     lap("reports");
   }
@@ -322,19 +381,8 @@ StatusOr<CompileResult> CompileWithPlan(const CompileOptions& options,
     for (const auto& c : m->computations()) instructions += c->instruction_count();
     computations += m->computations().size();
   }
-  std::string what = options.forward_only ? fmt::format("traced {}", config.name)
-                                          : fmt::format("compiled {} train step", config.name);
-  std::string accum_note =
-      options.forward_only ? "" : fmt::format("; grad-accum {}", train.grad_accum);
-  if (!options.forward_only && train.world_size > 1) {
-    accum_note += fmt::format("; dp {} (batch per rank)", train.world_size);
-  }
-  result.summary = fmt::format(
-      "{} ({} layers, {} heads, width {}; batch {}, seq {}{}): {} instructions in {} "
-      "computations, {} parameters ({} values){}{}{}",
-      what, config.layers, config.heads, config.width, options.batch, options.seq, accum_note,
-      WithThousands(instructions), computations, num_params, WithThousands(param_values),
-      entries.empty() ? "" : ", entries ", entries,
+  result.summary = SummaryHead(
+      options, {instructions, computations, num_params, param_values}, entries,
       remat_auto != nullptr ? fmt::format("; remat {} (est. {:+.3f} ms a step recomputing)", remat,
                                           remat_auto->search.chosen.recompute_us / 1e3)
                             : "");
@@ -345,10 +393,9 @@ StatusOr<CompileResult> CompileWithPlan(const CompileOptions& options,
     result.summary.clear();
     RETURN_IF_ERROR(
         BuildArtifactBytes(program, options, assignments, progress, remat, rows, result));
-    if (remat_auto != nullptr && rows.front().arena > remat_auto->budget) {
-      remat_auto->over = rows.front().arena - remat_auto->budget;
-      return result;
-    }
+    int64_t arenas = 0;
+    for (const EntryRow& r : rows) arenas += r.arena;
+    if (OverBudget(remat_auto, arenas)) return result;
     result.summary = head + FormatEntryRows(rows) + result.summary;
     return result;
   }
@@ -358,42 +405,32 @@ StatusOr<CompileResult> CompileWithPlan(const CompileOptions& options,
   return result;
 }
 
+}  // namespace
+
+Status AddForwardEntries(program::TrainProgram& program, const CompileOptions& options,
+                         const passes::TrainStepOptions& train, std::unique_ptr<ir::Module> forward,
+                         const frontend::TracedModule& traced) {
+  ASSIGN_OR_RETURN(frontend::TracedModule logits,
+                   models::TraceGpt2Logits(options.config, 1, options.seq));
+  RETURN_IF_ERROR(passes::AddLogitsEntry(program, std::move(logits.module), logits.inputs, train)
+                      .WithPrefix("logits entry"));
+  return passes::AddEvalEntry(program, std::move(forward), traced.inputs, train)
+      .WithPrefix("eval entry");
+}
+
 StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
                                        const CompileProgress& progress) {
   if (options.train.remat.policy != passes::RematPolicy::kAuto || options.forward_only) {
     return CompileWithPlan(options, progress, nullptr);
   }
-  // The slice model overestimates mixed plans (Note [per-block remat plans]);
-  // where it underestimates, or the fallbacks' scratch pushes the arena over,
-  // the plan is chosen again for the budget less the excess.
-  RematAuto remat_auto{.budget = options.memory_budget};
-  int64_t target = options.memory_budget;
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    if (progress) progress("remat auto: compiling slices of the model under each policy", true);
-    const auto start = std::chrono::steady_clock::now();
-    StatusOr<RematSearch> search = SearchRematPlan(options, target);
-    if (!search.ok() && attempt > 0) {
-      return search.status().WithPrefix(
-          fmt::format("remat auto: the plans' arenas came out over their estimates, so the "
-                      "budget less the excess ({})",
-                      FormatBytes(target)));
-    }
-    RETURN_IF_ERROR(search.status());
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    remat_auto.search = std::move(*search);
+  // Where the slice model underestimates, or the fallbacks' scratch pushes
+  // the arenas over, the plan is chosen again for the budget less the excess.
+  RematAuto remat_auto{.budget = options.memory_budget, .target = options.memory_budget};
+  for (int attempt = 0; attempt < 3; ++attempt) {
     remat_auto.over = 0;
-    if (options.print_memory_report) std::printf("%s", remat_auto.search.comparison.c_str());
-    if (!options.dump_dir.empty()) {
-      RETURN_IF_ERROR(
-          WriteFileAtomically(options.dump_dir + "/remat-plans.txt", remat_auto.search.comparison));
-    }
-    CompileOptions planned = options;
-    planned.train.remat.layers = remat_auto.search.chosen.layers;
-    ASSIGN_OR_RETURN(CompileResult result, CompileWithPlan(planned, progress, &remat_auto));
-    result.timings.insert(result.timings.begin(), {"remat-search", seconds});
+    ASSIGN_OR_RETURN(CompileResult result, CompileWithPlan(options, progress, &remat_auto));
     if (remat_auto.over == 0) return result;
-    target -= remat_auto.over;
+    remat_auto.target -= remat_auto.over;
   }
   return Error("remat auto: the plan {} still needs {} more than the memory budget {}",
                passes::FormatRematPlan(remat_auto.search.chosen.layers),

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "compiler/support/status.h"
+#include "frontend/tracer.h"
 #include "models/config.h"
 #include "passes/fusion_report.h"
 #include "passes/train_step.h"
@@ -24,8 +26,9 @@ struct CompileOptions {
   passes::TrainStepOptions train;  // grad_accum, world_size, adamw, precision, remat, optimize
   // What produced train.precision / train.remat, as the manifest records them.
   std::string precision_name = "bf16", remat_name = "none";
-  // --remat auto: the most bytes the train entry's arena may take (the
-  // epilogue fallbacks' scratch included); the plan per block is chosen for it.
+  // --remat auto: the most bytes all entries' arenas may take together (what
+  // gptrun allocates at load, the epilogue fallbacks' scratch included); the
+  // plan per block is chosen for it.
   int64_t memory_budget = 0;
 
   // An artifact (docs/ARTIFACT.md) for `target`, or else the IR text.
@@ -61,6 +64,13 @@ using CompileProgress = std::function<void(const std::string&, bool)>;
 // Compiles as `options` say. Errors name the stage and what failed in it.
 StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
                                        const CompileProgress& progress = nullptr);
+
+// Adds the sampling entry (batch 1, the train step's seq: gptrun's samples)
+// and the validation entry (`forward`, the very forward the train step was
+// built from, with `traced`'s data inputs) to `program`.
+Status AddForwardEntries(program::TrainProgram& program, const CompileOptions& options,
+                         const passes::TrainStepOptions& train, std::unique_ptr<ir::Module> forward,
+                         const frontend::TracedModule& traced);
 
 // Every input of CompileProgram that shapes its bytes, as one line of text:
 // the compile cache's key (Note [compile cache] in compile_cache.h) hashes it.

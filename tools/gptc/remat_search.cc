@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <memory>
 #include <vector>
 
 #include "compiler/analysis/buffer_assignment.h"
@@ -13,13 +14,15 @@ namespace gptc::tools {
 namespace {
 
 // One slice: the model with `blocks` blocks, every block under `policy`; its
-// train entry's (train_step, or accumulate) arena and roofline time.
-StatusOr<passes::RematSlice> CompileSlice(const CompileOptions& options, int blocks,
+// train entry's (train_step, or accumulate) arena and roofline time, and
+// under none grad-accum's apply arena too.
+StatusOr<passes::RematSlice> CompileSlice(const CompileOptions& whole, int blocks,
                                           passes::RematPolicy policy, bool below_none) {
-  models::GptConfig config = options.config;
-  config.layers = blocks;
+  CompileOptions options = whole;
+  options.config.layers = blocks;
   ASSIGN_OR_RETURN(frontend::TracedModule traced,
-                   models::TraceGpt2Forward(config, options.batch, options.seq));
+                   models::TraceGpt2Forward(options.config, options.batch, options.seq));
+  const bool others = policy == passes::RematPolicy::kNone && !below_none;
   passes::TrainStepOptions train = options.train;
   train.remat = {.policy = policy};
   if (below_none) {
@@ -33,14 +36,14 @@ StatusOr<passes::RematSlice> CompileSlice(const CompileOptions& options, int blo
   ASSIGN_OR_RETURN(
       program::TrainProgram program,
       passes::BuildTrainProgram(std::move(traced.module), traced.params, traced.inputs, train));
+  passes::RematSlice slice{.policy = policy, .blocks = blocks, .below_none = below_none};
+  for (size_t i = 0; i < (others ? program.entries.size() : 1); ++i) {
+    const program::TrainEntry& e = program.entries[i];
+    ASSIGN_OR_RETURN(analysis::BufferAssignment assignment,
+                     analysis::AssignBuffers(*e.module, analysis::DonationOptions(e.signature)));
+    (i == 0 ? slice.arena_bytes : slice.other_bytes) += assignment.arena_size();
+  }
   const program::TrainEntry& entry = program.entries.front();
-  ASSIGN_OR_RETURN(
-      analysis::BufferAssignment assignment,
-      analysis::AssignBuffers(*entry.module, analysis::DonationOptions(entry.signature)));
-  passes::RematSlice slice{.policy = policy,
-                           .blocks = blocks,
-                           .below_none = below_none,
-                           .arena_bytes = assignment.arena_size()};
   for (const passes::KernelRow& row : passes::AnalyzeKernels(*entry.module, options.roofline_gpu)) {
     slice.time_us += row.time_us;
   }
@@ -49,7 +52,8 @@ StatusOr<passes::RematSlice> CompileSlice(const CompileOptions& options, int blo
 
 }  // namespace
 
-StatusOr<RematSearch> SearchRematPlan(const CompileOptions& options, int64_t budget_bytes) {
+StatusOr<RematSearch> SearchRematPlan(const CompileOptions& options, int64_t budget_bytes,
+                                      int64_t forward_bytes) {
   const int blocks = static_cast<int>(options.config.layers);
   const int shallow = blocks >= 3 ? 2 : 1;
   std::vector<passes::RematSlice> slices;
@@ -67,7 +71,8 @@ StatusOr<RematSearch> SearchRematPlan(const CompileOptions& options, int64_t bud
       slices.push_back(*slice);
     }
   }
-  ASSIGN_OR_RETURN(passes::RematCostModel model, passes::RematCostModel::Fit(slices, blocks));
+  ASSIGN_OR_RETURN(passes::RematCostModel model,
+                   passes::RematCostModel::Fit(slices, blocks, forward_bytes));
   ASSIGN_OR_RETURN(passes::EstimatedPlan chosen, passes::ChooseRematPlan(model, budget_bytes));
   std::string comparison = passes::RenderPlanComparison(model, budget_bytes, chosen);
   return RematSearch{.chosen = std::move(chosen), .comparison = std::move(comparison)};

@@ -48,14 +48,14 @@ TEST(MemoryTest, TooLittleSaysWhatToChange) {
   d.name = "NVIDIA H100 80GB HBM3";
   d.free_bytes = int64_t{10} << 30;
   d.total_bytes = int64_t{80} << 30;
-  std::vector<MemoryNeed> needs = {{"arena of train_step", int64_t{12} << 30},
+  std::vector<MemoryNeed> needs = {{"arena of train_step", int64_t{12} << 30, true},
                                    {"cuBLASLt workspace", 32 << 20}};
   Status s = CheckMemoryFits(needs, 512 << 20, d, "big.gptx");
   EXPECT_EQ(s.message(),
             "big.gptx: needs 12.53 GiB of device memory (arena of train_step 12.00 GiB, cuBLASLt "
             "workspace 32.00 MiB, 512.00 MiB reserved for CUDA and cuBLASLt), NVIDIA H100 80GB "
-            "HBM3 has 10.00 GiB free of 80.00 GiB: compile with a smaller --batch, or with "
-            "--remat dots or --remat block (gptc compile)");
+            "HBM3 has 10.00 GiB free of 80.00 GiB: compile with --remat auto --memory-budget "
+            "10166992896B (or a smaller --batch, or --no-logits; gptc compile)");
   d.free_bytes = int64_t{13} << 30;
   EXPECT_TRUE(CheckMemoryFits(needs, 512 << 20, d, "big.gptx").ok());
 }
