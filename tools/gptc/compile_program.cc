@@ -253,7 +253,8 @@ std::string SummaryHead(const CompileOptions& options, const ModuleSizes& sizes,
       "computations, {} parameters ({} values){}{}{}",
       what, config.layers, config.heads, config.width, options.batch, options.seq, accum_note,
       WithThousands(sizes.instructions), sizes.computations, sizes.params,
-      WithThousands(sizes.param_values), entries.empty() ? "" : ", entries ", entries, remat_note);
+      WithThousands(sizes.param_values), entries.empty() ? "" : ", entries ", entries,
+      options.batch_note + remat_note);
 }
 
 // --remat auto, with the logits and eval entries built first (`forward`,
@@ -418,8 +419,93 @@ Status AddForwardEntries(program::TrainProgram& program, const CompileOptions& o
       .WithPrefix("eval entry");
 }
 
+namespace {
+
+// The arenas of the logits and eval entries of `options`' model at full
+// depth, which no remat plan changes (0 without them).
+StatusOr<int64_t> ForwardArenaBytes(const CompileOptions& options) {
+  if (!options.forward_entries) return 0;
+  ASSIGN_OR_RETURN(frontend::TracedModule traced,
+                   models::TraceGpt2Forward(options.config, options.batch, options.seq));
+  passes::TrainStepOptions train = options.train;
+  train.dumps = nullptr;
+  train.pipeline.timings = nullptr;
+  train.pipeline.on_pass = nullptr;
+  program::TrainProgram forward{.params = traced.params};
+  std::unique_ptr<ir::Module> module = std::move(traced.module);
+  RETURN_IF_ERROR(AddForwardEntries(forward, options, train, std::move(module), traced));
+  ASSIGN_OR_RETURN(std::vector<analysis::BufferAssignment> assignments,
+                   AssignEntryBuffers(forward));
+  int64_t bytes = 0;
+  for (const analysis::BufferAssignment& a : assignments) bytes += a.arena_size();
+  return bytes;
+}
+
+// The largest batch --batch auto tries without --tokens-per-step.
+constexpr int64_t kMaxAutoBatch = 1024;
+
+// --batch auto: `options` at the largest power-of-two batch (dividing the
+// rows of --tokens-per-step, when given) whose least arenas under any plan
+// fit the budget, with the grad-accum that makes the tokens a step; `note`
+// says what was chosen.
+StatusOr<CompileOptions> ChooseBatch(const CompileOptions& options, const CompileProgress& progress,
+                                     std::string& note) {
+  const int64_t world = options.train.world_size;
+  const int64_t rows = options.tokens_per_step / (options.seq * world);  // 0: not given
+  std::vector<int64_t> batches;
+  for (int64_t b = 1; b <= (rows > 0 ? rows : kMaxAutoBatch); b *= 2) {
+    if (rows == 0 || rows % b == 0) batches.push_back(b);
+  }
+  auto at = [&](int64_t b) {
+    CompileOptions o = options;
+    o.batch = b;
+    o.batch_auto = false;
+    if (rows > 0) o.train.grad_accum = rows / b;
+    return o;
+  };
+  // The least memory any plan needs at batch b.
+  auto least = [&](int64_t b) -> StatusOr<int64_t> {
+    if (progress) progress(fmt::format("batch auto: the least memory at batch {}", b), true);
+    const CompileOptions o = at(b);
+    ASSIGN_OR_RETURN(int64_t forward, ForwardArenaBytes(o));
+    ASSIGN_OR_RETURN(passes::RematCostModel model, MeasureRematCosts(o, forward));
+    return passes::SmallestRematPlan(model).arena_bytes;
+  };
+  ASSIGN_OR_RETURN(int64_t smallest, least(1));
+  if (smallest > options.memory_budget) {
+    return Error(
+        "batch auto: even batch 1 needs {} ({} bytes) under every plan, over the memory budget {} "
+        "({} bytes)",
+        FormatBytes(smallest), smallest, FormatBytes(options.memory_budget), options.memory_budget);
+  }
+  // Memory grows with the batch: the last that fits, by bisection; batches[lo]
+  // fits, batches[hi] does not (or is past the end).
+  size_t lo = 0, hi = batches.size();
+  while (hi - lo > 1) {
+    const size_t mid = (lo + hi) / 2;
+    ASSIGN_OR_RETURN(int64_t bytes, least(batches[mid]));
+    (bytes <= options.memory_budget ? lo : hi) = mid;
+  }
+  const CompileOptions chosen = at(batches[lo]);
+  note = fmt::format("; batch auto: {}{}", chosen.batch,
+                     rows > 0 ? fmt::format(" x grad-accum {} x seq {}{} = {} tokens a step",
+                                            chosen.train.grad_accum, options.seq,
+                                            world > 1 ? fmt::format(" x dp {}", world) : "",
+                                            WithThousands(options.tokens_per_step))
+                              : "");
+  return chosen;
+}
+
+}  // namespace
+
 StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
                                        const CompileProgress& progress) {
+  if (options.batch_auto) {
+    std::string note;
+    ASSIGN_OR_RETURN(CompileOptions chosen, ChooseBatch(options, progress, note));
+    chosen.batch_note = std::move(note);
+    return CompileProgram(chosen, progress);
+  }
   if (options.train.remat.policy != passes::RematPolicy::kAuto || options.forward_only) {
     return CompileWithPlan(options, progress, nullptr);
   }
@@ -445,11 +531,12 @@ std::string CompileInputs(const CompileOptions& o) {
       "model {} layers {} heads {} width {} positions {} vocab {} padded_vocab {}; batch {} seq "
       "{}; grad_accum {} world {} beta1 {} beta2 {} eps {} weight_decay {} clip_norm {}; "
       "precision {} remat {} budget {} optimize {}; artifact {} target {} emu {} codegen {} "
-      "forward_entries {} forward_only {}",
+      "forward_entries {} forward_only {}; batch_auto {} tokens_per_step {}",
       c.name, c.layers, c.heads, c.width, c.positions, c.vocab, c.padded_vocab, o.batch, o.seq,
       t.grad_accum, t.world_size, t.adamw.beta1, t.adamw.beta2, t.adamw.eps, t.adamw.weight_decay,
       t.adamw.clip_norm, o.precision_name, o.remat_name, o.memory_budget, t.optimize, o.artifact,
-      o.target, o.emu, o.codegen, o.forward_entries, o.forward_only);
+      o.target, o.emu, o.codegen, o.forward_entries, o.forward_only, o.batch_auto,
+      o.tokens_per_step);
 }
 
 }  // namespace gptc::tools

@@ -23,6 +23,15 @@ namespace gptc::tools {
 struct CompileOptions {
   models::GptConfig config;  // overrides applied
   int64_t batch = 4, seq = 0;
+  // --batch auto: the largest power of two whose arenas fit memory_budget
+  // under --remat auto (`batch` is then ignored); with tokens_per_step > 0,
+  // only batches that divide it into whole micro-batches, and grad_accum to
+  // reach it.
+  bool batch_auto = false;
+  int64_t tokens_per_step = 0;
+  // What --batch auto chose ("; batch auto: 8 ..."), which the summary line
+  // carries after the entries; set by CompileProgram.
+  std::string batch_note;
   passes::TrainStepOptions train;  // grad_accum, world_size, adamw, precision, remat, optimize
   // What produced train.precision / train.remat, as the manifest records them.
   std::string precision_name = "bf16", remat_name = "none";

@@ -52,8 +52,8 @@ StatusOr<passes::RematSlice> CompileSlice(const CompileOptions& whole, int block
 
 }  // namespace
 
-StatusOr<RematSearch> SearchRematPlan(const CompileOptions& options, int64_t budget_bytes,
-                                      int64_t forward_bytes) {
+StatusOr<passes::RematCostModel> MeasureRematCosts(const CompileOptions& options,
+                                                   int64_t forward_bytes) {
   const int blocks = static_cast<int>(options.config.layers);
   const int shallow = blocks >= 3 ? 2 : 1;
   std::vector<passes::RematSlice> slices;
@@ -71,8 +71,12 @@ StatusOr<RematSearch> SearchRematPlan(const CompileOptions& options, int64_t bud
       slices.push_back(*slice);
     }
   }
-  ASSIGN_OR_RETURN(passes::RematCostModel model,
-                   passes::RematCostModel::Fit(slices, blocks, forward_bytes));
+  return passes::RematCostModel::Fit(slices, blocks, forward_bytes);
+}
+
+StatusOr<RematSearch> SearchRematPlan(const CompileOptions& options, int64_t budget_bytes,
+                                      int64_t forward_bytes) {
+  ASSIGN_OR_RETURN(passes::RematCostModel model, MeasureRematCosts(options, forward_bytes));
   ASSIGN_OR_RETURN(passes::EstimatedPlan chosen, passes::ChooseRematPlan(model, budget_bytes));
   std::string comparison = passes::RenderPlanComparison(model, budget_bytes, chosen);
   return RematSearch{.chosen = std::move(chosen), .comparison = std::move(comparison)};

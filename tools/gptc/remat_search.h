@@ -29,6 +29,10 @@ struct RematSearch {
 StatusOr<RematSearch> SearchRematPlan(const CompileOptions& options, int64_t budget_bytes,
                                       int64_t forward_bytes);
 
+// The cost model alone, from the same slices.
+StatusOr<passes::RematCostModel> MeasureRematCosts(const CompileOptions& options,
+                                                   int64_t forward_bytes);
+
 }  // namespace gptc::tools
 
 #endif  // GPTC_TOOLS_GPTC_REMAT_SEARCH_H_

@@ -1,9 +1,13 @@
 #include "tools/gptrun/devices.h"
 
+#include <algorithm>
+
 #include "runtime/cpu_device.h"
 #if GPTC_HAVE_GPU
 #include "runtime/emu/emu_trainer.h"
 #include "runtime/gpu/autotune_cache.h"
+#include "runtime/gpu/backend.h"
+#include "runtime/gpu/device.h"
 #include "runtime/gpu/gpu_trainer.h"
 #endif
 
@@ -16,6 +20,19 @@ bool GpuPresent() {
   return rt::gpu::CountDevices() > 0;
 #else
   return false;
+#endif
+}
+
+StatusOr<int64_t> GpuMemoryBudget(int ordinal) {
+#if GPTC_HAVE_GPU
+  if (rt::gpu::CountDevices() == 0) return Error("no GPU to take the memory budget from");
+  ASSIGN_OR_RETURN(rt::gpu::DeviceInfo device, rt::gpu::OpenDevice(rt::gpu::Cuda(), ordinal));
+  // The trainer's reserve (GpuOptions::reserve_bytes) and a cuBLASLt
+  // workspace as large as any gemm plan asks.
+  const int64_t beside = rt::gpu::GpuOptions{}.reserve_bytes + (int64_t{256} << 20);
+  return std::max<int64_t>(0, device.free_bytes - beside);
+#else
+  return Error("this gptrun has no GPU device to take the memory budget from");
 #endif
 }
 

@@ -21,6 +21,11 @@ bool HaveGpuDevice();
 // Whether this gptrun has the GPU device and a GPU is present to run it.
 bool GpuPresent();
 
+// --model --remat auto on a GPU without --memory-budget: GPU `ordinal`'s free
+// memory less what the runtime keeps beside the arenas (CUDA and cuBLASLt's
+// reserve and workspace), as a byte count; an error without a GPU.
+StatusOr<int64_t> GpuMemoryBudget(int ordinal);
+
 struct ChosenDevice {
   std::string name;  // "cpu", "gpu" or "emu"
   std::string note;  // "note: ..." why the default fell back to the CPU, or empty

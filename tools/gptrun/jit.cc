@@ -60,14 +60,16 @@ StatusOr<std::pair<int, std::string>> RunCapturingOutput(const std::vector<std::
 }  // namespace
 
 std::vector<std::string> JitCompileArgs(const JitOptions& o) {
-  std::vector<std::string> args = {"compile",
-                                   "--model",
-                                   o.model,
-                                   "--batch",
-                                   std::to_string(o.batch),
-                                   "--grad-accum",
-                                   std::to_string(o.grad_accum),
-                                   "--cached"};
+  std::vector<std::string> args = {
+      "compile", "--model", o.model, "--batch", o.batch_auto ? "auto" : std::to_string(o.batch),
+      "--cached"};
+  if (o.tokens_per_step > 0) {
+    args.insert(args.end(), {"--tokens-per-step", std::to_string(o.tokens_per_step)});
+  } else {
+    args.insert(args.end(), {"--grad-accum", std::to_string(o.grad_accum)});
+  }
+  if (o.remat != "none") args.insert(args.end(), {"--remat", o.remat});
+  if (!o.memory_budget.empty()) args.insert(args.end(), {"--memory-budget", o.memory_budget});
   if (o.seq > 0) {
     args.push_back("--seq");
     args.push_back(std::to_string(o.seq));
@@ -124,9 +126,21 @@ StatusOr<std::string> CompileThroughCache(const JitOptions& o, bool& usage) {
   const std::string kernels = o.device == "cpu"   ? " (no kernels: CPU device)"
                               : o.device == "emu" ? " (with host kernels for --device emu)"
                                                   : "";
-  std::printf("gptrun: %s %s, batch %lld%s in %.1f s -> %s%s\n",
+  // gptc's summary says what --batch auto and --remat auto chose.
+  std::string chosen;
+  for (const std::string& line : lines) {
+    for (const char* what : {"; batch auto: ", "; remat auto: "}) {
+      if (size_t at = line.find(what); at != std::string::npos) {
+        std::string part = line.substr(at + 2, line.find_first_of(";(", at + 2) - (at + 2));
+        while (!part.empty() && part.back() == ' ') part.pop_back();
+        chosen += ", " + part;
+      }
+    }
+  }
+  if (!o.batch_auto) chosen = fmt::format(", batch {}", o.batch) + chosen;
+  std::printf("gptrun: %s %s%s%s in %.1f s -> %s%s\n",
               how == "reused" ? "reused the cached compile of" : "compiled", o.model.c_str(),
-              static_cast<long long>(o.batch), kernels.c_str(), seconds, path.c_str(),
+              chosen.c_str(), kernels.c_str(), seconds, path.c_str(),
               o.artifact_out.empty() ? "" : fmt::format(" (copy: {})", o.artifact_out).c_str());
   std::fflush(stdout);
   return path;

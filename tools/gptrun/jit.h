@@ -17,6 +17,10 @@ namespace gptc::tools {
 struct JitOptions {
   std::string model;  // a gptc model name
   int64_t batch = 4;
+  bool batch_auto = false;  // --batch auto (gptc compile)
+  int64_t tokens_per_step = 0;
+  std::string remat = "none";  // gptc compile's --remat
+  std::string memory_budget;   // gptc's --memory-budget text; empty: none given
   int64_t seq = 0;  // 0: the model's context length
   int64_t grad_accum = 1;
   // The kernels to compile for: "gpu" (sm_90a), "emu" (also the host

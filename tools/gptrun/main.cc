@@ -29,6 +29,7 @@
 
 #include "compiler/support/file.h"
 #include "compiler/support/status.h"
+#include "compiler/support/text.h"
 #include "runtime/gpu/autotune_options.h"
 #include "tools/common/data_files.h"
 #include "tools/common/flags.h"
@@ -58,7 +59,16 @@ Flags DeclareFlags() {
       .Value("model", "NAME",
              "compile this model (gptc models) with the gptc beside gptrun, through its "
              "compile cache, and train it")
-      .Value("batch", "N", "--model: sequences per step", "4")
+      .Value("batch", "N|auto",
+             "--model: sequences per step; auto: the largest that fits --memory-budget "
+             "(gptc compile --batch auto; needs --remat auto)",
+             "4")
+      .Value("tokens-per-step", "N", "--model --batch auto: grad-accum to make N tokens a step")
+      .Value("remat", "none|dots|wide|block|auto|PLAN",
+             "--model: what the backward recomputes (gptc compile --remat)", "none")
+      .Value("memory-budget", "BYTES",
+             "--model --remat auto: what the arenas may take (default on a GPU: its free memory "
+             "less the runtime's reserve and workspace)")
       .Value("seq", "T", "--model: tokens per sequence (default: the model's context length)")
       .Value("artifact-out", "FILE.gptx", "--model: also keep the artifact there");
   flags.Section("device")
@@ -163,6 +173,25 @@ Status ReadTuningFlags(const Flags& flags, TrainOptions& o) {
   return CheckOutputTarget(o.profile_json).WithPrefix("--profile-json");
 }
 
+// --model's --memory-budget: as given, or for --remat auto on a GPU its free
+// memory less what the runtime keeps beside the arenas (said on stderr).
+Status JitMemoryBudget(const Flags& flags, JitOptions& jo, int64_t gpu) {
+  if (flags.Has("memory-budget")) {  // gptc checks the text
+    jo.memory_budget = flags.Get("memory-budget");
+    return Status::Ok();
+  }
+  if (jo.remat != "auto") return Status::Ok();
+  if (jo.device != "gpu") {
+    return Error("--remat auto on the {} device needs --memory-budget", jo.device);
+  }
+  StatusOr<int64_t> budget = GpuMemoryBudget(static_cast<int>(std::max<int64_t>(gpu, 0)));
+  if (!budget.ok()) return budget.status().WithPrefix("--remat auto without --memory-budget");
+  jo.memory_budget = std::to_string(*budget);
+  fmt::print(stderr, "gptrun: --memory-budget {} (the GPU's free memory less the runtime's)\n",
+             FormatBytes(*budget));
+  return Status::Ok();
+}
+
 int Main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "generate") return GenerateMain(argc, argv);
   Flags flags = DeclareFlags();
@@ -177,7 +206,8 @@ int Main(int argc, char** argv) {
     return Fail(kExitUsage, Error("unexpected argument '{}'{}", flags.positional().back(),
                                   jit ? " (--model compiles the artifact)" : ""));
   }
-  for (const char* name : {"batch", "seq", "artifact-out"}) {
+  for (const char* name :
+       {"batch", "seq", "artifact-out", "tokens-per-step", "remat", "memory-budget"}) {
     if (flags.Has(name) && !jit) return Fail(kExitUsage, Error("--{} applies to --model", name));
   }
   TrainOptions o;
@@ -262,7 +292,11 @@ int Main(int argc, char** argv) {
   jo.model = flags.Get("model");
   jo.grad_accum = std::max<int64_t>(1, o.grad_accum);  // 0: not given
   jo.artifact_out = flags.Get("artifact-out");
-  for (auto [name, field] : {std::pair{"batch", &jo.batch}, std::pair{"seq", &jo.seq}}) {
+  jo.batch_auto = flags.Get("batch") == "auto";
+  jo.remat = flags.Get("remat");
+  for (auto [name, field] : {std::pair{"batch", &jo.batch}, std::pair{"seq", &jo.seq},
+                             std::pair{"tokens-per-step", &jo.tokens_per_step}}) {
+    if (std::string_view(name) == "batch" && jo.batch_auto) continue;
     StatusOr<int64_t> v = flags.GetInt(name, *field);
     if (!v.ok()) return Fail(kExitUsage, v.status());
     if (flags.Has(name) && *v < 1)
@@ -271,6 +305,7 @@ int Main(int argc, char** argv) {
   }
   // Kernels only for a device that runs them (no GPU here: the CPU device).
   jo.device = o.device.empty() ? (GpuPresent() ? "gpu" : "cpu") : o.device;
+  if (Status s = JitMemoryBudget(flags, jo, gpu); !s.ok()) return Fail(kExitUsage, s);
   bool usage = false;
   StatusOr<std::string> artifact = CompileThroughCache(jo, usage);
   if (!artifact.ok()) return Fail(usage ? kExitUsage : 1, artifact.status());
