@@ -36,6 +36,15 @@ StatusOr<std::vector<analysis::BufferAssignment>> AssignEntryBuffers(
   return out;
 }
 
+// The bytes of all of `program`'s entries' arenas together (no scratch).
+StatusOr<int64_t> ProgramArenaBytes(const program::TrainProgram& program) {
+  ASSIGN_OR_RETURN(std::vector<analysis::BufferAssignment> assignments,
+                   AssignEntryBuffers(program));
+  int64_t bytes = 0;
+  for (const analysis::BufferAssignment& a : assignments) bytes += a.arena_size();
+  return bytes;
+}
+
 // What the summary line says of one entry.
 struct EntryRow {
   std::string entry;
@@ -260,12 +269,9 @@ std::string SummaryHead(const CompileOptions& options, const ModuleSizes& sizes,
 // --remat auto, with the logits and eval entries built first (`forward`,
 // whose arenas no plan changes): chooses the plan for what is left of the
 // budget and sets it in `train`.
-Status ChooseRematPlan(const CompileOptions& options, const program::TrainProgram& forward,
-                       RematAuto& remat_auto, passes::TrainStepOptions& train) {
-  ASSIGN_OR_RETURN(std::vector<analysis::BufferAssignment> assignments,
-                   AssignEntryBuffers(forward));
-  int64_t forward_bytes = 0;
-  for (const analysis::BufferAssignment& a : assignments) forward_bytes += a.arena_size();
+Status PlanRematForBudget(const CompileOptions& options, const program::TrainProgram& forward,
+                          RematAuto& remat_auto, passes::TrainStepOptions& train) {
+  ASSIGN_OR_RETURN(int64_t forward_bytes, ProgramArenaBytes(forward));
   StatusOr<RematSearch> search = SearchRematPlan(options, remat_auto.target, forward_bytes);
   if (!search.ok() && remat_auto.target != remat_auto.budget) {
     return search.status().WithPrefix(
@@ -344,7 +350,7 @@ StatusOr<CompileResult> CompileWithPlan(const CompileOptions& options,
         RETURN_IF_ERROR(
             AddForwardEntries(forward_entries, options, train, std::move(forward), traced));
       }
-      RETURN_IF_ERROR(ChooseRematPlan(options, forward_entries, *remat_auto, train));
+      RETURN_IF_ERROR(PlanRematForBudget(options, forward_entries, *remat_auto, train));
       remat = AppliedRemat(*remat_auto);
       lap("remat-search");
     }
@@ -434,11 +440,7 @@ StatusOr<int64_t> ForwardArenaBytes(const CompileOptions& options) {
   program::TrainProgram forward{.params = traced.params};
   std::unique_ptr<ir::Module> module = std::move(traced.module);
   RETURN_IF_ERROR(AddForwardEntries(forward, options, train, std::move(module), traced));
-  ASSIGN_OR_RETURN(std::vector<analysis::BufferAssignment> assignments,
-                   AssignEntryBuffers(forward));
-  int64_t bytes = 0;
-  for (const analysis::BufferAssignment& a : assignments) bytes += a.arena_size();
-  return bytes;
+  return ProgramArenaBytes(forward);
 }
 
 // The largest batch --batch auto tries without --tokens-per-step.
