@@ -174,7 +174,7 @@ StatusOr<EstimatedPlan> ChooseRematPlan(const RematCostModel& model, int64_t bud
     const EstimatedPlan smallest = SmallestRematPlan(model);
     return Error(
         "remat auto: no plan fits the memory budget {} ({} bytes): all entries' arenas take at "
-        "least {} ({} bytes, plan {}); use a smaller batch or sequence, --no-logits, or a larger "
+        "least {} ({} bytes, plan {}); use a smaller batch or sequence, or a larger "
         "--memory-budget",
         FormatBytes(budget_bytes), budget_bytes, FormatBytes(smallest.arena_bytes),
         smallest.arena_bytes, FormatRematPlan(smallest.layers));
@@ -221,9 +221,11 @@ std::string RenderPlanComparison(const RematCostModel& model, int64_t budget_byt
   rows.push_back(GreedyRematPlan(model, budget_bytes));
   rows.push_back(chosen);
   std::string out = fmt::format(
-      "remat plans for a budget of {} (estimates of the slice model; arenas of all entries, {} "
-      "of them beside the train step's):\n",
-      FormatBytes(budget_bytes), FormatBytes(model.other_bytes()));
+      "remat plans for a budget of {} (estimates of the slice model; arenas of all entries{}):\n",
+      FormatBytes(budget_bytes),
+      model.other_bytes() > 0
+          ? fmt::format(", {} of them beside the train step's", FormatBytes(model.other_bytes()))
+          : "");
   out += fmt::format("  {:<8} {:>11} {:>12} {:>12}  {:<4}  {}\n", "plan", "arenas", "est. ms",
                      "recompute ms", "fits", "blocks");
   for (const EstimatedPlan& r : rows) {

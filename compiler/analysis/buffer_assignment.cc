@@ -373,12 +373,38 @@ void ShareDyingOperands(const ir::Computation& entry, const LogicalBuffers& lb,
 }
 
 // Best fit, largest first: each buffer takes the smallest gap between the
-// buffers already placed whose live ranges overlap its own (lowest offset on
-// ties), else goes above them. Sorting by (size, start, id) keeps it
-// deterministic. Sets every buffer's slice; returns the arena's size.
-int64_t PlaceBestFit(std::vector<BufferAssignment::Buffer>& buffers) {
-  std::vector<int64_t> by_size(buffers.size());
-  std::iota(by_size.begin(), by_size.end(), 0);
+// buffers already placed whose live ranges overlap its own and the reserved
+// ranges (lowest offset on ties), else goes above them. Parameters with a
+// fixed offset are placed first. Sorting by (size, start, id) keeps it
+// deterministic. Sets every buffer's slice; returns the arena's size, which
+// covers the reserved ranges.
+int64_t PlaceBestFit(std::vector<BufferAssignment::Buffer>& buffers,
+                     const BufferAssignmentOptions& options) {
+  std::vector<int64_t> placed, by_size;
+  int64_t arena = 0;
+  // Merged once: a host's parameters and moments are mostly adjacent.
+  std::vector<std::pair<int64_t, int64_t>> reserved;
+  std::vector<std::pair<int64_t, int64_t>> sorted = options.reserved;
+  std::sort(sorted.begin(), sorted.end());
+  for (auto [begin, end] : sorted) {
+    if (!reserved.empty() && begin <= reserved.back().second) {
+      reserved.back().second = std::max(reserved.back().second, end);
+    } else if (end > begin) {
+      reserved.emplace_back(begin, end);
+    }
+    arena = std::max(arena, end);
+  }
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    BufferAssignment::Buffer& buf = buffers[b];
+    auto fixed = options.parameter_offsets.find(buf.parameter);
+    if (buf.parameter < 0 || fixed == options.parameter_offsets.end()) {
+      by_size.push_back(static_cast<int64_t>(b));
+      continue;
+    }
+    buf.slice = {0, fixed->second, buf.bytes};
+    arena = std::max(arena, fixed->second + AlignUp(buf.bytes));
+    placed.push_back(static_cast<int64_t>(b));
+  }
   std::sort(by_size.begin(), by_size.end(), [&](int64_t a, int64_t b) {
     const auto& x = buffers[a];
     const auto& y = buffers[b];
@@ -386,15 +412,13 @@ int64_t PlaceBestFit(std::vector<BufferAssignment::Buffer>& buffers) {
     if (x.live.start != y.live.start) return x.live.start < y.live.start;
     return a < b;
   });
-  std::vector<int64_t> placed;
-  int64_t arena = 0;
   std::vector<std::pair<int64_t, int64_t>> taken;  // [begin, end) of overlapping buffers
   for (int64_t b : by_size) {
     BufferAssignment::Buffer& buf = buffers[b];
     const int64_t size = AlignUp(buf.bytes);
     buf.slice = {0, 0, buf.bytes};
     if (size == 0) continue;
-    taken.clear();
+    taken = reserved;
     for (int64_t other : placed) {
       if (buffers[other].live.Overlaps(buf.live)) {
         taken.emplace_back(buffers[other].slice.offset,
@@ -503,6 +527,24 @@ Status CheckDonations(const BufferAssignmentOptions& options, const ir::Computat
       return Error("buffer assignment: parameter {} is updated by two outputs", p);
     }
   }
+  for (auto [p, offset] : options.parameter_offsets) {
+    if (p < 0 || p >= static_cast<int64_t>(params.size()) || params[p] == nullptr ||
+        params[p]->shape().is_tuple() || options.donated_parameters.contains(p)) {
+      return Error(
+          "buffer assignment: parameter {} of %{} cannot take a fixed offset (it must exist, be "
+          "an array and not be donated)",
+          p, entry.name());
+    }
+    if (offset < 0 || offset % kBufferAlignment != 0) {
+      return Error("buffer assignment: parameter {}'s fixed offset {} is not {}-byte aligned", p,
+                   offset, kBufferAlignment);
+    }
+  }
+  for (auto [begin, end] : options.reserved) {
+    if (begin < 0 || end < begin) {
+      return Error("buffer assignment: reserved range [{}, {}) is empty or negative", begin, end);
+    }
+  }
   return Status::Ok();
 }
 
@@ -573,7 +615,7 @@ StatusOr<BufferAssignment> AssignBuffers(const ir::Module& module,
     for (int64_t b : leaves) mapped.push_back(new_id[merged_into[b]]);
   }
 
-  const int64_t arena = PlaceBestFit(result.buffers_);
+  const int64_t arena = PlaceBestFit(result.buffers_, options);
   result.allocations_ = {Allocation{0, arena}};
 
   std::vector<int64_t> bytes;

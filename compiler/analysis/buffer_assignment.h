@@ -90,6 +90,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "compiler/ir/module.h"
@@ -151,6 +152,11 @@ struct BufferAssignmentOptions {
   std::set<int64_t> donated_parameters;
   // Output leaf index -> donated parameter number it updates in place.
   std::map<int64_t, int64_t> output_to_parameter;
+  // Note [arena guests] (compiler/analysis/arena_guests.h): parameters that
+  // live at a fixed offset (another entry's slice of the same value), and
+  // [begin, end) ranges of the arena no other buffer of this entry may take.
+  std::map<int64_t, int64_t> parameter_offsets;
+  std::vector<std::pair<int64_t, int64_t>> reserved;
 };
 
 class BufferAssignment {

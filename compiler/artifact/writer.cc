@@ -106,10 +106,11 @@ StatusOr<std::vector<codegen::CompiledKernels>> CompileKernels(
 StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
                                       const ArtifactOptions& options) {
   RETURN_IF_ERROR(codegen::CheckTarget(options.codegen.target));
-  if (options.assignments == nullptr || options.assignments->size() != program.entries.size()) {
+  const analysis::ProgramBuffers* buffers = options.buffers;
+  if (buffers == nullptr || buffers->assignments.size() != program.entries.size() ||
+      buffers->hosts.size() != program.entries.size()) {
     return Error("{} buffer assignments for {} entries",
-                 options.assignments != nullptr ? options.assignments->size() : 0,
-                 program.entries.size());
+                 buffers != nullptr ? buffers->assignments.size() : 0, program.entries.size());
   }
   BuiltArtifact out;
   double t_codegen = 0, t_plan = 0;
@@ -128,9 +129,12 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
         out.kernel_seconds.push_back({k.spec.name, k.lower_seconds, k.ptxas_seconds});
     }
     ir_text += ir::PrintModule(*entry.module);
-    const analysis::BufferAssignment& ba = (*options.assignments)[e];
+    const analysis::BufferAssignment& ba = buffers->assignments[e];
     watch.Lap();
     ASSIGN_OR_RETURN(program::EntryPlan entry_plan, BuildEntryPlan(entry, ba, kernels, out.stats));
+    if (const int host = buffers->hosts[e]; host >= 0) {
+      entry_plan.arena_host = program.entries[host].role;
+    }
     t_plan += watch.Lap();
     sections.Add(std::string(entry.name()), kernels);
     out.arena_bytes.push_back(entry_plan.arena_size);

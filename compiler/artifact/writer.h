@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "compiler/analysis/buffer_assignment.h"
+#include "compiler/analysis/arena_guests.h"
 #include "compiler/artifact/plan.h"
 #include "compiler/codegen/codegen.h"
 #include "compiler/program/manifest.h"
@@ -31,10 +31,10 @@ struct ArtifactOptions {
   // an `unsupported` thunk and the artifact is incomplete; the CPU device
   // (which evaluates the `ir` section) still runs it.
   bool compile_kernels = true;
-  // Each entry's buffer assignment (analysis::AssignBuffers), in entry
-  // order, made once by the compile driver (tools/gptc/compile_program.h),
+  // Each entry's buffer assignment and arena host (Note [arena guests]), in
+  // entry order, made once by the compile driver (tools/gptc/compile_program.h),
   // whose reports read them too. Required.
-  const std::vector<analysis::BufferAssignment>* assignments = nullptr;
+  const analysis::ProgramBuffers* buffers = nullptr;
   // Called as codegen goes: (kernels compiled, distinct kernels of all entries).
   std::function<void(int64_t, int64_t)> progress;
 };
@@ -47,8 +47,9 @@ struct BuiltArtifact {
   PlanStats stats;
   // Each entry's arena as its plan holds it, in the program's order: the
   // buffer assignment's arena and, after it, the scratch of the epilogue
-  // fallbacks (Note [epilogue fallback] in compiler/program/plan.h). The
-  // runtime allocates these; they are the arena figures gptc reports.
+  // fallbacks (Note [epilogue fallback] in compiler/program/plan.h); they are
+  // the arena figures gptc reports. The runtime allocates them, each guest
+  // inside its host's (Note [arena guests]).
   std::vector<int64_t> arena_bytes;
   // Seconds per stage: "codegen" (emit + ptxas), "buffers", "plan", "encode".
   std::vector<std::pair<std::string, double>> timings;

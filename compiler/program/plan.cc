@@ -571,14 +571,16 @@ json ToJson(const EntryPlan& e) {
   for (const Thunk& t : e.thunks) thunks.push_back(ToJson(t));
   for (const AllReduceBucket& b : e.buckets) buckets.push_back(ToJson(b));
   for (const PlanBuffer& b : e.buffers) buffers.push_back(ToJson(b));
-  return json{{"name", e.name()},
-              {"arena_size", e.arena_size},
-              {"inputs", std::move(inputs)},
-              {"outputs", std::move(outputs)},
-              {"donations", std::move(donations)},
-              {"thunks", std::move(thunks)},
-              {"buckets", std::move(buckets)},
-              {"buffers", std::move(buffers)}};
+  json j{{"name", e.name()},
+         {"arena_size", e.arena_size},
+         {"inputs", std::move(inputs)},
+         {"outputs", std::move(outputs)},
+         {"donations", std::move(donations)},
+         {"thunks", std::move(thunks)},
+         {"buckets", std::move(buckets)},
+         {"buffers", std::move(buffers)}};
+  if (e.arena_host) j["arena_host"] = EntryRoleName(*e.arena_host);
+  return j;
 }
 
 StatusOr<EntryPlan> EntryPlanFromJson(const json& j, std::string_view where_unnamed) {
@@ -592,6 +594,11 @@ StatusOr<EntryPlan> EntryPlanFromJson(const json& j, std::string_view where_unna
   e.role = *role;
   const std::string where = fmt::format("plan entry {}", name);
   ASSIGN_OR_RETURN(e.arena_size, JsonField<int64_t>(j, "arena_size", where));
+  if (j.contains("arena_host")) {
+    ASSIGN_OR_RETURN(std::string host, JsonField<std::string>(j, "arena_host", where));
+    e.arena_host = ParseEntryRole(host);
+    if (!e.arena_host) return Error("{}: arena_host: unknown entry '{}'", where, host);
+  }
   ASSIGN_OR_RETURN(e.inputs, ArrayField<PlanSlot>(j, "inputs", where, PlanSlotFromJson));
   ASSIGN_OR_RETURN(e.outputs, ArrayField<PlanSlot>(j, "outputs", where, PlanSlotFromJson));
   if (j.contains("donations")) {
@@ -622,7 +629,46 @@ StatusOr<Plan> PlanFromJson(const json& j) {
                                                     [](const json& e, const std::string& at) {
                                                       return EntryPlanFromJson(e, at);
                                                     }));
+  for (const EntryPlan& e : p.entries) {
+    if (!e.arena_host) continue;
+    auto host = std::find_if(p.entries.begin(), p.entries.end(),
+                             [&](const EntryPlan& h) { return h.role == *e.arena_host; });
+    if (host == p.entries.end() || host->arena_host || host->role == e.role) {
+      return Error("plan entry {}: arena_host {} is not an entry of the plan with its own arena",
+                   e.name(), EntryRoleName(*e.arena_host));
+    }
+  }
   return p;
+}
+
+int64_t ArenaAllocationBytes(std::span<const int64_t> sizes, std::span<const int> hosts) {
+  std::vector<int64_t> allocated(sizes.begin(), sizes.end());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (hosts[i] < 0) continue;
+    allocated[hosts[i]] = std::max(allocated[hosts[i]], sizes[i]);
+    allocated[i] = 0;
+  }
+  int64_t bytes = 0;
+  for (int64_t b : allocated) bytes += b;
+  return bytes;
+}
+
+int ArenaHostIndex(std::span<const EntryPlan> entries, const EntryPlan& e) {
+  if (!e.arena_host) return -1;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].role == *e.arena_host) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int64_t ArenaAllocationBytes(std::span<const EntryPlan> entries) {
+  std::vector<int64_t> sizes;
+  std::vector<int> hosts;
+  for (const EntryPlan& e : entries) {
+    sizes.push_back(e.arena_size);
+    hosts.push_back(ArenaHostIndex(entries, e));
+  }
+  return ArenaAllocationBytes(sizes, hosts);
 }
 
 }  // namespace gptc::program

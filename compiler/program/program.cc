@@ -79,4 +79,9 @@ const TrainEntry* TrainProgram::Find(EntryRole role) const {
   return nullptr;
 }
 
+const TrainEntry* TrainProgram::ArenaHost(const TrainEntry& entry) const {
+  if (entry.role != EntryRole::kLogits && entry.role != EntryRole::kEval) return nullptr;
+  return Find(grad_accum > 1 ? EntryRole::kAccumulate : EntryRole::kTrainStep);
+}
+
 }  // namespace gptc::program

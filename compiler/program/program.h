@@ -106,6 +106,9 @@ struct TrainProgram {
   std::vector<TrainEntry> entries;
 
   const TrainEntry* Find(EntryRole role) const;
+  // Note [arena guests] (compiler/program/plan.h): the entry whose arena
+  // `entry` runs in, or null when it has its own.
+  const TrainEntry* ArenaHost(const TrainEntry& entry) const;
 };
 
 }  // namespace gptc::program

@@ -426,6 +426,18 @@ class Observer : public gpu::ThunkObserver {
       return cudaSuccess;
     });
   }
+  cudaError_t InputsInPlace(const gpu::EntryPlan& plan, std::span<const gpu::ArenaSlice> slices,
+                            cudaStream_t stream) override {
+    Stream* s = ToStream(d, stream);
+    if (s == nullptr)
+      return Fail(d, cudaErrorInvalidResourceHandle, "inputs in place: unknown stream");
+    const gpu::EntryPlan* p = &plan;
+    std::vector<gpu::ArenaSlice> in_place(slices.begin(), slices.end());
+    return Enqueue(*s, [p, in_place](Stream& on) {
+      for (const gpu::ArenaSlice& slice : in_place) on.device->checker->AdoptInPlace(*p, slice);
+      return cudaSuccess;
+    });
+  }
 
  private:
   State& d;

@@ -126,7 +126,10 @@ std::string MemoryChecker::Where(const void* p) {
 
 void MemoryChecker::AddEntry(const gpu::EntryPlan& plan, const char* arena) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (Allocation* a = Find(arena, 1); a != nullptr && a->base == arena) {
+  // A guest's arena is its host's (Note [arena guests]): named for the host.
+  const bool named = std::any_of(entries_.begin(), entries_.end(),
+                                 [&](const Entry& e) { return e.arena == arena; });
+  if (Allocation* a = Find(arena, 1); a != nullptr && a->base == arena && !named) {
     a->what = fmt::format("arena of {}", plan.name());
   }
   entries_.push_back(Entry{&plan, arena, std::vector<uint32_t>(plan.buffers.size(), 0)});
@@ -427,19 +430,40 @@ void MemoryChecker::AdoptHostWrite(const char* p, size_t n) {
   HostProduced(p, n, event, /*any_buffer=*/true);
 }
 
-bool MemoryChecker::ExpectedOutput(const char* p, size_t n, uint32_t* event) const {
+void MemoryChecker::AdoptInPlace(const gpu::EntryPlan& plan, const gpu::ArenaSlice& slice) {
   std::lock_guard<std::mutex> lock(mu_);
+  Entry* entry = FindEntry(&plan);
+  if (entry == nullptr || slice.buffer < 0 ||
+      static_cast<size_t>(slice.buffer) >= entry->expected.size() || slice.size == 0) {
+    return;
+  }
+  const char* p = entry->arena + slice.offset;
+  Allocation* a = Find(p, slice.size);
+  if (a == nullptr || a->stamps == nullptr) return;
+  entry->expected[slice.buffer] = a->stamps[(p - a->base) / 4].load(std::memory_order_relaxed);
+}
+
+bool MemoryChecker::ExpectedOutput(const char* p, size_t n, uint32_t* event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Entries sharing an arena (Note [arena guests]) may each have an output
+  // there: the one whose producer wrote it last is the one read.
+  const Allocation* a = Find(p, n);
+  const uint32_t stamp = a != nullptr && a->stamps != nullptr && n > 0
+                             ? a->stamps[(p - a->base) / 4].load(std::memory_order_relaxed)
+                             : 0;
+  bool found = false;
   for (const Entry& e : entries_) {
     if (p < e.arena || p >= e.arena + e.plan->arena_size) continue;
     const gpu::ArenaSlice slice{p - e.arena, static_cast<int64_t>(n)};
     for (const gpu::PlanSlot& slot : e.plan->outputs) {
       if (slot.slice == slice && slot.slice.buffer >= 0) {
-        *event = e.expected[slot.slice.buffer];
-        return true;
+        if (!found || e.expected[slot.slice.buffer] == stamp)
+          *event = e.expected[slot.slice.buffer];
+        found = true;
       }
     }
   }
-  return false;
+  return found;
 }
 
 void MemoryChecker::BeginFlight(const char* in, const char* out, size_t n, std::string who) {

@@ -129,8 +129,11 @@ class MemoryChecker {
   // The write that filled [p, p + n) (one event) is what every buffer
   // there expects (EmuDevice::MarkHostWritten).
   void AdoptHostWrite(const char* p, size_t n);
+  // Input `slice` of `plan` (a followed entry) holds what was last written
+  // there: that write is what it expects.
+  void AdoptInPlace(const gpu::EntryPlan& plan, const gpu::ArenaSlice& slice);
   // Whether [p, p + n) is exactly an entry output, and the event it expects.
-  bool ExpectedOutput(const char* p, size_t n, uint32_t* event) const;
+  bool ExpectedOutput(const char* p, size_t n, uint32_t* event);
 
   // Note [in-flight all-reduces]: [in] and [out] of a bucket member belong
   // to the communication stream until Land; `who` names the thunk.

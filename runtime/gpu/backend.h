@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -35,11 +36,13 @@
 #include "runtime/gpu/cuda_api.h"
 
 namespace gptc::program {
+struct ArenaSlice;
 struct EntryPlan;
 }  // namespace gptc::program
 
 namespace gptc::rt::gpu {
 
+using program::ArenaSlice;
 using program::EntryPlan;
 
 // The CUDA runtime functions runtime/gpu calls, as a table (the signatures of
@@ -103,6 +106,11 @@ class ThunkObserver {
   // in place).
   virtual cudaError_t BeforeThunk(const EntryPlan& plan, int64_t index, cudaStream_t stream,
                                   bool runs_work) = 0;
+  // Once the work enqueued on `stream` so far is done, the inputs of `plan`
+  // at `slices` hold what another entry wrote there, not a copy into them
+  // (Note [arena guests] in compiler/program/plan.h).
+  virtual cudaError_t InputsInPlace(const EntryPlan& plan, std::span<const ArenaSlice> slices,
+                                    cudaStream_t stream) = 0;
 };
 
 struct Backend {

@@ -14,6 +14,7 @@
 #include "runtime/gpu/backend.h"
 #include "runtime/gpu/cublaslt_api.h"
 #include "runtime/gpu/cuda_api.h"
+#include "runtime/gpu/device_buffer.h"
 #include "runtime/gpu/executor.h"
 #include "runtime/gpu/host_values.h"
 #include "runtime/gpu/kernel_modules.h"
@@ -27,60 +28,15 @@ using program::SlotRole;
 
 namespace {
 
-// cudaMalloc'd memory, freed with the owner.
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  const RuntimeApi* cuda = nullptr;  // the backend it came from
-  DeviceBuffer() = default;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(o.ptr), cuda(o.cuda) { o.ptr = nullptr; }
-  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
-  ~DeviceBuffer() {
-    if (ptr != nullptr) cuda->Free(ptr);
-  }
-  cudaError_t Allocate(const RuntimeApi& on, size_t bytes) {
-    cuda = &on;
-    return on.Malloc(&ptr, bytes);
-  }
-};
-
-// cudaHostAlloc'd (pinned) memory: asynchronous copies from and to it.
-struct PinnedBuffer {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  const RuntimeApi* cuda = nullptr;  // the backend it came from
-  PinnedBuffer() = default;
-  PinnedBuffer(PinnedBuffer&& o) noexcept : ptr(o.ptr), bytes(o.bytes), cuda(o.cuda) {
-    o.ptr = nullptr;
-  }
-  PinnedBuffer& operator=(PinnedBuffer&&) = delete;
-  ~PinnedBuffer() {
-    if (ptr != nullptr) cuda->FreeHost(ptr);
-  }
-  cudaError_t Allocate(const RuntimeApi& on, size_t size) {
-    cuda = &on, bytes = size;
-    return on.HostAlloc(&ptr, size, cudaHostAllocDefault);
-  }
-  char* data() const { return static_cast<char*>(ptr); }
-};
-
 struct EntryState {
   const program::TrainEntry* entry = nullptr;
-  DeviceBuffer arena;
+  DeviceBuffer arena;          // unused by a guest (Note [arena guests] in compiler/program/plan.h)
+  EntryState* host = nullptr;  // the entry whose arena a guest runs in
   std::unique_ptr<EntryExecutor> executor;
   // Which parameter values the arena's param slots hold (entries other than
   // the state entry get a copy before they run); -1: none yet.
   int64_t params_version = -1;
 };
-
-// The roles of entry inputs the trainer feeds (Note [entries of a step]).
-bool Feedable(program::SlotRole role) {
-  using program::SlotRole;
-  for (SlotRole r : {SlotRole::kParam, SlotRole::kAdamM, SlotRole::kAdamV, SlotRole::kGradAcc,
-                     SlotRole::kTokens, SlotRole::kTargets, SlotRole::kStep, SlotRole::kLr}) {
-    if (role == r) return true;
-  }
-  return false;
-}
 
 // The per-step inputs the host writes, in the pinned staging buffer.
 struct StagedInput {
@@ -142,7 +98,11 @@ struct GpuTrainer::Impl {
   Status CreateExecutors(std::vector<EntryPlan>& ordered);
   // Note [autotune paths]; its cache's warnings go to stderr.
   std::unique_ptr<GemmAutotuner> MakeAutotuner() const;
-  Status CheckSignature(const program::TrainEntry& entry, const EntryPlan& plan);
+  // The guests' hosts, the workspace's size, and whether the arenas and the
+  // workspace fit the device.
+  Status PlanMemory(const std::vector<EntryPlan>& ordered);
+  // The bytes to allocate for entry i's arena: its own and its guests'.
+  int64_t ArenaBytes(const std::vector<EntryPlan>& ordered, size_t i) const;
   Status FindSlots();
   // Runs one entry in the mode the options ask for: profiled, checked, as the
   // captured graph, or eagerly (then captured, when graphs are on). Profiled
@@ -194,27 +154,6 @@ StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const program::Artifact
 // and copies them into apply's after the k-th micro-batch: device-to-device
 // copies of 2 x 4 bytes per parameter (about 0.6 ms for gpt2-124m at
 // 3 TB/s; llm.c, which accumulates in place, needs none).
-Status GpuTrainer::Impl::CheckSignature(const program::TrainEntry& entry, const EntryPlan& plan) {
-  const program::EntrySignature& sig = entry.signature;
-  if (plan.inputs.size() != sig.inputs.size() || plan.outputs.size() != sig.outputs.size()) {
-    return Error("{}: plan entry {} has {} inputs / {} outputs, the program {} / {}", Where(),
-                 plan.name(), plan.inputs.size(), plan.outputs.size(), sig.inputs.size(),
-                 sig.outputs.size());
-  }
-  for (size_t i = 0; i < plan.inputs.size(); ++i) {
-    const PlanSlot& s = plan.inputs[i];
-    if (s.shape != sig.inputs[i].shape || s.role != sig.inputs[i].role) {
-      return Error("{}: plan entry {} input {} (%{}) is {} {}, the program's is {} {}", Where(),
-                   plan.name(), i, s.name, program::SlotRoleName(s.role), s.shape.ToString(),
-                   program::SlotRoleName(sig.inputs[i].role), sig.inputs[i].shape.ToString());
-    }
-    if (!Feedable(s.role)) {
-      return Error("{}: entry {} input {} (%{}) has role {}, which the GPU trainer cannot feed",
-                   Where(), plan.name(), i, s.name, program::SlotRoleName(s.role));
-    }
-  }
-  return Status::Ok();
-}
 
 Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) {
   // The artifact, before touching the device.
@@ -250,19 +189,7 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
   ASSIGN_OR_RETURN(device, OpenDevice(*cuda, options.device));
   RETURN_IF_ERROR(
       CheckTargetRuns(artifact.manifest.target, device.capability, device.name, Where()));
-  for (const EntryPlan& p : ordered) {
-    for (const Thunk& t : p.thunks) {
-      if (t.kind() == ThunkKind::kGemm) {
-        workspace_bytes =
-            std::max(workspace_bytes, std::get<GemmThunk>(t.body).config.workspace_bytes);
-      }
-    }
-  }
-  std::vector<MemoryNeed> needs;
-  for (const EntryPlan& p : ordered)
-    needs.push_back({fmt::format("arena of {}", p.name()), p.arena_size, true});
-  needs.push_back({"cuBLASLt workspace", workspace_bytes});
-  RETURN_IF_ERROR(CheckMemoryFits(needs, options.reserve_bytes, device, Where()));
+  RETURN_IF_ERROR(PlanMemory(ordered));
 
   ASSIGN_OR_RETURN(cu, backend->driver());
   ASSIGN_OR_RETURN(lt, backend->cublaslt());
@@ -297,6 +224,31 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
   return UploadState(state);
 }
 
+Status GpuTrainer::Impl::PlanMemory(const std::vector<EntryPlan>& ordered) {
+  for (const EntryPlan& p : ordered) {
+    for (const Thunk& t : p.thunks) {
+      if (t.kind() == ThunkKind::kGemm) {
+        workspace_bytes =
+            std::max(workspace_bytes, std::get<GemmThunk>(t.body).config.workspace_bytes);
+      }
+    }
+  }
+  StatusOr<std::vector<int>> hosts = CheckArenaHosts(ordered, micro_entry->entry->role);
+  if (!hosts.ok()) return hosts.status().WithPrefix(Where());
+  for (size_t i = 0; i < hosts->size(); ++i) {
+    if ((*hosts)[i] >= 0) entries[i].host = &entries[(*hosts)[i]];
+  }
+  std::vector<MemoryNeed> needs;
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    if (entries[i].host == nullptr) {
+      needs.push_back(
+          {fmt::format("arena of {}", ordered[i].name()), ArenaBytes(ordered, i), true});
+    }
+  }
+  needs.push_back({"cuBLASLt workspace", workspace_bytes});
+  return CheckMemoryFits(needs, options.reserve_bytes, device, Where());
+}
+
 Status GpuTrainer::Impl::CreateExecutors(std::vector<EntryPlan>& ordered) {
   if (options.autotune.mode != AutotuneMode::kOff) autotuner = MakeAutotuner();
   ExecutorResources resources{.backend = backend,
@@ -309,33 +261,43 @@ Status GpuTrainer::Impl::CreateExecutors(std::vector<EntryPlan>& ordered) {
                               .workspace = workspace.ptr,
                               .workspace_bytes = static_cast<size_t>(workspace_bytes),
                               .autotuner = autotuner.get()};
+  // Zeros: nothing reads memory it did not write, but zeros keep runs
+  // reproducible. On the work stream, as every later upload: the legacy
+  // default stream would race them (the stream is non-blocking). The
+  // autotuning's gemms run on 0x3c bytes instead (0.0115 in bf16 and f32:
+  // finite and normal): tensor cores multiplying zeros draw less power, so
+  // they would time faster than on the run's values.
+  const int fill = autotuner != nullptr ? 0x3c : 0;
+  std::vector<int64_t> arena_bytes;
   for (size_t i = 0; i < entries.size(); ++i) {
-    EntryState& e = entries[i];
-    const int64_t bytes = std::max<int64_t>(ordered[i].arena_size, 256);
-    RETURN_IF_ERROR(cuda->Check(e.arena.Allocate(*cuda, bytes),
-                                fmt::format("{}: cudaMalloc({}, arena of entry {})", Where(),
-                                            FormatBytes(bytes), e.entry->name())));
-    // Zeros: nothing reads memory it did not write, but zeros keep runs
-    // reproducible. On the work stream, as every later upload: the legacy
-    // default stream would race them (the stream is non-blocking). The
-    // autotuning's gemms run on 0x3c bytes instead (0.0115 in bf16 and f32:
-    // finite and normal): tensor cores multiplying zeros draw less power,
-    // so they would time faster than on the run's values.
-    const int fill = autotuner != nullptr ? 0x3c : 0;
-    RETURN_IF_ERROR(
-        cuda->Check(cuda->MemsetAsync(e.arena.ptr, fill, bytes, stream), "cudaMemsetAsync(arena)"));
-    if (&e == state_entry || &e == micro_entry)
-      RETURN_IF_ERROR(CheckSignature(*e.entry, ordered[i]));
-    StatusOr<std::unique_ptr<EntryExecutor>> ex =
-        EntryExecutor::Create(resources, std::move(ordered[i]), static_cast<char*>(e.arena.ptr));
-    if (!ex.ok()) return ex.status().WithPrefix(Where());
-    e.executor = std::move(ex).value();
-    if (fill != 0) {
-      RETURN_IF_ERROR(cuda->Check(cuda->MemsetAsync(e.arena.ptr, 0, bytes, stream),
-                                  "cudaMemsetAsync(arena, after the autotuning)"));
+    arena_bytes.push_back(std::max<int64_t>(ArenaBytes(ordered, i), 256));
+  }
+  for (int pass : {0, 1, 2}) {  // allocate, create executors, zero after the autotuning
+    for (size_t i = 0; i < entries.size(); ++i) {
+      EntryState& e = entries[i];
+      const int64_t bytes = arena_bytes[i];
+      if (pass == 0 && e.host == nullptr) {
+        RETURN_IF_ERROR(cuda->Check(e.arena.Allocate(*cuda, bytes),
+                                    fmt::format("{}: cudaMalloc({}, arena of entry {})", Where(),
+                                                FormatBytes(bytes), e.entry->name())));
+        RETURN_IF_ERROR(cuda->Check(cuda->MemsetAsync(e.arena.ptr, fill, bytes, stream),
+                                    "cudaMemsetAsync(arena)"));
+      } else if (pass == 1) {
+        if (&e == state_entry || &e == micro_entry)
+          RETURN_IF_ERROR(
+              CheckTrainerSignature(e.entry->signature, ordered[i]).WithPrefix(Where()));
+        char* arena = static_cast<char*>((e.host != nullptr ? e.host : &e)->arena.ptr);
+        StatusOr<std::unique_ptr<EntryExecutor>> ex =
+            EntryExecutor::Create(resources, std::move(ordered[i]), arena);
+        if (!ex.ok()) return ex.status().WithPrefix(Where());
+        e.executor = std::move(ex).value();
+        // Note [epilogue fallback]: the run goes on, slower; say so once per gemm.
+        for (const std::string& w : e.executor->warnings()) fmt::print(stderr, "warning: {}\n", w);
+      } else if (pass == 2 && fill != 0 && e.host == nullptr) {
+        RETURN_IF_ERROR(cuda->Check(cuda->MemsetAsync(e.arena.ptr, 0, bytes, stream),
+                                    "cudaMemsetAsync(arena, after the autotuning)"));
+      }
     }
-    // Note [epilogue fallback]: the run goes on, slower; say so once per gemm.
-    for (const std::string& w : e.executor->warnings()) fmt::print(stderr, "warning: {}\n", w);
   }
 
   if (autotuner != nullptr) {
@@ -344,6 +306,14 @@ Status GpuTrainer::Impl::CreateExecutors(std::vector<EntryPlan>& ordered) {
     for (const std::string& w : warnings) fmt::print(stderr, "warning: {}\n", w);
   }
   return Status::Ok();
+}
+
+int64_t GpuTrainer::Impl::ArenaBytes(const std::vector<EntryPlan>& ordered, size_t i) const {
+  int64_t bytes = ordered[i].arena_size;
+  for (size_t g = 0; g < ordered.size(); ++g) {
+    if (entries[g].host == &entries[i]) bytes = std::max(bytes, ordered[g].arena_size);
+  }
+  return bytes;
 }
 
 std::unique_ptr<GemmAutotuner> GpuTrainer::Impl::MakeAutotuner() const {
@@ -609,7 +579,20 @@ StatusOr<EntryExecutor*> GpuTrainer::Impl::RunForEvaluate(const program::TrainEn
   }
   if (e == nullptr) return Error("{}: not an entry of this trainer's program", entry.name());
   EntryExecutor& ex = *e->executor;
-  RETURN_IF_ERROR(CopyParamsInto(*e));
+  if (e->host == nullptr) {
+    RETURN_IF_ERROR(CopyParamsInto(*e));
+  } else {
+    // Note [arena guests]: the parameters are read where the host keeps them.
+    if (e->host != state_entry) RETURN_IF_ERROR(CopyParamsInto(*e->host));
+    if (ThunkObserver* observer = backend->observer; observer != nullptr) {
+      std::vector<ArenaSlice> params;
+      for (const PlanSlot& slot : ex.plan().inputs) {
+        if (slot.role == SlotRole::kParam) params.push_back(slot.slice);
+      }
+      RETURN_IF_ERROR(cuda->Check(observer->InputsInPlace(ex.plan(), params, stream),
+                                  fmt::format("{}: parameters in place", entry.name())));
+    }
+  }
   for (const PlanSlot& slot : ex.plan().inputs) {
     if (slot.role == SlotRole::kParam) continue;
     if (slot.role != SlotRole::kTokens && slot.role != SlotRole::kTargets) {
@@ -769,8 +752,9 @@ std::string GpuTrainer::LoadSummary() const {
   std::string arenas;
   int64_t gemms = 0;
   for (const EntryState& e : m.entries) {
-    arenas += fmt::format("{}{} {}", arenas.empty() ? "" : ", ", e.entry->name(),
-                          FormatBytes(e.executor->plan().arena_size));
+    arenas += fmt::format("{}{} {}{}", arenas.empty() ? "" : ", ", e.entry->name(),
+                          FormatBytes(e.executor->plan().arena_size),
+                          e.host != nullptr ? fmt::format(" in {}'s", e.host->entry->name()) : "");
     gemms += e.executor->plan().CountByKind()[static_cast<int>(ThunkKind::kGemm)];
   }
   return fmt::format(

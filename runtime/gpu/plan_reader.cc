@@ -357,4 +357,62 @@ Status CheckKernelIndex(const std::vector<KernelRecord>& index, int64_t ptx_byte
   return Status::Ok();
 }
 
+namespace {
+
+// The roles of entry inputs the trainer feeds (Note [entries of a step]).
+bool Feedable(program::SlotRole role) {
+  using program::SlotRole;
+  for (SlotRole r : {SlotRole::kParam, SlotRole::kAdamM, SlotRole::kAdamV, SlotRole::kGradAcc,
+                     SlotRole::kTokens, SlotRole::kTargets, SlotRole::kStep, SlotRole::kLr}) {
+    if (role == r) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Status CheckTrainerSignature(const program::EntrySignature& sig, const EntryPlan& plan) {
+  if (plan.inputs.size() != sig.inputs.size() || plan.outputs.size() != sig.outputs.size()) {
+    return Error("plan entry {} has {} inputs / {} outputs, the program {} / {}", plan.name(),
+                 plan.inputs.size(), plan.outputs.size(), sig.inputs.size(), sig.outputs.size());
+  }
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    const PlanSlot& s = plan.inputs[i];
+    if (s.shape != sig.inputs[i].shape || s.role != sig.inputs[i].role) {
+      return Error("plan entry {} input {} (%{}) is {} {}, the program's is {} {}", plan.name(), i,
+                   s.name, program::SlotRoleName(s.role), s.shape.ToString(),
+                   program::SlotRoleName(sig.inputs[i].role), sig.inputs[i].shape.ToString());
+    }
+    if (!Feedable(s.role)) {
+      return Error("entry {} input {} (%{}) has role {}, which the GPU trainer cannot feed",
+                   plan.name(), i, s.name, program::SlotRoleName(s.role));
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<int>> CheckArenaHosts(const std::vector<EntryPlan>& plans,
+                                           program::EntryRole micro) {
+  std::vector<int> hosts;
+  for (const EntryPlan& guest : plans) {
+    const int h = program::ArenaHostIndex(plans, guest);
+    hosts.push_back(h);
+    if (h < 0) continue;
+    const EntryPlan& host = plans[h];
+    if (host.role != micro) {
+      return Error("plan entry {}: runs in the arena of {}, which does not run the micro-batches",
+                   guest.name(), host.name());
+    }
+    for (const PlanSlot& slot : guest.inputs) {
+      if (slot.role != program::SlotRole::kParam) continue;
+      const PlanSlot* at = host.FindInput(program::SlotRole::kParam, slot.index);
+      if (at == nullptr || at->shape != slot.shape || at->slice.offset != slot.slice.offset) {
+        return Error("plan entry {}: input %{} (param {}) is not where {} holds it", guest.name(),
+                     slot.name, slot.index, host.name());
+      }
+    }
+  }
+  return hosts;
+}
+
 }  // namespace gptc::rt::gpu

@@ -65,6 +65,18 @@ StatusOr<std::vector<EntryPlan>> ReadPlan(const nlohmann::json& plan);
 // Checks a decoded entry (what ReadEntryPlan does after decoding).
 Status CheckEntryPlan(const EntryPlan& plan);
 
+// Whether the GPU trainer can run `plan` for the program's entry of signature
+// `sig`: the same slots in roles and shapes, and only inputs it feeds
+// (parameters, optimizer state, accumulators, tokens, targets, step, lr).
+Status CheckTrainerSignature(const program::EntrySignature& sig, const EntryPlan& plan);
+
+// Note [arena guests] (compiler/program/plan.h): per entry of `plans`, the
+// index of the entry whose arena it runs in (-1: its own), checked: that
+// entry has role `micro` (it runs the micro-batches) and holds each of the
+// guest's parameter inputs at the guest's slice, in the same shape.
+StatusOr<std::vector<int>> CheckArenaHosts(const std::vector<EntryPlan>& plans,
+                                           program::EntryRole micro);
+
 // Where one kernel's code is in the artifact (the manifest's "kernels").
 using program::KernelRecord;
 

@@ -294,12 +294,12 @@ TEST_F(GptrunTest, ModelWithoutAUsableCacheCompilesWithAWarning) {
 }
 
 // --model --batch auto --remat auto: gptc picks the largest batch whose arenas
-// fit the budget (8 for gpt2-tiny in 300 MiB), gptrun says what it picked and
+// fit the budget (8 for gpt2-tiny in 200 MiB), gptrun says what it picked and
 // trains with it; without a GPU, --remat auto needs a budget.
 TEST_F(GptrunTest, ModelBatchAutoPicksAndRuns) {
   const std::string model = std::string(GPTRUN_BIN) + " --model gpt2-tiny --device cpu";
   Result r = Run(model +
-                 " --batch auto --tokens-per-step 4096 --remat auto --memory-budget 300MiB"
+                 " --batch auto --tokens-per-step 4096 --remat auto --memory-budget 200MiB"
                  " --bench --steps 1");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("gpt2-tiny, batch auto: 8 x grad-accum 8 x seq 64 = 4,096 tokens a step, "

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <memory>
 
-#include "compiler/analysis/buffer_assignment.h"
+#include "compiler/analysis/arena_guests.h"
 #include "compiler/analysis/kernel_count.h"
 #include "compiler/ir/printer.h"
 #include "compiler/pass/pipeline.h"
@@ -23,28 +23,6 @@
 namespace gptc::tools {
 namespace {
 
-// Each entry's buffer assignment: the one call of the compile line, which
-// the reports and the artifact both read.
-StatusOr<std::vector<analysis::BufferAssignment>> AssignEntryBuffers(
-    const program::TrainProgram& program) {
-  std::vector<analysis::BufferAssignment> out;
-  for (const program::TrainEntry& e : program.entries) {
-    ASSIGN_OR_RETURN(analysis::BufferAssignment assignment,
-                     analysis::AssignBuffers(*e.module, analysis::DonationOptions(e.signature)));
-    out.push_back(std::move(assignment));
-  }
-  return out;
-}
-
-// The bytes of all of `program`'s entries' arenas together (no scratch).
-StatusOr<int64_t> ProgramArenaBytes(const program::TrainProgram& program) {
-  ASSIGN_OR_RETURN(std::vector<analysis::BufferAssignment> assignments,
-                   AssignEntryBuffers(program));
-  int64_t bytes = 0;
-  for (const analysis::BufferAssignment& a : assignments) bytes += a.arena_size();
-  return bytes;
-}
-
 // What the summary line says of one entry.
 struct EntryRow {
   std::string entry;
@@ -52,17 +30,19 @@ struct EntryRow {
   // The buffer assignment's arena; with an artifact, its plan's (the
   // fallback scratch included), the figure gptrun and gptc inspect show.
   int64_t arena = 0;
+  std::string_view host;  // Note [arena guests]: the entry whose arena it runs in
 };
 
 // Fusion and memory reports of every entry; written to the dump dir and
 // printed when asked. Appends each entry's row to `rows`.
 Status WriteReports(const program::TrainProgram& program, const CompileOptions& options,
-                    const std::vector<analysis::BufferAssignment>& assignments,
-                    std::vector<EntryRow>& rows) {
+                    const analysis::ProgramBuffers& buffers, std::vector<EntryRow>& rows) {
   for (size_t i = 0; i < program.entries.size(); ++i) {
     const program::TrainEntry& e = program.entries[i];
-    const analysis::BufferAssignment& assignment = assignments[i];
+    const analysis::BufferAssignment& assignment = buffers.assignments[i];
     const int64_t arena_size = assignment.arena_size();
+    const int host = buffers.hosts[i];
+    const std::string_view host_name = host >= 0 ? program.entries[host].name() : "";
     const std::string& dir = options.dump_dir;
     // The reports cost a tenth of a large model's compile: rendered only
     // when someone reads them.
@@ -71,7 +51,9 @@ Status WriteReports(const program::TrainProgram& program, const CompileOptions& 
       fusion = passes::RenderFusionReport(*e.module, options.roofline_gpu);
     }
     if (!dir.empty() || options.print_memory_report) {
-      memory = assignment.MemoryReport(20, std::string(e.name()));
+      memory = assignment.MemoryReport(
+          20, host < 0 ? std::string(e.name())
+                       : fmt::format("{} (in the arena of {})", e.name(), host_name));
     }
     if (!dir.empty()) {
       RETURN_IF_ERROR(
@@ -96,7 +78,8 @@ Status WriteReports(const program::TrainProgram& program, const CompileOptions& 
     rows.push_back({.entry = std::string(e.name()),
                     .fusions = kernels,
                     .max_per_layer = max_per_layer,
-                    .arena = arena_size});
+                    .arena = arena_size,
+                    .host = host_name});
   }
   return Status::Ok();
 }
@@ -106,9 +89,9 @@ Status WriteReports(const program::TrainProgram& program, const CompileOptions& 
 std::string FormatEntryRows(const std::vector<EntryRow>& rows) {
   std::string out;
   for (const EntryRow& r : rows) {
-    out += fmt::format("; {}: {} fusions{}, arena {}", r.entry, r.fusions,
+    out += fmt::format("; {}: {} fusions{}, arena {}{}", r.entry, r.fusions,
                        r.max_per_layer > 0 ? fmt::format(" ({} per layer)", r.max_per_layer) : "",
-                       FormatBytes(r.arena));
+                       FormatBytes(r.arena), r.host.empty() ? "" : fmt::format(" in {}'s", r.host));
   }
   return out;
 }
@@ -147,16 +130,16 @@ std::string SlowestKernels(std::vector<artifact::BuiltArtifact::KernelSeconds> k
 
 // The artifact of `program`; appends the kernel counts to the summary.
 Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOptions& options,
-                          const std::vector<analysis::BufferAssignment>& assignments,
-                          const CompileProgress& progress, std::string_view remat,
-                          std::vector<EntryRow>& rows, CompileResult& result) {
+                          const analysis::ProgramBuffers& buffers, const CompileProgress& progress,
+                          std::string_view remat, std::vector<EntryRow>& rows,
+                          CompileResult& result) {
   const models::GptConfig& config = options.config;
   const passes::TrainStepOptions& train = options.train;
   artifact::ArtifactOptions ao;
   ao.codegen.target = options.target;
   ao.compile_kernels = options.codegen;
   ao.codegen.emit_host = options.emu;
-  ao.assignments = &assignments;
+  ao.buffers = &buffers;
   ao.model = {.name = config.name,
               .layers = config.layers,
               .heads = config.heads,
@@ -266,13 +249,13 @@ std::string SummaryHead(const CompileOptions& options, const ModuleSizes& sizes,
       options.batch_note + remat_note);
 }
 
-// --remat auto, with the logits and eval entries built first (`forward`,
-// whose arenas no plan changes): chooses the plan for what is left of the
-// budget and sets it in `train`.
-Status PlanRematForBudget(const CompileOptions& options, const program::TrainProgram& forward,
-                          RematAuto& remat_auto, passes::TrainStepOptions& train) {
-  ASSIGN_OR_RETURN(int64_t forward_bytes, ProgramArenaBytes(forward));
-  StatusOr<RematSearch> search = SearchRematPlan(options, remat_auto.target, forward_bytes);
+// --remat auto: chooses the plan for the budget and sets it in `train`. The
+// logits and eval entries run in the train arena (Note [arena guests] in
+// compiler/program/plan.h) and are left out; should one outgrow it, the
+// compile's check of all arenas finds the excess.
+Status PlanRematForBudget(const CompileOptions& options, RematAuto& remat_auto,
+                          passes::TrainStepOptions& train) {
+  StatusOr<RematSearch> search = SearchRematPlan(options, remat_auto.target);
   if (!search.ok() && remat_auto.target != remat_auto.budget) {
     return search.status().WithPrefix(
         fmt::format("remat auto: the arenas came out over their estimates, so the budget less "
@@ -341,22 +324,14 @@ StatusOr<CompileResult> CompileWithPlan(const CompileOptions& options,
         options.forward_entries ? traced.module->Clone() : nullptr;
     // Each module of an IR file has its own name (gptc eval --module picks one).
     if (forward) forward->set_name(config.name + ".eval");
-    // --remat auto: the forward entries first, as the plan is chosen for
-    // what their arenas leave of the budget.
-    program::TrainProgram forward_entries{.params = traced.params};
     if (remat_auto != nullptr) {
       show("remat auto: compiling slices of the model under each policy", true);
-      if (forward) {
-        RETURN_IF_ERROR(
-            AddForwardEntries(forward_entries, options, train, std::move(forward), traced));
-      }
-      RETURN_IF_ERROR(PlanRematForBudget(options, forward_entries, *remat_auto, train));
+      RETURN_IF_ERROR(PlanRematForBudget(options, *remat_auto, train));
       remat = AppliedRemat(*remat_auto);
       lap("remat-search");
     }
     ASSIGN_OR_RETURN(program, passes::BuildTrainProgram(std::move(traced.module), traced.params,
                                                         traced.inputs, train));
-    for (program::TrainEntry& e : forward_entries.entries) program.entries.push_back(std::move(e));
     if (forward)
       RETURN_IF_ERROR(AddForwardEntries(program, options, train, std::move(forward), traced));
     for (const program::TrainEntry& e : program.entries) {
@@ -369,14 +344,12 @@ StatusOr<CompileResult> CompileWithPlan(const CompileOptions& options,
   result.pass_seconds = SumPerPass(*pass_timings);
 
   std::vector<EntryRow> rows;
-  std::vector<analysis::BufferAssignment> assignments;
+  analysis::ProgramBuffers buffers;
   if (!options.forward_only && (train.optimize || options.artifact)) {
     show("buffer assignment and reports", true);
-    ASSIGN_OR_RETURN(assignments, AssignEntryBuffers(program));
-    int64_t arenas = 0;
-    for (const analysis::BufferAssignment& a : assignments) arenas += a.arena_size();
-    if (OverBudget(remat_auto, arenas)) return result;
-    if (train.optimize) RETURN_IF_ERROR(WriteReports(program, options, assignments, rows));
+    ASSIGN_OR_RETURN(buffers, analysis::AssignProgramBuffers(program));
+    if (OverBudget(remat_auto, buffers.ArenaBytes())) return result;
+    if (train.optimize) RETURN_IF_ERROR(WriteReports(program, options, buffers, rows));
     lap("reports");
   }
 
@@ -398,11 +371,12 @@ StatusOr<CompileResult> CompileWithPlan(const CompileOptions& options,
     // The artifact's part follows the entries', whose arenas it sets.
     const std::string head = std::move(result.summary);
     result.summary.clear();
-    RETURN_IF_ERROR(
-        BuildArtifactBytes(program, options, assignments, progress, remat, rows, result));
-    int64_t arenas = 0;
-    for (const EntryRow& r : rows) arenas += r.arena;
-    if (OverBudget(remat_auto, arenas)) return result;
+    RETURN_IF_ERROR(BuildArtifactBytes(program, options, buffers, progress, remat, rows, result));
+    std::vector<int64_t> arenas;
+    for (const EntryRow& r : rows) arenas.push_back(r.arena);
+    if (OverBudget(remat_auto, program::ArenaAllocationBytes(arenas, buffers.hosts))) {
+      return result;
+    }
     result.summary = head + FormatEntryRows(rows) + result.summary;
     return result;
   }
@@ -426,22 +400,6 @@ Status AddForwardEntries(program::TrainProgram& program, const CompileOptions& o
 }
 
 namespace {
-
-// The arenas of the logits and eval entries of `options`' model at full
-// depth, which no remat plan changes (0 without them).
-StatusOr<int64_t> ForwardArenaBytes(const CompileOptions& options) {
-  if (!options.forward_entries) return 0;
-  ASSIGN_OR_RETURN(frontend::TracedModule traced,
-                   models::TraceGpt2Forward(options.config, options.batch, options.seq));
-  passes::TrainStepOptions train = options.train;
-  train.dumps = nullptr;
-  train.pipeline.timings = nullptr;
-  train.pipeline.on_pass = nullptr;
-  program::TrainProgram forward{.params = traced.params};
-  std::unique_ptr<ir::Module> module = std::move(traced.module);
-  RETURN_IF_ERROR(AddForwardEntries(forward, options, train, std::move(module), traced));
-  return ProgramArenaBytes(forward);
-}
 
 // The largest batch --batch auto tries without --tokens-per-step.
 constexpr int64_t kMaxAutoBatch = 1024;
@@ -469,8 +427,7 @@ StatusOr<CompileOptions> ChooseBatch(const CompileOptions& options, const Compil
   auto least = [&](int64_t b) -> StatusOr<int64_t> {
     if (progress) progress(fmt::format("batch auto: the least memory at batch {}", b), true);
     const CompileOptions o = at(b);
-    ASSIGN_OR_RETURN(int64_t forward, ForwardArenaBytes(o));
-    ASSIGN_OR_RETURN(passes::RematCostModel model, MeasureRematCosts(o, forward));
+    ASSIGN_OR_RETURN(passes::RematCostModel model, MeasureRematCosts(o));
     return passes::SmallestRematPlan(model).arena_bytes;
   };
   ASSIGN_OR_RETURN(int64_t smallest, least(1));

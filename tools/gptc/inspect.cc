@@ -76,10 +76,13 @@ StatusOr<std::string> Summary(const program::Artifact& a) {
   // The entries, their signatures and buckets: the plan, through its codec.
   ASSIGN_OR_RETURN(program::Plan plan, program::PlanFromJson(a.plan));
   for (const program::EntryPlan& e : plan.entries) {
-    s += fmt::format("entry {}: {} inputs -> {} outputs, {} donations, arena {}\n", e.name(),
-                     e.inputs.size(), e.outputs.size(), e.donations.size(),
-                     FormatBytes(e.arena_size));
+    s += fmt::format(
+        "entry {}: {} inputs -> {} outputs, {} donations, arena {}{}\n", e.name(), e.inputs.size(),
+        e.outputs.size(), e.donations.size(), FormatBytes(e.arena_size),
+        e.arena_host ? fmt::format(" (in {}'s)", program::EntryRoleName(*e.arena_host)) : "");
   }
+  s += fmt::format("arenas: {} allocated at load\n",
+                   FormatBytes(program::ArenaAllocationBytes(plan.entries)));
   // Data parallelism: the all-reduce buckets of each entry (docs/ARTIFACT.md).
   for (const program::EntryPlan& e : plan.entries) {
     if (e.buckets.empty()) continue;

@@ -52,8 +52,7 @@ StatusOr<passes::RematSlice> CompileSlice(const CompileOptions& whole, int block
 
 }  // namespace
 
-StatusOr<passes::RematCostModel> MeasureRematCosts(const CompileOptions& options,
-                                                   int64_t forward_bytes) {
+StatusOr<passes::RematCostModel> MeasureRematCosts(const CompileOptions& options) {
   const int blocks = static_cast<int>(options.config.layers);
   const int shallow = blocks >= 3 ? 2 : 1;
   std::vector<passes::RematSlice> slices;
@@ -71,12 +70,11 @@ StatusOr<passes::RematCostModel> MeasureRematCosts(const CompileOptions& options
       slices.push_back(*slice);
     }
   }
-  return passes::RematCostModel::Fit(slices, blocks, forward_bytes);
+  return passes::RematCostModel::Fit(slices, blocks);
 }
 
-StatusOr<RematSearch> SearchRematPlan(const CompileOptions& options, int64_t budget_bytes,
-                                      int64_t forward_bytes) {
-  ASSIGN_OR_RETURN(passes::RematCostModel model, MeasureRematCosts(options, forward_bytes));
+StatusOr<RematSearch> SearchRematPlan(const CompileOptions& options, int64_t budget_bytes) {
+  ASSIGN_OR_RETURN(passes::RematCostModel model, MeasureRematCosts(options));
   ASSIGN_OR_RETURN(passes::EstimatedPlan chosen, passes::ChooseRematPlan(model, budget_bytes));
   std::string comparison = passes::RenderPlanComparison(model, budget_bytes, chosen);
   return RematSearch{.chosen = std::move(chosen), .comparison = std::move(comparison)};

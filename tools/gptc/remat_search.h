@@ -23,15 +23,14 @@ struct RematSearch {
 // Compiles `options`' model with 2 and 3 blocks (1 and 2 when it has fewer
 // than 3) under none, dots, wide and block, and 3 (2) with block 0 under each
 // recomputing policy below none, through buffer assignment (Note [per-block
-// remat plans]), and chooses the fastest plan whose estimated arenas, the
-// logits and eval entries' `forward_bytes` included, fit `budget_bytes`.
-// Errors name the slice that failed, or the least memory and the budget.
-StatusOr<RematSearch> SearchRematPlan(const CompileOptions& options, int64_t budget_bytes,
-                                      int64_t forward_bytes);
+// remat plans]), and chooses the fastest plan whose estimated arenas fit
+// `budget_bytes` (the logits and eval entries run in the train arena: Note
+// [arena guests] in compiler/program/plan.h). Errors name the slice that
+// failed, or the least memory and the budget.
+StatusOr<RematSearch> SearchRematPlan(const CompileOptions& options, int64_t budget_bytes);
 
 // The cost model alone, from the same slices.
-StatusOr<passes::RematCostModel> MeasureRematCosts(const CompileOptions& options,
-                                                   int64_t forward_bytes);
+StatusOr<passes::RematCostModel> MeasureRematCosts(const CompileOptions& options);
 
 }  // namespace gptc::tools
 

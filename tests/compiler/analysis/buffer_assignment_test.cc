@@ -319,6 +319,56 @@ TEST(BufferAssignmentTest, RejectsBadDonationOptions) {
   EXPECT_FALSE(AssignBuffers(*module, no_such_parameter).ok());
 }
 
+// Note [arena guests]: a parameter at a fixed offset, the other buffers
+// around the reserved ranges, in random modules too.
+TEST(BufferAssignmentTest, FixedParametersAndReservedRangesAreRespected) {
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    auto module = ParseOrDie(RandomModule(50, seed));
+    ASSERT_NE(module, nullptr);
+    BufferAssignmentOptions options;
+    options.parameter_offsets = {{0, 8 * 1024}};
+    options.reserved = {{8 * 1024, 9 * 1024}, {0, 1024}, {20 * 1024, 24 * 1024}};
+    BufferAssignment ba = AssignOrDie(*module, options);
+    ExpectValid(ba);
+    EXPECT_EQ(SliceOf(ba, *module, "p0").offset, 8 * 1024);
+    EXPECT_GE(ba.arena_size(), 24 * 1024);
+    for (const auto& b : ba.buffers()) {
+      if (b.parameter == 0 || b.bytes == 0) continue;
+      for (auto [begin, end] : options.reserved) {
+        const bool clear = b.slice.offset + Aligned(b.bytes) <= begin || end <= b.slice.offset;
+        EXPECT_TRUE(clear) << "buffer " << b.id << " at " << b.slice.offset << " in [" << begin
+                           << ", " << end << ")\n"
+                           << ba.ToString();
+      }
+    }
+  }
+}
+
+TEST(BufferAssignmentTest, RejectsBadFixedOffsetsAndReservedRanges) {
+  auto module = ParseOrDie(kSgd);
+  ASSERT_NE(module, nullptr);
+  BufferAssignmentOptions unaligned;
+  unaligned.parameter_offsets = {{0, 100}};
+  StatusOr<BufferAssignment> ba = AssignBuffers(*module, unaligned);
+  ASSERT_FALSE(ba.ok());
+  EXPECT_EQ(ba.status().message(),
+            "buffer assignment: parameter 0's fixed offset 100 is not 256-byte aligned");
+  BufferAssignmentOptions donated;
+  donated.donated_parameters = {0};
+  donated.parameter_offsets = {{0, 0}};
+  ba = AssignBuffers(*module, donated);
+  ASSERT_FALSE(ba.ok());
+  EXPECT_EQ(ba.status().message(),
+            "buffer assignment: parameter 0 of %main cannot take a fixed offset (it must exist, be "
+            "an array and not be donated)");
+  BufferAssignmentOptions backwards;
+  backwards.reserved = {{512, 256}};
+  ba = AssignBuffers(*module, backwards);
+  ASSERT_FALSE(ba.ok());
+  EXPECT_EQ(ba.status().message(),
+            "buffer assignment: reserved range [512, 256) is empty or negative");
+}
+
 TEST(BufferAssignmentTest, MemoryReportListsTheLargestBufferFirst) {
   auto module = ParseOrDie(R"(module report
 ENTRY %main {

@@ -27,13 +27,8 @@ StatusOr<BuiltArtifact> CompileTiny() {
   ao.model = {.name = config.name, .layers = config.layers};
   ao.flags = {.batch = 2, .seq = 16};
   ao.codegen.run_ptxas = false;  // keep the test independent of the CUDA toolkit
-  std::vector<analysis::BufferAssignment> assignments;
-  for (const program::TrainEntry& e : program.entries) {
-    ASSIGN_OR_RETURN(analysis::BufferAssignment a,
-                     analysis::AssignBuffers(*e.module, analysis::DonationOptions(e.signature)));
-    assignments.push_back(std::move(a));
-  }
-  ao.assignments = &assignments;
+  ASSIGN_OR_RETURN(analysis::ProgramBuffers buffers, analysis::AssignProgramBuffers(program));
+  ao.buffers = &buffers;
   return BuildArtifact(program, ao);
 }
 

@@ -137,6 +137,46 @@ TEST(GemmEpilogueTableTest, EachRowIsFoundByItsProperties) {
                                 EpilogueAux::kWrite));
 }
 
+// Note [arena guests]: the host is written only when there is one, read back,
+// and must be an entry of the plan with its own arena.
+TEST(PlanCodecTest, ArenaHostRoundTripsAndNamesAnEntryWithItsOwnArena) {
+  EntryPlan guest = Entry();
+  guest.role = EntryRole::kEval;
+  guest.arena_size = 1 << 19;
+  guest.arena_host = EntryRole::kTrainStep;
+  const Plan plan{{Entry(), guest}};
+  const json j = ToJson(plan);
+  EXPECT_FALSE(j["entries"][0].contains("arena_host"));
+  EXPECT_EQ(j["entries"][1]["arena_host"], "train_step");
+  StatusOr<Plan> back = PlanFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, plan);
+  EXPECT_EQ(ArenaHostIndex(back->entries, back->entries[1]), 0);
+  EXPECT_EQ(ArenaHostIndex(back->entries, back->entries[0]), -1);
+  // The host's megabyte holds the guest's half: one arena.
+  EXPECT_EQ(ArenaAllocationBytes(back->entries), 1 << 20);
+
+  json missing_host = j;
+  missing_host["entries"][1]["arena_host"] = "apply";
+  EXPECT_EQ(PlanFromJson(missing_host).status().message(),
+            "plan entry eval: arena_host apply is not an entry of the plan with its own arena");
+  json unknown = j;
+  unknown["entries"][1]["arena_host"] = "forward";
+  EXPECT_EQ(PlanFromJson(unknown).status().message(),
+            "plan entry eval: arena_host: unknown entry 'forward'");
+  json itself = j;
+  itself["entries"][1]["arena_host"] = "eval";
+  EXPECT_FALSE(PlanFromJson(itself).ok());
+}
+
+TEST(PlanCodecTest, ArenaAllocationBytesGrowsEachHostToItsLargestGuest) {
+  const std::vector<int64_t> sizes = {100, 40, 300, 50};
+  const std::vector<int> hosts = {-1, -1, 0, 0};
+  EXPECT_EQ(ArenaAllocationBytes(sizes, hosts), 300 + 40);
+  const std::vector<int> own = {-1, -1, -1, -1};
+  EXPECT_EQ(ArenaAllocationBytes(sizes, own), 490);
+}
+
 TEST(PlanCodecTest, ErrorsNameTheField) {
   json j = ToJson(Plan{{Entry()}});
   json missing = j;

@@ -72,11 +72,10 @@ StatusOr<Tiny> Load(TinyVariant variant) {
                            [&](const EntryPlan& p) { return p.name() == entry.name(); });
     if (it == plans.end()) return Error("{}: the plan has no entry {}", t.path, entry.name());
     t.plans.push_back(*it);
-    ASSIGN_OR_RETURN(
-        analysis::BufferAssignment ba,
-        analysis::AssignBuffers(*entry.module, analysis::DonationOptions(entry.signature)));
-    t.assignments.push_back(std::move(ba));
   }
+  ASSIGN_OR_RETURN(analysis::ProgramBuffers buffers,
+                   analysis::AssignProgramBuffers(t.loaded.program));
+  t.assignments = std::move(buffers.assignments);
   return t;
 }
 

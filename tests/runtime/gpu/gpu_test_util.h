@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/analysis/buffer_assignment.h"
+#include "compiler/analysis/arena_guests.h"
 #include "compiler/eval/literal.h"
 #include "compiler/ir/instruction.h"
 #include "compiler/program/container.h"

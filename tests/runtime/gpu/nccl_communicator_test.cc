@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/gpu/backend.h"
+#include "runtime/gpu/device_buffer.h"
 #include "runtime/gpu/executor.h"
 #include "runtime/gpu/gpu_trainer.h"
 #include "runtime/gpu/host_values.h"
@@ -232,19 +233,12 @@ TEST(BucketPlanTest, ReadsBucketsAndRejectsInconsistentOnes) {
             "plan entry train_step: thunk 2 (all_reduce %ar0) names bucket 0, the entry has 0");
 }
 
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  ~DeviceBuffer() {
-    if (ptr != nullptr) Cuda().Free(ptr);
-  }
-};
-
 TEST(BucketExecutorTest, IssuesEachBucketAsOneGroupEagerAndInAGraph) {
   GPTC_SKIP_WITHOUT_GPU();
   StatusOr<EntryPlan> plan = ReadEntryPlan(BucketEntry());
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   DeviceBuffer arena;
-  ASSERT_EQ(Cuda().Malloc(&arena.ptr, 1024), cudaSuccess);
+  ASSERT_EQ(arena.Allocate(Cuda(), 1024), cudaSuccess);
   FakeCommunicator comm(2);
   cudaStream_t stream = nullptr;
   ASSERT_EQ(Cuda().StreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
@@ -292,9 +286,9 @@ TEST(NcclCommunicatorTest, WorldSizeOneAllReducesEagerGroupedAndCaptured) {
   std::vector<float> x = {1, -2, 3.5, 1e6};
   const std::string bf = EncodeValues(ir::DType::kBF16, std::vector<double>{0.5, 1.5, -2, 8});
   DeviceBuffer a, b, c;
-  ASSERT_EQ(Cuda().Malloc(&a.ptr, 16), cudaSuccess);
-  ASSERT_EQ(Cuda().Malloc(&b.ptr, 16), cudaSuccess);
-  ASSERT_EQ(Cuda().Malloc(&c.ptr, 8), cudaSuccess);
+  ASSERT_EQ(a.Allocate(Cuda(), 16), cudaSuccess);
+  ASSERT_EQ(b.Allocate(Cuda(), 16), cudaSuccess);
+  ASSERT_EQ(c.Allocate(Cuda(), 8), cudaSuccess);
   auto run = [&](bool capture) {
     ASSERT_EQ(Cuda().Memcpy(a.ptr, x.data(), 16, cudaMemcpyHostToDevice), cudaSuccess);
     ASSERT_EQ(Cuda().Memset(b.ptr, 0, 16), cudaSuccess);

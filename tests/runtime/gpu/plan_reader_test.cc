@@ -232,6 +232,42 @@ TEST(PlanReaderTest, GradAccumPlanHasWhatTheTrainerFeeds) {
 }
 
 // Every thunk of every entry against the buffer assignment of the IR.
+// Note [arena guests]: the tiny artifact's logits and eval entries run in
+// train_step's arena and read its parameter slices; a plan that moved one,
+// or named another host, is refused at load.
+TEST(PlanReaderTest, GuestsReadTheirHostsParameters) {
+  const testing::Tiny& tiny = TinyOrSkip();
+  std::vector<EntryPlan> plans = tiny.plans;
+  StatusOr<std::vector<int>> hosts = CheckArenaHosts(plans, program::EntryRole::kTrainStep);
+  ASSERT_TRUE(hosts.ok()) << hosts.status().message();
+  int guests = 0;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const bool guest =
+        plans[i].role == program::EntryRole::kLogits || plans[i].role == program::EntryRole::kEval;
+    EXPECT_EQ((*hosts)[i] >= 0, guest) << plans[i].name();
+    if (guest) {
+      ++guests;
+      EXPECT_EQ(plans[(*hosts)[i]].role, program::EntryRole::kTrainStep);
+    }
+  }
+  ASSERT_GT(guests, 0);
+  StatusOr<std::vector<int>> wrong_micro = CheckArenaHosts(plans, program::EntryRole::kAccumulate);
+  ASSERT_FALSE(wrong_micro.ok());
+  EXPECT_EQ(wrong_micro.status().message(),
+            "plan entry logits: runs in the arena of train_step, which does not run the "
+            "micro-batches");
+  for (EntryPlan& p : plans) {
+    if (p.role != program::EntryRole::kLogits) continue;
+    for (PlanSlot& s : p.inputs) {
+      if (s.role == program::SlotRole::kParam && s.index == 0) s.slice.offset += 256;
+    }
+  }
+  StatusOr<std::vector<int>> moved = CheckArenaHosts(plans, program::EntryRole::kTrainStep);
+  ASSERT_FALSE(moved.ok());
+  EXPECT_EQ(moved.status().message(),
+            "plan entry logits: input %wte.weight (param 0) is not where train_step holds it");
+}
+
 TEST(PlanReaderTest, TinyPlanMatchesBufferAssignment) {
   const testing::Tiny& tiny = TinyOrSkip();
   ASSERT_FALSE(tiny.plans.empty());

@@ -201,7 +201,9 @@ TEST_P(GpuTrainStepTest, OneStepMatchesCpu) {
 }
 
 // The validation entry through GpuTrainer::Evaluate (tokens and targets fed,
-// one scalar back), against the CPU, before and after a step.
+// one scalar back), against the CPU, before and after a step. It runs in the
+// train step's arena (Note [arena guests]): the steps after it must be
+// unharmed too.
 TEST_P(GpuEntryTest, EvalLossMatchesCpu) {
   const Tiny* tiny = TinyOrFail();
   ASSERT_NE(tiny, nullptr);
@@ -222,8 +224,11 @@ TEST_P(GpuEntryTest, EvalLossMatchesCpu) {
     std::printf("eval loss %s: gpu %.6f cpu %.6f\n", s == 0 ? "at init" : "after a step", gl, cl);
     EXPECT_NEAR(gl, cl, 1e-2 * std::abs(cl));
     std::vector<MicroBatch> micro = {batch};
-    ASSERT_TRUE((*gpu)->Step(micro, 1e-3).ok());
-    ASSERT_TRUE(cpu.Step(micro, 1e-3).ok());
+    StatusOr<StepResult> gs = (*gpu)->Step(micro, 1e-3);
+    ASSERT_TRUE(gs.ok()) << gs.status().message();
+    StatusOr<StepResult> cs = cpu.Step(micro, 1e-3);
+    ASSERT_TRUE(cs.ok()) << cs.status().message();
+    ExpectStepClose(*gs, *cs);
   }
 }
 
@@ -312,6 +317,8 @@ TEST_P(GpuTrainStepTest, GradAccumTwoMatchesCpuAndOneBigBatch) {
   StatusOr<std::unique_ptr<GpuTrainer>> big = MakeGpuTrainer(*device, *plain, /*graph=*/true);
   ASSERT_TRUE(big.ok()) << big.status().message();
   CpuTrainer cpu(&accumulating->loaded.program, kSeed);
+  const program::TrainEntry* eval = accumulating->loaded.program.Find(program::EntryRole::kEval);
+  ASSERT_NE(eval, nullptr);
   constexpr double kLr = 1e-3;
   for (int64_t s = 0; s < 2; ++s) {  // step 2 replays both entries' graphs
     // The big batch's two rows, as two micro-batches of one row.
@@ -330,6 +337,16 @@ TEST_P(GpuTrainStepTest, GradAccumTwoMatchesCpuAndOneBigBatch) {
         b->grad_norm);
     ExpectStepClose(*g, *c);
     ExpectStepClose(*g, *b);
+    // The eval entry runs in accumulate's arena, whose copy of the
+    // parameters predates the step (Note [arena guests]).
+    StatusOr<std::vector<eval::Literal>> ge = (*gpu)->Evaluate(*eval, halves[0]);
+    ASSERT_TRUE(ge.ok()) << ge.status().message();
+    StatusOr<std::vector<eval::Literal>> ce = cpu.Evaluate(*eval, halves[0]);
+    ASSERT_TRUE(ce.ok()) << ce.status().message();
+    const double gl = ge->at(0).values[0], cl = ce->at(0).values[0];
+    std::printf("eval loss after step %ld: gpu ga2 %.6f cpu ga2 %.6f\n", static_cast<long>(s + 1),
+                gl, cl);
+    EXPECT_NEAR(gl, cl, 1e-2 * std::abs(cl));
   }
   StatusOr<TrainerState> a = (*gpu)->ExportState();
   StatusOr<TrainerState> r = cpu.ExportState();
