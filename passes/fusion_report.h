@@ -24,11 +24,18 @@ struct GpuSpec {
   std::string name = "h100";
   double peak_tflops = 989.0;  // dense bf16 tensor-core TFLOP/s
   double hbm_gbps = 3350.0;    // HBM GB/s
+  // Device memory as nvidia-smi reports its total (the SXM cards: 81,559,
+  // 143,771 and 81,920 MiB).
+  int64_t memory_bytes = int64_t{81559} << 20;
 
-  static GpuSpec H100() { return {"h100", 989.0, 3350.0}; }
-  static GpuSpec H200() { return {"h200", 989.0, 4800.0}; }
-  static GpuSpec A100() { return {"a100", 312.0, 2039.0}; }
+  static GpuSpec H100() { return {"h100", 989.0, 3350.0, int64_t{81559} << 20}; }
+  static GpuSpec H200() { return {"h200", 989.0, 4800.0, int64_t{143771} << 20}; }
+  static GpuSpec A100() { return {"a100", 312.0, 2039.0, int64_t{81920} << 20}; }
 };
+
+// What gptrun needs on a card beside the arenas: the CUDA context (about half
+// a GiB), the trainer's 512 MiB reserve and the cuBLASLt workspace.
+inline constexpr int64_t kGpuMemoryBesideArenas = int64_t{1536} << 20;
 
 // "h100", "h200" or "a100" (case-insensitive); nullopt otherwise.
 std::optional<GpuSpec> FindGpuSpec(std::string_view name);

@@ -90,9 +90,11 @@ Flags DeclareCompileFlags() {
              "(block:0-3,none:4-11); auto: the plan per block with the least estimated step "
              "time whose arena fits --memory-budget",
              "none")
-      .Value("memory-budget", "BYTES",
+      .Value("memory-budget", "BYTES|GPU",
              "--remat auto: what all entries' arenas may take together, e.g. 80GiB (what "
-             "gptrun allocates at load, scratch included)");
+             "gptrun allocates at load, scratch included); h100, h200 or a100: that card's "
+             "memory less 1.5 GiB for the CUDA context, gptrun's reserve and the cuBLASLt "
+             "workspace");
   flags.Section("output")
       .Value("output", "FILE",
              "FILE.gptx: the artifact; any other name: the IR text (default: MODEL.ir)")
@@ -205,9 +207,16 @@ Status ParseTraining(const Flags& flags, CompileOptions& o) {
   train.remat.policy = *remat;
   if (*remat == passes::RematPolicy::kAuto) {
     if (!flags.Has("memory-budget")) return Error("--remat auto needs --memory-budget");
-    StatusOr<int64_t> budget = passes::ParseByteSize(flags.Get("memory-budget"));
-    if (!budget.ok()) return budget.status().WithPrefix("--memory-budget");
-    o.memory_budget = *budget;
+    const std::string value = flags.Get("memory-budget");
+    if (std::optional<passes::GpuSpec> gpu = passes::FindGpuSpec(value)) {
+      o.memory_budget = gpu->memory_bytes - passes::kGpuMemoryBesideArenas;
+    } else {
+      StatusOr<int64_t> budget = passes::ParseByteSize(value);
+      if (!budget.ok()) {
+        return budget.status().WithPrefix("--memory-budget (bytes, or h100, h200 or a100)");
+      }
+      o.memory_budget = *budget;
+    }
   } else if (flags.Has("memory-budget")) {
     return Error("--memory-budget only applies to --remat auto");
   }

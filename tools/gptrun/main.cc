@@ -66,9 +66,10 @@ Flags DeclareFlags() {
       .Value("tokens-per-step", "N", "--model --batch auto: grad-accum to make N tokens a step")
       .Value("remat", "none|dots|wide|block|auto|PLAN",
              "--model: what the backward recomputes (gptc compile --remat)", "none")
-      .Value("memory-budget", "BYTES",
-             "--model --remat auto: what the arenas may take (default on a GPU: its free memory "
-             "less the runtime's reserve and workspace)")
+      .Value("memory-budget", "BYTES|GPU",
+             "--model --remat auto: what the arenas may take, or a card's (h100, h200, a100) "
+             "memory less the runtime's (default on a GPU: its free memory less the runtime's "
+             "reserve and workspace)")
       .Value("seq", "T", "--model: tokens per sequence (default: the model's context length)")
       .Value("artifact-out", "FILE.gptx", "--model: also keep the artifact there");
   flags.Section("device")
