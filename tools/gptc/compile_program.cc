@@ -202,7 +202,7 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
 // [per-block remat plans] in passes/remat_planner.h).
 struct RematAuto {
   int64_t budget = 0;
-  int64_t target = 0;  // what the plan is chosen for: the budget less earlier excess
+  int64_t target = 0;  // what the plan's estimate must fit: less than the budget after an excess
   RematSearch search;
   // Set when the plan's real arena came out over the budget: by how much.
   int64_t over = 0;
@@ -468,14 +468,16 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
   if (options.train.remat.policy != passes::RematPolicy::kAuto || options.forward_only) {
     return CompileWithPlan(options, progress, nullptr);
   }
-  // Where the slice model underestimates, or the fallbacks' scratch pushes
-  // the arenas over, the plan is chosen again for the budget less the excess.
+  // Where the slice model underestimates, or the fallbacks' scratch (which
+  // the slices leave out) pushes the arenas over, the plan is chosen again
+  // for its own estimate less the excess: the next plan's real arenas, short
+  // of their estimate by as much, then fit.
   RematAuto remat_auto{.budget = options.memory_budget, .target = options.memory_budget};
   for (int attempt = 0; attempt < 3; ++attempt) {
     remat_auto.over = 0;
     ASSIGN_OR_RETURN(CompileResult result, CompileWithPlan(options, progress, &remat_auto));
     if (remat_auto.over == 0) return result;
-    remat_auto.target -= remat_auto.over;
+    remat_auto.target = remat_auto.search.chosen.arena_bytes - remat_auto.over;
   }
   return Error("remat auto: the plan {} still needs {} more than the memory budget {}",
                passes::FormatRematPlan(remat_auto.search.chosen.layers),
