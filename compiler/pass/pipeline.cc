@@ -81,7 +81,11 @@ StatusOr<bool> Pipeline::Run(ir::Module& module) {
     changed |= *result;
     // A nested pipeline reports its own passes.
     if (dynamic_cast<Pipeline*>(pass.get()) == nullptr) lap(pass_name);
-    if (options_.verify_each) {
+    // A pass that changed nothing cannot have broken the module, and a nested
+    // pipeline verified after each of its own passes.
+    const bool nested = dynamic_cast<Pipeline*>(pass.get()) != nullptr ||
+                        dynamic_cast<FixedPoint*>(pass.get()) != nullptr;
+    if (options_.verify_each && *result && !nested) {
       Status verified = ir::VerifyModule(module);
       lap("verify");
       if (!verified.ok()) {

@@ -22,7 +22,7 @@
 namespace gptc::pass {
 
 struct PipelineOptions {
-  bool verify_each = true;  // run the verifier after every pass
+  bool verify_each = true;  // run the verifier after every pass that changed the module
   std::string dump_dir;     // empty: no dumps
   std::string dump_pass_re; // dump only after passes whose name matches (empty: all)
   std::set<std::string> disabled;  // pass names that are skipped

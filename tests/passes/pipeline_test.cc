@@ -99,6 +99,34 @@ TEST(PipelineTest, VerifierRunsAfterEachPassAndNamesIt) {
   EXPECT_NE(changed.status().message().find("%bad"), std::string::npos);
 }
 
+// The verifier runs only after passes that report a change: a pass that
+// changed nothing cannot have broken the module (a pass that lies about it
+// is caught after the next one that changes something).
+TEST(PipelineTest, VerifierSkipsPassesThatChangedNothing) {
+  class Silent : public Corrupt {
+   public:
+    std::string_view Name() const override { return "silent"; }
+    StatusOr<bool> Run(ir::Module& module) override {
+      RETURN_IF_ERROR(Corrupt::Run(module).status());
+      return false;
+    }
+  };
+  auto module = ParseOrDie(kDeadModule);
+  PipelineOptions options;
+  options.timings = std::make_shared<std::vector<std::pair<std::string, double>>>();
+  Pipeline pipeline("test", options);
+  pipeline.AddPass<Silent>();
+  StatusOr<bool> changed = pipeline.Run(*module);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_FALSE(*changed);
+  for (const auto& [what, seconds] : *options.timings) EXPECT_NE(what, "verify");
+  pipeline.AddPass<Corrupt>();
+  changed = pipeline.Run(*module);
+  ASSERT_FALSE(changed.ok());
+  EXPECT_NE(changed.status().message().find("after pass corrupt"), std::string::npos)
+      << changed.status().message();
+}
+
 TEST(PipelineTest, FixedPointIsCapped) {
   auto module = ParseOrDie(kDeadModule);
   auto inner = std::make_unique<Pipeline>("inner");
