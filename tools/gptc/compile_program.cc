@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <memory>
 
 #include "compiler/analysis/arena_guests.h"
@@ -273,6 +274,33 @@ Status PlanRematForBudget(const CompileOptions& options, RematAuto& remat_auto,
   return Status::Ok();
 }
 
+using PassTimings = std::vector<std::pair<std::string, double>>;
+
+// The logits and eval entries of `forward` (the traced forward's clone), in a
+// program of their own: on the second core while the caller builds the train
+// step (their passes share no state with it; their pass times go to
+// `timings`), or, with a dump dir (whose writer numbers the files in pass
+// order), on the caller's thread when it asks for them.
+std::future<StatusOr<program::TrainProgram>> BuildForwardEntries(
+    const CompileOptions& options, passes::TrainStepOptions train,
+    std::unique_ptr<ir::Module> forward, const frontend::TracedModule& traced,
+    std::shared_ptr<PassTimings> timings) {
+  const bool apart = options.dump_dir.empty();
+  if (apart) {
+    train.dumps = nullptr;
+    train.pipeline.timings = std::move(timings);
+    train.pipeline.on_pass = nullptr;
+  }
+  return std::async(
+      apart ? std::launch::async : std::launch::deferred,
+      [&options, &traced, train = std::move(train),
+       forward = std::move(forward)]() mutable -> StatusOr<program::TrainProgram> {
+        program::TrainProgram entries{.params = traced.params};
+        RETURN_IF_ERROR(AddForwardEntries(entries, options, train, std::move(forward), traced));
+        return entries;
+      });
+}
+
 // The compile of `options` with its remat policy or plan as given; with
 // `remat_auto`, stops early (setting its `over`) once the entries' arenas
 // are known to be over the budget.
@@ -324,6 +352,12 @@ StatusOr<CompileResult> CompileWithPlan(const CompileOptions& options,
         options.forward_entries ? traced.module->Clone() : nullptr;
     // Each module of an IR file has its own name (gptc eval --module picks one).
     if (forward) forward->set_name(config.name + ".eval");
+    auto forward_timings = std::make_shared<PassTimings>();
+    std::future<StatusOr<program::TrainProgram>> forward_entries;
+    if (forward) {
+      forward_entries =
+          BuildForwardEntries(options, train, std::move(forward), traced, forward_timings);
+    }
     if (remat_auto != nullptr) {
       show("remat auto: compiling slices of the model under each policy", true);
       RETURN_IF_ERROR(PlanRematForBudget(options, *remat_auto, train));
@@ -332,8 +366,11 @@ StatusOr<CompileResult> CompileWithPlan(const CompileOptions& options,
     }
     ASSIGN_OR_RETURN(program, passes::BuildTrainProgram(std::move(traced.module), traced.params,
                                                         traced.inputs, train));
-    if (forward)
-      RETURN_IF_ERROR(AddForwardEntries(program, options, train, std::move(forward), traced));
+    if (forward_entries.valid()) {
+      ASSIGN_OR_RETURN(program::TrainProgram built, forward_entries.get());
+      for (program::TrainEntry& e : built.entries) program.entries.push_back(std::move(e));
+      pass_timings->insert(pass_timings->end(), forward_timings->begin(), forward_timings->end());
+    }
     for (const program::TrainEntry& e : program.entries) {
       modules.push_back(e.module.get());
       entries += fmt::format("{}{} ({} inputs -> {} outputs)", entries.empty() ? "" : ", ",
