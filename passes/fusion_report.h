@@ -3,10 +3,8 @@
 //
 //   kernel                       kind      ops   read B  written B    FLOPs   time us  source
 //   h.0.attn.c_attn.dot.fusion   gemm        3   ...
-// Bytes read are the kernel's distinct operands, bytes written its results;
-// FLOPs count 2*M*N*K per dot (batch included), one per output element per
-// elementwise op, one per input element per reduction, and the attention /
-// cross-entropy composites by formula. Time = max(FLOPs / peak, bytes / bandwidth).
+// Costs are compiler/analysis/kernel_cost.h's; time = max(FLOPs / peak,
+// bytes / bandwidth).
 #ifndef GPTC_PASSES_FUSION_REPORT_H_
 #define GPTC_PASSES_FUSION_REPORT_H_
 
@@ -17,28 +15,16 @@
 #include <vector>
 
 #include "compiler/ir/module.h"
+#include "compiler/program/gpu_spec.h"
 
 namespace gptc::passes {
 
-struct GpuSpec {
-  std::string name = "h100";
-  double peak_tflops = 989.0;  // dense bf16 tensor-core TFLOP/s
-  double hbm_gbps = 3350.0;    // HBM GB/s
-  // Device memory as nvidia-smi reports its total (the SXM cards: 81,559,
-  // 143,771 and 81,920 MiB).
-  int64_t memory_bytes = int64_t{81559} << 20;
-
-  static GpuSpec H100() { return {"h100", 989.0, 3350.0, int64_t{81559} << 20}; }
-  static GpuSpec H200() { return {"h200", 989.0, 4800.0, int64_t{143771} << 20}; }
-  static GpuSpec A100() { return {"a100", 312.0, 2039.0, int64_t{81920} << 20}; }
-};
+using program::FindGpuSpec;
+using program::GpuSpec;
 
 // What gptrun needs on a card beside the arenas: the CUDA context (about half
 // a GiB), the trainer's 512 MiB reserve and the cuBLASLt workspace.
 inline constexpr int64_t kGpuMemoryBesideArenas = int64_t{1536} << 20;
-
-// "h100", "h200" or "a100" (case-insensitive); nullopt otherwise.
-std::optional<GpuSpec> FindGpuSpec(std::string_view name);
 
 struct KernelRow {
   std::string name;

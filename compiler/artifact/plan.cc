@@ -4,8 +4,10 @@
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
+#include "compiler/analysis/kernel_cost.h"
 #include "compiler/analysis/kernel_count.h"
 #include "compiler/ir/computation.h"
 
@@ -77,12 +79,28 @@ std::vector<program::PlanBuffer> PlanBuffers(const analysis::BufferAssignment& b
   std::vector<program::PlanBuffer> buffers;
   for (const analysis::BufferAssignment::Buffer& b : ba.buffers()) {
     std::string name = b.defining != nullptr ? b.defining->name() : "?";
+    std::string shape;
+    if (b.defining != nullptr) {
+      const ir::Shape& s = b.defining->shape();
+      shape = (s.is_tuple() && b.leaf < static_cast<int64_t>(s.tuple_elements().size())
+                   ? s.tuple_elements()[b.leaf]
+                   : s)
+                  .ToString();
+    }
     if (b.leaf > 0) name += fmt::format("{{{}}}", b.leaf);
     buffers.push_back({.id = b.id,
                        .name = std::move(name),
-                       .slice = {.offset = b.slice.offset, .size = b.slice.size, .buffer = b.id}});
+                       .slice = {.offset = b.slice.offset, .size = b.slice.size, .buffer = b.id},
+                       .shape = std::move(shape)});
   }
   return buffers;
+}
+
+// The work of instruction `inst` (program::ThunkCost), recorded on its first
+// thunk: an instruction of several kernels does it once in all.
+program::ThunkCost CostOf(const Instruction& inst) {
+  const analysis::KernelCost c = analysis::AnalyzeKernelCost(inst);
+  return {.flops = c.flops, .bytes_read = c.bytes_read, .bytes_written = c.bytes_written};
 }
 
 // Whether `inst` is a gemm: a dot or a kind=gemm fusion.
@@ -263,10 +281,12 @@ Status EntryPlanBuilder::AddKernels(const Instruction& inst,
     ASSIGN_OR_RETURN(const ArenaSlice to, SliceOf(&inst));
     in_place = from.offset == to.offset;
   }
+  bool first = true;
   for (const codegen::CompiledKernel* kernel : kernels) {
     if (in_place && kernel->spec.copies_operand) continue;
     ASSIGN_OR_RETURN(Thunk t, KernelThunk(inst, *kernel, kind));
     std::get<program::KernelThunk>(t.body).updates_operand = in_place;
+    if (std::exchange(first, false)) t.cost = CostOf(inst);
     ++stats_.kernels_by_kind[kind];
     Push(std::move(t));
   }
@@ -306,6 +326,7 @@ Status EntryPlanBuilder::AddGemm(const Instruction& inst) {
     }
   }
   ASSIGN_OR_RETURN(Thunk t, GemmThunk(inst, *plan));
+  t.cost = CostOf(inst);
   auto& g = std::get<program::GemmThunk>(t.body);
   g.fallback_d = fallback_d;
   const int64_t at = static_cast<int64_t>(plan_.thunks.size());

@@ -102,7 +102,8 @@ StatusOr<Artifact> DecodeArtifact(std::string_view bytes, std::string_view path,
     return Error("{}: truncated ({} bytes, the header says {})", path, bytes.size(), size);
   }
   std::string_view body = bytes.substr(0, bytes.size() - kTrailerBytes);
-  if (Fnv1a64(body) != GetLE(bytes, body.size(), 8)) {
+  a.checksum = GetLE(bytes, body.size(), 8);
+  if (Fnv1a64(body) != a.checksum) {
     return Error("{}: checksum mismatch (file is corrupt)", path);
   }
   uint32_t count = static_cast<uint32_t>(GetLE(bytes, 16, 4));

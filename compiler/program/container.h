@@ -55,6 +55,8 @@ struct ReadOptions {
 // plan and params sections parsed (their codecs: plan.h, param.h).
 struct Artifact {
   uint32_t format_version = 0;
+  // The trailer's FNV-1a-64: what a profile or report names the artifact by.
+  uint64_t checksum = 0;
   std::vector<std::pair<std::string, std::string>> sections;  // file order
   Manifest manifest;
   nlohmann::json plan;

@@ -468,8 +468,27 @@ StatusOr<GemmConfig> GemmConfigFromJson(const json& j, std::string_view where) {
 json ToJson(const Thunk& t) {
   json j{{"kind", ThunkKindName(t.kind())}, {"name", t.name}, {"meta", t.meta}};
   std::visit([&](const auto& body) { BodyToJson(body, j); }, t.body);
+  if (t.cost.has_value()) {
+    j["cost"] = json{{"flops", t.cost->flops},
+                     {"bytes_read", t.cost->bytes_read},
+                     {"bytes_written", t.cost->bytes_written}};
+  }
   return j;
 }
+
+namespace {
+
+StatusOr<std::optional<ThunkCost>> ThunkCostFromJson(const json& j, std::string_view where) {
+  if (!j.contains("cost")) return std::optional<ThunkCost>();
+  const std::string cost_where = fmt::format("{}.cost", where);
+  ThunkCost c;
+  ASSIGN_OR_RETURN(c.flops, JsonField<double>(j["cost"], "flops", cost_where));
+  ASSIGN_OR_RETURN(c.bytes_read, JsonField<int64_t>(j["cost"], "bytes_read", cost_where));
+  ASSIGN_OR_RETURN(c.bytes_written, JsonField<int64_t>(j["cost"], "bytes_written", cost_where));
+  return std::optional<ThunkCost>(c);
+}
+
+}  // namespace
 
 StatusOr<Thunk> ThunkFromJson(const json& j, std::string_view where) {
   Thunk t;
@@ -502,6 +521,7 @@ StatusOr<Thunk> ThunkFromJson(const json& j, std::string_view where) {
       break;
     }
   }
+  ASSIGN_OR_RETURN(t.cost, ThunkCostFromJson(j, where));
   return t;
 }
 
@@ -524,7 +544,9 @@ StatusOr<AllReduceBucket> AllReduceBucketFromJson(const json& j, std::string_vie
 }
 
 json ToJson(const PlanBuffer& b) {
-  return json{{"id", b.id}, {"name", b.name}, {"offset", b.slice.offset}, {"size", b.slice.size}};
+  json j{{"id", b.id}, {"name", b.name}, {"offset", b.slice.offset}, {"size", b.slice.size}};
+  if (!b.shape.empty()) j["shape"] = b.shape;
+  return j;
 }
 
 StatusOr<PlanBuffer> PlanBufferFromJson(const json& j, std::string_view where) {
@@ -533,6 +555,7 @@ StatusOr<PlanBuffer> PlanBufferFromJson(const json& j, std::string_view where) {
   ASSIGN_OR_RETURN(b.name, JsonField<std::string>(j, "name", where));
   ASSIGN_OR_RETURN(b.slice.offset, JsonField<int64_t>(j, "offset", where));
   ASSIGN_OR_RETURN(b.slice.size, JsonField<int64_t>(j, "size", where));
+  ASSIGN_OR_RETURN(b.shape, JsonFieldOr<std::string>(j, "shape", where, ""));
   b.slice.buffer = b.id;
   return b;
 }

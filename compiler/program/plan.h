@@ -260,12 +260,25 @@ enum class ThunkKind { kKernel, kGemm, kCopy, kConstant, kAllReduce, kUnsupporte
 inline constexpr int kThunkKinds = 6;
 std::string_view ThunkKindName(ThunkKind kind);  // "kernel", "gemm", "all_reduce", ...
 
+// What a kernel or gemm thunk costs by the compiler's model
+// (compiler/analysis/kernel_cost.h): a reader turns it into a roofline time
+// for a GPU (program::GpuSpec). {"flops", "bytes_read", "bytes_written"};
+// absent on fallback kernels (their work is counted in their gemm's) and in
+// plans written before it was recorded.
+struct ThunkCost {
+  double flops = 0;
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+  bool operator==(const ThunkCost&) const = default;
+};
+
 struct Thunk {
   int64_t index = 0;  // position in the entry's thunk list (not written)
   std::string name;   // kernel: the PTX entry; others: the instruction
   std::string meta;   // the frontend scope ("h.1.mlp.c_fc"), may be empty
   std::variant<KernelThunk, GemmThunk, CopyThunk, ConstantThunk, AllReduceThunk, UnsupportedThunk>
       body;
+  std::optional<ThunkCost> cost;  // "cost"
   bool operator==(const Thunk&) const = default;
 
   ThunkKind kind() const { return static_cast<ThunkKind>(body.index()); }
@@ -298,6 +311,7 @@ struct PlanBuffer {
   int64_t id = 0;
   std::string name;  // the defining instruction, "fusion.3" or "fusion.3{1}" for a leaf
   ArenaSlice slice;
+  std::string shape;  // its value's ("bf16[16,1024,768]"); empty in older plans
   bool operator==(const PlanBuffer&) const = default;
 };
 

@@ -77,6 +77,9 @@ std::string EmuTrainer::ProfileJson() const {
     row["roofline_us"] = e.roofline_us;
   }
   j["counters"] = std::move(counters);
+  // The times are stand-ins (Note [emulated time]): readers must say so.
+  j["device"] = "emu";
+  j["emulated"] = true;
   return j.dump(1) + "\n";
 }
 

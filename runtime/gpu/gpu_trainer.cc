@@ -48,6 +48,7 @@ struct StagedInput {
 
 struct GpuTrainer::Impl {
   std::string artifact_path;
+  uint64_t artifact_checksum = 0;
   const program::TrainProgram* program = nullptr;
   GpuOptions options;
   // The CUDA it runs on (Note [CUDA backends]), and its runtime functions.
@@ -137,6 +138,7 @@ StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const program::Artifact
                                                          uint64_t seed, const GpuOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->artifact_path = std::string(artifact_path);
+  impl->artifact_checksum = artifact.checksum;
   impl->program = program;
   impl->options = options;
   impl->backend = options.backend != nullptr ? options.backend : &ActiveBackend();
@@ -741,6 +743,9 @@ std::string GpuTrainer::ProfileJson() const {
   }
   const nlohmann::json out = {{"format", "gptc-profile-1"},
                               {"artifact", m.artifact_path},
+                              {"artifact_checksum", fmt::format("{:016x}", m.artifact_checksum)},
+                              {"device", m.device.name},
+                              {"emulated", false},
                               {"steps", p.runs()},
                               {"rows", rows},
                               {"gemm_tuning", tuning}};

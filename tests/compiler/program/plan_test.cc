@@ -43,7 +43,7 @@ EntryPlan Entry() {
   e.inputs = {param};
   e.outputs = {param, loss};
   e.donations = {{0, 0}};
-  e.buffers = {{0, "p0", Slice(0, 128, 0)}, {1, "fusion.3{1}", Slice(256, 4, 1)}};
+  e.buffers = {{0, "p0", Slice(0, 128, 0), "f32[4,8]"}, {1, "fusion.3{1}", Slice(256, 4, 1)}};
   e.thunks.push_back({.name = "fusion_3",
                       .meta = "h.0.mlp",
                       .body = KernelThunk{.fusion = "fusion.3",
@@ -63,7 +63,8 @@ EntryPlan Entry() {
                                         .d = Slice(256, 4, 1),
                                         .bias = Slice(0, 128, 0),
                                         .aux = Slice(512, 64, 2),
-                                        .fallback_d = Slice(4096, 64, -1)}});
+                                        .fallback_d = Slice(4096, 64, -1)},
+                      .cost = ThunkCost{.flops = 2.5e9, .bytes_read = 4096, .bytes_written = 512}});
   e.thunks.push_back({.name = "donation.out0.in0",
                       .body = CopyThunk{Slice(0, 8, 0), Slice(8, 8, 1), 8, "aliased"}});
   e.thunks.push_back({.name = "constant.1",
@@ -92,6 +93,11 @@ TEST(PlanCodecTest, RoundTrips) {
   EXPECT_EQ(back->entries[0].inputs[0].slice.buffer, 0);
   EXPECT_EQ(back->entries[0].thunks[4].index, 4);
   EXPECT_EQ(back->entries[0].thunks[4].kind(), ThunkKind::kAllReduce);
+  // Optional fields: written when there, absent otherwise.
+  EXPECT_EQ(j["entries"][0]["thunks"][1]["cost"]["flops"], 2.5e9);
+  EXPECT_FALSE(j["entries"][0]["thunks"][0].contains("cost"));
+  EXPECT_EQ(j["entries"][0]["buffers"][0]["shape"], "f32[4,8]");
+  EXPECT_FALSE(j["entries"][0]["buffers"][1].contains("shape"));
 }
 
 TEST(PlanCodecTest, WritesCublasLtNames) {
@@ -209,6 +215,11 @@ TEST(PlanCodecTest, ErrorsNameTheField) {
   bad_kind["entries"][0]["thunks"][5]["kind"] = "memset";
   EXPECT_EQ(PlanFromJson(bad_kind).status().message(),
             "plan entry train_step thunk 5.kind: 'memset' is not a value this reader knows");
+
+  json bad_cost = j;
+  bad_cost["entries"][0]["thunks"][1]["cost"]["bytes_read"] = -0.5;
+  EXPECT_EQ(PlanFromJson(bad_cost).status().message(),
+            "plan entry train_step thunk 1.cost.bytes_read has the wrong type (-0.5)");
 
   json bad_entry = j;
   bad_entry["entries"][0]["name"] = "warmup";
