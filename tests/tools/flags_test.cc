@@ -52,4 +52,17 @@ TEST(FlagsTest, RulesRefuseFlagsThatMeanNothingThereOrContradict) {
 }
 
 }  // namespace
+TEST(FlagsTest, RepeatedValueFlagKeepsEveryValueInOrder) {
+  Flags flags("tool");
+  flags.Value("log", "FILE").Value("o", "FILE");
+  std::vector<std::string> args = {"--log", "a.jsonl", "--o", "x", "--log=b.jsonl"};
+  std::vector<char*> argv = {const_cast<char*>("tool")};
+  for (std::string& a : args) argv.push_back(a.data());
+  ASSERT_TRUE(flags.Parse(static_cast<int>(argv.size()), argv.data(), 1).ok());
+  EXPECT_EQ(flags.GetAll("log"), (std::vector<std::string>{"a.jsonl", "b.jsonl"}));
+  EXPECT_EQ(flags.Get("log"), "b.jsonl");
+  EXPECT_EQ(flags.GetAll("o"), (std::vector<std::string>{"x"}));
+  EXPECT_TRUE(flags.GetAll("missing").empty());
+}
+
 }  // namespace gptc::tools

@@ -119,6 +119,7 @@ Status Flags::Parse(int argc, char** argv, int first) {
         value = argv[++i];
       }
       values_[name] = *value;
+      all_values_[name].push_back(*value);
     }
   }
   if (error.ok()) error = CheckRules();
@@ -208,6 +209,11 @@ std::string Flags::Usage() const {
 std::string Flags::Get(const std::string& name) const {
   const Spec* spec = Find(name);
   return Get(name, spec == nullptr ? "" : spec->default_value);
+}
+
+std::vector<std::string> Flags::GetAll(const std::string& name) const {
+  auto it = all_values_.find(name);
+  return it == all_values_.end() ? std::vector<std::string>() : it->second;
 }
 
 std::string Flags::Get(const std::string& name, std::string fallback) const {

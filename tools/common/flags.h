@@ -70,6 +70,9 @@ class Flags {
   bool Has(const std::string& name) const { return values_.contains(name); }
   // The value, else the declared default.
   std::string Get(const std::string& name) const;
+  // Every value given, in order, for a flag that may be repeated
+  // (`--log a.jsonl --log b.jsonl`); Get returns the last.
+  std::vector<std::string> GetAll(const std::string& name) const;
   std::string Get(const std::string& name, std::string fallback) const;
   StatusOr<int64_t> GetInt(const std::string& name) const;
   StatusOr<int64_t> GetInt(const std::string& name, int64_t fallback) const;
@@ -94,6 +97,7 @@ class Flags {
   std::vector<Spec> specs_;
   std::vector<Rule> rules_;
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> all_values_;
   std::vector<std::string> positional_;
   bool help_ = false, version_ = false;
 };

@@ -36,6 +36,9 @@ StatusOr<std::string> KernelStatsTable(const program::Artifact& a, std::string_v
 // whose name contains `filter` (all when empty); returns how many.
 StatusOr<int64_t> WriteCubins(const program::Artifact& a, std::string_view filter,
                               const std::string& dir);
+// gptc report [ARTIFACT.gptx] [--profile FILE.json] [--log RUN.jsonl ...]
+//             [--gpu h100] -o FILE.html: the HTML report (report_command.cc).
+int ReportCommand(int argc, char** argv);
 // gptc models: the configs with their parameter counts.
 int ModelsCommand(int argc, char** argv);
 // gptc export-hf CKPT_DIR OUT_DIR: a checkpoint as a Hugging Face GPT-2 model.

@@ -5,6 +5,8 @@
 //   gptc compile --model NAME ...    traces a model (see compile.cc)
 //   gptc inspect FILE.gptx [--ir|--ptx|--plan|--manifest|--params]
 //                                    summarizes an artifact or prints one section
+//   gptc report [FILE.gptx] [--profile P.json] [--log RUN.jsonl ...] -o FILE.html
+//                                    the HTML report of a step and of runs
 //   gptc verify FILE.ir              prints `ok` or one error line (exit 1)
 //   gptc eval FILE.ir [--seed N] [--arithmetic f32|f64]
 //                                    evaluates on random inputs, prints checksums
@@ -37,6 +39,8 @@ constexpr char kUsage[] =
     "  models             list the model configs and their parameter counts\n"
     "  compile            compile a model's train step to IR text or an artifact (.gptx)\n"
     "  inspect FILE.gptx  summarize an artifact or print one of its sections\n"
+    "  report [FILE.gptx] [--profile P.json] [--log RUN.jsonl] -o FILE.html\n"
+    "                     an HTML page of the step's kernels, arena and remat, and of runs\n"
     "  verify FILE.ir     parse and verify IR text; print ok or the first error\n"
     "  eval FILE.ir       evaluate the entry computation on random inputs\n"
     "  export-hf CKPT_DIR OUT_DIR\n"
@@ -167,6 +171,7 @@ int Main(int argc, char** argv) {
   if (command == "models") return tools::ModelsCommand(argc, argv);
   if (command == "compile") return tools::CompileCommand(argc, argv);
   if (command == "inspect") return tools::InspectCommand(argc, argv);
+  if (command == "report") return tools::ReportCommand(argc, argv);
   if (command == "verify") return Verify(argc, argv);
   if (command == "eval") return Eval(argc, argv);
   if (command == "export-hf") return tools::ExportHfCommand(argc, argv);

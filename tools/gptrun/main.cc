@@ -159,17 +159,28 @@ Flags DeclareFlags() {
             "remove the checkpoints of another run from --ckpt-dir (a run refuses a directory "
             "holding them)")
       .Requires("ckpt-dir")
-      .Value("log", "FILE.jsonl", "one JSON line per step, validation, sample and checkpoint");
+      .Value("log", "FILE.jsonl", "one JSON line per step, validation, sample and checkpoint")
+      .Value("report", "FILE.html",
+             "an HTML page of the step's kernels and arena and of this run's curves, written at "
+             "each checkpoint and at the end (docs/REPORTS.md; gptc report draws several runs)")
+      .Value("tensorboard", "DIR",
+             "also write loss, val_loss, lr, grad_norm, tok_s and mfu as a TensorBoard event "
+             "file in DIR");
   return flags;
 }
 
-// --autotune and --profile-json into `o`.
+// --autotune, --profile-json and --report into `o`.
 Status ReadTuningFlags(const Flags& flags, TrainOptions& o) {
   o.profile_json = flags.Get("profile-json");
   const std::string autotune = flags.Get("autotune");
   const std::optional<rt::gpu::AutotuneMode> mode = rt::gpu::ParseAutotuneMode(autotune);
   if (!mode) return Error("--autotune must be off, cached or on, got '{}'", autotune);
   o.autotune = *mode;
+  o.report_path = flags.Get("report");
+  o.tensorboard_dir = flags.Get("tensorboard");
+  if (!o.report_path.empty()) {
+    RETURN_IF_ERROR(CheckOutputTarget(o.report_path).WithPrefix("--report"));
+  }
   if (o.profile_json.empty()) return Status::Ok();
   return CheckOutputTarget(o.profile_json).WithPrefix("--profile-json");
 }

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -31,7 +32,9 @@
 #include "tools/gptrun/checkpoint_dir.h"
 #include "tools/gptrun/devices.h"
 #include "tools/gptrun/distributed.h"
+#include "tools/gptrun/run_report.h"
 #include "tools/gptrun/sampler.h"
+#include "tools/gptrun/tensorboard.h"
 
 namespace gptc::tools {
 
@@ -139,12 +142,19 @@ class JsonLog {
     return log;
   }
   JsonLog() = default;
-  JsonLog(JsonLog&& o) noexcept : file_(o.file_), path_(std::move(o.path_)) { o.file_ = nullptr; }
+  JsonLog(JsonLog&& o) noexcept
+      : file_(o.file_), path_(std::move(o.path_)), mirrors_(std::move(o.mirrors_)) {
+    o.file_ = nullptr;
+  }
   JsonLog& operator=(JsonLog&&) = delete;
   ~JsonLog() {
     if (file_ != nullptr) std::fclose(file_);
   }
+  // Every event also goes to `to` (gptrun --report, --tensorboard), with or
+  // without a file.
+  void Mirror(std::function<void(const json&)> to) { mirrors_.push_back(std::move(to)); }
   void Write(const json& event) {
+    for (const auto& to : mirrors_) to(event);
     if (file_ == nullptr || !status_.ok()) return;
     std::string line = event.dump() + "\n";
     errno = 0;
@@ -159,6 +169,7 @@ class JsonLog {
  private:
   std::FILE* file_ = nullptr;
   std::string path_;
+  std::vector<std::function<void(const json&)>> mirrors_;
   Status status_;
 };
 
@@ -226,6 +237,8 @@ class TrainRun {
       if (!written.ok()) return Abort(1, written.WithPrefix("--profile-json"));
     }
     if (!log_->status().ok()) return Abort(1, log_->status());
+    if (tensorboard_ && !tensorboard_->status().ok()) return Abort(1, tensorboard_->status());
+    if (Status s = WriteReport(); !s.ok()) return Abort(1, s);
     return Finish();
   }
 
@@ -237,6 +250,10 @@ class TrainRun {
   int Abort(int code, const Status& s) {
     if (dist_) dist_->Abort(s);
     return Fail(code, s);
+  }
+  Status WriteReport() {
+    if (!report_ || !report_->enabled()) return Status::Ok();
+    return report_->Write(*artifact_, o_.artifact, *trainer_, trainer_->DeviceName());
   }
   int Finish() {
     if (Status s = dist_->Finish(); !s.ok()) return Abort(1, s);
@@ -327,6 +344,15 @@ class TrainRun {
     StatusOr<JsonLog> log = JsonLog::Open(o_.bench || !dist_->leader() ? "" : o_.log_path);
     if (!log.ok()) return Abort(1, log.status());
     log_.emplace(std::move(log).value());
+    report_.emplace(dist_->leader() ? o_.report_path : "",
+                    o_.log_path.empty() ? "this run" : fs::path(o_.log_path).filename().string());
+    log_->Mirror([this](const json& event) { report_->Record(event); });
+    if (!o_.tensorboard_dir.empty() && dist_->leader()) {
+      StatusOr<TensorBoardWriter> tb = TensorBoardWriter::Open(o_.tensorboard_dir);
+      if (!tb.ok()) return Abort(1, tb.status());
+      tensorboard_.emplace(std::move(tb).value());
+      log_->Mirror([this](const json& event) { tensorboard_->Write(event); });
+    }
     console_.set_quiet(o_.quiet || !dist_->leader());
     if (writes_checkpoints) {
       // A save that a killed run left half-written (Note [checkpoint housekeeping]).
@@ -549,7 +575,7 @@ class TrainRun {
     log_->Write(json{{"event", "checkpoint"},
                      {"step", step},
                      {"dir", (fs::path(o_.ckpt_dir) / StepDirName(step)).string()}});
-    return Status::Ok();
+    return WriteReport();
   }
 
   // One step's line and log event.
@@ -716,6 +742,8 @@ class TrainRun {
   std::string run_id_;
   bool resumed_ = false;
   rt::DataSource data_source_;
+  std::optional<RunReport> report_;  // before log_, whose mirrors point to them
+  std::optional<TensorBoardWriter> tensorboard_;
   std::optional<JsonLog> log_;
   Console console_;
   std::unique_ptr<rt::Trainer> trainer_;

