@@ -81,6 +81,10 @@ expect rule-gpu-cpu 2 '^gptrun: --gpu does not apply to --device cpu$' \
   "$gptrun" t.gptx "${train[@]}" --device cpu --gpu 1
 expect rule-emu-checks 2 '^gptrun: --emu-checks applies with --device emu$' \
   "$gptrun" t.gptx "${train[@]}" --emu-checks off
+expect report-dir 2 '^gptrun: --report /nonexistent/r\.html: /nonexistent is not a directory$' \
+  "$gptrun" t.gptx "${train[@]}" --report /nonexistent/r.html
+expect tensorboard-dir 2 '^gptrun: --tensorboard: /proc/gptc-tb: cannot create it' \
+  "$gptrun" t.gptx "${train[@]}" --tensorboard /proc/gptc-tb
 expect rule-no-codegen-emu 2 '^gptc: --no-codegen and --emu contradict$' \
   "$gptc" compile --model gpt2-tiny --no-codegen --emu -o x.gptx
 expect rule-logits 2 '^gptc: --logits and --no-logits contradict$' \

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -179,7 +180,15 @@ Status ReadTuningFlags(const Flags& flags, TrainOptions& o) {
   o.report_path = flags.Get("report");
   o.tensorboard_dir = flags.Get("tensorboard");
   if (!o.report_path.empty()) {
+    // Refused before the run, not after its last step.
     RETURN_IF_ERROR(CheckOutputTarget(o.report_path).WithPrefix("--report"));
+    const std::filesystem::path dir = std::filesystem::path(o.report_path).parent_path();
+    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+      return Error("--report {}: {} is not a directory", o.report_path, dir.string());
+    }
+  }
+  if (!o.tensorboard_dir.empty()) {
+    RETURN_IF_ERROR(CheckWritableDirectory(o.tensorboard_dir).WithPrefix("--tensorboard"));
   }
   if (o.profile_json.empty()) return Status::Ok();
   return CheckOutputTarget(o.profile_json).WithPrefix("--profile-json");

@@ -44,7 +44,7 @@ Status RunReport::Write(const program::Artifact& artifact, std::string_view arti
       input.profile = &*profile;
     }
   }
-  return report::WriteReport(path_, input).WithPrefix("--report " + path_);
+  return report::WriteReport(path_, input).WithPrefix("--report");
 }
 
 }  // namespace gptc::tools
