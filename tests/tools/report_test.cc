@@ -32,7 +32,8 @@ class ReportTest : public ::testing::Test {
     fs::create_directories(*dir_);
     for (const auto& [name, flags] :
          {std::pair{"tiny", "--emu"}, std::pair{"remat", "--emu --remat block:0,none:1"},
-          std::pair{"nocodegen", "--no-codegen"}}) {
+          std::pair{"nocodegen", "--no-codegen"},
+          std::pair{"auto", "--remat auto --memory-budget 76.5MiB"}}) {
       const testing::CommandResult r =
           RunCommand(std::string(GPTC_BIN) + " compile --model gpt2-tiny " + flags + " -o " +
                          (*dir_ / (std::string(name) + ".gptx")).string(),
@@ -144,10 +145,20 @@ TEST_F(ReportTest, RematPerLayerFromThePlanPerBlock) {
   EXPECT_EQ(layers[0]["recomputed_names"].size(), layers[0]["recomputed"].get<size_t>());
 }
 
+TEST_F(ReportTest, RematPerLayerFromThePlanAutoChose) {
+  const json data = Data(Read("auto"));
+  const json& remat = data["artifact"]["remat"];
+  EXPECT_EQ(remat["plan"], "auto: wide:0,none:1");
+  ASSERT_EQ(remat["layers"].size(), 2u);
+  EXPECT_EQ(remat["layers"][0]["policy"], "wide");
+  EXPECT_EQ(remat["layers"][1]["policy"], "none");
+}
+
 TEST_F(ReportTest, NoCodegenArtifactHasNoPlanButAPage) {
   const json data = Data(Read("nocodegen"));
   EXPECT_FALSE(data["artifact"]["has_plan"].get<bool>());
   EXPECT_TRUE(data["artifact"]["thunks"].empty());
+  EXPECT_EQ(data["artifact"]["remat"]["layers"].size(), 2u);  // the policies, without kernels
   EXPECT_NE(data["artifact"]["note"].get<std::string>().find("--no-codegen"), std::string::npos);
 }
 

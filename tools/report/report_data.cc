@@ -291,8 +291,10 @@ json ArenaData(const EntryPlan& e) {
 }
 
 // The policy of each layer by the remat flag: one policy for all
-// ("block"), or a plan per block ("block:0-5,none:6-11").
-std::vector<std::string> LayerPolicies(const std::string& remat, int64_t layers) {
+// ("block"), a plan per block ("block:0-5,none:6-11"), or the plan
+// --remat auto chose ("auto: wide:0,none:1").
+std::vector<std::string> LayerPolicies(std::string remat, int64_t layers) {
+  if (remat.starts_with("auto: ")) remat = remat.substr(6);
   std::vector<std::string> policies(std::max<int64_t>(layers, 0), remat);
   if (remat.find(':') == std::string::npos) return policies;
   size_t at = 0;
@@ -369,7 +371,7 @@ StatusOr<json> ArtifactData(const ReportInput& in) {
       {"thunks", json::array()},
       {"groups", json::array()},
       {"arena", nullptr},
-      {"remat", {{"plan", m.flags.remat}, {"layers", json::array()}}}};
+      {"remat", RematData(m, json::array())}};
   if (in.profile != nullptr) {
     data["profile"] = {{"steps", in.profile->value("steps", 0)},
                        {"device", in.profile->value("device", "")},
