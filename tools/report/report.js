@@ -247,9 +247,10 @@ function kindClass(t) {
   if (k === 'gemm' || f === 'gemm' || f.includes('matmul')) return 'gemm';
   if (k === 'all_reduce') return 'collective';
   if (f.includes('attention')) return 'attention';
-  if (f.includes('reduc') || f.includes('softmax') || f.includes('norm')) return 'reduction';
+  if (f.includes('reduc') || f.includes('softmax') || f.includes('norm') || f === 'cross_entropy') return 'reduction';
   if (k === 'copy' || k === 'constant' || /gather|scatter|copy|transpose|slice|concat/.test(f)) return 'memory';
-  if (f === 'loop' || f.includes('elementwise') || f === 'input' || f === 'output') return 'elementwise';
+  // The fused AdamW update is one elementwise pass over every parameter.
+  if (f === 'loop' || f.includes('elementwise') || f === 'optimizer' || f === 'input' || f === 'output') return 'elementwise';
   return 'other';
 }
 function kindText(t) { return (t.kind || '?') + (t.fusion_kind && t.fusion_kind !== t.kind ? ' · ' + t.fusion_kind : ''); }
