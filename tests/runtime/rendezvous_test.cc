@@ -84,7 +84,10 @@ TEST(RendezvousTest, ARankThatNeverComesTimesOutEveryRank) {
   });
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_LT(seconds, 3.0);
-  EXPECT_TRUE(Contains(status[0], "rendezvous: rank 0 waited 1.0 s on port ")) << status[0];
+  // The time waited is measured: 1.0 s, or a little more on a busy machine.
+  EXPECT_TRUE(
+      std::regex_search(status[0], std::regex("rendezvous: rank 0 waited 1\\.[0-9] s on port ")))
+      << status[0];
   EXPECT_TRUE(Contains(status[0], "but rank 2 of 3 never joined (timed out)")) << status[0];
   // Rank 1 was connected: rank 0 tells it why, it does not wait on its own.
   EXPECT_TRUE(Contains(status[1], "rendezvous: rank 1 waiting for rank 0 at 127.0.0.1:"))

@@ -143,6 +143,12 @@ TEST_F(ReportTest, RematPerLayerFromThePlanPerBlock) {
   EXPECT_GT(layers[0]["recomputed"].get<int64_t>(), 0);
   EXPECT_EQ(layers[1]["recomputed"].get<int64_t>(), 0);
   EXPECT_EQ(layers[0]["recomputed_names"].size(), layers[0]["recomputed"].get<size_t>());
+  // Under none a layer keeps its activations for the backward; under block
+  // it recomputes them from its input instead.
+  EXPECT_GT(layers[1]["kept_bytes"].get<int64_t>(), layers[0]["kept_bytes"].get<int64_t>());
+  int64_t listed = 0;
+  for (const json& k : layers[1]["kept"]) listed += k["bytes"].get<int64_t>();
+  EXPECT_EQ(listed, layers[1]["kept_bytes"].get<int64_t>());
 }
 
 TEST_F(ReportTest, RematPerLayerFromThePlanAutoChose) {

@@ -28,7 +28,8 @@
 //                     "positions": [thunk name per position],
 //                     "peak": {"position", "bytes",
 //                              "buffers": [ {"name", "shape", "category", "bytes", "source"} ]}},
-//    "remat": {"plan", "layers": [ {"layer", "policy", "kernels", "recomputed", "recomputed_names"} ]}
+//    "remat": {"plan", "layers": [ {"layer", "policy", "kernels", "recomputed", "recomputed_names",
+//                                    "kept_bytes", "kept": [ {"name", "shape", "bytes"} ]} ]}
 //  },
 //  "runs": [ {"name", "steps": [ {"step", "loss", "lr", "norm", "ms", "tok_s", "mfu"} ],
 //             "val": [ {"step", "val_loss"} ]} ]
@@ -728,12 +729,19 @@ function renderRemat(body, ctx) {
     const layers = arr(rm.layers);
     if (!layers.length) parts.push('<div class="note">No per-layer rematerialisation data.</div>');
     else {
-      parts.push('<table class="data compact" id="remat-table"><thead><tr><th class="num">layer</th><th>policy</th><th class="num">kernels</th><th class="num">recomputed</th><th>recomputed kernels</th></tr></thead><tbody>' +
+      // Kept: the layer's activations still live when the backward starts;
+      // recomputed: what its backward runs again instead of keeping.
+      const names = (list, fmt) => list.length
+        ? `<details><summary>${list.length} buffer${list.length === 1 ? '' : 's'}</summary><ul class="names">${list.map((x) => `<li>${fmt(x)}</li>`).join('')}</ul></details>`
+        : '<span class="muted">–</span>';
+      parts.push('<table class="data compact" id="remat-table"><thead><tr><th class="num">layer</th><th>policy</th><th class="num">kernels</th><th class="num">kept for the backward</th><th>kept buffers</th><th class="num">recomputed</th><th>recomputed kernels</th></tr></thead><tbody>' +
         layers.map((l) => {
-          const nm = arr(l.recomputed_names);
+          const nm = arr(l.recomputed_names), kept = arr(l.kept).filter((k) => k && typeof k === 'object');
           return `<tr class="rrow"><td class="num">${esc(l.layer)}</td><td><span class="policy policy-${cssKey(l.policy)}">${esc(l.policy)}</span></td>` +
-            `<td class="num">${esc(isNum(l.kernels) ? l.kernels : '–')}</td><td class="num">${esc(isNum(l.recomputed) ? l.recomputed : '–')}</td>` +
-            `<td>${nm.length ? `<details><summary>${nm.length} name${nm.length === 1 ? '' : 's'}</summary><ul class="names">${nm.map((x) => `<li>${esc(x)}</li>`).join('')}</ul></details>` : '<span class="muted">–</span>'}</td></tr>`;
+            `<td class="num">${esc(isNum(l.kernels) ? l.kernels : '–')}</td><td class="num">${esc(isNum(l.kept_bytes) ? fmtBytes(l.kept_bytes) : '–')}</td>` +
+            `<td>${names(kept, (k) => `${esc(k.name)} <code>${esc(k.shape)}</code> ${esc(fmtBytes(k.bytes))}`)}</td>` +
+            `<td class="num">${esc(isNum(l.recomputed) ? l.recomputed : '–')}</td>` +
+            `<td>${nm.length ? `<details><summary>${nm.length} kernel${nm.length === 1 ? '' : 's'}</summary><ul class="names">${nm.map((x) => `<li>${esc(x)}</li>`).join('')}</ul></details>` : '<span class="muted">–</span>'}</td></tr>`;
         }).join('') + '</tbody></table>');
     }
   }

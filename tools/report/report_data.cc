@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include "compiler/program/param.h"
 #include "compiler/program/plan.h"
@@ -338,6 +339,39 @@ json RematData(const program::Manifest& m, const json& rows) {
   return {{"plan", m.flags.remat}, {"layers", std::move(layers)}};
 }
 
+// What each layer keeps for its backward: the activations of layer N's
+// forward still live when the backward starts (the first "grad." thunk),
+// largest first. Remat trades these bytes for recomputation.
+void AddKeptActivations(const EntryPlan& e, json& layers) {
+  int64_t boundary = -1;
+  for (const Thunk& t : e.thunks) {
+    if (t.meta.starts_with("grad.")) {
+      boundary = t.index;
+      break;
+    }
+  }
+  for (json& layer : layers) {
+    layer["kept_bytes"] = 0;
+    layer["kept"] = json::array();
+  }
+  if (boundary < 0) return;
+  std::map<int64_t, const program::PlanBuffer*> by_id;
+  for (const program::PlanBuffer& b : e.buffers) by_id[b.id] = &b;
+  std::vector<std::tuple<int64_t, int64_t, std::string, std::string>> kept;  // bytes, layer, ...
+  for (const auto& [id, l] : BufferLives(e)) {
+    if (l.category != 3 || l.first < 0 || l.first >= boundary || l.last < boundary) continue;
+    const Placement p = Place(l.source);
+    if (p.layer < 0 || p.layer >= static_cast<int64_t>(layers.size())) continue;
+    kept.emplace_back(by_id[id]->slice.size, p.layer, by_id[id]->name, by_id[id]->shape);
+  }
+  std::sort(kept.begin(), kept.end(), std::greater<>());
+  for (const auto& [bytes, l, name, shape] : kept) {
+    json& layer = layers[l];
+    layer["kept_bytes"] = layer["kept_bytes"].get<int64_t>() + bytes;
+    layer["kept"].push_back({{"name", name}, {"shape", shape}, {"bytes", bytes}});
+  }
+}
+
 StatusOr<json> ArtifactData(const ReportInput& in) {
   const program::Artifact& a = *in.artifact;
   const program::Manifest& m = a.manifest;
@@ -384,6 +418,7 @@ StatusOr<json> ArtifactData(const ReportInput& in) {
   data["groups"] = GroupRows(data["thunks"]);
   if (!entries.empty()) data["arena"] = ArenaData(*entries.front());
   data["remat"] = RematData(m, data["thunks"]);
+  if (!entries.empty()) AddKeptActivations(*entries.front(), data["remat"]["layers"]);
   return data;
 }
 
