@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -306,9 +306,14 @@ std::vector<std::string> LayerPolicies(std::string remat, int64_t layers) {
     at = comma + 1;
     const size_t colon = part.find(':');
     if (colon == std::string::npos) continue;
-    int64_t lo = -1, hi = -1;
+    // "a-b" or "a": the blocks the policy covers.
     const std::string range = part.substr(colon + 1);
-    if (std::sscanf(range.c_str(), "%ld-%ld", &lo, &hi) == 1) hi = lo;
+    const char* end = range.data() + range.size();
+    int64_t lo = -1, hi = -1;
+    const auto [next, error] = std::from_chars(range.data(), end, lo);
+    if (error != std::errc()) continue;
+    hi = lo;
+    if (next != end && *next == '-') std::from_chars(next + 1, end, hi);
     for (int64_t l = std::max<int64_t>(lo, 0); l <= hi && l < layers; ++l) {
       policies[l] = part.substr(0, colon);
     }
