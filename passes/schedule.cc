@@ -115,6 +115,18 @@ BufferUse CountBufferUse(const analysis::LogicalBuffers& lb, const ir::Computati
   return use;
 }
 
+// Fills each instruction's successors; returns how many predecessors each
+// waits for.
+std::vector<int64_t> Successors(const std::vector<std::vector<int64_t>>& preds,
+                                std::vector<std::vector<int64_t>>& successors) {
+  std::vector<int64_t> pending(preds.size(), 0);
+  for (size_t i = 0; i < preds.size(); ++i) {
+    pending[i] = static_cast<int64_t>(preds[i].size());
+    for (int64_t p : preds[i]) successors[p].push_back(static_cast<int64_t>(i));
+  }
+  return pending;
+}
+
 }  // namespace
 
 std::vector<ir::Instruction*> MemoryGreedyOrder(const ir::Computation& computation) {
@@ -129,13 +141,8 @@ std::vector<ir::Instruction*> MemoryGreedyOrder(const ir::Computation& computati
   std::vector<int64_t>& remaining = use.remaining;
   const std::vector<int64_t>& allocates = use.allocates;
 
-  std::vector<std::vector<int64_t>> preds = Predecessors(original, position);
   std::vector<std::vector<int64_t>> successors(n);
-  std::vector<int64_t> pending(n, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    pending[i] = static_cast<int64_t>(preds[i].size());
-    for (int64_t p : preds[i]) successors[p].push_back(i);
-  }
+  std::vector<int64_t> pending = Successors(Predecessors(original, position), successors);
 
   // Note [incremental greedy]: an instruction's net is what it allocates
   // less the buffers it reads last. The net of a waiting instruction only
