@@ -28,7 +28,7 @@ Flags ReportFlags() {
              "measured times: gptrun --profile --profile-json FILE on this artifact")
       .Value("log", "RUN.jsonl", "a gptrun --log file; repeat for several runs")
       .Value("gpu", "h100|h200|a100", "the GPU whose peaks give the rooflines", "h100")
-      .Value("o", "FILE", "the page to write")
+      .Value("output", "FILE", "the page to write")
       .Short('o');
   return flags;
 }
@@ -50,7 +50,7 @@ int ReportCommand(int argc, char** argv) {
     return Fail(2, Error("report: one artifact at most, got '{}' and '{}'", flags.positional()[0],
                          flags.positional()[1]));
   }
-  const std::string out = flags.Get("o");
+  const std::string out = flags.Get("output");
   if (out.empty()) return Fail(2, Error("report: -o FILE is required"));
   const std::vector<std::string> logs = flags.GetAll("log");
   if (flags.positional().empty() && logs.empty()) {
