@@ -34,13 +34,16 @@ run() {  # a command that must succeed; its output kept in OUT/NAME.log
 
 # Loads PAGE in Chromium; writes PAGE.dom (the DOM after its scripts ran)
 # and PAGE.png; checks it rendered without a JavaScript error.
+# A profile of its own in OUT and no /dev/shm: CI containers run it as root,
+# with a small /dev/shm and perhaps no writable home.
+chrome=(--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars
+        "--user-data-dir=$PWD/chromium-profile")
 browse() {
   local page=$1
-  timeout 60 "$browser" --headless --no-sandbox --disable-gpu --hide-scrollbars \
-    --dump-dom "file://$PWD/$page" >"$page.dom" 2>"$page.browser.log"
-  timeout 60 "$browser" --headless --no-sandbox --disable-gpu --hide-scrollbars \
-    --window-size=1400,3200 --screenshot="$PWD/$page.png" "file://$PWD/$page" \
-    >/dev/null 2>>"$page.browser.log"
+  timeout 60 "$browser" "${chrome[@]}" --dump-dom "file://$PWD/$page" >"$page.dom" \
+    2>"$page.browser.log"
+  timeout 60 "$browser" "${chrome[@]}" --window-size=1400,3200 --screenshot="$PWD/$page.png" \
+    "file://$PWD/$page" >/dev/null 2>>"$page.browser.log"
   grep -q 'data-ready="1"' "$page.dom" || fail "$page: the page's script did not finish"
   if grep -o 'data-js-errors="[^"]*"' "$page.dom"; then fail "$page: JavaScript errors"; fi
   [[ -s $page.png ]] || fail "$page: no screenshot"
