@@ -23,4 +23,14 @@ std::optional<GpuSpec> FindGpuSpec(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<GpuSpec> GpuSpecOfDevice(std::string_view device_name) {
+  for (const GpuSpec& g : {GpuSpec::H200(), GpuSpec::H100(), GpuSpec::A100()}) {
+    std::string upper = g.name;
+    std::transform(upper.begin(), upper.end(), upper.begin(),
+                   [](unsigned char c) { return std::toupper(c); });
+    if (device_name.find(upper) != std::string_view::npos) return g;
+  }
+  return std::nullopt;
+}
+
 }  // namespace gptc::program

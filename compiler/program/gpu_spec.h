@@ -30,6 +30,9 @@ struct GpuSpec {
 
 // "h100", "h200" or "a100" (case-insensitive); nullopt otherwise.
 std::optional<GpuSpec> FindGpuSpec(std::string_view name);
+// The card a device name the driver reports names ("NVIDIA H100 80GB HBM3"),
+// or nullopt for another one.
+std::optional<GpuSpec> GpuSpecOfDevice(std::string_view device_name);
 
 }  // namespace gptc::program
 

@@ -13,9 +13,7 @@ namespace {
 // The rooflines of the card the run is on; an H100's elsewhere (the CPU
 // device, the emulator), as gptc compile's fusion report assumes.
 program::GpuSpec RooflineGpu(std::string_view device_name) {
-  if (device_name.find("H200") != std::string_view::npos) return program::GpuSpec::H200();
-  if (device_name.find("A100") != std::string_view::npos) return program::GpuSpec::A100();
-  return program::GpuSpec::H100();
+  return program::GpuSpecOfDevice(device_name).value_or(program::GpuSpec::H100());
 }
 
 }  // namespace

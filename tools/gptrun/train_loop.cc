@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "compiler/program/container.h"
+#include "compiler/program/gpu_spec.h"
 #include "compiler/support/file.h"
 #include "compiler/support/text.h"
 #include "runtime/checkpoint.h"
@@ -187,11 +188,8 @@ double FlopsPerToken(const rt::LoadedProgram& p) {
 }  // namespace
 
 double KnownPeakTflops(std::string_view device_name) {
-  // Dense bf16 tensor-core peaks (no sparsity), SXM parts.
-  if (device_name.find("H200") != std::string_view::npos) return 989.0;
-  if (device_name.find("H100") != std::string_view::npos) return 989.0;
-  if (device_name.find("A100") != std::string_view::npos) return 312.0;
-  return 0.0;
+  const std::optional<program::GpuSpec> gpu = program::GpuSpecOfDevice(device_name);
+  return gpu ? gpu->peak_tflops : 0.0;
 }
 
 namespace {
