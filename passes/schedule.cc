@@ -28,9 +28,8 @@ int64_t Aligned(int64_t bytes) {
 // in the entry computation (a kernel's own order is not about memory), the
 // greedy order defers a recomputation that allocates until nothing else is
 // ready, and the depth-first order visits recomputed operands last. A
-// recomputation that frees memory is not deferred. gpt2-124m b16 under
-// block:0-3,dots:4-7,none:8-11: arena 7.46 -> 7.10 GiB; uniform plans
-// unchanged.
+// recomputation that frees memory is not deferred (docs/PERFORMANCE.md has
+// what it saves).
 bool IsRecompute(const ir::Instruction& inst) { return inst.role().phase == ir::Phase::kRemat; }
 
 // Whether Note [late recompute] applies: in the entry computation.
@@ -214,10 +213,11 @@ std::vector<ir::Instruction*> DepthFirstOrder(const ir::Computation& computation
   std::vector<std::vector<int64_t>> preds = Predecessors(original, position);
   const int64_t n = static_cast<int64_t>(original.size());
   // Note [late recompute]: a recomputation's subtree after the rest.
-  for (std::vector<int64_t>& p : preds) {
-    if (!DefersRecompute(computation)) break;
-    std::stable_partition(p.begin(), p.end(),
-                          [&](int64_t q) { return !IsRecompute(*original[q]); });
+  if (DefersRecompute(computation)) {
+    for (std::vector<int64_t>& p : preds) {
+      std::stable_partition(p.begin(), p.end(),
+                            [&](int64_t q) { return !IsRecompute(*original[q]); });
+    }
   }
   std::vector<ir::Instruction*> order;
   order.reserve(n);
