@@ -201,6 +201,7 @@ int NameCategory(std::string_view name) {
 }
 
 struct BufferLife {
+  const program::PlanBuffer* buffer = nullptr;
   int64_t first = -1, last = -1;
   int category = 3;
   std::string source;  // the slot's name, or the scope of its first thunk
@@ -210,7 +211,9 @@ struct BufferLife {
 // last use; inputs from the start, outputs to the end.
 std::map<int64_t, BufferLife> BufferLives(const EntryPlan& e) {
   std::map<int64_t, BufferLife> lives;
-  for (const program::PlanBuffer& b : e.buffers) lives[b.id].category = NameCategory(b.name);
+  for (const program::PlanBuffer& b : e.buffers) {
+    lives[b.id] = {.buffer = &b, .category = NameCategory(b.name)};
+  }
   const int64_t end = std::max<int64_t>(static_cast<int64_t>(e.thunks.size()) - 1, 0);
   for (const Thunk& t : e.thunks) {
     for (const program::ArenaSlice* s : program::ThunkSlices(t)) {
@@ -243,16 +246,13 @@ std::map<int64_t, BufferLife> BufferLives(const EntryPlan& e) {
 
 // The arena of `e` over its schedule: bytes live per category at each
 // thunk, and what is live at the peak, largest first.
-json ArenaData(const EntryPlan& e) {
-  const std::map<int64_t, BufferLife> lives = BufferLives(e);
+json ArenaData(const EntryPlan& e, const std::map<int64_t, BufferLife>& lives) {
   const size_t n = e.thunks.size();
   std::vector<std::array<int64_t, 5>> live(n, std::array<int64_t, 5>{});
-  std::map<int64_t, const program::PlanBuffer*> by_id;
-  for (const program::PlanBuffer& b : e.buffers) by_id[b.id] = &b;
   for (const auto& [id, l] : lives) {
     if (l.first < 0) continue;
     for (int64_t i = l.first; i <= l.last && i < static_cast<int64_t>(n); ++i) {
-      live[i][l.category] += by_id[id]->slice.size;
+      live[i][l.category] += l.buffer->slice.size;
     }
   }
   size_t peak = 0;
@@ -269,14 +269,14 @@ json ArenaData(const EntryPlan& e) {
   for (const auto& [id, l] : lives) {
     if (l.first >= 0 && l.first <= static_cast<int64_t>(peak) &&
         static_cast<int64_t>(peak) <= l.last) {
-      at_peak.emplace_back(by_id[id]->slice.size, id);
+      at_peak.emplace_back(l.buffer->slice.size, id);
     }
   }
   std::sort(at_peak.begin(), at_peak.end(), std::greater<>());
   json buffers = json::array();
   for (const auto& [bytes, id] : at_peak) {
-    const program::PlanBuffer& b = *by_id[id];
     const BufferLife& l = lives.at(id);
+    const program::PlanBuffer& b = *l.buffer;
     buffers.push_back({{"name", b.name},
                        {"shape", b.shape},
                        {"category", kCategories[l.category]},
@@ -347,7 +347,8 @@ json RematData(const program::Manifest& m, const json& rows) {
 // What each layer keeps for its backward: the activations of layer N's
 // forward still live when the backward starts (the first "grad." thunk),
 // largest first. Remat trades these bytes for recomputation.
-void AddKeptActivations(const EntryPlan& e, json& layers) {
+void AddKeptActivations(const EntryPlan& e, const std::map<int64_t, BufferLife>& lives,
+                        json& layers) {
   int64_t boundary = -1;
   for (const Thunk& t : e.thunks) {
     if (t.meta.starts_with("grad.")) {
@@ -360,14 +361,12 @@ void AddKeptActivations(const EntryPlan& e, json& layers) {
     layer["kept"] = json::array();
   }
   if (boundary < 0) return;
-  std::map<int64_t, const program::PlanBuffer*> by_id;
-  for (const program::PlanBuffer& b : e.buffers) by_id[b.id] = &b;
   std::vector<std::tuple<int64_t, int64_t, std::string, std::string>> kept;  // bytes, layer, ...
-  for (const auto& [id, l] : BufferLives(e)) {
+  for (const auto& [id, l] : lives) {
     if (l.category != 3 || l.first < 0 || l.first >= boundary || l.last < boundary) continue;
     const Placement p = Place(l.source);
     if (p.layer < 0 || p.layer >= static_cast<int64_t>(layers.size())) continue;
-    kept.emplace_back(by_id[id]->slice.size, p.layer, by_id[id]->name, by_id[id]->shape);
+    kept.emplace_back(l.buffer->slice.size, p.layer, l.buffer->name, l.buffer->shape);
   }
   std::sort(kept.begin(), kept.end(), std::greater<>());
   for (const auto& [bytes, l, name, shape] : kept) {
@@ -421,9 +420,12 @@ StatusOr<json> ArtifactData(const ReportInput& in) {
   const std::vector<const EntryPlan*> entries = StepEntries(plan);
   data["thunks"] = ThunkRows(entries, in.gpu, in.profile);
   data["groups"] = GroupRows(data["thunks"]);
-  if (!entries.empty()) data["arena"] = ArenaData(*entries.front());
   data["remat"] = RematData(m, data["thunks"]);
-  if (!entries.empty()) AddKeptActivations(*entries.front(), data["remat"]["layers"]);
+  if (!entries.empty()) {
+    const std::map<int64_t, BufferLife> lives = BufferLives(*entries.front());
+    data["arena"] = ArenaData(*entries.front(), lives);
+    AddKeptActivations(*entries.front(), lives, data["remat"]["layers"]);
+  }
   return data;
 }
 
