@@ -34,15 +34,17 @@ run() {  # a command that must succeed; its output kept in OUT/NAME.log
 
 # Loads PAGE in Chromium; writes PAGE.dom (the DOM after its scripts ran)
 # and PAGE.png; checks it rendered without a JavaScript error.
-# A profile of its own in OUT and no /dev/shm: CI containers run it as root,
-# with a small /dev/shm and perhaps no writable home.
+# A profile (and a home, where it keeps caches) of its own in OUT and no
+# /dev/shm: CI containers run it as root, with a small /dev/shm and perhaps
+# no writable home; nothing is written outside OUT.
 chrome=(--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars
         "--user-data-dir=$PWD/chromium-profile")
 browse() {
   local page=$1
-  timeout 60 "$browser" "${chrome[@]}" --dump-dom "file://$PWD/$page" >"$page.dom" \
+  HOME="$PWD" timeout 60 "$browser" "${chrome[@]}" --dump-dom "file://$PWD/$page" >"$page.dom" \
     2>"$page.browser.log"
-  timeout 60 "$browser" "${chrome[@]}" --window-size=1400,3200 --screenshot="$PWD/$page.png" \
+  HOME="$PWD" timeout 60 "$browser" "${chrome[@]}" --window-size=1400,3200 \
+    --screenshot="$PWD/$page.png" \
     "file://$PWD/$page" >/dev/null 2>>"$page.browser.log"
   grep -q 'data-ready="1"' "$page.dom" || fail "$page: the page's script did not finish"
   if grep -o 'data-js-errors="[^"]*"' "$page.dom"; then fail "$page: JavaScript errors"; fi
