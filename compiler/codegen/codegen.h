@@ -49,12 +49,12 @@ struct CodegenOptions {
 struct HostKernel {
   std::string symbol;
   std::string object;
-  // It has a barrier, a shuffle, an mma or an ldmatrix: its block's threads
-  // must run as fibers.
+  // It has a barrier, a shuffle, an mma, an ldmatrix or a warpgroup
+  // instruction: its block's threads must run as fibers.
   bool uses_sync = false;
   int64_t shared_bytes = 0;  // static shared memory in the host layout
   // Sites in the code.
-  int64_t barriers = 0, shuffles = 0, mmas = 0, ldmatrices = 0, accesses = 0;
+  int64_t barriers = 0, shuffles = 0, mmas = 0, ldmatrices = 0, wgmmas = 0, accesses = 0;
   // Global atomics: the emulator runs its blocks one after another, in
   // order (Note [ordered atomics] in runtime/emu/grid_runner.h).
   int64_t atomics = 0;

@@ -6,6 +6,8 @@
 #include <optional>
 
 #include "compiler/codegen/host_math.h"
+#include "compiler/codegen/host_runtime.h"
+#include "compiler/codegen/host_warpgroup.h"
 #include "compiler/codegen/instruction_mix.h"
 #include "compiler/program/emu_abi.h"
 #include "llvm/Analysis/ValueTracking.h"
@@ -37,23 +39,6 @@ namespace emu = program::emu;  // the emulator ABI (compiler/program/emu_abi.h)
 using llvm::IRBuilder;
 using llvm::Type;
 using llvm::Value;
-
-// Field numbers of emu::EmuRuntime in its LLVM struct type (RuntimeType).
-// Metadata on the loads the rewriter adds itself.
-constexpr const char* kInternalMetadata = "gptc.emu.internal";
-
-enum RuntimeField : unsigned {
-  kAbiVersionField = 0,
-  kSpecialRegisterField,
-  kBarrierField,
-  kShuffleField,
-  kAccessField,
-  kSharedMemoryField,
-  kMathField,
-  kMmaField,
-  kLdmatrixField,
-  kBlockField,
-};
 
 void InitializeHost() {
   static std::once_flag once;
@@ -93,11 +78,6 @@ StatusOr<std::string> EmitObject(llvm::Module& module, llvm::TargetMachine& mach
   return std::string(object.str());
 }
 
-llvm::StructType* RuntimeType(llvm::LLVMContext& ctx) {
-  Type* ptr = llvm::PointerType::get(ctx, 0);
-  return llvm::StructType::get(
-      ctx, {Type::getInt32Ty(ctx), ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr});
-}
 
 // Round-to-nearest-even f32 -> bf16 of `x` (a float or a vector of floats),
 // as compiler/support/float_bits.h's F32ToBF16Bits: NaNs stay quiet NaNs.
@@ -136,9 +116,6 @@ class HostRewriter {
   // insertion point) and calls it.
   Value* CallRuntime(IRBuilder<>& b, RuntimeField field, llvm::FunctionType* type,
                      llvm::ArrayRef<Value*> args);
-  // Tags a load the rewriter added (of the runtime table or the checks
-  // flag), which InstrumentAccesses must not check.
-  void MarkInternal(llvm::Instruction* inst);
   Status ReplaceIntrinsics();
   // One call to an NVVM intrinsic or inline asm: its replacement, or an error.
   StatusOr<Value*> Emulate(llvm::CallInst& call, const std::string& name, bool is_asm);
@@ -163,6 +140,7 @@ class HostRewriter {
   llvm::GlobalVariable* runtime_ = nullptr;  // emu::kRuntimeSymbol
   llvm::GlobalVariable* checks_ = nullptr;   // emu::kChecksSymbol
   int64_t barriers_ = 0, shuffles_ = 0, mmas_ = 0, ldmatrices_ = 0, atomics_ = 0;
+  std::optional<HostWarpgroup> warpgroup_;  // the wgmma instructions (host_warpgroup.h)
   // Per function: the stack arrays passing a warp matrix instruction's
   // registers to the emulator and back.
   std::map<llvm::Function*, std::pair<Value*, Value*>> matrix_scratch_;
@@ -170,17 +148,7 @@ class HostRewriter {
 
 Value* HostRewriter::CallRuntime(IRBuilder<>& b, RuntimeField field, llvm::FunctionType* type,
                                  llvm::ArrayRef<Value*> args) {
-  Type* ptr = b.getPtrTy();
-  llvm::LoadInst* table = b.CreateLoad(ptr, runtime_, "emu.runtime");
-  Value* slot = b.CreateStructGEP(RuntimeType(ctx_), table, field);
-  llvm::LoadInst* fn = b.CreateLoad(ptr, slot);
-  MarkInternal(table);
-  MarkInternal(fn);
-  return b.CreateCall(type, fn, args);
-}
-
-void HostRewriter::MarkInternal(llvm::Instruction* inst) {
-  inst->setMetadata(kInternalMetadata, llvm::MDNode::get(ctx_, {}));
+  return codegen::CallRuntime(b, runtime_, field, type, args);
 }
 
 // Note [emulated intrinsics]
@@ -202,6 +170,10 @@ StatusOr<Value*> HostRewriter::Emulate(llvm::CallInst& call, const std::string& 
     IRBuilder<> b(&call);
     auto* asm_value = llvm::cast<llvm::InlineAsm>(call.getCalledOperand());
     const std::string text = asm_value->getAsmString();
+    if (std::optional<WarpgroupAsm> wg =
+            RecognizeWarpgroupAsm(text, asm_value->getConstraintString())) {
+      return warpgroup_->Emulate(call, *wg);
+    }
     if (text == "rcp.approx.ftz.f32 $0,$1;" && asm_value->getConstraintString() == "=f,f") {
       return FlushSubnormal(b, b.CreateFDiv(llvm::ConstantFP::get(call.getType(), 1.0),
                                             FlushSubnormal(b, call.getArgOperand(0))));
@@ -543,7 +515,7 @@ Status HostRewriter::InstrumentAccesses(int64_t& sites) {
     };
     std::vector<Site> list;
     for (llvm::Instruction& inst : llvm::instructions(f)) {
-      if (inst.getMetadata(kInternalMetadata) != nullptr) continue;
+      if (IsInternal(inst)) continue;
       Value* pointer = nullptr;
       Type* type = nullptr;
       uint32_t kind = 0;
@@ -714,10 +686,13 @@ Status HostRewriter::Run(const std::string& symbol, HostKernel& out) {
   checks_ =
       new llvm::GlobalVariable(m_, Type::getInt8Ty(ctx_), false, llvm::GlobalValue::ExternalLinkage,
                                nullptr, emu::kChecksSymbol);
+  warpgroup_.emplace(m_, runtime_);
   StripTargetAttributes();
   CountInstructions();
+  RETURN_IF_ERROR(warpgroup_->GuardAccumulators());
   RETURN_IF_ERROR(ReplaceIntrinsics());
   RETURN_IF_ERROR(PlaceSharedMemory(out.shared_bytes));
+  warpgroup_->RebaseSharedIntegers();
   RETURN_IF_ERROR(ExpandBF16());
   RETURN_IF_ERROR(InstrumentAccesses(out.accesses));
   AddWrapper(symbol);
@@ -727,7 +702,10 @@ Status HostRewriter::Run(const std::string& symbol, HostKernel& out) {
   out.mmas = mmas_;
   out.ldmatrices = ldmatrices_;
   out.atomics = atomics_;
-  out.uses_sync = barriers_ + shuffles_ + mmas_ + ldmatrices_ > 0;
+  out.wgmmas = warpgroup_->wgmmas();
+  out.uses_sync = barriers_ + shuffles_ + mmas_ + ldmatrices_ + out.wgmmas +
+                      warpgroup_->others() >
+                  0;
   return Status::Ok();
 }
 

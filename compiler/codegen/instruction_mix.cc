@@ -4,7 +4,9 @@
 #include <string_view>
 #include <utility>
 
+#include "compiler/codegen/wgmma_asm.h"
 #include "llvm/Analysis/ValueTracking.h"
+#include "llvm/IR/InlineAsm.h"
 #include "llvm/IR/BasicBlock.h"
 #include "llvm/IR/Instructions.h"
 #include "llvm/IR/IntrinsicInst.h"
@@ -58,7 +60,16 @@ bool IsIeeeSequence(const llvm::Instruction& inst) {
 // The class of a call, by its callee: NVVM intrinsics by their family, the
 // generic LLVM intrinsics by their type; bookkeeping intrinsics count nothing.
 std::optional<emu::InstructionClass> CallClass(const llvm::CallInst& call) {
-  if (call.isInlineAsm()) return emu::kFloatClass;  // libdevice's rcp.approx
+  if (call.isInlineAsm()) {
+    const auto* a = llvm::cast<llvm::InlineAsm>(call.getCalledOperand());
+    const std::optional<WarpgroupAsm> wg =
+        RecognizeWarpgroupAsm(a->getAsmString(), a->getConstraintString());
+    if (!wg) return emu::kFloatClass;  // libdevice's rcp.approx
+    if (wg->kind == WarpgroupAsm::Kind::kWgmma) return emu::kMmaClass;
+    // Note [wgmma registers]: the register fence selects no instruction.
+    if (wg->kind == WarpgroupAsm::Kind::kRegisterFence) return std::nullopt;
+    return emu::kControlClass;
+  }
   const llvm::Function* callee = call.getCalledFunction();
   if (callee == nullptr || !callee->isIntrinsic()) return emu::kControlClass;
   const std::string_view name(callee->getName().data(), callee->getName().size());

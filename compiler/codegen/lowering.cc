@@ -6,7 +6,10 @@
 
 #include "compiler/codegen/host_lowering.h"
 #include "compiler/codegen/kernel_emitter.h"
+#include "compiler/codegen/wgmma_asm.h"
 #include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/IR/InlineAsm.h"
+#include "llvm/IR/InstIterator.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
@@ -99,6 +102,22 @@ std::string Print(mlir::Operation* op) {
   return text;
 }
 
+// The warpgroup instructions (wgmma_asm.h) are .aligned: no pass may move
+// one into or out of control flow, as none may a barrier (LLVM has no
+// intrinsics for them, whose attributes would say so).
+void MarkWarpgroupAsmConvergent(llvm::Module& module) {
+  for (llvm::Function& f : module) {
+    for (llvm::Instruction& inst : llvm::instructions(f)) {
+      auto* call = llvm::dyn_cast<llvm::CallInst>(&inst);
+      if (call == nullptr || !call->isInlineAsm()) continue;
+      const auto* a = llvm::cast<llvm::InlineAsm>(call->getCalledOperand());
+      if (RecognizeWarpgroupAsm(a->getAsmString(), a->getConstraintString())) {
+        call->addFnAttr(llvm::Attribute::Convergent);
+      }
+    }
+  }
+}
+
 StatusOr<std::string> CompileLlvmModule(llvm::Module& module, const std::string& kernel_name,
                                         const CodegenOptions& options, std::string* llvm_ir,
                                         std::optional<HostKernel>* host) {
@@ -123,6 +142,7 @@ StatusOr<std::string> CompileLlvmModule(llvm::Module& module, const std::string&
   if (llvm::Linker::linkModules(module, std::move(*libdevice), llvm::Linker::LinkOnlyNeeded)) {
     return Error("libdevice {}: linking failed", options.libdevice_path);
   }
+  MarkWarpgroupAsmConvergent(module);
   llvm::internalizeModule(module,
                           [&](const llvm::GlobalValue& gv) { return gv.getName() == kernel_name; });
   // libdevice asks __nvvm_reflect("__CUDA_FTZ"): keep denormals (as nvcc's default).

@@ -96,6 +96,7 @@ PtxasInfo ParsePtxasLog(std::string_view log, std::string_view kernel_name) {
       R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
   std::smatch m;
   while (std::getline(in, line)) {
+    if (line.find("warning") != std::string::npos) info.warnings.push_back(line);
     if (std::regex_search(line, m, header)) {
       ours = m[2].str() == kernel_name;
       continue;

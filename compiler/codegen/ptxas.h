@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "compiler/support/status.h"
 
@@ -20,6 +21,9 @@ struct PtxasInfo {
   int64_t spill_stores = 0;  // bytes
   int64_t spill_loads = 0;   // bytes
   std::string cubin;         // the assembled object
+  // Its warnings, every kernel's ("ptxas warning : ... wgmma.mma_async
+  // instructions are serialized ...": a wgmma pipeline ptxas could not keep).
+  std::vector<std::string> warnings;
 };
 
 // The ptxas binary to use: `explicit_path` if non-empty, else

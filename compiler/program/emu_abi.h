@@ -6,8 +6,9 @@
 // A host kernel is the LLVM module the NVPTX backend receives, compiled for
 // x86-64 with only the GPU-specific parts replaced (Note [host kernels] in
 // host_lowering.h): special registers, barriers, warp shuffles, warp matrix
-// instructions (mma, ldmatrix), shared memory and directed-rounding math
-// become calls through the table below, and every global and shared memory
+// instructions (mma, ldmatrix), warpgroup instructions (wgmma and its fences,
+// groups and waits), shared memory and directed-rounding math become calls
+// through the table below, and every global and shared memory
 // access is preceded by a call to `access` while the library's checks flag
 // is set.
 //
@@ -28,8 +29,8 @@
 namespace gptc::program::emu {
 
 // 2: EmuRuntime::mma and ldmatrix. 3: `access` names its site. 4:
-// EmuRuntime::block.
-inline constexpr uint32_t kKernelAbiVersion = 4;
+// EmuRuntime::block. 5: EmuRuntime::wgmma, warpgroup and wgmma_read.
+inline constexpr uint32_t kKernelAbiVersion = 5;
 
 inline constexpr char kRuntimeSymbol[] = "gptc_emu_runtime";
 inline constexpr char kChecksSymbol[] = "gptc_emu_checks";
@@ -112,6 +113,37 @@ inline constexpr uint32_t kMmaFragmentRegs = kMmaARegs + kMmaBRegs + kMmaCRegs;
 inline constexpr uint32_t kLdmatrixTrans = 0x10;
 inline constexpr uint32_t kLdmatrixCountMask = 0xf;
 
+// Warpgroup matrix multiply-accumulates (PTX ISA, "wgmma.mma_async"), as
+// EmuRuntime::wgmma's `op`: D (64 x N, f32) = A (64 x 16) * B (16 x N) + C,
+// A from registers (kWgmmaRegisterA, the RS form) or shared memory, B from
+// shared memory, each through a matrix descriptor (Note [emulated warpgroup
+// matrix operations] in runtime/emu/warpgroup_matrix.h).
+inline constexpr uint32_t kWgmmaNMask = 0x1ff;  // N: a multiple of 8, 8 to 256
+inline constexpr uint32_t kWgmmaRegisterA = 1u << 9;
+inline constexpr uint32_t kWgmmaF16 = 1u << 10;     // .f16.f16 multiplicands, else .bf16.bf16
+inline constexpr uint32_t kWgmmaTransA = 1u << 11;  // imm-trans-a = 1 (shared A only)
+inline constexpr uint32_t kWgmmaTransB = 1u << 12;  // imm-trans-b = 1
+inline constexpr uint32_t kWgmmaNegA = 1u << 13;    // imm-scale-a = -1
+inline constexpr uint32_t kWgmmaNegB = 1u << 14;    // imm-scale-b = -1
+inline constexpr uint32_t kWgmmaOpMask = (1u << 15) - 1;
+// EmuRuntime::wgmma's `operands`, 32-bit words in order: A (4 registers of
+// two 16-bit elements, the lower first) or A's descriptor (2 words, the low
+// one first), B's descriptor (2), scale-d (nonzero: D = A * B + C, zero: D =
+// A * B), then C (N / 2 f32 as their bits). `d` receives N / 2 f32.
+inline constexpr uint32_t kWgmmaARegs = 4;
+inline constexpr uint32_t kWgmmaMaxOperands = kWgmmaARegs + 2 + 1 + 128;
+inline uint32_t WgmmaAccumulators(uint32_t op) { return (op & kWgmmaNMask) / 2; }
+
+// EmuRuntime::warpgroup's `kind`.
+enum WarpgroupKind : uint32_t {
+  kWgmmaFence = 0,      // wgmma.fence.sync.aligned
+  kWgmmaCommit,         // wgmma.commit_group.sync.aligned
+  kWgmmaWait,           // wgmma.wait_group.sync.aligned `arg`
+  kWgmmaRegisterFence,  // registers out of wgmma, after the wait (Note [wgmma registers])
+  kFenceProxyAsync,     // fence.proxy.async.shared::cta
+  kNumWarpgroupKinds,
+};
+
 // The classes of EmuRuntime::block's instruction mix (Note [emulated
 // instruction counters] in runtime/emu/grid_runner.h).
 enum InstructionClass : uint32_t {
@@ -157,6 +189,17 @@ struct EmuRuntime {
   // `site` numbers the kernel's blocks, `mix` (kNumInstructionClasses
   // counts, constant) says what it executes.
   void (*block)(uint32_t site, const uint32_t* mix);
+  // wgmma.mma_async.sync.aligned: waits for all 128 threads of the thread's
+  // warpgroup at the same `site`, then computes D and writes the thread's
+  // accumulators to `d` as the emulator's tokens of them (Note [wgmma
+  // registers] in runtime/emu/warpgroup.h).
+  void (*wgmma)(uint32_t op, const uint32_t* operands, float* d, uint32_t site);
+  // The other warpgroup instructions, by `kind`; kWgmmaRegisterFence passes
+  // `count` registers (f32 bits) in `regs` and gets them back.
+  void (*warpgroup)(uint32_t kind, uint32_t arg, uint32_t* regs, uint32_t count, uint32_t site);
+  // Before an instruction that reads a register a wgmma wrote other than
+  // through kWgmmaRegisterFence or as another wgmma's C: `bits` is its value.
+  void (*wgmma_read)(uint32_t bits, uint32_t site);
 };
 
 }  // namespace gptc::program::emu

@@ -15,6 +15,7 @@
 #include "runtime/emu/fiber.h"
 #include "runtime/emu/grid_runner.h"
 #include "runtime/emu/warp_matrix.h"
+#include "runtime/emu/warpgroup.h"
 
 namespace gptc::rt::emu {
 
@@ -26,6 +27,7 @@ enum class ThreadState : uint8_t {
   kShuffle,
   kMma,
   kLdmatrix,
+  kWgmma,
   kDone,
   kAborted
 };
@@ -41,11 +43,11 @@ struct EmuThread {
   ThreadIdentity id;
   uint32_t lane = 0, warp = 0;
   ThreadState state = ThreadState::kRunnable;
-  uint32_t site = 0;  // of the barrier, shuffle, mma or ldmatrix it waits at
+  uint32_t site = 0;  // of the barrier, shuffle, mma, ldmatrix or wgmma it waits at
   // shfl.sync operands and result.
   uint32_t mode = 0, mask = 0, value = 0, b = 0, c = 0, result = 0;
-  // mma and ldmatrix: the op, the lane's fragments or row address, and where
-  // its registers go (on its fiber's stack, which waits).
+  // mma, ldmatrix and wgmma: the op, the lane's fragments or row address,
+  // and where its registers go (on its fiber's stack, which waits).
   uint32_t op = 0;
   const void* in = nullptr;
   void* out = nullptr;
@@ -89,7 +91,15 @@ struct GridRunner::BlockContext {
   // Note [emulated instruction counters]: each block site's mix (the
   // kernel's constant), as its first start reported it.
   std::vector<const uint32_t*> block_mix;
+  WarpgroupBlock warpgroups;  // Note [emulated wgmma asynchrony] in warpgroup.h
 };
+
+// The block the calling worker runs.
+GridRunner::BlockContext& CurrentBlock();
+// A defect in the running thread: recorded, and the thread ends.
+[[noreturn]] void ThreadDefect(GridRunner::BlockContext& c, const std::string& what);
+// "barrier", "wgmma", "exited", ...
+const char* ThreadStateName(ThreadState s);
 
 // Note [emulated memory counters] for one warp: its lanes' recorded accesses
 // as requests and sectors (or wavefronts), then cleared.

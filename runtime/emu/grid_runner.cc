@@ -10,6 +10,7 @@
 #include "runtime/emu/fiber.h"
 #include "runtime/emu/grid_block.h"
 #include "runtime/emu/warp_matrix.h"
+#include "runtime/emu/warpgroup.h"
 
 namespace gptc::rt::emu {
 
@@ -43,10 +44,8 @@ std::string Coordinates(const uint32_t v[3]) { return fmt::format("({},{},{})", 
   __builtin_unreachable();
 }
 
-// A defect in the running thread: recorded, and the thread ends.
 [[noreturn]] void Defect(GridRunner::BlockContext& c, const std::string& what) {
-  c.findings->Add(fmt::format("{}: {}", c.current->id.Describe(), what));
-  AbortThread(c);
+  ThreadDefect(c, what);
 }
 
 uint32_t SpecialRegister(uint32_t which) {
@@ -122,6 +121,7 @@ void SharedAccess(GridRunner::BlockContext& c, const void* address, uint32_t byt
                           static_cast<int64_t>(p - c.shared.data()), size));
   }
   if (!c.launch->checks) return;
+  if (kind & abi::kStore) WarpgroupSharedStore(c, static_cast<size_t>(p - c.shared.data()), bytes);
   const size_t first = static_cast<size_t>(p - c.shared.data()) / kSharedCellBytes;
   const size_t last = (static_cast<size_t>(p - c.shared.data()) + bytes - 1) / kSharedCellBytes;
   const uint16_t me = static_cast<uint16_t>(c.current->id.thread + 1);
@@ -271,6 +271,9 @@ const abi::EmuRuntime kTable = {
     .mma = &Mma,
     .ldmatrix = &Ldmatrix,
     .block = &Block,
+    .wgmma = &EmuWgmma,
+    .warpgroup = &EmuWarpgroup,
+    .wgmma_read = &EmuWgmmaRead,
 };
 
 // The source lane of shfl.sync for `lane` (PTX ISA, shfl.sync): out of range
@@ -302,7 +305,9 @@ uint32_t SourceLane(uint32_t mode, uint32_t lane, uint32_t b, uint32_t c) {
   return in_range ? static_cast<uint32_t>(j) : lane;
 }
 
-const char* StateName(ThreadState s) {
+}  // namespace
+
+const char* ThreadStateName(ThreadState s) {
   switch (s) {
     case ThreadState::kRunnable:
       return "runnable";
@@ -314,6 +319,8 @@ const char* StateName(ThreadState s) {
       return "mma";
     case ThreadState::kLdmatrix:
       return "ldmatrix";
+    case ThreadState::kWgmma:
+      return "wgmma";
     case ThreadState::kDone:
       return "exited";
     case ThreadState::kAborted:
@@ -321,6 +328,8 @@ const char* StateName(ThreadState s) {
   }
   return "?";
 }
+
+namespace {
 
 // "threads 0-31 wait at barrier #2; threads 32-47 wait at shuffle #0 (mask
 // 0xffffffff); threads 48-63 exited".
@@ -341,10 +350,11 @@ std::string DescribeWaits(const std::vector<EmuThread>& threads) {
     if (t.state == ThreadState::kShuffle) {
       where = fmt::format("wait at shuffle #{} (mask {:#010x})", t.site, t.mask);
     }
-    if (t.state == ThreadState::kMma || t.state == ThreadState::kLdmatrix) {
-      where = fmt::format("wait at {} #{}", StateName(t.state), t.site);
+    if (t.state == ThreadState::kMma || t.state == ThreadState::kLdmatrix ||
+        t.state == ThreadState::kWgmma) {
+      where = fmt::format("wait at {} #{}", ThreadStateName(t.state), t.site);
     }
-    if (where.empty()) where = StateName(t.state);
+    if (where.empty()) where = ThreadStateName(t.state);
     out += fmt::format("{}{} {}", out.empty() ? "" : "; ", who, where);
     i = j;
   }
@@ -352,6 +362,13 @@ std::string DescribeWaits(const std::vector<EmuThread>& threads) {
 }
 
 }  // namespace
+
+GridRunner::BlockContext& CurrentBlock() { return *tls_context; }
+
+void ThreadDefect(GridRunner::BlockContext& c, const std::string& what) {
+  c.findings->Add(fmt::format("{}: {}", c.current->id.Describe(), what));
+  AbortThread(c);
+}
 
 std::string ThreadIdentity::Describe() const {
   return fmt::format("block {} thread {}", Coordinates(ctaid), Coordinates(tid));
@@ -419,6 +436,7 @@ void FiberBody(void* arg) {
   auto* t = static_cast<EmuThread*>(arg);
   GridRunner::BlockContext& c = *tls_context;
   c.launch->function(c.launch->args.data());
+  WarpgroupThreadExit(c);
   t->state = ThreadState::kDone;
   SwitchFiber(&t->fiber.context(), &c.scheduler);
   __builtin_unreachable();
@@ -545,7 +563,7 @@ bool ResolveWarpMatrix(GridRunner::BlockContext& c) {
         c.findings->Add(
             fmt::format("{}: lane {} waits at {}, lane {} at {} #{} (.aligned: "
                         "every lane must execute the same instruction)",
-                        where, first->lane, what, bit, StateName(t.state), t.site));
+                        where, first->lane, what, bit, ThreadStateName(t.state), t.site));
         return false;
       } else {
         ready = false;  // at a barrier or shuffle: a deadlock unless the block moves on
@@ -630,6 +648,8 @@ void RunFiberBlock(GridRunner::BlockContext& c) {
     if (c.findings->any()) return;
     if (ResolveWarpMatrix(c)) continue;
     if (c.findings->any()) return;
+    if (ResolveWarpgroups(c)) continue;
+    if (c.findings->any()) return;
     if (ResolveBarrier(c)) continue;
     if (c.findings->any()) return;
     c.findings->Add(fmt::format("block {}: deadlock: {}", Coordinates(c.threads[0].id.ctaid),
@@ -661,6 +681,7 @@ void GridRunner::RunBlocks(BlockContext& c) {
                             SharedCell{0, 0, 0, 0});
     }
     c.threads.resize(threads);
+    c.warpgroups.Reset(threads, c.shared.size(), l.checks);
     const uint32_t ctaid[3] = {static_cast<uint32_t>(b % l.grid.x),
                                static_cast<uint32_t>(b / l.grid.x % l.grid.y),
                                static_cast<uint32_t>(b / (uint64_t{l.grid.x} * l.grid.y))};
