@@ -105,7 +105,7 @@ StatusOr<std::vector<codegen::CompiledKernels>> CompileKernels(
 
 StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
                                       const ArtifactOptions& options) {
-  RETURN_IF_ERROR(codegen::CheckTarget(options.codegen.target));
+  RETURN_IF_ERROR(codegen::CheckCodegenOptions(options.codegen));
   const analysis::ProgramBuffers* buffers = options.buffers;
   if (buffers == nullptr || buffers->assignments.size() != program.entries.size() ||
       buffers->hosts.size() != program.entries.size()) {

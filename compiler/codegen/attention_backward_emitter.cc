@@ -190,7 +190,7 @@ class CudaCoreBackward {
 
 class AttentionBackwardEmitter : public KernelEmitter {
  public:
-  explicit AttentionBackwardEmitter(bool keys) : keys_(keys) {}
+  AttentionBackwardEmitter(bool keys, AttentionMma mma) : keys_(keys), mma_(mma) {}
   std::string_view Name() const override { return "attention-backward"; }
 
   StatusOr<KernelSpec> Emit(const ir::Instruction& fusion, const std::string& name,
@@ -200,7 +200,8 @@ class AttentionBackwardEmitter : public KernelEmitter {
     const BackwardPart part = keys_                          ? BackwardPart::kKeys
                               : HasBothBackwardParts(fusion) ? BackwardPart::kQueries
                                                              : BackwardPart::kAll;
-    ASSIGN_OR_RETURN(const AttentionBackward backward, PlanAttentionBackward(fusion, part));
+    ASSIGN_OR_RETURN(AttentionBackward backward, PlanAttentionBackward(fusion, part));
+    backward.wgmma = backward.tensor_cores && mma_ == AttentionMma::kWgmma;
     ASSIGN_OR_RETURN(const ir::Computation* fused, FusedComputation(fusion));
     const int64_t own_len = backward.by_query() ? backward.tq : backward.tk;
     const int64_t num_params =
@@ -223,12 +224,13 @@ class AttentionBackwardEmitter : public KernelEmitter {
 
  private:
   bool keys_;
+  AttentionMma mma_;
 };
 
 }  // namespace
 
-std::unique_ptr<KernelEmitter> MakeAttentionBackwardEmitter(bool keys) {
-  return std::make_unique<AttentionBackwardEmitter>(keys);
+std::unique_ptr<KernelEmitter> MakeAttentionBackwardEmitter(bool keys, AttentionMma mma) {
+  return std::make_unique<AttentionBackwardEmitter>(keys, mma);
 }
 
 }  // namespace gptc::codegen

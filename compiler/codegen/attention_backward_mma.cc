@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "compiler/codegen/attention_mma.h"
+#include "compiler/codegen/attention_wgmma.h"
 #include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -190,8 +191,11 @@ class TensorCoreBackwardBuilder {
     const ir::Instruction* other_b = by_query_ ? a_.v : a_.d_out;
     const bool pipelined = CanPipelineTiles({other_a, other_b}, other_len_, dim);
     const int64_t stages = pipelined ? 2 : 1;
-    tile_a_.emplace(b_, gpu_module, name + (by_query_ ? "_k" : "_q"), kTileRows, dim, stages);
-    tile_b_.emplace(b_, gpu_module, name + (by_query_ ? "_v" : "_do"), kTileRows, dim, stages);
+    const TileLayout layout = a_.wgmma ? TileLayout::kSwizzled : TileLayout::kPadded;
+    tile_a_.emplace(b_, gpu_module, name + (by_query_ ? "_k" : "_q"), kTileRows, dim, stages,
+                    layout);
+    tile_b_.emplace(b_, gpu_module, name + (by_query_ ? "_v" : "_do"), kTileRows, dim, stages,
+                    layout);
     tiles_ = {{other_a, &*tile_a_}, {other_b, &*tile_b_}};
     ASSIGN_OR_RETURN(
         frags_a_, LoadRowFragments(kernel_, *own_a, bi_, h_, clamped[0], clamped[1], dim, lanes_));
@@ -258,10 +262,8 @@ class TensorCoreBackwardBuilder {
     } else {
       RETURN_IF_ERROR(FillTiles(kernel_, lanes_, bi_, h_, other, other_len_, a_.dim, tiles_));
     }
-    // s (or s^T) = own_a tile_a^T; dp (or dp^T) = own_b tile_b^T.
-    const std::vector<Fragment> s = TimesTileTransposed(kernel_, frags_a_, now_a, lanes_);
-    std::vector<Fragment> dp;
-    if (need_ds_) dp = TimesTileTransposed(kernel_, frags_b_, now_b, lanes_);
+    std::vector<Fragment> s, dp;
+    Scores(now_a, now_b, s, dp);
     // By key rows: each column's -log2(e) lse and -scale delta.
     std::vector<std::array<Value, 4>> col_stats;
     for (int64_t nt = 0; stats_ && nt < kColumnTiles; ++nt) {
@@ -272,19 +274,67 @@ class TensorCoreBackwardBuilder {
                                        : BlockNeedsMask(m_, other0, own0_, a_.causal, a_.tq, 0);
     const Probabilities x = Probability(s, dp, col_stats, other0, needs_mask);
     // dq += ds~ k;  dk += ds~^T q;  dv += p~^T do.
-    std::vector<Value> result;
+    std::vector<std::vector<Fragment>> accs(wrts_.size(), std::vector<Fragment>(d_tiles_));
     for (size_t i = 0; i < wrts_.size(); ++i) {
-      std::vector<Fragment> acc(d_tiles_);
       for (int64_t dt = 0; dt < d_tiles_; ++dt) {
-        for (int64_t e = 0; e < 4; ++e) acc[dt][e] = args[(i * d_tiles_ + dt) * 4 + e];
+        for (int64_t e = 0; e < 4; ++e) accs[i][dt][e] = args[(i * d_tiles_ + dt) * 4 + e];
       }
-      AccumulateTimesTile(kernel_, wrts_[i] == 2 ? x.p : x.ds, wrts_[i] == 2 ? now_b : now_a,
-                          lanes_, acc);
+    }
+    Accumulate(x, now_a, now_b, accs);
+    std::vector<Value> result;
+    for (const std::vector<Fragment>& acc : accs) {
       for (const Fragment& f : acc) result.insert(result.end(), f.begin(), f.end());
     }
     if (stats_) stats_->Store(lanes_.tid, next, next_stats, a_.scale);
     b_.create<mlir::scf::YieldOp>(loc_, result);
     return Status::Ok();
+  }
+
+  // s (or s^T) = own_a tile_a^T; dp (or dp^T) = own_b tile_b^T (when ds is
+  // needed). On wgmma the two chains share a fence and a wait.
+  void Scores(const SharedTile& now_a, const SharedTile& now_b, std::vector<Fragment>& s,
+              std::vector<Fragment>& dp) {
+    if (!a_.wgmma) {
+      s = TimesTileTransposed(kernel_, frags_a_, now_a, lanes_);
+      if (need_ds_) dp = TimesTileTransposed(kernel_, frags_b_, now_b, lanes_);
+      return;
+    }
+    WgmmaFence(b_, loc_);
+    std::vector<WgmmaAccumulators> chains = {
+        IssueWgmma(kernel_, frags_a_, now_a, /*transposed=*/true, {})};
+    if (need_ds_) chains.push_back(IssueWgmma(kernel_, frags_b_, now_b, /*transposed=*/true, {}));
+    WgmmaCommit(b_, loc_);
+    WgmmaWait(b_, loc_, 0);
+    const std::vector<Fragment> both = CompleteWgmma(b_, loc_, chains);
+    s.assign(both.begin(), both.begin() + kColumnTiles);
+    dp.assign(both.begin() + kColumnTiles, both.end());
+  }
+
+  // Each accumulator (by wrts_) += its A (p~ for dv, else ds~) times its
+  // tile (do, q or k).
+  void Accumulate(const Probabilities& x, const SharedTile& now_a, const SharedTile& now_b,
+                  std::vector<std::vector<Fragment>>& accs) {
+    auto a_of = [&](size_t i) -> const std::vector<Fragment>& {
+      return wrts_[i] == 2 ? x.p : x.ds;
+    };
+    auto tile_of = [&](size_t i) -> const SharedTile& { return wrts_[i] == 2 ? now_b : now_a; };
+    if (!a_.wgmma) {
+      for (size_t i = 0; i < accs.size(); ++i) {
+        AccumulateTimesTile(kernel_, a_of(i), tile_of(i), lanes_, accs[i]);
+      }
+      return;
+    }
+    WgmmaFence(b_, loc_);
+    std::vector<WgmmaAccumulators> chains;
+    for (size_t i = 0; i < accs.size(); ++i) {
+      chains.push_back(IssueWgmma(kernel_, a_of(i), tile_of(i), /*transposed=*/false, accs[i]));
+    }
+    WgmmaCommit(b_, loc_);
+    WgmmaWait(b_, loc_, 0);
+    const std::vector<Fragment> all = CompleteWgmma(b_, loc_, chains);
+    for (size_t i = 0; i < accs.size(); ++i) {
+      accs[i].assign(all.begin() + i * d_tiles_, all.begin() + (i + 1) * d_tiles_);
+    }
   }
 
   // p = 2^(c s - log2(e) lse), and ds = p (scale dp - scale delta), packed

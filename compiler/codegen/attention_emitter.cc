@@ -253,11 +253,13 @@ Status EmitIndependentOutputs(WarpRowKernel& kernel, const ir::Instruction& fusi
 
 class AttentionEmitter : public KernelEmitter {
  public:
+  explicit AttentionEmitter(AttentionMma mma) : mma_(mma) {}
   std::string_view Name() const override { return "attention"; }
 
   StatusOr<KernelSpec> Emit(const ir::Instruction& fusion, const std::string& name,
                             mlir::gpu::GPUModuleOp gpu_module) const override {
-    ASSIGN_OR_RETURN(const AttentionForward forward, PlanAttentionForward(fusion));
+    ASSIGN_OR_RETURN(AttentionForward forward, PlanAttentionForward(fusion));
+    forward.wgmma = forward.tensor_cores && mma_ == AttentionMma::kWgmma;
     ASSIGN_OR_RETURN(const ir::Computation* fused, FusedComputation(fusion));
     const int64_t query_blocks = (forward.tq + kTileRows - 1) / kTileRows;
     const int64_t num_params = forward.first_output + static_cast<int64_t>(forward.outputs.size());
@@ -280,12 +282,15 @@ class AttentionEmitter : public KernelEmitter {
     spec.static_shared_bytes = shared_bytes;
     return spec;
   }
+
+ private:
+  AttentionMma mma_;
 };
 
 }  // namespace
 
-std::unique_ptr<KernelEmitter> MakeAttentionEmitter() {
-  return std::make_unique<AttentionEmitter>();
+std::unique_ptr<KernelEmitter> MakeAttentionEmitter(AttentionMma mma) {
+  return std::make_unique<AttentionEmitter>(mma);
 }
 
 }  // namespace gptc::codegen

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "compiler/codegen/attention_mma.h"
+#include "compiler/codegen/attention_wgmma.h"
 #include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -71,9 +72,10 @@ class TensorCoreForwardBuilder {
     std::vector<const ir::Instruction*> ops = {a_.k};
     if (a_.attn != nullptr) ops.push_back(a_.v);
     const bool pipelined = CanPipelineTiles(ops, a_.tk, dim);
-    k_tile_.emplace(b_, gpu_module, name + "_k", kTileRows, dim, pipelined ? 2 : 1);
+    const TileLayout layout = a_.wgmma ? TileLayout::kSwizzled : TileLayout::kPadded;
+    k_tile_.emplace(b_, gpu_module, name + "_k", kTileRows, dim, pipelined ? 2 : 1, layout);
     if (a_.attn != nullptr) {
-      v_tile_.emplace(b_, gpu_module, name + "_v", kTileRows, dim, pipelined ? 2 : 1);
+      v_tile_.emplace(b_, gpu_module, name + "_v", kTileRows, dim, pipelined ? 2 : 1, layout);
     }
     tiles_ = {{a_.k, &*k_tile_}};
     if (v_tile_) tiles_.push_back({a_.v, &*v_tile_});
@@ -123,7 +125,10 @@ class TensorCoreForwardBuilder {
     } else {
       RETURN_IF_ERROR(FillTiles(kernel_, lanes_, bi_, h_, kb, a_.tk, a_.dim, tiles_));
     }
-    std::vector<Fragment> s = TimesTileTransposed(kernel_, q_frags_, *k_now, lanes_);  // q k^T
+    // s = q k^T
+    std::vector<Fragment> s = a_.wgmma
+                                  ? WgmmaProduct(kernel_, q_frags_, *k_now, /*transposed=*/true, {})
+                                  : TimesTileTransposed(kernel_, q_frags_, *k_now, lanes_);
     if (prescale_ != 1.0) {
       for (Fragment& f : s) {
         for (Value& x : f) x = m_.FMul(x, m_.F32(prescale_));
@@ -141,7 +146,11 @@ class TensorCoreForwardBuilder {
     for (int64_t dt = 0; dt < d_tiles_; ++dt) {
       for (int64_t e = 0; e < 4; ++e) o[dt][e] = m_.FMul(args[4 + 4 * dt + e], step.corr[e / 2]);
     }
-    if (v_now) AccumulateTimesTile(kernel_, step.p, *v_now, lanes_, o);  // o += p~ v
+    if (v_now && a_.wgmma) {  // o += p~ v
+      o = WgmmaProduct(kernel_, step.p, *v_now, /*transposed=*/false, o);
+    } else if (v_now) {
+      AccumulateTimesTile(kernel_, step.p, *v_now, lanes_, o);
+    }
     for (const Fragment& f : o) next.insert(next.end(), f.begin(), f.end());
     b_.create<mlir::scf::YieldOp>(loc_, next);
     return Status::Ok();

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "compiler/codegen/affine_layout.h"
+#include "compiler/codegen/attention_wgmma.h"
 #include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -27,24 +28,37 @@ constexpr int64_t kWarp = WarpRowKernel::kWarp;
 }  // namespace
 
 SharedTile::SharedTile(mlir::OpBuilder& b, mlir::gpu::GPUModuleOp gpu_module,
-                       const std::string& name, int64_t rows, int64_t cols, int64_t stages)
-    : rows_(rows), cols_(cols), stages_(stages) {
+                       const std::string& name, int64_t rows, int64_t cols, int64_t stages,
+                       TileLayout layout)
+    : rows_(rows), cols_(cols), stages_(stages), layout_(layout) {
   const mlir::Location loc = b.getUnknownLoc();
   LLVM::GlobalOp global;
   {
     mlir::OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(gpu_module.getBody());
-    auto type = LLVM::LLVMArrayType::get(b.getI16Type(), stages_ * rows_ * stride());
-    global = b.create<LLVM::GlobalOp>(loc, type, /*isConstant=*/false, LLVM::Linkage::Internal,
-                                      name, mlir::Attribute(), /*alignment=*/16,
-                                      /*addrSpace=*/3);
+    auto type = LLVM::LLVMArrayType::get(b.getI16Type(), bytes() / 2);
+    // Note [swizzled tiles]: the swizzle reads address bits 7-9, so a
+    // swizzled tile starts at a multiple of 1024 bytes.
+    global = b.create<LLVM::GlobalOp>(
+        loc, type, /*isConstant=*/false, LLVM::Linkage::Internal, name, mlir::Attribute(),
+        /*alignment=*/layout == TileLayout::kSwizzled ? 1024 : 16, /*addrSpace=*/3);
   }
   base_ = b.create<LLVM::AddressOfOp>(loc, global);
 }
 
+int64_t SharedTile::swizzle_bytes() const { return SwizzleBytes(cols_); }
+
+int64_t SharedTile::stride() const {
+  return layout_ == TileLayout::kPadded ? cols_ + 8 : swizzle_bytes() / 2;
+}
+
+int64_t SharedTile::bytes() const {
+  return stages_ * rows_ * (layout_ == TileLayout::kPadded ? stride() : cols_) * 2;
+}
+
 SharedTile SharedTile::Stage(mlir::OpBuilder& b, mlir::Location loc, Value stage) const {
   Value elements =
-      b.create<arith::ConstantOp>(loc, b.getIntegerAttr(stage.getType(), rows_ * stride()));
+      b.create<arith::ConstantOp>(loc, b.getIntegerAttr(stage.getType(), bytes() / stages_ / 2));
   return Offset(b, loc, b.create<arith::MulIOp>(loc, stage, elements));
 }
 
@@ -63,10 +77,32 @@ Value SharedTile::AddressAt(mlir::OpBuilder& b, mlir::Location loc, int64_t row,
                                llvm::ArrayRef<LLVM::GEPArg>{at});
 }
 
+Value SharedTile::Index(mlir::OpBuilder& b, mlir::Location loc, Value row, Value col) const {
+  auto c = [&](int64_t v) {
+    return b.create<arith::ConstantOp>(loc, b.getIntegerAttr(row.getType(), v)).getResult();
+  };
+  if (layout_ == TileLayout::kPadded) {
+    return b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, row, c(stride())), col);
+  }
+  // Note [swizzled tiles]: atom column col / (W / 2), row, the 16-byte
+  // chunk XORed with the row's 128-byte line in its atom.
+  const int64_t w = swizzle_bytes(), per_row = w / 2;
+  Value atom = b.create<arith::DivUIOp>(loc, col, c(per_row));
+  Value in_row = b.create<arith::RemUIOp>(loc, col, c(per_row));
+  Value chunk = b.create<arith::DivUIOp>(loc, in_row, c(8));
+  Value line = b.create<arith::RemUIOp>(
+      loc, b.create<arith::DivUIOp>(loc, b.create<arith::MulIOp>(loc, row, c(w)), c(128)),
+      c(w / 16));
+  Value swizzled = b.create<arith::MulIOp>(loc, b.create<arith::XOrIOp>(loc, chunk, line), c(8));
+  Value at = b.create<arith::AddIOp>(
+      loc, b.create<arith::MulIOp>(loc, atom, c(rows_ * per_row)),
+      b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, row, c(per_row)), swizzled));
+  return b.create<arith::AddIOp>(loc, at, b.create<arith::RemUIOp>(loc, in_row, c(8)));
+}
+
 Value SharedTile::Address(mlir::OpBuilder& b, mlir::Location loc, Value row, Value col) const {
-  Value pitch = b.create<arith::ConstantOp>(loc, b.getIntegerAttr(row.getType(), stride()));
-  Value at = b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, row, pitch), col);
-  return b.create<LLVM::GEPOp>(loc, base_.getType(), b.getI16Type(), base_, mlir::ValueRange{at});
+  return b.create<LLVM::GEPOp>(loc, base_.getType(), b.getI16Type(), base_,
+                               mlir::ValueRange{Index(b, loc, row, col)});
 }
 
 void SharedTile::Store(mlir::OpBuilder& b, mlir::Location loc, Value row, Value col,
@@ -254,6 +290,18 @@ std::optional<VectorSource> VectorSourceOf(const ir::Instruction& op, int64_t le
 
 namespace {
 
+// The barrier after the block's stores into `tiles`; when wgmma reads them,
+// after each thread made its stores visible to the async proxy (Note
+// [swizzled tiles] in attention_wgmma.h).
+void PublishTiles(mlir::OpBuilder& b, mlir::Location loc,
+                  const std::vector<std::pair<const ir::Instruction*, SharedTile*>>& tiles) {
+  if (std::any_of(tiles.begin(), tiles.end(),
+                  [](const auto& t) { return t.second->layout() == TileLayout::kSwizzled; })) {
+    FenceProxyAsync(b, loc);
+  }
+  b.create<mlir::gpu::BarrierOp>(loc);
+}
+
 // The element offset of (bi, h, row) in `source`'s parameter.
 Value RowOffset(const TileMath& m, const VectorSource& source, Value bi, Value h, Value row) {
   return m.Add(m.Add(m.Add(m.Mul(bi, source.batch_pitch), m.Mul(h, source.head_pitch)),
@@ -336,6 +384,9 @@ StatusOr<std::vector<Fragment>> LoadRowFragments(WarpRowKernel& kernel, const ir
 bool CanPipelineTiles(const std::vector<const ir::Instruction*>& ops, int64_t len, int64_t dim) {
   constexpr int64_t kThreads = WarpRowKernel::kBlock;
   if (len % kTileRows != 0 || (kTileRows * dim / 8) % kThreads != 0 || dim % 8 != 0) return false;
+  // Each thread's pieces are whole rows' worth of passes: dim / 8 pieces a
+  // row divide the block's threads.
+  if (kThreads % (dim / 8) != 0) return false;
   return std::all_of(ops.begin(), ops.end(), [&](const ir::Instruction* op) {
     return VectorSourceOf(*op, len, dim).has_value();
   });
@@ -356,7 +407,9 @@ TilePipeline::TilePipeline(WarpRowKernel& kernel, const WarpLanes& lanes, Value 
     const VectorSource source = *VectorSourceOf(*tiles[i].first, len, dim);
     tiles_.push_back(tiles[i].second);
     const Value first = m.Add(RowOffset(m, source, bi, h, r0), col);
-    const Value shared = m.Add(m.Mul(r0, tiles[i].second->stride()), col);
+    // A swizzled tile's rows r0 + u * rows_per_pass share r0's swizzle: the
+    // passes' rows are multiples of its 8-row atoms apart.
+    const Value shared = tiles[i].second->Index(kernel.b(), kernel.loc(), r0, col);
     for (int64_t u = 0; u < kTileRows / rows_per_pass; ++u) {
       pieces_.push_back(
           {i, m.Add(shared, m.C(u * rows_per_pass * tiles[i].second->stride())),
@@ -401,7 +454,9 @@ std::vector<SharedTile> TilePipeline::Await(Value block, Value end) {
   const mlir::Location loc = kernel_.loc();
   const TileMath m(kernel_);
   b.create<NVVM::CpAsyncWaitGroupOp>(loc, 0);
-  b.create<mlir::gpu::BarrierOp>(loc);
+  std::vector<std::pair<const ir::Instruction*, SharedTile*>> tiles;
+  for (SharedTile* tile : tiles_) tiles.push_back({nullptr, tile});
+  PublishTiles(b, loc, tiles);
   const Value next = m.Add(block, m.C(1));
   Issue(next, m.Less(next, end));
   const Value stage = m.Rem(block, 2);
@@ -457,7 +512,7 @@ Status FillTiles(WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Value 
                             /*alignment=*/16);
   }
   if (by_element.empty()) {
-    b.create<mlir::gpu::BarrierOp>(loc);
+    PublishTiles(b, loc, tiles);
     return Status::Ok();
   }
   mlir::OpBuilder::InsertPoint after_fill = b.saveInsertionPoint();
@@ -486,7 +541,7 @@ Status FillTiles(WarpRowKernel& kernel, const WarpLanes& lanes, Value bi, Value 
   emitter.RestoreCache(std::move(saved));
   b.restoreInsertionPoint(after_fill);
   b.setInsertionPointAfter(fill);
-  b.create<mlir::gpu::BarrierOp>(loc);
+  PublishTiles(b, loc, tiles);
   return Status::Ok();
 }
 

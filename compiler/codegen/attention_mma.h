@@ -51,9 +51,13 @@ namespace gptc::codegen {
 using Fragment = std::array<mlir::Value, 4>;  // an A, C or D fragment (or two B)
 
 // A bf16 tile of rows x cols in the block's shared memory (a static
-// addrspace-3 global of the GPU module), each row padded by 8 elements so the
-// 8 rows one ldmatrix matrix reads start in different banks and stay 16-byte
-// aligned.
+// addrspace-3 global of the GPU module), in one of two layouts:
+//   kPadded: each row padded by 8 elements, so the 8 rows one ldmatrix
+//     matrix reads start in different banks and stay 16-byte aligned;
+//   kSwizzled: Note [swizzled tiles] (attention_wgmma.h), the canonical
+//     layout wgmma reads through a descriptor.
+enum class TileLayout { kPadded, kSwizzled };
+
 class SharedTile {
  public:
   // Adds the global `name` to `gpu_module`; `b` must be inside the kernel,
@@ -61,29 +65,42 @@ class SharedTile {
   // With `stages` > 1 the global holds that many tiles of the shape, one
   // after the other (Note [pipelined tile fill]); this object is stage 0.
   SharedTile(mlir::OpBuilder& b, mlir::gpu::GPUModuleOp gpu_module, const std::string& name,
-             int64_t rows, int64_t cols, int64_t stages = 1);
+             int64_t rows, int64_t cols, int64_t stages = 1,
+             TileLayout layout = TileLayout::kPadded);
 
-  int64_t stride() const { return cols_ + 8; }
+  TileLayout layout() const { return layout_; }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  // Elements from a row to the next in the same columns (kPadded: cols + 8;
+  // kSwizzled: within an 8-row atom, its row bytes / 2).
+  int64_t stride() const;
+  // kSwizzled: the bytes of an atom row (32, 64 or 128).
+  int64_t swizzle_bytes() const;
   // The shared memory of all stages.
-  int64_t bytes() const { return stages_ * rows_ * stride() * 2; }
+  int64_t bytes() const;
   // Stage `stage` (an integer value below `stages`): the same tile shape,
   // its own rows.
   SharedTile Stage(mlir::OpBuilder& b, mlir::Location loc, mlir::Value stage) const;
   // The tile seen from element `elements` (an integer value) on: a lane's
   // part of an ldmatrix address added once, so that the addresses below
   // differ from it by constants (the immediate offsets of ld/ldmatrix).
+  // kSwizzled: only AddressAt(0, 0) of such a view is the element's.
   SharedTile Offset(mlir::OpBuilder& b, mlir::Location loc, mlir::Value elements) const;
-  // The address of element [row][col] (constants, from the offset).
+  // The address of element [row][col] (constants, from the offset; kPadded).
   mlir::Value AddressAt(mlir::OpBuilder& b, mlir::Location loc, int64_t row, int64_t col) const;
-  // The address of element [row][col] (integer values of one type).
+  // The element offset of [row][col] from the tile's start, and its address
+  // (integer values of one type).
+  mlir::Value Index(mlir::OpBuilder& b, mlir::Location loc, mlir::Value row, mlir::Value col) const;
   mlir::Value Address(mlir::OpBuilder& b, mlir::Location loc, mlir::Value row,
                       mlir::Value col) const;
   // Stores f32 `value` rounded to bf16 at [row][col].
   void Store(mlir::OpBuilder& b, mlir::Location loc, mlir::Value row, mlir::Value col,
              mlir::Value value) const;
+  mlir::Value base() const { return base_; }  // !llvm.ptr<3>
 
  private:
   int64_t rows_, cols_, stages_;
+  TileLayout layout_;
   mlir::Value base_;  // !llvm.ptr<3>
 };
 

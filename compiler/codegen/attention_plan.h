@@ -58,6 +58,9 @@ struct AttentionForward {
   // Note [bf16 attention]: the dtype the ops round their matmul operands to.
   std::optional<ir::DType> matmul;
   bool tensor_cores = false;  // UseTensorCoreForward
+  // The tensor-core products on wgmma (--attention-mma wgmma, set by the
+  // emitter; attention_wgmma.h), else on mma.sync.
+  bool wgmma = false;
 };
 
 // Whether the forward runs on tensor cores: bf16-rounded matmuls (Note [bf16
@@ -89,6 +92,7 @@ struct AttentionBackward {
   std::vector<OutputChain> chains;
   int64_t first_output = 0;
   bool tensor_cores = false;  // UseTensorCoreBackward
+  bool wgmma = false;         // as AttentionForward's
 
   // dq runs by query rows; dk and dv by key rows.
   bool by_query() const { return grads[0] != nullptr; }

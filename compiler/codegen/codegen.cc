@@ -121,7 +121,8 @@ StatusOr<EmitterKind> ChooseEmitter(const ir::Instruction& inst) {
             (row_input == nullptr || row_input->dims() == in.dims());
       row_input = &in;
       bool prefix = !dims.empty();
-      for (size_t i = 0; i < dims.size(); ++i) prefix = prefix && dims[i] == static_cast<int64_t>(i);
+      for (size_t i = 0; i < dims.size(); ++i)
+        prefix = prefix && dims[i] == static_cast<int64_t>(i);
       column = column && prefix;
     }
     if (any && row) return EmitterKind::kRowReduction;
@@ -151,6 +152,24 @@ Status CheckTarget(std::string_view target) {
   return Error("target {}: expected sm_90a, sm_90 or sm_80", target);
 }
 
+std::string_view AttentionMmaName(AttentionMma mma) {
+  return mma == AttentionMma::kWgmma ? "wgmma" : "mma.sync";
+}
+
+std::optional<AttentionMma> ParseAttentionMma(std::string_view name) {
+  if (name == "mma.sync") return AttentionMma::kMmaSync;
+  if (name == "wgmma") return AttentionMma::kWgmma;
+  return std::nullopt;
+}
+
+Status CheckCodegenOptions(const CodegenOptions& options) {
+  RETURN_IF_ERROR(CheckTarget(options.target));
+  if (options.attention_mma == AttentionMma::kWgmma && options.target != "sm_90a") {
+    return Error("attention on wgmma needs target sm_90a, not {}", options.target);
+  }
+  return Status::Ok();
+}
+
 StatusOr<CompiledKernel> CompileFusion(const ir::Instruction& fusion, std::string kernel_name,
                                        const CodegenOptions& options) {
   StatusOr<EmitterKind> kind = ChooseEmitter(fusion);
@@ -162,7 +181,7 @@ StatusOr<CompiledKernel> CompileFusion(const ir::Instruction& fusion, std::strin
 
 StatusOr<CompiledKernel> CompileKernel(const ir::Instruction& fusion, EmitterKind emitter,
                                        std::string kernel_name, const CodegenOptions& options) {
-  RETURN_IF_ERROR(CheckTarget(options.target));
+  RETURN_IF_ERROR(CheckCodegenOptions(options));
   auto start = std::chrono::steady_clock::now();
   auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -446,9 +465,8 @@ std::vector<std::optional<StatusOr<CompiledKernel>>> CompileInParallel(
       }
     }
   };
-  int64_t threads = options.threads > 0
-                        ? options.threads
-                        : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  int64_t threads = options.threads > 0 ? options.threads
+                                        : std::max<int64_t>(1, std::thread::hardware_concurrency());
   threads = std::min<int64_t>(threads, static_cast<int64_t>(unique.size()));
   std::vector<std::thread> pool;
   for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);
@@ -461,7 +479,7 @@ std::vector<std::optional<StatusOr<CompiledKernel>>> CompileInParallel(
 
 StatusOr<std::vector<CompiledKernels>> CompileFusions(const std::vector<CodegenModule>& modules,
                                                       const CodegenOptions& options) {
-  RETURN_IF_ERROR(CheckTarget(options.target));
+  RETURN_IF_ERROR(CheckCodegenOptions(options));
   // The distinct kernels of all modules. Within a module, equal keys share
   // one kernel (Note [kernel deduplication]); across modules a kernel's code
   // is compiled once when its key and its name agree (the validation entry

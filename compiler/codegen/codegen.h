@@ -21,8 +21,16 @@
 
 namespace gptc::codegen {
 
+// The tensor-core instructions of the attention kernels (gptc compile
+// --attention-mma): mma.sync (Note [tensor-core attention forward]) or, on
+// sm_90a, wgmma.mma_async on swizzled tiles (attention_wgmma.h).
+enum class AttentionMma { kMmaSync, kWgmma };
+std::string_view AttentionMmaName(AttentionMma mma);  // "mma.sync", "wgmma"
+std::optional<AttentionMma> ParseAttentionMma(std::string_view name);
+
 struct CodegenOptions {
-  std::string target = "sm_90a";  // sm_90a, sm_90 or sm_80
+  std::string target = "sm_90a";                        // sm_90a, sm_90 or sm_80
+  AttentionMma attention_mma = AttentionMma::kMmaSync;  // kWgmma needs sm_90a
   // Assemble every kernel with ptxas when it is installed (RunPtxas); with
   // `require_ptxas`, a missing ptxas is an error instead of a skipped check.
   bool run_ptxas = true;
@@ -168,6 +176,8 @@ StatusOr<EmitterKind> ChooseEmitter(const ir::Instruction& inst);
 
 // Validates a target name ("sm_90a", "sm_90", "sm_80").
 Status CheckTarget(std::string_view target);
+// Validates the options' target and the instructions it must have.
+Status CheckCodegenOptions(const CodegenOptions& options);
 
 // Compiles one fusion instruction to one kernel named `kernel_name` (for a
 // scatter-add or a mixed reduction: its second kernel; CompileFusions emits both).

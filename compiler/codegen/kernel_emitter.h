@@ -48,13 +48,17 @@ std::unique_ptr<KernelEmitter> MakeColumnReductionFinalEmitter();
 std::unique_ptr<KernelEmitter> MakeGatherEmitter();  // gather_emitter.cc: also scatter-add
 std::unique_ptr<KernelEmitter> MakeScatterAddInitEmitter();
 std::unique_ptr<KernelEmitter> MakeScatterAddEmitter();
-std::unique_ptr<KernelEmitter> MakeAttentionEmitter();  // attention_emitter.cc: forward (+ lse)
+// attention_emitter.cc: forward (+ lse), its tensor-core products on `mma`.
+std::unique_ptr<KernelEmitter> MakeAttentionEmitter(AttentionMma mma = AttentionMma::kMmaSync);
 // attention_backward_emitter.cc: dq or dk + dv (`keys`: the dk + dv kernel
 // of a fusion of both, Note [packed attention gradient]).
-std::unique_ptr<KernelEmitter> MakeAttentionBackwardEmitter(bool keys = false);
+std::unique_ptr<KernelEmitter> MakeAttentionBackwardEmitter(
+    bool keys = false, AttentionMma mma = AttentionMma::kMmaSync);
 
-// The emitter of `kind` (codegen.h: ChooseEmitter picks it).
-std::unique_ptr<KernelEmitter> MakeEmitter(EmitterKind kind);
+// The emitter of `kind` (codegen.h: ChooseEmitter picks it); the attention
+// emitters' tensor-core products on `attention_mma`.
+std::unique_ptr<KernelEmitter> MakeEmitter(EmitterKind kind,
+                                           AttentionMma attention_mma = AttentionMma::kMmaSync);
 
 }  // namespace gptc::codegen
 

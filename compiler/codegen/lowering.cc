@@ -193,7 +193,7 @@ StatusOr<std::string> CompileLlvmModule(llvm::Module& module, const std::string&
 
 }  // namespace
 
-std::unique_ptr<KernelEmitter> MakeEmitter(EmitterKind kind) {
+std::unique_ptr<KernelEmitter> MakeEmitter(EmitterKind kind, AttentionMma attention_mma) {
   switch (kind) {
     case EmitterKind::kLoop:
       return MakeLoopEmitter();
@@ -212,11 +212,11 @@ std::unique_ptr<KernelEmitter> MakeEmitter(EmitterKind kind) {
     case EmitterKind::kScatterAdd:
       return MakeScatterAddEmitter();
     case EmitterKind::kAttention:
-      return MakeAttentionEmitter();
+      return MakeAttentionEmitter(attention_mma);
     case EmitterKind::kAttentionBackward:
-      return MakeAttentionBackwardEmitter();
+      return MakeAttentionBackwardEmitter(/*keys=*/false, attention_mma);
     case EmitterKind::kAttentionBackwardKeys:
-      return MakeAttentionBackwardEmitter(/*keys=*/true);
+      return MakeAttentionBackwardEmitter(/*keys=*/true, attention_mma);
     case EmitterKind::kMixedReductionRows:
       return MakeMixedReductionRowsEmitter();
     case EmitterKind::kMixedReductionColumns:
@@ -283,7 +283,7 @@ StatusOr<LoweredKernel> EmitAndLower(const ir::Instruction& fusion, EmitterKind 
                                      const std::string& kernel_name,
                                      const CodegenOptions& options) {
   const std::string subject = fmt::format("kernel {} (%{})", kernel_name, fusion.name());
-  std::unique_ptr<KernelEmitter> emitter = MakeEmitter(kind);
+  std::unique_ptr<KernelEmitter> emitter = MakeEmitter(kind, options.attention_mma);
   if (emitter == nullptr) return Error("{}: emitter not implemented yet", subject);
 
   std::unique_ptr<mlir::MLIRContext> ctx = MakeContext();

@@ -54,7 +54,7 @@ json ToJson(const CompileFlags& f) {
   json j{{"batch", f.batch},           {"seq", f.seq},
          {"grad_accum", f.grad_accum}, {"world_size", f.world_size},
          {"precision", f.precision},   {"remat", f.remat},
-         {"codegen", f.codegen}};
+         {"codegen", f.codegen},       {"attention_mma", f.attention_mma}};
   for (const auto& [key, field] : kAdamWFields) j[key] = f.adamw.*field;
   return j;
 }
@@ -69,6 +69,8 @@ StatusOr<CompileFlags> CompileFlagsFromJson(const json& j, std::string_view wher
   ASSIGN_OR_RETURN(f.precision, JsonField<std::string>(j, "precision", where));
   ASSIGN_OR_RETURN(f.remat, JsonField<std::string>(j, "remat", where));
   ASSIGN_OR_RETURN(f.codegen, JsonField<bool>(j, "codegen", where));
+  ASSIGN_OR_RETURN(f.attention_mma,
+                   JsonFieldOr<std::string>(j, "attention_mma", where, "mma.sync"));
   for (const auto& [key, field] : kAdamWFields) {
     ASSIGN_OR_RETURN(f.adamw.*field, JsonField<double>(j, key, where));
   }

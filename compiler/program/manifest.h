@@ -25,8 +25,9 @@
 namespace gptc::program {
 
 // The flags of gptc compile that shaped the program: {"batch", "seq",
-// "grad_accum", "world_size", "precision", "remat", "codegen", "beta1",
-// "beta2", "eps", "weight_decay", "clip_norm"} (the AdamW options flat).
+// "grad_accum", "world_size", "precision", "remat", "codegen",
+// "attention_mma", "beta1", "beta2", "eps", "weight_decay", "clip_norm"}
+// (the AdamW options flat).
 struct CompileFlags {
   int64_t batch = 0, seq = 0;  // one micro-batch of one rank
   int64_t grad_accum = 1;      // micro-batches per optimizer step: its one record
@@ -34,6 +35,9 @@ struct CompileFlags {
   std::string precision;       // "bf16", "f32"
   std::string remat;           // "none", "dots", "block", "auto"
   bool codegen = true;         // false: gptc compile --no-codegen, no kernel at all
+  // The attention kernels' tensor-core instructions (gptc compile
+  // --attention-mma): "mma.sync" or "wgmma"; an artifact without it had mma.sync.
+  std::string attention_mma = "mma.sync";
   AdamWOptions adamw;
   bool operator==(const CompileFlags&) const = default;
 };

@@ -2,7 +2,7 @@
 // data: the emulated device runs the GPU runtime and the artifact's own
 // kernels and gemm plans (runtime/emu/), the CPU device the reference
 // evaluator on the artifact's IR. For bf16 and f32, remat dots and a plan per
-// block (block 0 recomputed, block 1 under none),
+// block (block 0 recomputed, block 1 under none), the attention on wgmma,
 // grad-accum 2 and --dp 2 (two processes over TCP): the per-step losses of
 // 10 steps (20 for the default bf16 step; the JSON log's full precision)
 // within 1e-3 relative for bf16 and
@@ -190,7 +190,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // dim 64 (two elements per lane). (At T = 1 dq and dk
                       // are zero up to rounding, so Adam's sign flips make the
                       // parameter check meaningless there.)
-                      Variant{"bf16_seq_13_d64", "--batch 2 --seq 13 --heads 1", 1e-3}),
+                      Variant{"bf16_seq_13_d64", "--batch 2 --seq 13 --heads 1", 1e-3},
+                      // The attention kernels on Hopper's wgmma (head dim 16:
+                      // 32-byte swizzled tiles, wgmma of N = 64 and 16).
+                      Variant{"bf16_wgmma", "--batch 2 --attention-mma wgmma", 1e-3}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -100,6 +100,10 @@ Flags DeclareCompileFlags() {
              "FILE.gptx: the artifact; any other name: the IR text (default: MODEL.ir)")
       .Short('o')
       .Value("target", "sm_90a|sm_90|sm_80", "the GPU architecture of the kernels", "sm_90a")
+      .Value("attention-mma", "mma.sync|wgmma",
+             "the attention kernels' tensor-core instructions: wgmma (Hopper's asynchronous "
+             "warpgroup MMA on swizzled tiles) needs --target sm_90a",
+             "mma.sync")
       .Bool("emu",
             "add the kernels compiled for this host, for gptrun --device emu "
             "(docs/EMULATOR.md)")
@@ -266,6 +270,16 @@ Status ParseOutput(const Flags& flags, CompileOptions& o, std::string& output) {
   if (o.target != "sm_90a" && o.target != "sm_90" && o.target != "sm_80") {
     return Error("--target must be sm_90a, sm_90 or sm_80, got '{}'", o.target);
   }
+  o.attention_mma = flags.Get("attention-mma");
+  if (o.attention_mma != "mma.sync" && o.attention_mma != "wgmma") {
+    return Error("--attention-mma must be mma.sync or wgmma, got '{}'", o.attention_mma);
+  }
+  if (o.attention_mma == "wgmma" && o.target != "sm_90a") {
+    return Error(
+        "--attention-mma wgmma needs --target sm_90a (wgmma is an sm_90a instruction), "
+        "not {}",
+        o.target);
+  }
   o.emu = flags.Has("emu");
   o.codegen = !flags.Has("no-codegen");
   o.forward_entries = o.artifact ? !flags.Has("no-logits") : flags.Has("logits");
@@ -390,7 +404,9 @@ int CompileCommand(int argc, char** argv) {
   compiled->timings.emplace_back(
       "write", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::printf("%s, %.3f s -> %s\n", compiled->summary.c_str(), seconds(),
-              !output.empty() ? output.c_str() : !stored.empty() ? stored.c_str() : uncached.c_str());
+              !output.empty()   ? output.c_str()
+              : !stored.empty() ? stored.c_str()
+                                : uncached.c_str());
   if (flags.Has("timings")) PrintTimings(compiled->timings, &*compiled);
   if (!compiled->note.empty()) std::printf("%s\n", compiled->note.c_str());
   if (flags.Has("cached")) {

@@ -138,6 +138,8 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
   const passes::TrainStepOptions& train = options.train;
   artifact::ArtifactOptions ao;
   ao.codegen.target = options.target;
+  ao.codegen.attention_mma =
+      codegen::ParseAttentionMma(options.attention_mma).value_or(codegen::AttentionMma::kMmaSync);
   ao.compile_kernels = options.codegen;
   ao.codegen.emit_host = options.emu;
   ao.buffers = &buffers;
@@ -155,6 +157,7 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
               .precision = options.precision_name,
               .remat = std::string(remat),
               .codegen = ao.compile_kernels,
+              .attention_mma = options.attention_mma,
               .adamw = train.adamw};
   if (progress) {
     ao.progress = [&](int64_t done, int64_t total) {
@@ -528,12 +531,12 @@ std::string CompileInputs(const CompileOptions& o) {
   return fmt::format(
       "model {} layers {} heads {} width {} positions {} vocab {} padded_vocab {}; batch {} seq "
       "{}; grad_accum {} world {} beta1 {} beta2 {} eps {} weight_decay {} clip_norm {}; "
-      "precision {} remat {} budget {} optimize {}; artifact {} target {} emu {} codegen {} "
-      "forward_entries {} forward_only {}; batch_auto {} tokens_per_step {}",
+      "precision {} remat {} budget {} optimize {}; artifact {} target {} attention_mma {} emu {} "
+      "codegen {} forward_entries {} forward_only {}; batch_auto {} tokens_per_step {}",
       c.name, c.layers, c.heads, c.width, c.positions, c.vocab, c.padded_vocab, o.batch, o.seq,
       t.grad_accum, t.world_size, t.adamw.beta1, t.adamw.beta2, t.adamw.eps, t.adamw.weight_decay,
       t.adamw.clip_norm, o.precision_name, o.remat_name, o.memory_budget, t.optimize, o.artifact,
-      o.target, o.emu, o.codegen, o.forward_entries, o.forward_only, o.batch_auto,
+      o.target, o.attention_mma, o.emu, o.codegen, o.forward_entries, o.forward_only, o.batch_auto,
       o.tokens_per_step);
 }
 

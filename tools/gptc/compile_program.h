@@ -43,8 +43,9 @@ struct CompileOptions {
   // An artifact (docs/ARTIFACT.md) for `target`, or else the IR text.
   bool artifact = false;
   std::string target = "sm_90a";
-  bool emu = false;             // also the host kernels (gptrun --device emu)
-  bool codegen = true;          // false: --no-codegen
+  std::string attention_mma = "mma.sync";  // --attention-mma: mma.sync or wgmma
+  bool emu = false;                        // also the host kernels (gptrun --device emu)
+  bool codegen = true;                     // false: --no-codegen
   bool forward_entries = true;  // the logits and eval entries (artifact: unless --no-logits)
   bool forward_only = false;    // IR text of the traced forward module only
 

@@ -171,10 +171,11 @@ std::vector<std::string> AttentionFusions(const ir::Module& module) {
   return names;
 }
 
-class AttentionKernelTest : public testing::TestWithParam<Case> {};
+// Each shape on mma.sync and on wgmma (--attention-mma: attention_wgmma.h).
+class AttentionKernelTest : public testing::TestWithParam<std::tuple<Case, AttentionMma>> {};
 
 TEST_P(AttentionKernelTest, EveryAttentionKernelMatchesTheEvaluator) {
-  const Case& c = GetParam();
+  const auto& [c, mma] = GetParam();
   std::unique_ptr<ir::Module> module = TrainStep(c);
   ASSERT_NE(module, nullptr);
   const std::vector<std::string> fusions = AttentionFusions(*module);
@@ -192,14 +193,19 @@ TEST_P(AttentionKernelTest, EveryAttentionKernelMatchesTheEvaluator) {
       EXPECT_TRUE(reads) << name;
     }
   }
-  EmuKernelRunner runner(*module);
+  EmuKernelRunner runner(*module, {}, mma);
   // A kernel is the tensor-core one exactly when the head dim is a multiple
-  // of 16 up to 128 (forward) or 64 (the backward's two).
+  // of 16 up to 128 (forward) or 64 (the backward's two), on the
+  // instructions asked for.
+  const bool wgmma = mma == AttentionMma::kWgmma;
   for (const CompiledKernel& k : runner.kernels().kernels) {
     const auto at = std::find(fusions.begin(), fusions.end(), k.spec.fusion);
     if (at == fusions.end() || k.code_of >= 0) continue;
     const bool tensor_cores = c.dim % 16 == 0 && c.dim <= (at == fusions.begin() ? 128 : 64);
-    EXPECT_EQ(k.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos, tensor_cores)
+    EXPECT_EQ(k.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos, tensor_cores && !wgmma)
+        << k.spec.name;
+    EXPECT_EQ(k.ptx.find("wgmma.mma_async.sync.aligned.m64n") != std::string::npos,
+              tensor_cores && wgmma)
         << k.spec.name;
     EXPECT_EQ(k.spec.static_shared_bytes > 0, tensor_cores) << k.spec.name;
   }
@@ -340,30 +346,33 @@ TEST(AttentionPlanTest, TileGroupsDivideTheHeadsAndFitTheL2Budget) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionKernelTest,
-    testing::Values(Case{1, 2, 64, 64, 16, true},          // one whole tile
-                    Case{2, 1, 100, 100, 64, true},        // T not a multiple of 64, GPT-2's dim
-                    Case{1, 2, 1, 1, 32, true},            // T = 1
-                    Case{1, 1, 70, 40, 48, false},         // keys != queries, 3 k-steps
-                    Case{1, 1, 65, 65, 128, true},         // the largest head dim
-                    Case{1, 2, 20, 20, 24, true},          // CUDA cores (24 % 16 != 0)
-                    Case{2, 2, 100, 100, 64, true, true},  // GPT-2's layout
-                    Case{1, 2, 20, 20, 24, true, true},    // the same on CUDA cores
-                    // Note [pipelined tile fill]: whole tiles of the bf16
-                    // copies, copied with cp.async into two stages.
-                    Case{1, 2, 192, 192, 64, true, true},  // three key blocks
-                    Case{1, 1, 128, 192, 32, false},       // keys != queries, no mask
-                    // Note [bf16 attention projection]: q, k, v read out of
-                    // the bf16 [B, T, 3C] projection (cp.async from offsets
-                    // C and 2C of its rows), and one partial tile.
-                    Case{2, 2, 128, 128, 32, true, true, true},
-                    Case{1, 2, 100, 100, 64, true, true, true},
-                    // One gpt2-124m layer at batch 1 (about 9 s).
-                    Case{1, 12, 1024, 1024, 64, true, true, true}),
-    [](const testing::TestParamInfo<Case>& info) {
-      const Case& c = info.param;
-      return fmt::format("b{}h{}t{}s{}d{}{}{}{}", c.batch, c.heads, c.t, c.s, c.dim,
+    testing::Combine(testing::Values(Case{1, 2, 64, 64, 16, true},  // one whole tile
+                                     Case{2, 1, 100, 100, 64,
+                                          true},  // T not a multiple of 64, GPT-2's dim
+                                     Case{1, 2, 1, 1, 32, true},     // T = 1
+                                     Case{1, 1, 70, 40, 48, false},  // keys != queries, 3 k-steps
+                                     Case{1, 1, 65, 65, 128, true},  // the largest head dim
+                                     Case{1, 2, 20, 20, 24, true},   // CUDA cores (24 % 16 != 0)
+                                     Case{2, 2, 100, 100, 64, true, true},  // GPT-2's layout
+                                     Case{1, 2, 20, 20, 24, true, true},  // the same on CUDA cores
+                                     // Note [pipelined tile fill]: whole tiles of the bf16
+                                     // copies, copied with cp.async into two stages.
+                                     Case{1, 2, 192, 192, 64, true, true},  // three key blocks
+                                     Case{1, 1, 128, 192, 32, false},  // keys != queries, no mask
+                                     // Note [bf16 attention projection]: q, k, v read out of
+                                     // the bf16 [B, T, 3C] projection (cp.async from offsets
+                                     // C and 2C of its rows), and one partial tile.
+                                     Case{2, 2, 128, 128, 32, true, true, true},
+                                     Case{1, 2, 100, 100, 64, true, true, true},
+                                     // One gpt2-124m layer at batch 1 (about 9 s).
+                                     Case{1, 12, 1024, 1024, 64, true, true, true}),
+                     testing::Values(AttentionMma::kMmaSync, AttentionMma::kWgmma)),
+    [](const testing::TestParamInfo<std::tuple<Case, AttentionMma>>& info) {
+      const Case& c = std::get<0>(info.param);
+      return fmt::format("b{}h{}t{}s{}d{}{}{}{}_{}", c.batch, c.heads, c.t, c.s, c.dim,
                          c.causal ? "causal" : "", c.projected ? "projected" : "",
-                         c.packed ? "packed" : "");
+                         c.packed ? "packed" : "",
+                         std::get<1>(info.param) == AttentionMma::kWgmma ? "wgmma" : "mma");
     });
 
 }  // namespace

@@ -142,9 +142,11 @@ class EmuKernelRunner {
   // is linked: a seeded defect replaces a kernel's host code.
   using Rewrite = std::function<void(CompiledKernel&)>;
 
-  explicit EmuKernelRunner(const ir::Module& module, const Rewrite& rewrite = {})
+  explicit EmuKernelRunner(const ir::Module& module, const Rewrite& rewrite = {},
+                           AttentionMma attention_mma = AttentionMma::kMmaSync)
       : module_(module) {
     CodegenOptions options;
+    options.attention_mma = attention_mma;
     options.emit_host = true;
     options.host_symbol_prefix = "gptc_emu_test_";
     options.keep_mlir = rewrite != nullptr;
