@@ -86,27 +86,34 @@ class TensorCoreForwardBuilder {
     row_lo_ = m_.Add(m_.Add(q0_, m_.Mul(row.warp, 16)), lanes_.group);
     row_hi_ = m_.Add(row_lo_, m_.C(8));
     blocks_ = a_.causal ? m_.Min(m_.Add(row.tile, m_.C(1)), key_blocks) : m_.C(key_blocks);
+    // Note [overlapped wgmma forward]: with whole tiles by cp.async and v.
+    const bool overlapped = a_.wgmma && pipelined && v_tile_;
     if (pipelined) {
       pipeline_.emplace(kernel_, lanes_, bi_, h_, a_.tk, dim, tiles_);
-      pipeline_->Issue(m_.C(0));
+      if (!overlapped) pipeline_->Issue(m_.C(0));
     }
     ASSIGN_OR_RETURN(q_frags_, LoadRowFragments(kernel_, *a_.q, bi_, h_, m_.Min(row_lo_, a_.tq - 1),
                                                 m_.Min(row_hi_, a_.tq - 1), dim, lanes_));
-
-    // for (kb = 0; kb < blocks; ++kb), carrying m and l of rows lo and hi,
-    // then o (d_tiles fragments).
-    std::vector<Value> inits = {m_.F32(-kInf), m_.F32(-kInf), m_.F32(0), m_.F32(0)};
-    for (int64_t i = 0; i < 4 * d_tiles_; ++i) inits.push_back(m_.F32(0));
-    mlir::OpBuilder::InsertPoint after_loop = b_.saveInsertionPoint();
-    auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b_, loc_, m_.C(0), blocks_, m_.C(1), inits));
-    {
-      FusedEmitter::Cache outer = emitter.SaveCache();
-      RETURN_IF_ERROR(EmitKeyBlock(loop));
-      emitter.RestoreCache(std::move(outer));
+    std::vector<Value> rows;  // m and l of rows lo and hi, then o (d_tiles fragments)
+    if (overlapped) {
+      rows = EmitOverlapped();
+    } else {
+      // for (kb = 0; kb < blocks; ++kb), carrying m, l and o.
+      std::vector<Value> inits = {m_.F32(-kInf), m_.F32(-kInf), m_.F32(0), m_.F32(0)};
+      for (int64_t i = 0; i < 4 * d_tiles_; ++i) inits.push_back(m_.F32(0));
+      mlir::OpBuilder::InsertPoint after_loop = b_.saveInsertionPoint();
+      auto loop =
+          mlir::cast<mlir::scf::ForOp>(CreateFor(b_, loc_, m_.C(0), blocks_, m_.C(1), inits));
+      {
+        FusedEmitter::Cache outer = emitter.SaveCache();
+        RETURN_IF_ERROR(EmitKeyBlock(loop));
+        emitter.RestoreCache(std::move(outer));
+      }
+      b_.restoreInsertionPoint(after_loop);
+      b_.setInsertionPointAfter(loop);
+      rows.assign(loop.getResults().begin(), loop.getResults().end());
     }
-    b_.restoreInsertionPoint(after_loop);
-    b_.setInsertionPointAfter(loop);
-    StoreRows(loop);
+    StoreRows(rows);
     emitter.RestoreCache(std::move(saved));
     return TensorCoreForward{k_tile_->bytes() + (v_tile_ ? v_tile_->bytes() : 0), row.thread};
   }
@@ -129,18 +136,8 @@ class TensorCoreForwardBuilder {
     std::vector<Fragment> s = a_.wgmma
                                   ? WgmmaProduct(kernel_, q_frags_, *k_now, /*transposed=*/true, {})
                                   : TimesTileTransposed(kernel_, q_frags_, *k_now, lanes_);
-    if (prescale_ != 1.0) {
-      for (Fragment& f : s) {
-        for (Value& x : f) x = m_.FMul(x, m_.F32(prescale_));
-      }
-    }
     const Value m_old[2] = {args[0], args[1]}, l_old[2] = {args[2], args[3]};
-    const Value k0 = m_.Mul(kb, kTileRows);
-    // Note [diagonal masks]: a uniform branch sets the invisible scores of a
-    // block that needs it to -inf; the softmax after it is the same code.
-    const Value needs_mask = BlockNeedsMask(m_, q0_, k0, a_.causal, /*tq=*/0, a_.tk);
-    if (needs_mask) s = Masked(needs_mask, std::move(s), k0);
-    const SoftmaxStep step = Softmax(s, m_old, l_old, needs_mask != nullptr);
+    const SoftmaxStep step = Step(std::move(s), kb, m_old, l_old);
     std::vector<Value> next = {step.m[0], step.m[1], step.l[0], step.l[1]};
     std::vector<Fragment> o(d_tiles_);
     for (int64_t dt = 0; dt < d_tiles_; ++dt) {
@@ -154,6 +151,99 @@ class TensorCoreForwardBuilder {
     for (const Fragment& f : o) next.insert(next.end(), f.begin(), f.end());
     b_.create<mlir::scf::YieldOp>(loc_, next);
     return Status::Ok();
+  }
+
+  // Note [overlapped wgmma forward]: FlashAttention-3's intra-warpgroup
+  // pipelining, the tensor cores multiplying while the warps run a softmax.
+  // Iteration j issues s_j = q k_j^T and o += p_(j-1) v_(j-1) as two
+  // groups, waits for the first (wait_group 1), runs block j's softmax while
+  // the second is in flight, then waits for it and rescales o to block j's
+  // maximum. Block 0's s and softmax come before the loop, the last block's
+  // o += p v after it. So k runs a block ahead of v through the tiles: the
+  // barrier opening iteration j publishes k_j and v_(j-1) (copied by
+  // iteration j - 1), and the copies issued after it, k_(j+1) and v_j, go to
+  // stages whose last readers (s_(j-1), o += p_(j-2) v_(j-2)) every thread
+  // has waited for. Returns m and l of rows lo and hi, then o.
+  std::vector<Value> EmitOverlapped() {
+    TilePipeline& pipe = *pipeline_;  // tile 0: k, tile 1: v
+    const Value zero = m_.C(0), one = m_.C(1);
+    pipe.Copy(0, zero);
+    pipe.Commit();
+    pipe.Wait();
+    pipe.Copy(0, one, m_.Less(one, blocks_));
+    pipe.Copy(1, zero);
+    pipe.Commit();
+    std::vector<Fragment> s0 = WgmmaProduct(kernel_, q_frags_, pipe.StageOf(0, zero), true, {});
+    const Value no_rows[2] = {m_.F32(-kInf), m_.F32(-kInf)}, no_sums[2] = {m_.F32(0), m_.F32(0)};
+    const SoftmaxStep first = Step(std::move(s0), zero, no_rows, no_sums);
+    // for (j = 1; j < blocks; ++j), carrying m, l, o and p of block j - 1.
+    std::vector<Value> inits = {first.m[0], first.m[1], first.l[0], first.l[1]};
+    for (int64_t i = 0; i < 4 * d_tiles_; ++i) inits.push_back(m_.F32(0));
+    for (const Fragment& f : first.p) inits.insert(inits.end(), f.begin(), f.end());
+    mlir::OpBuilder::InsertPoint after_loop = b_.saveInsertionPoint();
+    auto loop = mlir::cast<mlir::scf::ForOp>(CreateFor(b_, loc_, one, blocks_, one, inits));
+    {
+      FusedEmitter::Cache outer = kernel_.emitter().SaveCache();
+      const Value j = loop.getInductionVar();
+      auto args = loop.getRegionIterArgs();
+      const Value prev = m_.Sub(j, one), next = m_.Add(j, one);
+      pipe.Wait();
+      pipe.Copy(0, next, m_.Less(next, blocks_));
+      pipe.Copy(1, j);
+      pipe.Commit();
+      std::vector<Fragment> o = Fragments(args, 4, d_tiles_),
+                            p = Fragments(args, 4 + 4 * d_tiles_, 4);
+      WgmmaFence(b_, loc_);
+      const WgmmaAccumulators s = IssueWgmma(kernel_, q_frags_, pipe.StageOf(0, j), true, {});
+      WgmmaCommit(b_, loc_);
+      const WgmmaAccumulators pv = IssueWgmma(kernel_, p, pipe.StageOf(1, prev), false, o);
+      WgmmaCommit(b_, loc_);
+      WgmmaWait(b_, loc_, 1);
+      const Value m_old[2] = {args[0], args[1]}, l_old[2] = {args[2], args[3]};
+      const SoftmaxStep step = Step(CompleteWgmma(b_, loc_, {s}), j, m_old, l_old);
+      WgmmaWait(b_, loc_, 0);
+      o = CompleteWgmma(b_, loc_, {pv});
+      std::vector<Value> yield = {step.m[0], step.m[1], step.l[0], step.l[1]};
+      for (Fragment& f : o) {
+        for (int64_t e = 0; e < 4; ++e) yield.push_back(m_.FMul(f[e], step.corr[e / 2]));
+      }
+      for (const Fragment& f : step.p) yield.insert(yield.end(), f.begin(), f.end());
+      b_.create<mlir::scf::YieldOp>(loc_, yield);
+      kernel_.emitter().RestoreCache(std::move(outer));
+    }
+    b_.restoreInsertionPoint(after_loop);
+    b_.setInsertionPointAfter(loop);
+    auto last = loop.getResults();
+    pipe.Wait();
+    const std::vector<Fragment> o =
+        WgmmaProduct(kernel_, Fragments(last, 4 + 4 * d_tiles_, 4),
+                     pipe.StageOf(1, m_.Sub(blocks_, one)), false, Fragments(last, 4, d_tiles_));
+    std::vector<Value> rows = {last[0], last[1], last[2], last[3]};
+    for (const Fragment& f : o) rows.insert(rows.end(), f.begin(), f.end());
+    return rows;
+  }
+
+  // `count` fragments of `values` from `first` on.
+  template <typename Range>
+  static std::vector<Fragment> Fragments(const Range& values, int64_t first, int64_t count) {
+    std::vector<Fragment> out(count);
+    for (int64_t i = 0; i < 4 * count; ++i) out[i / 4][i % 4] = values[first + i];
+    return out;
+  }
+
+  // Key block kb's softmax step over its raw scores `s`: prescaled, masked
+  // where Note [diagonal masks] says, then Softmax.
+  SoftmaxStep Step(std::vector<Fragment> s, Value kb, const Value (&m_old)[2],
+                   const Value (&l_old)[2]) {
+    if (prescale_ != 1.0) {
+      for (Fragment& f : s) {
+        for (Value& x : f) x = m_.FMul(x, m_.F32(prescale_));
+      }
+    }
+    const Value k0 = m_.Mul(kb, kTileRows);
+    const Value needs_mask = BlockNeedsMask(m_, q0_, k0, a_.causal, /*tq=*/0, a_.tk);
+    if (needs_mask) s = Masked(needs_mask, std::move(s), k0);
+    return Softmax(s, m_old, l_old, needs_mask != nullptr);
   }
 
   // `s` with the scores of keys invisible to their query (Note [diagonal
@@ -203,15 +293,16 @@ class TensorCoreForwardBuilder {
     return step;
   }
 
-  // Each row's l over its 4 lanes; o / l and scale m + log l to the outputs.
-  void StoreRows(mlir::scf::ForOp loop) {
+  // Each row's l over its 4 lanes; o / l and scale m + log l to the outputs
+  // (`rows`: m and l of rows lo and hi, then o).
+  void StoreRows(const std::vector<Value>& rows) {
     FusedEmitter& emitter = kernel_.emitter();
     const Value q2 = lanes_.q2;
     const Value first_of_row =
         b_.create<arith::CmpIOp>(loc_, arith::CmpIPredicate::eq, q2, m_.C(0));
     for (int64_t half = 0; half < 2; ++half) {
       const Value t = half == 0 ? row_lo_ : row_hi_;
-      const Value l = m_.RowSum(loop.getResult(2 + half));
+      const Value l = m_.RowSum(rows[2 + half]);
       mlir::OpBuilder::InsertPoint after_store = b_.saveInsertionPoint();
       FusedEmitter::Cache store_cache = emitter.SaveCache();
       auto in_rows = b_.create<mlir::scf::IfOp>(loc_, m_.Less(t, m_.C(a_.tq)), false);
@@ -227,7 +318,7 @@ class TensorCoreForwardBuilder {
           for (int64_t dt = 0; dt < d_tiles_; ++dt) {
             Value value[2];
             for (int64_t e = 0; e < 2; ++e) {
-              value[e] = m_.FMul(loop.getResult(4 + 4 * dt + 2 * half + e), inv);
+              value[e] = m_.FMul(rows[4 + 4 * dt + 2 * half + e], inv);
               if (pair) continue;
               StoreThroughChain(emitter, b_, loc_, value[e], *a_.attn, a_.chains[out],
                                 {bi_, h_, t, m_.Add(q2, m_.C(8 * dt + e))}, ptr, dtype);
@@ -243,8 +334,7 @@ class TensorCoreForwardBuilder {
         b_.setInsertionPoint(first.thenBlock()->getTerminator());
         // scale m + ln l = (c m + log2 l) ln 2, with lg2.approx (Note [exp2
         // softmax]) where libdevice's logf took about 30 instructions.
-        const Value lse =
-            m_.FMul(m_.Fma(loop.getResult(half), m_.F32(c_), m_.Log2(l)), m_.F32(1 / kLog2E));
+        const Value lse = m_.FMul(m_.Fma(rows[half], m_.F32(c_), m_.Log2(l)), m_.F32(1 / kLog2E));
         StoreThroughChain(emitter, b_, loc_, lse, *a_.lse, a_.chains[out], {bi_, h_, t}, ptr,
                           dtype);
         b_.restoreInsertionPoint(after_lse);

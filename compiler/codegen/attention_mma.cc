@@ -419,49 +419,67 @@ TilePipeline::TilePipeline(WarpRowKernel& kernel, const WarpLanes& lanes, Value 
   }
 }
 
-void TilePipeline::Issue(Value block, Value when) {
+void TilePipeline::Copy(size_t tile, Value block, Value when) {
   mlir::OpBuilder& b = kernel_.b();
   const mlir::Location loc = kernel_.loc();
   const TileMath m(kernel_);
+  mlir::OpBuilder::InsertionGuard guard(b);
+  if (when) {
+    auto if_op = b.create<mlir::scf::IfOp>(loc, when, false);
+    b.setInsertionPoint(if_op.thenBlock()->getTerminator());
+  }
+  const SharedTile to = StageOf(tile, block);
+  for (const Piece& piece : pieces_) {
+    if (piece.tile != tile) continue;
+    const Value from =
+        b.create<LLVM::GEPOp>(loc, piece.global.getType(), b.getI16Type(), piece.global,
+                              mlir::ValueRange{m.Mul(block, piece.block_pitch)},
+                              /*inbounds=*/true);
+    // cp.async reads a global address: the kernel's pointers are generic.
+    const Value global =
+        b.create<LLVM::AddrSpaceCastOp>(loc, LLVM::LLVMPointerType::get(b.getContext(), 1), from);
+    const SharedTile at = to.Offset(b, loc, piece.shared);
+    b.create<LLVM::CallIntrinsicOp>(loc, mlir::TypeRange{},
+                                    "llvm.nvvm.cp.async.cg.shared.global.16",
+                                    mlir::ValueRange{at.AddressAt(b, loc, 0, 0), global});
+  }
+}
+
+void TilePipeline::Commit() { kernel_.b().create<NVVM::CpAsyncCommitGroupOp>(kernel_.loc()); }
+
+void TilePipeline::Wait() {
+  mlir::OpBuilder& b = kernel_.b();
+  b.create<NVVM::CpAsyncWaitGroupOp>(kernel_.loc(), 0);
+  std::vector<std::pair<const ir::Instruction*, SharedTile*>> tiles;
+  for (SharedTile* tile : tiles_) tiles.push_back({nullptr, tile});
+  PublishTiles(b, kernel_.loc(), tiles);
+}
+
+SharedTile TilePipeline::StageOf(size_t tile, Value block) const {
+  const TileMath m(kernel_);
+  return tiles_[tile]->Stage(kernel_.b(), kernel_.loc(), m.Rem(block, 2));
+}
+
+void TilePipeline::Issue(Value block, Value when) {
   {
+    mlir::OpBuilder& b = kernel_.b();
     mlir::OpBuilder::InsertionGuard guard(b);
     if (when) {
-      auto if_op = b.create<mlir::scf::IfOp>(loc, when, false);
+      auto if_op = b.create<mlir::scf::IfOp>(kernel_.loc(), when, false);
       b.setInsertionPoint(if_op.thenBlock()->getTerminator());
     }
-    const Value stage = m.Rem(block, 2);
-    std::vector<SharedTile> to;
-    for (SharedTile* tile : tiles_) to.push_back(tile->Stage(b, loc, stage));
-    for (const Piece& piece : pieces_) {
-      const Value from =
-          b.create<LLVM::GEPOp>(loc, piece.global.getType(), b.getI16Type(), piece.global,
-                                mlir::ValueRange{m.Mul(block, piece.block_pitch)},
-                                /*inbounds=*/true);
-      // cp.async reads a global address: the kernel's pointers are generic.
-      const Value global =
-          b.create<LLVM::AddrSpaceCastOp>(loc, LLVM::LLVMPointerType::get(b.getContext(), 1), from);
-      const SharedTile at = to[piece.tile].Offset(b, loc, piece.shared);
-      b.create<LLVM::CallIntrinsicOp>(loc, mlir::TypeRange{},
-                                      "llvm.nvvm.cp.async.cg.shared.global.16",
-                                      mlir::ValueRange{at.AddressAt(b, loc, 0, 0), global});
-    }
+    for (size_t tile = 0; tile < tiles_.size(); ++tile) Copy(tile, block);
   }
-  b.create<NVVM::CpAsyncCommitGroupOp>(loc);
+  Commit();
 }
 
 std::vector<SharedTile> TilePipeline::Await(Value block, Value end) {
-  mlir::OpBuilder& b = kernel_.b();
-  const mlir::Location loc = kernel_.loc();
   const TileMath m(kernel_);
-  b.create<NVVM::CpAsyncWaitGroupOp>(loc, 0);
-  std::vector<std::pair<const ir::Instruction*, SharedTile*>> tiles;
-  for (SharedTile* tile : tiles_) tiles.push_back({nullptr, tile});
-  PublishTiles(b, loc, tiles);
+  Wait();
   const Value next = m.Add(block, m.C(1));
   Issue(next, m.Less(next, end));
-  const Value stage = m.Rem(block, 2);
   std::vector<SharedTile> now;
-  for (SharedTile* tile : tiles_) now.push_back(tile->Stage(b, loc, stage));
+  for (size_t tile = 0; tile < tiles_.size(); ++tile) now.push_back(StageOf(tile, block));
   return now;
 }
 

@@ -235,6 +235,17 @@ class TilePipeline {
   // Returns the stage holding block `block` of each tile, in order.
   std::vector<SharedTile> Await(mlir::Value block, mlir::Value end);
 
+  // The parts of Issue and Await, for tiles that run ahead of others (Note
+  // [overlapped wgmma forward] in attention_forward_mma.cc): this thread's
+  // copies of block `block` of tile `tile` into its stage block % 2 (when
+  // `when` holds), not committed; the commit of a group; the wait for this
+  // thread's groups and the barrier that publishes every thread's; the stage
+  // of tile `tile` holding block `block`.
+  void Copy(size_t tile, mlir::Value block, mlir::Value when = {});
+  void Commit();
+  void Wait();
+  SharedTile StageOf(size_t tile, mlir::Value block) const;
+
  private:
   struct Piece {
     size_t tile;

@@ -69,6 +69,9 @@ std::vector<std::string> JitCompileArgs(const JitOptions& o) {
     args.insert(args.end(), {"--grad-accum", std::to_string(o.grad_accum)});
   }
   if (o.remat != "none") args.insert(args.end(), {"--remat", o.remat});
+  if (o.attention_mma != "mma.sync") {
+    args.insert(args.end(), {"--attention-mma", o.attention_mma});
+  }
   if (!o.memory_budget.empty()) args.insert(args.end(), {"--memory-budget", o.memory_budget});
   if (o.seq > 0) {
     args.push_back("--seq");

@@ -19,9 +19,10 @@ struct JitOptions {
   int64_t batch = 4;
   bool batch_auto = false;  // --batch auto (gptc compile)
   int64_t tokens_per_step = 0;
-  std::string remat = "none";  // gptc compile's --remat
-  std::string memory_budget;   // gptc's --memory-budget text; empty: none given
-  int64_t seq = 0;  // 0: the model's context length
+  std::string remat = "none";              // gptc compile's --remat
+  std::string memory_budget;               // gptc's --memory-budget text; empty: none given
+  std::string attention_mma = "mma.sync";  // gptc compile's --attention-mma
+  int64_t seq = 0;                         // 0: the model's context length
   int64_t grad_accum = 1;
   // The kernels to compile for: "gpu" (sm_90a), "emu" (also the host
   // kernels) or "cpu" (none: --no-codegen).

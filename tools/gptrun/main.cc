@@ -72,6 +72,10 @@ Flags DeclareFlags() {
              "memory less the runtime's (default on a GPU: its free memory less the runtime's "
              "reserve and workspace)")
       .Value("seq", "T", "--model: tokens per sequence (default: the model's context length)")
+      .Value("attention-mma", "mma.sync|wgmma",
+             "--model: the attention kernels' tensor-core instructions (gptc compile "
+             "--attention-mma)",
+             "mma.sync")
       .Value("artifact-out", "FILE.gptx", "--model: also keep the artifact there");
   flags.Section("device")
       .Value("device", "cpu|gpu|emu",
@@ -227,8 +231,8 @@ int Main(int argc, char** argv) {
     return Fail(kExitUsage, Error("unexpected argument '{}'{}", flags.positional().back(),
                                   jit ? " (--model compiles the artifact)" : ""));
   }
-  for (const char* name :
-       {"batch", "seq", "artifact-out", "tokens-per-step", "remat", "memory-budget"}) {
+  for (const char* name : {"batch", "seq", "artifact-out", "tokens-per-step", "remat",
+                           "memory-budget", "attention-mma"}) {
     if (flags.Has(name) && !jit) return Fail(kExitUsage, Error("--{} applies to --model", name));
   }
   TrainOptions o;
@@ -315,6 +319,7 @@ int Main(int argc, char** argv) {
   jo.artifact_out = flags.Get("artifact-out");
   jo.batch_auto = flags.Get("batch") == "auto";
   jo.remat = flags.Get("remat");
+  jo.attention_mma = flags.Get("attention-mma");
   for (auto [name, field] : {std::pair{"batch", &jo.batch}, std::pair{"seq", &jo.seq},
                              std::pair{"tokens-per-step", &jo.tokens_per_step}}) {
     if (std::string_view(name) == "batch" && jo.batch_auto) continue;

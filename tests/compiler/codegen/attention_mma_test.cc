@@ -208,6 +208,14 @@ TEST_P(AttentionKernelTest, EveryAttentionKernelMatchesTheEvaluator) {
               tensor_cores && wgmma)
         << k.spec.name;
     EXPECT_EQ(k.spec.static_shared_bytes > 0, tensor_cores) << k.spec.name;
+    // Note [overlapped wgmma forward]: where the forward's k and v tiles come
+    // by cp.async, a softmax after the first key block's runs while a wgmma
+    // group is in flight.
+    if (at == fusions.begin() && wgmma && tensor_cores) {
+      EXPECT_EQ(k.ptx.find("wgmma.wait_group.sync.aligned 1;") != std::string::npos,
+                k.ptx.find("cp.async.cg.shared.global") != std::string::npos && c.s > 64)
+          << k.spec.name;
+    }
   }
   // The forward rounds its probabilities to bf16 before dividing by the row
   // sum, the decomposition after it: each side is off by up to 2^-9 of
@@ -292,29 +300,44 @@ std::string MissingBarrier(const std::string& mlir) {
   return std::regex_replace(mlir, kBarrier, "", std::regex_constants::format_first_only);
 }
 
-TEST(AttentionDefectTest, SeededDefectsAreCaught) {
+std::string MissingWgmmaWait(const std::string& mlir) {
+  static const std::regex kWait(
+      R"(\n\s*llvm\.inline_asm has_side_effects "wgmma\.wait_group[^\n]*)");
+  return std::regex_replace(mlir, kWait, "", std::regex_constants::format_first_only);
+}
+
+std::string MissingProxyFence(const std::string& mlir) {
+  static const std::regex kFence(
+      R"(\n\s*llvm\.inline_asm has_side_effects "fence\.proxy\.async[^\n]*)");
+  return std::regex_replace(mlir, kFence, "", std::regex_constants::format_first_only);
+}
+
+// Each defect seeded in each attention kernel of a pipelined step is caught.
+void ExpectDefectsCaught(AttentionMma mma, const std::vector<Defect>& defects) {
   const Case c{1, 2, 192, 192, 64, true, true, true};  // three key blocks, pipelined
   std::unique_ptr<ir::Module> module = TrainStep(c);
   ASSERT_NE(module, nullptr);
   const std::vector<std::string> fusions = AttentionFusions(*module);
   ASSERT_EQ(fusions.size(), 2u);  // the forward; the backward's two kernels
-  for (const Defect& defect : {Defect{"no diagonal mask", NoDiagonalMask, "evaluator"},
-                               Defect{"a missing barrier", MissingBarrier, "race"}}) {
+  for (const Defect& defect : defects) {
     for (const std::string& fusion : fusions) {
       SCOPED_TRACE(fmt::format("{} in {}", defect.what, fusion));
       bool seeded = false;
-      EmuKernelRunner runner(*module, [&](CompiledKernel& k) {
-        if (k.spec.fusion != fusion || k.code_of >= 0) return;
-        const std::string mutated = defect.mutate(k.mlir);
-        ASSERT_NE(mutated, k.mlir) << "nothing to seed the defect in";
-        CodegenOptions options;
-        options.emit_host = true;
-        options.host_symbol_prefix = "gptc_emu_test_";
-        StatusOr<LoweredKernel> lowered = LowerMlirText(mutated, k.spec.name, options);
-        ASSERT_TRUE(lowered.ok()) << lowered.status().message();
-        k.host = lowered->host;
-        seeded = true;
-      });
+      EmuKernelRunner runner(
+          *module,
+          [&](CompiledKernel& k) {
+            if (k.spec.fusion != fusion || k.code_of >= 0) return;
+            const std::string mutated = defect.mutate(k.mlir);
+            ASSERT_NE(mutated, k.mlir) << "nothing to seed the defect in";
+            CodegenOptions options;
+            options.emit_host = true;
+            options.host_symbol_prefix = "gptc_emu_test_";
+            StatusOr<LoweredKernel> lowered = LowerMlirText(mutated, k.spec.name, options);
+            ASSERT_TRUE(lowered.ok()) << lowered.status().message();
+            k.host = lowered->host;
+            seeded = true;
+          },
+          mma);
       ASSERT_TRUE(seeded);
       ::testing::TestPartResultArray failures;
       {
@@ -331,6 +354,27 @@ TEST(AttentionDefectTest, SeededDefectsAreCaught) {
       EXPECT_TRUE(found) << failures.size() << " failures, none naming '" << defect.finding << "'";
     }
   }
+}
+
+TEST(AttentionDefectTest, SeededDefectsAreCaught) {
+  ExpectDefectsCaught(AttentionMma::kMmaSync,
+                      {Defect{"no diagonal mask", NoDiagonalMask, "evaluator"},
+                       Defect{"a missing barrier", MissingBarrier, "race"}});
+}
+
+// On wgmma (Note [emulated wgmma asynchrony] in runtime/emu/warpgroup.h):
+// without the barrier the first wgmma reads tiles other threads stored
+// since the last one; without a wait, the register fence takes accumulators
+// in flight; without the proxy fence, cp.async's stores are not visible to
+// wgmma.
+TEST(AttentionDefectTest, SeededWgmmaDefectsAreCaught) {
+  ExpectDefectsCaught(
+      AttentionMma::kWgmma,
+      {Defect{"no diagonal mask", NoDiagonalMask, "evaluator"},
+       Defect{"a missing barrier", MissingBarrier, "after the block's last barrier"},
+       Defect{"a missing wgmma wait", MissingWgmmaWait,
+              "before a wgmma.wait_group retired its group"},
+       Defect{"a missing proxy fence", MissingProxyFence, "no fence.proxy.async.shared::cta"}});
 }
 
 // Note [longest-first tiles]: the heads a group walks together divide
