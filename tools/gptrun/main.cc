@@ -73,9 +73,7 @@ Flags DeclareFlags() {
              "reserve and workspace)")
       .Value("seq", "T", "--model: tokens per sequence (default: the model's context length)")
       .Value("attention-mma", "mma.sync|wgmma",
-             "--model: the attention kernels' tensor-core instructions (gptc compile "
-             "--attention-mma)",
-             "mma.sync")
+             "--model: the attention's tensor-core instructions (gptc compile)", "mma.sync")
       .Value("artifact-out", "FILE.gptx", "--model: also keep the artifact there");
   flags.Section("device")
       .Value("device", "cpu|gpu|emu",
@@ -217,6 +215,28 @@ Status JitMemoryBudget(const Flags& flags, JitOptions& jo, int64_t gpu) {
   return Status::Ok();
 }
 
+// --model's compile from the flags (`o`: the train options parsed from
+// them); a usage error names the flag.
+StatusOr<JitOptions> JitOptionsOf(const Flags& flags, const TrainOptions& o) {
+  JitOptions jo;
+  jo.model = flags.Get("model");
+  jo.grad_accum = std::max<int64_t>(1, o.grad_accum);  // 0: not given
+  jo.artifact_out = flags.Get("artifact-out");
+  jo.batch_auto = flags.Get("batch") == "auto";
+  jo.remat = flags.Get("remat");
+  jo.attention_mma = flags.Get("attention-mma");
+  for (auto [name, field] : {std::pair{"batch", &jo.batch}, std::pair{"seq", &jo.seq},
+                             std::pair{"tokens-per-step", &jo.tokens_per_step}}) {
+    if (std::string_view(name) == "batch" && jo.batch_auto) continue;
+    ASSIGN_OR_RETURN(const int64_t v, flags.GetInt(name, *field));
+    if (flags.Has(name) && v < 1) return Error("--{} must be >= 1, got {}", name, v);
+    *field = v;
+  }
+  // Kernels only for a device that runs them (no GPU here: the CPU device).
+  jo.device = o.device.empty() ? (GpuPresent() ? "gpu" : "cpu") : o.device;
+  return jo;
+}
+
 int Main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "generate") return GenerateMain(argc, argv);
   Flags flags = DeclareFlags();
@@ -313,27 +333,11 @@ int Main(int argc, char** argv) {
     o.artifact = flags.positional()[0];
     return Train(o);
   }
-  JitOptions jo;
-  jo.model = flags.Get("model");
-  jo.grad_accum = std::max<int64_t>(1, o.grad_accum);  // 0: not given
-  jo.artifact_out = flags.Get("artifact-out");
-  jo.batch_auto = flags.Get("batch") == "auto";
-  jo.remat = flags.Get("remat");
-  jo.attention_mma = flags.Get("attention-mma");
-  for (auto [name, field] : {std::pair{"batch", &jo.batch}, std::pair{"seq", &jo.seq},
-                             std::pair{"tokens-per-step", &jo.tokens_per_step}}) {
-    if (std::string_view(name) == "batch" && jo.batch_auto) continue;
-    StatusOr<int64_t> v = flags.GetInt(name, *field);
-    if (!v.ok()) return Fail(kExitUsage, v.status());
-    if (flags.Has(name) && *v < 1)
-      return Fail(kExitUsage, Error("--{} must be >= 1, got {}", name, *v));
-    *field = *v;
-  }
-  // Kernels only for a device that runs them (no GPU here: the CPU device).
-  jo.device = o.device.empty() ? (GpuPresent() ? "gpu" : "cpu") : o.device;
-  if (Status s = JitMemoryBudget(flags, jo, gpu); !s.ok()) return Fail(kExitUsage, s);
+  StatusOr<JitOptions> jo = JitOptionsOf(flags, o);
+  if (!jo.ok()) return Fail(kExitUsage, jo.status());
+  if (Status s = JitMemoryBudget(flags, *jo, gpu); !s.ok()) return Fail(kExitUsage, s);
   bool usage = false;
-  StatusOr<std::string> artifact = CompileThroughCache(jo, usage);
+  StatusOr<std::string> artifact = CompileThroughCache(*jo, usage);
   if (!artifact.ok()) return Fail(usage ? kExitUsage : 1, artifact.status());
   o.artifact = *artifact;
   return Train(o);
