@@ -46,10 +46,34 @@ std::string WithoutComments(std::string_view body) {
   return out;
 }
 
+// The work of one mma statement in m16n8k16 products of a warp: an mma of
+// m M n N k K does M N K / 2048; a wgmma (of a warpgroup: a warp's quarter of
+// its M rows) M N K / 8192, so wgmma.m64n64k16 does 8.
+double MmaTiles(std::string_view opcode) {
+  size_t at = opcode.find(".m");
+  while (at != std::string_view::npos &&
+         !(at + 2 < opcode.size() && std::isdigit(static_cast<unsigned char>(opcode[at + 2])))) {
+    at = opcode.find(".m", at + 1);  // past ".mma_async"
+  }
+  if (at == std::string_view::npos) return 0;
+  int64_t dims[3] = {0, 0, 0};
+  size_t i = at + 2;
+  for (int d = 0; d < 3; ++d) {
+    while (i < opcode.size() && std::isdigit(static_cast<unsigned char>(opcode[i]))) {
+      dims[d] = 10 * dims[d] + (opcode[i++] - '0');
+    }
+    if (d < 2 && (i >= opcode.size() || opcode[i] != "nk"[d])) return 0;
+    ++i;
+  }
+  const double work = static_cast<double>(dims[0] * dims[1] * dims[2]) / 2048;
+  return Head(opcode) == "wgmma" ? work / 4 : work;
+}
+
 // One statement of Note [counting PTX]: its class, and the labels before it
 // and the label it branches to, for the loops.
 struct Statement {
   PtxClass cls = PtxClass::kOther;
+  double tiles = 0;                 // an mma's warp-level m16n8k16 products (MmaTiles)
   std::vector<std::string> labels;  // defined right before it
   std::string target;               // bra's label, or empty
 };
@@ -104,6 +128,7 @@ std::vector<Statement> Statements(std::string_view body, int64_t& shared_bytes) 
     const std::string_view opcode = s.substr(0, space);
     Statement st;
     st.cls = ClassifyPtx(opcode);
+    if (st.cls == PtxClass::kMma) st.tiles = MmaTiles(opcode);
     st.labels = std::move(pending_labels);
     pending_labels.clear();
     if (Head(opcode) == "bra" && space != std::string_view::npos) {
@@ -116,7 +141,10 @@ std::vector<Statement> Statements(std::string_view body, int64_t& shared_bytes) 
 
 PtxCounts Count(const std::vector<Statement>& statements, size_t begin, size_t end) {
   PtxCounts c;
-  for (size_t i = begin; i < end; ++i) ++c.by_class[static_cast<int>(statements[i].cls)];
+  for (size_t i = begin; i < end; ++i) {
+    ++c.by_class[static_cast<int>(statements[i].cls)];
+    c.mma_tiles += statements[i].tiles;
+  }
   return c;
 }
 
@@ -178,7 +206,8 @@ std::string_view PtxClassName(PtxClass c) {
 
 PtxClass ClassifyPtx(std::string_view opcode) {
   const std::string_view head = Head(opcode);
-  if (head == "mma" || head == "wgmma") return PtxClass::kMma;
+  if (head == "mma" || StartsWith(opcode, "wgmma.mma_async")) return PtxClass::kMma;
+  if (head == "wgmma") return PtxClass::kBarrier;  // wgmma.fence, commit_group, wait_group
   if (head == "ldmatrix") return PtxClass::kLdmatrix;
   if (head == "ex2" || head == "lg2") return PtxClass::kExp;
   if (head == "cvt" || head == "cvta") return PtxClass::kConvert;
@@ -209,8 +238,7 @@ int64_t PtxCounts::total() const {
 }
 
 double PtxCounts::PerMma() const {
-  const int64_t mma = of(PtxClass::kMma);
-  return mma == 0 ? 0.0 : static_cast<double>(total()) / static_cast<double>(mma);
+  return mma_tiles == 0 ? 0.0 : static_cast<double>(total()) / mma_tiles;
 }
 
 std::vector<PtxKernelStats> AnalyzePtx(std::string_view ptx) {

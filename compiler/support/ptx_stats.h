@@ -25,7 +25,7 @@ namespace gptc {
 
 // What an instruction does, from its opcode and type suffix.
 enum class PtxClass {
-  kMma,        // mma.sync, wgmma
+  kMma,        // mma.sync, wgmma.mma_async
   kLdmatrix,   // ldmatrix
   kExp,        // ex2, lg2 (the softmax's exponentials)
   kFloat,      // f32/f64/f16/bf16 arithmetic: add, mul, fma, max, neg, rcp, ...
@@ -36,7 +36,7 @@ enum class PtxClass {
   kLoad,       // ld (global, shared, param, generic)
   kStore,      // st
   kAsyncCopy,  // cp.async and its commit and wait
-  kBarrier,    // bar, membar, fence
+  kBarrier,    // bar, membar, fence, and wgmma's fence, commit_group and wait_group
   kShuffle,    // shfl
   kControl,    // bra, ret, call, exit
   kOther,
@@ -53,9 +53,14 @@ PtxClass ClassifyPtx(std::string_view opcode);
 // Counts of a range of statements by class.
 struct PtxCounts {
   std::array<int64_t, kNumPtxClasses> by_class{};
+  // The mma statements' work in m16n8k16 products of a warp (a wgmma
+  // m64nNk16: N / 8 of them, its warps' quarter of the warpgroup's).
+  double mma_tiles = 0;
   int64_t total() const;
   int64_t of(PtxClass c) const { return by_class[static_cast<int>(c)]; }
-  // Statements per mma; 0 when there is none.
+  // Statements per m16n8k16 of work (per mma.sync of that shape; 8 per
+  // wgmma m64n64k16), so that mma.sync and wgmma kernels compare; 0
+  // without an mma.
   double PerMma() const;
 };
 

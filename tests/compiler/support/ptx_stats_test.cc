@@ -95,6 +95,33 @@ TEST(PtxStatsTest, CountsEveryStatementOfEachEntryByClass) {
   EXPECT_TRUE(s.mma_loops.empty());
 }
 
+// A wgmma in its inline asm scope (the braces and .reg of wgmma_asm.h's
+// text): one mma doing 8 m16n8k16 a warp at N = 64, its fence, commit and
+// wait barriers.
+TEST(PtxStatsTest, CountsWgmmaWorkInWarpProducts) {
+  const std::string ptx = R"(.visible .entry k()
+{
+	wgmma.fence.sync.aligned;
+	{
+.reg .pred p;
+setp.ne.b32 p, %r5, 0;
+wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%f1, %f2}, {%r1, %r2, %r3, %r4}, %rd1, p, 1, 1, 1;
+}
+	wgmma.commit_group.sync.aligned;
+	wgmma.wait_group.sync.aligned 0;
+	ret;
+})";
+  const std::vector<PtxKernelStats> kernels = AnalyzePtx(ptx);
+  ASSERT_EQ(kernels.size(), 1u);
+  const PtxCounts& c = kernels[0].whole;
+  EXPECT_EQ(c.total(), 6);
+  EXPECT_EQ(c.of(PtxClass::kMma), 1);
+  EXPECT_EQ(c.of(PtxClass::kBarrier), 3);
+  EXPECT_EQ(c.of(PtxClass::kMask), 1);
+  EXPECT_DOUBLE_EQ(c.mma_tiles, 8);
+  EXPECT_DOUBLE_EQ(c.PerMma(), 6.0 / 8);
+}
+
 TEST(PtxStatsTest, ClassifiesByOpcodeAndType) {
   EXPECT_EQ(ClassifyPtx("add.s64"), PtxClass::kInteger);
   EXPECT_EQ(ClassifyPtx("add.rn.f32"), PtxClass::kFloat);
@@ -106,6 +133,7 @@ TEST(PtxStatsTest, ClassifiesByOpcodeAndType) {
   EXPECT_EQ(ClassifyPtx("lg2.approx.ftz.f32"), PtxClass::kExp);
   EXPECT_EQ(ClassifyPtx("brev.b32"), PtxClass::kInteger);
   EXPECT_EQ(ClassifyPtx("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"), PtxClass::kMma);
+  EXPECT_EQ(ClassifyPtx("wgmma.wait_group.sync.aligned"), PtxClass::kBarrier);
   EXPECT_EQ(ClassifyPtx("tex.2d"), PtxClass::kOther);
   EXPECT_EQ(PtxClassName(PtxClass::kAsyncCopy), "async");
 }
