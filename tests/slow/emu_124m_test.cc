@@ -6,7 +6,8 @@
 // in runtime/gpu/autotune.h) runs each such gemm without its epilogue and
 // the artifact's fallback kernel does the epilogue's work. About five
 // minutes and 14 GB on the 2-core machine, so it carries the `slow` label:
-// `scripts/test --slow` runs it, the default run leaves it out.
+// `scripts/test --slow` runs it, the default run leaves it out. And one
+// layer at the full length with the attention on wgmma.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -81,6 +82,40 @@ TEST(Emu124mTest, OneStepFollowsTheCpuDevice) {
     SCOPED_TRACE(run);
     ExpectFollowsCpu(dir, run);
   }
+  fs::remove_all(dir);
+}
+
+// One gpt2-124m layer at its full length (batch 1, seq 1024) with the
+// attention on wgmma (--attention-mma wgmma): 16 query tiles of 64 rows a
+// head, the forward's overlapped pipeline over up to 16 key blocks, against
+// the CPU device, every check on. About 90 s and 3 GB.
+TEST(Emu124mTest, OneLayerAtFullLengthOnWgmmaFollowsTheCpuDevice) {
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("emu_124m_wgmma_test_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 8000; ++i) tokens.push_back((i * 7919 + (i / 13)) % 50257);
+  std::ofstream(dir / "train_000.bin", std::ios::binary) << rt::EncodeShard(tokens);
+  const std::string compile =
+      std::string(GPTC_BIN) +
+      " compile --model gpt2-124m --layers 1 --batch 1 --seq 1024 --attention-mma wgmma --emu -o " +
+      (dir / "m.gptx").string() + " > /dev/null";
+  ASSERT_EQ(std::system(compile.c_str()), 0) << compile;
+  for (const std::string run : {"wgmma", "cpu"}) {
+    const std::string device = run == "cpu" ? "cpu" : "emu";
+    const std::string cmd =
+        "XDG_CACHE_HOME=" + (dir / ("cache-" + run)).string() + " " + std::string(GPTRUN_BIN) +
+        " " + (dir / "m.gptx").string() + " --device " + device +
+        (device == "cpu" ? " --cpu-max-params 200000000" : "") + " --train '" +
+        (dir / "train_*.bin").string() + "' --steps 1 --lr " + std::to_string(kLr) +
+        " --seed 3 --log " + (dir / (run + ".jsonl")).string() + " --ckpt-dir " +
+        (dir / run).string() + " > " + (dir / (run + ".txt")).string() + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << ReadAll(dir / (run + ".txt"));
+    std::printf("%s", ReadAll(dir / (run + ".txt")).c_str());
+  }
+  EXPECT_NE(ReadAll(dir / "wgmma.txt").find("checks on"), std::string::npos);
+  ExpectFollowsCpu(dir, "wgmma");
   fs::remove_all(dir);
 }
 
