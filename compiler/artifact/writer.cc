@@ -79,7 +79,8 @@ struct KernelSections {
         .mmas = k.host->mmas,
         .ldmatrices = k.host->ldmatrices,
         .atomics = k.host->atomics,
-        .accesses = k.host->accesses});
+        .accesses = k.host->accesses,
+        .wgmmas = k.host->wgmmas});
     // A kernel shared with an earlier entry has its host object there.
     if (host_symbols.insert(k.host->symbol).second) host_objects.push_back(std::move(k.host->object));
   }

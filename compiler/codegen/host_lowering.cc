@@ -78,7 +78,6 @@ StatusOr<std::string> EmitObject(llvm::Module& module, llvm::TargetMachine& mach
   return std::string(object.str());
 }
 
-
 // Round-to-nearest-even f32 -> bf16 of `x` (a float or a vector of floats),
 // as compiler/support/float_bits.h's F32ToBF16Bits: NaNs stay quiet NaNs.
 Value* TruncateToBF16(IRBuilder<>& b, Value* x) {
@@ -164,7 +163,9 @@ Value* HostRewriter::CallRuntime(IRBuilder<>& b, RuntimeField field, llvm::Funct
 // EmuRuntime::mma and ldmatrix, warp-collective like shfl.sync (Note
 // [emulated warp matrix operations] in runtime/emu/warp_matrix.h); every
 // other mma shape or type is refused. Inline asm is matched by its exact
-// text: libdevice's "rcp.approx.ftz.f32 $0,$1;" is a flushed reciprocal.
+// text: libdevice's "rcp.approx.ftz.f32 $0,$1;" is a flushed reciprocal,
+// and the warpgroup instructions' texts of wgmma_asm.h call the emulator
+// (host_warpgroup.h).
 StatusOr<Value*> HostRewriter::Emulate(llvm::CallInst& call, const std::string& name, bool is_asm) {
   if (is_asm) {  // matched by its exact text
     IRBuilder<> b(&call);

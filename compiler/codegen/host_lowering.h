@@ -14,6 +14,11 @@
 //     call the emulator, which runs a block's threads as fibers when the
 //     kernel has any (HostKernel::uses_sync); other mma shapes and types are
 //     refused by name;
+//   - the warpgroup instructions (wgmma and its fences, groups and waits:
+//     the inline PTX of wgmma_asm.h) call the emulator too, and every other
+//     reader of a wgmma's accumulators gets a check before it
+//     (host_warpgroup.h, Note [wgmma registers]); integers made of shared
+//     pointers become offsets in the block's shared memory, as on a GPU;
 //   - address-space-3 (shared) globals become offsets into the block's
 //     shared memory, laid out here (HostKernelInfo::shared_bytes), the dynamic
 //     shared memory after them;

@@ -52,7 +52,8 @@ json ToJson(const HostKernelRecord& k) {
               {"mmas", k.mmas},
               {"ldmatrices", k.ldmatrices},
               {"atomics", k.atomics},
-              {"accesses", k.accesses}};
+              {"accesses", k.accesses},
+              {"wgmmas", k.wgmmas}};
 }
 
 StatusOr<HostKernelRecord> HostKernelRecordFromJson(const json& j, std::string_view where) {
@@ -70,6 +71,8 @@ StatusOr<HostKernelRecord> HostKernelRecordFromJson(const json& j, std::string_v
         std::pair{"atomics", &k.atomics}, std::pair{"accesses", &k.accesses}}) {
     ASSIGN_OR_RETURN(*value, JsonField<int64_t>(j, field, where));
   }
+  // Optional: an older library must reach the kernel ABI check, which names it.
+  ASSIGN_OR_RETURN(k.wgmmas, JsonFieldOr<int64_t>(j, "wgmmas", where, 0));
   return k;
 }
 

@@ -41,6 +41,7 @@ struct HostKernelRecord {
   int64_t static_smem = 0;        // on the GPU (ptxas)
   int64_t registers = 0;          // on the GPU; 0: unknown
   int64_t barriers = 0, shuffles = 0, mmas = 0, ldmatrices = 0, atomics = 0, accesses = 0;
+  int64_t wgmmas = 0;  // absent from libraries of kernel ABIs before 5
   bool operator==(const HostKernelRecord&) const = default;
 };
 

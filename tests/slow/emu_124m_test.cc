@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/data_loader.h"
@@ -47,27 +48,31 @@ nlohmann::json FirstStep(const fs::path& log) {
 // against the CPU device's.
 void ExpectFollowsCpu(const std::filesystem::path& dir, const std::string& run);
 
-TEST(Emu124mTest, OneStepFollowsTheCpuDevice) {
-  const fs::path dir =
-      fs::path(::testing::TempDir()) / ("emu_124m_test_" + std::to_string(getpid()));
+// A fresh directory `name` holding a shard of `count` tokens.
+fs::path RunDirectory(const std::string& name, int count) {
+  const fs::path dir = fs::path(::testing::TempDir()) / (name + "_" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::vector<int32_t> tokens;
-  for (int i = 0; i < 4000; ++i) tokens.push_back((i * 7919 + (i / 13)) % 50257);
+  for (int i = 0; i < count; ++i) tokens.push_back((i * 7919 + (i / 13)) % 50257);
   std::ofstream(dir / "train_000.bin", std::ios::binary) << rt::EncodeShard(tokens);
+  return dir;
+}
 
-  const std::string compile = std::string(GPTC_BIN) +
-                              " compile --model gpt2-124m --batch 1 --seq 128 --emu -o " +
-                              (dir / "m.gptx").string() + " > /dev/null";
+// gptc compile --model gpt2-124m `flags` --emu into dir/m.gptx, then one
+// train step of it for each of `runs` ("cpu" on the CPU device, any other
+// on the emulated one, after `env` when given), its log in dir/RUN.jsonl and
+// its checkpoint in dir/RUN.
+void CompileAndStep(const fs::path& dir, const std::string& flags,
+                    const std::vector<std::pair<std::string, std::string>>& runs) {
+  const std::string compile = std::string(GPTC_BIN) + " compile --model gpt2-124m " + flags +
+                              " --emu -o " + (dir / "m.gptx").string() + " > /dev/null";
   ASSERT_EQ(std::system(compile.c_str()), 0) << compile;
-  const std::string slow =
-      "GPTC_EMU_SLOW_EPILOGUES=CUBLASLT_EPILOGUE_BIAS,CUBLASLT_EPILOGUE_GELU_AUX_BIAS,"
-      "CUBLASLT_EPILOGUE_DGELU,CUBLASLT_EPILOGUE_BGRADA,CUBLASLT_EPILOGUE_BGRADB ";
-  for (const std::string run : {"emu", "fallback", "cpu"}) {
+  for (const auto& [run, env] : runs) {
     const std::string device = run == "cpu" ? "cpu" : "emu";
     const std::string cmd =
-        (run == "fallback" ? slow : "") + "XDG_CACHE_HOME=" + (dir / ("cache-" + run)).string() +
-        " " + std::string(GPTRUN_BIN) + " " + (dir / "m.gptx").string() + " --device " + device +
+        env + "XDG_CACHE_HOME=" + (dir / ("cache-" + run)).string() + " " +
+        std::string(GPTRUN_BIN) + " " + (dir / "m.gptx").string() + " --device " + device +
         (device == "cpu" ? " --cpu-max-params 200000000" : "") + " --train '" +
         (dir / "train_*.bin").string() + "' --steps 1 --lr " + std::to_string(kLr) +
         " --seed 3 --log " + (dir / (run + ".jsonl")).string() + " --ckpt-dir " +
@@ -75,6 +80,15 @@ TEST(Emu124mTest, OneStepFollowsTheCpuDevice) {
     ASSERT_EQ(std::system(cmd.c_str()), 0) << ReadAll(dir / (run + ".txt"));
     std::printf("%s", ReadAll(dir / (run + ".txt")).c_str());
   }
+}
+
+TEST(Emu124mTest, OneStepFollowsTheCpuDevice) {
+  const fs::path dir = RunDirectory("emu_124m_test", 4000);
+  const std::string slow =
+      "GPTC_EMU_SLOW_EPILOGUES=CUBLASLT_EPILOGUE_BIAS,CUBLASLT_EPILOGUE_GELU_AUX_BIAS,"
+      "CUBLASLT_EPILOGUE_DGELU,CUBLASLT_EPILOGUE_BGRADA,CUBLASLT_EPILOGUE_BGRADB ";
+  ASSERT_NO_FATAL_FAILURE(
+      CompileAndStep(dir, "--batch 1 --seq 128", {{"emu", ""}, {"fallback", slow}, {"cpu", ""}}));
   // Every gemm with an epilogue took the plain gemm and its kernel.
   EXPECT_EQ(ReadAll(dir / "fallback.txt").find(" 0 of them the gemm without its epilogue"),
             std::string::npos);
@@ -90,30 +104,9 @@ TEST(Emu124mTest, OneStepFollowsTheCpuDevice) {
 // head, the forward's overlapped pipeline over up to 16 key blocks, against
 // the CPU device, every check on. About 90 s and 3 GB.
 TEST(Emu124mTest, OneLayerAtFullLengthOnWgmmaFollowsTheCpuDevice) {
-  const fs::path dir =
-      fs::path(::testing::TempDir()) / ("emu_124m_wgmma_test_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::vector<int32_t> tokens;
-  for (int i = 0; i < 8000; ++i) tokens.push_back((i * 7919 + (i / 13)) % 50257);
-  std::ofstream(dir / "train_000.bin", std::ios::binary) << rt::EncodeShard(tokens);
-  const std::string compile =
-      std::string(GPTC_BIN) +
-      " compile --model gpt2-124m --layers 1 --batch 1 --seq 1024 --attention-mma wgmma --emu -o " +
-      (dir / "m.gptx").string() + " > /dev/null";
-  ASSERT_EQ(std::system(compile.c_str()), 0) << compile;
-  for (const std::string run : {"wgmma", "cpu"}) {
-    const std::string device = run == "cpu" ? "cpu" : "emu";
-    const std::string cmd =
-        "XDG_CACHE_HOME=" + (dir / ("cache-" + run)).string() + " " + std::string(GPTRUN_BIN) +
-        " " + (dir / "m.gptx").string() + " --device " + device +
-        (device == "cpu" ? " --cpu-max-params 200000000" : "") + " --train '" +
-        (dir / "train_*.bin").string() + "' --steps 1 --lr " + std::to_string(kLr) +
-        " --seed 3 --log " + (dir / (run + ".jsonl")).string() + " --ckpt-dir " +
-        (dir / run).string() + " > " + (dir / (run + ".txt")).string() + " 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << ReadAll(dir / (run + ".txt"));
-    std::printf("%s", ReadAll(dir / (run + ".txt")).c_str());
-  }
+  const fs::path dir = RunDirectory("emu_124m_wgmma_test", 8000);
+  ASSERT_NO_FATAL_FAILURE(CompileAndStep(
+      dir, "--layers 1 --batch 1 --seq 1024 --attention-mma wgmma", {{"wgmma", ""}, {"cpu", ""}}));
   EXPECT_NE(ReadAll(dir / "wgmma.txt").find("checks on"), std::string::npos);
   ExpectFollowsCpu(dir, "wgmma");
   fs::remove_all(dir);

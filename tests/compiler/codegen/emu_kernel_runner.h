@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "compiler/codegen/codegen.h"
+#include "compiler/codegen/lowering.h"
 #include "compiler/eval/evaluator.h"
 #include "compiler/support/float_bits.h"
 #include "runtime/emu/grid_runner.h"
@@ -131,6 +132,25 @@ inline std::vector<double> DecodeFromDevice(const ir::Shape& shape,
       out[i] = BF16BitsToF32(h);
     }
   }
+  return out;
+}
+
+// A hand-written kernel (its MLIR text) lowered as the emitters' kernels
+// are, its host code linked into an emulator library of its own, checks on.
+struct EmuTextKernel {
+  LoweredKernel kernel;
+  std::unique_ptr<rt::emu::KernelLibrary> library;
+};
+inline StatusOr<EmuTextKernel> LowerForEmulator(const std::string& mlir, const std::string& name) {
+  CodegenOptions options;
+  options.emit_host = true;
+  options.host_symbol_prefix = "gptc_test_";
+  EmuTextKernel out;
+  ASSIGN_OR_RETURN(out.kernel, LowerMlirText(mlir, name, options));
+  if (!out.kernel.host) return Error("kernel {}: no host code", name);
+  ASSIGN_OR_RETURN(std::string bytes, LinkHostLibrary({out.kernel.host->object}));
+  ASSIGN_OR_RETURN(out.library, rt::emu::KernelLibrary::Open(bytes, "the test library"));
+  out.library->SetChecks(true);
   return out;
 }
 

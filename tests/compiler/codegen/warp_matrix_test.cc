@@ -22,6 +22,7 @@
 #include "compiler/support/float_bits.h"
 #include "runtime/emu/grid_runner.h"
 #include "runtime/emu/kernel_library.h"
+#include "tests/compiler/codegen/emu_kernel_runner.h"
 
 namespace gptc::codegen {
 namespace {
@@ -230,29 +231,11 @@ float FromBits(Type type, uint16_t bits) {
   return type == Type::kBf16 ? BF16BitsToF32(bits) : F16BitsToF32(bits);
 }
 
-struct Lowered {
-  LoweredKernel kernel;
-  std::unique_ptr<rt::emu::KernelLibrary> library;
-};
-
-StatusOr<Lowered> Lower(const GemmKernel& g) {
-  CodegenOptions options;
-  options.emit_host = true;
-  options.host_symbol_prefix = "gptc_test_";
-  Lowered out;
-  ASSIGN_OR_RETURN(out.kernel, LowerMlirText(GemmMlir(g), g.name, options));
-  if (!out.kernel.host) return Error("kernel {}: no host code", g.name);
-  ASSIGN_OR_RETURN(std::string bytes, LinkHostLibrary({out.kernel.host->object}));
-  ASSIGN_OR_RETURN(out.library, rt::emu::KernelLibrary::Open(bytes, "the test library"));
-  out.library->SetChecks(true);
-  return out;
-}
-
 uint64_t Ptr(const void* p) { return reinterpret_cast<uint64_t>(p); }
 
 // Runs `g` on random A, B with every check on; compares C with a host matmul.
 void RunAndCompare(const GemmKernel& g) {
-  StatusOr<Lowered> lowered = Lower(g);
+  StatusOr<EmuTextKernel> lowered = LowerForEmulator(GemmMlir(g), g.name);
   ASSERT_TRUE(lowered.ok()) << lowered.status().message();
   const HostKernel& host = *lowered->kernel.host;
   EXPECT_TRUE(host.uses_sync);

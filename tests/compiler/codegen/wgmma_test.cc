@@ -26,6 +26,7 @@
 #include "runtime/emu/grid_runner.h"
 #include "runtime/emu/kernel_library.h"
 #include "runtime/emu/warpgroup_matrix.h"
+#include "tests/compiler/codegen/emu_kernel_runner.h"
 #include "tests/testing/wgmma_layouts.h"
 
 namespace gptc::codegen {
@@ -313,30 +314,12 @@ module attributes {gpu.container_module} {
   return text;
 }
 
-struct Lowered {
-  LoweredKernel kernel;
-  std::unique_ptr<rt::emu::KernelLibrary> library;
-};
-
-StatusOr<Lowered> Lower(const WgmmaKernel& g) {
-  CodegenOptions options;
-  options.emit_host = true;
-  options.host_symbol_prefix = "gptc_test_";
-  Lowered out;
-  ASSIGN_OR_RETURN(out.kernel, LowerMlirText(KernelMlir(g), g.name, options));
-  if (!out.kernel.host) return Error("kernel {}: no host code", g.name);
-  ASSIGN_OR_RETURN(std::string bytes, LinkHostLibrary({out.kernel.host->object}));
-  ASSIGN_OR_RETURN(out.library, rt::emu::KernelLibrary::Open(bytes, "the test library"));
-  out.library->SetChecks(true);
-  return out;
-}
-
 uint64_t Ptr(const void* p) { return reinterpret_cast<uint64_t>(p); }
 
 // Runs `g` on random operands; the run's status, and with `compare` D
 // against the host matmul.
 Status RunKernel(const WgmmaKernel& g, bool compare, uint32_t threads = 128, bool checks = true) {
-  StatusOr<Lowered> lowered = Lower(g);
+  StatusOr<EmuTextKernel> lowered = LowerForEmulator(KernelMlir(g), g.name);
   if (!lowered.ok()) return lowered.status();
   const HostKernel& host = *lowered->kernel.host;
   EXPECT_TRUE(host.uses_sync);

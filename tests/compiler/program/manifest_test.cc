@@ -89,9 +89,25 @@ TEST(ManifestTest, Layout) {
   EXPECT_EQ(j.size(), 12u);
   EXPECT_EQ(j["flags"]["beta2"], 0.99);
   EXPECT_EQ(j["flags"]["codegen"], true);
-  EXPECT_EQ(j["flags"].size(), 12u);
+  EXPECT_EQ(j["flags"]["attention_mma"], "mma.sync");
+  EXPECT_EQ(j["flags"].size(), 13u);
   EXPECT_EQ(j["thunks"]["gemm"], 3);
   EXPECT_EQ(j["emu"]["abi"], 7);
+}
+
+// flags.attention_mma round-trips, and an artifact written before it had
+// mma.sync.
+TEST(ManifestTest, AttentionMmaIsOptional) {
+  Manifest wgmma = Full();
+  wgmma.flags.attention_mma = "wgmma";
+  StatusOr<Manifest> back = ManifestFromJson(ToJson(wgmma));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->flags.attention_mma, "wgmma");
+  json old = ToJson(Full());
+  old["flags"].erase("attention_mma");
+  StatusOr<Manifest> before = ManifestFromJson(old);
+  ASSERT_TRUE(before.ok()) << before.status().message();
+  EXPECT_EQ(before->flags.attention_mma, "mma.sync");
 }
 
 std::string ErrorOf(const std::function<void(json&)>& edit) {
