@@ -128,6 +128,7 @@ cudaError_t KernelOp(Stream& s, const Function& f, Dim3 grid, Dim3 block, uint32
                 .dynamic_shared = smem,
                 .uses_sync = k.uses_sync,
                 .ordered = k.ordered,
+                .warpgroups = k.warpgroups,
                 .checks = mc.checks(),
                 .global = checker.get()};
   // Note [emulated memory counters]

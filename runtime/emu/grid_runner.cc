@@ -681,7 +681,7 @@ void GridRunner::RunBlocks(BlockContext& c) {
                             SharedCell{0, 0, 0, 0});
     }
     c.threads.resize(threads);
-    c.warpgroups.Reset(threads, c.shared.size(), l.checks);
+    c.warpgroups.Reset(threads, c.shared.size(), l.warpgroups && l.checks);
     const uint32_t ctaid[3] = {static_cast<uint32_t>(b % l.grid.x),
                                static_cast<uint32_t>(b / l.grid.x % l.grid.y),
                                static_cast<uint32_t>(b / (uint64_t{l.grid.x} * l.grid.y))};

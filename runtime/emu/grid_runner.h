@@ -153,6 +153,9 @@ struct Launch {
   // order of the adds followed the host's thread schedule, and Adam turned
   // the last-bit differences of near-zero gradients into lr-sized updates.
   bool ordered = false;
+  // The kernel has wgmma: the block keeps the state of Note [emulated wgmma
+  // asynchrony] (warpgroup.h), the writers of its shared memory included.
+  bool warpgroups = false;
   bool checks = false;
   GlobalAccessChecker* global = nullptr;  // with checks; null: no global checks
   // Note [emulated memory counters]: added to when not null (the kernel

@@ -91,6 +91,7 @@ StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const program::Arti
                      .params = r.params,
                      .uses_sync = r.uses_sync,
                      .ordered = r.atomics > 0,
+                     .warpgroups = r.wgmmas > 0,
                      .host_shared_bytes = static_cast<uint32_t>(r.host_shared_bytes),
                      .static_smem = r.static_smem,
                      .registers = r.registers};

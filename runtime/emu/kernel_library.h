@@ -16,8 +16,8 @@
 #include <string_view>
 #include <vector>
 
-#include "compiler/support/status.h"
 #include "compiler/program/container.h"
+#include "compiler/support/status.h"
 #include "runtime/emu/grid_runner.h"
 
 namespace gptc::rt::emu {
@@ -28,6 +28,7 @@ struct EmuKernel {
   int64_t params = 0;
   bool uses_sync = false;
   bool ordered = false;            // it has global atomics: Note [ordered atomics] (grid_runner.h)
+  bool warpgroups = false;         // it has wgmma (warpgroup.h)
   uint32_t host_shared_bytes = 0;  // the host layout's static shared memory
   int64_t static_smem = 0;         // on the GPU (ptxas), what cuFuncGetAttribute reports
   int64_t registers = 0;           // per thread on the GPU; 0: unknown

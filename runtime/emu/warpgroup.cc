@@ -243,7 +243,8 @@ class WgmmaRun {
                 "store and the wgmma)",
                 subject(), cell.thread - 1));
           }
-          if (const uint32_t writer = wb_.writers[at / kSharedCellBytes]; writer != 0) {
+          if (const uint32_t writer = wb_.writers.empty() ? 0 : wb_.writers[at / kSharedCellBytes];
+              writer != 0) {
             const uint32_t thread = (writer >> 8) - 1;
             if (wb_.threads[thread].proxy_fences == (writer & 0xff)) {
               return Fail(fmt::format(
@@ -315,13 +316,13 @@ class WgmmaRun {
 
 }  // namespace
 
-void WarpgroupBlock::Reset(uint32_t count, size_t shared_bytes, bool checks) {
+void WarpgroupBlock::Reset(uint32_t count, size_t shared_bytes, bool track_writers) {
   threads.assign(count, WarpgroupThread{});
   for (WgmmaSlot& s : slots) s.live = false;
   next_slot = 0;
   live = 0;
   reading.assign(shared_bytes / 16 + 1, 0);
-  if (checks) {
+  if (track_writers) {
     writers.assign(shared_bytes / kSharedCellBytes + 1, 0);
   } else {
     writers.clear();

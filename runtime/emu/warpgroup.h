@@ -73,8 +73,9 @@ struct WarpgroupBlock {
   // With checks: per 2 bytes of shared memory, the last store's thread + 1
   // (upper bits) and its proxy_fences then (low 8 bits); 0: none.
   std::vector<uint32_t> writers;
-  // A new block: keeps the storage.
-  void Reset(uint32_t threads, size_t shared_bytes, bool checks);
+  // A new block: keeps the storage; `writers` only when `track_writers`
+  // (a kernel with wgmma, checks on).
+  void Reset(uint32_t threads, size_t shared_bytes, bool track_writers);
 };
 
 // The table's functions (emu_abi.h), on the calling thread.

@@ -273,6 +273,7 @@ class EmuKernelRunner {
           .static_shared = static_cast<uint32_t>(code.host->shared_bytes),
           .dynamic_shared = static_cast<uint32_t>(k.spec.dynamic_shared_bytes),
           .uses_sync = code.host->uses_sync,
+          .warpgroups = code.host->wgmmas > 0,
           .checks = true,
           .global = &checker,
       };

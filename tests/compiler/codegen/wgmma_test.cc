@@ -359,6 +359,7 @@ Status RunKernel(const WgmmaKernel& g, bool compare, uint32_t threads = 128, boo
       .block = {threads, 1, 1},
       .static_shared = static_cast<uint32_t>(host.shared_bytes),
       .uses_sync = host.uses_sync,
+      .warpgroups = host.wgmmas > 0,
       .checks = checks}));
   for (uint32_t t = 0; t < 128 && compare; ++t) {
     for (uint32_t reg = 0; reg < r; ++reg) {
