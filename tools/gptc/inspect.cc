@@ -8,12 +8,14 @@
 #include <optional>
 #include <string>
 
+#include "compiler/perf/step_model.h"
 #include "compiler/program/container.h"
 #include "compiler/program/manifest.h"
 #include "compiler/program/param.h"
 #include "compiler/program/plan.h"
 #include "compiler/support/text.h"
 #include "tools/common/flags.h"
+#include "tools/common/progress.h"
 #include "tools/gptc/commands.h"
 
 namespace gptc::tools {
@@ -40,9 +42,8 @@ StatusOr<std::string> Summary(const program::Artifact& a) {
   std::string s;
   s += fmt::format("artifact: format {}, gptc {}, target {}, {}\n", a.format_version,
                    m.gptc_version, m.target, Completeness(m));
-  s += fmt::format("model: {} ({} layers, {} heads, width {}, vocab {} padded to {})\n",
-                   model.name, model.layers, model.heads, model.width, model.vocab,
-                   model.padded_vocab);
+  s += fmt::format("model: {} ({} layers, {} heads, width {}, vocab {} padded to {})\n", model.name,
+                   model.layers, model.heads, model.width, model.vocab, model.padded_vocab);
   // As the manifest spells them (its codec's keys, sorted).
   const nlohmann::json flags_json = program::ToJson(m.flags);
   std::string flags;
@@ -98,17 +99,33 @@ StatusOr<std::string> Summary(const program::Artifact& a) {
   return s;
 }
 
+// --estimate: Note [step model], with progress on stderr (a 124m step takes
+// a second or two).
+StatusOr<std::string> EstimateTable(const program::Artifact& a, int64_t rows) {
+  ASSIGN_OR_RETURN(perf::StepProgram program, perf::StepProgramOf(a));
+  ProgressLine line("gptc", TerminalProgress());
+  auto progress = [&line](int64_t done, int64_t total) {
+    line.Show(fmt::format("estimating kernels {}/{}", done, total));
+  };
+  ASSIGN_OR_RETURN(perf::StepEstimate estimate,
+                   perf::EstimateStep(program, perf::H100(), progress));
+  line.Clear();
+  return perf::FormatStepEstimate(program, estimate, rows);
+}
+
 }  // namespace
 
 int InspectCommand(int argc, char** argv) {
   Flags flags("gptc inspect",
               "FILE.gptx [--manifest|--ir|--ptx|--plan|--params]\n"
               "FILE.gptx --kernel-stats [--kernels SUBSTRING]\n"
-              "FILE.gptx --cubins DIR [--kernels SUBSTRING]",
+              "FILE.gptx --cubins DIR [--kernels SUBSTRING]\n"
+              "FILE.gptx --estimate [--rows N]",
               "Summarizes an artifact (model, flags, parameters, entries, kernels, arena), or "
               "prints the sections asked for verbatim, in the order below, or a table of the "
               "kernels' static PTX statements by class (Note [counting PTX] in "
-              "compiler/support/ptx_stats.h).");
+              "compiler/support/ptx_stats.h), or the step's H100 time by the model of "
+              "docs/PERFORMANCE.md (Note [step model] in compiler/perf/step_model.h).");
   flags.Bool("manifest", "the manifest (JSON)")
       .Bool("ir", "the optimized IR of every entry")
       .Bool("ptx", "the kernels' PTX")
@@ -120,12 +137,26 @@ int InspectCommand(int argc, char** argv) {
       .Value("cubins", "DIR",
              "write each kernel's ptxas object to DIR/ENTRY.KERNEL.cubin (for cuobjdump -sass)")
       .Value("kernels", "SUBSTRING",
-             "with --kernel-stats or --cubins: only kernels whose name contains it");
+             "with --kernel-stats or --cubins: only kernels whose name contains it")
+      .Bool("estimate",
+            "the train step's H100 time and tok/s by the latency-aware model, kernel by kernel "
+            "and gemm by gemm, next to the plan's roofline")
+      .Value("rows", "N", "with --estimate: the longest N launches (default 40)");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (flags.positional().size() != 1) return Fail(2, Error("inspect takes one FILE.gptx"));
   StatusOr<program::Artifact> a = program::ReadArtifact(flags.positional()[0]);
   if (!a.ok()) return Fail(1, a.status());
+  if (flags.Has("estimate")) {
+    StatusOr<int64_t> rows = flags.GetInt("rows", 40);
+    if (!rows.ok()) return Fail(2, rows.status());
+    if (*rows < 1) return Fail(2, Error("--rows wants a positive number, got {}", *rows));
+    StatusOr<std::string> table = EstimateTable(*a, *rows);
+    if (!table.ok()) return Fail(1, table.status().WithPrefix(flags.positional()[0]));
+    std::fputs(table->c_str(), stdout);
+    return 0;
+  }
+  if (flags.Has("rows")) return Fail(2, Error("--rows goes with --estimate"));
   if (flags.Has("kernel-stats")) {
     StatusOr<std::string> table = KernelStatsTable(*a, flags.Get("kernels", ""));
     if (!table.ok()) return Fail(1, table.status().WithPrefix(flags.positional()[0]));
