@@ -4,8 +4,8 @@
 // cuBLASLt's kernels are not ours to walk, so a gemm's time comes from a
 // table fitted to what the H100 measured of gptc's gemms
 // (docs/PERFORMANCE.md): time = (flops + min(F0, flops)) / (989 TFLOP/s x
-// E) + the epilogue's aux matrix (read or written) at DRAM speed + the
-// launch gap.
+// E) + the epilogue's aux matrix (read or written) at DRAM speed, or the
+// gemm's bytes at DRAM speed when longer, + the launch gap.
 // E is the rate a large gemm reaches (the lm head's 16384 x 50304 x 768
 // gemm: 74.4% of peak) and F0 the work a gemm loses to its ramp, tail and
 // epilogue (18 GFLOP, about 24 us a gemm; a smaller gemm loses its own
@@ -24,6 +24,7 @@ namespace gptc::perf {
 struct GemmShape {
   int64_t m = 0, n = 0, k = 0, batch = 1;
   int64_t aux_bytes = 0;  // the epilogue's aux matrix, read or written
+  int64_t bytes = 0;      // every operand and result, once (a, b, c, d, bias, aux)
   double flops() const { return 2.0 * static_cast<double>(m) * n * k * batch; }
 };
 

@@ -28,6 +28,16 @@ std::vector<std::pair<const program::EntryPlan*, int64_t>> StepEntries(const pro
   return out;
 }
 
+// A gemm's operands and results once: A, B, C when accumulated, D, the bias
+// and the aux matrix.
+int64_t GemmBytes(const program::GemmThunk& g) {
+  int64_t bytes = g.a.size + g.b.size + g.d.size;
+  if (g.config.beta != 0) bytes += g.c.size;
+  if (g.bias) bytes += g.bias->size;
+  if (g.aux) bytes += g.aux->size;
+  return bytes;
+}
+
 std::string LaunchKey(const StepLaunch& l) {
   std::string key = fmt::format("{}|{},{},{}|{},{},{}|{}", l.kernel, l.shape.grid.x, l.shape.grid.y,
                                 l.shape.grid.z, l.shape.block.x, l.shape.block.y, l.shape.block.z,
@@ -69,6 +79,8 @@ StatusOr<StepProgram> StepProgramOf(const program::Artifact& artifact) {
       StepLaunch l;
       l.name = t.name;
       l.meta = t.meta;
+      l.entry = entry_name;
+      l.thunk = t.index;
       l.repeat = repeat;
       if (t.cost) {
         l.roofline_us = h100.RooflineUs(
@@ -93,8 +105,9 @@ StatusOr<StepProgram> StepProgramOf(const program::Artifact& artifact) {
         case program::ThunkKind::kGemm: {
           const auto& g = std::get<program::GemmThunk>(t.body);
           l.kind = StepLaunch::Kind::kGemm;
-          l.gemm = {g.config.m, g.config.n, g.config.k, g.config.batch_count,
-                    g.aux ? g.aux->size : 0};
+          l.gemm = {
+              g.config.m,  g.config.n, g.config.k, g.config.batch_count, g.aux ? g.aux->size : 0,
+              GemmBytes(g)};
           break;
         }
         case program::ThunkKind::kCopy:

@@ -30,8 +30,11 @@ namespace gptc::perf {
 struct StepLaunch {
   enum class Kind { kKernel, kGemm, kCopy, kConstant };
   Kind kind = Kind::kKernel;
-  std::string name;    // the thunk's (a kernel's PTX entry)
-  std::string meta;    // the frontend scope, may be empty
+  std::string name;  // the thunk's (a kernel's PTX entry)
+  std::string meta;  // the frontend scope, may be empty
+  // The plan entry and the thunk's index there, when from an artifact.
+  std::string entry;
+  int64_t thunk = -1;
   int64_t repeat = 1;  // grad-accum's accumulate entry runs k times
   // kKernel: the launch, and its kernel in StepProgram::kernels.
   LaunchShape shape;

@@ -22,7 +22,20 @@ StatusOr<std::unique_ptr<EmuTrainer>> EmuTrainer::Create(const program::Artifact
     gpu.communicator = t->communicator_.get();
   }
   ASSIGN_OR_RETURN(t->trainer_, gpu::GpuTrainer::Create(artifact, path, program, seed, gpu));
+  if (options.emu.counters) t->model_program_ = perf::StepProgramOf(artifact);
   return t;
+}
+
+const StatusOr<perf::StepEstimate>* EmuTrainer::ModelEstimate() const {
+  if (!model_program_) return nullptr;
+  if (!model_estimate_) {
+    if (!model_program_->ok()) {
+      model_estimate_ = model_program_->status();
+    } else {
+      model_estimate_ = perf::EstimateStep(**model_program_, perf::H100());
+    }
+  }
+  return &*model_estimate_;
 }
 
 EmuTrainer::~EmuTrainer() = default;
@@ -37,6 +50,11 @@ std::string EmuTrainer::ProfileReport(int top_n) const {
   const EmuStats s = stats();
   if (std::string counters = s.CountersTable(); !counters.empty()) {
     out += "\n" + counters + "\n" + s.EstimateTable();
+  }
+  if (const StatusOr<perf::StepEstimate>* e = ModelEstimate()) {
+    out += '\n';
+    out += e->ok() ? perf::FormatStepEstimate(**model_program_, **e, top_n)
+                   : fmt::format("H100 step estimate: not available: {}", e->status().message());
   }
   return out;
 }
@@ -77,6 +95,27 @@ std::string EmuTrainer::ProfileJson() const {
     row["roofline_us"] = e.roofline_us;
   }
   j["counters"] = std::move(counters);
+  if (const StatusOr<perf::StepEstimate>* e = ModelEstimate(); e != nullptr && e->ok()) {
+    const perf::StepProgram& p = **model_program_;
+    nlohmann::json launches = nlohmann::json::array();
+    for (size_t i = 0; i < p.launches.size(); ++i) {
+      const perf::StepLaunch& l = p.launches[i];
+      nlohmann::json row{{"entry", l.entry},
+                         {"thunk", l.thunk},
+                         {"name", l.name},
+                         {"us", (**e).launches[i].us},
+                         {"repeat", l.repeat}};
+      if (const auto& k = (**e).launches[i].kernel) row["bound"] = k->bound;
+      launches.push_back(std::move(row));
+    }
+    j["h100_model"] = {{"step_us", (**e).us()},
+                       {"kernel_us", (**e).kernel_us},
+                       {"gemm_us", (**e).gemm_us},
+                       {"other_us", (**e).other_us},
+                       {"roofline_us", (**e).roofline_us},
+                       {"tokens_per_second", (**e).TokensPerSecond(p.tokens)},
+                       {"launches", std::move(launches)}};
+  }
   // The times are stand-ins (Note [emulated time]): readers must say so.
   j["device"] = "emu";
   j["emulated"] = true;

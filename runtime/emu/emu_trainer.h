@@ -5,9 +5,11 @@
 #define GPTC_RUNTIME_EMU_EMU_TRAINER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "compiler/perf/step_model.h"
 #include "runtime/emu/emu_device.h"
 #include "runtime/gpu/gpu_trainer.h"
 #include "runtime/trainer.h"
@@ -52,9 +54,11 @@ class EmuTrainer : public Trainer {
   // The GPU trainer's load line, and what the emulator did so far.
   std::string LoadSummary() const;
   // The GPU trainer's, its times the emulator's stand-ins, then the memory
-  // counters of every kernel (EmuOptions::counters).
+  // counters of every kernel (EmuOptions::counters), then the artifact's
+  // H100 step estimate (Note [step model] in compiler/perf/step_model.h).
   std::string ProfileReport(int top_n = 25) const;
-  // The GPU trainer's, with "counters": one object per kernel.
+  // The GPU trainer's, with "counters": one object per kernel, and
+  // "h100_model": the step estimate's totals and launches.
   std::string ProfileJson() const;
   EmuStats stats() const { return device_->stats(); }
 
@@ -63,6 +67,11 @@ class EmuTrainer : public Trainer {
   // Destroyed in reverse: the trainer, then its communicator, then the device.
   std::unique_ptr<EmuDevice> device_;
   std::unique_ptr<gpu::Communicator> communicator_;
+  // With counters (--profile): the artifact's step for the H100 model, and
+  // its estimate once asked for (a 124m step takes a second or two).
+  std::optional<StatusOr<perf::StepProgram>> model_program_;
+  mutable std::optional<StatusOr<perf::StepEstimate>> model_estimate_;
+  const StatusOr<perf::StepEstimate>* ModelEstimate() const;
   std::unique_ptr<gpu::GpuTrainer> trainer_;
 };
 

@@ -227,6 +227,18 @@ TEST_F(GptrunAutotuneTest, ProfileOnTheEmulatorCountsMemoryAccesses) {
         << k.dump();
     EXPECT_GE(k["roofline_us"].get<double>(), 0.0) << k.dump();
   }
+  // Note [step model]: the artifact's step on an H100, in the table and
+  // the JSON, every launch of the step with its time.
+  EXPECT_NE(r.out.find("H100 step estimate (Note [step model]): "), std::string::npos) << r.out;
+  ASSERT_TRUE(p.contains("h100_model")) << p.dump(1);
+  const json& model = p["h100_model"];
+  double sum = 0;
+  for (const json& l : model["launches"]) {
+    EXPECT_GE(l["us"].get<double>(), 2.0) << l.dump();
+    sum += l["us"].get<double>() * l["repeat"].get<double>();
+  }
+  EXPECT_NEAR(model["step_us"].get<double>(), sum, 1e-6 * sum);
+  EXPECT_GT(model["tokens_per_second"].get<double>(), 0);
 }
 
 TEST_F(GptrunAutotuneTest, BadFlags) {

@@ -106,6 +106,32 @@ TEST_F(ReportTest, OneRowPerLaunchedThunkWithItsRoofline) {
                                              "optimizer"}));
 }
 
+TEST_F(ReportTest, TheH100ModelTimesEveryLaunchAndTheStep) {
+  const program::Artifact a = Read("tiny");
+  StatusOr<ModelTimes> model = ModelTimesOf(a);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ReportInput in{.artifact = &a, .artifact_path = "tiny.gptx", .model = &*model};
+  StatusOr<json> data = ReportData(in);
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  double sum = 0;
+  for (const json& row : (*data)["artifact"]["thunks"]) {
+    if (row["kind"] != "kernel" && row["kind"] != "gemm") continue;
+    ASSERT_TRUE(row["model_us"].is_number()) << row["name"];
+    // No launch is faster than its launch gap or its FLOPs at peak.
+    EXPECT_GE(row["model_us"].get<double>(), 2.0) << row["name"];
+    EXPECT_GE(row["model_us"].get<double>(), row["flops"].get<double>() / 989e6) << row["name"];
+    sum += row["model_us"].get<double>();
+  }
+  const json& m = (*data)["artifact"]["h100_model"];
+  EXPECT_NEAR(m["step_us"].get<double>(), sum, 1e-6 * sum);
+  EXPECT_NEAR(m["tokens_per_second"].get<double>(),
+              a.manifest.flags.batch * a.manifest.flags.seq / (sum * 1e-6), 1.0);
+  // Without the model the rows have no model time and the page no model.
+  EXPECT_TRUE(Data(a)["artifact"]["h100_model"].is_null());
+  // --no-codegen: nothing to time.
+  EXPECT_FALSE(ModelTimesOf(Read("nocodegen")).ok());
+}
+
 TEST_F(ReportTest, ArenaPeakHoldsTheParametersAndFitsTheArena) {
   const json data = Data(Read("tiny"));
   const json& arena = data["artifact"]["arena"];

@@ -71,6 +71,18 @@ int ReportCommand(int argc, char** argv) {
     artifact.emplace(std::move(read).value());
     input.artifact = &*artifact;
   }
+  // The H100 model's step (a second or two for gpt2-124m); an artifact it
+  // cannot time (no kernels) gets a page without it and a note.
+  std::optional<report::ModelTimes> model;
+  if (artifact && artifact->manifest.flags.codegen) {
+    StatusOr<report::ModelTimes> times = report::ModelTimesOf(*artifact);
+    if (times.ok()) {
+      model = std::move(times).value();
+      input.model = &*model;
+    } else {
+      input.notes.push_back("no H100 model estimate: " + times.status().message());
+    }
+  }
   std::optional<nlohmann::json> profile;
   if (flags.Has("profile")) {
     const std::string path = flags.Get("profile");

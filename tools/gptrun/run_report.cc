@@ -34,6 +34,12 @@ Status RunReport::Write(const program::Artifact& artifact, std::string_view arti
                             .runs = {run_},
                             .gpu = RooflineGpu(device_name),
                             .generated_by = "gptrun --report"};
+  if (!model_tried_ && artifact.manifest.flags.codegen) {
+    StatusOr<report::ModelTimes> times = report::ModelTimesOf(artifact);
+    model_ = times.ok() ? std::optional(std::move(times).value()) : std::nullopt;
+    model_tried_ = true;
+  }
+  if (model_) input.model = &*model_;
   std::optional<nlohmann::json> profile;
   if (std::string text = ProfileJson(trainer); !text.empty()) {
     profile = nlohmann::json::parse(text, nullptr, false);

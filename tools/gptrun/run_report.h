@@ -6,6 +6,7 @@
 #define GPTC_TOOLS_GPTRUN_RUN_REPORT_H_
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -34,6 +35,9 @@ class RunReport {
  private:
   std::string path_;
   report::RunLog run_;
+  // The H100 model's times of the artifact, computed at the first write.
+  mutable std::optional<report::ModelTimes> model_;
+  mutable bool model_tried_ = false;
 };
 
 }  // namespace gptc::tools

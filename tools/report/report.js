@@ -17,11 +17,13 @@
 //    "has_plan": bool,          // false (--no-codegen): thunks, groups, arena empty
 //    "note": "why there is no plan",
 //    "profile": null | {"steps", "device", "emulated"},   // emulated: stand-in times
+//    "h100_model": null | {"step_us", "tokens_per_second", "roofline_us"},  // the H100 model's step
 //    "thunks": [ {"entry", "i", "name" (the instruction), "kernel" (its PTX entry),
 //                 "kind": "kernel"|"gemm"|"copy"|"constant"|"all_reduce",
 //                 "fusion_kind", "group", "layer", "phase", "meta",
 //                 "flops", "bytes", "roofline_us", "compute_bound",
-//                 "measured_us": null | number} ],        // schedule order
+//                 "measured_us": null | number,
+//                 "model_us": null | number} ],           // schedule order; the H100 model's
 //    "groups": [ {"name", "kernels", "gemms", "recomputed", "roofline_us", "measured_us"} ],
 //    "arena": null | {"entry", "size", "categories": [names],
 //                     "live": [[bytes per category] per position],
@@ -328,6 +330,8 @@ function renderHeader(body, ctx) {
     const tiles = [['launches', NF.int.format(T.length), `${gemms} GEMMs`],
       ['roofline step', fmtUs(roof), 'sum of per-launch bounds'],
       ctx.measured ? ['measured step', fmtUs(meas), fmtRatio(meas / roof) + ' of roofline'] : null,
+      A.h100_model && isNum(A.h100_model.step_us) ? ['H100 model step', fmtUs(A.h100_model.step_us),
+        `${NF.int.format(A.h100_model.tokens_per_second || 0)} tok/s · ${fmtRatio(A.h100_model.step_us / roof)} of roofline`] : null,
       ['work', fmtFlop(flops), fmtBytes(bytes) + ' moved'],
       A.arena ? ['arena', fmtBytes(A.arena.size), A.arena.peak ? 'peak ' + fmtBytes(A.arena.peak.bytes) : ''] : null];
     h.push('<div class="tiles">' + tiles.filter(Boolean).map(([k, v, s]) =>
@@ -499,14 +503,15 @@ function renderKernels(body, ctx) {
     const roof = isNum(t.roofline_us) ? t.roofline_us : null, meas = isNum(t.measured_us) ? t.measured_us : null;
     return {
       i, name: String(t.name || ''), kind: kindText(t), kc: ctx.kcls[i], group: String(t.group || ''), phase: String(t.phase || ''),
-      roof, meas, ratio: meas != null && roof > 0 ? meas / roof : null,
+      roof, meas, ratio: meas != null && roof > 0 ? meas / roof : null, model: isNum(t.model_us) ? t.model_us : null,
       gflop: isNum(t.flops) ? t.flops / 1e9 : null, mb: isNum(t.bytes) ? t.bytes / 1e6 : null,
       hint: [t.kernel, t.meta].filter(Boolean).join(' · '),
       hay: [i, t.name, kindText(t), t.group, t.phase, t.kernel, t.meta].join(' ').toLowerCase(),
     };
   });
   const cols = [['i', '#', 1], ['name', 'name', 0], ['kind', 'kind', 0], ['group', 'group', 0], ['phase', 'phase', 0],
-    ['roof', 'roofline µs', 1], ['meas', 'measured µs', 1], ['ratio', 'ratio', 1], ['gflop', 'GFLOP', 1], ['mb', 'MB', 1]];
+    ['roof', 'roofline µs', 1], ['model', 'H100 model µs', 1], ['meas', 'measured µs', 1], ['ratio', 'ratio', 1],
+    ['gflop', 'GFLOP', 1], ['mb', 'MB', 1]];
   const numeric = new Set(cols.filter((c) => c[2]).map((c) => c[0]));
   const collator = new Intl.Collator('en', { numeric: true });
   let sortKey = 'i', dir = 1, query = '';
@@ -538,16 +543,19 @@ function renderKernels(body, ctx) {
     tbody.innerHTML = list.map((r) => `<tr class="krow" data-i="${r.i}">` +
       `<td class="num">${r.i}</td><td class="name" title="${esc(r.hint)}">${esc(r.name)}</td>` +
       `<td><span class="sw k-${r.kc}"></span>${esc(r.kind)}</td><td>${esc(r.group)}</td><td>${esc(r.phase)}</td>` +
-      `<td class="num">${fmtNf(r.roof, NF.f1)}</td><td class="num">${fmtNf(r.meas, NF.f1)}</td>` +
+      `<td class="num">${fmtNf(r.roof, NF.f1)}</td><td class="num">${fmtNf(r.model, NF.f1)}</td>` +
+      `<td class="num">${fmtNf(r.meas, NF.f1)}</td>` +
       `<td class="num${ratioCls(r.ratio)}">${r.ratio == null ? '–' : NF.f2.format(r.ratio)}</td>` +
       `<td class="num">${fmtNf(r.gflop, NF.f3)}</td><td class="num">${fmtNf(r.mb, NF.f2)}</td></tr>`).join('');
-    let roof = 0, meas = 0, gf = 0, mb = 0, nm = 0;
+    let roof = 0, meas = 0, gf = 0, mb = 0, nm = 0, model = 0, nmodel = 0;
     for (const r of list) {
       roof += r.roof || 0; gf += r.gflop || 0; mb += r.mb || 0;
+      if (r.model != null) { model += r.model; nmodel++; }
       if (r.meas != null) { meas += r.meas; nm++; }
     }
     tfoot.innerHTML = `<tr class="ktotal"><td></td><td>total of ${list.length} rows</td><td></td><td></td><td></td>` +
-      `<td class="num">${NF.f1.format(roof)}</td><td class="num">${nm ? NF.f1.format(meas) : '–'}</td>` +
+      `<td class="num">${NF.f1.format(roof)}</td><td class="num">${nmodel ? NF.f1.format(model) : '–'}</td>` +
+      `<td class="num">${nm ? NF.f1.format(meas) : '–'}</td>` +
       `<td class="num">${nm && roof > 0 ? NF.f2.format(meas / roof) : '–'}</td><td class="num">${NF.f3.format(gf)}</td><td class="num">${NF.f2.format(mb)}</td></tr>`;
     count.textContent = list.length === rows.length ? `${rows.length} launches` : `${list.length} of ${rows.length} launches`;
     body.querySelectorAll('thead th').forEach((th) => {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <tuple>
 
+#include "compiler/perf/step_model.h"
 #include "compiler/program/param.h"
 #include "compiler/program/plan.h"
 #include "compiler/support/file.h"
@@ -101,7 +102,7 @@ std::vector<const EntryPlan*> StepEntries(const program::Plan& plan) {
 // One row per thunk that does work (fallback kernels, which run only when
 // cuBLASLt refuses an epilogue, and constants left out).
 json ThunkRows(const std::vector<const EntryPlan*>& entries, const program::GpuSpec& gpu,
-               const json* profile) {
+               const json* profile, const ModelTimes* model) {
   const auto measured = MeasuredUs(profile);
   json rows = json::array();
   for (const EntryPlan* e : entries) {
@@ -136,6 +137,11 @@ json ThunkRows(const std::vector<const EntryPlan*>& entries, const program::GpuS
                {"measured_us", nullptr}};
       if (auto it = measured.find({kind, t.name}); it != measured.end()) {
         row["measured_us"] = it->second;
+      }
+      row["model_us"] = nullptr;
+      if (model != nullptr) {
+        auto it = model->launch_us.find({std::string(e->name()), t.index});
+        if (it != model->launch_us.end()) row["model_us"] = it->second;
       }
       rows.push_back(std::move(row));
     }
@@ -406,6 +412,7 @@ StatusOr<json> ArtifactData(const ReportInput& in) {
       {"has_plan", m.flags.codegen},
       {"note", m.flags.codegen ? "" : "compiled with --no-codegen: no kernels, no plan"},
       {"profile", nullptr},
+      {"h100_model", nullptr},
       {"thunks", json::array()},
       {"groups", json::array()},
       {"arena", nullptr},
@@ -418,7 +425,12 @@ StatusOr<json> ArtifactData(const ReportInput& in) {
   if (!m.flags.codegen) return data;
   ASSIGN_OR_RETURN(program::Plan plan, program::PlanFromJson(a.plan));
   const std::vector<const EntryPlan*> entries = StepEntries(plan);
-  data["thunks"] = ThunkRows(entries, in.gpu, in.profile);
+  data["thunks"] = ThunkRows(entries, in.gpu, in.profile, in.model);
+  if (in.model != nullptr) {
+    data["h100_model"] = {{"step_us", in.model->step_us},
+                          {"tokens_per_second", in.model->tokens_per_second},
+                          {"roofline_us", in.model->roofline_us}};
+  }
   data["groups"] = GroupRows(data["thunks"]);
   data["remat"] = RematData(m, data["thunks"]);
   if (!entries.empty()) {
@@ -498,6 +510,20 @@ Status CheckProfile(const json& profile, const program::Artifact& artifact, std:
                  profile.value("artifact", "?"), got, artifact_path, want);
   }
   return Status::Ok();
+}
+
+StatusOr<ModelTimes> ModelTimesOf(const program::Artifact& artifact) {
+  ASSIGN_OR_RETURN(perf::StepProgram program, perf::StepProgramOf(artifact));
+  ASSIGN_OR_RETURN(perf::StepEstimate estimate, perf::EstimateStep(program, perf::H100()));
+  ModelTimes times;
+  for (size_t i = 0; i < program.launches.size(); ++i) {
+    const perf::StepLaunch& l = program.launches[i];
+    times.launch_us[{l.entry, l.thunk}] = estimate.launches[i].us;
+  }
+  times.step_us = estimate.us();
+  times.roofline_us = estimate.roofline_us;
+  times.tokens_per_second = estimate.TokensPerSecond(program.tokens);
+  return times;
 }
 
 StatusOr<json> ReportData(const ReportInput& in) {

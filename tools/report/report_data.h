@@ -12,6 +12,7 @@
 #ifndef GPTC_TOOLS_REPORT_REPORT_DATA_H_
 #define GPTC_TOOLS_REPORT_REPORT_DATA_H_
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -49,6 +50,15 @@ StatusOr<RunLog> ReadRunLog(const std::string& path, std::vector<std::string>& w
 Status CheckProfile(const nlohmann::json& profile, const program::Artifact& artifact,
                     std::string_view path, std::string_view artifact_path);
 
+// The H100 model's times of an artifact's step (Note [step model] in
+// compiler/perf/step_model.h), by launch.
+struct ModelTimes {
+  std::map<std::pair<std::string, int64_t>, double> launch_us;  // by (entry, thunk index)
+  double step_us = 0, roofline_us = 0, tokens_per_second = 0;
+};
+// Fails on an artifact the model cannot time (no kernels, an unsupported thunk).
+StatusOr<ModelTimes> ModelTimesOf(const program::Artifact& artifact);
+
 struct ReportInput {
   const program::Artifact* artifact = nullptr;  // none: runs only
   std::string artifact_path;
@@ -57,6 +67,7 @@ struct ReportInput {
   program::GpuSpec gpu = program::GpuSpec::H100();  // the rooflines'
   std::string generated_by;                         // "gptc report", "gptrun --report"
   std::vector<std::string> notes;                   // warnings shown at the top
+  const ModelTimes* model = nullptr;                // the H100 model's, when available
 };
 
 // The report's data object. Fails only on a plan its codec refuses.

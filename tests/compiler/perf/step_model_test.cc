@@ -54,7 +54,7 @@ StepProgram LoadFixture(const std::string& name) {
       for (const auto& b : j["param_bytes"]) l.shape.param_bytes.push_back(b);
     } else if (kind == "gemm") {
       l.kind = StepLaunch::Kind::kGemm;
-      l.gemm = {j["m"], j["n"], j["k"], j["batch"], j["aux_bytes"]};
+      l.gemm = {j["m"], j["n"], j["k"], j["batch"], j["aux_bytes"], j.value("bytes", 0)};
     } else if (kind == "copy") {
       l.kind = StepLaunch::Kind::kCopy;
       l.bytes = j["bytes"];
