@@ -95,6 +95,7 @@ StatusOr<StepProgram> StepProgramOf(const program::Artifact& artifact) {
             return Error("{}: kernel {} has no PTX in the artifact", t.Describe(), t.name);
           }
           l.kind = StepLaunch::Kind::kKernel;
+          l.fusion_kind = k.fusion_kind;
           l.kernel = it->second;
           l.shape.grid = {k.grid[0], k.grid[1], k.grid[2]};
           l.shape.block = {k.block[0], k.block[1], k.block[2]};
@@ -105,6 +106,7 @@ StatusOr<StepProgram> StepProgramOf(const program::Artifact& artifact) {
         case program::ThunkKind::kGemm: {
           const auto& g = std::get<program::GemmThunk>(t.body);
           l.kind = StepLaunch::Kind::kGemm;
+          l.fusion_kind = "gemm";
           l.gemm = {
               g.config.m,  g.config.n, g.config.k, g.config.batch_count, g.aux ? g.aux->size : 0,
               GemmBytes(g)};
@@ -112,10 +114,12 @@ StatusOr<StepProgram> StepProgramOf(const program::Artifact& artifact) {
         }
         case program::ThunkKind::kCopy:
           l.kind = StepLaunch::Kind::kCopy;
+          l.fusion_kind = "copy";
           l.bytes = std::get<program::CopyThunk>(t.body).bytes;
           break;
         case program::ThunkKind::kConstant:
           l.kind = StepLaunch::Kind::kConstant;
+          l.fusion_kind = "constant";
           break;
         case program::ThunkKind::kAllReduce:
           continue;
@@ -183,6 +187,44 @@ StatusOr<StepEstimate> EstimateStep(const StepProgram& program, const MachineMod
     out.launches.push_back(std::move(e));
   }
   return out;
+}
+
+nlohmann::json StepEstimateJson(const StepProgram& program, const StepEstimate& estimate) {
+  static constexpr const char* kKinds[] = {"kernel", "gemm", "copy", "constant"};
+  nlohmann::json launches = nlohmann::json::array();
+  for (size_t i = 0; i < program.launches.size(); ++i) {
+    const StepLaunch& l = program.launches[i];
+    nlohmann::json row{{"entry", l.entry},
+                       {"thunk", l.thunk},
+                       {"kind", kKinds[static_cast<int>(l.kind)]},
+                       {"name", l.name},
+                       {"fusion_kind", l.fusion_kind},
+                       {"repeat", l.repeat},
+                       {"us", estimate.launches[i].us},
+                       {"roofline_us", l.roofline_us}};
+    if (l.kind == StepLaunch::Kind::kGemm) {
+      row["m"] = l.gemm.m;
+      row["n"] = l.gemm.n;
+      row["k"] = l.gemm.k;
+      row["batch"] = l.gemm.batch;
+      row["aux_bytes"] = l.gemm.aux_bytes;
+      row["bytes"] = l.gemm.bytes;
+    }
+    if (const auto& k = estimate.launches[i].kernel) {
+      row["bound"] = k->bound;
+      row["blocks_per_sm"] = k->blocks_per_sm;
+    }
+    launches.push_back(std::move(row));
+  }
+  return {{"format", "gptc-estimate-1"},
+          {"step_us", estimate.us()},
+          {"kernel_us", estimate.kernel_us},
+          {"gemm_us", estimate.gemm_us},
+          {"other_us", estimate.other_us},
+          {"roofline_us", estimate.roofline_us},
+          {"tokens", program.tokens},
+          {"tokens_per_second", estimate.TokensPerSecond(program.tokens)},
+          {"launches", std::move(launches)}};
 }
 
 std::string FormatStepEstimate(const StepProgram& program, const StepEstimate& estimate,

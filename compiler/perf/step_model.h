@@ -22,6 +22,8 @@
 
 #include "compiler/perf/gemm_model.h"
 #include "compiler/perf/kernel_model.h"
+#include <nlohmann/json.hpp>
+
 #include "compiler/program/container.h"
 
 namespace gptc::perf {
@@ -36,6 +38,7 @@ struct StepLaunch {
   std::string entry;
   int64_t thunk = -1;
   int64_t repeat = 1;  // grad-accum's accumulate entry runs k times
+  std::string fusion_kind;  // a kernel's (its thunk's), "gemm", "copy" or "constant"
   // kKernel: the launch, and its kernel in StepProgram::kernels.
   LaunchShape shape;
   int32_t kernel = -1;
@@ -72,6 +75,11 @@ struct StepEstimate {
 // `progress` (may be null) is called with (done, total) as kernels are estimated.
 StatusOr<StepEstimate> EstimateStep(const StepProgram& program, const MachineModel& machine,
                                     const std::function<void(int64_t, int64_t)>& progress = {});
+
+// The estimate as JSON ("gptc-estimate-1"): the totals and every launch
+// with its entry, thunk, kind, name, fusion kind and time, for
+// scripts/fit-gemm-table to put next to a GPU's profile.
+nlohmann::json StepEstimateJson(const StepProgram& program, const StepEstimate& estimate);
 
 // The estimate as a table: the step's total, then every distinct launch
 // (kernels and gemms by their instruction's scope), the longest first.

@@ -101,7 +101,7 @@ StatusOr<std::string> Summary(const program::Artifact& a) {
 
 // --estimate: Note [step model], with progress on stderr (a 124m step takes
 // a second or two).
-StatusOr<std::string> EstimateTable(const program::Artifact& a, int64_t rows) {
+StatusOr<std::string> EstimateTable(const program::Artifact& a, int64_t rows, bool json) {
   ASSIGN_OR_RETURN(perf::StepProgram program, perf::StepProgramOf(a));
   ProgressLine line("gptc", TerminalProgress());
   auto progress = [&line](int64_t done, int64_t total) {
@@ -110,6 +110,11 @@ StatusOr<std::string> EstimateTable(const program::Artifact& a, int64_t rows) {
   ASSIGN_OR_RETURN(perf::StepEstimate estimate,
                    perf::EstimateStep(program, perf::H100(), progress));
   line.Clear();
+  if (json) {
+    nlohmann::json j = perf::StepEstimateJson(program, estimate);
+    j["artifact_checksum"] = fmt::format("{:016x}", a.checksum);
+    return j.dump(1) + "\n";
+  }
   return perf::FormatStepEstimate(program, estimate, rows);
 }
 
@@ -120,7 +125,7 @@ int InspectCommand(int argc, char** argv) {
               "FILE.gptx [--manifest|--ir|--ptx|--plan|--params]\n"
               "FILE.gptx --kernel-stats [--kernels SUBSTRING]\n"
               "FILE.gptx --cubins DIR [--kernels SUBSTRING]\n"
-              "FILE.gptx --estimate [--rows N]",
+              "FILE.gptx --estimate [--rows N | --json]",
               "Summarizes an artifact (model, flags, parameters, entries, kernels, arena), or "
               "prints the sections asked for verbatim, in the order below, or a table of the "
               "kernels' static PTX statements by class (Note [counting PTX] in "
@@ -141,7 +146,9 @@ int InspectCommand(int argc, char** argv) {
       .Bool("estimate",
             "the train step's H100 time and tok/s by the latency-aware model, kernel by kernel "
             "and gemm by gemm, next to the plan's roofline")
-      .Value("rows", "N", "with --estimate: the longest N launches (default 40)");
+      .Value("rows", "N", "with --estimate: the longest N launches (default 40)")
+      .Bool("json",
+            "with --estimate: every launch as JSON (gptc-estimate-1, for scripts/fit-gemm-table)");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (flags.positional().size() != 1) return Fail(2, Error("inspect takes one FILE.gptx"));
@@ -151,12 +158,14 @@ int InspectCommand(int argc, char** argv) {
     StatusOr<int64_t> rows = flags.GetInt("rows", 40);
     if (!rows.ok()) return Fail(2, rows.status());
     if (*rows < 1) return Fail(2, Error("--rows wants a positive number, got {}", *rows));
-    StatusOr<std::string> table = EstimateTable(*a, *rows);
+    StatusOr<std::string> table = EstimateTable(*a, *rows, flags.Has("json"));
     if (!table.ok()) return Fail(1, table.status().WithPrefix(flags.positional()[0]));
     std::fputs(table->c_str(), stdout);
     return 0;
   }
-  if (flags.Has("rows")) return Fail(2, Error("--rows goes with --estimate"));
+  if (flags.Has("rows") || flags.Has("json")) {
+    return Fail(2, Error("--{} goes with --estimate", flags.Has("rows") ? "rows" : "json"));
+  }
   if (flags.Has("kernel-stats")) {
     StatusOr<std::string> table = KernelStatsTable(*a, flags.Get("kernels", ""));
     if (!table.ok()) return Fail(1, table.status().WithPrefix(flags.positional()[0]));
