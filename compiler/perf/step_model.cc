@@ -213,6 +213,17 @@ nlohmann::json StepEstimateJson(const StepProgram& program, const StepEstimate& 
     if (const auto& k = estimate.launches[i].kernel) {
       row["bound"] = k->bound;
       row["blocks_per_sm"] = k->blocks_per_sm;
+      row["warps_per_scheduler"] = k->warps_per_scheduler;
+      row["use"] = {{"issue", k->issue_use},
+                    {"tensor", k->tensor_use},
+                    {"shared", k->mio_use},
+                    {"dram", k->dram_use}};
+      nlohmann::json stalls = nlohmann::json::object();
+      for (int s = 0; s < kNumStalls; ++s) {
+        stalls[StallName(static_cast<Stall>(s))] = k->stalls_per_issue[s];
+      }
+      row["stalls_per_issue"] = std::move(stalls);
+      row["dram_bytes"] = k->dram_bytes;
     }
     launches.push_back(std::move(row));
   }
