@@ -75,7 +75,12 @@ StatusOr<int64_t> ParseByteSize(std::string_view text) {
     return Error("bad byte size '{}': unknown unit '{}' (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)",
                  text, unit);
   }
-  return static_cast<int64_t>(std::llround(number * it->second));
+  // No card holds a PiB; past it the count would also overflow int64.
+  const double bytes = number * it->second;
+  if (!(bytes <= static_cast<double>(int64_t{1} << 50))) {
+    return Error("byte size '{}' is more than 1 PiB: no GPU holds that much", text);
+  }
+  return static_cast<int64_t>(std::llround(bytes));
 }
 
 namespace {

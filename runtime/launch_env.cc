@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <optional>
 
+#include "compiler/support/text.h"
+
 namespace gptc::rt {
 
 namespace {
@@ -104,8 +106,8 @@ Status CheckWorldSize(const LaunchEnv& env, int64_t compiled_world, std::string_
   if (env.world_size == compiled_world) return Status::Ok();
   const std::string launched =
       env.world_variable.empty()
-          ? fmt::format("launched {} rank (no launcher variables set)", env.world_size)
-          : fmt::format("launched {} ranks ({}={})", env.world_size, env.world_variable,
+          ? fmt::format("launched {} (no launcher variables set)", Plural(env.world_size, "rank"))
+          : fmt::format("launched {} ({}={})", Plural(env.world_size, "rank"), env.world_variable,
                         env.world_size);
   return Error(
       "{} but {} was compiled with --dp {}: launch {} ranks (mpirun -np {}) or "

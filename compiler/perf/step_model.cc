@@ -48,9 +48,80 @@ std::string LaunchKey(const StepLaunch& l) {
 
 }  // namespace
 
-StatusOr<StepProgram> StepProgramOf(const program::Artifact& artifact) {
+namespace {
+
+// The kind-specific half of a thunk's launch; false: the step does not run
+// it (a fallback kernel, an all-reduce on one GPU).
+StatusOr<bool> FillLaunch(const program::Thunk& t, const std::map<std::string, int32_t>& kernels,
+                          StepLaunch& l) {
+  switch (t.kind()) {
+    case program::ThunkKind::kKernel: {
+      const auto& k = std::get<program::KernelThunk>(t.body);
+      if (k.fallback) return false;
+      auto it = kernels.find(t.name);
+      if (it == kernels.end()) {
+        return Error("{}: kernel {} has no PTX in the artifact", t.Describe(), t.name);
+      }
+      l.kind = StepLaunch::Kind::kKernel;
+      l.fusion_kind = k.fusion_kind;
+      l.kernel = it->second;
+      l.shape.grid = {k.grid[0], k.grid[1], k.grid[2]};
+      l.shape.block = {k.block[0], k.block[1], k.block[2]};
+      l.shape.dynamic_shared_bytes = k.dynamic_smem;
+      for (const program::ArenaSlice& a : k.args) l.shape.param_bytes.push_back(a.size);
+      return true;
+    }
+    case program::ThunkKind::kGemm: {
+      const auto& g = std::get<program::GemmThunk>(t.body);
+      l.kind = StepLaunch::Kind::kGemm;
+      l.fusion_kind = "gemm";
+      l.gemm = {g.config.m,  g.config.n, g.config.k, g.config.batch_count, g.aux ? g.aux->size : 0,
+                GemmBytes(g)};
+      return true;
+    }
+    case program::ThunkKind::kCopy:
+      l.kind = StepLaunch::Kind::kCopy;
+      l.fusion_kind = "copy";
+      l.bytes = std::get<program::CopyThunk>(t.body).bytes;
+      return true;
+    case program::ThunkKind::kConstant:
+      l.kind = StepLaunch::Kind::kConstant;
+      l.fusion_kind = "constant";
+      return true;
+    case program::ThunkKind::kAllReduce:
+      return false;
+    case program::ThunkKind::kUnsupported:
+      return Error("{}: the artifact is incomplete ({})", t.Describe(),
+                   std::get<program::UnsupportedThunk>(t.body).reason);
+  }
+  return false;
+}
+
+// The entry's kernels, parsed once, appended to `out`; by name.
+StatusOr<std::map<std::string, int32_t>> EntryKernels(const program::Artifact& artifact,
+                                                      const std::string& entry, StepProgram& out) {
   const std::string* ptx = artifact.Find("ptx");
   if (!ptx) return Error("the artifact has no ptx section");
+  std::map<std::string, int32_t> index;
+  for (const program::KernelRecord& r : artifact.manifest.kernels) {
+    if (r.entry != entry || r.ptx_size <= 0) continue;
+    if (r.ptx_offset < 0 || r.ptx_offset + r.ptx_size > static_cast<int64_t>(ptx->size())) {
+      return Error("kernel {} of {}: its PTX lies outside the ptx section", r.name, entry);
+    }
+    auto parsed = ParsePtx(std::string_view(*ptx).substr(r.ptx_offset, r.ptx_size));
+    if (!parsed.ok()) return parsed.status().WithPrefix(fmt::format("kernel {}", r.name));
+    for (PtxKernel& k : *parsed) {
+      index[k.name] = static_cast<int32_t>(out.kernels.size());
+      if (r.registers > 0) out.registers[k.name] = r.registers;
+      out.kernels.push_back(std::move(k));
+    }
+  }
+  return index;
+}
+
+}  // namespace
+
+StatusOr<StepProgram> StepProgramOf(const program::Artifact& artifact) {
   ASSIGN_OR_RETURN(program::Plan plan, program::PlanFromJson(artifact.plan));
   const program::Manifest& manifest = artifact.manifest;
   auto entries = StepEntries(plan, manifest.flags.grad_accum);
@@ -60,21 +131,7 @@ StatusOr<StepProgram> StepProgramOf(const program::Artifact& artifact) {
   const program::GpuSpec h100 = program::GpuSpec::H100();
   for (const auto& [entry, repeat] : entries) {
     const std::string entry_name(entry->name());
-    // The entry's kernels: their PTX, parsed once.
-    std::map<std::string, int32_t> index;
-    for (const program::KernelRecord& r : manifest.kernels) {
-      if (r.entry != entry_name || r.ptx_size <= 0) continue;
-      if (r.ptx_offset < 0 || r.ptx_offset + r.ptx_size > static_cast<int64_t>(ptx->size())) {
-        return Error("kernel {} of {}: its PTX lies outside the ptx section", r.name, entry_name);
-      }
-      auto parsed = ParsePtx(std::string_view(*ptx).substr(r.ptx_offset, r.ptx_size));
-      if (!parsed.ok()) return parsed.status().WithPrefix(fmt::format("kernel {}", r.name));
-      for (PtxKernel& k : *parsed) {
-        index[k.name] = static_cast<int32_t>(out.kernels.size());
-        if (r.registers > 0) out.registers[k.name] = r.registers;
-        out.kernels.push_back(std::move(k));
-      }
-    }
+    ASSIGN_OR_RETURN(const auto kernels, EntryKernels(artifact, entry_name, out));
     for (const program::Thunk& t : entry->thunks) {
       StepLaunch l;
       l.name = t.name;
@@ -86,48 +143,8 @@ StatusOr<StepProgram> StepProgramOf(const program::Artifact& artifact) {
         l.roofline_us = h100.RooflineUs(
             t.cost->flops, static_cast<double>(t.cost->bytes_read + t.cost->bytes_written));
       }
-      switch (t.kind()) {
-        case program::ThunkKind::kKernel: {
-          const auto& k = std::get<program::KernelThunk>(t.body);
-          if (k.fallback) continue;
-          auto it = index.find(t.name);
-          if (it == index.end()) {
-            return Error("{}: kernel {} has no PTX in the artifact", t.Describe(), t.name);
-          }
-          l.kind = StepLaunch::Kind::kKernel;
-          l.fusion_kind = k.fusion_kind;
-          l.kernel = it->second;
-          l.shape.grid = {k.grid[0], k.grid[1], k.grid[2]};
-          l.shape.block = {k.block[0], k.block[1], k.block[2]};
-          l.shape.dynamic_shared_bytes = k.dynamic_smem;
-          for (const program::ArenaSlice& a : k.args) l.shape.param_bytes.push_back(a.size);
-          break;
-        }
-        case program::ThunkKind::kGemm: {
-          const auto& g = std::get<program::GemmThunk>(t.body);
-          l.kind = StepLaunch::Kind::kGemm;
-          l.fusion_kind = "gemm";
-          l.gemm = {
-              g.config.m,  g.config.n, g.config.k, g.config.batch_count, g.aux ? g.aux->size : 0,
-              GemmBytes(g)};
-          break;
-        }
-        case program::ThunkKind::kCopy:
-          l.kind = StepLaunch::Kind::kCopy;
-          l.fusion_kind = "copy";
-          l.bytes = std::get<program::CopyThunk>(t.body).bytes;
-          break;
-        case program::ThunkKind::kConstant:
-          l.kind = StepLaunch::Kind::kConstant;
-          l.fusion_kind = "constant";
-          break;
-        case program::ThunkKind::kAllReduce:
-          continue;
-        case program::ThunkKind::kUnsupported:
-          return Error("{}: the artifact is incomplete ({})", t.Describe(),
-                       std::get<program::UnsupportedThunk>(t.body).reason);
-      }
-      out.launches.push_back(std::move(l));
+      ASSIGN_OR_RETURN(const bool runs, FillLaunch(t, kernels, l));
+      if (runs) out.launches.push_back(std::move(l));
     }
   }
   return out;

@@ -38,6 +38,22 @@ StatusOr<std::string> ReadFile(std::string_view path) {
   return contents;
 }
 
+namespace {
+
+// "a directory", "a character device", ...: what is at a path, for messages.
+const char* FileKind(mode_t mode) {
+  return S_ISREG(mode)    ? "a regular file"
+         : S_ISDIR(mode)  ? "a directory"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISSOCK(mode) ? "a socket"
+         : S_ISLNK(mode)  ? "a symbolic link"
+                          : "a special file";
+}
+
+}  // namespace
+
 Status CheckOutputTarget(std::string_view path) {
   // WriteFileAtomically's rename would replace whatever is there: a device node, a FIFO,
   // a directory entry of another kind. Only regular files are replaced.
@@ -47,13 +63,8 @@ Status CheckOutputTarget(std::string_view path) {
   struct stat st;
   const std::string target(path);
   if (stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
-                       : S_ISCHR(st.st_mode)  ? "a character device"
-                       : S_ISBLK(st.st_mode)  ? "a block device"
-                       : S_ISFIFO(st.st_mode) ? "a FIFO"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                                              : "not a regular file";
-    return Error("{}: is {}; the output must be a regular file (it would be replaced)", path, kind);
+    return Error("{}: is {}; the output must be a regular file (it would be replaced)", path,
+                 FileKind(st.st_mode));
   }
   return Status::Ok();
 }
@@ -69,7 +80,7 @@ Status CheckWritableDirectory(std::string_view dir) {
     struct stat st;
     if (stat(level.c_str(), &st) == 0) {
       if (S_ISDIR(st.st_mode)) continue;
-      const char* kind = S_ISREG(st.st_mode) ? "a regular file" : "not a directory";
+      const char* kind = FileKind(st.st_mode);
       return level == path ? Error("{}: is {}, not a directory", dir, kind)
                            : Error("{}: cannot create it: {} is {}", dir, at, kind);
     }

@@ -28,4 +28,9 @@ std::string WithThousands(int64_t value) {
   return value < 0 ? "-" + out : out;
 }
 
+std::string Plural(int64_t n, std::string_view noun, std::string_view plural) {
+  if (n == 1) return fmt::format("1 {}", noun);
+  return plural.empty() ? fmt::format("{} {}s", n, noun) : fmt::format("{} {}", n, plural);
+}
+
 }  // namespace gptc

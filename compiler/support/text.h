@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace gptc {
 
@@ -13,6 +14,10 @@ std::string FormatBytes(int64_t bytes, int decimals = 2);
 
 // 1234567 -> "1,234,567".
 std::string WithThousands(int64_t value);
+
+// (1, "block") -> "1 block", (3, "block") -> "3 blocks": a count with its
+// noun; `plural` when adding "s" is wrong ("1 entry", "2 entries").
+std::string Plural(int64_t n, std::string_view noun, std::string_view plural = {});
 
 }  // namespace gptc
 

@@ -17,7 +17,9 @@
 // copies reach (about 90% of the 3.35 TB/s peak; L2 about twice that); a
 // kernel with too few warps in flight to cover DRAM latency, or a chain of
 // dependent mma and shuffles, takes longer than this says. Calibrated
-// against the H100 measurements in docs/PERFORMANCE.md.
+// against the H100 measurements in docs/PERFORMANCE.md. The model that sees
+// latency (a kernel's PTX walked and simulated on a multiprocessor) is
+// compiler/perf's, Note [kernel model]; --profile prints both.
 #ifndef GPTC_RUNTIME_EMU_KERNEL_ESTIMATE_H_
 #define GPTC_RUNTIME_EMU_KERNEL_ESTIMATE_H_
 

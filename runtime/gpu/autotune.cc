@@ -43,7 +43,9 @@ GemmAutotuner::GemmAutotuner(const RuntimeApi& cuda, AutotuneOptions options,
       options_(std::move(options)),
       cache_(options_.mode == AutotuneMode::kOff ? "" : options_.cache_path,
              std::move(device_key)) {
-  for (std::string& w : cache_.Load()) warnings.push_back(std::move(w));
+  for (std::string& w : cache_.Load(options_.mode == AutotuneMode::kOn)) {
+    warnings.push_back(std::move(w));
+  }
 }
 
 GemmAutotuner::~GemmAutotuner() {

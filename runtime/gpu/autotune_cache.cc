@@ -77,7 +77,7 @@ class FileLock {
 
 }  // namespace
 
-std::vector<std::string> AutotuneCache::Load() {
+std::vector<std::string> AutotuneCache::Load(bool retune) {
   entries_.clear();
   added_.clear();
   other_devices_ = 0;
@@ -98,10 +98,10 @@ std::vector<std::string> AutotuneCache::Load() {
   Status bad = !devices.ok() ? devices.status() : mine.status();
   if (!bad.ok()) {
     other_devices_ = 0;
-    return {
-        fmt::format("the autotune cache {} is unusable ({}): the gemms are tuned again and "
-                    "the file is replaced",
-                    path_, bad.message())};
+    return {fmt::format("the autotune cache {} is unusable ({}): {}", path_, bad.message(),
+                        retune ? "the gemms are tuned again and the file is replaced"
+                               : "the heuristic's first answers are used and the file is left "
+                                 "as it is (--autotune on tunes them and replaces it)")};
   }
   entries_ = std::move(mine).value();
   return {};

@@ -47,8 +47,10 @@ class AutotuneCache {
   AutotuneCache(std::string path, std::string device_key)
       : path_(std::move(path)), device_key_(std::move(device_key)) {}
 
-  // Reads the file; returns the warnings (a corrupt or unreadable file).
-  std::vector<std::string> Load();
+  // Reads the file; returns the warnings (a corrupt or unreadable file,
+  // and what happens next: tuned again and replaced when `retune`, else the
+  // heuristic's first answers, the file left as it is).
+  std::vector<std::string> Load(bool retune = true);
   const CachedGemm* Find(const std::string& descriptor) const;
   void Put(const std::string& descriptor, CachedGemm gemm);
   // Writes the entries Put since Load, merged into the file as it is now.

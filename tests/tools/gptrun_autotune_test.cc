@@ -170,6 +170,22 @@ TEST_F(GptrunAutotuneTest, ACorruptCacheIsAWarningAndIsRewritten) {
   EXPECT_EQ(j["format"], "gptc-autotune-1");
 }
 
+// --autotune cached times nothing: a corrupt cache is left as it is, and
+// the warning says so (it said "tuned again and the file is replaced").
+TEST_F(GptrunAutotuneTest, ACorruptCacheUnderCachedIsLeftAlone) {
+  fs::create_directories(*dir_ / "corrupt-cached" / "gptc");
+  const std::string bad = R"({"format": "gptc-autot)";
+  std::ofstream(*dir_ / "corrupt-cached" / "gptc" / "autotune.json") << bad;
+  CommandResult r = Run("corrupt-cached", "--autotune cached", "corrupt-cached");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("is unusable (not JSON"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the heuristic's first answers are used and the file is left as it is"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("tuned again"), std::string::npos) << r.err;
+  EXPECT_EQ(ReadAll(*dir_ / "corrupt-cached" / "gptc" / "autotune.json"), bad);
+}
+
 TEST_F(GptrunAutotuneTest, AnUnwritableCacheIsAWarning) {
   std::ofstream(*dir_ / "plainfile") << "x";
   CommandResult r = Run("plainfile", "", "unwritable");

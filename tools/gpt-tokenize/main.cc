@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -104,7 +105,19 @@ Status Run(const Flags& flags) {
   if (flags.positional().empty() || !flags.Has("output")) {
     return Usage(Error("needs input FILEs and -o OUT (see gpt-tokenize --help)"));
   }
-  const std::string out = flags.Get("output");
+  std::string out = flags.Get("output");
+  // OUT is a prefix (OUT.bin, OUT_train.bin) or a directory: an existing
+  // directory named without its '/' is still one; a device or FIFO is
+  // neither (writing "/dev/full.bin" beside it helps no one).
+  if (std::error_code ec; !out.empty() && out.back() != '/') {
+    const std::filesystem::file_status st = std::filesystem::status(out, ec);
+    if (std::filesystem::is_directory(st)) {
+      out += '/';
+    } else if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
+      return Usage(
+          Error("-o {}: is not a directory or a file name prefix (OUT.bin, OUT/...)", out));
+    }
+  }
   StatusOr<double> val_fraction_or = flags.GetDouble("val-fraction");
   if (!val_fraction_or.ok()) return Usage(val_fraction_or.status());
   StatusOr<int64_t> shard_tokens_or = flags.GetInt("shard-tokens");

@@ -24,6 +24,8 @@
 // compile_cache.h) unless --no-cache; --cached compiles into the cache only
 // (what gptrun --model runs). The work itself is CompileProgram
 // (compile_program.h); this file turns flags into its options and prints.
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -33,6 +35,7 @@
 
 #include "compiler/program/container.h"
 #include "compiler/support/file.h"
+#include "compiler/support/text.h"
 #include "models/config.h"
 #include "tools/common/flags.h"
 #include "tools/common/progress.h"
@@ -199,6 +202,11 @@ Status ParseTraining(const Flags& flags, CompileOptions& o) {
   if (!remat && o.remat_name.find(':') != std::string::npos) {
     StatusOr<std::vector<passes::RematPolicy>> plan = passes::ParseRematPlan(o.remat_name);
     if (!plan.ok()) return plan.status().WithPrefix("--remat");
+    if (static_cast<int64_t>(plan->size()) != o.config.layers) {
+      return Error("--remat {} names {} but {} has {}", o.remat_name,
+                   Plural(static_cast<int64_t>(plan->size()), "block"), o.config.name,
+                   Plural(o.config.layers, "block"));
+    }
     train.remat.layers = *plan;
     remat = passes::RematPolicy::kNone;  // the plan decides
   }
@@ -209,6 +217,10 @@ Status ParseTraining(const Flags& flags, CompileOptions& o) {
         o.remat_name);
   }
   train.remat.policy = *remat;
+  // --batch auto searches batches and remat plans together, in the budget.
+  if (o.batch_auto && *remat != passes::RematPolicy::kAuto) {
+    return Error("--batch auto needs --remat auto and --memory-budget");
+  }
   if (*remat == passes::RematPolicy::kAuto) {
     if (!flags.Has("memory-budget")) return Error("--remat auto needs --memory-budget");
     const std::string value = flags.Get("memory-budget");
@@ -226,14 +238,69 @@ Status ParseTraining(const Flags& flags, CompileOptions& o) {
   }
   train.optimize = !flags.Has("no-optimize");
   if (o.batch_auto) {
-    if (*remat != passes::RematPolicy::kAuto) {
-      return Error("--batch auto needs --remat auto and --memory-budget");
-    }
     if (flags.Has("grad-accum") && o.tokens_per_step > 0) {
       return Error("--tokens-per-step sets the gradient accumulation; drop --grad-accum");
     }
     if (train.world_size > 1 && o.tokens_per_step % (o.seq * train.world_size) != 0) {
       return Error("--tokens-per-step must be a multiple of --seq x --dp");
+    }
+  }
+  return Status::Ok();
+}
+
+// Note [compile cache]: a hit is another artifact's when its manifest says
+// other shapes or flags than the key's inputs (a file replaced in the cache
+// by another valid artifact), or when its summary is missing: one field
+// named, and the entry is compiled again.
+Status CacheEntryMatches(const program::Manifest& m, const std::string& summary,
+                         const CompileOptions& o) {
+  if (summary.empty()) return Error("its summary file is empty");
+  const models::GptConfig& c = o.config;
+  const program::CompileFlags& f = m.flags;
+  const std::string remat = f.remat.substr(0, f.remat.find(':'));
+  const std::pair<const char*, bool> checks[] = {
+      {"model", m.model.name == c.name && m.model.layers == c.layers && m.model.heads == c.heads &&
+                    m.model.width == c.width && m.model.vocab == c.vocab &&
+                    m.model.positions == c.positions},
+      {"batch", o.batch_auto || f.batch == o.batch},
+      {"seq", f.seq == o.seq},
+      {"grad_accum", o.batch_auto || f.grad_accum == o.train.grad_accum},
+      {"world_size", f.world_size == o.train.world_size},
+      {"precision", f.precision == o.precision_name},
+      {"remat", o.remat_name.find(':') != std::string::npos ? f.remat == o.remat_name
+                                                            : remat == o.remat_name},
+      {"codegen", f.codegen == o.codegen},
+      {"attention_mma", !o.codegen || f.attention_mma == o.attention_mma},
+      {"target", m.target == o.target}};
+  for (const auto& [field, same] : checks) {
+    if (!same) return Error("its manifest's {} is not this compile's", field);
+  }
+  return Status::Ok();
+}
+
+// --dump-dir: the files an earlier compile dumped there (NNNN.STAGE.ir, and
+// ENTRY.REPORT.txt for every entry a compile can have) go, so that a
+// directory reused after another compile holds this one's alone; other
+// files stay.
+Status ClearEarlierDumps(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return Status::Ok();
+  std::vector<std::string> reports;
+  for (program::EntryRole role :
+       {program::EntryRole::kTrainStep, program::EntryRole::kAccumulate, program::EntryRole::kApply,
+        program::EntryRole::kLogits, program::EntryRole::kEval}) {
+    for (const char* report : {"buffer-assignment", "fusion-report", "memory-report"}) {
+      reports.push_back(fmt::format("{}.{}.txt", program::EntryRoleName(role), report));
+    }
+  }
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool stage = name.size() > 8 && name.ends_with(".ir") && name[4] == '.' &&
+                       std::all_of(name.begin(), name.begin() + 4, ::isdigit);
+    if (!stage && std::find(reports.begin(), reports.end(), name) == reports.end()) continue;
+    if (!e.is_regular_file() || !std::filesystem::remove(e.path(), ec)) {
+      return Error("--dump-dir {}: cannot remove the earlier dump {}{}", dir, name,
+                   ec ? ": " + ec.message() : "");
     }
   }
   return Status::Ok();
@@ -349,10 +416,12 @@ int CompileCommand(int argc, char** argv) {
       // Note [compile cache]: a damaged entry (a flipped byte, a file cut
       // short) is compiled again, never handed out.
       if (bytes.ok()) {
-        if (StatusOr<program::Artifact> a = program::DecodeArtifact(*bytes, hit->path); !a.ok()) {
+        StatusOr<program::Artifact> a = program::DecodeArtifact(*bytes, hit->path);
+        Status usable = a.ok() ? CacheEntryMatches(a->manifest, hit->summary, options) : a.status();
+        if (!usable.ok()) {
           std::fprintf(stderr, "gptc: warning: damaged compile cache entry: %s; compiling again\n",
-                       std::string(a.status().message()).c_str());
-          bytes = a.status();
+                       std::string(usable.WithPrefix(hit->path).message()).c_str());
+          bytes = usable;
         }
       }
       if (bytes.ok() && !output.empty()) {
@@ -370,6 +439,9 @@ int CompileCommand(int argc, char** argv) {
     }
   }
 
+  if (!options.dump_dir.empty()) {
+    if (Status s = ClearEarlierDumps(options.dump_dir); !s.ok()) return Fail(1, s);
+  }
   // Long compiles (gpt2-1558m: minutes) show their phase on a terminal.
   ProgressLine progress("gptc", TerminalProgress());
   StatusOr<CompileResult> compiled = CompileProgram(

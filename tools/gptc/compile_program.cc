@@ -532,12 +532,13 @@ std::string CompileInputs(const CompileOptions& o) {
       "model {} layers {} heads {} width {} positions {} vocab {} padded_vocab {}; batch {} seq "
       "{}; grad_accum {} world {} beta1 {} beta2 {} eps {} weight_decay {} clip_norm {}; "
       "precision {} remat {} budget {} optimize {}; artifact {} target {} attention_mma {} emu {} "
-      "codegen {} forward_entries {} forward_only {}; batch_auto {} tokens_per_step {}",
+      "codegen {} forward_entries {} forward_only {}; batch_auto {} tokens_per_step {}; "
+      "roofline_gpu {}",
       c.name, c.layers, c.heads, c.width, c.positions, c.vocab, c.padded_vocab, o.batch, o.seq,
       t.grad_accum, t.world_size, t.adamw.beta1, t.adamw.beta2, t.adamw.eps, t.adamw.weight_decay,
       t.adamw.clip_norm, o.precision_name, o.remat_name, o.memory_budget, t.optimize, o.artifact,
       o.target, o.attention_mma, o.emu, o.codegen, o.forward_entries, o.forward_only, o.batch_auto,
-      o.tokens_per_step);
+      o.tokens_per_step, o.roofline_gpu.name);
 }
 
 }  // namespace gptc::tools

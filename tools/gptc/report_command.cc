@@ -52,6 +52,8 @@ int ReportCommand(int argc, char** argv) {
   }
   const std::string out = flags.Get("output");
   if (out.empty()) return Fail(2, Error("report: -o FILE is required"));
+  // Before reading anything: a device, FIFO or directory is refused now.
+  if (Status s = CheckOutputTarget(out); !s.ok()) return Fail(1, s);
   const std::vector<std::string> logs = flags.GetAll("log");
   if (flags.positional().empty() && logs.empty()) {
     return Fail(2, Error("report: give an artifact, a --log, or both"));
@@ -101,7 +103,8 @@ int ReportCommand(int argc, char** argv) {
   }
   for (const std::string& note : input.notes)
     std::fprintf(stderr, "gptc: warning: %s\n", note.c_str());
-  if (Status s = report::WriteReport(out, input); !s.ok()) return Fail(1, s.WithPrefix(out));
+  // WriteFileAtomically's errors name `out`; the data's name the plan.
+  if (Status s = report::WriteReport(out, input); !s.ok()) return Fail(1, s);
   std::printf("report -> %s\n", out.c_str());
   return 0;
 }

@@ -196,6 +196,26 @@ Status ReadTuningFlags(const Flags& flags, TrainOptions& o) {
   return CheckOutputTarget(o.profile_json).WithPrefix("--profile-json");
 }
 
+// Flags that would do nothing in this run are refused, not ignored: a
+// --bench run reads no data and writes no checkpoints, log or samples (its
+// steps still reach --report and --tensorboard), samples need
+// --sample-every, the CPU device has no gemms to tune.
+Status CheckInapplicable(const Flags& flags, const TrainOptions& o) {
+  if (o.bench) {
+    for (const char* name : {"ckpt-dir", "log", "val", "sample-every"}) {
+      if (flags.Has(name))
+        return Error("--{} does not apply to --bench (it trains on no data)", name);
+    }
+  }
+  if (flags.Has("sample-len") && o.sample_every == 0) {
+    return Error("--sample-len needs --sample-every N (samples are written every N steps)");
+  }
+  if (flags.Has("autotune") && o.device == "cpu") {
+    return Error("--autotune applies to --device gpu or emu (the CPU device runs no cuBLASLt)");
+  }
+  return Status::Ok();
+}
+
 // --model's --memory-budget: as given, or for --remat auto on a GPU its free
 // memory less what the runtime keeps beside the arenas (said on stderr).
 Status JitMemoryBudget(const Flags& flags, JitOptions& jo, int64_t gpu) {
@@ -329,6 +349,7 @@ int Main(int argc, char** argv) {
     return Fail(kExitUsage, Error("--resume does not apply to --bench"));
   if (o.profile && o.device == "cpu")
     return Fail(kExitUsage, Error("--profile needs --device gpu or emu"));
+  if (Status s = CheckInapplicable(flags, o); !s.ok()) return Fail(kExitUsage, s);
   if (!jit) {
     o.artifact = flags.positional()[0];
     return Train(o);

@@ -159,8 +159,7 @@ class JsonLog {
     if (file_ == nullptr || !status_.ok()) return;
     std::string line = event.dump() + "\n";
     errno = 0;
-    if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() ||
-        std::fflush(file_) != 0) {
+    if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
       status_ = Error("--log {}: {}", path_, errno != 0 ? std::strerror(errno) : "write error");
     }
   }
@@ -223,8 +222,8 @@ class TrainRun {
     summary_->train_seconds = train_s_;
     summary_->tokens_per_second = steps_s * static_cast<double>(tokens_per_step_);
     console_.Line(
-        fmt::format("{}: {} steps in {:.2f} s | {:.3f} steps/s | {} tok/s | loss {:.4f} -> {:.4f}",
-                    o_.bench ? "bench" : "done", timed_steps_, train_s_, steps_s,
+        fmt::format("{}: {} in {:.2f} s | {:.3f} steps/s | {} tok/s | loss {:.4f} -> {:.4f}",
+                    o_.bench ? "bench" : "done", Plural(timed_steps_, "step"), train_s_, steps_s,
                     WithThousands(static_cast<int64_t>(steps_s * tokens_per_step_ + 0.5)),
                     first_loss_, last_loss_));
     if (std::string report = ProfileReport(*trainer_, o_.profile); !report.empty()) {
@@ -427,8 +426,8 @@ class TrainRun {
       StatusOr<std::optional<std::string>> latest = LatestCheckpointIfAny(o_.ckpt_dir);
       if (!latest.ok()) return Abort(1, latest.status());
       if (!*latest) {
-        console_.Line(fmt::format("--resume auto: no checkpoint in {} yet: starting at step 1",
-                                  o_.ckpt_dir));
+        console_.Line(
+            fmt::format("--resume auto: no checkpoint in {} yet: starting at step 1", o_.ckpt_dir));
         return 0;
       }
       dir = **latest;
