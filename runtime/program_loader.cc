@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "compiler/ir/parser.h"
+#include "compiler/program/model_config.h"
 #include "compiler/program/param.h"
 #include "compiler/program/plan.h"
 
@@ -41,6 +42,57 @@ std::pair<std::vector<ir::Shape>, std::vector<ir::Shape>> EntryShapes(const ir::
     out.push_back(root);
   }
   return {in, out};
+}
+
+// Note [manifest against program]: the manifest's model and flags are what
+// the tools print and act on (the data loader's batch, seq and vocabulary
+// bound, the banner, a checkpoint's config), the IR and the params are what
+// runs. A file whose checksum was recomputed after an edit can make them
+// disagree, so they are compared once, here: the parameters must be the
+// GPT-2 of manifest.model, and every entry's tokens and targets
+// [batch (1 for logits), seq], its logits [1, seq, padded_vocab].
+Status CheckParamsAgainstModel(const std::vector<program::ParamSpec>& params,
+                               const program::ModelConfig& model) {
+  RETURN_IF_ERROR(program::CheckModelConfig(model, "manifest.model"));
+  const std::vector<program::Gpt2ParamShape> want = program::Gpt2ParamShapes(model);
+  if (params.size() != want.size()) {
+    return Error("manifest.model ({} layers) has {} parameters, section 'params' holds {}",
+                 model.layers, want.size(), params.size());
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (params[i].name != want[i].name || params[i].shape.dims() != want[i].shape) {
+      return Error("section 'params' [{}] is {} {}, manifest.model makes it {} {}", i,
+                   params[i].name, params[i].shape.ToString(), want[i].name,
+                   ir::Shape(params[i].shape.dtype(), want[i].shape).ToString());
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckSlotsAgainstFlags(const program::TrainEntry& entry, const program::ModelConfig& model,
+                              const program::CompileFlags& flags) {
+  using program::SlotRole;
+  if (flags.batch < 1 || flags.seq < 1 || flags.seq > model.positions) {
+    return Error("manifest.flags: batch {} and seq {} must be positive, seq at most the model's "
+                 "{} positions",
+                 flags.batch, flags.seq, model.positions);
+  }
+  const bool logits = entry.role == program::EntryRole::kLogits;
+  const std::vector<int64_t> data = {logits ? 1 : flags.batch, flags.seq};
+  for (const program::Slot& s : entry.signature.inputs) {
+    if ((s.role == SlotRole::kTokens || s.role == SlotRole::kTargets) && s.shape.dims() != data) {
+      return Error("entry {} input %{} is {}; manifest.flags say batch {} and seq {}",
+                   entry.name(), s.name, s.shape.ToString(), flags.batch, flags.seq);
+    }
+  }
+  const std::vector<int64_t> logit_dims = {1, flags.seq, model.padded_vocab};
+  for (const program::Slot& s : entry.signature.outputs) {
+    if (s.role == SlotRole::kLogits && s.shape.dims() != logit_dims) {
+      return Error("entry {} output %{} is {}; manifest says seq {} and padded_vocab {}",
+                   entry.name(), s.name, s.shape.ToString(), flags.seq, model.padded_vocab);
+    }
+  }
+  return Status::Ok();
 }
 
 StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
@@ -109,6 +161,10 @@ StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
   }
   if (program.grad_accum == 1 && program.entries[0].role != EntryRole::kTrainStep) {
     return Error("the first entry is {}, expected train_step", program.entries[0].name());
+  }
+  RETURN_IF_ERROR(CheckParamsAgainstModel(program.params, manifest.model));
+  for (const program::TrainEntry& entry : program.entries) {
+    RETURN_IF_ERROR(CheckSlotsAgainstFlags(entry, manifest.model, manifest.flags));
   }
   return out;
 }
