@@ -166,7 +166,9 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
         Where());
   }
   RETURN_IF_ERROR(CheckCommunicatorWorld(program->world_size, options.communicator, Where()));
-  ASSIGN_OR_RETURN(std::vector<EntryPlan> plans, ReadPlan(artifact.plan));
+  StatusOr<std::vector<EntryPlan>> read = ReadPlan(artifact.plan);
+  if (!read.ok()) return read.status().WithPrefix(Where());
+  std::vector<EntryPlan> plans = std::move(read).value();
   std::vector<EntryPlan> ordered;
   for (const program::TrainEntry& entry : program->entries) {
     auto it = std::find_if(plans.begin(), plans.end(),

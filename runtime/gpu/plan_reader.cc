@@ -4,6 +4,9 @@
 #include <library_types.h>
 
 #include <algorithm>
+#include <array>
+#include <limits>
+#include <tuple>
 
 #include "compiler/program/json_field.h"
 #include "runtime/gpu/host_values.h"
@@ -41,21 +44,50 @@ Status CheckInArena(const ArenaSlice& s, std::string_view what, int64_t arena_si
   return Status::Ok();
 }
 
+// Note [launch bounds]: a launch is checked at load against what every
+// CUDA GPU allows (grid x below 2^31, y and z at most 65535; block x and y
+// at most 1024, z at most 64, 1024 threads) and against its own work: every
+// kernel gptc emits gives each block at least one byte of its arguments to
+// read or write (a thread an element, a warp or a block a row, a tile), so a
+// grid of more blocks than its arguments have bytes is not the compiler's
+// and would only spin through blocks with nothing to do (on the emulator,
+// for minutes). The kernel's own limits (threads for its registers, shared
+// memory) are checked when its function is at hand (KernelModules).
+constexpr std::array<int64_t, 3> kMaxGrid = {(int64_t{1} << 31) - 1, 65535, 65535};
+constexpr std::array<int64_t, 3> kMaxBlock = {1024, 1024, 64};
+constexpr int64_t kMaxBlockThreads = 1024;
+constexpr int64_t kMaxBlockSmem = 227 << 10;  // the most a block gets on any GPU (sm_90)
+
 // One check per thunk kind; `where` names the thunk.
 Status CheckKernel(const KernelThunk& k, const std::string& where) {
-  for (const auto& [key, d] : {std::pair{"grid", &k.grid}, std::pair{"block", &k.block}}) {
+  for (const auto& [key, d, most] : {std::tuple{"grid", &k.grid, &kMaxGrid},
+                                     std::tuple{"block", &k.block, &kMaxBlock}}) {
     for (int i = 0; i < 3; ++i) {
-      if ((*d)[i] < 1) {
-        return Error("{}: {}[{}] must be a positive integer, got {}", where, key, i, (*d)[i]);
+      if ((*d)[i] < 1 || (*d)[i] > (*most)[i]) {
+        return Error("{}: {}[{}] is {}; it must be in [1, {}]", where, key, i, (*d)[i],
+                     (*most)[i]);
       }
     }
   }
-  if (k.block[0] * k.block[1] * k.block[2] > 1024 || k.dynamic_smem < 0) {
+  if (k.block[0] * k.block[1] * k.block[2] > kMaxBlockThreads || k.dynamic_smem < 0 ||
+      k.dynamic_smem > kMaxBlockSmem) {
     return Error("{}: block {}x{}x{} / dynamic smem {} out of range", where, k.block[0], k.block[1],
                  k.block[2], k.dynamic_smem);
   }
   if (k.operands < 0 || k.operands > static_cast<int64_t>(k.args.size())) {
     return Error("{}: {} operands of {} args", where, k.operands, k.args.size());
+  }
+  int64_t bytes = 0;  // saturating: each slice is inside the arena, their sum need not fit
+  for (const ArenaSlice& s : k.args) {
+    bytes = s.size > std::numeric_limits<int64_t>::max() - bytes
+                ? std::numeric_limits<int64_t>::max()
+                : bytes + s.size;
+  }
+  // Each factor is below 2^31: the product fits in 128 bits, not 64.
+  const __int128 blocks = static_cast<__int128>(k.grid[0]) * k.grid[1] * k.grid[2];
+  if (blocks > std::max<int64_t>(bytes, 1)) {
+    return Error("{}: grid {}x{}x{} launches more blocks than its {} arguments have bytes ({})",
+                 where, k.grid[0], k.grid[1], k.grid[2], k.args.size(), bytes);
   }
   return Status::Ok();
 }
