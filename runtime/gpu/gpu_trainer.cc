@@ -159,6 +159,12 @@ StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const program::Artifact
 
 Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) {
   // The artifact, before touching the device.
+  if (!artifact.manifest.flags.codegen) {
+    return Error(
+        "{}: was compiled with --no-codegen (no kernels): only --device cpu runs it; compile it "
+        "without --no-codegen for the GPU",
+        Where());
+  }
   if (!artifact.manifest.complete) {
     return Error(
         "{}: the artifact is incomplete (complete:false: some instructions have no "

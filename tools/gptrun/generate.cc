@@ -53,6 +53,7 @@ class Generation {
                            o_.artifact));
     }
     TrainOptions t;
+    t.artifact = o_.artifact;  // the devices' errors name it
     t.device = o_.device;
     t.gpu = o_.gpu;
     t.emu_checks = o_.emu_checks;
