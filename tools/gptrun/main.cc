@@ -14,7 +14,9 @@
 // GPU when there is one and the artifact can run on it, else the CPU.
 // `--device emu` runs the GPU runtime on the emulated device (docs/EMULATOR.md:
 // the artifact's kernels compiled for this host by gptc compile --emu, with
-// memory and race checks unless --emu-checks off).
+// memory and race checks unless --emu-checks off). Those kernels are native
+// code: gptrun loads them only when this machine's gptc built them, or with
+// --trust-artifact (Note [trusted emulator libraries]).
 // `gptrun generate FILE.gptx --resume CKPT --prompt TEXT` generates text from a
 // checkpoint (tools/gptrun/generate.h).
 // `gptrun --model NAME --batch N --seq T ...` compiles the model first, as a
@@ -88,6 +90,11 @@ Flags DeclareFlags() {
       .Conflicts("device", "emu")
       .Value("emu-checks", "on|off",
              "emu: the memory and race checks; off runs several times faster", "on")
+      .Requires("device", "emu")
+      .Bool("trust-artifact",
+            "emu: load and run the artifact's emulator library, native x86-64 code, even though "
+            "this machine's gptc did not build it (without it such an artifact is refused: "
+            "docs/EMULATOR.md, \"Trust\")")
       .Requires("device", "emu")
       .Bool("no-graph", "GPU: launch every thunk every step (no CUDA graph replay)")
       .Bool("profile",
@@ -265,6 +272,7 @@ int Main(int argc, char** argv) {
     return Fail(kExitUsage, Error("--emu-checks must be on or off, got '{}'", checks));
   }
   o.emu_checks = checks == "on";
+  o.trust_artifact = flags.Has("trust-artifact");
   o.no_graph = flags.Has("no-graph");
   o.profile = flags.Has("profile");
   if (Status s = ReadTuningFlags(flags, o); !s.ok()) return Fail(kExitUsage, s);

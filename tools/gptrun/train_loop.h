@@ -29,6 +29,9 @@ struct TrainOptions {
   rt::gpu::AutotuneMode autotune = rt::gpu::AutotuneMode::kOn;
   bool debug_sync = false; // GPU: synchronize after every thunk (errors name the thunk)
   bool emu_checks = true;  // emu: memory and race checks
+  // emu: load the artifact's emulator library even when this machine's gptc
+  // did not build it (Note [trusted emulator libraries])
+  bool trust_artifact = false;
   std::string train, val;  // glob patterns of token shards
   int64_t steps = 10;
   double lr = 6e-4, lr_min = 0;
