@@ -100,7 +100,8 @@ StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, co
     e.gpu = rt::gpu::GpuOptions{.use_graph = !o.no_graph,
                                 .profile = o.profile,
                                 .sync_each_thunk = o.debug_sync,
-                                .autotune = AutotuneOptionsOf(o)};
+                                .autotune = AutotuneOptionsOf(o),
+                                .progress = o.load_progress};
     e.host_communicator = dist.comm.get();
     ASSIGN_OR_RETURN(std::unique_ptr<rt::emu::EmuTrainer> t,
                      rt::emu::EmuTrainer::Create(artifact, o.artifact, program, o.seed, e));
@@ -111,7 +112,8 @@ StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, co
                         .profile = o.profile,
                         .sync_each_thunk = o.debug_sync,
                         .communicator = dist.gpu_comm.get(),
-                        .autotune = AutotuneOptionsOf(o)};
+                        .autotune = AutotuneOptionsOf(o),
+                        .progress = o.load_progress};
   ASSIGN_OR_RETURN(std::unique_ptr<rt::gpu::GpuTrainer> t,
                    rt::gpu::GpuTrainer::Create(artifact, o.artifact, program, o.seed, g));
   return std::unique_ptr<rt::Trainer>(std::move(t));
