@@ -54,11 +54,13 @@ std::pair<std::vector<ir::Shape>, std::vector<ir::Shape>> EntryShapes(const ir::
 Status CheckParamsAgainstModel(const std::vector<program::ParamSpec>& params,
                                const program::ModelConfig& model) {
   RETURN_IF_ERROR(program::CheckModelConfig(model, "manifest.model"));
-  const std::vector<program::Gpt2ParamShape> want = program::Gpt2ParamShapes(model);
-  if (params.size() != want.size()) {
+  // wte, wpe, 12 a layer, ln_f's 2 (the list is built only once they agree).
+  const int64_t count = 12 * model.layers + 4;
+  if (static_cast<int64_t>(params.size()) != count) {
     return Error("manifest.model ({} layers) has {} parameters, section 'params' holds {}",
-                 model.layers, want.size(), params.size());
+                 model.layers, count, params.size());
   }
+  const std::vector<program::Gpt2ParamShape> want = program::Gpt2ParamShapes(model);
   for (size_t i = 0; i < want.size(); ++i) {
     if (params[i].name != want[i].name || params[i].shape.dims() != want[i].shape) {
       return Error("section 'params' [{}] is {} {}, manifest.model makes it {} {}", i,
@@ -105,11 +107,13 @@ StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
   program.adamw = manifest.flags.adamw;
   if (program.grad_accum < 1) return Error("flags: grad_accum {} < 1", program.grad_accum);
   if (program.world_size < 1) return Error("flags: world_size {} < 1", program.world_size);
-  ASSIGN_OR_RETURN(program.params, program::ParamsSectionFromJson(artifact.params));
-  for (const program::ParamSpec& p : program.params) {
-    out.parameter_values += p.shape.num_elements();
-    if (p.shape.rank() == 2) out.matmul_values += p.shape.num_elements();
+  // A step's tokens (batch x seq x grad_accum x world_size) must stay countable.
+  constexpr int64_t kMaxMultiplier = int64_t{1} << 16;
+  if (program.grad_accum > kMaxMultiplier || program.world_size > kMaxMultiplier) {
+    return Error("flags: grad_accum {} or world_size {} is above {}", program.grad_accum,
+                 program.world_size, kMaxMultiplier);
   }
+  ASSIGN_OR_RETURN(program.params, program::ParamsSectionFromJson(artifact.params));
 
   const std::string* ir_text = artifact.Find("ir");
   if (ir_text == nullptr) return Error("missing section 'ir'");
@@ -165,6 +169,10 @@ StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
   RETURN_IF_ERROR(CheckParamsAgainstModel(program.params, manifest.model));
   for (const program::TrainEntry& entry : program.entries) {
     RETURN_IF_ERROR(CheckSlotsAgainstFlags(entry, manifest.model, manifest.flags));
+  }
+  for (const program::ParamSpec& p : program.params) {  // a GPT-2's, so the sums fit
+    out.parameter_values += p.shape.num_elements();
+    if (p.shape.rank() == 2) out.matmul_values += p.shape.num_elements();
   }
   return out;
 }

@@ -5,6 +5,8 @@
 namespace gptc::program {
 namespace {
 
+constexpr int64_t kMaxModelInt = int64_t{1} << 24;
+
 constexpr ModelConfigInt kInts[] = {
     {"layers", &ModelConfig::layers},       {"heads", &ModelConfig::heads},
     {"width", &ModelConfig::width},         {"positions", &ModelConfig::positions},
@@ -41,6 +43,10 @@ StatusOr<ModelConfig> ReadModelConfig(const nlohmann::json& j, std::string_view 
 Status CheckModelConfig(const ModelConfig& model, std::string_view where) {
   for (const auto& [key, field] : kInts) {
     if (model.*field < 1) return Error("{}: '{}' is {}, not positive", where, key, model.*field);
+    // Far beyond any GPT-2, and small enough that sizes made from them fit.
+    if (model.*field > kMaxModelInt) {
+      return Error("{}: '{}' is {}, more than {}", where, key, model.*field, kMaxModelInt);
+    }
   }
   if (model.width % model.heads != 0) {
     return Error("{}: 'heads' {} does not divide 'width' {}", where, model.heads, model.width);

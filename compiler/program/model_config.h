@@ -44,8 +44,8 @@ nlohmann::ordered_json ModelConfigJson(const ModelConfig& model);
 // types: the readers check the values they need.
 StatusOr<ModelConfig> ReadModelConfig(const nlohmann::json& j, std::string_view where);
 
-// What the values of a config must satisfy: every integer positive, heads
-// dividing width, vocab at most padded_vocab. Errors start with `where`
+// What the values of a config must satisfy: every integer positive and at
+// most 2^24, heads dividing width, vocab at most padded_vocab. Errors start with `where`
 // ("config.json: 'heads' 5 does not divide 'width' 64").
 Status CheckModelConfig(const ModelConfig& model, std::string_view where);
 

@@ -54,7 +54,8 @@ Status CheckEmuIndex(const program::EmuIndex& index, const program::Plan& plan) 
       return Error("{}: {} parameters, the plan's thunks pass {} args", where, r.params,
                    it->second);
     }
-    if (r.params < 0 || r.registers < 0 || r.registers > 255 || r.static_smem < 0 ||
+    // 4096 pointers: CUDA's 32 KiB of kernel parameters.
+    if (r.params < 0 || r.params > 4096 || r.registers < 0 || r.registers > 255 || r.static_smem < 0 ||
         r.static_smem > (227 << 10) || r.host_shared_bytes < 0 ||
         r.host_shared_bytes > (int64_t{1} << 20)) {
       return Error("{}: params {}, registers {}, static_smem {}, host_shared_bytes {}: out of "

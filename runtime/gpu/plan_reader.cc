@@ -21,14 +21,18 @@ using program::GemmDType;
 using program::GemmEpilogue;
 using program::GemmOp;
 
-// Bytes a column-major layout spans (its last element + 1).
-int64_t LayoutBytes(const GemmLayout& l) {
-  return program::GemmDTypeBytes(l.dtype) *
-         ((l.batch_count - 1) * l.batch_stride + (l.cols - 1) * l.ld + l.rows);
+// Bytes a column-major layout spans (its last element + 1), for a layout
+// CheckLayout accepted; in 128 bits, as a plan's numbers may be anything.
+__int128 LayoutBytes(const GemmLayout& l) {
+  return static_cast<__int128>(program::GemmDTypeBytes(l.dtype)) *
+         (static_cast<__int128>(l.batch_count - 1) * l.batch_stride +
+          static_cast<__int128>(l.cols - 1) * l.ld + l.rows);
 }
 
 Status CheckLayout(std::string_view name, const GemmLayout& l) {
-  if (l.rows < 1 || l.cols < 1 || l.ld < l.rows || l.batch_count < 1 || l.batch_stride < 0) {
+  constexpr int64_t kMax = int64_t{1} << 48;  // the IR's most elements: LayoutBytes fits
+  if (l.rows < 1 || l.cols < 1 || l.ld < l.rows || l.batch_count < 1 || l.batch_stride < 0 ||
+      l.cols > kMax || l.ld > kMax || l.batch_count > kMax || l.batch_stride > kMax) {
     return Error("descriptor.{}: bad layout rows={} cols={} ld={} batch_count={} batch_stride={}",
                  name, l.rows, l.cols, l.ld, l.batch_count, l.batch_stride);
   }
@@ -106,9 +110,12 @@ Status CheckGemm(const GemmThunk& g, const std::string& where) {
   }
   for (auto [matrix, s, layout] : {std::tuple{"a", &g.a, &c.a}, std::tuple{"b", &g.b, &c.b},
                                    std::tuple{"c", &g.c, &c.c}, std::tuple{"d", &g.d, &c.d}}) {
-    if (LayoutBytes(*layout) > s->size) {
+    if (const __int128 bytes = LayoutBytes(*layout); bytes > s->size) {
       return Error("{}: matrix {} spans {} bytes, its slice has {}", where, matrix,
-                   LayoutBytes(*layout), s->size);
+                   bytes > std::numeric_limits<int64_t>::max()
+                       ? std::string("more than 2^63")
+                       : std::to_string(static_cast<int64_t>(bytes)),
+                   s->size);
     }
   }
   return Status::Ok();
@@ -133,8 +140,8 @@ Status CheckConstant(const ConstantThunk& c, const std::string& where) {
 }
 
 Status CheckAllReduce(const AllReduceThunk& a, const std::string& where) {
-  const int64_t bytes = a.count * ir::DTypeBytes(a.dtype);
-  if (a.count < 0 || bytes > a.in.size || bytes > a.out.size) {
+  const int64_t width = ir::DTypeBytes(a.dtype);
+  if (a.count < 0 || a.count > a.in.size / width || a.count > a.out.size / width) {
     return Error("{}: {} {} elements do not fit its slices", where, a.count,
                  ir::DTypeName(a.dtype));
   }
@@ -154,9 +161,9 @@ Status CheckThunk(const Thunk& t, int64_t arena_size) {
 
 // A slot's slice holds its shape inside the arena.
 Status CheckSlot(const PlanSlot& s, std::string_view where, int64_t arena_size) {
-  if (s.slice.offset < 0 ||
+  if (s.slice.offset < 0 || s.slice.offset > arena_size ||
       s.slice.size < s.shape.num_elements() * ir::DTypeBytes(s.shape.dtype()) ||
-      s.slice.offset + s.slice.size > arena_size) {
+      s.slice.size > arena_size - s.slice.offset) {
     return Error("{} (%{}): slice [{}, +{}) does not hold {} inside the arena of {} bytes", where,
                  s.name, s.slice.offset, s.slice.size, s.shape.ToString(), arena_size);
   }
