@@ -82,7 +82,9 @@ Flags DeclareFlags() {
              "gpu: the GPU runtime (the default when a GPU is present and the artifact is "
              "complete); cpu: the reference evaluator (small models, e.g. gpt2-tiny); emu: the "
              "GPU runtime on the emulated device, the artifact's kernels compiled for this host "
-             "(gptc compile --emu), with memory and race checks (docs/EMULATOR.md)")
+             "(gptc compile --emu), with memory and race checks (docs/EMULATOR.md); that native "
+             "code is loaded only if this machine's gptc compiled it, else the artifact is "
+             "refused (see --trust-artifact)")
       .Value("gpu", "N",
              "GPU: the device index (default: 0; the ranks of a --dp artifact take the GPU of "
              "their local rank)")
@@ -94,7 +96,7 @@ Flags DeclareFlags() {
       .Bool("trust-artifact",
             "emu: load and run the artifact's emulator library, native x86-64 code, even though "
             "this machine's gptc did not build it (without it such an artifact is refused: "
-            "docs/EMULATOR.md, \"Trust\")")
+            "docs/EMULATOR.md, \"What it loads\")")
       .Requires("device", "emu")
       .Bool("no-graph", "GPU: launch every thunk every step (no CUDA graph replay)")
       .Bool("profile",
