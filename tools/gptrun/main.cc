@@ -54,29 +54,10 @@ constexpr char kAbout[] =
 
 int Fail(int code, const Status& status) { return FailWith("gptrun", code, status); }
 
-Flags DeclareFlags() {
-  const TrainOptions d;  // the defaults --help shows are the ones Train gets
+// The device section of gptrun's flags.
+void DeclareDeviceFlags(Flags& flags) {
+  const TrainOptions d;
   auto str = [](auto v) { return fmt::format("{}", v); };
-  Flags flags("gptrun", "FILE.gptx|--model NAME --train GLOB [flags]", kAbout);
-  flags.Section("just in time: a model instead of FILE.gptx")
-      .Value("model", "NAME",
-             "compile this model (gptc models) with the gptc beside gptrun, through its "
-             "compile cache, and train it")
-      .Value("batch", "N|auto",
-             "--model: sequences per step; auto: the largest that fits --memory-budget "
-             "(gptc compile --batch auto; needs --remat auto)",
-             "4")
-      .Value("tokens-per-step", "N", "--model --batch auto: grad-accum to make N tokens a step")
-      .Value("remat", "none|dots|wide|block|auto|PLAN",
-             "--model: what the backward recomputes (gptc compile --remat)", "none")
-      .Value("memory-budget", "BYTES|GPU",
-             "--model --remat auto: what the arenas may take, or a card's (h100, h200, a100) "
-             "memory less the runtime's (default on a GPU: its free memory less the runtime's "
-             "reserve and workspace)")
-      .Value("seq", "T", "--model: tokens per sequence (default: the model's context length)")
-      .Value("attention-mma", "mma.sync|wgmma",
-             "--model: the attention's tensor-core instructions (gptc compile)", "mma.sync")
-      .Value("artifact-out", "FILE.gptx", "--model: also keep the artifact there");
   flags.Section("device")
       .Value("device", "cpu|gpu|emu",
              "gpu: the GPU runtime (the default when a GPU is present and the artifact is "
@@ -113,6 +94,32 @@ Flags DeclareFlags() {
              "on")
       .Bool("debug-sync", "GPU: synchronize after every thunk so a fault names its thunk")
       .Value("cpu-max-params", "N", "cpu: refuse models larger than this", str(d.cpu_max_params));
+}
+
+Flags DeclareFlags() {
+  const TrainOptions d;  // the defaults --help shows are the ones Train gets
+  auto str = [](auto v) { return fmt::format("{}", v); };
+  Flags flags("gptrun", "FILE.gptx|--model NAME --train GLOB [flags]", kAbout);
+  flags.Section("just in time: a model instead of FILE.gptx")
+      .Value("model", "NAME",
+             "compile this model (gptc models) with the gptc beside gptrun, through its "
+             "compile cache, and train it")
+      .Value("batch", "N|auto",
+             "--model: sequences per step; auto: the largest that fits --memory-budget "
+             "(gptc compile --batch auto; needs --remat auto)",
+             "4")
+      .Value("tokens-per-step", "N", "--model --batch auto: grad-accum to make N tokens a step")
+      .Value("remat", "none|dots|wide|block|auto|PLAN",
+             "--model: what the backward recomputes (gptc compile --remat)", "none")
+      .Value("memory-budget", "BYTES|GPU",
+             "--model --remat auto: what the arenas may take, or a card's (h100, h200, a100) "
+             "memory less the runtime's (default on a GPU: its free memory less the runtime's "
+             "reserve and workspace)")
+      .Value("seq", "T", "--model: tokens per sequence (default: the model's context length)")
+      .Value("attention-mma", "mma.sync|wgmma",
+             "--model: the attention's tensor-core instructions (gptc compile)", "mma.sync")
+      .Value("artifact-out", "FILE.gptx", "--model: also keep the artifact there");
+  DeclareDeviceFlags(flags);
   flags.Section("training")
       .Value("train", "GLOB", "the training token shards (gpt-tokenize's .bin files)")
       .Value("steps", "N", "optimizer steps", str(d.steps))
