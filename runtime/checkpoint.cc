@@ -20,16 +20,7 @@ constexpr char kOptimFile[] = "optim.safetensors";
 constexpr char kConfigFile[] = "config.json";
 
 Status CheckConfig(const program::ModelConfig& model, const std::string& path) {
-  for (const auto& [key, field] : program::ModelConfigInts()) {
-    if (model.*field < 1) return Error("{}: '{}' is {}, not positive", path, key, model.*field);
-  }
-  if (model.width % model.heads != 0) {
-    return Error("{}: 'heads' {} does not divide 'width' {}", path, model.heads, model.width);
-  }
-  if (model.vocab > model.padded_vocab) {
-    return Error("{}: 'vocab' {} exceeds 'padded_vocab' {}", path, model.vocab, model.padded_vocab);
-  }
-  return Status::Ok();
+  return program::CheckModelConfig(model, path);
 }
 
 std::string ConfigJson(const program::ModelConfig& model) {

@@ -97,8 +97,7 @@ Status CheckTokens(const std::string& path, std::span<const uint16_t> tokens, in
 // Checks a shard's header and size and scans every token id against
 // `vocab`, in chunks (shards may be hundreds of MB); returns the token count.
 StatusOr<int64_t> CheckShardFile(const std::string& path, int64_t vocab) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Error("{}: {}", path, std::strerror(errno));
+  ASSIGN_OR_RETURN(const int fd, OpenInputFile(path));  // Note [input files]
   struct Closer {
     int fd;
     ~Closer() { close(fd); }

@@ -20,36 +20,7 @@ namespace {
 
 constexpr char kPrefix[] = "transformer.";  // GPT2LMHeadModel's GPT2Model
 
-struct ParamShape {
-  std::string name;  // ours, GPT2Model's
-  std::vector<int64_t> shape;
-};
-
-// The parameters of models/gpt2.cc for `model`, in GPT2LMHeadModel's
-// state-dict order.
-std::vector<ParamShape> Gpt2Params(const program::ModelConfig& model) {
-  const int64_t c = model.width;
-  std::vector<ParamShape> out = {{"wte.weight", {model.padded_vocab, c}},
-                                 {"wpe.weight", {model.positions, c}}};
-  for (int64_t l = 0; l < model.layers; ++l) {
-    const std::string h = fmt::format("h.{}.", l);
-    out.push_back({h + "ln_1.weight", {c}});
-    out.push_back({h + "ln_1.bias", {c}});
-    out.push_back({h + "attn.c_attn.weight", {c, 3 * c}});  // (in, out), Conv1D's layout
-    out.push_back({h + "attn.c_attn.bias", {3 * c}});
-    out.push_back({h + "attn.c_proj.weight", {c, c}});
-    out.push_back({h + "attn.c_proj.bias", {c}});
-    out.push_back({h + "ln_2.weight", {c}});
-    out.push_back({h + "ln_2.bias", {c}});
-    out.push_back({h + "mlp.c_fc.weight", {c, 4 * c}});
-    out.push_back({h + "mlp.c_fc.bias", {4 * c}});
-    out.push_back({h + "mlp.c_proj.weight", {4 * c, c}});
-    out.push_back({h + "mlp.c_proj.bias", {c}});
-  }
-  out.push_back({"ln_f.weight", {c}});
-  out.push_back({"ln_f.bias", {c}});
-  return out;
-}
+using ParamShape = program::Gpt2ParamShape;
 
 int64_t Elements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -105,7 +76,7 @@ std::string HfConfigJson(const program::ModelConfig& model) {
 
 StatusOr<SafeTensors> HfStateDict(const SafeTensors& checkpoint, const program::ModelConfig& model,
                                   const std::string& path) {
-  const std::vector<ParamShape> params = Gpt2Params(model);
+  const std::vector<ParamShape> params = program::Gpt2ParamShapes(model);
   std::set<std::string> names;
   for (const ParamShape& p : params) names.insert(p.name);
   for (const SafeTensor& t : checkpoint.tensors) {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "compiler/ir/parser.h"
+#include "compiler/program/model_config.h"
 #include "compiler/program/param.h"
 #include "compiler/program/plan.h"
 
@@ -43,6 +44,59 @@ std::pair<std::vector<ir::Shape>, std::vector<ir::Shape>> EntryShapes(const ir::
   return {in, out};
 }
 
+// Note [manifest against program]: the manifest's model and flags are what
+// the tools print and act on (the data loader's batch, seq and vocabulary
+// bound, the banner, a checkpoint's config), the IR and the params are what
+// runs. A file whose checksum was recomputed after an edit can make them
+// disagree, so they are compared once, here: the parameters must be the
+// GPT-2 of manifest.model, and every entry's tokens and targets
+// [batch (1 for logits), seq], its logits [1, seq, padded_vocab].
+Status CheckParamsAgainstModel(const std::vector<program::ParamSpec>& params,
+                               const program::ModelConfig& model) {
+  RETURN_IF_ERROR(program::CheckModelConfig(model, "manifest.model"));
+  // wte, wpe, 12 a layer, ln_f's 2 (the list is built only once they agree).
+  const int64_t count = 12 * model.layers + 4;
+  if (static_cast<int64_t>(params.size()) != count) {
+    return Error("manifest.model ({} layers) has {} parameters, section 'params' holds {}",
+                 model.layers, count, params.size());
+  }
+  const std::vector<program::Gpt2ParamShape> want = program::Gpt2ParamShapes(model);
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (params[i].name != want[i].name || params[i].shape.dims() != want[i].shape) {
+      return Error("section 'params' [{}] is {} {}, manifest.model makes it {} {}", i,
+                   params[i].name, params[i].shape.ToString(), want[i].name,
+                   ir::Shape(params[i].shape.dtype(), want[i].shape).ToString());
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckSlotsAgainstFlags(const program::TrainEntry& entry, const program::ModelConfig& model,
+                              const program::CompileFlags& flags) {
+  using program::SlotRole;
+  if (flags.batch < 1 || flags.seq < 1 || flags.seq > model.positions) {
+    return Error("manifest.flags: batch {} and seq {} must be positive, seq at most the model's "
+                 "{} positions",
+                 flags.batch, flags.seq, model.positions);
+  }
+  const bool logits = entry.role == program::EntryRole::kLogits;
+  const std::vector<int64_t> data = {logits ? 1 : flags.batch, flags.seq};
+  for (const program::Slot& s : entry.signature.inputs) {
+    if ((s.role == SlotRole::kTokens || s.role == SlotRole::kTargets) && s.shape.dims() != data) {
+      return Error("entry {} input %{} is {}; manifest.flags say batch {} and seq {}",
+                   entry.name(), s.name, s.shape.ToString(), flags.batch, flags.seq);
+    }
+  }
+  const std::vector<int64_t> logit_dims = {1, flags.seq, model.padded_vocab};
+  for (const program::Slot& s : entry.signature.outputs) {
+    if (s.role == SlotRole::kLogits && s.shape.dims() != logit_dims) {
+      return Error("entry {} output %{} is {}; manifest says seq {} and padded_vocab {}",
+                   entry.name(), s.name, s.shape.ToString(), flags.seq, model.padded_vocab);
+    }
+  }
+  return Status::Ok();
+}
+
 StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
   const program::Manifest& manifest = artifact.manifest;
   LoadedProgram out{
@@ -53,11 +107,13 @@ StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
   program.adamw = manifest.flags.adamw;
   if (program.grad_accum < 1) return Error("flags: grad_accum {} < 1", program.grad_accum);
   if (program.world_size < 1) return Error("flags: world_size {} < 1", program.world_size);
-  ASSIGN_OR_RETURN(program.params, program::ParamsSectionFromJson(artifact.params));
-  for (const program::ParamSpec& p : program.params) {
-    out.parameter_values += p.shape.num_elements();
-    if (p.shape.rank() == 2) out.matmul_values += p.shape.num_elements();
+  // A step's tokens (batch x seq x grad_accum x world_size) must stay countable.
+  constexpr int64_t kMaxMultiplier = int64_t{1} << 16;
+  if (program.grad_accum > kMaxMultiplier || program.world_size > kMaxMultiplier) {
+    return Error("flags: grad_accum {} or world_size {} is above {}", program.grad_accum,
+                 program.world_size, kMaxMultiplier);
   }
+  ASSIGN_OR_RETURN(program.params, program::ParamsSectionFromJson(artifact.params));
 
   const std::string* ir_text = artifact.Find("ir");
   if (ir_text == nullptr) return Error("missing section 'ir'");
@@ -109,6 +165,14 @@ StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
   }
   if (program.grad_accum == 1 && program.entries[0].role != EntryRole::kTrainStep) {
     return Error("the first entry is {}, expected train_step", program.entries[0].name());
+  }
+  RETURN_IF_ERROR(CheckParamsAgainstModel(program.params, manifest.model));
+  for (const program::TrainEntry& entry : program.entries) {
+    RETURN_IF_ERROR(CheckSlotsAgainstFlags(entry, manifest.model, manifest.flags));
+  }
+  for (const program::ParamSpec& p : program.params) {  // a GPT-2's, so the sums fit
+    out.parameter_values += p.shape.num_elements();
+    if (p.shape.rank() == 2) out.matmul_values += p.shape.num_elements();
   }
   return out;
 }

@@ -1,8 +1,9 @@
 #include "runtime/safetensors.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -147,10 +148,24 @@ StatusOr<SafeTensors> ReadSafeTensors(const std::string& path) {
 }
 
 StatusOr<std::map<std::string, std::string>> ReadSafeTensorsMetadata(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error("{}: {}", path, std::strerror(errno));
+  ASSIGN_OR_RETURN(const int fd, OpenInputFile(path));  // Note [input files]
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  // Reads `n` bytes at `offset` into `out`, or says how many came.
+  auto read_at = [fd](char* out, size_t n, off_t offset) -> size_t {
+    size_t got = 0;
+    while (got < n) {
+      const ssize_t r = pread(fd, out + got, n - got, offset + static_cast<off_t>(got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
+    return got;
+  };
   uint64_t header_len = 0;
-  if (!in.read(reinterpret_cast<char*>(&header_len), 8)) {
+  if (read_at(reinterpret_cast<char*>(&header_len), 8, 0) != 8) {
     return Error("{}: truncated: the header length needs 8 bytes", path);
   }
   constexpr uint64_t kMaxHeader = 100 << 20;  // safetensors' own limit
@@ -158,7 +173,7 @@ StatusOr<std::map<std::string, std::string>> ReadSafeTensorsMetadata(const std::
     return Error("{}: header of {} bytes exceeds {}", path, header_len, kMaxHeader);
   }
   std::string header_text(header_len, '\0');
-  if (!in.read(header_text.data(), static_cast<std::streamsize>(header_len))) {
+  if (read_at(header_text.data(), header_len, 8) != header_len) {
     return Error("{}: truncated: header of {} bytes at offset 8", path, header_len);
   }
   json header = json::parse(header_text, nullptr, /*allow_exceptions=*/false);

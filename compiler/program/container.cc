@@ -29,6 +29,38 @@ int SectionRank(std::string_view name) {
   return it == std::end(kSectionOrder) ? -1 : static_cast<int>(it - std::begin(kSectionOrder));
 }
 
+// The sections of a container whose header and size are checked: views
+// into `bytes`, each in bounds and in kSectionOrder order, covering the body
+// up to the trailer exactly. Errors start with `path`.
+StatusOr<std::vector<std::pair<std::string_view, std::string_view>>> SplitSections(
+    std::string_view bytes, std::string_view path) {
+  const std::string_view body = bytes.substr(0, bytes.size() - kTrailerBytes);
+  std::vector<std::pair<std::string_view, std::string_view>> out;
+  uint32_t count = static_cast<uint32_t>(GetLE(bytes, 16, 4));
+  size_t at = kHeaderBytes;
+  int last = -1;
+  for (uint32_t i = 0; i < count; ++i) {
+    if (at + 4 > body.size()) return Error("{}: section {} header past the end", path, i);
+    size_t name_size = GetLE(bytes, at, 4);
+    at += 4;
+    if (name_size > body.size() - at || body.size() - at - name_size < 8) {
+      return Error("{}: section {} name past the end", path, i);
+    }
+    std::string_view name = body.substr(at, name_size);
+    at += name_size;
+    uint64_t length = GetLE(bytes, at, 8);
+    at += 8;
+    if (length > body.size() - at) return Error("{}: section '{}' past the end", path, name);
+    int rank = SectionRank(name);
+    if (rank <= last) return Error("{}: section '{}' unknown or out of order", path, name);
+    last = rank;
+    out.emplace_back(name, body.substr(at, length));
+    at += length;
+  }
+  if (at != body.size()) return Error("{}: {} stray bytes after the sections", path, body.size() - at);
+  return out;
+}
+
 }  // namespace
 
 uint64_t Fnv1a64(std::string_view bytes) {
@@ -106,28 +138,8 @@ StatusOr<Artifact> DecodeArtifact(std::string_view bytes, std::string_view path,
   if (Fnv1a64(body) != a.checksum) {
     return Error("{}: checksum mismatch (file is corrupt)", path);
   }
-  uint32_t count = static_cast<uint32_t>(GetLE(bytes, 16, 4));
-  size_t at = kHeaderBytes;
-  int last = -1;
-  for (uint32_t i = 0; i < count; ++i) {
-    if (at + 4 > body.size()) return Error("{}: section {} header past the end", path, i);
-    size_t name_size = GetLE(bytes, at, 4);
-    at += 4;
-    if (name_size > body.size() - at || body.size() - at - name_size < 8) {
-      return Error("{}: section {} name past the end", path, i);
-    }
-    std::string name(body.substr(at, name_size));
-    at += name_size;
-    uint64_t length = GetLE(bytes, at, 8);
-    at += 8;
-    if (length > body.size() - at) return Error("{}: section '{}' past the end", path, name);
-    int rank = SectionRank(name);
-    if (rank <= last) return Error("{}: section '{}' unknown or out of order", path, name);
-    last = rank;
-    a.sections.emplace_back(std::move(name), std::string(body.substr(at, length)));
-    at += length;
-  }
-  if (at != body.size()) return Error("{}: {} stray bytes after the sections", path, body.size() - at);
+  ASSIGN_OR_RETURN(auto sections, SplitSections(bytes, path));
+  for (auto [name, contents] : sections) a.sections.emplace_back(name, contents);
   for (std::string_view required : kRequiredSections) {
     if (a.Find(required) == nullptr) return Error("{}: missing section '{}'", path, required);
   }
@@ -145,6 +157,20 @@ StatusOr<Artifact> DecodeArtifact(std::string_view bytes, std::string_view path,
                  options.expected_target);
   }
   return a;
+}
+
+std::optional<std::string_view> FindSection(std::string_view bytes, std::string_view name) {
+  if (bytes.size() < kHeaderBytes + kTrailerBytes ||
+      std::memcmp(bytes.data(), kArtifactMagic, 4) != 0 || GetLE(bytes, 8, 8) != bytes.size()) {
+    return std::nullopt;
+  }
+  StatusOr<std::vector<std::pair<std::string_view, std::string_view>>> sections =
+      SplitSections(bytes, "");
+  if (!sections.ok()) return std::nullopt;
+  for (auto [n, contents] : *sections) {
+    if (n == name) return contents;
+  }
+  return std::nullopt;
 }
 
 StatusOr<Artifact> ReadArtifact(const std::string& path, const ReadOptions& options) {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -73,6 +74,11 @@ struct Artifact {
 StatusOr<Artifact> DecodeArtifact(std::string_view bytes, std::string_view path,
                                   const ReadOptions& options = {});
 StatusOr<Artifact> ReadArtifact(const std::string& path, const ReadOptions& options = {});
+
+// The bytes of section `name` of the container `bytes`, walking its framing
+// only (no checksum, no JSON: for a writer looking at what it wrote), or
+// nullopt when absent or the framing is broken.
+std::optional<std::string_view> FindSection(std::string_view bytes, std::string_view name);
 
 }  // namespace gptc::program
 

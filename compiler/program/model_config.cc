@@ -1,10 +1,11 @@
 #include "compiler/program/model_config.h"
 
-
 #include "compiler/program/json_field.h"
 
 namespace gptc::program {
 namespace {
+
+constexpr int64_t kMaxModelInt = int64_t{1} << 24;
 
 constexpr ModelConfigInt kInts[] = {
     {"layers", &ModelConfig::layers},       {"heads", &ModelConfig::heads},
@@ -37,6 +38,48 @@ StatusOr<ModelConfig> ReadModelConfig(const nlohmann::json& j, std::string_view 
     model.*field = it->get<int64_t>();
   }
   return model;
+}
+
+Status CheckModelConfig(const ModelConfig& model, std::string_view where) {
+  for (const auto& [key, field] : kInts) {
+    if (model.*field < 1) return Error("{}: '{}' is {}, not positive", where, key, model.*field);
+    // Far beyond any GPT-2, and small enough that sizes made from them fit.
+    if (model.*field > kMaxModelInt) {
+      return Error("{}: '{}' is {}, more than {}", where, key, model.*field, kMaxModelInt);
+    }
+  }
+  if (model.width % model.heads != 0) {
+    return Error("{}: 'heads' {} does not divide 'width' {}", where, model.heads, model.width);
+  }
+  if (model.vocab > model.padded_vocab) {
+    return Error("{}: 'vocab' {} exceeds 'padded_vocab' {}", where, model.vocab,
+                 model.padded_vocab);
+  }
+  return Status::Ok();
+}
+
+std::vector<Gpt2ParamShape> Gpt2ParamShapes(const ModelConfig& model) {
+  const int64_t c = model.width;
+  std::vector<Gpt2ParamShape> out = {{"wte.weight", {model.padded_vocab, c}},
+                                     {"wpe.weight", {model.positions, c}}};
+  for (int64_t l = 0; l < model.layers; ++l) {
+    const std::string h = fmt::format("h.{}.", l);
+    out.push_back({h + "ln_1.weight", {c}});
+    out.push_back({h + "ln_1.bias", {c}});
+    out.push_back({h + "attn.c_attn.weight", {c, 3 * c}});  // (in, out), Conv1D's layout
+    out.push_back({h + "attn.c_attn.bias", {3 * c}});
+    out.push_back({h + "attn.c_proj.weight", {c, c}});
+    out.push_back({h + "attn.c_proj.bias", {c}});
+    out.push_back({h + "ln_2.weight", {c}});
+    out.push_back({h + "ln_2.bias", {c}});
+    out.push_back({h + "mlp.c_fc.weight", {c, 4 * c}});
+    out.push_back({h + "mlp.c_fc.bias", {4 * c}});
+    out.push_back({h + "mlp.c_proj.weight", {4 * c, c}});
+    out.push_back({h + "mlp.c_proj.bias", {c}});
+  }
+  out.push_back({"ln_f.weight", {c}});
+  out.push_back({"ln_f.bias", {c}});
+  return out;
 }
 
 }  // namespace gptc::program

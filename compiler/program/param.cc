@@ -1,5 +1,7 @@
 #include "compiler/program/param.h"
 
+#include <fmt/ranges.h>
+
 #include <nlohmann/json.hpp>
 
 #include "compiler/program/json_field.h"
@@ -51,6 +53,15 @@ StatusOr<std::vector<ParamSpec>> ParamsSectionFromJson(const json& section) {
     const std::string where = fmt::format("params[{}]", out.size());
     ASSIGN_OR_RETURN(std::string name, JsonField<std::string>(p, "name", where));
     ASSIGN_OR_RETURN(std::vector<int64_t> dims, JsonField<std::vector<int64_t>>(p, "shape", where));
+    // As the IR parser's shapes: no negative dim, at most 2^48 elements, so
+    // that sizes computed from them cannot overflow.
+    int64_t elements = 1;
+    for (int64_t d : dims) {
+      if (d < 0 || (d > 0 && elements > (int64_t{1} << 48) / d)) {
+        return Error("param {}: shape [{}] is negative or too large", name, fmt::join(dims, ","));
+      }
+      elements *= d;
+    }
     ASSIGN_OR_RETURN(std::string dtype, JsonField<std::string>(p, "dtype", where));
     // Parameters are f32 masters; the step converts them (mixed precision).
     if (dtype != "f32") return Error("param {}: dtype {}, expected f32", name, dtype);

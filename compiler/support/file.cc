@@ -14,17 +14,58 @@
 
 namespace gptc {
 
+namespace {
+
+// A file that says it is empty (procfs) is read to its end, up to this.
+constexpr size_t kUnsizedFileLimit = size_t{64} << 20;
+
+}  // namespace
+
+const char* FileKindName(unsigned mode) {
+  return S_ISREG(mode)    ? "a regular file"
+         : S_ISDIR(mode)  ? "a directory"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISSOCK(mode) ? "a socket"
+                          : "not a regular file";
+}
+
+StatusOr<int> OpenInputFile(std::string_view path) {
+  const std::string p(path);
+  // O_NONBLOCK: opening a FIFO with no writer would otherwise wait for one.
+  const int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return Error("{}: {}", path, std::strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    close(fd);
+    return Error("{}: {}", path, std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return Error("{}: is {}, not a regular file", path, FileKindName(st.st_mode));
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
 StatusOr<std::string> ReadFile(std::string_view path) {
   if (path == "-") {
     return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
-  std::string p(path);
-  int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Error("{}: {}", path, std::strerror(errno));
+  ASSIGN_OR_RETURN(const int fd, OpenInputFile(path));
+  struct stat st;
+  fstat(fd, &st);  // succeeded in OpenInputFile
+  const size_t size = static_cast<size_t>(st.st_size);
+  const size_t limit = size > 0 ? size : kUnsizedFileLimit;
   std::string contents;
+  contents.reserve(size);
   char buf[1 << 16];
   while (true) {
-    ssize_t n = read(fd, buf, sizeof(buf));
+    // One byte past the limit tells a file that grew from one that ended.
+    const size_t want = std::min(sizeof(buf), limit + 1 - contents.size());
+    ssize_t n = read(fd, buf, want);
     if (n < 0) {
       if (errno == EINTR) continue;
       int err = errno;
@@ -33,26 +74,16 @@ StatusOr<std::string> ReadFile(std::string_view path) {
     }
     if (n == 0) break;
     contents.append(buf, n);
+    if (contents.size() > limit) {
+      close(fd);
+      return size > 0 ? Error("{}: grew while being read (it had {} bytes)", path, size)
+                      : Error("{}: reports no size and holds more than {} bytes", path, limit);
+    }
   }
   close(fd);
   return contents;
 }
 
-namespace {
-
-// "a directory", "a character device", ...: what is at a path, for messages.
-const char* FileKind(mode_t mode) {
-  return S_ISREG(mode)    ? "a regular file"
-         : S_ISDIR(mode)  ? "a directory"
-         : S_ISCHR(mode)  ? "a character device"
-         : S_ISBLK(mode)  ? "a block device"
-         : S_ISFIFO(mode) ? "a FIFO"
-         : S_ISSOCK(mode) ? "a socket"
-         : S_ISLNK(mode)  ? "a symbolic link"
-                          : "a special file";
-}
-
-}  // namespace
 
 Status CheckOutputTarget(std::string_view path) {
   // WriteFileAtomically's rename would replace whatever is there: a device node, a FIFO,
@@ -64,7 +95,7 @@ Status CheckOutputTarget(std::string_view path) {
   const std::string target(path);
   if (stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
     return Error("{}: is {}; the output must be a regular file (it would be replaced)", path,
-                 FileKind(st.st_mode));
+                 FileKindName(st.st_mode));
   }
   return Status::Ok();
 }
@@ -80,7 +111,7 @@ Status CheckWritableDirectory(std::string_view dir) {
     struct stat st;
     if (stat(level.c_str(), &st) == 0) {
       if (S_ISDIR(st.st_mode)) continue;
-      const char* kind = FileKind(st.st_mode);
+      const char* kind = FileKindName(st.st_mode);
       return level == path ? Error("{}: is {}, not a directory", dir, kind)
                            : Error("{}: cannot create it: {} is {}", dir, at, kind);
     }

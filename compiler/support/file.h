@@ -10,8 +10,23 @@
 
 namespace gptc {
 
-// Reads `path` ("-" reads standard input).
+// Note [input files]: inputs are regular files. A device (/dev/zero), a
+// FIFO, a socket or a directory given where a file is read would read
+// forever, block forever or fail later with a worse message, so every reader
+// refuses them in one line naming the path and what it is. A regular file's
+// size is known before anything is allocated for it.
+//
+// Reads `path` ("-" reads standard input): a regular file only, of its size
+// when opened (a file that grows meanwhile is refused; one that reports size
+// 0, as /proc files do, is read to its end up to 64 MiB).
 StatusOr<std::string> ReadFile(std::string_view path);
+// Opens `path` for reading (O_RDONLY | O_CLOEXEC) if it is a regular file,
+// without blocking on a FIFO; errors name `path` ("x: is a FIFO, not a
+// regular file"). The caller closes the descriptor.
+StatusOr<int> OpenInputFile(std::string_view path);
+// "a directory", "a character device", "a FIFO", ... for `mode` (stat's
+// st_mode), in messages.
+const char* FileKindName(unsigned mode);
 Status WriteFileAtomically(std::string_view path, std::string_view contents);
 // Whether `path` may be written by WriteFileAtomically: absent or a regular
 // file ("-", devices, FIFOs, directories are refused, naming `path`). Tools

@@ -674,8 +674,9 @@ void GridRunner::RunBlocks(BlockContext& c) {
   const uint64_t blocks = l.grid.count();
   for (uint64_t b; (b = next_block_.fetch_add(1)) < blocks && !findings_->any();) {
     c.epoch = 0;
-    // Uninitialized shared memory reads as NaN / -1 rather than a lucky zero.
-    std::memset(c.shared.data(), 0xff, c.shared.size());
+    // Uninitialized shared memory reads as NaN / -1 rather than a lucky zero
+    // (a block without any has no storage: memset may not take its null).
+    if (!c.shared.empty()) std::memset(c.shared.data(), 0xff, c.shared.size());
     if (l.checks) {
       c.shared_cells.assign((c.shared.size() + kSharedCellBytes - 1) / kSharedCellBytes,
                             SharedCell{0, 0, 0, 0});

@@ -6,18 +6,77 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <utility>
+#include <variant>
 
 #include "compiler/program/emu_abi.h"
 #include "compiler/program/kernel_index.h"
+#include "compiler/program/plan.h"
+#include "runtime/emu/elf_image.h"
 #include "runtime/gpu/plan_reader.h"
 
 namespace gptc::rt::emu {
 
 namespace abi = program::emu;
 
+namespace {
 
-StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Open(std::string_view bytes,
-                                                             std::string_view path) {
+// Note [emulator library checks]: the index's promises, checked against the
+// plan before any of its code is loaded. Each kernel's symbol is named as
+// the ABI names kernels, and the ELF checks find it defined in the library
+// (so no index entry reaches a function its dependencies export, as
+// dlsym's search would), its params the arguments every thunk
+// launching it passes (cuLaunchKernel reads that many), and its resources
+// those a GPU could give it.
+Status CheckEmuIndex(const program::EmuIndex& index, const program::Plan& plan) {
+  std::map<std::pair<std::string, std::string>, size_t> args;  // (entry, kernel) -> count
+  for (const program::EntryPlan& entry : plan.entries) {
+    for (const program::Thunk& t : entry.thunks) {
+      const auto* k = std::get_if<program::KernelThunk>(&t.body);
+      if (k == nullptr) continue;
+      auto [it, added] = args.emplace(std::pair{std::string(entry.name()), t.name}, k->args.size());
+      if (!added && it->second != k->args.size()) {
+        return Error("plan entry {}: kernel {} is launched with {} and {} args", entry.name(),
+                     t.name, it->second, k->args.size());
+      }
+    }
+  }
+  for (size_t i = 0; i < index.kernels.size(); ++i) {
+    const program::HostKernelRecord& r = index.kernels[i];
+    const std::string where = fmt::format("manifest emu.kernels[{}] ({})", i, r.name);
+    if (!r.symbol.starts_with(abi::kKernelSymbolPrefix)) {
+      return Error("{}: symbol {} is not a kernel's (they start with {})", where, r.symbol,
+                   abi::kKernelSymbolPrefix);
+    }
+    auto it = args.find({r.entry, r.name});
+    if (it != args.end() && r.params != static_cast<int64_t>(it->second)) {
+      return Error("{}: {} parameters, the plan's thunks pass {} args", where, r.params,
+                   it->second);
+    }
+    // 4096 pointers: CUDA's 32 KiB of kernel parameters.
+    if (r.params < 0 || r.params > 4096 || r.registers < 0 || r.registers > 255 || r.static_smem < 0 ||
+        r.static_smem > (227 << 10) || r.host_shared_bytes < 0 ||
+        r.host_shared_bytes > (int64_t{1} << 20)) {
+      return Error("{}: params {}, registers {}, static_smem {}, host_shared_bytes {}: out of "
+                   "range",
+                   where, r.params, r.registers, r.static_smem, r.host_shared_bytes);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Open(
+    std::string_view bytes, std::string_view path, std::span<const std::string> kernel_symbols) {
+  std::vector<std::string> symbols(kernel_symbols.begin(), kernel_symbols.end());
+  for (const char* s : {abi::kAbiSymbol, abi::kRuntimeSymbol, abi::kChecksSymbol}) {
+    symbols.emplace_back(s);
+  }
+  if (Status s = CheckElfImage(bytes, symbols); !s.ok()) {
+    return Error("{}: its emulator library is damaged: {}", path, s.message());
+  }
   std::unique_ptr<KernelLibrary> lib(new KernelLibrary());
   // dlopen wants a file: an anonymous in-memory one, gone with the process.
   const int fd = memfd_create("gptc-emu", MFD_CLOEXEC);
@@ -59,8 +118,13 @@ KernelFunction KernelLibrary::Symbol(const std::string& name) const {
   return reinterpret_cast<KernelFunction>(dlsym(handle_, name.c_str()));
 }
 
-StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const program::Artifact& artifact,
-                                                             std::string_view path) {
+Status KernelLibrary::Check(const program::Artifact& artifact, std::string_view path) {
+  if (!artifact.manifest.flags.codegen) {
+    return Error(
+        "{}: was compiled with --no-codegen (no kernels): only --device cpu runs it; compile it "
+        "with `gptc compile ... --emu` for --device emu",
+        path);
+  }
   const std::string* library = artifact.Find("emu");
   if (library == nullptr || !artifact.manifest.emu) {
     return Error(
@@ -73,15 +137,33 @@ StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const program::Arti
     return Error("{}: its emulator library has ABI {}, this gptrun runs ABI {} (recompile it)",
                  path, index.abi, abi::kKernelAbiVersion);
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<KernelLibrary> lib, Open(*library, path));
-
-  const std::vector<program::KernelRecord>& images = artifact.manifest.kernels;
+  StatusOr<program::Plan> plan = program::PlanFromJson(artifact.plan);
+  if (!plan.ok()) return plan.status().WithPrefix(path);
+  RETURN_IF_ERROR(CheckEmuIndex(index, *plan).WithPrefix(path));
+  const std::string* ptx = artifact.Find("ptx");
   const std::string* cubin = artifact.Find("cubin");
-  if (Status s = gpu::CheckKernelIndex(images, static_cast<int64_t>(artifact.Find("ptx")->size()),
+  if (Status s = gpu::CheckKernelIndex(artifact.manifest.kernels,
+                                       ptx != nullptr ? static_cast<int64_t>(ptx->size()) : 0,
                                        cubin != nullptr ? static_cast<int64_t>(cubin->size()) : 0);
       !s.ok()) {
     return s.WithPrefix(path);
   }
+  std::vector<std::string> symbols = {abi::kAbiSymbol, abi::kRuntimeSymbol, abi::kChecksSymbol};
+  for (const program::HostKernelRecord& r : index.kernels) symbols.push_back(r.symbol);
+  if (Status s = CheckElfImage(*library, symbols); !s.ok()) {
+    return Error("{}: its emulator library is damaged: {}", path, s.message());
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<KernelLibrary>> KernelLibrary::Load(const program::Artifact& artifact,
+                                                             std::string_view path) {
+  RETURN_IF_ERROR(Check(artifact, path));
+  const program::EmuIndex& index = *artifact.manifest.emu;
+  std::vector<std::string> symbols;
+  for (const program::HostKernelRecord& r : index.kernels) symbols.push_back(r.symbol);
+  ASSIGN_OR_RETURN(std::unique_ptr<KernelLibrary> lib, Open(*artifact.Find("emu"), path, symbols));
+  const std::vector<program::KernelRecord>& images = artifact.manifest.kernels;
   const std::vector<program::HostKernelRecord>& records = index.kernels;
   for (size_t i = 0; i < records.size(); ++i) {
     const program::HostKernelRecord& r = records[i];

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -37,13 +38,21 @@ struct EmuKernel {
 class KernelLibrary {
  public:
   // Loads `artifact`'s emulator library; an artifact without one is refused
-  // in one line saying how to compile one. `path` names the artifact.
+  // in one line saying how to compile one. `path` names the artifact. The
+  // index is checked against the plan first: each kernel's symbol is its
+  // entry's and name's, its parameter count the args its thunks pass, its
+  // resources within a GPU's.
   static StatusOr<std::unique_ptr<KernelLibrary>> Load(const program::Artifact& artifact,
                                                        std::string_view path);
+  // What Load checks before it loads any code (the fuzz tests call it).
+  static Status Check(const program::Artifact& artifact, std::string_view path);
   // A library alone (`bytes`, e.g. linked by codegen::LinkHostLibrary), with
-  // no kernel index: kernels by Symbol. `path` names it in errors.
-  static StatusOr<std::unique_ptr<KernelLibrary>> Open(std::string_view bytes,
-                                                       std::string_view path);
+  // no kernel index: kernels by Symbol. `path` names it in errors. The
+  // image is checked before dlopen (Note [emulator library checks] in
+  // elf_image.h): it must define the ABI's symbols and `kernel_symbols`.
+  static StatusOr<std::unique_ptr<KernelLibrary>> Open(
+      std::string_view bytes, std::string_view path,
+      std::span<const std::string> kernel_symbols = {});
   ~KernelLibrary();
   KernelLibrary(const KernelLibrary&) = delete;
   KernelLibrary& operator=(const KernelLibrary&) = delete;

@@ -186,6 +186,9 @@ StatusOr<TunedPath> GemmAutotuner::Tune(const GemmCandidates& g, cublasLtHandle_
   if (options_.mode != AutotuneMode::kOff && ApplyCached(g, handle, c)) {
     ++cached_;
   } else if (options_.mode == AutotuneMode::kOn) {
+    if (options_.progress) {
+      options_.progress(fmt::format("autotuning gemm {}: {}", timed_ + 1, g.thunk));
+    }
     const auto t0 = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(c.path, Time(g, handle, stream, c));
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -3,6 +3,7 @@
 #ifndef GPTC_RUNTIME_GPU_AUTOTUNE_OPTIONS_H_
 #define GPTC_RUNTIME_GPU_AUTOTUNE_OPTIONS_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,6 +43,9 @@ struct AutotuneOptions {
   int max_candidates = 16;  // of each path (Note [autotune paths])
   int warmup = 2;           // untimed calls of each candidate
   int reps = 10;            // timed calls between two events
+  // Told before each gemm is timed ("autotuning gemm 3: train_step/..."),
+  // for a status line; may be empty.
+  std::function<void(const std::string&)> progress;
 };
 
 }  // namespace gptc::rt::gpu

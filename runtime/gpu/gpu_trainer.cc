@@ -127,6 +127,9 @@ struct GpuTrainer::Impl {
   StatusOr<std::vector<std::vector<double>>> ReadOutputs(EntryExecutor& ex, std::string_view entry,
                                                          std::span<const OutputRange> ranges);
   std::string Where() const { return artifact_path; }
+  void Progress(const std::string& status) const {
+    if (options.progress) options.progress(status);
+  }
 };
 
 GpuTrainer::GpuTrainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -159,6 +162,12 @@ StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const program::Artifact
 
 Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) {
   // The artifact, before touching the device.
+  if (!artifact.manifest.flags.codegen) {
+    return Error(
+        "{}: was compiled with --no-codegen (no kernels): only --device cpu runs it; compile it "
+        "without --no-codegen for the GPU",
+        Where());
+  }
   if (!artifact.manifest.complete) {
     return Error(
         "{}: the artifact is incomplete (complete:false: some instructions have no "
@@ -166,7 +175,9 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
         Where());
   }
   RETURN_IF_ERROR(CheckCommunicatorWorld(program->world_size, options.communicator, Where()));
-  ASSIGN_OR_RETURN(std::vector<EntryPlan> plans, ReadPlan(artifact.plan));
+  StatusOr<std::vector<EntryPlan>> read = ReadPlan(artifact.plan);
+  if (!read.ok()) return read.status().WithPrefix(Where());
+  std::vector<EntryPlan> plans = std::move(read).value();
   std::vector<EntryPlan> ordered;
   for (const program::TrainEntry& entry : program->entries) {
     auto it = std::find_if(plans.begin(), plans.end(),
@@ -210,6 +221,7 @@ Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) 
                                 fmt::format("{}: cudaMalloc({}, cuBLASLt workspace)", Where(),
                                             FormatBytes(workspace_bytes))));
   }
+  Progress(fmt::format("loading {} kernels", artifact.manifest.kernels.size()));
   ASSIGN_OR_RETURN(modules, KernelModules::Load(*cu, artifact, Where(), device));
 
   RETURN_IF_ERROR(CreateExecutors(ordered));
@@ -289,6 +301,8 @@ Status GpuTrainer::Impl::CreateExecutors(std::vector<EntryPlan>& ordered) {
           RETURN_IF_ERROR(
               CheckTrainerSignature(e.entry->signature, ordered[i]).WithPrefix(Where()));
         char* arena = static_cast<char*>((e.host != nullptr ? e.host : &e)->arena.ptr);
+        Progress(fmt::format("preparing entry {} ({} thunks)", e.entry->name(),
+                             ordered[i].thunks.size()));
         StatusOr<std::unique_ptr<EntryExecutor>> ex =
             EntryExecutor::Create(resources, std::move(ordered[i]), arena);
         if (!ex.ok()) return ex.status().WithPrefix(Where());
@@ -323,6 +337,7 @@ std::unique_ptr<GemmAutotuner> GpuTrainer::Impl::MakeAutotuner() const {
   // Note [emulated time]: the emulator's timings are stand-ins that repeats
   // would not change.
   if (backend->stand_in_clock) tuning.warmup = 0, tuning.reps = 1;
+  tuning.progress = options.progress;
   std::vector<std::string> warnings;
   auto tuner = std::make_unique<GemmAutotuner>(
       *cuda, tuning,

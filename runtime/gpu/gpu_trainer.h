@@ -29,6 +29,7 @@
 #define GPTC_RUNTIME_GPU_GPU_TRAINER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -63,6 +64,9 @@ struct GpuOptions {
   int64_t reserve_bytes = int64_t{512} << 20;
   // Each gemm's algorithm (Note [autotune paths] in autotune.h).
   AutotuneOptions autotune;
+  // Told what the load is doing ("loading 56 kernels", "autotuning gemm 3:
+  // ..."), for a status line; may be empty.
+  std::function<void(const std::string&)> progress;
 };
 
 class GpuTrainer : public Trainer {

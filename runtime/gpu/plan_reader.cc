@@ -4,6 +4,9 @@
 #include <library_types.h>
 
 #include <algorithm>
+#include <array>
+#include <limits>
+#include <tuple>
 
 #include "compiler/program/json_field.h"
 #include "runtime/gpu/host_values.h"
@@ -18,14 +21,18 @@ using program::GemmDType;
 using program::GemmEpilogue;
 using program::GemmOp;
 
-// Bytes a column-major layout spans (its last element + 1).
-int64_t LayoutBytes(const GemmLayout& l) {
-  return program::GemmDTypeBytes(l.dtype) *
-         ((l.batch_count - 1) * l.batch_stride + (l.cols - 1) * l.ld + l.rows);
+// Bytes a column-major layout spans (its last element + 1), for a layout
+// CheckLayout accepted; in 128 bits, as a plan's numbers may be anything.
+__int128 LayoutBytes(const GemmLayout& l) {
+  return static_cast<__int128>(program::GemmDTypeBytes(l.dtype)) *
+         (static_cast<__int128>(l.batch_count - 1) * l.batch_stride +
+          static_cast<__int128>(l.cols - 1) * l.ld + l.rows);
 }
 
 Status CheckLayout(std::string_view name, const GemmLayout& l) {
-  if (l.rows < 1 || l.cols < 1 || l.ld < l.rows || l.batch_count < 1 || l.batch_stride < 0) {
+  constexpr int64_t kMax = int64_t{1} << 48;  // the IR's most elements: LayoutBytes fits
+  if (l.rows < 1 || l.cols < 1 || l.ld < l.rows || l.batch_count < 1 || l.batch_stride < 0 ||
+      l.cols > kMax || l.ld > kMax || l.batch_count > kMax || l.batch_stride > kMax) {
     return Error("descriptor.{}: bad layout rows={} cols={} ld={} batch_count={} batch_stride={}",
                  name, l.rows, l.cols, l.ld, l.batch_count, l.batch_stride);
   }
@@ -41,21 +48,50 @@ Status CheckInArena(const ArenaSlice& s, std::string_view what, int64_t arena_si
   return Status::Ok();
 }
 
+// Note [launch bounds]: a launch is checked at load against what every
+// CUDA GPU allows (grid x below 2^31, y and z at most 65535; block x and y
+// at most 1024, z at most 64, 1024 threads) and against its own work: every
+// kernel gptc emits gives each block at least one byte of its arguments to
+// read or write (a thread an element, a warp or a block a row, a tile), so a
+// grid of more blocks than its arguments have bytes is not the compiler's
+// and would only spin through blocks with nothing to do (on the emulator,
+// for minutes). The kernel's own limits (threads for its registers, shared
+// memory) are checked when its function is at hand (KernelModules).
+constexpr std::array<int64_t, 3> kMaxGrid = {(int64_t{1} << 31) - 1, 65535, 65535};
+constexpr std::array<int64_t, 3> kMaxBlock = {1024, 1024, 64};
+constexpr int64_t kMaxBlockThreads = 1024;
+constexpr int64_t kMaxBlockSmem = 227 << 10;  // the most a block gets on any GPU (sm_90)
+
 // One check per thunk kind; `where` names the thunk.
 Status CheckKernel(const KernelThunk& k, const std::string& where) {
-  for (const auto& [key, d] : {std::pair{"grid", &k.grid}, std::pair{"block", &k.block}}) {
+  for (const auto& [key, d, most] : {std::tuple{"grid", &k.grid, &kMaxGrid},
+                                     std::tuple{"block", &k.block, &kMaxBlock}}) {
     for (int i = 0; i < 3; ++i) {
-      if ((*d)[i] < 1) {
-        return Error("{}: {}[{}] must be a positive integer, got {}", where, key, i, (*d)[i]);
+      if ((*d)[i] < 1 || (*d)[i] > (*most)[i]) {
+        return Error("{}: {}[{}] is {}; it must be in [1, {}]", where, key, i, (*d)[i],
+                     (*most)[i]);
       }
     }
   }
-  if (k.block[0] * k.block[1] * k.block[2] > 1024 || k.dynamic_smem < 0) {
+  if (k.block[0] * k.block[1] * k.block[2] > kMaxBlockThreads || k.dynamic_smem < 0 ||
+      k.dynamic_smem > kMaxBlockSmem) {
     return Error("{}: block {}x{}x{} / dynamic smem {} out of range", where, k.block[0], k.block[1],
                  k.block[2], k.dynamic_smem);
   }
   if (k.operands < 0 || k.operands > static_cast<int64_t>(k.args.size())) {
     return Error("{}: {} operands of {} args", where, k.operands, k.args.size());
+  }
+  int64_t bytes = 0;  // saturating: each slice is inside the arena, their sum need not fit
+  for (const ArenaSlice& s : k.args) {
+    bytes = s.size > std::numeric_limits<int64_t>::max() - bytes
+                ? std::numeric_limits<int64_t>::max()
+                : bytes + s.size;
+  }
+  // Each factor is below 2^31: the product fits in 128 bits, not 64.
+  const __int128 blocks = static_cast<__int128>(k.grid[0]) * k.grid[1] * k.grid[2];
+  if (blocks > std::max<int64_t>(bytes, 1)) {
+    return Error("{}: grid {}x{}x{} launches more blocks than its {} arguments have bytes ({})",
+                 where, k.grid[0], k.grid[1], k.grid[2], k.args.size(), bytes);
   }
   return Status::Ok();
 }
@@ -74,9 +110,12 @@ Status CheckGemm(const GemmThunk& g, const std::string& where) {
   }
   for (auto [matrix, s, layout] : {std::tuple{"a", &g.a, &c.a}, std::tuple{"b", &g.b, &c.b},
                                    std::tuple{"c", &g.c, &c.c}, std::tuple{"d", &g.d, &c.d}}) {
-    if (LayoutBytes(*layout) > s->size) {
+    if (const __int128 bytes = LayoutBytes(*layout); bytes > s->size) {
       return Error("{}: matrix {} spans {} bytes, its slice has {}", where, matrix,
-                   LayoutBytes(*layout), s->size);
+                   bytes > std::numeric_limits<int64_t>::max()
+                       ? std::string("more than 2^63")
+                       : std::to_string(static_cast<int64_t>(bytes)),
+                   s->size);
     }
   }
   return Status::Ok();
@@ -101,8 +140,8 @@ Status CheckConstant(const ConstantThunk& c, const std::string& where) {
 }
 
 Status CheckAllReduce(const AllReduceThunk& a, const std::string& where) {
-  const int64_t bytes = a.count * ir::DTypeBytes(a.dtype);
-  if (a.count < 0 || bytes > a.in.size || bytes > a.out.size) {
+  const int64_t width = ir::DTypeBytes(a.dtype);
+  if (a.count < 0 || a.count > a.in.size / width || a.count > a.out.size / width) {
     return Error("{}: {} {} elements do not fit its slices", where, a.count,
                  ir::DTypeName(a.dtype));
   }
@@ -122,9 +161,9 @@ Status CheckThunk(const Thunk& t, int64_t arena_size) {
 
 // A slot's slice holds its shape inside the arena.
 Status CheckSlot(const PlanSlot& s, std::string_view where, int64_t arena_size) {
-  if (s.slice.offset < 0 ||
+  if (s.slice.offset < 0 || s.slice.offset > arena_size ||
       s.slice.size < s.shape.num_elements() * ir::DTypeBytes(s.shape.dtype()) ||
-      s.slice.offset + s.slice.size > arena_size) {
+      s.slice.size > arena_size - s.slice.offset) {
     return Error("{} (%{}): slice [{}, +{}) does not hold {} inside the arena of {} bytes", where,
                  s.name, s.slice.offset, s.slice.size, s.shape.ToString(), arena_size);
   }

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
+
 #include "compiler/ir/printer.h"
 #include "compiler/program/param.h"
 #include "compiler/program/plan.h"
@@ -141,6 +144,34 @@ TEST_F(ProgramLoaderTest, InconsistentArtifactsAreErrors) {
   p = LoadProgram(a, "t.gptx");
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().message(), "t.gptx: grad_accum 2 needs entries accumulate and apply");
+}
+
+// Note [manifest against program]: a manifest whose model or flags disagree
+// with the parameters and the entries (a checksum recomputed after an edit)
+// is refused, naming both sides.
+TEST_F(ProgramLoaderTest, TheManifestMustDescribeTheProgram) {
+  auto refusal = [&](const std::function<void(program::Manifest&)>& edit) {
+    program::Artifact a = MakeArtifact(program_, config_, 2, 8);
+    edit(a.manifest);
+    StatusOr<LoadedProgram> p = LoadProgram(a, "t.gptx");
+    return p.ok() ? std::string("accepted") : p.status().message();
+  };
+  EXPECT_EQ(refusal([](program::Manifest& m) { m.model.layers = 3; }),
+            "t.gptx: manifest.model (3 layers) has 40 parameters, section 'params' holds 16");
+  EXPECT_EQ(refusal([](program::Manifest& m) { m.model.vocab = 60000; }),
+            "t.gptx: manifest.model: 'vocab' 60000 exceeds 'padded_vocab' 50304");
+  EXPECT_EQ(refusal([](program::Manifest& m) { m.model.padded_vocab = 50432; }),
+            "t.gptx: section 'params' [0] is wte.weight f32[50304,16], manifest.model makes it "
+            "wte.weight f32[50432,16]");
+  EXPECT_EQ(refusal([](program::Manifest& m) { m.flags.batch = 1000000000; }),
+            "t.gptx: entry train_step input %tokens is s32[2,8]; manifest.flags say batch "
+            "1000000000 and seq 8");
+  EXPECT_EQ(refusal([](program::Manifest& m) { m.flags.seq = int64_t{1} << 40; }),
+            "t.gptx: manifest.flags: batch 2 and seq 1099511627776 must be positive, seq at most "
+            "the model's 64 positions");
+  EXPECT_EQ(refusal([](program::Manifest& m) { m.flags.seq = 16; }),
+            "t.gptx: entry train_step input %tokens is s32[2,8]; manifest.flags say batch 2 and "
+            "seq 16");
 }
 
 }  // namespace

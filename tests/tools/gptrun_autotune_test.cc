@@ -48,11 +48,14 @@ class GptrunAutotuneTest : public ::testing::Test {
 
   // gptrun on the emulated device, its autotune cache under `xdg`, with
   // `env` before it and `flags` after: 3 steps, --profile-json to `name`.json.
+  // gptc recorded its trust in the emulator library in the test run's cache
+  // directory, not `xdg`: --trust-artifact (Note [trusted emulator libraries]).
   static CommandResult Run(const std::string& xdg, const std::string& flags,
                            const std::string& name, const std::string& env = "") {
     const std::string cmd = "XDG_CACHE_HOME=" + (*dir_ / xdg).string() + " " + env + " " +
                             GPTRUN_BIN + " " + (*dir_ / "one.gptx").string() +
-                            " --device emu --train '" + (*dir_ / "train_*.bin").string() +
+                            " --device emu --trust-artifact --train '" +
+                            (*dir_ / "train_*.bin").string() +
                             "' --steps 3 --seed 2 --log " + (*dir_ / (name + ".jsonl")).string() +
                             " --profile --profile-json " + (*dir_ / (name + ".json")).string() +
                             " " + flags;

@@ -32,6 +32,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "compiler/program/container.h"
 #include "compiler/support/file.h"
@@ -39,6 +40,7 @@
 #include "models/config.h"
 #include "tools/common/flags.h"
 #include "tools/common/progress.h"
+#include "tools/common/trusted_libraries.h"
 #include "tools/gptc/commands.h"
 #include "tools/gptc/compile_cache.h"
 #include "tools/gptc/compile_program.h"
@@ -108,8 +110,8 @@ Flags DeclareCompileFlags() {
              "warpgroup MMA on swizzled tiles) needs --target sm_90a",
              "mma.sync")
       .Bool("emu",
-            "add the kernels compiled for this host, for gptrun --device emu "
-            "(docs/EMULATOR.md)")
+            "add the kernels compiled for this host, for gptrun --device emu, and record "
+            "that library as trusted here ($XDG_CACHE_HOME/gptc/trusted-emu; docs/EMULATOR.md)")
       .Bool("no-codegen", "an artifact without kernels, that only gptrun --device cpu runs")
       .Conflicts("emu")
       .Bool("no-logits", "an artifact without the sampling (logits) and validation (eval) entries")
@@ -371,6 +373,19 @@ void PrintTimings(const std::vector<std::pair<std::string, double>>& timings,
   std::printf("%s\n", line.c_str());
 }
 
+// Note [trusted emulator libraries]: the emulator library of an artifact
+// gptc writes is one gptrun may load on this machine.
+void TrustEmuLibrary(std::string_view artifact) {
+  std::optional<std::string_view> library = program::FindSection(artifact, "emu");
+  if (!library) return;
+  if (Status s = RecordTrustedLibrary(*library); !s.ok()) {
+    std::fprintf(stderr,
+                 "gptc: warning: its emulator library is not recorded as trusted (%s): gptrun "
+                 "--device emu will need --trust-artifact\n",
+                 std::string(s.message()).c_str());
+  }
+}
+
 }  // namespace
 
 int CompileCommand(int argc, char** argv) {
@@ -428,6 +443,7 @@ int CompileCommand(int argc, char** argv) {
         if (Status s = WriteFileAtomically(output, *bytes); !s.ok()) return Fail(1, s);
       }
       if (bytes.ok()) {  // else (a cache entry gone meanwhile): compile
+        TrustEmuLibrary(*bytes);
         const double t = seconds();
         std::printf("%s, %.3f s -> %s (reused the compile cache's %s)\n", hit->summary.c_str(), t,
                     output.empty() ? hit->path.c_str() : output.c_str(), hit->path.c_str());
@@ -448,6 +464,7 @@ int CompileCommand(int argc, char** argv) {
       options, [&](const std::string& what, bool force) { progress.Show(what, force); });
   progress.Clear();
   if (!compiled.ok()) return Fail(1, compiled.status());
+  if (options.artifact) TrustEmuLibrary(compiled->bytes);
   auto t0 = std::chrono::steady_clock::now();
   if (!output.empty()) {
     if (Status s = WriteFileAtomically(output, compiled->bytes); !s.ok()) return Fail(1, s);

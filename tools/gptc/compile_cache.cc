@@ -3,12 +3,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <system_error>
 #include <vector>
 
 #include "compiler/support/file.h"
+#include "tools/common/trusted_libraries.h"
 #include "gptc_version.h"
 
 namespace gptc::tools {
@@ -39,15 +39,7 @@ std::string CompilerIdentity() {
 
 }  // namespace
 
-std::optional<std::string> CompileCache::DefaultDir() {
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
-    return std::string(xdg) + "/gptc";
-  }
-  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
-    return std::string(home) + "/.cache/gptc";
-  }
-  return std::nullopt;
-}
+std::optional<std::string> CompileCache::DefaultDir() { return GptcCacheDir(); }
 
 std::string CompileCache::Key(const std::string& inputs) {
   const std::string text = CompilerIdentity() + "\n" + inputs;

@@ -34,8 +34,9 @@ Flags ReportFlags() {
 }
 
 StatusOr<nlohmann::json> ReadProfile(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status().WithPrefix("--profile");
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded()) return Error("--profile {}: not JSON", path);
   return j;
 }

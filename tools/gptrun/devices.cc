@@ -1,8 +1,11 @@
 #include "tools/gptrun/devices.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "runtime/cpu_device.h"
+#include "tools/common/trusted_libraries.h"
 #if GPTC_HAVE_GPU
 #include "runtime/emu/emu_trainer.h"
 #include "runtime/gpu/autotune_cache.h"
@@ -54,6 +57,20 @@ ChosenDevice ChooseDevice(const TrainOptions& o, const rt::LoadedProgram& loaded
 #if GPTC_HAVE_GPU
 namespace {
 
+// Note [trusted emulator libraries]: the artifact's emulator library runs
+// only when this machine's gptc built it, or the user said so.
+Status CheckTrustedLibrary(const TrainOptions& o, const program::Artifact& artifact) {
+  const std::string* library = artifact.Find("emu");
+  if (o.trust_artifact || library == nullptr || IsTrustedLibrary(*library)) return Status::Ok();
+  const std::optional<std::string> record = TrustRecordPath(*library);
+  return Error(
+      "{}: its emulator library is native code this machine's gptc did not build ({}): "
+      "compile the artifact here with `gptc compile ... --emu`, or pass --trust-artifact if you "
+      "trust its source",
+      o.artifact,
+      record ? "no record " + *record : "no cache directory: $XDG_CACHE_HOME and $HOME are unset");
+}
+
 rt::gpu::AutotuneOptions AutotuneOptionsOf(const TrainOptions& o) {
   rt::gpu::AutotuneOptions a;
   a.mode = o.autotune;
@@ -76,13 +93,15 @@ StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, co
   }
 #if GPTC_HAVE_GPU
   if (device == "emu") {
+    RETURN_IF_ERROR(CheckTrustedLibrary(o, artifact));
     rt::emu::EmuTrainerOptions e;
     e.emu.checks = o.emu_checks;
     e.emu.counters = o.profile;  // Note [emulated memory counters]
     e.gpu = rt::gpu::GpuOptions{.use_graph = !o.no_graph,
                                 .profile = o.profile,
                                 .sync_each_thunk = o.debug_sync,
-                                .autotune = AutotuneOptionsOf(o)};
+                                .autotune = AutotuneOptionsOf(o),
+                                .progress = o.load_progress};
     e.host_communicator = dist.comm.get();
     ASSIGN_OR_RETURN(std::unique_ptr<rt::emu::EmuTrainer> t,
                      rt::emu::EmuTrainer::Create(artifact, o.artifact, program, o.seed, e));
@@ -93,7 +112,8 @@ StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, co
                         .profile = o.profile,
                         .sync_each_thunk = o.debug_sync,
                         .communicator = dist.gpu_comm.get(),
-                        .autotune = AutotuneOptionsOf(o)};
+                        .autotune = AutotuneOptionsOf(o),
+                        .progress = o.load_progress};
   ASSIGN_OR_RETURN(std::unique_ptr<rt::gpu::GpuTrainer> t,
                    rt::gpu::GpuTrainer::Create(artifact, o.artifact, program, o.seed, g));
   return std::unique_ptr<rt::Trainer>(std::move(t));

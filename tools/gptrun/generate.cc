@@ -53,9 +53,11 @@ class Generation {
                            o_.artifact));
     }
     TrainOptions t;
+    t.artifact = o_.artifact;  // the devices' errors name it
     t.device = o_.device;
     t.gpu = o_.gpu;
     t.emu_checks = o_.emu_checks;
+    t.trust_artifact = o_.trust_artifact;
     result_->device = ChooseDevice(t, *loaded_).name;
     StatusOr<Distributed> dist = JoinDistributed(1, o_.artifact, result_->device, o_.gpu);
     if (!dist.ok()) return Fail(1, dist.status());

@@ -25,6 +25,7 @@ struct GenerateOptions {
   std::string device;  // "cpu", "gpu", "emu", or empty: as gptrun chooses for training
   int gpu = -1;
   bool emu_checks = true;
+  bool trust_artifact = false;  // as TrainOptions::trust_artifact
   std::string checkpoint;  // a step_NNNNNN directory
   std::string prompt;      // text; empty: generate from <|endoftext|> alone
   std::string tokenizer_dir;

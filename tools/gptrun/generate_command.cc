@@ -37,6 +37,10 @@ int GenerateMain(int argc, char** argv) {
       .Conflicts("device", "cpu")
       .Conflicts("device", "emu")
       .Value("emu-checks", "on|off", "emu: the memory and race checks", "on")
+      .Requires("device", "emu")
+      .Bool("trust-artifact",
+            "emu: run the artifact's emulator library even though this machine's gptc did not "
+            "build it (as for training)")
       .Requires("device", "emu");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return FailWith("gptrun", kExitUsage, s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
@@ -59,6 +63,7 @@ int GenerateMain(int argc, char** argv) {
     return usage(Error("--emu-checks must be on or off, got '{}'", checks));
   }
   o.emu_checks = checks == "on";
+  o.trust_artifact = flags.Has("trust-artifact");
   o.stop_at_end_of_text = !flags.Has("no-stop");
   if (flags.Has("prompt-file")) {
     StatusOr<std::string> text = ReadFile(flags.Get("prompt-file"));

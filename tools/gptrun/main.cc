@@ -14,7 +14,9 @@
 // GPU when there is one and the artifact can run on it, else the CPU.
 // `--device emu` runs the GPU runtime on the emulated device (docs/EMULATOR.md:
 // the artifact's kernels compiled for this host by gptc compile --emu, with
-// memory and race checks unless --emu-checks off).
+// memory and race checks unless --emu-checks off). Those kernels are native
+// code: gptrun loads them only when this machine's gptc built them, or with
+// --trust-artifact (Note [trusted emulator libraries]).
 // `gptrun generate FILE.gptx --resume CKPT --prompt TEXT` generates text from a
 // checkpoint (tools/gptrun/generate.h).
 // `gptrun --model NAME --batch N --seq T ...` compiles the model first, as a
@@ -52,6 +54,48 @@ constexpr char kAbout[] =
 
 int Fail(int code, const Status& status) { return FailWith("gptrun", code, status); }
 
+// The device section of gptrun's flags.
+void DeclareDeviceFlags(Flags& flags) {
+  const TrainOptions d;
+  auto str = [](auto v) { return fmt::format("{}", v); };
+  flags.Section("device")
+      .Value("device", "cpu|gpu|emu",
+             "gpu: the GPU runtime (the default when a GPU is present and the artifact is "
+             "complete); cpu: the reference evaluator (small models, e.g. gpt2-tiny); emu: the "
+             "GPU runtime on the emulated device, the artifact's kernels compiled for this host "
+             "(gptc compile --emu), with memory and race checks (docs/EMULATOR.md); that native "
+             "code is loaded only if this machine's gptc compiled it, else the artifact is "
+             "refused (see --trust-artifact)")
+      .Value("gpu", "N",
+             "GPU: the device index (default: 0; the ranks of a --dp artifact take the GPU of "
+             "their local rank)")
+      .Conflicts("device", "cpu")
+      .Conflicts("device", "emu")
+      .Value("emu-checks", "on|off",
+             "emu: the memory and race checks; off runs several times faster", "on")
+      .Requires("device", "emu")
+      .Bool("trust-artifact",
+            "emu: load and run the artifact's emulator library, native x86-64 code, even though "
+            "this machine's gptc did not build it (without it such an artifact is refused: "
+            "docs/EMULATOR.md, \"What it loads\")")
+      .Requires("device", "emu")
+      .Bool("no-graph", "GPU: launch every thunk every step (no CUDA graph replay)")
+      .Bool("profile",
+            "GPU/emu: time every thunk (no graph) and print the top thunks, kernel and gemm "
+            "totals and each gemm's tuning after the last step; emu: with stand-in times and "
+            "every kernel's memory counters (docs/EMULATOR.md)")
+      .Value("profile-json", "FILE",
+             "with --profile: also write the profile, and each gemm's tuning, there as JSON")
+      .Requires("profile")
+      .Value("autotune", "off|cached|on",
+             "GPU/emu: time cuBLASLt's candidate algorithms for every distinct gemm at load and "
+             "keep the fastest (on), only take earlier choices from the cache (cached), or take "
+             "the heuristic's first (off); the cache is $XDG_CACHE_HOME/gptc/autotune.json",
+             "on")
+      .Bool("debug-sync", "GPU: synchronize after every thunk so a fault names its thunk")
+      .Value("cpu-max-params", "N", "cpu: refuse models larger than this", str(d.cpu_max_params));
+}
+
 Flags DeclareFlags() {
   const TrainOptions d;  // the defaults --help shows are the ones Train gets
   auto str = [](auto v) { return fmt::format("{}", v); };
@@ -75,35 +119,7 @@ Flags DeclareFlags() {
       .Value("attention-mma", "mma.sync|wgmma",
              "--model: the attention's tensor-core instructions (gptc compile)", "mma.sync")
       .Value("artifact-out", "FILE.gptx", "--model: also keep the artifact there");
-  flags.Section("device")
-      .Value("device", "cpu|gpu|emu",
-             "gpu: the GPU runtime (the default when a GPU is present and the artifact is "
-             "complete); cpu: the reference evaluator (small models, e.g. gpt2-tiny); emu: the "
-             "GPU runtime on the emulated device, the artifact's kernels compiled for this host "
-             "(gptc compile --emu), with memory and race checks (docs/EMULATOR.md)")
-      .Value("gpu", "N",
-             "GPU: the device index (default: 0; the ranks of a --dp artifact take the GPU of "
-             "their local rank)")
-      .Conflicts("device", "cpu")
-      .Conflicts("device", "emu")
-      .Value("emu-checks", "on|off",
-             "emu: the memory and race checks; off runs several times faster", "on")
-      .Requires("device", "emu")
-      .Bool("no-graph", "GPU: launch every thunk every step (no CUDA graph replay)")
-      .Bool("profile",
-            "GPU/emu: time every thunk (no graph) and print the top thunks, kernel and gemm "
-            "totals and each gemm's tuning after the last step; emu: with stand-in times and "
-            "every kernel's memory counters (docs/EMULATOR.md)")
-      .Value("profile-json", "FILE",
-             "with --profile: also write the profile, and each gemm's tuning, there as JSON")
-      .Requires("profile")
-      .Value("autotune", "off|cached|on",
-             "GPU/emu: time cuBLASLt's candidate algorithms for every distinct gemm at load and "
-             "keep the fastest (on), only take earlier choices from the cache (cached), or take "
-             "the heuristic's first (off); the cache is $XDG_CACHE_HOME/gptc/autotune.json",
-             "on")
-      .Bool("debug-sync", "GPU: synchronize after every thunk so a fault names its thunk")
-      .Value("cpu-max-params", "N", "cpu: refuse models larger than this", str(d.cpu_max_params));
+  DeclareDeviceFlags(flags);
   flags.Section("training")
       .Value("train", "GLOB", "the training token shards (gpt-tokenize's .bin files)")
       .Value("steps", "N", "optimizer steps", str(d.steps))
@@ -285,6 +301,7 @@ int Main(int argc, char** argv) {
     return Fail(kExitUsage, Error("--emu-checks must be on or off, got '{}'", checks));
   }
   o.emu_checks = checks == "on";
+  o.trust_artifact = flags.Has("trust-artifact");
   o.no_graph = flags.Has("no-graph");
   o.profile = flags.Has("profile");
   if (Status s = ReadTuningFlags(flags, o); !s.ok()) return Fail(kExitUsage, s);

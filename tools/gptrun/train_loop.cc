@@ -30,6 +30,7 @@
 #include "runtime/program_loader.h"
 #include "runtime/tokenizer.h"
 #include "runtime/trainer.h"
+#include "tools/common/progress.h"
 #include "tools/gptrun/checkpoint_dir.h"
 #include "tools/gptrun/devices.h"
 #include "tools/gptrun/distributed.h"
@@ -363,10 +364,37 @@ class TrainRun {
     return 0;
   }
 
+  // Note [load progress]: on a GPU or the emulator, making the trainer loads
+  // every kernel, prepares every entry and times every distinct gemm
+  // (autotuning): for gpt2-124m on the emulator, half a minute. A status
+  // line on a terminal says which of these it is at; and for a step of
+  // kSlowLoadFlops or more a plain line first says what comes, so that a
+  // log shows why it is quiet.
+  static constexpr double kSlowLoadFlops = 1e11;
+  void AnnounceLoad() {
+    const program::CompileFlags& f = flags();
+    const double flops = 6.0 * static_cast<double>(loaded_->parameter_values) *
+                         static_cast<double>(f.batch * f.seq);
+    if (device_.name == "cpu" || flops < kSlowLoadFlops) return;
+    const auto gemms = artifact_->manifest.counts.thunks.find("gemm");
+    const int64_t n = gemms == artifact_->manifest.counts.thunks.end() ? 0 : gemms->second;
+    console_.Line(fmt::format(
+        "gptrun: loading {} on {}: {} kernels, {} gemm launches{} ...", model().name, device_.name,
+        artifact_->manifest.kernels.size(), n,
+        o_.autotune == rt::gpu::AutotuneMode::kOn ? " to autotune (--autotune cached or off "
+                                                    "skips the timing)"
+                                                  : ""));
+  }
+
   // The device's trainer, the banner, the tokenizer of the samples.
   int StartTrainer() {
+    AnnounceLoad();
+    ProgressLine progress("gptrun", TerminalProgress() && !o_.quiet && dist_->leader());
+    TrainOptions o = o_;
+    o.load_progress = [&progress](const std::string& status) { progress.Show(status); };
     StatusOr<std::unique_ptr<rt::Trainer>> made =
-        MakeTrainer(device_.name, o_, *artifact_, &program(), *dist_);
+        MakeTrainer(device_.name, o, *artifact_, &program(), *dist_);
+    progress.Clear();
     if (!made.ok()) return Abort(o_.profile && device_.name == "cpu" ? 2 : 1, made.status());
     trainer_ = std::move(made).value();
     const program::ModelConfig& m = model();

@@ -9,6 +9,7 @@
 #define GPTC_TOOLS_GPTRUN_TRAIN_LOOP_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -29,6 +30,12 @@ struct TrainOptions {
   rt::gpu::AutotuneMode autotune = rt::gpu::AutotuneMode::kOn;
   bool debug_sync = false; // GPU: synchronize after every thunk (errors name the thunk)
   bool emu_checks = true;  // emu: memory and race checks
+  // emu: load the artifact's emulator library even when this machine's gptc
+  // did not build it (Note [trusted emulator libraries])
+  bool trust_artifact = false;
+  // GPU/emu: told what the device's load is doing, for a status line (Train
+  // sets it; see Note [load progress] in train_loop.cc).
+  std::function<void(const std::string&)> load_progress;
   std::string train, val;  // glob patterns of token shards
   int64_t steps = 10;
   double lr = 6e-4, lr_min = 0;
