@@ -188,7 +188,8 @@ void Access(const void* address, uint32_t bytes, uint32_t kind, uint32_t site) {
   const bool shared =
       space == abi::kSharedSpace || (space == abi::kGenericSpace && InShared(c, address));
   if (c.launch->counters != nullptr) {
-    Record(c, address, bytes, (kind & abi::kAccessMask) | (shared ? abi::kSharedSpace : 0), site);
+    const uint32_t space_bits = shared ? static_cast<uint32_t>(abi::kSharedSpace) : 0u;
+    Record(c, address, bytes, (kind & abi::kAccessMask) | space_bits, site);
   }
   if (shared) {
     SharedAccess(c, address, bytes, kind);
