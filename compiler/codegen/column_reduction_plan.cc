@@ -272,6 +272,37 @@ void PlanBatches(ColumnReductionPlan& plan) {
   }
 }
 
+// The tiles, block, grid, batches and shared memory of a whole kernel or of
+// a split in G chunks (Note [column reduction], Note [split column
+// reductions]).
+void PlanTiles(ColumnReductionPlan& plan, int64_t max_input) {
+  const int64_t k = plan.columns;
+  plan.tx = std::min(kTileColumns, k);
+  plan.tiles = CeilDiv(k, plan.tx);
+  const int64_t lanes = NextPowerOfTwo(plan.tx);
+  switch (plan.part) {
+    case ColumnPart::kWhole:
+      plan.ty = std::min(kMaxBlock / lanes, NextPowerOfTwo(plan.max_rows));
+      plan.grid = plan.tiles;
+      break;
+    case ColumnPart::kPartials:
+      plan.ty = std::min(kPartialsBlock / lanes, NextPowerOfTwo(plan.max_rows));
+      plan.grid = plan.tiles * plan.chunks;
+      break;
+    case ColumnPart::kFinal:
+      plan.ty = std::min(kMaxBlock / lanes, NextPowerOfTwo(plan.chunks));
+      plan.grid = plan.tiles;
+      break;
+  }
+  if (plan.part != ColumnPart::kWhole) {
+    plan.scratch_floats = static_cast<int64_t>(plan.reduces.size()) * plan.chunks * k;
+  }
+
+  PlanBatches(plan);
+  plan.wide = std::max(max_input, plan.scratch_floats) + plan.block() * k >=
+              std::numeric_limits<int32_t>::max();
+}
+
 // Note [member partials]: the geometry and layouts of a split by members
 // (one column, so tx = 1 and a thread's lane is its thread index).
 void PlanMemberSplit(ColumnReductionPlan& plan, int64_t max_input) {
@@ -350,35 +381,12 @@ StatusOr<ColumnReductionPlan> PlanColumnReduction(const ir::Instruction& fusion,
     PlanMemberSplit(plan, max_input);
     return plan;
   }
-  plan.tx = std::min(kTileColumns, k);
-  plan.tiles = CeilDiv(k, plan.tx);
-  const int64_t lanes = NextPowerOfTwo(plan.tx);
-  switch (part) {
-    case ColumnPart::kWhole:
-      plan.ty = std::min(kMaxBlock / lanes, NextPowerOfTwo(plan.max_rows));
-      plan.grid = plan.tiles;
-      break;
-    case ColumnPart::kPartials:
-      plan.ty = std::min(kPartialsBlock / lanes, NextPowerOfTwo(plan.max_rows));
-      plan.grid = plan.tiles * plan.chunks;
-      break;
-    case ColumnPart::kFinal:
-      plan.ty = std::min(kMaxBlock / lanes, NextPowerOfTwo(plan.chunks));
-      plan.grid = plan.tiles;
-      break;
-  }
-  if (part != ColumnPart::kWhole) {
-    plan.scratch_floats = static_cast<int64_t>(plan.reduces.size()) * plan.chunks * k;
-  }
-
-  PlanBatches(plan);
+  PlanTiles(plan, max_input);
   if (part == ColumnPart::kFinal) {
     ASSIGN_OR_RETURN(ColumnReductionPlan partials,
                      PlanColumnReduction(fusion, ColumnPart::kPartials, mixed));
     plan.partial_index = std::move(partials.partial_index);
   }
-  plan.wide = std::max(max_input, plan.scratch_floats) + plan.block() * k >=
-              std::numeric_limits<int32_t>::max();
   return plan;
 }
 
