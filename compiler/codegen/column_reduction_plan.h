@@ -68,29 +68,32 @@
 //
 // Note [member partials]: a split column reduction of full reductions (K ==
 // 1, not mixed; the grad norm: one sum of squares per parameter gradient)
-// gives each block of the partials kernel one member's rows, not a slice of
-// every reduce: the G-chunk layout above needs a shared-memory tree per
-// reduce of a batch in every block, so its shared memory and code grew with
-// the number of reduces (148 at gpt2-124m: 47.6 KiB, one block per SM, most
-// of its time waiting). The reduces are members, in classes as the loop
+// gives each block of the partials kernel one member's elements, not a
+// slice of every reduce. The G-chunk layout above puts a tree for every
+// reduce of a batch in every block, so its shared memory and code grow with
+// the number of reduces: at gpt2-124m's 148 it takes 47.6 KiB of shared
+// memory, one block fits on an SM, and the kernel waits on latency instead
+// of streaming. Here the reduces are members, in classes as the loop
 // kernel's (Note [member classes] in loop_plan.h): reduces whose cones are
-// equal up to which parameters they read share one loop of the code. Class
-// c owns M_c x B_c blocks from its first; block b of it reduces member
+// equal up to which parameters they read share one loop of the code, so the
+// code grows with the number of gradient shapes, not of gradients. Class c
+// owns M_c x B_c blocks from first_block; its block b reduces member
 // m = b / B_c, whose buffers it selects at its top, in a grid-stride loop
 // over m's B_c blocks, `width` elements a step (Note [loop vectorisation] in
-// loop_emitter.cc; lane by lane into one f32 accumulator); then a butterfly
-// of shuffles in each warp, the warps' sums added in order by thread 0, and
-// one store: scratch[first_block + m * B_c + j] for its j-th block. The
-// final kernel (one block) gives member g (numbered across the classes in
-// order) to warp g % warps: its lanes add m's B_c partials (lane, lane + 32,
-// ...), a butterfly totals them into shared memory; then the outputs, as in
-// the whole kernel. Every sum is in a fixed order: no atomics, bit-identical
-// from run to run. The code grows with the number of member shapes; B_c =
-// max(1, min(kMaxClassBlocks / M_c, ceil(iterations / (block x
-// kVectorsPerThread)))) as in the loop kernel, so a class fills the GPU and
-// a thread streams a few vectors at least. It splits when the reduces'
-// elements together (not the largest alone) reach the whole kernel's 128 a
-// thread.
+// loop_emitter.cc), lane by lane into one f32 accumulator a thread; then a
+// butterfly of shuffles in each warp, the warps' sums added in order by
+// thread 0, and one store: scratch[first_block + m * B_c + j] for m's j-th
+// block, so a member's partials are consecutive. The final kernel (one
+// block) gives member g (numbered across the classes in order) to warp
+// g % warps: its lanes add g's partials (lane, lane + 32, ...) and a
+// butterfly totals them into shared memory; then the outputs, as in the
+// whole kernel. Every sum is in a fixed order, without atomics: the result
+// is bit-identical from run to run. B_c = max(1, min(kMaxClassBlocks / M_c,
+// ceil(iterations / (block x kVectorsPerThread)))): as in the loop kernel, a
+// class alone can fill the GPU, and a thread streams a few vectors at least.
+// It splits when the reduces' elements together (not the largest reduce's
+// alone) give the whole kernel's 1024 threads 128 each, since every block
+// of the split reads one member.
 #ifndef GPTC_COMPILER_CODEGEN_COLUMN_REDUCTION_PLAN_H_
 #define GPTC_COMPILER_CODEGEN_COLUMN_REDUCTION_PLAN_H_
 
