@@ -135,14 +135,18 @@ enum class EmitterKind {
   // Note [split column reductions] (column_reduction_plan.h): the grad norm,
   // the layer-norm gain/bias gradients; of a column reduction or of the
   // column part of a mixed one (after its kMixedReductionRows kernel).
-  kColumnReductionPartials,  // the first: chunk totals of every reduce into scratch
+  // The first: chunk totals of every reduce into scratch (of full reductions,
+  // a block's member's, Note [member partials]).
+  kColumnReductionPartials,
   kColumnReductionFinal,     // the second: the totals of the partials, and the outputs
 };
 
 // Note [split column reductions]: the number of row chunks G of a column
 // reduction fusion (or of the column part of a mixed one) whose reduces are
 // independent and whose rows are many (> 1: emit it as
-// kColumnReductionPartials then kColumnReductionFinal), else 1.
+// kColumnReductionPartials then kColumnReductionFinal), else 1. Full
+// reductions split by members: the number of partials (Note [member
+// partials]).
 int64_t ColumnReductionChunks(const ir::Instruction& fusion);
 
 // Note [mixed row and column reductions]: the layer-norm backward fusion

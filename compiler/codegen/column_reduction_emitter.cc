@@ -13,6 +13,7 @@
 #include "compiler/codegen/emitter_util.h"
 #include "compiler/codegen/fused_emitter.h"
 #include "compiler/codegen/kernel_emitter.h"
+#include "compiler/codegen/member_partials.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -118,6 +119,11 @@ class ColumnReductionBuilder : public FusedKernelBuilder {
 
   Status Build() {
     EmitThreadPosition();
+    if (!plan_.classes.empty()) {  // Note [member partials]: the final kernel
+      EmitMemberTotals(b_, emitter_, entry_, plan_, tid_, shared_, scratch_arg_);
+      b_.create<mlir::gpu::BarrierOp>(loc_);
+      reduced_.insert(plan_.reduces.begin(), plan_.reduces.end());
+    }
     for (const Batch& batch : plan_.batches) RETURN_IF_ERROR(EmitBatch(batch));
     if (part_ == ColumnPart::kPartials) return Status::Ok();
     return EmitOutputs();
@@ -379,6 +385,9 @@ class ColumnReductionEmitter : public KernelEmitter {
   StatusOr<KernelSpec> Emit(const ir::Instruction& fusion, const std::string& name,
                             mlir::gpu::GPUModuleOp gpu_module) const override {
     ASSIGN_OR_RETURN(const ColumnReductionPlan plan, PlanColumnReduction(fusion, part_, mixed_));
+    if (part_ == ColumnPart::kPartials && !plan.classes.empty()) {
+      return EmitMemberPartials(fusion, plan, name, gpu_module);
+    }
     ASSIGN_OR_RETURN(const ir::Computation* fused, FusedComputation(fusion));
     ColumnReductionBuilder builder(fusion, *fused, plan, part_, name, gpu_module);
     RETURN_IF_ERROR(builder.Build());

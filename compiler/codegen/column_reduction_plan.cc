@@ -4,10 +4,12 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <string>
 
 #include "compiler/codegen/codegen.h"
 #include "compiler/codegen/emitter_util.h"
-#include "compiler/codegen/fused_emitter.h"  // Describe
+#include "compiler/codegen/fused_emitter.h"  // Describe, StorageBytes
+#include "compiler/codegen/loop_plan.h"      // MemberCone
 #include "compiler/ir/patterns.h"
 
 namespace gptc::codegen {
@@ -62,6 +64,14 @@ constexpr int64_t kRowsPerPartialThread = 32;
 constexpr int64_t kFillBlocks = 132 * 2048 / kPartialsBlock;
 constexpr int64_t kMaxSplitTiles = 132 / 2;
 constexpr int64_t kMinRowsPerWholeThread = 128;
+
+// Note [member partials]: each class fills the GPU (as a loop kernel's class
+// does, Note [member classes] in loop_plan.h) with at least a few vectors a
+// thread; the final kernel has a warp for each member, up to a block of 1024.
+constexpr int64_t kMaxClassBlocks = 132 * 16;
+constexpr int64_t kVectorsPerThread = 4;
+constexpr int64_t kWarp = 32;
+constexpr int64_t kMaxFinalWarps = kMaxBlock / kWarp;
 
 int64_t NextPowerOfTwo(int64_t x) {
   int64_t p = 1;
@@ -123,6 +133,52 @@ int64_t Elements(const std::vector<int64_t>& dims) {
   return n;
 }
 
+// Note [member partials]: whether a split column reduction of `columns`
+// columns splits by members.
+bool SplitsByMembers(int64_t columns, bool mixed) { return columns == 1 && !mixed; }
+
+// The member classes of the full reductions `reduces` (in order of their
+// first reduce), each with its blocks of the partials kernel.
+std::vector<ReduceClass> PlanMembers(const std::vector<const ir::Instruction*>& reduces) {
+  std::vector<ReduceClass> classes;
+  std::map<std::string, size_t> class_of_key;
+  for (const ir::Instruction* r : reduces) {
+    std::string key;
+    ReduceMember member{r, MemberCone({r}, &key)};
+    auto [it, inserted] = class_of_key.emplace(std::move(key), classes.size());
+    if (inserted) {
+      classes.emplace_back();
+      classes.back().elements = r->operand(0)->shape().num_elements();
+    }
+    classes[it->second].members.push_back(std::move(member));
+  }
+  int64_t block = 0, member = 0;
+  for (ReduceClass& c : classes) {
+    // Note [loop vectorisation]: 16 bytes of the widest parameter read at
+    // the member's own elements; none (only broadcasts): scalar loads.
+    int64_t widest = 0;
+    for (const ir::Instruction* p : c.members[0].params) {
+      if (p->shape().num_elements() == c.elements)
+        widest = std::max(widest, StorageBytes(p->shape().dtype()));
+    }
+    c.width = widest == 0 ? 1 : std::min<int64_t>(8, 16 / widest);
+    while (c.width > 1 && c.elements % c.width != 0) c.width /= 2;
+    const int64_t members = static_cast<int64_t>(c.members.size());
+    c.blocks_per_member = std::max<int64_t>(
+        1, std::min(kMaxClassBlocks / members,
+                    CeilDiv(c.iterations(), kPartialsBlock * kVectorsPerThread)));
+    c.first_block = block;
+    c.first_member = member;
+    block += c.blocks();
+    member += members;
+  }
+  return classes;
+}
+
+int64_t Partials(const std::vector<ReduceClass>& classes) {
+  return classes.back().first_block + classes.back().blocks();
+}
+
 }  // namespace
 
 int64_t ColumnReductionPlan::Rows(const ir::Instruction* r) const {
@@ -151,6 +207,13 @@ int64_t ColumnReductionChunks(const ir::Instruction& fusion) {
   for (const ir::Instruction* r : reduces) {
     if (ir::DependsOnAny(r->operand(0), reduces, memo)) return 1;  // needs another's totals first
     max_rows = std::max(max_rows, r->operand(0)->shape().num_elements() / std::max<int64_t>(k, 1));
+  }
+  if (SplitsByMembers(k, mixed)) {  // Note [member partials]
+    int64_t elements = 0;
+    for (const ir::Instruction* r : found->reduces) elements += r->operand(0)->shape().num_elements();
+    if (elements < kMinRowsPerWholeThread * kMaxBlock) return 1;
+    const int64_t partials = Partials(PlanMembers(found->reduces));
+    return partials >= 2 ? partials : 1;
   }
   // Note [when a column reduction splits].
   const int64_t tx = std::min(kTileColumns, k);
@@ -209,6 +272,61 @@ void PlanBatches(ColumnReductionPlan& plan) {
   }
 }
 
+// The tiles, block, grid, batches and shared memory of a whole kernel or of
+// a split in G chunks (Note [column reduction], Note [split column
+// reductions]).
+void PlanTiles(ColumnReductionPlan& plan, int64_t max_input) {
+  const int64_t k = plan.columns;
+  plan.tx = std::min(kTileColumns, k);
+  plan.tiles = CeilDiv(k, plan.tx);
+  const int64_t lanes = NextPowerOfTwo(plan.tx);
+  switch (plan.part) {
+    case ColumnPart::kWhole:
+      plan.ty = std::min(kMaxBlock / lanes, NextPowerOfTwo(plan.max_rows));
+      plan.grid = plan.tiles;
+      break;
+    case ColumnPart::kPartials:
+      plan.ty = std::min(kPartialsBlock / lanes, NextPowerOfTwo(plan.max_rows));
+      plan.grid = plan.tiles * plan.chunks;
+      break;
+    case ColumnPart::kFinal:
+      plan.ty = std::min(kMaxBlock / lanes, NextPowerOfTwo(plan.chunks));
+      plan.grid = plan.tiles;
+      break;
+  }
+  if (plan.part != ColumnPart::kWhole) {
+    plan.scratch_floats = static_cast<int64_t>(plan.reduces.size()) * plan.chunks * k;
+  }
+
+  PlanBatches(plan);
+  plan.wide = std::max(max_input, plan.scratch_floats) + plan.block() * k >=
+              std::numeric_limits<int32_t>::max();
+}
+
+// Note [member partials]: the geometry and layouts of a split by members
+// (one column, so tx = 1 and a thread's lane is its thread index).
+void PlanMemberSplit(ColumnReductionPlan& plan, int64_t max_input) {
+  plan.classes = PlanMembers(plan.reduces);
+  plan.scratch_floats = Partials(plan.classes);
+  const int64_t members = static_cast<int64_t>(plan.reduces.size());
+  if (plan.part == ColumnPart::kPartials) {
+    plan.ty = kPartialsBlock;
+    plan.grid = plan.scratch_floats;
+    plan.shared_floats = kPartialsBlock / kWarp;  // a sum for each warp
+  } else {
+    plan.ty = kWarp * std::min(kMaxFinalWarps, members);
+    plan.grid = 1;
+    plan.shared_floats = members;  // the totals
+    for (const ReduceClass& c : plan.classes) {
+      for (size_t m = 0; m < c.members.size(); ++m) {
+        plan.total_slot[c.members[m].reduce] = c.first_member + static_cast<int64_t>(m);
+      }
+    }
+  }
+  plan.wide = std::max(max_input + kMaxClassBlocks * kPartialsBlock, plan.scratch_floats) >=
+              std::numeric_limits<int32_t>::max();
+}
+
 }  // namespace
 
 StatusOr<ColumnReductionPlan> PlanColumnReduction(const ir::Instruction& fusion, ColumnPart part,
@@ -259,35 +377,16 @@ StatusOr<ColumnReductionPlan> PlanColumnReduction(const ir::Instruction& fusion,
     }
   }
   const int64_t k = plan.columns;
-  plan.tx = std::min(kTileColumns, k);
-  plan.tiles = CeilDiv(k, plan.tx);
-  const int64_t lanes = NextPowerOfTwo(plan.tx);
-  switch (part) {
-    case ColumnPart::kWhole:
-      plan.ty = std::min(kMaxBlock / lanes, NextPowerOfTwo(plan.max_rows));
-      plan.grid = plan.tiles;
-      break;
-    case ColumnPart::kPartials:
-      plan.ty = std::min(kPartialsBlock / lanes, NextPowerOfTwo(plan.max_rows));
-      plan.grid = plan.tiles * plan.chunks;
-      break;
-    case ColumnPart::kFinal:
-      plan.ty = std::min(kMaxBlock / lanes, NextPowerOfTwo(plan.chunks));
-      plan.grid = plan.tiles;
-      break;
+  if (part != ColumnPart::kWhole && SplitsByMembers(k, mixed)) {
+    PlanMemberSplit(plan, max_input);
+    return plan;
   }
-  if (part != ColumnPart::kWhole) {
-    plan.scratch_floats = static_cast<int64_t>(plan.reduces.size()) * plan.chunks * k;
-  }
-
-  PlanBatches(plan);
+  PlanTiles(plan, max_input);
   if (part == ColumnPart::kFinal) {
     ASSIGN_OR_RETURN(ColumnReductionPlan partials,
                      PlanColumnReduction(fusion, ColumnPart::kPartials, mixed));
     plan.partial_index = std::move(partials.partial_index);
   }
-  plan.wide = std::max(max_input, plan.scratch_floats) + plan.block() * k >=
-              std::numeric_limits<int32_t>::max();
   return plan;
 }
 

@@ -56,6 +56,8 @@
 // A gemm's bias-gradient fallback kernel (Note [epilogue fallback]
 // in compiler/program/plan.h) stays whole: the runtime runs one kernel in place of
 // the epilogue.
+// Full reductions (K == 1) split by members instead (Note [member
+// partials]).
 // When it pays (measured in Note [when a column reduction splits] in
 // column_reduction_plan.cc): when the whole kernel would have at most 66
 // blocks (half an H100's 132 SMs) and loop over at least 128 rows a thread;
@@ -63,6 +65,35 @@
 // rows a partials thread, and about one full wave of 256-thread blocks (8 on
 // each of 132 SMs). The layer-norm gain and bias gradients of gpt2-124m at
 // batch 16 x 1024: 24 blocks whole, 1056 partials blocks (G = 44).
+//
+// Note [member partials]: a split column reduction of full reductions (K ==
+// 1, not mixed; the grad norm: one sum of squares per parameter gradient)
+// gives each block of the partials kernel one member's elements, not a
+// slice of every reduce. The G-chunk layout above puts a tree for every
+// reduce of a batch in every block, so its shared memory and code grow with
+// the number of reduces: at gpt2-124m's 148 it takes 47.6 KiB of shared
+// memory, one block fits on an SM, and the kernel waits on latency instead
+// of streaming. Here the reduces are members, in classes as the loop
+// kernel's (Note [member classes] in loop_plan.h): reduces whose cones are
+// equal up to which parameters they read share one loop of the code, so the
+// code grows with the number of gradient shapes, not of gradients. Class c
+// owns M_c x B_c blocks from first_block; its block b reduces member
+// m = b / B_c, whose buffers it selects at its top, in a grid-stride loop
+// over m's B_c blocks, `width` elements a step (Note [loop vectorisation] in
+// loop_emitter.cc), lane by lane into one f32 accumulator a thread; then a
+// butterfly of shuffles in each warp, the warps' sums added in order by
+// thread 0, and one store: scratch[first_block + m * B_c + j] for m's j-th
+// block, so a member's partials are consecutive. The final kernel (one
+// block) gives member g (numbered across the classes in order) to warp
+// g % warps: its lanes add g's partials (lane, lane + 32, ...) and a
+// butterfly totals them into shared memory; then the outputs, as in the
+// whole kernel. Every sum is in a fixed order, without atomics: the result
+// is bit-identical from run to run. B_c = max(1, min(kMaxClassBlocks / M_c,
+// ceil(iterations / (block x kVectorsPerThread)))): as in the loop kernel, a
+// class alone can fill the GPU, and a thread streams a few vectors at least.
+// It splits when the reduces' elements together (not the largest reduce's
+// alone) give the whole kernel's 1024 threads 128 each, since every block
+// of the split reads one member.
 #ifndef GPTC_COMPILER_CODEGEN_COLUMN_REDUCTION_PLAN_H_
 #define GPTC_COMPILER_CODEGEN_COLUMN_REDUCTION_PLAN_H_
 
@@ -78,6 +109,25 @@ namespace gptc::codegen {
 // Which kernel of a column reduction (Note [split column reductions]).
 enum class ColumnPart { kWhole, kPartials, kFinal };
 
+// Note [member partials]: one reduce and the parameters its cone reads, in
+// the order of its class's canonical form (position k means the same in
+// every member).
+struct ReduceMember {
+  const ir::Instruction* reduce = nullptr;
+  std::vector<const ir::Instruction*> params;
+};
+
+struct ReduceClass {
+  std::vector<ReduceMember> members;  // members[0] is the one whose code is emitted
+  int64_t elements = 0;               // of each member's input
+  int64_t width = 1;                  // elements a vector load
+  int64_t first_block = 0;            // in the partials kernel; also its first partial
+  int64_t blocks_per_member = 1;      // B_c: each member's partials
+  int64_t first_member = 0;           // its members' numbers across the classes
+  int64_t iterations() const { return elements / width; }
+  int64_t blocks() const { return static_cast<int64_t>(members.size()) * blocks_per_member; }
+};
+
 struct ColumnReductionPlan {
   ColumnPart part = ColumnPart::kWhole;
   // The column part of a mixed row/column fusion: row reduces and the
@@ -89,7 +139,7 @@ struct ColumnReductionPlan {
   int64_t max_rows = 1;                         // the largest R
   int64_t tx = 1, ty = 1;                       // block = tx * ty threads
   int64_t tiles = 1;                            // ceil(K / tx)
-  int64_t chunks = 1;                           // G; 1: not split
+  int64_t chunks = 1;                           // G (members: the partials); 1: not split
   int64_t grid = 1;
   // Batches of mutually independent reduces (Note [column reduction
   // batches]), each ordered so that reduces over the same loop dims are next
@@ -103,7 +153,10 @@ struct ColumnReductionPlan {
   // Split kernels: reduce -> its index r in scratch[(r * G + g) * K + column],
   // in the partials kernel's batch order.
   std::map<const ir::Instruction*, int64_t> partial_index;
-  int64_t scratch_floats = 0;  // reduces x G x K; 0 when not split
+  int64_t scratch_floats = 0;  // reduces x G x K (members: the partials); 0 when not split
+  // Note [member partials]: the split kernels of full reductions; empty
+  // otherwise (then batches, partial_index and chunks describe the split).
+  std::vector<ReduceClass> classes;
   // The outputs this kernel writes, each with its kernel argument (Note
   // [kernel ABI]); none for the partials kernel.
   std::vector<const ir::Instruction*> written;

@@ -11,6 +11,7 @@
 #include "compiler/codegen/fused_emitter.h"
 #include "compiler/codegen/kernel_emitter.h"
 #include "compiler/codegen/loop_plan.h"
+#include "compiler/codegen/member_classes.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -97,7 +98,7 @@ class LoopEmitter : public KernelEmitter {
           class_bid = local;
         }
         std::vector<Value> outputs;
-        Value member_bid = SelectMember(b, emitter, entry, c, class_bid, buffers, outputs);
+        Value member_bid = SelectClassMember(b, emitter, entry, c, class_bid, buffers, outputs);
         Status status =
             EmitMember(b, emitter, fusion, g, c, plan.block, member_bid, tid, outputs, base);
         emitter.RestoreCache(std::move(saved));
@@ -110,24 +111,6 @@ class LoopEmitter : public KernelEmitter {
   }
 
  private:
-  // Lane `lane` of the `width` elements of a parameter from element `base`
-  // of `ptr`, loaded into `vec` at its first use (Note [loop register
-  // pressure]; the iteration's body is one block, so later lanes and outputs
-  // see it).
-  static Value VectorLane(mlir::OpBuilder& b, mlir::Location loc, Value ptr, Value base,
-                          ir::DType dtype, int64_t width, int lane, Value& vec) {
-    if (!vec) {
-      mlir::Type storage = StorageType(b.getContext(), dtype);
-      mlir::Type vec_type = mlir::VectorType::get({width}, storage);
-      Value addr = b.create<mlir::LLVM::GEPOp>(loc, ptr.getType(), storage, ptr,
-                                               mlir::ValueRange{base}, true);
-      vec = b.create<mlir::LLVM::LoadOp>(loc, vec_type, addr, width * StorageBytes(dtype));
-    }
-    Value at = b.create<mlir::arith::ConstantOp>(loc, b.getI32IntegerAttr(lane));
-    Value x = b.create<mlir::LLVM::ExtractElementOp>(loc, vec, at);
-    return FromStorage(b, loc, x, dtype);
-  }
-
   // The kernel's spec: each buffer aligned to the widest vector any group
   // moves it with.
   static KernelSpec LoopKernelSpec(const ir::Instruction& fusion, const std::string& name,
@@ -149,44 +132,26 @@ class LoopEmitter : public KernelEmitter {
     return spec;
   }
 
-  // Note [member classes]: the block's member m = class_bid /
-  // blocks_per_member; fills `buffers` (the first member's parameters -> m's
-  // buffers) and `outputs` (m's output buffers) with select chains over m,
-  // and returns the block's index among m's blocks.
-  static Value SelectMember(mlir::OpBuilder& b, FusedEmitter& emitter, mlir::Block* entry,
-                            const LoopClass& c, Value class_bid,
-                            std::map<const ir::Instruction*, Value>& buffers,
-                            std::vector<Value>& outputs) {
-    mlir::Location loc = b.getUnknownLoc();
+  // Note [member classes]: fills `buffers` (the first member's parameters ->
+  // the block's member's buffers) and `outputs` (its output buffers), and
+  // returns the block's index among its member's blocks.
+  static Value SelectClassMember(mlir::OpBuilder& b, FusedEmitter& emitter, mlir::Block* entry,
+                                 const LoopClass& c, Value class_bid,
+                                 std::map<const ir::Instruction*, Value>& buffers,
+                                 std::vector<Value>& outputs) {
+    std::vector<std::vector<int64_t>> args;
+    for (const LoopMember& m : c.members) {
+      args.emplace_back();
+      for (const ir::Instruction* p : m.params) args.back().push_back(p->attrs().index);
+      args.back().insert(args.back().end(), m.output_slots.begin(), m.output_slots.end());
+    }
+    std::vector<Value> selected;
+    Value member_bid =
+        SelectMember(b, emitter, entry, args, c.blocks_per_member, class_bid, selected);
     const LoopMember& first = c.members[0];
     buffers.clear();
-    for (const ir::Instruction* p : first.params) buffers[p] = entry->getArgument(p->attrs().index);
-    for (int64_t slot : first.output_slots) outputs.push_back(entry->getArgument(slot));
-    if (c.members.size() == 1) return class_bid;
-    Value per_member = emitter.IndexConstant(c.blocks_per_member);
-    Value member = b.create<mlir::arith::DivUIOp>(loc, class_bid, per_member);
-    Value member_bid = b.create<mlir::arith::SubIOp>(
-        loc, class_bid, b.create<mlir::arith::MulIOp>(loc, member, per_member));
-    std::vector<Value> is(c.members.size());
-    for (size_t m = 1; m < c.members.size(); ++m) {
-      is[m] = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, member,
-                                            emitter.IndexConstant(static_cast<int64_t>(m)));
-    }
-    // Chains only where the members' buffers differ (not for shared scalars).
-    auto chain = [&](Value first_buffer, auto argument_of) {
-      Value v = first_buffer;
-      for (size_t m = 1; m < c.members.size(); ++m) {
-        Value arg = entry->getArgument(argument_of(c.members[m]));
-        if (arg != first_buffer) v = b.create<mlir::LLVM::SelectOp>(loc, is[m], arg, v);
-      }
-      return v;
-    };
-    for (size_t k = 0; k < first.params.size(); ++k) {
-      Value& v = buffers[first.params[k]];
-      v = chain(v, [&](const LoopMember& m) { return m.params[k]->attrs().index; });
-    }
-    for (size_t o = 0; o < outputs.size(); ++o)
-      outputs[o] = chain(outputs[o], [&](const LoopMember& m) { return m.output_slots[o]; });
+    for (size_t k = 0; k < first.params.size(); ++k) buffers[first.params[k]] = selected[k];
+    outputs.assign(selected.begin() + static_cast<int64_t>(first.params.size()), selected.end());
     return member_bid;
   }
 

@@ -16,10 +16,38 @@ namespace {
 constexpr int64_t kBlock = 256;
 constexpr int64_t kMaxBlocks = 132 * 16;  // H100 SMs x 16: enough to fill the GPU
 
-// The parameters `outputs` read, each once, in post order of a walk from the
-// outputs in turn through operands first to last; with `key`, the cone's
-// canonical form with parameters numbered in that order (Note [member classes]).
-std::vector<const ir::Instruction*> Cone(const std::vector<const ir::Instruction*>& outputs,
+// The members of a group (Note [member classes]): outputs joined by a shared
+// parameter of `n` elements, in order of first output.
+std::vector<LoopMember> Members(const std::vector<const ir::Instruction*>& outputs,
+                                const std::vector<int64_t>& slots, int64_t n) {
+  std::vector<size_t> parent(outputs.size());
+  std::iota(parent.begin(), parent.end(), 0);
+  auto find = [&](size_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  std::map<const ir::Instruction*, size_t> owner;
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    for (const ir::Instruction* p : MemberCone({outputs[o]}, nullptr)) {
+      if (p->shape().num_elements() != n) continue;
+      auto [it, inserted] = owner.emplace(p, o);
+      if (!inserted) parent[find(o)] = find(it->second);
+    }
+  }
+  std::vector<LoopMember> members;
+  std::map<size_t, size_t> member_of_root;
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    auto [it, inserted] = member_of_root.emplace(find(o), members.size());
+    if (inserted) members.emplace_back();
+    members[it->second].outputs.push_back(outputs[o]);
+    members[it->second].output_slots.push_back(slots[o]);
+  }
+  return members;
+}
+
+}  // namespace
+
+std::vector<const ir::Instruction*> MemberCone(const std::vector<const ir::Instruction*>& outputs,
                                          std::string* key) {
   std::map<const ir::Instruction*, int64_t> numbers;
   std::vector<const ir::Instruction*> params;
@@ -52,37 +80,6 @@ std::vector<const ir::Instruction*> Cone(const std::vector<const ir::Instruction
   }
   return params;
 }
-
-// The members of a group (Note [member classes]): outputs joined by a shared
-// parameter of `n` elements, in order of first output.
-std::vector<LoopMember> Members(const std::vector<const ir::Instruction*>& outputs,
-                                const std::vector<int64_t>& slots, int64_t n) {
-  std::vector<size_t> parent(outputs.size());
-  std::iota(parent.begin(), parent.end(), 0);
-  auto find = [&](size_t x) {
-    while (parent[x] != x) x = parent[x] = parent[parent[x]];
-    return x;
-  };
-  std::map<const ir::Instruction*, size_t> owner;
-  for (size_t o = 0; o < outputs.size(); ++o) {
-    for (const ir::Instruction* p : Cone({outputs[o]}, nullptr)) {
-      if (p->shape().num_elements() != n) continue;
-      auto [it, inserted] = owner.emplace(p, o);
-      if (!inserted) parent[find(o)] = find(it->second);
-    }
-  }
-  std::vector<LoopMember> members;
-  std::map<size_t, size_t> member_of_root;
-  for (size_t o = 0; o < outputs.size(); ++o) {
-    auto [it, inserted] = member_of_root.emplace(find(o), members.size());
-    if (inserted) members.emplace_back();
-    members[it->second].outputs.push_back(outputs[o]);
-    members[it->second].output_slots.push_back(slots[o]);
-  }
-  return members;
-}
-
-}  // namespace
 
 StatusOr<LoopPlan> PlanLoop(const ir::Instruction& fusion) {
   ASSIGN_OR_RETURN(const ir::Computation* fused, FusedComputation(fusion));
@@ -132,7 +129,7 @@ StatusOr<LoopPlan> PlanLoop(const ir::Instruction& fusion) {
     std::map<std::string, size_t> class_of_key;
     for (LoopMember& m : Members(group_outputs[gi], group_slots[gi], g.n)) {
       std::string key;
-      m.params = Cone(m.outputs, &key);
+      m.params = MemberCone(m.outputs, &key);
       auto [it, inserted] = class_of_key.emplace(std::move(key), g.classes.size());
       if (inserted) g.classes.emplace_back();
       g.classes[it->second].members.push_back(std::move(m));

@@ -28,6 +28,7 @@
 #define GPTC_COMPILER_CODEGEN_LOOP_PLAN_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "compiler/ir/instruction.h"
@@ -67,6 +68,13 @@ struct LoopPlan {
   // More than one class: each block tests which one it runs.
   bool dispatch() const { return groups.size() > 1 || groups[0].classes.size() > 1; }
 };
+
+// The parameters the cone of `outputs` reads, each once, in post order of a
+// walk from the outputs in turn through operands first to last; with `key`,
+// the cone's canonical form with parameters numbered in that order: members
+// whose keys are equal share a class (Note [member classes]).
+std::vector<const ir::Instruction*> MemberCone(const std::vector<const ir::Instruction*>& outputs,
+                                               std::string* key);
 
 // The plan of a kind=loop or kind=optimizer fusion's kernel.
 StatusOr<LoopPlan> PlanLoop(const ir::Instruction& fusion);

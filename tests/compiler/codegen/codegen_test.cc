@@ -261,7 +261,8 @@ ENTRY %main {
 }
 
 // Note [split column reductions]: independent full reductions over many rows
-// are split; small ones or a reduce of another's total are not.
+// are split (by members, Note [member partials]); small ones or a reduce of
+// another's total are not.
 TEST(ColumnReductionEmitterTest, SplitsOnlyIndependentFullReductionsOverManyRows) {
   auto module = Parse(R"(module norms
 
@@ -300,7 +301,8 @@ ENTRY %main {
 }
 )");
   ASSERT_NE(module, nullptr);
-  EXPECT_EQ(ColumnReductionChunks(*module->entry()->FindInstruction("n")), 128);
+  // 1M elements in 256 blocks of 256 threads (4 vectors of 4 a thread), 64 in one.
+  EXPECT_EQ(ColumnReductionChunks(*module->entry()->FindInstruction("n")), 257);
   EXPECT_EQ(ColumnReductionChunks(*module->entry()->FindInstruction("v")), 1);
   EXPECT_EQ(ColumnReductionChunks(*module->entry()->FindInstruction("s")), 1);
   auto result = CompileFusions(*module, {});
@@ -309,14 +311,14 @@ ENTRY %main {
   for (const CompiledKernel& k : result->kernels) names.push_back(k.spec.name);
   EXPECT_EQ(names, (std::vector<std::string>{"n_partials", "n", "v", "s"}));
   const KernelSpec& partials = result->kernels[0].spec;
-  EXPECT_EQ(partials.grid.x, 128);
+  EXPECT_EQ(partials.grid.x, 257);
   EXPECT_EQ(partials.block.x, 256);
-  // Two reduces x 128 partials of f32, shared by both kernels.
+  // A partial of f32 for each block, shared by both kernels.
   ASSERT_EQ(partials.params.size(), 4u);
   EXPECT_EQ(partials.params[3].role, KernelParam::Role::kScratch);
-  EXPECT_EQ(partials.params[3].shape.byte_size(), 2 * 128 * 4);
+  EXPECT_EQ(partials.params[3].shape.byte_size(), 257 * 4);
   EXPECT_EQ(result->kernels[1].spec.grid.x, 1);
-  EXPECT_EQ(result->kernels[1].spec.block.x, 128);
+  EXPECT_EQ(result->kernels[1].spec.block.x, 64);  // a warp for each reduce
   EXPECT_EQ(result->kernels[1].spec.params.size(), 4u);
 }
 

@@ -115,22 +115,22 @@ TEST(ColumnReductionEmitterTest, ColumnAndFullReductionsAssemble) {
   EXPECT_EQ(lm.grid.x, 1);
   EXPECT_EQ(lm.block.x, 32);  // 32 rows of one column
 
-  // Three inputs of different sizes, 3.2M rows in the largest: split (Note
-  // [split column reductions]) into 393 blocks of partials, then one block.
+  // Three inputs of different sizes, 3.2M elements in the largest: split by
+  // members (Note [member partials]) into 786 + 1 + 3 blocks of partials,
+  // each with a sum for each warp, then one block with a warp for each.
   const KernelSpec& partials = kernels.kernels[5].spec;
   EXPECT_EQ(partials.name, "gn_partials");
-  EXPECT_EQ(partials.grid.x, (50304 * 64 + 8191) / 8192);
+  EXPECT_EQ(partials.grid.x, 786 + 1 + 3);
   EXPECT_EQ(partials.block.x, 256);
-  // One batch of three (Note [column reduction batches]): 3 trees' scratch + 3 totals.
-  EXPECT_EQ(partials.static_shared_bytes, 3 * 256 * 4 + 3 * 4);
+  EXPECT_EQ(partials.static_shared_bytes, 8 * 4);
   EXPECT_EQ(partials.params.size(), 6u);  // 3 gradients, 2 outputs, the partials
-  EXPECT_EQ(partials.params[5].shape.byte_size(), 3 * 393 * 4);
+  EXPECT_EQ(partials.params[5].shape.byte_size(), 790 * 4);
   EXPECT_EQ(kernels.kernels[5].ptx.find("atom."), std::string::npos);  // deterministic
   const KernelSpec& gn = kernels.kernels[6].spec;
   EXPECT_EQ(gn.name, "gn");
   EXPECT_EQ(gn.grid.x, 1);
-  EXPECT_EQ(gn.block.x, 512);  // 393 partials a reduce
-  EXPECT_EQ(gn.static_shared_bytes, 3 * 512 * 4 + 3 * 4);
+  EXPECT_EQ(gn.block.x, 3 * 32);
+  EXPECT_EQ(gn.static_shared_bytes, 3 * 4);  // the totals
   EXPECT_EQ(gn.params.size(), 6u);
 }
 

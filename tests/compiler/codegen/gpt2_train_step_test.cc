@@ -117,8 +117,8 @@ void CheckTrainStep(const std::string& model, int64_t batch, int64_t seq,
   EXPECT_EQ(fallbacks, 4 * config->layers);
   // The forward gemms with a bias epilogue (attn.c_proj, mlp.c_proj...).
   EXPECT_GT(epilogues, 0);
-  // Note [split column reductions]: the grad norm reads every gradient with a
-  // grid that fills an H100 (132 SMs), then sums the partials in one block.
+  // Note [member partials]: the grad norm reads every gradient with a grid
+  // that fills an H100 (132 SMs), then sums the partials in one block.
   std::vector<const KernelSpec*> norm;
   for (const CompiledKernel& k : kernels.kernels) {
     if (k.spec.fusion == "optimizer.grad_norm.fusion") norm.push_back(&k.spec);

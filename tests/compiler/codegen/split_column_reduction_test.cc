@@ -98,7 +98,10 @@ TEST(SplitColumnReductionTest, ChunksAndGrids) {
   EXPECT_EQ(chunks("fr"), 17);  // 4100 rows (the 3-row reduce has one in a chunk at most)
   EXPECT_EQ(chunks("oc"), 17);  // 40 columns: 2 tiles, the second of 8 live columns
   EXPECT_EQ(chunks("nr"), 17);  // 5 columns: TX = 5 (8 lanes), TY = 32, chunks of 1024 rows
-  EXPECT_EQ(chunks("fu"), 37);  // a full reduction: chunks of 256 x 32 rows
+  // Full reductions split by members (Note [member partials]): 300001
+  // elements (odd: scalar loads) in 293 blocks of 256 threads, 4 elements a
+  // thread at least; the 77 of %y in one.
+  EXPECT_EQ(chunks("fu"), 293 + 1);
 
   const ir::Instruction& g = *module->entry()->FindInstruction("g");
   StatusOr<ColumnReductionPlan> whole = PlanColumnReduction(g, ColumnPart::kWhole, false);
@@ -252,23 +255,188 @@ std::string SumOfSquaresModule(int n, int64_t big) {
       params, body, prev, prev, entry, operands);
 }
 
-TEST(SplitColumnReductionTest, SixtySumsOfSquaresSplitInBatchesOfTheirOwn) {
-  // 300,000 rows split; the partials kernel (256 threads) batches 47 reduces
-  // at most, the final kernel all 60 at once.
+// Note [member partials]: 60 sums of squares of four shapes split by
+// members, a class per shape: the partials kernel's code has four loops and
+// no tree; each block reduces one member's rows.
+TEST(SplitColumnReductionTest, SixtySumsOfSquaresSplitByMembers) {
   auto module = Parse(SumOfSquaresModule(60, 300000));
   ASSERT_NE(module, nullptr);
   const ir::Instruction& gn = *module->entry()->root();
-  ASSERT_GT(ColumnReductionChunks(gn), 1);
   StatusOr<ColumnReductionPlan> partials = PlanColumnReduction(gn, ColumnPart::kPartials, false);
   ASSERT_TRUE(partials.ok()) << partials.status().message();
-  EXPECT_EQ(partials->batches.size(), 2u);
+  EXPECT_TRUE(partials->batches.empty());
+  ASSERT_EQ(partials->classes.size(), 4u);
+  struct Want {
+    int64_t members, elements, width, blocks_per_member;
+  };
+  const Want want[] = {{1, 300000, 4, 74}, {20, 2000, 4, 1}, {20, 333, 1, 1}, {19, 700, 4, 1}};
+  int64_t block = 0, member = 0;
+  for (size_t c = 0; c < 4; ++c) {
+    const ReduceClass& rc = partials->classes[c];
+    EXPECT_EQ(static_cast<int64_t>(rc.members.size()), want[c].members) << c;
+    EXPECT_EQ(rc.elements, want[c].elements) << c;
+    EXPECT_EQ(rc.width, want[c].width) << c;
+    EXPECT_EQ(rc.blocks_per_member, want[c].blocks_per_member) << c;
+    EXPECT_EQ(rc.first_block, block) << c;
+    EXPECT_EQ(rc.first_member, member) << c;
+    block += rc.blocks();
+    member += want[c].members;
+  }
+  EXPECT_EQ(partials->grid, block);
+  EXPECT_EQ(partials->block(), 256);
+  EXPECT_EQ(partials->shared_floats, 8);  // a sum for each warp
+  EXPECT_EQ(partials->scratch_floats, block);
+  EXPECT_EQ(ColumnReductionChunks(gn), block);
   StatusOr<ColumnReductionPlan> final = PlanColumnReduction(gn, ColumnPart::kFinal, false);
   ASSERT_TRUE(final.ok()) << final.status().message();
-  EXPECT_EQ(final->batches.size(), 1u);
-  EXPECT_EQ(final->partial_index, partials->partial_index);
+  EXPECT_EQ(final->grid, 1);
+  EXPECT_EQ(final->block(), 1024);  // a warp for each member, 32 at most
+  EXPECT_EQ(final->shared_floats, 60);
+  EXPECT_EQ(final->scratch_floats, partials->scratch_floats);
   EmuKernelRunner runner(*module);
   ASSERT_EQ(runner.Specs("gn").size(), 2u);
   runner.ExpectMatchesEvaluator("gn");
+}
+
+// The grad norm of a GPT-2 of `layers` layers at width 768: the sum of
+// squares of each parameter gradient, in parameter order, added up.
+std::string GradNormModule(int layers) {
+  std::vector<std::vector<int64_t>> shapes = {{50304, 768}, {1024, 768}};
+  for (int l = 0; l < layers; ++l) {
+    for (std::vector<int64_t> s : std::vector<std::vector<int64_t>>{{768},
+                                                                     {768},
+                                                                     {768, 2304},
+                                                                     {2304},
+                                                                     {768, 768},
+                                                                     {768},
+                                                                     {768},
+                                                                     {768},
+                                                                     {768, 3072},
+                                                                     {3072},
+                                                                     {3072, 768},
+                                                                     {768}}) {
+      shapes.push_back(s);
+    }
+  }
+  shapes.push_back({768});
+  shapes.push_back({768});
+  std::string params, body, operands, prev;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const std::string shape = fmt::format("f32[{}]", fmt::join(shapes[i], ","));
+    params += fmt::format("  %g{} = {} parameter({})\n", i, shape, i);
+    body += fmt::format("  %q{} = {} mul(%g{}, %g{})\n", i, shape, i, i);
+    body += fmt::format("  %r{} = f32[] reduce(%q{}), dimensions={}, kind=sum\n", i, i,
+                        shapes[i].size() == 2 ? "{0,1}" : "{0}");
+    if (i > 0) body += fmt::format("  %a{} = f32[] add({}, %r{})\n", i, prev, i);
+    prev = i == 0 ? "%r0" : fmt::format("%a{}", i);
+    operands += fmt::format("{}%g{}", i ? ", " : "", i);
+  }
+  return fmt::format(
+      "module grad_norm\n\n%norm {{\n{}{}  ROOT %s = f32[] sqrt({})\n}}\n\n"
+      "ENTRY %main {{\n{}  ROOT %gn = f32[] fusion({}), kind=reduction, calls=%norm\n}}\n",
+      params, body, prev, params, operands);
+}
+
+// Note [member partials] at gpt2-124m's parameters: nine classes (one per
+// gradient shape) whatever the layers, the partials kernel's blocks small
+// enough for 8 on an SM, and every class filling the GPU or streaming at
+// least 4 vectors a thread.
+TEST(SplitColumnReductionTest, Gpt2GradNormHasAClassPerGradientShape) {
+  for (int layers : {2, 12}) {
+    auto module = Parse(GradNormModule(layers));
+    ASSERT_NE(module, nullptr);
+    const ir::Instruction& gn = *module->entry()->root();
+    StatusOr<ColumnReductionPlan> partials =
+        PlanColumnReduction(gn, ColumnPart::kPartials, false);
+    ASSERT_TRUE(partials.ok()) << partials.status().message();
+    EXPECT_EQ(partials->classes.size(), 9u) << layers;
+    EXPECT_EQ(partials->reduces.size(), 12u * layers + 4) << layers;
+    EXPECT_EQ(partials->shared_floats * 4, 32);
+    if (layers == 12) {
+      // wte 2112, wpe 192, 74 [768]; a layer's matrices 176 + 144 + 176 + 176
+      // blocks and 1 for each of its two wider biases.
+      EXPECT_EQ(partials->grid, 2112 + 192 + 74 + 12 * (176 + 144 + 176 + 176 + 2));
+    }
+  }
+  auto module = Parse(GradNormModule(12));
+  ASSERT_NE(module, nullptr);
+  CompiledKernels kernels = CompileAll(*module);  // ptxas for sm_90a, limits, no spills
+  ASSERT_EQ(kernels.kernels.size(), 2u);
+  for (const CompiledKernel& k : kernels.kernels) {
+    EXPECT_EQ(k.ptx.find("atom."), std::string::npos) << k.spec.name;
+  }
+}
+
+// Full reductions of other kinds, dtypes and reads split by members: a sum
+// and a max (each block totals its own class), bf16 read 8 lanes a vector,
+// a broadcast read element by element, and two members of one class that
+// share a parameter.
+TEST(SplitColumnReductionTest, MembersOfMixedKindsDtypesAndReads) {
+  auto module = Parse(R"(module members
+
+%mixed {
+  %a = f32[200000] parameter(0)
+  %b = f32[300,500] parameter(1)
+  %c = bf16[140000] parameter(2)
+  %d = f32[1000,150] parameter(3)
+  %w = f32[150] parameter(4)
+  %e = f32[1000,150] parameter(5)
+  %a2 = f32[200000] mul(%a, %a)
+  %sa = f32[] reduce(%a2), dimensions={0}, kind=sum
+  %mb = f32[] reduce(%b), dimensions={0,1}, kind=max
+  %cf = f32[140000] convert(%c)
+  %sc = f32[] reduce(%cf), dimensions={0}, kind=sum
+  %wb = f32[1000,150] broadcast(%w), dimensions={1}
+  %dw = f32[1000,150] mul(%d, %wb)
+  %sd = f32[] reduce(%dw), dimensions={0,1}, kind=sum
+  %ew = f32[1000,150] mul(%e, %wb)
+  %se = f32[] reduce(%ew), dimensions={0,1}, kind=sum
+  %s1 = f32[] add(%sa, %sc)
+  %s2 = f32[] add(%s1, %sd)
+  %s3 = f32[] sub(%s2, %se)
+  ROOT %t = (f32[], f32[]) tuple(%s3, %mb)
+}
+
+ENTRY %main {
+  %a = f32[200000] parameter(0)
+  %b = f32[300,500] parameter(1)
+  %c = bf16[140000] parameter(2)
+  %d = f32[1000,150] parameter(3)
+  %w = f32[150] parameter(4)
+  %e = f32[1000,150] parameter(5)
+  ROOT %m = (f32[], f32[]) fusion(%a, %b, %c, %d, %w, %e), kind=reduction, calls=%mixed
+}
+)");
+  ASSERT_NE(module, nullptr);
+  const ir::Instruction& m = *module->entry()->root();
+  StatusOr<ColumnReductionPlan> partials = PlanColumnReduction(m, ColumnPart::kPartials, false);
+  ASSERT_TRUE(partials.ok()) << partials.status().message();
+  ASSERT_EQ(partials->classes.size(), 4u);
+  EXPECT_EQ(partials->classes[2].width, 8);  // bf16
+  ASSERT_EQ(partials->classes[3].members.size(), 2u);  // %sd and %se
+  EXPECT_EQ(partials->classes[3].members[0].params.size(), 2u);
+  EmuKernelRunner runner(*module);
+  ASSERT_EQ(runner.Specs("m").size(), 2u);
+  for (uint64_t seed : {1, 2}) runner.ExpectMatchesEvaluator("m", 1e-5, seed);
+}
+
+// Note [member partials]: every sum in a fixed order, so two runs agree to
+// the bit.
+TEST(SplitColumnReductionTest, MemberPartialsAreDeterministic) {
+  auto module = Parse(SumOfSquaresModule(7, 400000));
+  ASSERT_NE(module, nullptr);
+  EmuKernelRunner runner(*module);
+  const ir::Instruction& gn = *module->entry()->root();
+  std::mt19937_64 rng(3);
+  std::vector<eval::Literal> operands;
+  for (const ir::Instruction* op : gn.operands()) {
+    operands.push_back(eval::Literal::Random(op->shape(), rng));
+  }
+  std::vector<eval::Literal> first = runner.Run("gn", operands);
+  std::vector<eval::Literal> second = runner.Run("gn", operands);
+  ASSERT_EQ(first.size(), 2u);
+  ASSERT_EQ(second.size(), 2u);
+  for (size_t r = 0; r < 2; ++r) EXPECT_EQ(first[r].values, second[r].values) << r;
 }
 
 TEST(SplitColumnReductionTest, ThirtySumsOfSquaresInOneKernelOfSeveralBatches) {
