@@ -280,7 +280,10 @@ struct KernelJob {
 std::string KernelKey(const ir::Instruction& inst, EmitterKind emitter) {
   std::string key = fmt::format("emitter {}\n", static_cast<int>(emitter));
   key += CanonicalInstruction(inst, {});
-  for (const ir::Instruction* op : inst.operands()) key += "\n" + op->shape().ToString();
+  for (const ir::Instruction* op : inst.operands()) {
+    key += '\n';
+    key += op->shape().ToString();
+  }
   return key;
 }
 
