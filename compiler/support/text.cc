@@ -28,4 +28,21 @@ std::string WithThousands(int64_t value) {
   return value < 0 ? "-" + out : out;
 }
 
+std::string Shown(std::string_view text, size_t max_chars) {
+  std::string out = "'";
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (out.size() > max_chars) {
+      out += fmt::format("...' ({} bytes)", text.size());
+      return out;
+    }
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f || c == '\\' || c == '\'') {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "'";
+}
+
 }  // namespace gptc

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace gptc {
 
@@ -13,6 +14,12 @@ std::string FormatBytes(int64_t bytes, int decimals = 2);
 
 // 1234567 -> "1,234,567".
 std::string WithThousands(int64_t value);
+
+// `text` quoted for a one-line message: 'text', control bytes, quotes and
+// backslashes as \xNN, and cut after about `max_chars` ("'abc...' (200000
+// bytes)"), so that a name read from a file or a socket never makes a long
+// or broken line.
+std::string Shown(std::string_view text, size_t max_chars = 64);
 
 }  // namespace gptc
 
