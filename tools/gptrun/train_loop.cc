@@ -328,7 +328,10 @@ class TrainRun {
            .vocab = m.vocab});
       if (!t.ok()) return Abort(1, t.status().WithPrefix("--train"));
       train_.emplace(std::move(t).value());
-      data_source_ = rt::MakeDataSource(o_.train, train_->shards(), f.seq, o_.seed);
+      StatusOr<rt::DataSource> source =
+          rt::MakeDataSource(o_.train, train_->shards(), f.seq, o_.seed);
+      if (!source.ok()) return Abort(1, source.status().WithPrefix("--train"));
+      data_source_ = std::move(source).value();
       if (!o_.val.empty()) {
         StatusOr<rt::DataLoader> v = rt::DataLoader::Open({.pattern = o_.val,
                                                            .batch = f.batch,
@@ -457,27 +460,16 @@ class TrainRun {
   // Note [data source]: the loader continues where the checkpoint's stopped
   // only when it reads the same data the same way.
   int RestoreData(const std::string& dir, const rt::CheckpointData& ckpt) {
-    const rt::DataSource& was = ckpt.data_source;
     if (o_.reset_data) {
       console_.Line("--reset-data: the training data starts over from its first batch");
       return 0;
     }
-    if (was.known() && was != data_source_) {
-      std::vector<std::string> changes;
-      if (was.shards != data_source_.shards) {
-        changes.push_back(fmt::format("--train '{}' ({} shards) where it read '{}' ({} shards)",
-                                      data_source_.train, train_->shards().size(), was.train,
-                                      was.shards.substr(0, was.shards.find(':'))));
-      }
-      if (was.seq != data_source_.seq) {
-        changes.push_back(fmt::format("seq {} where it had {}", data_source_.seq, was.seq));
-      }
-      if (was.seed != data_source_.seed) {
-        changes.push_back(fmt::format("--seed {} where it had {}", data_source_.seed, was.seed));
-      }
+    // The files compared, not the --train patterns (Note [shard identity]).
+    if (std::vector<std::string> changes = rt::DataSourceChanges(ckpt.data_source, data_source_);
+        !changes.empty()) {
       return Abort(2, Error("--resume {}: this run has {}: the data order would change (some "
                             "data repeated, some skipped); --reset-data starts the data over",
-                            dir, fmt::join(changes, ", ")));
+                            dir, fmt::join(changes, "; ")));
     }
     if (Status s = train_->Restore(ckpt.data); !s.ok()) return Abort(1, s.WithPrefix(dir));
     return 0;
