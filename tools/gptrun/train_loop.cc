@@ -422,13 +422,22 @@ class TrainRun {
     run_id_ = NewRunId();  // a resumed run keeps its checkpoint's (Note [checkpoint ownership])
     if (o_.resume.empty()) return 0;
     std::string dir = o_.resume;
+    std::vector<std::string> skipped;  // Note [whole step directories]
+    auto say_skipped = [&] {
+      for (const std::string& s : skipped) {
+        console_.Line(fmt::format("note: --resume {} skipped {}, an incomplete checkpoint",
+                                  o_.resume, s));
+      }
+    };
     if (dir == "latest") {
-      StatusOr<std::string> latest = LatestCheckpoint(o_.ckpt_dir);
+      StatusOr<std::string> latest = LatestCheckpoint(o_.ckpt_dir, &skipped);
       if (!latest.ok()) return Abort(1, latest.status());
+      say_skipped();
       dir = *latest;
     } else if (dir == "auto") {  // one job script for the first start and every restart
-      StatusOr<std::optional<std::string>> latest = LatestCheckpointIfAny(o_.ckpt_dir);
+      StatusOr<std::optional<std::string>> latest = LatestCheckpointIfAny(o_.ckpt_dir, &skipped);
       if (!latest.ok()) return Abort(1, latest.status());
+      say_skipped();
       if (!*latest) {
         console_.Line(fmt::format("--resume auto: no checkpoint in {} yet: starting at step 1",
                                   o_.ckpt_dir));
