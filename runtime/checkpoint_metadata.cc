@@ -287,7 +287,7 @@ std::map<std::string, std::string> EncodeCheckpointMetadata(const CheckpointMeta
   meta["gptc.vocab"] = std::to_string(m.vocab);
   if (m.wte_rows > 0) meta["gptc.wte_rows"] = std::to_string(m.wte_rows);
   if (!m.run_id.empty()) meta["gptc.run_id"] = m.run_id;
-  if (m.val_loss) meta["gptc.val_loss"] = fmt::format("{:.9g}", *m.val_loss);
+  if (m.val_loss) meta["gptc.val_loss"] = fmt::format("{}", *m.val_loss);  // exact
   const DataSource& d = m.data_source;
   if (!d.files.empty()) {
     meta["gptc.data.train"] = d.train;
@@ -322,8 +322,10 @@ StatusOr<CheckpointMetadata> DecodeCheckpointMetadata(
     const std::string s = in.String("gptc.val_loss");
     double loss = 0;
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), loss);
-    if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(loss)) {
-      return in.Bad("gptc.val_loss", fmt::format("is {}, not a finite number", Shown(s, 40)));
+    if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(loss) ||
+        loss < 0) {
+      return in.Bad("gptc.val_loss",
+                    fmt::format("is {}, not a finite loss (>= 0)", Shown(s, 40)));
     }
     m.val_loss = loss;
   }

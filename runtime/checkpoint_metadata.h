@@ -12,7 +12,7 @@
 // schedule a negative learning rate), an epoch cannot exceed the step (an
 // epoch takes at least one step), a shard index lies within the shard list
 // the checkpoint recorded, a run id is 16 hex digits, a validation loss is
-// finite, and so on. Each error is one line naming the file and the key, with
+// finite and not negative, and so on. Each error is one line naming the file and the key, with
 // the value cut short.
 #ifndef GPTC_RUNTIME_CHECKPOINT_METADATA_H_
 #define GPTC_RUNTIME_CHECKPOINT_METADATA_H_

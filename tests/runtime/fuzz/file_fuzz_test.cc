@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -273,7 +274,7 @@ std::string CheckSafeTensors(const std::string& bytes, Tally& tally) {
 TEST(FileFuzzTest, SafeTensorsReaderRefusesEveryBadFileInOneLine) {
   const std::vector<std::string> seeds = SafeTensorsSeeds();
   Rng rng(0x73616665);  // "safe"
-  Tally tally = Fuzz(seeds, 4000, 0x73616665,
+  Tally tally = Fuzz(seeds, 8000, 0x73616665,
                      [&](const std::string& s) { return MutateSafeTensors(s, rng); },
                      CheckSafeTensors);
   EXPECT_EQ(tally.failures, 0);
@@ -359,7 +360,8 @@ std::string CheckCheckpoint(const std::string& bytes, Tally& tally) {
   ++tally.accepted;
   if (m->step < 0 || m->step > kMaxCheckpointStep || m->data.epoch < 0 ||
       m->data.epoch > m->step || m->data.shard < 0 || m->data.sequence < 0 || m->vocab < 1 ||
-      (m->wte_rows > 0 && m->vocab > m->wte_rows)) {
+      (m->wte_rows > 0 && m->vocab > m->wte_rows) ||
+      (m->val_loss && !(*m->val_loss >= 0 && std::isfinite(*m->val_loss)))) {
     return fmt::format("accepted out of range: step {} epoch {} shard {} sequence {} vocab {}",
                        m->step, m->data.epoch, m->data.shard, m->data.sequence, m->vocab);
   }
@@ -380,7 +382,7 @@ std::string CheckCheckpoint(const std::string& bytes, Tally& tally) {
 TEST(FileFuzzTest, CheckpointMetadataReaderKeepsEveryFieldInRange) {
   const std::vector<std::string> seeds = CheckpointSeeds();
   Rng rng(0x636b7074);  // "ckpt"
-  Tally tally = Fuzz(seeds, 1500, 0x636b7074,
+  Tally tally = Fuzz(seeds, 3000, 0x636b7074,
                      [&](const std::string& s) { return MutateSafeTensors(s, rng); },
                      CheckCheckpoint);
   EXPECT_EQ(tally.failures, 0);
@@ -429,7 +431,7 @@ std::string CheckShard(const std::string& bytes, Tally& tally) {
 TEST(FileFuzzTest, ShardReaderRefusesEveryBadShardInOneLine) {
   const std::vector<std::string> seeds = ShardSeeds();
   Rng rng(0x73686172);  // "shar"
-  Tally tally = Fuzz(seeds, 3000, 0x73686172,
+  Tally tally = Fuzz(seeds, 20000, 0x73686172,
                      [&](const std::string& s) { return MutateShard(s, rng); }, CheckShard);
   EXPECT_EQ(tally.failures, 0);
   EXPECT_GE(tally.cases, 2000);
