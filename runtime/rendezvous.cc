@@ -303,11 +303,11 @@ Status Rendezvous::JoinAsRoot() {
     bool disagreement = false;
     StatusOr<int64_t> rank = Welcome(s, address, deadline, &disagreement);
     if (!rank.ok()) {
+      // Note [agreement]: the ranks still to come (all missing ones but the
+      // one that disagreed, which Welcome told) hear it too.
+      const auto latecomers = static_cast<int64_t>(missing_ranks().size()) - 1;
       Status failed = Fail(rank.status());
-      // Note [agreement]: the ranks still to come hear it too.
-      if (disagreement) {
-        TellLatecomers(listener, failed.message(), static_cast<int64_t>(missing_ranks().size()));
-      }
+      if (disagreement) TellLatecomers(listener, failed.message(), latecomers);
       return failed;
     }
     if (*rank == 0) continue;

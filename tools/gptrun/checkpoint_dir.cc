@@ -77,13 +77,14 @@ Status RemoveStepDir(const fs::path& path) {
 // one of its safetensors files is missing or its header does not read.
 // Sets `run_id` from the model file.
 std::string Incomplete(const fs::path& dir, std::string& run_id) {
-  for (const char* file : {"model.safetensors", "optim.safetensors"}) {
+  for (const std::string_view file : {"model.safetensors", "optim.safetensors"}) {
     std::error_code ec;
     if (!fs::exists(dir / file, ec)) return fmt::format("no {}", file);
     StatusOr<std::map<std::string, std::string>> meta =
         rt::ReadSafeTensorsMetadata((dir / file).string());
     if (!meta.ok()) return meta.status().message();
-    if (auto it = meta->find(kRunIdKey); it != meta->end() && file[0] == 'm') run_id = it->second;
+    auto it = meta->find(kRunIdKey);
+    if (file == "model.safetensors" && it != meta->end()) run_id = it->second;
   }
   return "";
 }
