@@ -1,6 +1,7 @@
 #include "runtime/rendezvous.h"
 
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -93,6 +94,13 @@ std::string Disagreement(int64_t rank, const AgreedFields& mine, const AgreedFie
       "with the same training flags and data)",
       rank, fmt::join(differences.begin(), differences.begin() + shown, "; "),
       differences.size() > shown ? fmt::format("; and {} more", differences.size() - shown) : "");
+}
+
+// Whether `addr` (MASTER_ADDR) names this host: loopback, or its host name.
+bool IsThisHost(const std::string& addr) {
+  char host[256] = {};
+  return addr.starts_with("127.") || addr == "localhost" ||
+         (gethostname(host, sizeof(host) - 1) == 0 && addr == host);
 }
 
 // Rank 0, after the rendezvous failed with `text`: the ranks that connect
@@ -329,8 +337,8 @@ Status Rendezvous::AwaitGreeting(Clock::time_point deadline) {
   const auto until = std::min(deadline, connected + kGreetingTimeout);
   // Note [greeting]: what is there, when it is not a gptrun rank 0.
   auto stranger = [&](const std::string& what) {
-    const bool local = options_.master_addr == "127.0.0.1" || options_.master_addr == "localhost";
-    const std::string who = local ? ListenerOf(options_.master_port) : "";
+    const std::string who =
+        IsThisHost(options_.master_addr) ? ListenerOf(options_.master_port) : "";
     return Error("rendezvous: rank {}: {} is not a gptrun rank 0: {}{} (another program holds "
                  "MASTER_PORT? choose a free one for every rank)",
                  options_.rank, master, what,
