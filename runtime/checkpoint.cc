@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -30,46 +29,27 @@ std::string ConfigJson(const program::ModelConfig& model) {
 StatusOr<program::ModelConfig> ParseConfig(const std::string& text, const std::string& path) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return Error("{}: not a JSON object", path);
+  if (j.contains("model_type")) {
+    const std::string dir = path.substr(0, path.rfind('/'));
+    return Error(
+        "{}: a Hugging Face model's config (gptc export-hf writes these), not a gptc "
+        "checkpoint's: make one with gptc import-hf {} OUT_DIR, then use OUT_DIR",
+        path, dir);
+  }
   ASSIGN_OR_RETURN(program::ModelConfig model, program::ReadModelConfig(j, path));
   RETURN_IF_ERROR(CheckConfig(model, path));
   return model;
 }
 
 std::map<std::string, std::string> Metadata(const CheckpointData& data, int64_t wte_rows) {
-  std::map<std::string, std::string> meta = data.extra_metadata;
-  meta["format"] = "pt";
-  meta["gptc.step"] = std::to_string(data.step);
-  meta["gptc.data.epoch"] = std::to_string(data.data.epoch);
-  meta["gptc.data.shard"] = std::to_string(data.data.shard);
-  meta["gptc.data.sequence"] = std::to_string(data.data.sequence);
-  meta["gptc.vocab"] = std::to_string(data.model.vocab);
-  meta["gptc.wte_rows"] = std::to_string(wte_rows);
-  if (!data.run_id.empty()) meta["gptc.run_id"] = data.run_id;
-  if (data.data_source.known()) {
-    meta["gptc.data.train"] = data.data_source.train;
-    meta["gptc.data.shards"] = data.data_source.shards;
-    meta["gptc.data.seq"] = std::to_string(data.data_source.seq);
-    meta["gptc.data.seed"] = data.data_source.seed;
-  }
-  return meta;
-}
-
-std::string MetaString(const SafeTensors& file, const std::string& key) {
-  auto it = file.metadata.find(key);
-  return it == file.metadata.end() ? "" : it->second;
-}
-
-StatusOr<int64_t> MetaInt(const SafeTensors& file, const std::string& path,
-                          const std::string& key) {
-  auto it = file.metadata.find(key);
-  if (it == file.metadata.end()) return Error("{}: __metadata__ lacks '{}'", path, key);
-  int64_t v = 0;
-  const std::string& s = it->second;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size()) {
-    return Error("{}: __metadata__ '{}' is '{}', not an integer", path, key, s);
-  }
-  return v;
+  CheckpointMetadata meta{.step = data.step,
+                          .data = data.data,
+                          .vocab = data.model.vocab,
+                          .wte_rows = wte_rows,
+                          .run_id = data.run_id,
+                          .data_source = data.data_source,
+                          .extra = data.extra_metadata};
+  return EncodeCheckpointMetadata(meta);
 }
 
 // The f32 values of `name`, checked against `spec`'s shape.
@@ -82,47 +62,6 @@ StatusOr<std::vector<float>> TensorFor(const SafeTensors& file, const std::strin
                  ir::DimsToString(t->shape), ir::DimsToString(spec.shape.dims()));
   }
   return F32Values(*t);
-}
-
-// Note [checkpoint checksums]: FNV-1a-64 over every tensor's name, dtype,
-// shape and bytes, in name order (a reader may list them in any), kept in the file's own
-// __metadata__ (so a safetensors reader elsewhere still loads it); --resume recomputes it, so a
-// flipped byte in tensor data is refused instead of resumed.
-constexpr char kChecksumKey[] = "gptc.checksum";
-
-std::string Checksum(const SafeTensors& file) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  auto mix = [&](std::string_view bytes) {
-    for (unsigned char c : bytes) {
-      h ^= c;
-      h *= 0x100000001b3ull;
-    }
-  };
-  std::vector<const SafeTensor*> sorted;
-  for (const SafeTensor& t : file.tensors) sorted.push_back(&t);
-  std::sort(sorted.begin(), sorted.end(),
-            [](const SafeTensor* a, const SafeTensor* b) { return a->name < b->name; });
-  for (const SafeTensor* p : sorted) {
-    const SafeTensor& t = *p;
-    mix(t.name);
-    mix(t.dtype);
-    for (int64_t d : t.shape) mix(std::to_string(d) + ",");
-    mix(t.data);
-  }
-  return fmt::format("fnv1a64:{:016x}", h);
-}
-
-Status VerifyChecksum(const SafeTensors& file, const std::string& path) {
-  auto it = file.metadata.find(kChecksumKey);
-  if (it == file.metadata.end()) return Status::Ok();  // written before checksums
-  const std::string actual = Checksum(file);
-  if (it->second != actual) {
-    return Error(
-        "{}: checksum mismatch: __metadata__ says {}, the tensors give {} (the file is "
-        "corrupt; resume from another checkpoint)",
-        path, it->second, actual);
-  }
-  return Status::Ok();
 }
 
 std::vector<float> ToFloats(const eval::Literal& l) {
@@ -156,8 +95,8 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointData& data) {
                  data.model.padded_vocab, wte_rows);
   }
   model.metadata = optim.metadata = Metadata(data, wte_rows);
-  model.metadata[kChecksumKey] = Checksum(model);
-  optim.metadata[kChecksumKey] = Checksum(optim);
+  model.metadata[kChecksumKey] = CheckpointChecksum(model);
+  optim.metadata[kChecksumKey] = CheckpointChecksum(optim);
   RETURN_IF_ERROR(WriteFileAtomically(config_path, ConfigJson(data.model)));
   // Optimizer first: a model file is never newer than a whole optimizer file
   // without the step check in LoadCheckpoint noticing.
@@ -165,55 +104,36 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointData& data) {
   return WriteSafeTensors(dir + "/" + kModelFile, model);
 }
 
-DataSource MakeDataSource(const std::string& pattern, const std::vector<std::string>& shards,
-                          int64_t seq, uint64_t seed) {
-  // FNV-1a over the file names (not the directories: a dataset moved to
-  // another disk is the same data).
-  uint64_t hash = 1469598103934665603ull;
-  for (const std::string& path : shards) {
-    const size_t slash = path.rfind('/');
-    for (char c : std::string_view(path).substr(slash == std::string::npos ? 0 : slash + 1)) {
-      hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    }
-    hash = (hash ^ 0xff) * 1099511628211ull;
-  }
-  return DataSource{.train = pattern,
-                    .shards = fmt::format("{}:{:016x}", shards.size(), hash),
-                    .seq = seq,
-                    .seed = std::to_string(seed)};
-}
-
 StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
-                                        const std::vector<program::ParamSpec>& params) {
+                                        const std::vector<program::ParamSpec>& params,
+                                        CheckpointParts parts) {
   const std::string model_path = dir + "/" + kModelFile;
   const std::string optim_path = dir + "/" + kOptimFile;
-  ASSIGN_OR_RETURN(SafeTensors model, ReadCheckpointModel(dir));
-  ASSIGN_OR_RETURN(SafeTensors optim, ReadSafeTensors(optim_path));
-  RETURN_IF_ERROR(VerifyChecksum(optim, optim_path));
   CheckpointData data;
+  // config.json first: a Hugging Face directory is named as one, not as a
+  // checkpoint lacking its optimizer file.
   if (access((dir + "/" + kConfigFile).c_str(), F_OK) == 0) {
     ASSIGN_OR_RETURN(data.model, ReadCheckpointConfig(dir));
   }
-  ASSIGN_OR_RETURN(data.step, MetaInt(model, model_path, "gptc.step"));
-  ASSIGN_OR_RETURN(int64_t optim_step, MetaInt(optim, optim_path, "gptc.step"));
-  if (optim_step != data.step) {
-    return Error("{}: model is at step {} but {} is at step {}", dir, data.step, kOptimFile,
-                 optim_step);
+  ASSIGN_OR_RETURN(SafeTensors model, ReadCheckpointModel(dir));
+  ASSIGN_OR_RETURN(CheckpointMetadata meta, DecodeCheckpointMetadata(model.metadata, model_path));
+  SafeTensors optim;
+  if (parts == CheckpointParts::kAll) {
+    ASSIGN_OR_RETURN(optim, ReadSafeTensors(optim_path));
+    RETURN_IF_ERROR(VerifyCheckpointChecksum(optim, optim_path));
+    ASSIGN_OR_RETURN(CheckpointMetadata optim_meta,
+                     DecodeCheckpointMetadata(optim.metadata, optim_path));
+    if (optim_meta.step != meta.step) {
+      return Error("{}: model is at step {} but {} is at step {}", dir, meta.step, kOptimFile,
+                   optim_meta.step);
+    }
   }
-  ASSIGN_OR_RETURN(data.data.epoch, MetaInt(model, model_path, "gptc.data.epoch"));
-  ASSIGN_OR_RETURN(data.data.shard, MetaInt(model, model_path, "gptc.data.shard"));
-  ASSIGN_OR_RETURN(data.data.sequence, MetaInt(model, model_path, "gptc.data.sequence"));
-  ASSIGN_OR_RETURN(data.model.vocab, MetaInt(model, model_path, "gptc.vocab"));
-  data.run_id = MetaString(model, "gptc.run_id");
-  data.data_source.shards = MetaString(model, "gptc.data.shards");
-  if (data.data_source.known()) {
-    data.data_source.train = MetaString(model, "gptc.data.train");
-    data.data_source.seed = MetaString(model, "gptc.data.seed");
-    ASSIGN_OR_RETURN(data.data_source.seq, MetaInt(model, model_path, "gptc.data.seq"));
-  }
-  for (const auto& [k, v] : model.metadata) {
-    if (!k.starts_with("gptc.") && k != "format") data.extra_metadata[k] = v;
-  }
+  data.step = meta.step;
+  data.data = meta.data;
+  data.model.vocab = meta.vocab;
+  data.run_id = std::move(meta.run_id);
+  data.data_source = std::move(meta.data_source);
+  data.extra_metadata = std::move(meta.extra);
   if (model.tensors.size() != params.size()) {
     return Error("{}: {} tensors, the model has {} parameters", model_path, model.tensors.size(),
                  params.size());
@@ -221,11 +141,16 @@ StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
   data.params = params;
   for (const program::ParamSpec& spec : params) {
     ASSIGN_OR_RETURN(std::vector<float> v, TensorFor(model, model_path, spec.name, spec));
+    data.values.push_back(std::move(v));
+    if (parts != CheckpointParts::kAll) {  // zero moments: what a fresh optimizer holds
+      data.adam_m.emplace_back(data.values.back().size(), 0.0f);
+      data.adam_v.emplace_back(data.values.back().size(), 0.0f);
+      continue;
+    }
     ASSIGN_OR_RETURN(std::vector<float> m,
                      TensorFor(optim, optim_path, "adam_m." + spec.name, spec));
     ASSIGN_OR_RETURN(std::vector<float> s,
                      TensorFor(optim, optim_path, "adam_v." + spec.name, spec));
-    data.values.push_back(std::move(v));
     data.adam_m.push_back(std::move(m));
     data.adam_v.push_back(std::move(s));
   }
@@ -241,7 +166,7 @@ StatusOr<program::ModelConfig> ReadCheckpointConfig(const std::string& dir) {
 StatusOr<SafeTensors> ReadCheckpointModel(const std::string& dir) {
   const std::string path = dir + "/" + kModelFile;
   ASSIGN_OR_RETURN(SafeTensors model, ReadSafeTensors(path));
-  RETURN_IF_ERROR(VerifyChecksum(model, path));
+  RETURN_IF_ERROR(VerifyCheckpointChecksum(model, path));
   return model;
 }
 

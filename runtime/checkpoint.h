@@ -6,13 +6,15 @@
 //   DIR/optim.safetensors  the AdamW moments, adam_m.<name> and adam_v.<name>
 //   DIR/config.json        the model (Note [checkpoint config])
 //
-// Both files carry the same __metadata__: "format": "pt", "gptc.step" (optimizer
-// steps done), the data loader's position "gptc.data.epoch", "gptc.data.shard",
-// "gptc.data.sequence", and "gptc.vocab" / "gptc.wte_rows"; then, when known,
-// the run that wrote it, "gptc.run_id" (Note [checkpoint ownership] in
-// tools/gptrun/checkpoint_dir.h), and what its data loader read,
-// "gptc.data.train", "gptc.data.shards", "gptc.data.seq", "gptc.data.seed"
-// (Note [data source]).
+// Both files carry the same __metadata__ (runtime/checkpoint_metadata.h, which
+// range-checks every field when it reads them): "format": "pt", "gptc.step"
+// (optimizer steps done), the data loader's position "gptc.data.epoch",
+// "gptc.data.shard", "gptc.data.sequence", and "gptc.vocab" / "gptc.wte_rows";
+// then, when known, the run that wrote it, "gptc.run_id" (Note [checkpoint
+// ownership] in tools/gptrun/checkpoint_dir.h), and what its data loader read,
+// "gptc.data.train", "gptc.data.files", "gptc.data.seq", "gptc.data.seed"
+// (Note [data source]); and "gptc.checksum" over all of it (Note [checkpoint
+// checksums]).
 //
 // Note [padded wte]: our token table has padded_vocab rows (50304 for GPT-2)
 // where Hugging Face's has 50257. The checkpoint stores the padded table as it
@@ -45,31 +47,13 @@
 #include "compiler/support/status.h"
 #include "compiler/program/param.h"
 #include "runtime/cpu_device.h"
+#include "runtime/checkpoint_metadata.h"
 #include "runtime/data_loader.h"
 #include "compiler/program/model_config.h"
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
 
 namespace gptc::rt {
-
-// Note [data source]: the loader's position (DataLoader::State) means
-// something only for the same shards, sequence length and seed: with another
-// of these, resuming would silently repeat some data and skip other. So a
-// checkpoint records them, and gptrun refuses to resume with others unless
-// told to start the data over (--reset-data). Checkpoints from before it
-// record none (empty, 0), and nothing is compared.
-struct DataSource {
-  std::string train;   // the --train pattern as given (for messages)
-  std::string shards;  // "N:HASH": the shard count and a hash of their file names, in order
-  int64_t seq = 0;     // tokens per sequence
-  std::string seed;    // the data order's seed, in decimal
-  bool known() const { return !shards.empty(); }
-  bool operator==(const DataSource&) const = default;
-};
-
-// The DataSource of `shards` (the loader's paths) read with `seq` and `seed`.
-DataSource MakeDataSource(const std::string& pattern, const std::vector<std::string>& shards,
-                          int64_t seq, uint64_t seed);
 
 // Everything a checkpoint holds, independent of the device that trains.
 struct CheckpointData {
@@ -88,12 +72,18 @@ struct CheckpointData {
 // config or its padded_vocab is not the rows of wte.weight.
 Status SaveCheckpoint(const std::string& dir, const CheckpointData& data);
 // Reads a checkpoint whose parameters must be exactly `params` (names, shapes).
-// Without config.json (an older checkpoint) only model.vocab is known.
+// Without config.json (an older checkpoint) only model.vocab is known. With
+// kModelOnly (generation) optim.safetensors is not read and the moments are
+// zero. A Hugging Face model directory is refused, pointing to gptc
+// import-hf.
+enum class CheckpointParts { kAll, kModelOnly };
 StatusOr<CheckpointData> LoadCheckpoint(const std::string& dir,
-                                        const std::vector<program::ParamSpec>& params);
+                                        const std::vector<program::ParamSpec>& params,
+                                        CheckpointParts parts = CheckpointParts::kAll);
 
 // DIR/config.json, checked: sizes positive, heads dividing the width, vocab
-// within padded_vocab. Errors name the file and the key.
+// within padded_vocab. Errors name the file and the key; a Hugging Face
+// config.json (one with "model_type": gptc export-hf's) says to import it.
 StatusOr<program::ModelConfig> ReadCheckpointConfig(const std::string& dir);
 // DIR/model.safetensors, its checksum verified (Note [checkpoint checksums]).
 StatusOr<SafeTensors> ReadCheckpointModel(const std::string& dir);

@@ -141,14 +141,33 @@ std::string EncodeShard(const std::vector<int32_t>& tokens) {
   return bytes;
 }
 
+StatusOr<std::vector<uint16_t>> ParseShard(std::string_view bytes, const std::string& name,
+                                           int64_t vocab) {
+  ASSIGN_OR_RETURN(int64_t count,
+                   CheckHeader(name, bytes.data(), static_cast<int64_t>(bytes.size())));
+  std::vector<uint16_t> tokens(count);
+  if (count > 0) std::memcpy(tokens.data(), bytes.data() + kShardHeaderBytes, 2 * count);
+  RETURN_IF_ERROR(CheckTokens(name, tokens, 0, vocab));
+  return tokens;
+}
+
 StatusOr<std::vector<uint16_t>> ReadShard(const std::string& path, int64_t vocab) {
   ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-  ASSIGN_OR_RETURN(int64_t count,
-                   CheckHeader(path, bytes.data(), static_cast<int64_t>(bytes.size())));
-  std::vector<uint16_t> tokens(count);
-  std::memcpy(tokens.data(), bytes.data() + kShardHeaderBytes, 2 * count);
-  RETURN_IF_ERROR(CheckTokens(path, tokens, 0, vocab));
-  return tokens;
+  return ParseShard(bytes, path, vocab);
+}
+
+StatusOr<std::vector<std::string>> ExpandShardPattern(const std::string& pattern) {
+  glob_t g{};
+  const int rc = glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
+  if (rc == GLOB_NOMATCH) return Error("{}: no shard matches", pattern);
+  if (rc != 0) {
+    globfree(&g);
+    return Error("{}: cannot expand the pattern", pattern);
+  }
+  std::vector<std::string> paths;
+  for (size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);
+  globfree(&g);  // glob(3) sorts the paths
+  return paths;
 }
 
 StatusOr<DataLoader> DataLoader::Open(Options options) {
@@ -158,15 +177,7 @@ StatusOr<DataLoader> DataLoader::Open(Options options) {
                  options.rank, options.world);
   }
   DataLoader loader;
-  glob_t g{};
-  const int rc = glob(options.pattern.c_str(), GLOB_ERR, nullptr, &g);
-  if (rc == GLOB_NOMATCH) return Error("{}: no shard matches", options.pattern);
-  if (rc != 0) {
-    globfree(&g);
-    return Error("{}: cannot expand the pattern", options.pattern);
-  }
-  for (size_t i = 0; i < g.gl_pathc; ++i) loader.paths_.emplace_back(g.gl_pathv[i]);
-  globfree(&g);  // glob(3) sorts the paths
+  ASSIGN_OR_RETURN(loader.paths_, ExpandShardPattern(options.pattern));
 
   const int64_t step = options.batch * options.world;
   bool fits = false;

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/support/status.h"
@@ -45,6 +46,12 @@ std::string EncodeShard(const std::vector<int32_t>& tokens);
 // Errors name the file and the byte offset at fault (and, for an id, the
 // token's index and value).
 StatusOr<std::vector<uint16_t>> ReadShard(const std::string& path, int64_t vocab);
+// The same for a shard's bytes, read from `name` (for errors).
+StatusOr<std::vector<uint16_t>> ParseShard(std::string_view bytes, const std::string& name,
+                                           int64_t vocab);
+
+// The shards `pattern` (glob(3)) matches, sorted; none is an error.
+StatusOr<std::vector<std::string>> ExpandShardPattern(const std::string& pattern);
 
 class DataLoader {
  public:

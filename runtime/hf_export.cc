@@ -28,15 +28,6 @@ int64_t Elements(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// The checkpoint's gptc.step, 0 when absent or malformed (only reported).
-int64_t Step(const SafeTensors& file) {
-  auto it = file.metadata.find("gptc.step");
-  if (it == file.metadata.end()) return 0;
-  int64_t step = 0;
-  std::from_chars(it->second.data(), it->second.data() + it->second.size(), step);
-  return step;
-}
-
 }  // namespace
 
 std::string HfConfigJson(const program::ModelConfig& model) {
@@ -126,13 +117,14 @@ StatusOr<HfExportSummary> ExportHuggingFace(const std::string& ckpt_dir,
   ASSIGN_OR_RETURN(summary.model, ReadCheckpointConfig(ckpt_dir));
   ASSIGN_OR_RETURN(SafeTensors checkpoint, ReadCheckpointModel(ckpt_dir));
   const std::string model_path = ckpt_dir + "/model.safetensors";
-  if (auto it = checkpoint.metadata.find("gptc.vocab");
-      it != checkpoint.metadata.end() && it->second != std::to_string(summary.model.vocab)) {
+  ASSIGN_OR_RETURN(CheckpointMetadata meta,
+                   DecodeCheckpointMetadata(checkpoint.metadata, model_path));
+  if (meta.vocab != summary.model.vocab) {
     return Error("{}: __metadata__ 'gptc.vocab' is {} but {} says 'vocab' {}", model_path,
-                 it->second, config_path, summary.model.vocab);
+                 meta.vocab, config_path, summary.model.vocab);
   }
   ASSIGN_OR_RETURN(SafeTensors hf, HfStateDict(checkpoint, summary.model, model_path));
-  summary.step = Step(checkpoint);
+  summary.step = meta.step;
   summary.tensors = static_cast<int64_t>(hf.tensors.size());
   for (const SafeTensor& t : hf.tensors) summary.values += Elements(t.shape);
 

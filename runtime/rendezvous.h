@@ -11,11 +11,31 @@
 //   RETURN_IF_ERROR(rdv->Barrier());
 //
 // Protocol: rank 0 listens on every interface at the port; every other rank
-// connects (retrying while rank 0 is not up yet) and sends a hello (protocol
-// version, rank, world size); once rank 0 holds a valid hello from each of
-// ranks 1..N-1 it answers every one, and Join returns on all ranks. The
-// connections stay open: Broadcast, Barrier and the TCP communicator
-// (runtime/communicator.h) run over them as a star through rank 0.
+// connects (retrying while rank 0 is not up yet), waits for rank 0's
+// greeting (Note [greeting]) and sends a hello (protocol version, rank, world
+// size and the fields of Note [agreement]); once rank 0 holds a valid,
+// agreeing hello from each of ranks 1..N-1 it answers every one, and Join
+// returns on all ranks. The connections stay open: Broadcast, Barrier and the
+// TCP communicator (runtime/communicator.h) run over them as a star through
+// rank 0.
+//
+// Note [greeting]: rank 0 speaks first, a frame with the protocol version,
+// as soon as it accepts a connection. A rank that connects to MASTER_PORT
+// and gets anything else (another program's banner, bytes that are no frame,
+// silence for kGreetingTimeout, a closed connection) fails at once naming
+// what it got and, when the address is this host's, the process that
+// listens there: it never takes another program for rank 0. Rank 0 that
+// cannot listen because another program holds the port names it too.
+//
+// Note [agreement]: data parallelism is only right when every rank trains
+// the same way: the same artifact, learning-rate schedule, seed, data and
+// start. Each rank sends these (RendezvousOptions::agreed, name and value)
+// in its hello; rank 0 compares them with its own as each hello arrives, and
+// the first rank that differs fails the rendezvous on every rank with one
+// line naming that rank and the fields ("rendezvous: rank 1 disagrees with
+// rank 0: --lr is '0.002' on rank 1 but '0.001' on rank 0 ..."), at once:
+// the ranks already connected get it as the rendezvous' failure, and rank 0
+// answers those that connect within the next kLatecomerWindow (5 s) with it.
 //
 // Failure (Note [failure] in runtime/communicator.h): every blocking step
 // ends by `timeout`. A rank that never comes makes rank 0 fail with the
@@ -45,6 +65,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/support/status.h"
@@ -52,6 +73,10 @@
 #include "runtime/tcp_socket.h"
 
 namespace gptc::rt {
+
+// Note [agreement]: (name, value) pairs, in order; an empty value is not
+// compared.
+using AgreedFields = std::vector<std::pair<std::string, std::string>>;
 
 struct RendezvousOptions {
   std::string master_addr = "127.0.0.1";
@@ -67,6 +92,8 @@ struct RendezvousOptions {
   std::chrono::milliseconds progress_interval{5000};
   // Receives those lines (no newline); unset: they go to stderr.
   std::function<void(const std::string& line)> progress;
+  // What every rank must agree on (Note [agreement]); none: nothing compared.
+  AgreedFields agreed;
 };
 
 RendezvousOptions RendezvousOptionsFrom(const LaunchEnv& env);
@@ -129,6 +156,13 @@ class Rendezvous {
   explicit Rendezvous(RendezvousOptions options) : options_(std::move(options)) {}
   Status JoinAsRoot();
   Status JoinAsPeer();
+  // Rank 0's side of one accepted connection: the greeting, then the hello;
+  // returns the rank it joins (0 when it is not one of ours), or the error
+  // that ends the rendezvous (*disagreement: for Note [agreement]).
+  StatusOr<int64_t> Welcome(Socket& s, const std::string& address, Clock::time_point deadline,
+                            bool* disagreement);
+  // A peer's side: rank 0's greeting on peers_[0] (Note [greeting]).
+  Status AwaitGreeting(Clock::time_point deadline);
 
   RendezvousOptions options_;
   std::vector<Socket> peers_;

@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/support/status.h"
+#include "compiler/support/text.h"
 
 namespace gptc::rt {
 
@@ -35,8 +37,12 @@ struct SafeTensors {
 int64_t DTypeBytes(const std::string& dtype);
 
 // The whole file's bytes; fails on an unknown dtype, a size that does not
-// match the shape, or a repeated name.
+// match the shape, a rank above the reader's limit, or a repeated name.
 StatusOr<std::string> SerializeSafeTensors(const SafeTensors& file);
+// The file's tensors (in name order) and metadata, checked as Note [strict
+// safetensors] in safetensors.cc says: repeated keys, overlapping, unordered
+// or uncovered data offsets, dtype/shape/size disagreements and ranks above
+// 16 are refused with one short line naming `name` and the tensor.
 StatusOr<SafeTensors> ParseSafeTensors(const std::string& bytes, const std::string& name);
 
 // Writes atomically (temp file, fsync, rename): `path` holds either the old
@@ -46,7 +52,8 @@ Status WriteSafeTensors(const std::string& path, const SafeTensors& file);
 StatusOr<SafeTensors> ReadSafeTensors(const std::string& path);
 
 // Only the __metadata__ of a file, reading its header and not its tensors
-// (a checkpoint's model file is ~500 MB at gpt2-124m).
+// (a checkpoint's model file is ~500 MB at gpt2-124m); the header is checked
+// as ParseSafeTensors checks it, against the file's size.
 StatusOr<std::map<std::string, std::string>> ReadSafeTensorsMetadata(const std::string& path);
 
 // f32 tensors from/to floats.

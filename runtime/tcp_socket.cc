@@ -10,8 +10,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
 
 namespace gptc::rt {
 
@@ -184,7 +190,10 @@ StatusOr<Socket> Listen(int port, int backlog) {
   addr.sin_addr.s_addr = htonl(INADDR_ANY);
   addr.sin_port = htons(static_cast<uint16_t>(port));
   if (::bind(s.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) {
-    return Error("cannot listen on port {}: {}", port, Errno(errno));
+    const int err = errno;
+    const std::string who = err == EADDRINUSE ? ListenerOf(port) : "";
+    return Error("cannot listen on port {}: {}{}", port, Errno(err),
+                 who.empty() ? "" : fmt::format("; {} listens there", who));
   }
   if (::listen(s.fd(), backlog) < 0) return Error("listen on port {}: {}", port, Errno(errno));
   RETURN_IF_ERROR(SetNonBlocking(s.fd()));
@@ -262,6 +271,73 @@ StatusOr<int> PickFreePort() {
     return Error("bind: {}", Errno(errno));
   }
   return LocalPort(s);
+}
+
+StatusOr<std::string> PeekSome(const Socket& socket, size_t max_bytes,
+                               Clock::time_point deadline) {
+  while (true) {
+    ASSIGN_OR_RETURN(bool ready, WaitFor(socket.fd(), POLLIN, deadline));
+    if (!ready) return Error("timed out");
+    std::string bytes(max_bytes, '\0');
+    const ssize_t n = ::recv(socket.fd(), bytes.data(), bytes.size(), MSG_PEEK);
+    if (n >= 0) {
+      bytes.resize(static_cast<size_t>(n));
+      return bytes;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+    if (errno == ECONNRESET) return std::string();
+    return Error("recv: {}", Errno(errno));
+  }
+}
+
+bool MayBeFrame(std::string_view bytes) {
+  const std::string_view magic(reinterpret_cast<const char*>(&kFrameMagic), 4);
+  return bytes.substr(0, 4) == magic.substr(0, std::min<size_t>(bytes.size(), 4));
+}
+
+namespace {
+
+// The socket inodes listening on TCP `port` in /proc/net/tcp and tcp6.
+std::set<std::string> ListeningInodes(int port) {
+  std::set<std::string> inodes;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the column names
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+          timeout >> inode;
+      const size_t colon = local.rfind(':');
+      if (state != "0A" || colon == std::string::npos) continue;  // 0A: LISTEN
+      if (std::strtol(local.c_str() + colon + 1, nullptr, 16) == port) inodes.insert(inode);
+    }
+  }
+  return inodes;
+}
+
+}  // namespace
+
+std::string ListenerOf(int port) {
+  const std::set<std::string> inodes = ListeningInodes(port);
+  if (inodes.empty()) return "";
+  std::error_code ec;
+  for (const auto& proc : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string pid = proc.path().filename().string();
+    if (pid.empty() || !std::isdigit(static_cast<unsigned char>(pid[0]))) continue;
+    std::error_code fd_ec;
+    for (const auto& fd : std::filesystem::directory_iterator(proc.path() / "fd", fd_ec)) {
+      std::error_code link_ec;
+      const std::string target = std::filesystem::read_symlink(fd.path(), link_ec).string();
+      if (link_ec || !target.starts_with("socket:[")) continue;
+      if (!inodes.contains(target.substr(8, target.size() - 9))) continue;
+      std::string comm;
+      std::getline(std::ifstream(proc.path() / "comm"), comm);
+      return fmt::format("{} (pid {})", comm.empty() ? "a process" : comm, pid);
+    }
+  }
+  return "a process of another user";
 }
 
 Status SendFrame(Socket& socket, FrameType type, std::span<const std::byte> payload,

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/support/status.h"
@@ -73,6 +74,17 @@ StatusOr<Socket> ConnectOnce(const std::string& host, int port, Clock::time_poin
 // the deadline passes first. Lets a caller wake up on the way to a longer
 // wait without cutting a frame in two.
 StatusOr<bool> WaitReadable(const Socket& socket, Clock::time_point deadline);
+// Up to `max_bytes` of what `socket` has received, left unread (MSG_PEEK),
+// once something arrived before `deadline` ("timed out" otherwise); empty
+// when the peer closed the connection.
+StatusOr<std::string> PeekSome(const Socket& socket, size_t max_bytes, Clock::time_point deadline);
+// Whether `bytes`, the first received on a connection, can begin a frame
+// (they are the frame magic, or a beginning of it).
+bool MayBeFrame(std::string_view bytes);
+// The local process listening on TCP `port`, "python3 (pid 4242)", found in
+// /proc; "a process of another user" when its sockets are not ours to see;
+// "" when nothing here listens there.
+std::string ListenerOf(int port);
 // A TCP port that is free on loopback right now (tests).
 StatusOr<int> PickFreePort();
 

@@ -33,4 +33,21 @@ std::string Plural(int64_t n, std::string_view noun, std::string_view plural) {
   return plural.empty() ? fmt::format("{} {}s", n, noun) : fmt::format("{} {}", n, plural);
 }
 
+std::string Shown(std::string_view text, size_t max_chars) {
+  std::string out = "'";
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (out.size() > max_chars) {
+      out += fmt::format("...' ({} bytes)", text.size());
+      return out;
+    }
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f || c == '\\' || c == '\'') {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "'";
+}
+
 }  // namespace gptc

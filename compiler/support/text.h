@@ -19,6 +19,12 @@ std::string WithThousands(int64_t value);
 // noun; `plural` when adding "s" is wrong ("1 entry", "2 entries").
 std::string Plural(int64_t n, std::string_view noun, std::string_view plural = {});
 
+// `text` quoted for a one-line message: 'text', control bytes, quotes and
+// backslashes as \xNN, and cut after about `max_chars` ("'abc...' (200000
+// bytes)"), so that a name read from a file or a socket never makes a long
+// or broken line.
+std::string Shown(std::string_view text, size_t max_chars = 64);
+
 }  // namespace gptc
 
 #endif  // GPTC_COMPILER_SUPPORT_TEXT_H_

@@ -185,7 +185,7 @@ fi
 
 # Note [data source]: resuming with another seed (or shards, or seq) would
 # change the data order.
-expect resume-other-seed 2 '^gptrun: --resume ck/step_000001: this run has --seed 7 where it had 0: the data order would change .*--reset-data starts the data over$' \
+expect resume-other-seed 2 '^gptrun: --resume ck/step_000001: this run has --seed 7 where the checkpoint had 0: the data order would change .*--reset-data starts the data over$' \
   "$gptrun" t.gptx --device cpu "${train[@]}" --steps 2 --resume ck/step_000001 --seed 7
 expect reset-data-no-resume 2 '^gptrun: --reset-data applies with --resume$' \
   "$gptrun" t.gptx "${train[@]}" --reset-data

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <tuple>
+#include <vector>
 
 #include "compiler/support/file.h"
 #include "models/gpt2.h"
@@ -236,17 +238,147 @@ TEST_F(CheckpointTest, AFlippedTensorByteIsRefused) {
     StatusOr<CheckpointData> r = LoadCheckpoint(ckpt, program_.params);
     ASSERT_FALSE(r.ok()) << file;
     EXPECT_TRUE(r.status().message().starts_with(path + ": checksum mismatch: __metadata__ says "
-                                                        "fnv1a64:"))
+                                                        "fnv1a64m:"))
         << r.status().message();
     ASSERT_TRUE(WriteFileAtomically(path, *good).ok());
   }
   // Without the checksum (an older checkpoint): loads as before.
   StatusOr<SafeTensors> model = ReadSafeTensors(ckpt + "/model.safetensors");
   ASSERT_TRUE(model.ok());
-  EXPECT_TRUE(model->metadata.at("gptc.checksum").starts_with("fnv1a64:"));
+  EXPECT_TRUE(model->metadata.at("gptc.checksum").starts_with("fnv1a64m:"));
   model->metadata.erase("gptc.checksum");
   ASSERT_TRUE(WriteSafeTensors(ckpt + "/model.safetensors", *model).ok());
   EXPECT_TRUE(LoadCheckpoint(ckpt, program_.params).ok());
+}
+
+// Note [checkpoint checksums]: the checksum covers the metadata too; a file
+// of an older gptrun, whose "fnv1a64:" covers the tensors alone, still loads.
+TEST_F(CheckpointTest, TheChecksumCoversTheMetadata) {
+  CpuTrainer trainer(&program_, 1);
+  const std::string ckpt = dir_ + "/ckpt", path = ckpt + "/model.safetensors";
+  ASSERT_TRUE(SaveCheckpoint(ckpt, CaptureCpuTrainer(trainer, program_.params, {}, Model())).ok());
+  StatusOr<SafeTensors> model = ReadSafeTensors(path);
+  ASSERT_TRUE(model.ok());
+  SafeTensors edited = *model;
+  edited.metadata["gptc.step"] = "9223372036854775807";
+  ASSERT_TRUE(WriteSafeTensors(path, edited).ok());
+  StatusOr<CheckpointData> r = LoadCheckpoint(ckpt, program_.params);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().message().starts_with(path + ": checksum mismatch"))
+      << r.status().message();
+  // An older file: the tensors' checksum alone.
+  SafeTensors older = *model;
+  SafeTensors tensors_only{.tensors = model->tensors};
+  const std::string all = CheckpointChecksum(tensors_only);
+  older.metadata["gptc.checksum"] = "fnv1a64:" + all.substr(all.find(':') + 1);
+  ASSERT_TRUE(WriteSafeTensors(path, older).ok());
+  EXPECT_TRUE(LoadCheckpoint(ckpt, program_.params).ok());
+  older.metadata["gptc.checksum"] = "sha7:abc";
+  ASSERT_TRUE(WriteSafeTensors(path, older).ok());
+  EXPECT_EQ(LoadCheckpoint(ckpt, program_.params).status().message(),
+            path + ": __metadata__ 'gptc.checksum' is sha7:abc, not a checksum this gptrun knows");
+}
+
+// Note [checkpoint metadata ranges]: without a checksum to catch an edit,
+// every field is checked against what a run can mean, in one line.
+TEST_F(CheckpointTest, MetadataOutOfRangeIsRefused) {
+  CpuTrainer trainer(&program_, 1);
+  const std::string ckpt = dir_ + "/ckpt", path = ckpt + "/model.safetensors";
+  CheckpointData data = CaptureCpuTrainer(trainer, program_.params, {}, Model());
+  data.step = 3;
+  data.run_id = "0123456789abcdef";
+  StatusOr<DataSource> source =
+      MakeDataSource("x/train_*.bin", {dir_ + "/train_000.bin"}, kSeq, 11);
+  ASSERT_TRUE(source.ok());
+  data.data_source = *source;
+  ASSERT_TRUE(SaveCheckpoint(ckpt, data).ok());
+  StatusOr<SafeTensors> good = ReadSafeTensors(path);
+  ASSERT_TRUE(good.ok());
+  ASSERT_TRUE(LoadCheckpoint(ckpt, program_.params).ok());
+  const std::string big(200000, 'x');
+  using Case = std::tuple<std::string, std::string, std::string>;
+  for (const auto& [key, value, error] : std::vector<Case>{
+           {"gptc.step", "9223372036854775807", "is 9223372036854775807, not in [0, 2^40]"},
+           {"gptc.step", "-5", "is -5, not in [0, 2^40]"},
+           {"gptc.step", big,
+            "is '" + std::string(40, 'x') + "...' (200000 bytes), not an integer"},
+           {"gptc.data.epoch", "4", "is 4, beyond the step 3 (an epoch takes at least one step)"},
+           {"gptc.data.shard", "2", "is 2, beyond the 1 shards the run read"},
+           {"gptc.data.sequence", "-1", "is -1, not in [0, 2147483648]"},
+           {"gptc.vocab", "257", "is 257, not in [1, 256]"},
+           {"gptc.run_id", "abc\nd", "is 'abc\\x0ad', not 16 hex digits"},
+           {"gptc.data.seq", "0", "is 0, not in [1, 16777216]"},
+           {"gptc.data.seed", "-1", "is '-1', not a seed"},
+           {"gptc.val_loss", "nan", "is 'nan', not a finite loss (>= 0)"},
+           {"gptc.val_loss", "-2", "is '-2', not a finite loss (>= 0)"},
+           {"gptc.data.files", "[[\"a/b.bin\", 2048, \"0000000000000001\"]]",
+            "entry 0: 'a/b.bin' is not a file name"},
+           {"gptc.data.files", "[]", "lists 0 shards, not 1 to 1048576"},
+       }) {
+    SafeTensors bad = *good;
+    bad.metadata.erase("gptc.checksum");
+    bad.metadata[key] = value;
+    ASSERT_TRUE(WriteSafeTensors(path, bad).ok());
+    EXPECT_EQ(LoadCheckpoint(ckpt, program_.params).status().message(),
+              path + ": __metadata__ '" + key + "' " + error);
+  }
+}
+
+// Generation reads the model file alone; a Hugging Face directory is named.
+TEST_F(CheckpointTest, ModelOnlyLoadsWithoutTheOptimizerFile) {
+  CpuTrainer trainer(&program_, 1);
+  const std::string ckpt = dir_ + "/ckpt";
+  ASSERT_TRUE(SaveCheckpoint(ckpt, CaptureCpuTrainer(trainer, program_.params, {}, Model())).ok());
+  std::filesystem::remove(ckpt + "/optim.safetensors");
+  EXPECT_FALSE(LoadCheckpoint(ckpt, program_.params).ok());
+  StatusOr<CheckpointData> r = LoadCheckpoint(ckpt, program_.params, CheckpointParts::kModelOnly);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->adam_m.size(), program_.params.size());
+  EXPECT_EQ(r->adam_m[0], std::vector<float>(r->values[0].size(), 0.0f));
+  ASSERT_TRUE(WriteFileAtomically(ckpt + "/config.json", R"({"model_type": "gpt2", "n_layer": 1})")
+                  .ok());
+  EXPECT_EQ(LoadCheckpoint(ckpt, program_.params, CheckpointParts::kModelOnly).status().message(),
+            ckpt + "/config.json: a Hugging Face model's config (gptc export-hf writes these), not "
+                   "a gptc checkpoint's: make one with gptc import-hf " +
+                ckpt + " OUT_DIR, then use OUT_DIR");
+}
+
+// Note [shard identity]: the same files under another pattern or directory
+// are the same data; other files are named.
+TEST_F(CheckpointTest, DataSourcesCompareTheFilesNotThePatterns) {
+  const std::string a = dir_ + "/a", b = dir_ + "/b";
+  std::filesystem::create_directories(a);
+  std::filesystem::create_directories(b);
+  std::vector<int32_t> t1(500, 3), t2(700, 4), t3(500, 5);
+  for (const std::string& d : {a, b}) {
+    ASSERT_TRUE(WriteFileAtomically(d + "/train_000.bin", EncodeShard(t1)).ok());
+    ASSERT_TRUE(WriteFileAtomically(d + "/train_001.bin", EncodeShard(t2)).ok());
+  }
+  auto source = [&](const std::string& pattern, std::vector<std::string> files) {
+    StatusOr<DataSource> s = MakeDataSource(pattern, files, kSeq, 11);
+    EXPECT_TRUE(s.ok());
+    return *s;
+  };
+  const DataSource was = source("a/train_*.bin", {a + "/train_000.bin", a + "/train_001.bin"});
+  EXPECT_EQ(DataSourceChanges(was, source("b/train_00*.bin",
+                                          {b + "/train_000.bin", b + "/train_001.bin"})),
+            std::vector<std::string>{});
+  EXPECT_EQ(DataSourceChanges(was, source("b/train_000.bin", {b + "/train_000.bin"})),
+            std::vector<std::string>{
+                "--train 'b/train_000.bin' finding 1 shard where the checkpoint read 2 from "
+                "'a/train_*.bin': it lacks the checkpoint's train_001.bin (2,424 bytes)"});
+  ASSERT_TRUE(WriteFileAtomically(b + "/train_000.bin", EncodeShard(t3)).ok());
+  EXPECT_EQ(DataSourceChanges(was, source("b/*", {b + "/train_000.bin", b + "/train_001.bin"})),
+            std::vector<std::string>{
+                "--train 'b/*' finding 2 shards where the checkpoint read 2 from "
+                "'a/train_*.bin': its train_000.bin begins with other tokens than the "
+                "checkpoint's"});
+  DataSource legacy{.train = "old", .legacy_shards = was.NamesHash(), .seq = kSeq, .seed = "11"};
+  EXPECT_EQ(DataSourceChanges(legacy, was), std::vector<std::string>{});
+  DataSource reseeded = was;
+  reseeded.seed = "7";
+  EXPECT_EQ(DataSourceChanges(was, reseeded),
+            std::vector<std::string>{"--seed 7 where the checkpoint had 11"});
 }
 
 }  // namespace

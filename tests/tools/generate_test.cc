@@ -152,6 +152,27 @@ TEST_F(GenerateTest, GreedyIsTheCpuArgmaxChain) {
   EXPECT_EQ(greedy.tokens, chain);
 }
 
+// Generation needs no optimizer state: a checkpoint without its
+// optim.safetensors generates the same text; an export-hf directory is
+// refused in one line pointing to gptc import-hf.
+TEST_F(GenerateTest, TheModelFileAloneGenerates) {
+  tools::GenerateOptions o = Options();
+  o.temperature = 0;
+  tools::GenerateResult whole, alone, hf;
+  ASSERT_EQ(tools::Generate(o, &whole), 0) << whole.error;
+  const fs::path copy = *dir_ / "model_only";
+  fs::remove_all(copy);
+  fs::copy(o.checkpoint, copy);
+  fs::remove(copy / "optim.safetensors");
+  o.checkpoint = copy.string();
+  ASSERT_EQ(tools::Generate(o, &alone), 0) << alone.error;
+  EXPECT_EQ(alone.tokens, whole.tokens);
+  std::ofstream(copy / "config.json") << R"({"model_type": "gpt2", "n_layer": 1})";
+  EXPECT_EQ(tools::Generate(o, &hf), 1);
+  EXPECT_NE(hf.error.find("gptc import-hf " + copy.string() + " OUT_DIR"), std::string::npos)
+      << hf.error;
+}
+
 TEST_F(GenerateTest, TheEmulatedDeviceDrawsTheSameTokens) {
   if (!tools::HaveGpuDevice()) GTEST_SKIP() << "gptrun was built without the GPU device";
   tools::GenerateOptions o = Options();

@@ -3,7 +3,10 @@
 // would do) train a `--dp 2` artifact with half of every batch each, and
 // rank 0 logs the same losses as one process with the whole batch. And the
 // failures of the GPU (NCCL) launch that a machine without a GPU can reach.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +18,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -186,6 +190,100 @@ TEST_F(GptrunDataParallelTest, GpuFlagWithSeveralRanksIsOneLine) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << r0;
   EXPECT_EQ(r0.find('\n'), r0.size() - 1) << r0;
   EXPECT_NE(r0.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << r0;
+}
+
+// Note [agreement] in runtime/rendezvous.h: a rank started with another
+// artifact (batch, remat, precision), learning rate, seed or training data
+// than rank 0 ends both ranks within 10 s, each with the same one line
+// naming rank 1 and what differs; nothing trains.
+TEST_F(GptrunDataParallelTest, RanksThatDisagreeEndWithOneLineNamingTheField) {
+  for (const auto& [name, flags] :
+       {std::tuple{"dp2b3.gptx", "--batch 3 --dp 2"},
+        std::tuple{"dp2remat.gptx", "--batch 2 --dp 2 --remat dots"},
+        std::tuple{"dp2f32.gptx", "--batch 2 --dp 2 --precision f32"}}) {
+    const std::string cmd = std::string(GPTC_BIN) +
+                            " compile --model gpt2-tiny --layers 1 --heads 2 --width 32 "
+                            "--seq 16 --no-codegen " +
+                            flags + " -o " + (dir_ / name).string() + " > /dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 4000; ++i) tokens.push_back((i * 11 + 3) % 300);
+  fs::create_directories(dir_ / "other");
+  std::ofstream(dir_ / "other" / "train_000.bin", std::ios::binary) << rt::EncodeShard(tokens);
+  const std::string train = "'" + (dir_ / "train_*.bin").string() + "'";
+  using Case = std::tuple<std::string, std::string, std::string>;
+  for (const auto& [artifact, rank1_flags, field] :
+       {Case{"dp2b3.gptx", "", "the artifact's batch is '3' on rank 1 but '2' on rank 0"},
+        Case{"dp2remat.gptx", "", "the artifact's remat is 'dots' on rank 1"},
+        Case{"dp2f32.gptx", "", "the artifact's precision is 'f32' on rank 1"},
+        Case{"dp2.gptx", "--lr 2e-3", "--lr is '0.002' on rank 1 but '0.001' on rank 0"},
+        Case{"dp2.gptx", "--seed 6", "--seed is '6' on rank 1 but '5' on rank 0"},
+        Case{"dp2.gptx", "--warmup 1", "--warmup is '1' on rank 1 but '0' on rank 0"},
+        Case{"dp2.gptx", "--train '" + (dir_ / "other" / "train_*.bin").string() + "'",
+                   "--train is 'train_000.bin (1 shard, identity "}}) {
+    const std::string flags = " --device cpu --train " + train + " --steps 3 --lr 1e-3 --seed 5 ";
+    auto command = [&](int rank, const std::string& art, const std::string& extra) {
+      return RankEnv(rank) + " " + GPTRUN_BIN + " " + (dir_ / art).string() + flags + extra +
+             " > " + (dir_ / ("r" + std::to_string(rank) + ".txt")).string() + " 2>&1";
+    };
+    const std::string both = "(" + command(1, artifact, rank1_flags) + "; echo $? > " +
+                             (dir_ / "rc1").string() + ") & pid=$!; " +
+                             command(0, "dp2.gptx", "") + "; a=$?; wait $pid; exit $a";
+    const auto start = std::chrono::steady_clock::now();
+    const int status = RunBash(both);
+    const auto took = std::chrono::steady_clock::now() - start;
+    const std::string r0 = ReadAll(dir_ / "r0.txt"), r1 = ReadAll(dir_ / "r1.txt");
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << field << "\n" << r0;
+    EXPECT_EQ(ReadAll(dir_ / "rc1"), "1\n") << field << "\n" << r1;
+    EXPECT_LT(took, std::chrono::seconds(10)) << field;
+    for (const std::string& out : {r0, r1}) {
+      EXPECT_EQ(out.find('\n'), out.size() - 1) << out;  // one line
+      EXPECT_TRUE(out.starts_with("gptrun: rendezvous: rank 1 disagrees with rank 0: ")) << out;
+      EXPECT_NE(out.find(field), std::string::npos) << field << "\n" << out;
+    }
+    EXPECT_EQ(r0, r1);
+    ++port_;  // the next pair listens elsewhere (the last one's port may linger)
+  }
+}
+
+// Note [greeting] in runtime/rendezvous.h: a program that is not gptrun on
+// MASTER_PORT is named, not taken for rank 0.
+TEST_F(GptrunDataParallelTest, AStrangerOnMasterPortIsNamed) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  int one = 1;
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port_));
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  std::thread server([listener] {
+    const int c = accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    const char banner[] = "HTTP/1.0 400 Bad Request\r\n\r\n";
+    [[maybe_unused]] const ssize_t n = write(c, banner, sizeof(banner) - 1);
+    char buf[256];
+    while (read(c, buf, sizeof(buf)) > 0) {
+    }
+    close(c);
+  });
+  const std::string cmd = Command(RankEnv(1), "dp2.gptx", "r1.txt");
+  const int status = std::system(cmd.c_str());
+  shutdown(listener, SHUT_RDWR);
+  close(listener);
+  server.join();
+  const std::string r1 = ReadAll(dir_ / "r1.txt");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << r1;
+  EXPECT_EQ(r1.find('\n'), r1.size() - 1) << r1;  // one line
+  EXPECT_NE(r1.find("127.0.0.1:" + std::to_string(port_) +
+                    " is not a gptrun rank 0: it answered 'HTTP/1.0 400 Bad Request"),
+            std::string::npos)
+      << r1;
+  EXPECT_NE(r1.find("(pid " + std::to_string(getpid()) + ") listens there"), std::string::npos)
+      << r1;
 }
 
 }  // namespace

@@ -24,11 +24,16 @@
 // compile_cache.h) unless --no-cache; --cached compiles into the cache only
 // (what gptrun --model runs). The work itself is CompileProgram
 // (compile_program.h); this file turns flags into its options and prints.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -48,6 +53,39 @@
 namespace gptc::tools {
 
 namespace {
+
+// Note [temporary artifact]: --cached without a cache and without -o: the
+// artifact in the temp directory under a name nobody can foresee
+// (mkstemps(3), created exclusively, mode 0600), so that another user cannot
+// block the run by creating it first, nor plant a file for it to read; the
+// caller (gptrun --model) removes it when done.
+StatusOr<std::string> WriteTemporaryArtifact(const std::string& bytes) {
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+  if (ec) dir = "/tmp";
+  std::string path = (dir / "gptc-XXXXXX.gptx").string();
+  const int fd = mkstemps(path.data(), 5);
+  if (fd < 0) {
+    return Error("{}: cannot create a temporary artifact: {}", path, std::strerror(errno));
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      unlink(path.c_str());
+      return Error("{}: {}", path, std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (close(fd) != 0) {
+    unlink(path.c_str());
+    return Error("{}: {}", path, std::strerror(errno));
+  }
+  return path;
+}
 
 StatusOr<std::optional<int64_t>> OptionalInt(const Flags& flags, const std::string& name) {
   if (!flags.Has(name)) return std::optional<int64_t>();
@@ -483,11 +521,9 @@ int CompileCommand(int argc, char** argv) {
   if (flags.Has("cached") && stored.empty()) {
     uncached = output;
     if (uncached.empty()) {
-      std::error_code ec;
-      uncached = (std::filesystem::temp_directory_path(ec) /
-                  fmt::format("gptc-{}.gptx", CompileCache::Key(CompileInputs(options))))
-                     .string();
-      if (Status w = WriteFileAtomically(uncached, compiled->bytes); !w.ok()) return Fail(1, w);
+      StatusOr<std::string> temp = WriteTemporaryArtifact(compiled->bytes);
+      if (!temp.ok()) return Fail(1, temp.status());
+      uncached = *temp;
     }
   }
   compiled->timings.emplace_back(

@@ -3,12 +3,15 @@
 #include <fcntl.h>
 #include <fmt/ranges.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <climits>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -26,6 +29,8 @@ namespace fs = std::filesystem;
 constexpr char kValLossKey[] = "gptc.val_loss";
 constexpr char kRunIdKey[] = "gptc.run_id";
 constexpr char kLockFile[] = ".gptrun.lock";
+constexpr char kTmpSuffix[] = ".tmp";
+constexpr char kRemovingSuffix[] = ".removing";
 
 // The step of a "step_NNNNNN" name (with `suffix` after it), or -1.
 int64_t StepOf(const std::string& name, std::string_view suffix = "") {
@@ -53,6 +58,37 @@ StatusOr<std::vector<std::pair<int64_t, fs::path>>> StepDirs(const std::string& 
   return out;
 }
 
+// Note [whole step directories]: removes a step directory without ever
+// showing it partly removed: renamed to NAME.removing first (one atomic
+// step), then deleted. A run killed meanwhile leaves NAME.removing, which the
+// next run's RemoveStaleTemporaries deletes.
+Status RemoveStepDir(const fs::path& path) {
+  fs::path aside = path;
+  aside += kRemovingSuffix;
+  std::error_code ec;
+  fs::remove_all(aside, ec);  // an earlier run's, killed while removing it
+  fs::rename(path, aside, ec);
+  if (!ec) fs::remove_all(aside, ec);
+  if (ec) return Error("{}: cannot remove: {}", path.string(), ec.message());
+  return Status::Ok();
+}
+
+// Why the checkpoint in `dir` cannot be resumed as it is ("" when it can):
+// one of its safetensors files is missing or its header does not read.
+// Sets `run_id` from the model file.
+std::string Incomplete(const fs::path& dir, std::string& run_id) {
+  for (const std::string_view file : {"model.safetensors", "optim.safetensors"}) {
+    std::error_code ec;
+    if (!fs::exists(dir / file, ec)) return fmt::format("no {}", file);
+    StatusOr<std::map<std::string, std::string>> meta =
+        rt::ReadSafeTensorsMetadata((dir / file).string());
+    if (!meta.ok()) return meta.status().message();
+    auto it = meta->find(kRunIdKey);
+    if (file == "model.safetensors" && it != meta->end()) run_id = it->second;
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string StepDirName(int64_t step) { return fmt::format("step_{:06d}", step); }
@@ -62,8 +98,19 @@ StatusOr<CheckpointDirLock> CheckpointDirLock::Acquire(const std::string& dir) {
   fs::create_directories(dir, ec);
   if (ec) return Error("--ckpt-dir {}: {}", dir, ec.message());
   const std::string path = (fs::path(dir) / kLockFile).string();
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Note [lock file]: never through a symbolic link, and only a regular file.
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (fd < 0 && errno == ELOOP) {
+    return Error("--ckpt-dir {}: the lock {} is a symbolic link, which gptrun refuses to write "
+                 "through: remove it",
+                 dir, path);
+  }
   if (fd < 0) return Error("--ckpt-dir {}: cannot create {}: {}", dir, path, std::strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return Error("--ckpt-dir {}: the lock {} is not a regular file: remove it", dir, path);
+  }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     char holder[256] = {};
@@ -128,11 +175,8 @@ StatusOr<std::vector<StepCheckpoint>> ListCheckpoints(const std::string& dir) {
   std::vector<StepCheckpoint> out;
   for (const auto& [step, path] : dirs) {
     StepCheckpoint c{.step = step, .path = path.string()};
-    StatusOr<std::map<std::string, std::string>> meta =
-        rt::ReadSafeTensorsMetadata((path / "model.safetensors").string());
-    if (meta.ok()) {
-      if (auto it = meta->find(kRunIdKey); it != meta->end()) c.run_id = it->second;
-    }
+    c.incomplete = Incomplete(path, c.run_id);
+    if (!c.incomplete.empty()) c.run_id.clear();
     out.push_back(std::move(c));
   }
   return out;
@@ -141,9 +185,7 @@ StatusOr<std::vector<StepCheckpoint>> ListCheckpoints(const std::string& dir) {
 StatusOr<std::vector<std::string>> RemoveCheckpoints(const std::vector<StepCheckpoint>& foreign) {
   std::vector<std::string> removed;
   for (const StepCheckpoint& c : foreign) {
-    std::error_code ec;
-    fs::remove_all(c.path, ec);
-    if (ec) return Error("{}: cannot remove: {}", c.path, ec.message());
+    RETURN_IF_ERROR(RemoveStepDir(c.path));
     removed.push_back(fs::path(c.path).filename().string());
   }
   return removed;
@@ -151,12 +193,26 @@ StatusOr<std::vector<std::string>> RemoveCheckpoints(const std::vector<StepCheck
 
 namespace {
 
-// The newest of `all` (not empty), unless they are of several runs.
-StatusOr<std::string> Newest(const std::vector<StepCheckpoint>& all, const std::string& dir,
-                             std::string_view flag) {
+// The newest complete checkpoint of `all`, unless they are of several runs;
+// the incomplete ones are added to `skipped`, newest first. Nothing when
+// none is complete.
+StatusOr<std::optional<std::string>> Newest(const std::vector<StepCheckpoint>& all,
+                                            const std::string& dir, std::string_view flag,
+                                            std::vector<std::string>* skipped) {
   std::map<std::string, std::vector<std::string>> runs;
-  for (const StepCheckpoint& c : all) {
-    if (!c.run_id.empty()) runs[c.run_id].push_back(StepDirName(c.step));
+  std::optional<std::string> newest;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (!it->incomplete.empty()) {
+      if (!newest && skipped != nullptr) {
+        skipped->push_back(fmt::format("{} ({})", it->path, it->incomplete));
+      }
+      continue;
+    }
+    if (!newest) newest = it->path;
+    if (!it->run_id.empty()) {
+      std::vector<std::string>& names = runs[it->run_id];
+      names.insert(names.begin(), StepDirName(it->step));
+    }
   }
   if (runs.size() > 1) {
     std::vector<std::string> parts;
@@ -168,38 +224,57 @@ StatusOr<std::string> Newest(const std::vector<StepCheckpoint>& all, const std::
         "DIR/step_NNNNNN",
         flag, dir, runs.size(), fmt::join(parts, "; "));
   }
-  return all.back().path;
+  return newest;
 }
 
 }  // namespace
 
-StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
+StatusOr<std::string> LatestCheckpoint(const std::string& dir, std::vector<std::string>* skipped) {
   if (dir.empty()) return Error("--resume latest needs --ckpt-dir");
   ASSIGN_OR_RETURN(std::vector<StepCheckpoint> all, ListCheckpoints(dir));
-  if (all.empty()) return Error("--resume latest: no step_NNNNNN checkpoint in {}", dir);
-  return Newest(all, dir, "--resume latest");
+  std::vector<std::string> incomplete;
+  ASSIGN_OR_RETURN(std::optional<std::string> newest,
+                   Newest(all, dir, "--resume latest", &incomplete));
+  if (!newest && all.empty()) {
+    return Error("--resume latest: no step_NNNNNN checkpoint in {}", dir);
+  }
+  if (!newest) {
+    return Error("--resume latest: no complete checkpoint in {} (skipped {})", dir,
+                 fmt::join(incomplete, "; "));
+  }
+  if (skipped != nullptr) skipped->insert(skipped->end(), incomplete.begin(), incomplete.end());
+  return *newest;
 }
 
-StatusOr<std::optional<std::string>> LatestCheckpointIfAny(const std::string& dir) {
+StatusOr<std::optional<std::string>> LatestCheckpointIfAny(const std::string& dir,
+                                                           std::vector<std::string>* skipped) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) return std::optional<std::string>();
   ASSIGN_OR_RETURN(std::vector<StepCheckpoint> all, ListCheckpoints(dir));
-  if (all.empty()) return std::optional<std::string>();
-  ASSIGN_OR_RETURN(std::string newest, Newest(all, dir, "--resume auto"));
-  return std::optional<std::string>(std::move(newest));
+  return Newest(all, dir, "--resume auto", skipped);
 }
 
 Status SaveStepCheckpoint(const std::string& dir, int64_t step, rt::CheckpointData data,
                           std::optional<double> val_loss) {
   const fs::path final_path = fs::path(dir) / StepDirName(step);
-  const fs::path tmp = fs::path(dir) / (StepDirName(step) + ".tmp");
+  const fs::path tmp = fs::path(dir) / (StepDirName(step) + kTmpSuffix);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Error("--ckpt-dir {}: {}", dir, ec.message());
   if (val_loss) data.extra_metadata[kValLossKey] = fmt::format("{:.9g}", *val_loss);
   fs::remove_all(tmp, ec);
   RETURN_IF_ERROR(rt::SaveCheckpoint(tmp.string(), data));
-  fs::remove_all(final_path, ec);
+  // Note [whole step directories]: a checkpoint of this step already there
+  // (a run resumed from an earlier one) is swapped with the new one in one
+  // step, then removed under the temporary name.
+  if (fs::exists(final_path, ec)) {
+    if (renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) == 0) {
+      fs::remove_all(tmp, ec);
+      if (ec) return Error("{}: cannot remove: {}", tmp.string(), ec.message());
+      return Status::Ok();
+    }
+    RETURN_IF_ERROR(RemoveStepDir(final_path));  // a file system without the exchange
+  }
   fs::rename(tmp, final_path, ec);
   if (ec) return Error("{}: {}", final_path.string(), ec.message());
   return Status::Ok();
@@ -209,11 +284,15 @@ StatusOr<std::vector<std::string>> RemoveStaleTemporaries(const std::string& dir
   std::vector<std::string> removed;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return removed;
-  ASSIGN_OR_RETURN(auto dirs, StepDirs(dir, ".tmp"));
-  for (const auto& [step, path] : dirs) {
-    fs::remove_all(path, ec);
-    if (ec) return Error("{}: cannot remove a stale checkpoint: {}", path.string(), ec.message());
-    removed.push_back(path.filename().string());
+  for (const char* suffix : {kTmpSuffix, kRemovingSuffix}) {
+    ASSIGN_OR_RETURN(auto dirs, StepDirs(dir, suffix));
+    for (const auto& [step, path] : dirs) {
+      fs::remove_all(path, ec);
+      if (ec) {
+        return Error("{}: cannot remove a stale checkpoint: {}", path.string(), ec.message());
+      }
+      removed.push_back(path.filename().string());
+    }
   }
   return removed;
 }
@@ -222,30 +301,32 @@ StatusOr<std::vector<std::string>> PruneCheckpoints(const std::string& dir, int6
   std::vector<std::string> removed;
   if (keep <= 0) return removed;
   ASSIGN_OR_RETURN(auto dirs, StepDirs(dir));
-  if (static_cast<int64_t>(dirs.size()) <= keep) return removed;
-  // The best: the lowest recorded validation loss (the latest of equals).
+  // Only readable checkpoints count and go: the best, the lowest recorded
+  // validation loss (the latest of equals), and the newest `keep` stay.
   double best_loss = std::numeric_limits<double>::infinity();
   int64_t best_step = -1;
-  std::vector<bool> readable(dirs.size(), false);
-  for (size_t i = 0; i < dirs.size(); ++i) {
+  std::vector<std::pair<int64_t, fs::path>> readable;
+  for (const auto& [step, path] : dirs) {
     StatusOr<std::map<std::string, std::string>> meta =
-        rt::ReadSafeTensorsMetadata((dirs[i].second / "model.safetensors").string());
+        rt::ReadSafeTensorsMetadata((path / "model.safetensors").string());
     if (!meta.ok()) continue;
-    readable[i] = true;
+    readable.emplace_back(step, path);
     auto it = meta->find(kValLossKey);
     if (it == meta->end()) continue;
     double loss = 0;
     auto [end, ec] =
         std::from_chars(it->second.data(), it->second.data() + it->second.size(), loss);
-    if (ec == std::errc() && loss <= best_loss) best_loss = loss, best_step = dirs[i].first;
+    if (ec == std::errc() && std::isfinite(loss) && loss <= best_loss) {
+      best_loss = loss;
+      best_step = step;
+    }
   }
-  const size_t first_kept = dirs.size() - static_cast<size_t>(keep);
+  if (static_cast<int64_t>(readable.size()) <= keep) return removed;
+  const size_t first_kept = readable.size() - static_cast<size_t>(keep);
   for (size_t i = 0; i < first_kept; ++i) {
-    if (!readable[i] || dirs[i].first == best_step) continue;
-    std::error_code ec;
-    fs::remove_all(dirs[i].second, ec);
-    if (ec) return Error("{}: cannot remove: {}", dirs[i].second.string(), ec.message());
-    removed.push_back(dirs[i].second.filename().string());
+    if (readable[i].first == best_step) continue;
+    RETURN_IF_ERROR(RemoveStepDir(readable[i].second));
+    removed.push_back(readable[i].second.filename().string());
   }
   return removed;
 }

@@ -32,6 +32,11 @@ std::string StepDirName(int64_t step);
 //   overwritten), unless --overwrite removes them.
 // - --resume latest refuses a directory holding several runs' checkpoints.
 // Checkpoints from before run ids have none and belong to whoever resumes them.
+//
+// Note [lock file]: the lock is opened with O_NOFOLLOW and must be a regular
+// file: a symbolic link planted at DIR/.gptrun.lock (by another user, in a
+// shared directory) would otherwise make gptrun truncate and write the file
+// it points to. Such a lock is refused, and its target left untouched.
 class CheckpointDirLock {
  public:
   // Creates `dir` if needed and locks it, or fails naming the holder.
@@ -58,39 +63,55 @@ Status CheckCheckpointDirLength(const std::string& dir);
 std::string NewRunId();
 
 // One step_NNNNNN directory and the run that wrote it ("" when unknown: an
-// older checkpoint, or one whose model file does not read).
+// older checkpoint, or an incomplete one).
 struct StepCheckpoint {
   int64_t step = 0;
   std::string path, run_id;
+  // Why it cannot be resumed ("no optim.safetensors", a header that does not
+  // read), or "" (Note [whole step directories]).
+  std::string incomplete;
 };
 StatusOr<std::vector<StepCheckpoint>> ListCheckpoints(const std::string& dir);
 
 // Removes the checkpoints `foreign` (--overwrite); returns their names.
 StatusOr<std::vector<std::string>> RemoveCheckpoints(const std::vector<StepCheckpoint>& foreign);
 
-// The highest step_NNNNNN directory in `dir`; refuses a directory with
-// checkpoints of several runs (Note [checkpoint ownership]).
-StatusOr<std::string> LatestCheckpoint(const std::string& dir);
+// The highest complete step_NNNNNN directory in `dir`; refuses a directory
+// with checkpoints of several runs (Note [checkpoint ownership]). The
+// incomplete ones newer than it are added to `skipped` ("DIR/step_000009 (no
+// model.safetensors)"), for the caller to say so.
+StatusOr<std::string> LatestCheckpoint(const std::string& dir,
+                                       std::vector<std::string>* skipped = nullptr);
 
 // The same for --resume auto: nothing when `dir` does not exist yet or
-// holds no checkpoint (the run starts fresh); several runs' checkpoints are
-// refused as for latest.
-StatusOr<std::optional<std::string>> LatestCheckpointIfAny(const std::string& dir);
+// holds no complete checkpoint (the run starts fresh); several runs'
+// checkpoints are refused as for latest.
+StatusOr<std::optional<std::string>> LatestCheckpointIfAny(
+    const std::string& dir, std::vector<std::string>* skipped = nullptr);
 
-// Writes DIR/step_NNNNNN via DIR/step_NNNNNN.tmp renamed into place. With a
-// `val_loss` (a validation at this step), the checkpoint records it, so that
-// PruneCheckpoints can keep the best one.
+// Note [whole step directories]: a step_NNNNNN directory is always a whole
+// checkpoint, however a run is killed. It comes to be by one rename of a
+// DIR/step_NNNNNN.tmp written in full (or, when one of that step is there
+// already, by one exchange of the two), and goes by one rename to
+// step_NNNNNN.removing before it is deleted; the next run removes what a
+// killed one left under either name. Directories written by gptrun versions
+// that deleted checkpoints in place may still be incomplete: --resume
+// latest and auto skip them, saying so, and --ckpt-keep neither counts nor
+// removes them.
+//
+// Writes DIR/step_NNNNNN so. With a `val_loss` (a validation at this step),
+// the checkpoint records it, so that PruneCheckpoints can keep the best one.
 Status SaveStepCheckpoint(const std::string& dir, int64_t step, rt::CheckpointData data,
                           std::optional<double> val_loss = std::nullopt);
 
-// Removes the step_NNNNNN.tmp directories a killed run left behind; returns
-// their names.
+// Removes the step_NNNNNN.tmp and step_NNNNNN.removing directories a killed
+// run left behind; returns their names.
 StatusOr<std::vector<std::string>> RemoveStaleTemporaries(const std::string& dir);
 
 // Note [checkpoint housekeeping]: keeps the newest `keep` checkpoints and the
 // one with the lowest recorded validation loss, and removes the other
 // step_NNNNNN directories; returns the removed names. keep <= 0 keeps all.
-// A checkpoint whose model file cannot be read is never removed.
+// A checkpoint whose model file cannot be read is neither counted nor removed.
 StatusOr<std::vector<std::string>> PruneCheckpoints(const std::string& dir, int64_t keep);
 
 }  // namespace gptc::tools

@@ -93,7 +93,8 @@ Status Distributed::Finish() const {
 }
 
 StatusOr<Distributed> JoinDistributed(int64_t compiled_world, const std::string& artifact,
-                                      const std::string& device, int gpu_flag) {
+                                      const std::string& device, int gpu_flag,
+                                      rt::AgreedFields agreed) {
   Distributed dist;
   ASSIGN_OR_RETURN(dist.env, rt::ReadLaunchEnv());
   RETURN_IF_ERROR(rt::CheckWorldSize(dist.env, compiled_world, artifact));
@@ -106,6 +107,7 @@ StatusOr<Distributed> JoinDistributed(int64_t compiled_world, const std::string&
         gpu_flag, dist.env.ToString());
   }
   rt::RendezvousOptions options = rt::RendezvousOptionsFrom(dist.env);
+  options.agreed = std::move(agreed);
   // Note [waiting lines] in runtime/rendezvous.h: what the join waits for, on stderr.
   options.progress = [](const std::string& line) {
     std::fprintf(stderr, "gptrun: %s\n", line.c_str());

@@ -15,6 +15,7 @@
 #include "runtime/communicator.h"
 #include "runtime/gpu/communicator.h"
 #include "runtime/launch_env.h"
+#include "runtime/rendezvous.h"
 #include "runtime/trainer.h"
 #include "runtime/watchdog.h"
 
@@ -48,9 +49,12 @@ struct Distributed {
 // "gpu" rank's GPU is checked before joining, so that a rank without one
 // fails at once; while the join waits, stderr says for whom.
 // `gpu_flag` is --gpu (-1 when not given): a single process's GPU; ranks
-// take the GPU of their local rank instead.
+// take the GPU of their local rank instead. `agreed`: what every rank must
+// agree on (Note [agreement] in runtime/rendezvous.h); a rank that differs
+// fails the join on every rank.
 StatusOr<Distributed> JoinDistributed(int64_t compiled_world, const std::string& artifact,
-                                      const std::string& device, int gpu_flag);
+                                      const std::string& device, int gpu_flag,
+                                      rt::AgreedFields agreed = {});
 
 // This rank's rows (RankRows) of a global batch of world * rows rows.
 rt::MicroBatch RankSlice(const rt::MicroBatch& global, const rt::LaunchEnv& env, int64_t rows,

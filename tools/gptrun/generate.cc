@@ -70,7 +70,9 @@ class Generation {
   }
 
   int Restore() {
-    StatusOr<rt::CheckpointData> ckpt = rt::LoadCheckpoint(o_.checkpoint, loaded_->program.params);
+    // The weights alone: generation needs no optimizer state.
+    StatusOr<rt::CheckpointData> ckpt = rt::LoadCheckpoint(
+        o_.checkpoint, loaded_->program.params, rt::CheckpointParts::kModelOnly);
     if (!ckpt.ok()) return Fail(1, ckpt.status().WithPrefix("--resume"));
     if (Status s = CheckCheckpointModel(ckpt->model, loaded_->model); !s.ok()) {
       return Fail(1, s.WithPrefix("--resume " + o_.checkpoint));

@@ -86,8 +86,9 @@ std::vector<std::string> JitCompileArgs(const JitOptions& o) {
   return args;
 }
 
-StatusOr<std::string> CompileThroughCache(const JitOptions& o, bool& usage) {
+StatusOr<std::string> CompileThroughCache(const JitOptions& o, bool& usage, bool& temporary) {
   usage = false;
+  temporary = false;
   ASSIGN_OR_RETURN(std::string gptc, GptcBesideUs());
   std::vector<std::string> argv = {gptc};
   for (std::string& a : JitCompileArgs(o)) argv.push_back(std::move(a));
@@ -126,6 +127,7 @@ StatusOr<std::string> CompileThroughCache(const JitOptions& o, bool& usage) {
     }
   }
   if (path.empty()) return Error("--model {}: gptc did not name its artifact", o.model);
+  temporary = how == "none" && o.artifact_out.empty();
   const std::string kernels = o.device == "cpu"   ? " (no kernels: CPU device)"
                               : o.device == "emu" ? " (with host kernels for --device emu)"
                                                   : "";

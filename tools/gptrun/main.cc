@@ -374,11 +374,13 @@ int Main(int argc, char** argv) {
   StatusOr<JitOptions> jo = JitOptionsOf(flags, o);
   if (!jo.ok()) return Fail(kExitUsage, jo.status());
   if (Status s = JitMemoryBudget(flags, *jo, gpu); !s.ok()) return Fail(kExitUsage, s);
-  bool usage = false;
-  StatusOr<std::string> artifact = CompileThroughCache(*jo, usage);
+  bool usage = false, temporary = false;
+  StatusOr<std::string> artifact = CompileThroughCache(*jo, usage, temporary);
   if (!artifact.ok()) return Fail(usage ? kExitUsage : 1, artifact.status());
   o.artifact = *artifact;
-  return Train(o);
+  const int code = Train(o);
+  if (temporary) std::remove(artifact->c_str());  // Note [temporary artifact] (gptc)
+  return code;
 }
 
 }  // namespace

@@ -194,6 +194,46 @@ double KnownPeakTflops(std::string_view device_name) {
 
 namespace {
 
+// Note [agreement]: the training data as the ranks compare it: the shards'
+// identities (Note [shard identity]), not the pattern; "" when they cannot
+// be read (the data loader says why, after the join).
+std::string DescribeTrainData(const std::string& pattern) {
+  StatusOr<std::vector<std::string>> paths = rt::ExpandShardPattern(pattern);
+  if (!paths.ok() || paths->empty()) return "";
+  StatusOr<rt::DataSource> source = rt::MakeDataSource(pattern, *paths, 0, 0);
+  if (!source.ok()) return "";
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (const rt::ShardIdentity& f : source->files) {
+    for (char c : fmt::format("{}/{}/{:x};", f.name, f.bytes, f.head)) {
+      hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+    }
+  }
+  const size_t n = source->files.size();
+  return fmt::format("{}{} ({} shard{}, identity {:016x})", source->files.front().name,
+                     n > 1 ? ".." + source->files.back().name : "", n, n == 1 ? "" : "s", hash);
+}
+
+// Note [agreement]: where a run starts, from its --resume checkpoint's
+// metadata; "" when that cannot be read (Resume says why, after the join).
+std::string DescribeStart(const TrainOptions& o) {
+  if (o.resume.empty()) return "step 1";
+  std::string dir = o.resume;
+  if (dir == "latest" || dir == "auto") {
+    StatusOr<std::optional<std::string>> latest = LatestCheckpointIfAny(o.ckpt_dir);
+    if (!latest.ok()) return "";
+    if (!*latest) return o.resume == "auto" ? "step 1" : "";
+    dir = **latest;
+  }
+  const std::string path = dir + "/model.safetensors";
+  StatusOr<std::map<std::string, std::string>> meta = rt::ReadSafeTensorsMetadata(path);
+  if (!meta.ok()) return "";
+  StatusOr<rt::CheckpointMetadata> m = rt::DecodeCheckpointMetadata(*meta, path);
+  if (!m.ok()) return "";
+  if (o.reset_data) return fmt::format("step {}, the data from its start", m->step + 1);
+  return fmt::format("step {}, the data at epoch {} shard {} sequence {}", m->step + 1,
+                     m->data.epoch, m->data.shard, m->data.sequence);
+}
+
 // One gptrun run, phase by phase (Train calls Run). Each phase returns
 // the exit code of its failure, 0 to go on; after the rendezvous a failure
 // also ends the other ranks (Abort), and every rank ends through Finish so
@@ -208,8 +248,8 @@ class TrainRun {
   int Run() {
     summary_->first_step = start_;
     for (int (TrainRun::*phase)() :
-         {&TrainRun::Load, &TrainRun::Join, &TrainRun::OpenData, &TrainRun::StartTrainer,
-          &TrainRun::Resume, &TrainRun::ClaimCheckpointDir}) {
+         {&TrainRun::Load, &TrainRun::Agree, &TrainRun::Join, &TrainRun::OpenData,
+          &TrainRun::StartTrainer, &TrainRun::Resume, &TrainRun::ClaimCheckpointDir}) {
       if (int code = (this->*phase)(); code != 0) return code;
     }
     if (start_ > o_.steps) {
@@ -290,9 +330,32 @@ class TrainRun {
     return 0;
   }
 
+  // Note [agreement] in runtime/rendezvous.h: what the ranks compare when
+  // they join, known before (ranks only: one process has no one to agree with).
+  int Agree() {
+    if (program().world_size <= 1) return 0;
+    const program::CompileFlags& f = flags();
+    agreed_ = {{"the artifact's batch", std::to_string(f.batch)},
+               {"the artifact's seq", std::to_string(f.seq)},
+               {"the artifact's grad-accum", std::to_string(program().grad_accum)},
+               {"the artifact's precision", f.precision},
+               {"the artifact's remat", f.remat},
+               {"the artifact", fmt::format("checksum {:016x}", artifact_->checksum)},
+               {"--lr", fmt::format("{}", o_.lr)},
+               {"--warmup", std::to_string(o_.warmup)},
+               {"--cosine", o_.cosine ? fmt::format("to --lr-min {}", o_.lr_min) : "off"},
+               {"--steps", std::to_string(o_.steps)},
+               {"--seed", std::to_string(o_.seed)},
+               {"--skip-nonfinite", std::to_string(o_.skip_nonfinite)},
+               {"--bench", o_.bench ? "on" : "off"},
+               {"--train", o_.bench ? "none" : DescribeTrainData(o_.train)},
+               {"the start", DescribeStart(o_)}};
+    return 0;
+  }
+
   int Join() {
     StatusOr<Distributed> joined =
-        JoinDistributed(program().world_size, o_.artifact, device_.name, o_.gpu);
+        JoinDistributed(program().world_size, o_.artifact, device_.name, o_.gpu, agreed_);
     if (!joined.ok()) return Fail(1, joined.status());
     dist_.emplace(std::move(joined).value());
     return 0;
@@ -328,7 +391,10 @@ class TrainRun {
            .vocab = m.vocab});
       if (!t.ok()) return Abort(1, t.status().WithPrefix("--train"));
       train_.emplace(std::move(t).value());
-      data_source_ = rt::MakeDataSource(o_.train, train_->shards(), f.seq, o_.seed);
+      StatusOr<rt::DataSource> source =
+          rt::MakeDataSource(o_.train, train_->shards(), f.seq, o_.seed);
+      if (!source.ok()) return Abort(1, source.status().WithPrefix("--train"));
+      data_source_ = std::move(source).value();
       if (!o_.val.empty()) {
         StatusOr<rt::DataLoader> v = rt::DataLoader::Open({.pattern = o_.val,
                                                            .batch = f.batch,
@@ -446,13 +512,22 @@ class TrainRun {
     run_id_ = NewRunId();  // a resumed run keeps its checkpoint's (Note [checkpoint ownership])
     if (o_.resume.empty()) return 0;
     std::string dir = o_.resume;
+    std::vector<std::string> skipped;  // Note [whole step directories]
+    auto say_skipped = [&] {
+      for (const std::string& s : skipped) {
+        console_.Line(fmt::format("note: --resume {} skipped {}, an incomplete checkpoint",
+                                  o_.resume, s));
+      }
+    };
     if (dir == "latest") {
-      StatusOr<std::string> latest = LatestCheckpoint(o_.ckpt_dir);
+      StatusOr<std::string> latest = LatestCheckpoint(o_.ckpt_dir, &skipped);
       if (!latest.ok()) return Abort(1, latest.status());
+      say_skipped();
       dir = *latest;
     } else if (dir == "auto") {  // one job script for the first start and every restart
-      StatusOr<std::optional<std::string>> latest = LatestCheckpointIfAny(o_.ckpt_dir);
+      StatusOr<std::optional<std::string>> latest = LatestCheckpointIfAny(o_.ckpt_dir, &skipped);
       if (!latest.ok()) return Abort(1, latest.status());
+      say_skipped();
       if (!*latest) {
         console_.Line(
             fmt::format("--resume auto: no checkpoint in {} yet: starting at step 1", o_.ckpt_dir));
@@ -484,27 +559,16 @@ class TrainRun {
   // Note [data source]: the loader continues where the checkpoint's stopped
   // only when it reads the same data the same way.
   int RestoreData(const std::string& dir, const rt::CheckpointData& ckpt) {
-    const rt::DataSource& was = ckpt.data_source;
     if (o_.reset_data) {
       console_.Line("--reset-data: the training data starts over from its first batch");
       return 0;
     }
-    if (was.known() && was != data_source_) {
-      std::vector<std::string> changes;
-      if (was.shards != data_source_.shards) {
-        changes.push_back(fmt::format("--train '{}' ({} shards) where it read '{}' ({} shards)",
-                                      data_source_.train, train_->shards().size(), was.train,
-                                      was.shards.substr(0, was.shards.find(':'))));
-      }
-      if (was.seq != data_source_.seq) {
-        changes.push_back(fmt::format("seq {} where it had {}", data_source_.seq, was.seq));
-      }
-      if (was.seed != data_source_.seed) {
-        changes.push_back(fmt::format("--seed {} where it had {}", data_source_.seed, was.seed));
-      }
+    // The files compared, not the --train patterns (Note [shard identity]).
+    if (std::vector<std::string> changes = rt::DataSourceChanges(ckpt.data_source, data_source_);
+        !changes.empty()) {
       return Abort(2, Error("--resume {}: this run has {}: the data order would change (some "
                             "data repeated, some skipped); --reset-data starts the data over",
-                            dir, fmt::join(changes, ", ")));
+                            dir, fmt::join(changes, "; ")));
     }
     if (Status s = train_->Restore(ckpt.data); !s.ok()) return Abort(1, s.WithPrefix(dir));
     return 0;
@@ -767,6 +831,7 @@ class TrainRun {
   std::string run_id_;
   bool resumed_ = false;
   rt::DataSource data_source_;
+  rt::AgreedFields agreed_;  // Note [agreement]: what the ranks compare when they join
   std::optional<RunReport> report_;  // before log_, whose mirrors point to them
   std::optional<TensorBoardWriter> tensorboard_;
   std::optional<JsonLog> log_;
