@@ -65,8 +65,8 @@ void AddQkvProducers(const Planner& p, InstSet& s) {
 // outputs leave through transposes, reshapes and converts, as the forward's,
 // and the two kernels write the packed [B, T, 3C] gradient of the qkv
 // projection themselves (Note [packed attention gradient]; as an epilogue of
-// the dq kernel copying dk's and dv's elements, it once made dq 0.29 ms
-// slower a call on an H100). No [B, H, T, S] tensor is stored anywhere in
+// the dq kernel copying dk's and dv's elements, it made dq slower on an
+// H100: docs/PERFORMANCE.md, the Notes' measurements). No [B, H, T, S] tensor is stored anywhere in
 // the step.
 void FuseAttention(Planner& p) {
   for (const Instruction* a : p.WithOpcode(Opcode::kAttention)) {

@@ -79,11 +79,11 @@
 // results, and the forward's two (q k^T, P v) get them too: its decomposition
 // becomes the bf16-rounded one (Note [bf16 attention] in
 // autodiff_attention.h), which tensor-core kernels compute. Without it they ran as f32 gemms and
-// read and wrote f32 [B,H,T,T] scores and probabilities. On gpt2-124m (B16
-// T1024) the fusion report's roofline gave them 2.45 ms per layer, against
-// 0.1 ms for the forward attention, and the whole step went from 53.6 to
-// 45.4 ms. The roofline counts every gemm at the bf16 tensor-core peak, so
-// the real cost of the old f32 gemms was higher still. Now S and dP are f32, as flash attention
+// read and wrote f32 [B,H,T,T] scores and probabilities: on gpt2-124m the
+// fusion report's roofline gave them over twenty times the forward
+// attention's time (docs/PERFORMANCE.md, the Notes' measurements), and it
+// counts every gemm at the bf16 tensor-core peak, so f32 gemms cost more
+// still. Now S and dP are f32, as flash attention
 // keeps them, and P and dS are stored in bf16, as flash attention feeds them to its tensor cores.
 //
 // Order: run it on the traced FORWARD graph, before autodiff. This deviates

@@ -214,7 +214,7 @@ Status FillTiles(WarpRowKernel& kernel, const WarpLanes& lanes, mlir::Value bi, 
 // cp.async.wait_group 0 before it). A thread's pieces and their addresses
 // are computed once, before the loop: a block moves each global address by
 // a constant multiple of the block index. On an H100 the pipelined forward
-// took 210 us a call where the synchronous fill took 223.
+// beat the synchronous fill (docs/PERFORMANCE.md, the Notes' measurements).
 bool CanPipelineTiles(const std::vector<const ir::Instruction*>& ops, int64_t len, int64_t dim);
 
 class TilePipeline {

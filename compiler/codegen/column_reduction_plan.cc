@@ -20,40 +20,22 @@ constexpr int64_t kMaxBlock = 1024;
 constexpr int64_t kMaxStaticSharedFloats = 48 * 1024 / 4;
 
 // Note [when a column reduction splits]
-// Measured on an H100 SXM (132 SMs, 3.35 TB/s) with the emitted kernels,
-// each timed over 20 runs back to back on one stream (so inputs under 50 MB
-// partly hit L2), on R x K inputs read by two sum reduces (x and x * y, as
-// the layer-norm gain and bias gradients do); split: both kernels, with
-// each one timed alone in parentheses:
-//   R x K, input        whole kernel            split
-//   16384 x 768 f32      57.9 us (24 blocks)     40.2 us (36.7 + 4.1)
-//   16384 x 768 bf16     56.3 us                 27.2 us (23.5 + 4.1)
-//    8192 x 768 f32      31.5 us                 23.6 us (20.1 + 4.5)
-//    4096 x 768 f32      10.6 us                  8.9 us (6.4 + 4.1)
-//    2048 x 768 f32       6.9 us                  8.2 us (5.0 + 3.6)
-//   16384 x 64 f32       32.1 us (2 blocks)       7.7 us (4.3 + 3.5)
-//    2048 x 64 f32        7.0 us                  7.7 us (4.2 + 3.5)
-//   16384 x 2304 f32    107.3 us (72 blocks)    118.9 us (115.5 + 4.1)
-//   16384 x 3072 f32    136.5 us (96 blocks)    140.5 us (137.3 + 4.1)
-//   262144 x 1 f32       12.7 us (1 block)        7.1 us (4.3 + 3.5)
-//    65536 x 1 f32        6.3 us                  6.8 us (4.3 + 3.3)
-//   gpt2-124m's layer-norm backward (16 x 1024 x 768): its column part 58.0
-//   us whole, 37.2 + 3.8 us split; with its row part (123 us, unchanged)
-//   182.2 us before, 163.0 us after. In the train step (gptrun --profile),
-//   23 of its 25 such fusions share one kernel: 1.53 ms a step before,
-//   1.01 ms of partials plus about 0.09 of final kernels after.
+// Measured on an H100 SXM with the emitted kernels, on R x K inputs read by
+// two sum reduces (x and x * y, as the layer-norm gain and bias gradients
+// do); the table of whole and split times is in docs/PERFORMANCE.md (the
+// Notes' measurements). What it shows:
 // A block of 1024 threads streams about 72 GB/s of f32 (37 of bf16: the
 // loads are narrower), so the whole kernel is bound by its block count until
 // about 72 blocks reach the HBM's 2.8 TB/s; the partials kernel reaches
-// 2.7 TB/s (f32) whatever the tiles. The split costs a second launch, about
-// 3.5 us. Hence a split needs both:
+// 2.7 TB/s (f32) whatever the tiles. The split costs a second launch. Hence
+// a split needs both:
 //  - at most kMaxSplitTiles = 66 column tiles (the whole kernel leaves half
 //    the SMs idle; at 72 and 96 tiles it already streams at full speed and
 //    the split only adds its launch), and
 //  - at least kMinRowsPerWholeThread = 128 rows for each thread of the whole
 //    kernel (R >= 128 x 1024 / lanes: 4096 rows of 32 columns, 131072 of a
-//    full reduction): less work takes under ~10 us whole, and the second
-//    launch eats the gain (2048 x 768 and 65536 x 1 above).
+//    full reduction): less work takes about two launches' time whole, and the
+//    second launch eats the gain (2048 x 768 and 65536 x 1 in the table).
 // G then gives every partials thread at least 32 rows and the grid about one
 // full wave: 1056 blocks of 256 threads (8 a SM). 512 or 1024 threads a
 // block (528 or 264 blocks), four waves, or 16 rows a thread measured within

@@ -58,9 +58,10 @@
 // Note [row cache]: a block-per-row kernel that reads its row in several
 // passes (the cross-entropy's reduces and its gradient) first copies each
 // row-shaped parameter's row into dynamic shared memory, and every pass reads
-// it there. Without it the first GPU run's cross-entropy over 16 x 1024 rows
-// of 50304 bf16 logits took 3.2 ms, 3.3x its roofline: four blocks of 100 KB
-// rows a multiprocessor outgrow the 50 MB L2, so every pass went to DRAM.
+// it there. Without it the cross-entropy over 16 x 1024 rows of 50304 bf16
+// logits ran at a third of its roofline on an H100 (docs/PERFORMANCE.md, the
+// Notes' measurements): four blocks of 100 KB rows a multiprocessor outgrow
+// the 50 MB L2, so every pass went to DRAM.
 //
 // Note [column cache]: a warp-row kernel reads its column parameters (those
 // of one row's n elements, read through a broadcast at the row's columns: a

@@ -8,8 +8,8 @@
 // gemm's bytes at DRAM speed when longer, + the launch gap.
 // E is the rate a large gemm reaches (the lm head's 16384 x 50304 x 768
 // gemm: 74.4% of peak) and F0 the work a gemm loses to its ramp, tail and
-// epilogue (18 GFLOP, about 24 us a gemm; a smaller gemm loses its own
-// work's worth at most): the two numbers that put that gemm and gpt2-124m
+// epilogue (18 GFLOP; a smaller gemm loses its own work's worth at
+// most): the two numbers that put that gemm and gpt2-124m
 // b16's gemms in all where the H100 measured them. A GPU run's profile
 // re-fits them (scripts/fit-gemm-table).
 #ifndef GPTC_COMPILER_PERF_GEMM_MODEL_H_

@@ -2,7 +2,7 @@
 // thread, switching only where the kernel waits for the others (a barrier, a
 // warp shuffle). A hand-written context switch (callee-saved registers,
 // stack pointer, the SSE and x87 control words: about 20 instructions), as
-// ucontext's swapcontext makes a system call per switch (~1 us).
+// ucontext's swapcontext makes a system call per switch.
 //
 //   FiberStacks stacks(threads, 256 << 10);
 //   Fiber f;

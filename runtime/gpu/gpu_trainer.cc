@@ -157,8 +157,8 @@ StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const program::Artifact
 // (parameters, AdamW moments) lives in apply's arena, so a step also copies
 // the parameters into accumulate's (once per step), zeroes its accumulators,
 // and copies them into apply's after the k-th micro-batch: device-to-device
-// copies of 2 x 4 bytes per parameter (about 0.6 ms for gpt2-124m at
-// 3 TB/s; llm.c, which accumulates in place, needs none).
+// copies of 2 x 4 bytes per parameter (about 1 GB a step for gpt2-124m;
+// llm.c, which accumulates in place, needs none).
 
 Status GpuTrainer::Impl::Load(const program::Artifact& artifact, uint64_t seed) {
   // The artifact, before touching the device.

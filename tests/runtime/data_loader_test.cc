@@ -169,7 +169,7 @@ TEST_F(DataLoaderTest, HeaderErrorsNameFileAndOffset) {
             dir_ + "/train_*.bin: no shard holds one step of 64 sequences of 8+1 tokens");
 }
 
-// Open scans every shard's ids (issue 16, defect 4): a bad id in a shard
+// Open scans every shard's ids: a bad id in a shard
 // training would reach only much later is refused before the first batch,
 // naming the shard, the token's index and its id, also past the first chunk
 // of the scan.

@@ -108,7 +108,7 @@ TEST_F(GptrunDataParallelTest, TwoRanksFollowOneRankWithTheWholeBatch) {
   for (size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(two[i], one[i], 2e-4) << "step " << i + 1;
 }
 
-// Any rank count, not only powers of two (issue 16, defect 1): 1/3 is not
+// Any rank count, not only powers of two: 1/3 is not
 // exact in f32, so the mean is scaled by its nearest f32.
 TEST_F(GptrunDataParallelTest, ThreeRanksFollowOneRankWithTheWholeBatch) {
   for (const auto& [name, flags] :

@@ -1,5 +1,4 @@
-// Failures gptrun reports before step 1 that it once reported late (issue 16,
-// defect 4):
+// Failures gptrun reports before step 1, not late:
 // - a rendezvous that waits says for whom every 5 s (was: silent until the
 //   timeout);
 // - a --device gpu rank without a GPU says so, and the ranks waiting for it

@@ -173,7 +173,7 @@ TEST_F(GptrunEmuDefectTest, TheUnchangedArtifactsRun) {
   EXPECT_EQ(Run("one.gptx", &out), 0) << out;
 }
 
-// Issue 15, fix 4: a block's static and dynamic shared memory above 48 KiB
+// A block's static and dynamic shared memory above 48 KiB
 // together need the opt-in (cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_
 // BYTES)) even when the dynamic part alone is under 48 KiB. A kernel given
 // 40000 bytes of static shared memory (what the emulated driver reports,

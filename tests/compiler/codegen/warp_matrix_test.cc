@@ -2,8 +2,8 @@
 // nvvm.mma.sync), lowered as the emitters' kernels are (lowering.h:
 // LowerMlirText), run on the emulated device (Note [emulated warp matrix
 // operations] in runtime/emu/warp_matrix.h) against a host matmul, and
-// assembled by ptxas for sm_90a: the ground issue 17's flash attention
-// stands on.
+// assembled by ptxas for sm_90a: the ground the flash attention kernels
+// stand on.
 //
 // MLIR 19's nvvm.mma.sync verifier wants vector<2xf16> fragments for a bf16
 // m16n8k16, which it then translates into an ill-typed call of
