@@ -31,8 +31,7 @@
 // are used, not held in registers: the grad-norm fusion has a total per
 // gradient (148 at gpt2-124m), all live until its final sum, which spilled.
 //
-// Note [split column reductions] (Note [split full reductions] in older
-// comments, from when only full reductions split): the whole kernel has
+// Note [split column reductions]: the whole kernel has
 // ceil(K / TX) blocks: one block of 1024 threads for a full reduction (the
 // grad norm of gpt2-124m: one SM of 132 reading 0.5 GB), 24 for the
 // layer-norm gain and bias gradients of gpt2-124m (K = 768 columns, R = 16 x

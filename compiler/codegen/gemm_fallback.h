@@ -7,8 +7,8 @@
 // emulator). For the other epilogues (BIAS, GELU, GELU_AUX and their
 // combinations, and DGELU, which reads the GELU's aux as one more operand)
 // it is the rest of the gemm fusion after the dot, as a loop fusion reading
-// the dot's result from scratch (Note [split full reductions] has the
-// scratch): the runtime then runs the plain gemm into scratch, in f32, and
+// the dot's result from scratch (Note [split column reductions] has
+// the scratch): the runtime then runs the plain gemm into scratch, in f32, and
 // that kernel after it, computing exactly what the IR says (a bf16 dot
 // result is rounded by the kernel). A bias gradient summed in f32 and then
 // rounded to bf16 and back (the gradient of a bf16 bias copy) is summed
