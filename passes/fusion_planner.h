@@ -132,16 +132,15 @@ class Planner {
   }
   // What the rules ask of an instruction, by position, so that growing a
   // group over tens of thousands of candidates reads none of them (Note
-  // [adjacency by position]): the opcode; whether the metadata starts with
-  // `remat` (a recomputation, passes/remat.h); and a number for the dims,
+  // [adjacency by position]): the opcode; whether its role's phase is remat
+  // (a recomputation, passes/remat.h); and a number for the dims,
   // the same for instructions of the same dims (-1: a tuple).
   ir::Opcode opcode_at(size_t i) const { return opcode_[i]; }
   bool remat_at(size_t i) const { return remat_[i] != 0; }
   int32_t dims_class_at(size_t i) const { return dims_class_[i]; }
   // The number dims_class_at() gives `dims`; -1 when no instruction has them.
   int32_t FindDimsClass(const std::vector<int64_t>& dims) const;
-  // The instructions whose metadata starts with `optimizer.` (the update
-  // FuseOptimizer groups), in entry order: found in the constructor's pass
+  // The instructions of the update phase (the ones FuseOptimizer groups), in entry order: found in the constructor's pass
   // rather than in a pass of their own over the whole entry.
   const std::vector<const ir::Instruction*>& optimizer_ops() const { return optimizer_ops_; }
   // The group holding `inst`, or -1.

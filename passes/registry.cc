@@ -73,8 +73,14 @@ const pass::PassRegistry& AllPasses() {
     r->Register("distribute-row-sums",
                 "split a row sum that reads another row sum's broadcast (run after autodiff)",
                 [] { return std::make_unique<DistributeRowSums>(); });
-    r->Register("remat", "policy dots: keep dot outputs, recompute the rest in the backward",
-                [] { return std::make_unique<Remat>(RematOptions{.policy = RematPolicy::kDots}); });
+    r->RegisterWithOptions(
+        "remat",
+        "recompute forward values in the backward: remat{policy=none|dots|wide|block} "
+        "(default dots) or remat{plan=block:0,none:1} (a policy per block)",
+        [](const pass::PassOptions& options) -> StatusOr<std::unique_ptr<pass::Pass>> {
+          ASSIGN_OR_RETURN(RematOptions o, ParseRematPassOptions(options));
+          return std::unique_ptr<pass::Pass>(std::make_unique<Remat>(std::move(o)));
+        });
     return r;
   }();
   return *registry;

@@ -494,4 +494,25 @@ StatusOr<std::vector<RematPolicy>> ParseRematPlan(std::string_view text) {
   return layers;
 }
 
+StatusOr<RematOptions> ParseRematPassOptions(const std::map<std::string, std::string>& options) {
+  RematOptions o{.policy = RematPolicy::kDots};
+  for (const auto& [key, value] : options) {
+    if (key == "policy") {
+      std::optional<RematPolicy> policy = ParseRematPolicy(value);
+      if (!policy || *policy == RematPolicy::kAuto) {
+        return Error("remat: policy must be none, dots, wide or block, got '{}'", value);
+      }
+      o.policy = *policy;
+    } else if (key == "plan") {
+      ASSIGN_OR_RETURN(o.layers, ParseRematPlan(value));
+    } else {
+      return Error("remat: unknown option '{}' (policy, plan)", key);
+    }
+  }
+  if (options.contains("policy") && options.contains("plan")) {
+    return Error("remat: give policy or plan, not both");
+  }
+  return o;
+}
+
 }  // namespace gptc::passes

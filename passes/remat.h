@@ -56,6 +56,7 @@
 #define GPTC_PASSES_REMAT_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -84,6 +85,10 @@ std::string FormatRematPlan(const std::vector<RematPolicy>& layers);
 // The text above back to a plan: every block from 0 to the last named once,
 // with none, dots, wide or block; errors name the range at fault.
 StatusOr<std::vector<RematPolicy>> ParseRematPlan(std::string_view text);
+// Options of `gptc-opt --pass=remat{policy=none|dots|wide|block}` or
+// `remat{plan=PLAN}` (no options: policy dots); errors name the key or value
+// at fault.
+StatusOr<RematOptions> ParseRematPassOptions(const std::map<std::string, std::string>& options);
 
 // "20GiB", "512MiB", "1.5GB", "1000000" (bytes) -> bytes; for --memory-budget.
 StatusOr<int64_t> ParseByteSize(std::string_view text);

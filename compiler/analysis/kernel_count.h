@@ -21,8 +21,9 @@ bool IsKernel(const ir::Instruction& inst);
 // ("loop", "gemm", ...), unfused kernels by opcode name ("scatter-add").
 std::map<std::string, int64_t> CountKernels(const ir::Module& module);
 
-// Kernels per transformer layer: metadata `h.N` / `h.N.*` / `grad.h.N` /
-// `grad.h.N.*` counts for layer N. Layers with no kernel are absent.
+// Kernels per transformer layer: a kernel whose role has layer N (forward,
+// backward or recompute; not the optimizer's, which are per parameter)
+// counts for layer N. Layers with no kernel are absent.
 std::map<int64_t, int64_t> KernelsPerLayer(const ir::Module& module);
 
 }  // namespace gptc::analysis

@@ -1,4 +1,5 @@
-// The emitter interface: one KernelEmitter per fusion kind builds one kernel
+// The emitter interface: one KernelEmitter per EmitterKind (ChooseEmitter in
+// codegen.h picks it: Note [emitter choice]) builds one kernel
 // (a `gpu.func` with the `gpu.kernel` attribute) for a fusion instruction.
 //
 // Contract: Emit() adds exactly one kernel function named `name` to
@@ -9,10 +10,7 @@
 // size so ptxas knows the launch bounds. On an unsupported instruction it
 // fails naming it: "%fused.3/%e: opcode dot is not supported in a loop fusion".
 //
-// Later emitters (column reduction, cross-entropy, optimizer, attention) plug
-// in through MakeEmitter(); an attention emitter would additionally use
-// nvgpu/nvvm ops for tensor cores and dynamic shared memory
-// (KernelSpec::dynamic_shared_bytes).
+// A new emitter plugs in through MakeEmitter() and a case of ChooseEmitter.
 #ifndef GPTC_COMPILER_CODEGEN_KERNEL_EMITTER_H_
 #define GPTC_COMPILER_CODEGEN_KERNEL_EMITTER_H_
 
