@@ -1,6 +1,7 @@
 // The tanh GELU and its derivative as cuBLASLt's GELU epilogues compute them,
-// and the matching of their IR forms, shared by mixed precision, fusion and
-// the gemm epilogue records (gemm_epilogue.h).
+// checked on sample points for the gemm fusion rule's matchers
+// (passes/gemm_fusion_epilogues.cc), and the GELU of plain IR that mixed
+// precision finds.
 //
 // Note [GELU epilogues]
 // cuBLASLt computes GPT-2's MLP activation and its gradient inside the gemms
@@ -21,9 +22,9 @@
 //    and the GELU into the c_fc gemm, and the GELU backward (the recomputed
 //    intermediates and their products with the gradient) into the gemm that
 //    produces the gradient (passes/fusion.h rule 4);
-//  - the fusion pass records both in the gemms' epilogue records (Note [gemm
-//    epilogue records] in gemm_epilogue.h), and the gemm plan reads or
-//    writes aux in D's layout.
+//  - the gemm rule writes both into the gemms' epilogue records as it takes
+//    them (Note [gemm epilogue records] in gemm_epilogue.h), and the gemm
+//    plan reads or writes aux in D's layout.
 // The bias gradient stays in the weight-gradient gemm of c_fc (BGRADA): it
 // sums the bf16 gradient DGELU writes, which that gemm reads anyway; DGELU_BGRAD
 // would save nothing and has no fallback kernel (Note [epilogue fallback]
@@ -69,8 +70,7 @@ bool ComputesGeluGrad(const ir::Instruction* value, const ir::Instruction* dy,
 struct GeluRegion {
   std::vector<const ir::Instruction*> ops;
   const ir::Instruction* sink = nullptr;  // the one value used outside `ops`
-  const ir::Instruction* x = nullptr;     // MatchGeluGrad: the GELU input (aux)
-  bool erf = false;                       // MatchGelu: the erf GELU (never verified)
+  bool erf = false;                       // the erf GELU (never verified)
 };
 
 // The GELU of `x` in plain IR: the elementwise users of `x` closed over `x`,
@@ -78,13 +78,6 @@ struct GeluRegion {
 // outside them: the activation, after any converts. A tanh region must pass
 // ComputesGelu; an erf one is returned with `erf` set, for the caller's error.
 std::optional<GeluRegion> MatchGelu(const ir::Instruction* x);
-
-// dy * GELU'(x) in plain IR: the elementwise ops (converts excepted) computed
-// from `dy`, plus the elementwise cone of the other values they read down to
-// the first single value every path goes through for which `is_x` holds,
-// with one value used outside them all; checked with ComputesGeluGrad.
-std::optional<GeluRegion> MatchGeluGrad(const ir::Instruction* dy,
-                                        const std::function<bool(const ir::Instruction*)>& is_x);
 
 }  // namespace gptc::analysis
 
