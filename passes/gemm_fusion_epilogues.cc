@@ -36,41 +36,31 @@ bool UsedOnlyBy(const Planner& p, const Instruction* x, const InstSet& s) {
   return std::all_of(users.begin(), users.end(), [&](auto* u) { return s.contains(u); });
 }
 
-// The elementwise users of `x` closed over x, themselves and constants,
-// holding a tanh or erf, with one value used elsewhere; in order, that value
-// last. Empty when an intermediate is used elsewhere (cuBLASLt can store the
-// input `x` as its aux output, nothing else) or the region is not tanh GELU.
-std::vector<const Instruction*> MatchGeluOf(const Planner& p, const Instruction* x) {
-  InstSet e;
-  std::vector<const Instruction*> order;
-  bool has_tanh = false;
-  for (bool changed = true; changed && order.size() <= 16;) {
-    changed = false;
-    std::vector<const Instruction*> candidates;
-    p.NonFreeUsers(x, candidates);
-    for (const Instruction* m : order) p.NonFreeUsers(m, candidates);
-    for (const Instruction* u : candidates) {
-      if (e.contains(u) || !p.Claimable(u) || !ir::IsElementwise(u->opcode())) continue;
-      if (u->shape().dims() != x->shape().dims()) continue;
-      std::vector<const Instruction*> sources;
-      for (const Instruction* op : u->operands()) p.NonFreeSources(op, sources);
-      bool closed = std::all_of(sources.begin(), sources.end(), [&](auto* s) {
-        return s == x || e.contains(s) || s->opcode() == Opcode::kConstant;
-      });
-      if (!closed) continue;
-      e.insert(u);
-      order.push_back(u);
-      has_tanh |= u->opcode() == Opcode::kTanh || u->opcode() == Opcode::kErf;
-      changed = true;
-    }
+// The planner's view of the entry for the GELU matcher (Note [GELU
+// epilogues]): free ops looked through, grouped instructions taken.
+class PlannerGeluGraph : public analysis::GeluGraph {
+ public:
+  explicit PlannerGeluGraph(const Planner& p) : p_(p) {}
+
+  void Users(const Instruction* x, std::vector<const Instruction*>& out) const override {
+    p_.NonFreeUsers(x, out);
   }
-  if (!has_tanh || order.size() < 5 || order.size() > 16) return {};
-  int sinks = 0;
-  for (const Instruction* m : order) sinks += UsedOnlyBy(p, m, e) ? 0 : 1;
-  if (sinks != 1) return {};
-  p.SortByPosition(order);
-  if (UsedOnlyBy(p, order.back(), e) || !analysis::ComputesGelu(order.back(), x)) return {};
-  return order;
+  void Sources(const Instruction* op, std::vector<const Instruction*>& out) const override {
+    p_.NonFreeSources(op, out);
+  }
+  bool Available(const Instruction* u) const override { return p_.Claimable(u); }
+  bool UsedOnlyBy(const Instruction* x, const InstSet& s) const override {
+    return fusion_internal::UsedOnlyBy(p_, x, s);
+  }
+  void Sort(std::vector<const Instruction*>& v) const override { p_.SortByPosition(v); }
+
+ private:
+  const Planner& p_;
+};
+
+// The GELU of `x` (analysis::MatchGeluRegion) on the planner's view.
+std::vector<const Instruction*> MatchGeluOf(const Planner& p, const Instruction* x) {
+  return analysis::MatchGeluRegion(PlannerGeluGraph(p), x);
 }
 
 }  // namespace

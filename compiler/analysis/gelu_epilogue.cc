@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
-#include <set>
 #include <unordered_map>
 
 #include "compiler/eval/evaluator.h"
@@ -19,7 +18,7 @@ using ir::Opcode;
 namespace {
 
 constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2 / pi)
-constexpr size_t kMaxRegion = 48;  // autodiff's GELU backward is 15 ops, its recomputation 8
+constexpr size_t kMaxGeluRegion = 16;                // the frontend's GELU is 10 ops
 
 // Sample GELU inputs: -6 to 6 in steps of 1/8 (exact in bf16 and f16), where
 // the tanh and erf forms differ by up to 5e-4 and the tails by much less.
@@ -159,42 +158,77 @@ bool ComputesGeluGrad(const Instruction* value, const Instruction* dy, const Ins
                            [](std::span<const double> p) { return p[0] * GeluTanhGrad(p[1]); });
 }
 
-std::optional<GeluRegion> MatchGelu(const Instruction* x) {
-  std::set<const Instruction*> members;
-  GeluRegion r;
+std::vector<const Instruction*> MatchGeluRegion(const GeluGraph& graph, const Instruction* x) {
+  std::unordered_set<const Instruction*> members;
+  std::vector<const Instruction*> order;
   bool has_tanh = false;
-  for (bool changed = true; changed && r.ops.size() <= kMaxRegion;) {
+  for (bool changed = true; changed && order.size() <= kMaxGeluRegion;) {
     changed = false;
-    std::vector<const Instruction*> frontier(x->users().begin(), x->users().end());
-    for (const Instruction* m : r.ops) {
-      frontier.insert(frontier.end(), m->users().begin(), m->users().end());
-    }
-    for (const Instruction* u : frontier) {
-      if (members.contains(u) || !ir::IsElementwise(u->opcode())) continue;
-      bool closed = std::all_of(u->operands().begin(), u->operands().end(), [&](auto* o) {
-        return o == x || members.contains(o) || IsConstantLike(o);
+    std::vector<const Instruction*> candidates;
+    graph.Users(x, candidates);
+    for (const Instruction* m : order) graph.Users(m, candidates);
+    for (const Instruction* u : candidates) {
+      if (members.contains(u) || !graph.Available(u) || !ir::IsElementwise(u->opcode()) ||
+          u->shape().dims() != x->shape().dims()) {
+        continue;
+      }
+      std::vector<const Instruction*> sources;
+      for (const Instruction* op : u->operands()) graph.Sources(op, sources);
+      bool closed = std::all_of(sources.begin(), sources.end(), [&](auto* s) {
+        return s == x || members.contains(s) || s->opcode() == Opcode::kConstant;
       });
       if (!closed) continue;
       members.insert(u);
-      r.ops.push_back(u);
-      has_tanh |= u->opcode() == Opcode::kTanh;
-      r.erf |= u->opcode() == Opcode::kErf;
+      order.push_back(u);
+      has_tanh |= u->opcode() == Opcode::kTanh || u->opcode() == Opcode::kErf;
       changed = true;
     }
   }
-  if ((!has_tanh && !r.erf) || r.ops.size() < 5 || r.ops.size() > kMaxRegion) return std::nullopt;
-  for (const Instruction* m : r.ops) {
-    bool inner = !m->users().empty() && std::all_of(m->users().begin(), m->users().end(),
-                                                    [&](auto* u) { return members.contains(u); });
-    if (inner) continue;
-    if (r.sink != nullptr) return std::nullopt;
-    r.sink = m;
+  if (!has_tanh || order.size() < 5 || order.size() > kMaxGeluRegion) return {};
+  int sinks = 0;
+  for (const Instruction* m : order) sinks += graph.UsedOnlyBy(m, members) ? 0 : 1;
+  if (sinks != 1) return {};
+  graph.Sort(order);
+  if (graph.UsedOnlyBy(order.back(), members) || !ComputesGelu(order.back(), x)) return {};
+  return order;
+}
+
+namespace {
+
+// Plain IR: every user, constants seen through broadcasts and converts.
+class PlainGeluGraph : public GeluGraph {
+ public:
+  explicit PlainGeluGraph(const Instruction* x) : pos_(Positions(x)), root_(x->parent()->root()) {}
+
+  void Users(const Instruction* x, std::vector<const Instruction*>& out) const override {
+    out.insert(out.end(), x->users().begin(), x->users().end());
   }
-  if (r.sink == nullptr) return std::nullopt;
-  auto pos = Positions(x);
-  std::sort(r.ops.begin(), r.ops.end(), [&](auto* a, auto* b) { return pos[a] < pos[b]; });
-  if (!r.erf && !ComputesGelu(r.sink, x)) return std::nullopt;
-  return r;
+  void Sources(const Instruction* op, std::vector<const Instruction*>& out) const override {
+    if (!IsConstantLike(op)) out.push_back(op);
+  }
+  bool Available(const Instruction*) const override { return true; }
+  bool UsedOnlyBy(const Instruction* x,
+                  const std::unordered_set<const Instruction*>& s) const override {
+    return x != root_ && !x->users().empty() &&
+           std::all_of(x->users().begin(), x->users().end(),
+                       [&](const Instruction* u) { return s.contains(u); });
+  }
+  void Sort(std::vector<const Instruction*>& v) const override {
+    std::sort(v.begin(), v.end(), [&](auto* a, auto* b) { return pos_.at(a) < pos_.at(b); });
+  }
+
+ private:
+  std::unordered_map<const Instruction*, int64_t> pos_;
+  const Instruction* root_;
+};
+
+}  // namespace
+
+std::optional<GeluRegion> MatchGelu(const Instruction* x) {
+  std::vector<const Instruction*> ops = MatchGeluRegion(PlainGeluGraph(x), x);
+  if (ops.empty()) return std::nullopt;
+  const Instruction* sink = ops.back();
+  return GeluRegion{std::move(ops), sink};
 }
 
 }  // namespace gptc::analysis

@@ -1,7 +1,7 @@
 // The tanh GELU and its derivative as cuBLASLt's GELU epilogues compute them,
-// checked on sample points for the gemm fusion rule's matchers
-// (passes/gemm_fusion_epilogues.cc), and the GELU of plain IR that mixed
-// precision finds.
+// checked on sample points, and the one GELU matcher: the gemm fusion rule
+// runs it on its planner's view of the entry (passes/gemm_fusion_epilogues.cc,
+// which also holds the backward's matcher), mixed precision on plain IR.
 //
 // Note [GELU epilogues]
 // cuBLASLt computes GPT-2's MLP activation and its gradient inside the gemms
@@ -40,6 +40,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <unordered_set>
 #include <vector>
 
 #include "compiler/ir/instruction.h"
@@ -66,17 +67,45 @@ bool ComputesGelu(const ir::Instruction* value, const ir::Instruction* x);
 bool ComputesGeluGrad(const ir::Instruction* value, const ir::Instruction* dy,
                       const ir::Instruction* x);
 
-// An elementwise region of one computation, in computation order.
-struct GeluRegion {
-  std::vector<const ir::Instruction*> ops;
-  const ir::Instruction* sink = nullptr;  // the one value used outside `ops`
-  bool erf = false;                       // the erf GELU (never verified)
+// How the GELU matcher walks a graph: plain IR (MatchGelu), or the fusion
+// planner's view of the entry, which looks through the ops it recomputes in
+// every kernel and passes over grouped instructions
+// (passes/gemm_fusion_epilogues.cc).
+class GeluGraph {
+ public:
+  virtual ~GeluGraph() = default;
+  // Appends the instructions reading `x`.
+  virtual void Users(const ir::Instruction* x, std::vector<const ir::Instruction*>& out) const = 0;
+  // Appends what operand `op` brings into a region: nothing for a constant
+  // (or an op of constants); else the values it is.
+  virtual void Sources(const ir::Instruction* op,
+                       std::vector<const ir::Instruction*>& out) const = 0;
+  // Whether `u` may join a region.
+  virtual bool Available(const ir::Instruction* u) const = 0;
+  // Whether every use of `x` is by a member of `s` (the root is used outside).
+  virtual bool UsedOnlyBy(const ir::Instruction* x,
+                          const std::unordered_set<const ir::Instruction*>& s) const = 0;
+  // Sorts `v` into computation order.
+  virtual void Sort(std::vector<const ir::Instruction*>& v) const = 0;
 };
 
-// The GELU of `x` in plain IR: the elementwise users of `x` closed over `x`,
-// themselves and constants, one of them a tanh (or erf), with one value used
-// outside them: the activation, after any converts. A tanh region must pass
-// ComputesGelu; an erf one is returned with `erf` set, for the caller's error.
+// The tanh GELU of `x` seen through `graph`: the available elementwise users
+// of `x`, of x's dims, closed over x, themselves and constants, 5 to 16 of
+// them, one a tanh (or erf), with one value used elsewhere, computed last,
+// which must pass ComputesGelu (the erf form does not). In computation
+// order, that value last; empty when there is none.
+std::vector<const ir::Instruction*> MatchGeluRegion(const GeluGraph& graph,
+                                                    const ir::Instruction* x);
+
+// A GELU region of plain IR: its ops in computation order, and the one value
+// used outside them (the activation, after any converts), the last.
+struct GeluRegion {
+  std::vector<const ir::Instruction*> ops;
+  const ir::Instruction* sink = nullptr;
+};
+
+// MatchGeluRegion in plain IR, where a constant is a constant or a broadcast
+// or convert of one: the frontend's GELU that mixed precision finds.
 std::optional<GeluRegion> MatchGelu(const ir::Instruction* x);
 
 }  // namespace gptc::analysis
