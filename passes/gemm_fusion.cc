@@ -112,12 +112,28 @@ void AbsorbOperandLayouts(Planner& p, int g, const Instruction* d) {
   }
 }
 
+// The group, D's value so far and the record at one point of the chain:
+// what FuseGemms goes back to when what it took after breaks one of
+// cuBLASLt's limits.
+struct Checkpoint {
+  InstSet members;
+  const Instruction* cur = nullptr;
+  GemmEpilogueValues e;
+};
+
+void Restore(Planner& p, int g, const Checkpoint& back, const Instruction*& cur,
+             GemmEpilogueValues& e) {
+  p.ShrinkTo(g, back.members);
+  cur = back.cur;
+  e = back.e;
+}
+
 // A bias add after `cur`: add(cur, broadcast(bias)) along the last dim,
 // the bias a value read from outside (a widening convert of it joins too).
-// Writes the bias into `e` and advances `cur`; returns the group before
-// the add (Note [bias of D's type]), or nullopt when no bias joined.
-std::optional<InstSet> AbsorbBias(Planner& p, int g, const Instruction*& cur,
-                                  GemmEpilogueValues& e) {
+// Writes the bias into `e` and advances `cur`; returns the point before the
+// add, or nullopt when no bias joined.
+std::optional<Checkpoint> AbsorbBias(Planner& p, int g, const Instruction*& cur,
+                                     GemmEpilogueValues& e) {
   const Instruction* u = SingleUser(p, cur);
   if (u == nullptr || u->opcode() != Opcode::kAdd || !p.Claimable(u)) return std::nullopt;
   const Instruction* b = OtherOperand(u, cur);
@@ -126,7 +142,7 @@ std::optional<InstSet> AbsorbBias(Planner& p, int g, const Instruction*& cur,
       b->attrs().dimensions != std::vector<int64_t>{rank - 1} || p.IsFree(b->operand(0))) {
     return std::nullopt;
   }
-  InstSet members = p.groups()[g].members;
+  Checkpoint before{p.groups()[g].members, cur, e};
   if (!p.TryAdd(g, u)) return std::nullopt;
   // A bias widened from D's type is widened by cuBLASLt: the convert joins
   // the gemm (Note [bf16 GELU epilogue] in mixed_precision.h).
@@ -137,25 +153,28 @@ std::optional<InstSet> AbsorbBias(Planner& p, int g, const Instruction*& cur,
   }
   e.bias = bias;
   cur = AbsorbConverts(p, g, u);
-  return members;
+  return before;
 }
 
 // A residual after `cur`, not after an activation (cuBLASLt adds C before
-// it): add(cur, r), r of cur's shape read from outside.
-const Instruction* AbsorbResidual(Planner& p, int g, const Instruction* cur,
-                                  GemmEpilogueValues& e) {
+// it): add(cur, r), r of cur's shape read from outside. Writes it into `e`
+// and advances `cur`; returns the point before the add, or nullopt.
+std::optional<Checkpoint> AbsorbResidual(Planner& p, int g, const Instruction*& cur,
+                                         GemmEpilogueValues& e) {
   const Instruction* u = SingleUser(p, cur);
   if (e.activation != ir::GemmActivation::kNone || u == nullptr || u->opcode() != Opcode::kAdd ||
       !p.Claimable(u)) {
-    return cur;
+    return std::nullopt;
   }
   const Instruction* r = OtherOperand(u, cur);
-  if (r->shape() != cur->shape() || r == cur || p.IsFree(r) || p.group_of(r) == g ||
-      !p.TryAdd(g, u)) {
-    return cur;
+  if (r->shape() != cur->shape() || r == cur || p.IsFree(r) || p.group_of(r) == g) {
+    return std::nullopt;
   }
+  Checkpoint before{p.groups()[g].members, cur, e};
+  if (!p.TryAdd(g, u)) return std::nullopt;
   e.residual = r;
-  return AbsorbConverts(p, g, u);
+  cur = AbsorbConverts(p, g, u);
+  return before;
 }
 
 // The rest of the epilogue after `cur`, D so far: a 2-D transpose of the
@@ -177,13 +196,13 @@ void AbsorbResultLayout(Planner& p, int g, const Instruction* d, const Instructi
   }
 }
 
-// Note [bias of D's type]: cuBLASLt's bias has D's type (the limits of
-// Note [cuBLASLt epilogue limits]); an f32 bias before a bf16 result (GELU
-// then a bf16 store) stays out of the gemm, with the rest of the epilogue
-// after it.
-bool BiasBreaksLimits(const Instruction* d, const GemmEpilogueValues& e) {
-  return analysis::BrokenGemmEpilogueLimit({.d = d->shape(), .bias = e.bias->shape().dtype()})
-      .has_value();
+// Whether D = `cur` with the bias and residual of `e` keeps cuBLASLt's
+// limits (Note [cuBLASLt epilogue limits]).
+bool KeepsLimits(const Instruction* cur, const GemmEpilogueValues& e) {
+  analysis::GemmEpilogueBuffers buffers{.d = cur->shape()};
+  if (e.bias != nullptr) buffers.bias = e.bias->shape().dtype();
+  if (e.residual != nullptr) buffers.residual = e.residual->shape().dtype();
+  return !analysis::BrokenGemmEpilogueLimit(buffers).has_value();
 }
 
 }  // namespace
@@ -199,15 +218,17 @@ void FuseGemms(Planner& p) {
     // Epilogue: converts, bias, activation, residual, converts; or a 2-D
     // transpose.
     const Instruction* cur = AbsorbConverts(p, g, d);
-    const Instruction* before_bias = cur;
-    const GemmEpilogueValues without_bias = e;
-    std::optional<InstSet> members_before_bias = AbsorbBias(p, g, cur, e);
-    cur = AbsorbActivation(p, g, cur, members_before_bias.has_value(), e);
-    cur = AbsorbResidual(p, g, cur, e);
-    if (members_before_bias && BiasBreaksLimits(cur, e)) {
-      p.ShrinkTo(g, *members_before_bias);
-      e = without_bias;
-      e.d = before_bias;
+    const std::optional<Checkpoint> before_bias = AbsorbBias(p, g, cur, e);
+    cur = AbsorbActivation(p, g, cur, before_bias.has_value(), e);
+    const std::optional<Checkpoint> before_residual = AbsorbResidual(p, g, cur, e);
+    // Note [bias of D's type]: cuBLASLt's bias and C have D's type (Note
+    // [cuBLASLt epilogue limits]). A residual whose sum is stored in another
+    // type stays outside; an f32 bias before a bf16 result (GELU then a
+    // bf16 store) stays outside too, with the rest of the epilogue after it.
+    if (before_residual && !KeepsLimits(cur, e)) Restore(p, g, *before_residual, cur, e);
+    if (before_bias && !KeepsLimits(cur, e)) {
+      Restore(p, g, *before_bias, cur, e);
+      e.d = cur;
     } else {
       AbsorbResultLayout(p, g, d, cur, e);
     }

@@ -181,6 +181,29 @@ ENTRY %main {
             (ir::GemmEpilogue{.d = 0, .bias = 2, .activation = ir::GemmActivation::kRelu}));
 }
 
+TEST(GemmFusionTest, AResidualStoredInAnotherTypeStaysOutside) {
+  // Note [bias of D's type]: C has D's type, so the gemm writes the f32 sum
+  // and the bf16 store is a kernel's: the fusion rule asks the same limits
+  // the plan does.
+  auto module = ParseOrDie(R"(module m
+ENTRY %main {
+  %x = f32[4,8] parameter(0)
+  %w = f32[8,16] parameter(1)
+  %r = f32[4,16] parameter(2)
+  %d = f32[4,16] dot(%x, %w), lhs_contracting={1}, rhs_contracting={0}
+  %y = f32[4,16] add(%d, %r)
+  ROOT %yb = bf16[4,16] convert(%y)
+}
+)");
+  GemmFusion fusion;
+  std::unique_ptr<ir::Module> after;
+  EXPECT_TRUE(RunPassAndCompare(fusion, *module, after));
+  const ir::Instruction* gemm = OnlyGemm(*after);
+  ASSERT_NE(gemm, nullptr);
+  EXPECT_EQ(gemm->attrs().gemm_epilogue, (ir::GemmEpilogue{.d = 0})) << ir::PrintModule(*after);
+  EXPECT_EQ(gemm->shape().ToString(), "f32[4,16]");
+}
+
 TEST(GemmFusionTest, ABiasOrResidualComputedFromConstantsStaysOutside) {
   // Constants are recomputed in every kernel, so neither is an operand
   // cuBLASLt could read: the adds stay outside the gemm.
