@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "compiler/analysis/gemm_epilogue.h"
 #include "passes/attention_fusion.h"
 #include "passes/attention_operands.h"
 #include "passes/cross_entropy_fusion.h"
@@ -31,6 +30,46 @@ using ir::Opcode;
 
 namespace {
 
+// The position of `x` in `values`, or -1 (also for null).
+int64_t IndexOf(const std::vector<const Instruction*>& values, const Instruction* x) {
+  auto it = std::find(values.begin(), values.end(), x);
+  return x == nullptr || it == values.end() ? -1 : it - values.begin();
+}
+
+// Note [gemm epilogue records] (compiler/analysis/gemm_epilogue.h): the
+// record the gemm rule wrote, its values numbered as the fusion's operands
+// (`inputs`) and outputs. An aux or bias gradient nothing reads is no output
+// and leaves the record; every output must have its place in it.
+StatusOr<ir::GemmEpilogue> NumberGemmEpilogue(const GemmEpilogueValues& v,
+                                              const std::vector<const Instruction*>& inputs,
+                                              const std::vector<const Instruction*>& outputs) {
+  ir::GemmEpilogue e;
+  e.d = IndexOf(outputs, v.d);
+  if (e.d < 0) return Error("its result %{} is not an output", v.d->name());
+  auto operand = [&](const Instruction* x, const char* what, int64_t& field) -> Status {
+    field = IndexOf(inputs, x);
+    if (x != nullptr && field < 0) return Error("its {} %{} is not an operand", what, x->name());
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(operand(v.bias, "bias", e.bias));
+  RETURN_IF_ERROR(operand(v.residual, "residual", e.residual));
+  RETURN_IF_ERROR(operand(v.aux_in, "aux", e.aux_in));
+  e.activation = v.activation;
+  e.aux_out = IndexOf(outputs, v.aux_out);
+  e.bias_grad_out = IndexOf(outputs, v.bias_grad_out);
+  if (e.bias_grad_out >= 0) {
+    RETURN_IF_ERROR(operand(v.bias_grad_of, "summed operand", e.bias_grad_of));
+  }
+  e.transposed = v.transposed;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const int64_t o = static_cast<int64_t>(i);
+    if (o != e.d && o != e.aux_out && o != e.bias_grad_out) {
+      return Error("output {} (%{}) has no place in its epilogue record", o, outputs[i]->name());
+    }
+  }
+  return e;
+}
+
 // Builds the fusion instructions for the planner's live groups and rewrites
 // the entry: members go away, users read the fusion (or its tuple elements).
 class Materializer {
@@ -47,6 +86,9 @@ class Materializer {
         read_outside_(planner.order().size(), 0) {
     for (const auto& c : module.computations()) taken_.insert(c->name());
   }
+
+  // Whether every gemm fusion's record was numbered (NumberGemmEpilogue).
+  const Status& status() const { return status_; }
 
   bool Run() {
     std::vector<int> live;
@@ -348,6 +390,14 @@ class Materializer {
     fusion->set_metadata(group.metadata.empty() ? group.hero->metadata() : group.metadata);
     fusion->set_role(group.role.value_or(group.hero->role()));
     fusion->set_called_computation(called);
+    if (group.gemm_epilogue) {
+      StatusOr<ir::GemmEpilogue> e = NumberGemmEpilogue(*group.gemm_epilogue, inputs_[g], outputs);
+      if (e.ok()) {
+        fusion->mutable_attrs().gemm_epilogue = *e;
+      } else if (status_.ok()) {
+        status_ = Error("%{}: {}", fusion->name(), e.status().message());
+      }
+    }
     Instruction* f = entry_->AddInstruction(std::move(fusion));
     std::vector<Instruction*> created = {f};
     if (outputs.size() == 1) {
@@ -371,6 +421,8 @@ class Materializer {
 
   ir::Module& module_;
   Planner& p_;
+  // The first gemm record that could not be numbered.
+  Status status_ = Status::Ok();
   ir::Computation* entry_;
   // By planner position: the fusion output now holding each member's value.
   std::vector<Instruction*> replacement_;
@@ -401,24 +453,6 @@ class Materializer {
   std::unordered_set<std::string> taken_;
 };
 
-// Note [gemm epilogue records] (compiler/analysis/gemm_epilogue.h): each
-// gemm fusion's record, made here once for every later stage to read.
-Status DescribeGemms(ir::Computation& entry, std::string_view pass) {
-  for (const auto& inst : entry.instructions()) {
-    if (inst->opcode() != Opcode::kFusion || inst->attrs().fusion_kind != ir::FusionKind::kGemm ||
-        inst->attrs().gemm_epilogue) {
-      continue;
-    }
-    StatusOr<ir::GemmEpilogue> e = analysis::DescribeGemmEpilogue(*inst);
-    if (!e.ok()) {
-      return Error("{}: the gemm rule built an epilogue cuBLASLt has no form for: {}", pass,
-                   e.status().message());
-    }
-    inst->mutable_attrs().gemm_epilogue = *e;
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 }  // namespace fusion_internal
 
@@ -429,8 +463,12 @@ StatusOr<bool> RunFusionRules(ir::Module& module,
   if (module.entry() == nullptr) return Error("{}: module {} has no entry", pass, module.name());
   Planner planner(module.entry());
   for (FusionRule rule : rules) rule(planner);
-  const bool fused = Materializer(module, planner).Run();
-  RETURN_IF_ERROR(DescribeGemms(*module.entry(), pass));
+  Materializer materializer(module, planner);
+  const bool fused = materializer.Run();
+  if (!materializer.status().ok()) {
+    return Error("{}: the gemm rule's epilogue record of {}", pass,
+                 materializer.status().message());
+  }
   return fused;
 }
 

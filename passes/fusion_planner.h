@@ -33,6 +33,23 @@ bool IsFree(const ir::Instruction& inst);
 // layout changes (reshape, transpose, slice, pad, concatenate).
 bool IsLoopOp(const ir::Instruction& inst);
 
+// A gemm group's epilogue record as the gemm rule writes it while it takes
+// each op (Note [gemm epilogue records] in compiler/analysis/gemm_epilogue.h):
+// ir::GemmEpilogue with the entry values where the record has the fusion's
+// operand and output numbers, which the materializer gives it (fusion.cc).
+// Members: d, aux_out, bias_grad_out; values read from outside: the rest.
+struct GemmEpilogueValues {
+  const ir::Instruction* d = nullptr;
+  const ir::Instruction* bias = nullptr;
+  const ir::Instruction* residual = nullptr;
+  ir::GemmActivation activation = ir::GemmActivation::kNone;
+  const ir::Instruction* aux_out = nullptr;
+  const ir::Instruction* aux_in = nullptr;
+  const ir::Instruction* bias_grad_out = nullptr;
+  const ir::Instruction* bias_grad_of = nullptr;
+  bool transposed = false;
+};
+
 struct Group {
   ir::FusionKind kind = ir::FusionKind::kLoop;
   const ir::Instruction* hero = nullptr;  // names the fusion and gives its metadata
@@ -46,6 +63,8 @@ struct Group {
   std::string name;
   std::string metadata;
   std::optional<ir::Role> role;
+  // kind=gemm: what the fusion's epilogue record will say.
+  std::optional<GemmEpilogueValues> gemm_epilogue;
   // Known to lie on no cycle since the planner's epoch of this value (Note
   // [one member at a time]); -1: not known.
   int64_t convex_at = -1;

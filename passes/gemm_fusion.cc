@@ -3,9 +3,11 @@
 #include "passes/gemm_fusion.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "compiler/analysis/gemm_activations.h"
+#include "compiler/analysis/gemm_epilogue.h"
 #include "compiler/ir/patterns.h"
 #include "compiler/program/plan.h"
 #include "passes/fusion_planner.h"
@@ -64,25 +66,28 @@ bool WidenedByConsumers(const Planner& p, const Instruction* convert) {
   });
 }
 
-// Note [GELU epilogues]: the GELU (with the pre-activation as aux), or,
-// after a bare dot, the GELU backward reading that aux; or a one-op
-// activation (Note [gemm activations]) where cuBLASLt has an epilogue for it
-// after this bias: none keeps its input as aux, so the activation must be
-// the pre-activation's only user. Returns D's value so far; `absorbed` says
-// whether an activation joined group `g`.
+// Note [GELU epilogues]: the GELU (the pre-activation its aux), or, after a
+// bare dot, the GELU backward reading that aux; or a one-op activation (Note
+// [gemm activations]) where cuBLASLt has an epilogue for it after this bias:
+// none keeps its input as aux, so the activation must be the
+// pre-activation's only user. Writes the activation into `e`; returns D's
+// value so far.
 const Instruction* AbsorbActivation(Planner& p, int g, const Instruction* cur, bool after_bias,
-                                    bool& absorbed) {
-  std::vector<const Instruction*> gelu = MatchGeluEpilogue(p, cur, p.groups()[g].members);
-  if (gelu.empty() && !after_bias) gelu = MatchGeluGradEpilogue(p, cur);
-  if (!gelu.empty()) {
+                                    GemmEpilogueValues& e) {
+  GeluEpilogueOps gelu = MatchGeluEpilogue(p, cur, p.groups()[g].members);
+  ir::GemmActivation activation = ir::GemmActivation::kGelu;
+  if (gelu.ops.empty() && !after_bias) {
+    gelu = MatchGeluGradEpilogue(p, cur);
+    activation = ir::GemmActivation::kGeluGrad;
+  }
+  if (!gelu.ops.empty()) {
     InstSet s = p.groups()[g].members;
-    s.insert(gelu.begin(), gelu.end());
-    if (!p.CreatesCycle(s)) {
-      for (const Instruction* x : gelu) p.TryAdd(g, x);
-      absorbed = true;
-      return AbsorbConverts(p, g, gelu.back());
-    }
-    return cur;
+    s.insert(gelu.ops.begin(), gelu.ops.end());
+    if (p.CreatesCycle(s)) return cur;
+    for (const Instruction* x : gelu.ops) p.TryAdd(g, x);
+    e.activation = activation;
+    (activation == ir::GemmActivation::kGelu ? e.aux_out : e.aux_in) = gelu.aux;
+    return AbsorbConverts(p, g, gelu.ops.back());
   }
   const Instruction* a = SingleUser(p, cur);
   if (a == nullptr || !p.Claimable(a)) return cur;
@@ -93,8 +98,111 @@ const Instruction* AbsorbActivation(Planner& p, int g, const Instruction* cur, b
       !p.TryAdd(g, a)) {
     return cur;
   }
-  absorbed = true;
+  e.activation = *kind;
   return AbsorbConverts(p, g, a);
+}
+
+// Operand layouts cuBLASLt expresses: reshapes and last-two-dims transposes.
+void AbsorbOperandLayouts(Planner& p, int g, const Instruction* d) {
+  for (const Instruction* op : d->operands()) {
+    for (const Instruction* x = op;; x = x->operand(0)) {
+      if (x->opcode() != Opcode::kReshape && !IsLastTwoTranspose(x)) break;
+      if (!p.Claimable(x) || !AllUsesIn(p, x, p.groups()[g].members) || !p.TryAdd(g, x)) break;
+    }
+  }
+}
+
+// The group, D's value so far and the record at one point of the chain:
+// what FuseGemms goes back to when what it took after breaks one of
+// cuBLASLt's limits.
+struct Checkpoint {
+  InstSet members;
+  const Instruction* cur = nullptr;
+  GemmEpilogueValues e;
+};
+
+void Restore(Planner& p, int g, const Checkpoint& back, const Instruction*& cur,
+             GemmEpilogueValues& e) {
+  p.ShrinkTo(g, back.members);
+  cur = back.cur;
+  e = back.e;
+}
+
+// A bias add after `cur`: add(cur, broadcast(bias)) along the last dim,
+// the bias a value read from outside (a widening convert of it joins too).
+// Writes the bias into `e` and advances `cur`; returns the point before the
+// add, or nullopt when no bias joined.
+std::optional<Checkpoint> AbsorbBias(Planner& p, int g, const Instruction*& cur,
+                                     GemmEpilogueValues& e) {
+  const Instruction* u = SingleUser(p, cur);
+  if (u == nullptr || u->opcode() != Opcode::kAdd || !p.Claimable(u)) return std::nullopt;
+  const Instruction* b = OtherOperand(u, cur);
+  const int64_t rank = cur->shape().rank();
+  if (b->opcode() != Opcode::kBroadcast || b->operand(0)->shape().rank() != 1 ||
+      b->attrs().dimensions != std::vector<int64_t>{rank - 1} || p.IsFree(b->operand(0))) {
+    return std::nullopt;
+  }
+  Checkpoint before{p.groups()[g].members, cur, e};
+  if (!p.TryAdd(g, u)) return std::nullopt;
+  // A bias widened from D's type is widened by cuBLASLt: the convert joins
+  // the gemm (Note [bf16 GELU epilogue] in mixed_precision.h).
+  const Instruction* bias = b->operand(0);
+  if (ir::IsWideningConvert(bias) && p.Claimable(bias) &&
+      AllUsesIn(p, bias, p.groups()[g].members) && p.TryAdd(g, bias)) {
+    bias = bias->operand(0);
+  }
+  e.bias = bias;
+  cur = AbsorbConverts(p, g, u);
+  return before;
+}
+
+// A residual after `cur`, not after an activation (cuBLASLt adds C before
+// it): add(cur, r), r of cur's shape read from outside. Writes it into `e`
+// and advances `cur`; returns the point before the add, or nullopt.
+std::optional<Checkpoint> AbsorbResidual(Planner& p, int g, const Instruction*& cur,
+                                         GemmEpilogueValues& e) {
+  const Instruction* u = SingleUser(p, cur);
+  if (e.activation != ir::GemmActivation::kNone || u == nullptr || u->opcode() != Opcode::kAdd ||
+      !p.Claimable(u)) {
+    return std::nullopt;
+  }
+  const Instruction* r = OtherOperand(u, cur);
+  if (r->shape() != cur->shape() || r == cur || p.IsFree(r) || p.group_of(r) == g) {
+    return std::nullopt;
+  }
+  Checkpoint before{p.groups()[g].members, cur, e};
+  if (!p.TryAdd(g, u)) return std::nullopt;
+  e.residual = r;
+  cur = AbsorbConverts(p, g, u);
+  return before;
+}
+
+// The rest of the epilogue after `cur`, D so far: a 2-D transpose of the
+// bare dot `d`, or a widening of it left to its consumers. Writes D into `e`.
+void AbsorbResultLayout(Planner& p, int g, const Instruction* d, const Instruction* cur,
+                        GemmEpilogueValues& e) {
+  e.d = cur;
+  const Instruction* u = SingleUser(p, cur);
+  if (cur == d && d->shape().rank() == 2 && u != nullptr && u->opcode() == Opcode::kTranspose &&
+      p.Claimable(u) && p.TryAdd(g, u)) {
+    e.transposed = true;
+    e.d = AbsorbConverts(p, g, u);
+  }
+  if (ir::IsWideningConvert(cur) && cur->operand(0) == d && WidenedByConsumers(p, cur)) {
+    InstSet members = p.groups()[g].members;
+    members.erase(cur);
+    p.ShrinkTo(g, members);
+    e.d = d;
+  }
+}
+
+// Whether D = `cur` with the bias and residual of `e` keeps cuBLASLt's
+// limits (Note [cuBLASLt epilogue limits]).
+bool KeepsLimits(const Instruction* cur, const GemmEpilogueValues& e) {
+  analysis::GemmEpilogueBuffers buffers{.d = cur->shape()};
+  if (e.bias != nullptr) buffers.bias = e.bias->shape().dtype();
+  if (e.residual != nullptr) buffers.residual = e.residual->shape().dtype();
+  return !analysis::BrokenGemmEpilogueLimit(buffers).has_value();
 }
 
 }  // namespace
@@ -103,67 +211,28 @@ void FuseGemms(Planner& p) {
   for (const Instruction* d : p.WithOpcode(Opcode::kDot)) {
     if (!p.Claimable(d)) continue;
     int g = p.NewGroup(FusionKind::kGemm, d, {d});
-    // Operand layouts cuBLASLt expresses: reshapes and last-two-dims transposes.
-    for (const Instruction* op : d->operands()) {
-      for (const Instruction* x = op;; x = x->operand(0)) {
-        if (x->opcode() != Opcode::kReshape && !IsLastTwoTranspose(x)) break;
-        if (!p.Claimable(x) || !AllUsesIn(p, x, p.groups()[g].members) || !p.TryAdd(g, x)) break;
-      }
-    }
+    AbsorbOperandLayouts(p, g, d);
+    GemmEpilogueValues e;
     // Bias gradient: a column sum of an operand over its contracting dims.
-    if (d->attrs().dot.lhs_batch.empty()) FuseBiasGradients(p, g, d);
-    // Epilogue: converts, bias, GELU, residual, converts; or a 2-D transpose.
+    if (d->attrs().dot.lhs_batch.empty()) FuseBiasGradients(p, g, d, e);
+    // Epilogue: converts, bias, activation, residual, converts; or a 2-D
+    // transpose.
     const Instruction* cur = AbsorbConverts(p, g, d);
-    const Instruction* u = SingleUser(p, cur);
-    // Note [bias of D's type]: the group before the bias, and the bias's type.
-    std::optional<InstSet> before_bias;
-    ir::DType bias_dtype = ir::DType::kF32;
-    if (u != nullptr && u->opcode() == Opcode::kAdd && p.Claimable(u)) {
-      const Instruction* b = OtherOperand(u, cur);
-      int64_t rank = cur->shape().rank();
-      if (b->opcode() == Opcode::kBroadcast && b->operand(0)->shape().rank() == 1 &&
-          b->attrs().dimensions == std::vector<int64_t>{rank - 1}) {
-        InstSet members = p.groups()[g].members;
-        if (p.TryAdd(g, u)) {
-          before_bias = std::move(members);
-          // A bias widened from D's type is widened by cuBLASLt: the convert
-          // joins the gemm (Note [bf16 GELU epilogue] in mixed_precision.h).
-          const Instruction* bias = b->operand(0);
-          if (ir::IsWideningConvert(bias) && p.Claimable(bias) &&
-              AllUsesIn(p, bias, p.groups()[g].members) && p.TryAdd(g, bias)) {
-            bias = bias->operand(0);
-          }
-          bias_dtype = bias->shape().dtype();
-          cur = AbsorbConverts(p, g, u);
-        }
-      }
+    const std::optional<Checkpoint> before_bias = AbsorbBias(p, g, cur, e);
+    cur = AbsorbActivation(p, g, cur, before_bias.has_value(), e);
+    const std::optional<Checkpoint> before_residual = AbsorbResidual(p, g, cur, e);
+    // Note [bias of D's type]: cuBLASLt's bias and C have D's type (Note
+    // [cuBLASLt epilogue limits]). A residual whose sum is stored in another
+    // type stays outside; an f32 bias before a bf16 result (GELU then a
+    // bf16 store) stays outside too, with the rest of the epilogue after it.
+    if (before_residual && !KeepsLimits(cur, e)) Restore(p, g, *before_residual, cur, e);
+    if (before_bias && !KeepsLimits(cur, e)) {
+      Restore(p, g, *before_bias, cur, e);
+      e.d = cur;
+    } else {
+      AbsorbResultLayout(p, g, d, cur, e);
     }
-    bool activation = false;
-    cur = AbsorbActivation(p, g, cur, before_bias.has_value(), activation);
-    // A residual, not after an activation (cuBLASLt adds C before it).
-    u = SingleUser(p, cur);
-    if (!activation && u != nullptr && u->opcode() == Opcode::kAdd && p.Claimable(u) &&
-        OtherOperand(u, cur)->shape() == cur->shape() && OtherOperand(u, cur) != cur &&
-        p.TryAdd(g, u)) {
-      cur = AbsorbConverts(p, g, u);
-    }
-    // Note [bias of D's type]: cuBLASLt's bias has D's type (cublasLt.h,
-    // BIAS_DATA_TYPE); an f32 bias before a bf16 result (GELU then a bf16
-    // store) stays out of the gemm, with the rest of the epilogue after it.
-    if (before_bias && bias_dtype != cur->shape().dtype()) {
-      p.ShrinkTo(g, *before_bias);
-      continue;
-    }
-    u = SingleUser(p, cur);
-    if (cur == d && d->shape().rank() == 2 && u != nullptr && u->opcode() == Opcode::kTranspose &&
-        p.Claimable(u) && p.TryAdd(g, u)) {
-      AbsorbConverts(p, g, u);
-    }
-    if (ir::IsWideningConvert(cur) && cur->operand(0) == d && WidenedByConsumers(p, cur)) {
-      InstSet members = p.groups()[g].members;
-      members.erase(cur);
-      p.ShrinkTo(g, members);
-    }
+    p.groups()[g].gemm_epilogue = e;
   }
 }
 

@@ -16,9 +16,10 @@
 // dot's result and the recomputed GELU intermediates, down to an aux of D's
 // dtype left outside (cuBLASLt's DGELU; Note [GELU epilogues] in
 // compiler/analysis/gelu_epilogue.h). GELU regions are checked on sample
-// points. Each gemm fusion then carries its epilogue record, which every
-// later stage reads (Note [gemm epilogue records] in
-// compiler/analysis/gemm_epilogue.h).
+// points. The rule writes each gemm's epilogue record as it takes each op,
+// and every later stage reads it (Note [gemm epilogue records] in
+// compiler/analysis/gemm_epilogue.h); cuBLASLt's limits on the bias and aux
+// are asked of one table (Note [cuBLASLt epilogue limits], same file).
 #ifndef GPTC_PASSES_GEMM_FUSION_H_
 #define GPTC_PASSES_GEMM_FUSION_H_
 
@@ -32,24 +33,30 @@ namespace gptc::passes {
 
 namespace fusion_internal {
 
+// Groups each dot with its epilogue and writes the group's epilogue record
+// (Group::gemm_epilogue) as it takes each op.
 void FuseGemms(Planner& p);
 
-// Adds to gemm group `g` the column sums of dot `d`'s operands over their
-// contracting dims, and a round trip through bf16 after them: cuBLASLt's
+// Adds to gemm group `g` the column sum of one of dot `d`'s operands over
+// its contracting dims, and a round trip through bf16 after it: cuBLASLt's
 // bias-gradient epilogues (BGRADA, BGRADB), in gemm_fusion_epilogues.cc.
-void FuseBiasGradients(Planner& p, int g, const ir::Instruction* d);
+// Writes the sum's output and the operand it sums into `e`.
+void FuseBiasGradients(Planner& p, int g, const ir::Instruction* d, GemmEpilogueValues& e);
 
-// The GELU epilogues of FuseGemms (gemm_fusion_epilogues.cc, Note [GELU
-// epilogues] in gelu_epilogue.h), in order with the value they end at last;
-// empty when there is none. MatchGeluEpilogue: the tanh GELU of `x` (a value
-// of gemm group `group`), or of its widened copy when `x` is the bf16
-// pre-activation the backward keeps (then the aux output).
-std::vector<const ir::Instruction*> MatchGeluEpilogue(const Planner& p, const ir::Instruction* x,
-                                                      const InstSet& group);
+// A GELU epilogue of FuseGemms (gemm_fusion_epilogues.cc, Note [GELU
+// epilogues] in gelu_epilogue.h): its ops in order, the value they end at
+// last (empty when there is none); and the pre-activation, which the
+// forward writes as aux (when anything else reads it) and the backward reads.
+struct GeluEpilogueOps {
+  std::vector<const ir::Instruction*> ops;
+  const ir::Instruction* aux = nullptr;
+};
+// The tanh GELU of `x` (a value of gemm group `group`), or of its widened
+// copy when `x` is the bf16 pre-activation the backward keeps.
+GeluEpilogueOps MatchGeluEpilogue(const Planner& p, const ir::Instruction* x, const InstSet& group);
 // dy * GELU'(aux): the ops computed from `dy` and the recomputed GELU
 // intermediates they read, down to the aux, a value of D's dtype left outside.
-std::vector<const ir::Instruction*> MatchGeluGradEpilogue(const Planner& p,
-                                                          const ir::Instruction* dy);
+GeluEpilogueOps MatchGeluGradEpilogue(const Planner& p, const ir::Instruction* dy);
 
 }  // namespace fusion_internal
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compiler/analysis/gelu_epilogue.h"
+#include "compiler/analysis/gemm_epilogue.h"
 #include "compiler/ir/patterns.h"
 #include "passes/fusion_planner.h"
 #include "passes/gemm_fusion.h"
@@ -19,9 +20,13 @@ namespace {
 using ir::Instruction;
 using ir::Opcode;
 
-// cuBLASLt's aux leading dimension is D's row count (the row-major last dim)
-// and must be a multiple of 8 (cublasLt.h, EPILOGUE_AUX_LD).
-bool AuxLdOk(const Instruction* x) { return x->shape().dims().back() % 8 == 0; }
+// Whether an aux laid out as `x` (D's layout, its leading dim the row-major
+// last dim) keeps cuBLASLt's limits (Note [cuBLASLt epilogue limits]).
+bool AuxLdOk(const Instruction* x) {
+  return !analysis::BrokenGemmEpilogueLimit(
+              {.d = x->shape(), .d_ld = x->shape().dims().back(), .aux = x})
+              .has_value();
+}
 
 // Whether every use of `x` is by a member of `s` (looking through free ops).
 bool UsedOnlyBy(const Planner& p, const Instruction* x, const InstSet& s) {
@@ -31,47 +36,36 @@ bool UsedOnlyBy(const Planner& p, const Instruction* x, const InstSet& s) {
   return std::all_of(users.begin(), users.end(), [&](auto* u) { return s.contains(u); });
 }
 
-// The elementwise users of `x` closed over x, themselves and constants,
-// holding a tanh or erf, with one value used elsewhere; in order, that value
-// last. Empty when an intermediate is used elsewhere (cuBLASLt can store the
-// input `x` as its aux output, nothing else) or the region is not tanh GELU.
-std::vector<const Instruction*> MatchGeluOf(const Planner& p, const Instruction* x) {
-  InstSet e;
-  std::vector<const Instruction*> order;
-  bool has_tanh = false;
-  for (bool changed = true; changed && order.size() <= 16;) {
-    changed = false;
-    std::vector<const Instruction*> candidates;
-    p.NonFreeUsers(x, candidates);
-    for (const Instruction* m : order) p.NonFreeUsers(m, candidates);
-    for (const Instruction* u : candidates) {
-      if (e.contains(u) || !p.Claimable(u) || !ir::IsElementwise(u->opcode())) continue;
-      if (u->shape().dims() != x->shape().dims()) continue;
-      std::vector<const Instruction*> sources;
-      for (const Instruction* op : u->operands()) p.NonFreeSources(op, sources);
-      bool closed = std::all_of(sources.begin(), sources.end(), [&](auto* s) {
-        return s == x || e.contains(s) || s->opcode() == Opcode::kConstant;
-      });
-      if (!closed) continue;
-      e.insert(u);
-      order.push_back(u);
-      has_tanh |= u->opcode() == Opcode::kTanh || u->opcode() == Opcode::kErf;
-      changed = true;
-    }
+// The planner's view of the entry for the GELU matcher (Note [GELU
+// epilogues]): free ops looked through, grouped instructions taken.
+class PlannerGeluGraph : public analysis::GeluGraph {
+ public:
+  explicit PlannerGeluGraph(const Planner& p) : p_(p) {}
+
+  void Users(const Instruction* x, std::vector<const Instruction*>& out) const override {
+    p_.NonFreeUsers(x, out);
   }
-  if (!has_tanh || order.size() < 5 || order.size() > 16) return {};
-  int sinks = 0;
-  for (const Instruction* m : order) sinks += UsedOnlyBy(p, m, e) ? 0 : 1;
-  if (sinks != 1) return {};
-  p.SortByPosition(order);
-  if (UsedOnlyBy(p, order.back(), e) || !analysis::ComputesGelu(order.back(), x)) return {};
-  return order;
+  void Sources(const Instruction* op, std::vector<const Instruction*>& out) const override {
+    p_.NonFreeSources(op, out);
+  }
+  bool Available(const Instruction* u) const override { return p_.Claimable(u); }
+  bool UsedOnlyBy(const Instruction* x, const InstSet& s) const override {
+    return fusion_internal::UsedOnlyBy(p_, x, s);
+  }
+  void Sort(std::vector<const Instruction*>& v) const override { p_.SortByPosition(v); }
+
+ private:
+  const Planner& p_;
+};
+
+// The GELU of `x` (analysis::MatchGeluRegion) on the planner's view.
+std::vector<const Instruction*> MatchGeluOf(const Planner& p, const Instruction* x) {
+  return analysis::MatchGeluRegion(PlannerGeluGraph(p), x);
 }
 
 }  // namespace
 
-std::vector<const Instruction*> MatchGeluEpilogue(const Planner& p, const Instruction* x,
-                                                  const InstSet& group) {
+GeluEpilogueOps MatchGeluEpilogue(const Planner& p, const Instruction* x, const InstSet& group) {
   std::vector<const Instruction*> gelu = MatchGeluOf(p, x);
   if (gelu.empty()) {
     // The GELU of the widened copy of x, the bf16 pre-activation the
@@ -91,10 +85,10 @@ std::vector<const Instruction*> MatchGeluEpilogue(const Planner& p, const Instru
   InstSet s = group;
   s.insert(gelu.begin(), gelu.end());
   if (!UsedOnlyBy(p, x, s) && !AuxLdOk(x)) return {};
-  return gelu;
+  return {std::move(gelu), x};
 }
 
-std::vector<const Instruction*> MatchGeluGradEpilogue(const Planner& p, const Instruction* dy) {
+GeluEpilogueOps MatchGeluGradEpilogue(const Planner& p, const Instruction* dy) {
   if (!AuxLdOk(dy)) return {};
   // The ops computed from dy: its products with GELU' and their sum.
   InstSet from_dy;
@@ -169,7 +163,7 @@ std::vector<const Instruction*> MatchGeluGradEpilogue(const Planner& p, const In
   p.SortByPosition(ops);
   std::erase(ops, sink);
   ops.push_back(sink);
-  return ops;
+  return {std::move(ops), *frontier.begin()};
 }
 
 namespace {
@@ -178,7 +172,8 @@ namespace {
 // to r's dtype: autodiff's bf16 round trip of the gradient of a bf16 bias
 // copy (Note [bf16 GELU epilogue] in mixed_precision.h), whose rounding
 // cuBLASLt skips (the plan notes it).
-void AbsorbRoundTrip(Planner& p, int g, const Instruction* r) {
+// Returns the last value taken: the gradient's output.
+const Instruction* AbsorbRoundTrip(Planner& p, int g, const Instruction* r) {
   std::vector<const Instruction*> chain;
   for (const Instruction* u = SingleUser(p, r);
        u != nullptr && u->opcode() == Opcode::kConvert && p.Claimable(u); u = SingleUser(p, u)) {
@@ -187,13 +182,17 @@ void AbsorbRoundTrip(Planner& p, int g, const Instruction* r) {
   while (!chain.empty() && chain.back()->shape().dtype() != r->shape().dtype()) chain.pop_back();
   InstSet s = p.groups()[g].members;
   s.insert(chain.begin(), chain.end());
-  if (p.CreatesCycle(s)) return;
-  for (const Instruction* c : chain) p.TryAdd(g, c);
+  if (p.CreatesCycle(s)) return r;
+  const Instruction* out = r;
+  for (const Instruction* c : chain) {
+    if (p.TryAdd(g, c)) out = c;
+  }
+  return out;
 }
 
 }  // namespace
 
-void FuseBiasGradients(Planner& p, int g, const Instruction* d) {
+void FuseBiasGradients(Planner& p, int g, const Instruction* d, GemmEpilogueValues& e) {
   const ir::DotDimensions& dims = d->attrs().dot;
   for (int i = 0; i < 2; ++i) {
     std::vector<int64_t> contracting = i == 0 ? dims.lhs_contracting : dims.rhs_contracting;
@@ -203,6 +202,7 @@ void FuseBiasGradients(Planner& p, int g, const Instruction* d) {
     // writes, Note [GELU epilogues]): the kernel sums the operand it loads
     // (tolerance of bf16).
     const Instruction* operand = d->operand(i);
+    if (p.IsFree(operand)) continue;
     std::vector<const Instruction*> summed = {operand};
     if (operand->opcode() == Opcode::kConvert) summed.push_back(operand->operand(0));
     for (const Instruction* w : operand->users()) {
@@ -228,7 +228,11 @@ void FuseBiasGradients(Planner& p, int g, const Instruction* d) {
         if (!UsedOnlyBy(p, w, {r}) || p.CreatesCycle(s)) continue;
         p.TryAdd(g, w);
       }
-      if (p.TryAdd(g, r)) AbsorbRoundTrip(p, g, r);
+      if (!p.TryAdd(g, r)) continue;
+      // One bias gradient per gemm: cuBLASLt writes one bias vector.
+      e.bias_grad_out = AbsorbRoundTrip(p, g, r);
+      e.bias_grad_of = operand;
+      return;
     }
   }
 }

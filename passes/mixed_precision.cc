@@ -144,7 +144,7 @@ StatusOr<bool> StoreGeluInputInBf16(ir::Builder& b, Instruction* dot,
   if (!bias_add) return false;
   Instruction* pre = bias_add->add;
   std::optional<analysis::GeluRegion> gelu = analysis::MatchGelu(pre);
-  if (!gelu || gelu->erf || gelu->sink->users().empty()) return false;
+  if (!gelu || gelu->sink->users().empty()) return false;
   for (const Instruction* u : pre->users()) {
     if (std::find(gelu->ops.begin(), gelu->ops.end(), u) == gelu->ops.end()) return false;
   }

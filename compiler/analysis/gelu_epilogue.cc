@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
-#include <set>
 #include <unordered_map>
 
 #include "compiler/eval/evaluator.h"
@@ -19,7 +18,7 @@ using ir::Opcode;
 namespace {
 
 constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2 / pi)
-constexpr size_t kMaxRegion = 48;  // autodiff's GELU backward is 15 ops, its recomputation 8
+constexpr size_t kMaxGeluRegion = 16;                // the frontend's GELU is 10 ops
 
 // Sample GELU inputs: -6 to 6 in steps of 1/8 (exact in bf16 and f16), where
 // the tanh and erf forms differ by up to 5e-4 and the tails by much less.
@@ -159,106 +158,77 @@ bool ComputesGeluGrad(const Instruction* value, const Instruction* dy, const Ins
                            [](std::span<const double> p) { return p[0] * GeluTanhGrad(p[1]); });
 }
 
-std::optional<GeluRegion> MatchGelu(const Instruction* x) {
-  std::set<const Instruction*> members;
-  GeluRegion r;
+std::vector<const Instruction*> MatchGeluRegion(const GeluGraph& graph, const Instruction* x) {
+  std::unordered_set<const Instruction*> members;
+  std::vector<const Instruction*> order;
   bool has_tanh = false;
-  for (bool changed = true; changed && r.ops.size() <= kMaxRegion;) {
+  for (bool changed = true; changed && order.size() <= kMaxGeluRegion;) {
     changed = false;
-    std::vector<const Instruction*> frontier(x->users().begin(), x->users().end());
-    for (const Instruction* m : r.ops) {
-      frontier.insert(frontier.end(), m->users().begin(), m->users().end());
-    }
-    for (const Instruction* u : frontier) {
-      if (members.contains(u) || !ir::IsElementwise(u->opcode())) continue;
-      bool closed = std::all_of(u->operands().begin(), u->operands().end(), [&](auto* o) {
-        return o == x || members.contains(o) || IsConstantLike(o);
+    std::vector<const Instruction*> candidates;
+    graph.Users(x, candidates);
+    for (const Instruction* m : order) graph.Users(m, candidates);
+    for (const Instruction* u : candidates) {
+      if (members.contains(u) || !graph.Available(u) || !ir::IsElementwise(u->opcode()) ||
+          u->shape().dims() != x->shape().dims()) {
+        continue;
+      }
+      std::vector<const Instruction*> sources;
+      for (const Instruction* op : u->operands()) graph.Sources(op, sources);
+      bool closed = std::all_of(sources.begin(), sources.end(), [&](auto* s) {
+        return s == x || members.contains(s) || s->opcode() == Opcode::kConstant;
       });
       if (!closed) continue;
       members.insert(u);
-      r.ops.push_back(u);
-      has_tanh |= u->opcode() == Opcode::kTanh;
-      r.erf |= u->opcode() == Opcode::kErf;
+      order.push_back(u);
+      has_tanh |= u->opcode() == Opcode::kTanh || u->opcode() == Opcode::kErf;
       changed = true;
     }
   }
-  if ((!has_tanh && !r.erf) || r.ops.size() < 5 || r.ops.size() > kMaxRegion) return std::nullopt;
-  for (const Instruction* m : r.ops) {
-    bool inner = !m->users().empty() && std::all_of(m->users().begin(), m->users().end(),
-                                                    [&](auto* u) { return members.contains(u); });
-    if (inner) continue;
-    if (r.sink != nullptr) return std::nullopt;
-    r.sink = m;
-  }
-  if (r.sink == nullptr) return std::nullopt;
-  auto pos = Positions(x);
-  std::sort(r.ops.begin(), r.ops.end(), [&](auto* a, auto* b) { return pos[a] < pos[b]; });
-  if (!r.erf && !ComputesGelu(r.sink, x)) return std::nullopt;
-  return r;
+  if (!has_tanh || order.size() < 5 || order.size() > kMaxGeluRegion) return {};
+  int sinks = 0;
+  for (const Instruction* m : order) sinks += graph.UsedOnlyBy(m, members) ? 0 : 1;
+  if (sinks != 1) return {};
+  graph.Sort(order);
+  if (graph.UsedOnlyBy(order.back(), members) || !ComputesGelu(order.back(), x)) return {};
+  return order;
 }
 
-std::optional<GeluRegion> MatchGeluGrad(const Instruction* dy,
-                                        const std::function<bool(const Instruction*)>& is_x) {
-  // The ops computed from dy (the products with GELU' and their sum).
-  std::set<const Instruction*> from_dy;
-  std::vector<const Instruction*> ops;
-  for (bool changed = true; changed && ops.size() <= kMaxRegion;) {
-    changed = false;
-    std::vector<const Instruction*> frontier(dy->users().begin(), dy->users().end());
-    for (const Instruction* m : ops) {
-      frontier.insert(frontier.end(), m->users().begin(), m->users().end());
-    }
-    for (const Instruction* u : frontier) {
-      if (from_dy.contains(u) || !ir::IsElementwise(u->opcode()) ||
-          u->opcode() == Opcode::kConvert || u->shape().dims() != dy->shape().dims()) {
-        continue;
-      }
-      from_dy.insert(u);
-      ops.push_back(u);
-      changed = true;
-    }
+namespace {
+
+// Plain IR: every user, constants seen through broadcasts and converts.
+class PlainGeluGraph : public GeluGraph {
+ public:
+  explicit PlainGeluGraph(const Instruction* x) : pos_(Positions(x)), root_(x->parent()->root()) {}
+
+  void Users(const Instruction* x, std::vector<const Instruction*>& out) const override {
+    out.insert(out.end(), x->users().begin(), x->users().end());
   }
-  if (ops.empty() || ops.size() > kMaxRegion) return std::nullopt;
-  // The other values they read, expanded latest first until one value is left.
-  auto pos = Positions(dy);
-  auto later = [&](const Instruction* a, const Instruction* b) { return pos[a] > pos[b]; };
-  std::set<const Instruction*, decltype(later)> frontier(later);
-  for (const Instruction* m : ops) {
-    for (const Instruction* o : m->operands()) {
-      if (o != dy && !from_dy.contains(o) && !IsConstantLike(o)) frontier.insert(o);
-    }
+  void Sources(const Instruction* op, std::vector<const Instruction*>& out) const override {
+    if (!IsConstantLike(op)) out.push_back(op);
   }
-  std::set<const Instruction*> members(from_dy.begin(), from_dy.end());
-  while (!frontier.empty() && !(frontier.size() == 1 && is_x(*frontier.begin()))) {
-    const Instruction* v = *frontier.begin();
-    frontier.erase(frontier.begin());
-    if (!ir::IsElementwise(v->opcode()) || v->shape().dims() != dy->shape().dims() ||
-        ops.size() > kMaxRegion) {
-      return std::nullopt;
-    }
-    members.insert(v);
-    ops.push_back(v);
-    for (const Instruction* o : v->operands()) {
-      if (o == dy || from_dy.contains(o)) return std::nullopt;
-      if (!IsConstantLike(o) && !members.contains(o)) frontier.insert(o);
-    }
+  bool Available(const Instruction*) const override { return true; }
+  bool UsedOnlyBy(const Instruction* x,
+                  const std::unordered_set<const Instruction*>& s) const override {
+    return x != root_ && !x->users().empty() &&
+           std::all_of(x->users().begin(), x->users().end(),
+                       [&](const Instruction* u) { return s.contains(u); });
   }
-  if (frontier.size() != 1) return std::nullopt;
-  GeluRegion r;
-  r.x = *frontier.begin();
-  for (const Instruction* m : ops) {
-    const bool outside =
-        m->users().empty() || std::any_of(m->users().begin(), m->users().end(),
-                                          [&](auto* u) { return !members.contains(u); });
-    if (!outside) continue;
-    // Only the result leaves: the recomputed GELU intermediates stay inside.
-    if (r.sink != nullptr || !from_dy.contains(m)) return std::nullopt;
-    r.sink = m;
+  void Sort(std::vector<const Instruction*>& v) const override {
+    std::sort(v.begin(), v.end(), [&](auto* a, auto* b) { return pos_.at(a) < pos_.at(b); });
   }
-  if (r.sink == nullptr || !ComputesGeluGrad(r.sink, dy, r.x)) return std::nullopt;
-  std::sort(ops.begin(), ops.end(), [&](auto* a, auto* b) { return pos[a] < pos[b]; });
-  r.ops = std::move(ops);
-  return r;
+
+ private:
+  std::unordered_map<const Instruction*, int64_t> pos_;
+  const Instruction* root_;
+};
+
+}  // namespace
+
+std::optional<GeluRegion> MatchGelu(const Instruction* x) {
+  std::vector<const Instruction*> ops = MatchGeluRegion(PlainGeluGraph(x), x);
+  if (ops.empty()) return std::nullopt;
+  const Instruction* sink = ops.back();
+  return GeluRegion{std::move(ops), sink};
 }
 
 }  // namespace gptc::analysis

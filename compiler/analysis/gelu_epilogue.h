@@ -1,6 +1,7 @@
 // The tanh GELU and its derivative as cuBLASLt's GELU epilogues compute them,
-// and the matching of their IR forms, shared by mixed precision, fusion and
-// the gemm epilogue records (gemm_epilogue.h).
+// checked on sample points, and the one GELU matcher: the gemm fusion rule
+// runs it on its planner's view of the entry (passes/gemm_fusion_epilogues.cc,
+// which also holds the backward's matcher), mixed precision on plain IR.
 //
 // Note [GELU epilogues]
 // cuBLASLt computes GPT-2's MLP activation and its gradient inside the gemms
@@ -21,9 +22,9 @@
 //    and the GELU into the c_fc gemm, and the GELU backward (the recomputed
 //    intermediates and their products with the gradient) into the gemm that
 //    produces the gradient (passes/fusion.h rule 4);
-//  - the fusion pass records both in the gemms' epilogue records (Note [gemm
-//    epilogue records] in gemm_epilogue.h), and the gemm plan reads or
-//    writes aux in D's layout.
+//  - the gemm rule writes both into the gemms' epilogue records as it takes
+//    them (Note [gemm epilogue records] in gemm_epilogue.h), and the gemm
+//    plan reads or writes aux in D's layout.
 // The bias gradient stays in the weight-gradient gemm of c_fc (BGRADA): it
 // sums the bf16 gradient DGELU writes, which that gemm reads anyway; DGELU_BGRAD
 // would save nothing and has no fallback kernel (Note [epilogue fallback]
@@ -39,6 +40,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <unordered_set>
 #include <vector>
 
 #include "compiler/ir/instruction.h"
@@ -65,26 +67,46 @@ bool ComputesGelu(const ir::Instruction* value, const ir::Instruction* x);
 bool ComputesGeluGrad(const ir::Instruction* value, const ir::Instruction* dy,
                       const ir::Instruction* x);
 
-// An elementwise region of one computation, in computation order.
-struct GeluRegion {
-  std::vector<const ir::Instruction*> ops;
-  const ir::Instruction* sink = nullptr;  // the one value used outside `ops`
-  const ir::Instruction* x = nullptr;     // MatchGeluGrad: the GELU input (aux)
-  bool erf = false;                       // MatchGelu: the erf GELU (never verified)
+// How the GELU matcher walks a graph: plain IR (MatchGelu), or the fusion
+// planner's view of the entry, which looks through the ops it recomputes in
+// every kernel and passes over grouped instructions
+// (passes/gemm_fusion_epilogues.cc).
+class GeluGraph {
+ public:
+  virtual ~GeluGraph() = default;
+  // Appends the instructions reading `x`.
+  virtual void Users(const ir::Instruction* x, std::vector<const ir::Instruction*>& out) const = 0;
+  // Appends what operand `op` brings into a region: nothing for a constant
+  // (or an op of constants); else the values it is.
+  virtual void Sources(const ir::Instruction* op,
+                       std::vector<const ir::Instruction*>& out) const = 0;
+  // Whether `u` may join a region.
+  virtual bool Available(const ir::Instruction* u) const = 0;
+  // Whether every use of `x` is by a member of `s` (the root is used outside).
+  virtual bool UsedOnlyBy(const ir::Instruction* x,
+                          const std::unordered_set<const ir::Instruction*>& s) const = 0;
+  // Sorts `v` into computation order.
+  virtual void Sort(std::vector<const ir::Instruction*>& v) const = 0;
 };
 
-// The GELU of `x` in plain IR: the elementwise users of `x` closed over `x`,
-// themselves and constants, one of them a tanh (or erf), with one value used
-// outside them: the activation, after any converts. A tanh region must pass
-// ComputesGelu; an erf one is returned with `erf` set, for the caller's error.
-std::optional<GeluRegion> MatchGelu(const ir::Instruction* x);
+// The tanh GELU of `x` seen through `graph`: the available elementwise users
+// of `x`, of x's dims, closed over x, themselves and constants, 5 to 16 of
+// them, one a tanh (or erf), with one value used elsewhere, computed last,
+// which must pass ComputesGelu (the erf form does not). In computation
+// order, that value last; empty when there is none.
+std::vector<const ir::Instruction*> MatchGeluRegion(const GeluGraph& graph,
+                                                    const ir::Instruction* x);
 
-// dy * GELU'(x) in plain IR: the elementwise ops (converts excepted) computed
-// from `dy`, plus the elementwise cone of the other values they read down to
-// the first single value every path goes through for which `is_x` holds,
-// with one value used outside them all; checked with ComputesGeluGrad.
-std::optional<GeluRegion> MatchGeluGrad(const ir::Instruction* dy,
-                                        const std::function<bool(const ir::Instruction*)>& is_x);
+// A GELU region of plain IR: its ops in computation order, and the one value
+// used outside them (the activation, after any converts), the last.
+struct GeluRegion {
+  std::vector<const ir::Instruction*> ops;
+  const ir::Instruction* sink = nullptr;
+};
+
+// MatchGeluRegion in plain IR, where a constant is a constant or a broadcast
+// or convert of one: the frontend's GELU that mixed precision finds.
+std::optional<GeluRegion> MatchGelu(const ir::Instruction* x);
 
 }  // namespace gptc::analysis
 

@@ -2,18 +2,18 @@
 // the gemm's result and constants.
 //
 // Note [gemm activations]
-// An activation in a gemm's epilogue is found twice: by the fusion pass's
-// gemm rule on the unfused entry (passes/gemm_fusion.cc), which decides
-// what joins the gemm, and by DescribeGemmEpilogue (gemm_epilogue.h) on the
-// fused computation, which writes that decision as the record. Both ask this
-// table, so they cannot disagree. The tanh GELU and its backward are regions
-// of a dozen ops with their own matchers (Note [GELU epilogues] in
-// gelu_epilogue.h); every other activation is one row here. Adding one
-// takes its enumerator (GPTC_GEMM_ACTIVATIONS in compiler/ir/gemm_epilogue.h),
-// its cuBLASLt epilogues (Note [gemm epilogue table] in
-// compiler/program/plan.h) and its row below; the fusion rule, the records,
-// the verifier, the cuBLASLt plan and the fallback kernel (the fused
-// computation after the dot) follow from those.
+// The fusion pass's gemm rule (passes/gemm_fusion.cc) asks this table
+// whether the one user of a gemm's result is an activation, takes it into
+// the gemm and writes it into the gemm's epilogue record (Note [gemm
+// epilogue records] in gemm_epilogue.h); nothing asks again later. The tanh
+// GELU and its backward are regions of a dozen ops with their own matchers
+// (passes/gemm_fusion_epilogues.cc); every other activation is one row here.
+// Adding one is Note [adding a gemm epilogue]: its enumerator
+// (GPTC_GEMM_ACTIVATIONS in compiler/ir/gemm_epilogue.h) and row below are
+// the rule, its cuBLASLt epilogues (Note [gemm epilogue table] in
+// compiler/program/plan.h) the table entry; the records, the verifier, the
+// cuBLASLt plan and the fallback kernel (the fused computation after the
+// dot) follow from those.
 #ifndef GPTC_COMPILER_ANALYSIS_GEMM_ACTIVATIONS_H_
 #define GPTC_COMPILER_ANALYSIS_GEMM_ACTIVATIONS_H_
 

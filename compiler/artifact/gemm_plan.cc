@@ -197,52 +197,37 @@ StatusOr<FusedDot> FindFusedDot(const Instruction& fusion) {
   return f;
 }
 
-// The bias, residual and aux buffers of `e`, checked against what cuBLASLt
-// takes.
+// The bias, residual and aux buffers of `e`, checked against cuBLASLt's
+// limits (Note [cuBLASLt epilogue limits] in compiler/analysis/
+// gemm_epilogue.h).
 Status PlaceEpilogueBuffers(const Instruction& fusion, const ir::GemmEpilogue& e, GemmPlan& plan) {
   const std::string& name = fusion.name();
-  const ir::Shape& d = ir::FusionOutputShape(fusion, e.d);
   const bool gelu = e.activation != ir::GemmActivation::kNone;
   if (e.transposed && (e.bias >= 0 || e.residual >= 0 || gelu)) {
     return Error("%{}: transposed result with an epilogue", name);
   }
+  analysis::GemmEpilogueBuffers buffers{.d = ir::FusionOutputShape(fusion, e.d),
+                                        .d_ld = plan.d.ld,
+                                        .batch = plan.batch_count,
+                                        .bias_grad = e.bias_grad_out >= 0};
   if (e.bias >= 0) {
-    // cuBLASLt's bias has D's type (cublasLt.h, BIAS_DATA_TYPE); fusion
-    // keeps other biases out of the gemm (Note [bias of D's type]).
-    const ir::DType bias = fusion.operand(e.bias)->shape().dtype();
-    if (bias != d.dtype()) {
-      return Error("%{}: a {} bias with a {} result (cuBLASLt's bias has the result's type)", name,
-                   ir::DTypeName(bias), ir::DTypeName(d.dtype()));
-    }
+    buffers.bias = fusion.operand(e.bias)->shape().dtype();
     plan.bias_operand = e.bias;
-    plan.bias_dtype = program::GemmDTypeOf(bias);
+    plan.bias_dtype = program::GemmDTypeOf(*buffers.bias);
   }
   if (e.residual >= 0) {
-    const ir::DType residual = fusion.operand(e.residual)->shape().dtype();
-    if (residual != d.dtype()) {
-      return Error("%{}: residual {} and result {} differ in dtype (cuBLASLt needs C = D)", name,
-                   ir::DTypeName(residual), ir::DTypeName(d.dtype()));
-    }
+    buffers.residual = fusion.operand(e.residual)->shape().dtype();
     plan.c_operand = e.residual;
     plan.beta = 1.0;
   }
   plan.aux_operand = e.aux_in;
   plan.aux_output = e.aux_out;
-  if (e.aux_in < 0 && e.aux_out < 0) return Status::Ok();
-  const Instruction* aux =
-      e.aux_in >= 0 ? Parameter(fusion, e.aux_in) : ir::FusionOutput(fusion, e.aux_out);
-  if (aux->shape().dtype() != d.dtype() || aux->shape().dims() != d.dims()) {
-    return Error("%{}: GELU aux %{} is {}, the result {} (cuBLASLt's aux is laid out as D)", name,
-                 aux->name(), aux->shape().ToString(), d.ToString());
+  if (e.aux_in >= 0 || e.aux_out >= 0) {
+    buffers.aux = e.aux_in >= 0 ? Parameter(fusion, e.aux_in) : ir::FusionOutput(fusion, e.aux_out);
+    plan.aux_ld = plan.d.ld;
   }
-  // cublasLt.h, EPILOGUE_AUX_LD: "divisible by 8 and no less than the
-  // number of rows in the output matrix".
-  plan.aux_ld = plan.d.ld;
-  if (plan.aux_ld % 8 != 0) {
-    return Error(
-        "%{}: GELU aux leading dimension {} is not a multiple of 8 (cuBLASLt's "
-        "EPILOGUE_AUX_LD)",
-        name, plan.aux_ld);
+  if (std::optional<std::string> breach = analysis::BrokenGemmEpilogueLimit(buffers)) {
+    return Error("%{}: {}", name, *breach);
   }
   return Status::Ok();
 }
@@ -258,7 +243,6 @@ StatusOr<program::GemmEpilogue> ChooseEpilogue(const Instruction& fusion, const 
     if (e.bias >= 0 || e.residual >= 0 || e.activation != ir::GemmActivation::kNone) {
       return Error("%{}: bias gradient combined with another epilogue", name);
     }
-    if (plan.batch_count != 1) return Error("%{}: batched bias gradient", name);
     plan.bias_grad_output = e.bias_grad_out;
     plan.bias_dtype = program::GemmDTypeOf(ir::FusionOutputShape(fusion, e.bias_grad_out).dtype());
     if (e.bias_grad_of == plan.a_operand) {
