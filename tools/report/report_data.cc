@@ -42,6 +42,7 @@ struct Placement {
   std::string group = "unknown";
   int64_t layer = -1;
   std::string phase = "unknown";
+  bool recomputed = false;  // phase remat
 };
 
 std::string PhaseShown(ir::Phase phase) {
@@ -83,7 +84,8 @@ Placement Place(const std::optional<program::ThunkRole>& role) {
   if (!role) return {};
   return {.group = GroupShown(*role),
           .layer = role->group == program::ThunkGroup::kBlock ? role->layer : -1,
-          .phase = PhaseShown(role->phase)};
+          .phase = PhaseShown(role->phase),
+          .recomputed = role->phase == ir::Phase::kRemat};
 }
 
 // Measured µs per call of each (kind, name) of a gptc-profile-1 file.
@@ -109,18 +111,30 @@ std::vector<const EntryPlan*> StepEntries(const program::Plan& plan) {
   return entries;
 }
 
+// One row of the thunk table: the typed facts the groups and the remat
+// view add up, and the row as the page gets it.
+struct Row {
+  ThunkKind kind = ThunkKind::kKernel;
+  Placement place;
+  std::string name;  // the instruction
+  double roofline_us = 0;
+  std::optional<double> measured_us;
+  json page;
+};
+
 // One row per thunk that does work (fallback kernels, which run only when
 // cuBLASLt refuses an epilogue, and constants left out).
-json ThunkRows(const std::vector<const EntryPlan*>& entries, const program::GpuSpec& gpu,
-               const json* profile, const ModelTimes* model) {
+std::vector<Row> ThunkRows(const std::vector<const EntryPlan*>& entries,
+                           const program::GpuSpec& gpu, const json* profile,
+                           const ModelTimes* model) {
   const auto measured = MeasuredUs(profile);
-  json rows = json::array();
+  std::vector<Row> rows;
   for (const EntryPlan* e : entries) {
     for (const Thunk& t : e->thunks) {
       const auto* k = std::get_if<program::KernelThunk>(&t.body);
       if ((k != nullptr && k->fallback) || t.kind() == ThunkKind::kConstant) continue;
       const std::string kind(program::ThunkKindName(t.kind()));
-      const Placement p = Place(t.role);
+      Row row{.kind = t.kind(), .place = Place(t.role), .name = t.instruction()};
       double flops = 0, bytes = 0;
       if (t.cost) {
         flops = t.cost->flops;
@@ -128,31 +142,33 @@ json ThunkRows(const std::vector<const EntryPlan*>& entries, const program::GpuS
       } else if (const auto* c = std::get_if<program::CopyThunk>(&t.body)) {
         bytes = 2.0 * static_cast<double>(c->bytes);
       }
-      json row{{"entry", e->name()},
-               {"i", t.index},
-               {"name", t.instruction()},
-               {"kernel", t.name},
-               {"kind", kind},
-               {"fusion_kind", k != nullptr                   ? k->fusion_kind
-                               : t.kind() == ThunkKind::kGemm ? "gemm"
-                                                              : ""},
-               {"group", p.group},
-               {"layer", p.layer},
-               {"phase", p.phase},
-               {"meta", t.meta},
-               {"flops", flops},
-               {"bytes", bytes},
-               {"roofline_us", gpu.RooflineUs(flops, bytes)},
-               {"compute_bound", gpu.ComputeBound(flops, bytes)},
-               {"measured_us", nullptr}};
+      row.roofline_us = gpu.RooflineUs(flops, bytes);
       if (auto it = measured.find({kind, t.name}); it != measured.end()) {
-        row["measured_us"] = it->second;
+        row.measured_us = it->second;
       }
-      row["model_us"] = nullptr;
+      std::optional<double> model_us;
       if (model != nullptr) {
         auto it = model->launch_us.find({std::string(e->name()), t.index});
-        if (it != model->launch_us.end()) row["model_us"] = it->second;
+        if (it != model->launch_us.end()) model_us = it->second;
       }
+      row.page = {{"entry", e->name()},
+                  {"i", t.index},
+                  {"name", row.name},
+                  {"kernel", t.name},
+                  {"kind", kind},
+                  {"fusion_kind", k != nullptr                   ? k->fusion_kind
+                                  : t.kind() == ThunkKind::kGemm ? "gemm"
+                                                                 : ""},
+                  {"group", row.place.group},
+                  {"layer", row.place.layer},
+                  {"phase", row.place.phase},
+                  {"meta", t.meta},
+                  {"flops", flops},
+                  {"bytes", bytes},
+                  {"roofline_us", row.roofline_us},
+                  {"compute_bound", gpu.ComputeBound(flops, bytes)},
+                  {"measured_us", row.measured_us ? json(*row.measured_us) : json(nullptr)},
+                  {"model_us", model_us ? json(*model_us) : json(nullptr)}};
       rows.push_back(std::move(row));
     }
   }
@@ -160,14 +176,13 @@ json ThunkRows(const std::vector<const EntryPlan*>& entries, const program::GpuS
 }
 
 // Per-group totals of `rows`, in order of first appearance.
-json GroupRows(const json& rows) {
+json GroupRows(const std::vector<Row>& rows) {
   json groups = json::array();
   std::map<std::string, size_t> index;
-  for (const json& r : rows) {
-    const std::string name = r["group"];
-    auto [it, added] = index.emplace(name, groups.size());
+  for (const Row& r : rows) {
+    auto [it, added] = index.emplace(r.place.group, groups.size());
     if (added) {
-      groups.push_back({{"name", name},
+      groups.push_back({{"name", r.place.group},
                         {"kernels", 0},
                         {"gemms", 0},
                         {"recomputed", 0},
@@ -175,13 +190,13 @@ json GroupRows(const json& rows) {
                         {"measured_us", nullptr}});
     }
     json& g = groups[it->second];
-    if (r["kind"] == "kernel") g["kernels"] = g["kernels"].get<int64_t>() + 1;
-    if (r["kind"] == "gemm") g["gemms"] = g["gemms"].get<int64_t>() + 1;
-    if (r["phase"] == "recompute") g["recomputed"] = g["recomputed"].get<int64_t>() + 1;
-    g["roofline_us"] = g["roofline_us"].get<double>() + r["roofline_us"].get<double>();
-    if (r["measured_us"].is_number()) {
+    if (r.kind == ThunkKind::kKernel) g["kernels"] = g["kernels"].get<int64_t>() + 1;
+    if (r.kind == ThunkKind::kGemm) g["gemms"] = g["gemms"].get<int64_t>() + 1;
+    if (r.place.recomputed) g["recomputed"] = g["recomputed"].get<int64_t>() + 1;
+    g["roofline_us"] = g["roofline_us"].get<double>() + r.roofline_us;
+    if (r.measured_us) {
       const double before = g["measured_us"].is_number() ? g["measured_us"].get<double>() : 0.0;
-      g["measured_us"] = before + r["measured_us"].get<double>();
+      g["measured_us"] = before + *r.measured_us;
     }
   }
   return groups;
@@ -303,7 +318,7 @@ json ArenaData(const EntryPlan& e, const std::map<int64_t, BufferLife>& lives) {
           {"peak", {{"position", peak}, {"bytes", peak_bytes}, {"buffers", std::move(buffers)}}}};
 }
 
-json RematData(const program::Manifest& m, const json& rows) {
+json RematData(const program::Manifest& m, const std::vector<Row>& rows) {
   json layers = json::array();
   // The manifest's record of each block's policy; "unknown" in artifacts
   // written before it was recorded.
@@ -315,14 +330,14 @@ json RematData(const program::Manifest& m, const json& rows) {
                       {"recomputed", 0},
                       {"recomputed_names", json::array()}});
   }
-  for (const json& r : rows) {
-    const int64_t l = r["layer"];
+  for (const Row& r : rows) {
+    const int64_t l = r.place.layer;
     if (l < 0 || l >= m.model.layers) continue;
     json& layer = layers[l];
     layer["kernels"] = layer["kernels"].get<int64_t>() + 1;
-    if (r["phase"] == "recompute") {
+    if (r.place.recomputed) {
       layer["recomputed"] = layer["recomputed"].get<int64_t>() + 1;
-      layer["recomputed_names"].push_back(r["name"]);
+      layer["recomputed_names"].push_back(r.name);
     }
   }
   return {{"plan", m.flags.remat}, {"layers", std::move(layers)}};
@@ -394,7 +409,7 @@ StatusOr<json> ArtifactData(const ReportInput& in) {
       {"thunks", json::array()},
       {"groups", json::array()},
       {"arena", nullptr},
-      {"remat", RematData(m, json::array())}};
+      {"remat", RematData(m, {})}};
   if (in.profile != nullptr) {
     data["profile"] = {{"steps", in.profile->value("steps", 0)},
                        {"device", in.profile->value("device", "")},
@@ -403,14 +418,15 @@ StatusOr<json> ArtifactData(const ReportInput& in) {
   if (!m.flags.codegen) return data;
   ASSIGN_OR_RETURN(program::Plan plan, program::PlanFromJson(a.plan));
   const std::vector<const EntryPlan*> entries = StepEntries(plan);
-  data["thunks"] = ThunkRows(entries, in.gpu, in.profile, in.model);
+  const std::vector<Row> rows = ThunkRows(entries, in.gpu, in.profile, in.model);
+  for (const Row& r : rows) data["thunks"].push_back(r.page);
   if (in.model != nullptr) {
     data["h100_model"] = {{"step_us", in.model->step_us},
                           {"tokens_per_second", in.model->tokens_per_second},
                           {"roofline_us", in.model->roofline_us}};
   }
-  data["groups"] = GroupRows(data["thunks"]);
-  data["remat"] = RematData(m, data["thunks"]);
+  data["groups"] = GroupRows(rows);
+  data["remat"] = RematData(m, rows);
   if (!entries.empty()) {
     const std::map<int64_t, BufferLife> lives = BufferLives(*entries.front());
     data["arena"] = ArenaData(*entries.front(), lives);
