@@ -116,7 +116,11 @@ class EntryPlanBuilder {
  public:
   EntryPlanBuilder(const program::TrainEntry& entry, const analysis::BufferAssignment& ba,
                    const codegen::CompiledKernels& kernels, PlanStats& stats)
-      : entry_(entry), ba_(ba), stats_(stats), c_(*entry.module->entry()), roles_(c_, entry.signature) {
+      : entry_(entry),
+        ba_(ba),
+        stats_(stats),
+        c_(*entry.module->entry()),
+        roles_(c_, entry.signature) {
     // An instruction may need several kernels, launched in the order codegen
     // lists them (Note [multi-kernel instructions]: scatter-add's init, then add).
     for (const codegen::CompiledKernel& k : kernels.kernels) {

@@ -18,7 +18,9 @@ bool InBlock(const Instruction& inst) { return inst.role().layer >= 0; }
 
 // The forward and its recomputation: the values the blocks compute in order
 // (and what has no phase: tuples, their elements, hand-written IR).
-bool ForwardLike(Phase p) { return p == Phase::kForward || p == Phase::kRemat || p == Phase::kNone; }
+bool ForwardLike(Phase p) {
+  return p == Phase::kForward || p == Phase::kRemat || p == Phase::kNone;
+}
 bool GradientLike(Phase p) { return p == Phase::kGradient || p == Phase::kNone; }
 
 std::optional<BufferCategory> SlotCategory(SlotRole role) {
@@ -166,9 +168,8 @@ void SetBufferCategories(const analysis::BufferAssignment& ba, program::EntryPla
       continue;
     }
     auto it = defining.find(b.id);
-    b.category = PhaseCategory(it != defining.end() && it->second != nullptr
-                                   ? it->second->role().phase
-                                   : Phase::kNone);
+    b.category = PhaseCategory(
+        it != defining.end() && it->second != nullptr ? it->second->role().phase : Phase::kNone);
   }
 }
 

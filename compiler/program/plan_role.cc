@@ -55,7 +55,8 @@ std::string_view ThunkGroupName(ThunkGroup g) { return NameIn(g, kGroupNames); }
 std::string_view BufferCategoryName(BufferCategory c) { return NameIn(c, kCategoryNames); }
 
 json ToJson(const ThunkRole& r) {
-  return json{{"phase", ir::PhaseName(r.phase)}, {"layer", r.layer}, {"group", ThunkGroupName(r.group)}};
+  return json{
+      {"phase", ir::PhaseName(r.phase)}, {"layer", r.layer}, {"group", ThunkGroupName(r.group)}};
 }
 
 StatusOr<ThunkRole> ThunkRoleFromJson(const json& j, std::string_view where) {

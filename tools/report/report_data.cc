@@ -205,8 +205,8 @@ json GroupRows(const std::vector<Row>& rows) {
 // Note [arena categories]: what a buffer of the arena holds, for the
 // arena view, as the plan records it (program::BufferCategory, Note [plan
 // roles]); "unknown" in plans written before it was recorded.
-constexpr const char* kCategories[] = {"parameters",  "optimizer state", "gradients",
-                                       "activations", "data",            "unknown"};
+constexpr const char* kCategories[] = {"parameters", "optimizer state", "gradients", "activations",
+                                       "data",       "unknown"};
 constexpr int kUnknownCategory = program::kBufferCategories;
 
 int CategoryIndex(const std::optional<program::BufferCategory>& c) {
@@ -324,11 +324,12 @@ json RematData(const program::Manifest& m, const std::vector<Row>& rows) {
   // written before it was recorded.
   const std::vector<std::string>& policies = m.flags.remat_layers;
   for (int64_t l = 0; l < m.model.layers; ++l) {
-    layers.push_back({{"layer", l},
-                      {"policy", l < static_cast<int64_t>(policies.size()) ? policies[l] : "unknown"},
-                      {"kernels", 0},
-                      {"recomputed", 0},
-                      {"recomputed_names", json::array()}});
+    layers.push_back(
+        {{"layer", l},
+         {"policy", l < static_cast<int64_t>(policies.size()) ? policies[l] : "unknown"},
+         {"kernels", 0},
+         {"recomputed", 0},
+         {"recomputed_names", json::array()}});
   }
   for (const Row& r : rows) {
     const int64_t l = r.place.layer;
