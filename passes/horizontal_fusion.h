@@ -7,6 +7,10 @@
 //    reduction fusion, named `optimizer.grad_norm`;
 //  - parameters: every convert of an entry parameter (f32 master weight to
 //    bf16) in ONE horizontal loop fusion, named `parameters.bf16`.
+// The names and metadata are for people (dumps, kernel names); what the
+// fusions are is their role (phase optimizer, phase param_cast), which the
+// plan records for its readers (Note [plan roles] in
+// compiler/program/plan_role.h).
 #ifndef GPTC_PASSES_HORIZONTAL_FUSION_H_
 #define GPTC_PASSES_HORIZONTAL_FUSION_H_
 

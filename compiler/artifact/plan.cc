@@ -9,6 +9,7 @@
 
 #include "compiler/analysis/kernel_cost.h"
 #include "compiler/analysis/kernel_count.h"
+#include "compiler/artifact/plan_roles.h"
 #include "compiler/ir/computation.h"
 
 namespace gptc::artifact {
@@ -115,7 +116,11 @@ class EntryPlanBuilder {
  public:
   EntryPlanBuilder(const program::TrainEntry& entry, const analysis::BufferAssignment& ba,
                    const codegen::CompiledKernels& kernels, PlanStats& stats)
-      : entry_(entry), ba_(ba), stats_(stats), c_(*entry.module->entry()) {
+      : entry_(entry),
+        ba_(ba),
+        stats_(stats),
+        c_(*entry.module->entry()),
+        roles_(c_, entry.signature) {
     // An instruction may need several kernels, launched in the order codegen
     // lists them (Note [multi-kernel instructions]: scatter-add's init, then add).
     for (const codegen::CompiledKernel& k : kernels.kernels) {
@@ -148,6 +153,7 @@ class EntryPlanBuilder {
     RETURN_IF_ERROR(AddSlots());
     plan_.donations = entry_.signature.donations;
     plan_.buffers = PlanBuffers(ba_);
+    SetBufferCategories(ba_, plan_);
     return std::move(plan_);
   }
 
@@ -180,10 +186,11 @@ class EntryPlanBuilder {
     plan_.thunks.push_back(std::move(t));
   }
 
-  static Thunk Unsupported(const Instruction& inst, std::string what, std::string reason) {
+  Thunk Unsupported(const Instruction& inst, std::string what, std::string reason) const {
     return {.name = inst.name(),
             .meta = inst.metadata(),
-            .body = program::UnsupportedThunk{std::move(what), std::move(reason)}};
+            .body = program::UnsupportedThunk{std::move(what), std::move(reason)},
+            .role = roles_.Of(inst)};
   }
 
   Status AddInstruction(const Instruction& inst);
@@ -202,6 +209,7 @@ class EntryPlanBuilder {
   const analysis::BufferAssignment& ba_;
   PlanStats& stats_;
   const ir::Computation& c_;
+  const ThunkRoles roles_;  // Note [plan roles]
   std::unordered_map<std::string, std::vector<const codegen::CompiledKernel*>> by_fusion_;
   std::unordered_map<std::string, std::string> skipped_;
   int64_t scratch_offset_ = 0;
@@ -264,7 +272,8 @@ StatusOr<Thunk> EntryPlanBuilder::KernelThunk(const Instruction& inst,
     }
     k.args.push_back(arg);
   }
-  return Thunk{.name = spec.name, .meta = inst.metadata(), .body = std::move(k)};
+  return Thunk{
+      .name = spec.name, .meta = inst.metadata(), .body = std::move(k), .role = roles_.Of(inst)};
 }
 
 Status EntryPlanBuilder::AddKernels(const Instruction& inst,
@@ -361,7 +370,8 @@ StatusOr<Thunk> EntryPlanBuilder::GemmThunk(const Instruction& inst, const GemmP
   if (plan.bias_grad_output >= 0) {
     ASSIGN_OR_RETURN(g.bias, output(plan.bias_grad_output));
   }
-  return Thunk{.name = inst.name(), .meta = inst.metadata(), .body = std::move(g)};
+  return Thunk{
+      .name = inst.name(), .meta = inst.metadata(), .body = std::move(g), .role = roles_.Of(inst)};
 }
 
 StatusOr<Thunk> EntryPlanBuilder::AllReduceThunk(const Instruction& inst) {
@@ -371,7 +381,8 @@ StatusOr<Thunk> EntryPlanBuilder::AllReduceThunk(const Instruction& inst) {
   ASSIGN_OR_RETURN(a.in, SliceOf(inst.operand(0)));
   ASSIGN_OR_RETURN(a.out, SliceOf(&inst));
   all_reduces_.push_back({static_cast<int64_t>(plan_.thunks.size()), &inst});
-  return Thunk{.name = inst.name(), .meta = inst.metadata(), .body = std::move(a)};
+  return Thunk{
+      .name = inst.name(), .meta = inst.metadata(), .body = std::move(a), .role = roles_.Of(inst)};
 }
 
 StatusOr<Thunk> EntryPlanBuilder::CopyThunk(const Instruction& inst) const {
@@ -379,13 +390,13 @@ StatusOr<Thunk> EntryPlanBuilder::CopyThunk(const Instruction& inst) const {
   ASSIGN_OR_RETURN(c.src, SliceOf(inst.operand(0)));
   ASSIGN_OR_RETURN(c.dst, SliceOf(&inst));
   c.bytes = c.dst.size;
-  return Thunk{.name = inst.name(), .body = std::move(c)};
+  return Thunk{.name = inst.name(), .body = std::move(c), .role = roles_.Of(inst)};
 }
 
 StatusOr<Thunk> EntryPlanBuilder::ConstantThunk(const Instruction& inst) const {
   program::ConstantThunk k{.dtype = inst.shape().dtype(), .values = inst.attrs().literal};
   ASSIGN_OR_RETURN(k.dst, SliceOf(&inst));
-  return Thunk{.name = inst.name(), .body = std::move(k)};
+  return Thunk{.name = inst.name(), .body = std::move(k), .role = roles_.Of(inst)};
 }
 
 // Donations that could not be done in place: copy output -> parameter after
@@ -397,8 +408,10 @@ Status EntryPlanBuilder::AddDonationCopies() {
     ASSIGN_OR_RETURN(c.src, SliceOf(RootElement(copy.output)));
     ASSIGN_OR_RETURN(c.dst, SliceOf(params[copy.parameter]));
     c.bytes = c.src.size;
+    // The copy finishes the output's value: its role is that value's.
     Push({.name = fmt::format("donation.out{}.in{}", copy.output, copy.parameter),
-          .body = std::move(c)});
+          .body = std::move(c),
+          .role = roles_.Of(*RootElement(copy.output))});
   }
   return Status::Ok();
 }

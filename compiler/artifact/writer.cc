@@ -3,6 +3,7 @@
 #include <chrono>
 #include <optional>
 #include <set>
+#include <variant>
 
 #include "compiler/ir/printer.h"
 #include "compiler/program/container.h"
@@ -139,6 +140,10 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
     t_plan += watch.Lap();
     sections.Add(std::string(entry.name()), kernels);
     out.arena_bytes.push_back(entry_plan.arena_size);
+    for (const program::Thunk& t : entry_plan.thunks) {
+      const auto* k = std::get_if<program::KernelThunk>(&t.body);
+      if (k != nullptr && k->fallback) ++out.fallback_kernels;
+    }
     plan.entries.push_back(std::move(entry_plan));
   }
   int64_t unsupported = 0;

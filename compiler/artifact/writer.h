@@ -45,6 +45,10 @@ struct BuiltArtifact {
   int64_t kernels = 0;    // compiled kernels (all entries)
   int64_t cubins = 0;     // kernels assembled by ptxas
   PlanStats stats;
+  // Kernel thunks marked `fallback` (Note [epilogue fallback] in
+  // compiler/program/plan.h), all entries: they launch only where cuBLASLt
+  // refuses an epilogue, so summaries count them apart.
+  int64_t fallback_kernels = 0;
   // Each entry's arena as its plan holds it, in the program's order: the
   // buffer assignment's arena and, after it, the scratch of the epilogue
   // fallbacks (Note [epilogue fallback] in compiler/program/plan.h); they are

@@ -48,6 +48,22 @@ StatusOr<std::map<std::string, int64_t>> CountsFromJson(const json& j, std::stri
   return out;
 }
 
+// j["remat_layers"], an array of policy names; empty when j has none.
+StatusOr<std::vector<std::string>> RematLayersFromJson(const json& j, std::string_view where) {
+  std::vector<std::string> layers;
+  auto it = j.find("remat_layers");
+  if (it == j.end()) return layers;
+  if (!it->is_array()) return Error("{}.remat_layers has the wrong type ({})", where, it->dump());
+  for (const json& policy : *it) {
+    if (!policy.is_string()) {
+      return Error("{}.remat_layers[{}] has the wrong type ({})", where, layers.size(),
+                   policy.dump());
+    }
+    layers.push_back(policy.get<std::string>());
+  }
+  return layers;
+}
+
 }  // namespace
 
 json ToJson(const CompileFlags& f) {
@@ -56,6 +72,7 @@ json ToJson(const CompileFlags& f) {
          {"precision", f.precision},   {"remat", f.remat},
          {"codegen", f.codegen},       {"attention_mma", f.attention_mma}};
   for (const auto& [key, field] : kAdamWFields) j[key] = f.adamw.*field;
+  if (!f.remat_layers.empty()) j["remat_layers"] = f.remat_layers;
   return j;
 }
 
@@ -69,6 +86,7 @@ StatusOr<CompileFlags> CompileFlagsFromJson(const json& j, std::string_view wher
   ASSIGN_OR_RETURN(f.precision, JsonField<std::string>(j, "precision", where));
   ASSIGN_OR_RETURN(f.remat, JsonField<std::string>(j, "remat", where));
   ASSIGN_OR_RETURN(f.codegen, JsonField<bool>(j, "codegen", where));
+  ASSIGN_OR_RETURN(f.remat_layers, RematLayersFromJson(j, where));
   ASSIGN_OR_RETURN(f.attention_mma,
                    JsonFieldOr<std::string>(j, "attention_mma", where, "mma.sync"));
   for (const auto& [key, field] : kAdamWFields) {

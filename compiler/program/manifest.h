@@ -27,13 +27,20 @@ namespace gptc::program {
 // The flags of gptc compile that shaped the program: {"batch", "seq",
 // "grad_accum", "world_size", "precision", "remat", "codegen",
 // "attention_mma", "beta1", "beta2", "eps", "weight_decay", "clip_norm"}
-// (the AdamW options flat).
+// (the AdamW options flat), and "remat_layers".
 struct CompileFlags {
   int64_t batch = 0, seq = 0;  // one micro-batch of one rank
   int64_t grad_accum = 1;      // micro-batches per optimizer step: its one record
   int64_t world_size = 1;      // data-parallel ranks (gptc compile --dp)
   std::string precision;       // "bf16", "f32"
-  std::string remat;           // "none", "dots", "block", "auto"
+  // The --remat flag as given, for people: "none", "block:0-5,none:6-11", or
+  // the plan --remat auto chose ("auto: wide:0,none:1"). Nothing parses it:
+  // readers take remat_layers.
+  std::string remat;
+  // The remat policy applied to each transformer block, block 0 first
+  // ("none", "dots", "wide", "block"); empty in artifacts written before it
+  // was recorded (and then written not at all).
+  std::vector<std::string> remat_layers;
   bool codegen = true;         // false: gptc compile --no-codegen, no kernel at all
   // The attention kernels' tensor-core instructions (gptc compile
   // --attention-mma): "mma.sync" or "wgmma"; an artifact without it had mma.sync.

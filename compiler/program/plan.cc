@@ -473,6 +473,7 @@ json ToJson(const Thunk& t) {
                      {"bytes_read", t.cost->bytes_read},
                      {"bytes_written", t.cost->bytes_written}};
   }
+  if (t.role.has_value()) j["role"] = ToJson(*t.role);
   return j;
 }
 
@@ -522,6 +523,9 @@ StatusOr<Thunk> ThunkFromJson(const json& j, std::string_view where) {
     }
   }
   ASSIGN_OR_RETURN(t.cost, ThunkCostFromJson(j, where));
+  if (j.contains("role")) {
+    ASSIGN_OR_RETURN(t.role, ObjectField(j, "role", where, ThunkRoleFromJson));
+  }
   return t;
 }
 
@@ -546,6 +550,7 @@ StatusOr<AllReduceBucket> AllReduceBucketFromJson(const json& j, std::string_vie
 json ToJson(const PlanBuffer& b) {
   json j{{"id", b.id}, {"name", b.name}, {"offset", b.slice.offset}, {"size", b.slice.size}};
   if (!b.shape.empty()) j["shape"] = b.shape;
+  if (b.category) j["category"] = BufferCategoryName(*b.category);
   return j;
 }
 
@@ -556,6 +561,7 @@ StatusOr<PlanBuffer> PlanBufferFromJson(const json& j, std::string_view where) {
   ASSIGN_OR_RETURN(b.slice.offset, JsonField<int64_t>(j, "offset", where));
   ASSIGN_OR_RETURN(b.slice.size, JsonField<int64_t>(j, "size", where));
   ASSIGN_OR_RETURN(b.shape, JsonFieldOr<std::string>(j, "shape", where, ""));
+  ASSIGN_OR_RETURN(b.category, OptionalBufferCategory(j, "category", where));
   b.slice.buffer = b.id;
   return b;
 }

@@ -28,6 +28,7 @@
 #include "compiler/ir/gemm_epilogue.h"
 #include "compiler/ir/opcode.h"
 #include "compiler/ir/shape.h"
+#include "compiler/program/plan_role.h"
 #include "compiler/program/program.h"
 #include "compiler/support/status.h"
 
@@ -279,6 +280,9 @@ struct Thunk {
   std::variant<KernelThunk, GemmThunk, CopyThunk, ConstantThunk, AllReduceThunk, UnsupportedThunk>
       body;
   std::optional<ThunkCost> cost;  // "cost"
+  // Note [plan roles]: its phase, block and part of the model ("role");
+  // absent in plans written before it was recorded.
+  std::optional<ThunkRole> role;
   bool operator==(const Thunk&) const = default;
 
   ThunkKind kind() const { return static_cast<ThunkKind>(body.index()); }
@@ -312,6 +316,8 @@ struct PlanBuffer {
   std::string name;  // the defining instruction, "fusion.3" or "fusion.3{1}" for a leaf
   ArenaSlice slice;
   std::string shape;  // its value's ("bf16[16,1024,768]"); empty in older plans
+  // Note [plan roles]: what it holds ("category"); absent in older plans.
+  std::optional<BufferCategory> category;
   bool operator==(const PlanBuffer&) const = default;
 };
 

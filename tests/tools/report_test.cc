@@ -186,6 +186,34 @@ TEST_F(ReportTest, RematPerLayerFromThePlanAutoChose) {
   EXPECT_EQ(remat["layers"][1]["policy"], "none");
 }
 
+// The page reads the plan's typed roles and the manifest's remat record
+// (Note [plan roles]); an artifact written before them still gets its page,
+// with "unknown" where they would be.
+TEST_F(ReportTest, OlderArtifactWithoutRolesShowsUnknown) {
+  program::Artifact a = Read("remat");
+  for (json& e : a.plan["entries"]) {
+    for (json& t : e["thunks"]) t.erase("role");
+    for (json& b : e["buffers"]) b.erase("category");
+  }
+  a.manifest.flags.remat_layers.clear();
+  const json data = Data(a);
+  const json& rows = data["artifact"]["thunks"];
+  ASSERT_FALSE(rows.empty());
+  for (const json& r : rows) {
+    EXPECT_EQ(r["group"], "unknown") << r;
+    EXPECT_EQ(r["phase"], "unknown") << r;
+    EXPECT_EQ(r["layer"], -1) << r;
+  }
+  ASSERT_EQ(data["artifact"]["groups"].size(), 1u);
+  for (const json& b : data["artifact"]["arena"]["peak"]["buffers"]) {
+    EXPECT_EQ(b["category"], "unknown") << b;
+  }
+  const json& layers = data["artifact"]["remat"]["layers"];
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_EQ(layers[0]["policy"], "unknown");
+  EXPECT_EQ(data["artifact"]["remat"]["plan"], "block:0,none:1");
+}
+
 TEST_F(ReportTest, NoCodegenArtifactHasNoPlanButAPage) {
   const json data = Data(Read("nocodegen"));
   EXPECT_FALSE(data["artifact"]["has_plan"].get<bool>());

@@ -129,11 +129,12 @@ std::string SlowestKernels(std::vector<artifact::BuiltArtifact::KernelSeconds> k
   return out;
 }
 
-// The artifact of `program`; appends the kernel counts to the summary.
+// The artifact of `program` (its remat as `applied`, and as the flag's text
+// `remat`); appends the kernel counts to the summary.
 Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOptions& options,
                           const analysis::ProgramBuffers& buffers, const CompileProgress& progress,
-                          std::string_view remat, std::vector<EntryRow>& rows,
-                          CompileResult& result) {
+                          std::string_view remat, const passes::RematOptions& applied,
+                          std::vector<EntryRow>& rows, CompileResult& result) {
   const models::GptConfig& config = options.config;
   const passes::TrainStepOptions& train = options.train;
   artifact::ArtifactOptions ao;
@@ -159,6 +160,12 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
               .codegen = ao.compile_kernels,
               .attention_mma = options.attention_mma,
               .adamw = train.adamw};
+  // The manifest's typed record of each block's policy (readers take it,
+  // never the flag's text).
+  for (int64_t l = 0; l < config.layers && !options.forward_only; ++l) {
+    ao.flags.remat_layers.emplace_back(passes::RematPolicyName(
+        l < static_cast<int64_t>(applied.layers.size()) ? applied.layers[l] : applied.policy));
+  }
   if (progress) {
     ao.progress = [&](int64_t done, int64_t total) {
       progress(fmt::format("codegen: {}/{} kernels", done, total), done == total);
@@ -174,10 +181,9 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
   for (const auto& [what, n] : built.stats.unsupported) unsupported += n;
   // Note [epilogue fallback]: the fallbacks launch only where
   // cuBLASLt refuses an epilogue, so they are counted apart.
-  int64_t launches = 0, fallbacks = 0;
-  for (const auto& [kind, n] : built.stats.kernels_by_kind) {
-    (kind == "gemm fallback" ? fallbacks : launches) += n;
-  }
+  const int64_t fallbacks = built.fallback_kernels;
+  int64_t launches = -fallbacks;
+  for (const auto& [kind, n] : built.stats.kernels_by_kind) launches += n;
   auto thunks = [&](const char* kind) {
     return built.stats.thunks.contains(kind) ? built.stats.thunks.at(kind) : 0;
   };
@@ -411,7 +417,8 @@ StatusOr<CompileResult> CompileWithPlan(const CompileOptions& options,
     // The artifact's part follows the entries', whose arenas it sets.
     const std::string head = std::move(result.summary);
     result.summary.clear();
-    RETURN_IF_ERROR(BuildArtifactBytes(program, options, buffers, progress, remat, rows, result));
+    RETURN_IF_ERROR(BuildArtifactBytes(program, options, buffers, progress, remat, train.remat, rows,
+                                       result));
     std::vector<int64_t> arenas;
     for (const EntryRow& r : rows) arenas.push_back(r.arena);
     if (OverBudget(remat_auto, program::ArenaAllocationBytes(arenas, buffers.hosts))) {

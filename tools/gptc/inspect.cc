@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <variant>
 
 #include "compiler/perf/step_model.h"
 #include "compiler/program/container.h"
@@ -57,12 +58,21 @@ StatusOr<std::string> Summary(const program::Artifact& a) {
   int64_t values = 0;
   for (const program::ParamSpec& p : params) values += p.shape.num_elements();
   s += fmt::format("parameters: {} tensors, {} values\n", params.size(), WithThousands(values));
-  int64_t launches = 0, fallbacks = 0;
-  for (const auto& [kind, n] : m.counts.kernels_by_kind) {
-    (kind == "gemm fallback" ? fallbacks : launches) += n;
+  // The entries, their signatures and buckets: the plan, through its codec.
+  ASSIGN_OR_RETURN(program::Plan plan, program::PlanFromJson(a.plan));
+  // Note [epilogue fallback]: the plan marks the kernels that launch only
+  // where cuBLASLt refuses an epilogue.
+  int64_t fallbacks = 0;
+  for (const program::EntryPlan& e : plan.entries) {
+    for (const program::Thunk& t : e.thunks) {
+      const auto* k = std::get_if<program::KernelThunk>(&t.body);
+      if (k != nullptr && k->fallback) ++fallbacks;
+    }
   }
+  int64_t kernel_thunks = 0;
+  for (const auto& [kind, n] : m.counts.kernels_by_kind) kernel_thunks += n;
   s += fmt::format("kernels: {} distinct, launched by {} kernel thunks of all entries ({}){}\n",
-                   m.kernels.size(), launches + fallbacks, Counts(m.counts.kernels_by_kind),
+                   m.kernels.size(), kernel_thunks, Counts(m.counts.kernels_by_kind),
                    fallbacks > 0 ? fmt::format("; the {} gemm fallbacks run only where cuBLASLt "
                                                "refuses an epilogue",
                                                fallbacks)
@@ -74,8 +84,6 @@ StatusOr<std::string> Summary(const program::Artifact& a) {
   if (!m.counts.unsupported.empty()) {
     s += fmt::format("unsupported: {}\n", Counts(m.counts.unsupported));
   }
-  // The entries, their signatures and buckets: the plan, through its codec.
-  ASSIGN_OR_RETURN(program::Plan plan, program::PlanFromJson(a.plan));
   for (const program::EntryPlan& e : plan.entries) {
     s += fmt::format(
         "entry {}: {} inputs -> {} outputs, {} donations, arena {}{}\n", e.name(), e.inputs.size(),

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -33,47 +33,59 @@ json NumberOrNull(const json& j, const char* key) {
   return std::isfinite(v) ? json(v) : json(nullptr);
 }
 
-// Where a thunk belongs, from its frontend scope ("grad.h.3.mlp.c_fc"):
-// its group ("layer 3", "embed", "parameters", "head", "optimizer",
-// "other"), layer and
-// phase (forward, backward, recompute, optimizer).
+// Where a thunk belongs, as the page shows it: its group ("layer 3",
+// "embed", "parameters", "head", "optimizer", "other"), layer and phase
+// (forward, backward, recompute, optimizer), read from the role the
+// compiler recorded (Note [plan roles] in compiler/program/plan_role.h); a
+// plan written before roles were recorded gives "unknown".
 struct Placement {
-  std::string group = "other";
+  std::string group = "unknown";
   int64_t layer = -1;
-  std::string phase = "forward";
+  std::string phase = "unknown";
+  bool recomputed = false;  // phase remat
 };
 
-Placement Place(std::string_view scope) {
-  Placement p;
-  if (scope.starts_with("grad.")) {
-    p.phase = "backward";
-    scope.remove_prefix(5);
-  } else if (scope.starts_with("remat.")) {
-    p.phase = "recompute";
-    scope.remove_prefix(6);
+std::string PhaseShown(ir::Phase phase) {
+  switch (phase) {
+    case ir::Phase::kGradient:
+      return "backward";
+    case ir::Phase::kRemat:
+      return "recompute";
+    case ir::Phase::kUpdate:
+    case ir::Phase::kOptimizer:
+      return "optimizer";
+    case ir::Phase::kNone:
+    case ir::Phase::kForward:
+    case ir::Phase::kParamCast:
+      break;
   }
-  if (scope.starts_with("h.")) {
-    int64_t layer = 0;
-    size_t i = 2;
-    while (i < scope.size() && scope[i] >= '0' && scope[i] <= '9') {
-      layer = layer * 10 + (scope[i++] - '0');
-    }
-    if (i > 2) {
-      p.layer = layer;
-      p.group = fmt::format("layer {}", layer);
-    }
-  } else if (scope.starts_with("wte") || scope.starts_with("wpe")) {
-    p.group = "embed";
-  } else if (scope.starts_with("ln_f") || scope.starts_with("lm_head") ||
-             scope.starts_with("loss")) {
-    p.group = "head";
-  } else if (scope.starts_with("parameters")) {
-    p.group = "parameters";  // the bf16 copies of the weights the forward reads
-  } else if (scope.starts_with("adamw") || scope.starts_with("optimizer")) {
-    p.group = "optimizer";
-    p.phase = "optimizer";
+  return "forward";
+}
+
+std::string GroupShown(const program::ThunkRole& role) {
+  switch (role.group) {
+    case program::ThunkGroup::kBlock:
+      return fmt::format("layer {}", role.layer);
+    case program::ThunkGroup::kEmbedding:
+      return "embed";
+    case program::ThunkGroup::kHead:
+      return "head";
+    case program::ThunkGroup::kParamCast:
+      return "parameters";  // the bf16 copies of the weights the forward reads
+    case program::ThunkGroup::kOptimizer:
+      return "optimizer";
+    case program::ThunkGroup::kOther:
+      break;
   }
-  return p;
+  return "other";
+}
+
+Placement Place(const std::optional<program::ThunkRole>& role) {
+  if (!role) return {};
+  return {.group = GroupShown(*role),
+          .layer = role->group == program::ThunkGroup::kBlock ? role->layer : -1,
+          .phase = PhaseShown(role->phase),
+          .recomputed = role->phase == ir::Phase::kRemat};
 }
 
 // Measured µs per call of each (kind, name) of a gptc-profile-1 file.
@@ -99,18 +111,30 @@ std::vector<const EntryPlan*> StepEntries(const program::Plan& plan) {
   return entries;
 }
 
+// One row of the thunk table: the typed facts the groups and the remat
+// view add up, and the row as the page gets it.
+struct Row {
+  ThunkKind kind = ThunkKind::kKernel;
+  Placement place;
+  std::string name;  // the instruction
+  double roofline_us = 0;
+  std::optional<double> measured_us;
+  json page;
+};
+
 // One row per thunk that does work (fallback kernels, which run only when
 // cuBLASLt refuses an epilogue, and constants left out).
-json ThunkRows(const std::vector<const EntryPlan*>& entries, const program::GpuSpec& gpu,
-               const json* profile, const ModelTimes* model) {
+std::vector<Row> ThunkRows(const std::vector<const EntryPlan*>& entries,
+                           const program::GpuSpec& gpu, const json* profile,
+                           const ModelTimes* model) {
   const auto measured = MeasuredUs(profile);
-  json rows = json::array();
+  std::vector<Row> rows;
   for (const EntryPlan* e : entries) {
     for (const Thunk& t : e->thunks) {
       const auto* k = std::get_if<program::KernelThunk>(&t.body);
       if ((k != nullptr && k->fallback) || t.kind() == ThunkKind::kConstant) continue;
       const std::string kind(program::ThunkKindName(t.kind()));
-      const Placement p = Place(t.meta.empty() ? t.instruction() : t.meta);
+      Row row{.kind = t.kind(), .place = Place(t.role), .name = t.instruction()};
       double flops = 0, bytes = 0;
       if (t.cost) {
         flops = t.cost->flops;
@@ -118,31 +142,33 @@ json ThunkRows(const std::vector<const EntryPlan*>& entries, const program::GpuS
       } else if (const auto* c = std::get_if<program::CopyThunk>(&t.body)) {
         bytes = 2.0 * static_cast<double>(c->bytes);
       }
-      json row{{"entry", e->name()},
-               {"i", t.index},
-               {"name", t.instruction()},
-               {"kernel", t.name},
-               {"kind", kind},
-               {"fusion_kind", k != nullptr                   ? k->fusion_kind
-                               : t.kind() == ThunkKind::kGemm ? "gemm"
-                                                              : ""},
-               {"group", p.group},
-               {"layer", p.layer},
-               {"phase", p.phase},
-               {"meta", t.meta},
-               {"flops", flops},
-               {"bytes", bytes},
-               {"roofline_us", gpu.RooflineUs(flops, bytes)},
-               {"compute_bound", gpu.ComputeBound(flops, bytes)},
-               {"measured_us", nullptr}};
+      row.roofline_us = gpu.RooflineUs(flops, bytes);
       if (auto it = measured.find({kind, t.name}); it != measured.end()) {
-        row["measured_us"] = it->second;
+        row.measured_us = it->second;
       }
-      row["model_us"] = nullptr;
+      std::optional<double> model_us;
       if (model != nullptr) {
         auto it = model->launch_us.find({std::string(e->name()), t.index});
-        if (it != model->launch_us.end()) row["model_us"] = it->second;
+        if (it != model->launch_us.end()) model_us = it->second;
       }
+      row.page = {{"entry", e->name()},
+                  {"i", t.index},
+                  {"name", row.name},
+                  {"kernel", t.name},
+                  {"kind", kind},
+                  {"fusion_kind", k != nullptr                   ? k->fusion_kind
+                                  : t.kind() == ThunkKind::kGemm ? "gemm"
+                                                                 : ""},
+                  {"group", row.place.group},
+                  {"layer", row.place.layer},
+                  {"phase", row.place.phase},
+                  {"meta", t.meta},
+                  {"flops", flops},
+                  {"bytes", bytes},
+                  {"roofline_us", row.roofline_us},
+                  {"compute_bound", gpu.ComputeBound(flops, bytes)},
+                  {"measured_us", row.measured_us ? json(*row.measured_us) : json(nullptr)},
+                  {"model_us", model_us ? json(*model_us) : json(nullptr)}};
       rows.push_back(std::move(row));
     }
   }
@@ -150,14 +176,13 @@ json ThunkRows(const std::vector<const EntryPlan*>& entries, const program::GpuS
 }
 
 // Per-group totals of `rows`, in order of first appearance.
-json GroupRows(const json& rows) {
+json GroupRows(const std::vector<Row>& rows) {
   json groups = json::array();
   std::map<std::string, size_t> index;
-  for (const json& r : rows) {
-    const std::string name = r["group"];
-    auto [it, added] = index.emplace(name, groups.size());
+  for (const Row& r : rows) {
+    auto [it, added] = index.emplace(r.place.group, groups.size());
     if (added) {
-      groups.push_back({{"name", name},
+      groups.push_back({{"name", r.place.group},
                         {"kernels", 0},
                         {"gemms", 0},
                         {"recomputed", 0},
@@ -165,52 +190,47 @@ json GroupRows(const json& rows) {
                         {"measured_us", nullptr}});
     }
     json& g = groups[it->second];
-    if (r["kind"] == "kernel") g["kernels"] = g["kernels"].get<int64_t>() + 1;
-    if (r["kind"] == "gemm") g["gemms"] = g["gemms"].get<int64_t>() + 1;
-    if (r["phase"] == "recompute") g["recomputed"] = g["recomputed"].get<int64_t>() + 1;
-    g["roofline_us"] = g["roofline_us"].get<double>() + r["roofline_us"].get<double>();
-    if (r["measured_us"].is_number()) {
+    if (r.kind == ThunkKind::kKernel) g["kernels"] = g["kernels"].get<int64_t>() + 1;
+    if (r.kind == ThunkKind::kGemm) g["gemms"] = g["gemms"].get<int64_t>() + 1;
+    if (r.place.recomputed) g["recomputed"] = g["recomputed"].get<int64_t>() + 1;
+    g["roofline_us"] = g["roofline_us"].get<double>() + r.roofline_us;
+    if (r.measured_us) {
       const double before = g["measured_us"].is_number() ? g["measured_us"].get<double>() : 0.0;
-      g["measured_us"] = before + r["measured_us"].get<double>();
+      g["measured_us"] = before + *r.measured_us;
     }
   }
   return groups;
 }
 
 // Note [arena categories]: what a buffer of the arena holds, for the
-// arena view: the entry's inputs by their slot (parameters, AdamW moments,
-// accumulated gradients, the batch and scalars), the rest by the
-// instruction that defines it (gradients are the backward's "grad.*"
-// values, the optimizer's temporaries count as optimizer state, everything
-// else is an activation or a temporary of the forward).
+// arena view, as the plan records it (program::BufferCategory, Note [plan
+// roles]); "unknown" in plans written before it was recorded.
 constexpr const char* kCategories[] = {"parameters", "optimizer state", "gradients", "activations",
-                                       "data"};
+                                       "data",       "unknown"};
+constexpr int kUnknownCategory = program::kBufferCategories;
 
-int SlotCategory(program::SlotRole role) {
-  switch (role) {
-    case program::SlotRole::kParam:
+int CategoryIndex(const std::optional<program::BufferCategory>& c) {
+  switch (c.value_or(program::BufferCategory::kData)) {
+    case program::BufferCategory::kParameter:
       return 0;
-    case program::SlotRole::kAdamM:
-    case program::SlotRole::kAdamV:
+    case program::BufferCategory::kOptimizerState:
       return 1;
-    case program::SlotRole::kGradAcc:
+    case program::BufferCategory::kGradient:
       return 2;
-    default:
-      return 4;
+    case program::BufferCategory::kActivation:
+      return 3;
+    case program::BufferCategory::kData:
+      break;
   }
-}
-
-int NameCategory(std::string_view name) {
-  if (name.starts_with("grad.")) return 2;
-  if (name.starts_with("adamw") || name.starts_with("optimizer")) return 1;
-  return 3;
+  return c ? 4 : kUnknownCategory;
 }
 
 struct BufferLife {
   const program::PlanBuffer* buffer = nullptr;
   int64_t first = -1, last = -1;
-  int category = 3;
+  int category = kUnknownCategory;
   std::string source;  // the slot's name, or the scope of its first thunk
+  int64_t layer = -1;  // the block of its first thunk, -1: none
 };
 
 // Each buffer's live range over the entry's thunks: from its first to its
@@ -218,7 +238,7 @@ struct BufferLife {
 std::map<int64_t, BufferLife> BufferLives(const EntryPlan& e) {
   std::map<int64_t, BufferLife> lives;
   for (const program::PlanBuffer& b : e.buffers) {
-    lives[b.id] = {.buffer = &b, .category = NameCategory(b.name)};
+    lives[b.id] = {.buffer = &b, .category = CategoryIndex(b.category)};
   }
   const int64_t end = std::max<int64_t>(static_cast<int64_t>(e.thunks.size()) - 1, 0);
   for (const Thunk& t : e.thunks) {
@@ -229,6 +249,7 @@ std::map<int64_t, BufferLife> BufferLives(const EntryPlan& e) {
       if (l.first < 0) {
         l.first = t.index;
         l.source = t.meta.empty() ? t.instruction() : t.meta;
+        l.layer = Place(t.role).layer;
       }
       l.last = std::max(l.last, t.index);
     }
@@ -237,7 +258,6 @@ std::map<int64_t, BufferLife> BufferLives(const EntryPlan& e) {
     auto it = lives.find(s.slice.buffer);
     if (it == lives.end()) continue;
     it->second.first = 0;
-    it->second.category = SlotCategory(s.role);
     it->second.source = s.name;
     if (it->second.last < 0) it->second.last = end;
   }
@@ -254,7 +274,8 @@ std::map<int64_t, BufferLife> BufferLives(const EntryPlan& e) {
 // thunk, and what is live at the peak, largest first.
 json ArenaData(const EntryPlan& e, const std::map<int64_t, BufferLife>& lives) {
   const size_t n = e.thunks.size();
-  std::vector<std::array<int64_t, 5>> live(n, std::array<int64_t, 5>{});
+  constexpr size_t kShown = std::size(kCategories);
+  std::vector<std::array<int64_t, kShown>> live(n, std::array<int64_t, kShown>{});
   for (const auto& [id, l] : lives) {
     if (l.first < 0) continue;
     for (int64_t i = l.first; i <= l.last && i < static_cast<int64_t>(n); ++i) {
@@ -297,67 +318,41 @@ json ArenaData(const EntryPlan& e, const std::map<int64_t, BufferLife>& lives) {
           {"peak", {{"position", peak}, {"bytes", peak_bytes}, {"buffers", std::move(buffers)}}}};
 }
 
-// The policy of each layer by the remat flag: one policy for all
-// ("block"), a plan per block ("block:0-5,none:6-11"), or the plan
-// --remat auto chose ("auto: wide:0,none:1").
-std::vector<std::string> LayerPolicies(std::string remat, int64_t layers) {
-  if (remat.starts_with("auto: ")) remat = remat.substr(6);
-  std::vector<std::string> policies(std::max<int64_t>(layers, 0), remat);
-  if (remat.find(':') == std::string::npos) return policies;
-  size_t at = 0;
-  while (at < remat.size()) {
-    size_t comma = remat.find(',', at);
-    if (comma == std::string::npos) comma = remat.size();
-    const std::string part = remat.substr(at, comma - at);
-    at = comma + 1;
-    const size_t colon = part.find(':');
-    if (colon == std::string::npos) continue;
-    // "a-b" or "a": the blocks the policy covers.
-    const std::string range = part.substr(colon + 1);
-    const char* end = range.data() + range.size();
-    int64_t lo = -1, hi = -1;
-    const auto [next, error] = std::from_chars(range.data(), end, lo);
-    if (error != std::errc()) continue;
-    hi = lo;
-    if (next != end && *next == '-') std::from_chars(next + 1, end, hi);
-    for (int64_t l = std::max<int64_t>(lo, 0); l <= hi && l < layers; ++l) {
-      policies[l] = part.substr(0, colon);
-    }
-  }
-  return policies;
-}
-
-json RematData(const program::Manifest& m, const json& rows) {
+json RematData(const program::Manifest& m, const std::vector<Row>& rows) {
   json layers = json::array();
-  const std::vector<std::string> policies = LayerPolicies(m.flags.remat, m.model.layers);
+  // The manifest's record of each block's policy; "unknown" in artifacts
+  // written before it was recorded.
+  const std::vector<std::string>& policies = m.flags.remat_layers;
   for (int64_t l = 0; l < m.model.layers; ++l) {
-    layers.push_back({{"layer", l},
-                      {"policy", policies[l]},
-                      {"kernels", 0},
-                      {"recomputed", 0},
-                      {"recomputed_names", json::array()}});
+    layers.push_back(
+        {{"layer", l},
+         {"policy", l < static_cast<int64_t>(policies.size()) ? policies[l] : "unknown"},
+         {"kernels", 0},
+         {"recomputed", 0},
+         {"recomputed_names", json::array()}});
   }
-  for (const json& r : rows) {
-    const int64_t l = r["layer"];
+  for (const Row& r : rows) {
+    const int64_t l = r.place.layer;
     if (l < 0 || l >= m.model.layers) continue;
     json& layer = layers[l];
     layer["kernels"] = layer["kernels"].get<int64_t>() + 1;
-    if (r["phase"] == "recompute") {
+    if (r.place.recomputed) {
       layer["recomputed"] = layer["recomputed"].get<int64_t>() + 1;
-      layer["recomputed_names"].push_back(r["name"]);
+      layer["recomputed_names"].push_back(r.name);
     }
   }
   return {{"plan", m.flags.remat}, {"layers", std::move(layers)}};
 }
 
 // What each layer keeps for its backward: the activations of layer N's
-// forward still live when the backward starts (the first "grad." thunk),
-// largest first. Remat trades these bytes for recomputation.
+// forward still live when the backward starts (the first thunk of the
+// gradient phase), largest first. Remat trades these bytes for
+// recomputation.
 void AddKeptActivations(const EntryPlan& e, const std::map<int64_t, BufferLife>& lives,
                         json& layers) {
   int64_t boundary = -1;
   for (const Thunk& t : e.thunks) {
-    if (t.meta.starts_with("grad.")) {
+    if (t.role && t.role->phase == ir::Phase::kGradient) {
       boundary = t.index;
       break;
     }
@@ -370,9 +365,8 @@ void AddKeptActivations(const EntryPlan& e, const std::map<int64_t, BufferLife>&
   std::vector<std::tuple<int64_t, int64_t, std::string, std::string>> kept;  // bytes, layer, ...
   for (const auto& [id, l] : lives) {
     if (l.category != 3 || l.first < 0 || l.first >= boundary || l.last < boundary) continue;
-    const Placement p = Place(l.source);
-    if (p.layer < 0 || p.layer >= static_cast<int64_t>(layers.size())) continue;
-    kept.emplace_back(l.buffer->slice.size, p.layer, l.buffer->name, l.buffer->shape);
+    if (l.layer < 0 || l.layer >= static_cast<int64_t>(layers.size())) continue;
+    kept.emplace_back(l.buffer->slice.size, l.layer, l.buffer->name, l.buffer->shape);
   }
   std::sort(kept.begin(), kept.end(), std::greater<>());
   for (const auto& [bytes, l, name, shape] : kept) {
@@ -416,7 +410,7 @@ StatusOr<json> ArtifactData(const ReportInput& in) {
       {"thunks", json::array()},
       {"groups", json::array()},
       {"arena", nullptr},
-      {"remat", RematData(m, json::array())}};
+      {"remat", RematData(m, {})}};
   if (in.profile != nullptr) {
     data["profile"] = {{"steps", in.profile->value("steps", 0)},
                        {"device", in.profile->value("device", "")},
@@ -425,14 +419,15 @@ StatusOr<json> ArtifactData(const ReportInput& in) {
   if (!m.flags.codegen) return data;
   ASSIGN_OR_RETURN(program::Plan plan, program::PlanFromJson(a.plan));
   const std::vector<const EntryPlan*> entries = StepEntries(plan);
-  data["thunks"] = ThunkRows(entries, in.gpu, in.profile, in.model);
+  const std::vector<Row> rows = ThunkRows(entries, in.gpu, in.profile, in.model);
+  for (const Row& r : rows) data["thunks"].push_back(r.page);
   if (in.model != nullptr) {
     data["h100_model"] = {{"step_us", in.model->step_us},
                           {"tokens_per_second", in.model->tokens_per_second},
                           {"roofline_us", in.model->roofline_us}};
   }
-  data["groups"] = GroupRows(data["thunks"]);
-  data["remat"] = RematData(m, data["thunks"]);
+  data["groups"] = GroupRows(rows);
+  data["remat"] = RematData(m, rows);
   if (!entries.empty()) {
     const std::map<int64_t, BufferLife> lives = BufferLives(*entries.front());
     data["arena"] = ArenaData(*entries.front(), lives);

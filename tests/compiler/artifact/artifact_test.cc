@@ -2,7 +2,10 @@
 // determinism, rejection of bad files (compiler/program/container.h).
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
 #include <string>
+#include <variant>
 
 #include "compiler/artifact/writer.h"
 #include "compiler/program/container.h"
@@ -147,6 +150,83 @@ TEST(ArtifactTest, TinyPlanGolden) {
       EXPECT_LE(t[key]["offset"].get<int64_t>() + t[key]["size"].get<int64_t>(), arena) << t;
     }
   }
+}
+
+// Note [plan roles]: every thunk carries its phase and part of the model,
+// every buffer its category, decided from the instructions' typed roles.
+// (The test reads names only to pick thunks to check.)
+TEST(ArtifactTest, PlanRecordsRolesAndCategories) {
+  StatusOr<program::Artifact> a = program::DecodeArtifact(Tiny().bytes, "t.gptx");
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  StatusOr<program::Plan> plan = program::PlanFromJson(a->plan);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const program::EntryPlan& e = plan->entries[0];
+  using program::ThunkGroup;
+  std::map<ThunkGroup, int> groups;
+  std::set<int32_t> layers;
+  for (const program::Thunk& t : e.thunks) {
+    ASSERT_TRUE(t.role.has_value()) << t.Describe();
+    const program::ThunkRole& r = *t.role;
+    EXPECT_NE(r.phase, ir::Phase::kNone) << t.Describe();
+    EXPECT_NE(r.group, ThunkGroup::kOther) << t.Describe();
+    // A layer exactly on the blocks' thunks.
+    EXPECT_EQ(r.layer >= 0, r.group == ThunkGroup::kBlock) << t.Describe();
+    ++groups[r.group];
+    if (r.layer >= 0) layers.insert(r.layer);
+    const bool optimizer = r.phase == ir::Phase::kUpdate || r.phase == ir::Phase::kOptimizer;
+    EXPECT_EQ(optimizer, r.group == ThunkGroup::kOptimizer) << t.Describe();
+    if (t.meta.starts_with("h.1.") || t.meta.starts_with("grad.h.1.")) {
+      EXPECT_EQ(r.group, ThunkGroup::kBlock) << t.Describe();
+      EXPECT_EQ(r.layer, 1) << t.Describe();
+    }
+    if (t.meta == "wte" || t.meta == "wpe" || t.meta == "grad.wte" || t.meta == "grad.wpe") {
+      EXPECT_EQ(r.group, ThunkGroup::kEmbedding) << t.Describe();
+    }
+    if (t.meta == "lm_head" || t.meta == "grad.lm_head" || t.meta == "loss") {
+      EXPECT_EQ(r.group, ThunkGroup::kHead) << t.Describe();
+    }
+    if (t.kind() == program::ThunkKind::kGemm) {
+      EXPECT_TRUE(r.group == ThunkGroup::kBlock || r.group == ThunkGroup::kHead) << t.Describe();
+    }
+  }
+  EXPECT_EQ(layers, (std::set<int32_t>{0, 1}));
+  for (ThunkGroup g : {ThunkGroup::kEmbedding, ThunkGroup::kBlock, ThunkGroup::kHead,
+                       ThunkGroup::kOptimizer, ThunkGroup::kParamCast}) {
+    EXPECT_GT(groups[g], 0) << program::ThunkGroupName(g);
+  }
+  // Buffers: every one has a category; the parameters' and moments' by
+  // their slots.
+  for (const program::PlanBuffer& b : e.buffers) EXPECT_TRUE(b.category.has_value()) << b.name;
+  int params = 0;
+  for (const program::PlanSlot& s : e.inputs) {
+    const program::PlanBuffer* b = e.FindBuffer(s.slice.buffer);
+    ASSERT_NE(b, nullptr) << s.name;
+    if (s.role == program::SlotRole::kParam) {
+      ++params;
+      EXPECT_EQ(b->category, program::BufferCategory::kParameter) << s.name;
+    } else if (s.role == program::SlotRole::kAdamM || s.role == program::SlotRole::kAdamV) {
+      EXPECT_EQ(b->category, program::BufferCategory::kOptimizerState) << s.name;
+    } else {
+      EXPECT_EQ(b->category, program::BufferCategory::kData) << s.name;
+    }
+  }
+  EXPECT_GT(params, 0);
+}
+
+// Note [epilogue fallback]: the writer counts the kernels the plan marks
+// `fallback`, which summaries show apart from the launches.
+TEST(ArtifactTest, CountsTheFallbackKernelsThePlanMarks) {
+  StatusOr<program::Artifact> a = program::DecodeArtifact(Tiny().bytes, "t.gptx");
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  StatusOr<program::Plan> plan = program::PlanFromJson(a->plan);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  int64_t marked = 0;
+  for (const program::Thunk& t : plan->entries[0].thunks) {
+    const auto* k = std::get_if<program::KernelThunk>(&t.body);
+    marked += k != nullptr && k->fallback;
+  }
+  EXPECT_GT(marked, 0);
+  EXPECT_EQ(Tiny().fallback_kernels, marked);
 }
 
 TEST(ArtifactTest, Deterministic) {

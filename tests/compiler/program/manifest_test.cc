@@ -26,6 +26,7 @@ Manifest Full() {
                 .world_size = 8,
                 .precision = "bf16",
                 .remat = "dots",
+                .remat_layers = {"dots", "dots"},
                 .codegen = true,
                 .adamw = {.beta1 = 0.8,
                           .beta2 = 0.99,
@@ -90,7 +91,8 @@ TEST(ManifestTest, Layout) {
   EXPECT_EQ(j["flags"]["beta2"], 0.99);
   EXPECT_EQ(j["flags"]["codegen"], true);
   EXPECT_EQ(j["flags"]["attention_mma"], "mma.sync");
-  EXPECT_EQ(j["flags"].size(), 13u);
+  EXPECT_EQ(j["flags"]["remat_layers"], (json{"dots", "dots"}));
+  EXPECT_EQ(j["flags"].size(), 14u);
   EXPECT_EQ(j["thunks"]["gemm"], 3);
   EXPECT_EQ(j["emu"]["abi"], 7);
 }
@@ -110,6 +112,18 @@ TEST(ManifestTest, AttentionMmaIsOptional) {
   EXPECT_EQ(before->flags.attention_mma, "mma.sync");
 }
 
+// flags.remat_layers: the typed per-block record; an artifact written
+// before it has none (and none is then written).
+TEST(ManifestTest, RematLayersAreOptional) {
+  json old = ToJson(Full());
+  old["flags"].erase("remat_layers");
+  StatusOr<Manifest> before = ManifestFromJson(old);
+  ASSERT_TRUE(before.ok()) << before.status().message();
+  EXPECT_TRUE(before->flags.remat_layers.empty());
+  EXPECT_EQ(before->flags.remat, "dots");
+  EXPECT_FALSE(ToJson(*before)["flags"].contains("remat_layers"));
+}
+
 std::string ErrorOf(const std::function<void(json&)>& edit) {
   json j = ToJson(Full());
   edit(j);
@@ -127,6 +141,10 @@ TEST(ManifestTest, ErrorsNameTheField) {
             "manifest.flags has no 'grad_accum'");
   EXPECT_EQ(ErrorOf([](json& j) { j["flags"]["eps"] = "1e-8"; }),
             "manifest.flags.eps has the wrong type (\"1e-8\")");
+  EXPECT_EQ(ErrorOf([](json& j) { j["flags"]["remat_layers"] = "dots"; }),
+            "manifest.flags.remat_layers has the wrong type (\"dots\")");
+  EXPECT_EQ(ErrorOf([](json& j) { j["flags"]["remat_layers"][1] = 2; }),
+            "manifest.flags.remat_layers[1] has the wrong type (2)");
   EXPECT_EQ(ErrorOf([](json& j) { j["model"].erase("heads"); }), "manifest.model: no 'heads'");
   EXPECT_EQ(ErrorOf([](json& j) { j["kernels"][1]["ptx_size"] = "7"; }),
             "manifest kernels[1].ptx_size has the wrong type (\"7\")");

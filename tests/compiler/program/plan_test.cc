@@ -43,7 +43,8 @@ EntryPlan Entry() {
   e.inputs = {param};
   e.outputs = {param, loss};
   e.donations = {{0, 0}};
-  e.buffers = {{0, "p0", Slice(0, 128, 0), "f32[4,8]"}, {1, "fusion.3{1}", Slice(256, 4, 1)}};
+  e.buffers = {{0, "p0", Slice(0, 128, 0), "f32[4,8]", BufferCategory::kParameter},
+               {1, "fusion.3{1}", Slice(256, 4, 1)}};
   e.thunks.push_back({.name = "fusion_3",
                       .meta = "h.0.mlp",
                       .body = KernelThunk{.fusion = "fusion.3",
@@ -53,7 +54,8 @@ EntryPlan Entry() {
                                           .dynamic_smem = 512,
                                           .args = {Slice(0, 128, 0), Slice(4096, 64, -1)},
                                           .operands = 1,
-                                          .fallback = true}});
+                                          .fallback = true},
+                      .role = ThunkRole{ir::Phase::kForward, 0, ThunkGroup::kBlock}});
   e.thunks.push_back({.name = "fusion.3",
                       .meta = "h.0.mlp",
                       .body = GemmThunk{.config = Config(),
@@ -64,9 +66,11 @@ EntryPlan Entry() {
                                         .bias = Slice(0, 128, 0),
                                         .aux = Slice(512, 64, 2),
                                         .fallback_d = Slice(4096, 64, -1)},
-                      .cost = ThunkCost{.flops = 2.5e9, .bytes_read = 4096, .bytes_written = 512}});
+                      .cost = ThunkCost{.flops = 2.5e9, .bytes_read = 4096, .bytes_written = 512},
+                      .role = ThunkRole{ir::Phase::kGradient, -1, ThunkGroup::kHead}});
   e.thunks.push_back({.name = "donation.out0.in0",
-                      .body = CopyThunk{Slice(0, 8, 0), Slice(8, 8, 1), 8, "aliased"}});
+                      .body = CopyThunk{Slice(0, 8, 0), Slice(8, 8, 1), 8, "aliased"},
+                      .role = ThunkRole{ir::Phase::kUpdate, -1, ThunkGroup::kOptimizer}});
   e.thunks.push_back({.name = "constant.1",
                       .body = ConstantThunk{ir::DType::kBF16, {0.5, -2.0}, Slice(16, 4, 1)}});
   e.thunks.push_back({.name = "all-reduce.1",
@@ -98,6 +102,40 @@ TEST(PlanCodecTest, RoundTrips) {
   EXPECT_FALSE(j["entries"][0]["thunks"][0].contains("cost"));
   EXPECT_EQ(j["entries"][0]["buffers"][0]["shape"], "f32[4,8]");
   EXPECT_FALSE(j["entries"][0]["buffers"][1].contains("shape"));
+}
+
+// Note [plan roles]: a thunk's role and a buffer's category as
+// docs/ARTIFACT.md spells them, absent where not recorded.
+TEST(PlanCodecTest, RolesAndCategoriesAsTheFormatSpellsThem) {
+  const json j = ToJson(Plan{{Entry()}});
+  const json& thunks = j["entries"][0]["thunks"];
+  EXPECT_EQ(thunks[0]["role"], (json{{"phase", "forward"}, {"layer", 0}, {"group", "block"}}));
+  EXPECT_EQ(thunks[1]["role"], (json{{"phase", "gradient"}, {"layer", -1}, {"group", "head"}}));
+  EXPECT_EQ(thunks[2]["role"]["group"], "optimizer");
+  EXPECT_FALSE(thunks[3].contains("role"));
+  EXPECT_EQ(j["entries"][0]["buffers"][0]["category"], "parameter");
+  EXPECT_FALSE(j["entries"][0]["buffers"][1].contains("category"));
+  for (ThunkGroup g : {ThunkGroup::kOther, ThunkGroup::kEmbedding, ThunkGroup::kBlock,
+                       ThunkGroup::kHead, ThunkGroup::kOptimizer, ThunkGroup::kParamCast}) {
+    json role = ToJson(ThunkRole{ir::Phase::kNone, -1, g});
+    EXPECT_EQ(role["phase"], "none");
+    StatusOr<ThunkRole> back = ThunkRoleFromJson(role, "r");
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(back->group, g);
+  }
+}
+
+// A plan written before roles and categories were recorded still loads:
+// they are absent, and its readers say "unknown".
+TEST(PlanCodecTest, OlderPlanWithoutRolesLoads) {
+  json j = ToJson(Plan{{Entry()}});
+  for (json& t : j["entries"][0]["thunks"]) t.erase("role");
+  for (json& b : j["entries"][0]["buffers"]) b.erase("category");
+  StatusOr<Plan> back = PlanFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  for (const Thunk& t : back->entries[0].thunks) EXPECT_FALSE(t.role.has_value()) << t.Describe();
+  for (const PlanBuffer& b : back->entries[0].buffers) EXPECT_FALSE(b.category.has_value());
+  EXPECT_EQ(ToJson(*back), j);
 }
 
 TEST(PlanCodecTest, WritesCublasLtNames) {
@@ -220,6 +258,28 @@ TEST(PlanCodecTest, ErrorsNameTheField) {
   bad_cost["entries"][0]["thunks"][1]["cost"]["bytes_read"] = -0.5;
   EXPECT_EQ(PlanFromJson(bad_cost).status().message(),
             "plan entry train_step thunk 1.cost.bytes_read has the wrong type (-0.5)");
+
+  json bad_group = j;
+  bad_group["entries"][0]["thunks"][0]["role"]["group"] = "torso";
+  EXPECT_EQ(PlanFromJson(bad_group).status().message(),
+            "plan entry train_step thunk 0.role.group: 'torso' is not a value this reader knows");
+
+  json bad_phase = j;
+  bad_phase["entries"][0]["thunks"][1]["role"]["phase"] = "backward";
+  EXPECT_EQ(PlanFromJson(bad_phase).status().message(),
+            "plan entry train_step thunk 1.role.phase: 'backward' is not a value this reader "
+            "knows");
+
+  json bad_layer = j;
+  bad_layer["entries"][0]["thunks"][0]["role"]["layer"] = -2;
+  EXPECT_EQ(PlanFromJson(bad_layer).status().message(),
+            "plan entry train_step thunk 0.role.layer: -2 is not a block index or -1");
+
+  json bad_category = j;
+  bad_category["entries"][0]["buffers"][0]["category"] = "weights";
+  EXPECT_EQ(PlanFromJson(bad_category).status().message(),
+            "plan entry train_step buffers[0].category: 'weights' is not a value this reader "
+            "knows");
 
   json bad_entry = j;
   bad_entry["entries"][0]["name"] = "warmup";
