@@ -177,8 +177,8 @@ class TcpCommunicator : public Communicator {
 
  private:
   Status TimedOut(const Status& s, Clock::time_point start) const {
-    if (s.message() == "timed out") {
-      return Error("timed out after {}", FormatSeconds(Clock::now() - start));
+    if (s.code() == StatusCode::kTimedOut) {
+      return TimedOutError("timed out after {}", FormatSeconds(Clock::now() - start));
     }
     return s;
   }

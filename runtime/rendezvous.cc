@@ -119,8 +119,8 @@ void TellLatecomers(const Socket& listener, const std::string& text, int64_t cou
 
 // "timed out" from the socket layer, with how long was waited.
 Status Explain(const Status& s, Clock::time_point start) {
-  if (s.message() == "timed out")
-    return Error("timed out after {}", FormatSeconds(Clock::now() - start));
+  if (s.code() == StatusCode::kTimedOut)
+    return TimedOutError("timed out after {}", FormatSeconds(Clock::now() - start));
   return s;
 }
 
@@ -292,7 +292,8 @@ Status Rendezvous::JoinAsRoot() {
   while (joined < world) {
     std::string address;
     StatusOr<Socket> accepted = Accept(listener, progress.Until(deadline), &address);
-    if (!accepted.ok() && accepted.status().message() == "timed out" && Clock::now() < deadline) {
+    if (!accepted.ok() && accepted.status().code() == StatusCode::kTimedOut &&
+        Clock::now() < deadline) {
       const std::vector<int64_t> missing = missing_ranks();
       progress.Report(fmt::format("rank{} {} of {} at {}:{}", missing.size() == 1 ? "" : "s",
                                   FormatRanks(missing), world, options_.master_addr,
@@ -346,7 +347,7 @@ Status Rendezvous::AwaitGreeting(Clock::time_point deadline) {
   };
   while (true) {
     StatusOr<std::string> seen = PeekSome(peers_[0], 64, until);
-    if (!seen.ok() && seen.status().message() == "timed out") {
+    if (!seen.ok() && seen.status().code() == StatusCode::kTimedOut) {
       return stranger(
           fmt::format("it said nothing in {}", FormatSeconds(Clock::now() - connected)));
     }
@@ -415,7 +416,7 @@ Status Rendezvous::JoinAsPeer() {
   if (aborted) return Fail(reply.status());  // rank 0's own line (Note [agreement])
   if (!reply.ok()) {
     const std::string& why = reply.status().message();
-    if (why == "timed out") {
+    if (reply.status().code() == StatusCode::kTimedOut) {
       return Fail(
           Error("rendezvous: rank {} joined rank 0 at {} but the other ranks did not "
                 "all join within {}",

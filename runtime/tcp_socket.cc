@@ -138,7 +138,7 @@ void Socket::CloseGracefully(Clock::time_point deadline) {
 }
 
 Status Socket::SendAll(std::span<const std::byte> data, Clock::time_point deadline) {
-  if (fd_ < 0) return Error("connection closed");
+  if (fd_ < 0) return UnavailableError("connection closed");
   size_t sent = 0;
   while (sent < data.size()) {
     const ssize_t n = ::send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
@@ -149,17 +149,18 @@ Status Socket::SendAll(std::span<const std::byte> data, Clock::time_point deadli
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       ASSIGN_OR_RETURN(bool ready, WaitFor(fd_, POLLOUT, deadline));
-      if (!ready) return Error("timed out");
+      if (!ready) return TimedOutError("timed out");
       continue;
     }
-    if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) return Error("connection closed");
+    if (n < 0 && (errno == EPIPE || errno == ECONNRESET))
+      return UnavailableError("connection closed");
     return Error("send: {}", Errno(errno));
   }
   return Status::Ok();
 }
 
 Status Socket::RecvAll(std::span<std::byte> data, Clock::time_point deadline) {
-  if (fd_ < 0) return Error("connection closed");
+  if (fd_ < 0) return UnavailableError("connection closed");
   size_t got = 0;
   while (got < data.size()) {
     const ssize_t n = ::recv(fd_, data.data() + got, data.size() - got, 0);
@@ -167,14 +168,14 @@ Status Socket::RecvAll(std::span<std::byte> data, Clock::time_point deadline) {
       got += static_cast<size_t>(n);
       continue;
     }
-    if (n == 0) return Error("connection closed");
+    if (n == 0) return UnavailableError("connection closed");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       ASSIGN_OR_RETURN(bool ready, WaitFor(fd_, POLLIN, deadline));
-      if (!ready) return Error("timed out");
+      if (!ready) return TimedOutError("timed out");
       continue;
     }
-    if (errno == ECONNRESET) return Error("connection closed");
+    if (errno == ECONNRESET) return UnavailableError("connection closed");
     return Error("recv: {}", Errno(errno));
   }
   return Status::Ok();
@@ -223,7 +224,7 @@ StatusOr<Socket> Accept(const Socket& listener, Clock::time_point deadline, std:
     if (errno == EINTR || errno == ECONNABORTED) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return Error("accept: {}", Errno(errno));
     ASSIGN_OR_RETURN(bool ready, WaitFor(listener.fd(), POLLIN, deadline));
-    if (!ready) return Error("timed out");
+    if (!ready) return TimedOutError("timed out");
   }
 }
 
@@ -245,7 +246,7 @@ StatusOr<Socket> ConnectOnce(const std::string& host, int port, Clock::time_poin
   if (::connect(s.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) {
     if (errno != EINPROGRESS) return Error("{}", Errno(errno));
     ASSIGN_OR_RETURN(bool ready, WaitFor(s.fd(), POLLOUT, deadline));
-    if (!ready) return Error("timed out");
+    if (!ready) return TimedOutError("timed out");
     int err = 0;
     socklen_t len = sizeof(err);
     ::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
@@ -256,7 +257,7 @@ StatusOr<Socket> ConnectOnce(const std::string& host, int port, Clock::time_poin
 }
 
 StatusOr<bool> WaitReadable(const Socket& socket, Clock::time_point deadline) {
-  if (!socket.valid()) return Error("connection closed");
+  if (!socket.valid()) return UnavailableError("connection closed");
   return WaitFor(socket.fd(), POLLIN, deadline);
 }
 
@@ -277,7 +278,7 @@ StatusOr<std::string> PeekSome(const Socket& socket, size_t max_bytes,
                                Clock::time_point deadline) {
   while (true) {
     ASSIGN_OR_RETURN(bool ready, WaitFor(socket.fd(), POLLIN, deadline));
-    if (!ready) return Error("timed out");
+    if (!ready) return TimedOutError("timed out");
     std::string bytes(max_bytes, '\0');
     const ssize_t n = ::recv(socket.fd(), bytes.data(), bytes.size(), MSG_PEEK);
     if (n >= 0) {

@@ -52,8 +52,8 @@ class Socket {
   // peer still sends until it closes too or `deadline`, then closes.
   void CloseGracefully(Clock::time_point deadline);
 
-  // Errors: "connection closed" (the peer is gone), "timed out", or the
-  // system's reason. The caller adds who and what was awaited.
+  // Errors: "connection closed" (kUnavailable: the peer is gone), "timed
+  // out" (kTimedOut), or the system's reason. The caller adds who and what was awaited.
   Status SendAll(std::span<const std::byte> data, Clock::time_point deadline);
   Status RecvAll(std::span<std::byte> data, Clock::time_point deadline);
 

@@ -149,7 +149,7 @@ bool Watchdog::ReadPeersLocked(const std::vector<int>& readable_ranks) {
       }
       continue;
     }
-    if (frame.status().message() == "connection closed") {
+    if (frame.status().code() == StatusCode::kUnavailable) {
       // A rank that said it was done may go; there is nothing left to tell it.
       if (rank == 0 && done_[r]) {
         peer.Close();

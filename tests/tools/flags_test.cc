@@ -66,3 +66,37 @@ TEST(FlagsTest, RepeatedValueFlagKeepsEveryValueInOrder) {
 }
 
 }  // namespace gptc::tools
+
+namespace gptc::tools {
+namespace {
+
+// A tool's exit code comes from its error's kind (ExitCodeOf), not its text.
+TEST(ExitCodeTest, UsageIsTwoEveryOtherFailureOneOkZero) {
+  EXPECT_EQ(ExitCodeOf(Status::Ok()), 0);
+  EXPECT_EQ(ExitCodeOf(UsageError("--steps must be >= 1, got 0")), kExitUsage);
+  EXPECT_EQ(ExitCodeOf(UsageError("x").WithPrefix("step 3")), kExitUsage);
+  EXPECT_EQ(ExitCodeOf(Error("usage: looks like one but is not")), kExitFailure);
+  for (StatusCode code :
+       {StatusCode::kUnknown, StatusCode::kNotFound, StatusCode::kCorrupt, StatusCode::kResource,
+        StatusCode::kUnavailable, StatusCode::kTimedOut, StatusCode::kInternal}) {
+    EXPECT_EQ(ExitCodeOf(Status::Error("e", code)), kExitFailure) << StatusCodeName(code);
+  }
+}
+
+TEST(ExitCodeTest, FlagParseErrorsAreUsageErrors) {
+  Flags flags = Declared();
+  std::vector<std::string> args = {"--bogus"};
+  std::vector<char*> argv = {const_cast<char*>("tool")};
+  for (std::string& a : args) argv.push_back(a.data());
+  Status s = flags.Parse(static_cast<int>(argv.size()), argv.data(), 1);
+  EXPECT_EQ(s.code(), StatusCode::kUsage) << s.message();
+  std::string every = "--every=x";
+  std::string dir = "--dir=d";
+  std::vector<char*> bad_number = {const_cast<char*>("tool"), every.data(), dir.data()};
+  Flags numbers = Declared();
+  ASSERT_TRUE(numbers.Parse(3, bad_number.data(), 1).ok());
+  EXPECT_EQ(numbers.GetInt("every").status().code(), StatusCode::kUsage);
+}
+
+}  // namespace
+}  // namespace gptc::tools

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -233,6 +235,15 @@ TEST_F(TrainTest, ResumingWithOtherDataNeedsResetData) {
   EXPECT_EQ(tools::Train(after, &summary), 0) << summary.error;
 }
 
+// A run whose steps `steps` report a NaN loss (fault injection).
+tools::TrainHooks NonfiniteAt(std::vector<int64_t> steps) {
+  return {.after_step = [steps](int64_t step, double& loss, double&) {
+    if (std::find(steps.begin(), steps.end(), step) != steps.end()) {
+      loss = std::numeric_limits<double>::quiet_NaN();
+    }
+  }};
+}
+
 // Note [divergence]: --skip-nonfinite undoes a bad step (here one made bad
 // by fault injection): its checkpoint holds the previous step's parameters
 // and moments under its own step count, and the run goes on; one bad step
@@ -244,9 +255,8 @@ TEST_F(TrainTest, SkipNonfiniteUndoesABadStep) {
   o.ckpt_keep = 0;
   o.steps = 5;
   o.skip_nonfinite = 1;
-  o.fault_nonfinite_steps = {3};
   tools::TrainSummary summary;
-  ASSERT_EQ(tools::Train(o, &summary), 0) << summary.error;
+  ASSERT_EQ(tools::Train(o, &summary, NonfiniteAt({3})), 0) << summary.error;
   ASSERT_EQ(summary.losses.size(), 5u);
   for (size_t i = 0; i < 5; ++i) EXPECT_EQ(std::isnan(summary.losses[i]), i == 2) << i;
   for (const char* file : {"model.safetensors", "optim.safetensors"}) {
@@ -264,8 +274,7 @@ TEST_F(TrainTest, SkipNonfiniteUndoesABadStep) {
   tools::TrainOptions twice = Options();
   twice.steps = 5;
   twice.skip_nonfinite = 1;
-  twice.fault_nonfinite_steps = {2, 4};
-  EXPECT_EQ(tools::Train(twice, &summary), 1);
+  EXPECT_EQ(tools::Train(twice, &summary, NonfiniteAt({2, 4})), 1);
   EXPECT_NE(summary.error.find("step 4: the loss is nan"), std::string::npos) << summary.error;
   EXPECT_NE(summary.error.find("1 steps skipped already, --skip-nonfinite 1"), std::string::npos)
       << summary.error;

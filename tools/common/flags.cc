@@ -103,17 +103,17 @@ Status Flags::Parse(int argc, char** argv, int first) {
     }
     const Spec* spec = Find(name);
     if (spec == nullptr) {
-      fail(Error("unknown flag --{} (see {} --help)", name, program_));
+      fail(UsageError("unknown flag --{} (see {} --help)", name, program_));
     } else if (!spec->takes_value) {
       if (value && *value != "true" && *value != "false") {
-        fail(Error("--{} takes no value (or true/false), got '{}'", name, *value));
+        fail(UsageError("--{} takes no value (or true/false), got '{}'", name, *value));
       } else if (value.value_or("true") == "true") {
         values_[name] = "true";
       }
     } else {
       if (!value) {
         if (i + 1 >= argc) {
-          fail(Error("--{} needs a value", name));
+          fail(UsageError("--{} needs a value", name));
           continue;
         }
         value = argv[++i];
@@ -145,10 +145,10 @@ Status Flags::CheckRules() const {
         other != values_.end() && (r.value.empty() || other->second == r.value);
     const std::string spelled = r.value.empty() ? "--" + r.other : "--" + r.other + " " + r.value;
     if (r.conflict && present) {
-      return r.value.empty() ? Error("--{} and --{} contradict", r.flag, r.other)
-                             : Error("--{} does not apply to {}", r.flag, spelled);
+      return r.value.empty() ? UsageError("--{} and --{} contradict", r.flag, r.other)
+                             : UsageError("--{} does not apply to {}", r.flag, spelled);
     }
-    if (!r.conflict && !present) return Error("--{} applies with {}", r.flag, spelled);
+    if (!r.conflict && !present) return UsageError("--{} applies with {}", r.flag, spelled);
   }
   return Status::Ok();
 }
@@ -225,12 +225,12 @@ StatusOr<int64_t> Flags::GetInt(const std::string& name) const {
   const Spec* spec = Find(name);
   const std::string s = Get(name);
   if (s.empty() && (spec == nullptr || spec->default_value.empty())) {
-    return Error("--{} has no default (a defect of {})", name, program_);
+    return InternalError("--{} has no default (a defect of {})", name, program_);
   }
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || ptr != s.data() + s.size()) {
-    return Error("--{} expects an integer, got '{}'", name, s);
+    return UsageError("--{} expects an integer, got '{}'", name, s);
   }
   return v;
 }
@@ -244,12 +244,12 @@ StatusOr<double> Flags::GetDouble(const std::string& name) const {
   const Spec* spec = Find(name);
   const std::string s = Get(name);
   if (s.empty() && (spec == nullptr || spec->default_value.empty())) {
-    return Error("--{} has no default (a defect of {})", name, program_);
+    return InternalError("--{} has no default (a defect of {})", name, program_);
   }
   double v = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || ptr != s.data() + s.size()) {
-    return Error("--{} expects a number, got '{}'", name, s);
+    return UsageError("--{} expects a number, got '{}'", name, s);
   }
   return v;
 }
@@ -257,6 +257,21 @@ StatusOr<double> Flags::GetDouble(const std::string& name) const {
 StatusOr<double> Flags::GetDouble(const std::string& name, double fallback) const {
   if (!values_.contains(name)) return fallback;
   return GetDouble(name);
+}
+
+int ExitCodeOf(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk:
+      return 0;
+    case StatusCode::kUsage:
+      return kExitUsage;
+    default:
+      return kExitFailure;
+  }
+}
+
+int FailWith(const std::string& program, const Status& status) {
+  return FailWith(program, ExitCodeOf(status), status);
 }
 
 int FailWith(const std::string& program, int code, const Status& status) {

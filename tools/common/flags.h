@@ -24,7 +24,7 @@
 
 namespace gptc::tools {
 
-// Exit codes of every tool.
+// Exit codes of every tool. ExitCodeOf picks one from a Status's kind.
 inline constexpr int kExitFailure = 1;  // the input, the output or the work failed
 inline constexpr int kExitUsage = 2;    // a bad flag, value or argument
 
@@ -102,7 +102,15 @@ class Flags {
   bool help_ = false, version_ = false;
 };
 
-// Prints `PROGRAM: MESSAGE` on stderr and returns `code`.
+// The exit code of a tool that ends with `status`: 0 when it is ok,
+// kExitUsage for a kUsage error, else kExitFailure. The one place where a
+// Status's kind becomes an exit code.
+int ExitCodeOf(const Status& status);
+
+// Prints `PROGRAM: MESSAGE` on stderr and returns ExitCodeOf(status).
+int FailWith(const std::string& program, const Status& status);
+// Prints `PROGRAM: MESSAGE` on stderr and returns `code`, for the few exits
+// whose code is not a Status's kind (a signal's 128 + N).
 int FailWith(const std::string& program, int code, const Status& status);
 
 // Note [checked stdout]: what a tool printed is flushed and checked before

@@ -85,7 +85,7 @@ StatusOr<int64_t> WriteSplit(const std::vector<int32_t>& tokens, const std::stri
 }
 
 // A usage error (exit 2), as opposed to a failure (exit 1).
-Status Usage(const Status& s) { return Error("usage: {}", s.message()); }
+Status Usage(const Status& s) { return UsageError("usage: {}", s.message()); }
 
 // Whether `text` is valid UTF-8; `bad` is the offset of the first invalid byte.
 bool ValidUtf8(std::string_view text, size_t* bad) {
@@ -198,16 +198,12 @@ Status Run(const Flags& flags) {
 }  // namespace gptc::tools
 
 int main(int argc, char** argv) {
-  using gptc::tools::kExitUsage;
   gptc::tools::Flags flags = gptc::tools::DeclareFlags();
   if (gptc::Status s = flags.Parse(argc, argv, 1); !s.ok()) {
-    return gptc::tools::FailWith("gpt-tokenize", kExitUsage, s);
+    return gptc::tools::FailWith("gpt-tokenize", s);
   }
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   gptc::Status status = gptc::tools::Run(flags);
-  if (!status.ok()) {
-    std::fprintf(stderr, "gpt-tokenize: %s\n", status.message().c_str());
-    return status.message().starts_with("usage:") ? kExitUsage : gptc::tools::kExitFailure;
-  }
+  if (!status.ok()) return gptc::tools::FailWith("gpt-tokenize", status);
   return gptc::tools::ExitWithStdoutChecked("gpt-tokenize", 0);
 }

@@ -79,9 +79,7 @@ std::vector<Case> SplitCases(const std::string& text, bool split) {
 
 int Main(int argc, char** argv) {
   tools::Flags flags = DeclareFlags();
-  if (Status s = flags.Parse(argc, argv, 1); !s.ok()) {
-    return tools::FailWith("gptc-opt", tools::kExitUsage, s);
-  }
+  if (Status s = flags.Parse(argc, argv, 1); !s.ok()) return tools::FailWith("gptc-opt", s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   const pass::PassRegistry& registry = passes::AllPasses();
   if (flags.Has("list-passes")) {
@@ -89,8 +87,7 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (flags.positional().size() != 1) {
-    return tools::FailWith("gptc-opt", tools::kExitUsage,
-                           Error("needs one FILE.ir or - (see gptc-opt --help)"));
+    return tools::FailWith("gptc-opt", UsageError("needs one FILE.ir or - (see gptc-opt --help)"));
   }
   const std::string path = flags.positional()[0];
   pass::PipelineOptions options;
@@ -109,16 +106,12 @@ int Main(int argc, char** argv) {
     Status status = parsed.status();
     if (status.ok()) status = registry.Create(parsed->first, parsed->second).status();
     if (!status.ok()) {
-      std::fprintf(stderr, "gptc-opt: --pass: %s\n", status.message().c_str());
-      return 2;
+      return tools::FailWith("gptc-opt", status.WithPrefix("--pass").WithCode(StatusCode::kUsage));
     }
     pass_specs.push_back(std::move(parsed).value());
   }
   StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) {
-    std::fprintf(stderr, "gptc-opt: %s\n", text.status().message().c_str());
-    return 1;
-  }
+  if (!text.ok()) return tools::FailWith("gptc-opt", text.status());
   int exit_code = 0;
   bool first = true;
   // One numbering for every case's dumps.

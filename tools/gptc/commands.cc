@@ -5,5 +5,6 @@
 namespace gptc::tools {
 
 int Fail(int code, const Status& status) { return FailWith("gptc", code, status); }
+int Fail(const Status& status) { return FailWith("gptc", status); }
 
 }  // namespace gptc::tools

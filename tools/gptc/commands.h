@@ -54,6 +54,9 @@ Status CheckHfOutputDir(std::string_view command, const std::string& in, std::st
 
 // Prints `gptc: MESSAGE` on stderr and returns `code`.
 int Fail(int code, const Status& status);
+// Prints `gptc: MESSAGE` on stderr and returns the exit code of its kind
+// (ExitCodeOf in tools/common/flags.h).
+int Fail(const Status& status);
 
 }  // namespace gptc::tools
 

@@ -55,9 +55,7 @@ using tools::Fail;
 // The module of `path` named `name`, or its first; a file may hold several
 // (gptc compile writes the train step and its other entries one after
 // another). A name it lacks is a usage error (exit 2).
-StatusOr<std::unique_ptr<ir::Module>> LoadModule(const std::string& path, const std::string& name,
-                                                 int* exit_code) {
-  *exit_code = 1;
+StatusOr<std::unique_ptr<ir::Module>> LoadModule(const std::string& path, const std::string& name) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   ASSIGN_OR_RETURN(std::vector<std::unique_ptr<ir::Module>> modules, ir::ParseModules(text, path));
   std::vector<std::string> names;
@@ -68,9 +66,8 @@ StatusOr<std::unique_ptr<ir::Module>> LoadModule(const std::string& path, const 
     }
     names.push_back(module->name());
   }
-  *exit_code = 2;
-  return Error("--module {}: {} holds no such module (it has {})", name, path,
-               fmt::join(names, ", "));
+  return UsageError("--module {}: {} holds no such module (it has {})", name, path,
+                    fmt::join(names, ", "));
 }
 
 int Verify(int argc, char** argv) {
@@ -115,10 +112,9 @@ int Eval(int argc, char** argv) {
   } else if (arithmetic != "f32") {
     return Fail(2, Error("--arithmetic must be f32 or f64, got '{}'", arithmetic));
   }
-  int load_failure = 1;
   StatusOr<std::unique_ptr<ir::Module>> module =
-      LoadModule(flags.positional()[0], flags.Get("module"), &load_failure);
-  if (!module.ok()) return Fail(load_failure, module.status());
+      LoadModule(flags.positional()[0], flags.Get("module"));
+  if (!module.ok()) return Fail(module.status());
   // The evaluator holds every value of the entry as doubles: refuse at once
   // what this machine cannot hold, instead of dying in the allocator.
   double bytes = 0, largest = 0;

@@ -86,7 +86,7 @@ StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, co
                                                    const program::TrainProgram* program,
                                                    const Distributed& dist) {
   if (device == "cpu") {
-    if (o.profile) return Error("--profile needs the GPU device (--device gpu or emu)");
+    if (o.profile) return UsageError("--profile needs the GPU device (--device gpu or emu)");
     auto cpu = std::make_unique<rt::CpuTrainer>(program, o.seed);
     if (dist.comm != nullptr) cpu->set_collective(dist.comm.get());
     return std::unique_ptr<rt::Trainer>(std::move(cpu));

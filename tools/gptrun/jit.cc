@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "tools/common/flags.h"
+
 namespace gptc::tools {
 namespace {
 
@@ -86,8 +88,7 @@ std::vector<std::string> JitCompileArgs(const JitOptions& o) {
   return args;
 }
 
-StatusOr<std::string> CompileThroughCache(const JitOptions& o, bool& usage, bool& temporary) {
-  usage = false;
+StatusOr<std::string> CompileThroughCache(const JitOptions& o, bool& temporary) {
   temporary = false;
   ASSIGN_OR_RETURN(std::string gptc, GptcBesideUs());
   std::vector<std::string> argv = {gptc};
@@ -106,12 +107,12 @@ StatusOr<std::string> CompileThroughCache(const JitOptions& o, bool& usage, bool
   }
   if (code != 0) {
     // gptc's own one-line error, folded into ours.
-    usage = code == 2;
     std::string why = fmt::format("exit {}", code);
     for (const std::string& line : lines) {
       if (line.starts_with("gptc: ")) why = line;
     }
-    return Error("--model {}: {}", o.model, why);
+    const Status failed = Error("--model {}: {}", o.model, why);
+    return code == kExitUsage ? failed.WithCode(StatusCode::kUsage) : failed;
   }
   for (const std::string& line : lines) {
     if (line.starts_with("gptc: warning")) std::fprintf(stderr, "%s\n", line.c_str());

@@ -36,11 +36,11 @@ std::vector<std::string> JitCompileArgs(const JitOptions& o);
 // Compiles (or finds) the artifact of `o` through the cache and returns its
 // path. Prints one line: "gptrun: compiled|reused ... -> PATH". Errors:
 // gptc not beside gptrun, or gptc's failure with gptc's own one-line error
-// in it; `usage` is set when gptc refused the flags (exit 2). `temporary` is
+// in it, of kind kUsage when gptc refused the flags (exit 2). `temporary` is
 // set when the artifact is in neither the cache nor --artifact-out but in a
 // temporary file (Note [temporary artifact] in tools/gptc/compile.cc), which
 // the caller removes when done.
-StatusOr<std::string> CompileThroughCache(const JitOptions& o, bool& usage, bool& temporary);
+StatusOr<std::string> CompileThroughCache(const JitOptions& o, bool& temporary);
 
 }  // namespace gptc::tools
 

@@ -52,7 +52,9 @@ constexpr char kAbout[] =
     "settings are the artifact's; --grad-accum only checks it (with --model: compiles it). `gptrun "
     "generate --help`: text from a checkpoint.";
 
-int Fail(int code, const Status& status) { return FailWith("gptrun", code, status); }
+int Fail(const Status& status) { return FailWith("gptrun", status); }
+// A refusal of the command line by a check whose every error is one.
+int FailUsage(const Status& status) { return Fail(status.WithCode(StatusCode::kUsage)); }
 
 // The device section of gptrun's flags.
 void DeclareDeviceFlags(Flags& flags) {
@@ -276,35 +278,34 @@ StatusOr<JitOptions> JitOptionsOf(const Flags& flags, const TrainOptions& o) {
 int Main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "generate") return GenerateMain(argc, argv);
   Flags flags = DeclareFlags();
-  if (Status s = flags.Parse(argc, argv, 1); !s.ok()) return Fail(kExitUsage, s);
+  if (Status s = flags.Parse(argc, argv, 1); !s.ok()) return FailUsage(s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   const bool jit = flags.Has("model");
   if (flags.positional().empty() && !jit) {
-    return Fail(kExitUsage,
-                Error("needs one artifact FILE.gptx or --model NAME (see gptrun --help)"));
+    return Fail(UsageError("needs one artifact FILE.gptx or --model NAME (see gptrun --help)"));
   }
   if (flags.positional().size() > (jit ? 0u : 1u)) {
-    return Fail(kExitUsage, Error("unexpected argument '{}'{}", flags.positional().back(),
-                                  jit ? " (--model compiles the artifact)" : ""));
+    return Fail(UsageError("unexpected argument '{}'{}", flags.positional().back(),
+                           jit ? " (--model compiles the artifact)" : ""));
   }
   for (const char* name : {"batch", "seq", "artifact-out", "tokens-per-step", "remat",
                            "memory-budget", "attention-mma"}) {
-    if (flags.Has(name) && !jit) return Fail(kExitUsage, Error("--{} applies to --model", name));
+    if (flags.Has(name) && !jit) return Fail(UsageError("--{} applies to --model", name));
   }
   TrainOptions o;
   o.device = flags.Get("device");
   if (flags.Has("device") && o.device != "cpu" && o.device != "gpu" && o.device != "emu") {
-    return Fail(kExitUsage, Error("--device must be cpu, gpu or emu, got '{}'", o.device));
+    return Fail(UsageError("--device must be cpu, gpu or emu, got '{}'", o.device));
   }
   const std::string checks = flags.Get("emu-checks");
   if (checks != "on" && checks != "off") {
-    return Fail(kExitUsage, Error("--emu-checks must be on or off, got '{}'", checks));
+    return Fail(UsageError("--emu-checks must be on or off, got '{}'", checks));
   }
   o.emu_checks = checks == "on";
   o.trust_artifact = flags.Has("trust-artifact");
   o.no_graph = flags.Has("no-graph");
   o.profile = flags.Has("profile");
-  if (Status s = ReadTuningFlags(flags, o); !s.ok()) return Fail(kExitUsage, s);
+  if (Status s = ReadTuningFlags(flags, o); !s.ok()) return FailUsage(s);
   o.debug_sync = flags.Has("debug-sync");
   o.train = flags.Get("train");
   o.val = flags.Get("val");
@@ -336,9 +337,9 @@ int Main(int argc, char** argv) {
         std::tuple{"cpu-max-params", &o.cpu_max_params, int64_t{1}},
         std::tuple{"gpu", &gpu, int64_t{0}}}) {
     StatusOr<int64_t> v = flags.GetInt(name, *field);
-    if (!v.ok()) return Fail(kExitUsage, v.status());
+    if (!v.ok()) return FailUsage(v.status());
     if (flags.Has(name) && *v < min)
-      return Fail(kExitUsage, Error("--{} must be >= {}, got {}", name, min, *v));
+      return Fail(UsageError("--{} must be >= {}, got {}", name, min, *v));
     *field = *v;
   }
   o.seed = static_cast<uint64_t>(seed);
@@ -346,37 +347,36 @@ int Main(int argc, char** argv) {
   for (auto [name, field] : {std::pair{"lr", &o.lr}, std::pair{"lr-min", &o.lr_min},
                              std::pair{"peak-tflops", &o.peak_tflops}}) {
     StatusOr<double> v = flags.GetDouble(name, *field);
-    if (!v.ok()) return Fail(kExitUsage, v.status());
+    if (!v.ok()) return FailUsage(v.status());
     if (!std::isfinite(*v) || *v < 0) {
-      return Fail(kExitUsage, Error("--{} must be a finite number >= 0, got {}", name, *v));
+      return Fail(UsageError("--{} must be a finite number >= 0, got {}", name, *v));
     }
     *field = *v;
   }
   if (o.cosine && o.lr_min > o.lr) {
-    return Fail(kExitUsage,
-                Error("--lr-min {} is above --lr {} (the cosine schedule decays from --lr to "
-                      "--lr-min)",
-                      o.lr_min, o.lr));
+    return Fail(
+        UsageError("--lr-min {} is above --lr {} (the cosine schedule decays from --lr to "
+                   "--lr-min)",
+                   o.lr_min, o.lr));
   }
   if (o.warmup > o.steps) o.warmup = o.steps;
   if ((o.resume == "latest" || o.resume == "auto") && o.ckpt_dir.empty()) {
-    return Fail(kExitUsage, Error("--resume {} needs --ckpt-dir", o.resume));
+    return Fail(UsageError("--resume {} needs --ckpt-dir", o.resume));
   }
-  if (!o.resume.empty() && o.bench)
-    return Fail(kExitUsage, Error("--resume does not apply to --bench"));
+  if (!o.resume.empty() && o.bench) return Fail(UsageError("--resume does not apply to --bench"));
   if (o.profile && o.device == "cpu")
-    return Fail(kExitUsage, Error("--profile needs --device gpu or emu"));
-  if (Status s = CheckInapplicable(flags, o); !s.ok()) return Fail(kExitUsage, s);
+    return Fail(UsageError("--profile needs --device gpu or emu"));
+  if (Status s = CheckInapplicable(flags, o); !s.ok()) return FailUsage(s);
   if (!jit) {
     o.artifact = flags.positional()[0];
     return Train(o);
   }
   StatusOr<JitOptions> jo = JitOptionsOf(flags, o);
-  if (!jo.ok()) return Fail(kExitUsage, jo.status());
-  if (Status s = JitMemoryBudget(flags, *jo, gpu); !s.ok()) return Fail(kExitUsage, s);
-  bool usage = false, temporary = false;
-  StatusOr<std::string> artifact = CompileThroughCache(*jo, usage, temporary);
-  if (!artifact.ok()) return Fail(usage ? kExitUsage : 1, artifact.status());
+  if (!jo.ok()) return FailUsage(jo.status());
+  if (Status s = JitMemoryBudget(flags, *jo, gpu); !s.ok()) return FailUsage(s);
+  bool temporary = false;
+  StatusOr<std::string> artifact = CompileThroughCache(*jo, temporary);
+  if (!artifact.ok()) return Fail(artifact.status());
   o.artifact = *artifact;
   const int code = Train(o);
   if (temporary) std::remove(artifact->c_str());  // Note [temporary artifact] (gptc)

@@ -63,7 +63,15 @@ struct TrainOptions {
   int64_t cpu_max_params = 50'000'000;
   bool quiet = false;  // nothing on stdout (errors still go to stderr)
   int64_t skip_nonfinite = 0;  // Note [divergence]: non-finite steps undone before the run ends
-  std::vector<int64_t> fault_nonfinite_steps;  // tests only: these steps report a NaN loss
+};
+
+// Test seams of Train: ways for a test to make a run meet what is hard to
+// cause for real. gptrun passes none.
+struct TrainHooks {
+  // Called with each step's number, loss and gradient norm as the trainer
+  // reported them, before the loop reads them; may change them (a NaN loss
+  // tests Note [divergence]).
+  std::function<void(int64_t step, double& loss, double& grad_norm)> after_step;
 };
 
 // What a Train call did, for callers that check it in-process (tests).
@@ -94,7 +102,8 @@ double KnownPeakTflops(std::string_view device_name);
 // Trains; prints the log (unless options.quiet) and returns the exit code:
 // 0, 1 for a failure, 2 for a bad request (the error is one line on stderr,
 // and in summary->error). Fills `summary` when it is not null.
-int Train(const TrainOptions& options, TrainSummary* summary = nullptr);
+int Train(const TrainOptions& options, TrainSummary* summary = nullptr,
+          const TrainHooks& hooks = {});
 
 }  // namespace gptc::tools
 
