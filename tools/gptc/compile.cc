@@ -11,7 +11,7 @@
 // (0000.traced.ir, 0001.after-autodiff.ir, 0002.after-dce.ir,
 // 0003.after-optimizer.ir, ...).
 // With `-o FILE.gptx` the output is the whole artifact instead (docs/ARTIFACT.md):
-// codegen for --target (sm_90a, sm_90, sm_80), thunk plans, parameter specs.
+// codegen for --target (codegen::kTargets), thunk plans, parameter specs.
 // --timings prints the seconds of every stage. An artifact (unless --no-logits)
 // and the IR text with --logits also carry the sampling entry `logits` (batch
 // 1, the same seq; gptrun's samples) and the validation entry `eval` (the
@@ -39,6 +39,7 @@
 #include <string>
 #include <string_view>
 
+#include "compiler/codegen/target.h"
 #include "compiler/program/container.h"
 #include "compiler/support/file.h"
 #include "compiler/support/text.h"
@@ -142,7 +143,8 @@ Flags DeclareCompileFlags() {
       .Value("output", "FILE",
              "FILE.gptx: the artifact; any other name: the IR text (default: MODEL.ir)")
       .Short('o')
-      .Value("target", "sm_90a|sm_90|sm_80", "the GPU architecture of the kernels", "sm_90a")
+      .Value("target", codegen::TargetNames("|", "|"), "the GPU architecture of the kernels",
+             std::string(codegen::TargetName(codegen::kTargets[0].target)))
       .Value("attention-mma", "mma.sync|wgmma",
              "the attention kernels' tensor-core instructions: wgmma (Hopper's asynchronous "
              "warpgroup MMA on swizzled tiles) needs --target sm_90a",
@@ -233,17 +235,17 @@ Status ParseTraining(const Flags& flags, CompileOptions& o) {
     }
   }
 
-  o.precision_name = flags.Get("precision");
-  std::optional<passes::PrecisionPolicy> policy = passes::ParsePrecisionPolicy(o.precision_name);
-  if (!policy) return Error("--precision must be bf16 or f32, got '{}'", o.precision_name);
+  const std::string precision = flags.Get("precision");
+  std::optional<passes::PrecisionPolicy> policy = passes::ParsePrecisionPolicy(precision);
+  if (!policy) return Error("--precision must be bf16 or f32, got '{}'", precision);
   train.precision.policy = *policy;
-  o.remat_name = flags.Get("remat");
-  std::optional<passes::RematPolicy> remat = passes::ParseRematPolicy(o.remat_name);
-  if (!remat && o.remat_name.find(':') != std::string::npos) {
-    StatusOr<std::vector<passes::RematPolicy>> plan = passes::ParseRematPlan(o.remat_name);
+  const std::string remat_text = flags.Get("remat");
+  std::optional<passes::RematPolicy> remat = passes::ParseRematPolicy(remat_text);
+  if (!remat && remat_text.find(':') != std::string::npos) {
+    StatusOr<std::vector<passes::RematPolicy>> plan = passes::ParseRematPlan(remat_text);
     if (!plan.ok()) return plan.status().WithPrefix("--remat");
     if (static_cast<int64_t>(plan->size()) != o.config.layers) {
-      return Error("--remat {} names {} but {} has {}", o.remat_name,
+      return Error("--remat {} names {} but {} has {}", remat_text,
                    Plural(static_cast<int64_t>(plan->size()), "block"), o.config.name,
                    Plural(o.config.layers, "block"));
     }
@@ -254,7 +256,7 @@ Status ParseTraining(const Flags& flags, CompileOptions& o) {
     return Error(
         "--remat must be none, dots, wide, block, auto or a plan per block "
         "(block:0-3,none:4-11), got '{}'",
-        o.remat_name);
+        remat_text);
   }
   train.remat.policy = *remat;
   // --batch auto searches batches and remat plans together, in the budget.
@@ -297,7 +299,11 @@ Status CacheEntryMatches(const program::Manifest& m, const std::string& summary,
   if (summary.empty()) return Error("its summary file is empty");
   const models::GptConfig& c = o.config;
   const program::CompileFlags& f = m.flags;
-  const std::string remat = f.remat.substr(0, f.remat.find(':'));
+  // --remat auto records "auto: PLAN", the plan it chose.
+  const std::string remat = RematText(o.train.remat);
+  const bool remat_same = remat.find(':') != std::string::npos
+                              ? f.remat == remat
+                              : f.remat.substr(0, f.remat.find(':')) == remat;
   const std::pair<const char*, bool> checks[] = {
       {"model", m.model.name == c.name && m.model.layers == c.layers && m.model.heads == c.heads &&
                     m.model.width == c.width && m.model.vocab == c.vocab &&
@@ -306,12 +312,12 @@ Status CacheEntryMatches(const program::Manifest& m, const std::string& summary,
       {"seq", f.seq == o.seq},
       {"grad_accum", o.batch_auto || f.grad_accum == o.train.grad_accum},
       {"world_size", f.world_size == o.train.world_size},
-      {"precision", f.precision == o.precision_name},
-      {"remat", o.remat_name.find(':') != std::string::npos ? f.remat == o.remat_name
-                                                            : remat == o.remat_name},
+      {"precision", f.precision == passes::PrecisionPolicyName(o.train.precision.policy)},
+      {"remat", remat_same},
       {"codegen", f.codegen == o.codegen},
-      {"attention_mma", !o.codegen || f.attention_mma == o.attention_mma},
-      {"target", m.target == o.target}};
+      {"attention_mma",
+       !o.codegen || f.attention_mma == codegen::AttentionMmaName(o.attention_mma)},
+      {"target", m.target == codegen::TargetName(o.target)}};
   for (const auto& [field, same] : checks) {
     if (!same) return Error("its manifest's {} is not this compile's", field);
   }
@@ -373,19 +379,21 @@ Status ParseOutput(const Flags& flags, CompileOptions& o, std::string& output) {
         "(drop --forward-only / --no-optimize)",
         output);
   }
-  o.target = flags.Get("target");
-  if (o.target != "sm_90a" && o.target != "sm_90" && o.target != "sm_80") {
-    return Error("--target must be sm_90a, sm_90 or sm_80, got '{}'", o.target);
+  const std::string target = flags.Get("target");
+  std::optional<codegen::Target> parsed_target = codegen::ParseTarget(target);
+  if (!parsed_target) {
+    return Error("--target must be {}, got '{}'", codegen::TargetNames(", ", " or "), target);
   }
-  o.attention_mma = flags.Get("attention-mma");
-  if (o.attention_mma != "mma.sync" && o.attention_mma != "wgmma") {
-    return Error("--attention-mma must be mma.sync or wgmma, got '{}'", o.attention_mma);
-  }
-  if (o.attention_mma == "wgmma" && o.target != "sm_90a") {
-    return Error(
-        "--attention-mma wgmma needs --target sm_90a (wgmma is an sm_90a instruction), "
-        "not {}",
-        o.target);
+  o.target = *parsed_target;
+  const std::string mma = flags.Get("attention-mma");
+  std::optional<codegen::AttentionMma> parsed_mma = codegen::ParseAttentionMma(mma);
+  if (!parsed_mma) return Error("--attention-mma must be mma.sync or wgmma, got '{}'", mma);
+  o.attention_mma = *parsed_mma;
+  if (!codegen::TargetHas(o.target, o.attention_mma)) {
+    const std::string_view needed =
+        codegen::TargetName(*codegen::TargetRequiredBy(o.attention_mma));
+    return Error("--attention-mma {} needs --target {} ({} is an {} instruction), not {}", mma,
+                 needed, mma, needed, target);
   }
   o.emu = flags.Has("emu");
   o.codegen = !flags.Has("no-codegen");
