@@ -21,9 +21,11 @@
 // (passes/data_parallel.h): --batch is then the per-rank micro-batch, the
 // global batch is N * batch (* grad-accum), and the manifest records world_size.
 // Artifacts go through the compile cache (Note [compile cache] in
-// compile_cache.h) unless --no-cache; --cached compiles into the cache only
-// (what gptrun --model runs). The work itself is CompileProgram
-// (compile_program.h); this file turns flags into its options and prints.
+// compile_cache.h) unless --no-cache; --cached compiles into the cache only,
+// and --json prints the run's record instead of the summary lines (Note
+// [compile record] in tools/common/compile_record.h; gptrun --model reads
+// it). The work itself is CompileProgram (compile_program.h); this file
+// turns flags into its options and prints.
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,6 +47,7 @@
 #include "compiler/support/file.h"
 #include "compiler/support/text.h"
 #include "models/config.h"
+#include "tools/common/compile_record.h"
 #include "tools/common/flags.h"
 #include "tools/common/progress.h"
 #include "tools/common/trusted_libraries.h"
@@ -163,7 +167,11 @@ Flags DeclareCompileFlags() {
       .Bool("cached",
             "compile an artifact into the compile cache only (-o optional): the last line is "
             "`cache: reused|stored|none PATH` (none: no usable cache, a warning says why, and "
-            "PATH is -o or a file in the temp directory; gptrun --model runs this)");
+            "PATH is -o or a file in the temp directory)")
+      .Bool("json",
+            "print one JSON object (format gptc-compile-1: the artifact, how the cache served "
+            "it, its flags, summary and warnings) instead of the summary lines; gptrun --model "
+            "reads it");
   flags.Section("reports")
       .Bool("fusion-report", "print each entry's kernels with their roofline time")
       .Bool("memory-report", "print each entry's largest buffers and arena size")
@@ -372,6 +380,12 @@ Status ParseOutput(const Flags& flags, CompileOptions& o, std::string& output) {
     return Error("--cached compiles an artifact: -o {} must end in .gptx", output);
   }
   if (cached && flags.Has("no-cache")) return Error("--cached and --no-cache contradict");
+  if (flags.Has("json")) {
+    if (!o.artifact) return Error("--json records an artifact: add -o FILE.gptx or --cached");
+    for (const char* report : {"timings", "fusion-report", "memory-report"}) {
+      if (flags.Has(report)) return Error("--json prints its record alone: drop --{}", report);
+    }
+  }
   o.forward_only = flags.Has("forward-only");
   if (o.artifact && (o.forward_only || !o.train.optimize)) {
     return Error(
@@ -421,16 +435,158 @@ void PrintTimings(const std::vector<std::pair<std::string, double>>& timings,
 
 // Note [trusted emulator libraries]: the emulator library of an artifact
 // gptc writes is one gptrun may load on this machine.
-void TrustEmuLibrary(std::string_view artifact) {
+void TrustEmuLibrary(std::string_view artifact, const std::function<void(std::string)>& warn) {
   std::optional<std::string_view> library = program::FindSection(artifact, "emu");
   if (!library) return;
   if (Status s = RecordTrustedLibrary(*library); !s.ok()) {
-    std::fprintf(stderr,
-                 "gptc: warning: its emulator library is not recorded as trusted (%s): gptrun "
-                 "--device emu will need --trust-artifact\n",
-                 std::string(s.message()).c_str());
+    warn(fmt::format(
+        "its emulator library is not recorded as trusted ({}): gptrun --device emu will need "
+        "--trust-artifact",
+        s.message()));
   }
 }
+
+// One `gptc compile` after its flags: the cache lookup, the compile, the
+// files written, and what it prints: the summary lines for people, or with
+// --json the record alone (Note [compile record] in
+// tools/common/compile_record.h).
+class CompileRun {
+ public:
+  CompileRun(const Flags& flags, const CompileOptions& options, std::string output)
+      : flags_(flags), options_(options), output_(std::move(output)) {}
+
+  int Run() {
+    // Note [compile cache]: artifacts only (IR text is quick to rebuild).
+    if (options_.artifact && !flags_.Has("no-cache")) {
+      if (std::optional<std::string> dir = CompileCache::DefaultDir()) cache_.emplace(*dir);
+    }
+    // Note [compile cache]: a cache that cannot be used is a warning for
+    // --cached too; its artifact then goes to -o, or to the temp directory.
+    if (flags_.Has("cached") && !cache_) {
+      Warn("not cached: no cache directory ($XDG_CACHE_HOME and $HOME are unset)");
+    }
+    key_ = cache_ ? CompileCache::Key(CompileInputs(options_)) : "";
+    const bool reports =
+        !options_.dump_dir.empty() || options_.print_fusion_report || options_.print_memory_report;
+    if (cache_ && !reports) {
+      StatusOr<bool> served = ServeFromCache();
+      if (!served.ok()) return Fail(1, served.status());
+      if (*served) return 0;
+    }
+    return CompileAndStore();
+  }
+
+ private:
+  double Seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+  void Warn(std::string message) {
+    std::fprintf(stderr, "gptc: warning: %s\n", message.c_str());
+    record_.warnings.push_back(std::move(message));
+  }
+
+  // The cache's artifact, when it has a usable one: written to -o and
+  // printed. False: compile it.
+  StatusOr<bool> ServeFromCache() {
+    std::optional<CompileCache::Entry> hit = cache_->Lookup(key_);
+    if (!hit) return false;
+    StatusOr<std::string> bytes = ReadFile(hit->path);
+    if (!bytes.ok()) return false;  // an entry gone meanwhile
+    // Note [compile cache]: a damaged entry (a flipped byte, a file cut
+    // short) is compiled again, never handed out.
+    StatusOr<program::Artifact> a = program::DecodeArtifact(*bytes, hit->path);
+    Status usable = a.ok() ? CacheEntryMatches(a->manifest, hit->summary, options_) : a.status();
+    if (!usable.ok()) {
+      Warn(fmt::format("damaged compile cache entry: {}; compiling again",
+                       usable.WithPrefix(hit->path).message()));
+      return false;
+    }
+    if (!output_.empty()) RETURN_IF_ERROR(WriteFileAtomically(output_, *bytes));
+    TrustEmuLibrary(*bytes, [this](std::string w) { Warn(std::move(w)); });
+    record_.artifact = hit->path;
+    record_.cache = CacheUse::kReused;
+    record_.flags = a->manifest.flags;
+    record_.summary = hit->summary;
+    record_.note = hit->note;
+    record_.seconds = Seconds();
+    Print({{"cache", record_.seconds}}, nullptr);
+    return true;
+  }
+
+  int CompileAndStore() {
+    if (!options_.dump_dir.empty()) {
+      if (Status s = ClearEarlierDumps(options_.dump_dir); !s.ok()) return Fail(1, s);
+    }
+    // Long compiles (gpt2-1558m: minutes) show their phase on a terminal.
+    ProgressLine progress("gptc", TerminalProgress());
+    StatusOr<CompileResult> compiled = CompileProgram(
+        options_, [&](const std::string& what, bool force) { progress.Show(what, force); });
+    progress.Clear();
+    if (!compiled.ok()) return Fail(1, compiled.status());
+    auto warn = [this](std::string w) { Warn(std::move(w)); };
+    if (options_.artifact) TrustEmuLibrary(compiled->bytes, warn);
+    auto t0 = std::chrono::steady_clock::now();
+    if (!output_.empty()) {
+      if (Status s = WriteFileAtomically(output_, compiled->bytes); !s.ok()) return Fail(1, s);
+    }
+    record_.artifact = output_;
+    if (cache_) {
+      Status s = cache_->Store(key_, compiled->bytes, compiled->summary, compiled->note);
+      if (!s.ok()) {
+        Warn(fmt::format("not cached: {}", s.message()));
+      } else {
+        record_.cache = CacheUse::kStored;
+        record_.artifact = cache_->ArtifactPath(key_);
+      }
+    }
+    // --cached without a usable cache: the artifact somewhere gptrun can read it.
+    if (flags_.Has("cached") && record_.artifact.empty()) {
+      StatusOr<std::string> temp = WriteTemporaryArtifact(compiled->bytes);
+      if (!temp.ok()) return Fail(1, temp.status());
+      record_.artifact = *temp;
+      record_.temporary = true;
+    }
+    compiled->timings.emplace_back(
+        "write", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    record_.flags = compiled->flags;
+    record_.summary = compiled->summary;
+    record_.note = compiled->note;
+    record_.seconds = Seconds();
+    Print(compiled->timings, &*compiled);
+    return 0;
+  }
+
+  // The summary lines (the path is -o, else the artifact's), or the record.
+  void Print(const std::vector<std::pair<std::string, double>>& timings,
+             const CompileResult* compiled) {
+    record_.output = output_;
+    record_.target = std::string(codegen::TargetName(options_.target));
+    if (flags_.Has("json")) {
+      std::printf("%s\n", FormatCompileRecord(record_).c_str());
+      return;
+    }
+    const std::string& path = output_.empty() ? record_.artifact : output_;
+    const bool reused = record_.cache == CacheUse::kReused;
+    std::printf(
+        "%s, %.3f s -> %s%s\n", record_.summary.c_str(), record_.seconds, path.c_str(),
+        reused ? fmt::format(" (reused the compile cache's {})", record_.artifact).c_str() : "");
+    if (flags_.Has("timings")) PrintTimings(timings, compiled);
+    if (!record_.note.empty()) std::printf("%s\n", record_.note.c_str());
+    if (flags_.Has("cached")) {
+      std::printf("cache: %s %s\n", std::string(CacheUseName(record_.cache)).c_str(),
+                  record_.artifact.c_str());
+    }
+  }
+
+  const Flags& flags_;
+  const CompileOptions& options_;
+  const std::string output_;  // -o, or empty (--cached)
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::optional<CompileCache> cache_;
+  std::string key_;
+  CompileRecord record_;
+};
 
 }  // namespace
 
@@ -451,102 +607,7 @@ int CompileCommand(int argc, char** argv) {
                    ParseOutput(flags, options, output)}) {
     if (!s.ok()) return Fail(kExitUsage, s);
   }
-  auto start = std::chrono::steady_clock::now();
-  auto seconds = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-
-  // Note [compile cache]: artifacts only (IR text is quick to rebuild).
-  std::optional<CompileCache> cache;
-  if (options.artifact && !flags.Has("no-cache")) {
-    if (std::optional<std::string> dir = CompileCache::DefaultDir()) cache.emplace(*dir);
-  }
-  // Note [compile cache]: a cache that cannot be used is a warning for
-  // --cached too; its artifact then goes to -o, or to the temp directory.
-  if (flags.Has("cached") && !cache) {
-    std::fprintf(stderr,
-                 "gptc: warning: not cached: no cache directory ($XDG_CACHE_HOME and $HOME are "
-                 "unset)\n");
-  }
-  const std::string key = cache ? CompileCache::Key(CompileInputs(options)) : "";
-  const bool reports =
-      !options.dump_dir.empty() || options.print_fusion_report || options.print_memory_report;
-  if (cache && !reports) {
-    if (std::optional<CompileCache::Entry> hit = cache->Lookup(key)) {
-      StatusOr<std::string> bytes = ReadFile(hit->path);
-      // Note [compile cache]: a damaged entry (a flipped byte, a file cut
-      // short) is compiled again, never handed out.
-      if (bytes.ok()) {
-        StatusOr<program::Artifact> a = program::DecodeArtifact(*bytes, hit->path);
-        Status usable = a.ok() ? CacheEntryMatches(a->manifest, hit->summary, options) : a.status();
-        if (!usable.ok()) {
-          std::fprintf(stderr, "gptc: warning: damaged compile cache entry: %s; compiling again\n",
-                       std::string(usable.WithPrefix(hit->path).message()).c_str());
-          bytes = usable;
-        }
-      }
-      if (bytes.ok() && !output.empty()) {
-        if (Status s = WriteFileAtomically(output, *bytes); !s.ok()) return Fail(1, s);
-      }
-      if (bytes.ok()) {  // else (a cache entry gone meanwhile): compile
-        TrustEmuLibrary(*bytes);
-        const double t = seconds();
-        std::printf("%s, %.3f s -> %s (reused the compile cache's %s)\n", hit->summary.c_str(), t,
-                    output.empty() ? hit->path.c_str() : output.c_str(), hit->path.c_str());
-        if (flags.Has("timings")) PrintTimings({{"cache", t}}, nullptr);
-        if (!hit->note.empty()) std::printf("%s\n", hit->note.c_str());
-        if (flags.Has("cached")) std::printf("cache: reused %s\n", hit->path.c_str());
-        return 0;
-      }
-    }
-  }
-
-  if (!options.dump_dir.empty()) {
-    if (Status s = ClearEarlierDumps(options.dump_dir); !s.ok()) return Fail(1, s);
-  }
-  // Long compiles (gpt2-1558m: minutes) show their phase on a terminal.
-  ProgressLine progress("gptc", TerminalProgress());
-  StatusOr<CompileResult> compiled = CompileProgram(
-      options, [&](const std::string& what, bool force) { progress.Show(what, force); });
-  progress.Clear();
-  if (!compiled.ok()) return Fail(1, compiled.status());
-  if (options.artifact) TrustEmuLibrary(compiled->bytes);
-  auto t0 = std::chrono::steady_clock::now();
-  if (!output.empty()) {
-    if (Status s = WriteFileAtomically(output, compiled->bytes); !s.ok()) return Fail(1, s);
-  }
-  std::string stored;
-  if (cache) {
-    Status s = cache->Store(key, compiled->bytes, compiled->summary, compiled->note);
-    if (!s.ok()) {
-      std::fprintf(stderr, "gptc: warning: not cached: %s\n", std::string(s.message()).c_str());
-    } else {
-      stored = cache->ArtifactPath(key);
-    }
-  }
-  // --cached without a usable cache: the artifact somewhere gptrun can read it.
-  std::string uncached;
-  if (flags.Has("cached") && stored.empty()) {
-    uncached = output;
-    if (uncached.empty()) {
-      StatusOr<std::string> temp = WriteTemporaryArtifact(compiled->bytes);
-      if (!temp.ok()) return Fail(1, temp.status());
-      uncached = *temp;
-    }
-  }
-  compiled->timings.emplace_back(
-      "write", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  std::printf("%s, %.3f s -> %s\n", compiled->summary.c_str(), seconds(),
-              !output.empty()   ? output.c_str()
-              : !stored.empty() ? stored.c_str()
-                                : uncached.c_str());
-  if (flags.Has("timings")) PrintTimings(compiled->timings, &*compiled);
-  if (!compiled->note.empty()) std::printf("%s\n", compiled->note.c_str());
-  if (flags.Has("cached")) {
-    std::printf("cache: %s %s\n", stored.empty() ? "none" : "stored",
-                stored.empty() ? uncached.c_str() : stored.c_str());
-  }
-  return 0;
+  return CompileRun(flags, options, std::move(output)).Run();
 }
 
 }  // namespace gptc::tools

@@ -163,6 +163,7 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
     };
   }
   ASSIGN_OR_RETURN(artifact::BuiltArtifact built, artifact::BuildArtifact(program, ao));
+  result.flags = ao.flags;
   for (const auto& t : built.timings) result.timings.push_back(t);
   for (size_t i = 0; i < rows.size() && i < built.arena_bytes.size(); ++i) {
     rows[i].arena = built.arena_bytes[i];

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/program/manifest.h"
 #include "compiler/support/status.h"
 #include "frontend/tracer.h"
 #include "models/config.h"
@@ -31,6 +32,7 @@ struct CompileResult {
   std::vector<std::pair<std::string, double>> timings;       // per stage
   std::vector<std::pair<std::string, double>> pass_seconds;  // per pass, summed over entries
   std::string slowest_kernels;  // " NAME 1.2s (ptxas 0.4s), ..." or empty
+  program::CompileFlags flags;  // an artifact's: the manifest's record of its flags
 };
 
 // Called with a short description of the phase at hand ("pass fusion",
