@@ -320,12 +320,12 @@ Status CacheEntryMatches(const program::Manifest& m, const std::string& summary,
       {"seq", f.seq == o.seq},
       {"grad_accum", o.batch_auto || f.grad_accum == o.train.grad_accum},
       {"world_size", f.world_size == o.train.world_size},
-      {"precision", f.precision == passes::PrecisionPolicyName(o.train.precision.policy)},
+      {"precision", passes::ParsePrecisionPolicy(f.precision) == o.train.precision.policy},
       {"remat", remat_same},
       {"codegen", f.codegen == o.codegen},
       {"attention_mma",
-       !o.codegen || f.attention_mma == codegen::AttentionMmaName(o.attention_mma)},
-      {"target", m.target == codegen::TargetName(o.target)}};
+       !o.codegen || codegen::ParseAttentionMma(f.attention_mma) == o.attention_mma},
+      {"target", codegen::ParseTarget(m.target) == o.target}};
   for (const auto& [field, same] : checks) {
     if (!same) return Error("its manifest's {} is not this compile's", field);
   }
