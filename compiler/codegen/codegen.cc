@@ -148,24 +148,15 @@ StatusOr<EmitterKind> ChooseEmitter(const ir::Instruction& inst) {
 }
 
 Status CheckTarget(std::string_view target) {
-  if (target == "sm_90a" || target == "sm_90" || target == "sm_80") return Status::Ok();
-  return Error("target {}: expected sm_90a, sm_90 or sm_80", target);
-}
-
-std::string_view AttentionMmaName(AttentionMma mma) {
-  return mma == AttentionMma::kWgmma ? "wgmma" : "mma.sync";
-}
-
-std::optional<AttentionMma> ParseAttentionMma(std::string_view name) {
-  if (name == "mma.sync") return AttentionMma::kMmaSync;
-  if (name == "wgmma") return AttentionMma::kWgmma;
-  return std::nullopt;
+  if (ParseTarget(target)) return Status::Ok();
+  return Error("target {}: expected {}", target, TargetNames(", ", " or "));
 }
 
 Status CheckCodegenOptions(const CodegenOptions& options) {
   RETURN_IF_ERROR(CheckTarget(options.target));
-  if (options.attention_mma == AttentionMma::kWgmma && options.target != "sm_90a") {
-    return Error("attention on wgmma needs target sm_90a, not {}", options.target);
+  if (!TargetHas(*ParseTarget(options.target), options.attention_mma)) {
+    return Error("attention on {} needs target {}, not {}", AttentionMmaName(options.attention_mma),
+                 TargetName(*TargetRequiredBy(options.attention_mma)), options.target);
   }
   return Status::Ok();
 }

@@ -16,21 +16,15 @@
 
 #include "compiler/codegen/kernel_spec.h"
 #include "compiler/codegen/ptxas.h"
+#include "compiler/codegen/target.h"
 #include "compiler/ir/module.h"
 #include "compiler/support/status.h"
 
 namespace gptc::codegen {
 
-// The tensor-core instructions of the attention kernels (gptc compile
-// --attention-mma): mma.sync (Note [tensor-core attention forward]) or, on
-// sm_90a, wgmma.mma_async on swizzled tiles (attention_wgmma.h).
-enum class AttentionMma { kMmaSync, kWgmma };
-std::string_view AttentionMmaName(AttentionMma mma);  // "mma.sync", "wgmma"
-std::optional<AttentionMma> ParseAttentionMma(std::string_view name);
-
 struct CodegenOptions {
-  std::string target = "sm_90a";                        // sm_90a, sm_90 or sm_80
-  AttentionMma attention_mma = AttentionMma::kMmaSync;  // kWgmma needs sm_90a
+  std::string target = "sm_90a";                        // a name of kTargets (target.h)
+  AttentionMma attention_mma = AttentionMma::kMmaSync;  // TargetHas(target, attention_mma)
   // Assemble every kernel with ptxas when it is installed (RunPtxas); with
   // `require_ptxas`, a missing ptxas is an error instead of a skipped check.
   bool run_ptxas = true;
@@ -178,7 +172,7 @@ std::vector<const ir::Instruction*> FusionReduces(const ir::Computation& fused);
 // saying why there is none ("fusion kind gemm has no emitter yet").
 StatusOr<EmitterKind> ChooseEmitter(const ir::Instruction& inst);
 
-// Validates a target name ("sm_90a", "sm_90", "sm_80").
+// Validates a target name (one of kTargets in target.h).
 Status CheckTarget(std::string_view target);
 // Validates the options' target and the instructions it must have.
 Status CheckCodegenOptions(const CodegenOptions& options);

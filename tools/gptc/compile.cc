@@ -11,7 +11,7 @@
 // (0000.traced.ir, 0001.after-autodiff.ir, 0002.after-dce.ir,
 // 0003.after-optimizer.ir, ...).
 // With `-o FILE.gptx` the output is the whole artifact instead (docs/ARTIFACT.md):
-// codegen for --target (sm_90a, sm_90, sm_80), thunk plans, parameter specs.
+// codegen for --target (codegen::kTargets), thunk plans, parameter specs.
 // --timings prints the seconds of every stage. An artifact (unless --no-logits)
 // and the IR text with --logits also carry the sampling entry `logits` (batch
 // 1, the same seq; gptrun's samples) and the validation entry `eval` (the
@@ -21,9 +21,11 @@
 // (passes/data_parallel.h): --batch is then the per-rank micro-batch, the
 // global batch is N * batch (* grad-accum), and the manifest records world_size.
 // Artifacts go through the compile cache (Note [compile cache] in
-// compile_cache.h) unless --no-cache; --cached compiles into the cache only
-// (what gptrun --model runs). The work itself is CompileProgram
-// (compile_program.h); this file turns flags into its options and prints.
+// compile_cache.h) unless --no-cache; --cached compiles into the cache only,
+// and --json prints the run's record instead of the summary lines (Note
+// [compile record] in tools/common/compile_record.h; gptrun --model reads
+// it). The work itself is CompileProgram (compile_program.h); this file
+// turns flags into its options and prints.
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,14 +37,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "compiler/codegen/target.h"
 #include "compiler/program/container.h"
 #include "compiler/support/file.h"
 #include "compiler/support/text.h"
 #include "models/config.h"
+#include "tools/common/compile_record.h"
 #include "tools/common/flags.h"
 #include "tools/common/progress.h"
 #include "tools/common/trusted_libraries.h"
@@ -142,7 +147,8 @@ Flags DeclareCompileFlags() {
       .Value("output", "FILE",
              "FILE.gptx: the artifact; any other name: the IR text (default: MODEL.ir)")
       .Short('o')
-      .Value("target", "sm_90a|sm_90|sm_80", "the GPU architecture of the kernels", "sm_90a")
+      .Value("target", codegen::TargetNames("|", "|"), "the GPU architecture of the kernels",
+             std::string(codegen::TargetName(codegen::kTargets[0].target)))
       .Value("attention-mma", "mma.sync|wgmma",
              "the attention kernels' tensor-core instructions: wgmma (Hopper's asynchronous "
              "warpgroup MMA on swizzled tiles) needs --target sm_90a",
@@ -161,7 +167,11 @@ Flags DeclareCompileFlags() {
       .Bool("cached",
             "compile an artifact into the compile cache only (-o optional): the last line is "
             "`cache: reused|stored|none PATH` (none: no usable cache, a warning says why, and "
-            "PATH is -o or a file in the temp directory; gptrun --model runs this)");
+            "PATH is -o or a file in the temp directory)")
+      .Bool("json",
+            "print one JSON object (format gptc-compile-1: the artifact, how the cache served "
+            "it, its flags, summary and warnings) instead of the summary lines; gptrun --model "
+            "reads it");
   flags.Section("reports")
       .Bool("fusion-report", "print each entry's kernels with their roofline time")
       .Bool("memory-report", "print each entry's largest buffers and arena size")
@@ -233,17 +243,17 @@ Status ParseTraining(const Flags& flags, CompileOptions& o) {
     }
   }
 
-  o.precision_name = flags.Get("precision");
-  std::optional<passes::PrecisionPolicy> policy = passes::ParsePrecisionPolicy(o.precision_name);
-  if (!policy) return Error("--precision must be bf16 or f32, got '{}'", o.precision_name);
+  const std::string precision = flags.Get("precision");
+  std::optional<passes::PrecisionPolicy> policy = passes::ParsePrecisionPolicy(precision);
+  if (!policy) return Error("--precision must be bf16 or f32, got '{}'", precision);
   train.precision.policy = *policy;
-  o.remat_name = flags.Get("remat");
-  std::optional<passes::RematPolicy> remat = passes::ParseRematPolicy(o.remat_name);
-  if (!remat && o.remat_name.find(':') != std::string::npos) {
-    StatusOr<std::vector<passes::RematPolicy>> plan = passes::ParseRematPlan(o.remat_name);
+  const std::string remat_text = flags.Get("remat");
+  std::optional<passes::RematPolicy> remat = passes::ParseRematPolicy(remat_text);
+  if (!remat && remat_text.find(':') != std::string::npos) {
+    StatusOr<std::vector<passes::RematPolicy>> plan = passes::ParseRematPlan(remat_text);
     if (!plan.ok()) return plan.status().WithPrefix("--remat");
     if (static_cast<int64_t>(plan->size()) != o.config.layers) {
-      return Error("--remat {} names {} but {} has {}", o.remat_name,
+      return Error("--remat {} names {} but {} has {}", remat_text,
                    Plural(static_cast<int64_t>(plan->size()), "block"), o.config.name,
                    Plural(o.config.layers, "block"));
     }
@@ -254,7 +264,7 @@ Status ParseTraining(const Flags& flags, CompileOptions& o) {
     return Error(
         "--remat must be none, dots, wide, block, auto or a plan per block "
         "(block:0-3,none:4-11), got '{}'",
-        o.remat_name);
+        remat_text);
   }
   train.remat.policy = *remat;
   // --batch auto searches batches and remat plans together, in the budget.
@@ -297,7 +307,11 @@ Status CacheEntryMatches(const program::Manifest& m, const std::string& summary,
   if (summary.empty()) return Error("its summary file is empty");
   const models::GptConfig& c = o.config;
   const program::CompileFlags& f = m.flags;
-  const std::string remat = f.remat.substr(0, f.remat.find(':'));
+  // --remat auto records "auto: PLAN", the plan it chose.
+  const std::string remat = RematText(o.train.remat);
+  const bool remat_same = remat.find(':') != std::string::npos
+                              ? f.remat == remat
+                              : f.remat.substr(0, f.remat.find(':')) == remat;
   const std::pair<const char*, bool> checks[] = {
       {"model", m.model.name == c.name && m.model.layers == c.layers && m.model.heads == c.heads &&
                     m.model.width == c.width && m.model.vocab == c.vocab &&
@@ -306,12 +320,12 @@ Status CacheEntryMatches(const program::Manifest& m, const std::string& summary,
       {"seq", f.seq == o.seq},
       {"grad_accum", o.batch_auto || f.grad_accum == o.train.grad_accum},
       {"world_size", f.world_size == o.train.world_size},
-      {"precision", f.precision == o.precision_name},
-      {"remat", o.remat_name.find(':') != std::string::npos ? f.remat == o.remat_name
-                                                            : remat == o.remat_name},
+      {"precision", passes::ParsePrecisionPolicy(f.precision) == o.train.precision.policy},
+      {"remat", remat_same},
       {"codegen", f.codegen == o.codegen},
-      {"attention_mma", !o.codegen || f.attention_mma == o.attention_mma},
-      {"target", m.target == o.target}};
+      {"attention_mma",
+       !o.codegen || codegen::ParseAttentionMma(f.attention_mma) == o.attention_mma},
+      {"target", codegen::ParseTarget(m.target) == o.target}};
   for (const auto& [field, same] : checks) {
     if (!same) return Error("its manifest's {} is not this compile's", field);
   }
@@ -366,6 +380,12 @@ Status ParseOutput(const Flags& flags, CompileOptions& o, std::string& output) {
     return Error("--cached compiles an artifact: -o {} must end in .gptx", output);
   }
   if (cached && flags.Has("no-cache")) return Error("--cached and --no-cache contradict");
+  if (flags.Has("json")) {
+    if (!o.artifact) return Error("--json records an artifact: add -o FILE.gptx or --cached");
+    for (const char* report : {"timings", "fusion-report", "memory-report"}) {
+      if (flags.Has(report)) return Error("--json prints its record alone: drop --{}", report);
+    }
+  }
   o.forward_only = flags.Has("forward-only");
   if (o.artifact && (o.forward_only || !o.train.optimize)) {
     return Error(
@@ -373,19 +393,21 @@ Status ParseOutput(const Flags& flags, CompileOptions& o, std::string& output) {
         "(drop --forward-only / --no-optimize)",
         output);
   }
-  o.target = flags.Get("target");
-  if (o.target != "sm_90a" && o.target != "sm_90" && o.target != "sm_80") {
-    return Error("--target must be sm_90a, sm_90 or sm_80, got '{}'", o.target);
+  const std::string target = flags.Get("target");
+  std::optional<codegen::Target> parsed_target = codegen::ParseTarget(target);
+  if (!parsed_target) {
+    return Error("--target must be {}, got '{}'", codegen::TargetNames(", ", " or "), target);
   }
-  o.attention_mma = flags.Get("attention-mma");
-  if (o.attention_mma != "mma.sync" && o.attention_mma != "wgmma") {
-    return Error("--attention-mma must be mma.sync or wgmma, got '{}'", o.attention_mma);
-  }
-  if (o.attention_mma == "wgmma" && o.target != "sm_90a") {
-    return Error(
-        "--attention-mma wgmma needs --target sm_90a (wgmma is an sm_90a instruction), "
-        "not {}",
-        o.target);
+  o.target = *parsed_target;
+  const std::string mma = flags.Get("attention-mma");
+  std::optional<codegen::AttentionMma> parsed_mma = codegen::ParseAttentionMma(mma);
+  if (!parsed_mma) return Error("--attention-mma must be mma.sync or wgmma, got '{}'", mma);
+  o.attention_mma = *parsed_mma;
+  if (!codegen::TargetHas(o.target, o.attention_mma)) {
+    const std::string_view needed =
+        codegen::TargetName(*codegen::TargetRequiredBy(o.attention_mma));
+    return Error("--attention-mma {} needs --target {} ({} is an {} instruction), not {}", mma,
+                 needed, mma, needed, target);
   }
   o.emu = flags.Has("emu");
   o.codegen = !flags.Has("no-codegen");
@@ -413,16 +435,158 @@ void PrintTimings(const std::vector<std::pair<std::string, double>>& timings,
 
 // Note [trusted emulator libraries]: the emulator library of an artifact
 // gptc writes is one gptrun may load on this machine.
-void TrustEmuLibrary(std::string_view artifact) {
+void TrustEmuLibrary(std::string_view artifact, const std::function<void(std::string)>& warn) {
   std::optional<std::string_view> library = program::FindSection(artifact, "emu");
   if (!library) return;
   if (Status s = RecordTrustedLibrary(*library); !s.ok()) {
-    std::fprintf(stderr,
-                 "gptc: warning: its emulator library is not recorded as trusted (%s): gptrun "
-                 "--device emu will need --trust-artifact\n",
-                 std::string(s.message()).c_str());
+    warn(fmt::format(
+        "its emulator library is not recorded as trusted ({}): gptrun --device emu will need "
+        "--trust-artifact",
+        s.message()));
   }
 }
+
+// One `gptc compile` after its flags: the cache lookup, the compile, the
+// files written, and what it prints: the summary lines for people, or with
+// --json the record alone (Note [compile record] in
+// tools/common/compile_record.h).
+class CompileRun {
+ public:
+  CompileRun(const Flags& flags, const CompileOptions& options, std::string output)
+      : flags_(flags), options_(options), output_(std::move(output)) {}
+
+  int Run() {
+    // Note [compile cache]: artifacts only (IR text is quick to rebuild).
+    if (options_.artifact && !flags_.Has("no-cache")) {
+      if (std::optional<std::string> dir = CompileCache::DefaultDir()) cache_.emplace(*dir);
+    }
+    // Note [compile cache]: a cache that cannot be used is a warning for
+    // --cached too; its artifact then goes to -o, or to the temp directory.
+    if (flags_.Has("cached") && !cache_) {
+      Warn("not cached: no cache directory ($XDG_CACHE_HOME and $HOME are unset)");
+    }
+    key_ = cache_ ? CompileCache::Key(CompileInputs(options_)) : "";
+    const bool reports =
+        !options_.dump_dir.empty() || options_.print_fusion_report || options_.print_memory_report;
+    if (cache_ && !reports) {
+      StatusOr<bool> served = ServeFromCache();
+      if (!served.ok()) return Fail(1, served.status());
+      if (*served) return 0;
+    }
+    return CompileAndStore();
+  }
+
+ private:
+  double Seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+  void Warn(std::string message) {
+    std::fprintf(stderr, "gptc: warning: %s\n", message.c_str());
+    record_.warnings.push_back(std::move(message));
+  }
+
+  // The cache's artifact, when it has a usable one: written to -o and
+  // printed. False: compile it.
+  StatusOr<bool> ServeFromCache() {
+    std::optional<CompileCache::Entry> hit = cache_->Lookup(key_);
+    if (!hit) return false;
+    StatusOr<std::string> bytes = ReadFile(hit->path);
+    if (!bytes.ok()) return false;  // an entry gone meanwhile
+    // Note [compile cache]: a damaged entry (a flipped byte, a file cut
+    // short) is compiled again, never handed out.
+    StatusOr<program::Artifact> a = program::DecodeArtifact(*bytes, hit->path);
+    Status usable = a.ok() ? CacheEntryMatches(a->manifest, hit->summary, options_) : a.status();
+    if (!usable.ok()) {
+      Warn(fmt::format("damaged compile cache entry: {}; compiling again",
+                       usable.WithPrefix(hit->path).message()));
+      return false;
+    }
+    if (!output_.empty()) RETURN_IF_ERROR(WriteFileAtomically(output_, *bytes));
+    TrustEmuLibrary(*bytes, [this](std::string w) { Warn(std::move(w)); });
+    record_.artifact = hit->path;
+    record_.cache = CacheUse::kReused;
+    record_.flags = a->manifest.flags;
+    record_.summary = hit->summary;
+    record_.note = hit->note;
+    record_.seconds = Seconds();
+    Print({{"cache", record_.seconds}}, nullptr);
+    return true;
+  }
+
+  int CompileAndStore() {
+    if (!options_.dump_dir.empty()) {
+      if (Status s = ClearEarlierDumps(options_.dump_dir); !s.ok()) return Fail(1, s);
+    }
+    // Long compiles (gpt2-1558m: minutes) show their phase on a terminal.
+    ProgressLine progress("gptc", TerminalProgress());
+    StatusOr<CompileResult> compiled = CompileProgram(
+        options_, [&](const std::string& what, bool force) { progress.Show(what, force); });
+    progress.Clear();
+    if (!compiled.ok()) return Fail(1, compiled.status());
+    auto warn = [this](std::string w) { Warn(std::move(w)); };
+    if (options_.artifact) TrustEmuLibrary(compiled->bytes, warn);
+    auto t0 = std::chrono::steady_clock::now();
+    if (!output_.empty()) {
+      if (Status s = WriteFileAtomically(output_, compiled->bytes); !s.ok()) return Fail(1, s);
+    }
+    record_.artifact = output_;
+    if (cache_) {
+      Status s = cache_->Store(key_, compiled->bytes, compiled->summary, compiled->note);
+      if (!s.ok()) {
+        Warn(fmt::format("not cached: {}", s.message()));
+      } else {
+        record_.cache = CacheUse::kStored;
+        record_.artifact = cache_->ArtifactPath(key_);
+      }
+    }
+    // --cached without a usable cache: the artifact somewhere gptrun can read it.
+    if (flags_.Has("cached") && record_.artifact.empty()) {
+      StatusOr<std::string> temp = WriteTemporaryArtifact(compiled->bytes);
+      if (!temp.ok()) return Fail(1, temp.status());
+      record_.artifact = *temp;
+      record_.temporary = true;
+    }
+    compiled->timings.emplace_back(
+        "write", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    record_.flags = compiled->flags;
+    record_.summary = compiled->summary;
+    record_.note = compiled->note;
+    record_.seconds = Seconds();
+    Print(compiled->timings, &*compiled);
+    return 0;
+  }
+
+  // The summary lines (the path is -o, else the artifact's), or the record.
+  void Print(const std::vector<std::pair<std::string, double>>& timings,
+             const CompileResult* compiled) {
+    record_.output = output_;
+    record_.target = std::string(codegen::TargetName(options_.target));
+    if (flags_.Has("json")) {
+      std::printf("%s\n", FormatCompileRecord(record_).c_str());
+      return;
+    }
+    const std::string& path = output_.empty() ? record_.artifact : output_;
+    const bool reused = record_.cache == CacheUse::kReused;
+    std::printf(
+        "%s, %.3f s -> %s%s\n", record_.summary.c_str(), record_.seconds, path.c_str(),
+        reused ? fmt::format(" (reused the compile cache's {})", record_.artifact).c_str() : "");
+    if (flags_.Has("timings")) PrintTimings(timings, compiled);
+    if (!record_.note.empty()) std::printf("%s\n", record_.note.c_str());
+    if (flags_.Has("cached")) {
+      std::printf("cache: %s %s\n", std::string(CacheUseName(record_.cache)).c_str(),
+                  record_.artifact.c_str());
+    }
+  }
+
+  const Flags& flags_;
+  const CompileOptions& options_;
+  const std::string output_;  // -o, or empty (--cached)
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::optional<CompileCache> cache_;
+  std::string key_;
+  CompileRecord record_;
+};
 
 }  // namespace
 
@@ -443,102 +607,7 @@ int CompileCommand(int argc, char** argv) {
                    ParseOutput(flags, options, output)}) {
     if (!s.ok()) return Fail(kExitUsage, s);
   }
-  auto start = std::chrono::steady_clock::now();
-  auto seconds = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-
-  // Note [compile cache]: artifacts only (IR text is quick to rebuild).
-  std::optional<CompileCache> cache;
-  if (options.artifact && !flags.Has("no-cache")) {
-    if (std::optional<std::string> dir = CompileCache::DefaultDir()) cache.emplace(*dir);
-  }
-  // Note [compile cache]: a cache that cannot be used is a warning for
-  // --cached too; its artifact then goes to -o, or to the temp directory.
-  if (flags.Has("cached") && !cache) {
-    std::fprintf(stderr,
-                 "gptc: warning: not cached: no cache directory ($XDG_CACHE_HOME and $HOME are "
-                 "unset)\n");
-  }
-  const std::string key = cache ? CompileCache::Key(CompileInputs(options)) : "";
-  const bool reports =
-      !options.dump_dir.empty() || options.print_fusion_report || options.print_memory_report;
-  if (cache && !reports) {
-    if (std::optional<CompileCache::Entry> hit = cache->Lookup(key)) {
-      StatusOr<std::string> bytes = ReadFile(hit->path);
-      // Note [compile cache]: a damaged entry (a flipped byte, a file cut
-      // short) is compiled again, never handed out.
-      if (bytes.ok()) {
-        StatusOr<program::Artifact> a = program::DecodeArtifact(*bytes, hit->path);
-        Status usable = a.ok() ? CacheEntryMatches(a->manifest, hit->summary, options) : a.status();
-        if (!usable.ok()) {
-          std::fprintf(stderr, "gptc: warning: damaged compile cache entry: %s; compiling again\n",
-                       std::string(usable.WithPrefix(hit->path).message()).c_str());
-          bytes = usable;
-        }
-      }
-      if (bytes.ok() && !output.empty()) {
-        if (Status s = WriteFileAtomically(output, *bytes); !s.ok()) return Fail(1, s);
-      }
-      if (bytes.ok()) {  // else (a cache entry gone meanwhile): compile
-        TrustEmuLibrary(*bytes);
-        const double t = seconds();
-        std::printf("%s, %.3f s -> %s (reused the compile cache's %s)\n", hit->summary.c_str(), t,
-                    output.empty() ? hit->path.c_str() : output.c_str(), hit->path.c_str());
-        if (flags.Has("timings")) PrintTimings({{"cache", t}}, nullptr);
-        if (!hit->note.empty()) std::printf("%s\n", hit->note.c_str());
-        if (flags.Has("cached")) std::printf("cache: reused %s\n", hit->path.c_str());
-        return 0;
-      }
-    }
-  }
-
-  if (!options.dump_dir.empty()) {
-    if (Status s = ClearEarlierDumps(options.dump_dir); !s.ok()) return Fail(1, s);
-  }
-  // Long compiles (gpt2-1558m: minutes) show their phase on a terminal.
-  ProgressLine progress("gptc", TerminalProgress());
-  StatusOr<CompileResult> compiled = CompileProgram(
-      options, [&](const std::string& what, bool force) { progress.Show(what, force); });
-  progress.Clear();
-  if (!compiled.ok()) return Fail(1, compiled.status());
-  if (options.artifact) TrustEmuLibrary(compiled->bytes);
-  auto t0 = std::chrono::steady_clock::now();
-  if (!output.empty()) {
-    if (Status s = WriteFileAtomically(output, compiled->bytes); !s.ok()) return Fail(1, s);
-  }
-  std::string stored;
-  if (cache) {
-    Status s = cache->Store(key, compiled->bytes, compiled->summary, compiled->note);
-    if (!s.ok()) {
-      std::fprintf(stderr, "gptc: warning: not cached: %s\n", std::string(s.message()).c_str());
-    } else {
-      stored = cache->ArtifactPath(key);
-    }
-  }
-  // --cached without a usable cache: the artifact somewhere gptrun can read it.
-  std::string uncached;
-  if (flags.Has("cached") && stored.empty()) {
-    uncached = output;
-    if (uncached.empty()) {
-      StatusOr<std::string> temp = WriteTemporaryArtifact(compiled->bytes);
-      if (!temp.ok()) return Fail(1, temp.status());
-      uncached = *temp;
-    }
-  }
-  compiled->timings.emplace_back(
-      "write", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  std::printf("%s, %.3f s -> %s\n", compiled->summary.c_str(), seconds(),
-              !output.empty()   ? output.c_str()
-              : !stored.empty() ? stored.c_str()
-                                : uncached.c_str());
-  if (flags.Has("timings")) PrintTimings(compiled->timings, &*compiled);
-  if (!compiled->note.empty()) std::printf("%s\n", compiled->note.c_str());
-  if (flags.Has("cached")) {
-    std::printf("cache: %s %s\n", stored.empty() ? "none" : "stored",
-                stored.empty() ? uncached.c_str() : stored.c_str());
-  }
-  return 0;
+  return CompileRun(flags, options, std::move(output)).Run();
 }
 
 }  // namespace gptc::tools

@@ -1,8 +1,8 @@
 // Note [compile cache]: `gptc compile -o FILE.gptx` keeps every artifact it
 // builds in the cache directory ($XDG_CACHE_HOME/gptc, else ~/.cache/gptc)
 // as KEY.gptx, where KEY hashes every input that shapes the artifact
-// (CompileInputs: the model config, the shapes, the optimizer and precision
-// flags, the target) and the compiler itself (its version and its
+// (CompileInputs, the serialization of the typed options: Note [compile
+// inputs] in compile_options.h) and the compiler itself (its version and its
 // executable's size and modification time, so a rebuilt gptc misses). A
 // compile with the same inputs copies KEY.gptx instead of compiling, and
 // says so in its summary line and --timings. KEY.txt holds the summary of
@@ -12,8 +12,8 @@
 // the kMaxEntries most recently used artifacts. A cache that cannot be
 // written, or no cache directory, is a warning, never a failed compile (with
 // --cached the artifact then goes to -o or the temp directory, named on the
-// last line `cache: none PATH`); an entry that does not decode
-// (the container's checksum: a flipped byte, a file cut short) is a warning
+// last line `cache: none PATH`, or in --json's record); an entry that does
+// not decode (the container's checksum: a flipped byte, a file cut short) is a warning
 // and a compile that replaces it, never a damaged artifact handed out.
 #ifndef GPTC_TOOLS_GPTC_COMPILE_CACHE_H_
 #define GPTC_TOOLS_GPTC_COMPILE_CACHE_H_

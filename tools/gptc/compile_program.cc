@@ -16,7 +16,7 @@
 #include "compiler/support/text.h"
 #include "models/gpt2.h"
 #include "passes/fusion.h"
-#include "tools/gptc/remat_search.h"
+#include "tools/gptc/remat_auto.h"
 #ifdef GPTC_HAVE_ARTIFACT_WRITER
 #include "compiler/artifact/writer.h"
 #endif
@@ -129,18 +129,15 @@ std::string SlowestKernels(std::vector<artifact::BuiltArtifact::KernelSeconds> k
   return out;
 }
 
-// The artifact of `program` (its remat as `applied`, and as the flag's text
-// `remat`); appends the kernel counts to the summary.
+// The artifact of `program`; appends the kernel counts to the summary.
 Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOptions& options,
                           const analysis::ProgramBuffers& buffers, const CompileProgress& progress,
-                          std::string_view remat, const passes::RematOptions& applied,
                           std::vector<EntryRow>& rows, CompileResult& result) {
   const models::GptConfig& config = options.config;
   const passes::TrainStepOptions& train = options.train;
   artifact::ArtifactOptions ao;
-  ao.codegen.target = options.target;
-  ao.codegen.attention_mma =
-      codegen::ParseAttentionMma(options.attention_mma).value_or(codegen::AttentionMma::kMmaSync);
+  ao.codegen.target = codegen::TargetName(options.target);
+  ao.codegen.attention_mma = options.attention_mma;
   ao.compile_kernels = options.codegen;
   ao.codegen.emit_host = options.emu;
   ao.buffers = &buffers;
@@ -155,13 +152,14 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
               .seq = options.seq,
               .grad_accum = train.grad_accum,
               .world_size = train.world_size,
-              .precision = options.precision_name,
-              .remat = std::string(remat),
+              .precision = std::string(passes::PrecisionPolicyName(train.precision.policy)),
+              .remat = RematText(train.remat),
               .codegen = ao.compile_kernels,
-              .attention_mma = options.attention_mma,
+              .attention_mma = std::string(codegen::AttentionMmaName(options.attention_mma)),
               .adamw = train.adamw};
   // The manifest's typed record of each block's policy (readers take it,
   // never the flag's text).
+  const passes::RematOptions& applied = train.remat;
   for (int64_t l = 0; l < config.layers && !options.forward_only; ++l) {
     ao.flags.remat_layers.emplace_back(passes::RematPolicyName(
         l < static_cast<int64_t>(applied.layers.size()) ? applied.layers[l] : applied.policy));
@@ -172,6 +170,7 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
     };
   }
   ASSIGN_OR_RETURN(artifact::BuiltArtifact built, artifact::BuildArtifact(program, ao));
+  result.flags = ao.flags;
   for (const auto& t : built.timings) result.timings.push_back(t);
   for (size_t i = 0; i < rows.size() && i < built.arena_bytes.size(); ++i) {
     rows[i].arena = built.arena_bytes[i];
@@ -194,9 +193,9 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
                         fallbacks > 0 ? fmt::format(" (+{} gemm fallbacks)", fallbacks) : "",
                         built.kernels, built.cubins)
           : "no kernels (--no-codegen)";
-  result.summary +=
-      fmt::format("; {}, {} gemms, {} for {}", kernels, thunks("gemm"),
-                  FormatBytes(static_cast<int64_t>(built.bytes.size())), options.target);
+  result.summary += fmt::format("; {}, {} gemms, {} for {}", kernels, thunks("gemm"),
+                                FormatBytes(static_cast<int64_t>(built.bytes.size())),
+                                codegen::TargetName(options.target));
   if (!ao.compile_kernels) {
     result.note = "note: --no-codegen: no kernels; only gptrun --device cpu runs this artifact";
   } else if (unsupported > 0) {
@@ -207,28 +206,6 @@ Status BuildArtifactBytes(const program::TrainProgram& program, const CompileOpt
   return Status::Ok();
 }
 #endif
-
-// What --remat auto chose and the train entry's arena must fit (Note
-// [per-block remat plans] in passes/remat_planner.h).
-struct RematAuto {
-  int64_t budget = 0;
-  int64_t target = 0;  // what the plan's estimate must fit: less than the budget after an excess
-  RematSearch search;
-  // Set when the plan's real arena came out over the budget: by how much.
-  int64_t over = 0;
-};
-
-// The manifest's remat flag and the summary's note for the plan.
-std::string AppliedRemat(const RematAuto& a) {
-  return fmt::format("auto: {}", passes::FormatRematPlan(a.search.chosen.layers));
-}
-// Whether `arenas` bytes exceed `remat_auto`'s budget (when there is one);
-// records by how much.
-bool OverBudget(RematAuto* remat_auto, int64_t arenas) {
-  if (remat_auto == nullptr || arenas <= remat_auto->budget) return false;
-  remat_auto->over = arenas - remat_auto->budget;
-  return true;
-}
 
 // The sizes the summary line gives of the compiled modules.
 struct ModuleSizes {
@@ -259,30 +236,6 @@ std::string SummaryHead(const CompileOptions& options, const ModuleSizes& sizes,
       options.batch_note + remat_note);
 }
 
-// --remat auto: chooses the plan for the budget and sets it in `train`. The
-// logits and eval entries run in the train arena (Note [arena guests] in
-// compiler/program/plan.h) and are left out; should one outgrow it, the
-// compile's check of all arenas finds the excess.
-Status PlanRematForBudget(const CompileOptions& options, RematAuto& remat_auto,
-                          passes::TrainStepOptions& train) {
-  StatusOr<RematSearch> search = SearchRematPlan(options, remat_auto.target);
-  if (!search.ok() && remat_auto.target != remat_auto.budget) {
-    return search.status().WithPrefix(
-        fmt::format("remat auto: the arenas came out over their estimates, so the budget less "
-                    "the excess ({})",
-                    FormatBytes(remat_auto.target)));
-  }
-  RETURN_IF_ERROR(search.status());
-  remat_auto.search = std::move(*search);
-  if (options.print_memory_report) std::printf("%s", remat_auto.search.comparison.c_str());
-  if (!options.dump_dir.empty()) {
-    RETURN_IF_ERROR(
-        WriteFileAtomically(options.dump_dir + "/remat-plans.txt", remat_auto.search.comparison));
-  }
-  train.remat.layers = remat_auto.search.chosen.layers;
-  return Status::Ok();
-}
-
 using PassTimings = std::vector<std::pair<std::string, double>>;
 
 // The logits and eval entries of `forward` (the traced forward's clone), in a
@@ -310,130 +263,154 @@ std::future<StatusOr<program::TrainProgram>> BuildForwardEntries(
       });
 }
 
-// The compile of `options` with its remat policy or plan as given; with
-// `remat_auto`, stops early (setting its `over`) once the entries' arenas
-// are known to be over the budget.
-StatusOr<CompileResult> CompileWithPlan(const CompileOptions& options,
-                                        const CompileProgress& progress, RematAuto* remat_auto) {
-#ifndef GPTC_HAVE_ARTIFACT_WRITER
-  if (options.artifact) return Error("this gptc was built without codegen: no artifact");
-#endif
-  const models::GptConfig& config = options.config;
-  auto show = [&](const std::string& what, bool force) {
-    if (progress) progress(what, force);
-  };
-  CompileResult result;
-  passes::TrainStepOptions train = options.train;
-  auto pass_timings = std::make_shared<std::vector<std::pair<std::string, double>>>();
-  train.pipeline.timings = pass_timings;
-  // Every pass is shown (a few dozen lines); only codegen's kernels are
-  // rate-limited.
-  train.pipeline.on_pass = [&](const std::string& pass) {
-    show(fmt::format("compiling {}: pass {}", config.name, pass), true);
-  };
-  auto lap_start = std::chrono::steady_clock::now();
-  auto lap = [&](const char* stage) {
+// The seconds of each stage, in the order they ran.
+class StageClock {
+ public:
+  explicit StageClock(std::vector<std::pair<std::string, double>>& timings) : timings_(timings) {}
+  // Records the seconds since the last lap as `stage`'s.
+  void Lap(const char* stage) {
     auto now = std::chrono::steady_clock::now();
-    result.timings.emplace_back(stage, std::chrono::duration<double>(now - lap_start).count());
-    lap_start = now;
-  };
+    timings_.emplace_back(stage, std::chrono::duration<double>(now - start_).count());
+    start_ = now;
+  }
 
-  show(fmt::format("tracing {}", config.name), true);
+ private:
+  std::vector<std::pair<std::string, double>>& timings_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+// The traced forward (--forward-only) or the train program built from it.
+struct BuiltModules {
+  program::TrainProgram program;
+  std::unique_ptr<ir::Module> forward;  // --forward-only: the traced module itself
+  std::vector<const ir::Module*> modules;
+  std::string entries;  // "train_step (N inputs -> M outputs), ..."
+  size_t params = 0;
+  int64_t param_values = 0;
+};
+
+// Traces the model and, unless --forward-only, runs the passes that build the
+// train program (and, beside it, its logits and eval entries).
+StatusOr<BuiltModules> TraceAndBuild(const CompileOptions& options, passes::TrainStepOptions& train,
+                                     const std::function<void(const std::string&)>& show,
+                                     StageClock& clock, PassTimings& pass_timings) {
+  const models::GptConfig& config = options.config;
+  show(fmt::format("tracing {}", config.name));
   ASSIGN_OR_RETURN(frontend::TracedModule traced,
                    models::TraceGpt2Forward(config, options.batch, options.seq));
   auto dumps = std::make_shared<pass::DumpWriter>(options.dump_dir);
   RETURN_IF_ERROR(dumps->Dump(*traced.module, "traced"));
-  const size_t num_params = traced.params.size();
-  const int64_t param_values = traced.ParameterValues();
-  lap("trace");
-
-  std::vector<const ir::Module*> modules;
-  program::TrainProgram program;
-  // The remat policy as applied (--remat auto: the choice of each entry).
-  std::string remat = options.remat_name;
-  std::string entries;
+  BuiltModules built{.params = traced.params.size(), .param_values = traced.ParameterValues()};
+  clock.Lap("trace");
   if (options.forward_only) {
-    modules.push_back(traced.module.get());
-  } else {
-    train.dumps = dumps;
-    // The validation entry runs the very forward the train step is built from.
-    std::unique_ptr<ir::Module> forward =
-        options.forward_entries ? traced.module->Clone() : nullptr;
-    // Each module of an IR file has its own name (gptc eval --module picks one).
-    if (forward) forward->set_name(config.name + ".eval");
-    auto forward_timings = std::make_shared<PassTimings>();
-    std::future<StatusOr<program::TrainProgram>> forward_entries;
-    if (forward) {
-      forward_entries =
-          BuildForwardEntries(options, train, std::move(forward), traced, forward_timings);
-    }
-    if (remat_auto != nullptr) {
-      show("remat auto: compiling slices of the model under each policy", true);
-      RETURN_IF_ERROR(PlanRematForBudget(options, *remat_auto, train));
-      remat = AppliedRemat(*remat_auto);
-      lap("remat-search");
-    }
-    ASSIGN_OR_RETURN(program, passes::BuildTrainProgram(std::move(traced.module), traced.params,
-                                                        traced.inputs, train));
-    if (forward_entries.valid()) {
-      ASSIGN_OR_RETURN(program::TrainProgram built, forward_entries.get());
-      for (program::TrainEntry& e : built.entries) program.entries.push_back(std::move(e));
-      pass_timings->insert(pass_timings->end(), forward_timings->begin(), forward_timings->end());
-    }
-    for (const program::TrainEntry& e : program.entries) {
-      modules.push_back(e.module.get());
-      entries += fmt::format("{}{} ({} inputs -> {} outputs)", entries.empty() ? "" : ", ",
-                             e.name(), e.signature.inputs.size(), e.signature.outputs.size());
-    }
-    lap("passes");
+    built.forward = std::move(traced.module);
+    built.modules.push_back(built.forward.get());
+    return built;
   }
+  train.dumps = dumps;
+  // The validation entry runs the very forward the train step is built from.
+  std::unique_ptr<ir::Module> forward = options.forward_entries ? traced.module->Clone() : nullptr;
+  // Each module of an IR file has its own name (gptc eval --module picks one).
+  if (forward) forward->set_name(config.name + ".eval");
+  auto forward_timings = std::make_shared<PassTimings>();
+  std::future<StatusOr<program::TrainProgram>> forward_entries;
+  if (forward) {
+    forward_entries =
+        BuildForwardEntries(options, train, std::move(forward), traced, forward_timings);
+  }
+  ASSIGN_OR_RETURN(built.program, passes::BuildTrainProgram(std::move(traced.module), traced.params,
+                                                            traced.inputs, train));
+  if (forward_entries.valid()) {
+    ASSIGN_OR_RETURN(program::TrainProgram entries, forward_entries.get());
+    for (program::TrainEntry& e : entries.entries) built.program.entries.push_back(std::move(e));
+    pass_timings.insert(pass_timings.end(), forward_timings->begin(), forward_timings->end());
+  }
+  for (const program::TrainEntry& e : built.program.entries) {
+    built.modules.push_back(e.module.get());
+    built.entries +=
+        fmt::format("{}{} ({} inputs -> {} outputs)", built.entries.empty() ? "" : ", ", e.name(),
+                    e.signature.inputs.size(), e.signature.outputs.size());
+  }
+  clock.Lap("passes");
+  return built;
+}
+
+// The summary's note of the plan --remat auto chose: "; remat auto: PLAN
+// (est. +1.234 ms a step recomputing)"; empty for a plan given as a flag.
+std::string RematNote(const CompileOptions& options, const PlanBudget& budget) {
+  const passes::RematOptions& remat = options.train.remat;
+  if (remat.policy != passes::RematPolicy::kAuto || remat.layers.empty()) return "";
+  return fmt::format("; remat {} (est. {:+.3f} ms a step recomputing)", RematText(remat),
+                     budget.recompute_us / 1e3);
+}
+
+}  // namespace
+
+StatusOr<PlannedCompile> CompileWithPlan(const CompileOptions& options,
+                                         const CompileProgress& progress,
+                                         const PlanBudget& budget) {
+#ifndef GPTC_HAVE_ARTIFACT_WRITER
+  if (options.artifact) return Error("this gptc was built without codegen: no artifact");
+#endif
+  // Every pass is shown (a few dozen lines); only codegen's kernels are
+  // rate-limited.
+  auto show = [&](const std::string& what) {
+    if (progress) progress(what, true);
+  };
+  PlannedCompile planned;
+  CompileResult& result = planned.result;
+  StageClock clock(result.timings);
+  passes::TrainStepOptions train = options.train;
+  auto pass_timings = std::make_shared<PassTimings>();
+  train.pipeline.timings = pass_timings;
+  train.pipeline.on_pass = [&](const std::string& pass) {
+    show(fmt::format("compiling {}: pass {}", options.config.name, pass));
+  };
+  ASSIGN_OR_RETURN(BuiltModules built, TraceAndBuild(options, train, show, clock, *pass_timings));
   result.pass_seconds = SumPerPass(*pass_timings);
+  // Whether `arenas` bytes are over the budget (when there is one); records
+  // by how much.
+  auto over_budget = [&](int64_t arenas) {
+    if (budget.arena_bytes <= 0 || arenas <= budget.arena_bytes) return false;
+    planned.over = arenas - budget.arena_bytes;
+    return true;
+  };
 
   std::vector<EntryRow> rows;
   analysis::ProgramBuffers buffers;
   if (!options.forward_only && (train.optimize || options.artifact)) {
-    show("buffer assignment and reports", true);
-    ASSIGN_OR_RETURN(buffers, analysis::AssignProgramBuffers(program));
-    if (OverBudget(remat_auto, buffers.ArenaBytes())) return result;
-    if (train.optimize) RETURN_IF_ERROR(WriteReports(program, options, buffers, rows));
-    lap("reports");
+    show("buffer assignment and reports");
+    ASSIGN_OR_RETURN(buffers, analysis::AssignProgramBuffers(built.program));
+    if (over_budget(buffers.ArenaBytes())) return planned;
+    if (train.optimize) RETURN_IF_ERROR(WriteReports(built.program, options, buffers, rows));
+    clock.Lap("reports");
   }
 
-  int64_t instructions = 0;
-  size_t computations = 0;
+  ModuleSizes sizes{.params = built.params, .param_values = built.param_values};
   std::string text;
-  for (const ir::Module* m : modules) {
+  for (const ir::Module* m : built.modules) {
     if (!options.artifact) text += ir::PrintModule(*m);
-    for (const auto& c : m->computations()) instructions += c->instruction_count();
-    computations += m->computations().size();
+    for (const auto& c : m->computations()) sizes.instructions += c->instruction_count();
+    sizes.computations += m->computations().size();
   }
-  result.summary = SummaryHead(
-      options, {instructions, computations, num_params, param_values}, entries,
-      remat_auto != nullptr ? fmt::format("; remat {} (est. {:+.3f} ms a step recomputing)", remat,
-                                          remat_auto->search.chosen.recompute_us / 1e3)
-                            : "");
+  result.summary = SummaryHead(options, sizes, built.entries, RematNote(options, budget));
 #ifdef GPTC_HAVE_ARTIFACT_WRITER
   if (options.artifact) {
     // The artifact's part follows the entries', whose arenas it sets.
     const std::string head = std::move(result.summary);
     result.summary.clear();
-    RETURN_IF_ERROR(BuildArtifactBytes(program, options, buffers, progress, remat, train.remat, rows,
-                                       result));
+    RETURN_IF_ERROR(BuildArtifactBytes(built.program, options, buffers, progress, rows, result));
     std::vector<int64_t> arenas;
     for (const EntryRow& r : rows) arenas.push_back(r.arena);
-    if (OverBudget(remat_auto, program::ArenaAllocationBytes(arenas, buffers.hosts))) {
-      return result;
-    }
+    if (over_budget(program::ArenaAllocationBytes(arenas, buffers.hosts))) return planned;
     result.summary = head + FormatEntryRows(rows) + result.summary;
-    return result;
+    return planned;
   }
 #endif
   result.summary += FormatEntryRows(rows);
   result.bytes = std::move(text);
-  return result;
+  return planned;
 }
-
-}  // namespace
 
 Status AddForwardEntries(program::TrainProgram& program, const CompileOptions& options,
                          const passes::TrainStepOptions& train, std::unique_ptr<ir::Module> forward,
@@ -512,40 +489,11 @@ StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
     chosen.batch_note = std::move(note);
     return CompileProgram(chosen, progress);
   }
-  if (options.train.remat.policy != passes::RematPolicy::kAuto || options.forward_only) {
-    return CompileWithPlan(options, progress, nullptr);
+  if (options.train.remat.policy == passes::RematPolicy::kAuto && !options.forward_only) {
+    return RematAuto(options, progress).Compile();
   }
-  // Where the slice model underestimates, or the fallbacks' scratch (which
-  // the slices leave out) pushes the arenas over, the plan is chosen again
-  // for its own estimate less the excess: the next plan's real arenas, short
-  // of their estimate by as much, then fit.
-  RematAuto remat_auto{.budget = options.memory_budget, .target = options.memory_budget};
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    remat_auto.over = 0;
-    ASSIGN_OR_RETURN(CompileResult result, CompileWithPlan(options, progress, &remat_auto));
-    if (remat_auto.over == 0) return result;
-    remat_auto.target = remat_auto.search.chosen.arena_bytes - remat_auto.over;
-  }
-  return Error("remat auto: the plan {} still needs {} more than the memory budget {}",
-               passes::FormatRematPlan(remat_auto.search.chosen.layers),
-               FormatBytes(remat_auto.over), FormatBytes(options.memory_budget));
-}
-
-std::string CompileInputs(const CompileOptions& o) {
-  const models::GptConfig& c = o.config;
-  const passes::TrainStepOptions& t = o.train;
-  // Doubles by their shortest round-trip text: equal values, equal keys.
-  return fmt::format(
-      "model {} layers {} heads {} width {} positions {} vocab {} padded_vocab {}; batch {} seq "
-      "{}; grad_accum {} world {} beta1 {} beta2 {} eps {} weight_decay {} clip_norm {}; "
-      "precision {} remat {} budget {} optimize {}; artifact {} target {} attention_mma {} emu {} "
-      "codegen {} forward_entries {} forward_only {}; batch_auto {} tokens_per_step {}; "
-      "roofline_gpu {}",
-      c.name, c.layers, c.heads, c.width, c.positions, c.vocab, c.padded_vocab, o.batch, o.seq,
-      t.grad_accum, t.world_size, t.adamw.beta1, t.adamw.beta2, t.adamw.eps, t.adamw.weight_decay,
-      t.adamw.clip_norm, o.precision_name, o.remat_name, o.memory_budget, t.optimize, o.artifact,
-      o.target, o.attention_mma, o.emu, o.codegen, o.forward_entries, o.forward_only, o.batch_auto,
-      o.tokens_per_step, o.roofline_gpu.name);
+  ASSIGN_OR_RETURN(PlannedCompile compiled, CompileWithPlan(options, progress, PlanBudget{}));
+  return std::move(compiled.result);
 }
 
 }  // namespace gptc::tools

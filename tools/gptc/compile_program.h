@@ -12,47 +12,15 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/program/manifest.h"
 #include "compiler/support/status.h"
 #include "frontend/tracer.h"
 #include "models/config.h"
 #include "passes/fusion_report.h"
 #include "passes/train_step.h"
+#include "tools/gptc/compile_options.h"
 
 namespace gptc::tools {
-
-struct CompileOptions {
-  models::GptConfig config;  // overrides applied
-  int64_t batch = 4, seq = 0;
-  // --batch auto: the largest power of two whose arenas fit memory_budget
-  // under --remat auto (`batch` is then ignored); with tokens_per_step > 0,
-  // only batches that divide it into whole micro-batches, and grad_accum to
-  // reach it.
-  bool batch_auto = false;
-  int64_t tokens_per_step = 0;
-  // What --batch auto chose ("; batch auto: 8 ..."), which the summary line
-  // carries after the entries; set by CompileProgram.
-  std::string batch_note;
-  passes::TrainStepOptions train;  // grad_accum, world_size, adamw, precision, remat, optimize
-  // What produced train.precision / train.remat, as the manifest records them.
-  std::string precision_name = "bf16", remat_name = "none";
-  // --remat auto: the most bytes all entries' arenas may take together (what
-  // gptrun allocates at load, the epilogue fallbacks' scratch included); the
-  // plan per block is chosen for it.
-  int64_t memory_budget = 0;
-
-  // An artifact (docs/ARTIFACT.md) for `target`, or else the IR text.
-  bool artifact = false;
-  std::string target = "sm_90a";
-  std::string attention_mma = "mma.sync";  // --attention-mma: mma.sync or wgmma
-  bool emu = false;                        // also the host kernels (gptrun --device emu)
-  bool codegen = true;                     // false: --no-codegen
-  bool forward_entries = true;  // the logits and eval entries (artifact: unless --no-logits)
-  bool forward_only = false;    // IR text of the traced forward module only
-
-  passes::GpuSpec roofline_gpu;
-  std::string dump_dir;  // every stage's IR and the reports; empty: none
-  bool print_fusion_report = false, print_memory_report = false;
-};
 
 struct CompileResult {
   std::string bytes;  // the artifact, or the IR text
@@ -64,6 +32,7 @@ struct CompileResult {
   std::vector<std::pair<std::string, double>> timings;       // per stage
   std::vector<std::pair<std::string, double>> pass_seconds;  // per pass, summed over entries
   std::string slowest_kernels;  // " NAME 1.2s (ptxas 0.4s), ..." or empty
+  program::CompileFlags flags;  // an artifact's: the manifest's record of its flags
 };
 
 // Called with a short description of the phase at hand ("pass fusion",
@@ -75,16 +44,32 @@ using CompileProgress = std::function<void(const std::string&, bool)>;
 StatusOr<CompileResult> CompileProgram(const CompileOptions& options,
                                        const CompileProgress& progress = nullptr);
 
+// What a compile of a plan --remat auto chose checks its arenas against.
+struct PlanBudget {
+  // > 0: the compile stops as soon as all entries' arenas (what gptrun
+  // allocates at load) are known to exceed it.
+  int64_t arena_bytes = 0;
+  double recompute_us = 0;  // the plan's estimated recompute time, for the summary
+};
+
+// A compile of one fixed plan: its result, or how far over the budget its
+// arenas came (the result is then incomplete).
+struct PlannedCompile {
+  CompileResult result;
+  int64_t over = 0;
+};
+
+// Compiles `options` with its remat policy or plan as given (--remat auto:
+// train.remat.layers, the plan chosen), within `budget`.
+StatusOr<PlannedCompile> CompileWithPlan(const CompileOptions& options,
+                                         const CompileProgress& progress, const PlanBudget& budget);
+
 // Adds the sampling entry (batch 1, the train step's seq: gptrun's samples)
 // and the validation entry (`forward`, the very forward the train step was
 // built from, with `traced`'s data inputs) to `program`.
 Status AddForwardEntries(program::TrainProgram& program, const CompileOptions& options,
                          const passes::TrainStepOptions& train, std::unique_ptr<ir::Module> forward,
                          const frontend::TracedModule& traced);
-
-// Every input of CompileProgram that shapes its bytes, as one line of text:
-// the compile cache's key (Note [compile cache] in compile_cache.h) hashes it.
-std::string CompileInputs(const CompileOptions& options);
 
 }  // namespace gptc::tools
 

@@ -9,7 +9,7 @@
 
 #include "compiler/support/status.h"
 #include "passes/remat_planner.h"
-#include "tools/gptc/compile_program.h"
+#include "tools/gptc/compile_options.h"
 
 namespace gptc::tools {
 

@@ -1,12 +1,16 @@
 #include "tools/gptrun/jit.h"
 
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 
+#include "compiler/support/text.h"
+#include "tools/common/compile_record.h"
 #include "tools/common/flags.h"
 
 namespace gptc::tools {
@@ -24,47 +28,117 @@ StatusOr<std::string> GptcBesideUs() {
   return gptc.string();
 }
 
-// Runs `argv` with its stdout and stderr captured together; returns its exit
-// status and output.
-StatusOr<std::pair<int, std::string>> RunCapturingOutput(const std::vector<std::string>& argv) {
-  int fds[2];
-  if (pipe(fds) != 0) return Error("cannot run {}: no pipe", argv[0]);
+struct RunOutput {
+  int code = 0;
+  std::string out, err;
+};
+
+// Runs `argv`; returns its exit status, its stdout and its stderr, read
+// together so that neither pipe fills while the other is read.
+StatusOr<RunOutput> RunCapturingOutput(const std::vector<std::string>& argv) {
+  int out_fds[2], err_fds[2];
+  if (pipe(out_fds) != 0) return Error("cannot run {}: no pipe", argv[0]);
+  if (pipe(err_fds) != 0) {
+    close(out_fds[0]);
+    close(out_fds[1]);
+    return Error("cannot run {}: no pipe", argv[0]);
+  }
   std::fflush(stdout);
   pid_t pid = fork();
-  if (pid < 0) return Error("cannot run {}: fork failed", argv[0]);
+  if (pid < 0) {
+    for (int fd : {out_fds[0], out_fds[1], err_fds[0], err_fds[1]}) close(fd);
+    return Error("cannot run {}: fork failed", argv[0]);
+  }
   if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    close(fds[0]);
-    close(fds[1]);
+    dup2(out_fds[1], STDOUT_FILENO);
+    dup2(err_fds[1], STDERR_FILENO);
+    for (int fd : {out_fds[0], out_fds[1], err_fds[0], err_fds[1]}) close(fd);
     std::vector<char*> args;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     execv(args[0], args.data());
     _exit(127);
   }
-  close(fds[1]);
-  std::string out;
+  close(out_fds[1]);
+  close(err_fds[1]);
+  RunOutput run;
+  pollfd fds[2] = {{out_fds[0], POLLIN, 0}, {err_fds[0], POLLIN, 0}};
+  std::string* sinks[2] = {&run.out, &run.err};
   char buf[4096];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    out.append(buf, static_cast<size_t>(n));
+  for (int open_pipes = 2; open_pipes > 0;) {
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_pipes;
+        continue;
+      }
+      sinks[i]->append(buf, static_cast<size_t>(n));
+    }
   }
-  close(fds[0]);
+  for (const pollfd& p : fds) {
+    if (p.fd >= 0) close(p.fd);
+  }
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!WIFEXITED(status)) return Error("{} was killed by signal {}", argv[0], WTERMSIG(status));
-  return std::pair{WEXITSTATUS(status), out};
+  run.code = WEXITSTATUS(status);
+  return run;
+}
+
+// What --batch auto and --remat auto chose, from the record's flags:
+// ", batch auto: 8 x grad-accum 8 x seq 64 = 4,096 tokens a step, remat
+// auto: none:0-1"; the batch alone when it was given.
+std::string ChosenShape(const JitOptions& o, const CompileRecord& record) {
+  const program::CompileFlags& f = record.flags;
+  std::string chosen;
+  if (!o.batch_auto) {
+    chosen = fmt::format(", batch {}", o.batch);
+  } else {
+    chosen = fmt::format(", batch auto: {}", f.batch);
+    if (o.tokens_per_step > 0) {
+      chosen += fmt::format(" x grad-accum {} x seq {}{} = {} tokens a step", f.grad_accum, f.seq,
+                            f.world_size > 1 ? fmt::format(" x dp {}", f.world_size) : "",
+                            WithThousands(o.tokens_per_step));
+    }
+  }
+  if (o.remat == "auto") chosen += ", remat " + f.remat;  // "auto: PLAN"
+  return chosen;
 }
 
 }  // namespace
 
+std::string_view JitDeviceName(JitDevice device) {
+  switch (device) {
+    case JitDevice::kGpu:
+      return "gpu";
+    case JitDevice::kEmu:
+      return "emu";
+    case JitDevice::kCpu:
+      return "cpu";
+  }
+  return "gpu";
+}
+
+std::optional<JitDevice> ParseJitDevice(std::string_view name) {
+  for (JitDevice device : {JitDevice::kGpu, JitDevice::kEmu, JitDevice::kCpu}) {
+    if (JitDeviceName(device) == name) return device;
+  }
+  return std::nullopt;
+}
+
 std::vector<std::string> JitCompileArgs(const JitOptions& o) {
   std::vector<std::string> args = {
-      "compile", "--model", o.model, "--batch", o.batch_auto ? "auto" : std::to_string(o.batch),
-      "--cached"};
+      "compile",  "--model", o.model, "--batch", o.batch_auto ? "auto" : std::to_string(o.batch),
+      "--cached", "--json"};
   if (o.tokens_per_step > 0) {
     args.insert(args.end(), {"--tokens-per-step", std::to_string(o.tokens_per_step)});
   } else {
@@ -79,8 +153,8 @@ std::vector<std::string> JitCompileArgs(const JitOptions& o) {
     args.push_back("--seq");
     args.push_back(std::to_string(o.seq));
   }
-  if (o.device == "cpu") args.push_back("--no-codegen");
-  if (o.device == "emu") args.push_back("--emu");
+  if (o.device == JitDevice::kCpu) args.push_back("--no-codegen");
+  if (o.device == JitDevice::kEmu) args.push_back("--emu");
   if (!o.artifact_out.empty()) {
     args.push_back("-o");
     args.push_back(o.artifact_out);
@@ -94,62 +168,38 @@ StatusOr<std::string> CompileThroughCache(const JitOptions& o, bool& temporary) 
   std::vector<std::string> argv = {gptc};
   for (std::string& a : JitCompileArgs(o)) argv.push_back(std::move(a));
   auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(auto run, RunCapturingOutput(argv));
+  ASSIGN_OR_RETURN(RunOutput run, RunCapturingOutput(argv));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  auto [code, out] = run;
-  std::vector<std::string> lines;
-  for (size_t at = 0; at < out.size();) {
-    size_t end = out.find('\n', at);
-    if (end == std::string::npos) end = out.size();
-    lines.push_back(out.substr(at, end - at));
-    at = end + 1;
-  }
-  if (code != 0) {
-    // gptc's own one-line error, folded into ours.
-    std::string why = fmt::format("exit {}", code);
-    for (const std::string& line : lines) {
-      if (line.starts_with("gptc: ")) why = line;
+  if (run.code != 0) {
+    // gptc's own one-line error (its last line on stderr), folded into ours.
+    std::string why = fmt::format("exit {}", run.code);
+    for (size_t at = 0; at < run.err.size();) {
+      size_t end = run.err.find('\n', at);
+      if (end == std::string::npos) end = run.err.size();
+      if (run.err.compare(at, 6, "gptc: ") == 0) why = run.err.substr(at, end - at);
+      at = end + 1;
     }
     const Status failed = Error("--model {}: {}", o.model, why);
-    return code == kExitUsage ? failed.WithCode(StatusCode::kUsage) : failed;
+    return run.code == kExitUsage ? failed.WithCode(StatusCode::kUsage) : failed;
   }
-  for (const std::string& line : lines) {
-    if (line.starts_with("gptc: warning")) std::fprintf(stderr, "%s\n", line.c_str());
+  StatusOr<CompileRecord> record = ParseCompileRecord(run.out);
+  if (!record.ok()) return record.status().WithPrefix(fmt::format("--model {}", o.model));
+  for (const std::string& warning : record->warnings) {
+    std::fprintf(stderr, "gptc: warning: %s\n", warning.c_str());
   }
-  // The last line: "cache: reused|stored|none PATH" (none: gptc warned why).
-  const std::string last = lines.empty() ? "" : lines.back();
-  std::string how, path;
-  for (const char* verb : {"reused", "stored", "none"}) {
-    const std::string prefix = fmt::format("cache: {} ", verb);
-    if (last.starts_with(prefix)) {
-      how = verb;
-      path = last.substr(prefix.size());
-    }
-  }
-  if (path.empty()) return Error("--model {}: gptc did not name its artifact", o.model);
-  temporary = how == "none" && o.artifact_out.empty();
-  const std::string kernels = o.device == "cpu"   ? " (no kernels: CPU device)"
-                              : o.device == "emu" ? " (with host kernels for --device emu)"
-                                                  : "";
-  // gptc's summary says what --batch auto and --remat auto chose.
-  std::string chosen;
-  for (const std::string& line : lines) {
-    for (const char* what : {"; batch auto: ", "; remat auto: "}) {
-      if (size_t at = line.find(what); at != std::string::npos) {
-        std::string part = line.substr(at + 2, line.find_first_of(";(", at + 2) - (at + 2));
-        while (!part.empty() && part.back() == ' ') part.pop_back();
-        chosen += ", " + part;
-      }
-    }
-  }
-  if (!o.batch_auto) chosen = fmt::format(", batch {}", o.batch) + chosen;
+  temporary = record->temporary;
+  const std::string kernels = o.device == JitDevice::kCpu ? " (no kernels: CPU device)"
+                              : o.device == JitDevice::kEmu
+                                  ? " (with host kernels for --device emu)"
+                                  : "";
   std::printf("gptrun: %s %s%s%s in %.1f s -> %s%s\n",
-              how == "reused" ? "reused the cached compile of" : "compiled", o.model.c_str(),
-              chosen.c_str(), kernels.c_str(), seconds, path.c_str(),
+              record->cache == CacheUse::kReused ? "reused the cached compile of" : "compiled",
+              o.model.c_str(), ChosenShape(o, *record).c_str(), kernels.c_str(), seconds,
+              record->artifact.c_str(),
               o.artifact_out.empty() ? "" : fmt::format(" (copy: {})", o.artifact_out).c_str());
   std::fflush(stdout);
-  return path;
+  return record->artifact;
 }
 
 }  // namespace gptc::tools

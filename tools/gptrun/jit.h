@@ -1,18 +1,29 @@
 // gptrun --model: the JIT path. gptrun links no compiler (DESIGN.md), so it
-// runs the `gptc` beside its own executable: `gptc compile --cached`, which
-// compiles through the compile cache (Note [compile cache] in
-// tools/gptc/compile_cache.h) and names the cached artifact; gptrun then
-// trains with that artifact as with one given on its command line.
+// runs the `gptc` beside its own executable: `gptc compile --cached --json`,
+// which compiles through the compile cache (Note [compile cache] in
+// tools/gptc/compile_cache.h) and prints its record (Note [compile record]
+// in tools/common/compile_record.h): the artifact, how the cache served it,
+// the flags --batch auto and --remat auto chose. gptrun then trains with that
+// artifact as with one given on its command line.
 #ifndef GPTC_TOOLS_GPTRUN_JIT_H_
 #define GPTC_TOOLS_GPTRUN_JIT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/support/status.h"
 
 namespace gptc::tools {
+
+// The device the artifact is compiled for: its kernels for the GPU (sm_90a),
+// those and the host kernels (--device emu), or none (--device cpu:
+// --no-codegen).
+enum class JitDevice { kGpu, kEmu, kCpu };
+std::string_view JitDeviceName(JitDevice device);  // "gpu", "emu", "cpu"
+std::optional<JitDevice> ParseJitDevice(std::string_view name);
 
 struct JitOptions {
   std::string model;  // a gptc model name
@@ -24,9 +35,7 @@ struct JitOptions {
   std::string attention_mma = "mma.sync";  // gptc compile's --attention-mma
   int64_t seq = 0;                         // 0: the model's context length
   int64_t grad_accum = 1;
-  // The kernels to compile for: "gpu" (sm_90a), "emu" (also the host
-  // kernels) or "cpu" (none: --no-codegen).
-  std::string device = "gpu";
+  JitDevice device = JitDevice::kGpu;
   std::string artifact_out;  // also write the artifact there; empty: only the cache
 };
 

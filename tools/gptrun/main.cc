@@ -242,8 +242,8 @@ Status JitMemoryBudget(const Flags& flags, JitOptions& jo, int64_t gpu) {
     return Status::Ok();
   }
   if (jo.remat != "auto") return Status::Ok();
-  if (jo.device != "gpu") {
-    return Error("--remat auto on the {} device needs --memory-budget", jo.device);
+  if (jo.device != JitDevice::kGpu) {
+    return Error("--remat auto on the {} device needs --memory-budget", JitDeviceName(jo.device));
   }
   StatusOr<int64_t> budget = GpuMemoryBudget(static_cast<int>(std::max<int64_t>(gpu, 0)));
   if (!budget.ok()) return budget.status().WithPrefix("--remat auto without --memory-budget");
@@ -271,7 +271,10 @@ StatusOr<JitOptions> JitOptionsOf(const Flags& flags, const TrainOptions& o) {
     *field = v;
   }
   // Kernels only for a device that runs them (no GPU here: the CPU device).
-  jo.device = o.device.empty() ? (GpuPresent() ? "gpu" : "cpu") : o.device;
+  const std::string device = o.device.empty() ? (GpuPresent() ? "gpu" : "cpu") : o.device;
+  std::optional<JitDevice> parsed = ParseJitDevice(device);
+  if (!parsed) return Error("--device must be cpu, gpu or emu, got '{}'", device);
+  jo.device = *parsed;
   return jo;
 }
 
