@@ -100,12 +100,14 @@ class GpuTrainer : public Trainer {
   // after the first when there are several (the first pays for warm-up).
   std::string ProfileReport(int top_n = 25) const;
   // A one-line summary of the load: arenas, kernels (cubin/JIT), gemms.
-  std::string LoadSummary() const;
+  std::string LoadSummary() const override;
+  // ProfileReport() when `profiled`.
+  std::string RunReport(bool profiled) const override { return profiled ? ProfileReport() : ""; }
   // The profile (ProfileReport's figures) as JSON for tools: {"format":
   // "gptc-profile-1", "steps", "rows": [{"entry", "kind", "name", "meta",
   // "ms_per_step", "calls_per_step"}], "gemm_tuning": [{"key", "thunks",
   // "path", "algorithm", "candidates", "us", "tflops", "from_cache"}]}.
-  std::string ProfileJson() const;
+  std::string ProfileJson() const override;
 
   struct Impl;
 

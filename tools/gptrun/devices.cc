@@ -124,32 +124,12 @@ StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, co
 #endif
 }
 
-std::string LoadSummary(rt::Trainer& trainer) {
-#if GPTC_HAVE_GPU
-  if (auto* g = dynamic_cast<rt::gpu::GpuTrainer*>(&trainer)) return g->LoadSummary();
-  if (auto* e = dynamic_cast<rt::emu::EmuTrainer*>(&trainer)) return e->LoadSummary();
-#endif
-  return "";
-}
+std::string LoadSummary(rt::Trainer& trainer) { return trainer.LoadSummary(); }
 
-std::string ProfileJson(rt::Trainer& trainer) {
-#if GPTC_HAVE_GPU
-  if (auto* g = dynamic_cast<rt::gpu::GpuTrainer*>(&trainer)) return g->ProfileJson();
-  if (auto* e = dynamic_cast<rt::emu::EmuTrainer*>(&trainer)) return e->ProfileJson();
-#endif
-  return "";
-}
+std::string ProfileJson(rt::Trainer& trainer) { return trainer.ProfileJson(); }
 
 std::string ProfileReport(rt::Trainer& trainer, bool profiled) {
-#if GPTC_HAVE_GPU
-  if (auto* g = dynamic_cast<rt::gpu::GpuTrainer*>(&trainer)) {
-    return profiled ? g->ProfileReport() : "";
-  }
-  if (auto* e = dynamic_cast<rt::emu::EmuTrainer*>(&trainer)) {
-    return (profiled ? e->ProfileReport() + "\n" : "") + "emulator: " + e->stats().Summary();
-  }
-#endif
-  return "";
+  return trainer.RunReport(profiled);
 }
 
 }  // namespace gptc::tools
