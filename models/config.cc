@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "compiler/program/gpt2_params.h"
+
 namespace gptc::models {
 
 namespace {
@@ -101,13 +103,26 @@ Status ValidateTraceShape(const GptConfig& c, int64_t batch, int64_t seq) {
   return Status::Ok();
 }
 
+program::ModelConfig ModelConfigOf(const GptConfig& c) {
+  return {.name = c.name,
+          .layers = c.layers,
+          .heads = c.heads,
+          .width = c.width,
+          .positions = c.positions,
+          .vocab = c.vocab,
+          .padded_vocab = c.padded_vocab};
+}
+
 int64_t ParameterCount(const GptConfig& c, int64_t vocab_rows) {
-  const int64_t C = c.width;
-  // Per block: ln_1, ln_2 (2C each), c_attn (C x 3C + 3C), attn c_proj
-  // (C x C + C), c_fc (C x 4C + 4C), mlp c_proj (4C x C + C).
-  int64_t block =
-      2 * C + 2 * C + (3 * C * C + 3 * C) + (C * C + C) + (4 * C * C + 4 * C) + (4 * C * C + C);
-  return vocab_rows * C + c.positions * C + c.layers * block + 2 * C;
+  program::ModelConfig model = ModelConfigOf(c);
+  model.padded_vocab = vocab_rows;
+  int64_t count = 0;
+  for (const program::Gpt2Param& p : program::Gpt2Params(model)) {
+    int64_t n = 1;
+    for (int64_t d : p.shape) n *= d;
+    count += n;
+  }
+  return count;
 }
 
 }  // namespace gptc::models

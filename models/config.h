@@ -53,6 +53,9 @@ Status ValidateGptConfig(const GptConfig& config);
 // position table, and every activation's element count within int64.
 Status ValidateTraceShape(const GptConfig& config, int64_t batch, int64_t seq);
 
+// The config as the artifact and the checkpoints record it.
+program::ModelConfig ModelConfigOf(const GptConfig& config);
+
 // Parameters with the token table at `vocab_rows` rows: the published
 // counts use the real vocabulary (124,439,808 for gpt2-124m); the traced
 // module holds the padded table.

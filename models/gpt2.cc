@@ -4,26 +4,32 @@
 
 #include <cmath>
 
+#include "compiler/program/gpt2_params.h"
 #include "frontend/nn.h"
 
 namespace gptc::models {
 
-using program::InitRule;
 using frontend::Tensor;
 using frontend::Tracer;
+using program::Gpt2Init;
+using program::InitRule;
 
 namespace {
 
-constexpr double kInitStd = 0.02;
+// The init of the projections that write into the residual stream, and of
+// every other matrix (compiler/program/gpt2_params.h decides both).
+struct MatrixInits {
+  InitRule normal, residual;
+};
 
 // x + proj(attention(ln_1(x))): (B, T, C) -> (B, T, C).
 Tensor AttentionBlock(Tracer& tracer, const GptConfig& config, const Tensor& x,
-                      const InitRule& residual_init) {
+                      const MatrixInits& init) {
   auto scope = tracer.Scope("attn");
   if (!x.valid()) return x;
   const int64_t B = x.dim(0), T = x.dim(1), C = config.width, H = config.heads;
   const int64_t D = config.head_dim();
-  Tensor qkv = frontend::Linear(tracer, "c_attn", x, 3 * C, InitRule::Normal(kInitStd));
+  Tensor qkv = frontend::Linear(tracer, "c_attn", x, 3 * C, init.normal);
   // (B, T, C) slice of qkv -> (B, H, T, D)
   auto heads = [&](int64_t part) {
     return qkv.Slice(2, part * C, (part + 1) * C).Reshape({B, T, H, D}).Transpose({0, 2, 1, 3});
@@ -31,44 +37,40 @@ Tensor AttentionBlock(Tracer& tracer, const GptConfig& config, const Tensor& x,
   Tensor q = heads(0), k = heads(1), v = heads(2);
   Tensor y = frontend::Attention(q, k, v, /*causal=*/true, 1.0 / std::sqrt(static_cast<double>(D)));
   y = y.Transpose({0, 2, 1, 3}).Reshape({B, T, C});
-  return frontend::Linear(tracer, "c_proj", y, C, residual_init);
+  return frontend::Linear(tracer, "c_proj", y, C, init.residual);
 }
 
 // proj(gelu(fc(x))): (B, T, C) -> (B, T, C) through (B, T, 4C).
-Tensor MlpBlock(Tracer& tracer, const GptConfig& config, const Tensor& x,
-                const InitRule& residual_init) {
+Tensor MlpBlock(Tracer& tracer, const GptConfig& config, const Tensor& x, const MatrixInits& init) {
   auto scope = tracer.Scope("mlp");
-  Tensor h = frontend::Linear(tracer, "c_fc", x, 4 * config.width, InitRule::Normal(kInitStd));
+  Tensor h = frontend::Linear(tracer, "c_fc", x, 4 * config.width, init.normal);
   h = frontend::Gelu(h);
-  return frontend::Linear(tracer, "c_proj", h, config.width, residual_init);
+  return frontend::Linear(tracer, "c_proj", h, config.width, init.residual);
 }
 
 }  // namespace
 
 Tensor Gpt2Logits(Tracer& tracer, const GptConfig& config, const Tensor& tokens) {
   const int64_t T = tokens.valid() ? tokens.dim(1) : 0;
+  const MatrixInits init{
+      .normal = program::Gpt2InitRule(Gpt2Init::kNormal, config.layers),
+      .residual = program::Gpt2InitRule(Gpt2Init::kResidualNormal, config.layers)};
   Tensor wte;  // (V_padded, C), also the output projection
   Tensor x;    // (B, T, C)
   {
     auto scope = tracer.Scope("wte");
-    wte =
-        tracer.Parameter("weight", {config.padded_vocab, config.width}, InitRule::Normal(kInitStd));
+    wte = tracer.Parameter("weight", {config.padded_vocab, config.width}, init.normal);
     x = frontend::Embedding(wte, tokens);
   }
   {
     auto scope = tracer.Scope("wpe");
-    Tensor wpe =
-        tracer.Parameter("weight", {config.positions, config.width}, InitRule::Normal(kInitStd));
+    Tensor wpe = tracer.Parameter("weight", {config.positions, config.width}, init.normal);
     x = x + wpe.Slice(0, 0, T);  // positions 0..T-1, broadcast over the batch
   }
-  // GPT-2 scales the init of the projections that write into the residual
-  // stream by 1/sqrt(2 * layers): each block adds two of them.
-  const InitRule residual_init =
-      InitRule::Normal(kInitStd / std::sqrt(2.0 * static_cast<double>(config.layers)));
   for (int64_t l = 0; l < config.layers; ++l) {
     auto scope = tracer.LayerScope(fmt::format("h.{}", l), l);
-    x = x + AttentionBlock(tracer, config, frontend::LayerNorm(tracer, "ln_1", x), residual_init);
-    x = x + MlpBlock(tracer, config, frontend::LayerNorm(tracer, "ln_2", x), residual_init);
+    x = x + AttentionBlock(tracer, config, frontend::LayerNorm(tracer, "ln_1", x), init);
+    x = x + MlpBlock(tracer, config, frontend::LayerNorm(tracer, "ln_2", x), init);
   }
   x = frontend::LayerNorm(tracer, "ln_f", x);
   auto scope = tracer.Scope("lm_head");

@@ -5,7 +5,9 @@
 // embedding). The token table has config.padded_vocab rows; the padded
 // classes are excluded from the softmax, so the loss is over the real
 // vocabulary. Parameter names and layouts follow the Hugging Face checkpoint
-// (wte.weight, wpe.weight, h.0.ln_1.weight, h.0.attn.c_attn.weight [C, 3C], ...).
+// (wte.weight, wpe.weight, h.0.ln_1.weight, h.0.attn.c_attn.weight [C, 3C], ...),
+// in the order, with the shapes and the init rules of
+// compiler/program/gpt2_params.h's table (tests/models/gpt2_params_test.cc).
 #ifndef GPTC_MODELS_GPT2_H_
 #define GPTC_MODELS_GPT2_H_
 

@@ -21,10 +21,9 @@ namespace gptc::passes {
 
 using program::FindGpuSpec;
 using program::GpuSpec;
-
-// What gptrun needs on a card beside the arenas: the CUDA context (about half
-// a GiB), the trainer's 512 MiB reserve and the cuBLASLt workspace.
-inline constexpr int64_t kGpuMemoryBesideArenas = int64_t{1536} << 20;
+// What a card's memory holds beside the arenas (Note [memory beside the
+// arenas] in compiler/program/gpu_spec.h).
+using program::kGpuMemoryBesideArenas;
 
 struct KernelRow {
   std::string name;

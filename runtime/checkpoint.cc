@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "compiler/program/gpt2_params.h"
 #include "compiler/support/file.h"
 
 namespace gptc::rt {
@@ -83,7 +84,7 @@ Status SaveCheckpoint(const std::string& dir, const CheckpointData& data) {
   for (size_t i = 0; i < data.params.size(); ++i) {
     const program::ParamSpec& spec = data.params[i];
     const std::vector<int64_t>& dims = spec.shape.dims();
-    if (spec.name == "wte.weight" && !dims.empty()) wte_rows = dims[0];
+    if (spec.name == program::Gpt2TokenTable().name && !dims.empty()) wte_rows = dims[0];
     model.tensors.push_back(F32Tensor(spec.name, dims, data.values[i]));
     optim.tensors.push_back(F32Tensor("adam_m." + spec.name, dims, data.adam_m[i]));
     optim.tensors.push_back(F32Tensor("adam_v." + spec.name, dims, data.adam_v[i]));

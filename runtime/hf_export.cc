@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -12,15 +13,19 @@
 #include <vector>
 
 #include "compiler/ir/shape.h"
+#include "compiler/program/gpt2_params.h"
 #include "compiler/support/file.h"
 #include "runtime/checkpoint.h"
 
 namespace gptc::rt {
 namespace {
 
-constexpr char kPrefix[] = "transformer.";  // GPT2LMHeadModel's GPT2Model
+using program::Gpt2Param;
 
-using ParamShape = program::Gpt2ParamShape;
+// Each tensor is copied as it is: a row HF stores transposed would need a
+// transpose here and in runtime/hf_import.cc.
+static_assert(std::ranges::none_of(program::kGpt2ParamTable,
+                                   &program::Gpt2ParamKind::hf_transposed));
 
 int64_t Elements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -67,9 +72,9 @@ std::string HfConfigJson(const program::ModelConfig& model) {
 
 StatusOr<SafeTensors> HfStateDict(const SafeTensors& checkpoint, const program::ModelConfig& model,
                                   const std::string& path) {
-  const std::vector<ParamShape> params = program::Gpt2ParamShapes(model);
+  const std::vector<Gpt2Param> params = program::Gpt2Params(model);
   std::set<std::string> names;
-  for (const ParamShape& p : params) names.insert(p.name);
+  for (const Gpt2Param& p : params) names.insert(p.name);
   for (const SafeTensor& t : checkpoint.tensors) {
     if (!names.contains(t.name)) {
       return Error("{}: tensor '{}' is not a parameter of config.json's model ('layers' {})", path,
@@ -78,7 +83,7 @@ StatusOr<SafeTensors> HfStateDict(const SafeTensors& checkpoint, const program::
   }
   SafeTensors out;
   out.metadata["format"] = "pt";
-  for (const ParamShape& p : params) {
+  for (const Gpt2Param& p : params) {
     const SafeTensor* t = checkpoint.Find(p.name);
     if (t == nullptr) {
       return Error("{}: no tensor '{}', which config.json's model ('layers' {}) has", path, p.name,
@@ -88,8 +93,8 @@ StatusOr<SafeTensors> HfStateDict(const SafeTensors& checkpoint, const program::
       return Error("{}: tensor '{}' is {}{}, config.json's model needs F32{}", path, p.name,
                    t->dtype, ir::DimsToString(t->shape), ir::DimsToString(p.shape));
     }
-    SafeTensor hf{kPrefix + p.name, "F32", p.shape, t->data};
-    if (p.name == "wte.weight") {  // the real rows only (Note [padded wte])
+    SafeTensor hf{std::string(program::kHfPrefix) + p.hf_name, "F32", p.shape, t->data};
+    if (p.kind->padded_rows) {  // the real rows only (Note [padded wte])
       hf.shape[0] = model.vocab;
       hf.data.resize(Elements(hf.shape) * sizeof(float));
     }

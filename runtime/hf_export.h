@@ -6,7 +6,9 @@
 //                          config.json and GPT2Config's defaults for the rest
 //   OUT/model.safetensors  GPT2LMHeadModel's state dict, f32, "format": "pt"
 //
-// Note [HF GPT-2 names and layouts]: what changes from our checkpoint.
+// Note [HF GPT-2 names and layouts]: what changes from our checkpoint. The
+// table of compiler/program/gpt2_params.h holds each parameter's two names,
+// its layout and its padding, and the exporter reads them there.
 //  * Names: our parameters are named as GPT2Model's (wte.weight,
 //    h.0.attn.c_attn.weight, ...); GPT2LMHeadModel holds GPT2Model as
 //    `transformer`, so each name gets "transformer." in front, as its

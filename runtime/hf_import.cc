@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <set>
 
 #include "compiler/ir/shape.h"
+#include "compiler/program/gpt2_params.h"
 #include "compiler/support/file.h"
 #include "compiler/support/float_bits.h"
 #include "runtime/checkpoint.h"
@@ -19,9 +21,14 @@
 namespace gptc::rt {
 namespace {
 
-constexpr char kPrefix[] = "transformer.";  // GPT2LMHeadModel's GPT2Model
-constexpr char kLmHead[] = "lm_head.weight";
-constexpr char kWte[] = "wte.weight";
+using program::Gpt2Param;
+using program::kHfLmHead;
+using program::kHfPrefix;
+
+// Each tensor is read as it is: a row HF stores transposed would need a
+// transpose here and in runtime/hf_export.cc.
+static_assert(std::ranges::none_of(program::kGpt2ParamTable,
+                                   &program::Gpt2ParamKind::hf_transposed));
 
 // config.json's `key`, a positive integer.
 StatusOr<int64_t> PositiveInt(const nlohmann::json& j, const std::string& key,
@@ -58,9 +65,9 @@ StatusOr<std::vector<float>> F32Of(const SafeTensor& t, const std::string& path)
   return v;
 }
 
-// Our name of an HF tensor: GPT2LMHeadModel's without its "transformer.".
-std::string OurName(const std::string& hf_name) {
-  return hf_name.starts_with(kPrefix) ? hf_name.substr(std::strlen(kPrefix)) : hf_name;
+// GPT2Model's name of an HF tensor: GPT2LMHeadModel's without its "transformer.".
+std::string WithoutPrefix(const std::string& hf_name) {
+  return hf_name.starts_with(kHfPrefix) ? hf_name.substr(kHfPrefix.size()) : hf_name;
 }
 
 }  // namespace
@@ -106,96 +113,111 @@ StatusOr<program::ModelConfig> ReadHfConfig(const std::string& hf_dir) {
   return model;
 }
 
-StatusOr<std::vector<std::vector<float>>> HfParamValues(
-    const SafeTensors& hf, const program::ModelConfig& model,
-    const std::vector<program::ParamSpec>& params, const std::string& path) {
-  std::set<std::string> wanted, buffers;
-  for (const program::ParamSpec& p : params) wanted.insert(p.name);
-  for (int64_t l = 0; l < model.layers; ++l) {
-    buffers.insert(fmt::format("h.{}.attn.bias", l));
-    buffers.insert(fmt::format("h.{}.attn.masked_bias", l));
-  }
-  // Each parameter's tensor, by our name; a missing one is named as the file
-  // names the others, so that the name it gives is the one to look for.
-  std::map<std::string, const SafeTensor*> found;
+namespace {
+
+// The tensors of `hf` by GPT2Model's name, with the tied head apart; the
+// mask buffers are skipped, and any other tensor that is not one of
+// `params` is refused.
+struct HfTensors {
+  std::map<std::string, const SafeTensor*> by_name;
   const SafeTensor* lm_head = nullptr;
-  bool prefixed = false;
+  bool prefixed = false;  // GPT2LMHeadModel's names: a missing one is named so
+};
+
+StatusOr<HfTensors> FindHfTensors(const SafeTensors& hf, const program::ModelConfig& model,
+                                  const std::vector<Gpt2Param>& params, const std::string& path) {
+  std::set<std::string> wanted, buffers;
+  for (const Gpt2Param& p : params) wanted.insert(p.hf_name);
+  for (int64_t l = 0; l < model.layers; ++l) {
+    for (std::string_view buffer : program::kHfBlockBuffers) {
+      buffers.insert(program::Gpt2BlockName(l, buffer));
+    }
+  }
+  HfTensors out;
   for (const SafeTensor& t : hf.tensors) {
-    if (t.name == kLmHead) {
-      lm_head = &t;
+    if (t.name == kHfLmHead) {
+      out.lm_head = &t;
       continue;
     }
-    const std::string ours = OurName(t.name);
-    prefixed |= ours != t.name;
-    if (buffers.contains(ours)) continue;
-    if (!wanted.contains(ours)) {
+    const std::string name = WithoutPrefix(t.name);
+    out.prefixed |= name != t.name;
+    if (buffers.contains(name)) continue;
+    if (!wanted.contains(name)) {
       return Error("{}: tensor '{}' is not a parameter of config.json's GPT-2 ('n_layer' {})", path,
                    t.name, model.layers);
     }
-    if (!found.emplace(ours, &t).second) {
-      return Error("{}: tensor '{}' is there both as '{}' and as '{}{}'", path, ours, ours, kPrefix,
-                   ours);
+    if (!out.by_name.emplace(name, &t).second) {
+      return Error("{}: tensor '{}' is there both as '{}' and as '{}{}'", path, name, name,
+                   kHfPrefix, name);
     }
   }
+  return out;
+}
 
+// The logits reuse the token table: an lm_head that differs from `table`
+// (its values, f32, `wte` as the file holds it) would be dropped unseen.
+Status CheckTiedHead(const SafeTensor& lm_head, const SafeTensor& wte,
+                     const std::vector<float>& table, const std::string& path) {
+  if (lm_head.shape != wte.shape) {
+    return Error(
+        "{}: tensor '{}' is {}{} where '{}' is {}: gptc ties the logits to the token table", path,
+        kHfLmHead, lm_head.dtype, ir::DimsToString(lm_head.shape), wte.name,
+        ir::DimsToString(wte.shape));
+  }
+  ASSIGN_OR_RETURN(std::vector<float> head, F32Of(lm_head, path));
+  for (size_t i = 0; i < head.size(); ++i) {
+    if (std::memcmp(&head[i], &table[i], sizeof(float)) != 0) {
+      const int64_t width = wte.shape[1];
+      return Error(
+          "{}: tensor '{}' differs from '{}' at [{}, {}] ({} vs {}): gptc ties the "
+          "logits to the token table, so an untied head cannot be imported",
+          path, kHfLmHead, wte.name, static_cast<int64_t>(i) / width,
+          static_cast<int64_t>(i) % width, head[i], table[i]);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::vector<float>>> HfParamValues(const SafeTensors& hf,
+                                                        const program::ModelConfig& model,
+                                                        const std::string& path) {
+  const std::vector<Gpt2Param> params = program::Gpt2Params(model);
+  ASSIGN_OR_RETURN(HfTensors found, FindHfTensors(hf, model, params, path));
   std::vector<std::vector<float>> values;
-  for (const program::ParamSpec& p : params) {
-    auto it = found.find(p.name);
-    if (it == found.end()) {
+  size_t wte = 0;  // the token table's index
+  for (const Gpt2Param& p : params) {
+    auto it = found.by_name.find(p.hf_name);
+    if (it == found.by_name.end()) {
       return Error("{}: no tensor '{}{}', which config.json's GPT-2 has", path,
-                   prefixed ? kPrefix : "", p.name);
+                   found.prefixed ? kHfPrefix : "", p.hf_name);
     }
     const SafeTensor& t = *it->second;
-    std::vector<int64_t> shape = p.shape.dims();
-    if (p.name == kWte) shape[0] = model.vocab;  // the real rows only (Note [padded wte])
+    std::vector<int64_t> shape = p.shape;
+    if (p.kind->padded_rows) shape[0] = model.vocab;  // the real rows only (Note [padded wte])
     if (t.shape != shape) {
       return Error("{}: tensor '{}' is {}{}, config.json's GPT-2 needs {}", path, t.name, t.dtype,
                    ir::DimsToString(t.shape), ir::DimsToString(shape));
     }
     ASSIGN_OR_RETURN(std::vector<float> v, F32Of(t, path));
-    v.resize(p.shape.num_elements(), 0.0f);  // wte's padding rows
+    v.resize(ir::Shape(ir::DType::kF32, p.shape).num_elements(), 0.0f);  // the padding rows
+    if (p.kind->padded_rows) wte = values.size();
     values.push_back(std::move(v));
   }
-
-  // The logits reuse wte: an lm_head that differs would be dropped unseen.
-  if (lm_head != nullptr) {
-    size_t w = 0;
-    while (w < params.size() && params[w].name != kWte) ++w;
-    if (w == params.size()) {
-      return Error(
-          "{}: tensor '{}' is not a parameter of the model, which has no '{}' to tie it to", path,
-          kLmHead, kWte);
-    }
-    const SafeTensor& wte = *found.find(kWte)->second;  // there: every parameter is
-    if (lm_head->shape != wte.shape) {
-      return Error(
-          "{}: tensor '{}' is {}{} where '{}' is {}: gptc ties the logits to the token table", path,
-          kLmHead, lm_head->dtype, ir::DimsToString(lm_head->shape), wte.name,
-          ir::DimsToString(wte.shape));
-    }
-    ASSIGN_OR_RETURN(std::vector<float> head, F32Of(*lm_head, path));
-    const std::vector<float>& table = values[w];
-    for (size_t i = 0; i < head.size(); ++i) {
-      if (std::memcmp(&head[i], &table[i], sizeof(float)) != 0) {
-        const int64_t width = wte.shape[1];
-        return Error(
-            "{}: tensor '{}' differs from '{}' at [{}, {}] ({} vs {}): gptc ties the "
-            "logits to the token table, so an untied head cannot be imported",
-            path, kLmHead, wte.name, static_cast<int64_t>(i) / width,
-            static_cast<int64_t>(i) % width, head[i], table[i]);
-      }
-    }
+  if (found.lm_head != nullptr) {
+    const SafeTensor& table = *found.by_name.at(params[wte].hf_name);  // there: every parameter is
+    RETURN_IF_ERROR(CheckTiedHead(*found.lm_head, table, values[wte], path));
   }
   return values;
 }
 
 StatusOr<HfImportSummary> ImportHuggingFace(const std::string& hf_dir,
                                             const program::ModelConfig& model,
-                                            const std::vector<program::ParamSpec>& params,
                                             const std::string& ckpt_dir) {
   CheckpointData data;
   data.model = model;
-  data.params = params;
+  data.params = program::Gpt2ParamSpecs(model);
   data.extra_metadata[kImportedFromKey] = hf_dir;
   {
     // Scoped so that the file (the model's size) is freed before SaveCheckpoint copies it.
@@ -208,9 +230,9 @@ StatusOr<HfImportSummary> ImportHuggingFace(const std::string& hf_dir,
           index);
     }
     ASSIGN_OR_RETURN(SafeTensors hf, ReadSafeTensors(path));
-    ASSIGN_OR_RETURN(data.values, HfParamValues(hf, model, params, path));
+    ASSIGN_OR_RETURN(data.values, HfParamValues(hf, model, path));
   }
-  HfImportSummary summary{.model = model, .tensors = static_cast<int64_t>(params.size())};
+  HfImportSummary summary{.model = model, .tensors = static_cast<int64_t>(data.params.size())};
   for (const std::vector<float>& v : data.values) {
     summary.values += static_cast<int64_t>(v.size());
     data.adam_m.emplace_back(v.size(), 0.0f);

@@ -29,9 +29,10 @@
 // AdamW moments zero, no run id and no data source (the first run to resume
 // it owns it, Note [checkpoint ownership] in tools/gptrun/checkpoint_dir.h).
 //
-// Which of our models the sizes are (its name, its padded vocabulary, its
-// parameters) is the caller's decision: runtime/ includes no model
-// (tests/layering), so `gptc import-hf` makes it with models/.
+// Which of our models the sizes are (its name and padded vocabulary) is the
+// caller's decision: runtime/ includes no model (tests/layering), so `gptc
+// import-hf` makes it with models/. Its parameters, and their names and
+// layouts in HF's files, are compiler/program/gpt2_params.h's table.
 #ifndef GPTC_RUNTIME_HF_IMPORT_H_
 #define GPTC_RUNTIME_HF_IMPORT_H_
 
@@ -40,7 +41,6 @@
 #include <vector>
 
 #include "compiler/program/model_config.h"
-#include "compiler/program/param.h"
 #include "compiler/support/status.h"
 #include "runtime/safetensors.h"
 
@@ -56,15 +56,15 @@ inline constexpr char kImportedFromKey[] = "gptc.imported_from";
 // (activation, epsilon, dropout, ...) are not read.
 StatusOr<program::ModelConfig> ReadHfConfig(const std::string& hf_dir);
 
-// The values of `params` (the parameters of `model`, in their order) from a
-// GPT-2 state dict read from `path` (for errors), f32, wte.weight padded to
-// model.padded_vocab rows with zeros. Every parameter must be there with its
-// shape (wte.weight with model.vocab rows); any tensor that is neither a
-// parameter, a mask buffer nor a tied lm_head.weight is refused. Errors name
-// `path` and the tensor as the file names it.
-StatusOr<std::vector<std::vector<float>>> HfParamValues(
-    const SafeTensors& hf, const program::ModelConfig& model,
-    const std::vector<program::ParamSpec>& params, const std::string& path);
+// The values of `model`'s parameters (program::Gpt2ParamSpecs, in their
+// order) from a GPT-2 state dict read from `path` (for errors), f32,
+// wte.weight padded to model.padded_vocab rows with zeros. Every parameter
+// must be there with its shape (wte.weight with model.vocab rows); any tensor
+// that is neither a parameter, a mask buffer nor a tied lm_head.weight is
+// refused. Errors name `path` and the tensor as the file names it.
+StatusOr<std::vector<std::vector<float>>> HfParamValues(const SafeTensors& hf,
+                                                        const program::ModelConfig& model,
+                                                        const std::string& path);
 
 struct HfImportSummary {
   program::ModelConfig model;
@@ -72,7 +72,7 @@ struct HfImportSummary {
   int64_t values = 0;   // elements over those, padding rows included
 };
 
-// Reads HF_DIR/model.safetensors as `params` of `model` (ReadHfConfig's
+// Reads HF_DIR/model.safetensors as the parameters of `model` (ReadHfConfig's
 // sizes, named and padded by the caller) and writes the checkpoint CKPT_DIR
 // (creating it and its parents; its config.json, model.safetensors and
 // optim.safetensors are replaced, each atomically), with metadata
@@ -80,7 +80,6 @@ struct HfImportSummary {
 // and checked; a CKPT_DIR that exists and is not a directory is refused.
 StatusOr<HfImportSummary> ImportHuggingFace(const std::string& hf_dir,
                                             const program::ModelConfig& model,
-                                            const std::vector<program::ParamSpec>& params,
                                             const std::string& ckpt_dir);
 
 }  // namespace gptc::rt

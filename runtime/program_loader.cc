@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "compiler/ir/parser.h"
+#include "compiler/program/gpt2_params.h"
 #include "compiler/program/model_config.h"
 #include "compiler/program/param.h"
 #include "compiler/program/plan.h"
@@ -54,13 +55,13 @@ std::pair<std::vector<ir::Shape>, std::vector<ir::Shape>> EntryShapes(const ir::
 Status CheckParamsAgainstModel(const std::vector<program::ParamSpec>& params,
                                const program::ModelConfig& model) {
   RETURN_IF_ERROR(program::CheckModelConfig(model, "manifest.model"));
-  // wte, wpe, 12 a layer, ln_f's 2 (the list is built only once they agree).
-  const int64_t count = 12 * model.layers + 4;
+  // Counted first: the list is built only once they agree.
+  const int64_t count = program::Gpt2ParamCount(model);
   if (static_cast<int64_t>(params.size()) != count) {
     return Error("manifest.model ({} layers) has {} parameters, section 'params' holds {}",
                  model.layers, count, params.size());
   }
-  const std::vector<program::Gpt2ParamShape> want = program::Gpt2ParamShapes(model);
+  const std::vector<program::Gpt2Param> want = program::Gpt2Params(model);
   for (size_t i = 0; i < want.size(); ++i) {
     if (params[i].name != want[i].name || params[i].shape.dims() != want[i].shape) {
       return Error("section 'params' [{}] is {} {}, manifest.model makes it {} {}", i,
@@ -95,6 +96,18 @@ Status CheckSlotsAgainstFlags(const program::TrainEntry& entry, const program::M
     }
   }
   return Status::Ok();
+}
+
+// The elements over all parameters and over the matmul operands (MFU's N),
+// by the table's rows: the parameters are the GPT-2 of `model` (checked), so
+// the sums fit.
+void CountValues(const program::ModelConfig& model, LoadedProgram& out) {
+  const std::vector<program::Gpt2Param> table = program::Gpt2Params(model);
+  for (size_t i = 0; i < table.size(); ++i) {
+    const int64_t n = out.program.params[i].shape.num_elements();
+    out.parameter_values += n;
+    if (table[i].kind->matmul) out.matmul_values += n;
+  }
 }
 
 StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
@@ -170,10 +183,7 @@ StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
   for (const program::TrainEntry& entry : program.entries) {
     RETURN_IF_ERROR(CheckSlotsAgainstFlags(entry, manifest.model, manifest.flags));
   }
-  for (const program::ParamSpec& p : program.params) {  // a GPT-2's, so the sums fit
-    out.parameter_values += p.shape.num_elements();
-    if (p.shape.rank() == 2) out.matmul_values += p.shape.num_elements();
-  }
+  CountValues(manifest.model, out);
   return out;
 }
 

@@ -33,7 +33,7 @@ struct LoadedProgram {
   program::CompileFlags flags;   // the manifest's: batch and seq of one micro-batch, ...
   bool complete = false;         // every thunk has a kernel (the GPU device can run it)
   int64_t parameter_values = 0;  // elements over all parameters
-  int64_t matmul_values = 0;     // elements of the rank-2 parameters (MFU's N)
+  int64_t matmul_values = 0;     // elements of the matmul operands (MFU's N; Gpt2ParamKind)
 };
 
 StatusOr<LoadedProgram> LoadProgram(const program::Artifact& artifact, std::string_view path);

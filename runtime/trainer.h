@@ -91,6 +91,15 @@ class Trainer {
   // Import checks the shapes against the program's parameters.
   virtual StatusOr<TrainerState> ExportState() = 0;
   virtual Status ImportState(const TrainerState& state) = 0;
+
+  // What a device says of itself in gptrun's log; empty where it has nothing
+  // to say (the CPU device). Lines about its load ("loaded: arenas ...").
+  virtual std::string LoadSummary() const { return ""; }
+  // After the run: the --profile table when `profiled`, and what else the
+  // device did (the emulator: what it checked).
+  virtual std::string RunReport(bool /*profiled*/) const { return ""; }
+  // The profile as JSON (gpu::GpuTrainer::ProfileJson).
+  virtual std::string ProfileJson() const { return ""; }
 };
 
 }  // namespace gptc::rt

@@ -11,6 +11,21 @@
 
 namespace gptc::program {
 
+// Note [memory beside the arenas]: what gptrun needs on a card besides its
+// arenas. The GPU trainer leaves kGpuReserveBytes free (GpuOptions::
+// reserve_bytes) and allocates the cuBLASLt workspace, which the plan sizes
+// and kGemmWorkspaceAllowanceBytes bounds from above; the CUDA context and the
+// kernels' modules take kCudaContextBytes or less before a trainer can
+// measure the free memory. One budget is taken from a card's total memory
+// (gptc compile --memory-budget h100), the other from its free memory once
+// CUDA is up (gptrun --model --remat auto on a GPU).
+inline constexpr int64_t kGpuReserveBytes = int64_t{512} << 20;
+inline constexpr int64_t kGemmWorkspaceAllowanceBytes = int64_t{256} << 20;
+inline constexpr int64_t kCudaContextBytes = int64_t{768} << 20;
+inline constexpr int64_t kGpuFreeMemoryBesideArenas =
+    kGpuReserveBytes + kGemmWorkspaceAllowanceBytes;
+inline constexpr int64_t kGpuMemoryBesideArenas = kCudaContextBytes + kGpuFreeMemoryBesideArenas;
+
 struct GpuSpec {
   std::string name = "h100";
   double peak_tflops = 989.0;  // dense bf16 tensor-core TFLOP/s

@@ -58,28 +58,4 @@ Status CheckModelConfig(const ModelConfig& model, std::string_view where) {
   return Status::Ok();
 }
 
-std::vector<Gpt2ParamShape> Gpt2ParamShapes(const ModelConfig& model) {
-  const int64_t c = model.width;
-  std::vector<Gpt2ParamShape> out = {{"wte.weight", {model.padded_vocab, c}},
-                                     {"wpe.weight", {model.positions, c}}};
-  for (int64_t l = 0; l < model.layers; ++l) {
-    const std::string h = fmt::format("h.{}.", l);
-    out.push_back({h + "ln_1.weight", {c}});
-    out.push_back({h + "ln_1.bias", {c}});
-    out.push_back({h + "attn.c_attn.weight", {c, 3 * c}});  // (in, out), Conv1D's layout
-    out.push_back({h + "attn.c_attn.bias", {3 * c}});
-    out.push_back({h + "attn.c_proj.weight", {c, c}});
-    out.push_back({h + "attn.c_proj.bias", {c}});
-    out.push_back({h + "ln_2.weight", {c}});
-    out.push_back({h + "ln_2.bias", {c}});
-    out.push_back({h + "mlp.c_fc.weight", {c, 4 * c}});
-    out.push_back({h + "mlp.c_fc.bias", {4 * c}});
-    out.push_back({h + "mlp.c_proj.weight", {4 * c, c}});
-    out.push_back({h + "mlp.c_proj.bias", {c}});
-  }
-  out.push_back({"ln_f.weight", {c}});
-  out.push_back({"ln_f.bias", {c}});
-  return out;
-}
-
 }  // namespace gptc::program

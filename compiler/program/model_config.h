@@ -9,7 +9,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "compiler/support/status.h"
 
@@ -48,16 +47,6 @@ StatusOr<ModelConfig> ReadModelConfig(const nlohmann::json& j, std::string_view 
 // most 2^24, heads dividing width, vocab at most padded_vocab. Errors start with `where`
 // ("config.json: 'heads' 5 does not divide 'width' 64").
 Status CheckModelConfig(const ModelConfig& model, std::string_view where);
-
-// One parameter of the GPT-2 of a config (models/gpt2.cc), named as Hugging
-// Face's GPT2Model names it.
-struct Gpt2ParamShape {
-  std::string name;
-  std::vector<int64_t> shape;
-};
-// Every parameter of `model`'s GPT-2, in the order models/gpt2.cc traces them
-// (the params section's), which is also GPT2LMHeadModel's state-dict order.
-std::vector<Gpt2ParamShape> Gpt2ParamShapes(const ModelConfig& model);
 
 }  // namespace gptc::program
 

@@ -52,14 +52,18 @@ class EmuTrainer : public Trainer {
   Status ImportState(const TrainerState& state) override { return trainer_->ImportState(state); }
 
   // The GPU trainer's load line, and what the emulator did so far.
-  std::string LoadSummary() const;
+  std::string LoadSummary() const override;
   // The GPU trainer's, its times the emulator's stand-ins, then the memory
   // counters of every kernel (EmuOptions::counters), then the artifact's
   // H100 step estimate (Note [step model] in compiler/perf/step_model.h).
   std::string ProfileReport(int top_n = 25) const;
   // The GPU trainer's, with "counters": one object per kernel, and
   // "h100_model": the step estimate's totals and launches.
-  std::string ProfileJson() const;
+  std::string ProfileJson() const override;
+  // ProfileReport() when `profiled`, then "emulator: " and what it checked.
+  std::string RunReport(bool profiled) const override {
+    return (profiled ? ProfileReport() + "\n" : "") + "emulator: " + stats().Summary();
+  }
   EmuStats stats() const { return device_->stats(); }
 
  private:

@@ -29,6 +29,8 @@ StatusOr<std::unique_ptr<EntryExecutor>> EntryExecutor::Create(const ExecutorRes
         fmt::join(unsupported, "; "));
   }
   std::unique_ptr<EntryExecutor> e(new EntryExecutor(resources, std::move(plan), arena));
+  ASSIGN_OR_RETURN(e->cu_, e->backend_.driver());
+  ASSIGN_OR_RETURN(e->lt_, e->backend_.cublaslt());
   // Constants: one pool, uploaded now; each constant thunk copies from it.
   int64_t pool_bytes = 0;
   for (const Thunk& t : e->plan_.thunks) {
@@ -177,7 +179,7 @@ StatusOr<EntryExecutor::Call> EntryExecutor::TranslateGemm(const Thunk& t) {
                  g.config.workspace_bytes, resources_.workspace_bytes);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<GemmRunner> runner,
-                   GemmRunner::Prepare(*resources_.lt, g.config, p, t.Describe()));
+                   GemmRunner::Prepare(*lt_, g.config, p, t.Describe()));
   // Tuning chooses the algorithm later (TuneGemms).
   const bool tuned = resources_.autotuner != nullptr;
   Status selected = tuned ? runner->Candidates(resources_.lt_handle, 1).status()
@@ -249,18 +251,18 @@ StatusOr<std::unique_ptr<GemmRunner>> EntryExecutor::PreparePlain(const Thunk& t
                  .d = At(plain.d),
                  .workspace = resources_.workspace,
                  .workspace_bytes = resources_.workspace_bytes};
-  return GemmRunner::Prepare(*resources_.lt, plain.config, p,
+  return GemmRunner::Prepare(*lt_, plain.config, p,
                              t.Describe() + " (plain, the epilogue's fallback)");
 }
 
 Status EntryExecutor::LaunchKernel(const KernelCall& k, const Thunk& t, cudaStream_t stream) {
-  CUresult r = resources_.cu->LaunchKernel(k.function, k.grid[0], k.grid[1], k.grid[2], k.block[0],
-                                           k.block[1], k.block[2], k.dynamic_smem, stream,
-                                           const_cast<void**>(k.params.data()), nullptr);
+  CUresult r = cu_->LaunchKernel(k.function, k.grid[0], k.grid[1], k.grid[2], k.block[0],
+                                 k.block[1], k.block[2], k.dynamic_smem, stream,
+                                 const_cast<void**>(k.params.data()), nullptr);
   if (r == CUDA_SUCCESS) return Status::Ok();
   return Error("{}: cuLaunchKernel(grid {}x{}x{}, block {}x{}x{}, {} bytes dynamic smem): {}",
                t.Describe(), k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
-               k.dynamic_smem, resources_.cu->ErrorText(r));
+               k.dynamic_smem, cu_->ErrorText(r));
 }
 
 Status EntryExecutor::TuneGemms() {

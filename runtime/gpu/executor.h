@@ -47,14 +47,13 @@ namespace gptc::rt::gpu {
 
 // What the executors of a device share.
 struct ExecutorResources {
-  // The CUDA it runs on (Note [CUDA backends]); null: the installed one.
+  // The CUDA it runs on (Note [CUDA backends]): its runtime, driver and
+  // cuBLASLt are this backend's; null: the installed one.
   const Backend* backend = nullptr;
-  const DriverApi* cu = nullptr;
   // Where Create uploads the constant pool: the stream the executor will run
   // on (a copy on the legacy default stream would race a non-blocking one).
   cudaStream_t stream = nullptr;
-  const CublasLtApi* lt = nullptr;
-  cublasLtHandle_t lt_handle = nullptr;
+  cublasLtHandle_t lt_handle = nullptr;  // made with the backend's cuBLASLt
   KernelModules* modules = nullptr;
   Communicator* communicator = nullptr;  // null: world size 1
   void* workspace = nullptr;             // cuBLASLt's, shared (one stream)
@@ -165,7 +164,9 @@ class EntryExecutor {
 
   ExecutorResources resources_;
   const Backend& backend_;
-  const RuntimeApi& cuda_;  // backend_'s
+  const RuntimeApi& cuda_;           // backend_'s
+  const DriverApi* cu_ = nullptr;    // backend_'s, found in Create
+  const CublasLtApi* lt_ = nullptr;  // backend_'s, found in Create
   EntryPlan plan_;
   char* arena_;
   std::vector<Call> calls_;            // parallel to plan_.thunks

@@ -266,9 +266,7 @@ Status GpuTrainer::Impl::PlanMemory(const std::vector<EntryPlan>& ordered) {
 Status GpuTrainer::Impl::CreateExecutors(std::vector<EntryPlan>& ordered) {
   if (options.autotune.mode != AutotuneMode::kOff) autotuner = MakeAutotuner();
   ExecutorResources resources{.backend = backend,
-                              .cu = cu,
                               .stream = stream,
-                              .lt = lt,
                               .lt_handle = lt_handle,
                               .modules = modules.get(),
                               .communicator = options.communicator,

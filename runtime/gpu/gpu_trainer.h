@@ -35,6 +35,7 @@
 #include <string_view>
 
 #include "compiler/program/container.h"
+#include "compiler/program/gpu_spec.h"
 #include "runtime/gpu/autotune_options.h"
 #include "runtime/gpu/communicator.h"
 #include "runtime/gpu/device.h"
@@ -60,8 +61,9 @@ struct GpuOptions {
   // with --dp N needs one of world size N (CheckCommunicatorWorld), e.g.
   // CreateNcclCommunicator (nccl_communicator.h); it outlives the trainer.
   Communicator* communicator = nullptr;
-  // Device memory left free for the CUDA context, cuBLASLt and the kernels.
-  int64_t reserve_bytes = int64_t{512} << 20;
+  // Device memory left free for the CUDA context, cuBLASLt and the kernels
+  // (Note [memory beside the arenas] in compiler/program/gpu_spec.h).
+  int64_t reserve_bytes = program::kGpuReserveBytes;
   // Each gemm's algorithm (Note [autotune paths] in autotune.h).
   AutotuneOptions autotune;
   // Told what the load is doing ("loading 56 kernels", "autotuning gemm 3:
@@ -98,12 +100,14 @@ class GpuTrainer : public Trainer {
   // after the first when there are several (the first pays for warm-up).
   std::string ProfileReport(int top_n = 25) const;
   // A one-line summary of the load: arenas, kernels (cubin/JIT), gemms.
-  std::string LoadSummary() const;
+  std::string LoadSummary() const override;
+  // ProfileReport() when `profiled`.
+  std::string RunReport(bool profiled) const override { return profiled ? ProfileReport() : ""; }
   // The profile (ProfileReport's figures) as JSON for tools: {"format":
   // "gptc-profile-1", "steps", "rows": [{"entry", "kind", "name", "meta",
   // "ms_per_step", "calls_per_step"}], "gemm_tuning": [{"key", "thunks",
   // "path", "algorithm", "candidates", "us", "tflops", "from_cache"}]}.
-  std::string ProfileJson() const;
+  std::string ProfileJson() const override;
 
   struct Impl;
 

@@ -5,7 +5,9 @@
 #   compiler/analysis/); runtime/ and gptrun include no pass, frontend or
 #   model; no header includes itself through others (an include cycle);
 #   gptrun's binary holds no symbol of the passes, the frontend, the models
-#   or codegen, and links no LLVM or MLIR.
+#   or codegen, and links no LLVM or MLIR. GPT-2's parameters are
+#   compiler/program/gpt2_params.h's table (Note [GPT-2 parameter table]):
+#   runtime/ and gptrun read their names there and spell none of them.
 #   layering_test.sh SOURCE_DIR GPTRUN
 set -uo pipefail
 src=$1 gptrun=$2
@@ -56,6 +58,13 @@ fi
 if out=$(grep -rnE --include='*.h' --include='*.cc' '#include "(passes|frontend|models)/' \
     "$src/runtime" "$src/tools/gptrun"); then
   fail "runtime/ or gptrun includes a pass, the frontend or a model:"$'\n'"$out"
+fi
+# A parameter's name as a string, a block's name pattern, or a name prefix
+# tested; comment lines are left alone.
+if out=$(grep -rnE --include='*.h' --include='*.cc' \
+    '"(wte|wpe|ln_f)\.(weight|bias)"|"h\.\{\}\.|starts_with\("(wte|wpe|ln_|h\.)' \
+    "$src/runtime" "$src/tools/gptrun" | grep -vE '^[^:]+:[0-9]+: *//'); then
+  fail "runtime/ or gptrun spells a GPT-2 parameter name (read compiler/program/gpt2_params.h):"$'\n'"$out"
 fi
 if out=$(nm -C --defined-only "$gptrun" | grep -E 'gptc::(passes|frontend|models|codegen)::' | head -5); then
   fail "gptrun links compiler code:"$'\n'"$out"

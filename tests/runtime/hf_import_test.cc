@@ -152,7 +152,7 @@ class HfImportTest : public ::testing::Test {
   StatusOr<HfImportSummary> Import() {
     ASSIGN_OR_RETURN(program::ModelConfig sizes, ReadHfConfig(hf_));
     ASSIGN_OR_RETURN(Ours ours, OursOf(sizes));
-    return ImportHuggingFace(hf_, ours.model, ours.params, ckpt_);
+    return ImportHuggingFace(hf_, ours.model, ckpt_);
   }
   // The import's error; fails the test if it succeeded or wrote anything.
   std::string ImportError() {

@@ -77,6 +77,12 @@ TEST_F(ProgramLoaderTest, LoadedProgramTrainsLikeTheOriginal) {
   EXPECT_EQ(loaded->flags.seq, 8);
   EXPECT_EQ(loaded->model.layers, 1);
   EXPECT_FALSE(loaded->complete);
+  // MFU's N: the token table (the logits' weight) and the blocks' four
+  // matrices, C = 16; not the position table, which is added.
+  const int64_t c = config_.width;
+  EXPECT_EQ(loaded->matmul_values,
+            config_.padded_vocab * c + c * 3 * c + c * c + c * 4 * c + 4 * c * c);
+  EXPECT_EQ(loaded->parameter_values, models::ParameterCount(config_, config_.padded_vocab));
   ASSERT_EQ(loaded->program.entries.size(), 2u);
   EXPECT_EQ(loaded->program.entries[1].role, program::EntryRole::kLogits);
   CpuTrainer original(&program_, 3), reloaded(&loaded->program, 3);

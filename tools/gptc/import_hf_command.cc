@@ -3,11 +3,8 @@
 // inverse of gptc export-hf.
 #include <cstdio>
 #include <optional>
-#include <utility>
-#include <vector>
 
 #include "models/config.h"
-#include "models/gpt2.h"
 #include "runtime/hf_import.h"
 #include "tools/common/flags.h"
 #include "tools/gptc/commands.h"
@@ -15,16 +12,12 @@
 namespace gptc::tools {
 namespace {
 
-struct OurGpt2 {
-  program::ModelConfig model;
-  std::vector<program::ParamSpec> params;
-};
-
 // Our GPT-2 of HF sizes (ReadHfConfig's): named as the built-in config of
 // those sizes, if one is, else "hf-gpt2"; its vocabulary padded as every
-// config's is; its parameters as an artifact of it declares them, by tracing
-// it, so that the checkpoint holds what gptrun's --resume will ask for.
-StatusOr<OurGpt2> OurModel(const program::ModelConfig& sizes, const std::string& config_path) {
+// config's is. Checked as a trace of it would be, so that gptrun can compile
+// and resume what the checkpoint holds.
+StatusOr<program::ModelConfig> OurModel(const program::ModelConfig& sizes,
+                                        const std::string& config_path) {
   models::GptConfig config{.name = "hf-gpt2",
                            .layers = sizes.layers,
                            .heads = sizes.heads,
@@ -39,17 +32,11 @@ StatusOr<OurGpt2> OurModel(const program::ModelConfig& sizes, const std::string&
       config.name = c.name;
     }
   }
-  // The shortest trace: the parameters do not depend on the batch or sequence.
-  StatusOr<frontend::TracedModule> traced = models::TraceGpt2Forward(config, 1, 1);
-  if (!traced.ok()) return traced.status().WithPrefix(config_path);
-  return OurGpt2{.model = {.name = config.name,
-                           .layers = config.layers,
-                           .heads = config.heads,
-                           .width = config.width,
-                           .positions = config.positions,
-                           .vocab = config.vocab,
-                           .padded_vocab = config.padded_vocab},
-                 .params = std::move(traced->params)};
+  // The shortest sequence: the parameters do not depend on the batch or sequence.
+  if (Status s = models::ValidateTraceShape(config, 1, 1); !s.ok()) {
+    return s.WithPrefix(config_path);
+  }
+  return models::ModelConfigOf(config);
 }
 
 }  // namespace
@@ -83,9 +70,9 @@ int ImportHfCommand(int argc, char** argv) {
   }
   StatusOr<program::ModelConfig> sizes = rt::ReadHfConfig(hf);
   if (!sizes.ok()) return Fail(kExitFailure, sizes.status());
-  StatusOr<OurGpt2> ours = OurModel(*sizes, hf + "/config.json");
+  StatusOr<program::ModelConfig> ours = OurModel(*sizes, hf + "/config.json");
   if (!ours.ok()) return Fail(kExitFailure, ours.status());
-  StatusOr<rt::HfImportSummary> done = rt::ImportHuggingFace(hf, ours->model, ours->params, ckpt);
+  StatusOr<rt::HfImportSummary> done = rt::ImportHuggingFace(hf, *ours, ckpt);
   if (!done.ok()) return Fail(kExitFailure, done.status());
   const program::ModelConfig& m = done->model;
   std::printf(

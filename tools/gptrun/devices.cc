@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "compiler/program/gpu_spec.h"
 #include "runtime/cpu_device.h"
 #include "tools/common/trusted_libraries.h"
 #if GPTC_HAVE_GPU
@@ -30,10 +31,9 @@ StatusOr<int64_t> GpuMemoryBudget(int ordinal) {
 #if GPTC_HAVE_GPU
   if (rt::gpu::CountDevices() == 0) return Error("no GPU to take the memory budget from");
   ASSIGN_OR_RETURN(rt::gpu::DeviceInfo device, rt::gpu::OpenDevice(rt::gpu::Cuda(), ordinal));
-  // The trainer's reserve (GpuOptions::reserve_bytes) and a cuBLASLt
-  // workspace as large as any gemm plan asks.
-  const int64_t beside = rt::gpu::GpuOptions{}.reserve_bytes + (int64_t{256} << 20);
-  return std::max<int64_t>(0, device.free_bytes - beside);
+  // The CUDA context is up: only the trainer's reserve and the cuBLASLt
+  // workspace still come out of the free memory.
+  return std::max<int64_t>(0, device.free_bytes - program::kGpuFreeMemoryBesideArenas);
 #else
   return Error("this gptrun has no GPU device to take the memory budget from");
 #endif
@@ -124,32 +124,12 @@ StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device, co
 #endif
 }
 
-std::string LoadSummary(rt::Trainer& trainer) {
-#if GPTC_HAVE_GPU
-  if (auto* g = dynamic_cast<rt::gpu::GpuTrainer*>(&trainer)) return g->LoadSummary();
-  if (auto* e = dynamic_cast<rt::emu::EmuTrainer*>(&trainer)) return e->LoadSummary();
-#endif
-  return "";
-}
+std::string LoadSummary(rt::Trainer& trainer) { return trainer.LoadSummary(); }
 
-std::string ProfileJson(rt::Trainer& trainer) {
-#if GPTC_HAVE_GPU
-  if (auto* g = dynamic_cast<rt::gpu::GpuTrainer*>(&trainer)) return g->ProfileJson();
-  if (auto* e = dynamic_cast<rt::emu::EmuTrainer*>(&trainer)) return e->ProfileJson();
-#endif
-  return "";
-}
+std::string ProfileJson(rt::Trainer& trainer) { return trainer.ProfileJson(); }
 
 std::string ProfileReport(rt::Trainer& trainer, bool profiled) {
-#if GPTC_HAVE_GPU
-  if (auto* g = dynamic_cast<rt::gpu::GpuTrainer*>(&trainer)) {
-    return profiled ? g->ProfileReport() : "";
-  }
-  if (auto* e = dynamic_cast<rt::emu::EmuTrainer*>(&trainer)) {
-    return (profiled ? e->ProfileReport() + "\n" : "") + "emulator: " + e->stats().Summary();
-  }
-#endif
-  return "";
+  return trainer.RunReport(profiled);
 }
 
 }  // namespace gptc::tools

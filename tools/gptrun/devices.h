@@ -43,12 +43,10 @@ StatusOr<std::unique_ptr<rt::Trainer>> MakeTrainer(const std::string& device,
                                                    const program::TrainProgram* program,
                                                    const Distributed& dist);
 
-// Extra lines about a trainer after its load ("loaded: arenas ..."), or empty.
+// What the trainer's device says of itself (rt::Trainer::LoadSummary,
+// RunReport and ProfileJson); empty for the CPU.
 std::string LoadSummary(rt::Trainer& trainer);
-// After the run: the --profile table of a GPU or emulated trainer (when
-// `profiled`), and what the emulated device did; empty for the CPU.
 std::string ProfileReport(rt::Trainer& trainer, bool profiled);
-// The profile as JSON (gpu::GpuTrainer::ProfileJson); empty for the CPU.
 std::string ProfileJson(rt::Trainer& trainer);
 
 }  // namespace gptc::tools

@@ -84,14 +84,11 @@ class StopSignals {
   struct sigaction old_int_ = {}, old_term_ = {};
 };
 
-// FLOPs of one token's forward + backward: 6 * (matmul parameters) for the
-// matmuls plus 12 * layers * seq * width for attention (as llm.c).
+// FLOPs of one token's forward + backward: 6 * (matmul parameters, as the
+// loader counts them from the GPT-2 table) for the matmuls plus
+// 12 * layers * seq * width for attention (as llm.c).
 double FlopsPerToken(const rt::LoadedProgram& p) {
-  int64_t matmul = 0;
-  for (const program::ParamSpec& s : p.program.params) {
-    if (s.shape.rank() == 2 && !s.name.starts_with("wpe")) matmul += s.shape.num_elements();
-  }
-  return 6.0 * static_cast<double>(matmul) +
+  return 6.0 * static_cast<double>(p.matmul_values) +
          12.0 * static_cast<double>(p.model.layers * p.flags.seq * p.model.width);
 }
 

@@ -236,9 +236,7 @@ StatusOr<std::unique_ptr<GpuHarness>> GpuHarness::Create(const TestDevice& devic
   RETURN_IF_ERROR(
       h->cuda_.Check(h->cuda_.Malloc(&h->workspace_, kWorkspace), "cudaMalloc(workspace)"));
   ExecutorResources resources{.backend = &backend,
-                              .cu = cu,
                               .stream = h->stream_,
-                              .lt = h->lt_,
                               .lt_handle = h->lt_handle_,
                               .modules = h->modules_.get(),
                               .workspace = h->workspace_,
