@@ -336,7 +336,7 @@ StatusOr<BuiltModules> TraceAndBuild(const CompileOptions& options, passes::Trai
 }
 
 // The summary's note of the plan --remat auto chose: "; remat auto: PLAN
-// (est. +1.234 ms a step recomputing)"; empty for a plan given as a flag.
+// (est. +X ms a step recomputing)"; empty for a plan given as a flag.
 std::string RematNote(const CompileOptions& options, const PlanBudget& budget) {
   const passes::RematOptions& remat = options.train.remat;
   if (remat.policy != passes::RematPolicy::kAuto || remat.layers.empty()) return "";
