@@ -13,7 +13,11 @@
 #    the IR's naming ("grad.", "remat.", "h.", "wte", "lm_head",
 #    "gemm fallback", ...): a decision by name prefix;
 #  - in the artifact's readers (tools/report, gptc inspect), any prefix or
-#    suffix read of a string literal.
+#    suffix read of a string literal;
+#  - a read of an error's text (a Status's message(), or a message or
+#    another tool's stderr kept in a string): errors are told apart by
+#    Status::code(), tools by their exit code and typed output (gptc compile
+#    --json), never by their words.
 # An allowed line is listed below (file, a fragment of the line, and why).
 # Prints each offending line; exit 1 if there is one.
 # Usage: no_string_decisions.sh SOURCE_ROOT
@@ -30,6 +34,7 @@ pattern+='|name\)?\s*(==|!=)\s*\(?[^"]*"(train_step|accumulate|apply|logits|eval
 vocab='(grad\.|grad_acc\.|remat\.|optimizer\b|adamw|h\.|wte|wpe|ln_[12f]|lm_head|loss\b|parameters\b|data_parallel\.|dp\.|attn\.|mlp\.|gemm fallback)'
 pattern+="|(starts_with|ends_with|StartsWith|EndsWith|find|rfind|contains|compare)\(\s*\"${vocab}"
 pattern+="|(==|!=)\s*\"${vocab}|\"${vocab}[^\"]*\"\s*(==|!=)"
+pattern+="|message\(\)\s*(==|!=)|message\(\)${reads}|[^A-Za-z_](message|err)${reads}"
 readers='tools/report tools/gptc/inspect.cc tools/gptc/kernel_stats.cc tools/gptc/report_command.cc'
 reader_pattern='(starts_with|ends_with|StartsWith|EndsWith|rfind)\(\s*"'
 # file|fragment of the line|why it is not a decision by name
@@ -37,7 +42,13 @@ allowed=(
   'passes/data_parallel.cc|name.starts_with("grad_acc.")|names the all-reduce for people after its accumulator'
   'runtime/hf_export.cc|p.name == "wte.weight"|Hugging Face checkpoints key tensors by these names: the file format names the padded table'
   'runtime/checkpoint.cc|spec.name == "wte.weight"|checkpoints key tensors by their Hugging Face names: the file format names the padded table'
-  'tools/gptrun/train_loop.cc|starts_with("wpe")|replaced by the model table'
+  'tools/gptrun/train_step.cc|message().starts_with(prefix|whether the trainer already named the step: context added once, not a kind of error'
+  'runtime/emu/emu_streams.cc|message.starts_with("entry ")|whether the finding already names its entry: context added once'
+  'runtime/emu/emu_streams.cc|message.starts_with(what)|whether the finding already names its call: context added once'
+  'frontend/tracer.cc|message.starts_with(metadata)|drops a scope the message already begins with: context added once'
+  'frontend/tracer.cc|message.substr(metadata.size())|(the same line, continued)'
+  'tools/gptrun/jit.cc|run.err.find('"'"'\n'"'"', at)|splits gptc'"'"'s stderr into lines to relay its error'
+  'tools/gptrun/jit.cc|run.err.compare(at, 6, "gptc: ")|relays gptc'"'"'s one-line error into gptrun'"'"'s; the exit code decides'
 )
 hits=$(cd "$root" && {
   grep -rnE "$pattern" --include='*.cc' --include='*.h' compiler passes runtime tools frontend models
@@ -57,4 +68,4 @@ if [ -n "$hits" ]; then
     "and read the plan's roles (compiler/program/plan_role.h), not a metadata string or a name"
   exit 1
 fi
-echo "no_string_decisions: no decision reads a metadata string, an IR or model name or an entry name"
+echo "no_string_decisions: no decision reads a metadata string, an IR or model name, an entry name or an error's text"
