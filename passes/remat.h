@@ -33,7 +33,7 @@
 //           block's input and output (the residual stream); everything
 //           inside a block, and the head after the last block, is recomputed;
 //   kAuto   chosen by the compile driver, not this pass: a plan per block
-//           for a memory budget (passes/remat_planner.h).
+//           for a memory budget (tools/gptc/remat_planner.h).
 // A plan gives each transformer block its own policy (RematOptions::layers);
 // the values outside the blocks (embeddings, the head) follow the last
 // block's, as under a uniform policy they follow the model's. A block

@@ -1,5 +1,5 @@
 // What one kernel of a fused module costs by the fusion report's model: its
-// FLOPs and the bytes it must move. The fusion report (passes/fusion_report.h)
+// FLOPs and the bytes it must move. The fusion report (compiler/analysis/fusion_report.h)
 // turns them into roofline times for a GPU; the thunk plan records them per
 // thunk (program::ThunkCost), so that a reader without the IR (gptrun's
 // report, the profile) can do the same.

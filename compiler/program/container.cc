@@ -111,10 +111,11 @@ StatusOr<Artifact> DecodeArtifact(std::string_view bytes, std::string_view path,
   // Order of the checks: magic, version (a newer format may change all the
   // rest), size (truncation), checksum, then the sections themselves.
   if (bytes.size() < 4 || std::memcmp(bytes.data(), kArtifactMagic, 4) != 0) {
-    return Error("{}: not a gptx artifact (bad magic)", path);
+    return CorruptError("{}: not a gptx artifact (bad magic)", path);
   }
   if (bytes.size() < kHeaderBytes + kTrailerBytes) {
-    return Error("{}: truncated ({} bytes, less than a header and trailer)", path, bytes.size());
+    return CorruptError("{}: truncated ({} bytes, less than a header and trailer)", path,
+                        bytes.size());
   }
   Artifact a;
   a.format_version = static_cast<uint32_t>(GetLE(bytes, 4, 4));
@@ -122,7 +123,7 @@ StatusOr<Artifact> DecodeArtifact(std::string_view bytes, std::string_view path,
     return Error("{}: format version {}; this build of gptc reads version {} (update gptc)", path,
                  a.format_version, kArtifactFormatVersion);
   }
-  if (a.format_version == 0) return Error("{}: format version 0 is invalid", path);
+  if (a.format_version == 0) return CorruptError("{}: format version 0 is invalid", path);
   if (a.format_version < kArtifactFormatVersion) {
     return Error(
         "{}: format version {}; this build of gptc reads version {} (recompile it with gptc "
@@ -131,26 +132,32 @@ StatusOr<Artifact> DecodeArtifact(std::string_view bytes, std::string_view path,
   }
   uint64_t size = GetLE(bytes, 8, 8);
   if (size != bytes.size()) {
-    return Error("{}: truncated ({} bytes, the header says {})", path, bytes.size(), size);
+    return CorruptError("{}: truncated ({} bytes, the header says {})", path, bytes.size(), size);
   }
   std::string_view body = bytes.substr(0, bytes.size() - kTrailerBytes);
   a.checksum = GetLE(bytes, body.size(), 8);
   if (Fnv1a64(body) != a.checksum) {
-    return Error("{}: checksum mismatch (file is corrupt)", path);
+    return CorruptError("{}: checksum mismatch (file is corrupt)", path);
   }
-  ASSIGN_OR_RETURN(auto sections, SplitSections(bytes, path));
-  for (auto [name, contents] : sections) a.sections.emplace_back(name, contents);
+  StatusOr<std::vector<std::pair<std::string_view, std::string_view>>> sections =
+      SplitSections(bytes, path);
+  if (!sections.ok()) return sections.status().WithCode(StatusCode::kCorrupt);
+  for (auto [name, contents] : *sections) a.sections.emplace_back(name, contents);
   for (std::string_view required : kRequiredSections) {
-    if (a.Find(required) == nullptr) return Error("{}: missing section '{}'", path, required);
+    if (a.Find(required) == nullptr) {
+      return CorruptError("{}: missing section '{}'", path, required);
+    }
   }
   nlohmann::json manifest;
   for (auto [name, json] : {std::pair{"manifest", &manifest}, std::pair{"plan", &a.plan},
                             std::pair{"params", &a.params}}) {
     *json = nlohmann::json::parse(*a.Find(name), nullptr, /*allow_exceptions=*/false);
-    if (json->is_discarded()) return Error("{}: section '{}' is not valid JSON", path, name);
+    if (json->is_discarded()) {
+      return CorruptError("{}: section '{}' is not valid JSON", path, name);
+    }
   }
   StatusOr<Manifest> decoded = ManifestFromJson(manifest);
-  if (!decoded.ok()) return decoded.status().WithPrefix(path);
+  if (!decoded.ok()) return decoded.status().WithPrefix(path).WithCode(StatusCode::kCorrupt);
   a.manifest = std::move(*decoded);
   if (!options.expected_target.empty() && a.manifest.target != options.expected_target) {
     return Error("{}: compiled for {}, this device is {}", path, a.manifest.target,

@@ -35,7 +35,11 @@ StatusOr<int> OpenInputFile(std::string_view path) {
   const std::string p(path);
   // O_NONBLOCK: opening a FIFO with no writer would otherwise wait for one.
   const int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return Error("{}: {}", path, std::strerror(errno));
+  if (fd < 0) {
+    const int err = errno;
+    return Status::Error(fmt::format("{}: {}", path, std::strerror(err)),
+                         err == ENOENT ? StatusCode::kNotFound : StatusCode::kUnknown);
+  }
   struct stat st;
   if (fstat(fd, &st) != 0) {
     const int err = errno;

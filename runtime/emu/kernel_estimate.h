@@ -36,7 +36,7 @@ inline constexpr double kDramBytesPerUs = 3.0e6;
 inline constexpr double kL2BytesPerUs = 6.0e6;
 inline constexpr double kSassPerLlvm = 1.0;
 inline constexpr double kLaunchUs = 2.0;
-// The fusion report's memory roofline (passes/fusion_report.h: 3.35 TB/s).
+// The fusion report's memory roofline (compiler/analysis/fusion_report.h: 3.35 TB/s).
 inline constexpr double kRooflineBytesPerUs = 3.35e6;
 
 // Per launch, microseconds.

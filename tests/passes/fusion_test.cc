@@ -5,10 +5,10 @@
 #include <map>
 #include <string>
 
+#include "compiler/analysis/fusion_report.h"
 #include "compiler/analysis/kernel_count.h"
 #include "models/config.h"
 #include "models/gpt2.h"
-#include "passes/fusion_report.h"
 #include "passes/registry.h"
 #include "passes/remat.h"
 #include "tests/testing/pass_harness.h"
@@ -647,7 +647,7 @@ TEST(FusionTest, Gpt2TinyTrainStep) {
     EXPECT_LE(kernels, kMaxKernelsPerLayer) << "layer " << layer;
     ::testing::Test::RecordProperty("kernels_h" + std::to_string(layer), kernels);
   }
-  std::string report = RenderFusionReport(*after, GpuSpec::H100());
+  std::string report = analysis::RenderFusionReport(*after, program::GpuSpec::H100());
   EXPECT_NE(report.find("kernels per layer"), std::string::npos);
 }
 

@@ -274,8 +274,8 @@ Status ParseTraining(const Flags& flags, CompileOptions& o) {
   if (*remat == passes::RematPolicy::kAuto) {
     if (!flags.Has("memory-budget")) return Error("--remat auto needs --memory-budget");
     const std::string value = flags.Get("memory-budget");
-    if (std::optional<passes::GpuSpec> gpu = passes::FindGpuSpec(value)) {
-      o.memory_budget = gpu->memory_bytes - passes::kGpuMemoryBesideArenas;
+    if (std::optional<program::GpuSpec> gpu = program::FindGpuSpec(value)) {
+      o.memory_budget = gpu->memory_bytes - program::kGpuMemoryBesideArenas;
     } else {
       StatusOr<int64_t> budget = passes::ParseByteSize(value);
       if (!budget.ok()) {
@@ -363,7 +363,7 @@ Status ClearEarlierDumps(const std::string& dir) {
 // What to write and report. `output` is the file to write (empty with
 // --cached and no -o).
 Status ParseOutput(const Flags& flags, CompileOptions& o, std::string& output) {
-  std::optional<passes::GpuSpec> gpu = passes::FindGpuSpec(flags.Get("roofline-gpu"));
+  std::optional<program::GpuSpec> gpu = program::FindGpuSpec(flags.Get("roofline-gpu"));
   if (!gpu) {
     return Error("--roofline-gpu must be h100, h200 or a100, got '{}'", flags.Get("roofline-gpu"));
   }
@@ -593,19 +593,18 @@ class CompileRun {
 int CompileCommand(int argc, char** argv) {
   Flags flags = DeclareCompileFlags();
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) {
-    return Fail(kExitUsage, s);
+    return Fail(s.WithCode(StatusCode::kUsage));
   }
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (!flags.positional().empty()) {
-    return Fail(kExitUsage, Error("compile: unexpected argument '{}'", flags.positional()[0]));
+    return Fail(UsageError("compile: unexpected argument '{}'", flags.positional()[0]));
   }
-  if (!flags.Has("model"))
-    return Fail(kExitUsage, Error("compile needs --model NAME (see gptc models)"));
+  if (!flags.Has("model")) return Fail(UsageError("compile needs --model NAME (see gptc models)"));
   CompileOptions options;
   std::string output;
   for (Status s : {ParseModel(flags, options), ParseTraining(flags, options),
                    ParseOutput(flags, options, output)}) {
-    if (!s.ok()) return Fail(kExitUsage, s);
+    if (!s.ok()) return Fail(s.WithCode(StatusCode::kUsage));
   }
   return CompileRun(flags, options, std::move(output)).Run();
 }

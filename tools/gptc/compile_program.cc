@@ -49,7 +49,7 @@ Status WriteReports(const program::TrainProgram& program, const CompileOptions& 
     // when someone reads them.
     std::string fusion, memory;
     if (!dir.empty() || options.print_fusion_report) {
-      fusion = passes::RenderFusionReport(*e.module, options.roofline_gpu);
+      fusion = analysis::RenderFusionReport(*e.module, options.roofline_gpu);
     }
     if (!dir.empty() || options.print_memory_report) {
       memory = assignment.MemoryReport(
@@ -451,8 +451,8 @@ StatusOr<CompileOptions> ChooseBatch(const CompileOptions& options, const Compil
   auto least = [&](int64_t b) -> StatusOr<int64_t> {
     if (progress) progress(fmt::format("batch auto: the least memory at batch {}", b), true);
     const CompileOptions o = at(b);
-    ASSIGN_OR_RETURN(passes::RematCostModel model, MeasureRematCosts(o));
-    return passes::SmallestRematPlan(model).arena_bytes;
+    ASSIGN_OR_RETURN(RematCostModel model, MeasureRematCosts(o));
+    return SmallestRematPlan(model).arena_bytes;
   };
   ASSIGN_OR_RETURN(int64_t smallest, least(1));
   if (smallest > options.memory_budget) {

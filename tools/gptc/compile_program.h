@@ -12,11 +12,11 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/analysis/fusion_report.h"
 #include "compiler/program/manifest.h"
 #include "compiler/support/status.h"
 #include "frontend/tracer.h"
 #include "models/config.h"
-#include "passes/fusion_report.h"
 #include "passes/train_step.h"
 #include "tools/gptc/compile_options.h"
 

@@ -21,10 +21,10 @@ int ExportHfCommand(int argc, char** argv) {
               "replaced).");
   flags.Bool("force", "write into a non-empty OUT_DIR, replacing its config.json and "
                       "model.safetensors");
-  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(kExitUsage, s);
+  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (flags.positional().size() != 2) {
-    return Fail(kExitUsage, Error("export-hf takes CKPT_DIR OUT_DIR (gptc export-hf --help)"));
+    return Fail(UsageError("export-hf takes CKPT_DIR OUT_DIR (gptc export-hf --help)"));
   }
   const std::string& ckpt = flags.positional()[0];
   const std::string& out = flags.positional()[1];
@@ -33,7 +33,7 @@ int ExportHfCommand(int argc, char** argv) {
   if (Status s =
           CheckHfOutputDir("export-hf", ckpt, "the checkpoint", out, "OUT_DIR", flags.Has("force"));
       !s.ok()) {
-    return Fail(kExitUsage, s);
+    return Fail(s.WithCode(StatusCode::kUsage));
   }
   StatusOr<rt::HfExportSummary> done = rt::ExportHuggingFace(ckpt, out);
   if (!done.ok()) return Fail(kExitFailure, done.status());

@@ -55,10 +55,10 @@ int ImportHfCommand(int argc, char** argv) {
   flags.Bool("force",
              "write into a non-empty CKPT_DIR, replacing its config.json, "
              "model.safetensors and optim.safetensors");
-  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(kExitUsage, s);
+  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (flags.positional().size() != 2) {
-    return Fail(kExitUsage, Error("import-hf takes HF_DIR CKPT_DIR (gptc import-hf --help)"));
+    return Fail(UsageError("import-hf takes HF_DIR CKPT_DIR (gptc import-hf --help)"));
   }
   const std::string& hf = flags.positional()[0];
   const std::string& ckpt = flags.positional()[1];
@@ -66,7 +66,7 @@ int ImportHfCommand(int argc, char** argv) {
   // HF files: writing there would replace the model being read.
   if (Status s = CheckHfOutputDir("import-hf", hf, "HF_DIR", ckpt, "CKPT_DIR", flags.Has("force"));
       !s.ok()) {
-    return Fail(kExitUsage, s);
+    return Fail(s.WithCode(StatusCode::kUsage));
   }
   StatusOr<program::ModelConfig> sizes = rt::ReadHfConfig(hf);
   if (!sizes.ok()) return Fail(kExitFailure, sizes.status());

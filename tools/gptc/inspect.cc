@@ -157,22 +157,22 @@ int InspectCommand(int argc, char** argv) {
       .Value("rows", "N", "with --estimate: the longest N launches (default 40)")
       .Bool("json",
             "with --estimate: every launch as JSON (gptc-estimate-1, for scripts/fit-gemm-table)");
-  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
+  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
-  if (flags.positional().size() != 1) return Fail(2, Error("inspect takes one FILE.gptx"));
+  if (flags.positional().size() != 1) return Fail(UsageError("inspect takes one FILE.gptx"));
   StatusOr<program::Artifact> a = program::ReadArtifact(flags.positional()[0]);
   if (!a.ok()) return Fail(1, a.status());
   if (flags.Has("estimate")) {
     StatusOr<int64_t> rows = flags.GetInt("rows", 40);
-    if (!rows.ok()) return Fail(2, rows.status());
-    if (*rows < 1) return Fail(2, Error("--rows wants a positive number, got {}", *rows));
+    if (!rows.ok()) return Fail(rows.status().WithCode(StatusCode::kUsage));
+    if (*rows < 1) return Fail(UsageError("--rows wants a positive number, got {}", *rows));
     StatusOr<std::string> table = EstimateTable(*a, *rows, flags.Has("json"));
     if (!table.ok()) return Fail(1, table.status().WithPrefix(flags.positional()[0]));
     std::fputs(table->c_str(), stdout);
     return 0;
   }
   if (flags.Has("rows") || flags.Has("json")) {
-    return Fail(2, Error("--{} goes with --estimate", flags.Has("rows") ? "rows" : "json"));
+    return Fail(UsageError("--{} goes with --estimate", flags.Has("rows") ? "rows" : "json"));
   }
   if (flags.Has("kernel-stats")) {
     StatusOr<std::string> table = KernelStatsTable(*a, flags.Get("kernels", ""));
@@ -188,7 +188,7 @@ int InspectCommand(int argc, char** argv) {
     return 0;
   }
   if (flags.Has("kernels")) {
-    return Fail(2, Error("--kernels goes with --kernel-stats or --cubins"));
+    return Fail(UsageError("--kernels goes with --kernel-stats or --cubins"));
   }
   // Every section asked for, in this order (--ir --plan prints both).
   bool printed = false;

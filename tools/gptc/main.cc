@@ -74,9 +74,9 @@ int Verify(int argc, char** argv) {
   tools::Flags flags("gptc verify", "FILE.ir",
                      "Parses and verifies IR text (every module of the file); prints ok or the "
                      "first error with its file:line:col.");
-  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
+  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
-  if (flags.positional().size() != 1) return Fail(2, Error("verify takes one FILE.ir"));
+  if (flags.positional().size() != 1) return Fail(UsageError("verify takes one FILE.ir"));
   // A file may hold several modules (gptc compile --grad-accum K > 1).
   const std::string& path = flags.positional()[0];
   StatusOr<std::string> text = ReadFile(path);
@@ -100,17 +100,17 @@ int Eval(int argc, char** argv) {
       .Value("module", "NAME",
              "of a file with several modules (gptc compile's train step and its other entries), "
              "the one to evaluate (default: the first)");
-  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
+  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
-  if (flags.positional().size() != 1) return Fail(2, Error("eval takes one FILE.ir"));
+  if (flags.positional().size() != 1) return Fail(UsageError("eval takes one FILE.ir"));
   StatusOr<int64_t> seed = flags.GetInt("seed");
-  if (!seed.ok()) return Fail(2, seed.status());
+  if (!seed.ok()) return Fail(seed.status().WithCode(StatusCode::kUsage));
   eval::EvalOptions options;
   const std::string arithmetic = flags.Get("arithmetic");
   if (arithmetic == "f64") {
     options.precision = eval::Precision::kF64;
   } else if (arithmetic != "f32") {
-    return Fail(2, Error("--arithmetic must be f32 or f64, got '{}'", arithmetic));
+    return Fail(UsageError("--arithmetic must be f32 or f64, got '{}'", arithmetic));
   }
   StatusOr<std::unique_ptr<ir::Module>> module =
       LoadModule(flags.positional()[0], flags.Get("module"));
@@ -172,7 +172,7 @@ int Main(int argc, char** argv) {
   if (command == "eval") return Eval(argc, argv);
   if (command == "export-hf") return tools::ExportHfCommand(argc, argv);
   if (command == "import-hf") return tools::ImportHfCommand(argc, argv);
-  return Fail(2, Error("unknown command '{}' (try gptc --help)", command));
+  return Fail(UsageError("unknown command '{}' (try gptc --help)", command));
 }
 
 }  // namespace

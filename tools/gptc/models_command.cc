@@ -13,10 +13,10 @@ int ModelsCommand(int argc, char** argv) {
               "Lists the model configs: layers, heads, width, context length, and the parameter "
               "count with the real vocabulary (params) and with the padded one the compiled "
               "module holds (padded).");
-  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
+  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (!flags.positional().empty()) {
-    return Fail(2, Error("models: unexpected argument '{}'", flags.positional()[0]));
+    return Fail(UsageError("models: unexpected argument '{}'", flags.positional()[0]));
   }
   // "params" uses the real 50,257-token vocabulary (the published counts);
   // "padded" the 50,304-row table the compiled module actually holds.

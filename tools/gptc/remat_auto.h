@@ -1,7 +1,7 @@
 // `--remat auto` as one object: it searches the plan per block for the
 // memory budget (remat_search.h), compiles with it, and checks the real
 // arenas against the budget (Note [per-block remat plans] in
-// passes/remat_planner.h).
+// tools/gptc/remat_planner.h).
 #ifndef GPTC_TOOLS_GPTC_REMAT_AUTO_H_
 #define GPTC_TOOLS_GPTC_REMAT_AUTO_H_
 

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "compiler/analysis/buffer_assignment.h"
+#include "compiler/analysis/fusion_report.h"
 #include "models/gpt2.h"
-#include "passes/fusion_report.h"
 #include "passes/train_step.h"
 
 namespace gptc::tools {
@@ -16,8 +16,8 @@ namespace {
 // One slice: the model with `blocks` blocks, every block under `policy`; its
 // train entry's (train_step, or accumulate) arena and roofline time, and
 // under none grad-accum's apply arena too.
-StatusOr<passes::RematSlice> CompileSlice(const CompileOptions& whole, int blocks,
-                                          passes::RematPolicy policy, bool below_none) {
+StatusOr<RematSlice> CompileSlice(const CompileOptions& whole, int blocks,
+                                  passes::RematPolicy policy, bool below_none) {
   CompileOptions options = whole;
   options.config.layers = blocks;
   ASSIGN_OR_RETURN(frontend::TracedModule traced,
@@ -36,7 +36,7 @@ StatusOr<passes::RematSlice> CompileSlice(const CompileOptions& whole, int block
   ASSIGN_OR_RETURN(
       program::TrainProgram program,
       passes::BuildTrainProgram(std::move(traced.module), traced.params, traced.inputs, train));
-  passes::RematSlice slice{.policy = policy, .blocks = blocks, .below_none = below_none};
+  RematSlice slice{.policy = policy, .blocks = blocks, .below_none = below_none};
   for (size_t i = 0; i < (others ? program.entries.size() : 1); ++i) {
     const program::TrainEntry& e = program.entries[i];
     ASSIGN_OR_RETURN(analysis::BufferAssignment assignment,
@@ -44,7 +44,8 @@ StatusOr<passes::RematSlice> CompileSlice(const CompileOptions& whole, int block
     (i == 0 ? slice.arena_bytes : slice.other_bytes) += assignment.arena_size();
   }
   const program::TrainEntry& entry = program.entries.front();
-  for (const passes::KernelRow& row : passes::AnalyzeKernels(*entry.module, options.roofline_gpu)) {
+  for (const analysis::KernelRow& row :
+       analysis::AnalyzeKernels(*entry.module, options.roofline_gpu)) {
     slice.time_us += row.time_us;
   }
   return slice;
@@ -52,16 +53,16 @@ StatusOr<passes::RematSlice> CompileSlice(const CompileOptions& whole, int block
 
 }  // namespace
 
-StatusOr<passes::RematCostModel> MeasureRematCosts(const CompileOptions& options) {
+StatusOr<RematCostModel> MeasureRematCosts(const CompileOptions& options) {
   const int blocks = static_cast<int>(options.config.layers);
   const int shallow = blocks >= 3 ? 2 : 1;
-  std::vector<passes::RematSlice> slices;
-  for (passes::RematPolicy policy : passes::kPlanPolicies) {
+  std::vector<RematSlice> slices;
+  for (passes::RematPolicy policy : kPlanPolicies) {
     for (int depth : {shallow, shallow + 1, -1}) {
       const bool below_none = depth < 0;
       if (below_none && policy == passes::RematPolicy::kNone) continue;
       if (below_none) depth = shallow + 1;
-      StatusOr<passes::RematSlice> slice = CompileSlice(options, depth, policy, below_none);
+      StatusOr<RematSlice> slice = CompileSlice(options, depth, policy, below_none);
       if (!slice.ok()) {
         return slice.status().WithPrefix(
             fmt::format("remat auto: the {}-block slice with {} under {}", depth,
@@ -70,13 +71,13 @@ StatusOr<passes::RematCostModel> MeasureRematCosts(const CompileOptions& options
       slices.push_back(*slice);
     }
   }
-  return passes::RematCostModel::Fit(slices, blocks);
+  return RematCostModel::Fit(slices, blocks);
 }
 
 StatusOr<RematSearch> SearchRematPlan(const CompileOptions& options, int64_t budget_bytes) {
-  ASSIGN_OR_RETURN(passes::RematCostModel model, MeasureRematCosts(options));
-  ASSIGN_OR_RETURN(passes::EstimatedPlan chosen, passes::ChooseRematPlan(model, budget_bytes));
-  std::string comparison = passes::RenderPlanComparison(model, budget_bytes, chosen);
+  ASSIGN_OR_RETURN(RematCostModel model, MeasureRematCosts(options));
+  ASSIGN_OR_RETURN(EstimatedPlan chosen, ChooseRematPlan(model, budget_bytes));
+  std::string comparison = RenderPlanComparison(model, budget_bytes, chosen);
   return RematSearch{.chosen = std::move(chosen), .comparison = std::move(comparison)};
 }
 

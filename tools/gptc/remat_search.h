@@ -1,6 +1,6 @@
 // `--remat auto`: the slice compiles that measure each remat policy on this
 // model, batch and sequence, and the per-block plan they choose for a memory
-// budget (Note [per-block remat plans] in passes/remat_planner.h).
+// budget (Note [per-block remat plans] in tools/gptc/remat_planner.h).
 #ifndef GPTC_TOOLS_GPTC_REMAT_SEARCH_H_
 #define GPTC_TOOLS_GPTC_REMAT_SEARCH_H_
 
@@ -8,15 +8,15 @@
 #include <string>
 
 #include "compiler/support/status.h"
-#include "passes/remat_planner.h"
 #include "tools/gptc/compile_options.h"
+#include "tools/gptc/remat_planner.h"
 
 namespace gptc::tools {
 
 struct RematSearch {
-  passes::EstimatedPlan chosen;
+  EstimatedPlan chosen;
   // The uniform plans, the greedy one and the chosen one, with their
-  // estimates (passes::RenderPlanComparison).
+  // estimates (RenderPlanComparison).
   std::string comparison;
 };
 
@@ -30,7 +30,7 @@ struct RematSearch {
 StatusOr<RematSearch> SearchRematPlan(const CompileOptions& options, int64_t budget_bytes);
 
 // The cost model alone, from the same slices.
-StatusOr<passes::RematCostModel> MeasureRematCosts(const CompileOptions& options);
+StatusOr<RematCostModel> MeasureRematCosts(const CompileOptions& options);
 
 }  // namespace gptc::tools
 

@@ -45,25 +45,25 @@ StatusOr<nlohmann::json> ReadProfile(const std::string& path) {
 
 int ReportCommand(int argc, char** argv) {
   Flags flags = ReportFlags();
-  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(2, s);
+  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
   if (flags.positional().size() > 1) {
-    return Fail(2, Error("report: one artifact at most, got '{}' and '{}'", flags.positional()[0],
-                         flags.positional()[1]));
+    return Fail(UsageError("report: one artifact at most, got '{}' and '{}'", flags.positional()[0],
+                           flags.positional()[1]));
   }
   const std::string out = flags.Get("output");
-  if (out.empty()) return Fail(2, Error("report: -o FILE is required"));
+  if (out.empty()) return Fail(UsageError("report: -o FILE is required"));
   // Before reading anything: a device, FIFO or directory is refused now.
   if (Status s = CheckOutputTarget(out); !s.ok()) return Fail(1, s);
   const std::vector<std::string> logs = flags.GetAll("log");
   if (flags.positional().empty() && logs.empty()) {
-    return Fail(2, Error("report: give an artifact, a --log, or both"));
+    return Fail(UsageError("report: give an artifact, a --log, or both"));
   }
   if (flags.Has("profile") && flags.positional().empty()) {
-    return Fail(2, Error("report: --profile needs the artifact it measured"));
+    return Fail(UsageError("report: --profile needs the artifact it measured"));
   }
   std::optional<program::GpuSpec> gpu = program::FindGpuSpec(flags.Get("gpu"));
-  if (!gpu) return Fail(2, Error("--gpu must be h100, h200 or a100, got '{}'", flags.Get("gpu")));
+  if (!gpu) return Fail(UsageError("--gpu must be h100, h200 or a100, got '{}'", flags.Get("gpu")));
 
   report::ReportInput input{.gpu = *gpu, .generated_by = "gptc report"};
   std::optional<program::Artifact> artifact;

@@ -278,6 +278,84 @@ StatusOr<JitOptions> JitOptionsOf(const Flags& flags, const TrainOptions& o) {
   return jo;
 }
 
+// The run's options from gptrun's flags (not --model's compile flags);
+// every error is a usage error naming the flag.
+StatusOr<TrainOptions> ReadTrainOptions(const Flags& flags) {
+  TrainOptions o;
+  o.device = flags.Get("device");
+  if (flags.Has("device") && o.device != "cpu" && o.device != "gpu" && o.device != "emu") {
+    return UsageError("--device must be cpu, gpu or emu, got '{}'", o.device);
+  }
+  const std::string checks = flags.Get("emu-checks");
+  if (checks != "on" && checks != "off") {
+    return UsageError("--emu-checks must be on or off, got '{}'", checks);
+  }
+  o.emu_checks = checks == "on";
+  o.trust_artifact = flags.Has("trust-artifact");
+  o.no_graph = flags.Has("no-graph");
+  o.profile = flags.Has("profile");
+  if (Status s = ReadTuningFlags(flags, o); !s.ok()) return s.WithCode(StatusCode::kUsage);
+  o.debug_sync = flags.Has("debug-sync");
+  o.train = flags.Get("train");
+  o.val = flags.Get("val");
+  o.ckpt_dir = flags.Get("ckpt-dir");
+  o.resume = flags.Get("resume");
+  o.reset_data = flags.Has("reset-data");
+  o.overwrite = flags.Has("overwrite");
+  o.log_path = flags.Get("log");
+  o.cosine = flags.Has("cosine");
+  o.bench = flags.Has("bench");
+  if (flags.Has("tokenizer")) {
+    o.tokenizer_dir = flags.Get("tokenizer");
+    o.tokenizer_given = true;
+  } else if (StatusOr<std::string> found = FindTokenizerDir(); found.ok()) {
+    o.tokenizer_dir = *found;
+  }
+  int64_t seed = 0, gpu = o.gpu;
+  for (auto [name, field, min] :
+       {std::tuple{"steps", &o.steps, int64_t{1}}, std::tuple{"warmup", &o.warmup, int64_t{0}},
+        std::tuple{"grad-accum", &o.grad_accum, int64_t{1}}, std::tuple{"seed", &seed, int64_t{0}},
+        std::tuple{"val-every", &o.val_every, int64_t{0}},
+        std::tuple{"val-steps", &o.val_steps, int64_t{1}},
+        std::tuple{"sample-every", &o.sample_every, int64_t{0}},
+        std::tuple{"sample-len", &o.sample_len, int64_t{1}},
+        std::tuple{"top-k", &o.top_k, int64_t{1}},
+        std::tuple{"ckpt-every", &o.ckpt_every, int64_t{0}},
+        std::tuple{"ckpt-keep", &o.ckpt_keep, int64_t{0}},
+        std::tuple{"skip-nonfinite", &o.skip_nonfinite, int64_t{0}},
+        std::tuple{"cpu-max-params", &o.cpu_max_params, int64_t{1}},
+        std::tuple{"gpu", &gpu, int64_t{0}}}) {
+    StatusOr<int64_t> v = flags.GetInt(name, *field);
+    if (!v.ok()) return v.status().WithCode(StatusCode::kUsage);
+    if (flags.Has(name) && *v < min) return UsageError("--{} must be >= {}, got {}", name, min, *v);
+    *field = *v;
+  }
+  o.seed = static_cast<uint64_t>(seed);
+  o.gpu = static_cast<int>(gpu);
+  for (auto [name, field] : {std::pair{"lr", &o.lr}, std::pair{"lr-min", &o.lr_min},
+                             std::pair{"peak-tflops", &o.peak_tflops}}) {
+    StatusOr<double> v = flags.GetDouble(name, *field);
+    if (!v.ok()) return v.status().WithCode(StatusCode::kUsage);
+    if (!std::isfinite(*v) || *v < 0) {
+      return UsageError("--{} must be a finite number >= 0, got {}", name, *v);
+    }
+    *field = *v;
+  }
+  if (o.cosine && o.lr_min > o.lr) {
+    return UsageError(
+        "--lr-min {} is above --lr {} (the cosine schedule decays from --lr to --lr-min)", o.lr_min,
+        o.lr);
+  }
+  if (o.warmup > o.steps) o.warmup = o.steps;
+  if ((o.resume == "latest" || o.resume == "auto") && o.ckpt_dir.empty()) {
+    return UsageError("--resume {} needs --ckpt-dir", o.resume);
+  }
+  if (!o.resume.empty() && o.bench) return UsageError("--resume does not apply to --bench");
+  if (o.profile && o.device == "cpu") return UsageError("--profile needs --device gpu or emu");
+  if (Status s = CheckInapplicable(flags, o); !s.ok()) return s.WithCode(StatusCode::kUsage);
+  return o;
+}
+
 int Main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "generate") return GenerateMain(argc, argv);
   Flags flags = DeclareFlags();
@@ -295,88 +373,16 @@ int Main(int argc, char** argv) {
                            "memory-budget", "attention-mma"}) {
     if (flags.Has(name) && !jit) return Fail(UsageError("--{} applies to --model", name));
   }
-  TrainOptions o;
-  o.device = flags.Get("device");
-  if (flags.Has("device") && o.device != "cpu" && o.device != "gpu" && o.device != "emu") {
-    return Fail(UsageError("--device must be cpu, gpu or emu, got '{}'", o.device));
-  }
-  const std::string checks = flags.Get("emu-checks");
-  if (checks != "on" && checks != "off") {
-    return Fail(UsageError("--emu-checks must be on or off, got '{}'", checks));
-  }
-  o.emu_checks = checks == "on";
-  o.trust_artifact = flags.Has("trust-artifact");
-  o.no_graph = flags.Has("no-graph");
-  o.profile = flags.Has("profile");
-  if (Status s = ReadTuningFlags(flags, o); !s.ok()) return FailUsage(s);
-  o.debug_sync = flags.Has("debug-sync");
-  o.train = flags.Get("train");
-  o.val = flags.Get("val");
-  o.ckpt_dir = flags.Get("ckpt-dir");
-  o.resume = flags.Get("resume");
-  o.reset_data = flags.Has("reset-data");
-  o.overwrite = flags.Has("overwrite");
-  o.log_path = flags.Get("log");
-  o.cosine = flags.Has("cosine");
-  o.bench = flags.Has("bench");
-  if (flags.Has("tokenizer")) {
-    o.tokenizer_dir = flags.Get("tokenizer");
-    o.tokenizer_given = true;
-  } else if (StatusOr<std::string> found = FindTokenizerDir(); found.ok()) {
-    o.tokenizer_dir = *found;
-  }
-  int64_t seed = 0, gpu = -1;
-  for (auto [name, field, min] :
-       {std::tuple{"steps", &o.steps, int64_t{1}}, std::tuple{"warmup", &o.warmup, int64_t{0}},
-        std::tuple{"grad-accum", &o.grad_accum, int64_t{1}}, std::tuple{"seed", &seed, int64_t{0}},
-        std::tuple{"val-every", &o.val_every, int64_t{0}},
-        std::tuple{"val-steps", &o.val_steps, int64_t{1}},
-        std::tuple{"sample-every", &o.sample_every, int64_t{0}},
-        std::tuple{"sample-len", &o.sample_len, int64_t{1}},
-        std::tuple{"top-k", &o.top_k, int64_t{1}},
-        std::tuple{"ckpt-every", &o.ckpt_every, int64_t{0}},
-        std::tuple{"ckpt-keep", &o.ckpt_keep, int64_t{0}},
-        std::tuple{"skip-nonfinite", &o.skip_nonfinite, int64_t{0}},
-        std::tuple{"cpu-max-params", &o.cpu_max_params, int64_t{1}},
-        std::tuple{"gpu", &gpu, int64_t{0}}}) {
-    StatusOr<int64_t> v = flags.GetInt(name, *field);
-    if (!v.ok()) return FailUsage(v.status());
-    if (flags.Has(name) && *v < min)
-      return Fail(UsageError("--{} must be >= {}, got {}", name, min, *v));
-    *field = *v;
-  }
-  o.seed = static_cast<uint64_t>(seed);
-  o.gpu = static_cast<int>(gpu);
-  for (auto [name, field] : {std::pair{"lr", &o.lr}, std::pair{"lr-min", &o.lr_min},
-                             std::pair{"peak-tflops", &o.peak_tflops}}) {
-    StatusOr<double> v = flags.GetDouble(name, *field);
-    if (!v.ok()) return FailUsage(v.status());
-    if (!std::isfinite(*v) || *v < 0) {
-      return Fail(UsageError("--{} must be a finite number >= 0, got {}", name, *v));
-    }
-    *field = *v;
-  }
-  if (o.cosine && o.lr_min > o.lr) {
-    return Fail(
-        UsageError("--lr-min {} is above --lr {} (the cosine schedule decays from --lr to "
-                   "--lr-min)",
-                   o.lr_min, o.lr));
-  }
-  if (o.warmup > o.steps) o.warmup = o.steps;
-  if ((o.resume == "latest" || o.resume == "auto") && o.ckpt_dir.empty()) {
-    return Fail(UsageError("--resume {} needs --ckpt-dir", o.resume));
-  }
-  if (!o.resume.empty() && o.bench) return Fail(UsageError("--resume does not apply to --bench"));
-  if (o.profile && o.device == "cpu")
-    return Fail(UsageError("--profile needs --device gpu or emu"));
-  if (Status s = CheckInapplicable(flags, o); !s.ok()) return FailUsage(s);
+  StatusOr<TrainOptions> read = ReadTrainOptions(flags);
+  if (!read.ok()) return Fail(read.status());
+  TrainOptions o = *std::move(read);
   if (!jit) {
     o.artifact = flags.positional()[0];
     return Train(o);
   }
   StatusOr<JitOptions> jo = JitOptionsOf(flags, o);
   if (!jo.ok()) return FailUsage(jo.status());
-  if (Status s = JitMemoryBudget(flags, *jo, gpu); !s.ok()) return FailUsage(s);
+  if (Status s = JitMemoryBudget(flags, *jo, o.gpu); !s.ok()) return FailUsage(s);
   bool temporary = false;
   StatusOr<std::string> artifact = CompileThroughCache(*jo, temporary);
   if (!artifact.ok()) return Fail(artifact.status());

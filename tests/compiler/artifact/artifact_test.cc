@@ -240,6 +240,19 @@ std::string Message(std::string_view bytes, const program::ReadOptions& options 
   return a.ok() ? "ok" : a.status().message();
 }
 
+// A damaged file is an error of kind corrupt (whatever the damage), so a
+// reader can tell it from a file it cannot open.
+TEST(ArtifactTest, DamageIsCorrupt) {
+  const std::string& good = Tiny().bytes;
+  std::string flipped = good;
+  flipped[good.size() / 2] ^= 0x40;
+  for (const std::string& bad : {good.substr(0, good.size() - 10), flipped, std::string("hello")}) {
+    StatusOr<program::Artifact> a = program::DecodeArtifact(bad, "x.gptx");
+    ASSERT_FALSE(a.ok());
+    EXPECT_EQ(a.status().code(), StatusCode::kCorrupt) << a.status().message();
+  }
+}
+
 TEST(ArtifactTest, RejectsBadFiles) {
   const std::string& good = Tiny().bytes;
   ASSERT_GT(good.size(), 100u);

@@ -11,6 +11,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A file that is not there is an error of kind not found; one that cannot
+// be read for another reason is not.
+TEST(FileTest, AMissingFileIsNotFound) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "file_test_missing";
+  fs::create_directories(dir);
+  StatusOr<std::string> missing = ReadFile((dir / "absent.gptx").string());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  StatusOr<std::string> directory = ReadFile(dir.string());
+  ASSERT_FALSE(directory.ok());
+  EXPECT_NE(directory.status().code(), StatusCode::kNotFound);
+}
+
 // The temporary file beside a name near NAME_MAX must itself be a valid name,
 // and nothing but the file is left.
 TEST(FileTest, WriteFileAtomicallyTakesANameNearTheLimit) {

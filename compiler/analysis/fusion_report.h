@@ -5,8 +5,8 @@
 //   h.0.attn.c_attn.dot.fusion   gemm        3   ...
 // Costs are compiler/analysis/kernel_cost.h's; time = max(FLOPs / peak,
 // bytes / bandwidth).
-#ifndef GPTC_PASSES_FUSION_REPORT_H_
-#define GPTC_PASSES_FUSION_REPORT_H_
+#ifndef GPTC_COMPILER_ANALYSIS_FUSION_REPORT_H_
+#define GPTC_COMPILER_ANALYSIS_FUSION_REPORT_H_
 
 #include <cstdint>
 #include <optional>
@@ -17,13 +17,9 @@
 #include "compiler/ir/module.h"
 #include "compiler/program/gpu_spec.h"
 
-namespace gptc::passes {
+namespace gptc::analysis {
 
-using program::FindGpuSpec;
 using program::GpuSpec;
-// What a card's memory holds beside the arenas (Note [memory beside the
-// arenas] in compiler/program/gpu_spec.h).
-using program::kGpuMemoryBesideArenas;
 
 struct KernelRow {
   std::string name;
@@ -46,6 +42,6 @@ std::string RenderFusionReport(const ir::Module& module, const GpuSpec& gpu);
 // 2747825832 -> "2.75 G" (decimal units, as FLOP counts are quoted).
 std::string FormatFlops(double flops);
 
-}  // namespace gptc::passes
+}  // namespace gptc::analysis
 
-#endif  // GPTC_PASSES_FUSION_REPORT_H_
+#endif  // GPTC_COMPILER_ANALYSIS_FUSION_REPORT_H_

@@ -1,20 +1,19 @@
-#include "passes/fusion_report.h"
+#include "compiler/analysis/fusion_report.h"
 
 #include <gtest/gtest.h>
 
-#include "passes/fusion.h"
 #include "tests/testing/pass_harness.h"
 
-namespace gptc::passes {
+namespace gptc::analysis {
 namespace {
 
 using ::gptc::testing::ParseOrDie;
 
 TEST(FusionReportTest, GpuSpecs) {
-  EXPECT_EQ(FindGpuSpec("H100")->hbm_gbps, 3350.0);
-  EXPECT_EQ(FindGpuSpec("h200")->hbm_gbps, 4800.0);
-  EXPECT_EQ(FindGpuSpec("a100")->peak_tflops, 312.0);
-  EXPECT_FALSE(FindGpuSpec("v100").has_value());
+  EXPECT_EQ(program::FindGpuSpec("H100")->hbm_gbps, 3350.0);
+  EXPECT_EQ(program::FindGpuSpec("h200")->hbm_gbps, 4800.0);
+  EXPECT_EQ(program::FindGpuSpec("a100")->peak_tflops, 312.0);
+  EXPECT_FALSE(program::FindGpuSpec("v100").has_value());
 }
 
 TEST(FusionReportTest, RowsBytesFlopsAndRoofline) {
@@ -57,4 +56,4 @@ ENTRY %main {
 }
 
 }  // namespace
-}  // namespace gptc::passes
+}  // namespace gptc::analysis

@@ -36,8 +36,8 @@
 // (ties: the smaller arena). The greedy baseline converts one block at a time
 // to the policy that saves the most bytes per microsecond of recompute until
 // the plan fits; reports compare the two with the uniform plans.
-#ifndef GPTC_PASSES_REMAT_PLANNER_H_
-#define GPTC_PASSES_REMAT_PLANNER_H_
+#ifndef GPTC_TOOLS_GPTC_REMAT_PLANNER_H_
+#define GPTC_TOOLS_GPTC_REMAT_PLANNER_H_
 
 #include <array>
 #include <cstdint>
@@ -47,7 +47,9 @@
 #include "compiler/support/status.h"
 #include "passes/remat.h"
 
-namespace gptc::passes {
+namespace gptc::tools {
+
+using passes::RematPolicy;
 
 // One slice compile: `blocks` transformer blocks, all under `policy`, or
 // with `below_none` only block 0 under it and the blocks above under none.
@@ -128,6 +130,6 @@ EstimatedPlan GreedyRematPlan(const RematCostModel& model, int64_t budget_bytes)
 std::string RenderPlanComparison(const RematCostModel& model, int64_t budget_bytes,
                                  const EstimatedPlan& chosen);
 
-}  // namespace gptc::passes
+}  // namespace gptc::tools
 
-#endif  // GPTC_PASSES_REMAT_PLANNER_H_
+#endif  // GPTC_TOOLS_GPTC_REMAT_PLANNER_H_

@@ -1,4 +1,4 @@
-#include "passes/remat_planner.h"
+#include "tools/gptc/remat_planner.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace gptc::passes {
+namespace gptc::tools {
 namespace {
 
 using P = RematPolicy;
@@ -161,4 +161,4 @@ TEST(RematPlannerTest, MissingSlicesAreNamed) {
 }
 
 }  // namespace
-}  // namespace gptc::passes
+}  // namespace gptc::tools

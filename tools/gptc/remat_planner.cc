@@ -1,4 +1,4 @@
-#include "passes/remat_planner.h"
+#include "tools/gptc/remat_planner.h"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 
 #include "compiler/support/text.h"
 
-namespace gptc::passes {
+namespace gptc::tools {
 namespace {
 
 int PolicyIndex(RematPolicy policy) {
@@ -236,4 +236,4 @@ std::string RenderPlanComparison(const RematCostModel& model, int64_t budget_byt
   return out;
 }
 
-}  // namespace gptc::passes
+}  // namespace gptc::tools

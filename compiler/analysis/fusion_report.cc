@@ -1,13 +1,12 @@
-#include "passes/fusion_report.h"
+#include "compiler/analysis/fusion_report.h"
 
 #include <fmt/format.h>
 
 #include "compiler/analysis/kernel_cost.h"
 #include "compiler/analysis/kernel_count.h"
 #include "compiler/support/text.h"
-#include "passes/fusion.h"
 
-namespace gptc::passes {
+namespace gptc::analysis {
 
 std::vector<KernelRow> AnalyzeKernels(const ir::Module& module, const GpuSpec& gpu) {
   std::vector<KernelRow> rows;
@@ -73,4 +72,4 @@ std::string RenderFusionReport(const ir::Module& module, const GpuSpec& gpu) {
   return out;
 }
 
-}  // namespace gptc::passes
+}  // namespace gptc::analysis
