@@ -101,6 +101,49 @@ bool ValidUtf8(std::string_view text, size_t* bad) {
   return true;
 }
 
+// A corpus's tokens in its two splits, and how many documents each holds.
+struct Splits {
+  std::vector<int32_t> train, val;
+  int64_t docs = 0, val_docs = 0;
+};
+
+// The documents of every input (split at <|endoftext|>, each kept as EOT +
+// its tokens), every document whose index crosses a multiple of
+// 1 / val_fraction going to the validation split.
+StatusOr<Splits> TokenizeInputs(rt::Tokenizer& tok, const std::vector<std::string>& paths,
+                                double val_fraction) {
+  Splits s;
+  for (const std::string& path : paths) {
+    ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    // Binary input tokenizes without complaint, into nonsense: say so.
+    if (const size_t nul = text.find('\0'); nul != std::string::npos) {
+      std::fprintf(stderr, "gpt-tokenize: warning: %s: NUL byte at offset %zu (binary input?)\n",
+                   path.c_str(), nul);
+    } else if (size_t bad = 0; !ValidUtf8(text, &bad)) {
+      std::fprintf(stderr, "gpt-tokenize: warning: %s: invalid UTF-8 at byte offset %zu\n",
+                   path.c_str(), bad);
+    }
+    std::vector<int32_t> ids = tok.Encode(text);
+    // Split at <|endoftext|> into documents; each is written as EOT + tokens.
+    size_t i = 0;
+    while (i <= ids.size()) {
+      size_t j = i;
+      while (j < ids.size() && ids[j] != rt::kEndOfText) ++j;
+      if (j > i) {
+        const bool to_val =
+            std::floor((s.docs + 1) * val_fraction) > std::floor(s.docs * val_fraction);
+        std::vector<int32_t>& dst = to_val ? s.val : s.train;
+        dst.push_back(rt::kEndOfText);
+        dst.insert(dst.end(), ids.begin() + i, ids.begin() + j);
+        ++s.docs;
+        s.val_docs += to_val;
+      }
+      i = j + 1;
+    }
+  }
+  return s;
+}
+
 Status Run(const Flags& flags) {
   if (flags.positional().empty() || !flags.Has("output")) {
     return Usage(Error("needs input FILEs and -o OUT (see gpt-tokenize --help)"));
@@ -136,35 +179,10 @@ Status Run(const Flags& flags) {
   }
   ASSIGN_OR_RETURN(rt::Tokenizer tok, rt::Tokenizer::Load(tokenizer_dir));
 
-  std::vector<int32_t> train, val;
-  int64_t docs = 0, val_docs = 0;
-  for (const std::string& path : flags.positional()) {
-    ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-    // Binary input tokenizes without complaint, into nonsense: say so.
-    if (const size_t nul = text.find('\0'); nul != std::string::npos) {
-      std::fprintf(stderr, "gpt-tokenize: warning: %s: NUL byte at offset %zu (binary input?)\n",
-                   path.c_str(), nul);
-    } else if (size_t bad = 0; !ValidUtf8(text, &bad)) {
-      std::fprintf(stderr, "gpt-tokenize: warning: %s: invalid UTF-8 at byte offset %zu\n",
-                   path.c_str(), bad);
-    }
-    std::vector<int32_t> ids = tok.Encode(text);
-    // Split at <|endoftext|> into documents; each is written as EOT + tokens.
-    size_t i = 0;
-    while (i <= ids.size()) {
-      size_t j = i;
-      while (j < ids.size() && ids[j] != rt::kEndOfText) ++j;
-      if (j > i) {
-        const bool to_val = std::floor((docs + 1) * val_fraction) > std::floor(docs * val_fraction);
-        std::vector<int32_t>& dst = to_val ? val : train;
-        dst.push_back(rt::kEndOfText);
-        dst.insert(dst.end(), ids.begin() + i, ids.begin() + j);
-        ++docs;
-        val_docs += to_val;
-      }
-      i = j + 1;
-    }
-  }
+  ASSIGN_OR_RETURN(Splits splits, TokenizeInputs(tok, flags.positional(), val_fraction));
+  const std::vector<int32_t>& train = splits.train;
+  const std::vector<int32_t>& val = splits.val;
+  const int64_t docs = splits.docs, val_docs = splits.val_docs;
 
   // gptrun refuses empty shards: refuse them here, before writing anything.
   if (train.empty() && val.empty()) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "compiler/support/file.h"
 #include "tools/common/data_files.h"
@@ -11,7 +12,9 @@
 
 namespace gptc::tools {
 
-int GenerateMain(int argc, char** argv) {
+namespace {
+
+Flags DeclareGenerateFlags() {
   const GenerateOptions d;
   auto str = [](auto v) { return fmt::format("{}", v); };
   Flags flags("gptrun generate", "FILE.gptx --resume CKPT_DIR --prompt TEXT [flags]",
@@ -42,33 +45,35 @@ int GenerateMain(int argc, char** argv) {
             "emu: run the artifact's emulator library even though this machine's gptc did not "
             "build it (as for training)")
       .Requires("device", "emu");
-  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return FailWith("gptrun", kExitUsage, s);
-  if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
-  auto usage = [](const Status& s) { return FailWith("gptrun", kExitUsage, s); };
+  return flags;
+}
+
+// The generation's options from the flags: a usage error names the flag;
+// the prompt file or the tokenizer not found are errors of their own kind.
+StatusOr<GenerateOptions> ReadGenerateOptions(const Flags& flags) {
   if (flags.positional().size() != 1) {
-    return usage(Error("generate takes one FILE.gptx (see gptrun generate --help)"));
+    return UsageError("generate takes one FILE.gptx (see gptrun generate --help)");
   }
   if (!flags.Has("resume")) {
-    return usage(Error("generate needs --resume CKPT_DIR: the parameters to generate with"));
+    return UsageError("generate needs --resume CKPT_DIR: the parameters to generate with");
   }
   GenerateOptions o;
   o.artifact = flags.positional()[0];
   o.checkpoint = flags.Get("resume");
   o.device = flags.Get("device");
   if (flags.Has("device") && o.device != "cpu" && o.device != "gpu" && o.device != "emu") {
-    return usage(Error("--device must be cpu, gpu or emu, got '{}'", o.device));
+    return UsageError("--device must be cpu, gpu or emu, got '{}'", o.device);
   }
   const std::string checks = flags.Get("emu-checks");
   if (checks != "on" && checks != "off") {
-    return usage(Error("--emu-checks must be on or off, got '{}'", checks));
+    return UsageError("--emu-checks must be on or off, got '{}'", checks);
   }
   o.emu_checks = checks == "on";
   o.trust_artifact = flags.Has("trust-artifact");
   o.stop_at_end_of_text = !flags.Has("no-stop");
   if (flags.Has("prompt-file")) {
     StatusOr<std::string> text = ReadFile(flags.Get("prompt-file"));
-    if (!text.ok())
-      return FailWith("gptrun", kExitFailure, text.status().WithPrefix("--prompt-file"));
+    if (!text.ok()) return text.status().WithPrefix("--prompt-file");
     o.prompt = std::move(text).value();
   } else {
     o.prompt = flags.Get("prompt");
@@ -78,8 +83,7 @@ int GenerateMain(int argc, char** argv) {
   } else if (StatusOr<std::string> found = FindTokenizerDir(); found.ok()) {
     o.tokenizer_dir = *found;
   } else {
-    return FailWith("gptrun", kExitFailure,
-                    found.status().WithPrefix("generate needs the tokenizer"));
+    return found.status().WithPrefix("generate needs the tokenizer");
   }
   int64_t seed = 0, gpu = -1;
   for (auto [name, field, min] :
@@ -87,21 +91,31 @@ int GenerateMain(int argc, char** argv) {
         std::tuple{"top-k", &o.top_k, int64_t{0}}, std::tuple{"seed", &seed, int64_t{0}},
         std::tuple{"gpu", &gpu, int64_t{0}}}) {
     StatusOr<int64_t> v = flags.GetInt(name, *field);
-    if (!v.ok()) return usage(v.status());
-    if (flags.Has(name) && *v < min)
-      return usage(Error("--{} must be >= {}, got {}", name, min, *v));
+    if (!v.ok()) return v.status().WithCode(StatusCode::kUsage);
+    if (flags.Has(name) && *v < min) return UsageError("--{} must be >= {}, got {}", name, min, *v);
     *field = *v;
   }
   o.seed = static_cast<uint64_t>(seed);
   o.gpu = static_cast<int>(gpu);
   StatusOr<double> t = flags.GetDouble("temperature", o.temperature);
-  if (!t.ok()) return usage(t.status());
+  if (!t.ok()) return t.status().WithCode(StatusCode::kUsage);
   if (!std::isfinite(*t) || *t < 0) {
-    return usage(Error("--temperature must be a finite number >= 0, got {}", *t));
+    return UsageError("--temperature must be a finite number >= 0, got {}", *t);
   }
   o.temperature = *t;
+  return o;
+}
+
+}  // namespace
+
+int GenerateMain(int argc, char** argv) {
+  Flags flags = DeclareGenerateFlags();
+  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return FailWith("gptrun", s);
+  if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;
+  StatusOr<GenerateOptions> o = ReadGenerateOptions(flags);
+  if (!o.ok()) return FailWith("gptrun", o.status());
   GenerateResult result;
-  const int code = Generate(o, &result);
+  const int code = Generate(*o, &result);
   if (code != 0) return FailWith("gptrun", code, Error("{}", result.error));
   return 0;
 }
