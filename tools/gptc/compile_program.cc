@@ -456,7 +456,7 @@ StatusOr<CompileOptions> ChooseBatch(const CompileOptions& options, const Compil
   };
   ASSIGN_OR_RETURN(int64_t smallest, least(1));
   if (smallest > options.memory_budget) {
-    return Error(
+    return ResourceError(
         "batch auto: even batch 1 needs {} ({} bytes) under every plan, over the memory budget {} "
         "({} bytes)",
         FormatBytes(smallest), smallest, FormatBytes(options.memory_budget), options.memory_budget);

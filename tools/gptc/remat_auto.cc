@@ -16,9 +16,9 @@ StatusOr<CompileResult> RematAuto::Compile() {
     if (over_ == 0) return result;
     target_ = search_.chosen.arena_bytes - over_;
   }
-  return Error("remat auto: the plan {} still needs {} more than the memory budget {}",
-               passes::FormatRematPlan(search_.chosen.layers), FormatBytes(over_),
-               FormatBytes(options_.memory_budget));
+  return ResourceError("remat auto: the plan {} still needs {} more than the memory budget {}",
+                       passes::FormatRematPlan(search_.chosen.layers), FormatBytes(over_),
+                       FormatBytes(options_.memory_budget));
 }
 
 // The logits and eval entries run in the train arena (Note [arena guests] in

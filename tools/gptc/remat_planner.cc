@@ -172,7 +172,7 @@ StatusOr<EstimatedPlan> ChooseRematPlan(const RematCostModel& model, int64_t bud
   });
   if (!best) {
     const EstimatedPlan smallest = SmallestRematPlan(model);
-    return Error(
+    return ResourceError(
         "remat auto: no plan fits the memory budget {} ({} bytes): all entries' arenas take at "
         "least {} ({} bytes, plan {}); use a smaller batch or sequence, or a larger "
         "--memory-budget",

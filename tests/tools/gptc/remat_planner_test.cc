@@ -144,6 +144,7 @@ TEST(RematPlannerTest, NothingFitsNamesTheSmallestArenaAndTheBudget) {
   const RematCostModel model = RematCostModel::Fit(Slices(Costs()), 4).value();
   StatusOr<EstimatedPlan> chosen = ChooseRematPlan(model, 1000);
   ASSERT_FALSE(chosen.ok());
+  EXPECT_EQ(chosen.status().code(), StatusCode::kResource);
   const std::string& message = chosen.status().message();
   EXPECT_NE(message.find("(1000 bytes)"), std::string::npos) << message;
   EXPECT_NE(message.find("(1180 bytes, plan block:0-3)"), std::string::npos) << message;
