@@ -31,7 +31,7 @@ Status CheckExample(const EvalExample& e, int64_t position) {
   if (e.label < 0 || e.label >= n) {
     return Error("example {}: label {} is not one of its {} completions", position, e.label, n);
   }
-  if (e.index < 0 || e.index >= kMaxU16) {
+  if (e.index < 0 || e.index > kMaxU16) {
     return Error("example {}: index {} does not fit the format's uint16", position, e.index);
   }
   auto bad_token = [](const std::vector<int32_t>& ids) {
