@@ -227,12 +227,13 @@ StatusOr<EvalSet> ParseEvalFile(std::string_view bytes, const std::string& name,
   ASSIGN_OR_RETURN(const int64_t count, CheckEvalHeader(bytes, name));
   EvalSet set;
   set.longest_example_bytes = ReadInt32(bytes, 12);
-  set.examples.resize(count);  // bounded by the file's size (CheckEvalHeader)
+  // Examples grow as they are read: what a count allocates is what the file holds.
   int64_t offset = kEvalHeaderBytes, longest_seen = 0;
   for (int64_t i = 0; i < count; ++i) {
-    ASSIGN_OR_RETURN(
-        const int64_t n,
-        ParseExample(bytes, name, i, offset, set.longest_example_bytes, vocab, &set.examples[i]));
+    set.examples.emplace_back();
+    ASSIGN_OR_RETURN(const int64_t n,
+                     ParseExample(bytes, name, i, offset, set.longest_example_bytes, vocab,
+                                  &set.examples.back()));
     offset += n;
     longest_seen = std::max(longest_seen, n);
   }
