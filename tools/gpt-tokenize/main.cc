@@ -1,6 +1,7 @@
 // gpt-tokenize: text files to llm.c token shards with the GPT-2 tokenizer.
 //
 //   gpt-tokenize FILE... -o OUT [--val-fraction F] [--shard-tokens N] [--tokenizer DIR]
+//   gpt-tokenize --eval hellaswag FILE.jsonl -o OUT.bin [--tokenizer DIR]
 //
 // Each file is one or more documents (split at `<|endoftext|>`); every
 // document is written as <|endoftext|> followed by its tokens, as llm.c does.
@@ -15,11 +16,16 @@
 // OUT_train.bin and OUT_val.bin; with --shard-tokens a _000, _001, ... suffix.
 // Every file is written atomically. One summary line on success; one error
 // line and exit 1 (2 for bad usage) on failure.
+//
+// With --eval hellaswag, the one input is HellaSwag's jsonl and OUT (the file
+// name as given) receives llm.c's eval file of it (runtime/eval_file.h,
+// docs/EVAL.md).
 #include <sys/stat.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -28,9 +34,11 @@
 
 #include "compiler/support/file.h"
 #include "runtime/data_loader.h"
+#include "runtime/eval_file.h"
 #include "runtime/tokenizer.h"
 #include "tools/common/data_files.h"
 #include "tools/common/flags.h"
+#include "tools/gpt-tokenize/hellaswag.h"
 
 namespace gptc::tools {
 namespace {
@@ -52,7 +60,9 @@ Flags DeclareFlags() {
       .Value("tokenizer", "DIR",
              "the GPT-2 encoder files, encoder.json and vocab.bpe (default: found in "
              "$GPTC_DATA, the install prefix or the source tree)")
-      .Value("encoder", "DIR", "an alias of --tokenizer");
+      .Value("encoder", "DIR", "an alias of --tokenizer")
+      .Value("eval", "SET",
+             "render an evaluation set instead (hellaswag: its jsonl to llm.c's eval file OUT)");
   return flags;
 }
 
@@ -144,7 +154,53 @@ StatusOr<Splits> TokenizeInputs(rt::Tokenizer& tok, const std::vector<std::strin
   return s;
 }
 
+// The GPT-2 tokenizer of --tokenizer (or --encoder), else the one found.
+StatusOr<rt::Tokenizer> LoadTokenizer(const Flags& flags) {
+  std::string tokenizer_dir = flags.Get("tokenizer", flags.Get("encoder"));
+  if (tokenizer_dir.empty()) {
+    ASSIGN_OR_RETURN(tokenizer_dir, FindTokenizerDir());
+  }
+  return rt::Tokenizer::Load(tokenizer_dir);
+}
+
+// --eval hellaswag FILE.jsonl -o OUT: the jsonl rendered as an eval file.
+Status RunEval(const Flags& flags) {
+  const std::string set = flags.Get("eval");
+  if (set != "hellaswag") return Usage(Error("--eval {}: unknown set (known: hellaswag)", set));
+  if (flags.positional().size() != 1 || !flags.Has("output")) {
+    return Usage(Error("--eval hellaswag needs one input FILE.jsonl and -o OUT.bin"));
+  }
+  if (flags.Has("val-fraction") || flags.Has("shard-tokens")) {
+    return Usage(Error("--eval takes neither --val-fraction nor --shard-tokens"));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::string& input = flags.positional()[0];
+  const std::string out = flags.Get("output");
+  ASSIGN_OR_RETURN(rt::Tokenizer tok, LoadTokenizer(flags));
+  ASSIGN_OR_RETURN(const std::string jsonl, ReadFile(input));
+  ASSIGN_OR_RETURN(const std::vector<rt::EvalExample> examples, RenderHellaswag(jsonl, input, tok));
+  StatusOr<std::string> bytes = rt::EncodeEvalFile(examples);
+  if (!bytes.ok()) return Error("{}: {}", input, bytes.status().message());
+  RETURN_IF_ERROR(WriteFileAtomically(out, *bytes));
+  int64_t tokens = 0;
+  int32_t longest = 0;  // the header's field, as written
+  for (const rt::EvalExample& e : examples) {
+    tokens += static_cast<int64_t>(e.context.size());
+    for (const std::vector<int32_t>& c : e.completions) tokens += static_cast<int64_t>(c.size());
+  }
+  std::memcpy(&longest, bytes->data() + 12, 4);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf(
+      "gpt-tokenize: hellaswag %s: %zu examples, %lld tokens, longest example %lld bytes, "
+      "%zu bytes to %s, %.2f s\n",
+      input.c_str(), examples.size(), static_cast<long long>(tokens),
+      static_cast<long long>(longest), bytes->size(), out.c_str(), seconds);
+  return Status::Ok();
+}
+
 Status Run(const Flags& flags) {
+  if (flags.Has("eval")) return RunEval(flags);
   if (flags.positional().empty() || !flags.Has("output")) {
     return Usage(Error("needs input FILEs and -o OUT (see gpt-tokenize --help)"));
   }
@@ -173,11 +229,7 @@ Status Run(const Flags& flags) {
   if (shard_tokens < 0) return Usage(Error("--shard-tokens {}: must be positive", shard_tokens));
 
   const auto start = std::chrono::steady_clock::now();
-  std::string tokenizer_dir = flags.Get("tokenizer", flags.Get("encoder"));
-  if (tokenizer_dir.empty()) {
-    ASSIGN_OR_RETURN(tokenizer_dir, FindTokenizerDir());
-  }
-  ASSIGN_OR_RETURN(rt::Tokenizer tok, rt::Tokenizer::Load(tokenizer_dir));
+  ASSIGN_OR_RETURN(rt::Tokenizer tok, LoadTokenizer(flags));
 
   ASSIGN_OR_RETURN(Splits splits, TokenizeInputs(tok, flags.positional(), val_fraction));
   const std::vector<int32_t>& train = splits.train;

@@ -19,6 +19,12 @@ expect report-device 1 '^gptc: /dev/full: is a character device; the output must
   "$gptc" report t.gptx -o /dev/full
 expect tokenize-device 2 '^gpt-tokenize: usage: -o /dev/full: is not a directory or a file name prefix' \
   "$tokenize" a.txt -o /dev/full --tokenizer "$tokenizer"
+# HellaSwag's jsonl: a bad line is named by its number; an unknown set is a usage error.
+printf '{"ctx": "A man", "endings": ["a", "b", "c", "d"], "label": 1}\n{"ctx": "x", "endings": ["a"], "label": 0}\n' > hs.jsonl
+expect eval-endings 1 '^gpt-tokenize: .*hs.jsonl:2: `endings` has 1 entries, expected 4$' \
+  "$tokenize" --eval hellaswag hs.jsonl -o hs.bin --tokenizer "$tokenizer"
+expect eval-unknown-set 2 '^gpt-tokenize: usage: --eval mmlu: unknown set \(known: hellaswag\)$' \
+  "$tokenize" --eval mmlu hs.jsonl -o hs.bin --tokenizer "$tokenizer"
 # An existing directory named without its '/' is still a directory.
 mkdir -p shards_dir
 "$tokenize" a.txt -o shards_dir --tokenizer "$tokenizer" > /dev/null 2>&1

@@ -1,5 +1,6 @@
 // Robustness of the readers of files gptrun takes from others: safetensors
-// files, a checkpoint's metadata (through its checksum) and token shards.
+// files, a checkpoint's metadata (through its checksum), token shards and
+// eval files (HellaSwag).
 //
 // Valid files and the crafted cases that once got through (a step of 2^63-1
 // or -5, repeated keys, overlapping offsets, a 100,000-dimension shape) are
@@ -28,6 +29,7 @@
 
 #include "runtime/checkpoint_metadata.h"
 #include "runtime/data_loader.h"
+#include "runtime/eval_file.h"
 #include "runtime/safetensors.h"
 
 namespace gptc::rt {
@@ -433,6 +435,82 @@ TEST(FileFuzzTest, ShardReaderRefusesEveryBadShardInOneLine) {
   Rng rng(0x73686172);  // "shar"
   Tally tally = Fuzz(seeds, 20000, 0x73686172,
                      [&](const std::string& s) { return MutateShard(s, rng); }, CheckShard);
+  EXPECT_EQ(tally.failures, 0);
+  EXPECT_GE(tally.cases, 2000);
+  EXPECT_GT(tally.accepted, tally.cases / 50);
+  EXPECT_GT(tally.refused, tally.cases / 2);
+}
+
+// --- eval files ------------------------------------------------------------
+
+std::vector<std::string> EvalSeeds() {
+  std::vector<EvalExample> set;
+  for (int64_t i = 0; i < 4; ++i) {
+    EvalExample e{.index = i, .label = i % 3, .context = {}, .completions = {}};
+    for (int64_t t = 0; t < 2 + i; ++t) e.context.push_back(static_cast<int32_t>((37 * t) % 300));
+    for (int64_t k = 0; k < 3 + i % 2; ++k) {
+      e.completions.push_back(std::vector<int32_t>(1 + (i + k) % 3, static_cast<int32_t>(299 - k)));
+    }
+    set.push_back(e);
+  }
+  const std::vector<EvalExample> one = {
+      {.index = 0, .label = 0, .context = {}, .completions = {{}}}};
+  return {*EncodeEvalFile(set), *EncodeEvalFile(one)};
+}
+
+std::string MutateEval(std::string s, Rng& rng) {
+  if (s.size() >= 16 && rng.Below(3) == 0) {  // a header int set to an edge value
+    constexpr int32_t kEdges[] = {0, -1, 1, 2, 3, 4, 5, 14, 20240522, INT32_MAX, INT32_MIN, 65535};
+    const int32_t v = kEdges[rng.Below(std::size(kEdges))];
+    std::memcpy(s.data() + 4 * rng.Below(4), &v, 4);
+    return s;
+  }
+  if (s.size() > static_cast<size_t>(kEvalHeaderBytes) + 2 && rng.Below(2) == 0) {
+    constexpr uint16_t kEdges[] = {0, 1, 2, 3, 4, 5, 12, 14, 299, 300, 65534, 65535};
+    const size_t at = kEvalHeaderBytes + 2 * rng.Below((s.size() - kEvalHeaderBytes) / 2);
+    const uint16_t v = kEdges[rng.Below(std::size(kEdges))];
+    std::memcpy(s.data() + at, &v, 2);  // an example's uint16 field set to an edge value
+    return s;
+  }
+  MutateBytes(s, rng);
+  return s;
+}
+
+std::string CheckEval(const std::string& bytes, Tally& tally) {
+  const std::string name = "fuzz/hellaswag_val.bin";
+  constexpr int64_t kVocab = 300;
+  StatusOr<EvalSet> set = ParseEvalFile(bytes, name, kVocab);
+  if (!set.ok()) {
+    ++tally.refused;
+    return CheckError(set.status(), name);
+  }
+  ++tally.accepted;
+  for (const EvalExample& e : set->examples) {
+    if (e.label < 0 || e.label >= static_cast<int64_t>(e.completions.size())) {
+      return fmt::format("accepted label {} of {} completions", e.label, e.completions.size());
+    }
+    std::vector<int32_t> ids = e.context;
+    for (const std::vector<int32_t>& c : e.completions) ids.insert(ids.end(), c.begin(), c.end());
+    for (int32_t t : ids) {
+      if (t >= kVocab) return fmt::format("accepted token {} of a vocabulary of {}", t, kVocab);
+    }
+  }
+  // What was accepted writes back to the same bytes (the reserved header ints aside).
+  StatusOr<std::string> again = EncodeEvalFile(set->examples);
+  if (!again.ok()) return "accepted a file its writer refuses: " + again.status().message();
+  if (again->size() != bytes.size() || again->compare(0, 16, bytes, 0, 16) != 0 ||
+      again->compare(kEvalHeaderBytes, std::string::npos, bytes, kEvalHeaderBytes) != 0) {
+    return "accepted a file that does not write back the same";
+  }
+  return "";
+}
+
+TEST(FileFuzzTest, EvalFileReaderRefusesEveryBadFileInOneLine) {
+  const std::vector<std::string> seeds = EvalSeeds();
+  Rng rng(0x6576616c);  // "eval"
+  Tally tally = Fuzz(
+      seeds, 20000, 0x6576616c, [&](const std::string& s) { return MutateEval(s, rng); },
+      CheckEval);
   EXPECT_EQ(tally.failures, 0);
   EXPECT_GE(tally.cases, 2000);
   EXPECT_GT(tally.accepted, tally.cases / 50);
