@@ -97,17 +97,13 @@ Status CheckTokens(const std::string& path, std::span<const uint16_t> tokens, in
 // Checks a shard's header and size and scans every token id against
 // `vocab`, in chunks (shards may be hundreds of MB); returns the token count.
 StatusOr<int64_t> CheckShardFile(const std::string& path, int64_t vocab) {
-  ASSIGN_OR_RETURN(const int fd, OpenInputFile(path));  // Note [input files]
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
-  struct stat st;
-  if (fstat(fd, &st) != 0) return Error("{}: {}", path, std::strerror(errno));
+  ASSIGN_OR_RETURN(const InputFile file, OpenInputFile(path));  // Note [input files]
+  const int fd = file.fd();
+  const auto file_size = static_cast<int64_t>(file.size());
   char header[kShardHeaderBytes] = {};
   const ssize_t got = pread(fd, header, sizeof(header), 0);
   if (got < 0) return Error("{}: {}", path, std::strerror(errno));
-  const int64_t size = std::min<int64_t>(st.st_size, got == kShardHeaderBytes ? st.st_size : got);
+  const int64_t size = std::min<int64_t>(file_size, got == kShardHeaderBytes ? file_size : got);
   ASSIGN_OR_RETURN(const int64_t count, CheckHeader(path, header, size));
   posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   constexpr int64_t kChunkTokens = int64_t{1} << 21;  // 4 MiB

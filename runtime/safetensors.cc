@@ -274,14 +274,9 @@ StatusOr<SafeTensors> ReadSafeTensors(const std::string& path) {
 }
 
 StatusOr<std::map<std::string, std::string>> ReadSafeTensorsMetadata(const std::string& path) {
-  ASSIGN_OR_RETURN(const int fd, OpenInputFile(path));  // Note [input files]
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
-  struct stat st;
-  if (fstat(fd, &st) != 0) return Error("{}: {}", path, std::strerror(errno));
-  const auto file_size = static_cast<uint64_t>(st.st_size);
+  ASSIGN_OR_RETURN(const InputFile file, OpenInputFile(path));  // Note [input files]
+  const int fd = file.fd();
+  const uint64_t file_size = file.size();
   // Reads `n` bytes at `offset` into `out`, or says how many came.
   auto read_at = [fd](char* out, size_t n, off_t offset) -> size_t {
     size_t got = 0;

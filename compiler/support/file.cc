@@ -31,7 +31,11 @@ const char* FileKindName(unsigned mode) {
                           : "not a regular file";
 }
 
-StatusOr<int> OpenInputFile(std::string_view path) {
+InputFile::~InputFile() {
+  if (fd_ >= 0) close(fd_);
+}
+
+StatusOr<InputFile> OpenInputFile(std::string_view path) {
   const std::string p(path);
   // O_NONBLOCK: opening a FIFO with no writer would otherwise wait for one.
   const int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -51,17 +55,15 @@ StatusOr<int> OpenInputFile(std::string_view path) {
     return Error("{}: is {}, not a regular file", path, FileKindName(st.st_mode));
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  return fd;
+  return InputFile(fd, static_cast<uint64_t>(st.st_size));
 }
 
 StatusOr<std::string> ReadFile(std::string_view path) {
   if (path == "-") {
     return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
-  ASSIGN_OR_RETURN(const int fd, OpenInputFile(path));
-  struct stat st;
-  fstat(fd, &st);  // succeeded in OpenInputFile
-  const size_t size = static_cast<size_t>(st.st_size);
+  ASSIGN_OR_RETURN(const InputFile file, OpenInputFile(path));
+  const size_t size = static_cast<size_t>(file.size());
   const size_t limit = size > 0 ? size : kUnsizedFileLimit;
   std::string contents;
   contents.reserve(size);
@@ -69,22 +71,18 @@ StatusOr<std::string> ReadFile(std::string_view path) {
   while (true) {
     // One byte past the limit tells a file that grew from one that ended.
     const size_t want = std::min(sizeof(buf), limit + 1 - contents.size());
-    ssize_t n = read(fd, buf, want);
+    ssize_t n = read(file.fd(), buf, want);
     if (n < 0) {
       if (errno == EINTR) continue;
-      int err = errno;
-      close(fd);
-      return Error("{}: {}", path, std::strerror(err));
+      return Error("{}: {}", path, std::strerror(errno));
     }
     if (n == 0) break;
     contents.append(buf, n);
     if (contents.size() > limit) {
-      close(fd);
       return size > 0 ? Error("{}: grew while being read (it had {} bytes)", path, size)
                       : Error("{}: reports no size and holds more than {} bytes", path, limit);
     }
   }
-  close(fd);
   return contents;
 }
 

@@ -3,6 +3,7 @@
 #ifndef GPTC_COMPILER_SUPPORT_FILE_H_
 #define GPTC_COMPILER_SUPPORT_FILE_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -20,10 +21,25 @@ namespace gptc {
 // when opened (a file that grows meanwhile is refused; one that reports size
 // 0, as /proc files do, is read to its end up to 64 MiB).
 StatusOr<std::string> ReadFile(std::string_view path);
+// A regular file open for reading, closed when this goes; size() is its size
+// when it was opened (the one fstat of Note [input files]).
+class InputFile {
+ public:
+  InputFile(int fd, uint64_t size) : fd_(fd), size_(size) {}
+  InputFile(InputFile&& other) noexcept : fd_(other.fd_), size_(other.size_) { other.fd_ = -1; }
+  InputFile& operator=(InputFile&&) = delete;
+  ~InputFile();
+  int fd() const { return fd_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
 // Opens `path` for reading (O_RDONLY | O_CLOEXEC) if it is a regular file,
 // without blocking on a FIFO; errors name `path` ("x: is a FIFO, not a
-// regular file"). The caller closes the descriptor.
-StatusOr<int> OpenInputFile(std::string_view path);
+// regular file").
+StatusOr<InputFile> OpenInputFile(std::string_view path);
 // "a directory", "a character device", "a FIFO", ... for `mode` (stat's
 // st_mode), in messages.
 const char* FileKindName(unsigned mode);
