@@ -21,6 +21,7 @@
 namespace gptc::passes {
 namespace {
 
+using ::gptc::testing::OnlyGemm;
 using ::gptc::testing::ParseOrDie;
 using ::gptc::testing::RunPassAndCompare;
 
@@ -36,18 +37,6 @@ std::map<std::string, std::string> Records(const ir::Module& m) {
     records[inst->name()] = e ? ir::GemmEpilogueToString(*e) : "none";
   }
   return records;
-}
-
-const ir::Instruction* OnlyGemm(const ir::Module& m) {
-  const ir::Instruction* gemm = nullptr;
-  for (const auto& inst : m.entry()->instructions()) {
-    if (inst->opcode() == ir::Opcode::kFusion &&
-        inst->attrs().fusion_kind == ir::FusionKind::kGemm) {
-      EXPECT_EQ(gemm, nullptr) << "two gemm fusions";
-      gemm = inst.get();
-    }
-  }
-  return gemm;
 }
 
 // Every gemm chain of GPT-2's bf16 train step: the bias (qkv), bias and GELU

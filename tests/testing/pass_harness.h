@@ -76,6 +76,19 @@ inline bool RunPassAndCompare(pass::Pass& pass, const ir::Module& module,
   return *changed;
 }
 
+// The one gemm fusion of `m`'s entry (a failure if there are two), or null.
+inline const ir::Instruction* OnlyGemm(const ir::Module& m) {
+  const ir::Instruction* gemm = nullptr;
+  for (const auto& inst : m.entry()->instructions()) {
+    if (inst->opcode() == ir::Opcode::kFusion &&
+        inst->attrs().fusion_kind == ir::FusionKind::kGemm) {
+      EXPECT_EQ(gemm, nullptr) << "two gemm fusions";
+      gemm = inst.get();
+    }
+  }
+  return gemm;
+}
+
 }  // namespace gptc::testing
 
 #endif  // GPTC_TESTS_TESTING_PASS_HARNESS_H_

@@ -18,6 +18,7 @@
 namespace gptc::codegen {
 namespace {
 
+using ::gptc::testing::OnlyGemm;
 using ::gptc::testing::ParseOrDie;
 using ::gptc::testing::RunPassAndCompare;
 
@@ -36,18 +37,6 @@ ENTRY %main {
   %r = f32[32,128] max(%zb, %y)
 )" + extra +
          "  ROOT " + root + "\n}\n";
-}
-
-const ir::Instruction* OnlyGemm(const ir::Module& m) {
-  const ir::Instruction* gemm = nullptr;
-  for (const auto& inst : m.entry()->instructions()) {
-    if (inst->opcode() == ir::Opcode::kFusion &&
-        inst->attrs().fusion_kind == ir::FusionKind::kGemm) {
-      EXPECT_EQ(gemm, nullptr) << "two gemm fusions";
-      gemm = inst.get();
-    }
-  }
-  return gemm;
 }
 
 TEST(ReluEpilogueTest, FusedRecordedPlannedAndRunByItsFallback) {
