@@ -6,6 +6,7 @@
 
 #include "compiler/program/gpu_spec.h"
 #include "runtime/cpu_device.h"
+#include "tools/common/flags.h"
 #include "tools/common/trusted_libraries.h"
 #if GPTC_HAVE_GPU
 #include "runtime/emu/emu_trainer.h"
@@ -16,6 +17,21 @@
 #endif
 
 namespace gptc::tools {
+
+StatusOr<DeviceFlags> ReadDeviceFlags(const Flags& flags) {
+  DeviceFlags d;
+  d.device = flags.Get("device");
+  if (flags.Has("device") && d.device != "cpu" && d.device != "gpu" && d.device != "emu") {
+    return UsageError("--device must be cpu, gpu or emu, got '{}'", d.device);
+  }
+  const std::string checks = flags.Get("emu-checks");
+  if (checks != "on" && checks != "off") {
+    return UsageError("--emu-checks must be on or off, got '{}'", checks);
+  }
+  d.emu_checks = checks == "on";
+  d.trust_artifact = flags.Has("trust-artifact");
+  return d;
+}
 
 bool HaveGpuDevice() { return GPTC_HAVE_GPU != 0; }
 

@@ -16,6 +16,18 @@
 
 namespace gptc::tools {
 
+class Flags;
+
+// The device flags gptrun's training and generate share: --device (empty:
+// chosen at load), --emu-checks, --trust-artifact.
+struct DeviceFlags {
+  std::string device;
+  bool emu_checks = true;
+  bool trust_artifact = false;
+};
+// Reads them; an error is a usage error naming the flag.
+StatusOr<DeviceFlags> ReadDeviceFlags(const Flags& flags);
+
 // Whether this gptrun was built with the GPU device.
 bool HaveGpuDevice();
 // Whether this gptrun has the GPU device and a GPU is present to run it.

@@ -8,6 +8,7 @@
 #include "compiler/support/file.h"
 #include "tools/common/data_files.h"
 #include "tools/common/flags.h"
+#include "tools/gptrun/devices.h"
 #include "tools/gptrun/generate.h"
 
 namespace gptc::tools {
@@ -60,16 +61,10 @@ StatusOr<GenerateOptions> ReadGenerateOptions(const Flags& flags) {
   GenerateOptions o;
   o.artifact = flags.positional()[0];
   o.checkpoint = flags.Get("resume");
-  o.device = flags.Get("device");
-  if (flags.Has("device") && o.device != "cpu" && o.device != "gpu" && o.device != "emu") {
-    return UsageError("--device must be cpu, gpu or emu, got '{}'", o.device);
-  }
-  const std::string checks = flags.Get("emu-checks");
-  if (checks != "on" && checks != "off") {
-    return UsageError("--emu-checks must be on or off, got '{}'", checks);
-  }
-  o.emu_checks = checks == "on";
-  o.trust_artifact = flags.Has("trust-artifact");
+  ASSIGN_OR_RETURN(const DeviceFlags device, ReadDeviceFlags(flags));
+  o.device = device.device;
+  o.emu_checks = device.emu_checks;
+  o.trust_artifact = device.trust_artifact;
   o.stop_at_end_of_text = !flags.Has("no-stop");
   if (flags.Has("prompt-file")) {
     StatusOr<std::string> text = ReadFile(flags.Get("prompt-file"));

@@ -282,16 +282,10 @@ StatusOr<JitOptions> JitOptionsOf(const Flags& flags, const TrainOptions& o) {
 // every error is a usage error naming the flag.
 StatusOr<TrainOptions> ReadTrainOptions(const Flags& flags) {
   TrainOptions o;
-  o.device = flags.Get("device");
-  if (flags.Has("device") && o.device != "cpu" && o.device != "gpu" && o.device != "emu") {
-    return UsageError("--device must be cpu, gpu or emu, got '{}'", o.device);
-  }
-  const std::string checks = flags.Get("emu-checks");
-  if (checks != "on" && checks != "off") {
-    return UsageError("--emu-checks must be on or off, got '{}'", checks);
-  }
-  o.emu_checks = checks == "on";
-  o.trust_artifact = flags.Has("trust-artifact");
+  ASSIGN_OR_RETURN(const DeviceFlags device, ReadDeviceFlags(flags));
+  o.device = device.device;
+  o.emu_checks = device.emu_checks;
+  o.trust_artifact = device.trust_artifact;
   o.no_graph = flags.Has("no-graph");
   o.profile = flags.Has("profile");
   if (Status s = ReadTuningFlags(flags, o); !s.ok()) return s.WithCode(StatusCode::kUsage);
