@@ -23,10 +23,13 @@
 
 namespace gptc::rt {
 
-// One micro-batch: tokens and next-token targets, s32[B, T] row-major.
+// One micro-batch: tokens and next-token targets, s32[B, T] row-major; the
+// score entry also reads `mask` (s32[B, T], 1 where a target's loss counts,
+// else 0), which the other entries ignore.
 struct MicroBatch {
   std::vector<int32_t> tokens;
   std::vector<int32_t> targets;
+  std::vector<int32_t> mask;
 };
 
 struct StepResult {
