@@ -38,15 +38,19 @@ namespace gptc::rt {
 // One batch of the score entry, s32[rows, seq] each: rows past the last
 // example's hold zeros (mask 0).
 struct ScoreBatch {
-  MicroBatch batch;               // tokens, targets, mask
-  std::vector<int64_t> examples;  // positions in the set's examples, in row order
+  MicroBatch batch;                // tokens, targets, mask
+  int64_t rows = 0, seq = 0;       // the entry's batch shape, which `batch` fills
+  std::vector<int64_t> examples;   // positions in the set's examples, in row order
   std::vector<int64_t> first_row;  // the row of each example's first completion
 };
 
 // Refuses, in one line naming `file` and the example (position and index),
 // an example that no batch of `rows` rows of `seq` tokens can hold: more
 // completions than rows, or a context and completion longer than `seq`
-// tokens together. Nothing is truncated (llm.c refuses these too).
+// tokens together, as kUsage (a larger --batch or --seq compiles one that
+// can). Nothing is truncated (llm.c refuses these too). An empty context
+// (nothing predicts the first completion token) or an empty completion (no
+// loss to average) cannot be scored at any size: kCorrupt.
 Status CheckScoreFits(const EvalSet& set, int64_t rows, int64_t seq, std::string_view file);
 
 // Examples [first, last) of `set`, in order, packed into batches
@@ -66,14 +70,16 @@ struct ExampleScore {
 };
 
 // Each example of `batch` from the entry's outputs for it (one value a row).
-// Refuses outputs of another length, and a token count that differs from
-// the batch's mask (the entry did not read the mask it was given).
+// Refuses outputs of another length than `batch.rows`, and a token count
+// that differs from the number of ones in its row of the batch's mask (the
+// entry did not read the mask it was given), as kInternal naming the row.
 StatusOr<std::vector<ExampleScore>> ScoreExamples(const EvalSet& set, const ScoreBatch& batch,
                                                   std::span<const double> loss_sums,
                                                   std::span<const double> token_counts);
 
 // A proportion's 95% interval (Wilson's score interval: sound at small
-// counts and near 0 or 1, where the normal approximation is not).
+// counts and near 0 or 1, where the normal approximation is not). No
+// examples say nothing: [0, 1].
 struct Interval {
   double low = 0, high = 0;
 };
@@ -85,6 +91,7 @@ struct EvalTally {
   int64_t correct_sum = 0;   // acc
   int64_t correct_mean = 0;  // acc_norm
   void Add(std::span<const ExampleScore> scores);
+  // The fractions of the examples chosen right (0 when there are none).
   double acc() const;
   double acc_norm() const;
 };
