@@ -259,4 +259,14 @@ StatusOr<TracedModule> Tracer::Finish(const Tensor& root) {
   return TracedModule{std::move(module_), std::move(params_), std::move(inputs_)};
 }
 
+StatusOr<TracedModule> Tracer::FinishTuple(const std::vector<Tensor>& roots) {
+  std::vector<ir::Instruction*> elements;
+  for (const Tensor& root : roots) {
+    if (!root.valid()) return Finish(root);  // the first error, or "not a traced value"
+    elements.push_back(root.instruction());
+  }
+  Tensor tuple = Adopt(builder().Tuple(std::move(elements)), [] { return std::string("tuple"); });
+  return Finish(tuple);
+}
+
 }  // namespace gptc::frontend

@@ -102,6 +102,8 @@ class Tracer {
   // they are the signature). The tracer is spent afterwards: its Tensors
   // point into the returned module and must not be used to build more.
   StatusOr<TracedModule> Finish(const Tensor& root);
+  // The same with a tuple of `roots` as the result (an entry of several outputs).
+  StatusOr<TracedModule> FinishTuple(const std::vector<Tensor>& roots);
 
   // ---- For op implementations (tensor.cc, nn.cc) -------------------------
 

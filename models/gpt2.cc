@@ -98,6 +98,25 @@ StatusOr<frontend::TracedModule> TraceGpt2Forward(const GptConfig& config, int64
   return tracer.Finish(Gpt2Loss(tracer, config, tokens, targets));
 }
 
+StatusOr<frontend::TracedModule> TraceGpt2Score(const GptConfig& config, int64_t batch,
+                                                int64_t seq) {
+  RETURN_IF_ERROR(ValidateTraceShape(config, batch, seq));
+  Tracer tracer(config.name + ".score", "score");
+  ir::Shape token_shape(ir::DType::kS32, {batch, seq});
+  Tensor tokens, targets, mask;
+  {
+    auto scope = tracer.Scope("inputs");
+    tokens = tracer.Input("tokens", token_shape, program::SlotRole::kTokens);
+    targets = tracer.Input("targets", token_shape, program::SlotRole::kTargets);
+    mask = tracer.Input("mask", token_shape, program::SlotRole::kMask);
+  }
+  Tensor logits = Gpt2Logits(tracer, config, tokens);
+  auto scope = tracer.Scope("loss");
+  Tensor weights = mask.Convert(ir::DType::kF32);
+  Tensor losses = frontend::SoftmaxCrossEntropy(logits, targets, config.vocab) * weights;
+  return tracer.FinishTuple({losses.Sum({1}), weights.Sum({1})});
+}
+
 StatusOr<frontend::TracedModule> TraceGpt2Logits(const GptConfig& config, int64_t batch,
                                                  int64_t seq) {
   RETURN_IF_ERROR(ValidateTraceShape(config, batch, seq));

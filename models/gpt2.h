@@ -34,6 +34,13 @@ frontend::Tensor Gpt2Loss(frontend::Tracer& tracer, const GptConfig& config,
 StatusOr<frontend::TracedModule> TraceGpt2Forward(const GptConfig& config, int64_t batch,
                                                   int64_t seq);
 
+// The scoring module "params..., tokens s32[B,T], targets s32[B,T], mask
+// s32[B,T] -> (loss_sums f32[B], token_counts f32[B])" (module CONFIG.score,
+// entry `score`): each row's next-token losses summed where the mask is 1,
+// and the mask's sum; multiple-choice evals compare completions by them.
+StatusOr<frontend::TracedModule> TraceGpt2Score(const GptConfig& config, int64_t batch,
+                                                int64_t seq);
+
 // The sampling module "params..., tokens s32[B,T] -> f32[B,T,padded_vocab]
 // logits" (module CONFIG.logits, entry `logits`), parameters as in
 // TraceGpt2Forward.

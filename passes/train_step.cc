@@ -300,4 +300,35 @@ Status AddEvalEntry(TrainProgram& program, std::unique_ptr<ir::Module> forward,
   return Status::Ok();
 }
 
+Status AddScoreEntry(TrainProgram& program, std::unique_ptr<ir::Module> score,
+                     const std::vector<program::InputSpec>& inputs,
+                     const TrainStepOptions& options) {
+  if (program.Find(EntryRole::kScore) != nullptr)
+    return Error("train program already has a score entry");
+  StatusOr<std::vector<Slot>> data = ForwardDataSlots(
+      program, *score, inputs, {SlotRole::kTokens, SlotRole::kTargets, SlotRole::kMask});
+  if (!data.ok()) return data.status().WithPrefix("score module");
+  const ir::Shape tokens = SlotOf(*data, SlotRole::kTokens).shape;
+  for (SlotRole role : {SlotRole::kTargets, SlotRole::kMask}) {
+    const ir::Shape& other = SlotOf(*data, role).shape;
+    if (tokens.dtype() != ir::DType::kS32 || tokens.rank() != 2 || other != tokens) {
+      return Error("score module {}: tokens and {} are {} and {}, expected s32[B,T] both",
+                   score->name(), program::SlotRoleName(role), tokens.ToString(),
+                   other.ToString());
+    }
+  }
+  EntrySignature sig = ForwardSignature(program, std::move(*data));
+  RETURN_IF_ERROR(OptimizeForward(*score, EntryRole::kScore, options));
+  const ir::Shape row(ir::DType::kF32, {tokens.dims()[0]});
+  const ir::Shape& root = score->entry()->root()->shape();
+  if (!root.is_tuple() || root.tuple_elements() != std::vector<ir::Shape>{row, row}) {
+    return Error("score module {}: root is {}, expected ({}, {}): loss sums and token counts",
+                 score->name(), root.ToString(), row.ToString(), row.ToString());
+  }
+  sig.outputs.push_back({SlotRole::kLossSums, -1, "loss_sums", row});
+  sig.outputs.push_back({SlotRole::kTokenCounts, -1, "token_counts", row});
+  program.entries.push_back(TrainEntry{EntryRole::kScore, std::move(score), std::move(sig)});
+  return Status::Ok();
+}
+
 }  // namespace gptc::passes

@@ -90,6 +90,16 @@ Status AddEvalEntry(TrainProgram& program, std::unique_ptr<ir::Module> forward,
                     const std::vector<program::InputSpec>& inputs,
                     const TrainStepOptions& options);
 
+// Adds the scoring entry `score` from the traced module "params..., tokens
+// s32[B, T], targets s32[B, T], mask s32[B, T] -> (f32[B], f32[B])"
+// (models::TraceGpt2Score; `inputs` found by role), with the same passes as
+// the logits entry. Signature: inputs param[0..P-1] and the data inputs in
+// the module's order; outputs loss_sums and token_counts. Multiple-choice
+// evals (runtime/eval_score.h) run it: one row a completion.
+Status AddScoreEntry(TrainProgram& program, std::unique_ptr<ir::Module> score,
+                     const std::vector<program::InputSpec>& inputs,
+                     const TrainStepOptions& options);
+
 // Checks that `module`'s entry has `sig`'s inputs (names and shapes, in
 // order) and a root tuple of its outputs' shapes; errors name the first
 // difference.

@@ -90,6 +90,10 @@ StatusOr<std::vector<eval::Literal>> CpuTrainer::Run(const program::TrainEntry& 
         ASSIGN_OR_RETURN(args[i], TokenLiteral(slot, batch->targets));
         break;
       }
+      case SlotRole::kMask: {
+        ASSIGN_OR_RETURN(args[i], TokenLiteral(slot, batch->mask));
+        break;
+      }
       case SlotRole::kStep: args[i] = ScalarLiteral(step); break;
       case SlotRole::kLr: args[i] = ScalarLiteral(lr); break;
       default:

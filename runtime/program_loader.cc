@@ -83,7 +83,9 @@ Status CheckSlotsAgainstFlags(const program::TrainEntry& entry, const program::M
   const bool logits = entry.role == program::EntryRole::kLogits;
   const std::vector<int64_t> data = {logits ? 1 : flags.batch, flags.seq};
   for (const program::Slot& s : entry.signature.inputs) {
-    if ((s.role == SlotRole::kTokens || s.role == SlotRole::kTargets) && s.shape.dims() != data) {
+    const bool batch_shaped =
+        s.role == SlotRole::kTokens || s.role == SlotRole::kTargets || s.role == SlotRole::kMask;
+    if (batch_shaped && s.shape.dims() != data) {
       return Error("entry {} input %{} is {}; manifest.flags say batch {} and seq {}",
                    entry.name(), s.name, s.shape.ToString(), flags.batch, flags.seq);
     }

@@ -40,6 +40,9 @@ std::optional<BufferCategory> SlotCategory(SlotRole role) {
     case SlotRole::kLoss:
     case SlotRole::kGradNorm:
     case SlotRole::kLogits:
+    case SlotRole::kMask:
+    case SlotRole::kLossSums:
+    case SlotRole::kTokenCounts:
       return BufferCategory::kData;
   }
   return std::nullopt;

@@ -16,6 +16,9 @@ std::string_view SlotRoleName(SlotRole role) {
     case SlotRole::kLoss: return "loss";
     case SlotRole::kGradNorm: return "grad_norm";
     case SlotRole::kLogits: return "logits";
+    case SlotRole::kMask: return "mask";
+    case SlotRole::kLossSums: return "loss_sums";
+    case SlotRole::kTokenCounts: return "token_counts";
   }
   return "?";
 }
@@ -24,7 +27,8 @@ std::optional<SlotRole> ParseSlotRole(std::string_view name) {
   for (SlotRole role :
        {SlotRole::kParam, SlotRole::kAdamM, SlotRole::kAdamV, SlotRole::kGradAcc,
         SlotRole::kTokens, SlotRole::kTargets, SlotRole::kData, SlotRole::kStep, SlotRole::kLr,
-        SlotRole::kLoss, SlotRole::kGradNorm, SlotRole::kLogits}) {
+        SlotRole::kLoss, SlotRole::kGradNorm, SlotRole::kLogits, SlotRole::kMask,
+        SlotRole::kLossSums, SlotRole::kTokenCounts}) {
     if (SlotRoleName(role) == name) return role;
   }
   return std::nullopt;
@@ -60,16 +64,21 @@ std::string_view EntryRoleName(EntryRole role) {
       return "logits";
     case EntryRole::kEval:
       return "eval";
+    case EntryRole::kScore:
+      return "score";
   }
   return "?";
 }
 
 std::optional<EntryRole> ParseEntryRole(std::string_view name) {
-  for (EntryRole role : {EntryRole::kTrainStep, EntryRole::kAccumulate, EntryRole::kApply,
-                         EntryRole::kLogits, EntryRole::kEval}) {
+  for (EntryRole role : kEntryRoles) {
     if (EntryRoleName(role) == name) return role;
   }
   return std::nullopt;
+}
+
+bool RunsBetweenSteps(EntryRole role) {
+  return role == EntryRole::kLogits || role == EntryRole::kEval || role == EntryRole::kScore;
 }
 
 const TrainEntry* TrainProgram::Find(EntryRole role) const {
@@ -80,7 +89,7 @@ const TrainEntry* TrainProgram::Find(EntryRole role) const {
 }
 
 const TrainEntry* TrainProgram::ArenaHost(const TrainEntry& entry) const {
-  if (entry.role != EntryRole::kLogits && entry.role != EntryRole::kEval) return nullptr;
+  if (!RunsBetweenSteps(entry.role)) return nullptr;
   return Find(grad_accum > 1 ? EntryRole::kAccumulate : EntryRole::kTrainStep);
 }
 

@@ -42,6 +42,9 @@ enum class SlotRole {
   kLoss,      // f32[] mean loss of the (micro-)batch
   kGradNorm,  // f32[] global gradient norm before clipping
   kLogits,    // f32[1, T, padded_vocab] logits of the sampling entry
+  kMask,      // s32[B, T] of the score entry: 1 where a target's loss counts, else 0
+  kLossSums,  // f32[B] of the score entry: each row's summed loss where the mask is 1
+  kTokenCounts,  // f32[B] of the score entry: each row's mask sum
 };
 std::string_view SlotRoleName(SlotRole role);  // "param", "adam_m", ...
 // The role named `name` (SlotRoleName's inverse), or nullopt.
@@ -81,11 +84,18 @@ enum class EntryRole : uint8_t {
   kApply,       // the optimizer on the accumulated gradients
   kLogits,      // the forward's logits, for sampling
   kEval,        // the forward's loss, for validation
+  kScore,       // each row's masked loss sum, for multiple-choice evals
 };
-// "train_step", "accumulate", "apply", "logits", "eval": the entry's name in
-// the artifact, the reports and the kernels' symbols.
+inline constexpr EntryRole kEntryRoles[] = {EntryRole::kTrainStep, EntryRole::kAccumulate,
+                                            EntryRole::kApply,     EntryRole::kLogits,
+                                            EntryRole::kEval,      EntryRole::kScore};
+// "train_step", "accumulate", "apply", "logits", "eval", "score": the entry's
+// name in the artifact, the reports and the kernels' symbols.
 std::string_view EntryRoleName(EntryRole role);
 std::optional<EntryRole> ParseEntryRole(std::string_view name);
+// Whether entries of `role` run between steps, reading the parameters and
+// updating nothing (logits, eval, score): Note [arena guests].
+bool RunsBetweenSteps(EntryRole role);
 
 struct TrainEntry {
   EntryRole role;

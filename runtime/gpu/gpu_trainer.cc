@@ -610,11 +610,15 @@ StatusOr<EntryExecutor*> GpuTrainer::Impl::RunForEvaluate(const program::TrainEn
   }
   for (const PlanSlot& slot : ex.plan().inputs) {
     if (slot.role == SlotRole::kParam) continue;
-    if (slot.role != SlotRole::kTokens && slot.role != SlotRole::kTargets) {
+    const std::vector<int32_t>* fed = slot.role == SlotRole::kTokens    ? &batch.tokens
+                                      : slot.role == SlotRole::kTargets ? &batch.targets
+                                      : slot.role == SlotRole::kMask    ? &batch.mask
+                                                                        : nullptr;
+    if (fed == nullptr) {
       return Error("{}: input %{} has role {}, which Evaluate cannot feed", entry.name(), slot.name,
                    program::SlotRoleName(slot.role));
     }
-    const std::vector<int32_t>& ids = slot.role == SlotRole::kTokens ? batch.tokens : batch.targets;
+    const std::vector<int32_t>& ids = *fed;
     if (static_cast<int64_t>(ids.size()) != slot.shape.num_elements()) {
       return Error("{}: input %{}: {} values given, {} needs {}", entry.name(), slot.name,
                    ids.size(), slot.shape.ToString(), slot.shape.num_elements());

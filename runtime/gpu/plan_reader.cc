@@ -402,7 +402,8 @@ namespace {
 bool Feedable(program::SlotRole role) {
   using program::SlotRole;
   for (SlotRole r : {SlotRole::kParam, SlotRole::kAdamM, SlotRole::kAdamV, SlotRole::kGradAcc,
-                     SlotRole::kTokens, SlotRole::kTargets, SlotRole::kStep, SlotRole::kLr}) {
+                     SlotRole::kTokens, SlotRole::kTargets, SlotRole::kMask, SlotRole::kStep,
+                     SlotRole::kLr}) {
     if (role == r) return true;
   }
   return false;

@@ -14,8 +14,9 @@
 // codegen for --target (codegen::kTargets), thunk plans, parameter specs.
 // --timings prints the seconds of every stage. An artifact (unless --no-logits)
 // and the IR text with --logits also carry the sampling entry `logits` (batch
-// 1, the same seq; gptrun's samples) and the validation entry `eval` (the
-// train step's batch and seq: forward and loss only). --no-codegen writes
+// 1, the same seq; gptrun's samples), the validation entry `eval` (the
+// train step's batch and seq: forward and loss only) and the scoring entry
+// `score` (the same shape: each row's masked loss sum, for gptrun eval). --no-codegen writes
 // an artifact without kernels (complete: false) that only the CPU device runs.
 // --dp N (alias --world N) compiles the step of one of N data-parallel ranks
 // (passes/data_parallel.h): --batch is then the per-rank micro-batch, the
@@ -158,8 +159,10 @@ Flags DeclareCompileFlags() {
             "that library as trusted here ($XDG_CACHE_HOME/gptc/trusted-emu; docs/EMULATOR.md)")
       .Bool("no-codegen", "an artifact without kernels, that only gptrun --device cpu runs")
       .Conflicts("emu")
-      .Bool("no-logits", "an artifact without the sampling (logits) and validation (eval) entries")
-      .Bool("logits", "IR text: add the logits and eval entries")
+      .Bool("no-logits",
+            "an artifact without the sampling (logits), validation (eval) and scoring (score) "
+            "entries")
+      .Bool("logits", "IR text: add the logits, eval and score entries")
       .Conflicts("no-logits")
       .Bool("forward-only", "IR text: write the traced forward module only")
       .Bool("no-optimize", "IR text: skip the simplify/cse/remat/fusion/schedule stages")
@@ -340,9 +343,7 @@ Status ClearEarlierDumps(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) return Status::Ok();
   std::vector<std::string> reports;
-  for (program::EntryRole role :
-       {program::EntryRole::kTrainStep, program::EntryRole::kAccumulate, program::EntryRole::kApply,
-        program::EntryRole::kLogits, program::EntryRole::kEval}) {
+  for (program::EntryRole role : program::kEntryRoles) {
     for (const char* report : {"buffer-assignment", "fusion-report", "memory-report"}) {
       reports.push_back(fmt::format("{}.{}.txt", program::EntryRoleName(role), report));
     }

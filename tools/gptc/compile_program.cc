@@ -238,8 +238,8 @@ std::string SummaryHead(const CompileOptions& options, const ModuleSizes& sizes,
 
 using PassTimings = std::vector<std::pair<std::string, double>>;
 
-// The logits and eval entries of `forward` (the traced forward's clone), in a
-// program of their own: on the second core while the caller builds the train
+// The logits, eval (`forward`, the traced forward's clone) and score
+// entries, in a program of their own: on the second core while the caller builds the train
 // step (their passes share no state with it; their pass times go to
 // `timings`), or, with a dump dir (whose writer numbers the files in pass
 // order), on the caller's thread when it asks for them.
@@ -419,8 +419,12 @@ Status AddForwardEntries(program::TrainProgram& program, const CompileOptions& o
                    models::TraceGpt2Logits(options.config, 1, options.seq));
   RETURN_IF_ERROR(passes::AddLogitsEntry(program, std::move(logits.module), logits.inputs, train)
                       .WithPrefix("logits entry"));
-  return passes::AddEvalEntry(program, std::move(forward), traced.inputs, train)
-      .WithPrefix("eval entry");
+  RETURN_IF_ERROR(passes::AddEvalEntry(program, std::move(forward), traced.inputs, train)
+                      .WithPrefix("eval entry"));
+  ASSIGN_OR_RETURN(frontend::TracedModule score,
+                   models::TraceGpt2Score(options.config, options.batch, options.seq));
+  return passes::AddScoreEntry(program, std::move(score.module), score.inputs, train)
+      .WithPrefix("score entry");
 }
 
 namespace {

@@ -64,9 +64,10 @@ struct PlannedCompile {
 StatusOr<PlannedCompile> CompileWithPlan(const CompileOptions& options,
                                          const CompileProgress& progress, const PlanBudget& budget);
 
-// Adds the sampling entry (batch 1, the train step's seq: gptrun's samples)
-// and the validation entry (`forward`, the very forward the train step was
-// built from, with `traced`'s data inputs) to `program`.
+// Adds the sampling entry (batch 1, the train step's seq: gptrun's samples),
+// the validation entry (`forward`, the very forward the train step was
+// built from, with `traced`'s data inputs) and the scoring entry (the train
+// step's batch and seq: gptrun eval's multiple-choice sets) to `program`.
 Status AddForwardEntries(program::TrainProgram& program, const CompileOptions& options,
                          const passes::TrainStepOptions& train, std::unique_ptr<ir::Module> forward,
                          const frontend::TracedModule& traced);

@@ -104,9 +104,7 @@ std::map<std::pair<std::string, std::string>, double> MeasuredUs(const json* pro
 std::vector<const EntryPlan*> StepEntries(const program::Plan& plan) {
   std::vector<const EntryPlan*> entries;
   for (const EntryPlan& e : plan.entries) {
-    if (e.role != program::EntryRole::kLogits && e.role != program::EntryRole::kEval) {
-      entries.push_back(&e);
-    }
+    if (!program::RunsBetweenSteps(e.role)) entries.push_back(&e);
   }
   return entries;
 }
