@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <ranges>
 #include <span>
 
@@ -16,7 +15,7 @@
 #include "runtime/gpu/cuda_api.h"
 #include "runtime/gpu/device_buffer.h"
 #include "runtime/gpu/executor.h"
-#include "runtime/gpu/host_values.h"
+#include "runtime/gpu/gpu_trainer_impl.h"
 #include "runtime/gpu/kernel_modules.h"
 #include "runtime/gpu/plan_reader.h"
 #include "runtime/init.h"
@@ -25,112 +24,6 @@ namespace gptc::rt::gpu {
 
 using program::EntryRole;
 using program::SlotRole;
-
-namespace {
-
-struct EntryState {
-  const program::TrainEntry* entry = nullptr;
-  DeviceBuffer arena;          // unused by a guest (Note [arena guests] in compiler/program/plan.h)
-  EntryState* host = nullptr;  // the entry whose arena a guest runs in
-  std::unique_ptr<EntryExecutor> executor;
-  // Which parameter values the arena's param slots hold (entries other than
-  // the state entry get a copy before they run); -1: none yet.
-  int64_t params_version = -1;
-};
-
-// The per-step inputs the host writes, in the pinned staging buffer.
-struct StagedInput {
-  const PlanSlot* slot = nullptr;
-  size_t offset = 0;  // in the staging buffer
-};
-
-}  // namespace
-
-struct GpuTrainer::Impl {
-  std::string artifact_path;
-  uint64_t artifact_checksum = 0;
-  const program::TrainProgram* program = nullptr;
-  GpuOptions options;
-  // The CUDA it runs on (Note [CUDA backends]), and its runtime functions.
-  const Backend* backend = nullptr;
-  const RuntimeApi* cuda = nullptr;
-  DeviceInfo device;
-  const DriverApi* cu = nullptr;
-  const CublasLtApi* lt = nullptr;
-  cublasLtHandle_t lt_handle = nullptr;
-  cudaStream_t stream = nullptr;
-  cudaEvent_t uploaded = nullptr, done = nullptr;
-  std::unique_ptr<KernelModules> modules;
-  DeviceBuffer workspace;
-  int64_t workspace_bytes = 0;
-  std::vector<EntryState> entries;  // in the program's order
-  // Note [entries of a step]: `state_entry` holds the parameters and AdamW moments
-  // and applies the update, `micro_entry` runs once per micro-batch; with
-  // grad-accum 1 both are train_step.
-  EntryState* state_entry = nullptr;
-  EntryState* micro_entry = nullptr;
-  // grad-accum > 1: each parameter's accumulator, in accumulate's arena and in apply's.
-  std::vector<std::pair<const PlanSlot*, const PlanSlot*>> grad_acc;
-  PinnedBuffer staging, readback;
-  std::vector<StagedInput> tokens, targets;  // per micro-batch, into micro_entry
-  StagedInput step, lr;                      // into state_entry
-  const PlanSlot* loss = nullptr;            // of micro_entry
-  const PlanSlot* grad_norm = nullptr;       // of state_entry
-  bool upload_pending = false;
-  int64_t steps_done = 0;
-  int64_t params_version = 0;
-  ProfileTable first_profile, profile;
-  std::unique_ptr<GemmAutotuner> autotuner;  // null: --autotune off
-
-  ~Impl() {
-    if (stream != nullptr) cuda->StreamSynchronize(stream);
-    entries.clear();  // executors (graphs, constant pools) and arenas
-    modules.reset();
-    if (lt_handle != nullptr) lt->Destroy(lt_handle);
-    for (cudaEvent_t e : {uploaded, done}) {
-      if (e != nullptr) cuda->EventDestroy(e);
-    }
-    if (stream != nullptr) cuda->StreamDestroy(stream);
-  }
-
-  Status Load(const program::Artifact& artifact, uint64_t seed);
-  // An arena and an executor for each entry (`ordered` as `entries`), the
-  // gemms autotuned on the way.
-  Status CreateExecutors(std::vector<EntryPlan>& ordered);
-  // Note [autotune paths]; its cache's warnings go to stderr.
-  std::unique_ptr<GemmAutotuner> MakeAutotuner() const;
-  // The guests' hosts, the workspace's size, and whether the arenas and the
-  // workspace fit the device.
-  Status PlanMemory(const std::vector<EntryPlan>& ordered);
-  // The bytes to allocate for entry i's arena: its own and its guests'.
-  int64_t ArenaBytes(const std::vector<EntryPlan>& ordered, size_t i) const;
-  Status FindSlots();
-  // Runs one entry in the mode the options ask for: profiled, checked, as the
-  // captured graph, or eagerly (then captured, when graphs are on). Profiled
-  // thunk times are appended to `times`.
-  Status RunEntry(EntryState& e, std::vector<ThunkTime>& times);
-  Status UploadState(const TrainerState& state);
-  Status WaitFor(cudaEvent_t event, std::string_view what);
-  Status CopyParamsInto(EntryState& e);
-  // Checks step `number`'s micro-batches and copies them, the step number
-  // and the learning rate `rate` into the staging buffer (once the previous
-  // step's uploads from it are done).
-  Status Stage(std::span<const MicroBatch> micro_batches, int64_t number, double rate);
-  // Feeds tokens (and targets) and runs an entry that updates no state; its
-  // outputs are then in the returned executor's arena.
-  StatusOr<EntryExecutor*> RunForEvaluate(const program::TrainEntry& entry, const MicroBatch& batch);
-  // Elements [first, first + count) of output `output` of an entry that ran.
-  struct OutputRange {
-    int64_t output = 0, first = 0, count = 0;
-  };
-  // Copies `ranges` of `ex`'s outputs to the host and waits for them.
-  StatusOr<std::vector<std::vector<double>>> ReadOutputs(EntryExecutor& ex, std::string_view entry,
-                                                         std::span<const OutputRange> ranges);
-  std::string Where() const { return artifact_path; }
-  void Progress(const std::string& status) const {
-    if (options.progress) options.progress(status);
-  }
-};
 
 GpuTrainer::GpuTrainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GpuTrainer::~GpuTrainer() = default;
@@ -581,107 +474,6 @@ Status GpuTrainer::Impl::CopyParamsInto(EntryState& e) {
   }
   e.params_version = params_version;
   return Status::Ok();
-}
-
-StatusOr<EntryExecutor*> GpuTrainer::Impl::RunForEvaluate(const program::TrainEntry& entry,
-                                                          const MicroBatch& batch) {
-  if (!entry.signature.donations.empty()) {
-    return Error("{}: the entry updates state; run it with Step", entry.name());
-  }
-  EntryState* e = nullptr;
-  for (EntryState& s : entries) {
-    if (s.entry->name() == entry.name()) e = &s;
-  }
-  if (e == nullptr) return Error("{}: not an entry of this trainer's program", entry.name());
-  EntryExecutor& ex = *e->executor;
-  if (e->host == nullptr) {
-    RETURN_IF_ERROR(CopyParamsInto(*e));
-  } else {
-    // Note [arena guests]: the parameters are read where the host keeps them.
-    if (e->host != state_entry) RETURN_IF_ERROR(CopyParamsInto(*e->host));
-    if (ThunkObserver* observer = backend->observer; observer != nullptr) {
-      std::vector<ArenaSlice> params;
-      for (const PlanSlot& slot : ex.plan().inputs) {
-        if (slot.role == SlotRole::kParam) params.push_back(slot.slice);
-      }
-      RETURN_IF_ERROR(cuda->Check(observer->InputsInPlace(ex.plan(), params, stream),
-                                  fmt::format("{}: parameters in place", entry.name())));
-    }
-  }
-  for (const PlanSlot& slot : ex.plan().inputs) {
-    if (slot.role == SlotRole::kParam) continue;
-    const std::vector<int32_t>* fed = slot.role == SlotRole::kTokens    ? &batch.tokens
-                                      : slot.role == SlotRole::kTargets ? &batch.targets
-                                      : slot.role == SlotRole::kMask    ? &batch.mask
-                                                                        : nullptr;
-    if (fed == nullptr) {
-      return Error("{}: input %{} has role {}, which Evaluate cannot feed", entry.name(), slot.name,
-                   program::SlotRoleName(slot.role));
-    }
-    const std::vector<int32_t>& ids = *fed;
-    if (static_cast<int64_t>(ids.size()) != slot.shape.num_elements()) {
-      return Error("{}: input %{}: {} values given, {} needs {}", entry.name(), slot.name,
-                   ids.size(), slot.shape.ToString(), slot.shape.num_elements());
-    }
-    RETURN_IF_ERROR(cuda->Check(
-        cuda->MemcpyAsync(ex.At(slot.slice), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice,
-                          stream),
-        fmt::format("{}: cudaMemcpyAsync(%{} to the device)", entry.name(), slot.name)));
-  }
-  Status run = options.sync_each_thunk ? ex.RunChecked(stream) : ex.Run(stream);
-  if (!run.ok()) return run.WithPrefix(entry.name());
-  return &ex;
-}
-
-StatusOr<std::vector<std::vector<double>>> GpuTrainer::Impl::ReadOutputs(
-    EntryExecutor& ex, std::string_view entry, std::span<const OutputRange> ranges) {
-  std::vector<std::string> bytes;
-  for (const OutputRange& r : ranges) {
-    const PlanSlot& slot = ex.plan().outputs[r.output];
-    const int64_t element = ir::DTypeBytes(slot.shape.dtype());
-    bytes.emplace_back(r.count * element, '\0');
-    RETURN_IF_ERROR(
-        cuda->Check(cuda->MemcpyAsync(bytes.back().data(), ex.At(slot.slice) + r.first * element,
-                                      bytes.back().size(), cudaMemcpyDeviceToHost, stream),
-                    fmt::format("{}: cudaMemcpyAsync(%{} [{}, {}) to the host)", entry, slot.name,
-                                r.first, r.first + r.count)));
-  }
-  RETURN_IF_ERROR(cuda->Check(cuda->EventRecord(done, stream), "cudaEventRecord"));
-  RETURN_IF_ERROR(WaitFor(done, entry));
-  std::vector<std::vector<double>> values;
-  for (size_t i = 0; i < ranges.size(); ++i) {
-    values.push_back(DecodeValues(ex.plan().outputs[ranges[i].output].shape.dtype(), bytes[i]));
-  }
-  return values;
-}
-
-StatusOr<std::vector<eval::Literal>> GpuTrainer::Evaluate(const program::TrainEntry& entry,
-                                                          const MicroBatch& batch) {
-  Impl& m = *impl_;
-  ASSIGN_OR_RETURN(EntryExecutor * ex, m.RunForEvaluate(entry, batch));
-  const std::vector<PlanSlot>& outputs = ex->plan().outputs;
-  std::vector<Impl::OutputRange> all;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    all.push_back({static_cast<int64_t>(i), 0, outputs[i].shape.num_elements()});
-  }
-  ASSIGN_OR_RETURN(std::vector<std::vector<double>> values, m.ReadOutputs(*ex, entry.name(), all));
-  std::vector<eval::Literal> out;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    out.push_back(eval::Literal{.shape = outputs[i].shape, .values = std::move(values[i])});
-  }
-  return out;
-}
-
-StatusOr<std::vector<double>> GpuTrainer::EvaluateSlice(const program::TrainEntry& entry,
-                                                        const MicroBatch& batch, int64_t output,
-                                                        int64_t first, int64_t count) {
-  Impl& m = *impl_;
-  RETURN_IF_ERROR(CheckSliceRange(entry, output, first, count));
-  ASSIGN_OR_RETURN(EntryExecutor * ex, m.RunForEvaluate(entry, batch));
-  const Impl::OutputRange range{output, first, count};
-  ASSIGN_OR_RETURN(std::vector<std::vector<double>> values,
-                   m.ReadOutputs(*ex, entry.name(), {&range, 1}));
-  return std::move(values[0]);
 }
 
 int64_t GpuTrainer::steps_done() const { return impl_->steps_done; }
