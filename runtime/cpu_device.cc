@@ -142,6 +142,11 @@ StatusOr<std::vector<eval::Literal>> CpuTrainer::Evaluate(const program::TrainEn
   return Run(entry, &batch, static_cast<double>(steps_done_), 0.0);
 }
 
+Status CpuTrainer::SumOverRanks(std::span<double> values) {
+  if (collective_ == nullptr) return Status::Ok();
+  return collective_->AllReduce(ir::ReduceKind::kSum, values).WithPrefix("sum over ranks");
+}
+
 StatusOr<StepResult> CpuTrainer::Step(std::span<const MicroBatch> micro_batches, double lr) {
   const int64_t k = program_->grad_accum;
   if (static_cast<int64_t>(micro_batches.size()) != k) {

@@ -48,6 +48,9 @@ class CpuTrainer : public Trainer {
   StatusOr<std::vector<eval::Literal>> Evaluate(const program::TrainEntry& entry,
                                                 const MicroBatch& batch) override;
 
+  // Through the collective (set_collective), in f64; without one, nothing.
+  Status SumOverRanks(std::span<double> values) override;
+
   std::string DeviceDescription() const override { return "cpu (reference evaluator)"; }
   std::string DeviceName() const override { return "cpu"; }
   int64_t steps_done() const override { return steps_done_; }

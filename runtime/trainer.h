@@ -88,6 +88,14 @@ class Trainer {
     return std::vector<double>(v.begin() + first, v.begin() + first + count);
   }
 
+  // Sums `values` elementwise over the data-parallel ranks, in place, and
+  // returns once every rank's sum is back on the host; every rank calls it
+  // with the same length, at the same point of its run. A trainer of one
+  // rank leaves them as they are. For a few small counts (examples scored,
+  // answers right: runtime/eval_score.h, split across the ranks): a device
+  // may add in f32, exact for integers up to 2^24.
+  virtual Status SumOverRanks(std::span<double> values) = 0;
+
   virtual int64_t steps_done() const = 0;
 
   // The parameters, moments and step count as host values (f32), and back.

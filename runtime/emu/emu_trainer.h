@@ -47,6 +47,8 @@ class EmuTrainer : public Trainer {
                                               int64_t first, int64_t count) override {
     return trainer_->EvaluateSlice(entry, batch, output, first, count);
   }
+  // The GPU trainer's, over the emulated communicator (--dp N).
+  Status SumOverRanks(std::span<double> values) override { return trainer_->SumOverRanks(values); }
   int64_t steps_done() const override { return trainer_->steps_done(); }
   StatusOr<TrainerState> ExportState() override { return trainer_->ExportState(); }
   Status ImportState(const TrainerState& state) override { return trainer_->ImportState(state); }

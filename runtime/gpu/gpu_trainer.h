@@ -91,6 +91,10 @@ class GpuTrainer : public Trainer {
   StatusOr<std::vector<double>> EvaluateSlice(const program::TrainEntry& entry,
                                               const MicroBatch& batch, int64_t output,
                                               int64_t first, int64_t count) override;
+  // On the device through GpuOptions::communicator: the values go up as
+  // f32, are all-reduced on the trainer's stream (NCCL's order) and come
+  // back. Without a communicator, nothing.
+  Status SumOverRanks(std::span<double> values) override;
   int64_t steps_done() const override;
   StatusOr<TrainerState> ExportState() override;
   Status ImportState(const TrainerState& state) override;

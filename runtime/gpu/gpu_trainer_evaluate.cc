@@ -1,5 +1,8 @@
 // The GPU trainer's entries that update no state (Evaluate, EvaluateSlice:
-// the sampling, validation and score entries).
+// the sampling, validation and score entries), and the sums over the ranks
+// of what the score entry tallies (SumOverRanks).
+#include <algorithm>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -114,6 +117,43 @@ StatusOr<std::vector<double>> GpuTrainer::EvaluateSlice(const program::TrainEntr
   ASSIGN_OR_RETURN(std::vector<std::vector<double>> values,
                    m.ReadOutputs(*ex, entry.name(), {&range, 1}));
   return std::move(values[0]);
+}
+
+Status GpuTrainer::SumOverRanks(std::span<double> values) {
+  Impl& m = *impl_;
+  Communicator* comm = m.options.communicator;
+  if (comm == nullptr || values.empty()) return Status::Ok();
+  const auto count = static_cast<int64_t>(values.size());
+  if (count > m.sums_capacity) {
+    // The previous sum was waited for: the old buffer is idle.
+    m.sums = std::make_unique<DeviceBuffer>();
+    m.sums_capacity = std::max<int64_t>(count, 64);
+    RETURN_IF_ERROR(m.cuda->Check(m.sums->Allocate(*m.cuda, m.sums_capacity * sizeof(float)),
+                                  "sum over ranks: cudaMalloc"));
+  }
+  // Pageable, so the copies are waited for before it goes away.
+  std::vector<float> host(values.begin(), values.end());
+  const size_t bytes = host.size() * sizeof(float);
+  RETURN_IF_ERROR(m.cuda->Check(
+      m.cuda->MemcpyAsync(m.sums->ptr, host.data(), bytes, cudaMemcpyHostToDevice, m.stream),
+      "sum over ranks: cudaMemcpyAsync(to the device)"));
+  RETURN_IF_ERROR(
+      comm->AllReduce(m.sums->ptr, m.sums->ptr, count, ir::DType::kF32, ReduceOp::kSum, m.stream)
+          .WithPrefix("sum over ranks"));
+  // The host waits for the all-reduce before the copy back: the stream's
+  // order is enough for NCCL, but the emulated device lands a result only
+  // when another stream or the host waits for it (Note [in-flight
+  // all-reduces] in runtime/emu/emu_ops.cc). Two waits at the end of an
+  // eval cost nothing.
+  RETURN_IF_ERROR(m.cuda->Check(m.cuda->EventRecord(m.done, m.stream), "cudaEventRecord"));
+  RETURN_IF_ERROR(m.WaitFor(m.done, "sum over ranks"));
+  RETURN_IF_ERROR(m.cuda->Check(
+      m.cuda->MemcpyAsync(host.data(), m.sums->ptr, bytes, cudaMemcpyDeviceToHost, m.stream),
+      "sum over ranks: cudaMemcpyAsync(to the host)"));
+  RETURN_IF_ERROR(m.cuda->Check(m.cuda->EventRecord(m.done, m.stream), "cudaEventRecord"));
+  RETURN_IF_ERROR(m.WaitFor(m.done, "sum over ranks"));
+  std::copy(host.begin(), host.end(), values.begin());
+  return Status::Ok();
 }
 
 }  // namespace gptc::rt::gpu

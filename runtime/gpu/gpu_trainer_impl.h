@@ -69,6 +69,10 @@ struct GpuTrainer::Impl {
   // grad-accum > 1: each parameter's accumulator, in accumulate's arena and in apply's.
   std::vector<std::pair<const PlanSlot*, const PlanSlot*>> grad_acc;
   PinnedBuffer staging, readback;
+  // SumOverRanks's f32 values on the device, allocated at the first sum
+  // (grown when a sum is longer).
+  std::unique_ptr<DeviceBuffer> sums;
+  int64_t sums_capacity = 0;
   std::vector<StagedInput> tokens, targets;  // per micro-batch, into micro_entry
   StagedInput step, lr;                      // into state_entry
   const PlanSlot* loss = nullptr;            // of micro_entry

@@ -2,7 +2,8 @@
 // compiled with --dp 2, two ranks (threads, or TCP peers on loopback) each
 // fed its half of every batch's rows, follows the same losses, gradient
 // norms and parameters as --dp 1 with the whole batch, to float tolerance;
-// and the two ranks stay bit-identical to each other.
+// and the two ranks stay bit-identical to each other. Trainer::SumOverRanks
+// adds the ranks' values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -193,6 +194,34 @@ TEST(DataParallelTrainTest, TcpRanksEqualThreadRanks) {
   const std::vector<Trajectory> tcp = TrainTcp(*dp2, 2);
   ExpectBitIdentical(tcp[0], tcp[1]);
   ExpectBitIdentical(tcp[0], threads[0]);
+}
+
+// Trainer::SumOverRanks, what an eval split across the ranks tallies with:
+// each rank's counts come back summed on every rank.
+TEST(DataParallelTrainTest, SumOverRanksAddsEveryRanksValues) {
+  StatusOr<program::TrainProgram> dp2 = Compile(kRows / 2, 1, 2);
+  ASSERT_TRUE(dp2.ok()) << dp2.status().message();
+  ThreadGroup group(2, std::chrono::seconds(120));
+  std::vector<std::vector<double>> values = {{1, 2.5, 7}, {10, 20, 30}};
+  std::vector<Status> s = RunRanksAsThreads(group, [&](int64_t rank, Communicator& comm) {
+    CpuTrainer trainer(&*dp2, /*seed=*/0);
+    trainer.set_collective(&comm);
+    return trainer.SumOverRanks(values[rank]);
+  });
+  for (const Status& status : s) EXPECT_TRUE(status.ok()) << status.message();
+  for (int64_t rank : {0, 1}) {
+    EXPECT_EQ(values[rank], (std::vector<double>{11, 22.5, 37})) << "rank " << rank;
+  }
+}
+
+TEST(DataParallelTrainTest, SumOverRanksOfOneRankLeavesTheValues) {
+  StatusOr<program::TrainProgram> dp1 = Compile(kRows, 1, 1);
+  ASSERT_TRUE(dp1.ok()) << dp1.status().message();
+  CpuTrainer trainer(&*dp1, /*seed=*/0);
+  std::vector<double> values = {1, 2.5, 7};
+  Status s = trainer.SumOverRanks(values);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(values, (std::vector<double>{1, 2.5, 7}));
 }
 
 }  // namespace
