@@ -56,7 +56,7 @@ expect f32-beyond-range 1 'big\.ir:3:30: constant value 1e40 is beyond the range
   "$gptc" verify big.ir
 "$gptc" compile --model gpt2-tiny --layers 1 --batch 1 --seq 8 --logits -o tiny.ir > /dev/null ||
   exit 1
-expect eval-module 2 '^gptc: --module nosuch: tiny\.ir holds no such module \(it has gpt2-tiny, gpt2-tiny\.logits, gpt2-tiny\.eval\)$' \
+expect eval-module 2 '^gptc: --module nosuch: tiny\.ir holds no such module \(it has gpt2-tiny, gpt2-tiny\.logits, gpt2-tiny\.eval, gpt2-tiny\.score\)$' \
   "$gptc" eval tiny.ir --module nosuch
 
 # gpt-tokenize.

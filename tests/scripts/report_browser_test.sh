@@ -67,7 +67,7 @@ plan, logs = sys.argv[2], sys.argv[3:]
 ok = True
 if plan:
     entries = json.load(open(plan))["entries"]
-    want = sum(1 for e in entries if e["name"] not in ("logits", "eval")
+    want = sum(1 for e in entries if e["name"] not in ("logits", "eval", "score")
                for t in e["thunks"]
                if t["kind"] != "constant" and not t.get("fallback", False))
     bars = len(re.findall(r'<rect[^>]*class="kbar[ "]', dom))

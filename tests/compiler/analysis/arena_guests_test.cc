@@ -62,7 +62,7 @@ TEST(ArenaGuestsTest, GuestsShareTheHostsParametersAndSpareItsState) {
     int64_t largest = hb.arena_size();
     for (size_t g = 0; g < program->entries.size(); ++g) {
       const program::TrainEntry& guest = program->entries[g];
-      const bool is_guest = guest.role == EntryRole::kLogits || guest.role == EntryRole::kEval;
+      const bool is_guest = program::RunsBetweenSteps(guest.role);
       EXPECT_EQ(buffers->hosts[g], is_guest ? host : -1) << guest.name();
       if (!is_guest) continue;
       ++guests;

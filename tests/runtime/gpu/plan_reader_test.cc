@@ -242,8 +242,7 @@ TEST(PlanReaderTest, GuestsReadTheirHostsParameters) {
   ASSERT_TRUE(hosts.ok()) << hosts.status().message();
   int guests = 0;
   for (size_t i = 0; i < plans.size(); ++i) {
-    const bool guest =
-        plans[i].role == program::EntryRole::kLogits || plans[i].role == program::EntryRole::kEval;
+    const bool guest = program::RunsBetweenSteps(plans[i].role);
     EXPECT_EQ((*hosts)[i] >= 0, guest) << plans[i].name();
     if (guest) {
       ++guests;
