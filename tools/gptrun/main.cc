@@ -19,6 +19,8 @@
 // --trust-artifact (Note [trusted emulator libraries]).
 // `gptrun generate FILE.gptx --resume CKPT --prompt TEXT` generates text from a
 // checkpoint (tools/gptrun/generate.h).
+// `gptrun eval FILE.gptx --hellaswag FILE.bin --resume CKPT` scores a checkpoint
+// on a multiple-choice eval set (tools/gptrun/eval_set.h).
 // `gptrun --model NAME --batch N --seq T ...` compiles the model first, as a
 // JIT would, through gptc's compile cache (tools/gptrun/jit.h).
 #include <algorithm>
@@ -43,6 +45,7 @@
 namespace gptc::tools {
 
 int GenerateMain(int argc, char** argv);  // tools/gptrun/generate_command.cc
+int EvalMain(int argc, char** argv);      // tools/gptrun/eval_command.cc
 
 namespace {
 
@@ -50,7 +53,7 @@ constexpr char kAbout[] =
     "Trains with a compiled artifact (gptc compile -o FILE.gptx), or with --model NAME compiles "
     "one first through gptc's compile cache. The batch, sequence length, grad-accum and AdamW "
     "settings are the artifact's; --grad-accum only checks it (with --model: compiles it). `gptrun "
-    "generate --help`: text from a checkpoint.";
+    "generate --help`: text from a checkpoint; `gptrun eval --help`: HellaSwag accuracy.";
 
 int Fail(const Status& status) { return FailWith("gptrun", status); }
 // A refusal of the command line by a check whose every error is one.
@@ -156,7 +159,15 @@ Flags DeclareFlags() {
       .Value("top-k", "K", "sample from the K likeliest tokens; 1 for greedy", str(d.top_k))
       .Value("tokenizer", "DIR",
              "the GPT-2 encoder files for samples (default: found in $GPTC_DATA, the install "
-             "prefix or the source tree)");
+             "prefix or the source tree)")
+      .Value("hellaswag", "FILE",
+             "HellaSwag (or another multiple-choice set) in llm.c's .bin format: acc and "
+             "acc_norm every --hellaswag-every steps and after the last (docs/EVAL.md)")
+      .Value("hellaswag-every", "N",
+             "steps between HellaSwag evaluations; 0 for only after the last", "0")
+      .Requires("hellaswag")
+      .Value("hellaswag-limit", "N", "score the first N examples only (default: all)")
+      .Requires("hellaswag");
   flags.Section("checkpoints and logs")
       .Value("ckpt-dir", "DIR",
              "checkpoints DIR/step_NNNNNN every --ckpt-every steps and at the end (DIR is "
@@ -185,8 +196,8 @@ Flags DeclareFlags() {
              "an HTML page of the step's kernels and arena and of this run's curves, written at "
              "each checkpoint and at the end (docs/REPORTS.md; gptc report draws several runs)")
       .Value("tensorboard", "DIR",
-             "also write loss, val_loss, lr, grad_norm, tok_s and mfu as a TensorBoard event "
-             "file in DIR");
+             "also write loss, val_loss, lr, grad_norm, tok_s, mfu and the HellaSwag accuracies "
+             "as a TensorBoard event file in DIR");
   return flags;
 }
 
@@ -220,7 +231,7 @@ Status ReadTuningFlags(const Flags& flags, TrainOptions& o) {
 // --sample-every, the CPU device has no gemms to tune.
 Status CheckInapplicable(const Flags& flags, const TrainOptions& o) {
   if (o.bench) {
-    for (const char* name : {"ckpt-dir", "log", "val", "sample-every"}) {
+    for (const char* name : {"ckpt-dir", "log", "val", "sample-every", "hellaswag"}) {
       if (flags.Has(name))
         return Error("--{} does not apply to --bench (it trains on no data)", name);
     }
@@ -292,6 +303,7 @@ StatusOr<TrainOptions> ReadTrainOptions(const Flags& flags) {
   o.debug_sync = flags.Has("debug-sync");
   o.train = flags.Get("train");
   o.val = flags.Get("val");
+  o.hellaswag = flags.Get("hellaswag");
   o.ckpt_dir = flags.Get("ckpt-dir");
   o.resume = flags.Get("resume");
   o.reset_data = flags.Has("reset-data");
@@ -314,6 +326,8 @@ StatusOr<TrainOptions> ReadTrainOptions(const Flags& flags) {
         std::tuple{"sample-every", &o.sample_every, int64_t{0}},
         std::tuple{"sample-len", &o.sample_len, int64_t{1}},
         std::tuple{"top-k", &o.top_k, int64_t{1}},
+        std::tuple{"hellaswag-every", &o.hellaswag_every, int64_t{0}},
+        std::tuple{"hellaswag-limit", &o.hellaswag_limit, int64_t{1}},
         std::tuple{"ckpt-every", &o.ckpt_every, int64_t{0}},
         std::tuple{"ckpt-keep", &o.ckpt_keep, int64_t{0}},
         std::tuple{"skip-nonfinite", &o.skip_nonfinite, int64_t{0}},
@@ -352,6 +366,7 @@ StatusOr<TrainOptions> ReadTrainOptions(const Flags& flags) {
 
 int Main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "generate") return GenerateMain(argc, argv);
+  if (argc >= 2 && std::string_view(argv[1]) == "eval") return EvalMain(argc, argv);
   Flags flags = DeclareFlags();
   if (Status s = flags.Parse(argc, argv, 1); !s.ok()) return FailUsage(s);
   if (std::optional<int> done = flags.HandleHelpAndVersion()) return *done;

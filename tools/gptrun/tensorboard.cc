@@ -154,6 +154,8 @@ void TensorBoardWriter::Write(const nlohmann::json& event) {
   static constexpr std::pair<const char*, const char*> kStep[] = {
       {"loss", "loss"}, {"lr", "lr"}, {"norm", "grad_norm"}, {"tok_s", "tok_s"}, {"mfu", "mfu"}};
   static constexpr std::pair<const char*, const char*> kVal[] = {{"val_loss", "val_loss"}};
+  static constexpr std::pair<const char*, const char*> kHellaSwag[] = {
+      {"acc", "hellaswag/acc"}, {"acc_norm", "hellaswag/acc_norm"}};
   std::vector<std::pair<std::string, float>> scalars;
   auto add = [&](const auto& keys) {
     for (const auto& [key, tag] : keys) {
@@ -165,6 +167,7 @@ void TensorBoardWriter::Write(const nlohmann::json& event) {
   };
   if (kind == "step") add(kStep);
   if (kind == "val") add(kVal);
+  if (kind == "hellaswag") add(kHellaSwag);
   if (scalars.empty()) return;
   Append(TfRecord(ScalarEvent(WallTime(), event["step"].get<int64_t>(), scalars)));
 }

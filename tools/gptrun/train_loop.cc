@@ -31,6 +31,7 @@
 #include "tools/gptrun/train_checkpoints.h"
 #include "tools/gptrun/train_context.h"
 #include "tools/gptrun/train_evaluate.h"
+#include "tools/gptrun/train_hellaswag.h"
 #include "tools/gptrun/train_output.h"
 #include "tools/gptrun/train_step.h"
 
@@ -392,6 +393,7 @@ class TrainRun {
     }
     if (std::string summary = LoadSummary(trainer); !summary.empty()) run_.console.Line(summary);
     if (Status s = evaluate_.Prepare(); !s.ok()) return Fail(s);
+    if (Status s = hellaswag_.Prepare(); !s.ok()) return Abort(s);
     return 0;
   }
 
@@ -437,6 +439,8 @@ class TrainRun {
     for (int64_t step = start_; step <= o_.steps; ++step) {
       if (Status s = steps_->Run(step); !s.ok()) return Abort(s);
       const bool last = step == o_.steps;
+      // Every rank scores its share of the set.
+      if (Status s = hellaswag_.AfterStep(step, last); !s.ok()) return Abort(s);
       if (!run_.dist->leader()) {  // the others wait at the next step's all-reduces
         if (const int signal = stop_signal.load(); signal != 0 && !last) {
           return StopOnSignal(signal, step, /*checkpointed=*/true);
@@ -464,6 +468,7 @@ class TrainRun {
   rt::AgreedFields agreed_;  // Note [agreement]: what the ranks compare when they join
   CheckpointPhase checkpoints_{run_};
   EvaluatePhase evaluate_{run_};
+  HellaSwagPhase hellaswag_{run_};
   std::optional<StepPhase> steps_;  // made by Loop
   int64_t start_ = 1;
   double flops_per_token_ = 0, peak_tflops_ = 0;

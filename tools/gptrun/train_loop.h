@@ -45,6 +45,10 @@ struct TrainOptions {
   uint64_t seed = 0;
   int64_t val_every = 0, val_steps = 20;  // val_every 0: only after the last step
   int64_t sample_every = 0, sample_len = 64, top_k = 40;
+  // A multiple-choice eval set (llm.c's .bin) scored every hellaswag_every
+  // steps (0: only after the last), its first hellaswag_limit examples (0: all).
+  std::string hellaswag;
+  int64_t hellaswag_every = 0, hellaswag_limit = 0;
   std::string ckpt_dir;
   int64_t ckpt_every = 0;  // 0: only after the last step (with --ckpt-dir)
   int64_t ckpt_keep = 3;   // the newest kept, and the best; 0: all (Note [checkpoint housekeeping])

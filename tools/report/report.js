@@ -17,8 +17,8 @@
 //    "has_plan": bool,          // false (--no-codegen): thunks, groups, arena empty
 //    "note": "why there is no plan",
 //    "profile": null | {"steps", "device", "emulated"},   // emulated: stand-in times
-//    "h100_model": null | {"step_us", "tokens_per_second", "roofline_us"},  // the H100 model's step
-//    "thunks": [ {"entry", "i", "name" (the instruction), "kernel" (its PTX entry),
+//    "h100_model": null | {"step_us", "tokens_per_second", "roofline_us"},  // the H100 model's
+//    step "thunks": [ {"entry", "i", "name" (the instruction), "kernel" (its PTX entry),
 //                 "kind": "kernel"|"gemm"|"copy"|"constant"|"all_reduce",
 //                 "fusion_kind", "group", "layer", "phase", "meta",
 //                 "flops", "bytes", "roofline_us", "compute_bound",
@@ -34,7 +34,8 @@
 //                                    "kept_bytes", "kept": [ {"name", "shape", "bytes"} ]} ]}
 //  },
 //  "runs": [ {"name", "steps": [ {"step", "loss", "lr", "norm", "ms", "tok_s", "mfu"} ],
-//             "val": [ {"step", "val_loss"} ]} ]
+//             "val": [ {"step", "val_loss"} ],
+//             "hellaswag": [ {"step", "acc", "acc_norm", "examples"} ]} ]
 // }
 // Any field may be null or missing; a view without its data says so instead
 // of failing. Non-finite numbers arrive as null and are skipped, never drawn as 0.
@@ -855,33 +856,55 @@ function renderRuns(body, ctx) {
   const runs = arr(ctx.D.runs).filter(Boolean);
   if (!runs.length) return note(body, 'no training logs given (gptc report --log RUN.jsonl)');
   const R = runs.map((r, i) => ({
-    i, name: String(r.name || 'run ' + (i + 1)),
-    loss: finitePts(r.steps, 'loss'), val: finitePts(r.val, 'val_loss'),
-    tok: finitePts(r.steps, 'tok_s'), mfu: finitePts(r.steps, 'mfu'), lr: finitePts(r.steps, 'lr'), norm: finitePts(r.steps, 'norm'),
-    nsteps: arr(r.steps).length,
-  }));
+                       i,
+                       name: String(r.name || 'run ' + (i + 1)),
+                       loss: finitePts(r.steps, 'loss'),
+                       val: finitePts(r.val, 'val_loss'),
+                       tok: finitePts(r.steps, 'tok_s'),
+                       mfu: finitePts(r.steps, 'mfu'),
+                       lr: finitePts(r.steps, 'lr'),
+                       norm: finitePts(r.steps, 'norm'),
+                       hs: finitePts(r.hellaswag, 'acc_norm'),
+                       nsteps: arr(r.steps).length,
+                     }));
   const totalLoss = R.reduce((s, r) => s + r.loss.length, 0);
   // Markers on thousands of points would hide the lines and slow the page.
   const dots = totalLoss <= 2000;
   const longest = Math.max(...R.map((r) => r.loss.length));
   const defSmooth = longest > 200 ? 0.6 : 0;
 
-  body.innerHTML = `<table class="data" id="runs-table"><thead><tr><th>run</th><th class="num">step records</th><th class="num">last step</th><th class="num">last loss</th>` +
-    `<th class="num">best val loss</th><th class="num">median tok/s</th><th class="num">median MFU %</th></tr></thead><tbody>` +
-    R.map((r) => {
-      const best = r.val.length ? Math.min(...r.val.map((p) => p[1])) : NaN;
-      const last = r.loss[r.loss.length - 1];
-      return `<tr><td><span class="sw r${r.i % 8}"></span>${esc(r.name)}</td><td class="num">${r.nsteps}</td><td class="num">${last ? esc(last[0]) : '–'}</td>` +
-        `<td class="num">${last ? esc(sig(last[1], 4)) : '–'}</td><td class="num">${esc(sig(best, 4))}</td>` +
-        `<td class="num">${esc(fmtCount(median(r.tok.map((p) => p[1]))))}</td><td class="num">${esc(sig(median(r.mfu.map((p) => p[1]))))}</td></tr>`;
-    }).join('') + '</tbody></table>' +
-    `<div class="chart-card"><div class="chart-head"><h3>Loss and validation loss</h3>
+  body.innerHTML =
+      `<table class="data" id="runs-table"><thead><tr><th>run</th><th class="num">step records</th><th class="num">last step</th><th class="num">last loss</th>` +
+      `<th class="num">best val loss</th><th class="num">last HellaSwag acc_norm</th><th class="num">median tok/s</th><th class="num">median MFU %</th></tr></thead><tbody>` +
+      R.map((r) => {
+         const best = r.val.length ? Math.min(...r.val.map((p) => p[1])) : NaN;
+         const last = r.loss[r.loss.length - 1];
+         return `<tr><td><span class="sw r${r.i % 8}"></span>${esc(r.name)}</td><td class="num">${
+                    r.nsteps}</td><td class="num">${last ? esc(last[0]) : '–'}</td>` +
+             `<td class="num">${last ? esc(sig(last[1], 4)) : '–'}</td><td class="num">${
+                    esc(sig(best, 4))}</td>` +
+             `<td class="num">${r.hs.length ? esc(sig(r.hs[r.hs.length - 1][1], 4)) : '–'}</td>` +
+             `<td class="num">${
+                    esc(fmtCount(median(r.tok.map((p) => p[1]))))}</td><td class="num">${
+                    esc(sig(median(r.mfu.map((p) => p[1]))))}</td></tr>`;
+       }).join('') +
+      '</tbody></table>' +
+      `<div class="chart-card"><div class="chart-head"><h3>Loss and validation loss</h3>
       <label><input type="checkbox" id="loss-log"> log scale</label>
-      <label>smoothing <input type="range" id="loss-smooth" min="0" max="0.99" step="0.01" value="${defSmooth}"> <span id="loss-smooth-value">${defSmooth.toFixed(2)}</span></label>
-      <span class="legend inline">${R.map((r) => `<span class="lg"><span class="sw r${r.i % 8}"></span>${esc(r.name)}</span>`).join('')}
+      <label>smoothing <input type="range" id="loss-smooth" min="0" max="0.99" step="0.01" value="${
+          defSmooth}"> <span id="loss-smooth-value">${defSmooth.toFixed(2)}</span></label>
+      <span class="legend inline">${
+          R.map((r) => `<span class="lg"><span class="sw r${r.i % 8}"></span>${esc(r.name)}</span>`)
+              .join('')}
       <span class="lg"><span class="line-key"></span>loss</span><span class="lg"><span class="line-key dashed"></span>val loss</span></span></div>
       <div class="chart" id="loss-chart"></div></div>
-    <div class="chart-grid">${['tok', 'mfu', 'lr', 'norm'].map((k) => `<div class="chart-card"><h3 class="small"></h3><div class="chart small-chart" id="chart-${k}"></div></div>`).join('')}</div>`;
+    <div class="chart-grid">${
+              ['tok', 'mfu', 'lr', 'norm', 'hs']
+                  .map(
+                      (k) =>
+                          `<div class="chart-card"><h3 class="small"></h3><div class="chart small-chart" id="chart-${
+                              k}"></div></div>`)
+                  .join('')}</div>`;
 
   const logBox = body.querySelector('#loss-log'), slider = body.querySelector('#loss-smooth');
   const sval = body.querySelector('#loss-smooth-value');
@@ -905,7 +928,10 @@ function renderRuns(body, ctx) {
   slider.addEventListener('input', lossChart);
   sized(lossHost, (w) => { lossW = w; lossChart(); });
 
-  const metrics = [['tok', 'tokens / s', 'tokens / s'], ['mfu', 'MFU (%)', 'MFU %'], ['lr', 'learning rate', 'lr'], ['norm', 'grad norm', 'norm']];
+  const metrics = [
+    ['tok', 'tokens / s', 'tokens / s'], ['mfu', 'MFU (%)', 'MFU %'], ['lr', 'learning rate', 'lr'],
+    ['norm', 'grad norm', 'norm'], ['hs', 'HellaSwag acc_norm', 'acc_norm']
+  ];
   for (const [k, title, ylab] of metrics) {
     const host = body.querySelector('#chart-' + k);
     host.previousElementSibling.textContent = title;

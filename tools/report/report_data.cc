@@ -449,6 +449,11 @@ void AddLogEvent(RunLog& log, const json& event) {
                          {"mfu", NumberOrNull(event, "mfu")}});
   } else if (kind == "val") {
     log.val.push_back({{"step", event["step"]}, {"val_loss", NumberOrNull(event, "val_loss")}});
+  } else if (kind == "hellaswag") {
+    log.hellaswag.push_back({{"step", event["step"]},
+                             {"acc", NumberOrNull(event, "acc")},
+                             {"acc_norm", NumberOrNull(event, "acc_norm")},
+                             {"examples", NumberOrNull(event, "examples")}});
   }
 }
 
@@ -533,7 +538,8 @@ StatusOr<json> ReportData(const ReportInput& in) {
   }
   data["title"] = title;
   for (const RunLog& r : in.runs) {
-    data["runs"].push_back({{"name", r.name}, {"steps", r.steps}, {"val", r.val}});
+    data["runs"].push_back(
+        {{"name", r.name}, {"steps", r.steps}, {"val", r.val}, {"hellaswag", r.hellaswag}});
   }
   return data;
 }

@@ -24,15 +24,16 @@
 
 namespace gptc::tools::report {
 
-// One training run: the `step` and `val` events of a gptrun --log file.
+// One training run: the `step`, `val` and `hellaswag` events of a gptrun --log file.
 struct RunLog {
   std::string name;                                // the legend: the log's file name
   nlohmann::json steps = nlohmann::json::array();  // {step, loss, lr, norm, ms, tok_s, mfu}
   nlohmann::json val = nlohmann::json::array();    // {step, val_loss}
+  nlohmann::json hellaswag = nlohmann::json::array();  // {step, acc, acc_norm, examples}
 };
 
-// Adds one gptrun --log event to `log` (step and val events; others are
-// ignored). gptrun --report records its own run with it.
+// Adds one gptrun --log event to `log` (step, val and hellaswag events;
+// others are ignored). gptrun --report records its own run with it.
 void AddLogEvent(RunLog& log, const nlohmann::json& event);
 
 // Parses the text of a gptrun --log file named `name`. A last line cut short
