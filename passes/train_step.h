@@ -90,6 +90,16 @@ Status AddEvalEntry(TrainProgram& program, std::unique_ptr<ir::Module> forward,
                     const std::vector<program::InputSpec>& inputs,
                     const TrainStepOptions& options);
 
+// Note [score window]
+// The score entry scores one completion a row, and completions are short
+// (HellaSwag's examples take a few dozen tokens), so rows of the train
+// step's seq would be mostly padding. gptc compile --score-seq W traces it
+// with rows of W tokens instead, as many as the train step's batch * seq
+// tokens make: the same work a pass, more examples in it, and an arena of
+// about the train forward's size (it runs in the train step's arena as a
+// guest). The runtime accepts any [rows, W] with W <= seq and rows * W <=
+// batch * seq; W defaults to seq.
+//
 // Adds the scoring entry `score` from the traced module "params..., tokens
 // s32[B, T], targets s32[B, T], mask s32[B, T] -> (f32[B], f32[B])"
 // (models::TraceGpt2Score; `inputs` found by role), with the same passes as

@@ -85,7 +85,7 @@ Status CheckScoreFits(const EvalSet& set, int64_t rows, int64_t seq, std::string
     if (ctx_len + comp_len > seq) {
       return UsageError(
           "{}: context {} + completion {} ({} tokens) = {} tokens, more than the score entry's {} "
-          "(gptc compile --seq)",
+          "(gptc compile --seq or --score-seq)",
           where, ctx_len, k, comp_len, ctx_len + comp_len, seq);
     }
   }

@@ -85,7 +85,15 @@ Status CheckSlotsAgainstFlags(const program::TrainEntry& entry, const program::M
   for (const program::Slot& s : entry.signature.inputs) {
     const bool batch_shaped =
         s.role == SlotRole::kTokens || s.role == SlotRole::kTargets || s.role == SlotRole::kMask;
-    if (batch_shaped && s.shape.dims() != data) {
+    if (!batch_shaped) continue;
+    const std::vector<int64_t>& dims = s.shape.dims();
+    // Note [score window] (passes/train_step.h): rows of at most seq tokens,
+    // no more tokens than the train step's.
+    const bool fits = entry.role == program::EntryRole::kScore
+                          ? dims.size() == 2 && dims[0] >= 1 && dims[1] >= 1 &&
+                                dims[1] <= flags.seq && dims[0] * dims[1] <= flags.batch * flags.seq
+                          : dims == data;
+    if (!fits) {
       return Error("entry {} input %{} is {}; manifest.flags say batch {} and seq {}",
                    entry.name(), s.name, s.shape.ToString(), flags.batch, flags.seq);
     }

@@ -329,7 +329,7 @@ struct PlanSlot : Slot {
 };
 
 // Note [arena guests]
-// The logits and eval entries run between train steps, when the arena of the
+// The logits, eval and score entries run between train steps, when the arena of the
 // entry that runs each micro-batch (train_step, or accumulate) holds nothing
 // a later step reads but its inputs of the parameters and, in train_step,
 // the AdamW moments. So they run in that arena, as its guests: buffer

@@ -112,7 +112,7 @@ struct TrainProgram {
   // the traced batch is one rank's micro-batch.
   int64_t world_size = 1;
   AdamWOptions adamw;
-  // train_step; or accumulate, apply; then optionally `logits` (sampling).
+  // train_step; or accumulate, apply; then optionally logits, eval and score.
   std::vector<TrainEntry> entries;
 
   const TrainEntry* Find(EntryRole role) const;

@@ -8,7 +8,7 @@
 // Load: check the artifact (complete, its entries, --dp N against the
 // communicator: CheckCommunicatorWorld), open the device, check the target
 // against the compute capability and memory against what is free, allocate one
-// arena per entry (the logits and eval entries run in the train step's: Note
+// arena per entry (the logits, eval and score entries run in the train step's: Note
 // [arena guests] in compiler/program/plan.h) plus the cuBLASLt workspace,
 // load the kernels (cubin, else PTX JIT), translate each entry's plan (gemm
 // algorithms chosen here), then

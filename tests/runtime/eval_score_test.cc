@@ -149,7 +149,7 @@ TEST(ScoreFitsTest, AnExampleExactlyFillingARowFitsAndOneTokenMoreDoesNot) {
   EXPECT_TRUE(CheckScoreFits(set, 4, 131, kFile).ok());
   EXPECT_EQ(Refusal(set, 4, 130, StatusCode::kUsage),
             "hellaswag_val.bin: example 1 (index 17): context 90 + completion 2 (41 tokens) = "
-            "131 tokens, more than the score entry's 130 (gptc compile --seq)");
+            "131 tokens, more than the score entry's 130 (gptc compile --seq or --score-seq)");
 }
 
 TEST(ScoreFitsTest, MoreCompletionsThanRowsAreRefused) {

@@ -209,32 +209,80 @@ TEST_F(GptrunEvalTest, CpuScoresAreTheLogitsEntrysLosses) {
   EXPECT_GE(high, j["acc_norm"].get<double>());
 }
 
-// The ranks' shares add up to one process's counts (each example is scored
-// by one rank, with the same parameters and rows).
-TEST_F(GptrunEvalTest, TwoRanksCountWhatOneRankCounts) {
-  json one = Eval("tiny.gptx", "mixed.bin", "--device cpu", "one.json");
-  ASSERT_FALSE(one.is_null());
+// The token stream of the task: x F(x) pairs of random x.
+void WriteTaskShard(const fs::path& path) {
+  std::mt19937 rng(9);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 20000; ++i) {
+    const int32_t x = static_cast<int32_t>(rng() % 16);
+    tokens.insert(tokens.end(), {x, F(x)});
+  }
+  std::ofstream(path, std::ios::binary) << rt::EncodeShard(tokens);
+}
+
+// Two ranks launched as processes with the launch variables gptrun's training
+// reads; `args` follow `gptrun` (rank 0's output in r0.log, rank 1's in
+// r1.log). Returns both exit codes' sum.
+int RunTwoRanks(const fs::path& dir, const std::string& args) {
   std::random_device rd;
   const std::string port = std::to_string(20000 + static_cast<int>(rd() % 20000));
-  auto rank = [&](int r, const std::string& out) {
-    return "GPTC_DIST_TIMEOUT=30 RANK=" + std::to_string(r) +
-           " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(r) +
-           " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " + GPTRUN_BIN + " eval " +
-           Path("dp2.gptx") + " --hellaswag " + Path("mixed.bin") + " --device cpu --json " +
-           Path(out) + " > " + Path(out + ".log") + " 2>&1";
+  auto rank = [&](int r) {
+    return "GPTC_DIST_TIMEOUT=60 RANK=" + std::to_string(r) + " WORLD_SIZE=2 LOCAL_RANK=" +
+           std::to_string(r) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " + GPTRUN_BIN +
+           " " + args + " > " + (dir / ("r" + std::to_string(r) + ".log")).string() + " 2>&1";
   };
-  const std::string both = "(" + rank(1, "r1.json") + ") & pid=$!; " + rank(0, "r0.json") +
-                           "; a=$?; wait $pid; b=$?; exit $((a + b))";
+  const std::string both =
+      "(" + rank(1) + ") & pid=$!; " + rank(0) + "; a=$?; wait $pid; b=$?; exit $((a + b))";
   const int status = std::system(("bash -c '" + both + "'").c_str());
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << ReadAll(*dir_ / "r0.json.log") << "\n---\n"
-      << ReadAll(*dir_ / "r1.json.log");
-  EXPECT_FALSE(fs::exists(*dir_ / "r1.json"));  // rank 0 alone reports
-  json two = json::parse(ReadAll(*dir_ / "r0.json"));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 255;
+}
+
+// The ranks' shares add up to one process's counts (each example is scored
+// by one rank, with the same parameters and rows), on the CPU device and on
+// the emulated one.
+void ExpectTwoRanksCountWhatOneRankCounts(const fs::path& dir, const std::string& device,
+                                          const json& one) {
+  fs::remove(dir / "r0.json");
+  const std::string args = "eval " + (dir / "dp2.gptx").string() + " --hellaswag " +
+                           (dir / "mixed.bin").string() + " --device " + device + " --json " +
+                           (dir / "r0.json").string();
+  ASSERT_EQ(RunTwoRanks(dir, args), 0) << ReadAll(dir / "r0.log") << "\n---\n"
+                                       << ReadAll(dir / "r1.log");
+  EXPECT_EQ(ReadAll(dir / "r1.log"), "");  // rank 0 alone reports
+  json two = json::parse(ReadAll(dir / "r0.json"));
   EXPECT_EQ(two["ranks"], 2);
+  EXPECT_EQ(two["device"], device);
   for (const char* key : {"examples", "acc_correct", "acc_norm_correct"}) {
     EXPECT_EQ(two[key], one[key]) << key;
   }
+}
+
+TEST_F(GptrunEvalTest, TwoRanksCountWhatOneRankCounts) {
+  json one = Eval("tiny.gptx", "mixed.bin", "--device cpu", "one.json");
+  ASSERT_FALSE(one.is_null());
+  ExpectTwoRanksCountWhatOneRankCounts(*dir_, "cpu", one);
+  if (!tools::HaveGpuDevice()) GTEST_SKIP() << "gptrun built without the GPU runtime (no emu)";
+  ExpectTwoRanksCountWhatOneRankCounts(*dir_, "emu", one);
+}
+
+// --hellaswag in a data-parallel run: every rank scores its half between
+// steps, and rank 0's line counts every example.
+TEST_F(GptrunEvalTest, TrainingRanksSplitTheSet) {
+  WriteTaskShard(*dir_ / "task_000.bin");
+  const std::string args = (*dir_ / "dp2.gptx").string() + " --device cpu --train " +
+                           (*dir_ / "task_000.bin").string() + " --steps 2 --hellaswag " +
+                           (*dir_ / "mixed.bin").string() + " --hellaswag-every 1";
+  ASSERT_EQ(RunTwoRanks(*dir_, args), 0) << ReadAll(*dir_ / "r0.log") << "\n---\n"
+                                         << ReadAll(*dir_ / "r1.log");
+  const std::string r0 = ReadAll(*dir_ / "r0.log");
+  const std::regex line(R"(hellaswag 10 examples \| acc [0-9.]+ .* \| step (\d)\n)");
+  std::vector<std::string> steps;
+  for (auto it = std::sregex_iterator(r0.begin(), r0.end(), line); it != std::sregex_iterator();
+       ++it) {
+    steps.push_back((*it)[1]);
+  }
+  EXPECT_EQ(steps, (std::vector<std::string>{"1", "2"})) << r0;
+  EXPECT_EQ(ReadAll(*dir_ / "r1.log"), "");
 }
 
 TEST_F(GptrunEvalTest, EmulatedDeviceScoresAsTheCpu) {
@@ -254,15 +302,70 @@ TEST_F(GptrunEvalTest, EmulatedDeviceScoresAsTheCpu) {
   EXPECT_EQ(emu["acc_norm_correct"], cpu["acc_norm_correct"]);
 }
 
-// The token stream of the task: x F(x) pairs of random x.
-void WriteTaskShard(const fs::path& path) {
-  std::mt19937 rng(9);
-  std::vector<int32_t> tokens;
-  for (int i = 0; i < 20000; ++i) {
-    const int32_t x = static_cast<int32_t>(rng() % 16);
-    tokens.insert(tokens.end(), {x, F(x)});
+// gptc compile --score-seq 8 (Note [score window]): rows of 8 tokens, 8 of
+// them, so two examples a pass instead of one; the same loss sums as rows of
+// the train step's 16 (causal attention: padding after a row changes nothing).
+TEST_F(GptrunEvalTest, AShorterScoreWindowScoresTheSame) {
+  testing::CommandResult r = RunCommand(std::string(GPTC_BIN) + kModel +
+                                            "--batch 4 --no-codegen --score-seq 8 -o " +
+                                            Path("w8.gptx"),
+                                        *dir_);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  StatusOr<program::Artifact> a = program::ReadArtifact(Path("w8.gptx"));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  StatusOr<rt::LoadedProgram> loaded = rt::LoadProgram(*a, Path("w8.gptx"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  const program::TrainEntry* score = loaded->program.Find(program::EntryRole::kScore);
+  ASSERT_NE(score, nullptr);
+  EXPECT_EQ(score->signature.inputs.back().shape.dims(), (std::vector<int64_t>{8, 8}));
+
+  json full = Eval("tiny.gptx", "task.bin", "--device cpu --limit 12", "full.json");
+  json short_rows = Eval("w8.gptx", "task.bin", "--device cpu --limit 12", "w8.json");
+  ASSERT_FALSE(full.is_null() || short_rows.is_null());
+  for (size_t i = 0; i < 12; ++i) {
+    std::vector<double> x = full["per_example"][i]["loss_sums"],
+                        y = short_rows["per_example"][i]["loss_sums"];
+    for (size_t c = 0; c < x.size(); ++c) EXPECT_NEAR(y[c], x[c], 1e-6 * x[c]) << i << " " << c;
   }
-  std::ofstream(path, std::ios::binary) << rt::EncodeShard(tokens);
+  // mixed.bin's longest example (5 + 6 tokens) does not fit rows of 8.
+  testing::CommandResult longer = RunCommand(std::string(GPTRUN_BIN) + " eval " +
+                                                 Path("w8.gptx") + " --device cpu --hellaswag " +
+                                                 Path("mixed.bin"),
+                                             *dir_);
+  EXPECT_EQ(longer.code, 2) << longer.err;
+  EXPECT_NE(longer.err.find("more than the score entry's 8 (gptc compile --seq or --score-seq)"),
+            std::string::npos)
+      << longer.err;
+  testing::CommandResult bad = RunCommand(
+      std::string(GPTC_BIN) + kModel + "--score-seq 17 -o " + Path("bad.gptx"), *dir_);
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_EQ(bad.err, "gptc: --score-seq must be between 1 and --seq 16, got 17\n");
+}
+
+// gpt2-124m's shapes (width 768, 12 heads, the padded vocabulary; one
+// layer, a window of 32): the emulated device runs the artifact's own score
+// kernels and gemm plans and gives the CPU device's loss sums.
+TEST_F(GptrunEvalTest, OneLayerOf124mOnTheEmulatorEqualsTheCpu) {
+  if (!tools::HaveGpuDevice()) GTEST_SKIP() << "gptrun built without the GPU runtime (no emu)";
+  testing::CommandResult r = RunCommand(
+      std::string(GPTC_BIN) + " compile --model gpt2-124m --layers 1 --batch 4 --seq 32 "
+      "--precision f32 --emu -o " + Path("m124.gptx"), *dir_);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  std::vector<rt::EvalExample> examples = MixedExamples(4, 5);
+  WriteSet("m124.bin", examples);
+  json cpu = Eval("m124.gptx", "m124.bin", "--device cpu", "m124c.json");
+  json emu = Eval("m124.gptx", "m124.bin", "--device emu", "m124e.json");
+  ASSERT_FALSE(cpu.is_null() || emu.is_null());
+  ASSERT_EQ(emu["per_example"].size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    const json &a = cpu["per_example"][i], &b = emu["per_example"][i];
+    std::vector<double> x = a["loss_sums"], y = b["loss_sums"];
+    for (size_t c = 0; c < x.size(); ++c) {
+      EXPECT_NEAR(y[c], x[c], 1e-5 * x[c]) << "example " << i << " ending " << c;
+    }
+    EXPECT_EQ(b["choice"], a["choice"]);
+    EXPECT_EQ(b["choice_norm"], a["choice_norm"]);
+  }
 }
 
 // Training with --hellaswag logs the accuracy as it learns the task; the

@@ -117,6 +117,9 @@ Flags DeclareCompileFlags() {
       .Value("tokens-per-step", "N",
              "with --batch auto: gradient accumulation to make N tokens a step (e.g. 524288)")
       .Value("seq", "T", "tokens per sequence (default: the model's context length)")
+      .Value("score-seq", "T",
+             "the score entry's window (gptrun eval, --hellaswag): rows of T tokens, as many as "
+             "--batch rows of --seq make; shorter rows hold more examples a pass (default: --seq)")
       .Value("layers", "L", "override the model's layer count")
       .Value("heads", "H", "override the model's head count")
       .Value("width", "C", "override the model's width");
@@ -201,6 +204,12 @@ Status ParseModel(const Flags& flags, CompileOptions& o) {
     ASSIGN_OR_RETURN(o.batch, flags.GetInt("batch"));
   }
   ASSIGN_OR_RETURN(o.seq, flags.GetInt("seq", o.config.positions));
+  if (flags.Has("score-seq")) {
+    ASSIGN_OR_RETURN(o.score_seq, flags.GetInt("score-seq"));
+    if (o.score_seq < 1 || o.score_seq > o.seq) {
+      return Error("--score-seq must be between 1 and --seq {}, got {}", o.seq, o.score_seq);
+    }
+  }
   if (flags.Has("tokens-per-step")) {
     if (!o.batch_auto) return Error("--tokens-per-step needs --batch auto");
     ASSIGN_OR_RETURN(o.tokens_per_step, flags.GetInt("tokens-per-step"));

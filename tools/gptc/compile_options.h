@@ -21,6 +21,9 @@ namespace gptc::tools {
 struct CompileOptions {
   models::GptConfig config;  // overrides applied
   int64_t batch = 4, seq = 0;
+  // --score-seq: the score entry's window, with as many rows as batch * seq
+  // tokens make (gptrun eval packs whole examples into them); 0: seq.
+  int64_t score_seq = 0;
   // --batch auto: the largest power of two whose arenas fit memory_budget
   // under --remat auto (`batch` is then ignored); with tokens_per_step > 0,
   // only batches that divide it into whole micro-batches, and grad_accum to
@@ -45,7 +48,7 @@ struct CompileOptions {
   codegen::AttentionMma attention_mma = codegen::AttentionMma::kMmaSync;  // --attention-mma
   bool emu = false;             // also the host kernels (gptrun --device emu)
   bool codegen = true;          // false: --no-codegen
-  bool forward_entries = true;  // the logits and eval entries (artifact: unless --no-logits)
+  bool forward_entries = true;  // logits, eval, score (artifact: unless --no-logits)
   bool forward_only = false;    // IR text of the traced forward module only
 
   program::GpuSpec roofline_gpu;

@@ -290,7 +290,7 @@ struct BuiltModules {
 };
 
 // Traces the model and, unless --forward-only, runs the passes that build the
-// train program (and, beside it, its logits and eval entries).
+// train program (and, beside it, its logits, eval and score entries).
 StatusOr<BuiltModules> TraceAndBuild(const CompileOptions& options, passes::TrainStepOptions& train,
                                      const std::function<void(const std::string&)>& show,
                                      StageClock& clock, PassTimings& pass_timings) {
@@ -421,8 +421,11 @@ Status AddForwardEntries(program::TrainProgram& program, const CompileOptions& o
                       .WithPrefix("logits entry"));
   RETURN_IF_ERROR(passes::AddEvalEntry(program, std::move(forward), traced.inputs, train)
                       .WithPrefix("eval entry"));
+  // Note [score window]: the train step's tokens in rows of --score-seq.
+  const int64_t window = options.score_seq > 0 ? options.score_seq : options.seq;
+  const int64_t rows = std::max<int64_t>(1, options.batch * options.seq / window);
   ASSIGN_OR_RETURN(frontend::TracedModule score,
-                   models::TraceGpt2Score(options.config, options.batch, options.seq));
+                   models::TraceGpt2Score(options.config, rows, window));
   return passes::AddScoreEntry(program, std::move(score.module), score.inputs, train)
       .WithPrefix("score entry");
 }

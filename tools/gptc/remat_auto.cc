@@ -21,7 +21,7 @@ StatusOr<CompileResult> RematAuto::Compile() {
                        FormatBytes(options_.memory_budget));
 }
 
-// The logits and eval entries run in the train arena (Note [arena guests] in
+// The logits, eval and score entries run in the train arena (Note [arena guests] in
 // compiler/program/plan.h) and are left out of the search; should one
 // outgrow it, the check of all arenas finds the excess.
 StatusOr<double> RematAuto::Search() {

@@ -18,7 +18,7 @@
 //                 + max over blocks of transient_bytes(p_l) + other(L)
 //   time(plan)  = time(2 blocks, none) - 2 layer_us(none) + sum of layer_us(p_l)
 // where other(L) is the other entries' arenas: grad-accum's apply, fitted to
-// the none slices the same way, and the logits and eval entries, which the
+// the none slices the same way, and the logits, eval and score entries, which the
 // driver builds at full depth first (their schedules make them grow faster
 // than linearly in the blocks): the budget bounds every arena gptrun
 // allocates at load. The model is exact for the uniform plans at

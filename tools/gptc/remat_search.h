@@ -24,7 +24,7 @@ struct RematSearch {
 // than 3) under none, dots, wide and block, and 3 (2) with block 0 under each
 // recomputing policy below none, through buffer assignment (Note [per-block
 // remat plans]), and chooses the fastest plan whose estimated arenas fit
-// `budget_bytes` (the logits and eval entries run in the train arena: Note
+// `budget_bytes` (the logits, eval and score entries run in the train arena: Note
 // [arena guests] in compiler/program/plan.h). Errors name the slice that
 // failed, or the least memory and the budget.
 StatusOr<RematSearch> SearchRematPlan(const CompileOptions& options, int64_t budget_bytes);

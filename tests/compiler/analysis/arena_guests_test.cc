@@ -17,7 +17,7 @@ using program::SlotRole;
 int64_t Aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // A one-layer GPT-2's train program (grad-accum `accumulate`) with its
-// logits and eval entries, fused and scheduled as gptc compiles them.
+// logits, eval and score entries, fused and scheduled as gptc compiles them.
 StatusOr<program::TrainProgram> TinyProgram(int64_t grad_accum) {
   const models::GptConfig config = models::ApplyOverrides(*models::FindGptConfig("gpt2-tiny"),
                                                           {.layers = 1, .heads = 2, .width = 32});

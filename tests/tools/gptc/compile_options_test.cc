@@ -98,9 +98,10 @@ static_assert(kTrainFlips.size() + kTrainIgnored.size() + 3 ==
               "passes::TrainStepOptions has a field neither flipped nor ignored here");
 
 // The fields of CompileOptions: two (config, train), above, by their own lists.
-constexpr std::array<Flip, 13> kOptionFlips = {{
+constexpr std::array<Flip, 14> kOptionFlips = {{
     {"batch", [](CompileOptions& o) { o.batch = 8; }},
     {"seq", [](CompileOptions& o) { o.seq = 32; }},
+    {"score_seq", [](CompileOptions& o) { o.score_seq = 16; }},
     {"batch_auto", [](CompileOptions& o) { o.batch_auto = true; }},
     {"tokens_per_step", [](CompileOptions& o) { o.tokens_per_step = 4096; }},
     {"memory_budget", [](CompileOptions& o) { o.memory_budget = int64_t{1} << 30; }},
