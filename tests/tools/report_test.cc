@@ -273,6 +273,22 @@ TEST(RunLogTest, StepsAndValidationsNonFiniteAsNull) {
   EXPECT_EQ(log->val[0]["val_loss"], 9.5);
 }
 
+TEST(RunLogTest, HellaSwagEventsBecomeTheRunsAccuracies) {
+  std::vector<std::string> warnings;
+  StatusOr<RunLog> log = ParseRunLog(
+      "{\"event\":\"hellaswag\",\"step\":100,\"acc\":0.25,\"acc_norm\":0.3,"
+      "\"examples\":48,\"acc_interval\":[0.1,0.4]}\n"
+      "{\"event\":\"hellaswag\",\"step\":200,\"acc\":0.5,\"acc_norm\":null,"
+      "\"examples\":48}\n",
+      "run.jsonl", warnings);
+  ASSERT_TRUE(log.ok()) << log.status().message();
+  ASSERT_EQ(log->hellaswag.size(), 2u);
+  EXPECT_EQ(log->hellaswag[0],
+            (json{{"step", 100}, {"acc", 0.25}, {"acc_norm", 0.3}, {"examples", 48}}));
+  EXPECT_TRUE(log->hellaswag[1]["acc_norm"].is_null());
+  EXPECT_TRUE(log->steps.empty() && log->val.empty());
+}
+
 TEST(RunLogTest, LastLineCutShortIsSkippedWithAWarning) {
   std::vector<std::string> warnings;
   StatusOr<RunLog> log =

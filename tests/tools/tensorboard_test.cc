@@ -132,6 +132,27 @@ TEST(TensorBoardTest, ScalarEventDecodes) {
   EXPECT_EQ(version[1].bytes, "brain.Event:2");
 }
 
+// A hellaswag event's accuracies under their own tags; its counts and
+// intervals, and events of no scalar, are not written.
+TEST(TensorBoardTest, HellaSwagEventsWriteBothAccuracies) {
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("tensorboard_hs_test_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  StatusOr<TensorBoardWriter> tb = TensorBoardWriter::Open(dir.string());
+  ASSERT_TRUE(tb.ok()) << tb.status().message();
+  tb->Write({{"event", "hellaswag"}, {"step", 250}, {"acc", 0.25}, {"acc_norm", 0.5},
+             {"examples", 48}, {"acc_interval", {0.1, 0.4}}});
+  tb->Write({{"event", "sample"}, {"step", 250}, {"text", "hello"}});
+  ASSERT_TRUE(tb->status().ok()) << tb->status().message();
+  const std::vector<std::string> records = Records(testing::ReadAll(tb->path()));
+  ASSERT_EQ(records.size(), 2u);  // the version, then the accuracies
+  int64_t step = 0;
+  EXPECT_EQ(Scalars(records[1], &step),
+            (std::map<std::string, float>{{"hellaswag/acc", 0.25f}, {"hellaswag/acc_norm", 0.5f}}));
+  EXPECT_EQ(step, 250);
+  fs::remove_all(dir);
+}
+
 TEST(TensorBoardTest, GptrunWritesOneEventPerStep) {
   const fs::path dir =
       fs::path(::testing::TempDir()) / ("tensorboard_test_" + std::to_string(getpid()));

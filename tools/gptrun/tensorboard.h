@@ -47,7 +47,8 @@ class TensorBoardWriter {
   ~TensorBoardWriter();
 
   // The scalars of one gptrun --log event (step: loss, lr, grad_norm,
-  // tok_s, mfu; val: val_loss; others none), flushed, so that TensorBoard
+  // tok_s, mfu; val: val_loss; hellaswag: hellaswag/acc and
+  // hellaswag/acc_norm; others none), flushed, so that TensorBoard
   // sees each step as it ends. Non-finite values are left out.
   void Write(const nlohmann::json& event);
   // The first write that failed, if any.
