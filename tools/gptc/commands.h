@@ -39,6 +39,9 @@ StatusOr<int64_t> WriteCubins(const program::Artifact& a, std::string_view filte
 // gptc report [ARTIFACT.gptx] [--profile FILE.json] [--log RUN.jsonl ...]
 //             [--gpu h100] -o FILE.html: the HTML report (report_command.cc).
 int ReportCommand(int argc, char** argv);
+// gptc simulate FILE.gptx [--gpus N,...] [--times model|roofline|P.json] ...:
+// the step predicted on N GPUs (simulate_command.cc, Note [scaling model]).
+int SimulateCommand(int argc, char** argv);
 // gptc models: the configs with their parameter counts.
 int ModelsCommand(int argc, char** argv);
 // gptc export-hf CKPT_DIR OUT_DIR: a checkpoint as a Hugging Face GPT-2 model.

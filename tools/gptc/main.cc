@@ -7,6 +7,8 @@
 //                                    summarizes an artifact or prints one section
 //   gptc report [FILE.gptx] [--profile P.json] [--log RUN.jsonl ...] -o FILE.html
 //                                    the HTML report of a step and of runs
+//   gptc simulate FILE.gptx [--gpus N,...] [--zero 0,1] ...
+//                                    the data-parallel step predicted on N GPUs
 //   gptc verify FILE.ir              prints `ok` or one error line (exit 1)
 //   gptc eval FILE.ir [--seed N] [--arithmetic f32|f64]
 //                                    evaluates on random inputs, prints checksums
@@ -41,6 +43,9 @@ constexpr char kUsage[] =
     "  inspect FILE.gptx  summarize an artifact or print one of its sections\n"
     "  report [FILE.gptx] [--profile P.json] [--log RUN.jsonl] -o FILE.html\n"
     "                     an HTML page of the step's kernels, arena and remat, and of runs\n"
+    "  simulate FILE.gptx [--gpus 1,2,4,8,...] [--zero 0,1]\n"
+    "                     the data-parallel step predicted on N GPUs: step, exposed\n"
+    "                     communication, tok/s and scaling efficiency\n"
     "  verify FILE.ir     parse and verify IR text; print ok or the first error\n"
     "  eval FILE.ir       evaluate the entry computation on random inputs\n"
     "  export-hf CKPT_DIR OUT_DIR\n"
@@ -168,6 +173,7 @@ int Main(int argc, char** argv) {
   if (command == "compile") return tools::CompileCommand(argc, argv);
   if (command == "inspect") return tools::InspectCommand(argc, argv);
   if (command == "report") return tools::ReportCommand(argc, argv);
+  if (command == "simulate") return tools::SimulateCommand(argc, argv);
   if (command == "verify") return Verify(argc, argv);
   if (command == "eval") return Eval(argc, argv);
   if (command == "export-hf") return tools::ExportHfCommand(argc, argv);
