@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace gptc::perf {
 namespace {
@@ -41,7 +42,12 @@ double CollectiveUs(const LinkModel& link, Collective c, double bytes, int64_t g
   const double latency = link.base_latency_us +
                          static_cast<double>(steps - inter) * link.nvlink_step_us +
                          static_cast<double>(inter) * link.network_step_us;
-  return traffic / (bus_gbs * 1e3) + latency;  // GB/s = 1e3 bytes a µs
+  const double ring = traffic / (bus_gbs * 1e3) + latency;  // GB/s = 1e3 bytes a µs
+  if (!all_reduce || nodes == 1) return ring;
+  const double tree = 2 * bytes / (link.tree_bandwidth_share * bus_gbs * 1e3) +
+                      2 * (static_cast<double>(link.gpus_per_node - 1) * link.tree_nvlink_step_us +
+                           std::log2(static_cast<double>(nodes)) * link.tree_network_step_us);
+  return std::min(ring, tree);
 }
 
 std::vector<Bucket> PackBuckets(std::span<const GradientReady> gradients, int64_t cap,

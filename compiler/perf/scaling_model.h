@@ -16,9 +16,12 @@
 //    with latency = base + (steps - inter) * nvlink_step + inter * network_step,
 //    steps = 2(N-1) for an all-reduce (N-1 otherwise) and inter = 2(nodes-1)
 //    (nodes-1) of them crossing nodes: NCCL's own ring cost model
-//    (src/graph/tuning.cc, protocol Simple). Tree, NVLS and SHARP, which
-//    NCCL picks for small messages or many nodes, are not modelled, so the
-//    latency at hundreds of GPUs is a ring's, an upper bound.
+//    (src/graph/tuning.cc, protocol Simple). Across nodes an all-reduce
+//    takes the faster of that ring and NCCL's tree, 2B / (0.9 busBW) +
+//    2 ((gpus_per_node-1) tree_nvlink_step + log2(nodes) tree_network_step),
+//    as NCCL chooses by the same model; a ring's latency grows with N, the
+//    tree's with log N, so at hundreds of GPUs the tree wins. NVLS, SHARP and
+//    PAT are not modelled (reduce-scatter and all-gather stay rings).
 //  - Buckets (PackBuckets): gradients in the order the backward finishes
 //    them, packed as the plan packs its all-reduces (Note [all-reduce
 //    buckets] in compiler/artifact/plan.h): a bucket grows while it stays
@@ -65,6 +68,11 @@ struct LinkModel {
   double base_latency_us = 8.4;
   double nvlink_step_us = 3.4;
   double network_step_us = 9.6;
+  // NCCL's tree (Simple protocol): a level within a node and across nodes,
+  // and the share of the bus bandwidth it reaches.
+  double tree_nvlink_step_us = 28;
+  double tree_network_step_us = 50;
+  double tree_bandwidth_share = 0.9;
 };
 
 enum class Collective { kAllReduce, kReduceScatter, kAllGather };

@@ -191,10 +191,11 @@ std::string Header(const program::Artifact& a, const perf::StepTimeline& t,
       FormatBytes(t.gather_bytes));
   s += fmt::format(
       "link: up to {} GPUs a node over NVLink, {:g} GB/s bus bandwidth; beyond, the network at "
-      "{:g} GB/s a GPU; latency {:g} us + {:g} us an NVLink ring step + {:g} us a network ring "
-      "step\n",
+      "{:g} GB/s a GPU; ring latency {:g} us + {:g} us an NVLink step + {:g} us a network step; "
+      "across nodes an all-reduce may take NCCL's tree ({:g} us a level in a node, {:g} across)\n",
       link.gpus_per_node, link.nvlink_bus_gbs, link.network_bus_gbs, link.base_latency_us,
-      link.nvlink_step_us, link.network_step_us);
+      link.nvlink_step_us, link.network_step_us, link.tree_nvlink_step_us,
+      link.tree_network_step_us);
   return s;
 }
 

@@ -11,16 +11,23 @@ namespace {
 
 // 370 MB over 8 GPUs on NVLink (370 GB/s = 370,000 bytes a µs):
 // all-reduce 2 * 7/8 * 1000 µs = 1750 µs, plus 8.4 + 14 ring steps * 3.4.
-TEST(CollectiveUsTest, RingOverNvlinkAndNetwork) {
+TEST(CollectiveUsTest, RingOrTreeOverNvlinkAndNetwork) {
   const LinkModel link;
   EXPECT_DOUBLE_EQ(CollectiveUs(link, Collective::kAllReduce, 370e6, 8), 1750 + 8.4 + 14 * 3.4);
   EXPECT_DOUBLE_EQ(CollectiveUs(link, Collective::kReduceScatter, 370e6, 8), 875 + 8.4 + 7 * 3.4);
   EXPECT_DOUBLE_EQ(CollectiveUs(link, Collective::kAllGather, 370e6, 8), 875 + 8.4 + 7 * 3.4);
   // 16 GPUs, two nodes: the network's 50 GB/s bounds the ring, 2 of its 30
-  // steps cross nodes.
+  // steps cross nodes; faster than the tree (2B at 45 GB/s, 2 * (7 * 28 + 50)).
   EXPECT_DOUBLE_EQ(CollectiveUs(link, Collective::kAllReduce, 50e6, 16),
                    2 * 15.0 / 16 * 1000 + 8.4 + 28 * 3.4 + 2 * 9.6);
   EXPECT_EQ(CollectiveUs(link, Collective::kAllReduce, 370e6, 1), 0);
+  // 512 GPUs, 64 nodes: the ring's 1022 steps (126 across nodes) cost
+  // 8.4 + 896 * 3.4 + 126 * 9.6 µs; NCCL's tree, 2 * (7 * 28 + 6 * 50) µs
+  // and 2B at 0.9 of the bandwidth, is faster.
+  EXPECT_DOUBLE_EQ(CollectiveUs(link, Collective::kAllReduce, 45e6, 512),
+                   2 * 45e6 / 45e3 + 2 * (7 * 28 + 6 * 50));
+  EXPECT_DOUBLE_EQ(CollectiveUs(link, Collective::kReduceScatter, 50e6, 512),
+                   511.0 / 512 * 1000 + 8.4 + 448 * 3.4 + 63 * 9.6);
 }
 
 TEST(PackBucketsTest, ConsecutiveWithinTheCapALargerTensorAlone) {
