@@ -6,12 +6,16 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "compiler/program/container.h"
+#include "compiler/program/plan.h"
 #include "tests/testing/command.h"
 
 namespace gptc {
@@ -99,6 +103,57 @@ TEST_F(SimulateTest, JsonRowsStartAtTheOneGpuStep) {
   }
 }
 
+// A gptrun --profile-json of the artifact where every launch took 10 µs:
+// the step is 10 µs a thunk that does work; a row left out is counted as
+// unmeasured; another artifact's profile is refused naming both.
+TEST_F(SimulateTest, MeasuredTimesFromAProfile) {
+  StatusOr<program::Artifact> a = program::ReadArtifact(Path("dp1"));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  StatusOr<program::Plan> plan = program::PlanFromJson(a->plan);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  std::map<std::pair<std::string, std::string>, int> calls;
+  int working = 0;
+  for (const program::Thunk& t : plan->entries.front().thunks) {
+    const auto* k = std::get_if<program::KernelThunk>(&t.body);
+    if ((k != nullptr && k->fallback) || t.kind() == program::ThunkKind::kConstant) continue;
+    ++calls[{std::string(program::ThunkKindName(t.kind())), t.name}];
+    ++working;
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [key, n] : calls) {
+    rows.push_back({{"entry", "train_step"},
+                    {"kind", key.first},
+                    {"name", key.second},
+                    {"ms_per_step", 0.01 * n},
+                    {"calls_per_step", n}});
+  }
+  nlohmann::json profile = {{"format", "gptc-profile-1"},
+                            {"artifact", Path("dp1")},
+                            {"artifact_checksum", fmt::format("{:016x}", a->checksum)},
+                            {"device", "NVIDIA H100"},
+                            {"steps", 3},
+                            {"rows", rows}};
+  const std::string path = (*dir_ / "profile.json").string();
+  std::ofstream(path) << profile.dump();
+  CommandResult r = Simulate(Path("dp1") + " --times " + path + " --json --gpus 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(j["one_gpu_step_ms"].get<double>(), 0.01 * working, 1e-9);
+  EXPECT_EQ(j["times"], "measured (" + path + ", 3 steps on NVIDIA H100)");
+  profile["rows"].erase(0);
+  std::ofstream(path) << profile.dump();
+  r = Simulate(Path("dp1") + " --times " + path + " --json --gpus 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_NE(j["times"].get<std::string>().find("thunks unmeasured, timed 0"), std::string::npos);
+  EXPECT_LT(j["one_gpu_step_ms"].get<double>(), 0.01 * working);
+  profile["artifact_checksum"] = "0000000000000000";
+  std::ofstream(path) << profile.dump();
+  r = Simulate(Path("dp1") + " --times " + path);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("measured on another artifact"), std::string::npos) << r.err;
+}
+
 TEST_F(SimulateTest, BadFlagsAndFilesInOneLine) {
   const std::string a = Path("dp1");
   for (const auto& [args, code, message] : std::vector<std::tuple<std::string, int, std::string>>{
@@ -107,6 +162,8 @@ TEST_F(SimulateTest, BadFlagsAndFilesInOneLine) {
            {a + " --zero 2", 2, "--zero: 2 is neither 0 nor 1"},
            {a + " --grad-comm f16", 2, "--grad-comm must be f32 or bf16, got 'f16'"},
            {a + " --gather later", 2, "--gather: 'later' is neither after nor overlap"},
+           {a + " --bucket-mib 25,0", 2, "--bucket-mib: '0' is not a number of at least 0.001"},
+           {a + " --grad-accum 2,4", 2, "--grad-accum takes one number"},
            {a + " --times " + a + ".nope", 1, "--times"},
            {Path("nocodegen"), 1,
             "has no kernel (compiled with --no-codegen): nothing to time it by"},

@@ -256,6 +256,16 @@ int SimulateCommand(int argc, char** argv) {
                               {"model", a->manifest.model.name},
                               {"times", source},
                               {"one_gpu_step_ms", timeline->compute_us() / 1e3},
+                              {"link",
+                               {{"gpus_per_node", link.gpus_per_node},
+                                {"nvlink_bus_gbs", link.nvlink_bus_gbs},
+                                {"network_bus_gbs", link.network_bus_gbs},
+                                {"base_latency_us", link.base_latency_us},
+                                {"nvlink_step_us", link.nvlink_step_us},
+                                {"network_step_us", link.network_step_us},
+                                {"tree_nvlink_step_us", link.tree_nvlink_step_us},
+                                {"tree_network_step_us", link.tree_network_step_us},
+                                {"tree_bandwidth_share", link.tree_bandwidth_share}}},
                               {"tables", tables}};
     text = j.dump(1) + "\n";
   }
