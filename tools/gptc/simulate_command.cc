@@ -41,9 +41,9 @@ Flags SimulateFlags() {
   flags.Value("gpus", "N,...", "the GPU counts, one row each", "1,2,4,8,16,64,512")
       .Value("times", "model|roofline|FILE.json",
              "each thunk's time: the H100 model, the plan's H100 roofline, or a gptrun "
-             "--profile-json of this artifact (default: the model when the artifact has kernels, "
-             "else the roofline)")
-      .Value("bucket-mib", "MIB,...", "bucket caps, one table each (the plan's: 25)", "25")
+             "--profile-json of this artifact",
+             "model")
+      .Value("bucket-mib", "MIB,...", "bucket caps, one table each (25: the plan's)", "25")
       .Value("first-bucket-mib", "MIB",
              "a smaller first bucket, as PyTorch DDP's 1 (default: as the others, the plan's rule)")
       .Value("zero", "0,1",

@@ -93,10 +93,6 @@ StatusOr<ThunkTimes> TimesOf(const program::Artifact& artifact, const std::strin
   }
   if (source == "roofline") return Roofline(entry);
   if (source == "model") return Model(artifact, entry);
-  if (source.empty()) {
-    return artifact.manifest.flags.codegen && artifact.manifest.complete ? Model(artifact, entry)
-                                                                         : Roofline(entry);
-  }
   return Measured(artifact, artifact_path, entry, source);
 }
 

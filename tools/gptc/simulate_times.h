@@ -22,8 +22,9 @@ struct ThunkTimes {
 };
 
 // `source`: "model", "roofline" or a gptc-profile-1 file (checked against
-// `artifact`, read from `artifact_path`); empty: the model when the
-// artifact has kernels, else the roofline. Errors name --times or the file.
+// `artifact`, read from `artifact_path`). A thunk without a kernel (an
+// artifact compiled with --no-codegen) is refused: nothing times it. Errors
+// name --times or the artifact.
 StatusOr<ThunkTimes> TimesOf(const program::Artifact& artifact, const std::string& artifact_path,
                              const program::EntryPlan& entry, const std::string& source);
 
