@@ -16,6 +16,7 @@
 #include "compiler/program/param.h"
 #include "compiler/program/plan.h"
 #include "compiler/support/text.h"
+#include "passes/mixed_precision.h"
 #include "tools/common/flags.h"
 #include "tools/gptc/commands.h"
 #include "tools/gptc/simulate_times.h"
@@ -167,7 +168,15 @@ StatusOr<perf::StepTimeline> TimelineOf(const program::Artifact& a, const std::s
   if (!params.ok()) return params.status().WithPrefix(path);
   int64_t values = 0;
   for (const program::ParamSpec& p : *params) values += p.shape.num_elements();
-  const int64_t dtype_bytes = a.manifest.flags.precision == "f32" ? 4 : 2;
+  // The parameters in the compute dtype: f32 everywhere, or bf16 copies of
+  // the f32 masters.
+  const std::optional<passes::PrecisionPolicy> precision =
+      passes::ParsePrecisionPolicy(a.manifest.flags.precision);
+  if (!precision) {
+    return Error("{}: the manifest's precision '{}' is neither f32 nor bf16", path,
+                 a.manifest.flags.precision);
+  }
+  const int64_t dtype_bytes = *precision == passes::PrecisionPolicy::kF32 ? 4 : 2;
   StatusOr<perf::StepTimeline> timeline = perf::StepTimelineOf(
       *entry, times.us, values * dtype_bytes, a.manifest.flags.batch * a.manifest.flags.seq);
   if (!timeline.ok()) return timeline.status().WithPrefix(path);
