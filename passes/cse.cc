@@ -22,7 +22,7 @@ bool IsCommutative(Opcode opcode) { return opcode == Opcode::kAdd || opcode == O
 
 // Never merged: see cse.h.
 bool IsMergeable(const Instruction& inst) {
-  return inst.opcode() != Opcode::kParameter && inst.opcode() != Opcode::kAllReduce;
+  return inst.opcode() != Opcode::kParameter && !ir::IsCollective(inst.opcode());
 }
 
 // The operands as CSE compares them: add(a, b) and add(b, a) are the same value.

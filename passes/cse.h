@@ -8,10 +8,11 @@
 //   %b = f32[4] exp(%x)           =>    ROOT %r = f32[4] add(%a, %a)
 //   ROOT %r = f32[4] add(%a, %b)
 // Constants merge when their values are bitwise equal (0 and -0 do not).
-// Never merged: parameters (distinct inputs) and all-reduce (a collective
-// every replica issues in the same order; merging two changes the sequence
-// of collectives, see dce.h). Runs per computation with a hash table, in
-// linear time; it leaves other dead values to dce.
+// Never merged: parameters (distinct inputs) and collectives (all-reduce,
+// reduce-scatter, all-gather: every replica issues them in the same order;
+// merging two changes the sequence of collectives, see dce.h). Runs per
+// computation with a hash table, in linear time; it leaves other dead values
+// to dce.
 //
 // Before: best after simplify, which canonicalizes values so more of them match.
 // Must not run after: remat. CSE after remat undoes it: the recomputed values

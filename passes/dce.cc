@@ -7,7 +7,7 @@ namespace gptc::passes {
 namespace {
 bool IsRemovable(const ir::Instruction& inst) {
   return inst.users().empty() && inst.parent()->root() != &inst &&
-         inst.opcode() != ir::Opcode::kParameter && inst.opcode() != ir::Opcode::kAllReduce;
+         inst.opcode() != ir::Opcode::kParameter && !ir::IsCollective(inst.opcode());
 }
 }  // namespace
 

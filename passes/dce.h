@@ -1,8 +1,9 @@
 // Dead code elimination.
 //
 // Removes instructions whose values nothing uses (other than the root,
-// parameters, which are the computation's signature, and all-reduce, which
-// every replica must execute together), then computations nothing calls.
+// parameters, which are the computation's signature, and collectives
+// (ir::IsCollective), which every replica must execute together), then
+// computations nothing calls.
 //   %a = f32[4] exp(%x)          // unused      =>  (removed)
 //   ROOT %r = f32[4] neg(%x)                       ROOT %r = f32[4] neg(%x)
 // Runs anywhere; simplify and CSE leave dead values that it collects.

@@ -190,6 +190,8 @@ bool ClaimableOpcode(Opcode op) {
     case Opcode::kGather:
     case Opcode::kScatterAdd:
     case Opcode::kAllReduce:
+    case Opcode::kReduceScatter:
+    case Opcode::kAllGather:
     case Opcode::kTuple:
     case Opcode::kGetTupleElement:
     case Opcode::kFusion:

@@ -371,7 +371,7 @@ bool ApplyPolicy(ir::Computation& entry, const std::unordered_set<const Instruct
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Instruction* inst = *it;
     if (PhaseOf(*inst) == Phase::kForward && inst->users().empty() && entry.root() != inst &&
-        inst->opcode() != Opcode::kParameter && inst->opcode() != Opcode::kAllReduce) {
+        inst->opcode() != Opcode::kParameter && !ir::IsCollective(inst->opcode())) {
       entry.RemoveInstruction(inst);
     }
   }

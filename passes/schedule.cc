@@ -16,8 +16,8 @@ int64_t Aligned(int64_t bytes) {
          analysis::kBufferAlignment;
 }
 
-// What must run before each instruction: its operands, and for an all-reduce
-// the previous all-reduce of the original order.
+// What must run before each instruction: its operands, and for a collective
+// (ir::IsCollective) the previous collective of the original order.
 // Note [late recompute]: an instruction remat added (phase remat) exists to
 // be computed again when the backward needs it, from a value the forward
 // kept. The greedy order ran one as soon as its operands existed whenever it
@@ -41,11 +41,11 @@ std::vector<std::vector<int64_t>> Predecessors(
     const std::vector<ir::Instruction*>& original,
     const std::unordered_map<const ir::Instruction*, int64_t>& position) {
   std::vector<std::vector<int64_t>> preds(original.size());
-  int64_t previous_all_reduce = -1;
+  int64_t previous_collective = -1;
   for (size_t i = 0; i < original.size(); ++i) {
-    if (original[i]->opcode() == ir::Opcode::kAllReduce) {
-      if (previous_all_reduce >= 0) preds[i].push_back(previous_all_reduce);
-      previous_all_reduce = static_cast<int64_t>(i);
+    if (ir::IsCollective(original[i]->opcode())) {
+      if (previous_collective >= 0) preds[i].push_back(previous_collective);
+      previous_collective = static_cast<int64_t>(i);
     }
     for (const ir::Instruction* op : original[i]->operands()) preds[i].push_back(position.at(op));
     // Keep the first occurrence of each predecessor, in operand order.

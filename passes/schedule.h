@@ -34,7 +34,7 @@ class Schedule : public pass::Pass {
 
 // The greedy memory-minimizing order of `computation` (not yet applied).
 std::vector<ir::Instruction*> MemoryGreedyOrder(const ir::Computation& computation);
-// A depth-first post-order from the root (operands in order, all-reduces in
+// A depth-first post-order from the root (operands in order, collectives in
 // their original sequence), parameters first: finishes each operand's subtree
 // before starting the next, which the greedy order cannot see ahead to do.
 std::vector<ir::Instruction*> DepthFirstOrder(const ir::Computation& computation);

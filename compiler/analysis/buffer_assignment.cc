@@ -283,9 +283,10 @@ std::vector<LiveRange> ComputeLiveRanges(const ir::Computation& computation,
   }
   for (int64_t b : buffers.leaf_buffers.at(computation.root())) ranges[b].end = end;
   // Note [in-place all-reduce]: an all-reduce that is not in place keeps its
-  // operand until its own result's last reader.
+  // operand until its own result's last reader; so do reduce-scatter and
+  // all-gather, which never work in place.
   for (const auto& inst : computation.instructions()) {
-    if (inst->opcode() != Opcode::kAllReduce) continue;
+    if (!ir::IsCollective(inst->opcode())) continue;
     const std::vector<int64_t>& in = buffers.leaf_buffers.at(inst->operand(0));
     const std::vector<int64_t>& out = buffers.leaf_buffers.at(inst.get());
     if (in == out) continue;

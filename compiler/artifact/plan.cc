@@ -220,6 +220,10 @@ class EntryPlanBuilder {
 };
 
 Status EntryPlanBuilder::AddInstruction(const Instruction& inst) {
+  if (inst.opcode() == Opcode::kReduceScatter || inst.opcode() == Opcode::kAllGather) {
+    return Error("%{}: {} is not supported by the GPU plan yet", inst.name(),
+                 ir::OpcodeName(inst.opcode()));
+  }
   if (!analysis::IsKernel(inst) && inst.opcode() != Opcode::kConstant &&
       inst.opcode() != Opcode::kCopy) {
     return Status::Ok();  // parameters, tuples, get-tuple-elements, reshapes: no work

@@ -130,7 +130,7 @@ void ThunkRoles::AddParameters(const ir::Computation& entry,
 
 program::ThunkRole ThunkRoles::Of(const Instruction& inst) const {
   const ir::Role role = inst.role();
-  if (inst.opcode() == ir::Opcode::kAllReduce && inst.operand_count() == 1) {
+  if (ir::IsCollective(inst.opcode()) && inst.operand_count() == 1) {
     // It belongs where the value it reduces does.
     program::ThunkRole r = Of(*inst.operand(0));
     r.phase = role.phase;

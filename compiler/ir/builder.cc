@@ -155,6 +155,19 @@ StatusOr<Instruction*> Builder::AllReduce(Instruction* x, ReduceKind kind) {
   return Build(Opcode::kAllReduce, {x}, attrs, x->shape());
 }
 
+StatusOr<Instruction*> Builder::ReduceScatter(Instruction* x, ReduceKind kind, int64_t replicas) {
+  Attrs attrs;
+  attrs.reduce_kind = kind;
+  attrs.index = replicas;
+  return Build(Opcode::kReduceScatter, {x}, attrs, x->shape());
+}
+
+StatusOr<Instruction*> Builder::AllGather(Instruction* x, int64_t replicas) {
+  Attrs attrs;
+  attrs.index = replicas;
+  return Build(Opcode::kAllGather, {x}, attrs, x->shape());
+}
+
 StatusOr<Instruction*> Builder::Fusion(std::vector<Instruction*> operands, Computation* fused,
                                        FusionKind kind) {
   Attrs attrs;

@@ -69,6 +69,10 @@ class Builder {
   StatusOr<Instruction*> ScatterAdd(Instruction* operand, Instruction* indices,
                                     Instruction* updates, int64_t axis);
   StatusOr<Instruction*> AllReduce(Instruction* x, ReduceKind kind);
+  // This rank's shard of the reduction of a rank-1 `x` over `replicas` ranks,
+  // and the concatenation of every rank's rank-1 `x` in rank order.
+  StatusOr<Instruction*> ReduceScatter(Instruction* x, ReduceKind kind, int64_t replicas);
+  StatusOr<Instruction*> AllGather(Instruction* x, int64_t replicas);
   StatusOr<Instruction*> Fusion(std::vector<Instruction*> operands, Computation* fused,
                                 FusionKind kind);
   StatusOr<Instruction*> Attention(Instruction* q, Instruction* k, Instruction* v, bool causal,

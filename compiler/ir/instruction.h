@@ -41,7 +41,8 @@ struct SliceSpec {
 struct Attrs {
   // parameter: parameter number; iota: iota dimension; get-tuple-element:
   // tuple index; gather / scatter-add: the indexed axis of the table;
-  // attention-grad: the operand differentiated (0 q, 1 k, 2 v; `wrt=` in text).
+  // attention-grad: the operand differentiated (0 q, 1 k, 2 v; `wrt=` in text);
+  // reduce-scatter / all-gather: the number of ranks (`replicas=` in text).
   int64_t index = 0;
   // broadcast: operand dim i -> result dim dimensions[i]; transpose: result
   // dim i is operand dim dimensions[i]; reduce: reduced dims; concatenate: {axis}.
@@ -50,7 +51,7 @@ struct Attrs {
   SliceSpec slice;
   DotDimensions dot;
   CompareDirection direction = CompareDirection::kEq;
-  ReduceKind reduce_kind = ReduceKind::kSum;  // reduce, all-reduce
+  ReduceKind reduce_kind = ReduceKind::kSum;  // reduce, all-reduce, reduce-scatter
   FusionKind fusion_kind = FusionKind::kLoop;
   // fusion, kind=gemm: what follows the dot (set by the fusion pass).
   std::optional<GemmEpilogue> gemm_epilogue;

@@ -65,6 +65,11 @@ bool IsLayout(Opcode opcode) { return CategoryOf(opcode) == OpcodeCategory::kLay
 
 bool CallsComputation(Opcode opcode) { return CategoryOf(opcode) == OpcodeCategory::kCalls; }
 
+bool IsCollective(Opcode opcode) {
+  return opcode == Opcode::kAllReduce || opcode == Opcode::kReduceScatter ||
+         opcode == Opcode::kAllGather;
+}
+
 std::string_view CompareDirectionName(CompareDirection d) {
   return kCompareNames[static_cast<int>(d)];
 }

@@ -18,7 +18,7 @@ enum class OpcodeCategory : uint8_t {
   kUnaryMath,   // neg .. abs
   kBinaryMath,  // add .. pow
   kCalls,       // calls a computation: fusion, and the composites
-  kOther,       // reduce, dot, gather, scatter-add, all-reduce, tuples
+  kOther,       // reduce, dot, gather, scatter-add, collectives, tuples
 };
 
 // X-macro: (enumerator, text name, operand count or -1 for variadic,
@@ -63,7 +63,9 @@ enum class OpcodeCategory : uint8_t {
   V(kAttentionGrad, "attention-grad", 6, kCalls)              \
   V(kSoftmaxCrossEntropy, "softmax-cross-entropy", 2, kCalls) \
   V(kTuple, "tuple", -1, kOther)                              \
-  V(kGetTupleElement, "get-tuple-element", 1, kOther)
+  V(kGetTupleElement, "get-tuple-element", 1, kOther)         \
+  V(kReduceScatter, "reduce-scatter", 1, kOther)              \
+  V(kAllGather, "all-gather", 1, kOther)
 
 enum class Opcode : uint8_t {
 #define GPTC_OPCODE_ENUM(e, name, arity, category) e,
@@ -92,6 +94,10 @@ bool IsLayout(Opcode opcode);             // broadcast, reshape, transpose, slic
 // Ops that call a computation: fusion, and the composites whose `calls=`
 // computation is their decomposition into primitives.
 bool CallsComputation(Opcode opcode);
+// all-reduce, reduce-scatter, all-gather: every rank of the data-parallel
+// group calls them with the same operands' shapes, in the same order, so no
+// pass may merge, remove, recompute, fuse or reorder them.
+bool IsCollective(Opcode opcode);
 
 enum class CompareDirection : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
 std::string_view CompareDirectionName(CompareDirection d);  // "EQ", ...

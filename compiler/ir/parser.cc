@@ -36,6 +36,10 @@ std::vector<std::string_view> AllowedAttrs(Opcode opcode) {
       return {"dimensions", "kind"};
     case Opcode::kAllReduce:
       return {"kind"};
+    case Opcode::kReduceScatter:
+      return {"kind", "replicas"};
+    case Opcode::kAllGather:
+      return {"replicas"};
     case Opcode::kFusion:
       return {"kind", "epilogue"};
     case Opcode::kSlice:
@@ -543,7 +547,7 @@ class Parser {
                              Computation*& called) {
     SkipSpace();
     size_t value_pos = pos_;
-    if (key == "iota_dimension" || key == "axis" || key == "index") {
+    if (key == "iota_dimension" || key == "axis" || key == "index" || key == "replicas") {
       ASSIGN_OR_RETURN(attrs.index, ParseInt(fmt::format("for {}", key)));
     } else if (key == "num_classes") {
       ASSIGN_OR_RETURN(attrs.num_classes, ParseInt("for num_classes"));

@@ -46,8 +46,9 @@ std::string FormatDouble(double v) {
   return std::string(buf, end);
 }
 
-// The attributes of `inst` as `key=value` strings, in a fixed order per opcode.
-std::vector<std::string> FormatAttrs(const Instruction& inst, bool origin) {
+// The attributes `inst`'s opcode reads, as `key=value` strings in a fixed
+// order per opcode.
+std::vector<std::string> FormatOpcodeAttrs(const Instruction& inst) {
   const Attrs& a = inst.attrs();
   std::vector<std::string> out;
   switch (inst.opcode()) {
@@ -65,6 +66,13 @@ std::vector<std::string> FormatAttrs(const Instruction& inst, bool origin) {
       break;
     case Opcode::kAllReduce:
       out.push_back(fmt::format("kind={}", ReduceKindName(a.reduce_kind)));
+      break;
+    case Opcode::kReduceScatter:
+      out.push_back(fmt::format("kind={}", ReduceKindName(a.reduce_kind)));
+      out.push_back(fmt::format("replicas={}", a.index));
+      break;
+    case Opcode::kAllGather:
+      out.push_back(fmt::format("replicas={}", a.index));
       break;
     case Opcode::kSlice:
       out.push_back("slice=" + FormatSlice(a.slice));
@@ -115,6 +123,13 @@ std::vector<std::string> FormatAttrs(const Instruction& inst, bool origin) {
     default:
       break;
   }
+  return out;
+}
+
+// The attributes of `inst` as `key=value` strings: its opcode's, the called
+// computation, then (with `origin`) its role and metadata.
+std::vector<std::string> FormatAttrs(const Instruction& inst, bool origin) {
+  std::vector<std::string> out = FormatOpcodeAttrs(inst);
   if (inst.called_computation() != nullptr) {
     out.push_back("calls=%" + inst.called_computation()->name());
   }

@@ -420,6 +420,29 @@ StatusOr<Shape> InferGetTupleElement(std::span<const Shape> ops, const Attrs& at
   return t.tuple_elements()[attrs.index];
 }
 
+// reduce-scatter and all-gather: a rank-1 float operand and `replicas=N`
+// ranks; reduce-scatter's length divides by N and gives its 1/N shard,
+// all-gather's gives N times its length.
+StatusOr<Shape> InferCollective(Opcode opcode, const Shape& x, const Attrs& attrs) {
+  const std::string_view name = OpcodeName(opcode);
+  if (!IsFloat(x.dtype())) return Error("{} needs a float operand, got {}", name, x.ToString());
+  if (x.rank() != 1) return Error("{} needs a rank-1 operand, got {}", name, x.ToString());
+  const int64_t n = attrs.index;
+  if (n < 1) return Error("{} needs replicas >= 1, got replicas={}", name, n);
+  const int64_t length = x.dims()[0];
+  if (opcode == Opcode::kAllGather) {
+    if (length > 0 && n > (int64_t{1} << 48) / length) {
+      return Error("{} of {} over replicas={} is too large", name, x.ToString(), n);
+    }
+    return Shape(x.dtype(), {length * n});
+  }
+  if (length % n != 0) {
+    return Error("{} of {} over replicas={}: {} elements do not divide into {} shards", name,
+                 x.ToString(), n, length, n);
+  }
+  return Shape(x.dtype(), {length / n});
+}
+
 // The operand count and kinds and the declared result's, before the rules.
 Status CheckOperands(Opcode opcode, std::span<const Shape> ops, const Shape& declared) {
   int arity = OpcodeArity(opcode);
@@ -507,6 +530,9 @@ StatusOr<Shape> InferShape(Opcode opcode, std::span<const Shape> ops, const Attr
     case Opcode::kAllReduce:
       if (!IsFloat(ops[0].dtype())) return Error("all-reduce needs a float operand");
       return ops[0];
+    case Opcode::kReduceScatter:
+    case Opcode::kAllGather:
+      return InferCollective(opcode, ops[0], attrs);
     case Opcode::kFusion:
       return CheckCalled(ops, called);
     case Opcode::kAttention:

@@ -67,5 +67,35 @@ TEST(BucketPlanTest, BucketsCloseAtTheCapAndBeforeAnEarlyReader) {
   for (int i : {1, 3, 6, 8}) EXPECT_EQ(thunks[i]["in"], thunks[i]["out"]) << i;
 }
 
+// The GPU plan has no thunk for reduce-scatter or all-gather yet: building
+// one names the instruction. Buffer assignment plans them as any op, each
+// operand kept until its result's last reader (Note [in-place all-reduce]).
+TEST(BucketPlanTest, ReduceScatterAndAllGatherAreRefusedNamingTheInstruction) {
+  for (const char* op : {"%s = f32[512] reduce-scatter(%g), kind=sum, replicas=2",
+                         "%s = f32[2048] all-gather(%g), replicas=2"}) {
+    const bool scatter = std::string(op).find("reduce-scatter") != std::string::npos;
+    const std::string text = fmt::format(
+        "module collective\nENTRY %main {{\n  %x = f32[1024] parameter(0)\n"
+        "  %g = f32[1024] exp(%x)\n  {}\n  %u = {} neg(%s)\n"
+        "  ROOT %out = ({}) tuple(%u)\n}}\n",
+        op, scatter ? "f32[512]" : "f32[2048]", scatter ? "f32[512]" : "f32[2048]");
+    StatusOr<std::unique_ptr<ir::Module>> module = ir::ParseAndVerifyModule(text, "<test>");
+    ASSERT_TRUE(module.ok()) << module.status().message();
+    program::TrainEntry entry{program::EntryRole::kTrainStep, std::move(module).value(), {}};
+    const ir::Instruction* x = entry.module->entry()->parameters()[0];
+    entry.signature.inputs.push_back({program::SlotRole::kData, -1, x->name(), x->shape()});
+    entry.signature.outputs.push_back({program::SlotRole::kData, -1, "out",
+                                       entry.module->entry()->root()->shape().tuple_elements()[0]});
+    StatusOr<analysis::BufferAssignment> ba = analysis::AssignBuffers(*entry.module);
+    ASSERT_TRUE(ba.ok()) << ba.status().message();
+    PlanStats stats;
+    StatusOr<program::EntryPlan> plan =
+        BuildEntryPlan(entry, *ba, codegen::CompiledKernels{}, stats);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().message(), fmt::format("%s: {} is not supported by the GPU plan yet",
+                                                   scatter ? "reduce-scatter" : "all-gather"));
+  }
+}
+
 }  // namespace
 }  // namespace gptc::artifact

@@ -181,6 +181,9 @@ ENTRY %main {
   %sa = f32[10,3] scatter-add(%table, %ids, %g), axis=0, phase=remat, layer=2, meta="remat.h.2"
   %ar = f32[2,3] all-reduce(%x), kind=sum, phase=gradient
   %arm = f32[2,3] all-reduce(%x), kind=max, phase=optimizer
+  %rsc = f32[1] reduce-scatter(%rh), kind=sum, replicas=3, phase=gradient
+  %rsm = bf16[1] reduce-scatter(%rhh), kind=max, replicas=2
+  %ag = bf16[4] all-gather(%rhh), replicas=2, phase=optimizer, layer=3
   %f.loop = f32[2,3] fusion(%x, %y), kind=loop, calls=%fused.add
   %f.red = f32[2,3] fusion(%x, %y), kind=reduction, calls=%fused.add
   %f.gemm = f32[2,3] fusion(%x, %y), kind=gemm, epilogue={d=0, residual=1, activation=gelu_grad, aux_in=0, transposed=true}, calls=%fused.add
@@ -218,7 +221,8 @@ TEST(RoundTripTest, CanonicalTextCoversEveryOpcodeAndEnum) {
       opcodes.insert(inst->opcode());
       if (inst->opcode() == Opcode::kCompare) directions.insert(inst->attrs().direction);
       if (inst->opcode() == Opcode::kFusion) fusion_kinds.insert(inst->attrs().fusion_kind);
-      if (inst->opcode() == Opcode::kReduce || inst->opcode() == Opcode::kAllReduce) {
+      if (inst->opcode() == Opcode::kReduce || inst->opcode() == Opcode::kAllReduce ||
+          inst->opcode() == Opcode::kReduceScatter) {
         reduce_kinds.insert(inst->attrs().reduce_kind);
       }
     }
