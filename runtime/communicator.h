@@ -1,14 +1,16 @@
-// Communicators for the CPU reference device: the all-reduce of a
-// data-parallel group, as the evaluator's eval::Collective
-// (compiler/eval/collective.h). Two implementations:
+// Communicators for the CPU reference device: the collectives of a
+// data-parallel group (all-reduce, reduce-scatter, all-gather), as the
+// evaluator's eval::Collective (compiler/eval/collective.h). Two
+// implementations:
 //   ThreadGroup      N ranks as threads of one process (tests, and what CI
 //                    checks --dp 2 against --dp 1 with)
 //   TcpCommunicator  ranks as processes (gptrun --device cpu under mpirun or
 //                    a torchrun-style launch), over the rendezvous connections
 //                    (runtime/rendezvous.h), a star through rank 0
 // Both combine each element in rank order, ((x0 + x1) + x2) + ..., in the
-// element type, so every rank gets bit-identical results and the two agree
-// bit for bit. The GPU runtime uses NCCL instead (its order is NCCL's).
+// element type, so every rank gets bit-identical results, the two agree bit
+// for bit, and a reduce-scatter's shard is that of the all-reduce. The GPU
+// runtime uses NCCL instead (its order is NCCL's).
 //
 //   ThreadGroup group(2);
 //   std::vector<Status> s = RunRanksAsThreads(group, [&](int64_t rank, Communicator& comm) {

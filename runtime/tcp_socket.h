@@ -92,7 +92,8 @@ enum class FrameType : uint32_t {
   kHello = 1,    // rank -> rank 0: u32 version, u32 rank, u32 world; reply: the same, rank 0
   kBlob = 2,     // rank 0 -> rank: Rendezvous::Broadcast payload
   kBarrier = 3,  // empty
-  kData = 4,     // an all-reduce: u32 kind, u32 element bytes, u64 count, then the values
+  kData = 4,     // a collective: u16 kind, u16 op (0 all-reduce), u32 element bytes,
+                 // u64 count, then the values (runtime/communicator.cc)
   kAbort = 5,    // the error text that ended the sender's group
 };
 

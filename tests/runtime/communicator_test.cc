@@ -76,6 +76,65 @@ TEST(ThreadGroupTest, SumsInRankOrderBitIdenticallyOnEveryRank) {
   }
 }
 
+// A reduce-scatter's shards are the all-reduce's slices bit for bit, and an
+// all-gather of them gives the whole back on every rank.
+TEST(ThreadGroupTest, ReduceScatterAndAllGatherAreSlicesOfTheRankOrderSum) {
+  constexpr int64_t kWorld = 3;
+  constexpr size_t kN = 999, kShard = kN / kWorld;
+  ThreadGroup group(kWorld);
+  std::vector<std::vector<float>> shards(kWorld), gathered(kWorld);
+  std::vector<std::vector<double>> maxes(kWorld);
+  std::vector<Status> s = RunRanksAsThreads(group, [&](int64_t rank, Communicator& comm) {
+    const std::vector<float> in = RankData(rank, kN);
+    shards[rank].resize(kShard);
+    RETURN_IF_ERROR(
+        comm.ReduceScatter(ir::ReduceKind::kSum, std::span(in), std::span(shards[rank])));
+    gathered[rank].resize(kN);
+    RETURN_IF_ERROR(
+        comm.AllGather(std::span<const float>(shards[rank]), std::span(gathered[rank])));
+    const auto d = static_cast<double>(rank);
+    const std::vector<double> mine = {d, -d, 1, 2 - d, 0, 0};
+    maxes[rank].resize(2);
+    return comm.ReduceScatter(ir::ReduceKind::kMax, std::span(mine), std::span(maxes[rank]));
+  });
+  EXPECT_EQ(Messages(s), (std::vector<std::string>(kWorld, "ok")));
+  const std::vector<float> sum = RankOrderSum(kWorld, kN);
+  for (int64_t r = 0; r < kWorld; ++r) {
+    std::vector<float> slice(sum.begin() + r * kShard, sum.begin() + (r + 1) * kShard);
+    EXPECT_TRUE(SameBits(shards[r], slice)) << "rank " << r;
+    EXPECT_TRUE(SameBits(gathered[r], sum)) << "rank " << r;
+  }
+  EXPECT_EQ(maxes[0], (std::vector<double>{2, 0}));
+  EXPECT_EQ(maxes[1], (std::vector<double>{1, 2}));
+  EXPECT_EQ(maxes[2], (std::vector<double>{0, 0}));
+}
+
+TEST(ThreadGroupTest, MismatchedCollectivesFailEveryRank) {
+  ThreadGroup group(2);
+  std::vector<Status> s = RunRanksAsThreads(group, [&](int64_t rank, Communicator& comm) {
+    std::vector<float> in(4, 1.0f), out(rank == 0 ? 2 : 8);
+    if (rank == 0)
+      return comm.ReduceScatter(ir::ReduceKind::kSum, std::span<const float>(in), std::span(out));
+    return comm.AllGather(std::span<const float>(in), std::span(out));
+  });
+  const std::string want =
+      "reduce-scatter: rank 0 asked for a reduce-scatter (sum) of 4 4-byte values, rank 1 for "
+      "an all-gather of 4 4-byte values";
+  EXPECT_EQ(Messages(s), (std::vector<std::string>{want, want}));
+}
+
+TEST(ThreadGroupTest, AReduceScatterThatDoesNotDivideFails) {
+  ThreadGroup group(2, milliseconds(60000));
+  std::vector<Status> s = RunRanksAsThreads(group, [&](int64_t rank, Communicator& comm) {
+    std::vector<float> in(5, 1.0f), out(2);
+    return comm.ReduceScatter(ir::ReduceKind::kSum, std::span<const float>(in), std::span(out));
+  });
+  const std::string want =
+      "reduce-scatter of 5 values over 2 ranks: expected 5 divisible by 2 and a shard of 2, got 2";
+  EXPECT_TRUE(Contains(s[0].message(), want)) << s[0].message();
+  EXPECT_TRUE(Contains(s[1].message(), want)) << s[1].message();
+}
+
 TEST(ThreadGroupTest, MismatchedCallsFailEveryRank) {
   ThreadGroup group(2);
   std::vector<Status> s = RunRanksAsThreads(group, [&](int64_t rank, Communicator& comm) {
@@ -175,6 +234,62 @@ TEST(TcpCommunicatorTest, EqualsTheThreadGroupBitForBit) {
     EXPECT_EQ(doubles[r], doubles[0]);
   }
   EXPECT_EQ(doubles[0][0], (0.0 + 0.1) + 0.2);
+}
+
+TEST(TcpCommunicatorTest, ReduceScatterAndAllGatherEqualTheThreadGroupBitForBit) {
+  constexpr int64_t kWorld = 3;
+  constexpr size_t kN = 30003, kShard = kN / kWorld;  // several TCP segments
+  auto run = [&](std::vector<std::vector<float>>& shards, std::vector<std::vector<float>>& whole,
+                 int64_t rank, Communicator& comm) {
+    const std::vector<float> in = RankData(rank, kN);
+    shards[rank].resize(kShard);
+    RETURN_IF_ERROR(
+        comm.ReduceScatter(ir::ReduceKind::kSum, std::span(in), std::span(shards[rank])));
+    whole[rank].resize(kN);
+    return comm.AllGather(std::span<const float>(shards[rank]), std::span(whole[rank]));
+  };
+  std::vector<std::vector<float>> shards(kWorld), whole(kWorld);
+  std::vector<std::string> s =
+      OnTcp(kWorld, milliseconds(20000),
+            [&](int64_t rank, Communicator& comm) { return run(shards, whole, rank, comm); });
+  EXPECT_EQ(s, (std::vector<std::string>(kWorld, "ok")));
+  ThreadGroup group(kWorld);
+  std::vector<std::vector<float>> t_shards(kWorld), t_whole(kWorld);
+  RunRanksAsThreads(
+      group, [&](int64_t rank, Communicator& comm) { return run(t_shards, t_whole, rank, comm); });
+  const std::vector<float> sum = RankOrderSum(kWorld, kN);
+  for (int64_t r = 0; r < kWorld; ++r) {
+    EXPECT_TRUE(SameBits(shards[r], t_shards[r])) << "rank " << r;
+    EXPECT_TRUE(SameBits(whole[r], sum)) << "rank " << r;
+  }
+}
+
+TEST(TcpCommunicatorTest, MismatchedCollectivesFailEveryRank) {
+  std::vector<std::string> s = OnTcp(2, milliseconds(10000), [&](int64_t rank, Communicator& comm) {
+    std::vector<float> in(4, 1.0f), out(rank == 0 ? 2 : 8);
+    if (rank == 0)
+      return comm.ReduceScatter(ir::ReduceKind::kSum, std::span<const float>(in), std::span(out));
+    return comm.AllGather(std::span<const float>(in), std::span(out));
+  });
+  EXPECT_TRUE(Contains(s[0], "reduce-scatter: rank 0 awaiting rank 1 (127.0.0.1:")) << s[0];
+  EXPECT_TRUE(Contains(s[0],
+                       "it asked for an all-gather of 4 4-byte values, rank 0 for a "
+                       "reduce-scatter (sum) of 4 4-byte values"))
+      << s[0];
+  EXPECT_TRUE(Contains(s[1], "all-gather: rank 1 awaiting the result from rank 0")) << s[1];
+}
+
+TEST(TcpCommunicatorTest, ARankThatDiesEndsTheAllGatherOnEveryRank) {
+  const auto start = Clock::now();
+  std::vector<std::string> s = OnTcp(3, milliseconds(10000), [&](int64_t rank, Communicator& comm) {
+    if (rank == 2) return Status::Ok();  // exits: its connection closes
+    std::vector<double> in(4, 1.0), out(12);
+    return comm.AllGather(std::span<const double>(in), std::span(out));
+  });
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5.0);
+  EXPECT_TRUE(Contains(s[0], "all-gather: rank 0 awaiting rank 2 (127.0.0.1:")) << s[0];
+  EXPECT_TRUE(Contains(s[1], "all-gather: rank 1 awaiting the result from rank 0")) << s[1];
+  EXPECT_TRUE(Contains(s[1], "rank 0 awaiting rank 2")) << s[1];
 }
 
 TEST(TcpCommunicatorTest, ARankThatDiesEndsTheAllReduceOnEveryRank) {

@@ -243,6 +243,20 @@ class FakeCollective : public Collective {
     for (double& v : data) v = -v;
     return Status::Ok();
   }
+  // Not called here: the evaluator tests of reduce-scatter and all-gather
+  // run real ranks (tests/runtime/eval_collectives_test.cc).
+  Status ReduceScatter(ir::ReduceKind, std::span<const float>, std::span<float>) override {
+    return Error("unexpected reduce-scatter");
+  }
+  Status ReduceScatter(ir::ReduceKind, std::span<const double>, std::span<double>) override {
+    return Error("unexpected reduce-scatter");
+  }
+  Status AllGather(std::span<const float>, std::span<float>) override {
+    return Error("unexpected all-gather");
+  }
+  Status AllGather(std::span<const double>, std::span<double>) override {
+    return Error("unexpected all-gather");
+  }
   std::vector<std::string> calls;
   bool fail = false;
 };
