@@ -108,6 +108,10 @@ StatusOr<ValuePtr> EvalInstruction(const Context& ctx, const ir::Instruction& in
       return Shared(EvalScatterAdd(ctx, inst, x(0), x(1), x(2)));
     case Opcode::kAllReduce:
       return Shared(EvalAllReduce(ctx, inst, x(0)));
+    case Opcode::kReduceScatter:
+      return Shared(EvalReduceScatter(ctx, inst, x(0)));
+    case Opcode::kAllGather:
+      return Shared(EvalAllGather(ctx, inst, x(0)));
     case Opcode::kFusion:
     case Opcode::kAttention:
     case Opcode::kAttentionLse:

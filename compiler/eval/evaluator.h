@@ -59,11 +59,19 @@ class Workspace {
 };
 
 // Note [collectives]: an all-reduce combines its operand across the
-// data-parallel ranks. With `collective` set, the evaluator is one rank: each
-// all-reduce hands its value to the collective, in instruction order, and
-// every rank must evaluate the same module so the calls pair up. Without it,
-// the evaluator simulates `world_size` identical replicas: a sum all-reduce
-// multiplies by world_size (1: identity) and max is the identity.
+// data-parallel ranks; a reduce-scatter gives this rank its 1/N shard of
+// that combination, an all-gather concatenates every rank's operand in rank
+// order. With `collective` set, the evaluator is one rank: each collective
+// hands its value to the collective, in instruction order, and every rank
+// must evaluate the same module so the calls pair up. Without it, the
+// evaluator simulates `world_size` identical replicas: a sum all-reduce
+// multiplies by world_size (1: identity) and max is the identity. A
+// reduce-scatter or all-gather's `replicas=N` must equal the group's size
+// (the collective's, else world_size); with no collective only N = 1 runs
+// (the identity), since one simulated replica has no rank to shard for.
+// Values travel in their storage (Note [storage] in value.h): a bf16 array
+// as its floats (or doubles), already bf16 values, rounded to bf16 again
+// after a reduction, so every rank holds the same bits.
 struct EvalOptions {
   Precision precision = Precision::kF32;
   bool round_16bit = true;

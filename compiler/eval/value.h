@@ -153,6 +153,12 @@ std::shared_ptr<Value> EvalConvert(const Context& ctx, const ir::Instruction& in
 StatusOr<std::shared_ptr<Value>> EvalAllReduce(const Context& ctx, const ir::Instruction& inst,
                                                const Value& x);
 
+// collectives.cc (Note [collectives] in evaluator.h)
+StatusOr<std::shared_ptr<Value>> EvalReduceScatter(const Context& ctx, const ir::Instruction& inst,
+                                                   const Value& x);
+StatusOr<std::shared_ptr<Value>> EvalAllGather(const Context& ctx, const ir::Instruction& inst,
+                                               const Value& x);
+
 // reduce.cc
 std::shared_ptr<Value> EvalReduce(const Context& ctx, const ir::Instruction& inst, const Value& x);
 StatusOr<std::shared_ptr<Value>> EvalGather(const Context& ctx, const ir::Instruction& inst,

@@ -224,6 +224,30 @@ TEST(EvalElementwiseTest, AllReduceSimulatesIdenticalReplicas) {
   EXPECT_EQ(g.Run(max, {}, {.world_size = 4}).values, (std::vector<double>{1.5, -2}));
 }
 
+// Note [collectives]: in a world of one, reduce-scatter and all-gather with
+// replicas=1 are the identity; other replicas need a group of that size.
+TEST(EvalElementwiseTest, ReduceScatterAndAllGatherAloneAreTheIdentity) {
+  Graph g;
+  Instruction* x = g.Param(0, Shape(DType::kBF16, {3}));
+  Instruction* rs = Must(g.b.ReduceScatter(x, ir::ReduceKind::kSum, 1));
+  Instruction* ag = Must(g.b.AllGather(rs, 1));
+  const Literal in = Lit(Shape(DType::kBF16, {3}), {1.5, -2, 0.25});
+  EXPECT_EQ(g.Run(ag, {in}).values, (std::vector<double>{1.5, -2, 0.25}));
+  EXPECT_EQ(g.Run(ag, {in}).shape, Shape(DType::kBF16, {3}));
+
+  Instruction* two = Must(g.b.AllGather(x, 2));
+  StatusOr<Literal> simulated = g.TryRun(two, {in}, {.world_size = 2});
+  ASSERT_FALSE(simulated.ok());
+  EXPECT_EQ(simulated.status().message(),
+            fmt::format("%{}: all-gather over replicas=2 needs a collective (the evaluator "
+                        "simulates identical replicas, which have no rank to shard for)",
+                        two->name()));
+  StatusOr<Literal> alone = g.TryRun(two, {in});
+  ASSERT_FALSE(alone.ok());
+  EXPECT_EQ(alone.status().message(),
+            fmt::format("%{}: all-gather over replicas=2 in a group of 1 rank", two->name()));
+}
+
 // Note [collectives]: with a Collective, each all-reduce hands it a copy of
 // its operand (in the storage type: float for f32 in kF32 mode) and the
 // result is what the collective leaves there.
