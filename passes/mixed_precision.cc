@@ -19,22 +19,6 @@ using ir::DType;
 using ir::Instruction;
 using ir::Opcode;
 
-std::string_view PrecisionPolicyName(PrecisionPolicy policy) {
-  switch (policy) {
-    case PrecisionPolicy::kF32:
-      return "f32";
-    case PrecisionPolicy::kBF16:
-      return "bf16";
-  }
-  return "?";
-}
-
-std::optional<PrecisionPolicy> ParsePrecisionPolicy(std::string_view name) {
-  if (name == "f32") return PrecisionPolicy::kF32;
-  if (name == "bf16") return PrecisionPolicy::kBF16;
-  return std::nullopt;
-}
-
 namespace {
 
 // Whether every use of `dot` is the logits operand of a softmax-cross-entropy.

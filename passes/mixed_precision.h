@@ -102,16 +102,14 @@
 #include <string_view>
 
 #include "compiler/pass/pass.h"
+#include "compiler/program/precision.h"
 
 namespace gptc::passes {
 
-enum class PrecisionPolicy {
-  kF32,   // everything f32: the pass changes nothing
-  kBF16,  // bf16 dot operands, f32 accumulation, f32 master weights (the default)
-};
-std::string_view PrecisionPolicyName(PrecisionPolicy policy);  // "f32", "bf16"
-// "f32" / "bf16" (as `--precision` takes them), or nullopt.
-std::optional<PrecisionPolicy> ParsePrecisionPolicy(std::string_view name);
+// The policies, as the manifest records them: compiler/program/precision.h.
+using program::ParsePrecisionPolicy;
+using program::PrecisionPolicy;
+using program::PrecisionPolicyName;
 
 struct MixedPrecisionOptions {
   PrecisionPolicy policy = PrecisionPolicy::kBF16;
