@@ -117,6 +117,16 @@ ScalingRow SimulateStep(const StepTimeline& step, const LinkModel& link,
   return row;
 }
 
+std::vector<ScalingRow> SimulateSteps(const StepTimeline& step, const LinkModel& link,
+                                      ScalingConfig config, std::span<const int64_t> gpus) {
+  std::vector<ScalingRow> rows;
+  for (int64_t n : gpus) {
+    config.gpus = n;
+    rows.push_back(SimulateStep(step, link, config));
+  }
+  return rows;
+}
+
 std::string DescribeConfig(const ScalingConfig& config) {
   std::string s = fmt::format("zero {}, {} {}, buckets {} MiB", config.zero,
                               config.zero == 1 ? "reduce-scatter" : "all-reduce",

@@ -138,6 +138,15 @@ struct ScalingRow {
 ScalingRow SimulateStep(const StepTimeline& step, const LinkModel& link,
                         const ScalingConfig& config);
 
+// The GPU counts `gptc simulate` and the report's scaling view predict by
+// default: within a node, two nodes, and clusters where the network and the
+// ring's latency dominate.
+inline constexpr int64_t kScalingGpuCounts[] = {1, 2, 4, 8, 16, 64, 512};
+
+// SimulateStep at each of `gpus` (config.gpus ignored), in their order.
+std::vector<ScalingRow> SimulateSteps(const StepTimeline& step, const LinkModel& link,
+                                      ScalingConfig config, std::span<const int64_t> gpus);
+
 // "zero 0, all-reduce f32, buckets 25 MiB" and the like.
 std::string DescribeConfig(const ScalingConfig& config);
 

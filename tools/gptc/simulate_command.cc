@@ -2,6 +2,7 @@
 // one GPU's step (Note [scaling model] in compiler/perf/scaling_model.h):
 // a table per configuration, one line a row, or --json.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <cstdio>
@@ -11,15 +12,12 @@
 #include <vector>
 
 #include "compiler/perf/scaling_model.h"
-#include "compiler/perf/step_timeline.h"
 #include "compiler/program/container.h"
-#include "compiler/program/param.h"
 #include "compiler/program/plan.h"
 #include "compiler/support/text.h"
-#include "passes/mixed_precision.h"
 #include "tools/common/flags.h"
 #include "tools/gptc/commands.h"
-#include "tools/gptc/simulate_times.h"
+#include "tools/report/step_scaling.h"
 
 namespace gptc::tools {
 namespace {
@@ -39,7 +37,9 @@ Flags SimulateFlags() {
       "GPUs) or InfiniBand, the communication that runs past the backward, tok/s and scaling "
       "efficiency. ZeRO-1 is predicted analytically. The model and its parameters: "
       "docs/DATA_PARALLEL.md, \"Scaling model\".");
-  flags.Value("gpus", "N,...", "the GPU counts, one row each", "1,2,4,8,16,64,512")
+  flags
+      .Value("gpus", "N,...", "the GPU counts, one row each",
+             fmt::format("{}", fmt::join(perf::kScalingGpuCounts, ",")))
       .Value("times", "model|roofline|FILE.json",
              "each thunk's time: the H100 model, the plan's H100 roofline, or a gptrun "
              "--profile-json of this artifact",
@@ -149,38 +149,10 @@ StatusOr<perf::StepTimeline> TimelineOf(const program::Artifact& a, const std::s
                                         const Options& o, std::string& source) {
   StatusOr<program::Plan> plan = program::PlanFromJson(a.plan);
   if (!plan.ok()) return plan.status().WithPrefix(path);
-  const program::EntryPlan* entry = nullptr;
-  for (const program::EntryPlan& e : plan->entries) {
-    if (e.role == program::EntryRole::kTrainStep) entry = &e;
-  }
-  if (entry == nullptr) {
-    return Error(
-        "{}: compiled with --grad-accum {}: no train_step entry (compile with --grad-accum 1 "
-        "and give --grad-accum K here)",
-        path, a.manifest.flags.grad_accum);
-  }
-  ASSIGN_OR_RETURN(ThunkTimes times, TimesOf(a, path, *entry, o.times));
-  source = times.source;
-  if (times.unmeasured > 0) {
-    source += fmt::format("; {} thunks unmeasured, timed 0", times.unmeasured);
-  }
-  StatusOr<std::vector<program::ParamSpec>> params = program::ParamsSectionFromJson(a.params);
-  if (!params.ok()) return params.status().WithPrefix(path);
-  int64_t values = 0;
-  for (const program::ParamSpec& p : *params) values += p.shape.num_elements();
-  // The parameters in the compute dtype: f32 everywhere, or bf16 copies of
-  // the f32 masters.
-  const std::optional<passes::PrecisionPolicy> precision =
-      passes::ParsePrecisionPolicy(a.manifest.flags.precision);
-  if (!precision) {
-    return Error("{}: the manifest's precision '{}' is neither f32 nor bf16", path,
-                 a.manifest.flags.precision);
-  }
-  const int64_t dtype_bytes = *precision == passes::PrecisionPolicy::kF32 ? 4 : 2;
-  StatusOr<perf::StepTimeline> timeline = perf::StepTimelineOf(
-      *entry, times.us, values * dtype_bytes, a.manifest.flags.batch * a.manifest.flags.seq);
-  if (!timeline.ok()) return timeline.status().WithPrefix(path);
-  return timeline;
+  ASSIGN_OR_RETURN(const program::EntryPlan* entry, report::TrainStepEntry(*plan, a, path));
+  ASSIGN_OR_RETURN(report::ThunkTimes times, report::TimesOf(a, path, *entry, o.times));
+  source = times.Described();
+  return report::TrainStepTimeline(a, path, *entry, times);
 }
 
 std::string Header(const program::Artifact& a, const perf::StepTimeline& t,
@@ -208,17 +180,6 @@ std::string Header(const program::Artifact& a, const perf::StepTimeline& t,
   return s;
 }
 
-nlohmann::json RowJson(const ScalingRow& r) {
-  return {{"gpus", r.config.gpus},
-          {"step_ms", r.step_us / 1e3},
-          {"compute_ms", r.compute_us / 1e3},
-          {"exposed_ms", r.exposed_us / 1e3},
-          {"comm_ms", r.comm_us / 1e3},
-          {"tokens_per_second", r.tokens_per_second},
-          {"efficiency", r.efficiency},
-          {"buckets", r.buckets}};
-}
-
 }  // namespace
 
 int SimulateCommand(int argc, char** argv) {
@@ -241,12 +202,10 @@ int SimulateCommand(int argc, char** argv) {
     nlohmann::json rows = nlohmann::json::array();
     std::string table;
     int64_t buckets = 0;
-    for (int64_t n : o->gpus) {
-      config.gpus = n;
-      const ScalingRow r = perf::SimulateStep(*timeline, link, config);
+    for (const ScalingRow& r : perf::SimulateSteps(*timeline, link, config, o->gpus)) {
       buckets = r.buckets;
-      rows.push_back(RowJson(r));
-      table += fmt::format("{:>5} {:>10.2f} {:>11.2f} {:>10.2f} {:>14} {:>10.3f}\n", n,
+      rows.push_back(report::ScalingRowJson(r));
+      table += fmt::format("{:>5} {:>10.2f} {:>11.2f} {:>10.2f} {:>14} {:>10.3f}\n", r.config.gpus,
                            r.step_us / 1e3, r.exposed_us / 1e3, r.comm_us / 1e3,
                            WithThousands(std::llround(r.tokens_per_second)), r.efficiency);
     }
@@ -265,16 +224,7 @@ int SimulateCommand(int argc, char** argv) {
                               {"model", a->manifest.model.name},
                               {"times", source},
                               {"one_gpu_step_ms", timeline->compute_us() / 1e3},
-                              {"link",
-                               {{"gpus_per_node", link.gpus_per_node},
-                                {"nvlink_bus_gbs", link.nvlink_bus_gbs},
-                                {"network_bus_gbs", link.network_bus_gbs},
-                                {"base_latency_us", link.base_latency_us},
-                                {"nvlink_step_us", link.nvlink_step_us},
-                                {"network_step_us", link.network_step_us},
-                                {"tree_nvlink_step_us", link.tree_nvlink_step_us},
-                                {"tree_network_step_us", link.tree_network_step_us},
-                                {"tree_bandwidth_share", link.tree_bandwidth_share}}},
+                              {"link", report::LinkJson(link)},
                               {"tables", tables}};
     text = j.dump(1) + "\n";
   }
