@@ -10,10 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "compiler/perf/scaling_model.h"
 #include "compiler/program/plan.h"
 #include "tests/testing/command.h"
 #include "tools/report/report_data.h"
 #include "tools/report/report_html.h"
+#include "tools/report/step_scaling.h"
 
 namespace gptc::tools::report {
 namespace {
@@ -32,7 +34,7 @@ class ReportTest : public ::testing::Test {
     fs::create_directories(*dir_);
     for (const auto& [name, flags] :
          {std::pair{"tiny", "--emu"}, std::pair{"remat", "--emu --remat block:0,none:1"},
-          std::pair{"nocodegen", "--no-codegen"},
+          std::pair{"nocodegen", "--no-codegen"}, std::pair{"accum", "--grad-accum 2"},
           std::pair{"auto", "--remat auto --memory-budget 76.5MiB"}}) {
       const testing::CommandResult r =
           RunCommand(std::string(GPTC_BIN) + " compile --model gpt2-tiny " + flags + " -o " +
@@ -130,6 +132,79 @@ TEST_F(ReportTest, TheH100ModelTimesEveryLaunchAndTheStep) {
   EXPECT_TRUE(Data(a)["artifact"]["h100_model"].is_null());
   // --no-codegen: nothing to time.
   EXPECT_FALSE(ModelTimesOf(Read("nocodegen")).ok());
+}
+
+TEST_F(ReportTest, ScalingRowsAreTheModelsOnTheSameStep) {
+  const program::Artifact a = Read("tiny");
+  StatusOr<ModelTimes> model = ModelTimesOf(a);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ReportInput in{.artifact = &a, .artifact_path = "tiny.gptx", .model = &*model};
+  StatusOr<json> data = ReportData(in);
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  const json& s = (*data)["artifact"]["scaling"];
+  ASSERT_TRUE(s.is_object()) << (*data)["artifact"]["scaling_note"];
+  EXPECT_EQ(s["times"], "H100 model");
+  // The step gptc simulate reads, through the same functions.
+  StatusOr<program::Plan> plan = program::PlanFromJson(a.plan);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  StatusOr<const program::EntryPlan*> entry = TrainStepEntry(*plan, a, "tiny.gptx");
+  ASSERT_TRUE(entry.ok()) << entry.status().message();
+  StatusOr<perf::StepTimeline> step =
+      TrainStepTimeline(a, "tiny.gptx", **entry, TimesFromModel(*model, **entry));
+  ASSERT_TRUE(step.ok()) << step.status().message();
+  EXPECT_DOUBLE_EQ(s["one_gpu"]["step_ms"].get<double>(), step->compute_us() / 1e3);
+  EXPECT_DOUBLE_EQ(s["one_gpu"]["forward_ms"].get<double>() +
+                       s["one_gpu"]["backward_ms"].get<double>() +
+                       s["one_gpu"]["optimizer_ms"].get<double>(),
+                   s["one_gpu"]["step_ms"].get<double>());
+  EXPECT_EQ(s["link"]["gpus_per_node"], perf::LinkModel{}.gpus_per_node);
+  const int64_t tokens = a.manifest.flags.batch * a.manifest.flags.seq;
+  EXPECT_EQ(s["tokens"], tokens);
+  ASSERT_EQ(s["tables"].size(), 2u);
+  for (int zero : {0, 1}) {
+    const json& rows = s["tables"][zero]["rows"];
+    EXPECT_EQ(s["tables"][zero]["zero"], zero);
+    ASSERT_EQ(rows.size(), std::size(perf::kScalingGpuCounts));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const int64_t n = perf::kScalingGpuCounts[i];
+      const perf::ScalingRow want =
+          perf::SimulateStep(*step, perf::LinkModel{}, {.gpus = n, .zero = zero});
+      EXPECT_EQ(rows[i]["gpus"], n);
+      EXPECT_DOUBLE_EQ(rows[i]["step_ms"].get<double>(), want.step_us / 1e3) << n;
+      EXPECT_DOUBLE_EQ(rows[i]["exposed_ms"].get<double>(), want.exposed_us / 1e3) << n;
+      EXPECT_DOUBLE_EQ(rows[i]["efficiency"].get<double>(), want.efficiency) << n;
+      EXPECT_NEAR(rows[i]["tokens_per_second"].get<double>(),
+                  static_cast<double>(n * tokens) / (want.step_us * 1e-6),
+                  1e-9 * want.tokens_per_second)
+          << n;
+    }
+  }
+  EXPECT_DOUBLE_EQ(s["tables"][0]["rows"][0]["efficiency"].get<double>(), 1.0);
+  // gptc simulate prints the same rows for the artifact.
+  const testing::CommandResult r = RunCommand(
+      std::string(GPTC_BIN) + " simulate " + (*dir_ / "tiny.gptx").string() + " --json", *dir_);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json simulated = json::parse(r.out);
+  ASSERT_EQ(simulated["tables"].size(), 2u);
+  for (int zero : {0, 1}) {
+    EXPECT_EQ(simulated["tables"][zero]["rows"], s["tables"][zero]["rows"]) << zero;
+  }
+  EXPECT_EQ(simulated["link"], s["link"]);
+  // Without times there is no prediction, and the data says why.
+  const json none = Data(a)["artifact"];
+  EXPECT_TRUE(none["scaling"].is_null());
+  EXPECT_NE(none["scaling_note"].get<std::string>().find("no profile"), std::string::npos);
+}
+
+TEST_F(ReportTest, NoScalingForAStepItCannotTime) {
+  const json nocodegen = Data(Read("nocodegen"))["artifact"];
+  EXPECT_TRUE(nocodegen["scaling"].is_null());
+  EXPECT_EQ(nocodegen["scaling_note"], "compiled with --no-codegen: no kernels to time");
+  const json accum = Data(Read("accum"))["artifact"];
+  EXPECT_TRUE(accum["scaling"].is_null());
+  EXPECT_NE(accum["scaling_note"].get<std::string>().find("--grad-accum 2: no train_step entry"),
+            std::string::npos)
+      << accum["scaling_note"];
 }
 
 TEST_F(ReportTest, ArenaPeakHoldsTheParametersAndFitsTheArena) {
@@ -252,6 +327,10 @@ TEST_F(ReportTest, ProfileTimesGoToTheirThunks) {
   const json data = Data(a, &profile);
   EXPECT_DOUBLE_EQ(data["artifact"]["thunks"][0]["measured_us"].get<double>(), 250.0);
   EXPECT_TRUE(data["artifact"]["profile"]["emulated"].get<bool>());
+  // The scaling view times the step by the profile; its other thunks have no row.
+  const std::string times = data["artifact"]["scaling"]["times"];
+  EXPECT_EQ(times.rfind("measured (this run, 3 steps on ?); ", 0), 0u) << times;
+  EXPECT_NE(times.find("thunks unmeasured, timed 0"), std::string::npos) << times;
 }
 
 TEST(RunLogTest, StepsAndValidationsNonFiniteAsNull) {

@@ -95,6 +95,7 @@ int ReportCommand(int argc, char** argv) {
     Status matches = report::CheckProfile(*profile, *artifact, path, input.artifact_path);
     if (!matches.ok()) return Fail(1, matches);
     input.profile = &*profile;
+    input.profile_label = path;
   }
   for (const std::string& path : logs) {
     StatusOr<report::RunLog> log = report::ReadRunLog(path, input.notes);

@@ -10,10 +10,12 @@
 #include <optional>
 #include <tuple>
 
+#include "compiler/perf/scaling_model.h"
 #include "compiler/perf/step_model.h"
 #include "compiler/program/param.h"
 #include "compiler/program/plan.h"
 #include "compiler/support/file.h"
+#include "tools/report/step_scaling.h"
 
 namespace gptc::tools::report {
 
@@ -374,6 +376,62 @@ void AddKeptActivations(const EntryPlan& e, const std::map<int64_t, BufferLife>&
   }
 }
 
+// The scaling view's data, or null and why.
+struct ScalingView {
+  json data;
+  std::string note;
+};
+
+// The train step on perf::kScalingGpuCounts GPUs at the default link and
+// bucket cap, ZeRO-0 and ZeRO-1 (gathering after the optimizer), from the
+// profile's times, else the H100 model's: what `gptc simulate` prints by
+// default.
+ScalingView ScalingData(const ReportInput& in, const program::Plan& plan) {
+  const program::Artifact& a = *in.artifact;
+  StatusOr<const EntryPlan*> entry = TrainStepEntry(plan, a, in.artifact_path);
+  if (!entry.ok()) return {nullptr, entry.status().message()};
+  if (Status s = CheckTimeable(a, in.artifact_path, **entry); !s.ok()) {
+    return {nullptr, s.message()};
+  }
+  ThunkTimes times;
+  if (in.profile != nullptr) {
+    times = TimesFromProfile(*in.profile, in.profile_label, **entry);
+  } else if (in.model != nullptr) {
+    times = TimesFromModel(*in.model, **entry);
+  } else {
+    return {nullptr, "no times for the step: no profile, and no H100 model estimate"};
+  }
+  StatusOr<perf::StepTimeline> step = TrainStepTimeline(a, in.artifact_path, **entry, times);
+  if (!step.ok()) return {nullptr, step.status().message()};
+  const perf::LinkModel link;
+  json tables = json::array();
+  for (int zero : {0, 1}) {
+    const perf::ScalingConfig config{.zero = zero};
+    json rows = json::array();
+    int64_t buckets = 0;
+    for (const perf::ScalingRow& r :
+         perf::SimulateSteps(*step, link, config, perf::kScalingGpuCounts)) {
+      rows.push_back(ScalingRowJson(r));
+      buckets = r.buckets;
+    }
+    tables.push_back({{"zero", zero},
+                      {"config", perf::DescribeConfig(config)},
+                      {"bucket_bytes", config.bucket_bytes},
+                      {"buckets", buckets},
+                      {"rows", std::move(rows)}});
+  }
+  return {json{{"times", times.Described()},
+               {"tokens", step->tokens},
+               {"one_gpu",
+                {{"step_ms", step->compute_us() / 1e3},
+                 {"forward_ms", step->forward_us / 1e3},
+                 {"backward_ms", (step->backward_end_us - step->forward_us) / 1e3},
+                 {"optimizer_ms", step->optimizer_us / 1e3}}},
+               {"link", LinkJson(link)},
+               {"tables", std::move(tables)}},
+          ""};
+}
+
 StatusOr<json> ArtifactData(const ReportInput& in) {
   const program::Artifact& a = *in.artifact;
   const program::Manifest& m = a.manifest;
@@ -408,7 +466,9 @@ StatusOr<json> ArtifactData(const ReportInput& in) {
       {"thunks", json::array()},
       {"groups", json::array()},
       {"arena", nullptr},
-      {"remat", RematData(m, {})}};
+      {"remat", RematData(m, {})},
+      {"scaling", nullptr},
+      {"scaling_note", m.flags.codegen ? "" : "compiled with --no-codegen: no kernels to time"}};
   if (in.profile != nullptr) {
     data["profile"] = {{"steps", in.profile->value("steps", 0)},
                        {"device", in.profile->value("device", "")},
@@ -424,6 +484,9 @@ StatusOr<json> ArtifactData(const ReportInput& in) {
                           {"tokens_per_second", in.model->tokens_per_second},
                           {"roofline_us", in.model->roofline_us}};
   }
+  ScalingView scaling = ScalingData(in, plan);
+  data["scaling"] = std::move(scaling.data);
+  data["scaling_note"] = scaling.note;
   data["groups"] = GroupRows(rows);
   data["remat"] = RematData(m, rows);
   if (!entries.empty()) {

@@ -64,6 +64,7 @@ struct ReportInput {
   const program::Artifact* artifact = nullptr;  // none: runs only
   std::string artifact_path;
   const nlohmann::json* profile = nullptr;  // checked by CheckProfile
+  std::string profile_label = "this run";   // what the scaling view calls it: its file
   std::vector<RunLog> runs;
   program::GpuSpec gpu = program::GpuSpec::H100();  // the rooflines'
   std::string generated_by;                         // "gptc report", "gptrun --report"
@@ -71,7 +72,11 @@ struct ReportInput {
   const ModelTimes* model = nullptr;                // the H100 model's, when available
 };
 
-// The report's data object. Fails only on a plan its codec refuses.
+// The report's data object. Fails only on a plan its codec refuses. Its
+// "scaling" view predicts the train step on N GPUs (Note [scaling model] in
+// compiler/perf/scaling_model.h) from the profile's times, else the H100
+// model's; without either, or on a step it cannot time, it is null and
+// "scaling_note" says why.
 StatusOr<nlohmann::json> ReportData(const ReportInput& input);
 
 }  // namespace gptc::tools::report
