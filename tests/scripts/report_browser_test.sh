@@ -3,8 +3,8 @@
 # gptc report of gpt2-tiny (an artifact with a profile from the emulated
 # device, and the logs of two CPU runs) and gptrun --report's page load with
 # no JavaScript error, draw one bar per kernel and gemm of the plan and one
-# loss point per logged step, and reference no other file or network
-# address; screenshots are kept in OUT. Bad inputs: an artifact without a
+# loss point per logged step, one scaling row and chart point per GPU count,
+# and reference no other file or network address; screenshots are kept in OUT. Bad inputs: an artifact without a
 # plan (--no-codegen), a log cut mid-line, an empty log (pages with a
 # warning), a profile of another artifact (refused, one line). With
 # --large, also gpt2-124m at batch 16: under 3 MB, drawn in under 2 s.
@@ -90,6 +90,26 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# The scaling view against the model's GPU counts (1, 2, 4, 8, 16, 64, 512):
+# one table row each, and a line of one point each for ZeRO-0 and ZeRO-1;
+# ROWS 0: none, and the view says why.
+check_scaling() {
+  local page=$1 rows=$2
+  python3 - "$page.dom" "$rows" <<'PY' || fail "$page: scaling view"
+import re, sys
+dom = re.sub(r"<script.*?</script>", "", open(sys.argv[1], encoding="utf-8").read(), flags=re.S)
+want = int(sys.argv[2])
+view = dom[dom.index('id="v-scaling"'):]
+rows = len(re.findall(r'<tr class="srow"', view))
+lines = re.findall(r'<polyline[^>]*class="scale-line[ "][^>]*>', view)
+points = [int(re.search(r'data-points="(\d+)"', l).group(1)) for l in lines]
+print(f"scaling rows: {rows}, lines: {points}, want {want}")
+if want == 0:
+    sys.exit(0 if rows == 0 and not lines and "No scaling prediction: " in view else 1)
+sys.exit(0 if rows == want and points == [want, want] else 1)
+PY
+}
+
 # gpt2-tiny, a token shard of repeated text, two CPU runs, an emulated profile.
 run compile "$gptc" compile --model gpt2-tiny --emu -o tiny.gptx || exit 1
 run plan "$gptc" inspect tiny.gptx --plan || exit 1
@@ -111,13 +131,15 @@ run report "$gptc" report tiny.gptx --profile profile.json --log run1.jsonl --lo
 browse report.html
 check_counts report.html tiny.plan.json run1.jsonl run2.jsonl
 grep -q '"measured_us":[0-9]' report.html || fail "report.html: no measured time"
+check_scaling report.html 7
 browse run1.html
 check_counts run1.html tiny.plan.json run1.jsonl
+check_scaling run1.html 7
 
 # Bad inputs.
 run nocodegen "$gptc" compile --model gpt2-tiny --no-codegen -o nocodegen.gptx &&
   run report_nocodegen "$gptc" report nocodegen.gptx --log run1.jsonl -o nocodegen.html &&
-  browse nocodegen.html
+  browse nocodegen.html && check_scaling nocodegen.html 0
 head -c -20 run1.jsonl >cut.jsonl
 : >empty.jsonl
 run report_cut "$gptc" report tiny.gptx --log cut.jsonl --log empty.jsonl -o cut.html &&

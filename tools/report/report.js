@@ -31,7 +31,18 @@
 //                     "peak": {"position", "bytes",
 //                              "buffers": [ {"name", "shape", "category", "bytes", "source"} ]}},
 //    "remat": {"plan", "layers": [ {"layer", "policy", "kernels", "recomputed", "recomputed_names",
-//                                    "kept_bytes", "kept": [ {"name", "shape", "bytes"} ]} ]}
+//                                    "kept_bytes", "kept": [ {"name", "shape", "bytes"} ]} ]},
+//    "scaling": null | {        // the train step on N GPUs (gptc simulate's model and defaults)
+//      "times": "H100 model" | "measured (p.json, 10 steps on NVIDIA H100)",
+//      "tokens",                // one GPU's micro-batch
+//      "one_gpu": {"step_ms", "forward_ms", "backward_ms", "optimizer_ms"},
+//      "link": {"gpus_per_node", "nvlink_bus_gbs", "network_bus_gbs", "base_latency_us",
+//               "nvlink_step_us", "network_step_us", "tree_nvlink_step_us",
+//               "tree_network_step_us", "tree_bandwidth_share"},
+//      "tables": [ {"zero": 0 | 1, "config", "bucket_bytes", "buckets",
+//                   "rows": [ {"gpus", "step_ms", "compute_ms", "exposed_ms", "comm_ms",
+//                              "tokens_per_second", "efficiency", "buckets"} ]} ]},
+//    "scaling_note": "why scaling is null"
 //  },
 //  "runs": [ {"name", "steps": [ {"step", "loss", "lr", "norm", "ms", "tok_s", "mfu"} ],
 //             "val": [ {"step", "val_loss"} ],
@@ -43,6 +54,7 @@
 // Test hooks: body[data-ready="1"], body[data-render-ms]; one rect.kbar[data-i]
 // per thunk, rect.kroof overlays when measured; polyline.loss-line/.val-line
 // [data-points]; circle.loss-pt/.val-pt; tr.krow[data-i]; #kernels-table;
+// tr.srow (one per GPU count), polyline.scale-line[data-points] (ZeRO-0, ZeRO-1);
 // .view-error inside a view that threw.
 (function () {
 'use strict';
@@ -812,7 +824,7 @@ function makeChart(host) {
     if (!rows.length) return;
     const gx = px(st.X(shownStep));
     st.hover.innerHTML = `<line class="hover-x" x1="${gx}" x2="${gx}" y1="${st.box.t}" y2="${st.box.b}"/>` + dots.join('');
-    showTip(`<div class="tip-title">step ${esc(shownStep)}</div><table>${rows.join('')}</table>`, ev);
+    showTip(`<div class="tip-title">${esc(st.xTitle(shownStep))}</div><table>${rows.join('')}</table>`, ev);
   });
   host.addEventListener('mouseleave', () => { hideTip(); if (st) st.hover.innerHTML = ''; });
   return function draw(opt, width) {
@@ -825,7 +837,8 @@ function makeChart(host) {
       if (y < y0) y0 = y; if (y > y1) y1 = y;
     }
     if (!isFinite(x0)) { host.innerHTML = `<div class="note">${esc(opt.empty || 'no finite values to draw')}</div>`; st = null; return; }
-    const xs = niceScale(x0, x1, Math.max(2, (box.r - box.l) / 90));
+    // opt.xTicks: the x values to label (opt.xFmt writes them), the data's own range.
+    const xs = opt.xTicks ? { lo: x0, hi: x1, ticks: opt.xTicks, fmt: opt.xFmt || fmtTick } : niceScale(x0, x1, Math.max(2, (box.r - box.l) / 90));
     const ys = opt.logY ? logScale(y0, y1) : niceScale(y0, y1, Math.max(2, (box.b - box.t) / 45));
     const X = mapper(xs, box.l, box.r), Y = mapper(ys, box.b, box.t);
     const p = [`<svg class="linechart" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}">`, axesMarkup(box, xs, ys, X, Y, opt.xLabel, opt.yLabel)];
@@ -841,7 +854,8 @@ function makeChart(host) {
     p.push('<g class="hover"></g></svg>');
     host.innerHTML = p.join('');
     const span = xs.hi - xs.lo || 1;
-    st = { box, X, Y, series, hover: host.querySelector('g.hover'), Xinv: (px_) => xs.lo + (px_ - box.l) / (box.r - box.l) * span };
+    st = { box, X, Y, series, hover: host.querySelector('g.hover'), Xinv: (px_) => xs.lo + (px_ - box.l) / (box.r - box.l) * span,
+           xTitle: opt.xTitle || ((x) => 'step ' + x) };
   };
 }
 
@@ -941,13 +955,55 @@ function renderRuns(body, ctx) {
   }
 }
 
+// ----------------------------------------------------------------- scaling
+
+// The data-parallel scaling model's prediction of this step on N GPUs (Note
+// [scaling model] in compiler/perf/scaling_model.h, as `gptc simulate`
+// prints it): ZeRO-0 and ZeRO-1 side by side, and their efficiency against N.
+function renderScaling(body, ctx) {
+  const A = ctx.A;
+  if (!A) return note(body, 'No artifact given.');
+  const S = A.scaling;
+  if (!S || typeof S !== 'object') return note(body, 'No scaling prediction: ' + (A.scaling_note || 'no times for the step') + '.');
+  const tables = arr(S.tables).filter((t) => t && typeof t === 'object');
+  const z = [0, 1].map((k) => tables.find((t) => t.zero === k) || { rows: [] });
+  const rows = z.map((t) => arr(t.rows).filter((r) => r && isNum(r.gpus)));
+  const gpus = [...new Set(rows[0].concat(rows[1]).map((r) => r.gpus))].sort((a, b) => a - b);
+  const at = (k, n) => rows[k].find((r) => r.gpus === n) || {};
+  const one = S.one_gpu || {}, L = S.link || {};
+  const ms = (v) => fmtNf(v, NF.f2);
+  const cells = (r) => `<td class="num">${ms(r.step_ms)}</td><td class="num">${ms(r.exposed_ms)}</td>` +
+    `<td class="num">${fmtNf(r.tokens_per_second, NF.int)}</td><td class="num">${fmtNf(r.efficiency, NF.f3)}</td>`;
+  const what = (t) => `${esc(t.config || 'zero ' + t.zero)}${isNum(t.buckets) ? ` (${t.buckets} bucket${t.buckets === 1 ? '' : 's'})` : ''}`;
+  body.innerHTML =
+    `<div class="summary-line">times: ${esc(S.times || '?')} · one GPU: step ${ms(one.step_ms)} ms = forward ${ms(one.forward_ms)} + backward ${ms(one.backward_ms)} + optimizer ${ms(one.optimizer_ms)} ms` +
+    (isNum(S.tokens) ? ` · ${NF.int.format(S.tokens)} tokens a GPU` : '') + '</div>' +
+    `<div class="summary-line muted" id="scaling-link">link: up to ${esc(L.gpus_per_node)} GPUs a node over NVLink at ${esc(L.nvlink_bus_gbs)} GB/s bus bandwidth; beyond, ` +
+    `the network at ${esc(L.network_bus_gbs)} GB/s a GPU; ring latency ${esc(L.base_latency_us)} µs + ${esc(L.nvlink_step_us)} µs an NVLink step + ${esc(L.network_step_us)} µs a network step; ` +
+    `across nodes an all-reduce may take NCCL's tree (${esc(L.tree_nvlink_step_us)} µs a level in a node, ${esc(L.tree_network_step_us)} across)</div>` +
+    `<div class="summary-line">ZeRO-0: ${what(z[0])} · ZeRO-1 (predicted; gptc builds ZeRO-0): ${what(z[1])}</div>` +
+    '<table class="data compact" id="scaling-table"><thead><tr><th></th><th colspan="4">ZeRO-0</th><th colspan="4">ZeRO-1</th></tr>' +
+    '<tr><th class="num">N</th>' + '<th class="num">step ms</th><th class="num">exposed ms</th><th class="num">tok/s</th><th class="num">efficiency</th>'.repeat(2) + '</tr></thead><tbody>' +
+    gpus.map((n) => `<tr class="srow"><td class="num">${esc(n)}</td>${cells(at(0, n))}${cells(at(1, n))}</tr>`).join('') + '</tbody></table>' +
+    '<div class="chart-card"><div class="chart-head"><h3>Scaling efficiency</h3><span class="legend inline">' +
+    '<span class="lg"><span class="sw r0"></span>ZeRO-0</span><span class="lg"><span class="sw r1"></span>ZeRO-1</span></span></div>' +
+    '<div class="chart" id="scaling-chart"></div></div>';
+  const host = body.querySelector('#scaling-chart');
+  const draw = makeChart(host);
+  // Efficiency against log2 N: the GPU counts double, so equal steps read as equal distances.
+  const pts = (k) => rows[k].filter((r) => r.gpus > 0 && isNum(r.efficiency)).map((r) => [Math.log2(r.gpus), r.efficiency]);
+  sized(host, (w) => draw({ height: 260, xLabel: 'GPUs (log2 scale)', yLabel: 'efficiency', empty: 'no finite efficiencies',
+    xTicks: gpus.filter((n) => n > 0).map(Math.log2), xFmt: (v) => String(Math.round(2 ** v)), xTitle: (v) => Math.round(2 ** v) + ' GPUs',
+    series: [0, 1].map((k) => ({ run: k, name: 'ZeRO-' + k, label: 'efficiency', cls: 'scale-line', pts: pts(k), dots: 'scale-pt', dotR: 3, hover: true })) }, w));
+}
+
 // -------------------------------------------------------------------- main
 
 const SECTIONS = [
   ['header', ''], ['timeline', 'Step timeline'], ['kernels', 'Kernels'], ['groups', 'Per group'],
-  ['arena', 'Arena'], ['remat', 'Remat and fusion'], ['runs', 'Training runs'],
+  ['arena', 'Arena'], ['remat', 'Remat and fusion'], ['runs', 'Training runs'], ['scaling', 'Scaling'],
 ];
-const RENDER = { header: renderHeader, timeline: renderTimeline, kernels: renderKernels, groups: renderGroups, arena: renderArena, remat: renderRemat, runs: renderRuns };
+const RENDER = { header: renderHeader, timeline: renderTimeline, kernels: renderKernels, groups: renderGroups, arena: renderArena, remat: renderRemat, runs: renderRuns, scaling: renderScaling };
 
 function buildContext(D) {
   const A = D.artifact || null;
