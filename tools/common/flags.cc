@@ -240,6 +240,17 @@ StatusOr<int64_t> Flags::GetInt(const std::string& name, int64_t fallback) const
   return GetInt(name);
 }
 
+Status Flags::ReadInts(std::initializer_list<IntField> fields) const {
+  for (const IntField& f : fields) {
+    StatusOr<int64_t> v = GetInt(f.name, *f.field);
+    if (!v.ok()) return v.status().WithCode(StatusCode::kUsage);
+    if (Has(f.name) && *v < f.min)
+      return UsageError("--{} must be >= {}, got {}", f.name, f.min, *v);
+    *f.field = *v;
+  }
+  return Status::Ok();
+}
+
 StatusOr<double> Flags::GetDouble(const std::string& name) const {
   const Spec* spec = Find(name);
   const std::string s = Get(name);

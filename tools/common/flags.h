@@ -15,6 +15,7 @@
 #define GPTC_TOOLS_COMMON_FLAGS_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -78,6 +79,17 @@ class Flags {
   StatusOr<int64_t> GetInt(const std::string& name, int64_t fallback) const;
   StatusOr<double> GetDouble(const std::string& name) const;
   StatusOr<double> GetDouble(const std::string& name, double fallback) const;
+
+  // An integer flag read into `*field` (left as it is when not given) if it
+  // is at least `min`.
+  struct IntField {
+    const char* name;
+    int64_t* field;
+    int64_t min;
+  };
+  // Reads each of `fields`; the first bad one is a kUsage error naming it
+  // ("--NAME must be >= MIN, got V").
+  Status ReadInts(std::initializer_list<IntField> fields) const;
 
  private:
   struct Spec {

@@ -33,6 +33,19 @@ StatusOr<DeviceFlags> ReadDeviceFlags(const Flags& flags) {
   return d;
 }
 
+void DeclareDeviceChoiceFlags(Flags& flags) {
+  flags.Value("device", "cpu|gpu|emu", "as for training (default: the GPU when there is one)")
+      .Value("gpu", "N", "GPU: the device index")
+      .Conflicts("device", "cpu")
+      .Conflicts("device", "emu")
+      .Value("emu-checks", "on|off", "emu: the memory and race checks", "on")
+      .Requires("device", "emu")
+      .Bool("trust-artifact",
+            "emu: run the artifact's emulator library even though this machine's gptc did not "
+            "build it (as for training)")
+      .Requires("device", "emu");
+}
+
 bool HaveGpuDevice() { return GPTC_HAVE_GPU != 0; }
 
 bool GpuPresent() {

@@ -18,7 +18,7 @@ namespace gptc::tools {
 
 class Flags;
 
-// The device flags gptrun's training and generate share: --device (empty:
+// The device flags gptrun's training, generate and eval share: --device (empty:
 // chosen at load), --emu-checks, --trust-artifact.
 struct DeviceFlags {
   std::string device;
@@ -27,6 +27,9 @@ struct DeviceFlags {
 };
 // Reads them; an error is a usage error naming the flag.
 StatusOr<DeviceFlags> ReadDeviceFlags(const Flags& flags);
+// Declares them, with --gpu N, as gptrun generate and gptrun eval take them
+// (training's own, longer help is in main.cc).
+void DeclareDeviceChoiceFlags(Flags& flags);
 
 // Whether this gptrun was built with the GPU device.
 bool HaveGpuDevice();

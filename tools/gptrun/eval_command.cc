@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <optional>
 #include <string>
-#include <tuple>
 
 #include "compiler/program/container.h"
 #include "compiler/support/file.h"
@@ -41,17 +40,8 @@ Flags DeclareEvalFlags() {
              "the checkpoint to score (default: the untrained initial parameters of --seed)")
       .Value("seed", "S", "without --resume: the initial parameters' seed", "0")
       .Value("limit", "N", "score the first N examples only (default: all)")
-      .Value("json", "FILE", "write the result (and, with one rank, every example's) as JSON")
-      .Value("device", "cpu|gpu|emu", "as for training (default: the GPU when there is one)")
-      .Value("gpu", "N", "GPU: the device index")
-      .Conflicts("device", "cpu")
-      .Conflicts("device", "emu")
-      .Value("emu-checks", "on|off", "emu: the memory and race checks", "on")
-      .Requires("device", "emu")
-      .Bool("trust-artifact",
-            "emu: run the artifact's emulator library even though this machine's gptc did not "
-            "build it (as for training)")
-      .Requires("device", "emu");
+      .Value("json", "FILE", "write the result (and, with one rank, every example's) as JSON");
+  DeclareDeviceChoiceFlags(flags);
   return flags;
 }
 
@@ -69,14 +59,7 @@ StatusOr<EvalOptions> ReadEvalOptions(const Flags& flags) {
   o.json = flags.Get("json");
   ASSIGN_OR_RETURN(o.device, ReadDeviceFlags(flags));
   int64_t seed = 0, gpu = -1;
-  for (auto [name, field, min] :
-       {std::tuple{"limit", &o.limit, int64_t{1}}, std::tuple{"seed", &seed, int64_t{0}},
-        std::tuple{"gpu", &gpu, int64_t{0}}}) {
-    StatusOr<int64_t> v = flags.GetInt(name, *field);
-    if (!v.ok()) return v.status().WithCode(StatusCode::kUsage);
-    if (flags.Has(name) && *v < min) return UsageError("--{} must be >= {}, got {}", name, min, *v);
-    *field = *v;
-  }
+  RETURN_IF_ERROR(flags.ReadInts({{"limit", &o.limit, 1}, {"seed", &seed, 0}, {"gpu", &gpu, 0}}));
   o.seed = static_cast<uint64_t>(seed);
   o.gpu = static_cast<int>(gpu);
   if (!o.json.empty()) RETURN_IF_ERROR(CheckOutputTarget(o.json).WithPrefix("--json"));

@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <optional>
 #include <string>
-#include <tuple>
 
 #include "compiler/support/file.h"
 #include "tools/common/data_files.h"
@@ -35,17 +34,8 @@ Flags DeclareGenerateFlags() {
       .Bool("no-stop", "go on past a generated <|endoftext|> (default: stop there)")
       .Value("tokenizer", "DIR",
              "the GPT-2 encoder files (default: found in $GPTC_DATA, the install prefix or the "
-             "source tree)")
-      .Value("device", "cpu|gpu|emu", "as for training (default: the GPU when there is one)")
-      .Value("gpu", "N", "GPU: the device index")
-      .Conflicts("device", "cpu")
-      .Conflicts("device", "emu")
-      .Value("emu-checks", "on|off", "emu: the memory and race checks", "on")
-      .Requires("device", "emu")
-      .Bool("trust-artifact",
-            "emu: run the artifact's emulator library even though this machine's gptc did not "
-            "build it (as for training)")
-      .Requires("device", "emu");
+             "source tree)");
+  DeclareDeviceChoiceFlags(flags);
   return flags;
 }
 
@@ -81,15 +71,10 @@ StatusOr<GenerateOptions> ReadGenerateOptions(const Flags& flags) {
     return found.status().WithPrefix("generate needs the tokenizer");
   }
   int64_t seed = 0, gpu = -1;
-  for (auto [name, field, min] :
-       {std::tuple{"max-tokens", &o.max_tokens, int64_t{1}},
-        std::tuple{"top-k", &o.top_k, int64_t{0}}, std::tuple{"seed", &seed, int64_t{0}},
-        std::tuple{"gpu", &gpu, int64_t{0}}}) {
-    StatusOr<int64_t> v = flags.GetInt(name, *field);
-    if (!v.ok()) return v.status().WithCode(StatusCode::kUsage);
-    if (flags.Has(name) && *v < min) return UsageError("--{} must be >= {}, got {}", name, min, *v);
-    *field = *v;
-  }
+  RETURN_IF_ERROR(flags.ReadInts({{"max-tokens", &o.max_tokens, 1},
+                                  {"top-k", &o.top_k, 0},
+                                  {"seed", &seed, 0},
+                                  {"gpu", &gpu, 0}}));
   o.seed = static_cast<uint64_t>(seed);
   o.gpu = static_cast<int>(gpu);
   StatusOr<double> t = flags.GetDouble("temperature", o.temperature);

@@ -30,7 +30,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <tuple>
+#include <utility>
 
 #include "compiler/support/file.h"
 #include "compiler/support/status.h"
@@ -318,26 +318,22 @@ StatusOr<TrainOptions> ReadTrainOptions(const Flags& flags) {
     o.tokenizer_dir = *found;
   }
   int64_t seed = 0, gpu = o.gpu;
-  for (auto [name, field, min] :
-       {std::tuple{"steps", &o.steps, int64_t{1}}, std::tuple{"warmup", &o.warmup, int64_t{0}},
-        std::tuple{"grad-accum", &o.grad_accum, int64_t{1}}, std::tuple{"seed", &seed, int64_t{0}},
-        std::tuple{"val-every", &o.val_every, int64_t{0}},
-        std::tuple{"val-steps", &o.val_steps, int64_t{1}},
-        std::tuple{"sample-every", &o.sample_every, int64_t{0}},
-        std::tuple{"sample-len", &o.sample_len, int64_t{1}},
-        std::tuple{"top-k", &o.top_k, int64_t{1}},
-        std::tuple{"hellaswag-every", &o.hellaswag_every, int64_t{0}},
-        std::tuple{"hellaswag-limit", &o.hellaswag_limit, int64_t{1}},
-        std::tuple{"ckpt-every", &o.ckpt_every, int64_t{0}},
-        std::tuple{"ckpt-keep", &o.ckpt_keep, int64_t{0}},
-        std::tuple{"skip-nonfinite", &o.skip_nonfinite, int64_t{0}},
-        std::tuple{"cpu-max-params", &o.cpu_max_params, int64_t{1}},
-        std::tuple{"gpu", &gpu, int64_t{0}}}) {
-    StatusOr<int64_t> v = flags.GetInt(name, *field);
-    if (!v.ok()) return v.status().WithCode(StatusCode::kUsage);
-    if (flags.Has(name) && *v < min) return UsageError("--{} must be >= {}, got {}", name, min, *v);
-    *field = *v;
-  }
+  RETURN_IF_ERROR(flags.ReadInts({{"steps", &o.steps, 1},
+                                  {"warmup", &o.warmup, 0},
+                                  {"grad-accum", &o.grad_accum, 1},
+                                  {"seed", &seed, 0},
+                                  {"val-every", &o.val_every, 0},
+                                  {"val-steps", &o.val_steps, 1},
+                                  {"sample-every", &o.sample_every, 0},
+                                  {"sample-len", &o.sample_len, 1},
+                                  {"top-k", &o.top_k, 1},
+                                  {"hellaswag-every", &o.hellaswag_every, 0},
+                                  {"hellaswag-limit", &o.hellaswag_limit, 1},
+                                  {"ckpt-every", &o.ckpt_every, 0},
+                                  {"ckpt-keep", &o.ckpt_keep, 0},
+                                  {"skip-nonfinite", &o.skip_nonfinite, 0},
+                                  {"cpu-max-params", &o.cpu_max_params, 1},
+                                  {"gpu", &gpu, 0}}));
   o.seed = static_cast<uint64_t>(seed);
   o.gpu = static_cast<int>(gpu);
   for (auto [name, field] : {std::pair{"lr", &o.lr}, std::pair{"lr-min", &o.lr_min},
