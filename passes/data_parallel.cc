@@ -120,7 +120,7 @@ StatusOr<bool> ReduceAutodiffOutput(ir::Computation& entry, const DataParallelOp
     }
   }
   // In the order the values are computed: that is the order the all-reduces
-  // are issued in (Note [all-reduce buckets]).
+  // are issued in (Note [all-reduce buckets] in passes/all_reduce_combiner.h).
   std::unordered_map<const Instruction*, int64_t> position;
   for (const auto& inst : entry.instructions()) {
     position[inst.get()] = static_cast<int64_t>(position.size());

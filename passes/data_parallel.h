@@ -46,21 +46,15 @@
 // world_size 1 leaves the module alone (returns false). A module that already
 // holds an all-reduce is refused (running the pass twice would average twice).
 //
-// Note [all-reduce buckets]: the IR keeps one all-reduce per gradient tensor,
-// inserted right after the instruction that makes the gradient final, so the
-// all-reduces appear in the order the backward finishes gradients (the loss
-// first, the embedding last). Nothing in between merges or reorders them:
-// CSE, DCE and simplify never touch all-reduces, fusion never fuses one, and
-// the schedule keeps
-// their relative order and hoists each to right after its operand
+// Order: the IR keeps one all-reduce per gradient tensor, inserted right
+// after the instruction that makes the gradient final, so the all-reduces
+// appear in the order the backward finishes gradients (the loss first, the
+// embedding last). Nothing in between merges or reorders them: CSE, DCE and
+// simplify never touch all-reduces, fusion never fuses one, and the schedule
+// keeps their relative order and hoists each to right after its operand
 // (passes/schedule.h), so communication can start while the rest of the
-// backward runs. Grouping into buckets is a plan decision, not an IR one: the
-// artifact writer (compiler/artifact/plan.h) packs consecutive all-reduces
-// (in schedule order) into buckets of about 25 MiB, each issued as one NCCL
-// group on the communication stream once its last member's input is ready
-// (docs/ARTIFACT.md, docs/DATA_PARALLEL.md). Keeping tensors separate in the
-// IR keeps the evaluator, buffer assignment and fusion unchanged, and lets
-// the bucket size change without recompiling the graph.
+// backward runs. The all-reduce combiner groups them into buckets after the
+// schedule (Note [all-reduce buckets] in passes/all_reduce_combiner.h).
 //
 // Must run after autodiff and dce (kStep/kAccumulate) or after the optimizer
 // (kApply); before simplify, CSE, fusion and schedule.

@@ -1,5 +1,6 @@
 #include "passes/registry.h"
 
+#include "passes/all_reduce_combiner.h"
 #include "passes/attention_fusion.h"
 #include "passes/attention_operands.h"
 #include "passes/autodiff.h"
@@ -64,6 +65,14 @@ const pass::PassRegistry& AllPasses() {
                 [] { return std::make_unique<Cse>(); });
     r->Register("schedule", "reorder instructions to keep peak live memory low",
                 [] { return std::make_unique<Schedule>(); });
+    r->RegisterWithOptions(
+        "all-reduce-combiner",
+        "group the all-reduces into buckets (bucket=K), after the schedule: "
+        "all-reduce-combiner{bucket-mib=N} (default 25)",
+        [](const pass::PassOptions& options) -> StatusOr<std::unique_ptr<pass::Pass>> {
+          ASSIGN_OR_RETURN(AllReduceCombinerOptions o, ParseAllReduceCombinerOptions(options));
+          return std::unique_ptr<pass::Pass>(std::make_unique<AllReduceCombiner>(o));
+        });
     r->Register("mixed-precision", "bf16 dot operands with f32 accumulation (run before autodiff)",
                 [] { return std::make_unique<MixedPrecision>(); });
     r->Register("bf16-bias-gradients",

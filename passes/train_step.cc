@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "passes/all_reduce_combiner.h"
 #include "passes/autodiff.h"
 #include "passes/bf16_bias_gradients.h"
 #include "passes/cse.h"
@@ -124,6 +125,11 @@ StatusOr<TrainEntry> RunOptimizer(EntryRole role, std::unique_ptr<ir::Module> mo
     pipeline.AddPass<Remat>(options.remat);
     pipeline.AddPass<Fusion>();
     pipeline.AddPass<Schedule>();
+  }
+  // Last: the buckets follow the final order (Note [all-reduce buckets]).
+  if (options.world_size > 1) {
+    pipeline.AddPass<AllReduceCombiner>(
+        AllReduceCombinerOptions{.bucket_bytes = options.all_reduce_bucket_bytes});
   }
   RETURN_IF_ERROR(pipeline.Run(*module).status());
   // Note [optimizer signature]: the optimizer's, still true of the final module.

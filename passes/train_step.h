@@ -24,6 +24,7 @@
 #include "compiler/ir/module.h"
 #include "compiler/pass/pipeline.h"
 #include "compiler/program/program.h"
+#include "passes/all_reduce_combiner.h"
 #include "passes/mixed_precision.h"
 #include "passes/optimizer.h"
 #include "passes/remat.h"
@@ -54,6 +55,9 @@ struct TrainStepOptions {
   // on every entry. Off, the entries stay unfused (what the CPU tests compare).
   bool optimize = false;
   RematOptions remat;  // a policy or a per-block plan; auto is the driver's to resolve
+  // The all-reduce buckets' cap (Note [all-reduce buckets] in
+  // passes/all_reduce_combiner.h), for world_size > 1.
+  int64_t all_reduce_bucket_bytes = kDefaultAllReduceBucketBytes;
   pass::PipelineOptions pipeline;           // verify_each, disabled passes
   std::shared_ptr<pass::DumpWriter> dumps;  // may be null: no dumps
 };

@@ -10,6 +10,7 @@
 #include "compiler/analysis/kernel_cost.h"
 #include "compiler/analysis/kernel_count.h"
 #include "compiler/artifact/plan_roles.h"
+#include "compiler/ir/all_reduce_bucket.h"
 #include "compiler/ir/computation.h"
 
 namespace gptc::artifact {
@@ -42,31 +43,33 @@ int64_t FirstReader(const Instruction* value,
   return first;
 }
 
-// Note [all-reduce buckets] (plan.h): packs the all_reduce thunks into
-// buckets, and tells each member its bucket.
-std::vector<program::AllReduceBucket> Buckets(
+// Note [all-reduce buckets] (passes/all_reduce_combiner.h): the buckets the
+// combiner recorded on the all-reduces, as thunk indexes: each is issued
+// after its last member's thunk and waited for before the first thunk that
+// reads any member's result. Tells each member its bucket.
+StatusOr<std::vector<program::AllReduceBucket>> Buckets(
     std::vector<Thunk>& thunks,
     const std::vector<std::pair<int64_t, const Instruction*>>& all_reduces,
     const std::unordered_map<const Instruction*, int64_t>& first_thunk, int64_t end) {
   std::vector<program::AllReduceBucket> buckets;
-  bool open = false;
   for (const auto& [index, inst] : all_reduces) {
+    const std::optional<int64_t> bucket = ir::AllReduceBucket(*inst);
+    if (!bucket) {
+      return Error("%{}: all-reduce has no bucket (run all-reduce-combiner after the schedule)",
+                   inst->name());
+    }
+    const int64_t last = buckets.empty() ? -1 : buckets.back().id;
+    if (*bucket != last && *bucket != last + 1) {
+      return Error("%{}: all-reduce in bucket {} after bucket {}: buckets must be numbered from 0, "
+                   "each a run of consecutive all-reduces",
+                   inst->name(), *bucket, last);
+    }
+    if (*bucket != last) buckets.push_back({.id = *bucket, .wait_before = end});
     auto& member = std::get<program::AllReduceThunk>(thunks[index].body);
-    const int64_t size = member.in.size;
-    // A member's result must not be read before the bucket is issued (at its
-    // last member), and a bucket stops growing at the size cap.
-    if (open && (index >= buckets.back().wait_before ||
-                 buckets.back().bytes + size > kAllReduceBucketBytes)) {
-      open = false;
-    }
-    if (!open) {
-      buckets.push_back({.id = static_cast<int64_t>(buckets.size()), .wait_before = end});
-      open = true;
-    }
     program::AllReduceBucket& b = buckets.back();
     b.members.push_back(index);
     b.issue_after = index;
-    b.bytes += size;
+    b.bytes += member.in.size;
     b.wait_before = std::min(b.wait_before, FirstReader(inst, first_thunk, end));
     member.bucket = b.id;
   }
@@ -147,8 +150,8 @@ class EntryPlanBuilder {
     for (const auto& owned : c_.instructions()) RETURN_IF_ERROR(AddInstruction(*owned));
     // Before the donation copies: a bucket waited for at the end of the step
     // completes before any copy reads its results.
-    plan_.buckets = Buckets(plan_.thunks, all_reduces_, first_thunk_,
-                            static_cast<int64_t>(plan_.thunks.size()));
+    ASSIGN_OR_RETURN(plan_.buckets, Buckets(plan_.thunks, all_reduces_, first_thunk_,
+                                            static_cast<int64_t>(plan_.thunks.size())));
     RETURN_IF_ERROR(AddDonationCopies());
     RETURN_IF_ERROR(AddSlots());
     plan_.donations = entry_.signature.donations;

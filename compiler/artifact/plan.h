@@ -27,22 +27,10 @@
 
 namespace gptc::artifact {
 
-// Note [all-reduce buckets]: the IR has one all-reduce per gradient
-// (passes/data_parallel.h), placed by the schedule right after the kernel
-// that finishes the gradient. The plan packs consecutive all_reduce thunks
-// into buckets, each to be issued as one NCCL group (ncclGroupStart/End) on
-// the communication stream when the compute stream reaches its last member
-// (`issue_after`: record an event there, make the communication stream wait
-// for it), and finished before thunk `wait_before` (the first thunk that
-// reads any member's result, or the end of the step: make the compute stream
-// wait for the group's event there). A bucket grows while it stays within
-// kAllReduceBucketBytes (one larger tensor is a bucket of its own, as in
-// PyTorch DDP) and while no member's result is needed before the next
-// all-reduce is issued. Buffer assignment keeps every member's buffers
-// reserved until its result's last reader (Note [in-place all-reduce] in
-// compiler/analysis/buffer_assignment.h), so running a bucket late and concurrently
-// with later kernels is safe.
-inline constexpr int64_t kAllReduceBucketBytes = int64_t{25} << 20;  // 25 MiB
+// The all-reduce buckets come from the IR (Note [all-reduce buckets] in
+// passes/all_reduce_combiner.h: each all-reduce's `bucket=K`); the plan only
+// places them among the thunks (program::AllReduceBucket: issue_after,
+// wait_before). An all-reduce without a bucket is an error naming it.
 
 // What the plans hold, counted over every entry: the manifest's counts.
 using PlanStats = program::ArtifactCounts;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <unordered_set>
 
+#include "compiler/ir/all_reduce_bucket.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/support/float_bits.h"
 
@@ -35,7 +36,7 @@ std::vector<std::string_view> AllowedAttrs(Opcode opcode) {
     case Opcode::kReduce:
       return {"dimensions", "kind"};
     case Opcode::kAllReduce:
-      return {"kind"};
+      return {"kind", "bucket"};
     case Opcode::kReduceScatter:
       return {"kind", "replicas"};
     case Opcode::kAllGather:
@@ -549,6 +550,10 @@ class Parser {
     size_t value_pos = pos_;
     if (key == "iota_dimension" || key == "axis" || key == "index" || key == "replicas") {
       ASSIGN_OR_RETURN(attrs.index, ParseInt(fmt::format("for {}", key)));
+    } else if (key == "bucket") {
+      ASSIGN_OR_RETURN(const int64_t bucket, ParseInt("for bucket"));
+      if (bucket < 0) return ErrorAt(value_pos, fmt::format("bucket must be >= 0, got {}", bucket));
+      attrs.dimensions = {bucket};  // Note [all-reduce buckets]: compiler/ir/all_reduce_bucket.h
     } else if (key == "num_classes") {
       ASSIGN_OR_RETURN(attrs.num_classes, ParseInt("for num_classes"));
     } else if (key == "dimensions") {

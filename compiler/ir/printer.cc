@@ -7,6 +7,8 @@
 #include <charconv>
 #include <cmath>
 
+#include "compiler/ir/all_reduce_bucket.h"
+
 namespace gptc::ir {
 
 namespace {
@@ -66,6 +68,9 @@ std::vector<std::string> FormatOpcodeAttrs(const Instruction& inst) {
       break;
     case Opcode::kAllReduce:
       out.push_back(fmt::format("kind={}", ReduceKindName(a.reduce_kind)));
+      if (std::optional<int64_t> bucket = AllReduceBucket(inst)) {
+        out.push_back(fmt::format("bucket={}", *bucket));
+      }
       break;
     case Opcode::kReduceScatter:
       out.push_back(fmt::format("kind={}", ReduceKindName(a.reduce_kind)));

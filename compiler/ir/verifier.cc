@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "compiler/ir/all_reduce_bucket.h"
 #include "compiler/ir/gemm_epilogue.h"
 #include "compiler/ir/shape_inference.h"
 
@@ -102,6 +103,7 @@ class Verifier {
       seen.insert(&inst);
     }
     if (!seen.contains(c.root())) return Error("root of computation %{} is not in it", c.name());
+    RETURN_IF_ERROR(CheckBuckets(c));
     // Distinct non-negative numbers are 0..n-1 unless one of them is >= n; name that one.
     for (const auto& owned : c.instructions()) {
       const Instruction& inst = *owned;
@@ -113,6 +115,38 @@ class Verifier {
                               "parameters but no parameter number {}",
                               inst.attrs().index, c.name(), params.size(), missing));
       }
+    }
+    return Status::Ok();
+  }
+
+  // Note [all-reduce buckets] (passes/all_reduce_combiner.h): every
+  // all-reduce of `c` has a bucket or none does; buckets are numbered from 0
+  // in instruction order, each a run of consecutive all-reduces.
+  Status CheckBuckets(const Computation& c) const {
+    const Instruction* previous = nullptr;
+    std::optional<int64_t> previous_bucket;
+    for (const auto& owned : c.instructions()) {
+      const Instruction& inst = *owned;
+      if (inst.opcode() == Opcode::kAllReduce && inst.attrs().dimensions.size() > 1) {
+        return At(inst, Error("all-reduce has {} bucket numbers", inst.attrs().dimensions.size()));
+      }
+      if (inst.opcode() != Opcode::kAllReduce) continue;
+      const std::optional<int64_t> bucket = AllReduceBucket(inst);
+      if (previous != nullptr && bucket.has_value() != previous_bucket.has_value()) {
+        return At(inst, Error("{} a bucket but %{} {}", bucket ? "has" : "has no",
+                              previous->name(), bucket ? "has none" : "has one"));
+      }
+      const int64_t expected = previous_bucket.value_or(-1);
+      if (bucket && previous == nullptr && *bucket != 0) {
+        return At(inst, Error("is the first all-reduce but in bucket {}, not 0", *bucket));
+      }
+      if (bucket && previous != nullptr && *bucket != expected && *bucket != expected + 1) {
+        return At(inst, Error("is in bucket {} after %{} in bucket {}: buckets are numbered "
+                              "from 0 in order, each a run of consecutive all-reduces",
+                              *bucket, previous->name(), expected));
+      }
+      previous = &inst;
+      previous_bucket = bucket;
     }
     return Status::Ok();
   }

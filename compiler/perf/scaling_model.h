@@ -23,8 +23,11 @@
 //    tree's with log N, so at hundreds of GPUs the tree wins. NVLS, SHARP and
 //    PAT are not modelled (reduce-scatter and all-gather stay rings).
 //  - Buckets (PackBuckets): gradients in the order the backward finishes
-//    them, packed as the plan packs its all-reduces (Note [all-reduce
-//    buckets] in compiler/artifact/plan.h): a bucket grows while it stays
+//    them, packed as the combiner packs the all-reduces (Note [all-reduce
+//    buckets] in passes/all_reduce_combiner.h; a copy of its cap rule over
+//    this model's own data, as compiler/ may not use passes/, and without
+//    its early-reader rule, which never applies when only the optimizer
+//    reads the gradients): a bucket grows while it stays
 //    within the cap, a larger tensor is a bucket of its own; optionally a
 //    smaller first bucket, as PyTorch DDP's 1 MiB. A bucket is issued when
 //    its last gradient is final and after the bucket before it.

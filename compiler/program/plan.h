@@ -297,7 +297,7 @@ struct Thunk {
 std::vector<const ArenaSlice*> ThunkSlices(const Thunk& t);
 
 // All-reduces issued together (Note [all-reduce buckets] in
-// compiler/artifact/plan.h): as one group after thunk `issue_after` (its last
+// passes/all_reduce_combiner.h): as one group after thunk `issue_after` (its last
 // member), finished before thunk `wait_before` (thunks.size(): the end).
 struct AllReduceBucket {
   int64_t id = 0;                // its index in EntryPlan::buckets

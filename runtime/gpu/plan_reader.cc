@@ -216,9 +216,9 @@ Status CheckFallbacks(const EntryPlan& p, std::string_view where) {
   return Status::Ok();
 }
 
-// Note [all-reduce buckets]: each bucket's members are its all_reduce
-// thunks, in order, issued after the last and waited for later; every
-// all_reduce names a bucket of the entry.
+// Note [all-reduce buckets] (passes/all_reduce_combiner.h): each bucket's
+// members are its all_reduce thunks, in order, issued after the last and
+// waited for later; every all_reduce names a bucket of the entry.
 Status CheckBuckets(const EntryPlan& p, std::string_view where) {
   const int64_t n = static_cast<int64_t>(p.thunks.size());
   for (size_t b = 0; b < p.buckets.size(); ++b) {

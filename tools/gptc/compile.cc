@@ -130,6 +130,10 @@ Flags DeclareCompileFlags() {
              "per rank",
              "1")
       .Value("world", "N", "an alias of --dp")
+      .Value("bucket-mib", "MIB",
+             "with --dp: the all-reduce buckets' cap, as PyTorch DDP's bucket_cap_mb (a larger "
+             "gradient is a bucket of its own)",
+             "25")
       .Value("weight-decay", "WD", "AdamW weight decay (matrices only)", str(adamw.weight_decay))
       .Value("clip-norm", "C", "global gradient-norm clip; 0 for none", str(adamw.clip_norm))
       .Value("beta1", "B1", "AdamW beta1", str(adamw.beta1))
@@ -234,6 +238,11 @@ Status ParseTraining(const Flags& flags, CompileOptions& o) {
     }
     train.world_size = world;
   }
+  ASSIGN_OR_RETURN(const int64_t bucket_mib, flags.GetInt("bucket-mib", 25));
+  if (bucket_mib < 1 || bucket_mib > (int64_t{1} << 20)) {
+    return Error("--bucket-mib must be in [1, 1048576], got {}", bucket_mib);
+  }
+  train.all_reduce_bucket_bytes = bucket_mib << 20;
   program::AdamWOptions& adamw = train.adamw;
   for (auto [name, field] :
        {std::pair{"weight-decay", &adamw.weight_decay}, std::pair{"clip-norm", &adamw.clip_norm},

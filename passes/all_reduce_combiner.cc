@@ -1,0 +1,105 @@
+#include "passes/all_reduce_combiner.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compiler/analysis/kernel_count.h"
+#include "compiler/ir/all_reduce_bucket.h"
+
+namespace gptc::passes {
+
+namespace {
+
+using ir::Instruction;
+
+// The position of the first instruction that launches work and reads
+// `value` (through tuples, get-tuple-elements and reshapes, which launch
+// nothing), or `end` when only the computation's caller does.
+int64_t FirstReader(const Instruction* value,
+                    const std::unordered_map<const Instruction*, int64_t>& position, int64_t end) {
+  int64_t first = end;
+  std::vector<const Instruction*> stack(value->users().begin(), value->users().end());
+  std::unordered_set<const Instruction*> seen;
+  while (!stack.empty()) {
+    const Instruction* user = stack.back();
+    stack.pop_back();
+    if (!seen.insert(user).second) continue;
+    if (analysis::IsKernel(*user)) {
+      first = std::min(first, position.at(user));
+    } else {
+      stack.insert(stack.end(), user->users().begin(), user->users().end());
+    }
+  }
+  return first;
+}
+
+}  // namespace
+
+StatusOr<AllReduceCombinerOptions> ParseAllReduceCombinerOptions(
+    const std::map<std::string, std::string>& options) {
+  AllReduceCombinerOptions o;
+  for (const auto& [key, value] : options) {
+    if (key != "bucket-mib") {
+      return Error("all-reduce-combiner: unknown option '{}' (known: bucket-mib)", key);
+    }
+    char* end = nullptr;
+    const long long mib = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || mib < 1 || mib > (int64_t{1} << 20)) {
+      return Error("all-reduce-combiner: bucket-mib must be an integer in [1, 1048576], got '{}'",
+                   value);
+    }
+    o.bucket_bytes = int64_t{mib} << 20;
+  }
+  return o;
+}
+
+std::vector<std::vector<Instruction*>> GroupAllReduces(const ir::Computation& computation,
+                                                       int64_t bucket_bytes) {
+  std::unordered_map<const Instruction*, int64_t> position;
+  for (const auto& inst : computation.instructions()) {
+    position.emplace(inst.get(), static_cast<int64_t>(position.size()));
+  }
+  const int64_t end = static_cast<int64_t>(position.size());
+  std::vector<std::vector<Instruction*>> buckets;
+  int64_t bytes = 0;        // the open bucket's operands
+  int64_t wait_before = 0;  // the first reader of any of its members
+  bool open = false;
+  for (const auto& owned : computation.instructions()) {
+    Instruction* inst = owned.get();
+    if (inst->opcode() != ir::Opcode::kAllReduce) continue;
+    const int64_t size = inst->operand(0)->shape().byte_size();
+    // Note [all-reduce buckets]: a member's result must not be read before
+    // the bucket is issued (at its last member); the cap closes it too.
+    if (open && (position.at(inst) >= wait_before || bytes + size > bucket_bytes)) open = false;
+    if (!open) {
+      buckets.emplace_back();
+      bytes = 0;
+      wait_before = end;
+      open = true;
+    }
+    buckets.back().push_back(inst);
+    bytes += size;
+    wait_before = std::min(wait_before, FirstReader(inst, position, end));
+  }
+  return buckets;
+}
+
+StatusOr<bool> AllReduceCombiner::Run(ir::Module& module) {
+  bool changed = false;
+  for (const auto& computation : module.computations()) {
+    const std::vector<std::vector<Instruction*>> buckets =
+        GroupAllReduces(*computation, options_.bucket_bytes);
+    for (int64_t k = 0; k < static_cast<int64_t>(buckets.size()); ++k) {
+      for (Instruction* member : buckets[k]) {
+        if (ir::AllReduceBucket(*member) == k) continue;
+        ir::SetAllReduceBucket(*member, k);
+        changed = true;
+      }
+    }
+  }
+  return changed;
+}
+
+}  // namespace gptc::passes
