@@ -44,9 +44,11 @@ Flags SimulateFlags() {
              "each thunk's time: the H100 model, the plan's H100 roofline, or a gptrun "
              "--profile-json of this artifact",
              "model")
-      .Value("bucket-mib", "MIB,...", "bucket caps, one table each (25: the plan's)", "25")
+      .Value("bucket-mib", "MIB,...",
+             "bucket caps, one table each (25: gptc compile's default --bucket-mib)", "25")
       .Value("first-bucket-mib", "MIB",
-             "a smaller first bucket, as PyTorch DDP's 1 (default: as the others, the plan's rule)")
+             "a smaller first bucket, as PyTorch DDP's 1 (default: as the others, the combiner's "
+             "rule)")
       .Value("zero", "0,1",
              "0: all-reduce every gradient (gptc --dp); 1: ZeRO-1, predicted (reduce-scatter, "
              "optimizer on a 1/N shard, all-gather of the parameters)",
