@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <unordered_set>
 
-#include "compiler/ir/all_reduce_bucket.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/support/float_bits.h"
 
@@ -553,7 +552,7 @@ class Parser {
     } else if (key == "bucket") {
       ASSIGN_OR_RETURN(const int64_t bucket, ParseInt("for bucket"));
       if (bucket < 0) return ErrorAt(value_pos, fmt::format("bucket must be >= 0, got {}", bucket));
-      attrs.dimensions = {bucket};  // Note [all-reduce buckets]: compiler/ir/all_reduce_bucket.h
+      attrs.bucket = bucket;
     } else if (key == "num_classes") {
       ASSIGN_OR_RETURN(attrs.num_classes, ParseInt("for num_classes"));
     } else if (key == "dimensions") {

@@ -127,9 +127,6 @@ class Verifier {
     std::optional<int64_t> previous_bucket;
     for (const auto& owned : c.instructions()) {
       const Instruction& inst = *owned;
-      if (inst.opcode() == Opcode::kAllReduce && inst.attrs().dimensions.size() > 1) {
-        return At(inst, Error("all-reduce has {} bucket numbers", inst.attrs().dimensions.size()));
-      }
       if (inst.opcode() != Opcode::kAllReduce) continue;
       const std::optional<int64_t> bucket = AllReduceBucket(inst);
       if (previous != nullptr && bucket.has_value() != previous_bucket.has_value()) {
