@@ -60,9 +60,10 @@ StatusOr<std::vector<program::AllReduceBucket>> Buckets(
     }
     const int64_t last = buckets.empty() ? -1 : buckets.back().id;
     if (*bucket != last && *bucket != last + 1) {
-      return Error("%{}: all-reduce in bucket {} after bucket {}: buckets must be numbered from 0, "
-                   "each a run of consecutive all-reduces",
-                   inst->name(), *bucket, last);
+      return Error(
+          "%{}: all-reduce in bucket {} after bucket {}: buckets must be numbered from 0, "
+          "each a run of consecutive all-reduces",
+          inst->name(), *bucket, last);
     }
     if (*bucket != last) buckets.push_back({.id = *bucket, .wait_before = end});
     auto& member = std::get<program::AllReduceThunk>(thunks[index].body);

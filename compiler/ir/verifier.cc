@@ -130,8 +130,8 @@ class Verifier {
       if (inst.opcode() != Opcode::kAllReduce) continue;
       const std::optional<int64_t> bucket = AllReduceBucket(inst);
       if (previous != nullptr && bucket.has_value() != previous_bucket.has_value()) {
-        return At(inst, Error("{} a bucket but %{} {}", bucket ? "has" : "has no",
-                              previous->name(), bucket ? "has none" : "has one"));
+        return At(inst, Error("{} a bucket but %{} {}", bucket ? "has" : "has no", previous->name(),
+                              bucket ? "has none" : "has one"));
       }
       const int64_t expected = previous_bucket.value_or(-1);
       if (bucket && previous == nullptr && *bucket != 0) {
