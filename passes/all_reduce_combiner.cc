@@ -2,40 +2,15 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "compiler/analysis/kernel_count.h"
 #include "compiler/ir/all_reduce_bucket.h"
 
 namespace gptc::passes {
 
-namespace {
-
 using ir::Instruction;
-
-// The position of the first instruction that launches work and reads
-// `value` (through tuples, get-tuple-elements and reshapes, which launch
-// nothing), or `end` when only the computation's caller does.
-int64_t FirstReader(const Instruction* value,
-                    const std::unordered_map<const Instruction*, int64_t>& position, int64_t end) {
-  int64_t first = end;
-  std::vector<const Instruction*> stack(value->users().begin(), value->users().end());
-  std::unordered_set<const Instruction*> seen;
-  while (!stack.empty()) {
-    const Instruction* user = stack.back();
-    stack.pop_back();
-    if (!seen.insert(user).second) continue;
-    if (analysis::IsKernel(*user)) {
-      first = std::min(first, position.at(user));
-    } else {
-      stack.insert(stack.end(), user->users().begin(), user->users().end());
-    }
-  }
-  return first;
-}
-
-}  // namespace
 
 StatusOr<AllReduceCombinerOptions> ParseAllReduceCombinerOptions(
     const std::map<std::string, std::string>& options) {
@@ -62,6 +37,11 @@ std::vector<std::vector<Instruction*>> GroupAllReduces(const ir::Computation& co
     position.emplace(inst.get(), static_cast<int64_t>(position.size()));
   }
   const int64_t end = static_cast<int64_t>(position.size());
+  // A reader launches work where it is a kernel.
+  auto launch_position = [&](const Instruction& reader) -> std::optional<int64_t> {
+    if (!analysis::IsKernel(reader)) return std::nullopt;
+    return position.at(&reader);
+  };
   std::vector<std::vector<Instruction*>> buckets;
   int64_t bytes = 0;        // the open bucket's operands
   int64_t wait_before = 0;  // the first reader of any of its members
@@ -81,7 +61,8 @@ std::vector<std::vector<Instruction*>> GroupAllReduces(const ir::Computation& co
     }
     buckets.back().push_back(inst);
     bytes += size;
-    wait_before = std::min(wait_before, FirstReader(inst, position, end));
+    wait_before =
+        std::min(wait_before, analysis::FirstLaunchingReader(*inst, launch_position, end));
   }
   return buckets;
 }

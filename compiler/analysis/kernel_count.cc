@@ -1,5 +1,9 @@
 #include "compiler/analysis/kernel_count.h"
 
+#include <algorithm>
+#include <unordered_set>
+#include <vector>
+
 namespace gptc::analysis {
 
 bool IsKernel(const ir::Instruction& inst) {
@@ -13,6 +17,26 @@ bool IsKernel(const ir::Instruction& inst) {
     default:
       return true;
   }
+}
+
+int64_t FirstLaunchingReader(
+    const ir::Instruction& value,
+    const std::function<std::optional<int64_t>(const ir::Instruction&)>& launch_position,
+    int64_t end) {
+  int64_t first = end;
+  std::vector<const ir::Instruction*> stack(value.users().begin(), value.users().end());
+  std::unordered_set<const ir::Instruction*> seen;
+  while (!stack.empty()) {
+    const ir::Instruction* user = stack.back();
+    stack.pop_back();
+    if (!seen.insert(user).second) continue;
+    if (const std::optional<int64_t> at = launch_position(*user)) {
+      first = std::min(first, *at);
+    } else {
+      stack.insert(stack.end(), user->users().begin(), user->users().end());
+    }
+  }
+  return first;
 }
 
 std::map<std::string, int64_t> CountKernels(const ir::Module& module) {

@@ -5,7 +5,9 @@
 #define GPTC_COMPILER_ANALYSIS_KERNEL_COUNT_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "compiler/ir/module.h"
@@ -16,6 +18,17 @@ namespace gptc::analysis {
 // ops (gather, scatter-add, all-reduce, a stray dot); not parameters,
 // constants, tuples and get-tuple-elements.
 bool IsKernel(const ir::Instruction& inst);
+
+// The first position at which `value` is read by work that launches: the
+// least `launch_position(reader)` over its readers, looking through the
+// readers for which it is nullopt (tuples, get-tuple-elements, reshapes:
+// they launch nothing) to theirs; `end` when no launching reader is found
+// (only the computation's caller reads it). The positions are the caller's:
+// instruction order (the all-reduce combiner) or thunk indexes (the plan).
+int64_t FirstLaunchingReader(
+    const ir::Instruction& value,
+    const std::function<std::optional<int64_t>(const ir::Instruction&)>& launch_position,
+    int64_t end);
 
 // Kernels of the entry computation by kind: fusion kinds by FusionKindName
 // ("loop", "gemm", ...), unfused kernels by opcode name ("scatter-add").

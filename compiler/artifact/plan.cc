@@ -1,9 +1,9 @@
 #include "compiler/artifact/plan.h"
 
 #include <algorithm>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -22,27 +22,6 @@ using ir::Opcode;
 using program::ArenaSlice;
 using program::Thunk;
 
-// The first thunk that reads `value` (through tuples, get-tuple-elements
-// and reshapes, which launch nothing), or `end` when only the caller does.
-int64_t FirstReader(const Instruction* value,
-                    const std::unordered_map<const Instruction*, int64_t>& first_thunk,
-                    int64_t end) {
-  int64_t first = end;
-  std::vector<const Instruction*> stack(value->users().begin(), value->users().end());
-  std::unordered_set<const Instruction*> seen;
-  while (!stack.empty()) {
-    const Instruction* user = stack.back();
-    stack.pop_back();
-    if (!seen.insert(user).second) continue;
-    if (auto it = first_thunk.find(user); it != first_thunk.end()) {
-      first = std::min(first, it->second);
-    } else {
-      stack.insert(stack.end(), user->users().begin(), user->users().end());
-    }
-  }
-  return first;
-}
-
 // Note [all-reduce buckets] (passes/all_reduce_combiner.h): the buckets the
 // combiner recorded on the all-reduces, as thunk indexes: each is issued
 // after its last member's thunk and waited for before the first thunk that
@@ -51,6 +30,12 @@ StatusOr<std::vector<program::AllReduceBucket>> Buckets(
     std::vector<Thunk>& thunks,
     const std::vector<std::pair<int64_t, const Instruction*>>& all_reduces,
     const std::unordered_map<const Instruction*, int64_t>& first_thunk, int64_t end) {
+  // A reader launches work where it has a thunk.
+  auto launch_position = [&](const Instruction& reader) -> std::optional<int64_t> {
+    auto it = first_thunk.find(&reader);
+    if (it == first_thunk.end()) return std::nullopt;
+    return it->second;
+  };
   std::vector<program::AllReduceBucket> buckets;
   for (const auto& [index, inst] : all_reduces) {
     const std::optional<int64_t> bucket = ir::AllReduceBucket(*inst);
@@ -71,7 +56,8 @@ StatusOr<std::vector<program::AllReduceBucket>> Buckets(
     b.members.push_back(index);
     b.issue_after = index;
     b.bytes += member.in.size;
-    b.wait_before = std::min(b.wait_before, FirstReader(inst, first_thunk, end));
+    b.wait_before =
+        std::min(b.wait_before, analysis::FirstLaunchingReader(*inst, launch_position, end));
     member.bucket = b.id;
   }
   return buckets;
