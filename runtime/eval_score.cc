@@ -92,24 +92,31 @@ Status CheckScoreFits(const EvalSet& set, int64_t rows, int64_t seq, std::string
   return Status::Ok();
 }
 
-std::vector<ScoreBatch> PackScoreBatches(const EvalSet& set, int64_t first, int64_t last,
-                                         int64_t rows, int64_t seq) {
-  assert(0 <= first && first <= last && last <= static_cast<int64_t>(set.examples.size()));
-  std::vector<ScoreBatch> batches;
-  int64_t row = rows;  // the next free row of the last batch: none yet
+ScoreBatch PackScoreBatch(const EvalSet& set, int64_t first, int64_t last, int64_t rows,
+                          int64_t seq) {
+  assert(0 <= first && first < last && last <= static_cast<int64_t>(set.examples.size()));
+  ScoreBatch b = EmptyBatch(rows, seq);
+  int64_t row = 0;  // the next free row
   for (int64_t i = first; i < last; ++i) {
     const EvalExample& e = set.examples[i];
     const int64_t n = CompletionCount(e);
     assert(n <= rows);
-    if (row + n > rows) {
-      batches.push_back(EmptyBatch(rows, seq));
-      row = 0;
-    }
-    ScoreBatch& b = batches.back();
+    if (row + n > rows) break;
     b.examples.push_back(i);
     b.first_row.push_back(row);
     for (int64_t k = 0; k < n; ++k) FillRow(e, k, row + k, seq, &b.batch);
     row += n;
+  }
+  return b;
+}
+
+std::vector<ScoreBatch> PackScoreBatches(const EvalSet& set, int64_t first, int64_t last,
+                                         int64_t rows, int64_t seq) {
+  assert(0 <= first && first <= last && last <= static_cast<int64_t>(set.examples.size()));
+  std::vector<ScoreBatch> batches;
+  for (int64_t next = first; next < last;) {
+    batches.push_back(PackScoreBatch(set, next, last, rows, seq));
+    next += static_cast<int64_t>(batches.back().examples.size());
   }
   return batches;
 }

@@ -53,8 +53,15 @@ struct ScoreBatch {
 // loss to average) cannot be scored at any size: kCorrupt.
 Status CheckScoreFits(const EvalSet& set, int64_t rows, int64_t seq, std::string_view file);
 
-// Examples [first, last) of `set`, in order, packed into batches
-// (CheckScoreFits must hold).
+// The next batch: examples first, first + 1, ... of [first, last) as long
+// as their completions fit its rows (at least example `first`; first <
+// last, and CheckScoreFits must hold). A scorer that runs each batch as it
+// is packed holds one batch at a time.
+ScoreBatch PackScoreBatch(const EvalSet& set, int64_t first, int64_t last, int64_t rows,
+                          int64_t seq);
+
+// Examples [first, last) of `set`, in order, packed into batches by
+// PackScoreBatch (CheckScoreFits must hold).
 std::vector<ScoreBatch> PackScoreBatches(const EvalSet& set, int64_t first, int64_t last,
                                          int64_t rows, int64_t seq);
 

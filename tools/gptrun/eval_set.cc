@@ -67,10 +67,7 @@ StatusOr<EvalSetScores> ScoreEvalSet(rt::Trainer& trainer, const program::TrainE
   EvalSetScores scores;
   // One batch at a time: the whole set's rows at once would take gigabytes.
   for (int64_t next = first; next < last;) {
-    // At most `rows` examples fit one batch; the first packed batch takes what does.
-    std::vector<rt::ScoreBatch> packed =
-        rt::PackScoreBatches(set, next, std::min(last, next + rows), rows, seq);
-    const rt::ScoreBatch& batch = packed.front();
+    const rt::ScoreBatch batch = rt::PackScoreBatch(set, next, last, rows, seq);
     StatusOr<std::vector<rt::ExampleScore>> batch_scores = RunBatch(trainer, score, set, batch);
     if (!batch_scores.ok()) {
       return batch_scores.status().WithPrefix(
