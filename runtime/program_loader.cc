@@ -127,9 +127,15 @@ StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
   program::TrainProgram& program = out.program;
   program.grad_accum = manifest.flags.grad_accum;
   program.world_size = manifest.flags.world_size;
+  program.zero_stage = manifest.flags.zero_stage;
   program.adamw = manifest.flags.adamw;
   if (program.grad_accum < 1) return Error("flags: grad_accum {} < 1", program.grad_accum);
   if (program.world_size < 1) return Error("flags: world_size {} < 1", program.world_size);
+  if (program.zero_stage != 0 && (program.zero_stage != 1 || program.world_size < 2)) {
+    return Error("flags: zero_stage {} with world_size {} (ZeRO-1 needs zero_stage 1 and two "
+                 "or more ranks)",
+                 program.zero_stage, program.world_size);
+  }
   // A step's tokens (batch x seq x grad_accum x world_size) must stay countable.
   constexpr int64_t kMaxMultiplier = int64_t{1} << 16;
   if (program.grad_accum > kMaxMultiplier || program.world_size > kMaxMultiplier) {
@@ -168,10 +174,12 @@ StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
     for (const program::Slot& s : sig.inputs) {
       const bool per_param =
           s.role == program::SlotRole::kParam || s.role == program::SlotRole::kAdamM ||
-          s.role == program::SlotRole::kAdamV || s.role == program::SlotRole::kGradAcc;
+          s.role == program::SlotRole::kAdamV || s.role == program::SlotRole::kGradAcc ||
+          s.role == program::SlotRole::kMaster;
       if (!per_param) continue;
       if (s.index < 0 || s.index >= static_cast<int64_t>(program.params.size()) ||
-          s.shape != program.params[s.index].shape) {
+          s.shape != program::StateSlotShape(s.role, program.params[s.index].shape,
+                                             program.zero_stage, program.world_size)) {
         return Error("{}: input %{} ({}[{}]) does not match a parameter of section 'params'", at,
                      s.name, program::SlotRoleName(s.role), s.index);
       }

@@ -29,6 +29,7 @@ std::optional<BufferCategory> SlotCategory(SlotRole role) {
       return BufferCategory::kParameter;
     case SlotRole::kAdamM:
     case SlotRole::kAdamV:
+    case SlotRole::kMaster:  // the f32 weights' shard AdamW updates (ZeRO-1)
       return BufferCategory::kOptimizerState;
     case SlotRole::kGradAcc:
       return BufferCategory::kGradient;

@@ -162,6 +162,7 @@ StatusOr<BuiltArtifact> BuildArtifact(const program::TrainProgram& program,
   // caller's flags say.
   manifest.flags.grad_accum = program.grad_accum;
   manifest.flags.world_size = program.world_size;
+  manifest.flags.zero_stage = program.zero_stage;
   std::string emu_library;
   if (options.codegen.emit_host && options.compile_kernels) {
     watch.Lap();

@@ -73,6 +73,7 @@ json ToJson(const CompileFlags& f) {
          {"codegen", f.codegen},       {"attention_mma", f.attention_mma}};
   for (const auto& [key, field] : kAdamWFields) j[key] = f.adamw.*field;
   if (!f.remat_layers.empty()) j["remat_layers"] = f.remat_layers;
+  if (f.zero_stage != 0) j["zero_stage"] = f.zero_stage;
   return j;
 }
 
@@ -83,6 +84,7 @@ StatusOr<CompileFlags> CompileFlagsFromJson(const json& j, std::string_view wher
         std::pair{"grad_accum", &f.grad_accum}, std::pair{"world_size", &f.world_size}}) {
     ASSIGN_OR_RETURN(*field, JsonField<int64_t>(j, key, where));
   }
+  ASSIGN_OR_RETURN(f.zero_stage, JsonFieldOr<int64_t>(j, "zero_stage", where, 0));
   ASSIGN_OR_RETURN(f.precision, JsonField<std::string>(j, "precision", where));
   ASSIGN_OR_RETURN(f.remat, JsonField<std::string>(j, "remat", where));
   ASSIGN_OR_RETURN(f.codegen, JsonField<bool>(j, "codegen", where));

@@ -25,13 +25,16 @@
 namespace gptc::program {
 
 // The flags of gptc compile that shaped the program: {"batch", "seq",
-// "grad_accum", "world_size", "precision", "remat", "codegen",
+// "grad_accum", "world_size", "zero_stage" (when not 0), "precision", "remat", "codegen",
 // "attention_mma", "beta1", "beta2", "eps", "weight_decay", "clip_norm"}
 // (the AdamW options flat), and "remat_layers".
 struct CompileFlags {
   int64_t batch = 0, seq = 0;  // one micro-batch of one rank
   int64_t grad_accum = 1;      // micro-batches per optimizer step: its one record
   int64_t world_size = 1;      // data-parallel ranks (gptc compile --dp)
+  // gptc compile --zero: 0, or 1 for ZeRO-1 (Note [ZeRO-1 shards] in
+  // program.h); written only when not 0, and 0 where absent.
+  int64_t zero_stage = 0;
   std::string precision;       // "bf16", "f32"
   // The --remat flag as given, for people: "none", "block:0-5,none:6-11", or
   // the plan --remat auto chose ("auto: wide:0,none:1"). Nothing parses it:

@@ -19,6 +19,7 @@ std::string_view SlotRoleName(SlotRole role) {
     case SlotRole::kMask: return "mask";
     case SlotRole::kLossSums: return "loss_sums";
     case SlotRole::kTokenCounts: return "token_counts";
+    case SlotRole::kMaster: return "master";
   }
   return "?";
 }
@@ -28,10 +29,25 @@ std::optional<SlotRole> ParseSlotRole(std::string_view name) {
        {SlotRole::kParam, SlotRole::kAdamM, SlotRole::kAdamV, SlotRole::kGradAcc,
         SlotRole::kTokens, SlotRole::kTargets, SlotRole::kData, SlotRole::kStep, SlotRole::kLr,
         SlotRole::kLoss, SlotRole::kGradNorm, SlotRole::kLogits, SlotRole::kMask,
-        SlotRole::kLossSums, SlotRole::kTokenCounts}) {
+        SlotRole::kLossSums, SlotRole::kTokenCounts, SlotRole::kMaster}) {
     if (SlotRoleName(role) == name) return role;
   }
   return std::nullopt;
+}
+
+int64_t ShardElements(int64_t elements, int64_t world_size) {
+  return (elements + world_size - 1) / world_size;
+}
+
+bool IsShardedRole(SlotRole role, int64_t zero_stage) {
+  return zero_stage >= 1 &&
+         (role == SlotRole::kAdamM || role == SlotRole::kAdamV || role == SlotRole::kMaster);
+}
+
+ir::Shape StateSlotShape(SlotRole role, const ir::Shape& param, int64_t zero_stage,
+                         int64_t world_size) {
+  if (!IsShardedRole(role, zero_stage)) return param;
+  return ir::Shape(ir::DType::kF32, {ShardElements(param.num_elements(), world_size)});
 }
 
 namespace {

@@ -45,6 +45,7 @@ enum class SlotRole {
   kMask,      // s32[B, T] of the score entry: 1 where a target's loss counts, else 0
   kLossSums,  // f32[B] of the score entry: each row's summed loss where the mask is 1
   kTokenCounts,  // f32[B] of the score entry: each row's mask sum
+  kMaster,    // this rank's shard of parameter `index`'s f32 weights (ZeRO-1 only)
 };
 std::string_view SlotRoleName(SlotRole role);  // "param", "adam_m", ...
 // The role named `name` (SlotRoleName's inverse), or nullopt.
@@ -105,12 +106,34 @@ struct TrainEntry {
   std::string_view name() const { return EntryRoleName(role); }
 };
 
+// Note [ZeRO-1 shards]: with zero_stage 1 each of the world_size ranks keeps
+// the optimizer's state of every parameter for one shard of its elements
+// only. A parameter of n elements is flattened, padded with zeros to
+// N * s elements, s = ceil(n / N), and rank r owns elements [r*s, (r+1)*s).
+// Its adam_m and adam_v slots are f32[s] (that shard of the moments) and a
+// kMaster slot f32[s] holds that shard of the f32 weights, which AdamW
+// updates; the kParam slot stays whole, every rank's copy rebuilt by an
+// all-gather of the updated shards (passes/zero_shard.h). The padding is
+// zero in every slot and stays zero. The step's IR needs no rank id: each
+// rank's shards are the only thing that differ, and the runtime cuts them
+// (ShardOf) when it initializes or imports state.
+int64_t ShardElements(int64_t elements, int64_t world_size);  // ceil(elements / world_size)
+// The shape of a per-parameter state slot of `role` for a parameter of
+// `param` shape: f32[s] for the sharded roles under ZeRO-1, else `param`.
+ir::Shape StateSlotShape(SlotRole role, const ir::Shape& param, int64_t zero_stage,
+                         int64_t world_size);
+// Whether slots of `role` hold one rank's shard under `zero_stage`.
+bool IsShardedRole(SlotRole role, int64_t zero_stage);
+
 struct TrainProgram {
   std::vector<ParamSpec> params;
   int64_t grad_accum = 1;
   // Data-parallel ranks the entries all-reduce over (passes/data_parallel.h);
   // the traced batch is one rank's micro-batch.
   int64_t world_size = 1;
+  // 0: every rank keeps the whole optimizer state; 1: ZeRO-1 (Note [ZeRO-1
+  // shards]), only with world_size > 1.
+  int64_t zero_stage = 0;
   AdamWOptions adamw;
   // train_step; or accumulate, apply; then optionally logits, eval and score.
   std::vector<TrainEntry> entries;
