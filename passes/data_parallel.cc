@@ -37,18 +37,6 @@ struct Reduced {
   bool prescaled = false;  // already divided by the world size (autodiff's loss scale)
 };
 
-// The first instruction after `inst` that is not a parameter (parameters
-// stay first), or nullptr for the end of the computation.
-Instruction* InsertionPointAfter(const ir::Computation& c, const Instruction* inst) {
-  const auto& insts = c.instructions();
-  size_t i = 0;
-  while (i < insts.size() && insts[i].get() != inst) ++i;
-  for (++i; i < insts.size(); ++i) {
-    if (insts[i]->opcode() != Opcode::kParameter) return insts[i].get();
-  }
-  return nullptr;
-}
-
 // Builds, right before `at` (nullptr: at the end):
 //   %dp.NAME.scaled = mul(x, broadcast(1/world))    (unless x is prescaled)
 //   %dp.NAME.mean = all-reduce(%dp.NAME.scaled), kind=sum
@@ -108,7 +96,7 @@ StatusOr<bool> ReduceAutodiffOutput(ir::Computation& entry, const DataParallelOp
                             root->operand(0)->shape().ToString()));
   }
   std::vector<Reduced> todo = {{root->operand(0), "loss"}};
-  if (o.mode == OptimizerMode::kStep) {
+  if (o.mode == OptimizerMode::kStep && o.gradients) {
     for (size_t i = 0; i < params.size(); ++i) {
       Instruction* g = root->operand(static_cast<int64_t>(i) + 1);
       if (g->shape() != params[i]->shape()) {
@@ -135,7 +123,7 @@ StatusOr<bool> ReduceAutodiffOutput(ir::Computation& entry, const DataParallelOp
   for (size_t i : order) {
     if (mean_of.contains(todo[i].value)) continue;
     ASSIGN_OR_RETURN(mean_of[todo[i].value], EmitMean(entry, todo[i], o.world_size,
-                                                      InsertionPointAfter(entry, todo[i].value)));
+                                                      FirstInstructionAfter(entry, todo[i].value)));
   }
   for (int64_t i = 0; i < root->operand_count(); ++i) {
     auto it = mean_of.find(root->operand(i));
@@ -158,7 +146,7 @@ StatusOr<bool> ReduceAccumulators(ir::Computation& entry, const DataParallelOpti
         entry.name());
   }
   // All inputs are ready at the start: the all-reduces go first, in parameter order.
-  Instruction* at = InsertionPointAfter(entry, accumulators.back());
+  Instruction* at = FirstInstructionAfter(entry, accumulators.back());
   for (Instruction* acc : accumulators) {
     std::vector<Instruction*> users = acc->users();
     // Named after the parameter, for people: `grad_acc.NAME` -> `dp.NAME.mean`.
@@ -177,6 +165,16 @@ StatusOr<bool> ReduceAccumulators(ir::Computation& entry, const DataParallelOpti
 }
 
 }  // namespace
+
+Instruction* FirstInstructionAfter(const ir::Computation& c, const Instruction* inst) {
+  const auto& insts = c.instructions();
+  size_t i = 0;
+  while (i < insts.size() && insts[i].get() != inst) ++i;
+  for (++i; i < insts.size(); ++i) {
+    if (insts[i]->opcode() != Opcode::kParameter) return insts[i].get();
+  }
+  return nullptr;
+}
 
 StatusOr<DataParallelOptions> ParseDataParallelOptions(
     const std::map<std::string, std::string>& options) {
@@ -204,8 +202,14 @@ StatusOr<DataParallelOptions> ParseDataParallelOptions(
         return Error("data-parallel: prescaled must be true or false, got '{}'", value);
       }
       o.gradients_prescaled = value == "true";
+    } else if (key == "gradients") {
+      if (value != "true" && value != "false") {
+        return Error("data-parallel: gradients must be true or false, got '{}'", value);
+      }
+      o.gradients = value == "true";
     } else {
-      return Error("data-parallel: unknown option '{}' (known: world, mode, prescaled)", key);
+      return Error(
+          "data-parallel: unknown option '{}' (known: world, mode, prescaled, gradients)", key);
     }
   }
   if (o.world_size < 1) return Error("data-parallel: world must be >= 1, got {}", o.world_size);

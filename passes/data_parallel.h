@@ -77,10 +77,13 @@ struct DataParallelOptions {
   // autodiff ran with loss_scale 1/world_size (Note [scale first]). Then only
   // the loss gets a multiply; the gradients get their all-reduce alone.
   bool gradients_prescaled = false;
+  // false: the loss only, in every mode (ZeRO-1: the optimizer reduce-scatters
+  // the gradients itself, passes/zero_shard.h).
+  bool gradients = true;
 };
 
 // Options from `gptc-opt --pass=data-parallel{world=N mode=step|accumulate|apply
-// prescaled=true|false}`
+// prescaled=true|false gradients=true|false}`
 // keys; errors name the key or value at fault.
 StatusOr<DataParallelOptions> ParseDataParallelOptions(
     const std::map<std::string, std::string>& options);
@@ -89,6 +92,12 @@ StatusOr<DataParallelOptions> ParseDataParallelOptions(
 // `dp.NAME.mean` (the all-reduce), all with metadata `data_parallel.NAME`;
 // NAME is the parameter's name, or `loss`.
 inline constexpr char kDataParallelPrefix[] = "dp.";
+
+// The first instruction after `inst` that is not a parameter (parameters
+// stay first), or nullptr for the end of `computation`: where a collective
+// of `inst`'s value goes to start as early as it can.
+ir::Instruction* FirstInstructionAfter(const ir::Computation& computation,
+                                       const ir::Instruction* inst);
 
 class DataParallel : public pass::Pass {
  public:

@@ -9,6 +9,7 @@
 
 #include "compiler/ir/builder.h"
 #include "compiler/ir/module.h"
+#include "passes/zero_shard.h"
 
 namespace gptc::passes {
 
@@ -136,9 +137,11 @@ struct SharedScalars {
   Instruction* eps = nullptr;
 };
 
-// norm = sqrt(sum_i sum(g_i * g_i)), a partial sum for each parameter.
+// norm = sqrt(sum_i sum(g_i * g_i)), a partial sum for each parameter; with
+// `world` > 1 the g_i are this rank's shards (Note [ZeRO-1]) and the sum of
+// squares is all-reduced before the root.
 StatusOr<Instruction*> EmitGradNorm(Emitter& e, const std::vector<Instruction*>& params,
-                                    const std::vector<Instruction*>& grads) {
+                                    const std::vector<Instruction*>& grads, int64_t world) {
   Instruction* sumsq = nullptr;
   for (size_t i = 0; i < params.size(); ++i) {
     e.Scope("adamw." + params[i]->name(), "optimizer." + params[i]->name(), UpdateRole(params[i]));
@@ -154,6 +157,12 @@ StatusOr<Instruction*> EmitGradNorm(Emitter& e, const std::vector<Instruction*>&
   e.Scope("adamw", "optimizer", kSharedRole);
   if (sumsq == nullptr) {
     ASSIGN_OR_RETURN(sumsq, e.Const(0.0, "grad_sumsq"));
+  }
+  if (world > 1) {
+    ir::Attrs sum;
+    sum.reduce_kind = ir::ReduceKind::kSum;
+    ASSIGN_OR_RETURN(sumsq, e.builder().Build(Opcode::kAllReduce, {sumsq}, sum, sumsq->shape(),
+                                              nullptr, "zero.grad_sumsq"));
   }
   return e.Op(Opcode::kSqrt, {sumsq}, "grad_norm");
 }
@@ -191,10 +200,11 @@ StatusOr<SharedScalars> EmitSharedScalars(Emitter& e, const AdamWOptions& o, Ins
   return k;
 }
 
-// The new moments and value of parameter `p` from its gradient `g` and
-// moments `m` and `v`, appended to the three lists.
+// The new moments and value of parameter `p` (or its shard: then `decays`
+// says whether the whole parameter does) from its gradient `g` and moments
+// `m` and `v`, appended to the three lists.
 Status EmitParamUpdate(Emitter& e, const AdamWOptions& o, const SharedScalars& k, Instruction* p,
-                       Instruction* g, Instruction* m, Instruction* v,
+                       bool decays, Instruction* g, Instruction* m, Instruction* v,
                        std::vector<Instruction*>& new_params, std::vector<Instruction*>& new_m,
                        std::vector<Instruction*>& new_v) {
   const Shape& shape = p->shape();
@@ -225,7 +235,7 @@ Status EmitParamUpdate(Emitter& e, const AdamWOptions& o, const SharedScalars& k
   ASSIGN_OR_RETURN(Instruction * update, e.Op(Opcode::kDiv, {m_new, denom}, "update"));
   // p' = p * (1 - lr * wd) - lr / bc1 * update   (no decay below rank 2)
   Instruction* kept = p;
-  if (DecaysWeight(shape) && o.weight_decay != 0) {
+  if (decays && o.weight_decay != 0) {
     ASSIGN_OR_RETURN(Instruction * df, e.Splat(k.decay_factor, shape, "decay_factor"));
     ASSIGN_OR_RETURN(kept, e.Op(Opcode::kMul, {p, df}, "decayed"));
   }
@@ -238,21 +248,29 @@ Status EmitParamUpdate(Emitter& e, const AdamWOptions& o, const SharedScalars& k
   return Status::Ok();
 }
 
+// What AdamW updates: the parameters themselves, or (ZeRO-1) this rank's
+// shards of their f32 weights, with the parameters they belong to.
+struct UpdateTargets {
+  std::vector<Instruction*> params;   // the trainable parameters, in order
+  std::vector<Instruction*> weights;  // what is updated: params, or their master shards
+  int64_t world = 1;                  // > 1: weights, grads and moments are shards
+};
+
 // Emits the global norm, clipping and AdamW updates; returns the pre-clip
-// norm and fills new params / m / v. The parameter vectors are in step.
-StatusOr<Instruction*> EmitAdamW(Emitter& e, const AdamWOptions& o,
-                                 const std::vector<Instruction*>& params,
+// norm and fills new weights / m / v. The vectors are in step.
+StatusOr<Instruction*> EmitAdamW(Emitter& e, const AdamWOptions& o, const UpdateTargets& t,
                                  const std::vector<Instruction*>& grads,
                                  const std::vector<Instruction*>& m,
                                  const std::vector<Instruction*>& v, Instruction* step,
-                                 Instruction* lr, std::vector<Instruction*>& new_params,
+                                 Instruction* lr, std::vector<Instruction*>& new_weights,
                                  std::vector<Instruction*>& new_m,
                                  std::vector<Instruction*>& new_v) {
-  ASSIGN_OR_RETURN(Instruction * norm, EmitGradNorm(e, params, grads));
+  ASSIGN_OR_RETURN(Instruction * norm, EmitGradNorm(e, t.params, grads, t.world));
   ASSIGN_OR_RETURN(const SharedScalars k, EmitSharedScalars(e, o, norm, step, lr));
-  for (size_t i = 0; i < params.size(); ++i) {
-    RETURN_IF_ERROR(
-        EmitParamUpdate(e, o, k, params[i], grads[i], m[i], v[i], new_params, new_m, new_v));
+  for (size_t i = 0; i < t.params.size(); ++i) {
+    const bool decays = DecaysWeight(t.params[i]->shape());
+    RETURN_IF_ERROR(EmitParamUpdate(e, o, k, t.weights[i], decays, grads[i], m[i], v[i],
+                                    new_weights, new_m, new_v));
   }
   return norm;
 }
@@ -268,16 +286,20 @@ void SortParametersFirst(ir::Computation* c) {
 
 // Appends one new parameter per trainable parameter: `PREFIX.NAME`, numbered
 // from `first`; the accumulated gradients (grad_acc) are in the gradient
-// phase, the moments in the parameter's update.
+// phase, the moments in the parameter's update. With `shard_world` > 1 each
+// is a shard, f32[ceil(n / shard_world)] (Note [ZeRO-1 shards]).
 StatusOr<std::vector<Instruction*>> AddStateParameters(Emitter& e,
                                                        const std::vector<Instruction*>& params,
                                                        std::string_view prefix, int64_t first,
-                                                       ir::Phase phase = ir::Phase::kUpdate) {
+                                                       ir::Phase phase = ir::Phase::kUpdate,
+                                                       int64_t shard_world = 1) {
   std::vector<Instruction*> out;
   for (size_t i = 0; i < params.size(); ++i) {
     e.Scope("", "optimizer." + params[i]->name(), {phase, params[i]->role().layer});
+    const Shape shape = program::StateSlotShape(program::SlotRole::kMaster, params[i]->shape(),
+                                                shard_world > 1 ? 1 : 0, shard_world);
     ASSIGN_OR_RETURN(Instruction * x,
-                     e.NewParameter(first + static_cast<int64_t>(i), params[i]->shape(),
+                     e.NewParameter(first + static_cast<int64_t>(i), shape,
                                     fmt::format("{}.{}", prefix, params[i]->name())));
     out.push_back(x);
   }
@@ -376,6 +398,80 @@ class SignatureBuilder {
 
 namespace {
 
+// The optimizer's state inputs of an AdamW entry: moments, and with ZeRO-1
+// the master weights' shards (Note [ZeRO-1]).
+struct AdamWState {
+  std::vector<Instruction*> m, v, master;  // master: empty without ZeRO-1
+};
+
+// Appends the moments (and master shards) as parameters numbered from
+// `first`: m, v, then master; returns the number of parameters added.
+StatusOr<AdamWState> AddAdamWState(Emitter& e, const std::vector<Instruction*>& params,
+                                   int64_t first, int64_t zero_world) {
+  const int64_t n = static_cast<int64_t>(params.size());
+  AdamWState state;
+  ASSIGN_OR_RETURN(state.m, AddStateParameters(e, params, "adam_m", first, ir::Phase::kUpdate,
+                                               zero_world));
+  ASSIGN_OR_RETURN(state.v, AddStateParameters(e, params, "adam_v", first + n,
+                                               ir::Phase::kUpdate, zero_world));
+  if (zero_world > 1) {
+    ASSIGN_OR_RETURN(state.master, AddStateParameters(e, params, "master", first + 2 * n,
+                                                      ir::Phase::kUpdate, zero_world));
+  }
+  return state;
+}
+
+// AdamW on `grads` (with ZeRO-1: this rank's shards, updating the master
+// shards, then all-gathered into the new parameters); appends the grad norm,
+// new parameters, moments (and master shards) to `root` and their slots to
+// `sig`.
+Status EmitAdamWOutputs(Emitter& e, const OptimizerOptions& o,
+                        const std::vector<Instruction*>& params, const AdamWState& state,
+                        const std::vector<Instruction*>& grads,
+                        std::pair<Instruction*, Instruction*> step_lr,
+                        std::vector<Instruction*>& root, SignatureBuilder& sig) {
+  const bool zero = !state.master.empty();
+  const UpdateTargets targets{params, zero ? state.master : params, zero ? o.zero_world : 1};
+  std::vector<Instruction*> new_weights, new_m, new_v;
+  ASSIGN_OR_RETURN(Instruction * norm,
+                   EmitAdamW(e, o.adamw, targets, grads, state.m, state.v, step_lr.first,
+                             step_lr.second, new_weights, new_m, new_v));
+  std::vector<Instruction*> new_params = new_weights;
+  if (zero) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      e.Scope("", "optimizer." + params[i]->name(), UpdateRole(params[i]));
+      ASSIGN_OR_RETURN(new_params[i],
+                       EmitGatheredParameter(e.builder(), new_weights[i], params[i]->shape(),
+                                             o.zero_world, params[i]->name()));
+    }
+  }
+  root.push_back(norm);
+  for (auto* list : {&new_params, &new_m, &new_v}) root.insert(root.end(), list->begin(), list->end());
+  sig.AdamW(params, state.m, state.v, step_lr);
+  if (zero) {
+    root.insert(root.end(), new_weights.begin(), new_weights.end());
+    sig.Inputs(state.master, SlotRole::kMaster);
+    sig.Outputs(SlotRole::kMaster, state.master);
+  }
+  return Status::Ok();
+}
+
+// With ZeRO-1, this rank's shard of each gradient (Note [ZeRO-1]); else the
+// gradients themselves.
+StatusOr<std::vector<Instruction*>> GradientsToUpdate(ir::Computation& c,
+                                                      const std::vector<Instruction*>& params,
+                                                      const std::vector<Instruction*>& grads,
+                                                      int64_t zero_world) {
+  if (zero_world <= 1) return grads;
+  std::vector<Instruction*> shards;
+  for (size_t i = 0; i < params.size(); ++i) {
+    ASSIGN_OR_RETURN(Instruction * shard,
+                     EmitGradientShard(c, grads[i], zero_world, params[i]->name()));
+    shards.push_back(shard);
+  }
+  return shards;
+}
+
 // The apply entry of gradient accumulation: a fresh entry computation (the
 // forward and backward are not needed to apply) that reads the parameters,
 // the moments, the accumulated gradients, the step and the learning rate,
@@ -383,7 +479,7 @@ namespace {
 StatusOr<program::EntrySignature> BuildApplyEntry(ir::Module& module, const AutodiffOutput& in,
                                                   const OptimizerOptions& options) {
   const int64_t n = static_cast<int64_t>(in.params.size());
-  std::vector<Instruction*> new_params, new_m, new_v;
+  const int64_t zero = options.zero_world;
   ir::Computation* apply = module.AddComputation("apply");
   Emitter e(apply);
   std::vector<Instruction*> params;
@@ -393,37 +489,30 @@ StatusOr<program::EntrySignature> BuildApplyEntry(ir::Module& module, const Auto
                      e.NewParameter(i, in.params[i]->shape(), in.params[i]->name()));
     params.push_back(p);
   }
-  ASSIGN_OR_RETURN(std::vector<Instruction*> m, AddStateParameters(e, params, "adam_m", n));
-  ASSIGN_OR_RETURN(std::vector<Instruction*> v, AddStateParameters(e, params, "adam_v", 2 * n));
+  ASSIGN_OR_RETURN(AdamWState state, AddAdamWState(e, params, n, zero));
+  const int64_t after_state = (zero > 1 ? 4 : 3) * n;
   ASSIGN_OR_RETURN(std::vector<Instruction*> acc,
-                   AddStateParameters(e, params, "grad_acc", 3 * n, ir::Phase::kGradient));
-  ASSIGN_OR_RETURN(auto step_lr, AddStepAndLr(e, 4 * n));
-  // grads = grad_acc / K
-  std::vector<Instruction*> grads;
+                   AddStateParameters(e, params, "grad_acc", after_state, ir::Phase::kGradient));
+  ASSIGN_OR_RETURN(auto step_lr, AddStepAndLr(e, after_state + n));
+  // grads = grad_acc / K (with ZeRO-1, of this rank's shard of the sum)
+  ASSIGN_OR_RETURN(std::vector<Instruction*> grads, GradientsToUpdate(*apply, params, acc, zero));
   e.Scope("adamw", "optimizer", kSharedRole);
   ASSIGN_OR_RETURN(Instruction * inv_k,
                    e.Const(1.0 / static_cast<double>(options.grad_accum), "inv_grad_accum"));
   for (int64_t i = 0; i < n; ++i) {
     e.Scope("adamw." + params[i]->name(), "optimizer." + params[i]->name(), UpdateRole(params[i]));
-    ASSIGN_OR_RETURN(Instruction * s, e.Splat(inv_k, params[i]->shape(), "inv_grad_accum"));
-    ASSIGN_OR_RETURN(Instruction * g, e.Op(Opcode::kMul, {acc[i], s}, "grad"));
-    grads.push_back(g);
+    ASSIGN_OR_RETURN(Instruction * s, e.Splat(inv_k, grads[i]->shape(), "inv_grad_accum"));
+    ASSIGN_OR_RETURN(grads[i], e.Op(Opcode::kMul, {grads[i], s}, "grad"));
   }
-  ASSIGN_OR_RETURN(Instruction * norm,
-                   EmitAdamW(e, options.adamw, params, grads, m, v, step_lr.first, step_lr.second,
-                             new_params, new_m, new_v));
-  std::vector<Instruction*> elements = {norm};
-  for (auto* list : {&new_params, &new_m, &new_v}) {
-    elements.insert(elements.end(), list->begin(), list->end());
-  }
+  SignatureBuilder sig;
+  sig.Inputs(params, SlotRole::kParam);
+  sig.Inputs(acc, SlotRole::kGradAcc);
+  std::vector<Instruction*> elements;
+  RETURN_IF_ERROR(EmitAdamWOutputs(e, options, params, state, grads, step_lr, elements, sig));
   ASSIGN_OR_RETURN(Instruction * root, MakeRoot(e, std::move(elements)));
   apply->set_root(root);
   module.set_entry(apply);
   module.RemoveUnreachableComputations();
-  SignatureBuilder sig;
-  sig.Inputs(params, SlotRole::kParam);
-  sig.Inputs(acc, SlotRole::kGradAcc);
-  sig.AdamW(params, m, v, step_lr);
   return sig.Build(*apply);
 }
 
@@ -440,8 +529,9 @@ StatusOr<bool> Optimizer::Run(ir::Module& module) {
     return Error("optimizer: {} data roles given for the {} data inputs of entry %{}",
                  options_.data_roles.size(), d, module.entry()->name());
   }
-  std::vector<Instruction*> new_params, new_m, new_v;
-
+  if (options_.zero_world < 1) {
+    return Error("optimizer: zero_world must be >= 1, got {}", options_.zero_world);
+  }
   if (options_.mode == OptimizerMode::kApply) {
     ASSIGN_OR_RETURN(signature_, BuildApplyEntry(module, in, options_));
     return true;
@@ -469,19 +559,15 @@ StatusOr<bool> Optimizer::Run(ir::Module& module) {
       root_elements.push_back(sum);
     }
   } else {
-    Renumber(in.data, 3 * n);
-    ASSIGN_OR_RETURN(std::vector<Instruction*> m, AddStateParameters(e, in.params, "adam_m", n));
-    ASSIGN_OR_RETURN(std::vector<Instruction*> v,
-                     AddStateParameters(e, in.params, "adam_v", 2 * n));
-    ASSIGN_OR_RETURN(auto step_lr, AddStepAndLr(e, 3 * n + d));
-    ASSIGN_OR_RETURN(Instruction * norm,
-                     EmitAdamW(e, options_.adamw, in.params, in.grads, m, v, step_lr.first,
-                               step_lr.second, new_params, new_m, new_v));
-    root_elements.push_back(norm);
-    sig.AdamW(in.params, m, v, step_lr);
-    for (auto* list : {&new_params, &new_m, &new_v}) {
-      root_elements.insert(root_elements.end(), list->begin(), list->end());
-    }
+    const int64_t zero = options_.zero_world;
+    const int64_t after_state = (zero > 1 ? 4 : 3) * n;
+    Renumber(in.data, after_state);
+    ASSIGN_OR_RETURN(AdamWState state, AddAdamWState(e, in.params, n, zero));
+    ASSIGN_OR_RETURN(auto step_lr, AddStepAndLr(e, after_state + d));
+    ASSIGN_OR_RETURN(std::vector<Instruction*> grads,
+                     GradientsToUpdate(*entry, in.params, in.grads, zero));
+    RETURN_IF_ERROR(
+        EmitAdamWOutputs(e, options_, in.params, state, grads, step_lr, root_elements, sig));
   }
   ASSIGN_OR_RETURN(Instruction * root, MakeRoot(e, std::move(root_elements)));
   entry->set_root(root);

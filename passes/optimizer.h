@@ -57,6 +57,12 @@ struct OptimizerOptions {
   AdamWOptions adamw;
   OptimizerMode mode = OptimizerMode::kStep;
   int64_t grad_accum = 1;  // kApply divides the accumulated gradients by this
+  // > 1: ZeRO-1 over this many data-parallel ranks (Note [ZeRO-1] in
+  // passes/zero_shard.h): kStep and kApply reduce-scatter the gradients
+  // themselves (data parallelism all-reduces only the loss), keep the
+  // moments and the master weights as shards (SlotRole kMaster) and
+  // all-gather the updated parameters. kAccumulate ignores it.
+  int64_t zero_world = 1;
   // The roles of the entry's data inputs (its non-float parameters), in
   // parameter order, as the frontend declared them (InputSpec); empty: all
   // kData.

@@ -103,18 +103,26 @@ StatusOr<TrainEntry> RunOptimizer(EntryRole role, std::unique_ptr<ir::Module> mo
   pass::Pipeline pipeline(std::string(program::EntryRoleName(role)), options.pipeline);
   if (options.dumps != nullptr) pipeline.set_dump_writer(options.dumps);
   // Autodiff ran with loss_scale 1/world: the gradients come divided already.
-  const DataParallelOptions dp{
-      .world_size = options.world_size, .mode = mode, .gradients_prescaled = true};
+  // ZeRO-1: the optimizer reduce-scatters them itself, only the loss is
+  // all-reduced here.
+  const bool zero = options.zero_stage >= 1;
+  const DataParallelOptions dp{.world_size = options.world_size,
+                               .mode = mode,
+                               .gradients_prescaled = true,
+                               .gradients = !zero};
   // Gradients (and the loss) are averaged over ranks before the optimizer
   // reads them; apply's gradients are inputs the optimizer creates, so there
   // the pass runs after it.
   if (options.world_size > 1 && mode != OptimizerMode::kApply) pipeline.AddPass<DataParallel>(dp);
-  const Optimizer& optimizer =
-      pipeline.AddPass<Optimizer>(OptimizerOptions{.adamw = options.adamw,
-                                                   .mode = mode,
-                                                   .grad_accum = options.grad_accum,
-                                                   .data_roles = std::move(data_roles)});
-  if (options.world_size > 1 && mode == OptimizerMode::kApply) pipeline.AddPass<DataParallel>(dp);
+  const Optimizer& optimizer = pipeline.AddPass<Optimizer>(
+      OptimizerOptions{.adamw = options.adamw,
+                       .mode = mode,
+                       .grad_accum = options.grad_accum,
+                       .zero_world = zero ? options.world_size : 1,
+                       .data_roles = std::move(data_roles)});
+  if (options.world_size > 1 && mode == OptimizerMode::kApply && !zero) {
+    pipeline.AddPass<DataParallel>(dp);
+  }
   pipeline.AddPass<Dce>();
   if (options.optimize) {
     // Simplify and CSE before remat: CSE after remat would merge the
@@ -145,6 +153,10 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
                                          const TrainStepOptions& options) {
   if (options.grad_accum < 1) return Error("--grad-accum must be >= 1, got {}", options.grad_accum);
   if (options.world_size < 1) return Error("--dp must be >= 1, got {}", options.world_size);
+  if (options.zero_stage != 0 && (options.zero_stage != 1 || options.world_size < 2)) {
+    return Error("--zero {} with --dp {}: ZeRO-1 (--zero 1) shards over two or more ranks",
+                 options.zero_stage, options.world_size);
+  }
   const int64_t n = static_cast<int64_t>(params.size());
   RETURN_IF_ERROR(CheckEntryInputs(*forward, params, inputs).WithPrefix("train step"));
   std::vector<SlotRole> data_roles;
@@ -167,6 +179,7 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
   program.params = std::move(params);
   program.grad_accum = options.grad_accum;
   program.world_size = options.world_size;
+  program.zero_stage = options.zero_stage;
   program.adamw = options.adamw;
   if (options.grad_accum == 1) {
     ASSIGN_OR_RETURN(TrainEntry step, RunOptimizer(EntryRole::kTrainStep, std::move(forward),

@@ -49,6 +49,8 @@ struct TrainStepOptions {
   // (passes/data_parallel.h: before the optimizer in train_step, loss only in
   // accumulate, the accumulators in apply).
   int64_t world_size = 1;
+  // 1: ZeRO-1 (Note [ZeRO-1] in passes/zero_shard.h), with world_size > 1.
+  int64_t zero_stage = 0;
   // Runs on the forward graph before autodiff (see mixed_precision.h).
   MixedPrecisionOptions precision{PrecisionPolicy::kF32};
   // After the optimizer: simplify -> cse -> dce -> remat -> fusion -> schedule

@@ -1,6 +1,7 @@
 #include "runtime/cpu_device.h"
 
 #include "compiler/eval/evaluator.h"
+#include "compiler/program/zero_shards.h"
 #include "runtime/init.h"
 
 namespace gptc::rt {
@@ -25,16 +26,50 @@ MicroBatch PatternBatch(int64_t batch, int64_t seq, int64_t vocab, int64_t index
 }
 
 CpuTrainer::CpuTrainer(const program::TrainProgram* program, uint64_t seed) : program_(program) {
+  const int64_t zero = program->zero_stage, world = program->world_size;
   for (size_t i = 0; i < program->params.size(); ++i) {
     const program::ParamSpec& spec = program->params[i];
     eval::Literal p = eval::Literal::Zeros(spec.shape);
     std::vector<float> init = InitParameter(spec, seed, i);
     p.values.assign(init.begin(), init.end());
     params_.push_back(std::move(p));
-    adam_m_.push_back(eval::Literal::Zeros(spec.shape));
-    adam_v_.push_back(eval::Literal::Zeros(spec.shape));
+    auto state = [&](SlotRole role) {
+      return eval::Literal::Zeros(program::StateSlotShape(role, spec.shape, zero, world));
+    };
+    adam_m_.push_back(state(SlotRole::kAdamM));
+    adam_v_.push_back(state(SlotRole::kAdamV));
+    // Cut from the parameters once the rank is known (set_collective).
+    if (zero >= 1) master_.push_back(state(SlotRole::kMaster));
     if (program->grad_accum > 1) grad_acc_.push_back(eval::Literal::Zeros(spec.shape));
   }
+}
+
+void CpuTrainer::set_collective(eval::Collective* collective) {
+  collective_ = collective;
+  if (master_.empty() || collective == nullptr) return;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    master_[i].values = program::ShardOf<double, double>(params_[i].values, collective->rank(),
+                                                          program_->world_size);
+  }
+}
+
+Status CpuTrainer::CheckShardedRanks() const {
+  if (program_->zero_stage == 0) return Status::Ok();
+  if (collective_ == nullptr || collective_->world_size() != program_->world_size) {
+    return Error(
+        "the program shards its optimizer state over {} ranks (--zero {}), and the CPU trainer "
+        "runs {}",
+        program_->world_size, program_->zero_stage,
+        collective_ == nullptr ? "alone" : fmt::format("{} ranks", collective_->world_size()));
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<float>> CpuTrainer::GatherShards(const eval::Literal& shard, int64_t i) {
+  std::vector<double> gathered(shard.values.size() * static_cast<size_t>(program_->world_size));
+  RETURN_IF_ERROR(collective_->AllGather(shard.values, gathered)
+                      .WithPrefix(fmt::format("gathering {}'s shards", program_->params[i].name)));
+  return program::Unshard<float, double>(gathered, program_->params[i].shape.num_elements());
 }
 
 eval::Literal* CpuTrainer::StateFor(const program::Slot& slot) {
@@ -43,6 +78,7 @@ eval::Literal* CpuTrainer::StateFor(const program::Slot& slot) {
     case SlotRole::kAdamM: return &adam_m_[slot.index];
     case SlotRole::kAdamV: return &adam_v_[slot.index];
     case SlotRole::kGradAcc: return &grad_acc_[slot.index];
+    case SlotRole::kMaster: return &master_[slot.index];
     default: return nullptr;
   }
 }
@@ -153,6 +189,7 @@ StatusOr<StepResult> CpuTrainer::Step(std::span<const MicroBatch> micro_batches,
     return Error("step {}: {} micro-batches given, grad_accum is {}", steps_done_ + 1,
                  micro_batches.size(), k);
   }
+  RETURN_IF_ERROR(CheckShardedRanks().WithPrefix(fmt::format("step {}", steps_done_ + 1)));
   const double step = static_cast<double>(steps_done_ + 1);
   StepResult r;
   if (k == 1) {
@@ -179,6 +216,16 @@ StatusOr<StepResult> CpuTrainer::Step(std::span<const MicroBatch> micro_batches,
 StatusOr<TrainerState> CpuTrainer::ExportState() {
   TrainerState state;
   state.steps_done = steps_done_;
+  if (!master_.empty()) {
+    RETURN_IF_ERROR(CheckShardedRanks().WithPrefix("exporting the state"));
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto index = static_cast<int64_t>(i);
+      state.values.emplace_back(params_[i].values.begin(), params_[i].values.end());
+      ASSIGN_OR_RETURN(state.adam_m.emplace_back(), GatherShards(adam_m_[i], index));
+      ASSIGN_OR_RETURN(state.adam_v.emplace_back(), GatherShards(adam_v_[i], index));
+    }
+    return state;
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     for (auto [from, to] : {std::pair{&params_[i], &state.values}, std::pair{&adam_m_[i], &state.adam_m},
                             std::pair{&adam_v_[i], &state.adam_v}}) {
@@ -204,6 +251,17 @@ Status CpuTrainer::ImportState(const TrainerState& state) {
                      spec.shape.ToString(), count);
       }
       to->values.assign(from->begin(), from->end());
+    }
+  }
+  if (!master_.empty()) {
+    // Note [ZeRO-1 shards]: this rank keeps its shards of the moments, and
+    // cuts its master weights from the parameters.
+    RETURN_IF_ERROR(CheckShardedRanks().WithPrefix("importing the state"));
+    const int64_t rank = collective_->rank(), world = program_->world_size;
+    for (size_t i = 0; i < n; ++i) {
+      adam_m_[i].values = program::ShardOf<double, float>(state.adam_m[i], rank, world);
+      adam_v_[i].values = program::ShardOf<double, float>(state.adam_v[i], rank, world);
+      master_[i].values = program::ShardOf<double, float>(state.values[i], rank, world);
     }
   }
   steps_done_ = state.steps_done;

@@ -65,10 +65,13 @@ class CpuTrainer : public Trainer {
   eval::Literal& mutable_adam_m(int64_t i) { return adam_m_[i]; }
   eval::Literal& mutable_adam_v(int64_t i) { return adam_v_[i]; }
   void set_steps_done(int64_t steps) { steps_done_ = steps; }
-  // Data parallelism: the entries' all-reduces combine with the other ranks
+  // Data parallelism: the entries' collectives combine with the other ranks
   // through `collective` (runtime/communicator.h); null, the default, runs
-  // them as a single rank. Not owned; set it before the first Step.
-  void set_collective(eval::Collective* collective) { collective_ = collective; }
+  // them as a single rank. Not owned; set it before the first Step. A ZeRO-1
+  // program needs it: it cuts this rank's shards of the master weights from
+  // the parameters (Note [ZeRO-1 shards]), and ExportState then gathers the
+  // moments' shards from every rank, so every rank must call it together.
+  void set_collective(eval::Collective* collective);
 
  private:
   // The literal of `slot` in the state, or nullptr for per-call inputs.
@@ -78,8 +81,16 @@ class CpuTrainer : public Trainer {
   StatusOr<std::vector<eval::Literal>> Run(const program::TrainEntry& entry,
                                            const MicroBatch* batch, double step, double lr);
 
+  // ZeRO-1: the ranks of the program's collectives are set (set_collective);
+  // the error says why not.
+  Status CheckShardedRanks() const;
+  // ZeRO-1: the moments of parameter i, whole, gathered from every rank.
+  StatusOr<std::vector<float>> GatherShards(const eval::Literal& shard, int64_t i);
+
   const program::TrainProgram* program_;
-  std::vector<eval::Literal> params_, adam_m_, adam_v_, grad_acc_;
+  // With ZeRO-1, adam_m_ and adam_v_ hold this rank's shards and master_
+  // its shards of the f32 weights (empty otherwise).
+  std::vector<eval::Literal> params_, adam_m_, adam_v_, grad_acc_, master_;
   int64_t steps_done_ = 0;
   eval::Collective* collective_ = nullptr;
   // Note [evaluation workspace]: buffers and literals reused step after step.

@@ -130,6 +130,10 @@ Flags DeclareCompileFlags() {
              "per rank",
              "1")
       .Value("world", "N", "an alias of --dp")
+      .Value("zero", "STAGE",
+             "with --dp: 1 shards the AdamW moments and f32 master weights over the ranks "
+             "(ZeRO-1: gradients reduce-scattered, parameters all-gathered); 0 keeps them whole",
+             "0")
       .Value("bucket-mib", "MIB",
              "with --dp: the all-reduce buckets' cap, as PyTorch DDP's bucket_cap_mb (a larger "
              "gradient is a bucket of its own)",
@@ -237,6 +241,13 @@ Status ParseTraining(const Flags& flags, CompileOptions& o) {
       return Error("--dp {} and --world {} disagree", train.world_size, world);
     }
     train.world_size = world;
+  }
+  ASSIGN_OR_RETURN(train.zero_stage, flags.GetInt("zero", 0));
+  if (train.zero_stage != 0 && train.zero_stage != 1) {
+    return Error("--zero must be 0 or 1, got {}", train.zero_stage);
+  }
+  if (train.zero_stage == 1 && train.world_size < 2) {
+    return Error("--zero 1 shards over data-parallel ranks: give --dp N with N >= 2");
   }
   ASSIGN_OR_RETURN(const int64_t bucket_mib, flags.GetInt("bucket-mib", 25));
   if (bucket_mib < 1 || bucket_mib > (int64_t{1} << 20)) {
