@@ -208,8 +208,8 @@ StatusOr<DataParallelOptions> ParseDataParallelOptions(
       }
       o.gradients = value == "true";
     } else {
-      return Error(
-          "data-parallel: unknown option '{}' (known: world, mode, prescaled, gradients)", key);
+      return Error("data-parallel: unknown option '{}' (known: world, mode, prescaled, gradients)",
+                   key);
     }
   }
   if (o.world_size < 1) return Error("data-parallel: world must be >= 1, got {}", o.world_size);

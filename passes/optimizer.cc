@@ -1,10 +1,10 @@
 #include "passes/optimizer.h"
 
-#include <map>
-#include <tuple>
-
 #include <algorithm>
+#include <cstdlib>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "compiler/ir/builder.h"
@@ -200,15 +200,15 @@ StatusOr<SharedScalars> EmitSharedScalars(Emitter& e, const AdamWOptions& o, Ins
   return k;
 }
 
-// The new moments and value of parameter `p` (or its shard: then `decays`
-// says whether the whole parameter does) from its gradient `g` and moments
-// `m` and `v`, appended to the three lists.
-Status EmitParamUpdate(Emitter& e, const AdamWOptions& o, const SharedScalars& k, Instruction* p,
-                       bool decays, Instruction* g, Instruction* m, Instruction* v,
-                       std::vector<Instruction*>& new_params, std::vector<Instruction*>& new_m,
-                       std::vector<Instruction*>& new_v) {
+// The new moments and value of `p`, parameter `param` or (ZeRO-1) its
+// master shard, from its gradient `g` and moments `m` and `v`, appended to
+// the three lists; `decays`: whether `param` takes weight decay.
+Status EmitParamUpdate(Emitter& e, const AdamWOptions& o, const SharedScalars& k,
+                       const Instruction* param, Instruction* p, bool decays, Instruction* g,
+                       Instruction* m, Instruction* v, std::vector<Instruction*>& new_params,
+                       std::vector<Instruction*>& new_m, std::vector<Instruction*>& new_v) {
   const Shape& shape = p->shape();
-  e.Scope("adamw." + p->name(), "optimizer." + p->name(), UpdateRole(p));
+  e.Scope("adamw." + param->name(), "optimizer." + param->name(), UpdateRole(param));
   if (k.clip_scale != nullptr) {
     ASSIGN_OR_RETURN(Instruction * s, e.Splat(k.clip_scale, shape, "clip_scale"));
     ASSIGN_OR_RETURN(g, e.Op(Opcode::kMul, {g, s}, "clipped_grad"));
@@ -269,8 +269,8 @@ StatusOr<Instruction*> EmitAdamW(Emitter& e, const AdamWOptions& o, const Update
   ASSIGN_OR_RETURN(const SharedScalars k, EmitSharedScalars(e, o, norm, step, lr));
   for (size_t i = 0; i < t.params.size(); ++i) {
     const bool decays = DecaysWeight(t.params[i]->shape());
-    RETURN_IF_ERROR(EmitParamUpdate(e, o, k, t.weights[i], decays, grads[i], m[i], v[i],
-                                    new_weights, new_m, new_v));
+    RETURN_IF_ERROR(EmitParamUpdate(e, o, k, t.params[i], t.weights[i], decays, grads[i], m[i],
+                                    v[i], new_weights, new_m, new_v));
   }
   return norm;
 }
@@ -410,10 +410,10 @@ StatusOr<AdamWState> AddAdamWState(Emitter& e, const std::vector<Instruction*>& 
                                    int64_t first, int64_t zero_world) {
   const int64_t n = static_cast<int64_t>(params.size());
   AdamWState state;
-  ASSIGN_OR_RETURN(state.m, AddStateParameters(e, params, "adam_m", first, ir::Phase::kUpdate,
-                                               zero_world));
-  ASSIGN_OR_RETURN(state.v, AddStateParameters(e, params, "adam_v", first + n,
-                                               ir::Phase::kUpdate, zero_world));
+  ASSIGN_OR_RETURN(state.m,
+                   AddStateParameters(e, params, "adam_m", first, ir::Phase::kUpdate, zero_world));
+  ASSIGN_OR_RETURN(
+      state.v, AddStateParameters(e, params, "adam_v", first + n, ir::Phase::kUpdate, zero_world));
   if (zero_world > 1) {
     ASSIGN_OR_RETURN(state.master, AddStateParameters(e, params, "master", first + 2 * n,
                                                       ir::Phase::kUpdate, zero_world));
@@ -446,7 +446,8 @@ Status EmitAdamWOutputs(Emitter& e, const OptimizerOptions& o,
     }
   }
   root.push_back(norm);
-  for (auto* list : {&new_params, &new_m, &new_v}) root.insert(root.end(), list->begin(), list->end());
+  for (auto* list : {&new_params, &new_m, &new_v})
+    root.insert(root.end(), list->begin(), list->end());
   sig.AdamW(params, state.m, state.v, step_lr);
   if (zero) {
     root.insert(root.end(), new_weights.begin(), new_weights.end());
@@ -517,6 +518,21 @@ StatusOr<program::EntrySignature> BuildApplyEntry(ir::Module& module, const Auto
 }
 
 }  // namespace
+
+StatusOr<OptimizerOptions> ParseOptimizerOptions(
+    const std::map<std::string, std::string>& options) {
+  OptimizerOptions o;
+  for (const auto& [key, value] : options) {
+    if (key != "zero") return Error("optimizer: unknown option '{}' (known: zero)", key);
+    char* end = nullptr;
+    const long long n = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || n < 1) {
+      return Error("optimizer: zero must be a number of ranks >= 1, got '{}'", value);
+    }
+    o.zero_world = n;
+  }
+  return o;
+}
 
 StatusOr<bool> Optimizer::Run(ir::Module& module) {
   ASSIGN_OR_RETURN(AutodiffOutput in, Inspect(module));

@@ -42,6 +42,8 @@
 #define GPTC_PASSES_OPTIMIZER_H_
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "compiler/ir/shape.h"
 #include "compiler/pass/pass.h"
@@ -68,6 +70,10 @@ struct OptimizerOptions {
   // kData.
   std::vector<program::SlotRole> data_roles;
 };
+
+// Options from `gptc-opt --pass=optimizer{zero=N}` (N >= 1: ZeRO-1 over N
+// ranks when > 1); errors name the key or value at fault.
+StatusOr<OptimizerOptions> ParseOptimizerOptions(const std::map<std::string, std::string>& options);
 
 // Whether weight decay applies to a parameter of this shape: rank >= 2
 // (matrices, embeddings) decays; biases and layer-norm parameters do not.

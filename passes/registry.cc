@@ -28,12 +28,18 @@ const pass::PassRegistry& AllPasses() {
     auto* r = new pass::PassRegistry();
     r->Register("autodiff", "rewrite the entry to return (loss, gradients of float parameters)",
                 [] { return std::make_unique<Autodiff>(); });
-    r->Register("optimizer", "AdamW step with global-norm clipping on the autodiff output",
-                [] { return std::make_unique<Optimizer>(); });
+    r->RegisterWithOptions(
+        "optimizer",
+        "AdamW step with global-norm clipping on the autodiff output; optimizer{zero=N}: "
+        "ZeRO-1 over N ranks",
+        [](const pass::PassOptions& options) -> StatusOr<std::unique_ptr<pass::Pass>> {
+          ASSIGN_OR_RETURN(OptimizerOptions o, ParseOptimizerOptions(options));
+          return std::unique_ptr<pass::Pass>(std::make_unique<Optimizer>(o));
+        });
     r->RegisterWithOptions(
         "data-parallel",
         "all-reduce (sum, then 1/world) the gradients and loss: "
-        "data-parallel{world=N mode=step|accumulate|apply}",
+        "data-parallel{world=N mode=step|accumulate|apply prescaled=B gradients=B}",
         [](const pass::PassOptions& options) -> StatusOr<std::unique_ptr<pass::Pass>> {
           ASSIGN_OR_RETURN(DataParallelOptions o, ParseDataParallelOptions(options));
           return std::unique_ptr<pass::Pass>(std::make_unique<DataParallel>(o));

@@ -114,12 +114,12 @@ StatusOr<TrainEntry> RunOptimizer(EntryRole role, std::unique_ptr<ir::Module> mo
   // reads them; apply's gradients are inputs the optimizer creates, so there
   // the pass runs after it.
   if (options.world_size > 1 && mode != OptimizerMode::kApply) pipeline.AddPass<DataParallel>(dp);
-  const Optimizer& optimizer = pipeline.AddPass<Optimizer>(
-      OptimizerOptions{.adamw = options.adamw,
-                       .mode = mode,
-                       .grad_accum = options.grad_accum,
-                       .zero_world = zero ? options.world_size : 1,
-                       .data_roles = std::move(data_roles)});
+  const Optimizer& optimizer =
+      pipeline.AddPass<Optimizer>(OptimizerOptions{.adamw = options.adamw,
+                                                   .mode = mode,
+                                                   .grad_accum = options.grad_accum,
+                                                   .zero_world = zero ? options.world_size : 1,
+                                                   .data_roles = std::move(data_roles)});
   if (options.world_size > 1 && mode == OptimizerMode::kApply && !zero) {
     pipeline.AddPass<DataParallel>(dp);
   }

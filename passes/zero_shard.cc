@@ -26,9 +26,9 @@ StatusOr<ir::Instruction*> EmitGradientShard(ir::Computation& computation, ir::I
   b.set_role({ir::Phase::kGradient, -1});
   ir::Instruction* flat = grad;
   if (grad->shape().rank() != 1) {
-    ASSIGN_OR_RETURN(flat, b.Build(ir::Opcode::kReshape, {grad}, {},
-                                   ir::Shape(grad->shape().dtype(), {n}), nullptr,
-                                   ZeroName(name, "flat")));
+    ASSIGN_OR_RETURN(
+        flat, b.Build(ir::Opcode::kReshape, {grad}, {}, ir::Shape(grad->shape().dtype(), {n}),
+                      nullptr, ZeroName(name, "flat")));
   }
   if (shard * world != n) {
     ASSIGN_OR_RETURN(ir::Instruction * zero,
@@ -43,8 +43,8 @@ StatusOr<ir::Instruction*> EmitGradientShard(ir::Computation& computation, ir::I
   ir::Attrs rs;
   rs.reduce_kind = ir::ReduceKind::kSum;
   rs.index = world;
-  return b.Build(ir::Opcode::kReduceScatter, {flat}, rs,
-                 ir::Shape(grad->shape().dtype(), {shard}), nullptr, ZeroName(name, "shard"));
+  return b.Build(ir::Opcode::kReduceScatter, {flat}, rs, ir::Shape(grad->shape().dtype(), {shard}),
+                 nullptr, ZeroName(name, "shard"));
 }
 
 StatusOr<ir::Instruction*> EmitGatheredParameter(ir::Builder& b, ir::Instruction* shard,
@@ -54,16 +54,15 @@ StatusOr<ir::Instruction*> EmitGatheredParameter(ir::Builder& b, ir::Instruction
   const int64_t padded = shard->shape().num_elements() * world;
   ir::Attrs gather;
   gather.index = world;
-  ASSIGN_OR_RETURN(ir::Instruction * x,
-                   b.Build(ir::Opcode::kAllGather, {shard}, gather,
-                           ir::Shape(shard->shape().dtype(), {padded}), nullptr,
-                           ZeroName(name, "gathered")));
+  ASSIGN_OR_RETURN(ir::Instruction * x, b.Build(ir::Opcode::kAllGather, {shard}, gather,
+                                                ir::Shape(shard->shape().dtype(), {padded}),
+                                                nullptr, ZeroName(name, "gathered")));
   if (padded != n) {
     ir::Attrs slice;
     slice.slice = {{0}, {n}, {1}};
-    ASSIGN_OR_RETURN(x, b.Build(ir::Opcode::kSlice, {x}, slice,
-                                ir::Shape(shard->shape().dtype(), {n}), nullptr,
-                                ZeroName(name, "unpadded")));
+    ASSIGN_OR_RETURN(
+        x, b.Build(ir::Opcode::kSlice, {x}, slice, ir::Shape(shard->shape().dtype(), {n}), nullptr,
+                   ZeroName(name, "unpadded")));
   }
   if (shape.rank() == 1) return x;
   return b.Build(ir::Opcode::kReshape, {x}, {}, shape, nullptr, ZeroName(name, "param"));

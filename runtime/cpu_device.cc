@@ -49,7 +49,7 @@ void CpuTrainer::set_collective(eval::Collective* collective) {
   if (master_.empty() || collective == nullptr) return;
   for (size_t i = 0; i < params_.size(); ++i) {
     master_[i].values = program::ShardOf<double, double>(params_[i].values, collective->rank(),
-                                                          program_->world_size);
+                                                         program_->world_size);
   }
 }
 
@@ -78,7 +78,8 @@ eval::Literal* CpuTrainer::StateFor(const program::Slot& slot) {
     case SlotRole::kAdamM: return &adam_m_[slot.index];
     case SlotRole::kAdamV: return &adam_v_[slot.index];
     case SlotRole::kGradAcc: return &grad_acc_[slot.index];
-    case SlotRole::kMaster: return &master_[slot.index];
+    case SlotRole::kMaster:
+      return &master_[slot.index];
     default: return nullptr;
   }
 }

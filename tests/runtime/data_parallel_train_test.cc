@@ -323,8 +323,8 @@ TEST(ZeroTrainTest, StateIsWholeAndResumesAtAnyRankCount) {
     double worst = 0, scale = 1e-12;
     for (size_t j = 0; j < plain_end[0].adam_v[i].size(); ++j) {
       scale = std::max(scale, static_cast<double>(std::abs(plain_end[0].adam_v[i][j])));
-      worst = std::max(worst, static_cast<double>(std::abs(zero_end[0].adam_v[i][j] -
-                                                           plain_end[0].adam_v[i][j])));
+      worst = std::max(worst, static_cast<double>(
+                                  std::abs(zero_end[0].adam_v[i][j] - plain_end[0].adam_v[i][j])));
     }
     EXPECT_LE(worst, 1e-5 * scale) << zero4->params[i].name;
   }

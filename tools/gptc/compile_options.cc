@@ -29,8 +29,8 @@ std::string CompileInputs(const CompileOptions& o) {
       "codegen {} forward_entries {} forward_only {}; batch_auto {} tokens_per_step {}; "
       "roofline_gpu {}",
       c.name, c.layers, c.heads, c.width, c.positions, c.vocab, c.padded_vocab, o.batch, o.seq,
-      o.score_seq, t.grad_accum, t.world_size, t.zero_stage, t.all_reduce_bucket_bytes, t.adamw.beta1,
-      t.adamw.beta2, t.adamw.eps, t.adamw.weight_decay, t.adamw.clip_norm,
+      o.score_seq, t.grad_accum, t.world_size, t.zero_stage, t.all_reduce_bucket_bytes,
+      t.adamw.beta1, t.adamw.beta2, t.adamw.eps, t.adamw.weight_decay, t.adamw.clip_norm,
       passes::PrecisionPolicyName(t.precision.policy), RematText(t.remat), o.memory_budget,
       t.optimize, o.artifact, codegen::TargetName(o.target),
       codegen::AttentionMmaName(o.attention_mma), o.emu, o.codegen, o.forward_entries,
