@@ -12,6 +12,7 @@
 #include "compiler/ir/printer.h"
 #include "compiler/pass/pipeline.h"
 #include "compiler/program/model_config.h"
+#include "compiler/program/rank_state.h"
 #include "compiler/support/file.h"
 #include "compiler/support/text.h"
 #include "models/gpt2.h"
@@ -38,6 +39,12 @@ struct EntryRow {
 // printed when asked. Appends each entry's row to `rows`.
 Status WriteReports(const program::TrainProgram& program, const CompileOptions& options,
                     const analysis::ProgramBuffers& buffers, std::vector<EntryRow>& rows) {
+  // The train step's state (a forward-only program has none).
+  if (options.print_memory_report && !options.forward_only) {
+    std::printf("%s", program::RenderRankState(program.params, program.grad_accum,
+                                               program.world_size, program.zero_stage)
+                          .c_str());
+  }
   for (size_t i = 0; i < program.entries.size(); ++i) {
     const program::TrainEntry& e = program.entries[i];
     const analysis::BufferAssignment& assignment = buffers.assignments[i];

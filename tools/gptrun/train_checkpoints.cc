@@ -144,4 +144,8 @@ Status CheckpointPhase::Save(int64_t step, std::optional<double> val_loss) {
   return run_.WriteReport();
 }
 
+Status CheckpointPhase::Contribute() {
+  return run_.trainer->ExportState().status().WithPrefix("checkpoint");
+}
+
 }  // namespace gptc::tools

@@ -35,6 +35,10 @@ class CheckpointPhase {
   // Writes step `step`'s checkpoint (with its validation loss, when it was
   // validated) and prunes to --ckpt-keep.
   Status Save(int64_t step, std::optional<double> val_loss);
+  // Note [sharded checkpoints]: on a rank that does not write, its part in
+  // the leader's Save of a ZeRO-1 run (the trainer gathers every rank's
+  // shards of the state).
+  Status Contribute();
 
  private:
   // Note [data source]: the loader continues where the checkpoint's stopped

@@ -387,9 +387,13 @@ class TrainRun {
                                WithThousands(run_.train->total_tokens()))));
     if (!run_.device.note.empty()) run_.console.Line(run_.device.note);
     if (dist.world() > 1) {
-      run_.console.Line(
-          fmt::format("data parallel: {} ranks, each {} rows of every batch; this is {}",
-                      dist.world(), f.batch, dist.env.ToString()));
+      run_.console.Line(fmt::format(
+          "data parallel: {} ranks, each {} rows of every batch{}; this is {}", dist.world(),
+          f.batch,
+          program().zero_stage > 0
+              ? fmt::format(", ZeRO-1: each keeps 1/{} of the optimizer state", dist.world())
+              : "",
+          dist.env.ToString()));
     }
     if (std::string summary = LoadSummary(trainer); !summary.empty()) run_.console.Line(summary);
     if (Status s = evaluate_.Prepare(); !s.ok()) return Fail(s);
@@ -431,31 +435,50 @@ class TrainRun {
     return Abort(Error("stopped by {} after step {}{}", name, step, kept), 128 + signal);
   }
 
+  // Note [sharded checkpoints]: a ZeRO-1 run's optimizer state lives in
+  // shards on every rank, so every rank takes part in each checkpoint (the
+  // leader's trainer gathers the shards; the others contribute theirs), and
+  // the ranks agree after each step on whether a stop signal arrived, so
+  // that they stop, and save, after the same step.
+  StatusOr<int> AgreedSignal(int signal) {
+    std::vector<double> stopping = {signal != 0 ? 1.0 : 0.0};
+    RETURN_IF_ERROR(run_.trainer->SumOverRanks(stopping).WithPrefix("agreeing on a stop"));
+    if (stopping[0] == 0) return 0;
+    return signal != 0 ? signal : SIGTERM;  // another rank's
+  }
+
   // The steps from start_ on; after each, on rank 0, its evaluation and
   // checkpoint when due; a stop signal ends the run after the step.
   int Loop() {
     steps_.emplace(run_, flops_per_token_, peak_tflops_);
+    const bool sharded = program().zero_stage > 0 && run_.dist->world() > 1;
+    const bool saves = !o_.ckpt_dir.empty() && !o_.bench;
     auto run_start = Clock::now();
     for (int64_t step = start_; step <= o_.steps; ++step) {
       if (Status s = steps_->Run(step); !s.ok()) return Abort(s);
       const bool last = step == o_.steps;
       // Every rank scores its share of the set.
       if (Status s = hellaswag_.AfterStep(step, last); !s.ok()) return Abort(s);
-      if (!run_.dist->leader()) {  // the others wait at the next step's all-reduces
-        if (const int signal = stop_signal.load(); signal != 0 && !last) {
-          return StopOnSignal(signal, step, /*checkpointed=*/true);
+      int signal = stop_signal.load();
+      if (sharded) {
+        StatusOr<int> agreed = AgreedSignal(signal);
+        if (!agreed.ok()) return Abort(agreed.status().WithPrefix(fmt::format("step {}", step)));
+        signal = *agreed;
+      }
+      const bool stopping = signal != 0 && !last;
+      const bool checkpointed = saves && ((o_.ckpt_every > 0 && step % o_.ckpt_every == 0) || last);
+      if (!run_.dist->leader()) {  // the others wait at the next step's collectives
+        if (sharded && saves && (checkpointed || stopping)) {
+          if (Status s = checkpoints_.Contribute(); !s.ok()) return Abort(s);
         }
+        if (stopping) return StopOnSignal(signal, step, /*checkpointed=*/true);
         continue;
       }
       if (Status s = evaluate_.AfterStep(step, last); !s.ok()) return Abort(s);
-      const bool checkpointed = !o_.ckpt_dir.empty() && !o_.bench &&
-                                ((o_.ckpt_every > 0 && step % o_.ckpt_every == 0) || last);
       if (checkpointed) {
         if (Status s = Checkpoint(step); !s.ok()) return Abort(s);
       }
-      if (const int signal = stop_signal.load(); signal != 0 && !last) {
-        return StopOnSignal(signal, step, checkpointed);
-      }
+      if (stopping) return StopOnSignal(signal, step, checkpointed);
       const double per_step = Seconds(run_start) / static_cast<double>(step - start_ + 1);
       run_.console.Bar(step, o_.steps, per_step * static_cast<double>(o_.steps - step));
     }

@@ -112,6 +112,20 @@ TEST(ManifestTest, AttentionMmaIsOptional) {
   EXPECT_EQ(before->flags.attention_mma, "mma.sync");
 }
 
+// flags.zero_stage: written only when not 0, read as 0 when absent.
+TEST(ManifestTest, ZeroStageIsWrittenWhenSharded) {
+  EXPECT_FALSE(ToJson(Full())["flags"].contains("zero_stage"));
+  Manifest zero = Full();
+  zero.flags.zero_stage = 1;
+  EXPECT_EQ(ToJson(zero)["flags"]["zero_stage"], 1);
+  StatusOr<Manifest> back = ManifestFromJson(ToJson(zero));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->flags.zero_stage, 1);
+  StatusOr<Manifest> plain = ManifestFromJson(ToJson(Full()));
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->flags.zero_stage, 0);
+}
+
 // flags.remat_layers: the typed per-block record; an artifact written
 // before it has none (and none is then written).
 TEST(ManifestTest, RematLayersAreOptional) {
