@@ -462,12 +462,12 @@ Status EmitAdamWOutputs(Emitter& e, const OptimizerOptions& o,
 StatusOr<std::vector<Instruction*>> GradientsToUpdate(ir::Computation& c,
                                                       const std::vector<Instruction*>& params,
                                                       const std::vector<Instruction*>& grads,
-                                                      int64_t zero_world) {
-  if (zero_world <= 1) return grads;
+                                                      const OptimizerOptions& o) {
+  if (o.zero_world <= 1) return grads;
   std::vector<Instruction*> shards;
   for (size_t i = 0; i < params.size(); ++i) {
     ASSIGN_OR_RETURN(Instruction * shard,
-                     EmitGradientShard(c, grads[i], zero_world, params[i]->name()));
+                     EmitGradientShard(c, grads[i], o.zero_world, params[i]->name(), o.grad_comm));
     shards.push_back(shard);
   }
   return shards;
@@ -496,7 +496,8 @@ StatusOr<program::EntrySignature> BuildApplyEntry(ir::Module& module, const Auto
                    AddStateParameters(e, params, "grad_acc", after_state, ir::Phase::kGradient));
   ASSIGN_OR_RETURN(auto step_lr, AddStepAndLr(e, after_state + n));
   // grads = grad_acc / K (with ZeRO-1, of this rank's shard of the sum)
-  ASSIGN_OR_RETURN(std::vector<Instruction*> grads, GradientsToUpdate(*apply, params, acc, zero));
+  ASSIGN_OR_RETURN(std::vector<Instruction*> grads,
+                   GradientsToUpdate(*apply, params, acc, options));
   e.Scope("adamw", "optimizer", kSharedRole);
   ASSIGN_OR_RETURN(Instruction * inv_k,
                    e.Const(1.0 / static_cast<double>(options.grad_accum), "inv_grad_accum"));
@@ -523,7 +524,16 @@ StatusOr<OptimizerOptions> ParseOptimizerOptions(
     const std::map<std::string, std::string>& options) {
   OptimizerOptions o;
   for (const auto& [key, value] : options) {
-    if (key != "zero") return Error("optimizer: unknown option '{}' (known: zero)", key);
+    if (key == "grad-comm") {
+      if (value != "f32" && value != "bf16") {
+        return Error("optimizer: grad-comm must be f32 or bf16, got '{}'", value);
+      }
+      o.grad_comm = value == "bf16" ? ir::DType::kBF16 : ir::DType::kF32;
+      continue;
+    }
+    if (key != "zero") {
+      return Error("optimizer: unknown option '{}' (known: zero, grad-comm)", key);
+    }
     char* end = nullptr;
     const long long n = std::strtoll(value.c_str(), &end, 10);
     if (value.empty() || *end != '\0' || n < 1) {
@@ -581,7 +591,7 @@ StatusOr<bool> Optimizer::Run(ir::Module& module) {
     ASSIGN_OR_RETURN(AdamWState state, AddAdamWState(e, in.params, n, zero));
     ASSIGN_OR_RETURN(auto step_lr, AddStepAndLr(e, after_state + d));
     ASSIGN_OR_RETURN(std::vector<Instruction*> grads,
-                     GradientsToUpdate(*entry, in.params, in.grads, zero));
+                     GradientsToUpdate(*entry, in.params, in.grads, options_));
     RETURN_IF_ERROR(
         EmitAdamWOutputs(e, options_, in.params, state, grads, step_lr, root_elements, sig));
   }

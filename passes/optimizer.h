@@ -65,14 +65,17 @@ struct OptimizerOptions {
   // moments and the master weights as shards (SlotRole kMaster) and
   // all-gather the updated parameters. kAccumulate ignores it.
   int64_t zero_world = 1;
+  // ZeRO-1: the gradients' dtype on the wire, f32 or bf16 (Note [bf16
+  // gradient communication] in passes/zero_shard.h).
+  ir::DType grad_comm = ir::DType::kF32;
   // The roles of the entry's data inputs (its non-float parameters), in
   // parameter order, as the frontend declared them (InputSpec); empty: all
   // kData.
   std::vector<program::SlotRole> data_roles;
 };
 
-// Options from `gptc-opt --pass=optimizer{zero=N}` (N >= 1: ZeRO-1 over N
-// ranks when > 1); errors name the key or value at fault.
+// Options from `gptc-opt --pass=optimizer{zero=N grad-comm=f32|bf16}` (N >=
+// 1: ZeRO-1 over N ranks when > 1); errors name the key or value at fault.
 StatusOr<OptimizerOptions> ParseOptimizerOptions(const std::map<std::string, std::string>& options);
 
 // Whether weight decay applies to a parameter of this shape: rank >= 2

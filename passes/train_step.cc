@@ -119,6 +119,7 @@ StatusOr<TrainEntry> RunOptimizer(EntryRole role, std::unique_ptr<ir::Module> mo
                                                    .mode = mode,
                                                    .grad_accum = options.grad_accum,
                                                    .zero_world = zero ? options.world_size : 1,
+                                                   .grad_comm = options.grad_comm,
                                                    .data_roles = std::move(data_roles)});
   if (options.world_size > 1 && mode == OptimizerMode::kApply && !zero) {
     pipeline.AddPass<DataParallel>(dp);
@@ -156,6 +157,11 @@ StatusOr<TrainProgram> BuildTrainProgram(std::unique_ptr<ir::Module> forward,
   if (options.zero_stage != 0 && (options.zero_stage != 1 || options.world_size < 2)) {
     return Error("--zero {} with --dp {}: ZeRO-1 (--zero 1) shards over two or more ranks",
                  options.zero_stage, options.world_size);
+  }
+  if (options.grad_comm != ir::DType::kF32 &&
+      (options.zero_stage == 0 || options.grad_comm != ir::DType::kBF16)) {
+    return Error("--grad-comm {} needs --zero 1 (and is f32 or bf16)",
+                 ir::DTypeName(options.grad_comm));
   }
   const int64_t n = static_cast<int64_t>(params.size());
   RETURN_IF_ERROR(CheckEntryInputs(*forward, params, inputs).WithPrefix("train step"));

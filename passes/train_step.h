@@ -51,6 +51,9 @@ struct TrainStepOptions {
   int64_t world_size = 1;
   // 1: ZeRO-1 (Note [ZeRO-1] in passes/zero_shard.h), with world_size > 1.
   int64_t zero_stage = 0;
+  // ZeRO-1: the gradients' dtype in the reduce-scatter, f32 or bf16 (Note
+  // [bf16 gradient communication] in passes/zero_shard.h).
+  ir::DType grad_comm = ir::DType::kF32;
   // Runs on the forward graph before autodiff (see mixed_precision.h).
   MixedPrecisionOptions precision{PrecisionPolicy::kF32};
   // After the optimizer: simplify -> cse -> dce -> remat -> fusion -> schedule

@@ -43,8 +43,17 @@ inline constexpr char kZeroPrefix[] = "zero.";
 // This rank's shard of `grad`'s sum over `world` ranks, f32[ceil(n/world)]:
 // flattened, zero-padded and reduce-scattered, emitted right after `grad`'s
 // producer so that the reduce-scatter can start while the backward runs.
+//
+// Note [bf16 gradient communication]: with `comm` bf16 (gptc compile
+// --grad-comm bf16, as llm.c) each rank's gradient is rounded to bf16
+// before the reduce-scatter, the ranks' values are summed in bf16 (in rank
+// order, each partial sum rounded again), and the shard is widened back to
+// f32 for AdamW: half the bytes on the wire, a relative error of about
+// 2^-9 per rounding (N roundings over N ranks) in the gradient, where f32
+// communication's sum is exact to f32.
 StatusOr<ir::Instruction*> EmitGradientShard(ir::Computation& computation, ir::Instruction* grad,
-                                             int64_t world, std::string_view name);
+                                             int64_t world, std::string_view name,
+                                             ir::DType comm = ir::DType::kF32);
 
 // Every rank's `shard` of a parameter of `shape`, all-gathered, unpadded and
 // reshaped: the whole parameter, at `b`'s insertion point.

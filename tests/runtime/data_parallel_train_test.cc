@@ -25,13 +25,14 @@ constexpr int64_t kSteps = 3;
 constexpr double kLr = 3e-3;
 
 StatusOr<program::TrainProgram> Compile(int64_t rows, int64_t accum, int64_t world,
-                                        int64_t zero = 0) {
+                                        int64_t zero = 0, ir::DType grad_comm = ir::DType::kF32) {
   ASSIGN_OR_RETURN(models::GptConfig config, models::FindGptConfig("gpt2-tiny"));
   ASSIGN_OR_RETURN(frontend::TracedModule traced, models::TraceGpt2Forward(config, rows, kSeq));
   passes::TrainStepOptions options;
   options.grad_accum = accum;
   options.world_size = world;
   options.zero_stage = zero;
+  options.grad_comm = grad_comm;
   // Some gradients are 0 in exact arithmetic and rounding noise in f32 (the
   // attention key bias: softmax ignores a constant shift). With eps 1e-8,
   // Adam blows that noise up to +-lr, differently for any two summation
@@ -339,6 +340,23 @@ TEST(ZeroTrainTest, StateIsWholeAndResumesAtAnyRankCount) {
   EXPECT_NEAR(at2.steps[0].loss, whole.steps.back().loss, 1e-6 * whole.steps.back().loss);
   EXPECT_NEAR(last->loss, whole.steps.back().loss, 1e-5 * whole.steps.back().loss);
   ExpectParamsNear(at2, whole, 1e-6, *zero2);
+}
+
+// Note [bf16 gradient communication]: bf16 on the wire follows f32's run
+// to bf16's precision, and the ranks still agree bit for bit.
+TEST(ZeroTrainTest, Bf16GradientCommunication) {
+  StatusOr<program::TrainProgram> f32 = Compile(kRows / 2, 1, 2, /*zero=*/1);
+  StatusOr<program::TrainProgram> bf16 = Compile(kRows / 2, 1, 2, /*zero=*/1, ir::DType::kBF16);
+  ASSERT_TRUE(f32.ok()) << f32.status().message();
+  ASSERT_TRUE(bf16.ok()) << bf16.status().message();
+  const std::vector<Trajectory> a = TrainThreads(*f32, 2);
+  const std::vector<Trajectory> b = TrainThreads(*bf16, 2);
+  ExpectBitIdentical(b[0], b[1]);
+  for (size_t s = 0; s < a[0].steps.size(); ++s) {
+    EXPECT_NEAR(b[0].steps[s].loss, a[0].steps[s].loss, 1e-3 * a[0].steps[s].loss);
+    EXPECT_NEAR(b[0].steps[s].grad_norm, a[0].steps[s].grad_norm, 1e-2 * a[0].steps[s].grad_norm);
+  }
+  EXPECT_NE(b[0].steps.back().grad_norm, a[0].steps.back().grad_norm);  // it did round
 }
 
 TEST(ZeroTrainTest, ShardedProgramRefusesToRunAlone) {

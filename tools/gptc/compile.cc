@@ -134,6 +134,10 @@ Flags DeclareCompileFlags() {
              "with --dp: 1 shards the AdamW moments and f32 master weights over the ranks "
              "(ZeRO-1: gradients reduce-scattered, parameters all-gathered); 0 keeps them whole",
              "0")
+      .Value("grad-comm", "DTYPE",
+             "with --zero 1: the gradients' dtype in the reduce-scatter, f32 or bf16 (half the "
+             "bytes, rounded as llm.c's; docs/DATA_PARALLEL.md)",
+             "f32")
       .Value("bucket-mib", "MIB",
              "with --dp: the all-reduce buckets' cap, as PyTorch DDP's bucket_cap_mb (a larger "
              "gradient is a bucket of its own)",
@@ -249,6 +253,14 @@ Status ParseTraining(const Flags& flags, CompileOptions& o) {
   if (train.zero_stage == 1 && train.world_size < 2) {
     return Error("--zero 1 shards over data-parallel ranks: give --dp N with N >= 2");
   }
+  const std::string grad_comm = flags.Get("grad-comm");
+  if (grad_comm != "f32" && grad_comm != "bf16") {
+    return Error("--grad-comm must be f32 or bf16, got '{}'", grad_comm);
+  }
+  if (grad_comm == "bf16" && train.zero_stage == 0) {
+    return Error("--grad-comm bf16 needs --zero 1 (the all-reduce of --zero 0 runs in f32)");
+  }
+  train.grad_comm = grad_comm == "bf16" ? ir::DType::kBF16 : ir::DType::kF32;
   ASSIGN_OR_RETURN(const int64_t bucket_mib, flags.GetInt("bucket-mib", 25));
   if (bucket_mib < 1 || bucket_mib > (int64_t{1} << 20)) {
     return Error("--bucket-mib must be in [1, 1048576], got {}", bucket_mib);
