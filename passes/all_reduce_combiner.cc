@@ -30,8 +30,8 @@ StatusOr<AllReduceCombinerOptions> ParseAllReduceCombinerOptions(
   return o;
 }
 
-std::vector<std::vector<Instruction*>> GroupAllReduces(const ir::Computation& computation,
-                                                       int64_t bucket_bytes) {
+std::vector<std::vector<Instruction*>> GroupCollectives(const ir::Computation& computation,
+                                                        int64_t bucket_bytes) {
   std::unordered_map<const Instruction*, int64_t> position;
   for (const auto& inst : computation.instructions()) {
     position.emplace(inst.get(), static_cast<int64_t>(position.size()));
@@ -48,11 +48,15 @@ std::vector<std::vector<Instruction*>> GroupAllReduces(const ir::Computation& co
   bool open = false;
   for (const auto& owned : computation.instructions()) {
     Instruction* inst = owned.get();
-    if (inst->opcode() != ir::Opcode::kAllReduce) continue;
+    if (!ir::IsCollective(inst->opcode())) continue;
     const int64_t size = inst->operand(0)->shape().byte_size();
     // Note [all-reduce buckets]: a member's result must not be read before
-    // the bucket is issued (at its last member); the cap closes it too.
-    if (open && (position.at(inst) >= wait_before || bytes + size > bucket_bytes)) open = false;
+    // the bucket is issued (at its last member); the cap closes it too, and
+    // so does a collective of another opcode.
+    if (open && (position.at(inst) >= wait_before || bytes + size > bucket_bytes ||
+                 inst->opcode() != buckets.back().back()->opcode())) {
+      open = false;
+    }
     if (!open) {
       buckets.emplace_back();
       bytes = 0;
@@ -71,11 +75,11 @@ StatusOr<bool> AllReduceCombiner::Run(ir::Module& module) {
   bool changed = false;
   for (const auto& computation : module.computations()) {
     const std::vector<std::vector<Instruction*>> buckets =
-        GroupAllReduces(*computation, options_.bucket_bytes);
+        GroupCollectives(*computation, options_.bucket_bytes);
     for (int64_t k = 0; k < static_cast<int64_t>(buckets.size()); ++k) {
       for (Instruction* member : buckets[k]) {
-        if (ir::AllReduceBucket(*member) == k) continue;
-        ir::SetAllReduceBucket(*member, k);
+        if (ir::CollectiveBucket(*member) == k) continue;
+        ir::SetCollectiveBucket(*member, k);
         changed = true;
       }
     }

@@ -1,25 +1,30 @@
-// AllReduceCombiner: decides which all-reduces the runtime issues together,
-// as one NCCL group, and records it on each all-reduce as `bucket=K`.
+// AllReduceCombiner: decides which collectives (all-reduce, reduce-scatter,
+// all-gather) the runtime issues together, as one NCCL group, and records it
+// on each as `bucket=K`.
 //
 // Note [all-reduce buckets]: the IR has one all-reduce per gradient
-// (passes/data_parallel.h), placed by the schedule right after the kernel
-// that finishes the gradient (passes/schedule.h), in the order the backward
-// finishes them. Issuing each alone would pay NCCL's launch latency once per
-// tensor; issuing all at the end would overlap nothing with the backward.
-// This pass groups them as PyTorch DDP does, over the scheduled order:
-// consecutive all-reduces share a bucket while its operands' bytes stay
-// within the cap (`bucket-mib`, 25 MiB by default, DDP's; a larger tensor is
-// a bucket of its own) and while no member's result is read before the
-// bucket's last member (a bucket is issued there, so a reader in between
-// would wait for communication that has not started: that reader closes the
-// bucket). Readers are the instructions that launch work
+// (passes/data_parallel.h; under ZeRO-1 one reduce-scatter per gradient and
+// one all-gather per updated weight shard), placed by the schedule right
+// after the kernel that finishes its operand (passes/schedule.h), in the
+// order the backward finishes them. Issuing each alone would pay NCCL's
+// launch latency once per tensor; issuing all at the end would overlap
+// nothing with the backward. This pass groups them as PyTorch DDP does, over
+// the scheduled order: consecutive collectives of one opcode share a bucket
+// while its operands' bytes stay within the cap (`bucket-mib`, 25 MiB by
+// default, DDP's; a larger tensor is a bucket of its own) and while no
+// member's result is read before the bucket's last member (a bucket is
+// issued there, so a reader in between would wait for communication that
+// has not started: that reader closes the bucket); a collective of another
+// opcode closes it too. Readers are the instructions that launch work
 // (analysis::IsKernel), looked through tuples, get-tuple-elements and
-// reshapes. Buckets are numbered from 0 in instruction order, each a run of
-// consecutive all-reduces (the verifier checks it):
+// reshapes. Buckets are numbered from 0 in instruction order, one numbering
+// over the three opcodes (the plan's bucket list is indexed by it), each a
+// run of consecutive collectives of one opcode (the verifier checks it):
 //   %a1 = f32[1024] all-reduce(%g1), kind=sum    %a1 = ... kind=sum, bucket=0
 //   %a2 = f32[1024] all-reduce(%g2), kind=sum => %a2 = ... kind=sum, bucket=0
 //   %u = f32[1024] neg(%a1)                      %u = f32[1024] neg(%a1)
 //   %a3 = f32[1024] all-reduce(%g3), kind=sum    %a3 = ... kind=sum, bucket=1
+//   %s = f32[8] reduce-scatter(%g4), ...         %s = ..., replicas=2, bucket=2
 // The plan (compiler/artifact/plan.h) turns each bucket into an NCCL group
 // issued on the communication stream after its last member's thunk and
 // waited for before the first thunk that reads a member's result; it decides
@@ -58,10 +63,10 @@ struct AllReduceCombinerOptions {
 StatusOr<AllReduceCombinerOptions> ParseAllReduceCombinerOptions(
     const std::map<std::string, std::string>& options);
 
-// The all-reduces of `computation` grouped by Note [all-reduce buckets] with
-// a cap of `bucket_bytes`: each bucket's members in instruction order.
-std::vector<std::vector<ir::Instruction*>> GroupAllReduces(const ir::Computation& computation,
-                                                           int64_t bucket_bytes);
+// The collectives of `computation` grouped by Note [all-reduce buckets]
+// with a cap of `bucket_bytes`: each bucket's members in instruction order.
+std::vector<std::vector<ir::Instruction*>> GroupCollectives(const ir::Computation& computation,
+                                                            int64_t bucket_bytes);
 
 class AllReduceCombiner : public pass::Pass {
  public:

@@ -1,10 +1,12 @@
 #include "passes/schedule.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <set>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "compiler/analysis/buffer_assignment.h"
 
@@ -35,6 +37,11 @@ bool IsRecompute(const ir::Instruction& inst) { return inst.role().phase == ir::
 // Whether Note [late recompute] applies: in the entry computation.
 bool DefersRecompute(const ir::Computation& computation) {
   return computation.parent() != nullptr && computation.parent()->entry() == &computation;
+}
+
+// Note [hoisted collectives]: the collectives HoistCollectives moves.
+bool Hoisted(const ir::Instruction& inst) {
+  return inst.opcode() == ir::Opcode::kReduceScatter || inst.opcode() == ir::Opcode::kAllGather;
 }
 
 std::vector<std::vector<int64_t>> Predecessors(
@@ -261,19 +268,56 @@ int64_t PeakLiveBytesOf(const ir::Computation& computation,
   return analysis::PeakLiveBytes(lb, analysis::ComputeLiveRanges(computation, lb, const_order));
 }
 
+std::vector<ir::Instruction*> HoistCollectives(const std::vector<ir::Instruction*>& order) {
+  // The reduce-scatters and all-gathers in order, each with the collective
+  // before it (null: none).
+  std::deque<std::pair<ir::Instruction*, const ir::Instruction*>> pending;
+  const ir::Instruction* previous = nullptr;
+  for (ir::Instruction* inst : order) {
+    if (!ir::IsCollective(inst->opcode())) continue;
+    if (Hoisted(*inst)) pending.push_back({inst, previous});
+    previous = inst;
+  }
+  if (pending.empty()) return order;
+  std::vector<ir::Instruction*> hoisted;
+  hoisted.reserve(order.size());
+  std::unordered_set<const ir::Instruction*> placed;
+  auto ready = [&](const std::pair<ir::Instruction*, const ir::Instruction*>& p) {
+    const auto& ops = p.first->operands();
+    return (p.second == nullptr || placed.contains(p.second)) &&
+           std::all_of(ops.begin(), ops.end(),
+                       [&](const ir::Instruction* op) { return placed.contains(op); });
+  };
+  auto place = [&](ir::Instruction* inst) {
+    hoisted.push_back(inst);
+    placed.insert(inst);
+    while (!pending.empty() && ready(pending.front())) {
+      hoisted.push_back(pending.front().first);
+      placed.insert(pending.front().first);
+      pending.pop_front();
+    }
+  };
+  for (ir::Instruction* inst : order) {
+    if (!Hoisted(*inst)) place(inst);
+  }
+  return hoisted;
+}
+
 StatusOr<bool> Schedule::Run(ir::Module& module) {
   bool changed = false;
   for (const auto& computation : module.computations()) {
     std::vector<ir::Instruction*> current;
     for (const auto& inst : computation->instructions()) current.push_back(inst.get());
     // Both orders are heuristics: take the better one, and only if it beats the old order.
-    std::vector<ir::Instruction*> best = current;
-    int64_t best_peak = PeakLiveBytesOf(*computation, current);
+    // Each order with its collectives hoisted (Note [hoisted collectives]).
+    std::vector<ir::Instruction*> best = HoistCollectives(current);
+    int64_t best_peak = PeakLiveBytesOf(*computation, best);
     for (auto* scheduler : {&MemoryGreedyOrder, &DepthFirstOrder}) {
       std::vector<ir::Instruction*> order = scheduler(*computation);
       if (order.size() != current.size()) {
         return Error("schedule: %{} has a dependency cycle", computation->name());
       }
+      order = HoistCollectives(order);
       const int64_t peak = PeakLiveBytesOf(*computation, order);
       if (peak < best_peak) {
         best = std::move(order);

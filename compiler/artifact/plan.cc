@@ -23,12 +23,12 @@ using program::ArenaSlice;
 using program::Thunk;
 
 // Note [all-reduce buckets] (passes/all_reduce_combiner.h): the buckets the
-// combiner recorded on the all-reduces, as thunk indexes: each is issued
+// combiner recorded on the collectives, as thunk indexes: each is issued
 // after its last member's thunk and waited for before the first thunk that
 // reads any member's result. Tells each member its bucket.
 StatusOr<std::vector<program::AllReduceBucket>> Buckets(
     std::vector<Thunk>& thunks,
-    const std::vector<std::pair<int64_t, const Instruction*>>& all_reduces,
+    const std::vector<std::pair<int64_t, const Instruction*>>& collectives,
     const std::unordered_map<const Instruction*, int64_t>& first_thunk, int64_t end) {
   // A reader launches work where it has a thunk.
   auto launch_position = [&](const Instruction& reader) -> std::optional<int64_t> {
@@ -37,19 +37,23 @@ StatusOr<std::vector<program::AllReduceBucket>> Buckets(
     return it->second;
   };
   std::vector<program::AllReduceBucket> buckets;
-  for (const auto& [index, inst] : all_reduces) {
-    const std::optional<int64_t> bucket = ir::AllReduceBucket(*inst);
+  const Instruction* previous = nullptr;
+  for (const auto& [index, inst] : collectives) {
+    const std::string_view op = ir::OpcodeName(inst->opcode());
+    const std::optional<int64_t> bucket = ir::CollectiveBucket(*inst);
     if (!bucket) {
-      return Error("%{}: all-reduce has no bucket (run all-reduce-combiner after the schedule)",
-                   inst->name());
+      return Error("%{}: {} has no bucket (run all-reduce-combiner after the schedule)",
+                   inst->name(), op);
     }
     const int64_t last = buckets.empty() ? -1 : buckets.back().id;
-    if (*bucket != last && *bucket != last + 1) {
+    if ((*bucket != last && *bucket != last + 1) ||
+        (*bucket == last && previous->opcode() != inst->opcode())) {
       return Error(
-          "%{}: all-reduce in bucket {} after bucket {}: buckets must be numbered from 0, "
-          "each a run of consecutive all-reduces",
-          inst->name(), *bucket, last);
+          "%{}: {} in bucket {} after bucket {}: buckets must be numbered from 0, "
+          "each a run of consecutive collectives of one opcode",
+          inst->name(), op, *bucket, last);
     }
+    previous = inst;
     if (*bucket != last) buckets.push_back({.id = *bucket, .wait_before = end});
     auto& member = std::get<program::AllReduceThunk>(thunks[index].body);
     program::AllReduceBucket& b = buckets.back();
@@ -137,7 +141,7 @@ class EntryPlanBuilder {
     for (const auto& owned : c_.instructions()) RETURN_IF_ERROR(AddInstruction(*owned));
     // Before the donation copies: a bucket waited for at the end of the step
     // completes before any copy reads its results.
-    ASSIGN_OR_RETURN(plan_.buckets, Buckets(plan_.thunks, all_reduces_, first_thunk_,
+    ASSIGN_OR_RETURN(plan_.buckets, Buckets(plan_.thunks, collectives_, first_thunk_,
                                             static_cast<int64_t>(plan_.thunks.size())));
     RETURN_IF_ERROR(AddDonationCopies());
     RETURN_IF_ERROR(AddSlots());
@@ -189,7 +193,7 @@ class EntryPlanBuilder {
   Status AddKernels(const Instruction& inst, const std::vector<const codegen::CompiledKernel*>& ks);
   Status AddGemm(const Instruction& inst);
   StatusOr<Thunk> GemmThunk(const Instruction& inst, const GemmPlan& plan) const;
-  StatusOr<Thunk> AllReduceThunk(const Instruction& inst);
+  StatusOr<Thunk> CollectiveThunk(const Instruction& inst);
   StatusOr<Thunk> CopyThunk(const Instruction& inst) const;
   StatusOr<Thunk> ConstantThunk(const Instruction& inst) const;
   Status AddDonationCopies();
@@ -204,16 +208,12 @@ class EntryPlanBuilder {
   std::unordered_map<std::string, std::string> skipped_;
   int64_t scratch_offset_ = 0;
   program::EntryPlan plan_;
-  // The first thunk of each instruction that launches work, and the all-reduces.
+  // The first thunk of each instruction that launches work, and the collectives.
   std::unordered_map<const Instruction*, int64_t> first_thunk_;
-  std::vector<std::pair<int64_t, const Instruction*>> all_reduces_;
+  std::vector<std::pair<int64_t, const Instruction*>> collectives_;
 };
 
 Status EntryPlanBuilder::AddInstruction(const Instruction& inst) {
-  if (inst.opcode() == Opcode::kReduceScatter || inst.opcode() == Opcode::kAllGather) {
-    return Error("%{}: {} is not supported by the GPU plan yet", inst.name(),
-                 ir::OpcodeName(inst.opcode()));
-  }
   if (!analysis::IsKernel(inst) && inst.opcode() != Opcode::kConstant &&
       inst.opcode() != Opcode::kCopy) {
     return Status::Ok();  // parameters, tuples, get-tuple-elements, reshapes: no work
@@ -229,8 +229,8 @@ Status EntryPlanBuilder::AddInstruction(const Instruction& inst) {
     auto s = skipped_.find(inst.name());
     t = Unsupported(inst, "fusion kind " + kind,
                     s != skipped_.end() ? s->second : "no kernel was compiled");
-  } else if (inst.opcode() == Opcode::kAllReduce) {
-    ASSIGN_OR_RETURN(t, AllReduceThunk(inst));
+  } else if (ir::IsCollective(inst.opcode())) {
+    ASSIGN_OR_RETURN(t, CollectiveThunk(inst));
   } else if (inst.opcode() == Opcode::kCopy && !inst.shape().is_tuple()) {
     ASSIGN_OR_RETURN(t, CopyThunk(inst));
   } else if (inst.opcode() == Opcode::kConstant && inst.shape().num_elements() <= 1024) {
@@ -368,13 +368,28 @@ StatusOr<Thunk> EntryPlanBuilder::GemmThunk(const Instruction& inst, const GemmP
       .name = inst.name(), .meta = inst.metadata(), .body = std::move(g), .role = roles_.Of(inst)};
 }
 
-StatusOr<Thunk> EntryPlanBuilder::AllReduceThunk(const Instruction& inst) {
+// An all-reduce, reduce-scatter or all-gather: `count` is what NCCL takes
+// (program::AllReduceThunk), the smaller of the two sides.
+StatusOr<Thunk> EntryPlanBuilder::CollectiveThunk(const Instruction& inst) {
+  using program::CollectiveOp;
+  const CollectiveOp op = inst.opcode() == Opcode::kReduceScatter ? CollectiveOp::kReduceScatter
+                          : inst.opcode() == Opcode::kAllGather   ? CollectiveOp::kAllGather
+                                                                  : CollectiveOp::kAllReduce;
   program::AllReduceThunk a{.reduce = inst.attrs().reduce_kind,
                             .dtype = inst.shape().dtype(),
-                            .count = inst.shape().num_elements()};
+                            .count = op == CollectiveOp::kAllGather
+                                         ? inst.operand(0)->shape().num_elements()
+                                         : inst.shape().num_elements(),
+                            .collective = op};
   ASSIGN_OR_RETURN(a.in, SliceOf(inst.operand(0)));
   ASSIGN_OR_RETURN(a.out, SliceOf(&inst));
-  all_reduces_.push_back({static_cast<int64_t>(plan_.thunks.size()), &inst});
+  const bool overlap =
+      a.in.offset < a.out.offset + a.out.size && a.out.offset < a.in.offset + a.in.size;
+  if (op != CollectiveOp::kAllReduce && overlap) {
+    return Error("%{}: the {}'s operand and result overlap in the arena", inst.name(),
+                 ir::OpcodeName(inst.opcode()));
+  }
+  collectives_.push_back({static_cast<int64_t>(plan_.thunks.size()), &inst});
   return Thunk{
       .name = inst.name(), .meta = inst.metadata(), .body = std::move(a), .role = roles_.Of(inst)};
 }

@@ -6,7 +6,9 @@
 //   kernel       a generated kernel: name, grid, block, dynamic shared memory,
 //                args (slices in KernelSpec param order, Note [kernel ABI])
 //   gemm         a cuBLASLt matmul (gemm_plan.h) with its operand slices
-//   all_reduce   an NCCL all-reduce of one buffer, a member of a bucket
+//   all_reduce   an NCCL collective of one buffer (all-reduce, or with
+//                `collective`, reduce-scatter or all-gather), a member of a
+//                bucket
 //   copy         a donation the buffer assignment could not do in place
 //   constant     a small constant written into its slice before the step
 //   unsupported  an instruction without an emitter yet (the artifact is then
@@ -27,10 +29,10 @@
 
 namespace gptc::artifact {
 
-// The all-reduce buckets come from the IR (Note [all-reduce buckets] in
-// passes/all_reduce_combiner.h: each all-reduce's `bucket=K`); the plan only
+// The collective buckets come from the IR (Note [all-reduce buckets] in
+// passes/all_reduce_combiner.h: each collective's `bucket=K`); the plan only
 // places them among the thunks (program::AllReduceBucket: issue_after,
-// wait_before). An all-reduce without a bucket is an error naming it.
+// wait_before). A collective without a bucket is an error naming it.
 
 // What the plans hold, counted over every entry: the manifest's counts.
 using PlanStats = program::ArtifactCounts;

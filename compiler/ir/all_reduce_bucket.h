@@ -1,6 +1,8 @@
-// The bucket of an all-reduce: which NCCL group the runtime issues it in
-// (Note [all-reduce buckets] in passes/all_reduce_combiner.h decides them;
-// `bucket=K` in the text, after `kind`). Absent until the combiner runs.
+// The bucket of a collective (all-reduce, reduce-scatter, all-gather): which
+// NCCL group the runtime issues it in (Note [all-reduce buckets] in
+// passes/all_reduce_combiner.h decides them; `bucket=K` in the text, last
+// among its attributes). One numbering serves all three opcodes; a bucket
+// holds collectives of one opcode. Absent until the combiner runs.
 #ifndef GPTC_COMPILER_IR_ALL_REDUCE_BUCKET_H_
 #define GPTC_COMPILER_IR_ALL_REDUCE_BUCKET_H_
 
@@ -11,14 +13,15 @@
 
 namespace gptc::ir {
 
-// The bucket number of all-reduce `inst` in its computation, if assigned.
-inline std::optional<int64_t> AllReduceBucket(const Instruction& inst) {
-  if (inst.opcode() != Opcode::kAllReduce) return std::nullopt;
+// The bucket number of collective `inst` in its computation, if assigned;
+// nullopt for any other instruction.
+inline std::optional<int64_t> CollectiveBucket(const Instruction& inst) {
+  if (!IsCollective(inst.opcode())) return std::nullopt;
   return inst.attrs().bucket;
 }
 
-// Records bucket `bucket` on all-reduce `inst`.
-inline void SetAllReduceBucket(Instruction& inst, int64_t bucket) {
+// Records bucket `bucket` on collective `inst`.
+inline void SetCollectiveBucket(Instruction& inst, int64_t bucket) {
   inst.mutable_attrs().bucket = bucket;
 }
 

@@ -37,9 +37,9 @@ std::vector<std::string_view> AllowedAttrs(Opcode opcode) {
     case Opcode::kAllReduce:
       return {"kind", "bucket"};
     case Opcode::kReduceScatter:
-      return {"kind", "replicas"};
+      return {"kind", "replicas", "bucket"};
     case Opcode::kAllGather:
-      return {"replicas"};
+      return {"replicas", "bucket"};
     case Opcode::kFusion:
       return {"kind", "epilogue"};
     case Opcode::kSlice:

@@ -68,9 +68,6 @@ std::vector<std::string> FormatOpcodeAttrs(const Instruction& inst) {
       break;
     case Opcode::kAllReduce:
       out.push_back(fmt::format("kind={}", ReduceKindName(a.reduce_kind)));
-      if (std::optional<int64_t> bucket = AllReduceBucket(inst)) {
-        out.push_back(fmt::format("bucket={}", *bucket));
-      }
       break;
     case Opcode::kReduceScatter:
       out.push_back(fmt::format("kind={}", ReduceKindName(a.reduce_kind)));
@@ -127,6 +124,9 @@ std::vector<std::string> FormatOpcodeAttrs(const Instruction& inst) {
       break;
     default:
       break;
+  }
+  if (std::optional<int64_t> bucket = CollectiveBucket(inst)) {
+    out.push_back(fmt::format("bucket={}", *bucket));
   }
   return out;
 }

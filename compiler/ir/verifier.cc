@@ -120,27 +120,35 @@ class Verifier {
   }
 
   // Note [all-reduce buckets] (passes/all_reduce_combiner.h): every
-  // all-reduce of `c` has a bucket or none does; buckets are numbered from 0
-  // in instruction order, each a run of consecutive all-reduces.
+  // collective of `c` (all-reduce, reduce-scatter, all-gather) has a bucket
+  // or none does; buckets are numbered from 0 in instruction order over all
+  // three opcodes, each a run of consecutive collectives of one opcode.
   Status CheckBuckets(const Computation& c) const {
     const Instruction* previous = nullptr;
     std::optional<int64_t> previous_bucket;
     for (const auto& owned : c.instructions()) {
       const Instruction& inst = *owned;
-      if (inst.opcode() != Opcode::kAllReduce) continue;
-      const std::optional<int64_t> bucket = AllReduceBucket(inst);
+      if (!IsCollective(inst.opcode())) continue;
+      const std::optional<int64_t> bucket = CollectiveBucket(inst);
       if (previous != nullptr && bucket.has_value() != previous_bucket.has_value()) {
         return At(inst, Error("{} a bucket but %{} {}", bucket ? "has" : "has no", previous->name(),
                               bucket ? "has none" : "has one"));
       }
       const int64_t expected = previous_bucket.value_or(-1);
       if (bucket && previous == nullptr && *bucket != 0) {
-        return At(inst, Error("is the first all-reduce but in bucket {}, not 0", *bucket));
+        return At(inst, Error("is the first collective but in bucket {}, not 0", *bucket));
       }
       if (bucket && previous != nullptr && *bucket != expected && *bucket != expected + 1) {
         return At(inst, Error("is in bucket {} after %{} in bucket {}: buckets are numbered "
-                              "from 0 in order, each a run of consecutive all-reduces",
+                              "from 0 in order, each a run of consecutive collectives",
                               *bucket, previous->name(), expected));
+      }
+      if (bucket && previous != nullptr && *bucket == expected &&
+          inst.opcode() != previous->opcode()) {
+        return At(inst, Error("is in bucket {} with %{}, but its opcode {} is not {}: a bucket "
+                              "holds collectives of one opcode",
+                              *bucket, previous->name(), OpcodeName(inst.opcode()),
+                              OpcodeName(previous->opcode())));
       }
       previous = &inst;
       previous_bucket = bucket;

@@ -45,6 +45,11 @@ constexpr EnumName<ThunkKind> kThunkKindNames[] = {{ThunkKind::kKernel, "kernel"
                                                    {ThunkKind::kAllReduce, "all_reduce"},
                                                    {ThunkKind::kUnsupported, "unsupported"}};
 
+constexpr EnumName<CollectiveOp> kCollectiveOpNames[] = {
+    {CollectiveOp::kAllReduce, "all_reduce"},
+    {CollectiveOp::kReduceScatter, "reduce_scatter"},
+    {CollectiveOp::kAllGather, "all_gather"}};
+
 template <typename E, size_t N>
 std::string_view NameOf(E value, const EnumName<E> (&table)[N]) {
   for (const auto& [v, name] : table) {
@@ -134,6 +139,7 @@ void BodyToJson(const AllReduceThunk& a, json& j) {
   j["in"] = ToJson(a.in);
   j["out"] = ToJson(a.out);
   if (a.bucket >= 0) j["bucket"] = a.bucket;
+  if (a.collective != CollectiveOp::kAllReduce) j["collective"] = CollectiveOpName(a.collective);
 }
 
 void BodyToJson(const UnsupportedThunk& u, json& j) {
@@ -210,6 +216,9 @@ StatusOr<AllReduceThunk> AllReduceFromJson(const json& j, std::string_view where
   ASSIGN_OR_RETURN(a.in, ObjectField(j, "in", where, ArenaSliceFromJson));
   ASSIGN_OR_RETURN(a.out, ObjectField(j, "out", where, ArenaSliceFromJson));
   ASSIGN_OR_RETURN(a.bucket, JsonFieldOr<int64_t>(j, "bucket", where, -1));
+  if (j.contains("collective")) {
+    ASSIGN_OR_RETURN(a.collective, EnumField(j, "collective", where, kCollectiveOpNames));
+  }
   return a;
 }
 
@@ -248,6 +257,7 @@ std::string_view GemmComputeName(GemmCompute c) { return NameOf(c, kComputes); }
 std::string_view GemmOpName(GemmOp op) { return NameOf(op, kOps); }
 std::string_view GemmEpilogueName(GemmEpilogue e) { return NameOf(e, kEpilogues); }
 std::string_view ThunkKindName(ThunkKind kind) { return NameOf(kind, kThunkKindNames); }
+std::string_view CollectiveOpName(CollectiveOp op) { return NameOf(op, kCollectiveOpNames); }
 
 int64_t GemmDTypeBytes(GemmDType t) { return t == GemmDType::kF32 ? 4 : 2; }
 
@@ -307,7 +317,9 @@ std::string Thunk::Describe() const {
                        k->fusion_kind.empty() ? "" : ", " + k->fusion_kind,
                        meta.empty() ? "" : ", " + meta);
   }
-  return fmt::format("thunk {} ({} %{}{})", index, ThunkKindName(kind()), name,
+  const auto* c = std::get_if<AllReduceThunk>(&body);
+  return fmt::format("thunk {} ({} %{}{})", index,
+                     c != nullptr ? CollectiveOpName(c->collective) : ThunkKindName(kind()), name,
                      meta.empty() ? "" : ", " + meta);
 }
 

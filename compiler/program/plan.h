@@ -240,13 +240,25 @@ struct ConstantThunk {
   bool operator==(const ConstantThunk&) const = default;
 };
 
-// An NCCL all-reduce of one buffer, a member of bucket `bucket`.
+// The NCCL collective a collective thunk runs ("collective"; absent: all_reduce).
+enum class CollectiveOp { kAllReduce, kReduceScatter, kAllGather };
+std::string_view CollectiveOpName(CollectiveOp op);  // "all_reduce", "reduce_scatter", ...
+
+// An NCCL collective of one buffer (thunk kind "all_reduce" whichever it
+// is), a member of bucket `bucket`. `count` is the element count NCCL takes:
+//   all_reduce      in and out `count` elements (out may be in)
+//   reduce_scatter  out `count` (recvcount), in `count` x the world size:
+//                   this rank's shard of the rank-order sum (or max)
+//   all_gather      in `count` (sendcount), out `count` x the world size:
+//                   every rank's in, in rank order (`reduce` unused)
+// in and out of a reduce-scatter or all-gather never overlap.
 struct AllReduceThunk {
   ir::ReduceKind reduce = ir::ReduceKind::kSum;
   ir::DType dtype = ir::DType::kF32;
   int64_t count = 0;
   ArenaSlice in, out;
   int64_t bucket = -1;  // index into EntryPlan::buckets
+  CollectiveOp collective = CollectiveOp::kAllReduce;
   bool operator==(const AllReduceThunk&) const = default;
 };
 
@@ -296,9 +308,10 @@ struct Thunk {
 // fallback_d; copy src, dst; constant dst; all-reduce in, out).
 std::vector<const ArenaSlice*> ThunkSlices(const Thunk& t);
 
-// All-reduces issued together (Note [all-reduce buckets] in
-// passes/all_reduce_combiner.h): as one group after thunk `issue_after` (its last
-// member), finished before thunk `wait_before` (thunks.size(): the end).
+// Collectives of one CollectiveOp issued together (Note [all-reduce buckets]
+// in passes/all_reduce_combiner.h): as one group after thunk `issue_after`
+// (its last member), finished before thunk `wait_before` (thunks.size(): the
+// end). `bytes`: its members' operands.
 struct AllReduceBucket {
   int64_t id = 0;                // its index in EntryPlan::buckets
   std::vector<int64_t> members;  // all_reduce thunk indices, ascending

@@ -41,7 +41,7 @@ ENTRY %main {
 std::vector<std::optional<int64_t>> BucketsOf(const ir::Module& m) {
   std::vector<std::optional<int64_t>> out;
   for (const auto& inst : m.entry()->instructions()) {
-    if (inst->opcode() == ir::Opcode::kAllReduce) out.push_back(ir::AllReduceBucket(*inst));
+    if (inst->opcode() == ir::Opcode::kAllReduce) out.push_back(ir::CollectiveBucket(*inst));
   }
   return out;
 }
@@ -72,7 +72,7 @@ TEST(AllReduceCombinerTest, ALargerCapTakesTheLargeTensorIn) {
   using B = std::optional<int64_t>;
   EXPECT_EQ(BucketsOf(*module), (std::vector<B>{0, 0, 1, 1, 1}));
   std::vector<std::vector<ir::Instruction*>> groups =
-      GroupAllReduces(*module->entry(), int64_t{64} << 20);
+      GroupCollectives(*module->entry(), int64_t{64} << 20);
   ASSERT_EQ(groups.size(), 2u);
   EXPECT_EQ(groups[1].front()->name(), "a3");
 }

@@ -87,34 +87,88 @@ TEST(BucketPlanTest, AnAllReduceWithoutABucketIsAnErrorNamingIt) {
             "%a1: all-reduce has no bucket (run all-reduce-combiner after the schedule)");
 }
 
-// The GPU plan has no thunk for reduce-scatter or all-gather yet: building
-// one names the instruction. Buffer assignment plans them as any op, each
-// operand kept until its result's last reader (Note [in-place all-reduce]).
-TEST(BucketPlanTest, ReduceScatterAndAllGatherAreRefusedNamingTheInstruction) {
-  for (const char* op : {"%s = f32[512] reduce-scatter(%g), kind=sum, replicas=2",
-                         "%s = f32[2048] all-gather(%g), replicas=2"}) {
-    const bool scatter = std::string(op).find("reduce-scatter") != std::string::npos;
-    const std::string text = fmt::format(
-        "module collective\nENTRY %main {{\n  %x = f32[1024] parameter(0)\n"
-        "  %g = f32[1024] exp(%x)\n  {}\n  %u = {} neg(%s)\n"
-        "  ROOT %out = ({}) tuple(%u)\n}}\n",
-        op, scatter ? "f32[512]" : "f32[2048]", scatter ? "f32[512]" : "f32[2048]");
-    StatusOr<std::unique_ptr<ir::Module>> module = ir::ParseAndVerifyModule(text, "<test>");
-    ASSERT_TRUE(module.ok()) << module.status().message();
-    program::TrainEntry entry{program::EntryRole::kTrainStep, std::move(module).value(), {}};
-    const ir::Instruction* x = entry.module->entry()->parameters()[0];
-    entry.signature.inputs.push_back({program::SlotRole::kData, -1, x->name(), x->shape()});
-    entry.signature.outputs.push_back({program::SlotRole::kData, -1, "out",
-                                       entry.module->entry()->root()->shape().tuple_elements()[0]});
-    StatusOr<analysis::BufferAssignment> ba = analysis::AssignBuffers(*entry.module);
-    ASSERT_TRUE(ba.ok()) << ba.status().message();
-    PlanStats stats;
-    StatusOr<program::EntryPlan> plan =
-        BuildEntryPlan(entry, *ba, codegen::CompiledKernels{}, stats);
-    ASSERT_FALSE(plan.ok());
-    EXPECT_EQ(plan.status().message(), fmt::format("%s: {} is not supported by the GPU plan yet",
-                                                   scatter ? "reduce-scatter" : "all-gather"));
+// ZeRO-1's collectives (Note [ZeRO-1 shards] in compiler/program/program.h):
+// a reduce-scatter and an all-gather are collective thunks (kind all_reduce,
+// `collective` naming which) in buckets of their own, placed as all-reduce
+// buckets are; `count` is what NCCL takes (recvcount, sendcount); operand
+// and result in separate buffers, the operand kept until the result's last
+// reader (Note [in-place all-reduce]).
+TEST(BucketPlanTest, ReduceScatterAndAllGatherAreCollectiveThunksInBuckets) {
+  StatusOr<program::EntryPlan> plan = PlanOf(R"(module zero
+ENTRY %main {
+  %x = f32[1024] parameter(0)
+  %g = f32[1024] exp(%x)
+  %s = f32[512] reduce-scatter(%g), kind=sum, replicas=2, bucket=0
+  %u = f32[512] neg(%s)
+  %b = bf16[512] convert(%u)
+  %a = bf16[1024] all-gather(%b), replicas=2, bucket=1
+  %v = f32[1024] convert(%a)
+  ROOT %out = (f32[1024], f32[512]) tuple(%v, %s)
+}
+)");
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const nlohmann::json json = program::ToJson(*plan);
+  // Thunks in order: g s u b a v.
+  const nlohmann::json& thunks = json["thunks"];
+  ASSERT_EQ(thunks.size(), 6u);
+  const nlohmann::json& s = thunks[1];
+  EXPECT_EQ(s["kind"], "all_reduce");
+  EXPECT_EQ(s["collective"], "reduce_scatter");
+  EXPECT_EQ(s["reduce"], "sum");
+  EXPECT_EQ(s["count"], 512);
+  EXPECT_EQ(s["in"]["size"], 4096);
+  EXPECT_EQ(s["out"]["size"], 2048);
+  EXPECT_EQ(s["bucket"], 0);
+  const nlohmann::json& a = thunks[4];
+  EXPECT_EQ(a["collective"], "all_gather");
+  EXPECT_EQ(a["dtype"], "bf16");
+  EXPECT_EQ(a["count"], 512);
+  EXPECT_EQ(a["in"]["size"], 1024);
+  EXPECT_EQ(a["out"]["size"], 2048);
+  EXPECT_EQ(a["bucket"], 1);
+  for (const nlohmann::json* t : {&s, &a}) {
+    const int64_t in = (*t)["in"]["offset"], in_size = (*t)["in"]["size"];
+    const int64_t out = (*t)["out"]["offset"], out_size = (*t)["out"]["size"];
+    EXPECT_TRUE(in + in_size <= out || out + out_size <= in) << t->dump();
   }
+  const nlohmann::json& buckets = json["buckets"];
+  ASSERT_EQ(buckets.size(), 2u);
+  EXPECT_EQ(buckets[0]["members"], nlohmann::json::array({1}));
+  EXPECT_EQ(buckets[0]["issue_after"], 1);
+  EXPECT_EQ(buckets[0]["wait_before"], 2);  // %u
+  EXPECT_EQ(buckets[0]["bytes"], 4096);
+  EXPECT_EQ(buckets[1]["members"], nlohmann::json::array({4}));
+  EXPECT_EQ(buckets[1]["wait_before"], 5);  // %v
+  EXPECT_EQ(buckets[1]["bytes"], 1024);
+  // What the codec writes it reads back; messages name the collective.
+  StatusOr<program::EntryPlan> back = program::EntryPlanFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, *plan);
+  EXPECT_EQ(plan->thunks[1].Describe(), "thunk 1 (reduce_scatter %s)");
+  EXPECT_EQ(plan->thunks[4].Describe(), "thunk 4 (all_gather %a)");
+}
+
+// An all-reduce's thunk has no `collective` (plans before it read the same).
+TEST(BucketPlanTest, AnAllReduceThunkWritesNoCollective) {
+  StatusOr<program::EntryPlan> plan = PlanOf(kModule);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const nlohmann::json json = program::ToJson(*plan);
+  EXPECT_FALSE(json["thunks"][1].contains("collective"));
+  EXPECT_EQ(plan->thunks[1].Describe(), "thunk 1 (all_reduce %a1)");
+}
+
+// A collective without a bucket is an error naming it and its opcode.
+TEST(BucketPlanTest, AReduceScatterWithoutABucketIsAnErrorNamingIt) {
+  StatusOr<program::EntryPlan> plan = PlanOf(R"(module zero
+ENTRY %main {
+  %x = f32[1024] parameter(0)
+  %s = f32[512] reduce-scatter(%x), kind=sum, replicas=2
+  ROOT %out = (f32[512]) tuple(%s)
+}
+)");
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().message(),
+            "%s: reduce-scatter has no bucket (run all-reduce-combiner after the schedule)");
 }
 
 }  // namespace
