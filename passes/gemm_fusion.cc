@@ -58,11 +58,17 @@ bool WidenedByConsumers(const Planner& p, const Instruction* convert) {
   if (p.computation()->root() == convert) return false;
   std::vector<const Instruction*> users;
   p.NonFreeUsers(convert, users);
+  // A reshape that a collective reads (ZeRO-1's flattened gradient) would
+  // become a widening kernel of its own: the gemm writes the wide value.
+  auto feeds_collective = [](const Instruction* u) {
+    return std::any_of(u->users().begin(), u->users().end(),
+                       [](const Instruction* r) { return ir::IsCollective(r->opcode()); });
+  };
   return !users.empty() && std::all_of(users.begin(), users.end(), [&](const Instruction* u) {
     const Opcode o = u->opcode();
     return p.group_of(u) < 0 && !u->role().optimizer() &&
-           (ir::IsElementwise(o) || o == Opcode::kReduce || o == Opcode::kReshape ||
-            o == Opcode::kTranspose);
+           (ir::IsElementwise(o) || o == Opcode::kReduce ||
+            (o == Opcode::kReshape && !feeds_collective(u)) || o == Opcode::kTranspose);
   });
 }
 

@@ -51,7 +51,8 @@ models::GptConfig TinyConfig() {
   return models::ApplyOverrides(config, narrow);
 }
 
-StatusOr<TrainProgram> Build(PrecisionPolicy precision, RematPolicy remat, bool optimize) {
+StatusOr<TrainProgram> Build(PrecisionPolicy precision, RematPolicy remat, bool optimize,
+                             int64_t world = 1, int64_t zero = 0) {
   StatusOr<frontend::TracedModule> traced =
       models::TraceGpt2Forward(TinyConfig(), kBatch, kSeq);
   if (!traced.ok()) return traced.status();
@@ -59,6 +60,8 @@ StatusOr<TrainProgram> Build(PrecisionPolicy precision, RematPolicy remat, bool 
   options.precision.policy = precision;
   options.optimize = optimize;
   options.remat.policy = remat;
+  options.world_size = world;
+  options.zero_stage = zero;
   return BuildTrainProgram(std::move(traced->module), traced->params, traced->inputs, options);
 }
 
@@ -183,6 +186,24 @@ TEST_P(TrainPipelineTest, MetadataIsForPeopleOnly) {
   ASSERT_TRUE(blank.ok()) << blank.status().message();
   EXPECT_NE(named->find("fusion("), std::string::npos);
   EXPECT_TRUE(*named == *blank) << "the blank-metadata step differs";
+}
+
+// ZeRO-1 (passes/zero_shard.h) adds collectives, not kernels: each layer's
+// kernels are plain data parallelism's (the gemm writes the f32 gradient
+// the reduce-scatter reads, as it does for the all-reduce).
+TEST_P(TrainPipelineTest, ZeroOneAddsNoKernelPerLayer) {
+  StatusOr<TrainProgram> plain = Build(PrecisionPolicy::kBF16, GetParam(), true, 2, 0);
+  StatusOr<TrainProgram> zero = Build(PrecisionPolicy::kBF16, GetParam(), true, 2, 1);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  ASSERT_TRUE(zero.ok()) << zero.status().message();
+  const ir::Module& z = *zero->Find(program::EntryRole::kTrainStep)->module;
+  EXPECT_EQ(analysis::KernelsPerLayer(z),
+            analysis::KernelsPerLayer(*plain->Find(program::EntryRole::kTrainStep)->module));
+  int64_t scatters = 0;
+  for (const auto& inst : z.entry()->instructions()) {
+    scatters += inst->opcode() == ir::Opcode::kReduceScatter;
+  }
+  EXPECT_EQ(scatters, static_cast<int64_t>(zero->params.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Remat, TrainPipelineTest,
