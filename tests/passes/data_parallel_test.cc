@@ -196,8 +196,11 @@ TEST(DataParallelTest, ParsesOptions) {
   EXPECT_EQ(ParseDataParallelOptions({{"mode", "sgd"}}).status().message(),
             "data-parallel: mode must be step, accumulate or apply, got 'sgd'");
   EXPECT_EQ(ParseDataParallelOptions({{"size", "2"}}).status().message(),
-            "data-parallel: unknown option 'size' (known: world, mode, prescaled)");
+            "data-parallel: unknown option 'size' (known: world, mode, prescaled, gradients)");
   EXPECT_TRUE(ParseDataParallelOptions({{"prescaled", "true"}})->gradients_prescaled);
+  EXPECT_FALSE(ParseDataParallelOptions({{"gradients", "false"}})->gradients);
+  EXPECT_EQ(ParseDataParallelOptions({{"gradients", "no"}}).status().message(),
+            "data-parallel: gradients must be true or false, got 'no'");
   EXPECT_EQ(ParseDataParallelOptions({{"prescaled", "1"}}).status().message(),
             "data-parallel: prescaled must be true or false, got '1'");
 }
