@@ -112,7 +112,19 @@ StatusOr<StepTimeline> StepTimelineOf(const EntryPlan& entry, std::span<const do
   for (const Thunk& t : entry.thunks) {
     const auto* a = std::get_if<program::AllReduceThunk>(&t.body);
     if (a == nullptr) continue;
-    out.gradients.push_back({a->count * ir::DTypeBytes(a->dtype), done[t.index]});
+    // The gradients the scaling model communicates, whole: a reduce-scatter's
+    // operand (ZeRO-1's padded gradient); the gather of the parameters the
+    // model adds itself (gather_bytes).
+    switch (a->collective) {
+      case program::CollectiveOp::kAllReduce:
+        out.gradients.push_back({a->count * ir::DTypeBytes(a->dtype), done[t.index]});
+        break;
+      case program::CollectiveOp::kReduceScatter:
+        out.gradients.push_back({a->in.size, done[t.index]});
+        break;
+      case program::CollectiveOp::kAllGather:
+        break;
+    }
   }
   if (out.gradients.empty()) {
     ASSIGN_OR_RETURN(const auto finished, GradientsByBuffer(entry));

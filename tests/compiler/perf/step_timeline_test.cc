@@ -78,6 +78,31 @@ TEST(StepTimelineTest, GradientsFromBuffersAndFromAllReducesAgree) {
   }
 }
 
+// ZeRO-1's plan: each gradient's reduce-scatter counts with its whole
+// (padded) operand, its NCCL count being the shard's; the gathers of the
+// parameters are the model's to add (gather_bytes), not gradients.
+TEST(StepTimelineTest, ReduceScattersCountTheirWholeGradient) {
+  std::vector<double> us;
+  program::EntryPlan e = Plan(true, us);
+  for (Thunk& t : e.thunks) {
+    if (auto* a = std::get_if<program::AllReduceThunk>(&t.body)) {
+      a->collective = program::CollectiveOp::kReduceScatter;
+      a->count /= 4;
+    }
+  }
+  Thunk gather = AllReduce(kGrad1, 25);
+  std::get<program::AllReduceThunk>(gather.body).collective = program::CollectiveOp::kAllGather;
+  gather.index = static_cast<int64_t>(e.thunks.size());
+  e.thunks.push_back(gather);
+  us.push_back(0);
+  StatusOr<StepTimeline> t = StepTimelineOf(e, us, 999, 64);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  ASSERT_EQ(t->gradients.size(), 2u);
+  EXPECT_EQ(t->gradients[0].bytes, 400);
+  EXPECT_EQ(t->gradients[1].bytes, 800);
+  EXPECT_EQ(t->gradients[1].ready_us, 65);
+}
+
 TEST(StepTimelineTest, RefusesMismatchedTimesAndPlansWithoutRoles) {
   std::vector<double> us;
   program::EntryPlan e = Plan(false, us);
