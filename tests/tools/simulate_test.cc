@@ -34,7 +34,8 @@ class SimulateTest : public ::testing::Test {
     fs::create_directories(*dir_);
     for (const auto& [name, flags] :
          {std::pair{"dp2", "--dp 2"}, std::pair{"dp1", ""}, std::pair{"nocodegen", "--no-codegen"},
-          std::pair{"accum", "--no-codegen --grad-accum 2"}}) {
+          std::pair{"accum", "--no-codegen --grad-accum 2"},
+          std::pair{"zero", "--no-codegen --dp 2 --zero 1"}}) {
       const CommandResult r = RunCommand(
           std::string(GPTC_BIN) + " compile --model gpt2-tiny " + flags + " -o " + Path(name),
           *dir_);
@@ -169,6 +170,9 @@ TEST_F(SimulateTest, BadFlagsAndFilesInOneLine) {
             "has no kernel (compiled with --no-codegen): nothing to time it by"},
            {Path("missing"), 1, "missing.gptx"},
            {Path("accum"), 1, "compiled with --grad-accum 2: no train_step entry"},
+           {Path("zero"), 1,
+            "compiled with --zero 1: the scaling model predicts ZeRO-1 from the --zero 0 "
+            "artifact"},
        }) {
     const CommandResult r = Simulate(args);
     EXPECT_EQ(r.code, code) << args << ": " << r.err;

@@ -149,6 +149,7 @@ StatusOr<Options> ParseOptions(const Flags& flags) {
 // bytes. Errors name the artifact, or --times for the time source's.
 StatusOr<perf::StepTimeline> TimelineOf(const program::Artifact& a, const std::string& path,
                                         const Options& o, std::string& source) {
+  RETURN_IF_ERROR(report::CheckUnsharded(a, path));
   StatusOr<program::Plan> plan = program::PlanFromJson(a.plan);
   if (!plan.ok()) return plan.status().WithPrefix(path);
   ASSIGN_OR_RETURN(const program::EntryPlan* entry, report::TrainStepEntry(*plan, a, path));

@@ -124,10 +124,19 @@ StatusOr<const program::EntryPlan*> TrainStepEntry(const program::Plan& plan,
       artifact_path, artifact.manifest.flags.grad_accum);
 }
 
+Status CheckUnsharded(const program::Artifact& artifact, std::string_view artifact_path) {
+  if (artifact.manifest.flags.zero_stage == 0) return Status::Ok();
+  return Error(
+      "{}: compiled with --zero {}: the scaling model predicts ZeRO-1 from the --zero 0 "
+      "artifact of the same model and batch (its --zero 1 rows)",
+      artifact_path, artifact.manifest.flags.zero_stage);
+}
+
 StatusOr<perf::StepTimeline> TrainStepTimeline(const program::Artifact& artifact,
                                                std::string_view artifact_path,
                                                const program::EntryPlan& entry,
                                                const ThunkTimes& times) {
+  RETURN_IF_ERROR(CheckUnsharded(artifact, artifact_path));
   StatusOr<std::vector<program::ParamSpec>> params =
       program::ParamsSectionFromJson(artifact.params);
   if (!params.ok()) return params.status().WithPrefix(artifact_path);

@@ -55,6 +55,11 @@ StatusOr<const program::EntryPlan*> TrainStepEntry(const program::Plan& plan,
                                                    const program::Artifact& artifact,
                                                    std::string_view artifact_path);
 
+// The scaling model shards the optimizer itself (ScalingConfig::zero): from
+// a ZeRO-1 artifact, whose optimizer already runs on 1/N, it would shard
+// twice. An error naming the artifact for one compiled with --zero 1.
+Status CheckUnsharded(const program::Artifact& artifact, std::string_view artifact_path);
+
 // The step's timeline from `times` of `entry` (TrainStepEntry's): the
 // gradients, the parameters to all-gather in the compute dtype, the tokens
 // of one GPU's micro-batch. Errors name the artifact.
