@@ -70,7 +70,8 @@ struct KernelCounters {
   int64_t BlocksPerSm() const;
 };
 
-// What the device did, for the log and benchmarks.
+// What the device did, for the log and benchmarks (all_reduces: every
+// collective, reduce-scatters and all-gathers too).
 struct EmuStats {
   int64_t launches = 0, blocks = 0, gemms = 0, copies = 0, all_reduces = 0;
   double kernel_seconds = 0, gemm_seconds = 0;

@@ -425,7 +425,7 @@ const char* GemmStatusString(State& d, cublasStatus_t status) {
   return d.lt_status_string(status);
 }
 
-// --- all-reduces ------------------------------------------------------------
+// --- collectives (all-reduce, reduce-scatter, all-gather) ---------------------
 
 // Note [in-flight all-reduces]
 // NCCL runs a bucket on the communication stream while the compute stream
@@ -435,6 +435,8 @@ const char* GemmStatusString(State& d, cublasStatus_t status) {
 // same order) but lands the result only when another stream or the host
 // waits for it; until then the result reads as NaN and the checks report
 // any thunk that reads it or writes either buffer (MemoryChecker flights).
+// A reduce-scatter's or all-gather's operand and result differ in size; the
+// flight covers each at its own.
 std::vector<float> ToFloats(const void* p, int64_t count, ir::DType dtype) {
   std::vector<float> out(count);
   if (dtype == ir::DType::kF32) {
@@ -460,33 +462,72 @@ std::string FromFloats(const std::vector<float>& v, ir::DType dtype) {
   return out;
 }
 
-cudaError_t AllReduceOp(Stream& s, rt::Communicator* host, const void* in, void* out, int64_t count,
-                        ir::DType dtype, gpu::ReduceOp op) {
+// One collective as the executor enqueues it (gpu::Communicator's calls):
+// `count` is NCCL's (program::AllReduceThunk).
+struct CollectiveCall {
+  program::CollectiveOp op = program::CollectiveOp::kAllReduce;
+  const void* in = nullptr;
+  void* out = nullptr;
+  int64_t count = 0;
+  ir::DType dtype = ir::DType::kF32;
+  gpu::ReduceOp reduce = gpu::ReduceOp::kSum;
+};
+
+// The values collective `c` leaves in its result, exchanged with the other
+// ranks through `host` (the CPU device's communicator: rank-order sums, as
+// the evaluator's, bit for bit).
+StatusOr<std::vector<float>> Exchange(rt::Communicator* host, const CollectiveCall& c,
+                                      int64_t in_count, int64_t out_count) {
+  const ir::ReduceKind kind =
+      c.reduce == gpu::ReduceOp::kMax ? ir::ReduceKind::kMax : ir::ReduceKind::kSum;
+  std::vector<float> values = ToFloats(c.in, in_count, c.dtype);
+  if (c.op == program::CollectiveOp::kAllReduce) {
+    RETURN_IF_ERROR(host->AllReduce(kind, std::span<float>(values)));
+    return values;
+  }
+  std::vector<float> result(out_count);
+  if (c.op == program::CollectiveOp::kReduceScatter) {
+    RETURN_IF_ERROR(host->ReduceScatter(kind, values, result));
+  } else {
+    RETURN_IF_ERROR(host->AllGather(values, result));
+  }
+  return result;
+}
+
+cudaError_t CollectiveOp(Stream& s, rt::Communicator* host, const CollectiveCall& c) {
   State& d = *s.device;
   MemoryChecker& mc = *d.checker;
   const ThunkContext ctx = TakeThunkOf(s, {gpu::ThunkKind::kAllReduce});
-  const uint32_t event = EventFor(s, ctx, "an all-reduce (outside the plan)");
+  const uint32_t event = EventFor(s, ctx, "a collective (outside the plan)");
   const StreamPosition pos = Position(s);
-  const size_t bytes = static_cast<size_t>(count * ir::DTypeBytes(dtype));
-  const std::string who = ctx.plan != nullptr ? Describe(ctx) : "an all-reduce";
+  const int64_t world = host->world_size();
+  const int64_t in_count = c.count * (c.op == program::CollectiveOp::kReduceScatter ? world : 1);
+  const int64_t out_count = c.count * (c.op == program::CollectiveOp::kAllGather ? world : 1);
+  const size_t width = static_cast<size_t>(ir::DTypeBytes(c.dtype));
+  const size_t in_bytes = in_count * width, out_bytes = out_count * width;
+  const std::string who =
+      ctx.plan != nullptr ? Describe(ctx) : std::string(program::CollectiveOpName(c.op));
   if (mc.checks()) {
     const auto* a = ctx.plan != nullptr ? &std::get<gpu::AllReduceThunk>(ctx.get()->body) : nullptr;
     Status st = a != nullptr ? mc.CheckOperand(ctx, a->in, "in", pos)
-                             : mc.CheckRead(static_cast<const char*>(in), bytes, pos, who);
-    if (st.ok()) st = mc.Write(static_cast<char*>(out), bytes, event, pos, who, /*stamp=*/false);
+                             : mc.CheckRead(static_cast<const char*>(c.in), in_bytes, pos, who);
+    if (st.ok()) {
+      st = mc.Write(static_cast<char*>(c.out), out_bytes, event, pos, who, /*stamp=*/false);
+    }
     if (!st.ok()) return Finding(d, ctx, who, st);
   }
-  std::vector<float> values = ToFloats(in, count, dtype);
-  Status sent =
-      host->AllReduce(op == gpu::ReduceOp::kMax ? ir::ReduceKind::kMax : ir::ReduceKind::kSum,
-                      std::span<float>(values));
-  if (!sent.ok())
-    return Fail(d, cudaErrorUnknown, fmt::format("{}: {}", who, sent.message()), true);
-  auto result = std::make_shared<std::string>(FromFloats(values, dtype));
-  mc.BeginFlight(static_cast<const char*>(in), static_cast<const char*>(out), bytes, who);
-  std::memset(out, 0xff, bytes);
-  s.now_us += 10.0 + static_cast<double>(bytes) / 1e5;  // Note [emulated time]
+  StatusOr<std::vector<float>> values = Exchange(host, c, in_count, out_count);
+  if (!values.ok()) {
+    return Fail(d, cudaErrorUnknown, fmt::format("{}: {}", who, values.status().message()), true);
+  }
+  auto result = std::make_shared<std::string>(FromFloats(*values, c.dtype));
+  mc.BeginFlight(static_cast<const char*>(c.in), in_bytes, static_cast<const char*>(c.out),
+                 out_bytes, who);
+  std::memset(c.out, 0xff, out_bytes);
+  // Note [emulated time]
+  s.now_us += 10.0 + static_cast<double>(std::max(in_bytes, out_bytes)) / 1e5;
   ++d.stats.all_reduces;
+  void* out = c.out;
   d.landings.push_back(Landing{s.id, s.clock, [&mc, out, result, event, ctx] {
                                  std::memcpy(out, result->data(), result->size());
                                  mc.Land(static_cast<const char*>(out), event, ctx);
@@ -501,17 +542,30 @@ class EmuCommunicator : public gpu::Communicator {
   int rank() const override { return static_cast<int>(host_->rank()); }
   Status AllReduce(const void* in, void* out, int64_t count, ir::DType dtype, gpu::ReduceOp op,
                    void* stream) override {
-    Stream* s = ToStream(d_, static_cast<cudaStream_t>(stream));
-    if (s == nullptr) return Error("emulated all-reduce: unknown stream");
-    rt::Communicator* host = host_;
-    cudaError_t e =
-        Enqueue(*s, [=](Stream& on) { return AllReduceOp(on, host, in, out, count, dtype, op); });
-    if (e != cudaSuccess) return Error("emulated all-reduce: {}", d_.last_message);
-    return Status::Ok();
+    return Run({program::CollectiveOp::kAllReduce, in, out, count, dtype, op}, stream);
+  }
+  Status ReduceScatter(const void* in, void* out, int64_t recv_count, ir::DType dtype,
+                       gpu::ReduceOp op, void* stream) override {
+    return Run({program::CollectiveOp::kReduceScatter, in, out, recv_count, dtype, op}, stream);
+  }
+  Status AllGather(const void* in, void* out, int64_t send_count, ir::DType dtype,
+                   void* stream) override {
+    return Run({program::CollectiveOp::kAllGather, in, out, send_count, dtype, gpu::ReduceOp::kSum},
+               stream);
   }
   void Abort() override { host_->Abort(Error("an emulated rank aborted")); }
 
  private:
+  Status Run(const CollectiveCall& c, void* stream) {
+    const std::string_view name = program::CollectiveOpName(c.op);
+    Stream* s = ToStream(d_, static_cast<cudaStream_t>(stream));
+    if (s == nullptr) return Error("emulated {}: unknown stream", name);
+    rt::Communicator* host = host_;
+    cudaError_t e = Enqueue(*s, [=](Stream& on) { return CollectiveOp(on, host, c); });
+    if (e != cudaSuccess) return Error("emulated {}: {}", name, d_.last_message);
+    return Status::Ok();
+  }
+
   State& d_;
   rt::Communicator* host_;
 };

@@ -213,7 +213,7 @@ Status MemoryChecker::CheckRead(const char* p, size_t n, const StreamPosition& p
   Allocation* a = Find(p, n);
   if (a == nullptr || a->stamps == nullptr) return Status::Ok();  // host memory
   for (const Flight& f : flights_) {
-    if (Overlaps(p, n, f.out, f.bytes)) {
+    if (Overlaps(p, n, f.out, f.out_bytes)) {
       return Error("{}: reads {} while {} is in flight (before its bucket's wait)", who, Where(p),
                    f.who);
     }
@@ -245,7 +245,7 @@ Status MemoryChecker::Write(const char* p, size_t n, uint32_t event, const Strea
   Allocation* a = Find(p, n);
   if (a == nullptr || a->stamps == nullptr) return Status::Ok();
   for (const Flight& f : flights_) {
-    if (Overlaps(p, n, f.out, f.bytes) || Overlaps(p, n, f.in, f.bytes)) {
+    if (Overlaps(p, n, f.out, f.out_bytes) || Overlaps(p, n, f.in, f.in_bytes)) {
       return Error("{}: writes {} while {} is in flight (before its bucket's wait)", who, Where(p),
                    f.who);
     }
@@ -306,7 +306,7 @@ Status MemoryChecker::CheckOperand(const ThunkContext& ctx, const gpu::ArenaSlic
   const std::string who = fmt::format("entry {} {}", ctx.plan->name(), thunk.Describe());
   const std::string name = BufferName(*ctx.plan, slice);
   for (const Flight& f : flights_) {
-    if (Overlaps(p, slice.size, f.out, f.bytes)) {
+    if (Overlaps(p, slice.size, f.out, f.out_bytes)) {
       return Error(
           "{}: reads {} {} while {} is in flight: the thunk runs before its bucket's "
           "wait",
@@ -466,9 +466,10 @@ bool MemoryChecker::ExpectedOutput(const char* p, size_t n, uint32_t* event) {
   return found;
 }
 
-void MemoryChecker::BeginFlight(const char* in, const char* out, size_t n, std::string who) {
+void MemoryChecker::BeginFlight(const char* in, size_t in_bytes, const char* out, size_t out_bytes,
+                                std::string who) {
   std::lock_guard<std::mutex> lock(mu_);
-  flights_.push_back(Flight{in, out, n, std::move(who)});
+  flights_.push_back(Flight{in, in_bytes, out, out_bytes, std::move(who)});
 }
 
 void MemoryChecker::Land(const char* out, uint32_t event, const ThunkContext& ctx) {
@@ -476,7 +477,7 @@ void MemoryChecker::Land(const char* out, uint32_t event, const ThunkContext& ct
   auto it =
       std::find_if(flights_.begin(), flights_.end(), [&](const Flight& f) { return f.out == out; });
   if (it == flights_.end()) return;
-  const size_t bytes = it->bytes;
+  const size_t bytes = it->out_bytes;
   flights_.erase(it);
   if (Allocation* a = Find(out, bytes); a != nullptr && a->stamps != nullptr) {
     for (size_t w = (out - a->base) / 4; w < Words(out - a->base + bytes); ++w) {
@@ -542,7 +543,8 @@ class LaunchChecker : public GlobalAccessChecker {
                       who.Describe(), verb, arg->name, p - arg->begin));
     }
     for (const MemoryChecker::Flight& f : flights_) {
-      if (Overlaps(p, bytes, f.out, f.bytes) || (store && Overlaps(p, bytes, f.in, f.bytes))) {
+      if (Overlaps(p, bytes, f.out, f.out_bytes) ||
+          (store && Overlaps(p, bytes, f.in, f.in_bytes))) {
         return findings.Add(
             fmt::format("{}: {} of {} (+{}) while {} is in flight (before its "
                         "bucket's wait)",

@@ -135,9 +135,12 @@ class MemoryChecker {
   // Whether [p, p + n) is exactly an entry output, and the event it expects.
   bool ExpectedOutput(const char* p, size_t n, uint32_t* event);
 
-  // Note [in-flight all-reduces]: [in] and [out] of a bucket member belong
-  // to the communication stream until Land; `who` names the thunk.
-  void BeginFlight(const char* in, const char* out, size_t n, std::string who);
+  // Note [in-flight all-reduces]: [in, +in_bytes) and [out, +out_bytes) of
+  // a bucket member (an all-reduce, reduce-scatter or all-gather) belong to
+  // the communication stream until Land: writing either, or reading out, is
+  // a defect; `who` names the thunk.
+  void BeginFlight(const char* in, size_t in_bytes, const char* out, size_t out_bytes,
+                   std::string who);
   void Land(const char* out, uint32_t event, const ThunkContext& ctx);
 
   // The checker of one kernel launch of thunk `ctx` (args: the pointers),
@@ -151,8 +154,9 @@ class MemoryChecker {
 
   struct Flight {
     const char* in;
+    size_t in_bytes;
     const char* out;
-    size_t bytes;
+    size_t out_bytes;
     std::string who;
   };
   const std::vector<Flight>& flights() const { return flights_; }

@@ -2,6 +2,14 @@
 
 namespace gptc::rt::gpu {
 
+Status Communicator::ReduceScatter(const void*, void*, int64_t, ir::DType, ReduceOp, void*) {
+  return Error("this communicator (rank {} of {}) has no reduce-scatter", rank(), world_size());
+}
+
+Status Communicator::AllGather(const void*, void*, int64_t, ir::DType, void*) {
+  return Error("this communicator (rank {} of {}) has no all-gather", rank(), world_size());
+}
+
 Status CheckCommunicatorWorld(int64_t compiled_world, const Communicator* communicator,
                               std::string_view where) {
   const int64_t have = communicator != nullptr ? communicator->world_size() : 1;

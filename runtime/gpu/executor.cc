@@ -116,8 +116,10 @@ Status EntryExecutor::PrepareBuckets() {
 
 Status EntryExecutor::IssueBucket(size_t b, cudaStream_t stream) {
   const AllReduceBucket& bucket = plan_.buckets[b];
-  const std::string what = fmt::format("entry {}: all-reduce bucket {} ({} members, {} bytes)",
-                                       plan_.name(), b, bucket.members.size(), bucket.bytes);
+  const std::string what = fmt::format(
+      "entry {}: {} bucket {} ({} members, {} bytes)", plan_.name(),
+      program::CollectiveOpName(std::get<AllReduceCall>(calls_[bucket.members[0]]).collective), b,
+      bucket.members.size(), bucket.bytes);
   RETURN_IF_ERROR(cuda_.Check(cuda_.EventRecord(ready_[b], stream), what + ": cudaEventRecord"));
   RETURN_IF_ERROR(cuda_.Check(cuda_.StreamWaitEvent(comm_stream_, ready_[b], 0),
                               what + ": cudaStreamWaitEvent"));
@@ -125,17 +127,59 @@ Status EntryExecutor::IssueBucket(size_t b, cudaStream_t stream) {
   RETURN_IF_ERROR(comm.GroupStart().WithPrefix(what));
   Status issued = Status::Ok();
   for (int64_t m : bucket.members) {
-    const auto& a = std::get<AllReduceCall>(calls_[m]);
     issued = Observe(static_cast<size_t>(m), comm_stream_);
     if (!issued.ok()) break;
-    issued = comm.AllReduce(a.in, a.out, a.count, a.dtype, a.op, comm_stream_)
-                 .WithPrefix(plan_.thunks[m].Describe());
+    issued = IssueCollective(std::get<AllReduceCall>(calls_[m]), m, comm_stream_);
     if (!issued.ok()) break;
   }
   Status ended = comm.GroupEnd();  // always close the group
   RETURN_IF_ERROR(issued.WithPrefix(what));
   RETURN_IF_ERROR(ended.WithPrefix(what));
   return cuda_.Check(cuda_.EventRecord(done_[b], comm_stream_), what + ": cudaEventRecord");
+}
+
+Status EntryExecutor::IssueCollective(const AllReduceCall& a, size_t i, cudaStream_t stream) {
+  Communicator& comm = *resources_.communicator;
+  Status s = Status::Ok();
+  switch (a.collective) {
+    case program::CollectiveOp::kAllReduce:
+      s = comm.AllReduce(a.in, a.out, a.count, a.dtype, a.op, stream);
+      break;
+    case program::CollectiveOp::kReduceScatter:
+      s = comm.ReduceScatter(a.in, a.out, a.count, a.dtype, a.op, stream);
+      break;
+    case program::CollectiveOp::kAllGather:
+      s = comm.AllGather(a.in, a.out, a.count, a.dtype, stream);
+      break;
+  }
+  return s.WithPrefix(plan_.thunks[i].Describe());
+}
+
+// A collective over the communicator's ranks, whose slices must hold `count`
+// x the world size on the sharded side; alone (world size 1) every one is
+// the identity: a copy when in and out differ, else nothing.
+StatusOr<EntryExecutor::Call> EntryExecutor::TranslateCollective(const Thunk& t) {
+  const auto& a = std::get<AllReduceThunk>(t.body);
+  const Communicator* comm = resources_.communicator;
+  const int64_t world = comm != nullptr ? comm->world_size() : 1;
+  const int64_t bytes = a.count * ir::DTypeBytes(a.dtype);
+  const ArenaSlice* whole = a.collective == program::CollectiveOp::kReduceScatter ? &a.in
+                            : a.collective == program::CollectiveOp::kAllGather   ? &a.out
+                                                                                  : nullptr;
+  if (whole != nullptr && whole->size != bytes * world) {
+    return Error("{}: its {} slice holds {} bytes, not {} elements x {} rank{} of {}", t.Describe(),
+                 whole == &a.in ? "in" : "out", whole->size, a.count, world, world == 1 ? "" : "s",
+                 ir::DTypeName(a.dtype));
+  }
+  AllReduceCall call{.in = At(a.in),
+                     .out = At(a.out),
+                     .count = a.count,
+                     .dtype = a.dtype,
+                     .op = a.reduce == ir::ReduceKind::kMax ? ReduceOp::kMax : ReduceOp::kSum,
+                     .collective = a.collective};
+  if (world > 1) return Call(call);
+  if (a.in.offset == a.out.offset) return Call(NoOp{});
+  return Call(MemcpyCall{.dst = At(a.out), .src = At(a.in), .bytes = static_cast<size_t>(bytes)});
 }
 
 StatusOr<EntryExecutor::Call> EntryExecutor::TranslateKernel(const Thunk& t) {
@@ -213,22 +257,8 @@ StatusOr<EntryExecutor::Call> EntryExecutor::Translate(const Thunk& t) {
       return Call(
           MemcpyCall{.dst = At(c.dst), .src = At(c.src), .bytes = static_cast<size_t>(c.bytes)});
     }
-    case ThunkKind::kAllReduce: {
-      const auto& a = std::get<AllReduceThunk>(t.body);
-      AllReduceCall call{.in = At(a.in),
-                         .out = At(a.out),
-                         .count = a.count,
-                         .dtype = a.dtype,
-                         .op = a.reduce == ir::ReduceKind::kMax ? ReduceOp::kMax : ReduceOp::kSum};
-      if (resources_.communicator != nullptr && resources_.communicator->world_size() > 1) {
-        return Call(call);
-      }
-      // World size 1: the sum (or max) over one replica is the value itself.
-      if (a.in.offset == a.out.offset) return Call(NoOp{});
-      return Call(MemcpyCall{.dst = At(a.out),
-                             .src = At(a.in),
-                             .bytes = static_cast<size_t>(a.count * ir::DTypeBytes(a.dtype))});
-    }
+    case ThunkKind::kAllReduce:
+      return TranslateCollective(t);
     case ThunkKind::kUnsupported:
       return Call(Refused{});
     case ThunkKind::kConstant:  // handled in Create (the pool)
@@ -333,10 +363,7 @@ Status EntryExecutor::RunThunk(size_t i, cudaStream_t stream) {
         fmt::format("{}: cudaMemcpyAsync({} bytes, device to device)", plan_.thunks[i].Describe(),
                     m->bytes));
   }
-  if (auto* a = std::get_if<AllReduceCall>(&call)) {
-    Status s = resources_.communicator->AllReduce(a->in, a->out, a->count, a->dtype, a->op, stream);
-    return s.WithPrefix(plan_.thunks[i].Describe());
-  }
+  if (auto* a = std::get_if<AllReduceCall>(&call)) return IssueCollective(*a, i, stream);
   if (std::holds_alternative<Refused>(call)) {
     const auto& u = std::get<UnsupportedThunk>(plan_.thunks[i].body);
     return Error("{}: has no kernel ({}: {})", plan_.thunks[i].Describe(), u.what, u.reason);

@@ -9,12 +9,13 @@
 //               resources.stream): the
 //               constant's slice is reused by other values once it is dead
 //               (Note [liveness]), so it is rewritten at its place every run
-//   all_reduce  the Communicator; without one (world size 1) a copy when
-//               in and out differ, else nothing. With a communicator of
-//               world size > 1 and a plan with buckets, Run issues each
-//               bucket as one group on a communication stream (Note
-//               [bucketed all-reduce]); RunThunk, RunChecked and Profile
-//               issue each all-reduce alone on the given stream.
+//   all_reduce  the Communicator's all-reduce, reduce-scatter or
+//               all-gather (the thunk's `collective`); without one (world
+//               size 1) a copy when in and out differ, else nothing. With a
+//               communicator of world size > 1 and a plan with buckets, Run
+//               issues each bucket as one group on a communication stream
+//               (Note [bucketed all-reduce]); RunThunk, RunChecked and
+//               Profile issue each collective alone on the given stream.
 //   unsupported refused: Create fails naming every such thunk
 // Every call is capturable, so a run can be recorded into a CUDA graph and
 // replayed. The executor writes no inputs: the caller fills the input slots
@@ -129,9 +130,10 @@ class EntryExecutor {
   struct AllReduceCall {
     const void* in = nullptr;
     void* out = nullptr;
-    int64_t count = 0;
+    int64_t count = 0;  // program::AllReduceThunk's: NCCL's count
     ir::DType dtype = ir::DType::kF32;
     ReduceOp op = ReduceOp::kSum;
+    program::CollectiveOp collective = program::CollectiveOp::kAllReduce;
   };
   struct NoOp {};
   struct Refused {};  // an unsupported thunk (ExecutorOptions::allow_unsupported)
@@ -149,6 +151,9 @@ class EntryExecutor {
   // runner, or (Note [epilogue fallback]) the plain gemm beside its kernel.
   StatusOr<Call> TranslateKernel(const Thunk& t);
   StatusOr<Call> TranslateGemm(const Thunk& t);
+  StatusOr<Call> TranslateCollective(const Thunk& t);
+  // Enqueues collective `a` of thunk `i` on `stream` through the communicator.
+  Status IssueCollective(const AllReduceCall& a, size_t i, cudaStream_t stream);
   // Note [epilogue fallback]: the fallback kernel gemm thunk `i` names, if any.
   std::optional<size_t> FallbackKernel(size_t i) const;
   // Gemm thunk `t` without its epilogue (no algorithm chosen yet).
@@ -182,18 +187,19 @@ class EntryExecutor {
   // Note [bucketed all-reduce]
   // After thunk `issue_after` of bucket b, Run records ready_[b] on the
   // compute stream, makes comm_stream_ wait for it, enqueues the bucket's
-  // all-reduces between Communicator::GroupStart/GroupEnd on comm_stream_ and
+  // collectives between Communicator::GroupStart/GroupEnd on comm_stream_ and
   // records done_[b] there; before thunk `wait_before` (or at the end of the
   // run) the compute stream waits for done_[b]. Every bucket is waited for
   // before Run returns, so comm_stream_ joins back to the compute stream and
-  // the whole run stays capturable into one CUDA graph. The buffers an
-  // all-reduce touches stay reserved until `wait_before` (Note [in-place
-  // all-reduce] in compiler/analysis/buffer_assignment.h).
+  // the whole run stays capturable into one CUDA graph. The buffers a
+  // collective touches (operand and result) stay reserved until
+  // `wait_before` (Note [in-place all-reduce] in
+  // compiler/analysis/buffer_assignment.h).
   cudaStream_t comm_stream_ = nullptr;      // null: no buckets
   std::vector<cudaEvent_t> ready_, done_;   // per bucket
   std::vector<int64_t> issues_bucket_;      // per thunk: the bucket issued after it, or -1
   std::vector<std::vector<size_t>> waits_;  // per thunk and the end: buckets to wait for
-  std::vector<bool> in_bucket_;             // per thunk: an all-reduce Run issues in a bucket
+  std::vector<bool> in_bucket_;             // per thunk: a collective Run issues in a bucket
 };
 
 }  // namespace gptc::rt::gpu

@@ -41,6 +41,8 @@ StatusOr<NcclApi> LoadNccl(const std::vector<std::string>& candidates) {
   bind("ncclGetUniqueId", &api.GetUniqueId);
   bind("ncclCommInitRank", &api.CommInitRank);
   bind("ncclAllReduce", &api.AllReduce);
+  bind("ncclReduceScatter", &api.ReduceScatter);
+  bind("ncclAllGather", &api.AllGather);
   bind("ncclGroupStart", &api.GroupStart);
   bind("ncclGroupEnd", &api.GroupEnd);
   bind("ncclCommDestroy", &api.CommDestroy);
@@ -71,7 +73,7 @@ StatusOr<nccl::DataType> NcclDataType(ir::DType dtype) {
     default:
       break;
   }
-  return Error("NCCL all-reduce: dtype {} is not supported (f32, bf16, f16 are)",
+  return Error("NCCL collective: dtype {} is not supported (f32, bf16, f16 are)",
                ir::DTypeName(dtype));
 }
 
@@ -82,7 +84,7 @@ StatusOr<nccl::RedOp> NcclRedOp(ReduceOp op) {
     case ReduceOp::kMax:
       return nccl::kMax;
   }
-  return Error("NCCL all-reduce: reduction {} is not supported", static_cast<int>(op));
+  return Error("NCCL collective: reduction {} is not supported", static_cast<int>(op));
 }
 
 StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const NcclApi& api, int rank,
@@ -117,6 +119,25 @@ Status NcclCommunicator::AllReduce(const void* in, void* out, int64_t count, ir:
   ASSIGN_OR_RETURN(nccl::RedOp red, NcclRedOp(op));
   return Check(api_.AllReduce(in, out, static_cast<size_t>(count), type, red, comm_, stream),
                fmt::format("ncclAllReduce({} {} elements)", count, ir::DTypeName(dtype)));
+}
+
+Status NcclCommunicator::ReduceScatter(const void* in, void* out, int64_t recv_count,
+                                       ir::DType dtype, ReduceOp op, void* stream) {
+  if (comm_ == nullptr) return Error("rank {} of {}: ncclReduceScatter after Abort", rank_, world_);
+  ASSIGN_OR_RETURN(nccl::DataType type, NcclDataType(dtype));
+  ASSIGN_OR_RETURN(nccl::RedOp red, NcclRedOp(op));
+  return Check(
+      api_.ReduceScatter(in, out, static_cast<size_t>(recv_count), type, red, comm_, stream),
+      fmt::format("ncclReduceScatter({} {} elements a rank)", recv_count, ir::DTypeName(dtype)));
+}
+
+Status NcclCommunicator::AllGather(const void* in, void* out, int64_t send_count, ir::DType dtype,
+                                   void* stream) {
+  if (comm_ == nullptr) return Error("rank {} of {}: ncclAllGather after Abort", rank_, world_);
+  ASSIGN_OR_RETURN(nccl::DataType type, NcclDataType(dtype));
+  return Check(
+      api_.AllGather(in, out, static_cast<size_t>(send_count), type, comm_, stream),
+      fmt::format("ncclAllGather({} {} elements a rank)", send_count, ir::DTypeName(dtype)));
 }
 
 Status NcclCommunicator::GroupStart() { return Check(api_.GroupStart(), "ncclGroupStart"); }

@@ -56,6 +56,10 @@ struct NcclApi {
   nccl::Result (*CommInitRank)(nccl::Comm*, int, nccl::UniqueId, int) = nullptr;
   nccl::Result (*AllReduce)(const void*, void*, size_t, nccl::DataType, nccl::RedOp, nccl::Comm,
                             void* /*cudaStream_t*/) = nullptr;
+  nccl::Result (*ReduceScatter)(const void*, void*, size_t, nccl::DataType, nccl::RedOp, nccl::Comm,
+                                void* /*cudaStream_t*/) = nullptr;
+  nccl::Result (*AllGather)(const void*, void*, size_t, nccl::DataType, nccl::Comm,
+                            void* /*cudaStream_t*/) = nullptr;
   nccl::Result (*GroupStart)() = nullptr;
   nccl::Result (*GroupEnd)() = nullptr;
   nccl::Result (*CommDestroy)(nccl::Comm) = nullptr;
@@ -98,6 +102,10 @@ class NcclCommunicator : public Communicator {
   int world_size() const override { return world_; }
   int rank() const override { return rank_; }
   Status AllReduce(const void* in, void* out, int64_t count, ir::DType dtype, ReduceOp op,
+                   void* stream) override;
+  Status ReduceScatter(const void* in, void* out, int64_t recv_count, ir::DType dtype, ReduceOp op,
+                       void* stream) override;
+  Status AllGather(const void* in, void* out, int64_t send_count, ir::DType dtype,
                    void* stream) override;
   Status GroupStart() override;
   Status GroupEnd() override;

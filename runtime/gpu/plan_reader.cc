@@ -139,11 +139,26 @@ Status CheckConstant(const ConstantThunk& c, const std::string& where) {
   return Status::Ok();
 }
 
+// A collective thunk's `count` fits its slices (program::AllReduceThunk);
+// a reduce-scatter's or all-gather's larger side is a whole number of
+// counts (the world size, which the executor checks) and the two sides do
+// not overlap (NCCL's in-place forms are not used).
 Status CheckAllReduce(const AllReduceThunk& a, const std::string& where) {
   const int64_t width = ir::DTypeBytes(a.dtype);
   if (a.count < 0 || a.count > a.in.size / width || a.count > a.out.size / width) {
     return Error("{}: {} {} elements do not fit its slices", where, a.count,
                  ir::DTypeName(a.dtype));
+  }
+  if (a.collective == program::CollectiveOp::kAllReduce) return Status::Ok();
+  const ArenaSlice& whole = a.collective == program::CollectiveOp::kReduceScatter ? a.in : a.out;
+  const int64_t bytes = a.count * width;
+  if (bytes == 0 || whole.size % bytes != 0) {
+    return Error("{}: its {} slice of {} bytes is not a whole number of {} {} elements", where,
+                 &whole == &a.in ? "in" : "out", whole.size, a.count, ir::DTypeName(a.dtype));
+  }
+  if (a.in.offset < a.out.offset + a.out.size && a.out.offset < a.in.offset + a.in.size) {
+    return Error("{}: in [{}, +{}) and out [{}, +{}) overlap", where, a.in.offset, a.in.size,
+                 a.out.offset, a.out.size);
   }
   return Status::Ok();
 }
@@ -217,8 +232,9 @@ Status CheckFallbacks(const EntryPlan& p, std::string_view where) {
 }
 
 // Note [all-reduce buckets] (passes/all_reduce_combiner.h): each bucket's
-// members are its all_reduce thunks, in order, issued after the last and
-// waited for later; every all_reduce names a bucket of the entry.
+// members are its all_reduce thunks (of one collective), in order, issued
+// after the last and waited for later; every all_reduce names a bucket of
+// the entry.
 Status CheckBuckets(const EntryPlan& p, std::string_view where) {
   const int64_t n = static_cast<int64_t>(p.thunks.size());
   for (size_t b = 0; b < p.buckets.size(); ++b) {
@@ -230,11 +246,18 @@ Status CheckBuckets(const EntryPlan& p, std::string_view where) {
       return Error("{}: members {}, issue_after {}, wait_before {} are inconsistent ({} thunks)",
                    bw, json(bucket.members).dump(), bucket.issue_after, bucket.wait_before, n);
     }
+    const AllReduceThunk* first = nullptr;
     for (size_t k = 0; k < bucket.members.size(); ++k) {
       const int64_t m = bucket.members[k];
       const auto* a = m >= 0 && m < n ? std::get_if<AllReduceThunk>(&p.thunks[m].body) : nullptr;
       if (a == nullptr || a->bucket != bucket.id || (k > 0 && m <= bucket.members[k - 1])) {
         return Error("{}: member {} is not an all_reduce thunk of this bucket", bw, m);
+      }
+      if (first == nullptr) first = a;
+      if (a->collective != first->collective) {
+        return Error("{}: member {} ({}) and member {} ({}) differ: a bucket holds one collective",
+                     bw, m, program::CollectiveOpName(a->collective), bucket.members[0],
+                     program::CollectiveOpName(first->collective));
       }
     }
   }

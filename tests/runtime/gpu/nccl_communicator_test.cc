@@ -91,7 +91,7 @@ TEST(NcclMappingTest, DTypesAndOps) {
   StatusOr<nccl::DataType> s32 = NcclDataType(ir::DType::kS32);
   ASSERT_FALSE(s32.ok());
   EXPECT_EQ(s32.status().message(),
-            "NCCL all-reduce: dtype s32 is not supported (f32, bf16, f16 are)");
+            "NCCL collective: dtype s32 is not supported (f32, bf16, f16 are)");
   EXPECT_EQ(*NcclRedOp(ReduceOp::kSum), nccl::kSum);
   EXPECT_EQ(*NcclRedOp(ReduceOp::kMax), nccl::kMax);
 }
