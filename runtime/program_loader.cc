@@ -120,21 +120,19 @@ void CountValues(const program::ModelConfig& model, LoadedProgram& out) {
   }
 }
 
-StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
-  const program::Manifest& manifest = artifact.manifest;
-  LoadedProgram out{
-      .model = manifest.model, .flags = manifest.flags, .complete = manifest.complete};
-  program::TrainProgram& program = out.program;
-  program.grad_accum = manifest.flags.grad_accum;
-  program.world_size = manifest.flags.world_size;
-  program.zero_stage = manifest.flags.zero_stage;
-  program.adamw = manifest.flags.adamw;
+// The program's training flags from the manifest's, checked.
+Status ReadTrainingFlags(const program::CompileFlags& flags, program::TrainProgram& program) {
+  program.grad_accum = flags.grad_accum;
+  program.world_size = flags.world_size;
+  program.zero_stage = flags.zero_stage;
+  program.adamw = flags.adamw;
   if (program.grad_accum < 1) return Error("flags: grad_accum {} < 1", program.grad_accum);
   if (program.world_size < 1) return Error("flags: world_size {} < 1", program.world_size);
   if (program.zero_stage != 0 && (program.zero_stage != 1 || program.world_size < 2)) {
-    return Error("flags: zero_stage {} with world_size {} (ZeRO-1 needs zero_stage 1 and two "
-                 "or more ranks)",
-                 program.zero_stage, program.world_size);
+    return Error(
+        "flags: zero_stage {} with world_size {} (ZeRO-1 needs zero_stage 1 and two or more "
+        "ranks)",
+        program.zero_stage, program.world_size);
   }
   // A step's tokens (batch x seq x grad_accum x world_size) must stay countable.
   constexpr int64_t kMaxMultiplier = int64_t{1} << 16;
@@ -142,6 +140,15 @@ StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
     return Error("flags: grad_accum {} or world_size {} is above {}", program.grad_accum,
                  program.world_size, kMaxMultiplier);
   }
+  return Status::Ok();
+}
+
+StatusOr<LoadedProgram> Load(const program::Artifact& artifact) {
+  const program::Manifest& manifest = artifact.manifest;
+  LoadedProgram out{
+      .model = manifest.model, .flags = manifest.flags, .complete = manifest.complete};
+  program::TrainProgram& program = out.program;
+  RETURN_IF_ERROR(ReadTrainingFlags(manifest.flags, program));
   ASSIGN_OR_RETURN(program.params, program::ParamsSectionFromJson(artifact.params));
 
   const std::string* ir_text = artifact.Find("ir");

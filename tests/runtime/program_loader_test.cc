@@ -175,6 +175,15 @@ TEST_F(ProgramLoaderTest, TheManifestMustDescribeTheProgram) {
   EXPECT_EQ(refusal([](program::Manifest& m) { m.flags.seq = int64_t{1} << 40; }),
             "t.gptx: manifest.flags: batch 2 and seq 1099511627776 must be positive, seq at most "
             "the model's 64 positions");
+  EXPECT_EQ(refusal([](program::Manifest& m) { m.flags.zero_stage = 1; }),
+            "t.gptx: flags: zero_stage 1 with world_size 1 (ZeRO-1 needs zero_stage 1 and two or "
+            "more ranks)");
+  // A ZeRO-1 manifest over a program of whole moments: its slots do not match.
+  EXPECT_NE(refusal([](program::Manifest& m) {
+              m.flags.zero_stage = 1;
+              m.flags.world_size = 2;
+            }).find("does not match a parameter of section 'params'"),
+            std::string::npos);
   EXPECT_EQ(refusal([](program::Manifest& m) { m.flags.seq = 16; }),
             "t.gptx: entry train_step input %tokens is s32[2,8]; manifest.flags say batch 2 and "
             "seq 16");
