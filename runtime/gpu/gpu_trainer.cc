@@ -293,43 +293,6 @@ Status GpuTrainer::Impl::FindSlots() {
                      "cudaHostAlloc(readback)");
 }
 
-Status GpuTrainer::Impl::UploadState(const TrainerState& state) {
-  const EntryPlan& plan = state_entry->executor->plan();
-  const size_t n = program->params.size();
-  if (state.values.size() != n || state.adam_m.size() != n || state.adam_v.size() != n) {
-    return Error("trainer state has {} parameters, the program {}", state.values.size(), n);
-  }
-  RETURN_IF_ERROR(cuda->Check(cuda->StreamSynchronize(stream), "cudaStreamSynchronize"));
-  for (size_t i = 0; i < n; ++i) {
-    const program::ParamSpec& spec = program->params[i];
-    for (auto [role, values] : {std::pair{SlotRole::kParam, &state.values[i]},
-                                std::pair{SlotRole::kAdamM, &state.adam_m[i]},
-                                std::pair{SlotRole::kAdamV, &state.adam_v[i]}}) {
-      const PlanSlot* slot = plan.FindInput(role, static_cast<int64_t>(i));
-      if (slot == nullptr)
-        return Error("{}: train_step has no {} input for {}", Where(), program::SlotRoleName(role),
-                     spec.name);
-      const size_t bytes = values->size() * sizeof(float);
-      if (static_cast<int64_t>(values->size()) != spec.shape.num_elements() ||
-          static_cast<int64_t>(bytes) > slot->slice.size) {
-        return Error("trainer state: {} {} has {} values, {} needs {}", program::SlotRoleName(role),
-                     spec.name, values->size(), spec.shape.ToString(), spec.shape.num_elements());
-      }
-      RETURN_IF_ERROR(
-          cuda->Check(cuda->MemcpyAsync(state_entry->executor->At(slot->slice), values->data(),
-                                        bytes, cudaMemcpyHostToDevice, stream),
-                      fmt::format("cudaMemcpyAsync({} {} to the device)",
-                                  program::SlotRoleName(role), spec.name)));
-    }
-  }
-  // The sources are pageable host vectors: wait before they go away.
-  RETURN_IF_ERROR(
-      cuda->Check(cuda->StreamSynchronize(stream), "cudaStreamSynchronize (state upload)"));
-  steps_done = state.steps_done;
-  ++params_version;
-  return Status::Ok();
-}
-
 Status GpuTrainer::Impl::WaitFor(cudaEvent_t event, std::string_view what) {
   cudaError_t e = cuda->EventSynchronize(event);
   if (e == cudaSuccess) return Status::Ok();
@@ -477,35 +440,6 @@ Status GpuTrainer::Impl::CopyParamsInto(EntryState& e) {
 }
 
 int64_t GpuTrainer::steps_done() const { return impl_->steps_done; }
-
-StatusOr<TrainerState> GpuTrainer::ExportState() {
-  Impl& m = *impl_;
-  const EntryPlan& plan = m.state_entry->executor->plan();
-  TrainerState state;
-  state.steps_done = m.steps_done;
-  for (size_t i = 0; i < m.program->params.size(); ++i) {
-    const int64_t n = m.program->params[i].shape.num_elements();
-    for (auto [role, to] :
-         {std::pair{SlotRole::kParam, &state.values}, std::pair{SlotRole::kAdamM, &state.adam_m},
-          std::pair{SlotRole::kAdamV, &state.adam_v}}) {
-      const PlanSlot* slot = plan.FindInput(role, static_cast<int64_t>(i));
-      if (slot == nullptr) {
-        return Error("train_step has no {} input {}", program::SlotRoleName(role), i);
-      }
-      to->emplace_back(n);
-      RETURN_IF_ERROR(m.cuda->Check(
-          m.cuda->MemcpyAsync(to->back().data(), m.state_entry->executor->At(slot->slice), n * 4,
-                              cudaMemcpyDeviceToHost, m.stream),
-          fmt::format("cudaMemcpyAsync({} {} to the host)", program::SlotRoleName(role),
-                      m.program->params[i].name)));
-    }
-  }
-  RETURN_IF_ERROR(m.cuda->Check(m.cuda->EventRecord(m.done, m.stream), "cudaEventRecord"));
-  RETURN_IF_ERROR(m.WaitFor(m.done, "state export"));
-  return state;
-}
-
-Status GpuTrainer::ImportState(const TrainerState& state) { return impl_->UploadState(state); }
 
 const DeviceInfo& GpuTrainer::device() const { return impl_->device; }
 

@@ -14,7 +14,9 @@
 // algorithms chosen here), then
 // initialize the parameters with runtime/init.h's counter-based rules on the
 // host (the same values as the CPU device for the same seed) and upload them;
-// the AdamW moments start at zero.
+// the AdamW moments start at zero. Under ZeRO-1 (zero_stage 1) the moments
+// and the master weights are this rank's shards (Note [ZeRO-1 state on the
+// GPU] in gpu_trainer_state.cc).
 //
 // A step: copy tokens, targets, step and lr from pinned host memory into
 // their input slots, run the plan (eagerly for the first step, then as a CUDA
@@ -96,7 +98,11 @@ class GpuTrainer : public Trainer {
   // back. Without a communicator, nothing.
   Status SumOverRanks(std::span<double> values) override;
   int64_t steps_done() const override;
+  // The whole state; under ZeRO-1 the moments are all-gathered over the
+  // communicator, so every rank calls it together.
   StatusOr<TrainerState> ExportState() override;
+  // Under ZeRO-1 uploads this rank's shards of the moments and of the
+  // values (the master slot) with the whole values.
   Status ImportState(const TrainerState& state) override;
 
   const DeviceInfo& device() const;

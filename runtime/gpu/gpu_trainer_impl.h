@@ -1,7 +1,8 @@
 // GpuTrainer's state (GpuTrainer::Impl) and the per-entry records it keeps.
 // Internal to the GPU trainer's files (gpu_trainer.cc: load and steps;
 // gpu_trainer_evaluate.cc: entries that update no state, and sums over
-// ranks): this header includes the CUDA headers.
+// ranks; gpu_trainer_state.cc: the state to the host and back): this header
+// includes the CUDA headers.
 #ifndef GPTC_RUNTIME_GPU_GPU_TRAINER_IMPL_H_
 #define GPTC_RUNTIME_GPU_GPU_TRAINER_IMPL_H_
 
@@ -73,6 +74,10 @@ struct GpuTrainer::Impl {
   // (grown when a sum is longer).
   std::unique_ptr<DeviceBuffer> sums;
   int64_t sums_capacity = 0;
+  // A state export's gathered ZeRO-1 shards (Note [ZeRO-1 state on the
+  // GPU]), allocated at the first export (grown for a larger parameter).
+  std::unique_ptr<DeviceBuffer> gathered;
+  int64_t gathered_capacity = 0;
   std::vector<StagedInput> tokens, targets;  // per micro-batch, into micro_entry
   StagedInput step, lr;                      // into state_entry
   const PlanSlot* loss = nullptr;            // of micro_entry
@@ -110,7 +115,15 @@ struct GpuTrainer::Impl {
   // captured graph, or eagerly (then captured, when graphs are on). Profiled
   // thunk times are appended to `times`.
   Status RunEntry(EntryState& e, std::vector<ThunkTime>& times);
+  // Note [ZeRO-1 state on the GPU] (gpu_trainer_state.cc).
   Status UploadState(const TrainerState& state);
+  // Copies `values` into the state entry's input `role` of parameter
+  // `param`, whose shape must be program::StateSlotShape's.
+  Status UploadSlot(program::SlotRole role, size_t param, std::span<const float> values);
+  // Every rank's shards of sharded input `slot`, the first `elements` of them.
+  StatusOr<std::vector<float>> GatherShards(const PlanSlot& slot, int64_t elements);
+  // This rank in the data-parallel group (0 alone).
+  int64_t Rank() const;
   Status WaitFor(cudaEvent_t event, std::string_view what);
   Status CopyParamsInto(EntryState& e);
   // Checks step `number`'s micro-batches and copies them, the step number

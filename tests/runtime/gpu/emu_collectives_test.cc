@@ -255,9 +255,9 @@ TEST(EmuCollectivesTest, TwoEmulatedRanksEqualTheEvaluatorBitForBit) {
   EXPECT_EQ(*got, reference[0]);
   EXPECT_EQ(rank1, reference[1]);
   // Not the inputs passed through: rank 0's shard of x sums both ranks.
+  const std::vector<double> x = Inputs(0)[0].values;
   EXPECT_NE((*got)[0],
-            EncodeValues(ir::DType::kF32, std::vector<double>(Inputs(0)[0].values.begin(),
-                                                              Inputs(0)[0].values.begin() + 4)));
+            EncodeValues(ir::DType::kF32, std::vector<double>(x.begin(), x.begin() + 4)));
 }
 
 // A stand-in peer for one emulated rank: rank 0 of two whose peer holds
