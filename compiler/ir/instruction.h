@@ -68,8 +68,9 @@ struct Attrs {
   // softmax-cross-entropy: classes at or above this index are padding and
   // excluded from the softmax (0 means the whole last dimension).
   int64_t num_classes = 0;
-  // all-reduce: its bucket, the NCCL group it is issued in (`bucket=` in
-  // text; unset until the combiner runs: compiler/ir/all_reduce_bucket.h).
+  // all-reduce, reduce-scatter, all-gather: its bucket, the NCCL group it
+  // is issued in (`bucket=` in text; unset until the combiner runs:
+  // compiler/ir/all_reduce_bucket.h).
   std::optional<int64_t> bucket;
 
   bool operator==(const Attrs&) const = default;

@@ -5,8 +5,9 @@
 //     --dp N artifact without a communicator (GpuTrainer::Create reaches it
 //     before opening the device);
 //   - GPU: a world-size-1 NCCL communicator's all-reduces (eager, grouped,
-//     captured in a CUDA graph), and the executor's bucketed run (eager and
-//     graph) with a fake world-size-2 communicator.
+//     captured in a CUDA graph) and reduce-scatter and all-gather (grouped),
+//     and the executor's bucketed run (eager and graph) with a fake
+//     world-size-2 communicator.
 #include "runtime/gpu/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
@@ -326,6 +327,45 @@ TEST(NcclCommunicatorTest, WorldSizeOneAllReducesEagerGroupedAndCaptured) {
   EXPECT_TRUE((*comm)->AsyncError().ok());
   Status bad = (*comm)->AllReduce(a.ptr, b.ptr, 4, ir::DType::kS32, ReduceOp::kSum, stream);
   EXPECT_FALSE(bad.ok());
+  comm->reset();
+  Cuda().StreamDestroy(stream);
+}
+
+// ZeRO-1's collectives through NCCL with one rank (each the identity: the
+// shard of a sum over one rank is the values, so is the gather), grouped as
+// a bucket, eager: the symbols bind and the calls take their documented
+// arguments (recvcount, sendcount).
+TEST(NcclCommunicatorTest, WorldSizeOneReduceScatterAndAllGather) {
+  GPTC_SKIP_WITHOUT_GPU();
+  StatusOr<const NcclApi*> api = GetNccl();
+  if (!api.ok()) GTEST_SKIP() << api.status().message();
+  StatusOr<std::unique_ptr<Rendezvous>> rdv = Rendezvous::Join(RendezvousOptions{});
+  ASSERT_TRUE(rdv.ok()) << rdv.status().message();
+  auto comm = CreateNcclCommunicator(**rdv, 0, 1, 0);
+  ASSERT_TRUE(comm.ok()) << comm.status().message();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(Cuda().StreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const std::vector<float> x = {1, -2, 3.5, 1e6};
+  const std::string bf = EncodeValues(ir::DType::kBF16, std::vector<double>{0.5, 1.5, -2, 8});
+  DeviceBuffer a, b, c, d;
+  for (DeviceBuffer* buf : {&a, &b, &c, &d}) ASSERT_EQ(buf->Allocate(Cuda(), 16), cudaSuccess);
+  ASSERT_EQ(Cuda().Memcpy(a.ptr, x.data(), 16, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(Cuda().Memcpy(c.ptr, bf.data(), 8, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_TRUE((*comm)->GroupStart().ok());
+  Status s1 = (*comm)->ReduceScatter(a.ptr, b.ptr, 4, ir::DType::kF32, ReduceOp::kSum, stream);
+  Status s2 = (*comm)->AllGather(c.ptr, d.ptr, 4, ir::DType::kBF16, stream);
+  Status s3 = (*comm)->GroupEnd();
+  ASSERT_TRUE(s1.ok()) << s1.message();
+  ASSERT_TRUE(s2.ok()) << s2.message();
+  ASSERT_TRUE(s3.ok()) << s3.message();
+  ASSERT_EQ(Cuda().StreamSynchronize(stream), cudaSuccess);
+  std::vector<float> got(4);
+  std::string got_bf(8, '\0');
+  ASSERT_EQ(Cuda().Memcpy(got.data(), b.ptr, 16, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(Cuda().Memcpy(got_bf.data(), d.ptr, 8, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(got, x);
+  EXPECT_EQ(got_bf, bf);
+  EXPECT_TRUE((*comm)->AsyncError().ok());
   comm->reset();
   Cuda().StreamDestroy(stream);
 }
