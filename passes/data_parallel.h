@@ -51,9 +51,10 @@
 // appear in the order the backward finishes gradients (the loss first, the
 // embedding last). Nothing in between merges or reorders them: CSE, DCE and
 // simplify never touch all-reduces, fusion never fuses one, and the schedule
-// keeps their relative order and hoists each to right after its operand
-// (passes/schedule.h), so communication can start while the rest of the
-// backward runs. The all-reduce combiner groups them into buckets after the
+// keeps their relative order; its greedy order runs each in-place
+// all-reduce as soon as its operand is ready, as it allocates nothing (Note
+// [hoisted collectives] in passes/schedule.h), so communication can start
+// while the rest of the backward runs. The all-reduce combiner groups them into buckets after the
 // schedule (Note [all-reduce buckets] in passes/all_reduce_combiner.h).
 //
 // Must run after autodiff and dce (kStep/kAccumulate) or after the optimizer

@@ -15,7 +15,7 @@
 #include <span>
 
 #include "runtime/gpu/gpu_trainer_impl.h"
-#include "runtime/gpu/zero_shards.h"
+#include "compiler/program/zero_shards.h"
 
 namespace gptc::rt::gpu {
 
@@ -79,7 +79,7 @@ Status GpuTrainer::Impl::UploadState(const TrainerState& state) {
       }
       std::span<const float> values = whole;
       if (program::IsShardedRole(role, program->zero_stage)) {
-        shards.push_back(ShardOf(whole, Rank(), program->world_size));
+        shards.push_back(program::ShardOf<float, float>(whole, Rank(), program->world_size));
         values = shards.back();
       }
       RETURN_IF_ERROR(UploadSlot(role, i, values));
@@ -119,7 +119,7 @@ StatusOr<std::vector<float>> GpuTrainer::Impl::GatherShards(const PlanSlot& slot
       fmt::format("cudaMemcpyAsync(%{} to the host)", slot.name)));
   RETURN_IF_ERROR(cuda->Check(cuda->EventRecord(done, stream), "cudaEventRecord"));
   RETURN_IF_ERROR(WaitFor(done, "state export"));
-  return Unshard(all, elements);
+  return program::Unshard<float, float>(all, elements);
 }
 
 StatusOr<TrainerState> GpuTrainer::ExportState() {

@@ -185,6 +185,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"f32", "--batch 2 --precision f32", 1e-5},
                       Variant{"bf16_grad_accum_2", "--batch 1 --grad-accum 2", 1e-3},
                       Variant{"bf16_dp_2", "--batch 1 --dp 2", 1e-3, 2},
+                      // ZeRO-1: the reduce-scatters, the norm's all-reduce
+                      // and the all-gathers on the emulated NCCL, the
+                      // sharded state and its gathered checkpoint.
+                      Variant{"bf16_dp_2_zero_1", "--batch 1 --dp 2 --zero 1", 1e-3, 2},
                       // The attention kernels (Note [flash attention backward])
                       // at a length that is no multiple of anything, with head
                       // dim 64 (two elements per lane). (At T = 1 dq and dk
