@@ -425,8 +425,8 @@ namespace {
 bool Feedable(program::SlotRole role) {
   using program::SlotRole;
   for (SlotRole r : {SlotRole::kParam, SlotRole::kAdamM, SlotRole::kAdamV, SlotRole::kGradAcc,
-                     SlotRole::kTokens, SlotRole::kTargets, SlotRole::kMask, SlotRole::kStep,
-                     SlotRole::kLr}) {
+                     SlotRole::kMaster, SlotRole::kTokens, SlotRole::kTargets, SlotRole::kMask,
+                     SlotRole::kStep, SlotRole::kLr}) {
     if (role == r) return true;
   }
   return false;

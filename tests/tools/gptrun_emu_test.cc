@@ -189,6 +189,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // and the all-gathers on the emulated NCCL, the
                       // sharded state and its gathered checkpoint.
                       Variant{"bf16_dp_2_zero_1", "--batch 1 --dp 2 --zero 1", 1e-3, 2},
+                      Variant{"f32_dp_2_zero_1", "--batch 1 --dp 2 --zero 1 --precision f32",
+                              1e-5, 2},
                       // The attention kernels (Note [flash attention backward])
                       // at a length that is no multiple of anything, with head
                       // dim 64 (two elements per lane). (At T = 1 dq and dk
