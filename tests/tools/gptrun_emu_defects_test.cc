@@ -41,7 +41,8 @@ class GptrunEmuDefectTest : public ::testing::Test {
     for (int i = 0; i < 4000; ++i) tokens.push_back((i * 7 + (i / 13)) % 300);
     std::ofstream(*dir_ / "train_000.bin", std::ios::binary) << rt::EncodeShard(tokens);
     for (const auto& [name, flags] :
-         {std::pair{"one", "--batch 2"}, std::pair{"dp2", "--batch 1 --dp 2"}}) {
+         {std::pair{"one", "--batch 2"}, std::pair{"dp2", "--batch 1 --dp 2"},
+          std::pair{"zero", "--batch 1 --dp 2 --zero 1"}}) {
       const std::string cmd = std::string(GPTC_BIN) +
                               " compile --model gpt2-tiny --layers 1 --heads 2 --width 32 "
                               "--seq 16 --no-logits --emu " +
@@ -357,6 +358,42 @@ TEST_F(GptrunEmuDefectTest, AGradientReadBeforeItsBucketsWaitIsCaught) {
                 {"thunk \\d+ \\((kernel|gemm) ",
                  "while entry train_step thunk \\d+ "
                  "\\(all_reduce %\\S+.* is in flight",
+                 "before its bucket's wait"});
+}
+
+// ZeRO-1: the plan forgets that a thunk reads the parameters an all-gather
+// bucket gathers (the updated shards of every rank): the emulator catches
+// the read of the result still in flight.
+TEST_F(GptrunEmuDefectTest, AGatheredParameterReadBeforeItsBucketsWaitIsCaught) {
+  Mutate("zero", "gather.gptx", [&](json& entry) {
+    const json& thunks = entry["thunks"];
+    for (json& b : entry["buckets"]) {
+      const json& first = thunks[b["members"][0].get<size_t>()];
+      if (first.value("collective", "") == "all_gather" &&
+          b["wait_before"].get<int64_t>() < static_cast<int64_t>(thunks.size())) {
+        b["wait_before"] = thunks.size();
+        return;
+      }
+    }
+    FAIL() << "no all-gather bucket is waited for before the end";
+  });
+  std::random_device rd;
+  const std::string port = std::to_string(20000 + static_cast<int>(rd() % 20000));
+  auto env = [&](int rank) {
+    return "GPTC_DIST_TIMEOUT=30 RANK=" + std::to_string(rank) +
+           " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) +
+           " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;
+  };
+  const std::string rank1 = env(1) + " " + GPTRUN_BIN + " " + (*dir_ / "gather.gptx").string() +
+                            " --device emu --train '" + (*dir_ / "train_*.bin").string() +
+                            "' --steps 1 > " + (*dir_ / "g1.txt").string() + " 2>&1 &";
+  ASSERT_EQ(std::system(("bash -c \"" + rank1 + "\"").c_str()), 0);
+  std::string out;
+  const int rc = Run("gather.gptx", &out, env(0), "g0.txt");
+  ExpectOneLine(rc, out,
+                {"thunk \\d+ \\(kernel ", "reads operand \\d+ %zero\\.\\S+\\.gathered",
+                 "while entry train_step thunk \\d+ \\(all_gather %zero\\.\\S+\\.gathered.* is in "
+                 "flight",
                  "before its bucket's wait"});
 }
 
