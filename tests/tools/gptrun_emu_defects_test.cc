@@ -94,6 +94,25 @@ class GptrunEmuDefectTest : public ::testing::Test {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
+  // Two emulated ranks train `artifact` for a step: rank 1 in the background
+  // (its output in TAG1.txt), rank 0 in the foreground; rank 0's exit code,
+  // its output in `out`.
+  static int RunTwoRanks(const std::string& artifact, const std::string& tag, std::string* out) {
+    std::random_device rd;
+    const std::string port = std::to_string(20000 + static_cast<int>(rd() % 20000));
+    auto env = [&](int rank) {
+      return "GPTC_DIST_TIMEOUT=30 RANK=" + std::to_string(rank) +
+             " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) +
+             " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;
+    };
+    const fs::path& dir = *dir_;
+    const std::string rank1 = env(1) + " " + GPTRUN_BIN + " " + (dir / artifact).string() +
+                              " --device emu --train '" + (dir / "train_*.bin").string() +
+                              "' --steps 1 > " + (dir / (tag + "1.txt")).string() + " 2>&1 &";
+    EXPECT_EQ(std::system(("bash -c \"" + rank1 + "\"").c_str()), 0);
+    return Run(artifact, out, env(0), tag + "0.txt");
+  }
+
   // The one line gptrun printed when it failed, checked for `patterns`.
   static void ExpectOneLine(int rc, const std::string& output,
                             const std::vector<std::string>& patterns) {
@@ -341,19 +360,8 @@ TEST_F(GptrunEmuDefectTest, AGradientReadBeforeItsBucketsWaitIsCaught) {
     }
     FAIL() << "every bucket is waited for at the end already";
   });
-  std::random_device rd;
-  const std::string port = std::to_string(20000 + static_cast<int>(rd() % 20000));
-  auto env = [&](int rank) {
-    return "GPTC_DIST_TIMEOUT=30 RANK=" + std::to_string(rank) +
-           " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) +
-           " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;
-  };
-  const std::string rank1 = env(1) + " " + GPTRUN_BIN + " " + (*dir_ / "early.gptx").string() +
-                            " --device emu --train '" + (*dir_ / "train_*.bin").string() +
-                            "' --steps 1 > " + (*dir_ / "r1.txt").string() + " 2>&1 &";
-  ASSERT_EQ(std::system(("bash -c \"" + rank1 + "\"").c_str()), 0);
   std::string out;
-  const int rc = Run("early.gptx", &out, env(0), "r0.txt");
+  const int rc = RunTwoRanks("early.gptx", "r", &out);
   ExpectOneLine(rc, out,
                 {"thunk \\d+ \\((kernel|gemm) ",
                  "while entry train_step thunk \\d+ "
@@ -377,19 +385,8 @@ TEST_F(GptrunEmuDefectTest, AGatheredParameterReadBeforeItsBucketsWaitIsCaught) 
     }
     FAIL() << "no all-gather bucket is waited for before the end";
   });
-  std::random_device rd;
-  const std::string port = std::to_string(20000 + static_cast<int>(rd() % 20000));
-  auto env = [&](int rank) {
-    return "GPTC_DIST_TIMEOUT=30 RANK=" + std::to_string(rank) +
-           " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) +
-           " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;
-  };
-  const std::string rank1 = env(1) + " " + GPTRUN_BIN + " " + (*dir_ / "gather.gptx").string() +
-                            " --device emu --train '" + (*dir_ / "train_*.bin").string() +
-                            "' --steps 1 > " + (*dir_ / "g1.txt").string() + " 2>&1 &";
-  ASSERT_EQ(std::system(("bash -c \"" + rank1 + "\"").c_str()), 0);
   std::string out;
-  const int rc = Run("gather.gptx", &out, env(0), "g0.txt");
+  const int rc = RunTwoRanks("gather.gptx", "g", &out);
   ExpectOneLine(rc, out,
                 {"thunk \\d+ \\(kernel ", "reads operand \\d+ %zero\\.\\S+\\.gathered",
                  "while entry train_step thunk \\d+ \\(all_gather %zero\\.\\S+\\.gathered.* is in "
