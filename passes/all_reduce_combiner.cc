@@ -16,22 +16,23 @@ StatusOr<AllReduceCombinerOptions> ParseAllReduceCombinerOptions(
     const std::map<std::string, std::string>& options) {
   AllReduceCombinerOptions o;
   for (const auto& [key, value] : options) {
-    if (key != "bucket-mib") {
-      return Error("all-reduce-combiner: unknown option '{}' (known: bucket-mib)", key);
+    if (key != "bucket-mib" && key != "first-bucket-mib") {
+      return Error("all-reduce-combiner: unknown option '{}' (known: bucket-mib, first-bucket-mib)",
+                   key);
     }
     char* end = nullptr;
     const long long mib = std::strtoll(value.c_str(), &end, 10);
     if (value.empty() || *end != '\0' || mib < 1 || mib > (int64_t{1} << 20)) {
-      return Error("all-reduce-combiner: bucket-mib must be an integer in [1, 1048576], got '{}'",
+      return Error("all-reduce-combiner: {} must be an integer in [1, 1048576], got '{}'", key,
                    value);
     }
-    o.bucket_bytes = int64_t{mib} << 20;
+    (key == "bucket-mib" ? o.bucket_bytes : o.first_bucket_bytes) = int64_t{mib} << 20;
   }
   return o;
 }
 
 std::vector<std::vector<Instruction*>> GroupCollectives(const ir::Computation& computation,
-                                                        int64_t bucket_bytes) {
+                                                        const AllReduceCombinerOptions& options) {
   std::unordered_map<const Instruction*, int64_t> position;
   for (const auto& inst : computation.instructions()) {
     position.emplace(inst.get(), static_cast<int64_t>(position.size()));
@@ -53,7 +54,10 @@ std::vector<std::vector<Instruction*>> GroupCollectives(const ir::Computation& c
     // Note [all-reduce buckets]: a member's result must not be read before
     // the bucket is issued (at its last member); the cap closes it too, and
     // so does a collective of another opcode.
-    if (open && (position.at(inst) >= wait_before || bytes + size > bucket_bytes ||
+    const int64_t cap = buckets.size() == 1 && options.first_bucket_bytes > 0
+                            ? options.first_bucket_bytes
+                            : options.bucket_bytes;
+    if (open && (position.at(inst) >= wait_before || bytes + size > cap ||
                  inst->opcode() != buckets.back().back()->opcode())) {
       open = false;
     }
@@ -74,8 +78,7 @@ std::vector<std::vector<Instruction*>> GroupCollectives(const ir::Computation& c
 StatusOr<bool> AllReduceCombiner::Run(ir::Module& module) {
   bool changed = false;
   for (const auto& computation : module.computations()) {
-    const std::vector<std::vector<Instruction*>> buckets =
-        GroupCollectives(*computation, options_.bucket_bytes);
+    const std::vector<std::vector<Instruction*>> buckets = GroupCollectives(*computation, options_);
     for (int64_t k = 0; k < static_cast<int64_t>(buckets.size()); ++k) {
       for (Instruction* member : buckets[k]) {
         if (ir::CollectiveBucket(*member) == k) continue;

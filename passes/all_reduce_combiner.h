@@ -11,7 +11,9 @@
 // nothing with the backward. This pass groups them as PyTorch DDP does, over
 // the scheduled order: consecutive collectives of one opcode share a bucket
 // while its operands' bytes stay within the cap (`bucket-mib`, 25 MiB by
-// default, DDP's; a larger tensor is a bucket of its own) and while no
+// default, DDP's; a larger tensor is a bucket of its own; `first-bucket-mib`
+// gives the first bucket a cap of its own, as DDP's 1 MiB, so that
+// communication starts sooner) and while no
 // member's result is read before the bucket's last member (a bucket is
 // issued there, so a reader in between would wait for communication that
 // has not started: that reader closes the bucket); a collective of another
@@ -56,17 +58,20 @@ inline constexpr int64_t kDefaultAllReduceBucketBytes = int64_t{25} << 20;  // 2
 
 struct AllReduceCombinerOptions {
   int64_t bucket_bytes = kDefaultAllReduceBucketBytes;  // > 0
+  // The first bucket's cap; 0: bucket_bytes, like the others.
+  int64_t first_bucket_bytes = 0;
 };
 
-// Options from `gptc-opt --pass=all-reduce-combiner{bucket-mib=N}` (N a
-// positive integer); errors name the key or value at fault.
+// Options from `gptc-opt --pass=all-reduce-combiner{bucket-mib=N
+// first-bucket-mib=M}` (positive integers); errors name the key or value at
+// fault.
 StatusOr<AllReduceCombinerOptions> ParseAllReduceCombinerOptions(
     const std::map<std::string, std::string>& options);
 
 // The collectives of `computation` grouped by Note [all-reduce buckets]
-// with a cap of `bucket_bytes`: each bucket's members in instruction order.
-std::vector<std::vector<ir::Instruction*>> GroupCollectives(const ir::Computation& computation,
-                                                            int64_t bucket_bytes);
+// with `options`' caps: each bucket's members in instruction order.
+std::vector<std::vector<ir::Instruction*>> GroupCollectives(
+    const ir::Computation& computation, const AllReduceCombinerOptions& options);
 
 class AllReduceCombiner : public pass::Pass {
  public:

@@ -138,7 +138,8 @@ StatusOr<TrainEntry> RunOptimizer(EntryRole role, std::unique_ptr<ir::Module> mo
   // Last: the buckets follow the final order (Note [all-reduce buckets]).
   if (options.world_size > 1) {
     pipeline.AddPass<AllReduceCombiner>(
-        AllReduceCombinerOptions{.bucket_bytes = options.all_reduce_bucket_bytes});
+        AllReduceCombinerOptions{.bucket_bytes = options.all_reduce_bucket_bytes,
+                                 .first_bucket_bytes = options.first_bucket_bytes});
   }
   RETURN_IF_ERROR(pipeline.Run(*module).status());
   // Note [optimizer signature]: the optimizer's, still true of the final module.

@@ -63,6 +63,7 @@ struct TrainStepOptions {
   // The all-reduce buckets' cap (Note [all-reduce buckets] in
   // passes/all_reduce_combiner.h), for world_size > 1.
   int64_t all_reduce_bucket_bytes = kDefaultAllReduceBucketBytes;
+  int64_t first_bucket_bytes = 0;           // the first bucket's cap; 0: as the others
   pass::PipelineOptions pipeline;           // verify_each, disabled passes
   std::shared_ptr<pass::DumpWriter> dumps;  // may be null: no dumps
 };

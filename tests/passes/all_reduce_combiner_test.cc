@@ -72,7 +72,7 @@ TEST(AllReduceCombinerTest, ALargerCapTakesTheLargeTensorIn) {
   using B = std::optional<int64_t>;
   EXPECT_EQ(BucketsOf(*module), (std::vector<B>{0, 0, 1, 1, 1}));
   std::vector<std::vector<ir::Instruction*>> groups =
-      GroupCollectives(*module->entry(), int64_t{64} << 20);
+      GroupCollectives(*module->entry(), {.bucket_bytes = int64_t{64} << 20});
   ASSERT_EQ(groups.size(), 2u);
   EXPECT_EQ(groups[1].front()->name(), "a3");
 }
@@ -85,7 +85,13 @@ TEST(AllReduceCombinerTest, OptionsNameTheKeyOrValueAtFault) {
   EXPECT_EQ(ParseAllReduceCombinerOptions({{"bucket-mib", "0"}}).status().message(),
             "all-reduce-combiner: bucket-mib must be an integer in [1, 1048576], got '0'");
   EXPECT_EQ(ParseAllReduceCombinerOptions({{"cap", "4"}}).status().message(),
-            "all-reduce-combiner: unknown option 'cap' (known: bucket-mib)");
+            "all-reduce-combiner: unknown option 'cap' (known: bucket-mib, first-bucket-mib)");
+  o = ParseAllReduceCombinerOptions({{"first-bucket-mib", "1"}});
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->first_bucket_bytes, int64_t{1} << 20);
+  EXPECT_EQ(o->bucket_bytes, kDefaultAllReduceBucketBytes);
+  EXPECT_EQ(ParseAllReduceCombinerOptions({{"first-bucket-mib", "x"}}).status().message(),
+            "all-reduce-combiner: first-bucket-mib must be an integer in [1, 1048576], got 'x'");
 }
 
 }  // namespace

@@ -142,6 +142,9 @@ Flags DeclareCompileFlags() {
              "with --dp: the all-reduce buckets' cap, as PyTorch DDP's bucket_cap_mb (a larger "
              "gradient is a bucket of its own)",
              "25")
+      .Value("first-bucket-mib", "MIB",
+             "with --dp: the first bucket's cap, as DDP's 1 (communication starts sooner); "
+             "default: as --bucket-mib")
       .Value("weight-decay", "WD", "AdamW weight decay (matrices only)", str(adamw.weight_decay))
       .Value("clip-norm", "C", "global gradient-norm clip; 0 for none", str(adamw.clip_norm))
       .Value("beta1", "B1", "AdamW beta1", str(adamw.beta1))
@@ -266,6 +269,13 @@ Status ParseTraining(const Flags& flags, CompileOptions& o) {
     return Error("--bucket-mib must be in [1, 1048576], got {}", bucket_mib);
   }
   train.all_reduce_bucket_bytes = bucket_mib << 20;
+  if (flags.Has("first-bucket-mib")) {
+    ASSIGN_OR_RETURN(const int64_t first_mib, flags.GetInt("first-bucket-mib", 0));
+    if (first_mib < 1 || first_mib > (int64_t{1} << 20)) {
+      return Error("--first-bucket-mib must be in [1, 1048576], got {}", first_mib);
+    }
+    train.first_bucket_bytes = first_mib << 20;
+  }
   program::AdamWOptions& adamw = train.adamw;
   for (auto [name, field] :
        {std::pair{"weight-decay", &adamw.weight_decay}, std::pair{"clip-norm", &adamw.clip_norm},

@@ -23,7 +23,8 @@ std::string CompileInputs(const CompileOptions& o) {
   // Doubles by their shortest round-trip text: equal values, equal keys.
   return fmt::format(
       "model {} layers {} heads {} width {} positions {} vocab {} padded_vocab {}; batch {} seq "
-      "{} score_seq {}; grad_accum {} world {} zero {} grad_comm {} bucket_bytes {} beta1 {} beta2 "
+      "{} score_seq {}; grad_accum {} world {} zero {} grad_comm {} bucket_bytes {} "
+      "first_bucket_bytes {} beta1 {} beta2 "
       "{} eps {} "
       "weight_decay {} clip_norm {}; "
       "precision {} remat {} budget {} optimize {}; artifact {} target {} attention_mma {} emu {} "
@@ -31,9 +32,9 @@ std::string CompileInputs(const CompileOptions& o) {
       "roofline_gpu {}",
       c.name, c.layers, c.heads, c.width, c.positions, c.vocab, c.padded_vocab, o.batch, o.seq,
       o.score_seq, t.grad_accum, t.world_size, t.zero_stage, ir::DTypeName(t.grad_comm),
-      t.all_reduce_bucket_bytes, t.adamw.beta1, t.adamw.beta2, t.adamw.eps, t.adamw.weight_decay,
-      t.adamw.clip_norm, passes::PrecisionPolicyName(t.precision.policy), RematText(t.remat),
-      o.memory_budget, t.optimize, o.artifact, codegen::TargetName(o.target),
+      t.all_reduce_bucket_bytes, t.first_bucket_bytes, t.adamw.beta1, t.adamw.beta2, t.adamw.eps,
+      t.adamw.weight_decay, t.adamw.clip_norm, passes::PrecisionPolicyName(t.precision.policy),
+      RematText(t.remat), o.memory_budget, t.optimize, o.artifact, codegen::TargetName(o.target),
       codegen::AttentionMmaName(o.attention_mma), o.emu, o.codegen, o.forward_entries,
       o.forward_only, o.batch_auto, o.tokens_per_step, o.roofline_gpu.name);
 }

@@ -82,13 +82,15 @@ static_assert(kPrecisionFlips.size() == CountFields<passes::MixedPrecisionOption
               "passes::MixedPrecisionOptions has a field kPrecisionFlips does not flip");
 
 // The fields of passes::TrainStepOptions: three, above, by their own lists.
-constexpr std::array<Flip, 6> kTrainFlips = {{
+constexpr std::array<Flip, 7> kTrainFlips = {{
     {"train.grad_accum", [](CompileOptions& o) { o.train.grad_accum = 2; }},
     {"train.world_size", [](CompileOptions& o) { o.train.world_size = 2; }},
     {"train.zero_stage", [](CompileOptions& o) { o.train.zero_stage = 1; }},
     {"train.grad_comm", [](CompileOptions& o) { o.train.grad_comm = ir::DType::kBF16; }},
     {"train.all_reduce_bucket_bytes",
      [](CompileOptions& o) { o.train.all_reduce_bucket_bytes = int64_t{1} << 20; }},
+    {"train.first_bucket_bytes",
+     [](CompileOptions& o) { o.train.first_bucket_bytes = int64_t{1} << 20; }},
     {"train.optimize", [](CompileOptions& o) { o.train.optimize = false; }},
 }};
 // They shape no byte: verification, timings, dumps.
