@@ -194,6 +194,41 @@ TEST_F(GptrunDataParallelTest, ZeroOneTrainsAndResumesAtOneRank) {
   }
 }
 
+// Note [sharded checkpoints]: SIGTERM to one rank of a ZeRO-1 run stops
+// both after the same step, and rank 0's checkpoint of it (every rank's
+// shards gathered) is written.
+TEST_F(GptrunDataParallelTest, ZeroOneStopsBothRanksOnOneRanksSignal) {
+  const std::string compile = std::string(GPTC_BIN) +
+                              " compile --model gpt2-tiny --layers 1 --heads 2 --width 32 --seq 16 "
+                              "--no-codegen --batch 2 --dp 2 --zero 1 -o " +
+                              (dir_ / "zs.gptx").string() + " > /dev/null";
+  ASSERT_EQ(std::system(compile.c_str()), 0) << compile;
+  const std::string ckpt = (dir_ / "ck_sig").string();
+  auto rank = [&](int r) {
+    return RankEnv(r) + " " + GPTRUN_BIN + " " + (dir_ / "zs.gptx").string() +
+           " --device cpu --train '" + (dir_ / "train_*.bin").string() +
+           "' --steps 100000 --lr 1e-3 --ckpt-dir " + ckpt + " > " +
+           (dir_ / ("s" + std::to_string(r) + ".txt")).string() + " 2>&1";
+  };
+  // Rank 1 gets SIGTERM once rank 0 has printed step 3; rank 0 gets none.
+  const std::string script =
+      "(" + rank(1) + ") & p1=$!; (" + rank(0) + ") & p0=$!; for i in $(seq 600); do grep -q " +
+      "'^step 3/' " + (dir_ / "s0.txt").string() +
+      " && break; sleep 0.05; done; pkill -TERM -P $p1 || kill -TERM $p1; wait $p0; a=$?; "
+      "wait $p1; b=$?; echo rc=$a,$b";
+  const std::string quoted = std::regex_replace(script, std::regex("'"), "'\\''");
+  testing::CommandResult r = testing::RunCommand("bash -c '" + quoted + "'", dir_);
+  const std::string r0 = ReadAll(dir_ / "s0.txt");
+  EXPECT_NE(r.out.find("rc=143,143"), std::string::npos) << r.out << r0;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r0, m,
+                                std::regex(R"(gptrun: stopped by SIGTERM after step (\d+); )"
+                                           R"(checkpoint \S+step_(\d+))")))
+      << r0;
+  EXPECT_EQ(std::stoll(m[1].str()), std::stoll(m[2].str()));
+  EXPECT_TRUE(fs::exists(fs::path(ckpt) / ("step_" + m[2].str()) / "model.safetensors")) << r0;
+}
+
 TEST_F(GptrunDataParallelTest, MissingRankEndsRankZeroWithOneLine) {
   const std::string cmd =
       Command("GPTC_DIST_TIMEOUT=2 RANK=0 WORLD_SIZE=2 MASTER_PORT=" + std::to_string(port_),
