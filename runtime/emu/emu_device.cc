@@ -447,8 +447,8 @@ class Observer : public gpu::ThunkObserver {
 
 std::string EmuStats::Summary() const {
   return fmt::format(
-      "{} kernel launches ({} blocks, {:.2f} s), {} gemms ({:.2f} s), {} copies, {} all-reduces",
-      launches, blocks, kernel_seconds, gemms, gemm_seconds, copies, all_reduces);
+      "{} kernel launches ({} blocks, {:.2f} s), {} gemms ({:.2f} s), {} copies, {} collectives",
+      launches, blocks, kernel_seconds, gemms, gemm_seconds, copies, collectives);
 }
 
 int64_t KernelCounters::BlocksPerSm() const {

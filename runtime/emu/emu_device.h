@@ -70,10 +70,10 @@ struct KernelCounters {
   int64_t BlocksPerSm() const;
 };
 
-// What the device did, for the log and benchmarks (all_reduces: every
-// collective, reduce-scatters and all-gathers too).
+// What the device did, for the log and benchmarks (collectives: the
+// all-reduces, reduce-scatters and all-gathers it ran).
 struct EmuStats {
-  int64_t launches = 0, blocks = 0, gemms = 0, copies = 0, all_reduces = 0;
+  int64_t launches = 0, blocks = 0, gemms = 0, copies = 0, collectives = 0;
   double kernel_seconds = 0, gemm_seconds = 0;
   std::map<std::string, KernelCounters> kernels;  // by kernel name, with counters on
   std::string Summary() const;  // "412 kernels (1.93 s), 110 gemms (0.41 s), ..."

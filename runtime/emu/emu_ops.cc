@@ -526,7 +526,7 @@ cudaError_t CollectiveOp(Stream& s, rt::Communicator* host, const CollectiveCall
   std::memset(c.out, 0xff, out_bytes);
   // Note [emulated time]
   s.now_us += 10.0 + static_cast<double>(std::max(in_bytes, out_bytes)) / 1e5;
-  ++d.stats.all_reduces;
+  ++d.stats.collectives;
   void* out = c.out;
   d.landings.push_back(Landing{s.id, s.clock, [&mc, out, result, event, ctx] {
                                  std::memcpy(out, result->data(), result->size());

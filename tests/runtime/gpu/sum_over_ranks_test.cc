@@ -154,12 +154,12 @@ TEST(EmuSumOverRanksTest, GoesThroughTheEmulatedAllReduce) {
   StatusOr<std::unique_ptr<GpuTrainer>> trainer =
       GpuTrainer::Create(tiny->artifact, tiny->path, &tiny->loaded.program, 0, options);
   ASSERT_TRUE(trainer.ok()) << trainer.status().message();
-  const int64_t before = (*device)->stats().all_reduces;
+  const int64_t before = (*device)->stats().collectives;
   std::vector<double> values = {1, 2.5, 7};
   Status s = (*trainer)->SumOverRanks(values);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(values, (std::vector<double>{1, 2.5, 7}));
-  EXPECT_EQ((*device)->stats().all_reduces, before + 1);
+  EXPECT_EQ((*device)->stats().collectives, before + 1);
 }
 
 }  // namespace
