@@ -241,29 +241,29 @@ Status CpuTrainer::ImportState(const TrainerState& state) {
   if (state.values.size() != n || state.adam_m.size() != n || state.adam_v.size() != n) {
     return Error("trainer state has {} parameters, the program {}", state.values.size(), n);
   }
+  // Note [ZeRO-1 shards]: a sharded trainer keeps its rank's shards of the
+  // moments and cuts its master weights from the parameters; it needs its
+  // rank before it changes anything.
+  const bool sharded = !master_.empty();
+  if (sharded) RETURN_IF_ERROR(CheckShardedRanks().WithPrefix("importing the state"));
+  const int64_t rank = sharded ? collective_->rank() : 0, world = program_->world_size;
+  auto take = [&](const std::vector<float>& whole) {
+    return sharded ? program::ShardOf<double, float>(whole, rank, world)
+                   : std::vector<double>(whole.begin(), whole.end());
+  };
   for (size_t i = 0; i < n; ++i) {
     const program::ParamSpec& spec = program_->params[i];
     const size_t count = static_cast<size_t>(spec.shape.num_elements());
-    for (auto [from, to] : {std::pair{&state.values[i], &params_[i]},
-                            std::pair{&state.adam_m[i], &adam_m_[i]},
-                            std::pair{&state.adam_v[i], &adam_v_[i]}}) {
+    for (const std::vector<float>* from : {&state.values[i], &state.adam_m[i], &state.adam_v[i]}) {
       if (from->size() != count) {
         return Error("trainer state: {} has {} values, {} needs {}", spec.name, from->size(),
                      spec.shape.ToString(), count);
       }
-      to->values.assign(from->begin(), from->end());
     }
-  }
-  if (!master_.empty()) {
-    // Note [ZeRO-1 shards]: this rank keeps its shards of the moments, and
-    // cuts its master weights from the parameters.
-    RETURN_IF_ERROR(CheckShardedRanks().WithPrefix("importing the state"));
-    const int64_t rank = collective_->rank(), world = program_->world_size;
-    for (size_t i = 0; i < n; ++i) {
-      adam_m_[i].values = program::ShardOf<double, float>(state.adam_m[i], rank, world);
-      adam_v_[i].values = program::ShardOf<double, float>(state.adam_v[i], rank, world);
-      master_[i].values = program::ShardOf<double, float>(state.values[i], rank, world);
-    }
+    params_[i].values.assign(state.values[i].begin(), state.values[i].end());
+    adam_m_[i].values = take(state.adam_m[i]);
+    adam_v_[i].values = take(state.adam_v[i]);
+    if (sharded) master_[i].values = take(state.values[i]);
   }
   steps_done_ = state.steps_done;
   return Status::Ok();

@@ -369,6 +369,21 @@ TEST(ZeroTrainTest, ShardedProgramRefusesToRunAlone) {
             "step 1: the program shards its optimizer state over 2 ranks (--zero 1), and the "
             "CPU trainer runs alone");
   EXPECT_FALSE(trainer.ExportState().ok());
+  // A whole state it cannot cut into shards is refused before anything changes.
+  TrainerState whole;
+  for (const program::ParamSpec& spec : zero->params) {
+    const std::vector<float> ones(static_cast<size_t>(spec.shape.num_elements()), 1.0f);
+    whole.values.push_back(ones);
+    whole.adam_m.push_back(ones);
+    whole.adam_v.push_back(ones);
+  }
+  const std::vector<double> before = trainer.param(0).values;
+  Status s = trainer.ImportState(whole);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(),
+            "importing the state: the program shards its optimizer state over 2 ranks (--zero 1), "
+            "and the CPU trainer runs alone");
+  EXPECT_EQ(trainer.param(0).values, before);
 }
 
 TEST(ZeroTrainTest, CompileRefusesZeroWithoutRanks) {
