@@ -284,23 +284,25 @@ void SortParametersFirst(ir::Computation* c) {
   c->ReorderInstructions(order);
 }
 
-// Appends one new parameter per trainable parameter: `PREFIX.NAME`, numbered
-// from `first`; the accumulated gradients (grad_acc) are in the gradient
-// phase, the moments in the parameter's update. With `shard_world` > 1 each
-// is a shard, f32[ceil(n / shard_world)] (Note [ZeRO-1 shards]).
+// Appends one new parameter of `role` per trainable parameter: `ROLE.NAME`
+// (adam_m.NAME, grad_acc.NAME, ...), numbered from `first`; the accumulated
+// gradients are in the gradient phase, the rest in the parameter's update.
+// With `zero_world` > 1 the sharded roles are shards (Note [ZeRO-1 shards]).
 StatusOr<std::vector<Instruction*>> AddStateParameters(Emitter& e,
                                                        const std::vector<Instruction*>& params,
-                                                       std::string_view prefix, int64_t first,
-                                                       ir::Phase phase = ir::Phase::kUpdate,
-                                                       int64_t shard_world = 1) {
+                                                       program::SlotRole role, int64_t first,
+                                                       int64_t zero_world = 1) {
+  const ir::Phase phase =
+      role == program::SlotRole::kGradAcc ? ir::Phase::kGradient : ir::Phase::kUpdate;
   std::vector<Instruction*> out;
   for (size_t i = 0; i < params.size(); ++i) {
     e.Scope("", "optimizer." + params[i]->name(), {phase, params[i]->role().layer});
-    const Shape shape = program::StateSlotShape(program::SlotRole::kMaster, params[i]->shape(),
-                                                shard_world > 1 ? 1 : 0, shard_world);
+    const Shape shape =
+        program::StateSlotShape(role, params[i]->shape(), zero_world > 1 ? 1 : 0, zero_world);
     ASSIGN_OR_RETURN(Instruction * x,
                      e.NewParameter(first + static_cast<int64_t>(i), shape,
-                                    fmt::format("{}.{}", prefix, params[i]->name())));
+                                    fmt::format("{}.{}", program::SlotRoleName(role),
+                                                params[i]->name())));
     out.push_back(x);
   }
   return out;
@@ -405,18 +407,18 @@ struct AdamWState {
 };
 
 // Appends the moments (and master shards) as parameters numbered from
-// `first`: m, v, then master; returns the number of parameters added.
+// `first`: m, v, then master.
 StatusOr<AdamWState> AddAdamWState(Emitter& e, const std::vector<Instruction*>& params,
                                    int64_t first, int64_t zero_world) {
   const int64_t n = static_cast<int64_t>(params.size());
   AdamWState state;
   ASSIGN_OR_RETURN(state.m,
-                   AddStateParameters(e, params, "adam_m", first, ir::Phase::kUpdate, zero_world));
+                   AddStateParameters(e, params, SlotRole::kAdamM, first, zero_world));
   ASSIGN_OR_RETURN(
-      state.v, AddStateParameters(e, params, "adam_v", first + n, ir::Phase::kUpdate, zero_world));
+      state.v, AddStateParameters(e, params, SlotRole::kAdamV, first + n, zero_world));
   if (zero_world > 1) {
-    ASSIGN_OR_RETURN(state.master, AddStateParameters(e, params, "master", first + 2 * n,
-                                                      ir::Phase::kUpdate, zero_world));
+    ASSIGN_OR_RETURN(state.master,
+                     AddStateParameters(e, params, SlotRole::kMaster, first + 2 * n, zero_world));
   }
   return state;
 }
@@ -493,7 +495,7 @@ StatusOr<program::EntrySignature> BuildApplyEntry(ir::Module& module, const Auto
   ASSIGN_OR_RETURN(AdamWState state, AddAdamWState(e, params, n, zero));
   const int64_t after_state = (zero > 1 ? 4 : 3) * n;
   ASSIGN_OR_RETURN(std::vector<Instruction*> acc,
-                   AddStateParameters(e, params, "grad_acc", after_state, ir::Phase::kGradient));
+                   AddStateParameters(e, params, SlotRole::kGradAcc, after_state));
   ASSIGN_OR_RETURN(auto step_lr, AddStepAndLr(e, after_state + n));
   // grads = grad_acc / K (with ZeRO-1, of this rank's shard of the sum)
   ASSIGN_OR_RETURN(std::vector<Instruction*> grads,
@@ -575,7 +577,7 @@ StatusOr<bool> Optimizer::Run(ir::Module& module) {
   if (options_.mode == OptimizerMode::kAccumulate) {
     Renumber(in.data, 2 * n);
     ASSIGN_OR_RETURN(std::vector<Instruction*> acc,
-                     AddStateParameters(e, in.params, "grad_acc", n, ir::Phase::kGradient));
+                     AddStateParameters(e, in.params, SlotRole::kGradAcc, n));
     sig.Inputs(acc, SlotRole::kGradAcc);
     sig.Outputs(SlotRole::kGradAcc, acc);
     for (int64_t i = 0; i < n; ++i) {

@@ -12,13 +12,16 @@ RankState RankStateOf(const std::vector<ParamSpec>& params, int64_t grad_accum, 
   RankState s;
   const bool zero = zero_stage >= 1 && world_size > 1;
   for (const ParamSpec& p : params) {
-    const int64_t whole = 4 * p.shape.num_elements();  // f32
-    const int64_t shard = 4 * ShardElements(p.shape.num_elements(), world_size);
-    s.parameters += whole;
-    s.gradients += zero ? shard : whole;
-    if (grad_accum > 1) s.accumulators += whole;
-    s.moments += 2 * (zero ? shard : whole);
-    if (zero) s.master += shard;
+    // The slots' own shapes (Note [ZeRO-1 shards]); the optimizer reads the
+    // gradient as the moments are laid out.
+    auto bytes = [&](SlotRole role) {
+      return StateSlotShape(role, p.shape, zero ? 1 : 0, world_size).byte_size();
+    };
+    s.parameters += bytes(SlotRole::kParam);
+    s.gradients += bytes(SlotRole::kAdamM);
+    if (grad_accum > 1) s.accumulators += bytes(SlotRole::kGradAcc);
+    s.moments += bytes(SlotRole::kAdamM) + bytes(SlotRole::kAdamV);
+    if (zero) s.master += bytes(SlotRole::kMaster);
   }
   return s;
 }
